@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: Apache-2.0
+// Tokens, paths and path lists.
+#include "api/guard.hpp"
+#include "api/handles.hpp"
+
+using namespace kstage;
+using namespace kstage::capi;
+
+namespace {
+
+kstage_status_t intern(kstage_stage_t stage, const char* str, size_t length, uint64_t* out,
+                       bool path) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(out, path ? "path" : "token"));
+    auto& dict = s->engine->dictionary();
+    KSTAGE_ASSIGN_OR_RETURN(*out, path ? dict.intern_path(str, length) : dict.intern_token(str, length));
+    return Status::OK();
+  });
+}
+
+kstage_status_t string_of(kstage_stage_t stage, uint64_t id, const char** str, size_t* length,
+                          bool path) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(str, "str"));
+    auto& dict = s->engine->dictionary();
+    const std::string* v = path ? dict.path(id) : dict.token(id);
+    if (!v)
+      return error(KSTAGE_NOT_FOUND, "%s id %llu is not interned in this stage",
+                   path ? "path" : "token", (unsigned long long)id);
+    *str = v->c_str();
+    if (length) *length = v->size();
+    return Status::OK();
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+kstage_status_t kstage_intern_token(kstage_stage_t stage, const char* str, size_t length,
+                                    kstage_token_t* token) {
+  return intern(stage, str, length, token, false);
+}
+kstage_status_t kstage_intern_path(kstage_stage_t stage, const char* str, size_t length,
+                                   kstage_path_t* path) {
+  return intern(stage, str, length, path, true);
+}
+kstage_status_t kstage_token_string(kstage_stage_t stage, kstage_token_t token, const char** str,
+                                    size_t* length) {
+  return string_of(stage, token, str, length, false);
+}
+kstage_status_t kstage_path_string(kstage_stage_t stage, kstage_path_t path, const char** str,
+                                   size_t* length) {
+  return string_of(stage, path, str, length, true);
+}
+
+kstage_status_t kstage_path_list_create(kstage_stage_t stage, const kstage_path_t* paths,
+                                        uint64_t count, kstage_path_list_t* list) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(list, "list"));
+    if (count > 0 && paths == nullptr)
+      return error(KSTAGE_INVALID_ARGUMENT, "paths is NULL but count is %llu", (unsigned long long)count);
+    for (uint64_t i = 0; i < count; ++i)
+      if (!s->engine->dictionary().is_path(paths[i]))
+        return error(KSTAGE_INVALID_ARGUMENT, "paths[%llu] = %llu is not a path of this stage",
+                     (unsigned long long)i, (unsigned long long)paths[i]);
+    auto l = std::make_shared<PathList>();
+    l->paths = std::make_shared<const std::vector<uint64_t>>(paths, paths + count);
+    *list = s->path_lists.add(Kind::PathList, std::move(l));
+    return Status::OK();
+  });
+}
+
+kstage_status_t kstage_path_list_get(kstage_stage_t stage, kstage_path_list_t list,
+                                     const kstage_path_t** paths, uint64_t* count) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(paths, "paths"));
+    KSTAGE_RETURN_NOT_OK(need(count, "count"));
+    std::shared_ptr<PathList> l;
+    KSTAGE_ASSIGN_OR_RETURN(l, lookup(s->path_lists, list, Kind::PathList));
+    *paths = l->paths->data();
+    *count = l->paths->size();
+    return Status::OK();
+  });
+}
+
+kstage_status_t kstage_path_list_retain(kstage_stage_t stage, kstage_path_list_t list) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    std::shared_ptr<PathList> l;
+    KSTAGE_ASSIGN_OR_RETURN(l, lookup(s->path_lists, list, Kind::PathList));
+    std::lock_guard lock(l->mutex);
+    if (l->refs == 0)  // lost a race with the last release
+      return error(KSTAGE_INVALID_HANDLE, "path list handle %llu was released",
+                   (unsigned long long)list);
+    ++l->refs;
+    return Status::OK();
+  });
+}
+
+kstage_status_t kstage_path_list_release(kstage_stage_t stage, kstage_path_list_t list) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    std::shared_ptr<PathList> l;
+    KSTAGE_ASSIGN_OR_RETURN(l, lookup(s->path_lists, list, Kind::PathList));
+    std::lock_guard lock(l->mutex);
+    if (l->refs == 0)
+      return error(KSTAGE_INVALID_HANDLE, "path list handle %llu was released",
+                   (unsigned long long)list);
+    if (--l->refs == 0) s->path_lists.take(list);
+    return Status::OK();
+  });
+}
+
+}  // extern "C"

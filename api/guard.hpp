@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: Apache-2.0
+// The one way a C entry point runs: the body returns a kstage::Status; the
+// guard records a failure's message as the thread's last error and turns any
+// exception into a status, so nothing ever crosses the C ABI.
+#pragma once
+
+#include "core/status.hpp"
+
+namespace kstage::capi {
+
+kstage_status_t fail(kstage_status_t code, const std::string& message);
+
+template <class Body>
+kstage_status_t guard(Body&& body) noexcept {
+  try {
+    Status st = body();
+    return st.ok() ? KSTAGE_OK : fail(st.code(), st.message());
+  } catch (const std::bad_alloc&) {
+    return fail(KSTAGE_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(KSTAGE_INTERNAL, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return fail(KSTAGE_INTERNAL, "internal error: unknown exception");
+  }
+}
+
+// Out-parameter check shared by every entry point.
+inline Status need(const void* p, const char* name) {
+  if (p == nullptr) return error(KSTAGE_INVALID_ARGUMENT, "%s is NULL", name);
+  return Status::OK();
+}
+
+}  // namespace kstage::capi

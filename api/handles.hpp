@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+// Handle tables. Every handle is a process-wide unique uint64 whose top byte
+// says what kind of object it names, so a stale handle, a handle of another
+// stage, or a query passed as a read can never alias a live object: each
+// gives KSTAGE_INVALID_HANDLE.
+#pragma once
+
+#include "core/stage.hpp"
+
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+namespace kstage::capi {
+
+enum class Kind : uint64_t { Stage = 1, PathList, Query, Read, Group, Op };
+
+uint64_t new_handle(Kind kind);
+const char* kind_name(Kind kind);
+
+template <class T>
+class HandleTable {
+ public:
+  uint64_t add(Kind kind, std::shared_ptr<T> value) {
+    const uint64_t h = new_handle(kind);
+    std::lock_guard lock(mutex_);
+    items_.emplace(h, std::move(value));
+    return h;
+  }
+  std::shared_ptr<T> find(uint64_t h) const {
+    std::lock_guard lock(mutex_);
+    auto it = items_.find(h);
+    return it == items_.end() ? nullptr : it->second;
+  }
+  // The removed value (null if `h` was not here).
+  std::shared_ptr<T> take(uint64_t h) {
+    std::lock_guard lock(mutex_);
+    auto it = items_.find(h);
+    if (it == items_.end()) return nullptr;
+    auto v = std::move(it->second);
+    items_.erase(it);
+    return v;
+  }
+  void clear() {
+    std::unordered_map<uint64_t, std::shared_ptr<T>> doomed;
+    {
+      std::lock_guard lock(mutex_);
+      doomed.swap(items_);
+    }
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<uint64_t, std::shared_ptr<T>> items_;
+};
+
+struct PathList {
+  std::mutex mutex;
+  uint64_t refs = 1;
+  std::shared_ptr<const std::vector<uint64_t>> paths;
+};
+
+struct Read {
+  std::mutex mutex;
+  std::deque<std::unique_ptr<core::ReadGroup>> groups;
+};
+
+// A stage and every handle it issued; destroying it frees them all.
+struct StageEntry {
+  std::unique_ptr<core::Stage> engine;
+  HandleTable<PathList> path_lists;
+  HandleTable<const std::vector<uint64_t>> queries;
+  HandleTable<Read> reads;
+  HandleTable<core::ReadGroup> groups;
+  HandleTable<core::Op> ops;
+
+  ~StageEntry() {
+    // Groups and reads pin buffers; drop them before the engine.
+    groups.clear();
+    reads.clear();
+    engine.reset();
+  }
+};
+
+// The live stage behind `h`, or INVALID_HANDLE.
+Result<std::shared_ptr<StageEntry>> find_stage(kstage_stage_t h);
+uint64_t register_stage(std::shared_ptr<StageEntry> entry);
+std::shared_ptr<StageEntry> unregister_stage(kstage_stage_t h);
+
+// Looks `h` up in `table`; INVALID_HANDLE naming the kind otherwise.
+template <class T>
+Result<std::shared_ptr<T>> lookup(const HandleTable<T>& table, uint64_t h, Kind kind) {
+  auto v = table.find(h);
+  if (!v)
+    return error(KSTAGE_INVALID_HANDLE, "%s handle %llu is not live on this stage (unknown, "
+                 "released, or of another kind or stage)", kind_name(kind), (unsigned long long)h);
+  return v;
+}
+
+}  // namespace kstage::capi

@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: Apache-2.0
+// Writes, deletes, write floors and ops.
+#include "api/guard.hpp"
+#include "api/handles.hpp"
+#include "core/managed_tensors.hpp"
+
+using namespace kstage;
+using namespace kstage::capi;
+
+namespace {
+
+kstage_status_t write(kstage_stage_t stage, kstage_query_t query, const kstage_token_t* attributes,
+                      const kstage_write_data_t* data, uint64_t n, uint64_t ordinal,
+                      kstage_prim_mode_t prim_mode, kstage_op_t* op) {
+  // Owns the managed tensors from the first instruction: whatever is
+  // rejected below, each deleter still runs exactly once.
+  std::unique_ptr<core::ManagedTensors> managed;
+  try {
+    managed = std::make_unique<core::ManagedTensors>(data, n);
+  } catch (...) {
+    return fail(KSTAGE_OUT_OF_MEMORY, "out of memory taking the managed tensors");
+  }
+  return guard([&]() -> Status {
+    KSTAGE_RETURN_NOT_OK(managed->check());
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(op, "op"));
+    core::PrimList prims;
+    KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s->queries, query, Kind::Query));
+    std::shared_ptr<core::Op> o;
+    KSTAGE_ASSIGN_OR_RETURN(o, s->engine->write(prims, attributes, data, n, ordinal, prim_mode));
+    *op = s->ops.add(Kind::Op, std::move(o));
+    return Status::OK();
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+kstage_status_t kstage_write_attribute(kstage_stage_t stage, kstage_query_t query,
+                                       kstage_token_t attribute, uint64_t ordinal,
+                                       const kstage_write_data_t* data, kstage_prim_mode_t prim_mode,
+                                       kstage_op_t* op) {
+  return write(stage, query, &attribute, data, 1, ordinal, prim_mode, op);
+}
+
+kstage_status_t kstage_write_attributes(kstage_stage_t stage, kstage_query_t query,
+                                        const kstage_token_t* attributes,
+                                        const kstage_write_data_t* data, uint64_t n,
+                                        uint64_t ordinal, kstage_prim_mode_t prim_mode,
+                                        kstage_op_t* op) {
+  return write(stage, query, attributes, data, n, ordinal, prim_mode, op);
+}
+
+kstage_status_t kstage_delete_attributes(kstage_stage_t stage, kstage_query_t query,
+                                         const kstage_token_t* attributes, uint64_t n,
+                                         uint64_t ordinal, kstage_op_t* op) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(op, "op"));
+    core::PrimList prims;
+    KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s->queries, query, Kind::Query));
+    std::shared_ptr<core::Op> o;
+    KSTAGE_ASSIGN_OR_RETURN(o, s->engine->remove(prims, attributes, n, ordinal));
+    *op = s->ops.add(Kind::Op, std::move(o));
+    return Status::OK();
+  });
+}
+
+kstage_status_t kstage_advance_write_floor(kstage_stage_t stage, uint64_t ordinal,
+                                           const kstage_token_t* attributes, uint64_t n) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    return s->engine->advance_write_floor(ordinal, attributes, n);
+  });
+}
+
+kstage_status_t kstage_get_write_floor(kstage_stage_t stage, kstage_token_t attribute,
+                                       uint64_t* ordinal) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(ordinal, "ordinal"));
+    KSTAGE_ASSIGN_OR_RETURN(*ordinal, s->engine->write_floor(attribute));
+    return Status::OK();
+  });
+}
+
+kstage_status_t kstage_wait(kstage_stage_t stage, kstage_op_t op, uint64_t timeout_ns) {
+  (void)timeout_ns;  // host ops are complete when submitted; nothing to wait for
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    std::shared_ptr<core::Op> o;
+    KSTAGE_ASSIGN_OR_RETURN(o, lookup(s->ops, op, Kind::Op));
+    return Status(o->status, o->message);
+  });
+}
+
+kstage_status_t kstage_op_error(kstage_stage_t stage, kstage_op_t op, const char** message) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(message, "message"));
+    std::shared_ptr<core::Op> o;
+    KSTAGE_ASSIGN_OR_RETURN(o, lookup(s->ops, op, Kind::Op));
+    *message = o->message.c_str();
+    return Status::OK();
+  });
+}
+
+kstage_status_t kstage_release_op(kstage_stage_t stage, kstage_op_t op) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    if (!s->ops.take(op))
+      return error(KSTAGE_INVALID_HANDLE, "op handle %llu is not live (double release?)",
+                   (unsigned long long)op);
+    return Status::OK();
+  });
+}
+
+}  // extern "C"

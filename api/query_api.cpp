@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: Apache-2.0
+// Queries: fixed, ordered prim lists.
+#include "api/guard.hpp"
+#include "api/handles.hpp"
+
+using namespace kstage;
+using namespace kstage::capi;
+
+extern "C" {
+
+kstage_status_t kstage_query_paths(kstage_stage_t stage, const kstage_path_t* paths, uint64_t count,
+                                   kstage_query_t* query) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(query, "query"));
+    core::PrimList prims;
+    KSTAGE_ASSIGN_OR_RETURN(prims, s->engine->query_paths(paths, count));
+    *query = s->queries.add(Kind::Query, std::move(prims));
+    return Status::OK();
+  });
+}
+
+kstage_status_t kstage_query_filter(kstage_stage_t stage, const kstage_filter_t* filter,
+                                    kstage_query_t* query) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(filter, "filter"));
+    KSTAGE_RETURN_NOT_OK(need(query, "query"));
+    std::shared_ptr<const std::vector<uint64_t>> in;
+    if (filter->path_in != 0) {
+      std::shared_ptr<PathList> l;
+      KSTAGE_ASSIGN_OR_RETURN(l, lookup(s->path_lists, filter->path_in, Kind::PathList));
+      in = l->paths;
+    }
+    core::PrimList prims;
+    KSTAGE_ASSIGN_OR_RETURN(prims, s->engine->query_filter(*filter, in.get()));
+    *query = s->queries.add(Kind::Query, std::move(prims));
+    return Status::OK();
+  });
+}
+
+kstage_status_t kstage_query_count(kstage_stage_t stage, kstage_query_t query, uint64_t* count) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(count, "count"));
+    core::PrimList prims;
+    KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s->queries, query, Kind::Query));
+    *count = prims->size();
+    return Status::OK();
+  });
+}
+
+kstage_status_t kstage_query_get_paths(kstage_stage_t stage, kstage_query_t query,
+                                       kstage_path_list_t* paths) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(paths, "paths"));
+    core::PrimList prims;
+    KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s->queries, query, Kind::Query));
+    auto l = std::make_shared<PathList>();
+    l->paths = prims;  // immutable: shared, not copied
+    *paths = s->path_lists.add(Kind::PathList, std::move(l));
+    return Status::OK();
+  });
+}
+
+kstage_status_t kstage_query_release(kstage_stage_t stage, kstage_query_t query) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    if (!s->queries.take(query))
+      return error(KSTAGE_INVALID_HANDLE, "query handle %llu is not live (double release?)",
+                   (unsigned long long)query);
+    return Status::OK();
+  });
+}
+
+}  // extern "C"

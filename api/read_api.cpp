@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+// Reads and read groups.
+#include "api/guard.hpp"
+#include "api/handles.hpp"
+
+using namespace kstage;
+using namespace kstage::capi;
+
+extern "C" {
+
+kstage_status_t kstage_read_attributes(kstage_stage_t stage, kstage_query_t query,
+                                       const kstage_token_t* attributes, uint64_t n,
+                                       const kstage_read_desc_t* desc, kstage_read_t* read) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(read, "read"));
+    core::PrimList prims;
+    KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s->queries, query, Kind::Query));
+    kstage_read_desc_t latest{};
+    auto r = std::make_shared<Read>();
+    std::vector<std::unique_ptr<core::ReadGroup>> groups;
+    KSTAGE_ASSIGN_OR_RETURN(groups, s->engine->read(prims, attributes, n, desc ? *desc : latest));
+    for (auto& g : groups) r->groups.push_back(std::move(g));
+    *read = s->reads.add(Kind::Read, std::move(r));
+    return Status::OK();
+  });
+}
+
+kstage_status_t kstage_fetch_read_next(kstage_stage_t stage, kstage_read_t read, uint64_t timeout_ns,
+                                       kstage_read_group_t* group) {
+  (void)timeout_ns;  // groups are prepared when the read opens; none is ever pending
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(group, "group"));
+    std::shared_ptr<Read> r;
+    KSTAGE_ASSIGN_OR_RETURN(r, lookup(s->reads, read, Kind::Read));
+    std::unique_ptr<core::ReadGroup> g;
+    {
+      std::lock_guard lock(r->mutex);
+      if (r->groups.empty())
+        return error(KSTAGE_END_OF_ITERATION, "read %llu has no more groups",
+                     (unsigned long long)read);
+      g = std::move(r->groups.front());
+      r->groups.pop_front();
+    }
+    std::shared_ptr<core::ReadGroup> shared(std::move(g));
+    shared->desc.handle = s->groups.add(Kind::Group, shared);
+    *group = shared->desc;
+    return Status::OK();
+  });
+}
+
+kstage_status_t kstage_release_group(kstage_stage_t stage, kstage_group_t group) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    if (!s->groups.take(group))
+      return error(KSTAGE_INVALID_HANDLE, "group handle %llu is not live (double release?)",
+                   (unsigned long long)group);
+    return Status::OK();
+  });
+}
+
+kstage_status_t kstage_release_read(kstage_stage_t stage, kstage_read_t read) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    if (!s->reads.take(read))
+      return error(KSTAGE_INVALID_HANDLE, "read handle %llu is not live (double release?)",
+                   (unsigned long long)read);
+    return Status::OK();
+  });
+}
+
+}  // extern "C"

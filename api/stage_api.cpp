@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: Apache-2.0
+// Status strings, the thread's last error, and stage lifecycle.
+#include "api/guard.hpp"
+#include "api/handles.hpp"
+
+namespace kstage::capi {
+
+void destroy_all_stages_at_exit();
+
+namespace {
+thread_local std::string t_last_error;
+}
+
+kstage_status_t fail(kstage_status_t code, const std::string& message) {
+  try {
+    t_last_error = message;
+  } catch (...) {
+    t_last_error.clear();
+  }
+  return code;
+}
+
+}  // namespace kstage::capi
+
+using namespace kstage;
+using namespace kstage::capi;
+
+extern "C" {
+
+const char* kstage_status_string(kstage_status_t status) {
+  switch (status) {
+    case KSTAGE_OK: return "KSTAGE_OK";
+    case KSTAGE_INVALID_ARGUMENT: return "KSTAGE_INVALID_ARGUMENT";
+    case KSTAGE_INVALID_HANDLE: return "KSTAGE_INVALID_HANDLE";
+    case KSTAGE_NOT_FOUND: return "KSTAGE_NOT_FOUND";
+    case KSTAGE_ALREADY_EXISTS: return "KSTAGE_ALREADY_EXISTS";
+    case KSTAGE_WRITE_FLOOR_VIOLATION: return "KSTAGE_WRITE_FLOOR_VIOLATION";
+    case KSTAGE_NOT_SUPPORTED: return "KSTAGE_NOT_SUPPORTED";
+    case KSTAGE_END_OF_ITERATION: return "KSTAGE_END_OF_ITERATION";
+    case KSTAGE_TIMEOUT: return "KSTAGE_TIMEOUT";
+    case KSTAGE_OUT_OF_MEMORY: return "KSTAGE_OUT_OF_MEMORY";
+    case KSTAGE_OUT_OF_RANGE: return "KSTAGE_OUT_OF_RANGE";
+    case KSTAGE_OP_FAILED: return "KSTAGE_OP_FAILED";
+    case KSTAGE_DEVICE_ERROR: return "KSTAGE_DEVICE_ERROR";
+    case KSTAGE_INTERNAL: return "KSTAGE_INTERNAL";
+    default: return "KSTAGE_UNKNOWN_STATUS";
+  }
+}
+
+const char* kstage_last_error(void) { return t_last_error.c_str(); }
+
+uint32_t kstage_version(void) {
+  return KSTAGE_VERSION_MAJOR * 10000u + KSTAGE_VERSION_MINOR * 100u + KSTAGE_VERSION_PATCH;
+}
+
+kstage_status_t kstage_create(const kstage_config_t* config, kstage_stage_t* stage) {
+  return guard([&]() -> Status {
+    KSTAGE_RETURN_NOT_OK(need(stage, "stage"));
+    KSTAGE_RETURN_NOT_OK(core::ensure_kokkos_initialized(&destroy_all_stages_at_exit));
+    kstage_config_t defaults{};
+    auto entry = std::make_shared<StageEntry>();
+    KSTAGE_ASSIGN_OR_RETURN(entry->engine, core::Stage::create(config ? *config : defaults));
+    *stage = register_stage(std::move(entry));
+    return Status::OK();
+  });
+}
+
+kstage_status_t kstage_destroy(kstage_stage_t stage) {
+  return guard([&]() -> Status {
+    if (!unregister_stage(stage))
+      return error(KSTAGE_INVALID_HANDLE, "stage handle %llu is not a live stage (already destroyed?)",
+                   (unsigned long long)stage);
+    return Status::OK();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "core/column.hpp"
+
+#include "core/dtype.hpp"
+
+#include <algorithm>
+
+namespace kstage::core {
+namespace {
+
+// Array rows start on 8-byte boundaries so every element type (complex128
+// included) is naturally aligned for consumers.
+constexpr uint64_t kRowAlign = 8;
+uint64_t align_up(uint64_t x) { return (x + kRowAlign - 1) & ~(kRowAlign - 1); }
+
+uint64_t lowest_bit(uint64_t bits) { return bits & (~bits + 1); }
+
+}  // namespace
+
+size_t Column::row_bytes() const { return tuple_bytes(schema_.dtype); }
+
+uint64_t Column::tombstone(uint64_t prim) const {
+  auto it = tombstones_.find(prim);
+  return it == tombstones_.end() ? 0 : it->second;
+}
+
+void Column::assign_rows(const StagedRows& rows, std::vector<uint32_t>& row_ids,
+                         std::vector<uint64_t>& new_prims) {
+  const uint64_t* prims = rows.prims->data();
+  row_ids.resize(rows.n);
+  for (size_t i = 0; i < rows.n; ++i) {
+    const uint64_t p = prims[i];
+    uint32_t r = row_of(p);
+    if (r == kNoRow) {
+      if (!free_rows_.empty()) {
+        r = free_rows_.back();
+        free_rows_.pop_back();
+      } else {
+        r = uint32_t(prim_of_row_.size());
+        prim_of_row_.push_back(0);
+        changed_at_.push_back(0);
+        if (schema_.is_array) {
+          array_offset_.push_back(0);
+          array_length_.push_back(0);
+        }
+      }
+      if (p >= row_of_.size()) row_of_.resize(std::max<size_t>(p + 1, row_of_.size() * 2), kNoRow);
+      row_of_[p] = r;
+      prim_of_row_[r] = p;
+      ++live_rows_;
+      new_prims.push_back(p);
+    }
+    row_ids[i] = r;
+  }
+}
+
+void Column::unassign_rows(const StagedRows&, const std::vector<uint64_t>& new_prims) {
+  for (uint64_t p : new_prims) {
+    const uint32_t r = row_of_[p];
+    prim_of_row_[r] = 0;
+    row_of_[p] = kNoRow;
+    free_rows_.push_back(r);
+    --live_rows_;
+  }
+}
+
+Status Column::apply_write(const StagedRows& rows, uint64_t ordinal,
+                           std::vector<uint64_t>& new_prims) {
+  if (rows.n == 0) return Status::OK();
+  std::vector<uint32_t> row_ids;
+  std::vector<uint64_t> added;
+  assign_rows(rows, row_ids, added);
+  Status st = schema_.is_array ? apply_array(rows, ordinal, row_ids)
+                               : apply_fixed(rows, ordinal, row_ids);
+  if (!st.ok()) {
+    unassign_rows(rows, added);
+    return st;
+  }
+  const uint64_t* prims = rows.prims->data();
+  for (size_t i = 0; i < rows.n; ++i) {
+    changed_at_[row_ids[i]] = ordinal;
+    if (!tombstones_.empty()) tombstones_.erase(prims[i]);
+  }
+  new_prims.insert(new_prims.end(), added.begin(), added.end());
+  return Status::OK();
+}
+
+Status Column::apply_fixed(const StagedRows& rows, uint64_t, std::vector<uint32_t>& row_ids) {
+  const size_t rb = row_bytes();
+  const size_t need = row_space() * rb;
+  // A write of every row in row order replaces the storage outright: the
+  // staged buffer becomes the column (zero-copy seal), and a reader holding
+  // the old buffer keeps it.
+  bool identity = rows.n == row_space() && rows.n == live_rows_;
+  for (size_t i = 0; identity && i < rows.n; ++i) identity = row_ids[i] == i;
+  if (identity && rows.data->size() >= need) {
+    values_ = rows.data;
+    return Status::OK();
+  }
+  const size_t have = values_ ? values_->size() : 0;
+  if (have < need || pinned()) {
+    // Grow geometrically so appending prims one write at a time stays linear.
+    const size_t capacity = have < need ? std::max(need, have + have / 2) : have;
+    BufferPtr fresh;
+    KSTAGE_ASSIGN_OR_RETURN(fresh, backend_->allocate(capacity));
+    if (have > 0) backend_->copy_bytes(fresh->data(), values_->data(), std::min(have, need));
+    values_ = std::move(fresh);
+  }
+  kernels::RowCopy c;
+  c.dst = values_->data();
+  c.dst_stride = int64_t(rb);
+  c.dst_index = row_ids.data();
+  c.src = rows.data->data();
+  c.src_stride = int64_t(rb);
+  c.n = rows.n;
+  c.row_bytes = rb;
+  backend_->row_copy(c);
+  return Status::OK();
+}
+
+Status Column::apply_array(const StagedRows& rows, uint64_t, std::vector<uint32_t>& row_ids) {
+  const std::byte* staged = rows.data ? rows.data->data() : nullptr;
+  // Target index per row (or -1), to know which rows the write replaces.
+  std::vector<int64_t> target_of_row(row_space(), -1);
+  for (size_t i = 0; i < rows.n; ++i) target_of_row[row_ids[i]] = int64_t(i);
+  auto new_len = [&](size_t i) { return rows.lengths[i]; };
+
+  uint64_t append = 0, live_after = 0;
+  for (size_t r = 0; r < row_space(); ++r) {
+    if (prim_of_row_[r] == 0) continue;
+    const int64_t t = target_of_row[r];
+    if (t < 0) {
+      live_after += align_up(array_length_[r]);
+    } else {
+      const uint64_t len = new_len(size_t(t));
+      live_after += align_up(len);
+      if (len != array_length_[r]) append += align_up(len);
+    }
+  }
+  const uint64_t capacity = values_ ? values_->size() : 0;
+  const bool rebuild = pinned() || array_used_ + append > capacity ||
+                       array_garbage_ > array_used_ / 2 + (1u << 20);
+
+  std::vector<const std::byte*> src_rows;
+  std::vector<uint64_t> dst_offsets, bytes;
+  uint64_t align_bits = kRowAlign;
+  auto add = [&](const std::byte* src, uint64_t dst, uint64_t len) {
+    if (len == 0) return;
+    src_rows.push_back(src);
+    dst_offsets.push_back(dst);
+    bytes.push_back(len);
+    align_bits |= reinterpret_cast<uintptr_t>(src) | dst | len;
+  };
+
+  if (rebuild) {
+    // Pack every live row into a new buffer: untouched rows from the old
+    // storage, written rows from the staged data.
+    BufferPtr fresh;
+    KSTAGE_ASSIGN_OR_RETURN(fresh, backend_->allocate(std::max<uint64_t>(live_after + live_after / 2, 64)));
+    const std::byte* old = values_ ? values_->data() : nullptr;
+    uint64_t cursor = 0;
+    std::vector<uint64_t> offset(row_space()), length(row_space());
+    for (size_t r = 0; r < row_space(); ++r) {
+      if (prim_of_row_[r] == 0) continue;
+      const int64_t t = target_of_row[r];
+      const uint64_t len = t < 0 ? array_length_[r] : new_len(size_t(t));
+      add(t < 0 ? old + array_offset_[r] : staged + rows.starts[size_t(t)], cursor, len);
+      offset[r] = cursor;
+      length[r] = len;
+      cursor += align_up(len);
+    }
+    kernels::RaggedCopy c{fresh->data(), dst_offsets.data(), src_rows.data(), bytes.data(),
+                          src_rows.size()};
+    backend_->ragged_copy(c, size_t(lowest_bit(align_bits)));
+    values_ = std::move(fresh);
+    array_offset_ = std::move(offset);
+    array_length_ = std::move(length);
+    array_used_ = cursor;
+    array_garbage_ = 0;
+    return Status::OK();
+  }
+  // In place: same-length rows overwrite, others append after the used bytes.
+  for (size_t i = 0; i < rows.n; ++i) {
+    const uint32_t r = row_ids[i];
+    const uint64_t len = new_len(i);
+    if (len != array_length_[r]) {
+      array_garbage_ += align_up(array_length_[r]);
+      array_offset_[r] = array_used_;
+      array_length_[r] = len;
+      array_used_ += align_up(len);
+    }
+    add(staged + rows.starts[i], array_offset_[r], len);
+  }
+  kernels::RaggedCopy c{values_ ? values_->data() : nullptr, dst_offsets.data(), src_rows.data(),
+                        bytes.data(), src_rows.size()};
+  backend_->ragged_copy(c, size_t(lowest_bit(align_bits)));
+  return Status::OK();
+}
+
+void Column::apply_delete(const uint64_t* prims, size_t n, uint64_t ordinal,
+                          std::vector<uint64_t>& removed) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t p = prims[i];
+    const uint32_t r = row_of(p);
+    if (r == kNoRow) continue;
+    row_of_[p] = kNoRow;
+    prim_of_row_[r] = 0;
+    free_rows_.push_back(r);
+    --live_rows_;
+    if (schema_.is_array) {
+      array_garbage_ += align_up(array_length_[r]);
+      array_length_[r] = 0;
+    }
+    tombstones_[p] = ordinal;
+    removed.push_back(p);
+  }
+}
+
+}  // namespace kstage::core

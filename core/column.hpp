@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: Apache-2.0
+// A column: one attribute's sealed values for every prim that holds it.
+//
+// Storage is a DeviceBuffer in the column's residency. Fixed-size columns
+// hold one tuple per row; array columns hold ragged rows packed into one
+// buffer with per-row byte ranges. Bookkeeping (which prim owns which row,
+// when each row last changed, tombstones) is host-side.
+//
+// Snapshots: readers pin the current buffer (a shared_ptr copy). Sealing
+// modifies the buffer in place only when nobody else holds it; otherwise it
+// copies first (copy-on-write), so a held read group never changes.
+#pragma once
+
+#include "core/backend.hpp"
+#include "core/buffer.hpp"
+
+#include <unordered_map>
+#include <vector>
+
+namespace kstage::core {
+
+struct Schema {
+  bool is_array = false;
+  DLDataType dtype{};  // lanes = tuple width
+  kstage_semantic_t semantic = KSTAGE_SEMANTIC_NONE;
+};
+
+// A write's data after staging: `n` target prims, their rows in logical order
+// in a compact buffer on the column's residency.
+struct StagedRows {
+  std::shared_ptr<const std::vector<uint64_t>> prims;  // targets are prims[0, n)
+  size_t n = 0;
+  BufferPtr data;
+  std::vector<uint64_t> starts, lengths;  // array columns: per row, bytes into data
+};
+
+class Column {
+ public:
+  static constexpr uint32_t kNoRow = UINT32_MAX;
+
+  Column(uint64_t attribute, Schema schema, Backend* backend)
+      : attribute_(attribute), schema_(schema), backend_(backend) {}
+
+  uint64_t attribute() const { return attribute_; }
+  const Schema& schema() const { return schema_; }
+  Backend& backend() const { return *backend_; }
+  size_t row_bytes() const;  // fixed: tuple bytes; array: bytes of one element
+
+  // --- sealed state -------------------------------------------------------
+  uint32_t row_of(uint64_t prim) const {
+    return prim < row_of_.size() ? row_of_[prim] : kNoRow;
+  }
+  bool has(uint64_t prim) const { return row_of(prim) != kNoRow; }
+  uint64_t changed_at(uint32_t row) const { return changed_at_[row]; }
+  // Ordinal at which `prim` lost this attribute (0: no tombstone).
+  uint64_t tombstone(uint64_t prim) const;
+  size_t live_rows() const { return live_rows_; }
+  size_t row_space() const { return prim_of_row_.size(); }  // high-water mark of rows
+
+  // The buffer readers pin. Fixed: row r at r*row_bytes(). Array: see row_range.
+  const BufferPtr& values() const { return values_; }
+  // Array columns: byte offset and byte length of a row's elements.
+  uint64_t row_offset(uint32_t row) const { return array_offset_[row]; }
+  uint64_t row_length(uint32_t row) const { return array_length_[row]; }
+
+  // --- sealing ------------------------------------------------------------
+  // Applies a staged write at `ordinal`. `new_prims` collects prims that gain
+  // this attribute. On failure (OUT_OF_MEMORY) the column is unchanged.
+  Status apply_write(const StagedRows& rows, uint64_t ordinal, std::vector<uint64_t>& new_prims);
+  // Removes `prims` (those present) at `ordinal`; collects them in `removed`.
+  void apply_delete(const uint64_t* prims, size_t n, uint64_t ordinal,
+                    std::vector<uint64_t>& removed);
+
+ private:
+  Status apply_fixed(const StagedRows& rows, uint64_t ordinal, std::vector<uint32_t>& row_ids);
+  Status apply_array(const StagedRows& rows, uint64_t ordinal, std::vector<uint32_t>& row_ids);
+  // Row ids for the targets; allocates rows for new prims (bookkeeping only).
+  void assign_rows(const StagedRows& rows, std::vector<uint32_t>& row_ids,
+                   std::vector<uint64_t>& new_prims);
+  void unassign_rows(const StagedRows& rows, const std::vector<uint64_t>& new_prims);
+  bool pinned() const { return values_ && values_.use_count() > 1; }
+
+  uint64_t attribute_;
+  Schema schema_;
+  Backend* backend_;
+
+  BufferPtr values_;
+  std::vector<uint32_t> row_of_;       // indexed by path id
+  std::vector<uint64_t> prim_of_row_;  // 0: free row
+  std::vector<uint64_t> changed_at_;   // per row
+  std::vector<uint32_t> free_rows_;
+  size_t live_rows_ = 0;
+  std::unordered_map<uint64_t, uint64_t> tombstones_;  // prim -> ordinal
+  // Array columns only.
+  std::vector<uint64_t> array_offset_, array_length_;  // per row, bytes
+  uint64_t array_used_ = 0;     // bytes appended so far
+  uint64_t array_garbage_ = 0;  // bytes no row refers to any more
+};
+
+}  // namespace kstage::core

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "core/dictionary.hpp"
+
+#include <cstring>
+#include <mutex>
+
+namespace kstage::core {
+
+uint64_t StringTable::intern(std::string_view s) {
+  {
+    std::shared_lock lock(mutex_);
+    auto it = ids_.find(s);
+    if (it != ids_.end()) return it->second;
+  }
+  std::unique_lock lock(mutex_);
+  auto it = ids_.find(s);
+  if (it != ids_.end()) return it->second;
+  strings_.emplace_back(s);
+  uint64_t id = strings_.size();
+  ids_.emplace(std::string_view(strings_.back()), id);
+  return id;
+}
+
+const std::string* StringTable::find(uint64_t id) const {
+  std::shared_lock lock(mutex_);
+  if (id == 0 || id > strings_.size()) return nullptr;
+  return &strings_[id - 1];
+}
+
+namespace {
+
+Result<std::string_view> checked_string(const char* what, const char* str, size_t length) {
+  if (str == nullptr) return error(KSTAGE_INVALID_ARGUMENT, "%s: string is NULL", what);
+  if (length == KSTAGE_NUL_TERMINATED) length = std::strlen(str);
+  if (length == 0) return error(KSTAGE_INVALID_ARGUMENT, "%s: empty string", what);
+  const void* nul = std::memchr(str, '\0', length);
+  if (nul != nullptr)
+    return error(KSTAGE_INVALID_ARGUMENT, "%s: embedded NUL at byte %zu of %zu", what,
+                 static_cast<size_t>(static_cast<const char*>(nul) - str), length);
+  return std::string_view(str, length);
+}
+
+}  // namespace
+
+Result<uint64_t> Dictionary::intern_token(const char* str, size_t length) {
+  std::string_view s;
+  KSTAGE_ASSIGN_OR_RETURN(s, checked_string("token", str, length));
+  return tokens_.intern(s);
+}
+
+Result<uint64_t> Dictionary::intern_path(const char* str, size_t length) {
+  std::string_view s;
+  KSTAGE_ASSIGN_OR_RETURN(s, checked_string("path", str, length));
+  std::string shown(s.substr(0, 64));
+  if (s.front() != '/')
+    return error(KSTAGE_INVALID_ARGUMENT, "path '%s' is not absolute (must start with '/')",
+                 shown.c_str());
+  if (s.size() > 1 && s.back() == '/')
+    return error(KSTAGE_INVALID_ARGUMENT, "path '%s' ends with '/'", shown.c_str());
+  if (s.find("//") != std::string_view::npos)
+    return error(KSTAGE_INVALID_ARGUMENT, "path '%s' has an empty component ('//')",
+                 shown.c_str());
+  return paths_.intern(s);
+}
+
+bool Dictionary::path_has_prefix(std::string_view path, std::string_view prefix) {
+  if (prefix == "/") return true;
+  if (path.size() < prefix.size() || path.compare(0, prefix.size(), prefix) != 0) return false;
+  return path.size() == prefix.size() || path[prefix.size()] == '/';
+}
+
+}  // namespace kstage::core

@@ -1,0 +1,31 @@
+// SPDX-License-Identifier: Apache-2.0
+// DLPack dtypes and kstage semantics: which ones a column may hold and how
+// many bytes one tuple (all lanes) takes.
+#pragma once
+
+#include "core/status.hpp"
+
+#include <string>
+
+namespace kstage::core {
+
+// Bytes of one tuple: bits/8 * lanes. Only valid for dtypes validate_dtype accepts.
+inline size_t tuple_bytes(DLDataType t) { return size_t(t.bits / 8) * t.lanes; }
+
+inline bool same_dtype(DLDataType a, DLDataType b) {
+  return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
+}
+
+// "float32x3", "int8", "code 9 bits 7" ...
+std::string dtype_string(DLDataType t);
+const char* semantic_name(kstage_semantic_t s);
+const char* device_type_name(int32_t device_type);
+
+// Every DLPack dtype with a whole byte size: int/uint 8-64, float 16/32/64,
+// bfloat16, bool (8 bits), complex 64/128; lanes 1..255.
+Status validate_dtype(DLDataType t, const std::string& what);
+// Semantic constraints: TOKEN_ID/PATH_ID need uint64 lanes 1 (fixed-size);
+// STRING needs an array column of 8-bit int/uint lanes 1.
+Status validate_semantic(kstage_semantic_t s, DLDataType t, bool is_array);
+
+}  // namespace kstage::core

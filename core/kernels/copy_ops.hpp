@@ -1,0 +1,53 @@
+// SPDX-License-Identifier: Apache-2.0
+// Descriptors of the data-movement kernels, as plain structs the engine fills
+// and a backend runs. Data pointers are in memory the backend's execution
+// space can reach; index, offset and row-pointer arrays are host memory (a
+// device backend uploads them before launching). Byte strides are signed so
+// that DLPack tensors with negative strides are read correctly.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kstage::core::kernels {
+
+// Row gather/scatter: for i in [0, n):
+//   dst[d(i)] = src[s(i)],  d(i) = dst_index ? dst_index[i] : i,
+//                            s(i) = src_index ? src_index[i] : i,
+// where row r of dst starts at dst + r*dst_stride and of src at src + r*src_stride.
+// Gather: src_index set. Scatter: dst_index set. Both: fused gather-scatter.
+struct RowCopy {
+  std::byte* dst = nullptr;
+  int64_t dst_stride = 0;
+  const uint32_t* dst_index = nullptr;
+  const std::byte* src = nullptr;
+  int64_t src_stride = 0;
+  const uint32_t* src_index = nullptr;
+  size_t n = 0;
+  size_t row_bytes = 0;
+};
+
+// Ragged pack/unpack: for each row i in [0, n), copy bytes[i] bytes from
+// src_rows[i] to dst + dst_offsets[i]. Packing per-row tensors into one
+// buffer and scattering a packed buffer into column storage are both this.
+struct RaggedCopy {
+  std::byte* dst = nullptr;
+  const uint64_t* dst_offsets = nullptr;  // bytes
+  const std::byte* const* src_rows = nullptr;
+  const uint64_t* bytes = nullptr;
+  size_t n = 0;
+};
+
+// General strided tensor -> compact row-major copy, element by element.
+// Only used for sources whose rows are not internally contiguous.
+struct StridedCopy {
+  static constexpr int kMaxDims = 8;
+  std::byte* dst = nullptr;
+  const std::byte* src = nullptr;
+  int ndim = 0;
+  int64_t shape[kMaxDims] = {};
+  int64_t byte_strides[kMaxDims] = {};
+  size_t elem_bytes = 0;
+};
+
+}  // namespace kstage::core::kernels

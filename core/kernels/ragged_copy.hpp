@@ -1,0 +1,51 @@
+// SPDX-License-Identifier: Apache-2.0
+// Ragged pack / unpack kernel (internal; not installed): one variable-length
+// row per work item, moved with the widest word every row allows.
+#pragma once
+
+#include "core/kernels/copy_ops.hpp"
+
+#include <Kokkos_Core.hpp>
+
+namespace kstage::core::kernels {
+namespace impl {
+
+template <class Word>
+struct RaggedCopyFunctor {
+  std::byte* dst;
+  const uint64_t* dst_offsets;
+  const std::byte* const* src_rows;
+  const uint64_t* bytes;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const size_t i) const {
+    Word* out = reinterpret_cast<Word*>(dst + dst_offsets[i]);
+    const Word* in = reinterpret_cast<const Word*>(src_rows[i]);
+    const size_t words = bytes[i] / sizeof(Word);
+    for (size_t w = 0; w < words; ++w) out[w] = in[w];
+  }
+};
+
+template <class Word, class Exec>
+void launch_ragged(const Exec& exec, const RaggedCopy& c) {
+  RaggedCopyFunctor<Word> f{c.dst, c.dst_offsets, c.src_rows, c.bytes};
+  Kokkos::parallel_for("kstage::ragged_copy",
+                       Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec, 0, c.n), f);
+}
+
+}  // namespace impl
+
+// `word` is the widest word size (1, 2, 4 or 8) dividing every row's length,
+// source address and destination offset; the engine computes it once per
+// batch while it builds the offsets.
+template <class Exec>
+void ragged_copy(const Exec& exec, const RaggedCopy& c, size_t word) {
+  if (c.n == 0) return;
+  switch (word) {
+    case 8: return impl::launch_ragged<uint64_t>(exec, c);
+    case 4: return impl::launch_ragged<uint32_t>(exec, c);
+    case 2: return impl::launch_ragged<uint16_t>(exec, c);
+    default: return impl::launch_ragged<uint8_t>(exec, c);
+  }
+}
+
+}  // namespace kstage::core::kernels

@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: Apache-2.0
+// Kokkos lifetime for a library without main(): initialise only if the
+// application has not (Kokkos 4+ aborts on double initialisation, and a
+// ScopeGuard would do that), and finalise at exit only what we initialised,
+// after `before_finalize` has released every View we own.
+#include "core/backend.hpp"
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdlib>
+#include <mutex>
+
+namespace kstage::core {
+namespace {
+bool g_we_initialized = false;
+void (*g_before_finalize)() = nullptr;
+}  // namespace
+
+Status ensure_kokkos_initialized(void (*before_finalize)()) {
+  static std::mutex mutex;
+  std::lock_guard lock(mutex);
+  if (Kokkos::is_initialized()) return Status::OK();
+  if (g_we_initialized)
+    return error(KSTAGE_INTERNAL, "Kokkos was already finalized; it cannot be initialized again");
+  try {
+    Kokkos::initialize();
+  } catch (const std::exception& e) {
+    return error(KSTAGE_DEVICE_ERROR, "Kokkos::initialize failed: %s", e.what());
+  }
+  g_we_initialized = true;
+  g_before_finalize = before_finalize;
+  std::atexit([] {
+    if (g_before_finalize) g_before_finalize();
+    if (Kokkos::is_initialized()) Kokkos::finalize();
+  });
+  return Status::OK();
+}
+
+}  // namespace kstage::core

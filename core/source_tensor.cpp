@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "core/source_tensor.hpp"
+
+#include "core/dtype.hpp"
+
+#include <limits>
+
+namespace kstage::core {
+
+Result<SourceTensor> decode_source_tensor(const DLTensor* t, const std::string& what) {
+  const char* w = what.c_str();
+  if (t == nullptr) return error(KSTAGE_INVALID_ARGUMENT, "%s is NULL", w);
+  KSTAGE_RETURN_NOT_OK(validate_dtype(t->dtype, what + " dtype"));
+  if (t->ndim < 1)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "%s: ndim %d; a tensor needs a leading row axis (canonical layout ndim=1, shape=[rows])",
+                 w, int(t->ndim));
+  if (t->ndim > kernels::StridedCopy::kMaxDims)
+    return error(KSTAGE_INVALID_ARGUMENT, "%s: ndim %d exceeds the supported %d", w, int(t->ndim),
+                 kernels::StridedCopy::kMaxDims);
+  if (t->shape == nullptr) return error(KSTAGE_INVALID_ARGUMENT, "%s: shape is NULL", w);
+
+  const size_t elem = size_t(t->dtype.bits / 8) * t->dtype.lanes;
+  uint64_t total = 1, inner = 1;
+  for (int d = 0; d < t->ndim; ++d) {
+    if (t->shape[d] < 0)
+      return error(KSTAGE_INVALID_ARGUMENT, "%s: shape[%d] is negative (%lld)", w, d,
+                   (long long)t->shape[d]);
+    const uint64_t e = uint64_t(t->shape[d]);
+    if (e != 0 && total > std::numeric_limits<uint64_t>::max() / e / elem)
+      return error(KSTAGE_INVALID_ARGUMENT, "%s: size overflows", w);
+    total *= e;
+    if (d > 0) inner *= e;
+  }
+  if (inner == 0 && t->shape[0] != 0)
+    return error(KSTAGE_INVALID_ARGUMENT, "%s: a trailing axis has extent 0, so rows have no lanes", w);
+
+  SourceTensor s;
+  s.device = t->device;
+  s.rows = uint64_t(t->shape[0]);
+  s.dtype = t->dtype;
+  const uint64_t folded_lanes = uint64_t(t->dtype.lanes) * (inner == 0 ? 1 : inner);
+  if (folded_lanes > 255)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "%s: folding trailing axes gives %llu lanes (dtype lanes %u x %llu); at most 255",
+                 w, (unsigned long long)folded_lanes, unsigned(t->dtype.lanes),
+                 (unsigned long long)inner);
+  s.dtype.lanes = uint16_t(folded_lanes);
+  s.row_bytes = tuple_bytes(s.dtype);
+  if (total != 0 && t->data == nullptr)
+    return error(KSTAGE_INVALID_ARGUMENT, "%s: data is NULL but the tensor has %llu elements", w,
+                 (unsigned long long)total);
+  s.base = static_cast<const std::byte*>(t->data) + t->byte_offset;
+
+  if (t->strides == nullptr || total == 0) {  // NULL strides: compact row-major
+    s.layout = SourceTensor::Layout::Compact;
+    s.row_stride_bytes = int64_t(s.row_bytes);
+    return s;
+  }
+  // Interior axes contiguous (ignoring extent-1 axes, whose stride is arbitrary)?
+  bool interior_compact = true;
+  int64_t expect = 1;
+  for (int d = t->ndim - 1; d >= 1; --d) {
+    if (t->shape[d] != 1 && t->strides[d] != expect) interior_compact = false;
+    expect *= t->shape[d];
+  }
+  if (interior_compact) {
+    s.row_stride_bytes = t->strides[0] * int64_t(elem);
+    s.layout = (s.row_stride_bytes == int64_t(s.row_bytes) || s.rows <= 1)
+                   ? SourceTensor::Layout::Compact
+                   : SourceTensor::Layout::RowStrided;
+    if (s.layout == SourceTensor::Layout::Compact) s.row_stride_bytes = int64_t(s.row_bytes);
+    return s;
+  }
+  s.layout = SourceTensor::Layout::Strided;
+  s.strided.src = s.base;
+  s.strided.ndim = t->ndim;
+  s.strided.elem_bytes = elem;
+  for (int d = 0; d < t->ndim; ++d) {
+    s.strided.shape[d] = t->shape[d];
+    s.strided.byte_strides[d] = t->strides[d] * int64_t(elem);
+  }
+  return s;
+}
+
+}  // namespace kstage::core

@@ -1,0 +1,34 @@
+// SPDX-License-Identifier: Apache-2.0
+// Decoding one DLTensor handed in by a writer: validate it, fold trailing axes
+// into the tuple width (the convenience layouts), and classify its memory
+// layout so the staging copy reads it correctly whatever its strides.
+#pragma once
+
+#include "core/kernels/copy_ops.hpp"
+#include "core/status.hpp"
+
+#include <string>
+
+namespace kstage::core {
+
+struct SourceTensor {
+  enum class Layout {
+    Compact,     // rows back to back: row r at base + r*row_bytes
+    RowStrided,  // each row contiguous, rows row_stride_bytes apart (may be 0 or negative)
+    Strided      // rows not internally contiguous: element-wise copy via `strided`
+  };
+
+  const std::byte* base = nullptr;  // data + byte_offset
+  DLDevice device{};
+  DLDataType dtype{};     // folded: lanes = tuple width
+  uint64_t rows = 0;      // leading extent
+  size_t row_bytes = 0;   // bytes of one folded tuple
+  Layout layout = Layout::Compact;
+  int64_t row_stride_bytes = 0;
+  kernels::StridedCopy strided;  // Layout::Strided only (dst left empty)
+};
+
+// `what` names the tensor in messages ("tensors[0]", "managed_tensors[2]").
+Result<SourceTensor> decode_source_tensor(const DLTensor* t, const std::string& what);
+
+}  // namespace kstage::core

@@ -1,0 +1,589 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "core/stage.hpp"
+
+#include "core/dtype.hpp"
+#include "core/transport.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace kstage::core {
+
+Result<std::unique_ptr<Stage>> Stage::create(const kstage_config_t& config) {
+  for (uint32_t r : config.reserved)
+    if (r != 0) return error(KSTAGE_INVALID_ARGUMENT, "config.reserved must be zero");
+  std::unique_ptr<BackendSet> backends;
+  KSTAGE_ASSIGN_OR_RETURN(backends, make_backend_set(config));
+  return std::unique_ptr<Stage>(new Stage(std::move(backends)));
+}
+
+Stage::~Stage() {
+  // Pending staged data and columns are Views: release them while Kokkos lives.
+  std::lock_guard lock(mutex_);
+  pending_.clear();
+  columns_.clear();
+}
+
+bool Stage::Mutation::targets(uint64_t attribute) const {
+  if (kind == Kind::DeletePrims) return true;
+  return std::find(attributes.begin(), attributes.end(), attribute) != attributes.end();
+}
+
+Status Stage::check_token(uint64_t token, const char* what, uint64_t index) const {
+  if (!dictionary_.is_token(token))
+    return error(KSTAGE_INVALID_ARGUMENT, "%s[%llu] = %llu is not a token of this stage", what,
+                 (unsigned long long)index, (unsigned long long)token);
+  return Status::OK();
+}
+
+std::string Stage::token_name(uint64_t token) const {
+  const std::string* s = dictionary_.token(token);
+  return s ? *s : format("#%llu", (unsigned long long)token);
+}
+
+std::string Stage::path_name(uint64_t path) const {
+  const std::string* s = dictionary_.path(path);
+  return s ? *s : format("#%llu", (unsigned long long)path);
+}
+
+uint64_t Stage::floor_of(uint64_t attribute) const {
+  auto it = floors_.find(attribute);
+  return it == floors_.end() ? default_floor_ : it->second;
+}
+
+uint64_t Stage::global_floor() const {
+  uint64_t f = default_floor_;
+  for (const auto& [attr, floor] : floors_) f = std::min(f, floor);
+  return f;
+}
+
+Column* Stage::column(uint64_t attribute) const {
+  auto it = columns_.find(attribute);
+  return it == columns_.end() ? nullptr : it->second.get();
+}
+
+// ---------------------------------------------------------------------------
+// Queries
+
+Result<PrimList> Stage::query_paths(const uint64_t* paths, uint64_t n) {
+  if (n > 0 && paths == nullptr)
+    return error(KSTAGE_INVALID_ARGUMENT, "paths is NULL but count is %llu", (unsigned long long)n);
+  auto list = std::make_shared<std::vector<uint64_t>>(paths, paths + n);
+  std::unordered_map<uint64_t, uint64_t> seen;
+  seen.reserve(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    if (!dictionary_.is_path(paths[i]))
+      return error(KSTAGE_INVALID_ARGUMENT, "paths[%llu] = %llu is not a path of this stage",
+                   (unsigned long long)i, (unsigned long long)paths[i]);
+    auto [it, fresh] = seen.emplace(paths[i], i);
+    if (!fresh)
+      return error(KSTAGE_INVALID_ARGUMENT, "paths[%llu] ('%s') repeats paths[%llu]",
+                   (unsigned long long)i, path_name(paths[i]).c_str(),
+                   (unsigned long long)it->second);
+  }
+  return PrimList(std::move(list));
+}
+
+Result<PrimList> Stage::query_filter(const kstage_filter_t& f, const std::vector<uint64_t>* path_in) {
+  if (f.has_attribute_count > 0 && f.has_attributes == nullptr)
+    return error(KSTAGE_INVALID_ARGUMENT, "filter.has_attributes is NULL but has_attribute_count is %llu",
+                 (unsigned long long)f.has_attribute_count);
+  for (uint64_t i = 0; i < f.has_attribute_count; ++i)
+    KSTAGE_RETURN_NOT_OK(check_token(f.has_attributes[i], "filter.has_attributes", i));
+  const std::string* prefix = nullptr;
+  if (f.path_prefix != 0) {
+    prefix = dictionary_.path(f.path_prefix);
+    if (!prefix)
+      return error(KSTAGE_INVALID_ARGUMENT, "filter.path_prefix = %llu is not a path of this stage",
+                   (unsigned long long)f.path_prefix);
+  }
+  std::lock_guard lock(mutex_);
+  std::vector<const Column*> has;
+  for (uint64_t i = 0; i < f.has_attribute_count; ++i) {
+    const Column* c = column(f.has_attributes[i]);
+    if (!c) return PrimList(std::make_shared<std::vector<uint64_t>>());  // nobody holds it
+    has.push_back(c);
+  }
+  std::vector<uint64_t> candidates;
+  if (path_in) {
+    candidates = *path_in;
+    std::sort(candidates.begin(), candidates.end());
+    candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  } else {
+    for (uint64_t p = 1; p < prim_attribute_count_.size(); ++p)
+      if (prim_attribute_count_[p] > 0) candidates.push_back(p);
+  }
+  auto out = std::make_shared<std::vector<uint64_t>>();
+  for (uint64_t p : candidates) {
+    if (p >= prim_attribute_count_.size() || prim_attribute_count_[p] == 0) continue;
+    bool keep = true;
+    for (const Column* c : has) keep = keep && c->has(p);
+    if (keep && prefix) keep = Dictionary::path_has_prefix(*dictionary_.path(p), *prefix);
+    if (keep) out->push_back(p);
+  }
+  return PrimList(std::move(out));
+}
+
+// ---------------------------------------------------------------------------
+// Mutations
+
+std::vector<char> Stage::projected_existence(const uint64_t* prims, size_t n, Key key) const {
+  std::unordered_map<uint64_t, size_t> index;
+  index.reserve(n);
+  for (size_t i = 0; i < n; ++i) index.emplace(prims[i], i);
+  std::vector<char> exists(n, 0);
+  std::vector<char> present(n);
+  // Per column: sealed presence, then that column's pending mutations above
+  // its floor and ordered before `key`.
+  for (const auto& [attr, col] : columns_) {
+    for (size_t i = 0; i < n; ++i) present[i] = col->has(prims[i]);
+    const uint64_t floor = floor_of(attr);
+    for (auto it = pending_.begin(); it != pending_.end() && it->first < key; ++it) {
+      const Mutation& m = it->second;
+      if (m.ordinal <= floor || !m.targets(attr)) continue;
+      const char value = m.kind == Mutation::Kind::Write;
+      for (size_t j = 0; j < m.n; ++j) {
+        auto hit = index.find((*m.prims)[j]);
+        if (hit != index.end()) present[hit->second] = value;
+      }
+    }
+    for (size_t i = 0; i < n; ++i) exists[i] |= present[i];
+  }
+  return exists;
+}
+
+Status Stage::check_prim_mode(const StagedRows& rows, kstage_prim_mode_t mode, Key key) const {
+  if (mode == KSTAGE_PRIM_MODE_UPSERT || rows.n == 0) return Status::OK();
+  const uint64_t* prims = rows.prims->data();
+  std::vector<char> exists = projected_existence(prims, rows.n, key);
+  for (size_t i = 0; i < rows.n; ++i) {
+    if (mode == KSTAGE_PRIM_MODE_INSERT && exists[i])
+      return error(KSTAGE_ALREADY_EXISTS, "INSERT: prim '%s' (element %zu) already exists",
+                   path_name(prims[i]).c_str(), i);
+    if (mode == KSTAGE_PRIM_MODE_UPDATE && !exists[i])
+      return error(KSTAGE_NOT_FOUND, "UPDATE: prim '%s' (element %zu) does not exist",
+                   path_name(prims[i]).c_str(), i);
+  }
+  return Status::OK();
+}
+
+Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* attributes,
+                                         const kstage_write_data_t* data, uint64_t n,
+                                         uint64_t ordinal, kstage_prim_mode_t mode) {
+  if (mode < KSTAGE_PRIM_MODE_UPSERT || mode > KSTAGE_PRIM_MODE_UPDATE)
+    return error(KSTAGE_INVALID_ARGUMENT, "prim_mode %d is not a kstage_prim_mode_t", int(mode));
+  if (n == 0) return error(KSTAGE_INVALID_ARGUMENT, "no attributes to write (n = 0)");
+  if (attributes == nullptr || data == nullptr)
+    return error(KSTAGE_INVALID_ARGUMENT, "%s is NULL", attributes ? "data" : "attributes");
+  for (uint64_t i = 0; i < n; ++i) {
+    KSTAGE_RETURN_NOT_OK(check_token(attributes[i], "attributes", i));
+    for (uint64_t j = 0; j < i; ++j)
+      if (attributes[j] == attributes[i])
+        return error(KSTAGE_INVALID_ARGUMENT, "attributes[%llu] ('%s') repeats attributes[%llu]",
+                     (unsigned long long)i, token_name(attributes[i]).c_str(),
+                     (unsigned long long)j);
+  }
+
+  // Phase 1 (locked): floors, and the schema each write must match.
+  std::vector<Schema> existing(n);
+  std::vector<Backend*> existing_backend(n, nullptr);
+  auto check_floors_and_snapshot_schemas = [&]() -> Status {
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t floor = floor_of(attributes[i]);
+      if (ordinal <= floor)
+        return error(KSTAGE_WRITE_FLOOR_VIOLATION,
+                     "ordinal %llu is not above the write floor %llu of attribute '%s'",
+                     (unsigned long long)ordinal, (unsigned long long)floor,
+                     token_name(attributes[i]).c_str());
+      if (Column* c = column(attributes[i])) {
+        existing[i] = c->schema();
+        existing_backend[i] = &c->backend();
+      } else {
+        existing_backend[i] = nullptr;
+      }
+    }
+    return Status::OK();
+  };
+  {
+    std::lock_guard lock(mutex_);
+    KSTAGE_RETURN_NOT_OK(check_floors_and_snapshot_schemas());
+  }
+
+  // Phase 2 (unlocked): validate the payloads and copy them in.
+  std::vector<StagedWrite> staged(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    WriteRequest req;
+    req.data = &data[i];
+    req.attribute_name = token_name(attributes[i]);
+    req.prims = prims;
+    req.existing = existing_backend[i] ? &existing[i] : nullptr;
+    req.existing_backend = existing_backend[i];
+    auto r = stage_write(req, *backends_);
+    if (!r.ok()) {
+      Status st = r.status();
+      if (n == 1) return st;
+      return Status(st.code(), format("data[%llu] ('%s'): ", (unsigned long long)i,
+                                      req.attribute_name.c_str()) + st.message());
+    }
+    staged[i] = std::move(r.value());
+  }
+
+  // Phase 3 (locked): re-check against what other threads did meanwhile,
+  // check prim modes, then enqueue every attribute or none.
+  std::lock_guard lock(mutex_);
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t floor = floor_of(attributes[i]);
+    if (ordinal <= floor)
+      return error(KSTAGE_WRITE_FLOOR_VIOLATION,
+                   "ordinal %llu is not above the write floor %llu of attribute '%s'",
+                   (unsigned long long)ordinal, (unsigned long long)floor,
+                   token_name(attributes[i]).c_str());
+    Column* c = column(attributes[i]);
+    if (c && !existing_backend[i]) {  // created concurrently: compare schemas now
+      const Schema& e = c->schema();
+      const Schema& w = staged[i].schema;
+      if (e.is_array != w.is_array || !same_dtype(e.dtype, w.dtype) || e.semantic != w.semantic)
+        return error(KSTAGE_INVALID_ARGUMENT,
+                     "column '%s' was created concurrently as %s %s (%s); this write declares "
+                     "%s %s (%s)",
+                     token_name(attributes[i]).c_str(), e.is_array ? "array" : "fixed-size",
+                     dtype_string(e.dtype).c_str(), semantic_name(e.semantic),
+                     w.is_array ? "array" : "fixed-size", dtype_string(w.dtype).c_str(),
+                     semantic_name(w.semantic));
+      if (&c->backend() != staged[i].backend)
+        return error(KSTAGE_INVALID_ARGUMENT,
+                     "column '%s' was created concurrently on another device", 
+                     token_name(attributes[i]).c_str());
+    }
+  }
+  const Key key{ordinal, next_seq_};
+  for (uint64_t i = 0; i < n; ++i) {
+    Status st = check_prim_mode(staged[i].rows, mode, key);
+    if (!st.ok()) {
+      if (n == 1) return st;
+      return Status(st.code(), format("data[%llu] ('%s'): ", (unsigned long long)i,
+                                      token_name(attributes[i]).c_str()) + st.message());
+    }
+  }
+  for (uint64_t i = 0; i < n; ++i) {
+    if (!column(attributes[i]))
+      columns_.emplace(attributes[i], std::make_unique<Column>(attributes[i], staged[i].schema,
+                                                               staged[i].backend));
+    Mutation m;
+    m.kind = Mutation::Kind::Write;
+    m.ordinal = ordinal;
+    m.attributes = {attributes[i]};
+    m.prims = staged[i].rows.prims;
+    m.n = staged[i].rows.n;
+    m.rows = std::move(staged[i].rows);
+    pending_.emplace(Key{ordinal, next_seq_++}, std::move(m));
+  }
+  return std::make_shared<Op>();
+}
+
+Result<std::shared_ptr<Op>> Stage::remove(const PrimList& prims, const uint64_t* attributes,
+                                          uint64_t n, uint64_t ordinal) {
+  if (n > 0 && attributes == nullptr)
+    return error(KSTAGE_INVALID_ARGUMENT, "attributes is NULL but n is %llu", (unsigned long long)n);
+  for (uint64_t i = 0; i < n; ++i) KSTAGE_RETURN_NOT_OK(check_token(attributes[i], "attributes", i));
+  std::lock_guard lock(mutex_);
+  if (n > 0) {
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t floor = floor_of(attributes[i]);
+      if (ordinal <= floor)
+        return error(KSTAGE_WRITE_FLOOR_VIOLATION,
+                     "ordinal %llu is not above the write floor %llu of attribute '%s'",
+                     (unsigned long long)ordinal, (unsigned long long)floor,
+                     token_name(attributes[i]).c_str());
+    }
+  } else {
+    // Deleting prims touches every column holding one of them.
+    for (const auto& [attr, col] : columns_) {
+      const uint64_t floor = floor_of(attr);
+      if (ordinal > floor) continue;
+      for (uint64_t p : *prims)
+        if (col->has(p))
+          return error(KSTAGE_WRITE_FLOOR_VIOLATION,
+                       "ordinal %llu is not above the write floor %llu of attribute '%s', which "
+                       "prim '%s' holds",
+                       (unsigned long long)ordinal, (unsigned long long)floor,
+                       token_name(attr).c_str(), path_name(p).c_str());
+    }
+    if (ordinal <= default_floor_)
+      return error(KSTAGE_WRITE_FLOOR_VIOLATION,
+                   "ordinal %llu is not above the global write floor %llu",
+                   (unsigned long long)ordinal, (unsigned long long)default_floor_);
+  }
+  Mutation m;
+  m.kind = n > 0 ? Mutation::Kind::DeleteAttributes : Mutation::Kind::DeletePrims;
+  m.ordinal = ordinal;
+  m.attributes.assign(attributes, attributes + n);
+  m.prims = prims;
+  m.n = prims->size();
+  pending_.emplace(Key{ordinal, next_seq_++}, std::move(m));
+  return std::make_shared<Op>();
+}
+
+Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reached) {
+  reached = to;
+  std::vector<uint64_t> changed;
+  const uint64_t attr = c.attribute();
+  for (auto it = pending_.upper_bound(Key{from, UINT64_MAX});
+       it != pending_.end() && it->first.first <= to; ++it) {
+    const Mutation& m = it->second;
+    if (!m.targets(attr)) continue;
+    changed.clear();
+    if (m.kind == Mutation::Kind::Write) {
+      Status st = c.apply_write(m.rows, m.ordinal, changed);
+      if (!st.ok()) {
+        // Stop below this ordinal; mutations already applied at it are
+        // re-applied on the next seal, which gives the same result.
+        reached = m.ordinal - 1;
+        return st;
+      }
+      for (uint64_t p : changed) {
+        if (p >= prim_attribute_count_.size()) prim_attribute_count_.resize(p + 1 + p / 2, 0);
+        ++prim_attribute_count_[p];
+      }
+    } else {
+      c.apply_delete(m.prims->data(), m.n, m.ordinal, changed);
+      for (uint64_t p : changed) --prim_attribute_count_[p];
+    }
+  }
+  return Status::OK();
+}
+
+void Stage::collect_sealed_mutations() {
+  const uint64_t global = global_floor();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    const Mutation& m = it->second;
+    bool done;
+    if (m.kind == Mutation::Kind::DeletePrims) {
+      done = m.ordinal <= global;
+    } else {
+      done = true;
+      for (uint64_t a : m.attributes) done = done && m.ordinal <= floor_of(a);
+    }
+    it = done ? pending_.erase(it) : std::next(it);
+  }
+}
+
+Status Stage::advance_write_floor(uint64_t ordinal, const uint64_t* attributes, uint64_t n) {
+  if (n > 0 && attributes == nullptr)
+    return error(KSTAGE_INVALID_ARGUMENT, "attributes is NULL but n is %llu", (unsigned long long)n);
+  for (uint64_t i = 0; i < n; ++i) KSTAGE_RETURN_NOT_OK(check_token(attributes[i], "attributes", i));
+  std::lock_guard lock(mutex_);
+  std::vector<uint64_t> targets;
+  if (n == 0) {
+    for (const auto& [attr, floor] : floors_) targets.push_back(attr);
+    for (const auto& [attr, col] : columns_)
+      if (!floors_.count(attr)) targets.push_back(attr);
+  } else {
+    targets.assign(attributes, attributes + n);
+  }
+  Status result;
+  for (uint64_t attr : targets) {
+    const uint64_t from = floor_of(attr);
+    if (ordinal <= from) continue;  // never backwards
+    uint64_t reached = ordinal;
+    if (Column* c = column(attr)) {
+      Status st = seal_column(*c, from, ordinal, reached);
+      if (!st.ok() && result.ok()) result = st;
+    }
+    floors_[attr] = reached;
+  }
+  if (n == 0 && result.ok()) default_floor_ = std::max(default_floor_, ordinal);
+  collect_sealed_mutations();
+  return result;
+}
+
+Result<uint64_t> Stage::write_floor(uint64_t attribute) {
+  if (attribute != 0) KSTAGE_RETURN_NOT_OK(check_token(attribute, "attribute", 0));
+  std::lock_guard lock(mutex_);
+  return attribute == 0 ? global_floor() : floor_of(attribute);
+}
+
+// ---------------------------------------------------------------------------
+// Reads
+
+namespace {
+
+void finish_desc(ReadGroup& g) {
+  g.desc.prims = g.prims.data();
+  g.desc.prim_count = g.prims.size();
+  g.desc.data.count = g.prims.size();
+  g.desc.data.tensors = g.tensors.empty() ? nullptr : g.tensors.data();
+  g.desc.data.tensor_count = g.tensors.size();
+  g.desc.data.index_map = g.index_map.empty() ? nullptr : g.index_map.data();
+  for (size_t i = 0; i < g.tensors.size(); ++i) {
+    g.tensors[i].shape = &g.shapes[i];
+    g.tensors[i].strides = &g.strides[i];
+  }
+}
+
+DLTensor row_tensor(void* data, DLDevice device, DLDataType dtype) {
+  DLTensor t{};
+  t.data = data;
+  t.device = device;
+  t.ndim = 1;
+  t.dtype = dtype;
+  t.byte_offset = 0;
+  return t;
+}
+
+}  // namespace
+
+Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_desc_t& desc,
+                           std::vector<std::unique_ptr<ReadGroup>>& out) {
+  const Schema& schema = c.schema();
+  auto values = std::make_unique<ReadGroup>();
+  auto tombs = std::make_unique<ReadGroup>();
+  std::vector<uint32_t> rows;
+  for (uint64_t p : *prims) {
+    const uint32_t r = c.row_of(p);
+    if (desc.change_range) {
+      if (r != Column::kNoRow && desc.range_begin <= c.changed_at(r) &&
+          c.changed_at(r) <= desc.range_end) {
+        values->prims.push_back(p);
+        rows.push_back(r);
+      } else if (r == Column::kNoRow) {
+        const uint64_t t = c.tombstone(p);
+        if (t != 0 && desc.range_begin <= t && t <= desc.range_end) tombs->prims.push_back(p);
+      }
+    } else if (r != Column::kNoRow) {
+      values->prims.push_back(p);
+      rows.push_back(r);
+    }
+  }
+  const uint64_t floor = floor_of(c.attribute());
+  for (ReadGroup* g : {values.get(), tombs.get()}) {
+    g->desc.attribute = c.attribute();
+    g->desc.ordinal = floor;
+    g->desc.dtype = schema.dtype;
+    g->desc.is_array = schema.is_array;
+    g->desc.semantic = schema.semantic;
+  }
+  tombs->desc.is_delete = true;
+
+  if (!values->prims.empty()) {
+    ReadGroup& g = *values;
+    Backend& backend = c.backend();
+    const DLDevice device = backend.device();
+    const size_t n = rows.size();
+    const bool compact = desc.compact;
+    if (!schema.is_array) {
+      const size_t rb = c.row_bytes();
+      if (compact) {
+        KSTAGE_ASSIGN_OR_RETURN(g.pinned, backend.allocate(std::max<size_t>(n * rb, 1)));
+        kernels::RowCopy k;
+        k.dst = g.pinned->data();
+        k.dst_stride = int64_t(rb);
+        k.src = c.values()->data();
+        k.src_stride = int64_t(rb);
+        k.src_index = rows.data();
+        k.n = n;
+        k.row_bytes = rb;
+        backend.row_copy(k);
+        g.shapes.push_back(int64_t(n));
+      } else {
+        g.pinned = c.values();
+        g.shapes.push_back(int64_t(c.row_space()));
+        bool identity = n == c.row_space();
+        for (size_t i = 0; identity && i < n; ++i) identity = rows[i] == i;
+        if (!identity) g.index_map = std::move(rows);
+      }
+      g.tensors.push_back(row_tensor(g.pinned->data(), device, schema.dtype));
+      g.strides.push_back(1);
+    } else {
+      const size_t eb = c.row_bytes();
+      std::byte* base;
+      std::vector<uint64_t> start(n);
+      if (compact) {
+        // Pack the rows, in prim order, into a buffer of the reader's own.
+        std::vector<const std::byte*> from(n);
+        std::vector<uint64_t> bytes(n);
+        uint64_t cursor = 0, bits = 8;
+        for (size_t i = 0; i < n; ++i) {
+          from[i] = c.values()->data() + c.row_offset(rows[i]);
+          bytes[i] = c.row_length(rows[i]);
+          start[i] = cursor;
+          bits |= reinterpret_cast<uintptr_t>(from[i]) | cursor | bytes[i];
+          cursor += (bytes[i] + 7) & ~uint64_t(7);
+        }
+        KSTAGE_ASSIGN_OR_RETURN(g.pinned, backend.allocate(std::max<uint64_t>(cursor, 1)));
+        kernels::RaggedCopy k{g.pinned->data(), start.data(), from.data(), bytes.data(), n};
+        backend.ragged_copy(k, size_t(bits & (~bits + 1)));
+        base = g.pinned->data();
+      } else {
+        g.pinned = c.values();
+        base = g.pinned ? g.pinned->data() : nullptr;
+        for (size_t i = 0; i < n; ++i) start[i] = c.row_offset(rows[i]);
+      }
+      g.tensors.reserve(n);
+      for (size_t i = 0; i < n; ++i) {
+        g.tensors.push_back(row_tensor(base ? base + start[i] : nullptr, device, schema.dtype));
+        g.shapes.push_back(int64_t(c.row_length(rows[i]) / eb));
+        g.strides.push_back(1);
+      }
+    }
+    finish_desc(g);
+    out.push_back(std::move(values));
+  }
+  if (!tombs->prims.empty()) {
+    finish_desc(*tombs);
+    out.push_back(std::move(tombs));
+  }
+  return Status::OK();
+}
+
+Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prims,
+                                                            const uint64_t* attributes, uint64_t n,
+                                                            const kstage_read_desc_t& desc) {
+  if (n == 0 || attributes == nullptr)
+    return error(KSTAGE_INVALID_ARGUMENT, "a read needs at least one attribute (n = %llu%s)",
+                 (unsigned long long)n, attributes ? "" : ", attributes NULL");
+  for (uint64_t i = 0; i < n; ++i) {
+    KSTAGE_RETURN_NOT_OK(check_token(attributes[i], "attributes", i));
+    for (uint64_t j = 0; j < i; ++j)
+      if (attributes[j] == attributes[i])
+        return error(KSTAGE_INVALID_ARGUMENT, "attributes[%llu] ('%s') repeats attributes[%llu]",
+                     (unsigned long long)i, token_name(attributes[i]).c_str(),
+                     (unsigned long long)j);
+  }
+  if (desc.change_range && desc.range_begin > desc.range_end)
+    return error(KSTAGE_INVALID_ARGUMENT, "change range [%llu, %llu] is empty (begin > end)",
+                 (unsigned long long)desc.range_begin, (unsigned long long)desc.range_end);
+  if (desc.target_device.device_type != 0) {
+    Backend* target;
+    KSTAGE_ASSIGN_OR_RETURN(target, backends_->for_device(desc.target_device));
+    (void)target;  // host-only builds: the only device is the host, where every column lives
+  }
+
+  std::lock_guard lock(mutex_);
+  if (desc.change_range) {
+    // A range is answerable only if no selected prim changed after its end.
+    for (uint64_t i = 0; i < n; ++i) {
+      const Column* c = column(attributes[i]);
+      if (!c) continue;
+      for (uint64_t p : *prims) {
+        const uint32_t r = c->row_of(p);
+        const uint64_t last = r != Column::kNoRow ? c->changed_at(r) : c->tombstone(p);
+        if (last > desc.range_end)
+          return error(KSTAGE_OUT_OF_RANGE,
+                       "prim '%s' changed again at ordinal %llu (attribute '%s'), after the "
+                       "range end %llu; read a range that ends at or after it",
+                       path_name(p).c_str(), (unsigned long long)last,
+                       token_name(attributes[i]).c_str(), (unsigned long long)desc.range_end);
+      }
+    }
+  }
+  std::vector<std::unique_ptr<ReadGroup>> groups;
+  for (uint64_t i = 0; i < n; ++i) {
+    Column* c = column(attributes[i]);
+    if (c) KSTAGE_RETURN_NOT_OK(build_groups(*c, prims, desc, groups));
+  }
+  return groups;
+}
+
+}  // namespace kstage::core

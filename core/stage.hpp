@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: Apache-2.0
+// The stage engine: columns, write floors, pending mutations and sealing,
+// queries and reads. The C API (api/) owns handles and argument checks of
+// its own kind; everything about data and ordering is decided here.
+//
+// Concurrency: one mutex guards the engine state. Writes validate and stage
+// their data (the expensive copy) outside it and only enqueue under it;
+// reads hold it just long enough to pin buffers and build their groups.
+#pragma once
+
+#include "core/column.hpp"
+#include "core/dictionary.hpp"
+
+#include <map>
+#include <mutex>
+
+namespace kstage::core {
+
+using PrimList = std::shared_ptr<const std::vector<uint64_t>>;
+
+// An op's outcome. Host work completes before the call that submits it
+// returns; device backends will complete ops asynchronously.
+struct Op {
+  kstage_status_t status = KSTAGE_OK;
+  std::string message;
+};
+
+// One read group with everything its descriptor points at.
+struct ReadGroup {
+  kstage_read_group_t desc{};
+  std::vector<uint64_t> prims;
+  std::vector<uint32_t> index_map;
+  std::vector<DLTensor> tensors;
+  std::vector<int64_t> shapes;   // one per tensor
+  std::vector<int64_t> strides;  // one per tensor (always 1: compact)
+  BufferPtr pinned;              // the snapshot buffer the tensors point into
+};
+
+class Stage {
+ public:
+  static Result<std::unique_ptr<Stage>> create(const kstage_config_t& config);
+  ~Stage();
+
+  Dictionary& dictionary() { return dictionary_; }
+
+  // --- queries (prim lists) ------------------------------------------------
+  Result<PrimList> query_paths(const uint64_t* paths, uint64_t n);
+  // `path_in` is the resolved path list of filter.path_in, or null.
+  Result<PrimList> query_filter(const kstage_filter_t& filter, const std::vector<uint64_t>* path_in);
+
+  // --- mutations -------------------------------------------------------------
+  Result<std::shared_ptr<Op>> write(const PrimList& prims, const uint64_t* attributes,
+                                    const kstage_write_data_t* data, uint64_t n, uint64_t ordinal,
+                                    kstage_prim_mode_t mode);
+  Result<std::shared_ptr<Op>> remove(const PrimList& prims, const uint64_t* attributes, uint64_t n,
+                                     uint64_t ordinal);
+  Status advance_write_floor(uint64_t ordinal, const uint64_t* attributes, uint64_t n);
+  Result<uint64_t> write_floor(uint64_t attribute);
+
+  // --- reads -----------------------------------------------------------------
+  Result<std::vector<std::unique_ptr<ReadGroup>>> read(const PrimList& prims,
+                                                       const uint64_t* attributes, uint64_t n,
+                                                       const kstage_read_desc_t& desc);
+
+ private:
+  struct Mutation {
+    enum class Kind { Write, DeleteAttributes, DeletePrims } kind;
+    uint64_t ordinal = 0;
+    std::vector<uint64_t> attributes;  // Write: one; DeleteAttributes: those named
+    PrimList prims;                    // targets: prims[0, n)
+    size_t n = 0;
+    StagedRows rows;                   // Write only
+    bool targets(uint64_t attribute) const;
+  };
+  using Key = std::pair<uint64_t, uint64_t>;  // (ordinal, submission sequence)
+
+  explicit Stage(std::unique_ptr<BackendSet> backends) : backends_(std::move(backends)) {}
+
+  Status check_token(uint64_t token, const char* what, uint64_t index) const;
+  std::string token_name(uint64_t token) const;
+  std::string path_name(uint64_t path) const;
+  uint64_t floor_of(uint64_t attribute) const;  // requires mutex_
+  uint64_t global_floor() const;                // requires mutex_
+  Column* column(uint64_t attribute) const;     // requires mutex_
+  // Whether each of prims[0, n) exists at `key` (sealed state plus pending
+  // mutations ordered before it). Requires mutex_.
+  std::vector<char> projected_existence(const uint64_t* prims, size_t n, Key key) const;
+  Status check_prim_mode(const StagedRows& rows, kstage_prim_mode_t mode, Key key) const;
+  // Applies the pending mutations of `c` in (from, to]; on failure returns
+  // the ordinal to leave the floor at.
+  Status seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reached);
+  void collect_sealed_mutations();
+  Status build_groups(Column& c, const PrimList& prims, const kstage_read_desc_t& desc,
+                      std::vector<std::unique_ptr<ReadGroup>>& out);
+
+  Dictionary dictionary_;
+  std::unique_ptr<BackendSet> backends_;
+
+  mutable std::mutex mutex_;
+  std::map<uint64_t, std::unique_ptr<Column>> columns_;
+  std::map<uint64_t, uint64_t> floors_;  // attributes advanced or written
+  uint64_t default_floor_ = 0;           // floor of attributes not in floors_
+  std::map<Key, Mutation> pending_;
+  uint64_t next_seq_ = 1;
+  std::vector<uint32_t> prim_attribute_count_;  // sealed, indexed by path id
+};
+
+}  // namespace kstage::core

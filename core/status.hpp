@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+// Status and Result: how the engine reports errors. Internals never throw
+// across layers on bad input; they return a Status that the C ABI turns into
+// a kstage_status_t plus the thread's last-error message.
+#pragma once
+
+#include <kstage/kstage.h>
+
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace kstage {
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(kstage_status_t code, std::string message) : code_(code), message_(std::move(message)) {}
+
+  static Status OK() { return Status(); }
+  bool ok() const { return code_ == KSTAGE_OK; }
+  kstage_status_t code() const { return code_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  kstage_status_t code_ = KSTAGE_OK;
+  std::string message_;
+};
+
+// printf-style message builder so error sites can name the numbers involved.
+template <class... Args>
+std::string format(const char* fmt, Args... args) {
+  int n = std::snprintf(nullptr, 0, fmt, args...);
+  if (n <= 0) return fmt;
+  std::string s(static_cast<size_t>(n), '\0');
+  std::snprintf(s.data(), s.size() + 1, fmt, args...);
+  return s;
+}
+
+template <class... Args>
+Status error(kstage_status_t code, const char* fmt, Args... args) {
+  return Status(code, format(fmt, args...));
+}
+inline Status error(kstage_status_t code, const char* msg) { return Status(code, msg); }
+
+template <class T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(Status status) : v_(std::move(status)) {}  // NOLINT
+  bool ok() const { return v_.index() == 0; }
+  T& value() { return std::get<0>(v_); }
+  const T& value() const { return std::get<0>(v_); }
+  Status status() const { return ok() ? Status::OK() : std::get<1>(v_); }
+
+ private:
+  std::variant<T, Status> v_;
+};
+
+}  // namespace kstage
+
+#define KSTAGE_IMPL_CONCAT2(a, b) a##b
+#define KSTAGE_IMPL_CONCAT(a, b) KSTAGE_IMPL_CONCAT2(a, b)
+
+#define KSTAGE_RETURN_NOT_OK(expr)            \
+  do {                                        \
+    ::kstage::Status _kstage_st = (expr);     \
+    if (!_kstage_st.ok()) return _kstage_st;  \
+  } while (0)
+
+#define KSTAGE_IMPL_ASSIGN_OR_RETURN(tmp, lhs, expr) \
+  auto tmp = (expr);                                 \
+  if (!tmp.ok()) return tmp.status();                \
+  lhs = std::move(tmp.value())
+
+#define KSTAGE_ASSIGN_OR_RETURN(lhs, expr) \
+  KSTAGE_IMPL_ASSIGN_OR_RETURN(KSTAGE_IMPL_CONCAT(_kstage_r_, __LINE__), lhs, expr)

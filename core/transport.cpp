@@ -1,0 +1,303 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "core/transport.hpp"
+
+#include "core/dtype.hpp"
+#include "core/source_tensor.hpp"
+
+#include <algorithm>
+
+namespace kstage::core {
+namespace {
+
+constexpr uint64_t kRowAlign = 8;  // staged array rows, as in Column
+uint64_t align_up(uint64_t x) { return (x + kRowAlign - 1) & ~(kRowAlign - 1); }
+uint64_t lowest_bit(uint64_t bits) { return bits & (~bits + 1); }
+
+std::string tensor_name(const kstage_write_data_t& d, size_t i) {
+  return format("%s[%zu]", d.tensors ? "tensors" : "managed_tensors", i);
+}
+
+// Copies a strided source into a fresh compact buffer.
+Result<BufferPtr> compact_copy(const SourceTensor& s, Backend& backend) {
+  BufferPtr out;
+  KSTAGE_ASSIGN_OR_RETURN(out, backend.allocate(std::max<size_t>(s.rows * s.row_bytes, 1)));
+  kernels::StridedCopy c = s.strided;
+  c.dst = out->data();
+  backend.strided_copy(c);
+  return out;
+}
+
+// The logical selection of a write: which query elements it targets, and
+// which source row feeds each.
+struct Selection {
+  uint64_t count = 0;                  // logical elements addressed
+  std::vector<uint32_t> source_index;  // per target; empty = identity
+  std::vector<uint32_t> targets;       // mask only: selected element ids
+  bool masked = false;
+};
+
+Result<Selection> select(const kstage_write_data_t& d, uint64_t query_count) {
+  Selection sel;
+  if (d.index_map && d.mask)
+    return error(KSTAGE_INVALID_ARGUMENT, "index_map and mask are mutually exclusive; pass one");
+  if ((d.index_map || d.mask) && d.count == 0)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "count must be non-zero when index_map or mask is supplied (count = 0 means "
+                 "every prim of the query, which is never what a sparse write means)");
+  if (d.count > query_count)
+    return error(KSTAGE_INVALID_ARGUMENT, "count %llu exceeds the query's %llu prims",
+                 (unsigned long long)d.count, (unsigned long long)query_count);
+  sel.count = d.count ? d.count : query_count;
+  if (sel.count > UINT32_MAX)
+    return error(KSTAGE_INVALID_ARGUMENT, "count %llu exceeds 2^32-1 rows",
+                 (unsigned long long)sel.count);
+  if (d.mask) {
+    sel.masked = true;
+    for (uint64_t w = 0, words = (sel.count + 63) / 64; w < words; ++w) {
+      uint64_t bits = d.mask[w];
+      if (w == words - 1 && sel.count % 64) bits &= (uint64_t(1) << (sel.count % 64)) - 1;
+      while (bits) {
+        const int b = __builtin_ctzll(bits);
+        sel.targets.push_back(uint32_t(w * 64 + uint64_t(b)));
+        bits &= bits - 1;
+      }
+    }
+    sel.source_index = sel.targets;  // source row i feeds element i
+  } else if (d.index_map) {
+    sel.source_index.assign(d.index_map, d.index_map + sel.count);
+  }
+  return sel;
+}
+
+// Source rows the index_map requires: one past its highest entry.
+uint64_t index_map_rows(const kstage_write_data_t& d, uint64_t count) {
+  uint64_t hi = 0;
+  for (uint64_t i = 0; i < count; ++i) hi = std::max<uint64_t>(hi, uint64_t(d.index_map[i]) + 1);
+  return hi;
+}
+
+Status check_bounds(const kstage_write_data_t& d, const Selection& sel, uint64_t rows,
+                    const char* rows_from) {
+  if (d.index_map) {
+    for (uint64_t i = 0; i < sel.count; ++i)
+      if (d.index_map[i] >= rows)
+        return error(KSTAGE_INVALID_ARGUMENT,
+                     "index_map[%llu] = %u references a source row outside the transported row "
+                     "count %llu (%s)",
+                     (unsigned long long)i, d.index_map[i], (unsigned long long)rows, rows_from);
+    return Status::OK();
+  }
+  if (rows != sel.count)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "%llu source row(s) (%s) but the write addresses %llu prim(s) (%s)%s",
+                 (unsigned long long)rows, rows_from, (unsigned long long)sel.count,
+                 d.count ? "count" : "count = 0: all of the query's prims",
+                 d.mask ? "; with a mask, source row i belongs to element i" : "");
+  return Status::OK();
+}
+
+std::shared_ptr<const std::vector<uint64_t>> target_prims(const WriteRequest& r,
+                                                          const Selection& sel) {
+  if (!sel.masked) return r.prims;
+  auto v = std::make_shared<std::vector<uint64_t>>(sel.targets.size());
+  for (size_t i = 0; i < sel.targets.size(); ++i) (*v)[i] = (*r.prims)[sel.targets[i]];
+  return v;
+}
+
+Result<StagedRows> stage_fixed(const SourceTensor& s, const Selection& sel, Backend& backend) {
+  StagedRows out;
+  const size_t n = sel.masked ? sel.targets.size() : size_t(sel.count);
+  out.n = n;
+  KSTAGE_ASSIGN_OR_RETURN(out.data, backend.allocate(std::max<size_t>(n * s.row_bytes, 1)));
+  if (n == 0) return out;
+  const std::byte* src = s.base;
+  int64_t stride = s.row_stride_bytes;
+  BufferPtr compact;
+  if (s.layout == SourceTensor::Layout::Strided) {
+    KSTAGE_ASSIGN_OR_RETURN(compact, compact_copy(s, backend));
+    src = compact->data();
+    stride = int64_t(s.row_bytes);
+  }
+  if (sel.source_index.empty() && stride == int64_t(s.row_bytes)) {
+    backend.copy_bytes(out.data->data(), src, n * s.row_bytes);
+    return out;
+  }
+  kernels::RowCopy c;
+  c.dst = out.data->data();
+  c.dst_stride = int64_t(s.row_bytes);
+  c.src = src;
+  c.src_stride = stride;
+  c.src_index = sel.source_index.empty() ? nullptr : sel.source_index.data();
+  c.n = n;
+  c.row_bytes = s.row_bytes;
+  backend.row_copy(c);
+  return out;
+}
+
+// The elements of an array source, contiguous: the tensor itself, or a
+// compact copy (kept alive in `keep`) when its elements are spaced out.
+Result<const std::byte*> contiguous_elements(const SourceTensor& s, Backend& backend,
+                                             std::vector<BufferPtr>& keep) {
+  if (s.layout == SourceTensor::Layout::Compact || s.rows <= 1) return s.base;
+  SourceTensor t = s;
+  if (s.layout == SourceTensor::Layout::RowStrided) {  // describe as 1-D strided
+    t.strided = {};
+    t.strided.src = s.base;
+    t.strided.ndim = 1;
+    t.strided.shape[0] = int64_t(s.rows);
+    t.strided.byte_strides[0] = s.row_stride_bytes;
+    t.strided.elem_bytes = s.row_bytes;
+  }
+  BufferPtr c;
+  KSTAGE_ASSIGN_OR_RETURN(c, compact_copy(t, backend));
+  keep.push_back(c);
+  return static_cast<const std::byte*>(c->data());
+}
+
+// Array rows: one source row per tensor, or one packed tensor cut evenly
+// into `packed_rows` rows.
+Result<StagedRows> stage_array(const std::vector<SourceTensor>& src, bool packed,
+                               uint64_t packed_rows, const Selection& sel, Backend& backend) {
+  const size_t eb = src[0].row_bytes;  // bytes per element
+  std::vector<BufferPtr> keep;
+  std::vector<const std::byte*> row_ptr;
+  std::vector<uint64_t> row_len;
+  if (packed) {
+    const std::byte* base;
+    KSTAGE_ASSIGN_OR_RETURN(base, contiguous_elements(src[0], backend, keep));
+    const uint64_t per_row = src[0].rows / packed_rows;
+    for (uint64_t r = 0; r < packed_rows; ++r) {
+      row_ptr.push_back(base + r * per_row * eb);
+      row_len.push_back(per_row * eb);
+    }
+  } else {
+    for (const SourceTensor& s : src) {
+      const std::byte* base;
+      KSTAGE_ASSIGN_OR_RETURN(base, contiguous_elements(s, backend, keep));
+      row_ptr.push_back(base);
+      row_len.push_back(s.rows * eb);
+    }
+  }
+  StagedRows out;
+  const size_t n = sel.masked ? sel.targets.size() : size_t(sel.count);
+  out.n = n;
+  out.starts.resize(n);
+  out.lengths.resize(n);
+  std::vector<const std::byte*> from(n);
+  uint64_t cursor = 0, align_bits = kRowAlign;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t s = sel.source_index.empty() ? i : sel.source_index[i];
+    from[i] = row_ptr[s];
+    out.starts[i] = cursor;
+    out.lengths[i] = row_len[s];
+    align_bits |= reinterpret_cast<uintptr_t>(from[i]) | cursor | row_len[s];
+    cursor += align_up(row_len[s]);
+  }
+  KSTAGE_ASSIGN_OR_RETURN(out.data, backend.allocate(std::max<uint64_t>(cursor, 1)));
+  kernels::RaggedCopy c{out.data->data(), out.starts.data(), from.data(), out.lengths.data(), n};
+  backend.ragged_copy(c, size_t(lowest_bit(align_bits)));
+  return out;
+}
+
+}  // namespace
+
+Result<std::vector<const DLTensor*>> write_tensors(const kstage_write_data_t& d) {
+  if ((d.tensors == nullptr) == (d.managed_tensors == nullptr))
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "exactly one of tensors and managed_tensors must be non-NULL (got %s)",
+                 d.tensors ? "both" : "neither");
+  if (d.tensor_count == 0)
+    return error(KSTAGE_INVALID_ARGUMENT, "tensor_count is 0; a write needs at least one tensor");
+  std::vector<const DLTensor*> out(d.tensor_count);
+  for (uint64_t i = 0; i < d.tensor_count; ++i) {
+    if (d.tensors) {
+      out[i] = &d.tensors[i];
+    } else {
+      if (d.managed_tensors[i] == nullptr)
+        return error(KSTAGE_INVALID_ARGUMENT, "managed_tensors[%llu] is NULL",
+                     (unsigned long long)i);
+      out[i] = &d.managed_tensors[i]->dl_tensor;
+    }
+  }
+  return out;
+}
+
+Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
+  const kstage_write_data_t& d = *r.data;
+  const char* attr = r.attribute_name.c_str();
+  std::vector<const DLTensor*> tensors;
+  KSTAGE_ASSIGN_OR_RETURN(tensors, write_tensors(d));
+  if (!d.is_array && tensors.size() != 1)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "'%s' is fixed-size (is_array = false): it takes exactly 1 tensor, got "
+                 "tensor_count %zu",
+                 attr, tensors.size());
+
+  std::vector<SourceTensor> src(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    KSTAGE_ASSIGN_OR_RETURN(src[i], decode_source_tensor(tensors[i], tensor_name(d, i)));
+    if (i > 0 && (src[i].device.device_type != src[0].device.device_type ||
+                  src[i].device.device_id != src[0].device.device_id))
+      return error(KSTAGE_INVALID_ARGUMENT, "%s is on device %s:%d but %s is on %s:%d",
+                   tensor_name(d, i).c_str(), device_type_name(src[i].device.device_type),
+                   int(src[i].device.device_id), tensor_name(d, 0).c_str(),
+                   device_type_name(src[0].device.device_type), int(src[0].device.device_id));
+    if (i > 0 && !same_dtype(src[i].dtype, src[0].dtype))
+      return error(KSTAGE_INVALID_ARGUMENT, "%s has dtype %s but %s has %s",
+                   tensor_name(d, i).c_str(), dtype_string(src[i].dtype).c_str(),
+                   tensor_name(d, 0).c_str(), dtype_string(src[0].dtype).c_str());
+  }
+
+  StagedWrite out;
+  out.schema = Schema{d.is_array, src[0].dtype, d.semantic};
+  if (r.existing) {
+    const Schema& e = *r.existing;
+    if (e.is_array != d.is_array)
+      return error(KSTAGE_INVALID_ARGUMENT, "'%s' is %s but the write declares is_array = %s",
+                   attr, e.is_array ? "an array column" : "a fixed-size column",
+                   d.is_array ? "true" : "false");
+    if (!same_dtype(e.dtype, src[0].dtype))
+      return error(KSTAGE_INVALID_ARGUMENT,
+                   "dtype %s (after folding trailing axes into lanes) does not match column '%s' "
+                   "dtype %s",
+                   dtype_string(src[0].dtype).c_str(), attr, dtype_string(e.dtype).c_str());
+    if (e.semantic != d.semantic)
+      return error(KSTAGE_INVALID_ARGUMENT, "semantic %s does not match column '%s' semantic %s",
+                   semantic_name(d.semantic), attr, semantic_name(e.semantic));
+    out.backend = r.existing_backend;
+    if (!out.backend->can_access(src[0].device))
+      return error(KSTAGE_NOT_SUPPORTED, "%s is on %s:%d, which the column's backend cannot read",
+                   tensor_name(d, 0).c_str(), device_type_name(src[0].device.device_type),
+                   int(src[0].device.device_id));
+  } else {
+    KSTAGE_RETURN_NOT_OK(validate_semantic(d.semantic, src[0].dtype, d.is_array));
+    KSTAGE_ASSIGN_OR_RETURN(out.backend, backends.residency_for(src[0].device));
+  }
+
+  Selection sel;
+  KSTAGE_ASSIGN_OR_RETURN(sel, select(d, r.prims->size()));
+  if (!d.is_array) {
+    KSTAGE_RETURN_NOT_OK(check_bounds(d, sel, src[0].rows, "shape[0] of the tensor"));
+    KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_fixed(src[0], sel, *out.backend));
+  } else {
+    // One tensor and more than one source row: a packed tensor, cut evenly.
+    const uint64_t wanted = d.index_map ? index_map_rows(d, sel.count) : sel.count;
+    const bool packed = src.size() == 1 && wanted > 1;
+    if (packed) {
+      if (src[0].rows % wanted != 0)
+        return error(KSTAGE_INVALID_ARGUMENT,
+                     "packed tensor of %llu elements does not divide evenly across %llu source "
+                     "row(s) (%s)",
+                     (unsigned long long)src[0].rows, (unsigned long long)wanted,
+                     d.index_map ? "from the highest index_map entry" : "from count");
+      KSTAGE_RETURN_NOT_OK(check_bounds(d, sel, wanted, "rows of the packed tensor"));
+    } else {
+      KSTAGE_RETURN_NOT_OK(check_bounds(d, sel, src.size(), "tensor_count, one tensor per row"));
+    }
+    KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_array(src, packed, wanted, sel, *out.backend));
+  }
+  out.rows.prims = target_prims(r, sel);
+  return out;
+}
+
+}  // namespace kstage::core

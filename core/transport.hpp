@@ -1,0 +1,38 @@
+// SPDX-License-Identifier: Apache-2.0
+// Write transport: turns one kstage_write_data_t into validated, staged rows.
+//
+// Everything the seed requires of a write is checked here, before the stage
+// is touched: tensors vs managed tensors, tensor count for the kind, dtype
+// and semantic against the column, count / index_map / mask consistency and
+// bounds. The data is then copied ("staged") into a compact buffer on the
+// column's residency, in logical order, so the caller's tensors are free as
+// soon as the op completes and sealing is a single scatter (or no copy).
+#pragma once
+
+#include "core/column.hpp"
+
+#include <string>
+
+namespace kstage::core {
+
+struct WriteRequest {
+  const kstage_write_data_t* data = nullptr;
+  std::string attribute_name;  // for messages
+  // The query's prims; the write addresses prims[0, count).
+  std::shared_ptr<const std::vector<uint64_t>> prims;
+  const Schema* existing = nullptr;  // the column's schema if it exists
+  Backend* existing_backend = nullptr;
+};
+
+struct StagedWrite {
+  Schema schema;          // as declared by the write (== existing schema if any)
+  Backend* backend = nullptr;  // the column's residency
+  StagedRows rows;
+};
+
+Result<StagedWrite> stage_write(const WriteRequest& request, BackendSet& backends);
+
+// The DLTensors of a write's data (client or managed), or an error naming the bad entry.
+Result<std::vector<const DLTensor*>> write_tensors(const kstage_write_data_t& data);
+
+}  // namespace kstage::core

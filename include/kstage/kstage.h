@@ -1,0 +1,404 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * \file kstage/kstage.h
+ * \brief The kstage C API: a columnar attribute store with DLPack tensor exchange.
+ *
+ * A *stage* holds *prims* (entities named by paths) and their *attributes* (typed
+ * columns). Writers hand data in as DLPack tensors at an application-chosen
+ * ordinal; advancing the write floor *seals* it; readers observe only sealed
+ * state, as DLPack tensors that stay valid until they release them.
+ *
+ * Conventions, for every function below:
+ * - Each function returns a ::kstage_status_t. On failure, kstage_last_error()
+ *   gives the calling thread's message for that call; out-parameters are written
+ *   only on success. No function throws or aborts on any input.
+ * - Handles are `uint64_t`; 0 is never valid. A handle that is unknown, of the
+ *   wrong kind, released, or belongs to a destroyed stage gives
+ *   ::KSTAGE_INVALID_HANDLE.
+ * - Every function may be called from several threads on the same stage.
+ * - Pointers marked *host* must be readable by the CPU. Counts are elements,
+ *   not bytes, unless they say otherwise.
+ */
+#ifndef KSTAGE_KSTAGE_H_
+#define KSTAGE_KSTAGE_H_
+
+/* DLPack >= 1.0 (found by CMake as dlpack::dlpack). In C its versioned
+ * tensor is `struct DLManagedTensorVersioned` (the header has no typedef). */
+#include <dlpack/dlpack.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KSTAGE_VERSION_MAJOR 0
+#define KSTAGE_VERSION_MINOR 1
+#define KSTAGE_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------------- */
+/* Status codes                                                              */
+/* ------------------------------------------------------------------------- */
+
+/** \brief Result of every call. Stored as int32_t so the ABI does not depend on enum size. */
+typedef int32_t kstage_status_t;
+enum {
+  KSTAGE_OK = 0,
+  KSTAGE_INVALID_ARGUMENT = 1,      /**< an input is malformed or inconsistent */
+  KSTAGE_INVALID_HANDLE = 2,        /**< unknown, stale, released or wrong-kind handle */
+  KSTAGE_NOT_FOUND = 3,             /**< UPDATE of a missing prim; unknown id */
+  KSTAGE_ALREADY_EXISTS = 4,        /**< INSERT of an existing prim */
+  KSTAGE_WRITE_FLOOR_VIOLATION = 5, /**< mutation ordinal <= the attribute's write floor */
+  KSTAGE_NOT_SUPPORTED = 6,         /**< valid request this build cannot serve (device type, ...) */
+  KSTAGE_END_OF_ITERATION = 7,      /**< no more groups; not an error */
+  KSTAGE_TIMEOUT = 8,               /**< the wait ran out; the op or read is still pending */
+  KSTAGE_OUT_OF_MEMORY = 9,
+  KSTAGE_OUT_OF_RANGE = 10,         /**< a change range cannot be answered (changed again after it) */
+  KSTAGE_OP_FAILED = 11,            /**< an op failed for a reason with no code of its own */
+  KSTAGE_DEVICE_ERROR = 12,         /**< the device runtime reported an error */
+  KSTAGE_INTERNAL = 13              /**< a bug in kstage; please report it with the message */
+};
+
+/** \brief Static name of a status code ("KSTAGE_OK", ...); "KSTAGE_UNKNOWN_STATUS" otherwise. */
+const char* kstage_status_string(kstage_status_t status);
+
+/**
+ * \brief The calling thread's message for its last failed call ("" if none).
+ * The pointer stays valid until this thread's next kstage call.
+ */
+const char* kstage_last_error(void);
+
+/** \brief Library version as MAJOR*10000 + MINOR*100 + PATCH. */
+uint32_t kstage_version(void);
+
+/* ------------------------------------------------------------------------- */
+/* Handles and ids                                                           */
+/* ------------------------------------------------------------------------- */
+
+typedef uint64_t kstage_stage_t;     /**< a stage */
+typedef uint64_t kstage_path_list_t; /**< a refcounted, immutable array of path ids */
+typedef uint64_t kstage_query_t;     /**< a fixed, ordered list of prims */
+typedef uint64_t kstage_read_t;      /**< an open read (iterates groups) */
+typedef uint64_t kstage_group_t;     /**< one read group (pins its snapshot data) */
+typedef uint64_t kstage_op_t;        /**< a submitted mutation */
+typedef uint64_t kstage_token_t;     /**< interned attribute name; 0 is invalid */
+typedef uint64_t kstage_path_t;      /**< interned prim path; 0 is invalid */
+
+/** \brief Pass as a string length to mean "NUL-terminated". */
+#define KSTAGE_NUL_TERMINATED ((size_t)-1)
+/** \brief Timeout that blocks until the awaited thing is ready. 0 polls. */
+#define KSTAGE_TIMEOUT_INFINITE UINT64_MAX
+
+/* ------------------------------------------------------------------------- */
+/* Enumerations (stored as int32_t)                                           */
+/* ------------------------------------------------------------------------- */
+
+/** \brief What the bytes of a column mean; orthogonal to its dtype. */
+typedef int32_t kstage_semantic_t;
+enum {
+  KSTAGE_SEMANTIC_NONE = 0,
+  KSTAGE_SEMANTIC_POINT = 1,
+  KSTAGE_SEMANTIC_VECTOR = 2,
+  KSTAGE_SEMANTIC_NORMAL = 3,
+  KSTAGE_SEMANTIC_COLOR = 4,
+  KSTAGE_SEMANTIC_QUATERNION = 5, /**< (x, y, z, w) */
+  KSTAGE_SEMANTIC_MATRIX = 6,     /**< row-major */
+  KSTAGE_SEMANTIC_TEXCOORD = 7,
+  KSTAGE_SEMANTIC_TOKEN_ID = 8,   /**< uint64 lanes 1: kstage_token_t values */
+  KSTAGE_SEMANTIC_PATH_ID = 9,    /**< uint64 lanes 1: kstage_path_t values */
+  KSTAGE_SEMANTIC_STRING = 10     /**< array kind, 8-bit lanes 1: UTF-8 bytes */
+};
+
+/** \brief How a write treats prims that do or do not exist yet. */
+typedef int32_t kstage_prim_mode_t;
+enum {
+  KSTAGE_PRIM_MODE_UPSERT = 0, /**< create missing prims, update existing ones */
+  KSTAGE_PRIM_MODE_INSERT = 1, /**< create only; any existing prim -> KSTAGE_ALREADY_EXISTS */
+  KSTAGE_PRIM_MODE_UPDATE = 2  /**< existing only; any missing prim -> KSTAGE_NOT_FOUND */
+};
+
+/** \brief Host execution space the stage runs its kernels on. */
+typedef int32_t kstage_host_execution_t;
+enum {
+  KSTAGE_HOST_EXECUTION_DEFAULT = 0,  /**< the build's default (see README) */
+  KSTAGE_HOST_EXECUTION_SERIAL = 1,   /**< Kokkos::Serial */
+  KSTAGE_HOST_EXECUTION_PARALLEL = 2  /**< Kokkos::OpenMP (or Threads) if enabled */
+};
+
+/* ------------------------------------------------------------------------- */
+/* Structures                                                                */
+/* ------------------------------------------------------------------------- */
+
+/**
+ * \brief GPU synchronisation handles (CUDA or HIP), as integers.
+ * stream: 0 = none, 1 = the default stream, else a cudaStream_t/hipStream_t.
+ * event:  0 = none, else a cudaEvent_t/hipEvent_t.
+ * On a write or unmap, kstage orders its own work after `event` (stream wait,
+ * never a host block). On a read, a non-zero event is recorded after kstage's
+ * producing work. Host data uses {0, 0}.
+ */
+typedef struct kstage_device_sync_t {
+  uintptr_t stream;
+  uintptr_t event;
+} kstage_device_sync_t;
+
+/** \brief Options for kstage_create. Zero-initialise for defaults. */
+typedef struct kstage_config_t {
+  /** Host execution space for kernels on host-resident columns. */
+  kstage_host_execution_t host_execution;
+  /** Reserved; set to 0. */
+  uint32_t reserved[7];
+} kstage_config_t;
+
+/**
+ * \brief Payload of a write.
+ *
+ * Fixed-size attributes (`is_array` false): one tensor, canonical layout ndim=1,
+ * shape=[rows], dtype.lanes = tuple width. Convenience shapes fold trailing axes
+ * into lanes: (N,3) lanes 1 -> lanes 3; (N,4,4) -> lanes 16; (N,4) lanes 4 ->
+ * lanes 16. A flat (N*L,) one-lane tensor is *not* N rows of width L.
+ *
+ * Array attributes (`is_array` true): `tensor_count` tensors, one per source
+ * row (shape [elements], trailing axes fold into lanes as above), or a single
+ * packed tensor whose elements divide evenly across the source rows.
+ *
+ * Source rows and logical elements: the write addresses the query's prims in
+ * order; `count` = 0 means all of them, otherwise the leading `count`.
+ * Without `index_map`, logical element i takes source row i, so the source row
+ * count must equal the logical count. `index_map[i]` (host, `count` entries)
+ * picks the source row for logical element i (gather, reorder, broadcast);
+ * every entry must be < the source row count. `mask` (host, ceil(count/64)
+ * words; bit i%64 of word i/64) picks which logical elements are written;
+ * source row i belongs to element i; unselected prims keep their values.
+ * `index_map` and `mask` are exclusive, and either requires `count` > 0.
+ */
+typedef struct kstage_write_data_t {
+  /** Client tensors (exactly one of tensors / managed_tensors is non-NULL).
+   * They must stay valid until the op completes (kstage_wait returns OK). */
+  const DLTensor* tensors;
+  /** Managed tensors: ownership passes to the stage with the call. Each
+   * deleter is called exactly once, also when the call is rejected. */
+  struct DLManagedTensorVersioned* const* managed_tensors;
+  uint64_t tensor_count;
+  /** Declares the column kind; never inferred. Must match an existing column. */
+  bool is_array;
+  uint64_t count;
+  const uint32_t* index_map;
+  const uint64_t* mask;
+  kstage_device_sync_t device_sync;
+  /** Semantic of the column; must match an existing column. */
+  kstage_semantic_t semantic;
+} kstage_write_data_t;
+
+/**
+ * \brief Payload of a read (or map) group.
+ * Fixed-size: one tensor, canonical layout (ndim=1, shape=[rows], lanes =
+ * tuple width). Array: one tensor per row. Logical element i (the group's
+ * prim i) is row `index_map[i]` when `index_map` is non-NULL, else row i.
+ * `mask` is NULL in read groups. Data is on the group's device; honour
+ * `device_sync` before touching device data. Everything here stays valid
+ * until the group is released.
+ */
+typedef struct kstage_data_t {
+  const DLTensor* tensors;
+  uint64_t tensor_count;
+  uint64_t count;
+  const uint32_t* index_map;
+  const uint64_t* mask;
+  kstage_device_sync_t device_sync;
+} kstage_data_t;
+
+/** \brief Filter over existing prims (AND of every set criterion). */
+typedef struct kstage_filter_t {
+  /** Prims that hold every one of these attributes (sealed). May be NULL if count is 0. */
+  const kstage_token_t* has_attributes;
+  uint64_t has_attribute_count;
+  /** Prims whose path is in this list; 0 = no constraint. */
+  kstage_path_list_t path_in;
+  /** Prims at or below this path (`/a` matches `/a` and `/a/b`, not `/ab`); 0 = none. */
+  kstage_path_t path_prefix;
+} kstage_filter_t;
+
+/** \brief What a read returns. Zero-initialise for "latest, on the column's device". */
+typedef struct kstage_read_desc_t {
+  /** false: the latest sealed values. true: only prims that changed at a
+   * sealed ordinal in [range_begin, range_end], plus tombstone groups. */
+  bool change_range;
+  uint64_t range_begin;
+  uint64_t range_end;
+  /** Device the reader wants the data on; device_type 0 = the column's residency.
+   * A device other than the residency implies `compact`. */
+  DLDevice target_device;
+  /** false: tensors are the (pinned) column storage and index_map maps each prim
+   * to its row, zero-copy. true: rows are gathered into a new buffer in prim
+   * order and index_map is NULL. */
+  bool compact;
+  /** Recorded after kstage's producing work when non-zero (device reads). */
+  kstage_device_sync_t device_sync;
+} kstage_read_desc_t;
+
+/** \brief One group of a read. Valid until kstage_release_group(group.handle). */
+typedef struct kstage_read_group_t {
+  kstage_group_t handle;
+  kstage_token_t attribute;
+  /** The prims (path ids) of this group, `prim_count` of them (== data.count). */
+  const kstage_path_t* prims;
+  uint64_t prim_count;
+  /** The attribute's write floor at the snapshot: everything <= it is sealed. */
+  uint64_t ordinal;
+  kstage_data_t data;
+  DLDataType dtype;
+  /** true: a tombstone group; `prims` lost the attribute in the range; no tensors. */
+  bool is_delete;
+  bool is_array;
+  kstage_semantic_t semantic;
+} kstage_read_group_t;
+
+/* ------------------------------------------------------------------------- */
+/* Lifecycle                                                                 */
+/* ------------------------------------------------------------------------- */
+
+/**
+ * \brief Create a stage. Initialises Kokkos if the application has not; kstage
+ * then finalises it at process exit, after destroying any remaining stages.
+ * \param[in] config may be NULL for defaults.
+ */
+kstage_status_t kstage_create(const kstage_config_t* config, kstage_stage_t* stage);
+/** \brief Destroy a stage and everything it owns: handles become stale, pending managed tensors are deleted. */
+kstage_status_t kstage_destroy(kstage_stage_t stage);
+
+/* ------------------------------------------------------------------------- */
+/* Dictionary                                                                */
+/* ------------------------------------------------------------------------- */
+
+/**
+ * \brief Intern an attribute name. `length` in bytes, or KSTAGE_NUL_TERMINATED.
+ * Empty strings and strings with an embedded NUL are rejected.
+ */
+kstage_status_t kstage_intern_token(kstage_stage_t stage, const char* str, size_t length,
+                                    kstage_token_t* token);
+/**
+ * \brief Intern a prim path: "/" or "/a/b" (absolute, no empty component, no
+ * trailing "/"). Empty strings and embedded NULs are rejected.
+ */
+kstage_status_t kstage_intern_path(kstage_stage_t stage, const char* str, size_t length,
+                                   kstage_path_t* path);
+/** \brief The string of a token; valid (NUL-terminated) for the stage's lifetime. `length` may be NULL. */
+kstage_status_t kstage_token_string(kstage_stage_t stage, kstage_token_t token, const char** str,
+                                    size_t* length);
+/** \brief The string of a path; valid (NUL-terminated) for the stage's lifetime. `length` may be NULL. */
+kstage_status_t kstage_path_string(kstage_stage_t stage, kstage_path_t path, const char** str,
+                                   size_t* length);
+
+/** \brief A path list holding a copy of `paths` (each a valid path id), with one reference. */
+kstage_status_t kstage_path_list_create(kstage_stage_t stage, const kstage_path_t* paths,
+                                        uint64_t count, kstage_path_list_t* list);
+/** \brief The list's ids; valid while the caller holds a reference. */
+kstage_status_t kstage_path_list_get(kstage_stage_t stage, kstage_path_list_t list,
+                                     const kstage_path_t** paths, uint64_t* count);
+kstage_status_t kstage_path_list_retain(kstage_stage_t stage, kstage_path_list_t list);
+/** \brief Drop one reference; the last one frees the list (its handle becomes stale). */
+kstage_status_t kstage_path_list_release(kstage_stage_t stage, kstage_path_list_t list);
+
+/* ------------------------------------------------------------------------- */
+/* Queries                                                                   */
+/* ------------------------------------------------------------------------- */
+
+/** \brief A query over explicit paths, in this order; they may name prims that do not exist yet. Duplicates are rejected. */
+kstage_status_t kstage_query_paths(kstage_stage_t stage, const kstage_path_t* paths, uint64_t count,
+                                   kstage_query_t* query);
+/** \brief A query over the existing prims (latest sealed state) that match `filter`, in path-id (interning) order. */
+kstage_status_t kstage_query_filter(kstage_stage_t stage, const kstage_filter_t* filter,
+                                    kstage_query_t* query);
+kstage_status_t kstage_query_count(kstage_stage_t stage, kstage_query_t query, uint64_t* count);
+/** \brief The query's prims as a new path list (one reference, owned by the caller). */
+kstage_status_t kstage_query_get_paths(kstage_stage_t stage, kstage_query_t query,
+                                       kstage_path_list_t* paths);
+kstage_status_t kstage_query_release(kstage_stage_t stage, kstage_query_t query);
+
+/* ------------------------------------------------------------------------- */
+/* Mutations                                                                 */
+/* ------------------------------------------------------------------------- */
+
+/**
+ * \brief Write one attribute of the query's prims at `ordinal` (> the attribute's floor).
+ * The call validates everything and either rejects the write, leaving the stage
+ * unchanged, or accepts it and returns an op. Prim mode and schema are checked
+ * against the state the stage will have at `ordinal` given what has been
+ * submitted so far. The write becomes visible to reads when the floor passes
+ * `ordinal`.
+ */
+kstage_status_t kstage_write_attribute(kstage_stage_t stage, kstage_query_t query,
+                                       kstage_token_t attribute, uint64_t ordinal,
+                                       const kstage_write_data_t* data, kstage_prim_mode_t prim_mode,
+                                       kstage_op_t* op);
+/**
+ * \brief Write `n` attributes (data[i] to attributes[i]) as one op: all are
+ * accepted or none is. Attributes must be distinct.
+ */
+kstage_status_t kstage_write_attributes(kstage_stage_t stage, kstage_query_t query,
+                                        const kstage_token_t* attributes,
+                                        const kstage_write_data_t* data, uint64_t n,
+                                        uint64_t ordinal, kstage_prim_mode_t prim_mode,
+                                        kstage_op_t* op);
+/**
+ * \brief Delete `attributes` (n of them) from the query's prims at `ordinal`;
+ * n = 0 deletes the prims (every attribute they hold). A prim disappears with
+ * its last attribute. Prims or attributes that are absent are ignored.
+ */
+kstage_status_t kstage_delete_attributes(kstage_stage_t stage, kstage_query_t query,
+                                         const kstage_token_t* attributes, uint64_t n,
+                                         uint64_t ordinal, kstage_op_t* op);
+/**
+ * \brief Seal: advance the write floor of `attributes` (n = 0: every attribute,
+ * including ones not created yet) to `ordinal`, applying their pending
+ * mutations at ordinals <= `ordinal` in ordinal order, then submission order.
+ * A floor never moves backwards (that is a no-op, not an error).
+ */
+kstage_status_t kstage_advance_write_floor(kstage_stage_t stage, uint64_t ordinal,
+                                           const kstage_token_t* attributes, uint64_t n);
+/** \brief The write floor of `attribute`, or the global floor (the minimum) for 0. */
+kstage_status_t kstage_get_write_floor(kstage_stage_t stage, kstage_token_t attribute,
+                                       uint64_t* ordinal);
+
+/* ------------------------------------------------------------------------- */
+/* Reads                                                                     */
+/* ------------------------------------------------------------------------- */
+
+/**
+ * \brief Open a read of `attributes` (n > 0, distinct) for the query's prims,
+ * against the latest sealed state. `desc` may be NULL for "latest".
+ * A change-range read fails with KSTAGE_OUT_OF_RANGE when a selected prim
+ * changed again after range_end. Never sees or fails on unsealed writes.
+ */
+kstage_status_t kstage_read_attributes(kstage_stage_t stage, kstage_query_t query,
+                                       const kstage_token_t* attributes, uint64_t n,
+                                       const kstage_read_desc_t* desc, kstage_read_t* read);
+/** \brief Next group, or KSTAGE_END_OF_ITERATION. Prims without the attribute appear in no group. */
+kstage_status_t kstage_fetch_read_next(kstage_stage_t stage, kstage_read_t read, uint64_t timeout_ns,
+                                       kstage_read_group_t* group);
+/** \brief Release a group; its data stays valid until now, whatever was sealed since. */
+kstage_status_t kstage_release_group(kstage_stage_t stage, kstage_group_t group);
+/** \brief Release a read; groups already fetched stay valid until released. */
+kstage_status_t kstage_release_read(kstage_stage_t stage, kstage_read_t read);
+
+/* ------------------------------------------------------------------------- */
+/* Ops                                                                       */
+/* ------------------------------------------------------------------------- */
+
+/**
+ * \brief Wait for an op's device work (the copy out of the caller's tensors).
+ * \return KSTAGE_OK when done, KSTAGE_TIMEOUT if still running, or the code
+ * the op failed with (its message from kstage_op_error).
+ */
+kstage_status_t kstage_wait(kstage_stage_t stage, kstage_op_t op, uint64_t timeout_ns);
+/** \brief The op's failure message ("" if it did not fail); valid until the op is released. */
+kstage_status_t kstage_op_error(kstage_stage_t stage, kstage_op_t op, const char** message);
+kstage_status_t kstage_release_op(kstage_stage_t stage, kstage_op_t op);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* KSTAGE_KSTAGE_H_ */

@@ -1,0 +1,263 @@
+// SPDX-License-Identifier: Apache-2.0
+// Test support: a stage per host execution space, tensor builders, and a
+// read-only fingerprint of the sealed state so a test can check that a
+// rejected call left the stage exactly as it was.
+#pragma once
+
+#include <kstage/kstage.h>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kstage_test {
+
+// Every engine test runs once per host execution space.
+inline kstage_host_execution_t host_execution() {
+  return GENERATE(as<kstage_host_execution_t>{}, KSTAGE_HOST_EXECUTION_SERIAL,
+                  KSTAGE_HOST_EXECUTION_PARALLEL);
+}
+
+#define KS_OK(expr)                                                      \
+  do {                                                                   \
+    kstage_status_t _st = (expr);                                        \
+    INFO(#expr << " -> " << kstage_status_string(_st) << ": " << kstage_last_error()); \
+    REQUIRE(_st == KSTAGE_OK);                                           \
+  } while (0)
+
+// Checks the status and that the thread's last error mentions `needle`.
+#define KS_FAILS(expr, code, needle)                                     \
+  do {                                                                   \
+    kstage_status_t _st = (expr);                                        \
+    INFO(#expr << " -> " << kstage_status_string(_st) << ": " << kstage_last_error()); \
+    REQUIRE(_st == (code));                                              \
+    REQUIRE(std::string(kstage_last_error()).find(needle) != std::string::npos); \
+  } while (0)
+
+inline DLTensor tensor(void* data, DLDataType dtype, int ndim, int64_t* shape,
+                       int64_t* strides = nullptr, DLDevice device = {kDLCPU, 0}) {
+  DLTensor t{};
+  t.data = data;
+  t.device = device;
+  t.ndim = ndim;
+  t.dtype = dtype;
+  t.shape = shape;
+  t.strides = strides;
+  t.byte_offset = 0;
+  return t;
+}
+
+constexpr DLDataType f32(uint16_t lanes = 1) { return DLDataType{kDLFloat, 32, lanes}; }
+constexpr DLDataType f64(uint16_t lanes = 1) { return DLDataType{kDLFloat, 64, lanes}; }
+constexpr DLDataType i32(uint16_t lanes = 1) { return DLDataType{kDLInt, 32, lanes}; }
+constexpr DLDataType u8(uint16_t lanes = 1) { return DLDataType{kDLUInt, 8, lanes}; }
+constexpr DLDataType u64(uint16_t lanes = 1) { return DLDataType{kDLUInt, 64, lanes}; }
+
+inline kstage_write_data_t write_data(const DLTensor* tensors, uint64_t n = 1, bool is_array = false) {
+  kstage_write_data_t w{};
+  w.tensors = tensors;
+  w.tensor_count = n;
+  w.is_array = is_array;
+  return w;
+}
+
+// One read group, copied out so the test can release it at once.
+struct Group {
+  kstage_token_t attribute = 0;
+  std::vector<kstage_path_t> prims;
+  uint64_t ordinal = 0;
+  bool is_delete = false, is_array = false;
+  kstage_semantic_t semantic = 0;
+  DLDataType dtype{};
+  // Per prim, in group order: the prim's value bytes.
+  std::vector<std::vector<unsigned char>> values;
+  bool had_index_map = false;
+};
+
+class Stage {
+ public:
+  explicit Stage(kstage_host_execution_t exec = KSTAGE_HOST_EXECUTION_DEFAULT) {
+    kstage_config_t config{};
+    config.host_execution = exec;
+    KS_OK(kstage_create(&config, &stage));
+  }
+  ~Stage() {
+    if (stage) kstage_destroy(stage);
+  }
+  Stage(const Stage&) = delete;
+  Stage& operator=(const Stage&) = delete;
+
+  kstage_token_t token(const char* s) {
+    kstage_token_t t = 0;
+    KS_OK(kstage_intern_token(stage, s, KSTAGE_NUL_TERMINATED, &t));
+    return t;
+  }
+  kstage_path_t path(const std::string& s) {
+    kstage_path_t p = 0;
+    KS_OK(kstage_intern_path(stage, s.c_str(), s.size(), &p));
+    return p;
+  }
+  std::string path_string(kstage_path_t p) {
+    const char* s = nullptr;
+    KS_OK(kstage_path_string(stage, p, &s, nullptr));
+    return s;
+  }
+  // Paths "/<prefix>_<i>" for i in [0, n).
+  std::vector<kstage_path_t> paths(const std::string& prefix, size_t n) {
+    std::vector<kstage_path_t> v;
+    for (size_t i = 0; i < n; ++i) v.push_back(path(prefix + "_" + std::to_string(i)));
+    return v;
+  }
+  kstage_query_t query(const std::vector<kstage_path_t>& p) {
+    kstage_query_t q = 0;
+    KS_OK(kstage_query_paths(stage, p.data(), p.size(), &q));
+    return q;
+  }
+  // Writes and checks the op completes OK; returns the call's status.
+  kstage_status_t write(kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
+                        const kstage_write_data_t& w,
+                        kstage_prim_mode_t mode = KSTAGE_PRIM_MODE_UPSERT) {
+    kstage_op_t op = 0;
+    kstage_status_t st = kstage_write_attribute(stage, q, attr, ordinal, &w, mode, &op);
+    if (st == KSTAGE_OK) {
+      REQUIRE(kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE) == KSTAGE_OK);
+      REQUIRE(kstage_release_op(stage, op) == KSTAGE_OK);
+    }
+    return st;
+  }
+  // Fixed-size float32 write of `values` (rows x lanes) to the query's prims.
+  void write_f32(kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
+                 std::vector<float> values, uint16_t lanes = 1) {
+    int64_t shape[1] = {int64_t(values.size() / lanes)};
+    DLTensor t = tensor(values.data(), f32(lanes), 1, shape);
+    kstage_write_data_t w = write_data(&t);
+    KS_OK(write(q, attr, ordinal, w));
+  }
+  kstage_status_t remove(kstage_query_t q, std::vector<kstage_token_t> attrs, uint64_t ordinal) {
+    kstage_op_t op = 0;
+    kstage_status_t st = kstage_delete_attributes(stage, q, attrs.data(), attrs.size(), ordinal, &op);
+    if (st == KSTAGE_OK) REQUIRE(kstage_release_op(stage, op) == KSTAGE_OK);
+    return st;
+  }
+  void seal(uint64_t ordinal, std::vector<kstage_token_t> attrs = {}) {
+    KS_OK(kstage_advance_write_floor(stage, ordinal, attrs.data(), attrs.size()));
+  }
+  uint64_t floor(kstage_token_t attr = 0) {
+    uint64_t f = 0;
+    KS_OK(kstage_get_write_floor(stage, attr, &f));
+    return f;
+  }
+
+  // Reads every group, copying values out, and releases everything.
+  std::vector<Group> read(kstage_query_t q, std::vector<kstage_token_t> attrs,
+                          const kstage_read_desc_t* desc = nullptr) {
+    kstage_read_t r = 0;
+    KS_OK(kstage_read_attributes(stage, q, attrs.data(), attrs.size(), desc, &r));
+    std::vector<Group> out;
+    for (;;) {
+      kstage_read_group_t g{};
+      kstage_status_t st = kstage_fetch_read_next(stage, r, 0, &g);
+      if (st == KSTAGE_END_OF_ITERATION) break;
+      KS_OK(st);
+      out.push_back(copy_group(g));
+      KS_OK(kstage_release_group(stage, g.handle));
+    }
+    KS_OK(kstage_release_read(stage, r));
+    return out;
+  }
+
+  static Group copy_group(const kstage_read_group_t& g) {
+    Group c;
+    c.attribute = g.attribute;
+    c.prims.assign(g.prims, g.prims + g.prim_count);
+    c.ordinal = g.ordinal;
+    c.is_delete = g.is_delete;
+    c.is_array = g.is_array;
+    c.semantic = g.semantic;
+    c.dtype = g.dtype;
+    c.had_index_map = g.data.index_map != nullptr;
+    REQUIRE(g.data.count == g.prim_count);
+    if (g.is_delete) {
+      REQUIRE(g.data.tensor_count == 0);
+      return c;
+    }
+    const size_t tuple = size_t(g.dtype.bits / 8) * g.dtype.lanes;
+    for (uint64_t i = 0; i < g.prim_count; ++i) {
+      if (!g.is_array) {
+        REQUIRE(g.data.tensor_count == 1);
+        const DLTensor& t = g.data.tensors[0];
+        REQUIRE(t.ndim == 1);
+        REQUIRE(t.dtype.lanes == g.dtype.lanes);
+        const uint64_t row = g.data.index_map ? g.data.index_map[i] : i;
+        REQUIRE(int64_t(row) < t.shape[0]);
+        const unsigned char* p = static_cast<const unsigned char*>(t.data) + t.byte_offset + row * tuple;
+        c.values.emplace_back(p, p + tuple);
+      } else {
+        const uint64_t row = g.data.index_map ? g.data.index_map[i] : i;
+        REQUIRE(row < g.data.tensor_count);
+        const DLTensor& t = g.data.tensors[row];
+        REQUIRE(t.ndim == 1);
+        const unsigned char* p = static_cast<const unsigned char*>(t.data) + t.byte_offset;
+        c.values.emplace_back(p, p + size_t(t.shape[0]) * tuple);
+      }
+    }
+    return c;
+  }
+
+  // Sealed values of `attr` per prim (prims without it are absent).
+  std::map<kstage_path_t, std::vector<unsigned char>> values(kstage_query_t q, kstage_token_t attr) {
+    std::map<kstage_path_t, std::vector<unsigned char>> m;
+    for (const Group& g : read(q, {attr}))
+      for (size_t i = 0; i < g.prims.size(); ++i) m[g.prims[i]] = g.values[i];
+    return m;
+  }
+  std::map<kstage_path_t, std::vector<float>> floats(kstage_query_t q, kstage_token_t attr) {
+    std::map<kstage_path_t, std::vector<float>> m;
+    for (auto& [p, bytes] : values(q, attr)) {
+      std::vector<float> f(bytes.size() / sizeof(float));
+      std::memcpy(f.data(), bytes.data(), bytes.size());
+      m[p] = f;
+    }
+    return m;
+  }
+
+  // Everything a reader can observe: floors, and sealed values of `attrs`
+  // for `q`, plus which prims exist.
+  std::string fingerprint(kstage_query_t q, const std::vector<kstage_token_t>& attrs) {
+    std::string s = "global " + std::to_string(floor(0)) + ";";
+    for (kstage_token_t a : attrs) {
+      s += " floor " + std::to_string(a) + "=" + std::to_string(floor(a)) + ";";
+      for (auto& [p, bytes] : values(q, a)) {
+        s += " " + std::to_string(p) + ":";
+        for (unsigned char b : bytes) s += std::to_string(int(b)) + ",";
+      }
+    }
+    kstage_filter_t all{};
+    kstage_query_t existing = 0;
+    KS_OK(kstage_query_filter(stage, &all, &existing));
+    kstage_path_list_t list = 0;
+    KS_OK(kstage_query_get_paths(stage, existing, &list));
+    const kstage_path_t* ids = nullptr;
+    uint64_t n = 0;
+    KS_OK(kstage_path_list_get(stage, list, &ids, &n));
+    s += " prims";
+    for (uint64_t i = 0; i < n; ++i) s += " " + std::to_string(ids[i]);
+    KS_OK(kstage_path_list_release(stage, list));
+    KS_OK(kstage_query_release(stage, existing));
+    return s;
+  }
+
+  kstage_stage_t stage = 0;
+};
+
+inline std::vector<float> as_floats(const std::vector<unsigned char>& bytes) {
+  std::vector<float> f(bytes.size() / sizeof(float));
+  std::memcpy(f.data(), bytes.data(), bytes.size());
+  return f;
+}
+
+}  // namespace kstage_test
