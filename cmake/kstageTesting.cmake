@@ -1,0 +1,68 @@
+# Test helpers for kstage.
+#
+# Kokkos 3.4's OpenMP backend prints a warning on STDOUT at Kokkos::initialize when
+# OMP_PROC_BIND is not set:
+#   Kokkos::OpenMP::initialize WARNING: OMP_PROC_BIND environment variable not set ...
+# Catch2's catch_discover_tests parses stdout of `<exe> --list-tests` and would take those
+# lines for test names. Every test program therefore runs with KSTAGE_TEST_ENVIRONMENT
+# (OMP_PROC_BIND=spread, OMP_PLACES=threads, which silences the warning), both when its
+# tests are discovered and when they run. The CMake presets set the same variables.
+#
+#   kstage_add_test(NAME <name> COMMAND <cmd> [args...]
+#                   [WORKING_DIRECTORY <dir>] [TIMEOUT <s>]
+#                   [LABELS <label>...] [ENVIRONMENT <VAR=value>...])
+#       add_test() + the kstage test environment (+ extra ENVIRONMENT entries).
+#
+#   kstage_catch_discover_tests(<target> [catch_discover_tests options...])
+#       catch_discover_tests() whose discovery and test runs get the kstage test environment
+#       (through a launcher: `env OMP_PROC_BIND=spread OMP_PLACES=threads <exe> ...`).
+#
+#   KSTAGE_TEST_ENVIRONMENT   the list of VAR=value entries above
+#   KSTAGE_TEST_LAUNCHER      the launcher command (a list)
+
+include_guard(GLOBAL)
+
+set(KSTAGE_TEST_ENVIRONMENT "OMP_PROC_BIND=spread" "OMP_PLACES=threads")
+
+find_program(KSTAGE_ENV_PROGRAM NAMES env DOC "env(1), used to launch tests with the kstage test environment")
+mark_as_advanced(KSTAGE_ENV_PROGRAM)
+if(KSTAGE_ENV_PROGRAM)
+  set(KSTAGE_TEST_LAUNCHER "${KSTAGE_ENV_PROGRAM}" ${KSTAGE_TEST_ENVIRONMENT})
+else()
+  set(KSTAGE_TEST_LAUNCHER "${CMAKE_COMMAND}" -E env ${KSTAGE_TEST_ENVIRONMENT})
+endif()
+
+function(kstage_add_test)
+  cmake_parse_arguments(PARSE_ARGV 0 arg "" "NAME;WORKING_DIRECTORY;TIMEOUT" "COMMAND;LABELS;ENVIRONMENT")
+  if(NOT arg_NAME OR NOT arg_COMMAND)
+    message(FATAL_ERROR "kstage_add_test: NAME and COMMAND are required")
+  endif()
+  if(arg_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "kstage_add_test(${arg_NAME}): unknown arguments ${arg_UNPARSED_ARGUMENTS}")
+  endif()
+  set(wd "")
+  if(arg_WORKING_DIRECTORY)
+    set(wd WORKING_DIRECTORY "${arg_WORKING_DIRECTORY}")
+  endif()
+  add_test(NAME "${arg_NAME}" COMMAND ${arg_COMMAND} ${wd})
+  set_property(TEST "${arg_NAME}" PROPERTY ENVIRONMENT ${KSTAGE_TEST_ENVIRONMENT} ${arg_ENVIRONMENT})
+  if(arg_LABELS)
+    set_property(TEST "${arg_NAME}" APPEND PROPERTY LABELS ${arg_LABELS})
+  endif()
+  if(arg_TIMEOUT)
+    set_property(TEST "${arg_NAME}" PROPERTY TIMEOUT "${arg_TIMEOUT}")
+  endif()
+endfunction()
+
+function(kstage_catch_discover_tests target)
+  if(NOT COMMAND catch_discover_tests)
+    include(Catch)
+  endif()
+  # Catch's discovery script runs `${CROSSCOMPILING_EMULATOR} <exe> --list-tests` and puts the
+  # same prefix in front of every discovered test command; use it as the environment launcher.
+  get_property(emulator TARGET ${target} PROPERTY CROSSCOMPILING_EMULATOR)
+  if(NOT emulator AND NOT CMAKE_CROSSCOMPILING)
+    set_property(TARGET ${target} PROPERTY CROSSCOMPILING_EMULATOR ${KSTAGE_TEST_LAUNCHER})
+  endif()
+  catch_discover_tests(${target} ${ARGN})
+endfunction()

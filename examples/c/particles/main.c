@@ -1,0 +1,383 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * Particles: a producer moves a subset of N particles every tick and hands
+ * the new "position" (float32 x 3, POINT) and "velocity" (float32 x 3, VECTOR)
+ * to a kstage stage; a consumer asks the stage what changed at that tick and
+ * checks it against a host model of the simulation.
+ *
+ *   kstage_example_particles [-n N] [-t T] [-f PERCENT]
+ *
+ * Ordinal 1 holds the initial state (every particle, INSERT). Tick k = 1..T
+ * moves about PERCENT % of the particles (default 5) and writes them at
+ * ordinal k + 1, both attributes in one kstage_write_attributes batch, then
+ * seals that ordinal. Two ways to send a sparse update alternate:
+ *   - mask ticks (odd k): the full N-row arrays go out with a mask over the
+ *     query of all particles whose set bits are the moved ones; the other
+ *     rows of the tensor are not read;
+ *   - index_map ticks (even k): a query over just the moved particles (in
+ *     particle order) and a compact M-row tensor of their values in a
+ *     shuffled order; index_map[i] names the row holding query prim i.
+ * The consumer then reads the change range [k + 1, k + 1] of "position" over
+ * all particles: exactly the moved ones must come back, with exactly the
+ * producer's values. At the end every particle's latest position and
+ * velocity are checked, and a report is printed.
+ */
+#define _POSIX_C_SOURCE 199309L /* clock_gettime in strict C99 */
+
+#include <kstage/kstage.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CHECK(call)                                                                     \
+  do {                                                                                  \
+    kstage_status_t st_ = (call);                                                       \
+    if (st_ != KSTAGE_OK) {                                                             \
+      fprintf(stderr, "particles: %s failed: %s: %s\n", #call, kstage_status_string(st_), \
+              kstage_last_error());                                                     \
+      exit(1);                                                                          \
+    }                                                                                   \
+  } while (0)
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* xorshift64*: deterministic, good enough for picking particles. */
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rng_next(void) {
+  rng_state ^= rng_state >> 12;
+  rng_state ^= rng_state << 25;
+  rng_state ^= rng_state >> 27;
+  return rng_state * 0x2545F4914F6CDD1Dull;
+}
+static float rng_unit(void) { return (float)(rng_next() >> 40) / (float)(1u << 24); } /* [0, 1) */
+
+static void* xcalloc(size_t n, size_t size) {
+  void* p = calloc(n ? n : 1, size);
+  if (!p) {
+    fprintf(stderr, "particles: out of memory (%zu x %zu bytes)\n", n, size);
+    exit(1);
+  }
+  return p;
+}
+
+static int cmp_u32(const void* a, const void* b) {
+  const uint32_t x = *(const uint32_t*)a, y = *(const uint32_t*)b;
+  return x < y ? -1 : x > y;
+}
+
+/* A canonical fixed-size float3 tensor: ndim 1, shape [rows], lanes 3. */
+static DLTensor float3_tensor(float* data, int64_t* shape) {
+  DLTensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.device.device_type = kDLCPU;
+  t.ndim = 1;
+  t.shape = shape;
+  t.dtype.code = kDLFloat;
+  t.dtype.bits = 32;
+  t.dtype.lanes = 3;
+  return t;
+}
+
+static void usage(const char* argv0) {
+  fprintf(stderr, "usage: %s [-n particles] [-t ticks] [-f percent moved per tick]\n", argv0);
+}
+
+static int parse_count(const char* s, unsigned long long max, unsigned long long* out) {
+  char* end = NULL;
+  unsigned long long v;
+  if (!s || !*s || *s == '-') return 0;
+  v = strtoull(s, &end, 10);
+  if (*end != '\0' || v == 0 || v > max) return 0;
+  *out = v;
+  return 1;
+}
+
+int main(int argc, char** argv) {
+  unsigned long long n_arg = 100000, t_arg = 50, f_arg = 5;
+  uint64_t n, ticks, moved_per_tick, words, i, k;
+  kstage_stage_t stage = 0;
+  kstage_token_t attrs[2]; /* position, velocity */
+  kstage_path_t* paths;
+  kstage_query_t all = 0;
+  float *pos, *vel, *pos_out, *vel_out;
+  uint32_t *perm, *slot, *sorted, *index_map;
+  uint64_t* mask;
+  int64_t shape_all[1], shape_moved[1];
+  DLTensor tensors[2];
+  kstage_write_data_t data[2];
+  kstage_op_t op = 0;
+  double t_write = 0, t_read = 0, t0;
+  uint64_t rows_written = 0, rows_read = 0, mask_ticks = 0, map_ticks = 0;
+  int a;
+
+  for (a = 1; a < argc; ++a) {
+    unsigned long long* target = NULL;
+    unsigned long long max = 0;
+    if (strcmp(argv[a], "-n") == 0) target = &n_arg, max = 0xFFFFFFFFull;
+    else if (strcmp(argv[a], "-t") == 0) target = &t_arg, max = 1000000ull;
+    else if (strcmp(argv[a], "-f") == 0) target = &f_arg, max = 100ull;
+    else if (strcmp(argv[a], "-h") == 0 || strcmp(argv[a], "--help") == 0) {
+      usage(argv[0]);
+      return 0;
+    }
+    if (!target || a + 1 >= argc || !parse_count(argv[a + 1], max, target)) {
+      usage(argv[0]);
+      return 2;
+    }
+    ++a;
+  }
+  n = n_arg;
+  ticks = t_arg;
+  moved_per_tick = n * f_arg / 100;
+  if (moved_per_tick == 0) moved_per_tick = 1;
+  words = (n + 63) / 64;
+
+  pos = xcalloc(n * 3, sizeof(float));     /* the host model */
+  vel = xcalloc(n * 3, sizeof(float));
+  pos_out = xcalloc(n * 3, sizeof(float)); /* compact outgoing rows (index_map ticks) */
+  vel_out = xcalloc(n * 3, sizeof(float));
+  paths = xcalloc(n, sizeof(kstage_path_t));
+  perm = xcalloc(n, sizeof(uint32_t));
+  slot = xcalloc(n, sizeof(uint32_t));
+  sorted = xcalloc(n, sizeof(uint32_t));
+  index_map = xcalloc(n, sizeof(uint32_t));
+  mask = xcalloc(words, sizeof(uint64_t));
+
+  /* ---- the stage, the names, the initial state at ordinal 1 ---------------- */
+  CHECK(kstage_create(NULL, &stage));
+  CHECK(kstage_intern_token(stage, "position", KSTAGE_NUL_TERMINATED, &attrs[0]));
+  CHECK(kstage_intern_token(stage, "velocity", KSTAGE_NUL_TERMINATED, &attrs[1]));
+  for (i = 0; i < n; ++i) {
+    char name[48];
+    snprintf(name, sizeof name, "/particles/p%llu", (unsigned long long)i);
+    CHECK(kstage_intern_path(stage, name, KSTAGE_NUL_TERMINATED, &paths[i]));
+    perm[i] = (uint32_t)i;
+    pos[3 * i + 0] = 10.f * rng_unit();
+    pos[3 * i + 1] = 10.f * rng_unit();
+    pos[3 * i + 2] = 10.f * rng_unit();
+    vel[3 * i + 0] = rng_unit() - 0.5f;
+    vel[3 * i + 1] = rng_unit() - 0.5f;
+    vel[3 * i + 2] = rng_unit() - 0.5f;
+  }
+  CHECK(kstage_query_paths(stage, paths, n, &all));
+
+  shape_all[0] = (int64_t)n;
+  memset(data, 0, sizeof data);
+  tensors[0] = float3_tensor(pos, shape_all);
+  tensors[1] = float3_tensor(vel, shape_all);
+  data[0].tensors = &tensors[0];
+  data[0].tensor_count = 1;
+  data[0].semantic = KSTAGE_SEMANTIC_POINT;
+  data[1].tensors = &tensors[1];
+  data[1].tensor_count = 1;
+  data[1].semantic = KSTAGE_SEMANTIC_VECTOR;
+  CHECK(kstage_write_attributes(stage, all, attrs, data, 2, 1, KSTAGE_PRIM_MODE_INSERT, &op));
+  CHECK(kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE));
+  CHECK(kstage_release_op(stage, op));
+  CHECK(kstage_advance_write_floor(stage, 1, NULL, 0));
+
+  /* ---- the ticks -------------------------------------------------------------- */
+  for (k = 1; k <= ticks; ++k) {
+    const uint64_t ordinal = k + 1;
+    const uint64_t m = moved_per_tick;
+    const int use_mask = (k % 2) == 1;
+    kstage_query_t target = all;
+    kstage_read_desc_t desc;
+    kstage_read_t read = 0;
+    kstage_read_group_t group;
+    kstage_status_t st;
+    uint64_t seen = 0;
+
+    /* Pick m distinct particles (partial Fisher-Yates): perm[0..m). */
+    for (i = 0; i < m; ++i) {
+      const uint64_t j = i + rng_next() % (n - i);
+      const uint32_t tmp = perm[i];
+      perm[i] = perm[j];
+      perm[j] = tmp;
+    }
+    /* Move them: a small kick to the velocity, then a step. */
+    for (i = 0; i < m; ++i) {
+      const uint32_t p = perm[i];
+      int c;
+      vel[3 * p + 2] -= 0.0981f;
+      for (c = 0; c < 3; ++c) {
+        vel[3 * p + c] += 0.01f * (rng_unit() - 0.5f);
+        pos[3 * p + c] += 0.1f * vel[3 * p + c];
+      }
+      sorted[i] = p;
+    }
+    qsort(sorted, (size_t)m, sizeof(uint32_t), cmp_u32); /* the moved ones, in particle order */
+
+    memset(data, 0, sizeof data);
+    data[0].semantic = KSTAGE_SEMANTIC_POINT;
+    data[1].semantic = KSTAGE_SEMANTIC_VECTOR;
+    if (use_mask) {
+      /* The whole arrays; the mask selects the moved particles of `all`. */
+      memset(mask, 0, words * sizeof(uint64_t));
+      for (i = 0; i < m; ++i) mask[perm[i] / 64] |= 1ull << (perm[i] % 64);
+      tensors[0] = float3_tensor(pos, shape_all);
+      tensors[1] = float3_tensor(vel, shape_all);
+      for (a = 0; a < 2; ++a) {
+        data[a].count = n;
+        data[a].mask = mask;
+      }
+      ++mask_ticks;
+    } else {
+      /* A query over just the moved particles, and their rows in perm
+       * (shuffled) order: index_map[i] is the row of query prim i. */
+      kstage_path_t* moved_paths = xcalloc(m, sizeof(kstage_path_t));
+      for (i = 0; i < m; ++i) {
+        const uint32_t p = perm[i];
+        memcpy(&pos_out[3 * i], &pos[3 * p], 3 * sizeof(float));
+        memcpy(&vel_out[3 * i], &vel[3 * p], 3 * sizeof(float));
+        slot[p] = (uint32_t)i;
+      }
+      for (i = 0; i < m; ++i) {
+        moved_paths[i] = paths[sorted[i]];
+        index_map[i] = slot[sorted[i]];
+      }
+      CHECK(kstage_query_paths(stage, moved_paths, m, &target));
+      free(moved_paths);
+      shape_moved[0] = (int64_t)m;
+      tensors[0] = float3_tensor(pos_out, shape_moved);
+      tensors[1] = float3_tensor(vel_out, shape_moved);
+      for (a = 0; a < 2; ++a) {
+        data[a].count = m;
+        data[a].index_map = index_map;
+      }
+      ++map_ticks;
+    }
+    data[0].tensors = &tensors[0];
+    data[0].tensor_count = 1;
+    data[1].tensors = &tensors[1];
+    data[1].tensor_count = 1;
+
+    /* Producer: one batch op for both attributes, then seal the tick. */
+    t0 = now_seconds();
+    CHECK(kstage_write_attributes(stage, target, attrs, data, 2, ordinal, KSTAGE_PRIM_MODE_UPDATE, &op));
+    CHECK(kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE));
+    CHECK(kstage_release_op(stage, op));
+    CHECK(kstage_advance_write_floor(stage, ordinal, NULL, 0));
+    t_write += now_seconds() - t0;
+    rows_written += 2 * m;
+    if (target != all) CHECK(kstage_query_release(stage, target));
+
+    /* Consumer: what changed at this ordinal? Exactly the moved particles. */
+    memset(&desc, 0, sizeof desc);
+    desc.change_range = true;
+    desc.range_begin = ordinal;
+    desc.range_end = ordinal;
+    t0 = now_seconds();
+    CHECK(kstage_read_attributes(stage, all, &attrs[0], 1, &desc, &read));
+    while ((st = kstage_fetch_read_next(stage, read, 0, &group)) == KSTAGE_OK) {
+      const DLTensor* t = &group.data.tensors[0];
+      const float* base = (const float*)((const char*)t->data + t->byte_offset);
+      if (group.is_delete || group.attribute != attrs[0] || group.dtype.lanes != 3 ||
+          group.semantic != KSTAGE_SEMANTIC_POINT || group.ordinal != ordinal) {
+        fprintf(stderr, "particles: tick %llu: unexpected group (delete %d, lanes %u, ordinal %llu)\n",
+                (unsigned long long)k, (int)group.is_delete, (unsigned)group.dtype.lanes,
+                (unsigned long long)group.ordinal);
+        return 1;
+      }
+      for (i = 0; i < group.prim_count; ++i) {
+        const uint64_t row = group.data.index_map ? group.data.index_map[i] : i;
+        const float* v = base + 3 * row;
+        const uint32_t p = seen + i < m ? sorted[seen + i] : 0;
+        if (seen + i >= m || group.prims[i] != paths[p]) {
+          fprintf(stderr, "particles: tick %llu: change %llu is not moved particle %llu\n",
+                  (unsigned long long)k, (unsigned long long)(seen + i), (unsigned long long)p);
+          return 1;
+        }
+        if (v[0] != pos[3 * p] || v[1] != pos[3 * p + 1] || v[2] != pos[3 * p + 2]) {
+          fprintf(stderr, "particles: tick %llu: particle %u reads (%g, %g, %g), expected (%g, %g, %g)\n",
+                  (unsigned long long)k, (unsigned)p, v[0], v[1], v[2], pos[3 * p], pos[3 * p + 1],
+                  pos[3 * p + 2]);
+          return 1;
+        }
+      }
+      seen += group.prim_count;
+      CHECK(kstage_release_group(stage, group.handle));
+    }
+    if (st != KSTAGE_END_OF_ITERATION) CHECK(st);
+    CHECK(kstage_release_read(stage, read));
+    t_read += now_seconds() - t0;
+    rows_read += seen;
+    if (seen != m) {
+      fprintf(stderr, "particles: tick %llu: %llu particles reported as changed, %llu moved\n",
+              (unsigned long long)k, (unsigned long long)seen, (unsigned long long)m);
+      return 1;
+    }
+  }
+
+  /* ---- the final state: every particle, both attributes ------------------- */
+  {
+    kstage_read_t read = 0;
+    kstage_read_group_t group;
+    kstage_status_t st;
+    uint64_t groups = 0;
+    CHECK(kstage_read_attributes(stage, all, attrs, 2, NULL, &read));
+    while ((st = kstage_fetch_read_next(stage, read, 0, &group)) == KSTAGE_OK) {
+      const DLTensor* t = &group.data.tensors[0];
+      const float* base = (const float*)((const char*)t->data + t->byte_offset);
+      const float* model = group.attribute == attrs[0] ? pos : vel;
+      if (group.prim_count != n || group.ordinal != ticks + 1) {
+        fprintf(stderr, "particles: final read: %llu prims at ordinal %llu\n",
+                (unsigned long long)group.prim_count, (unsigned long long)group.ordinal);
+        return 1;
+      }
+      for (i = 0; i < n; ++i) {
+        const uint64_t row = group.data.index_map ? group.data.index_map[i] : i;
+        if (group.prims[i] != paths[i] || memcmp(base + 3 * row, model + 3 * i, 3 * sizeof(float)) != 0) {
+          fprintf(stderr, "particles: final %s of particle %llu does not match the model\n",
+                  group.attribute == attrs[0] ? "position" : "velocity", (unsigned long long)i);
+          return 1;
+        }
+      }
+      ++groups;
+      CHECK(kstage_release_group(stage, group.handle));
+    }
+    if (st != KSTAGE_END_OF_ITERATION) CHECK(st);
+    CHECK(kstage_release_read(stage, read));
+    if (groups != 2) {
+      fprintf(stderr, "particles: final read returned %llu groups, expected 2\n", (unsigned long long)groups);
+      return 1;
+    }
+  }
+
+  CHECK(kstage_query_release(stage, all));
+  CHECK(kstage_destroy(stage));
+
+  printf("kstage %u.%u.%u particles example\n", KSTAGE_VERSION_MAJOR, KSTAGE_VERSION_MINOR,
+         KSTAGE_VERSION_PATCH);
+  printf("  particles          %llu\n", (unsigned long long)n);
+  printf("  ticks              %llu (%llu mask writes, %llu index_map writes)\n",
+         (unsigned long long)ticks, (unsigned long long)mask_ticks, (unsigned long long)map_ticks);
+  printf("  moved per tick     %llu (%.1f%%)\n", (unsigned long long)moved_per_tick,
+         100.0 * (double)moved_per_tick / (double)n);
+  printf("  producer           %llu rows written (position + velocity) in %.4f s: %.3g rows/s\n",
+         (unsigned long long)rows_written, t_write, t_write > 0 ? (double)rows_written / t_write : 0.0);
+  printf("  consumer           %llu rows read (position change ranges) in %.4f s: %.3g rows/s\n",
+         (unsigned long long)rows_read, t_read, t_read > 0 ? (double)rows_read / t_read : 0.0);
+  printf("  final state        %llu positions and velocities match the host model\n",
+         (unsigned long long)n);
+  printf("particles: OK\n");
+
+  free(pos);
+  free(vel);
+  free(pos_out);
+  free(vel_out);
+  free(paths);
+  free(perm);
+  free(slot);
+  free(sorted);
+  free(index_map);
+  free(mask);
+  return 0;
+}

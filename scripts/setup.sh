@@ -1,0 +1,314 @@
+#!/usr/bin/env bash
+# kstage dependency setup.
+#
+# Gets every build dependency of kstage into a cache folder and reuses it on later runs:
+#   - Kokkos 3.4.01 (OpenMP + Serial, shared), built from the Kokkos copy inside Debian 12's
+#     Trilinos 13.2 source package -- skipped when Kokkos_ROOT is set in the environment;
+#   - DLPack >= 1.0 headers + CMake config, from Debian's libdlpack-dev (trixie);
+#   - Catch2 3 (static libs + CMake config), from Debian's libcatch2-dev (bookworm-backports).
+#
+# The packages are fetched with a PRIVATE apt configuration (its own sources list, lists and
+# cache under the cache folder); the system's apt sources are never modified. The archive URI
+# is taken at run time from this machine's own apt configuration. Packages are unpacked with
+# dpkg-deb -x into the cache, never installed into the system.
+#
+# Environment:
+#   KSTAGE_DEPS_DIR   cache folder (default: $HOME/.cache/kstage-deps)
+#   Kokkos_ROOT       use this Kokkos installation; no Kokkos is built
+#   KSTAGE_APT_URI    override the Debian archive URI found in the apt configuration
+#   KSTAGE_JOBS       parallel build jobs for Kokkos (default: nproc)
+#
+# Idempotent: one stamp file per dependency; a second run does no download and no build.
+set -euo pipefail
+
+log() { printf '[kstage-setup] %s\n' "$*" >&2; }
+die() { printf '[kstage-setup] ERROR: %s\n' "$*" >&2; exit 1; }
+
+if [ -z "${HOME:-}" ]; then
+  HOME=$(getent passwd "$(id -u)" | cut -d: -f6)
+  export HOME
+fi
+
+DEPS_DIR=${KSTAGE_DEPS_DIR:-$HOME/.cache/kstage-deps}
+case $DEPS_DIR in /*) ;; *) DEPS_DIR=$PWD/$DEPS_DIR ;; esac
+APT_DIR=$DEPS_DIR/apt
+DL_DIR=$DEPS_DIR/downloads
+USR_PREFIX=$DEPS_DIR/usr-prefix
+KOKKOS_PREFIX=$DEPS_DIR/kokkos
+STAMP_DIR=$DEPS_DIR/stamps
+WORK_DIR=$DEPS_DIR/work
+LOG_DIR=$DEPS_DIR/logs
+
+# Pinned inputs. Bumping the recipe number forces a rebuild/re-extract of that dependency.
+DEBIAN_SUITE=bookworm
+TRILINOS_SRC_VERSION=13.2.0-4
+TRILINOS_TOPDIR=Trilinos-trilinos-release-13-2-0
+KOKKOS_EXPECTED_VERSION=3.4.01
+KOKKOS_RECIPE=1
+CATCH2_PKG=libcatch2-dev/bookworm-backports
+CATCH2_RECIPE=1
+DLPACK_PKG=libdlpack-dev/trixie
+DLPACK_RECIPE=1
+KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
+
+JOBS=${KSTAGE_JOBS:-$(nproc 2>/dev/null || echo 2)}
+KOKKOS_CMAKE_ARGS=(
+  -DCMAKE_BUILD_TYPE=Release
+  -DCMAKE_INSTALL_PREFIX="$KOKKOS_PREFIX"
+  -DCMAKE_INSTALL_LIBDIR=lib
+  -DKokkos_ENABLE_OPENMP=ON
+  -DKokkos_ENABLE_SERIAL=ON
+  -DCMAKE_CXX_STANDARD=17
+  -DKokkos_CXX_STANDARD=17
+  -DBUILD_SHARED_LIBS=ON
+  -DCMAKE_POSITION_INDEPENDENT_CODE=ON
+  -DKokkos_ENABLE_TESTS=OFF
+  -DKokkos_ENABLE_EXAMPLES=OFF
+)
+
+SECONDS=0
+
+# --------------------------------------------------------------------------------------------
+# 0. Build tools (installed with the system's apt only when missing)
+# --------------------------------------------------------------------------------------------
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"
+  elif command -v sudo >/dev/null 2>&1; then sudo "$@"
+  else die "need root (or sudo) to run: $*"
+  fi
+}
+
+ensure_tools() {
+  local missing=() pair cmd pkg
+  for pair in g++:g++ cmake:cmake make:make dpkg-source:dpkg-dev xz:xz-utils python3:python3 \
+              tar:tar gzip:gzip flock:util-linux; do
+    cmd=${pair%%:*}; pkg=${pair#*:}
+    command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+  done
+  [ -e /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
+  [ -e "$KEYRING" ] || missing+=(debian-archive-keyring)
+  command -v apt-get >/dev/null 2>&1 || die "apt-get not found: this script supports Debian 12"
+  if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing missing build tools: ${missing[*]}"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -q update
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-install-recommends "${missing[@]}"
+  fi
+  local v
+  v=$(cmake --version | awk 'NR==1{print $3}')
+  if ! printf '3.25\n%s\n' "$v" | sort -V -C; then
+    die "CMake >= 3.25 is required (found $v)"
+  fi
+}
+
+# --------------------------------------------------------------------------------------------
+# 1. Archive URI from the machine's own apt configuration
+# --------------------------------------------------------------------------------------------
+# Prints the first URI whose suite list contains exactly "$DEBIAN_SUITE" (so -updates,
+# -security, -backports entries are skipped). Handles deb822 *.sources and one-line *.list.
+find_archive_uri() {
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -r "$f" ] || continue
+    awk -v suite="$DEBIAN_SUITE" '
+      function flush() {
+        if (enabled && is_deb && uri != "" && has_suite) { print uri; found = 1; exit }
+        uri = ""; has_suite = 0; is_deb = 0; enabled = 1
+      }
+      BEGIN { enabled = 1 }
+      /^[ \t]*#/ { next }
+      /^[ \t]*$/ { flush(); next }
+      {
+        key = tolower($1); sub(/:$/, "", key)
+        if (key == "types")   { for (i = 2; i <= NF; i++) if ($i == "deb" || $i == "deb-src") is_deb = 1 }
+        if (key == "uris")    { uri = $2 }
+        if (key == "suites")  { for (i = 2; i <= NF; i++) if ($i == suite) has_suite = 1 }
+        if (key == "enabled") { if (tolower($2) == "no") enabled = 0 }
+      }
+      END { if (!found) flush() }
+    ' "$f"
+  done
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -r "$f" ] || continue
+    sed -e 's/\[[^]]*\]//' "$f" | awk -v suite="$DEBIAN_SUITE" '
+      $1 == "deb" || $1 == "deb-src" { if ($3 == suite) { print $2; exit } }'
+  done
+}
+
+# --------------------------------------------------------------------------------------------
+# 2. Private apt
+# --------------------------------------------------------------------------------------------
+APT_OPTS=()
+APT_READY=0
+apt_private_init() {
+  [ "$APT_READY" -eq 1 ] && return 0
+  local uri=${KSTAGE_APT_URI:-}
+  if [ -z "$uri" ]; then
+    uri=$(find_archive_uri | grep -v '^cdrom:' | head -n1 || true)
+  fi
+  [ -n "$uri" ] || die "no '$DEBIAN_SUITE' entry found in /etc/apt/sources.list or /etc/apt/sources.list.d/ (set KSTAGE_APT_URI to a Debian archive URI)"
+  uri=${uri%/}
+  log "Debian archive (from this machine's apt configuration): $uri"
+  mkdir -p "$APT_DIR"/state/lists/partial "$APT_DIR"/cache/archives/partial "$APT_DIR"/etc
+  cat > "$APT_DIR/etc/sources.list" <<EOF
+# Generated by kstage scripts/setup.sh -- private to the kstage dependency cache.
+deb-src [signed-by=$KEYRING] $uri $DEBIAN_SUITE main
+deb [signed-by=$KEYRING] $uri $DEBIAN_SUITE-backports main
+deb [signed-by=$KEYRING] $uri trixie main
+EOF
+  APT_OPTS=(
+    -o "Dir::Etc::SourceList=$APT_DIR/etc/sources.list"
+    -o "Dir::Etc::SourceParts=/dev/null"
+    -o "Dir::State=$APT_DIR/state"
+    -o "Dir::Cache=$APT_DIR/cache"
+    -o "Dir::Etc::Preferences=/dev/null"
+    -o "Dir::Etc::PreferencesParts=/dev/null"
+    -o "APT::Sandbox::User=root"
+    -o "Acquire::Languages=none"
+  )
+  log "apt-get update (private lists under $APT_DIR)"
+  apt-get -q "${APT_OPTS[@]}" update >"$LOG_DIR/apt-update.log" 2>&1 \
+    || { tail -n 30 "$LOG_DIR/apt-update.log" >&2; die "private apt-get update failed"; }
+  APT_READY=1
+}
+
+apt_private_cleanup() {
+  # The lists are only needed while downloading; drop them to keep the cache small.
+  [ "$APT_READY" -eq 1 ] || return 0
+  rm -rf "$APT_DIR/state/lists" "$APT_DIR/cache"
+}
+
+# --------------------------------------------------------------------------------------------
+# 3. Stamps
+# --------------------------------------------------------------------------------------------
+# A stamp's first line is the "key" (recipe + inputs); later lines are informational.
+stamp_ok() { # name key [file-that-must-exist...]
+  local name=$1 key=$2 f; shift 2
+  [ -f "$STAMP_DIR/$name.stamp" ] || return 1
+  [ "$(head -n1 "$STAMP_DIR/$name.stamp")" = "$key" ] || return 1
+  for f in "$@"; do [ -e "$f" ] || return 1; done
+  return 0
+}
+
+# --------------------------------------------------------------------------------------------
+# 4. .deb packages unpacked into $USR_PREFIX
+# --------------------------------------------------------------------------------------------
+deb_dep() { # name apt-spec recipe check-file
+  local name=$1 spec=$2 recipe=$3 check=$4
+  local key="$name spec=$spec recipe=$recipe"
+  if stamp_ok "$name" "$key" "$check"; then
+    log "$name: cached ($(sed -n 2p "$STAMP_DIR/$name.stamp"))"
+    return 0
+  fi
+  apt_private_init
+  local pkg=${spec%%/*} dir="$DL_DIR/$name"
+  rm -rf "$dir"; mkdir -p "$dir"
+  log "$name: downloading $spec"
+  (cd "$dir" && apt-get -q "${APT_OPTS[@]}" download "$spec") >"$LOG_DIR/$name-download.log" 2>&1 \
+    || { tail -n 30 "$LOG_DIR/$name-download.log" >&2; die "$name: apt-get download $spec failed"; }
+  local debs deb
+  debs=("$dir"/"${pkg}"_*.deb)
+  deb=${debs[0]}
+  [ -f "$deb" ] || die "$name: no .deb downloaded for $spec"
+  # Remove the files of a previously unpacked version of this package.
+  if [ -f "$STAMP_DIR/$name.files" ]; then
+    (cd "$USR_PREFIX" && while IFS= read -r p; do
+       [ -f "$p" ] || [ -L "$p" ] && rm -f -- "$p"
+     done < "$STAMP_DIR/$name.files") || true
+  fi
+  mkdir -p "$USR_PREFIX"
+  dpkg-deb -x "$deb" "$USR_PREFIX"
+  dpkg-deb --fsys-tarfile "$deb" | tar -t | sed -e 's|^\./||' -e '/\/$/d' > "$STAMP_DIR/$name.files"
+  [ -e "$check" ] || die "$name: $check missing after unpacking $(basename "$deb")"
+  printf '%s\n%s %s\n' "$key" "$(dpkg-deb -f "$deb" Package)" "$(dpkg-deb -f "$deb" Version)" \
+    > "$STAMP_DIR/$name.stamp"
+  log "$name: unpacked $(basename "$deb")"
+  rm -rf "$dir"
+}
+
+# --------------------------------------------------------------------------------------------
+# 5. Kokkos from the Trilinos 13.2 source package
+# --------------------------------------------------------------------------------------------
+kokkos_dep() {
+  if [ -n "${Kokkos_ROOT:-}" ]; then
+    if find "$Kokkos_ROOT" -maxdepth 5 -name KokkosConfig.cmake 2>/dev/null | grep -q .; then
+      log "kokkos: using Kokkos_ROOT=$Kokkos_ROOT (no Kokkos is built)"
+    else
+      log "WARNING: Kokkos_ROOT=$Kokkos_ROOT has no KokkosConfig.cmake; CMake may not find Kokkos"
+    fi
+    return 0
+  fi
+  local cxx_id
+  cxx_id=$(c++ --version 2>/dev/null | head -n1 || echo unknown)
+  local key="kokkos src=trilinos=$TRILINOS_SRC_VERSION recipe=$KOKKOS_RECIPE cxx=$cxx_id args=${KOKKOS_CMAKE_ARGS[*]}"
+  if stamp_ok kokkos "$key" "$KOKKOS_PREFIX/lib/cmake/Kokkos/KokkosConfig.cmake"; then
+    log "kokkos: cached ($(sed -n 2p "$STAMP_DIR/kokkos.stamp"))"
+    return 0
+  fi
+  apt_private_init
+  local dir="$DL_DIR/trilinos" tarball
+  tarball="$dir/trilinos_${TRILINOS_SRC_VERSION%-*}.orig.tar.gz"
+  mkdir -p "$dir"
+  if [ ! -s "$tarball" ]; then
+    log "kokkos: downloading source package trilinos=$TRILINOS_SRC_VERSION (~166 MB)"
+    (cd "$dir" && apt-get -q "${APT_OPTS[@]}" source --download-only "trilinos=$TRILINOS_SRC_VERSION") \
+      >"$LOG_DIR/kokkos-download.log" 2>&1 \
+      || { tail -n 30 "$LOG_DIR/kokkos-download.log" >&2; die "kokkos: apt-get source trilinos=$TRILINOS_SRC_VERSION failed"; }
+  fi
+  [ -s "$tarball" ] || die "kokkos: $tarball missing after download"
+
+  local src="$WORK_DIR/kokkos-src" bld="$WORK_DIR/kokkos-build"
+  rm -rf "$src" "$bld" "$KOKKOS_PREFIX"
+  mkdir -p "$src" "$bld"
+  log "kokkos: extracting packages/kokkos"
+  tar -xzf "$tarball" -C "$src" --strip-components=3 "$TRILINOS_TOPDIR/packages/kokkos"
+  [ -f "$src/CMakeLists.txt" ] || die "kokkos: no CMakeLists.txt in the extracted Kokkos source"
+
+  log "kokkos: configuring (OpenMP + Serial, shared, C++17)"
+  cmake -S "$src" -B "$bld" "${KOKKOS_CMAKE_ARGS[@]}" >"$LOG_DIR/kokkos-configure.log" 2>&1 \
+    || { tail -n 40 "$LOG_DIR/kokkos-configure.log" >&2; die "kokkos: configure failed (log: $LOG_DIR/kokkos-configure.log)"; }
+  log "kokkos: building with $JOBS jobs"
+  cmake --build "$bld" -j "$JOBS" >"$LOG_DIR/kokkos-build.log" 2>&1 \
+    || { tail -n 40 "$LOG_DIR/kokkos-build.log" >&2; die "kokkos: build failed (log: $LOG_DIR/kokkos-build.log)"; }
+  cmake --install "$bld" >"$LOG_DIR/kokkos-install.log" 2>&1 \
+    || { tail -n 40 "$LOG_DIR/kokkos-install.log" >&2; die "kokkos: install failed"; }
+
+  local ver
+  ver=$(sed -n 's/^set(PACKAGE_VERSION "\(.*\)")/\1/p' "$KOKKOS_PREFIX/lib/cmake/Kokkos/KokkosConfigVersion.cmake" | head -n1)
+  [ "$ver" = "$KOKKOS_EXPECTED_VERSION" ] || log "WARNING: built Kokkos reports version '$ver' (expected $KOKKOS_EXPECTED_VERSION)"
+  printf '%s\nKokkos %s (OpenMP+Serial) from trilinos %s\n' "$key" "$ver" "$TRILINOS_SRC_VERSION" \
+    > "$STAMP_DIR/kokkos.stamp"
+  # Save disk: the source tarball and the build tree are not needed any more.
+  rm -rf "$src" "$bld" "$dir"
+  log "kokkos: installed Kokkos $ver into $KOKKOS_PREFIX"
+}
+
+# --------------------------------------------------------------------------------------------
+main() {
+  ensure_tools
+  mkdir -p "$DEPS_DIR" "$STAMP_DIR" "$DL_DIR" "$LOG_DIR"
+  # Serialise concurrent runs (e.g. scripts/run.sh and scripts/test.sh started together).
+  exec 9>"$DEPS_DIR/.lock"
+  flock 9
+
+  deb_dep dlpack "$DLPACK_PKG" "$DLPACK_RECIPE" \
+    "$USR_PREFIX/usr/include/dlpack/dlpack.h"
+  deb_dep catch2 "$CATCH2_PKG" "$CATCH2_RECIPE" \
+    "$USR_PREFIX/usr/lib/cmake/Catch2/Catch2Config.cmake"
+  kokkos_dep
+  apt_private_cleanup
+  rmdir "$WORK_DIR" "$DL_DIR" 2>/dev/null || true
+
+  local prefix_path
+  if [ -n "${Kokkos_ROOT:-}" ]; then
+    prefix_path="$USR_PREFIX/usr"
+  else
+    prefix_path="$KOKKOS_PREFIX;$USR_PREFIX/usr"
+  fi
+  log "dependencies ready in $DEPS_DIR (${SECONDS}s)"
+  echo "CMAKE_PREFIX_PATH=$prefix_path"
+  if [ -n "${Kokkos_ROOT:-}" ]; then
+    echo "Kokkos_ROOT=$Kokkos_ROOT"
+  fi
+}
+
+main "$@"

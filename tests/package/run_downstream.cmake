@@ -1,0 +1,59 @@
+# Driver for the package_downstream test (cmake -P). See tests/package/CMakeLists.txt.
+cmake_minimum_required(VERSION 3.25)
+
+foreach(_v KSTAGE_BINARY_DIR INSTALL_PREFIX SOURCE_DIR WORK_DIR EXPECTED_VERSION)
+  if(NOT DEFINED ${_v} OR "${${_v}}" STREQUAL "")
+    message(FATAL_ERROR "run_downstream.cmake: -D${_v}=... is required")
+  endif()
+endforeach()
+
+function(_run what)
+  string(REPLACE ";" " " _pretty "${ARGN}")
+  message(STATUS "[package_downstream] ${what}: ${_pretty}")
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE _rc)
+  if(NOT _rc EQUAL 0)
+    message(FATAL_ERROR "[package_downstream] ${what} failed (exit ${_rc})")
+  endif()
+endfunction()
+
+# (a) install the built kstage into a private prefix
+file(REMOVE_RECURSE "${INSTALL_PREFIX}" "${WORK_DIR}")
+set(_config_args "")
+if(CONFIG)
+  set(_config_args --config "${CONFIG}")
+endif()
+_run("install" "${CMAKE_COMMAND}" --install "${KSTAGE_BINARY_DIR}" --prefix "${INSTALL_PREFIX}" ${_config_args})
+
+# (b) configure and build the downstream project against it
+string(REPLACE "|" ";" _prefix_path "${INSTALL_PREFIX}|${PREFIX_PATH}")
+set(_cfg
+  -S "${SOURCE_DIR}" -B "${WORK_DIR}"
+  "-DCMAKE_PREFIX_PATH=${_prefix_path}"
+  "-DKSTAGE_EXPECTED_VERSION=${EXPECTED_VERSION}")
+if(GENERATOR)
+  list(APPEND _cfg -G "${GENERATOR}")
+endif()
+if(CONFIG)
+  list(APPEND _cfg "-DCMAKE_BUILD_TYPE=${CONFIG}")
+endif()
+foreach(_pair "Kokkos_DIR=Kokkos_DIR" "dlpack_DIR=dlpack_DIR"
+              "C_COMPILER=CMAKE_C_COMPILER" "CXX_COMPILER=CMAKE_CXX_COMPILER"
+              "C_FLAGS=CMAKE_C_FLAGS" "CXX_FLAGS=CMAKE_CXX_FLAGS"
+              "EXE_LINKER_FLAGS=CMAKE_EXE_LINKER_FLAGS")
+  string(REPLACE "=" ";" _pair "${_pair}")
+  list(GET _pair 0 _in)
+  list(GET _pair 1 _out)
+  if(DEFINED ${_in} AND NOT "${${_in}}" STREQUAL "" AND NOT "${${_in}}" MATCHES "-NOTFOUND$")
+    list(APPEND _cfg "-D${_out}=${${_in}}")
+  endif()
+endforeach()
+_run("configure downstream" "${CMAKE_COMMAND}" ${_cfg})
+_run("build downstream" "${CMAKE_COMMAND}" --build "${WORK_DIR}" ${_config_args})
+
+# (c) run it
+set(_exe "${WORK_DIR}/kstage_downstream")
+if(NOT EXISTS "${_exe}" AND CONFIG AND EXISTS "${WORK_DIR}/${CONFIG}/kstage_downstream")
+  set(_exe "${WORK_DIR}/${CONFIG}/kstage_downstream")
+endif()
+_run("run downstream" "${_exe}")
+message(STATUS "[package_downstream] OK")

@@ -1,0 +1,593 @@
+// SPDX-License-Identifier: Apache-2.0
+// Reads: latest and change-range reads, tombstones, group lifetime across
+// later seals (copy-on-write), target devices, compact vs zero-copy groups,
+// and the read/group handle protocol.
+#include "support.hpp"
+
+#include <set>
+
+using namespace kstage_test;
+
+namespace {
+
+std::map<kstage_path_t, float> scalars(Stage& s, kstage_query_t q, kstage_token_t attr) {
+  std::map<kstage_path_t, float> m;
+  for (auto& [p, f] : s.floats(q, attr)) {
+    REQUIRE(f.size() == 1);
+    m[p] = f[0];
+  }
+  return m;
+}
+
+kstage_status_t try_write(Stage& s, kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
+                          std::vector<float> values,
+                          kstage_prim_mode_t mode = KSTAGE_PRIM_MODE_UPSERT) {
+  int64_t shape[1] = {int64_t(values.size())};
+  DLTensor t = tensor(values.data(), f32(), 1, shape);
+  kstage_write_data_t w = write_data(&t);
+  return s.write(q, attr, ordinal, w, mode);
+}
+
+// Array write: one float32 tensor per prim.
+void write_arrays(Stage& s, kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
+                  std::vector<std::vector<float>> rows) {
+  std::vector<int64_t> shapes(rows.size());
+  std::vector<DLTensor> ts(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    shapes[i] = int64_t(rows[i].size());
+    ts[i] = tensor(rows[i].data(), f32(), 1, &shapes[i]);
+  }
+  kstage_write_data_t w = write_data(ts.data(), ts.size(), true);
+  KS_OK(s.write(q, attr, ordinal, w));
+}
+
+kstage_read_desc_t range(uint64_t begin, uint64_t end) {
+  kstage_read_desc_t d{};
+  d.change_range = true;
+  d.range_begin = begin;
+  d.range_end = end;
+  return d;
+}
+
+std::vector<float> floats_of(const Group& g) {
+  std::vector<float> out;
+  for (auto& v : g.values)
+    for (float f : as_floats(v)) out.push_back(f);
+  return out;
+}
+
+// Opens a read of one attribute and fetches its first group, leaving both held.
+kstage_read_group_t hold(Stage& s, kstage_query_t q, kstage_token_t attr, kstage_read_t* read) {
+  KS_OK(kstage_read_attributes(s.stage, q, &attr, 1, nullptr, read));
+  kstage_read_group_t g{};
+  KS_OK(kstage_fetch_read_next(s.stage, *read, 0, &g));
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("a latest read gives one group per attribute, prims in query order", "[read]") {
+  Stage s(host_execution());
+  kstage_token_t a = s.token("a"), b = s.token("b");
+  auto p = s.paths("/p", 5);
+  KS_OK(try_write(s, s.query({p[3], p[1], p[0], p[2]}), a, 1, {3.f, 1.f, 0.f, 2.f}));
+  KS_OK(try_write(s, s.query({p[1], p[4]}), b, 1, {11.f, 14.f}));
+  s.seal(1);
+
+  kstage_query_t q = s.query({p[4], p[2], p[0], p[1], p[3]});
+  auto g = s.read(q, {a, b});
+  REQUIRE(g.size() == 2);
+  REQUIRE(g[0].attribute == a);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[2], p[0], p[1], p[3]});
+  REQUIRE(floats_of(g[0]) == std::vector<float>{2.f, 0.f, 1.f, 3.f});
+  REQUIRE(g[1].attribute == b);
+  REQUIRE(g[1].prims == std::vector<kstage_path_t>{p[4], p[1]});
+  REQUIRE(floats_of(g[1]) == std::vector<float>{14.f, 11.f});
+  for (const Group& x : g) {
+    REQUIRE_FALSE(x.is_delete);
+    REQUIRE_FALSE(x.is_array);
+    REQUIRE(x.dtype.code == kDLFloat);
+    REQUIRE(x.dtype.bits == 32);
+    REQUIRE(x.dtype.lanes == 1);
+    REQUIRE(x.semantic == KSTAGE_SEMANTIC_NONE);
+    REQUIRE(x.ordinal == 1);
+  }
+  // Attribute order of the request decides group order.
+  g = s.read(q, {b, a});
+  REQUIRE(g.size() == 2);
+  REQUIRE(g[0].attribute == b);
+  REQUIRE(g[1].attribute == a);
+}
+
+TEST_CASE("explicit path queries may name prims that do not exist yet", "[read][query]") {
+  Stage s(host_execution());
+  kstage_token_t a = s.token("a");
+  kstage_path_t now = s.path("/now"), later = s.path("/later"), never = s.path("/never");
+  kstage_query_t q = s.query({later, now, never});
+  kstage_query_t only_future = s.query({later, never});
+  KS_OK(try_write(s, s.query({now}), a, 1, {1.f}));
+  s.seal(1);
+  auto g = s.read(q, {a});
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{now});
+  REQUIRE(s.read(only_future, {a}).empty());
+
+  KS_OK(try_write(s, s.query({later}), a, 2, {2.f}));
+  s.seal(2);
+  g = s.read(q, {a});  // the same handle now sees it
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{later, now});
+  REQUIRE(floats_of(g[0]) == std::vector<float>{2.f, 1.f});
+  g = s.read(only_future, {a});
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{later});
+}
+
+TEST_CASE("change-range reads return the prims whose last change is in the range",
+          "[read][change_range]") {
+  Stage s(host_execution());
+  kstage_token_t a = s.token("a");
+  auto p = s.paths("/c", 6);
+  kstage_query_t all = s.query(p);
+  KS_OK(try_write(s, all, a, 1, {10.f, 11.f, 12.f, 13.f, 14.f, 15.f}));
+  KS_OK(try_write(s, s.query({p[1], p[2]}), a, 2, {21.f, 22.f}));
+  KS_OK(try_write(s, s.query({p[2], p[3]}), a, 3, {32.f, 33.f}));
+  KS_OK(try_write(s, s.query({p[4]}), a, 4, {44.f}));
+  KS_OK(try_write(s, s.query({p[5]}), a, 5, {55.f}));
+  s.seal(5);
+
+  kstage_query_t q03 = s.query({p[3], p[0], p[2], p[1]});
+  kstage_read_desc_t d = range(2, 3);
+  auto g = s.read(q03, {a}, &d);
+  REQUIRE(g.size() == 1);
+  REQUIRE_FALSE(g[0].is_delete);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[3], p[2], p[1]});  // query order
+  REQUIRE(floats_of(g[0]) == std::vector<float>{33.f, 32.f, 21.f});       // current values
+  REQUIRE(g[0].ordinal == 5);
+
+  // [1, 1] is answerable only for prims that did not change after 1.
+  d = range(1, 1);
+  g = s.read(s.query({p[0]}), {a}, &d);
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[0]});
+  REQUIRE(floats_of(g[0]) == std::vector<float>{10.f});
+  kstage_read_t r = 0;
+  KS_FAILS(kstage_read_attributes(s.stage, q03, &a, 1, &d, &r), KSTAGE_OUT_OF_RANGE,
+           "after the range end 1");
+
+  d = range(3, 3);
+  g = s.read(q03, {a}, &d);
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[3], p[2]});
+
+  // Prims of the query changed at 4 (and 5): the range cannot be answered.
+  d = range(2, 3);
+  KS_FAILS(kstage_read_attributes(s.stage, s.query({p[0], p[4]}), &a, 1, &d, &r),
+           KSTAGE_OUT_OF_RANGE, "prim '/c_4' changed again at ordinal 4");
+  KS_FAILS(kstage_read_attributes(s.stage, all, &a, 1, &d, &r), KSTAGE_OUT_OF_RANGE,
+           "after the range end 3");
+  d = range(1, 4);
+  KS_FAILS(kstage_read_attributes(s.stage, all, &a, 1, &d, &r), KSTAGE_OUT_OF_RANGE,
+           "prim '/c_5' changed again at ordinal 5");
+  REQUIRE(r == 0);
+
+  d = range(2, 4);
+  g = s.read(s.query({p[0], p[1], p[2], p[3], p[4]}), {a}, &d);
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[1], p[2], p[3], p[4]});
+  d = range(1, 5);
+  g = s.read(all, {a}, &d);
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].prims == p);
+  REQUIRE(floats_of(g[0]) == std::vector<float>{10.f, 21.f, 32.f, 33.f, 44.f, 55.f});
+  // A range after every change: nothing changed, no group, no error.
+  d = range(6, 9);
+  REQUIRE(s.read(all, {a}, &d).empty());
+  // The range may reach past the floor.
+  d = range(5, 100);
+  g = s.read(all, {a}, &d);
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[5]});
+}
+
+TEST_CASE("change-range reads report deletions as tombstone groups", "[read][change_range][delete]") {
+  Stage s(host_execution());
+  kstage_token_t a = s.token("a");
+  auto p = s.paths("/t", 4);
+  kstage_query_t all = s.query(p);
+  KS_OK(try_write(s, all, a, 1, {1.f, 2.f, 3.f, 4.f}));
+  KS_OK(try_write(s, s.query({p[0]}), a, 2, {20.f}));
+  KS_OK(s.remove(s.query({p[2], p[1]}), {a}, 3));
+  KS_OK(try_write(s, s.query({p[3]}), a, 4, {40.f}));
+  s.seal(5);
+
+  kstage_read_desc_t d = range(3, 5);
+  auto g = s.read(all, {a}, &d);
+  REQUIRE(g.size() == 2);
+  REQUIRE_FALSE(g[0].is_delete);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[3]});
+  REQUIRE(floats_of(g[0]) == std::vector<float>{40.f});
+  REQUIRE(g[1].is_delete);
+  REQUIRE(g[1].attribute == a);
+  REQUIRE(g[1].prims == std::vector<kstage_path_t>{p[1], p[2]});  // query order
+  REQUIRE(g[1].values.empty());
+
+  // Raw view of the tombstone: no tensors, data.count == prim_count.
+  {
+    kstage_read_t r = 0;
+    KS_OK(kstage_read_attributes(s.stage, all, &a, 1, &d, &r));
+    kstage_read_group_t v{}, t{};
+    KS_OK(kstage_fetch_read_next(s.stage, r, 0, &v));
+    KS_OK(kstage_fetch_read_next(s.stage, r, 0, &t));
+    REQUIRE(t.is_delete);
+    REQUIRE(t.prim_count == 2);
+    REQUIRE(t.data.count == 2);
+    REQUIRE(t.data.tensor_count == 0);
+    REQUIRE(t.data.tensors == nullptr);
+    REQUIRE(t.data.index_map == nullptr);
+    REQUIRE(t.data.mask == nullptr);
+    REQUIRE(t.attribute == a);
+    REQUIRE(t.handle != v.handle);
+    kstage_read_group_t none{};
+    KS_FAILS(kstage_fetch_read_next(s.stage, r, 0, &none), KSTAGE_END_OF_ITERATION, "no more groups");
+    KS_OK(kstage_release_group(s.stage, v.handle));
+    KS_OK(kstage_release_group(s.stage, t.handle));
+    KS_OK(kstage_release_read(s.stage, r));
+  }
+
+  // Only tombstones in the range: no value group.
+  d = range(3, 3);
+  g = s.read(s.query({p[0], p[1], p[2]}), {a}, &d);
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].is_delete);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[1], p[2]});
+  // The deletion at 3 is a change after [1, 2].
+  d = range(1, 2);
+  kstage_read_t r = 0;
+  KS_FAILS(kstage_read_attributes(s.stage, s.query({p[0], p[1]}), &a, 1, &d, &r),
+           KSTAGE_OUT_OF_RANGE, "prim '/t_1' changed again at ordinal 3");
+  // A range after the deletion: no tombstone.
+  d = range(4, 5);
+  g = s.read(all, {a}, &d);
+  REQUIRE(g.size() == 1);
+  REQUIRE_FALSE(g[0].is_delete);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[3]});
+  // The latest read has no trace of the deleted prims.
+  g = s.read(all, {a});
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[0], p[3]});
+
+  // Written again at 6: p_1 is a value again, only p_2 stays a tombstone.
+  KS_OK(try_write(s, s.query({p[1]}), a, 6, {61.f}));
+  s.seal(6);
+  d = range(3, 6);
+  g = s.read(all, {a}, &d);
+  REQUIRE(g.size() == 2);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[1], p[3]});
+  REQUIRE(floats_of(g[0]) == std::vector<float>{61.f, 40.f});
+  REQUIRE(g[1].is_delete);
+  REQUIRE(g[1].prims == std::vector<kstage_path_t>{p[2]});
+}
+
+TEST_CASE("a change range with begin > end is rejected", "[read][change_range][errors]") {
+  Stage s(host_execution());
+  kstage_token_t a = s.token("a");
+  kstage_query_t q = s.query(s.paths("/p", 2));
+  KS_OK(try_write(s, q, a, 1, {1.f, 2.f}));
+  s.seal(1);
+  kstage_read_desc_t d = range(4, 3);
+  kstage_read_t r = 0;
+  KS_FAILS(kstage_read_attributes(s.stage, q, &a, 1, &d, &r), KSTAGE_INVALID_ARGUMENT,
+           "change range [4, 3] is empty (begin > end)");
+  REQUIRE(r == 0);
+  d = range(3, 3);  // a single ordinal is fine
+  KS_OK(kstage_read_attributes(s.stage, q, &a, 1, &d, &r));
+  KS_OK(kstage_release_read(s.stage, r));
+  // begin > end is harmless when change_range is false.
+  d = range(4, 3);
+  d.change_range = false;
+  REQUIRE(s.read(q, {a}, &d).size() == 1);
+}
+
+TEST_CASE("a held group keeps its values across later seals", "[read][lifetime]") {
+  Stage s(host_execution());
+  kstage_token_t a = s.token("a");
+  auto p = s.paths("/p", 4);
+  kstage_query_t q = s.query(p);
+  KS_OK(try_write(s, q, a, 1, {1.f, 2.f, 3.f, 4.f}));
+  s.seal(1);
+
+  kstage_read_t r = 0;
+  kstage_read_group_t g = hold(s, q, a, &r);
+  const void* data_before = g.data.tensors[0].data;
+  // A full rewrite, a sparse rewrite, new prims, a delete: all sealed.
+  KS_OK(try_write(s, q, a, 2, {10.f, 20.f, 30.f, 40.f}));
+  s.seal(2);
+  KS_OK(try_write(s, s.query({p[1], p[3]}), a, 3, {200.f, 400.f}));
+  s.seal(3);
+  KS_OK(try_write(s, s.query(s.paths("/more", 8)), a, 4, {5, 5, 5, 5, 5, 5, 5, 5}));
+  KS_OK(s.remove(s.query({p[0]}), {a}, 4));
+  s.seal(4);
+  KS_OK(try_write(s, q, a, 5, {-1.f, -2.f, -3.f, -4.f}));
+  s.seal(5);
+
+  REQUIRE(g.data.tensors[0].data == data_before);
+  Group held = Stage::copy_group(g);
+  REQUIRE(held.prims == p);
+  REQUIRE(floats_of(held) == std::vector<float>{1.f, 2.f, 3.f, 4.f});
+  REQUIRE(held.ordinal == 1);
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+
+  REQUIRE(scalars(s, q, a) ==
+          std::map<kstage_path_t, float>{{p[0], -1.f}, {p[1], -2.f}, {p[2], -3.f}, {p[3], -4.f}});
+}
+
+TEST_CASE("a held array group keeps its values across later seals", "[read][lifetime][array]") {
+  Stage s(host_execution());
+  kstage_token_t a = s.token("arr");
+  auto p = s.paths("/p", 3);
+  kstage_query_t q = s.query(p);
+  write_arrays(s, q, a, 1, {{1.f}, {2.f, 2.f}, {3.f, 3.f, 3.f}});
+  s.seal(1);
+  kstage_read_t r = 0;
+  kstage_read_group_t g = hold(s, q, a, &r);
+  // Same lengths (an in-place overwrite when nobody holds the buffer), then new lengths.
+  write_arrays(s, q, a, 2, {{9.f}, {8.f, 8.f}, {7.f, 7.f, 7.f}});
+  s.seal(2);
+  write_arrays(s, s.query({p[1]}), a, 3, {{6.f, 6.f, 6.f, 6.f}});
+  s.seal(3);
+  Group held = Stage::copy_group(g);
+  REQUIRE(held.is_array);
+  REQUIRE(held.values.size() == 3);
+  REQUIRE(as_floats(held.values[0]) == std::vector<float>{1.f});
+  REQUIRE(as_floats(held.values[1]) == std::vector<float>{2.f, 2.f});
+  REQUIRE(as_floats(held.values[2]) == std::vector<float>{3.f, 3.f, 3.f});
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  auto now = s.floats(q, a);
+  REQUIRE(now[p[0]] == std::vector<float>{9.f});
+  REQUIRE(now[p[1]] == std::vector<float>{6.f, 6.f, 6.f, 6.f});
+  REQUIRE(now[p[2]] == std::vector<float>{7.f, 7.f, 7.f});
+}
+
+TEST_CASE("two readers hold groups from different snapshots", "[read][lifetime]") {
+  Stage s(host_execution());
+  kstage_token_t a = s.token("a");
+  auto p = s.paths("/p", 3);
+  kstage_query_t q = s.query(p), q1 = s.query({p[1]});
+  KS_OK(try_write(s, q, a, 1, {1.f, 1.f, 1.f}));
+  s.seal(1);
+  kstage_read_t r1 = 0, r2 = 0;
+  kstage_read_group_t g1 = hold(s, q, a, &r1);
+
+  KS_OK(try_write(s, q1, a, 2, {2.f}));  // sparse: in place unless pinned
+  s.seal(2);
+  kstage_read_group_t g2 = hold(s, q, a, &r2);
+  KS_OK(try_write(s, q1, a, 3, {3.f}));
+  s.seal(3);
+  REQUIRE(floats_of(Stage::copy_group(g1)) == std::vector<float>{1.f, 1.f, 1.f});
+  REQUIRE(floats_of(Stage::copy_group(g2)) == std::vector<float>{1.f, 2.f, 1.f});
+  REQUIRE(g1.ordinal == 1);
+  REQUIRE(g2.ordinal == 2);
+
+  KS_OK(kstage_release_group(s.stage, g1.handle));
+  KS_OK(kstage_release_read(s.stage, r1));
+  KS_OK(try_write(s, q1, a, 4, {4.f}));
+  s.seal(4);
+  REQUIRE(floats_of(Stage::copy_group(g2)) == std::vector<float>{1.f, 2.f, 1.f});
+  KS_OK(kstage_release_group(s.stage, g2.handle));
+  KS_OK(kstage_release_read(s.stage, r2));
+  REQUIRE(scalars(s, q, a) == std::map<kstage_path_t, float>{{p[0], 1.f}, {p[1], 4.f}, {p[2], 1.f}});
+}
+
+TEST_CASE("groups outlive their read handle", "[read][lifetime]") {
+  Stage s(host_execution());
+  kstage_token_t a = s.token("a"), b = s.token("b");
+  auto p = s.paths("/p", 2);
+  kstage_query_t q = s.query(p);
+  KS_OK(try_write(s, q, a, 1, {1.f, 2.f}));
+  KS_OK(try_write(s, q, b, 1, {3.f, 4.f}));
+  s.seal(1);
+  kstage_token_t ab[2] = {a, b};
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, q, ab, 2, nullptr, &r));
+  kstage_read_group_t ga{};
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &ga));
+  KS_OK(kstage_release_read(s.stage, r));  // b's group was never fetched
+  kstage_read_group_t gb{};
+  KS_FAILS(kstage_fetch_read_next(s.stage, r, 0, &gb), KSTAGE_INVALID_HANDLE, "read handle");
+  KS_OK(try_write(s, q, a, 2, {10.f, 20.f}));
+  s.seal(2);
+  Group held = Stage::copy_group(ga);
+  REQUIRE(held.attribute == a);
+  REQUIRE(floats_of(held) == std::vector<float>{1.f, 2.f});
+  KS_OK(kstage_release_group(s.stage, ga.handle));
+}
+
+TEST_CASE("reads onto a device this build lacks are refused", "[read][device]") {
+  Stage s(host_execution());
+  kstage_token_t a = s.token("a");
+  auto p = s.paths("/p", 3);
+  kstage_query_t q = s.query(p);
+  KS_OK(try_write(s, q, a, 1, {1.f, 2.f, 3.f}));
+  s.seal(1);
+  kstage_read_desc_t d{};
+  d.target_device = DLDevice{kDLCUDA, 0};
+  kstage_read_t r = 0;
+  KS_FAILS(kstage_read_attributes(s.stage, q, &a, 1, &d, &r), KSTAGE_NOT_SUPPORTED, "kDLCUDA");
+  d.target_device = DLDevice{kDLROCM, 1};
+  KS_FAILS(kstage_read_attributes(s.stage, q, &a, 1, &d, &r), KSTAGE_NOT_SUPPORTED, "kDLROCM");
+  REQUIRE(r == 0);
+
+  d.target_device = DLDevice{kDLCPU, 0};
+  auto g = s.read(s.query({p[2], p[0]}), {a}, &d);
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[2], p[0]});
+  REQUIRE(floats_of(g[0]) == std::vector<float>{3.f, 1.f});
+  // The tensor is on the CPU.
+  KS_OK(kstage_read_attributes(s.stage, q, &a, 1, &d, &r));
+  kstage_read_group_t raw{};
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &raw));
+  REQUIRE(raw.data.tensors[0].device.device_type == kDLCPU);
+  REQUIRE(raw.data.device_sync.stream == 0);
+  REQUIRE(raw.data.device_sync.event == 0);
+  KS_OK(kstage_release_group(s.stage, raw.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+}
+
+TEST_CASE("the read and group handle protocol", "[read][errors]") {
+  Stage s(host_execution());
+  kstage_token_t a = s.token("a"), nocol = s.token("no_column");
+  auto p = s.paths("/p", 2);
+  kstage_query_t q = s.query(p);
+  KS_OK(try_write(s, q, a, 1, {1.f, 2.f}));
+  s.seal(1);
+
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, q, &a, 1, nullptr, &r));
+  kstage_read_group_t g{};
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+  kstage_read_group_t after{};
+  after.prim_count = 99;
+  for (int i = 0; i < 3; ++i)
+    KS_FAILS(kstage_fetch_read_next(s.stage, r, 0, &after), KSTAGE_END_OF_ITERATION, "no more groups");
+  REQUIRE(after.prim_count == 99);  // untouched
+  KS_FAILS(kstage_fetch_read_next(s.stage, r, 0, nullptr), KSTAGE_INVALID_ARGUMENT, "group is NULL");
+  // A group handle is not a read handle and vice versa.
+  KS_FAILS(kstage_fetch_read_next(s.stage, g.handle, 0, &after), KSTAGE_INVALID_HANDLE, "read handle");
+  KS_FAILS(kstage_release_group(s.stage, r), KSTAGE_INVALID_HANDLE, "group handle");
+  KS_FAILS(kstage_release_read(s.stage, g.handle), KSTAGE_INVALID_HANDLE, "read handle");
+
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_FAILS(kstage_release_group(s.stage, g.handle), KSTAGE_INVALID_HANDLE, "group handle");
+  KS_OK(kstage_release_read(s.stage, r));
+  KS_FAILS(kstage_release_read(s.stage, r), KSTAGE_INVALID_HANDLE, "read handle");
+  KS_FAILS(kstage_fetch_read_next(s.stage, r, 0, &after), KSTAGE_INVALID_HANDLE, "read handle");
+  KS_FAILS(kstage_release_group(s.stage, 0), KSTAGE_INVALID_HANDLE, "group handle");
+
+  kstage_read_t none = 0;
+  KS_FAILS(kstage_read_attributes(s.stage, q, &a, 0, nullptr, &none), KSTAGE_INVALID_ARGUMENT,
+           "at least one attribute (n = 0");
+  KS_FAILS(kstage_read_attributes(s.stage, q, nullptr, 1, nullptr, &none), KSTAGE_INVALID_ARGUMENT,
+           "attributes NULL");
+  kstage_token_t twice[3] = {a, nocol, a};
+  KS_FAILS(kstage_read_attributes(s.stage, q, twice, 3, nullptr, &none), KSTAGE_INVALID_ARGUMENT,
+           "attributes[2] ('a') repeats attributes[0]");
+  const kstage_token_t bad = nocol + 500;
+  kstage_token_t with_bad[2] = {a, bad};
+  KS_FAILS(kstage_read_attributes(s.stage, q, with_bad, 2, nullptr, &none), KSTAGE_INVALID_ARGUMENT,
+           "attributes[1] = " + std::to_string(bad) + " is not a token");
+  KS_FAILS(kstage_read_attributes(s.stage, q, &a, 1, nullptr, nullptr), KSTAGE_INVALID_ARGUMENT,
+           "read is NULL");
+  KS_FAILS(kstage_read_attributes(s.stage, q + 777, &a, 1, nullptr, &none), KSTAGE_INVALID_HANDLE,
+           "query handle");
+  REQUIRE(none == 0);
+
+  // An attribute that no column has: a valid read with no groups.
+  KS_OK(kstage_read_attributes(s.stage, q, &nocol, 1, nullptr, &r));
+  KS_FAILS(kstage_fetch_read_next(s.stage, r, 0, &after), KSTAGE_END_OF_ITERATION, "no more groups");
+  KS_OK(kstage_release_read(s.stage, r));
+  auto groups = s.read(q, {nocol, a});
+  REQUIRE(groups.size() == 1);
+  REQUIRE(groups[0].attribute == a);
+}
+
+TEST_CASE("compact reads equal zero-copy reads", "[read][compact]") {
+  Stage s(host_execution());
+  kstage_token_t a = s.token("pos"), arr = s.token("arr");
+  auto p = s.paths("/p", 5);
+  kstage_query_t all = s.query(p);
+  s.write_f32(all, a, 1, {0, 0.5f, 1, 1.5f, 2, 2.5f, 3, 3.5f, 4, 4.5f}, 2);
+  write_arrays(s, all, arr, 1, {{0.f}, {1.f, 1.f}, {}, {3.f, 3.f, 3.f}, {4.f}});
+  s.seal(1);
+
+  kstage_read_desc_t compact{};
+  compact.compact = true;
+  for (kstage_query_t q : {all, s.query({p[3], p[1], p[4]}), s.query({p[2]})}) {
+    for (kstage_token_t t : {a, arr}) {
+      auto zc = s.read(q, {t});
+      auto cp = s.read(q, {t}, &compact);
+      REQUIRE(zc.size() == 1);
+      REQUIRE(cp.size() == 1);
+      REQUIRE(cp[0].prims == zc[0].prims);
+      REQUIRE(cp[0].values == zc[0].values);
+      REQUIRE_FALSE(cp[0].had_index_map);
+    }
+  }
+  // Raw: the zero-copy group over a reordered subset is the whole column plus
+  // an index_map; the compact one has exactly the prims' rows in order.
+  kstage_query_t sub = s.query({p[3], p[1]});
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, sub, &a, 1, nullptr, &r));
+  kstage_read_group_t zc{};
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &zc));
+  REQUIRE(zc.data.index_map != nullptr);
+  REQUIRE(zc.data.mask == nullptr);
+  REQUIRE(zc.data.count == 2);
+  REQUIRE(zc.data.tensor_count == 1);
+  REQUIRE(zc.data.tensors[0].shape[0] >= 4);
+  KS_OK(kstage_release_group(s.stage, zc.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  KS_OK(kstage_read_attributes(s.stage, sub, &a, 1, &compact, &r));
+  kstage_read_group_t cp{};
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &cp));
+  REQUIRE(cp.data.index_map == nullptr);
+  REQUIRE(cp.data.tensors[0].ndim == 1);
+  REQUIRE(cp.data.tensors[0].shape[0] == 2);
+  REQUIRE(cp.data.tensors[0].dtype.lanes == 2);
+  const float* f = static_cast<const float*>(cp.data.tensors[0].data);
+  REQUIRE(std::vector<float>(f, f + 4) == std::vector<float>{3.f, 3.5f, 1.f, 1.5f});
+  KS_OK(kstage_release_group(s.stage, cp.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+
+  // Every prim in row order: the identity, so no index_map even zero-copy.
+  auto whole = s.read(all, {a});
+  REQUIRE(whole.size() == 1);
+  REQUIRE_FALSE(whole[0].had_index_map);
+}
+
+TEST_CASE("a zero-copy read over a column with freed rows maps around them", "[read][delete]") {
+  Stage s(host_execution());
+  kstage_token_t a = s.token("a");
+  auto p = s.paths("/p", 5);
+  kstage_query_t all = s.query(p);
+  KS_OK(try_write(s, all, a, 1, {0.f, 1.f, 2.f, 3.f, 4.f}));
+  KS_OK(s.remove(s.query({p[2]}), {a}, 2));
+  s.seal(2);
+
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, all, &a, 1, nullptr, &r));
+  kstage_read_group_t g{};
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+  REQUIRE(g.prim_count == 4);
+  REQUIRE(std::vector<kstage_path_t>(g.prims, g.prims + 4) ==
+          std::vector<kstage_path_t>{p[0], p[1], p[3], p[4]});
+  REQUIRE(g.data.index_map != nullptr);
+  std::set<uint32_t> rows(g.data.index_map, g.data.index_map + 4);
+  REQUIRE(rows.size() == 4);  // distinct rows
+  const float* f = static_cast<const float*>(g.data.tensors[0].data);
+  std::vector<float> got;
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE(int64_t(g.data.index_map[i]) < g.data.tensors[0].shape[0]);
+    got.push_back(f[g.data.index_map[i]]);
+  }
+  REQUIRE(got == std::vector<float>{0.f, 1.f, 3.f, 4.f});
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+
+  // A new prim may take the freed row; values stay right.
+  kstage_path_t extra = s.path("/extra");
+  KS_OK(try_write(s, s.query({extra}), a, 3, {9.f}));
+  s.seal(3);
+  kstage_query_t q = s.query({extra, p[4], p[2], p[0]});
+  auto zc = s.read(q, {a});
+  REQUIRE(zc.size() == 1);
+  REQUIRE(zc[0].prims == std::vector<kstage_path_t>{extra, p[4], p[0]});
+  REQUIRE(floats_of(zc[0]) == std::vector<float>{9.f, 4.f, 0.f});
+  kstage_read_desc_t compact{};
+  compact.compact = true;
+  auto cp = s.read(q, {a}, &compact);
+  REQUIRE(cp.size() == 1);
+  REQUIRE(cp[0].values == zc[0].values);
+}
