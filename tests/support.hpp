@@ -78,6 +78,12 @@ struct Group {
   bool had_index_map = false;
 };
 
+inline std::vector<float> as_floats(const std::vector<unsigned char>& bytes) {
+  std::vector<float> f(bytes.size() / sizeof(float));
+  if (!bytes.empty()) std::memcpy(f.data(), bytes.data(), bytes.size());
+  return f;
+}
+
 class Stage {
  public:
   explicit Stage(kstage_host_execution_t exec = KSTAGE_HOST_EXECUTION_DEFAULT) {
@@ -218,9 +224,7 @@ class Stage {
   std::map<kstage_path_t, std::vector<float>> floats(kstage_query_t q, kstage_token_t attr) {
     std::map<kstage_path_t, std::vector<float>> m;
     for (auto& [p, bytes] : values(q, attr)) {
-      std::vector<float> f(bytes.size() / sizeof(float));
-      std::memcpy(f.data(), bytes.data(), bytes.size());
-      m[p] = f;
+      m[p] = as_floats(bytes);
     }
     return m;
   }
@@ -254,10 +258,5 @@ class Stage {
   kstage_stage_t stage = 0;
 };
 
-inline std::vector<float> as_floats(const std::vector<unsigned char>& bytes) {
-  std::vector<float> f(bytes.size() / sizeof(float));
-  std::memcpy(f.data(), bytes.data(), bytes.size());
-  return f;
-}
 
 }  // namespace kstage_test
