@@ -28,7 +28,7 @@ kstage_status_t write(kstage_stage_t stage, kstage_query_t query, const kstage_t
     core::PrimList prims;
     KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s->queries, query, Kind::Query));
     std::shared_ptr<core::Op> o;
-    KSTAGE_ASSIGN_OR_RETURN(o, s->engine->write(prims, attributes, data, n, ordinal, prim_mode));
+    KSTAGE_ASSIGN_OR_RETURN(o, s->engine->write(prims, attributes, data, n, ordinal, prim_mode, managed.get()));
     *op = s->ops.add(Kind::Op, std::move(o));
     return Status::OK();
   });

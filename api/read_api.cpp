@@ -75,3 +75,38 @@ kstage_status_t kstage_release_read(kstage_stage_t stage, kstage_read_t read) {
 }
 
 }  // extern "C"
+
+// ---- DLPack export ------------------------------------------------------------
+
+#include "core/group_export.hpp"
+
+extern "C" {
+
+kstage_status_t kstage_group_export(kstage_stage_t stage, kstage_group_t group, uint64_t index,
+                                    uint64_t flags, struct DLManagedTensorVersioned** tensor) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(tensor, "tensor"));
+    std::shared_ptr<core::ReadGroup> g;
+    KSTAGE_ASSIGN_OR_RETURN(g, lookup(s->groups, group, Kind::Group));
+    KSTAGE_ASSIGN_OR_RETURN(*tensor, core::export_group_versioned(*g, index, flags));
+    return Status::OK();
+  });
+}
+
+kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, kstage_group_t group,
+                                           uint64_t index, uint64_t flags,
+                                           DLManagedTensor** tensor) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(tensor, "tensor"));
+    std::shared_ptr<core::ReadGroup> g;
+    KSTAGE_ASSIGN_OR_RETURN(g, lookup(s->groups, group, Kind::Group));
+    KSTAGE_ASSIGN_OR_RETURN(*tensor, core::export_group_legacy(*g, index, flags));
+    return Status::OK();
+  });
+}
+
+}  // extern "C"

@@ -14,8 +14,8 @@ namespace kstage::core {
 
 class DeviceBuffer {
  public:
-  DeviceBuffer(std::byte* data, size_t size, DLDevice device)
-      : data_(data), size_(size), device_(device) {}
+  DeviceBuffer(std::byte* data, size_t size, DLDevice device, bool read_only = false)
+      : data_(data), size_(size), device_(device), read_only_(read_only) {}
   virtual ~DeviceBuffer() = default;
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -23,11 +23,15 @@ class DeviceBuffer {
   std::byte* data() const { return data_; }
   size_t size() const { return size_; }
   DLDevice device() const { return device_; }
+  // Memory the stage may read but must never modify in place (an adopted
+  // READ_ONLY DLPack tensor): modifying it means copying first.
+  bool read_only() const { return read_only_; }
 
  private:
   std::byte* data_;
   size_t size_;
   DLDevice device_;
+  bool read_only_;
 };
 
 using BufferPtr = std::shared_ptr<DeviceBuffer>;

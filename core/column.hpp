@@ -78,7 +78,8 @@ class Column {
   void assign_rows(const StagedRows& rows, std::vector<uint32_t>& row_ids,
                    std::vector<uint64_t>& new_prims);
   void unassign_rows(const StagedRows& rows, const std::vector<uint64_t>& new_prims);
-  bool pinned() const { return values_ && values_.use_count() > 1; }
+  // Someone else holds the buffer (a reader, an export), or it is not ours to write.
+  bool pinned() const { return values_ && (values_.use_count() > 1 || values_->read_only()); }
 
   uint64_t attribute_;
   Schema schema_;

@@ -29,6 +29,17 @@ ManagedTensors::~ManagedTensors() {
     if (t->deleter) t->deleter(t);
 }
 
+DLManagedTensorVersioned* ManagedTensors::adopt_if_deletable(const DLTensor* t) {
+  for (auto it = owned_.begin(); it != owned_.end(); ++it) {
+    if (&(*it)->dl_tensor == t && (*it)->deleter != nullptr) {
+      DLManagedTensorVersioned* m = *it;
+      owned_.erase(it);
+      return m;
+    }
+  }
+  return nullptr;
+}
+
 Status ManagedTensors::check() const {
   if (!duplicate_.empty()) return Status(KSTAGE_INVALID_ARGUMENT, duplicate_);
   for (size_t i = 0; i < owned_.size(); ++i)

@@ -24,6 +24,11 @@ class ManagedTensors {
   // version it does not know means "call the deleter, read nothing".
   Status check() const;
 
+  // Hands over the managed tensor whose dl_tensor is `t`, if it has a
+  // deleter (null otherwise): the caller now owns it and must call its
+  // deleter exactly once.
+  DLManagedTensorVersioned* adopt_if_deletable(const DLTensor* t);
+
  private:
   std::vector<DLManagedTensorVersioned*> owned_;
   std::string duplicate_;  // message if a pointer was listed twice

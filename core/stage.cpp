@@ -170,7 +170,8 @@ Status Stage::check_prim_mode(const StagedRows& rows, kstage_prim_mode_t mode, K
 
 Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* attributes,
                                          const kstage_write_data_t* data, uint64_t n,
-                                         uint64_t ordinal, kstage_prim_mode_t mode) {
+                                         uint64_t ordinal, kstage_prim_mode_t mode,
+                                         ManagedTensors* managed) {
   if (mode < KSTAGE_PRIM_MODE_UPSERT || mode > KSTAGE_PRIM_MODE_UPDATE)
     return error(KSTAGE_INVALID_ARGUMENT, "prim_mode %d is not a kstage_prim_mode_t", int(mode));
   if (n == 0) return error(KSTAGE_INVALID_ARGUMENT, "no attributes to write (n = 0)");
@@ -219,6 +220,7 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
     req.prims = prims;
     req.existing = existing_backend[i] ? &existing[i] : nullptr;
     req.existing_backend = existing_backend[i];
+    req.managed = managed;
     auto r = stage_write(req, *backends_);
     if (!r.ok()) {
       Status st = r.status();
@@ -472,6 +474,7 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
     const DLDevice device = backend.device();
     const size_t n = rows.size();
     const bool compact = desc.compact;
+    g.owns_buffer = compact;
     if (!schema.is_array) {
       const size_t rb = c.row_bytes();
       if (compact) {

@@ -10,6 +10,7 @@
 
 #include "core/column.hpp"
 #include "core/dictionary.hpp"
+#include "core/managed_tensors.hpp"
 
 #include <map>
 #include <mutex>
@@ -34,6 +35,7 @@ struct ReadGroup {
   std::vector<int64_t> shapes;   // one per tensor
   std::vector<int64_t> strides;  // one per tensor (always 1: compact)
   BufferPtr pinned;              // the snapshot buffer the tensors point into
+  bool owns_buffer = false;      // compact: `pinned` is this reader's own copy
 };
 
 class Stage {
@@ -49,9 +51,10 @@ class Stage {
   Result<PrimList> query_filter(const kstage_filter_t& filter, const std::vector<uint64_t>* path_in);
 
   // --- mutations -------------------------------------------------------------
+  // `managed` owns the call's managed tensors (may adopt some without a copy).
   Result<std::shared_ptr<Op>> write(const PrimList& prims, const uint64_t* attributes,
                                     const kstage_write_data_t* data, uint64_t n, uint64_t ordinal,
-                                    kstage_prim_mode_t mode);
+                                    kstage_prim_mode_t mode, ManagedTensors* managed);
   Result<std::shared_ptr<Op>> remove(const PrimList& prims, const uint64_t* attributes, uint64_t n,
                                      uint64_t ordinal);
   Status advance_write_floor(uint64_t ordinal, const uint64_t* attributes, uint64_t n);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "core/transport.hpp"
 
+#include "core/adopted_buffer.hpp"
 #include "core/dtype.hpp"
 #include "core/source_tensor.hpp"
 
@@ -104,10 +105,29 @@ std::shared_ptr<const std::vector<uint64_t>> target_prims(const WriteRequest& r,
   return v;
 }
 
-Result<StagedRows> stage_fixed(const SourceTensor& s, const Selection& sel, Backend& backend) {
+// A managed tensor can be the staged buffer itself when it already is what
+// staging would produce: the rows, compact, in order, where the column lives,
+// aligned for its elements.
+bool adoptable(const SourceTensor& s, const Selection& sel, const Backend& backend) {
+  const size_t align = s.dtype.bits / 8;
+  return !sel.masked && sel.source_index.empty() && s.rows == sel.count && s.rows > 0 &&
+         s.layout == SourceTensor::Layout::Compact && backend.can_access(s.device) &&
+         reinterpret_cast<uintptr_t>(s.base) % align == 0;
+}
+
+Result<StagedRows> stage_fixed(const SourceTensor& s, const Selection& sel, Backend& backend,
+                               const DLTensor* tensor, ManagedTensors* managed) {
   StagedRows out;
   const size_t n = sel.masked ? sel.targets.size() : size_t(sel.count);
   out.n = n;
+  if (managed && adoptable(s, sel, backend)) {
+    // Without a deleter nobody can say how long the memory lives: copy it.
+    if (DLManagedTensorVersioned* m = managed->adopt_if_deletable(tensor)) {
+      out.data = std::make_shared<AdoptedBuffer>(m, const_cast<std::byte*>(s.base),
+                                                 n * s.row_bytes, backend.device());
+      return out;
+    }
+  }
   KSTAGE_ASSIGN_OR_RETURN(out.data, backend.allocate(std::max<size_t>(n * s.row_bytes, 1)));
   if (n == 0) return out;
   const std::byte* src = s.base;
@@ -278,7 +298,8 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   KSTAGE_ASSIGN_OR_RETURN(sel, select(d, r.prims->size()));
   if (!d.is_array) {
     KSTAGE_RETURN_NOT_OK(check_bounds(d, sel, src[0].rows, "shape[0] of the tensor"));
-    KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_fixed(src[0], sel, *out.backend));
+    KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_fixed(src[0], sel, *out.backend, tensors[0],
+                                                  d.managed_tensors ? r.managed : nullptr));
   } else {
     // One tensor and more than one source row: a packed tensor, cut evenly.
     const uint64_t wanted = d.index_map ? index_map_rows(d, sel.count) : sel.count;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "core/column.hpp"
+#include "core/managed_tensors.hpp"
 
 #include <string>
 
@@ -22,6 +23,9 @@ struct WriteRequest {
   std::shared_ptr<const std::vector<uint64_t>> prims;
   const Schema* existing = nullptr;  // the column's schema if it exists
   Backend* existing_backend = nullptr;
+  // The call's managed tensors: a dense fixed-size one may be adopted as the
+  // staged buffer instead of copied (null: never adopt).
+  ManagedTensors* managed = nullptr;
 };
 
 struct StagedWrite {

@@ -178,7 +178,12 @@ typedef struct kstage_write_data_t {
    * They must stay valid until the op completes (kstage_wait returns OK). */
   const DLTensor* tensors;
   /** Managed tensors: ownership passes to the stage with the call. Each
-   * deleter is called exactly once, also when the call is rejected. */
+   * deleter is called exactly once, also when the call is rejected. A
+   * fixed-size managed tensor that is compact, aligned to its element size,
+   * on the column's device and written densely (no index_map or mask) is
+   * adopted without a copy: its memory becomes the column's storage at seal
+   * when the write covers every row, and its deleter runs when the stage no
+   * longer needs it. A READ_ONLY one is never written in place. */
   struct DLManagedTensorVersioned* const* managed_tensors;
   uint64_t tensor_count;
   /** Declares the column kind; never inferred. Must match an existing column. */
@@ -382,6 +387,41 @@ kstage_status_t kstage_fetch_read_next(kstage_stage_t stage, kstage_read_t read,
 kstage_status_t kstage_release_group(kstage_stage_t stage, kstage_group_t group);
 /** \brief Release a read; groups already fetched stay valid until released. */
 kstage_status_t kstage_release_read(kstage_stage_t stage, kstage_read_t read);
+
+/* ------------------------------------------------------------------------- */
+/* DLPack export of read groups                                              */
+/* ------------------------------------------------------------------------- */
+
+/** \brief Export flag: the consumer must not write through the tensor. */
+#define KSTAGE_EXPORT_READ_ONLY UINT64_C(1)
+
+/**
+ * \brief Export tensor `index` of a read group as an owning DLPack tensor.
+ *
+ * The export keeps its data alive after kstage_release_group and after any
+ * later seal, until the consumer calls its deleter (exactly once). Layout: a
+ * fixed-size group's tensor is exported as shape (rows, lanes) with lanes 1
+ * (shape (rows) when lanes is 1), so that consumers which refuse DLPack lanes
+ * (numpy, PyTorch) accept it; an array group's tensor i is prim i's row,
+ * shape (elements, lanes) or (elements). Strides are always filled.
+ *
+ * A zero-copy group (read without `compact`) shares the column's storage: it
+ * is always exported READ_ONLY. A compact group owns its buffer: it is
+ * writable unless `flags` has KSTAGE_EXPORT_READ_ONLY.
+ * Errors: INVALID_HANDLE (group), INVALID_ARGUMENT (index out of range, a
+ * tombstone group, unknown flag bits).
+ */
+kstage_status_t kstage_group_export(kstage_stage_t stage, kstage_group_t group, uint64_t index,
+                                    uint64_t flags, struct DLManagedTensorVersioned** tensor);
+/**
+ * \brief As kstage_group_export, as a legacy DLManagedTensor. The legacy struct
+ * cannot say read-only, so exporting a zero-copy group, or passing
+ * KSTAGE_EXPORT_READ_ONLY, is refused with KSTAGE_NOT_SUPPORTED (as numpy
+ * refuses to export read-only arrays that way).
+ */
+kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, kstage_group_t group,
+                                           uint64_t index, uint64_t flags,
+                                           DLManagedTensor** tensor);
 
 /* ------------------------------------------------------------------------- */
 /* Ops                                                                       */

@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "core/group_export.hpp"
+
+#include <Kokkos_Core.hpp>
+
+namespace kstage::core {
+namespace {
+
+// What one export owns: the snapshot buffer and the shape/strides arrays.
+struct ExportContext {
+  BufferPtr buffer;
+  int64_t shape[2];
+  int64_t strides[2];
+
+  // The buffer is a Kokkos View underneath; after Kokkos::finalize it must
+  // not be released any more, so a late deleter frees only the context's
+  // storage (no destructors run) and leaks the buffer on purpose.
+  static void release(ExportContext* ctx) {
+    if (Kokkos::is_initialized()) {
+      delete ctx;
+    } else {
+      ::operator delete(static_cast<void*>(ctx));
+    }
+  }
+};
+
+Status check(const ReadGroup& g, uint64_t index, uint64_t flags) {
+  if (flags & ~uint64_t(KSTAGE_EXPORT_READ_ONLY))
+    return error(KSTAGE_INVALID_ARGUMENT, "flags 0x%llx has unknown bits (only KSTAGE_EXPORT_READ_ONLY)",
+                 (unsigned long long)flags);
+  if (g.desc.is_delete)
+    return error(KSTAGE_INVALID_ARGUMENT, "a tombstone group has no tensors to export");
+  if (index >= g.tensors.size())
+    return error(KSTAGE_INVALID_ARGUMENT, "tensor index %llu is out of range: the group has %zu tensor(s)",
+                 (unsigned long long)index, g.tensors.size());
+  return Status::OK();
+}
+
+// Fills `out` from the group's canonical tensor, with lanes as a trailing axis.
+std::unique_ptr<ExportContext> fill(const ReadGroup& g, uint64_t index, DLTensor& out) {
+  const DLTensor& t = g.tensors[index];
+  auto ctx = std::make_unique<ExportContext>();
+  ctx->buffer = g.pinned;
+  const int64_t rows = t.shape[0];
+  const int64_t lanes = t.dtype.lanes;
+  out = t;
+  out.dtype.lanes = 1;
+  ctx->shape[0] = rows;
+  if (lanes > 1) {
+    out.ndim = 2;
+    ctx->shape[1] = lanes;
+    ctx->strides[0] = lanes;
+    ctx->strides[1] = 1;
+  } else {
+    out.ndim = 1;
+    ctx->strides[0] = 1;
+  }
+  out.shape = ctx->shape;
+  out.strides = ctx->strides;
+  if (rows == 0) out.data = nullptr;
+  return ctx;
+}
+
+}  // namespace
+
+Result<DLManagedTensorVersioned*> export_group_versioned(const ReadGroup& g, uint64_t index,
+                                                         uint64_t flags) {
+  KSTAGE_RETURN_NOT_OK(check(g, index, flags));
+  auto out = std::make_unique<DLManagedTensorVersioned>();
+  auto ctx = fill(g, index, out->dl_tensor);
+  out->version = DLPackVersion{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
+  // A zero-copy group is the column's storage: never writable by a consumer.
+  const bool read_only = !g.owns_buffer || (flags & KSTAGE_EXPORT_READ_ONLY);
+  out->flags = read_only ? DLPACK_FLAG_BITMASK_READ_ONLY : 0;
+  out->manager_ctx = ctx.release();
+  out->deleter = [](DLManagedTensorVersioned* self) {
+    ExportContext::release(static_cast<ExportContext*>(self->manager_ctx));
+    delete self;
+  };
+  return out.release();
+}
+
+Result<DLManagedTensor*> export_group_legacy(const ReadGroup& g, uint64_t index, uint64_t flags) {
+  KSTAGE_RETURN_NOT_OK(check(g, index, flags));
+  if (!g.owns_buffer)
+    return error(KSTAGE_NOT_SUPPORTED,
+                 "this group shares the column's storage (zero-copy read), so it exports only "
+                 "read-only, which a legacy DLManagedTensor cannot signal; use "
+                 "kstage_group_export or read with compact = true");
+  if (flags & KSTAGE_EXPORT_READ_ONLY)
+    return error(KSTAGE_NOT_SUPPORTED,
+                 "KSTAGE_EXPORT_READ_ONLY needs kstage_group_export: a legacy DLManagedTensor "
+                 "cannot signal read-only");
+  auto out = std::make_unique<DLManagedTensor>();
+  auto ctx = fill(g, index, out->dl_tensor);
+  out->manager_ctx = ctx.release();
+  out->deleter = [](DLManagedTensor* self) {
+    ExportContext::release(static_cast<ExportContext*>(self->manager_ctx));
+    delete self;
+  };
+  return out.release();
+}
+
+}  // namespace kstage::core

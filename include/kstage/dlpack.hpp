@@ -1,0 +1,421 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * \file kstage/dlpack.hpp
+ * \brief Zero-copy DLPack export and import of Kokkos Views.
+ *
+ * Export: any View (rank 0..8, LayoutRight, LayoutLeft or LayoutStride, any
+ * enabled memory space) becomes a `DLManagedTensorVersioned` or a legacy
+ * `DLManagedTensor` that keeps a copy of the View, and so its memory, alive
+ * until the consumer calls the deleter. Shape and strides are always filled
+ * (the DLPack >= 1.2 rule), in elements; byte_offset is 0. The device type
+ * and ordinal come from the memory space and the pointer itself.
+ *
+ * Import: any DLPack tensor becomes a DLPackView: an unmanaged Kokkos View
+ * over the producer's memory plus a shared owner that calls the producer's
+ * deleter exactly once, when the last copy of the DLPackView dies. Nothing is
+ * ever copied: a tensor that cannot be viewed as requested is refused with a
+ * kstage::DLPackError naming the reason.
+ *
+ * Lifetime and Kokkos finalize: the deleter of a kstage export releases a
+ * View. If it runs after Kokkos::finalize (say, from a static destructor),
+ * the View cannot be released any more; the deleter then frees only the
+ * DLPack structures and deliberately leaks the View's allocation. Imported
+ * tensors call their producer's deleter, which involves no Kokkos object of
+ * ours; keep DLPackViews out of static storage all the same, since the
+ * unmanaged View inside must not outlive the producer's memory.
+ */
+#pragma once
+
+#include <kstage/kstage.h>
+
+#include <Kokkos_Core.hpp>
+
+#include <complex>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+namespace kstage {
+
+/// Thrown by the DLPack bridge; `status()` is the kstage_status_t it maps to.
+class DLPackError : public std::runtime_error {
+ public:
+  DLPackError(kstage_status_t status, const std::string& what)
+      : std::runtime_error(what), status_(status) {}
+  kstage_status_t status() const noexcept { return status_; }
+
+ private:
+  kstage_status_t status_;
+};
+
+/// Options of an export.
+struct ExportOptions {
+  /// Set DLPACK_FLAG_BITMASK_READ_ONLY (versioned only). Implied for Views of const data.
+  bool read_only = false;
+  /// Consumer stream to order after the producer's pending work (device
+  /// memory spaces). Host memory spaces have no streams: they fence the
+  /// View's execution space instead when `sync.stream` is non-zero.
+  kstage_device_sync_t sync{0, 0};
+};
+
+namespace impl {
+
+// ---- dtypes ----------------------------------------------------------------
+template <class T, class Enable = void>
+struct DLPackDType;  // undefined: a value type DLPack cannot describe
+
+template <class T>
+struct DLPackDType<T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>>> {
+  static constexpr DLDataType value{uint8_t(std::is_signed_v<T> ? kDLInt : kDLUInt),
+                                    uint8_t(sizeof(T) * 8), 1};
+};
+template <class T>
+struct DLPackDType<T, std::enable_if_t<std::is_floating_point_v<T> && sizeof(T) <= 8>> {
+  static constexpr DLDataType value{kDLFloat, uint8_t(sizeof(T) * 8), 1};
+};
+template <>
+struct DLPackDType<bool> {
+  static_assert(sizeof(bool) == 1, "DLPack bool is one byte");
+  static constexpr DLDataType value{kDLBool, 8, 1};
+};
+template <class T>
+struct DLPackDType<std::complex<T>, std::enable_if_t<std::is_floating_point_v<T>>> {
+  static constexpr DLDataType value{kDLComplex, uint8_t(sizeof(T) * 16), 1};
+};
+template <class T>
+struct DLPackDType<Kokkos::complex<T>, std::enable_if_t<std::is_floating_point_v<T>>> {
+  static constexpr DLDataType value{kDLComplex, uint8_t(sizeof(T) * 16), 1};
+};
+
+// ---- memory spaces -----------------------------------------------------------
+// Where a pointer of a memory space lives, for DLPack. The host space is
+// defined here; device backends specialise this in their own headers.
+template <class MemorySpace>
+struct DLPackSpace;  // undefined: a memory space this build cannot describe
+
+template <>
+struct DLPackSpace<Kokkos::HostSpace> {
+  static DLDevice device(const void*) { return DLDevice{kDLCPU, 0}; }
+  // Host memory: plain, and CUDA/ROCm pinned host allocations.
+  static bool accepts(int32_t t) { return t == kDLCPU || t == kDLCUDAHost || t == kDLROCMHost; }
+  static constexpr const char* name = "Kokkos::HostSpace (kDLCPU, kDLCUDAHost, kDLROCMHost)";
+};
+
+const char* device_type_name(int32_t device_type);  // defined in the library
+std::string dtype_name(DLDataType t);              // defined in the library
+bool kokkos_is_initialized();                      // defined in the library
+
+// What an export owns: the View (keeping its allocation alive) and the
+// shape and strides arrays the DLTensor points at.
+template <class View>
+struct ExportContext {
+  View view;
+  int64_t shape[9];
+  int64_t strides[9];
+  static void release(ExportContext* ctx) {
+    if (kokkos_is_initialized()) {
+      delete ctx;
+    } else {
+      // After Kokkos::finalize a View must not be destroyed: free everything
+      // but the View's allocation, which is leaked on purpose.
+      ::operator delete(static_cast<void*>(ctx));
+    }
+  }
+};
+
+template <class View>
+void fill_tensor(DLTensor& t, ExportContext<View>& ctx) {
+  using value_type = typename View::non_const_value_type;
+  t.data = const_cast<value_type*>(ctx.view.data());
+  t.device = DLPackSpace<typename View::memory_space>::device(ctx.view.data());
+  t.ndim = int32_t(View::rank);
+  t.dtype = DLPackDType<value_type>::value;
+  for (int d = 0; d < int(View::rank); ++d) {
+    ctx.shape[d] = int64_t(ctx.view.extent(size_t(d)));
+    ctx.strides[d] = int64_t(ctx.view.stride(size_t(d)));
+  }
+  t.shape = View::rank > 0 ? ctx.shape : nullptr;
+  t.strides = View::rank > 0 ? ctx.strides : nullptr;
+  t.byte_offset = 0;
+  if (ctx.view.size() == 0) t.data = nullptr;  // DLPack: data is NULL for size 0
+}
+
+template <class View>
+void order_after_pending_work(const View&, const ExportOptions& o) {
+  if (o.sync.stream != 0) typename View::execution_space().fence();
+}
+
+template <class View>
+void check_exportable() {
+  static_assert(Kokkos::is_view<View>::value, "kstage::export_dlpack takes a Kokkos::View");
+  static_assert(View::rank <= 8, "DLPack export supports rank 0..8");
+  using L = typename View::array_layout;
+  static_assert(std::is_same_v<L, Kokkos::LayoutRight> || std::is_same_v<L, Kokkos::LayoutLeft> ||
+                    std::is_same_v<L, Kokkos::LayoutStride>,
+                "DLPack export supports LayoutRight, LayoutLeft and LayoutStride");
+}
+
+// ---- import ------------------------------------------------------------------
+// Holds a producer's tensor; its destructor calls the producer's deleter once.
+struct Adopted {
+  DLManagedTensorVersioned* versioned = nullptr;
+  DLManagedTensor* legacy = nullptr;
+  Adopted() = default;
+  Adopted(const Adopted&) = delete;
+  Adopted& operator=(const Adopted&) = delete;
+  ~Adopted() {
+    if (versioned && versioned->deleter) versioned->deleter(versioned);
+    if (legacy && legacy->deleter) legacy->deleter(legacy);
+  }
+};
+
+}  // namespace impl
+
+/**
+ * \brief Export `view` as a versioned DLPack tensor (ownership to the caller,
+ * who hands it to a consumer; the consumer calls `deleter` exactly once).
+ * READ_ONLY is set when `options.read_only` or the View's data is const.
+ */
+template <class View>
+DLManagedTensorVersioned* export_dlpack_versioned(const View& view, const ExportOptions& options = {}) {
+  impl::check_exportable<View>();
+  using Ctx = impl::ExportContext<View>;
+  impl::order_after_pending_work(view, options);
+  auto ctx = std::make_unique<Ctx>(Ctx{view, {}, {}});
+  auto out = std::make_unique<DLManagedTensorVersioned>();
+  out->version = DLPackVersion{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
+  out->flags = (options.read_only || std::is_const_v<typename View::value_type>)
+                   ? DLPACK_FLAG_BITMASK_READ_ONLY
+                   : 0;
+  impl::fill_tensor(out->dl_tensor, *ctx);
+  out->manager_ctx = ctx.release();
+  out->deleter = [](DLManagedTensorVersioned* self) {
+    Ctx::release(static_cast<Ctx*>(self->manager_ctx));
+    delete self;
+  };
+  return out.release();
+}
+
+/**
+ * \brief Export `view` as a legacy DLPack tensor. The legacy struct cannot say
+ * "read-only", so a const View or `options.read_only` is refused (as numpy
+ * does) with DLPackError(KSTAGE_NOT_SUPPORTED).
+ */
+template <class View>
+DLManagedTensor* export_dlpack_legacy(const View& view, const ExportOptions& options = {}) {
+  impl::check_exportable<View>();
+  if (options.read_only || std::is_const_v<typename View::value_type>)
+    throw DLPackError(KSTAGE_NOT_SUPPORTED,
+                      "a read-only export needs the versioned DLPack struct: the legacy "
+                      "DLManagedTensor cannot signal read-only");
+  using Ctx = impl::ExportContext<View>;
+  impl::order_after_pending_work(view, options);
+  auto ctx = std::make_unique<Ctx>(Ctx{view, {}, {}});
+  auto out = std::make_unique<DLManagedTensor>();
+  impl::fill_tensor(out->dl_tensor, *ctx);
+  out->manager_ctx = ctx.release();
+  out->deleter = [](DLManagedTensor* self) {
+    Ctx::release(static_cast<Ctx*>(self->manager_ctx));
+    delete self;
+  };
+  return out.release();
+}
+
+/**
+ * \brief A Kokkos View over DLPack memory, holding the producer open.
+ *
+ * `view()` is an unmanaged View: capture it in kernels, but keep a DLPackView
+ * (any copy) alive while they run. The producer's deleter runs when the last
+ * copy of the DLPackView is destroyed. A tensor with dtype lanes L > 1 gets
+ * a trailing extent L (so a float3 column of N rows is a View<float**> N x 3).
+ *
+ * \tparam DataType  Kokkos data type, e.g. `float**` or `const double*`; its
+ *                   rank is the tensor's ndim (+1 when lanes > 1)
+ * \tparam MemorySpace where the memory must live (checked against the device)
+ * \tparam Layout    LayoutStride (any strides), LayoutRight (C-contiguous
+ *                   only) or LayoutLeft (Fortran-contiguous only)
+ */
+template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutStride>
+class DLPackView {
+ public:
+  using view_type =
+      Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using value_type = typename view_type::value_type;
+
+  DLPackView() = default;
+  const view_type& view() const { return view_; }
+  /// The imported tensor's device and flags, as the producer gave them.
+  DLDevice device() const { return device_; }
+  bool read_only() const { return read_only_; }
+  /// Number of DLPackView copies sharing the producer (0 for a default one).
+  long use_count() const { return owner_.use_count(); }
+
+ private:
+  template <class D, class M, class L>
+  friend DLPackView<D, M, L> import_impl(const DLTensor& t, uint64_t flags,
+                                         std::shared_ptr<impl::Adopted> owner, bool legacy);
+  view_type view_;
+  std::shared_ptr<impl::Adopted> owner_;
+  DLDevice device_{kDLCPU, 0};
+  bool read_only_ = false;
+};
+
+namespace impl {
+
+template <class Layout>
+Layout make_layout(const int64_t* shape, const int64_t* strides, int rank) {
+  Layout layout;
+  for (int d = 0; d < rank; ++d) {
+    layout.dimension[d] = size_t(shape[d]);
+    if constexpr (std::is_same_v<Layout, Kokkos::LayoutStride>) layout.stride[d] = size_t(strides[d]);
+  }
+  return layout;
+}
+
+}  // namespace impl
+
+template <class DataType, class MemorySpace, class Layout>
+DLPackView<DataType, MemorySpace, Layout> import_impl(const DLTensor& t, uint64_t flags,
+                                                      std::shared_ptr<impl::Adopted> owner,
+                                                      bool legacy) {
+  using Out = DLPackView<DataType, MemorySpace, Layout>;
+  using View = typename Out::view_type;
+  using value_type = typename View::non_const_value_type;
+  constexpr int rank = int(View::rank);
+  static_assert(rank <= 8, "DLPack import supports rank 0..8");
+  static_assert(std::is_same_v<Layout, Kokkos::LayoutStride> ||
+                    std::is_same_v<Layout, Kokkos::LayoutRight> ||
+                    std::is_same_v<Layout, Kokkos::LayoutLeft>,
+                "DLPack import supports LayoutStride, LayoutRight and LayoutLeft");
+  auto fail = [](kstage_status_t st, const std::string& why) -> DLPackError {
+    return DLPackError(st, "DLPack import: " + why);
+  };
+  // Device: nothing is ever copied, so the memory must be where the View says.
+  if (!impl::DLPackSpace<MemorySpace>::accepts(t.device.device_type))
+    throw fail(KSTAGE_NOT_SUPPORTED,
+               std::string("device type ") + impl::device_type_name(t.device.device_type) + " (" +
+                   std::to_string(t.device.device_type) + ") cannot be viewed in " +
+                   impl::DLPackSpace<MemorySpace>::name + "; nothing is copied");
+  // dtype: lanes > 1 become a trailing extent.
+  const DLDataType want = impl::DLPackDType<value_type>::value;
+  if (t.dtype.code != want.code || t.dtype.bits != want.bits || t.dtype.lanes < 1)
+    throw fail(KSTAGE_INVALID_ARGUMENT, "dtype " + impl::dtype_name(t.dtype) +
+                                            " does not match the View's value type " +
+                                            impl::dtype_name(want));
+  const bool lane_axis = t.dtype.lanes > 1;
+  if (t.ndim < 0 || t.ndim + (lane_axis ? 1 : 0) != rank)
+    throw fail(KSTAGE_INVALID_ARGUMENT,
+               "tensor has ndim " + std::to_string(t.ndim) +
+                   (lane_axis ? " and lanes " + std::to_string(t.dtype.lanes) : std::string()) +
+                   ", so it needs a View of rank " + std::to_string(t.ndim + (lane_axis ? 1 : 0)) +
+                   ", not " + std::to_string(rank));
+  if (std::is_same_v<Layout, Kokkos::LayoutLeft> && lane_axis)
+    throw fail(KSTAGE_INVALID_ARGUMENT,
+               "lanes > 1 are the innermost axis; view them with LayoutRight or LayoutStride");
+  const bool writable_view = !std::is_const_v<typename View::value_type>;
+  const bool read_only = legacy ? false : (flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
+  if (read_only && writable_view)
+    throw fail(KSTAGE_INVALID_ARGUMENT,
+               "the tensor is READ_ONLY; import it as a View of const data");
+  if (t.ndim > 0 && t.shape == nullptr) throw fail(KSTAGE_INVALID_ARGUMENT, "shape is NULL");
+
+  int64_t shape[9], strides[9];
+  int64_t size = 1;
+  for (int d = 0; d < t.ndim; ++d) {
+    if (t.shape[d] < 0) throw fail(KSTAGE_INVALID_ARGUMENT, "shape[" + std::to_string(d) + "] is negative");
+    shape[d] = t.shape[d];
+    size *= shape[d];
+  }
+  // Strides in View elements (a lane is one element).
+  const int64_t lanes = t.dtype.lanes;
+  if (lane_axis) {
+    shape[t.ndim] = lanes;
+    strides[t.ndim] = 1;
+  }
+  if (t.strides == nullptr) {  // old producers: NULL means compact row-major
+    int64_t s = lanes;
+    for (int d = t.ndim - 1; d >= 0; --d) {
+      strides[d] = s;
+      s *= shape[d];
+    }
+  } else {
+    for (int d = 0; d < t.ndim; ++d) {
+      if (t.strides[d] < 0 && shape[d] > 1)
+        throw fail(KSTAGE_INVALID_ARGUMENT,
+                   "strides[" + std::to_string(d) + "] = " + std::to_string(t.strides[d]) +
+                       " is negative; Kokkos Views cannot express negative strides");
+      // Any stride of an extent-0/1 axis is fine; normalise it.
+      strides[d] = shape[d] <= 1 ? 1 : t.strides[d] * lanes;
+    }
+  }
+  if constexpr (!std::is_same_v<Layout, Kokkos::LayoutStride>) {
+    // Contiguous layouts: check the strides really are that layout.
+    const int n = rank;
+    int64_t expect = 1;
+    for (int k = 0; k < n; ++k) {
+      const int d = std::is_same_v<Layout, Kokkos::LayoutRight> ? n - 1 - k : k;
+      if (shape[d] > 1 && strides[d] != expect)
+        throw fail(KSTAGE_INVALID_ARGUMENT,
+                   std::string("strides are not ") +
+                       (std::is_same_v<Layout, Kokkos::LayoutRight> ? "C" : "Fortran") +
+                       "-contiguous; import with Kokkos::LayoutStride");
+      expect *= shape[d];
+    }
+  }
+  const auto* base = static_cast<const unsigned char*>(t.data);
+  if (size > 0 && base == nullptr) throw fail(KSTAGE_INVALID_ARGUMENT, "data is NULL for a non-empty tensor");
+  auto* ptr = reinterpret_cast<typename View::pointer_type>(
+      const_cast<unsigned char*>(base == nullptr ? base : base + t.byte_offset));
+  if (reinterpret_cast<uintptr_t>(ptr) % alignof(value_type) != 0)
+    throw fail(KSTAGE_INVALID_ARGUMENT, "data + byte_offset is not aligned for the View's value type");
+
+  Out out;
+  if constexpr (rank == 0) {
+    out.view_ = View(ptr);
+  } else {
+    out.view_ = View(ptr, impl::make_layout<Layout>(shape, strides, rank));
+  }
+  out.owner_ = std::move(owner);
+  out.device_ = t.device;
+  out.read_only_ = read_only;
+  return out;
+}
+
+/**
+ * \brief Import a versioned DLPack tensor; ownership passes in with the call.
+ * On any failure the deleter is called (once) before DLPackError is thrown;
+ * a major version other than DLPACK_MAJOR_VERSION is refused without reading
+ * anything but the version.
+ */
+template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutStride>
+DLPackView<DataType, MemorySpace, Layout> import_dlpack(DLManagedTensorVersioned* tensor) {
+  if (tensor == nullptr) throw DLPackError(KSTAGE_INVALID_ARGUMENT, "DLPack import: tensor is NULL");
+  auto owner = std::make_shared<impl::Adopted>();
+  owner->versioned = tensor;  // from here on, every path calls the deleter exactly once
+  if (tensor->version.major != DLPACK_MAJOR_VERSION)
+    throw DLPackError(KSTAGE_INVALID_ARGUMENT,
+                      "DLPack import: version " + std::to_string(tensor->version.major) + "." +
+                          std::to_string(tensor->version.minor) + " has a major version other than " +
+                          std::to_string(DLPACK_MAJOR_VERSION));
+  return import_impl<DataType, MemorySpace, Layout>(tensor->dl_tensor, tensor->flags, std::move(owner),
+                                                    false);
+}
+
+/// \brief Import a legacy DLPack tensor (ownership passes in; deleter called on failure too).
+template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutStride>
+DLPackView<DataType, MemorySpace, Layout> import_dlpack(DLManagedTensor* tensor) {
+  if (tensor == nullptr) throw DLPackError(KSTAGE_INVALID_ARGUMENT, "DLPack import: tensor is NULL");
+  auto owner = std::make_shared<impl::Adopted>();
+  owner->legacy = tensor;
+  return import_impl<DataType, MemorySpace, Layout>(tensor->dl_tensor, 0, std::move(owner), true);
+}
+
+/// \brief View a borrowed DLTensor (no ownership: the caller keeps the memory alive).
+template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutStride>
+DLPackView<DataType, MemorySpace, Layout> import_dlpack(const DLTensor& tensor) {
+  return import_impl<DataType, MemorySpace, Layout>(tensor, 0, nullptr, false);
+}
+
+}  // namespace kstage
