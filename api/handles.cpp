@@ -27,6 +27,8 @@ const char* kind_name(Kind kind) {
     case Kind::Read: return "read";
     case Kind::Group: return "group";
     case Kind::Op: return "op";
+    case Kind::Map: return "map";
+    case Kind::MapGroup: return "map group";
   }
   return "unknown";
 }

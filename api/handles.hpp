@@ -14,7 +14,7 @@
 
 namespace kstage::capi {
 
-enum class Kind : uint64_t { Stage = 1, PathList, Query, Read, Group, Op };
+enum class Kind : uint64_t { Stage = 1, PathList, Query, Read, Group, Op, Map, MapGroup };
 
 uint64_t new_handle(Kind kind);
 const char* kind_name(Kind kind);
@@ -74,9 +74,11 @@ struct StageEntry {
   HandleTable<Read> reads;
   HandleTable<core::ReadGroup> groups;
   HandleTable<core::Op> ops;
+  HandleTable<core::MapSession> maps;
 
   ~StageEntry() {
-    // Groups and reads pin buffers; drop them before the engine.
+    // Groups, reads and maps hold buffers; drop them before the engine.
+    maps.clear();
     groups.clear();
     reads.clear();
     engine.reset();

@@ -90,7 +90,7 @@ kstage_status_t kstage_group_export(kstage_stage_t stage, kstage_group_t group, 
     KSTAGE_RETURN_NOT_OK(need(tensor, "tensor"));
     std::shared_ptr<core::ReadGroup> g;
     KSTAGE_ASSIGN_OR_RETURN(g, lookup(s->groups, group, Kind::Group));
-    KSTAGE_ASSIGN_OR_RETURN(*tensor, core::export_group_versioned(*g, index, flags));
+    KSTAGE_ASSIGN_OR_RETURN(*tensor, core::export_group_versioned(core::export_source(*g), index, flags));
     return Status::OK();
   });
 }
@@ -104,7 +104,7 @@ kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, kstage_group_t 
     KSTAGE_RETURN_NOT_OK(need(tensor, "tensor"));
     std::shared_ptr<core::ReadGroup> g;
     KSTAGE_ASSIGN_OR_RETURN(g, lookup(s->groups, group, Kind::Group));
-    KSTAGE_ASSIGN_OR_RETURN(*tensor, core::export_group_legacy(*g, index, flags));
+    KSTAGE_ASSIGN_OR_RETURN(*tensor, core::export_group_legacy(core::export_source(*g), index, flags));
     return Status::OK();
   });
 }

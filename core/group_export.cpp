@@ -24,23 +24,23 @@ struct ExportContext {
   }
 };
 
-Status check(const ReadGroup& g, uint64_t index, uint64_t flags) {
+Status check(const ExportSource& g, uint64_t index, uint64_t flags) {
   if (flags & ~uint64_t(KSTAGE_EXPORT_READ_ONLY))
     return error(KSTAGE_INVALID_ARGUMENT, "flags 0x%llx has unknown bits (only KSTAGE_EXPORT_READ_ONLY)",
                  (unsigned long long)flags);
-  if (g.desc.is_delete)
+  if (g.is_delete)
     return error(KSTAGE_INVALID_ARGUMENT, "a tombstone group has no tensors to export");
-  if (index >= g.tensors.size())
+  if (index >= g.tensors->size())
     return error(KSTAGE_INVALID_ARGUMENT, "tensor index %llu is out of range: the group has %zu tensor(s)",
-                 (unsigned long long)index, g.tensors.size());
+                 (unsigned long long)index, g.tensors->size());
   return Status::OK();
 }
 
 // Fills `out` from the group's canonical tensor, with lanes as a trailing axis.
-std::unique_ptr<ExportContext> fill(const ReadGroup& g, uint64_t index, DLTensor& out) {
-  const DLTensor& t = g.tensors[index];
+std::unique_ptr<ExportContext> fill(const ExportSource& g, uint64_t index, DLTensor& out) {
+  const DLTensor& t = (*g.tensors)[index];
   auto ctx = std::make_unique<ExportContext>();
-  ctx->buffer = g.pinned;
+  ctx->buffer = g.buffer;
   const int64_t rows = t.shape[0];
   const int64_t lanes = t.dtype.lanes;
   out = t;
@@ -63,14 +63,18 @@ std::unique_ptr<ExportContext> fill(const ReadGroup& g, uint64_t index, DLTensor
 
 }  // namespace
 
-Result<DLManagedTensorVersioned*> export_group_versioned(const ReadGroup& g, uint64_t index,
+ExportSource export_source(const ReadGroup& g) {
+  return ExportSource{&g.tensors, g.pinned, !g.owns_buffer, g.desc.is_delete};
+}
+
+Result<DLManagedTensorVersioned*> export_group_versioned(const ExportSource& g, uint64_t index,
                                                          uint64_t flags) {
   KSTAGE_RETURN_NOT_OK(check(g, index, flags));
   auto out = std::make_unique<DLManagedTensorVersioned>();
   auto ctx = fill(g, index, out->dl_tensor);
   out->version = DLPackVersion{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
   // A zero-copy group is the column's storage: never writable by a consumer.
-  const bool read_only = !g.owns_buffer || (flags & KSTAGE_EXPORT_READ_ONLY);
+  const bool read_only = g.shares_storage || (flags & KSTAGE_EXPORT_READ_ONLY);
   out->flags = read_only ? DLPACK_FLAG_BITMASK_READ_ONLY : 0;
   out->manager_ctx = ctx.release();
   out->deleter = [](DLManagedTensorVersioned* self) {
@@ -80,9 +84,10 @@ Result<DLManagedTensorVersioned*> export_group_versioned(const ReadGroup& g, uin
   return out.release();
 }
 
-Result<DLManagedTensor*> export_group_legacy(const ReadGroup& g, uint64_t index, uint64_t flags) {
+Result<DLManagedTensor*> export_group_legacy(const ExportSource& g, uint64_t index,
+                                             uint64_t flags) {
   KSTAGE_RETURN_NOT_OK(check(g, index, flags));
-  if (!g.owns_buffer)
+  if (g.shares_storage)
     return error(KSTAGE_NOT_SUPPORTED,
                  "this group shares the column's storage (zero-copy read), so it exports only "
                  "read-only, which a legacy DLManagedTensor cannot signal; use "

@@ -8,8 +8,18 @@
 
 namespace kstage::core {
 
-Result<DLManagedTensorVersioned*> export_group_versioned(const ReadGroup& group, uint64_t index,
+// The tensors of a read or map group and the buffer they point into.
+struct ExportSource {
+  const std::vector<DLTensor>* tensors = nullptr;
+  BufferPtr buffer;
+  bool shares_storage = false;  // a zero-copy read: the column's own storage
+  bool is_delete = false;       // a tombstone group (no tensors)
+};
+ExportSource export_source(const ReadGroup& group);
+
+Result<DLManagedTensorVersioned*> export_group_versioned(const ExportSource& group, uint64_t index,
                                                          uint64_t flags);
-Result<DLManagedTensor*> export_group_legacy(const ReadGroup& group, uint64_t index, uint64_t flags);
+Result<DLManagedTensor*> export_group_legacy(const ExportSource& group, uint64_t index,
+                                             uint64_t flags);
 
 }  // namespace kstage::core

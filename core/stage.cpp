@@ -191,12 +191,7 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
   std::vector<Backend*> existing_backend(n, nullptr);
   auto check_floors_and_snapshot_schemas = [&]() -> Status {
     for (uint64_t i = 0; i < n; ++i) {
-      const uint64_t floor = floor_of(attributes[i]);
-      if (ordinal <= floor)
-        return error(KSTAGE_WRITE_FLOOR_VIOLATION,
-                     "ordinal %llu is not above the write floor %llu of attribute '%s'",
-                     (unsigned long long)ordinal, (unsigned long long)floor,
-                     token_name(attributes[i]).c_str());
+      KSTAGE_RETURN_NOT_OK(check_floor(attributes[i], ordinal));
       if (Column* c = column(attributes[i])) {
         existing[i] = c->schema();
         existing_backend[i] = &c->backend();
@@ -235,24 +230,10 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
   // check prim modes, then enqueue every attribute or none.
   std::lock_guard lock(mutex_);
   for (uint64_t i = 0; i < n; ++i) {
-    const uint64_t floor = floor_of(attributes[i]);
-    if (ordinal <= floor)
-      return error(KSTAGE_WRITE_FLOOR_VIOLATION,
-                   "ordinal %llu is not above the write floor %llu of attribute '%s'",
-                   (unsigned long long)ordinal, (unsigned long long)floor,
-                   token_name(attributes[i]).c_str());
+    KSTAGE_RETURN_NOT_OK(check_floor(attributes[i], ordinal));
     Column* c = column(attributes[i]);
     if (c && !existing_backend[i]) {  // created concurrently: compare schemas now
-      const Schema& e = c->schema();
-      const Schema& w = staged[i].schema;
-      if (e.is_array != w.is_array || !same_dtype(e.dtype, w.dtype) || e.semantic != w.semantic)
-        return error(KSTAGE_INVALID_ARGUMENT,
-                     "column '%s' was created concurrently as %s %s (%s); this write declares "
-                     "%s %s (%s)",
-                     token_name(attributes[i]).c_str(), e.is_array ? "array" : "fixed-size",
-                     dtype_string(e.dtype).c_str(), semantic_name(e.semantic),
-                     w.is_array ? "array" : "fixed-size", dtype_string(w.dtype).c_str(),
-                     semantic_name(w.semantic));
+      KSTAGE_RETURN_NOT_OK(check_schema(*c, staged[i].schema));
       if (&c->backend() != staged[i].backend)
         return error(KSTAGE_INVALID_ARGUMENT,
                      "column '%s' was created concurrently on another device", 
@@ -291,14 +272,7 @@ Result<std::shared_ptr<Op>> Stage::remove(const PrimList& prims, const uint64_t*
   for (uint64_t i = 0; i < n; ++i) KSTAGE_RETURN_NOT_OK(check_token(attributes[i], "attributes", i));
   std::lock_guard lock(mutex_);
   if (n > 0) {
-    for (uint64_t i = 0; i < n; ++i) {
-      const uint64_t floor = floor_of(attributes[i]);
-      if (ordinal <= floor)
-        return error(KSTAGE_WRITE_FLOOR_VIOLATION,
-                     "ordinal %llu is not above the write floor %llu of attribute '%s'",
-                     (unsigned long long)ordinal, (unsigned long long)floor,
-                     token_name(attributes[i]).c_str());
-    }
+    for (uint64_t i = 0; i < n; ++i) KSTAGE_RETURN_NOT_OK(check_floor(attributes[i], ordinal));
   } else {
     // Deleting prims touches every column holding one of them.
     for (const auto& [attr, col] : columns_) {
@@ -587,6 +561,224 @@ Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prim
     if (c) KSTAGE_RETURN_NOT_OK(build_groups(*c, prims, desc, groups));
   }
   return groups;
+}
+
+}  // namespace kstage::core
+
+// ---------------------------------------------------------------------------
+// Maps
+
+namespace kstage::core {
+namespace {
+
+constexpr uint64_t kRowAlign = 8;  // array rows, as in Column
+uint64_t align_up(uint64_t x) { return (x + kRowAlign - 1) & ~(kRowAlign - 1); }
+
+// Allocates one group's buffer and describes it. `rows_prims` are the prims
+// of the buffer's rows (row order), `prims` the group's prims (query order).
+Result<std::unique_ptr<MapGroup>> make_map_group(const MapSession& s, std::vector<uint64_t> prims,
+                                                 std::vector<uint64_t> rows_prims,
+                                                 std::vector<uint32_t> index_map,
+                                                 const uint64_t* counts) {
+  auto g = std::make_unique<MapGroup>();
+  g->prims = std::move(prims);
+  g->index_map = std::move(index_map);
+  const size_t n = g->prims.size();
+  const size_t eb = tuple_bytes(s.schema.dtype);
+  const DLDevice device = s.backend->device();
+  auto tensor = [&](std::byte* data, int64_t rows) {
+    DLTensor t{};
+    t.data = data;
+    t.device = device;
+    t.ndim = 1;
+    t.dtype = s.schema.dtype;
+    g->tensors.push_back(t);
+    g->shapes.push_back(rows);
+    g->strides.push_back(1);
+  };
+  StagedRows& r = g->rows;
+  r.n = rows_prims.size();
+  r.prims = std::make_shared<const std::vector<uint64_t>>(std::move(rows_prims));
+  if (!s.schema.is_array) {
+    KSTAGE_ASSIGN_OR_RETURN(r.data, s.backend->allocate(std::max<size_t>(r.n * eb, 1)));
+    tensor(r.data->data(), int64_t(r.n));
+  } else {
+    r.starts.resize(n);
+    r.lengths.resize(n);
+    uint64_t cursor = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (counts[i] > (UINT64_MAX / 2) / eb)
+        return error(KSTAGE_INVALID_ARGUMENT, "element_counts entry %llu is too large",
+                     (unsigned long long)counts[i]);
+      r.starts[i] = cursor;
+      r.lengths[i] = counts[i] * eb;
+      cursor += align_up(r.lengths[i]);
+    }
+    KSTAGE_ASSIGN_OR_RETURN(r.data, s.backend->allocate(std::max<uint64_t>(cursor, 1)));
+    g->tensors.reserve(n);
+    for (size_t i = 0; i < n; ++i) tensor(r.data->data() + r.starts[i], int64_t(counts[i]));
+  }
+  for (size_t i = 0; i < g->tensors.size(); ++i) {
+    g->tensors[i].shape = &g->shapes[i];
+    g->tensors[i].strides = &g->strides[i];
+  }
+  kstage_map_group_info_t& d = g->desc;
+  d.attribute = s.attribute;
+  d.prims = g->prims.data();
+  d.prim_count = n;
+  d.ordinal = s.ordinal;
+  d.data.tensors = g->tensors.empty() ? nullptr : g->tensors.data();
+  d.data.tensor_count = g->tensors.size();
+  d.data.count = n;
+  d.data.index_map = g->index_map.empty() ? nullptr : g->index_map.data();
+  d.dtype = s.schema.dtype;
+  d.is_array = s.schema.is_array;
+  d.semantic = s.schema.semantic;
+  return g;
+}
+
+}  // namespace
+
+Status Stage::check_floor(uint64_t attribute, uint64_t ordinal) const {
+  const uint64_t floor = floor_of(attribute);
+  if (ordinal <= floor)
+    return error(KSTAGE_WRITE_FLOOR_VIOLATION,
+                 "ordinal %llu is not above the write floor %llu of attribute '%s'",
+                 (unsigned long long)ordinal, (unsigned long long)floor,
+                 token_name(attribute).c_str());
+  return Status::OK();
+}
+
+Status Stage::check_schema(const Column& c, const Schema& s) const {
+  const Schema& e = c.schema();
+  const std::string attr = token_name(c.attribute());
+  if (e.is_array != s.is_array)
+    return error(KSTAGE_INVALID_ARGUMENT, "'%s' is %s but is_array = %s was declared",
+                 attr.c_str(), e.is_array ? "an array column" : "a fixed-size column",
+                 s.is_array ? "true" : "false");
+  if (!same_dtype(e.dtype, s.dtype))
+    return error(KSTAGE_INVALID_ARGUMENT, "dtype %s does not match column '%s' dtype %s",
+                 dtype_string(s.dtype).c_str(), attr.c_str(), dtype_string(e.dtype).c_str());
+  if (e.semantic != s.semantic)
+    return error(KSTAGE_INVALID_ARGUMENT, "semantic %s does not match column '%s' semantic %s",
+                 semantic_name(s.semantic), attr.c_str(), semantic_name(e.semantic));
+  return Status::OK();
+}
+
+Result<std::shared_ptr<MapSession>> Stage::map(const PrimList& prims, const kstage_map_desc_t& d,
+                                               uint64_t ordinal, const uint64_t* counts,
+                                               uint64_t n) {
+  if (!dictionary_.is_token(d.attribute))
+    return error(KSTAGE_INVALID_ARGUMENT, "desc.attribute = %llu is not a token of this stage",
+                 (unsigned long long)d.attribute);
+  if (d.prim_mode < KSTAGE_PRIM_MODE_UPSERT || d.prim_mode > KSTAGE_PRIM_MODE_UPDATE)
+    return error(KSTAGE_INVALID_ARGUMENT, "desc.prim_mode %d is not a kstage_prim_mode_t",
+                 int(d.prim_mode));
+  KSTAGE_RETURN_NOT_OK(validate_dtype(d.dtype, "desc.dtype"));
+  KSTAGE_RETURN_NOT_OK(validate_semantic(d.semantic, d.dtype, d.is_array));
+  const size_t count = prims->size();
+  if (!d.is_array && (counts != nullptr || n != 0))
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "element_counts are for array attributes; a fixed-size map passes NULL and 0 "
+                 "(got %s and %llu)", counts ? "a pointer" : "NULL", (unsigned long long)n);
+  if (d.is_array && (n != count || (count > 0 && counts == nullptr)))
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "an array map needs one element count per prim: the query has %zu prims, "
+                 "element_counts has %llu%s",
+                 count, (unsigned long long)n, counts ? "" : " (NULL)");
+  const DLDevice residency =
+      d.residency.device_type == 0 ? DLDevice{kDLCPU, 0} : d.residency;
+
+  auto s = std::make_shared<MapSession>();
+  s->attribute = d.attribute;
+  s->ordinal = ordinal;
+  s->schema = Schema{d.is_array, d.dtype, d.semantic};
+  s->mode = d.prim_mode;
+  const size_t per_group = d.max_group_prims == 0 ? std::max<size_t>(count, 1)
+                                                  : size_t(d.max_group_prims);
+  // Plan the groups under the lock (row assignments), allocate outside it.
+  std::vector<uint64_t> row_order;   // whole-column map: the prim of each row
+  std::vector<uint32_t> whole_index;
+  {
+    std::lock_guard lock(mutex_);
+    KSTAGE_RETURN_NOT_OK(check_floor(d.attribute, ordinal));
+    Column* c = column(d.attribute);
+    if (c) {
+      KSTAGE_RETURN_NOT_OK(check_schema(*c, s->schema));
+      s->backend = &c->backend();
+    } else {
+      KSTAGE_ASSIGN_OR_RETURN(s->backend, backends_->for_device(residency));
+    }
+    StagedRows all;
+    all.prims = prims;
+    all.n = count;
+    KSTAGE_RETURN_NOT_OK(check_prim_mode(all, d.prim_mode, Key{ordinal, next_seq_}));
+    // One fixed-size group covering every row of the column: hand out the
+    // buffer in row order (with an index_map), so it can become the storage.
+    if (c && !d.is_array && per_group >= count && count == c->row_space() &&
+        c->live_rows() == count && count > 0) {
+      row_order.assign(count, 0);
+      whole_index.resize(count);
+      bool all_present = true;
+      for (size_t i = 0; i < count && all_present; ++i) {
+        const uint32_t r = c->row_of((*prims)[i]);
+        all_present = r != Column::kNoRow;
+        if (all_present) {
+          row_order[r] = (*prims)[i];
+          whole_index[i] = r;
+        }
+      }
+      if (!all_present) row_order.clear(), whole_index.clear();
+    }
+  }
+  if (!row_order.empty()) {
+    bool identity = true;
+    for (size_t i = 0; i < count && identity; ++i) identity = whole_index[i] == i;
+    if (identity) whole_index.clear();  // rows already in prim order
+    std::unique_ptr<MapGroup> g;
+    KSTAGE_ASSIGN_OR_RETURN(g, make_map_group(*s, *prims, std::move(row_order),
+                                              std::move(whole_index), nullptr));
+    s->groups.push_back(std::move(g));
+    return s;
+  }
+  for (size_t first = 0; first < count || (count == 0 && first == 0); first += per_group) {
+    const size_t last = std::min(count, first + per_group);
+    std::vector<uint64_t> chunk(prims->begin() + first, prims->begin() + last);
+    std::unique_ptr<MapGroup> g;
+    KSTAGE_ASSIGN_OR_RETURN(g, make_map_group(*s, chunk, chunk, {},
+                                              d.is_array ? counts + first : nullptr));
+    s->groups.push_back(std::move(g));
+    if (count == 0) break;
+  }
+  return s;
+}
+
+Result<std::shared_ptr<Op>> Stage::commit(MapSession& s, const std::vector<MapGroup*>& groups) {
+  std::lock_guard lock(mutex_);
+  KSTAGE_RETURN_NOT_OK(check_floor(s.attribute, s.ordinal));
+  Column* c = column(s.attribute);
+  if (c) {
+    KSTAGE_RETURN_NOT_OK(check_schema(*c, s.schema));
+    if (&c->backend() != s.backend)
+      return error(KSTAGE_INVALID_ARGUMENT, "column '%s' was created on another device since the map opened",
+                   token_name(s.attribute).c_str());
+  }
+  const Key key{s.ordinal, next_seq_};
+  for (MapGroup* g : groups) KSTAGE_RETURN_NOT_OK(check_prim_mode(g->rows, s.mode, key));
+  if (!c)
+    columns_.emplace(s.attribute, std::make_unique<Column>(s.attribute, s.schema, s.backend));
+  for (MapGroup* g : groups) {
+    Mutation m;
+    m.kind = Mutation::Kind::Write;
+    m.ordinal = s.ordinal;
+    m.attributes = {s.attribute};
+    m.prims = g->rows.prims;
+    m.n = g->rows.n;
+    m.rows = std::move(g->rows);  // the group's buffer is the staged data: no copy
+    pending_.emplace(Key{s.ordinal, next_seq_++}, std::move(m));
+    g->state = MapGroup::State::Committed;
+  }
+  return std::make_shared<Op>();
 }
 
 }  // namespace kstage::core

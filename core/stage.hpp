@@ -11,6 +11,7 @@
 #include "core/column.hpp"
 #include "core/dictionary.hpp"
 #include "core/managed_tensors.hpp"
+#include "core/map.hpp"
 
 #include <map>
 #include <mutex>
@@ -60,6 +61,13 @@ class Stage {
   Status advance_write_floor(uint64_t ordinal, const uint64_t* attributes, uint64_t n);
   Result<uint64_t> write_floor(uint64_t attribute);
 
+  // --- maps ------------------------------------------------------------------
+  Result<std::shared_ptr<MapSession>> map(const PrimList& prims, const kstage_map_desc_t& desc,
+                                          uint64_t ordinal, const uint64_t* element_counts,
+                                          uint64_t n);
+  // Commits `groups` of `session` as one op: all are enqueued or none is.
+  Result<std::shared_ptr<Op>> commit(MapSession& session, const std::vector<MapGroup*>& groups);
+
   // --- reads -----------------------------------------------------------------
   Result<std::vector<std::unique_ptr<ReadGroup>>> read(const PrimList& prims,
                                                        const uint64_t* attributes, uint64_t n,
@@ -89,6 +97,8 @@ class Stage {
   // mutations ordered before it). Requires mutex_.
   std::vector<char> projected_existence(const uint64_t* prims, size_t n, Key key) const;
   Status check_prim_mode(const StagedRows& rows, kstage_prim_mode_t mode, Key key) const;
+  Status check_floor(uint64_t attribute, uint64_t ordinal) const;  // requires mutex_
+  Status check_schema(const Column& c, const Schema& s) const;
   // Applies the pending mutations of `c` in (from, to]; on failure returns
   // the ordinal to leave the floor at.
   Status seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reached);

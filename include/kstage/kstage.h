@@ -82,6 +82,8 @@ typedef uint64_t kstage_query_t;     /**< a fixed, ordered list of prims */
 typedef uint64_t kstage_read_t;      /**< an open read (iterates groups) */
 typedef uint64_t kstage_group_t;     /**< one read group (pins its snapshot data) */
 typedef uint64_t kstage_op_t;        /**< a submitted mutation */
+typedef uint64_t kstage_map_t;       /**< an open map (writable buffers for one attribute) */
+typedef uint64_t kstage_map_group_t; /**< one group of a map */
 typedef uint64_t kstage_token_t;     /**< interned attribute name; 0 is invalid */
 typedef uint64_t kstage_path_t;      /**< interned prim path; 0 is invalid */
 
@@ -260,6 +262,44 @@ typedef struct kstage_read_group_t {
   kstage_semantic_t semantic;
 } kstage_read_group_t;
 
+/** \brief What a map writes. Zero-initialise, then set what applies. */
+typedef struct kstage_map_desc_t {
+  /** The attribute; it may not exist yet. */
+  kstage_token_t attribute;
+  /** Column schema: must match an existing column; creates a new one. */
+  DLDataType dtype;
+  kstage_semantic_t semantic;
+  bool is_array;
+  /** Where a new column's storage lives; device_type 0 = the host (kDLCPU).
+   * Ignored for an existing column (its residency is fixed). */
+  DLDevice residency;
+  /** UPSERT creates missing prims; INSERT requires all to be missing; UPDATE
+   * requires all to exist (checked at map and again at each unmap). */
+  kstage_prim_mode_t prim_mode;
+  /** Split the prims into groups of at most this many (0: one group). */
+  uint64_t max_group_prims;
+} kstage_map_desc_t;
+
+/**
+ * \brief One writable group of a map. Fill `data.tensors` (uninitialised
+ * memory: every byte of every row must be written), then unmap it.
+ * Fixed-size: one tensor in canonical layout; the group's prim i is row
+ * `data.index_map[i]` (or row i when index_map is NULL). Array: one tensor per
+ * prim, shape [element_counts of that prim]. Valid until unmapped or the map
+ * is released.
+ */
+typedef struct kstage_map_group_info_t {
+  kstage_map_group_t handle;
+  kstage_token_t attribute;
+  const kstage_path_t* prims;
+  uint64_t prim_count;
+  uint64_t ordinal; /**< the map's ordinal */
+  kstage_data_t data;
+  DLDataType dtype;
+  bool is_array;
+  kstage_semantic_t semantic;
+} kstage_map_group_info_t;
+
 /* ------------------------------------------------------------------------- */
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------- */
@@ -422,6 +462,55 @@ kstage_status_t kstage_group_export(kstage_stage_t stage, kstage_group_t group, 
 kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, kstage_group_t group,
                                            uint64_t index, uint64_t flags,
                                            DLManagedTensor** tensor);
+
+/* ------------------------------------------------------------------------- */
+/* Map / unmap                                                               */
+/* ------------------------------------------------------------------------- */
+
+/**
+ * \brief Map the query's prims for `desc->attribute` at `ordinal` (> its floor):
+ * writable buffers the producer fills, committed by unmap at that ordinal.
+ *
+ * Fixed-size (element_counts NULL, n 0): a map whose single group covers
+ * every row of the column (or creates it) hands out memory that becomes the
+ * column's storage when sealed: no copy of the payload anywhere. Other maps
+ * (a subset of rows, several groups) are scattered into storage at seal.
+ * Array: `element_counts[i]` (n = the query's prim count) is prim i's new
+ * length; storage for exactly that is allocated.
+ * Buffers are uninitialised. Reads never see them before unmap and seal.
+ */
+kstage_status_t kstage_map_attribute(kstage_stage_t stage, kstage_query_t query,
+                                     const kstage_map_desc_t* desc, uint64_t ordinal,
+                                     const uint64_t* element_counts, uint64_t n, kstage_map_t* map);
+/** \brief Next writable group, or KSTAGE_END_OF_ITERATION. */
+kstage_status_t kstage_fetch_map_next(kstage_stage_t stage, kstage_map_t map, uint64_t timeout_ns,
+                                      kstage_map_group_info_t* group);
+/**
+ * \brief Commit one fetched group at the map's ordinal (a write, ordered with
+ * other submissions by when this call is made). The stage orders its work
+ * after `done_sync.event` (host: {0, 0}). On failure the group stays mapped.
+ */
+kstage_status_t kstage_unmap_group(kstage_stage_t stage, kstage_map_t map,
+                                   kstage_map_group_t group, kstage_device_sync_t done_sync,
+                                   kstage_op_t* op);
+/**
+ * \brief Commit every fetched group not yet unmapped (as one op) and end the
+ * map. Groups never fetched were never filled: they are dropped, not
+ * committed. On failure nothing is committed and the map stays open.
+ */
+kstage_status_t kstage_unmap_attribute(kstage_stage_t stage, kstage_map_t map,
+                                       kstage_device_sync_t done_sync, kstage_op_t* op);
+/** \brief Abandon a map: its uncommitted buffers are freed; nothing more is written. */
+kstage_status_t kstage_release_map(kstage_stage_t stage, kstage_map_t map);
+/**
+ * \brief Export tensor `index` of a fetched, not yet unmapped map group as a
+ * writable DLPack tensor (READ_ONLY with KSTAGE_EXPORT_READ_ONLY), so a
+ * DLPack-speaking producer can fill it. Writing through it after the group
+ * is unmapped is undefined: the memory may have become column storage.
+ */
+kstage_status_t kstage_map_group_export(kstage_stage_t stage, kstage_map_t map,
+                                        kstage_map_group_t group, uint64_t index, uint64_t flags,
+                                        struct DLManagedTensorVersioned** tensor);
 
 /* ------------------------------------------------------------------------- */
 /* Ops                                                                       */

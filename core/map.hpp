@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: Apache-2.0
+// Map sessions: writable buffers handed to a producer, committed at unmap as
+// writes whose staged data *is* those buffers. Nothing is copied on the way
+// in; at seal, a fixed-size group that covers every row of its column in row
+// order replaces the storage outright (Column::apply_fixed's identity path),
+// so a dense map -> fill -> unmap -> seal moves the payload zero times beyond
+// the fill. Other groups are scattered once at seal.
+#pragma once
+
+#include "core/column.hpp"
+
+#include <mutex>
+
+namespace kstage::core {
+
+struct MapGroup {
+  enum class State { Pending, Fetched, Committed };
+  State state = State::Pending;
+  kstage_map_group_info_t desc{};
+  std::vector<uint64_t> prims;      // the group's prims, in query order
+  std::vector<uint32_t> index_map;  // whole-column maps: prim i -> buffer row
+  std::vector<DLTensor> tensors;
+  std::vector<int64_t> shapes, strides;
+  StagedRows rows;  // what unmap commits: the buffer and its target prims
+};
+
+struct MapSession {
+  uint64_t attribute = 0;
+  uint64_t ordinal = 0;
+  Schema schema;
+  Backend* backend = nullptr;
+  kstage_prim_mode_t mode = KSTAGE_PRIM_MODE_UPSERT;
+  std::vector<std::unique_ptr<MapGroup>> groups;
+  size_t next_fetch = 0;
+  bool ended = false;
+  std::mutex mutex;  // fetch / unmap of one session from several threads
+};
+
+}  // namespace kstage::core
