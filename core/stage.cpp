@@ -37,6 +37,18 @@ Status Stage::check_token(uint64_t token, const char* what, uint64_t index) cons
   return Status::OK();
 }
 
+Status Stage::check_distinct_tokens(const uint64_t* attributes, uint64_t n) const {
+  for (uint64_t i = 0; i < n; ++i) {
+    KSTAGE_RETURN_NOT_OK(check_token(attributes[i], "attributes", i));
+    for (uint64_t j = 0; j < i; ++j)  // batches are a handful of attributes
+      if (attributes[j] == attributes[i])
+        return error(KSTAGE_INVALID_ARGUMENT, "attributes[%llu] ('%s') repeats attributes[%llu]",
+                     (unsigned long long)i, token_name(attributes[i]).c_str(),
+                     (unsigned long long)j);
+  }
+  return Status::OK();
+}
+
 std::string Stage::token_name(uint64_t token) const {
   const std::string* s = dictionary_.token(token);
   return s ? *s : format("#%llu", (unsigned long long)token);
@@ -177,14 +189,7 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
   if (n == 0) return error(KSTAGE_INVALID_ARGUMENT, "no attributes to write (n = 0)");
   if (attributes == nullptr || data == nullptr)
     return error(KSTAGE_INVALID_ARGUMENT, "%s is NULL", attributes ? "data" : "attributes");
-  for (uint64_t i = 0; i < n; ++i) {
-    KSTAGE_RETURN_NOT_OK(check_token(attributes[i], "attributes", i));
-    for (uint64_t j = 0; j < i; ++j)
-      if (attributes[j] == attributes[i])
-        return error(KSTAGE_INVALID_ARGUMENT, "attributes[%llu] ('%s') repeats attributes[%llu]",
-                     (unsigned long long)i, token_name(attributes[i]).c_str(),
-                     (unsigned long long)j);
-  }
+  KSTAGE_RETURN_NOT_OK(check_distinct_tokens(attributes, n));
 
   // Phase 1 (locked): floors, and the schema each write must match.
   std::vector<Schema> existing(n);
@@ -520,14 +525,7 @@ Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prim
   if (n == 0 || attributes == nullptr)
     return error(KSTAGE_INVALID_ARGUMENT, "a read needs at least one attribute (n = %llu%s)",
                  (unsigned long long)n, attributes ? "" : ", attributes NULL");
-  for (uint64_t i = 0; i < n; ++i) {
-    KSTAGE_RETURN_NOT_OK(check_token(attributes[i], "attributes", i));
-    for (uint64_t j = 0; j < i; ++j)
-      if (attributes[j] == attributes[i])
-        return error(KSTAGE_INVALID_ARGUMENT, "attributes[%llu] ('%s') repeats attributes[%llu]",
-                     (unsigned long long)i, token_name(attributes[i]).c_str(),
-                     (unsigned long long)j);
-  }
+  KSTAGE_RETURN_NOT_OK(check_distinct_tokens(attributes, n));
   if (desc.change_range && desc.range_begin > desc.range_end)
     return error(KSTAGE_INVALID_ARGUMENT, "change range [%llu, %llu] is empty (begin > end)",
                  (unsigned long long)desc.range_begin, (unsigned long long)desc.range_end);

@@ -88,6 +88,7 @@ class Stage {
   explicit Stage(std::unique_ptr<BackendSet> backends) : backends_(std::move(backends)) {}
 
   Status check_token(uint64_t token, const char* what, uint64_t index) const;
+  Status check_distinct_tokens(const uint64_t* attributes, uint64_t n) const;
   std::string token_name(uint64_t token) const;
   std::string path_name(uint64_t path) const;
   uint64_t floor_of(uint64_t attribute) const;  // requires mutex_

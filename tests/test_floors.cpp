@@ -8,25 +8,7 @@ using namespace kstage_test;
 
 namespace {
 
-// One float per prim: the sealed values of `attr` over `q` (prims without it absent).
-std::map<kstage_path_t, float> scalars(Stage& s, kstage_query_t q, kstage_token_t attr) {
-  std::map<kstage_path_t, float> m;
-  for (auto& [p, f] : s.floats(q, attr)) {
-    REQUIRE(f.size() == 1);
-    m[p] = f[0];
-  }
-  return m;
-}
 
-// A one-lane float32 write of `values` at `ordinal`; returns the call's status.
-kstage_status_t try_write(Stage& s, kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
-                          std::vector<float> values,
-                          kstage_prim_mode_t mode = KSTAGE_PRIM_MODE_UPSERT) {
-  int64_t shape[1] = {int64_t(values.size())};
-  DLTensor t = tensor(values.data(), f32(), 1, shape);
-  kstage_write_data_t w = write_data(&t);
-  return s.write(q, attr, ordinal, w, mode);
-}
 
 }  // namespace
 

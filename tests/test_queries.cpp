@@ -8,14 +8,6 @@ using namespace kstage_test;
 
 namespace {
 
-kstage_status_t try_write(Stage& s, kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
-                          std::vector<float> values,
-                          kstage_prim_mode_t mode = KSTAGE_PRIM_MODE_UPSERT) {
-  int64_t shape[1] = {int64_t(values.size())};
-  DLTensor t = tensor(values.data(), f32(), 1, shape);
-  kstage_write_data_t w = write_data(&t);
-  return s.write(q, attr, ordinal, w, mode);
-}
 
 // The prims of a query, through kstage_query_get_paths.
 std::vector<kstage_path_t> prims_of(Stage& s, kstage_query_t q) {
