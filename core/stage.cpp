@@ -752,6 +752,7 @@ Result<std::shared_ptr<MapSession>> Stage::map(const PrimList& prims, const ksta
 }
 
 Result<std::shared_ptr<Op>> Stage::commit(MapSession& s, const std::vector<MapGroup*>& groups) {
+  if (groups.empty()) return std::make_shared<Op>();  // nothing filled: no trace, not even a schema
   std::lock_guard lock(mutex_);
   KSTAGE_RETURN_NOT_OK(check_floor(s.attribute, s.ordinal));
   Column* c = column(s.attribute);
