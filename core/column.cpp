@@ -24,34 +24,63 @@ uint64_t Column::tombstone(uint64_t prim) const {
   return it == tombstones_.end() ? 0 : it->second;
 }
 
-void Column::assign_rows(const StagedRows& rows, std::vector<uint32_t>& row_ids,
-                         std::vector<uint64_t>& new_prims) {
-  const uint64_t* prims = rows.prims->data();
-  row_ids.resize(rows.n);
-  for (size_t i = 0; i < rows.n; ++i) {
-    const uint64_t p = prims[i];
-    uint32_t r = row_of(p);
-    if (r == kNoRow) {
-      if (!free_rows_.empty()) {
-        r = free_rows_.back();
-        free_rows_.pop_back();
-      } else {
-        r = uint32_t(prim_of_row_.size());
-        prim_of_row_.push_back(0);
-        changed_at_.push_back(0);
-        if (schema_.is_array) {
-          array_offset_.push_back(0);
-          array_length_.push_back(0);
-        }
-      }
-      if (p >= row_of_.size()) row_of_.resize(std::max<size_t>(p + 1, row_of_.size() * 2), kNoRow);
-      row_of_[p] = r;
-      prim_of_row_[r] = p;
-      ++live_rows_;
-      new_prims.push_back(p);
-    }
-    row_ids[i] = r;
+RowMap Column::row_map(const std::shared_ptr<const std::vector<uint64_t>>& prims, size_t n) {
+  for (const CachedRowMap& c : cache_)
+    if (c.key == prims.get() && c.n == n && c.structure == structure_ && !c.prims.expired())
+      return c.map;
+  auto rows = std::make_shared<std::vector<uint32_t>>(n);
+  RowMap m;
+  m.all_present = true;
+  m.identity = n == row_space() && n == live_rows_;
+  const uint64_t* p = prims->data();
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t r = row_of(p[i]);
+    (*rows)[i] = r;
+    m.all_present = m.all_present && r != kNoRow;
+    m.identity = m.identity && r == i;
   }
+  m.identity = m.identity && m.all_present;
+  m.rows = std::move(rows);
+  CachedRowMap& slot = cache_[cache_next_++ % 4];
+  slot = CachedRowMap{prims, prims.get(), n, structure_, m};
+  return m;
+}
+
+RowMap Column::assign_rows(const StagedRows& rows, std::vector<uint64_t>& new_prims) {
+  RowMap m = row_map(rows.prims, rows.n);
+  if (m.all_present) return m;
+  auto ids = std::make_shared<std::vector<uint32_t>>(*m.rows);
+  const uint64_t* prims = rows.prims->data();
+  for (size_t i = 0; i < rows.n; ++i) {
+    if ((*ids)[i] != kNoRow) continue;
+    const uint64_t p = prims[i];
+    uint32_t r;
+    if (!free_rows_.empty()) {
+      r = free_rows_.back();
+      free_rows_.pop_back();
+    } else {
+      r = uint32_t(prim_of_row_.size());
+      prim_of_row_.push_back(0);
+      changed_at_.push_back(0);
+      if (schema_.is_array) {
+        array_offset_.push_back(0);
+        array_length_.push_back(0);
+      }
+    }
+    if (p >= row_of_.size()) row_of_.resize(std::max<size_t>(p + 1, row_of_.size() * 2), kNoRow);
+    row_of_[p] = r;
+    prim_of_row_[r] = p;
+    ++live_rows_;
+    new_prims.push_back(p);
+    (*ids)[i] = r;
+  }
+  ++structure_;
+  RowMap out;
+  out.all_present = true;
+  out.identity = rows.n == row_space() && rows.n == live_rows_;
+  for (size_t i = 0; out.identity && i < rows.n; ++i) out.identity = (*ids)[i] == i;
+  out.rows = std::move(ids);
+  return out;
 }
 
 void Column::unassign_rows(const StagedRows&, const std::vector<uint64_t>& new_prims) {
@@ -62,38 +91,37 @@ void Column::unassign_rows(const StagedRows&, const std::vector<uint64_t>& new_p
     free_rows_.push_back(r);
     --live_rows_;
   }
+  ++structure_;
 }
 
 Status Column::apply_write(const StagedRows& rows, uint64_t ordinal,
                            std::vector<uint64_t>& new_prims) {
   if (rows.n == 0) return Status::OK();
-  std::vector<uint32_t> row_ids;
   std::vector<uint64_t> added;
-  assign_rows(rows, row_ids, added);
-  Status st = schema_.is_array ? apply_array(rows, ordinal, row_ids)
-                               : apply_fixed(rows, ordinal, row_ids);
+  const RowMap map = assign_rows(rows, added);
+  Status st = schema_.is_array ? apply_array(rows, map) : apply_fixed(rows, map);
   if (!st.ok()) {
     unassign_rows(rows, added);
     return st;
   }
-  const uint64_t* prims = rows.prims->data();
-  for (size_t i = 0; i < rows.n; ++i) {
-    changed_at_[row_ids[i]] = ordinal;
-    if (!tombstones_.empty()) tombstones_.erase(prims[i]);
+  if (map.identity) {
+    all_changed_at_ = ordinal;  // every row changed: O(1), not one store per row
+  } else {
+    for (uint32_t r : *map.rows) changed_at_[r] = ordinal;
   }
+  if (!tombstones_.empty())
+    for (size_t i = 0; i < rows.n; ++i) tombstones_.erase((*rows.prims)[i]);
   new_prims.insert(new_prims.end(), added.begin(), added.end());
   return Status::OK();
 }
 
-Status Column::apply_fixed(const StagedRows& rows, uint64_t, std::vector<uint32_t>& row_ids) {
+Status Column::apply_fixed(const StagedRows& rows, const RowMap& map) {
   const size_t rb = row_bytes();
   const size_t need = row_space() * rb;
   // A write of every row in row order replaces the storage outright: the
   // staged buffer becomes the column (zero-copy seal), and a reader holding
   // the old buffer keeps it.
-  bool identity = rows.n == row_space() && rows.n == live_rows_;
-  for (size_t i = 0; identity && i < rows.n; ++i) identity = row_ids[i] == i;
-  if (identity && rows.data->size() >= need) {
+  if (map.identity && rows.data->size() >= need) {
     values_ = rows.data;
     return Status::OK();
   }
@@ -109,7 +137,7 @@ Status Column::apply_fixed(const StagedRows& rows, uint64_t, std::vector<uint32_
   kernels::RowCopy c;
   c.dst = values_->data();
   c.dst_stride = int64_t(rb);
-  c.dst_index = row_ids.data();
+  c.dst_index = map.identity ? nullptr : map.rows->data();
   c.src = rows.data->data();
   c.src_stride = int64_t(rb);
   c.n = rows.n;
@@ -118,7 +146,8 @@ Status Column::apply_fixed(const StagedRows& rows, uint64_t, std::vector<uint32_
   return Status::OK();
 }
 
-Status Column::apply_array(const StagedRows& rows, uint64_t, std::vector<uint32_t>& row_ids) {
+Status Column::apply_array(const StagedRows& rows, const RowMap& map) {
+  const std::vector<uint32_t>& row_ids = *map.rows;
   const std::byte* staged = rows.data ? rows.data->data() : nullptr;
   // Target index per row (or -1), to know which rows the write replaces.
   std::vector<int64_t> target_of_row(row_space(), -1);
@@ -199,6 +228,7 @@ Status Column::apply_array(const StagedRows& rows, uint64_t, std::vector<uint32_
 
 void Column::apply_delete(const uint64_t* prims, size_t n, uint64_t ordinal,
                           std::vector<uint64_t>& removed) {
+  const size_t before = removed.size();
   for (size_t i = 0; i < n; ++i) {
     const uint64_t p = prims[i];
     const uint32_t r = row_of(p);
@@ -214,6 +244,7 @@ void Column::apply_delete(const uint64_t* prims, size_t n, uint64_t ordinal,
     tombstones_[p] = ordinal;
     removed.push_back(p);
   }
+  if (removed.size() != before) ++structure_;
 }
 
 }  // namespace kstage::core

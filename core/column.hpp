@@ -14,6 +14,7 @@
 #include "core/backend.hpp"
 #include "core/buffer.hpp"
 
+#include <algorithm>
 #include <unordered_map>
 #include <vector>
 
@@ -34,6 +35,15 @@ struct StagedRows {
   std::vector<uint64_t> starts, lengths;  // array columns: per row, bytes into data
 };
 
+// Where a list of prims sits in a column: computed once per (prim list,
+// column structure) and shared, so steady-state writes and reads of the same
+// query do no per-prim host work.
+struct RowMap {
+  std::shared_ptr<const std::vector<uint32_t>> rows;  // per prim; kNoRow if absent
+  bool all_present = false;
+  bool identity = false;  // all present, rows[i] == i, and they are all the rows
+};
+
 class Column {
  public:
   static constexpr uint32_t kNoRow = UINT32_MAX;
@@ -51,7 +61,7 @@ class Column {
     return prim < row_of_.size() ? row_of_[prim] : kNoRow;
   }
   bool has(uint64_t prim) const { return row_of(prim) != kNoRow; }
-  uint64_t changed_at(uint32_t row) const { return changed_at_[row]; }
+  uint64_t changed_at(uint32_t row) const { return std::max(all_changed_at_, changed_at_[row]); }
   uint64_t prim_of_row(uint32_t row) const { return prim_of_row_[row]; }  // 0: free row
   // Ordinal at which `prim` lost this attribute (0: no tombstone).
   uint64_t tombstone(uint64_t prim) const;
@@ -64,6 +74,9 @@ class Column {
   uint64_t row_offset(uint32_t row) const { return array_offset_[row]; }
   uint64_t row_length(uint32_t row) const { return array_length_[row]; }
 
+  // Rows of prims[0, n) (cached while the column's rows do not change).
+  RowMap row_map(const std::shared_ptr<const std::vector<uint64_t>>& prims, size_t n);
+
   // --- sealing ------------------------------------------------------------
   // Applies a staged write at `ordinal`. `new_prims` collects prims that gain
   // this attribute. On failure (OUT_OF_MEMORY) the column is unchanged.
@@ -73,11 +86,10 @@ class Column {
                     std::vector<uint64_t>& removed);
 
  private:
-  Status apply_fixed(const StagedRows& rows, uint64_t ordinal, std::vector<uint32_t>& row_ids);
-  Status apply_array(const StagedRows& rows, uint64_t ordinal, std::vector<uint32_t>& row_ids);
-  // Row ids for the targets; allocates rows for new prims (bookkeeping only).
-  void assign_rows(const StagedRows& rows, std::vector<uint32_t>& row_ids,
-                   std::vector<uint64_t>& new_prims);
+  Status apply_fixed(const StagedRows& rows, const RowMap& map);
+  Status apply_array(const StagedRows& rows, const RowMap& map);
+  // Rows for the targets; allocates rows for new prims (bookkeeping only).
+  RowMap assign_rows(const StagedRows& rows, std::vector<uint64_t>& new_prims);
   void unassign_rows(const StagedRows& rows, const std::vector<uint64_t>& new_prims);
   // Someone else holds the buffer (a reader, an export), or it is not ours to write.
   bool pinned() const { return values_ && (values_.use_count() > 1 || values_->read_only()); }
@@ -89,7 +101,20 @@ class Column {
   BufferPtr values_;
   std::vector<uint32_t> row_of_;       // indexed by path id
   std::vector<uint64_t> prim_of_row_;  // 0: free row
-  std::vector<uint64_t> changed_at_;   // per row
+  std::vector<uint64_t> changed_at_;   // per row; see all_changed_at_
+  // A write of every row sets this instead of each changed_at_ entry: a
+  // row's last change is the larger of the two.
+  uint64_t all_changed_at_ = 0;
+  uint64_t structure_ = 0;  // bumped whenever rows are assigned or freed
+  struct CachedRowMap {
+    std::weak_ptr<const std::vector<uint64_t>> prims;
+    const std::vector<uint64_t>* key = nullptr;
+    size_t n = 0;
+    uint64_t structure = 0;
+    RowMap map;
+  };
+  CachedRowMap cache_[4];
+  size_t cache_next_ = 0;
   std::vector<uint32_t> free_rows_;
   size_t live_rows_ = 0;
   std::unordered_map<uint64_t, uint64_t> tombstones_;  // prim -> ordinal

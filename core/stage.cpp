@@ -391,12 +391,15 @@ Result<uint64_t> Stage::write_floor(uint64_t attribute) {
 namespace {
 
 void finish_desc(ReadGroup& g) {
-  g.desc.prims = g.prims.data();
-  g.desc.prim_count = g.prims.size();
-  g.desc.data.count = g.prims.size();
+  const std::vector<uint64_t>& prims = g.shared_prims ? *g.shared_prims : g.prims;
+  g.desc.prims = prims.data();
+  g.desc.prim_count = prims.size();
+  g.desc.data.count = prims.size();
   g.desc.data.tensors = g.tensors.empty() ? nullptr : g.tensors.data();
   g.desc.data.tensor_count = g.tensors.size();
-  g.desc.data.index_map = g.index_map.empty() ? nullptr : g.index_map.data();
+  g.desc.data.index_map = g.shared_index_map ? g.shared_index_map->data()
+                          : g.index_map.empty() ? nullptr
+                                                : g.index_map.data();
   for (size_t i = 0; i < g.tensors.size(); ++i) {
     g.tensors[i].shape = &g.shapes[i];
     g.tensors[i].strides = &g.strides[i];
@@ -420,22 +423,36 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
   const Schema& schema = c.schema();
   auto values = std::make_unique<ReadGroup>();
   auto tombs = std::make_unique<ReadGroup>();
-  std::vector<uint32_t> rows;
-  for (uint64_t p : *prims) {
-    const uint32_t r = c.row_of(p);
-    if (desc.change_range) {
-      if (r != Column::kNoRow && desc.range_begin <= c.changed_at(r) &&
-          c.changed_at(r) <= desc.range_end) {
+  // The group's prims and their rows: shared with the query and the column's
+  // cached row map when the group is the whole query, else collected here.
+  const RowMap map = c.row_map(prims, prims->size());
+  std::vector<uint32_t> own_rows;
+  const uint32_t* rows = nullptr;
+  size_t n = 0;
+  if (!desc.change_range && map.all_present) {
+    values->shared_prims = prims;
+    rows = map.rows->data();
+    n = prims->size();
+  } else {
+    for (size_t i = 0; i < prims->size(); ++i) {
+      const uint64_t p = (*prims)[i];
+      const uint32_t r = (*map.rows)[i];
+      if (desc.change_range) {
+        if (r != Column::kNoRow && desc.range_begin <= c.changed_at(r) &&
+            c.changed_at(r) <= desc.range_end) {
+          values->prims.push_back(p);
+          own_rows.push_back(r);
+        } else if (r == Column::kNoRow) {
+          const uint64_t t = c.tombstone(p);
+          if (t != 0 && desc.range_begin <= t && t <= desc.range_end) tombs->prims.push_back(p);
+        }
+      } else if (r != Column::kNoRow) {
         values->prims.push_back(p);
-        rows.push_back(r);
-      } else if (r == Column::kNoRow) {
-        const uint64_t t = c.tombstone(p);
-        if (t != 0 && desc.range_begin <= t && t <= desc.range_end) tombs->prims.push_back(p);
+        own_rows.push_back(r);
       }
-    } else if (r != Column::kNoRow) {
-      values->prims.push_back(p);
-      rows.push_back(r);
     }
+    rows = own_rows.data();
+    n = own_rows.size();
   }
   const uint64_t floor = floor_of(c.attribute());
   for (ReadGroup* g : {values.get(), tombs.get()}) {
@@ -447,11 +464,10 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
   }
   tombs->desc.is_delete = true;
 
-  if (!values->prims.empty()) {
+  if (n > 0) {
     ReadGroup& g = *values;
     Backend& backend = c.backend();
     const DLDevice device = backend.device();
-    const size_t n = rows.size();
     const bool compact = desc.compact;
     g.owns_buffer = compact;
     if (!schema.is_array) {
@@ -463,7 +479,7 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
         k.dst_stride = int64_t(rb);
         k.src = c.values()->data();
         k.src_stride = int64_t(rb);
-        k.src_index = rows.data();
+        k.src_index = rows;
         k.n = n;
         k.row_bytes = rb;
         backend.row_copy(k);
@@ -471,9 +487,13 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
       } else {
         g.pinned = c.values();
         g.shapes.push_back(int64_t(c.row_space()));
-        bool identity = n == c.row_space();
-        for (size_t i = 0; identity && i < n; ++i) identity = rows[i] == i;
-        if (!identity) g.index_map = std::move(rows);
+        if (g.shared_prims) {
+          if (!map.identity) g.shared_index_map = map.rows;
+        } else {
+          bool identity = n == c.row_space();
+          for (size_t i = 0; identity && i < n; ++i) identity = rows[i] == i;
+          if (!identity) g.index_map = std::move(own_rows);
+        }
       }
       g.tensors.push_back(row_tensor(g.pinned->data(), device, schema.dtype));
       g.strides.push_back(1);

@@ -30,6 +30,11 @@ struct Op {
 // One read group with everything its descriptor points at.
 struct ReadGroup {
   kstage_read_group_t desc{};
+  // The prims and index_map: shared with the query and the column's row map
+  // when every prim of the query is in the group (no per-read copy), else
+  // owned here.
+  PrimList shared_prims;
+  std::shared_ptr<const std::vector<uint32_t>> shared_index_map;
   std::vector<uint64_t> prims;
   std::vector<uint32_t> index_map;
   std::vector<DLTensor> tensors;

@@ -80,12 +80,14 @@ struct DLPackDType<bool> {
   static_assert(sizeof(bool) == 1, "DLPack bool is one byte");
   static constexpr DLDataType value{kDLBool, 8, 1};
 };
+// Complex: the DLPack bits field (8 bits) holds the whole number, so only
+// components up to 64 bits (complex128) are describable.
 template <class T>
-struct DLPackDType<std::complex<T>, std::enable_if_t<std::is_floating_point_v<T>>> {
+struct DLPackDType<std::complex<T>, std::enable_if_t<std::is_floating_point_v<T> && sizeof(T) <= 8>> {
   static constexpr DLDataType value{kDLComplex, uint8_t(sizeof(T) * 16), 1};
 };
 template <class T>
-struct DLPackDType<Kokkos::complex<T>, std::enable_if_t<std::is_floating_point_v<T>>> {
+struct DLPackDType<Kokkos::complex<T>, std::enable_if_t<std::is_floating_point_v<T> && sizeof(T) <= 8>> {
   static constexpr DLDataType value{kDLComplex, uint8_t(sizeof(T) * 16), 1};
 };
 
@@ -372,11 +374,9 @@ DLPackView<DataType, MemorySpace, Layout> import_impl(const DLTensor& t, uint64_
     throw fail(KSTAGE_INVALID_ARGUMENT, "data + byte_offset is not aligned for the View's value type");
 
   Out out;
-  if constexpr (rank == 0) {
-    out.view_ = View(ptr);
-  } else {
-    out.view_ = View(ptr, impl::make_layout<Layout>(shape, strides, rank));
-  }
+  // Always through a layout object: Kokkos 4 cannot build a LayoutStride View
+  // from extents alone, not even for rank 0.
+  out.view_ = View(ptr, impl::make_layout<Layout>(shape, strides, rank));
   out.owner_ = std::move(owner);
   out.device_ = t.device;
   out.read_only_ = read_only;

@@ -185,7 +185,9 @@ typedef struct kstage_write_data_t {
    * on the column's device and written densely (no index_map or mask) is
    * adopted without a copy: its memory becomes the column's storage at seal
    * when the write covers every row, and its deleter runs when the stage no
-   * longer needs it. A READ_ONLY one is never written in place. */
+   * longer needs it. A READ_ONLY one is never written in place; a writable
+   * one becomes the stage's to modify, so the producer must not keep using
+   * its memory (export it READ_ONLY to keep a view of it). */
   struct DLManagedTensorVersioned* const* managed_tensors;
   uint64_t tensor_count;
   /** Declares the column kind; never inferred. Must match an existing column. */
