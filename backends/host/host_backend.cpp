@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "backends/host/host_backend.hpp"
 
+#include "core/buffer_pool.hpp"
 #include "core/kernels/ragged_copy.hpp"
 #include "core/kernels/row_copy.hpp"
 #include "core/kernels/strided_copy.hpp"
@@ -36,9 +37,10 @@ class HostBackend final : public core::Backend {
   const char* execution_name() const override { return Exec::name(); }
 
   Result<core::BufferPtr> allocate(size_t bytes) override {
+    if (core::BufferPtr reused = pool_->take(bytes)) return reused;
     try {
       Bytes view(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kstage::column"), bytes);
-      return core::BufferPtr(std::make_shared<HostBuffer>(std::move(view)));
+      return pool_->wrap(std::make_unique<HostBuffer>(std::move(view)));
     } catch (const std::bad_alloc&) {
     } catch (const std::runtime_error&) {  // Kokkos reports allocation failure this way too
     }
@@ -70,6 +72,7 @@ class HostBackend final : public core::Backend {
 
  private:
   Exec exec_;
+  std::shared_ptr<core::BufferPool> pool_ = std::make_shared<core::BufferPool>();
 };
 
 }  // namespace

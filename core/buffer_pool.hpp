@@ -1,0 +1,69 @@
+// SPDX-License-Identifier: Apache-2.0
+// Recycles released buffers of one backend. A steady stream of same-size
+// writes (every tick of a simulation) stages into a fresh buffer and, at
+// seal, swaps it in as storage, releasing the old one: without a pool, every
+// tick would allocate, page-fault and free a whole column. With it, the
+// buffer released by one tick stages the next.
+#pragma once
+
+#include "core/buffer.hpp"
+
+#include <deque>
+#include <mutex>
+
+namespace kstage::core {
+
+class BufferPool : public std::enable_shared_from_this<BufferPool> {
+ public:
+  static constexpr size_t kMaxBuffers = 8;
+  static constexpr size_t kMaxBytes = size_t(1) << 30;
+
+  // Shares `raw` so that when its last holder lets go it comes back here
+  // (or is destroyed, if the pool is gone or full).
+  BufferPtr wrap(std::unique_ptr<DeviceBuffer> raw) {
+    std::weak_ptr<BufferPool> pool = weak_from_this();
+    return BufferPtr(raw.release(), [pool](DeviceBuffer* b) {
+      if (auto p = pool.lock()) {
+        p->put(std::unique_ptr<DeviceBuffer>(b));
+      } else {
+        delete b;
+      }
+    });
+  }
+
+  // A released buffer of exactly `bytes`, or null.
+  BufferPtr take(size_t bytes) {
+    std::unique_ptr<DeviceBuffer> found;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto it = free_.begin(); it != free_.end(); ++it) {
+        if ((*it)->size() != bytes) continue;
+        found = std::move(*it);
+        free_.erase(it);
+        free_bytes_ -= bytes;
+        break;
+      }
+    }
+    return found ? wrap(std::move(found)) : nullptr;
+  }
+
+ private:
+  void put(std::unique_ptr<DeviceBuffer> b) {
+    std::deque<std::unique_ptr<DeviceBuffer>> evicted;  // destroyed outside the lock
+    std::lock_guard lock(mutex_);
+    if (b->size() > kMaxBytes) return;  // too big to keep: `b` dies here
+    free_bytes_ += b->size();
+    free_.push_back(std::move(b));
+    while (free_.size() > kMaxBuffers || free_bytes_ > kMaxBytes) {
+      free_bytes_ -= free_.front()->size();
+      evicted.push_back(std::move(free_.front()));
+      free_.pop_front();
+    }
+  }
+
+  std::mutex mutex_;
+  std::deque<std::unique_ptr<DeviceBuffer>> free_;  // oldest first
+  size_t free_bytes_ = 0;
+};
+
+}  // namespace kstage::core
