@@ -21,6 +21,11 @@ uint64_t StringTable::intern(std::string_view s) {
   return id;
 }
 
+uint64_t StringTable::size() const {
+  std::shared_lock lock(mutex_);
+  return strings_.size();
+}
+
 const std::string* StringTable::find(uint64_t id) const {
   std::shared_lock lock(mutex_);
   if (id == 0 || id > strings_.size()) return nullptr;

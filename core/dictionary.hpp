@@ -21,6 +21,7 @@ class StringTable {
   // Null if `id` is not an id of this table.
   const std::string* find(uint64_t id) const;
   bool contains(uint64_t id) const { return find(id) != nullptr; }
+  uint64_t size() const;  // ids are 1..size()
 
  private:
   mutable std::shared_mutex mutex_;
@@ -36,6 +37,7 @@ class Dictionary {
   const std::string* path(uint64_t id) const { return paths_.find(id); }
   bool is_token(uint64_t id) const { return tokens_.contains(id); }
   bool is_path(uint64_t id) const { return paths_.contains(id); }
+  uint64_t path_count() const { return paths_.size(); }
 
   // True if `path` equals `prefix` or lies below it ("/a" covers "/a/b", not "/ab").
   static bool path_has_prefix(std::string_view path, std::string_view prefix);

@@ -82,17 +82,19 @@ Result<PrimList> Stage::query_paths(const uint64_t* paths, uint64_t n) {
   if (n > 0 && paths == nullptr)
     return error(KSTAGE_INVALID_ARGUMENT, "paths is NULL but count is %llu", (unsigned long long)n);
   auto list = std::make_shared<std::vector<uint64_t>>(paths, paths + n);
-  std::unordered_map<uint64_t, uint64_t> seen;
-  seen.reserve(n);
+  // Path ids are dense, so a bitmap over them finds repeats without hashing.
+  std::vector<bool> seen(dictionary_.path_count() + 1);
   for (uint64_t i = 0; i < n; ++i) {
     if (!dictionary_.is_path(paths[i]))
       return error(KSTAGE_INVALID_ARGUMENT, "paths[%llu] = %llu is not a path of this stage",
                    (unsigned long long)i, (unsigned long long)paths[i]);
-    auto [it, fresh] = seen.emplace(paths[i], i);
-    if (!fresh)
+    if (paths[i] < seen.size() && seen[paths[i]]) {
+      const uint64_t first = uint64_t(std::find(paths, paths + i, paths[i]) - paths);
       return error(KSTAGE_INVALID_ARGUMENT, "paths[%llu] ('%s') repeats paths[%llu]",
-                   (unsigned long long)i, path_name(paths[i]).c_str(),
-                   (unsigned long long)it->second);
+                   (unsigned long long)i, path_name(paths[i]).c_str(), (unsigned long long)first);
+    }
+    if (paths[i] >= seen.size()) seen.resize(paths[i] + 1);  // interned meanwhile
+    seen[paths[i]] = true;
   }
   return PrimList(std::move(list));
 }
@@ -141,6 +143,14 @@ Result<PrimList> Stage::query_filter(const kstage_filter_t& f, const std::vector
 // Mutations
 
 std::vector<char> Stage::projected_existence(const uint64_t* prims, size_t n, Key key) const {
+  // Nothing pending before `key` (the usual case: writers seal every tick):
+  // existence is the sealed attribute count, O(1) per prim.
+  if (pending_.empty() || !(pending_.begin()->first < key)) {
+    std::vector<char> exists(n);
+    for (size_t i = 0; i < n; ++i)
+      exists[i] = prims[i] < prim_attribute_count_.size() && prim_attribute_count_[prims[i]] > 0;
+    return exists;
+  }
   std::unordered_map<uint64_t, size_t> index;
   index.reserve(n);
   for (size_t i = 0; i < n; ++i) index.emplace(prims[i], i);
