@@ -17,8 +17,11 @@ struct MapGroup {
   enum class State { Pending, Fetched, Committed };
   State state = State::Pending;
   kstage_map_group_info_t desc{};
-  std::vector<uint64_t> prims;      // the group's prims, in query order
-  std::vector<uint32_t> index_map;  // whole-column maps: prim i -> buffer row
+  // The group's prims (query order) and, for a whole-column map whose rows
+  // are not in query order, prim i -> buffer row. Shared with the query and
+  // the column's row map, not copied.
+  std::shared_ptr<const std::vector<uint64_t>> prims;
+  std::shared_ptr<const std::vector<uint32_t>> index_map;
   std::vector<DLTensor> tensors;
   std::vector<int64_t> shapes, strides;
   StagedRows rows;  // what unmap commits: the buffer and its target prims

@@ -604,14 +604,14 @@ uint64_t align_up(uint64_t x) { return (x + kRowAlign - 1) & ~(kRowAlign - 1); }
 
 // Allocates one group's buffer and describes it. `rows_prims` are the prims
 // of the buffer's rows (row order), `prims` the group's prims (query order).
-Result<std::unique_ptr<MapGroup>> make_map_group(const MapSession& s, std::vector<uint64_t> prims,
-                                                 std::vector<uint64_t> rows_prims,
-                                                 std::vector<uint32_t> index_map,
+Result<std::unique_ptr<MapGroup>> make_map_group(const MapSession& s, PrimList prims,
+                                                 PrimList rows_prims,
+                                                 std::shared_ptr<const std::vector<uint32_t>> index_map,
                                                  const uint64_t* counts) {
   auto g = std::make_unique<MapGroup>();
   g->prims = std::move(prims);
   g->index_map = std::move(index_map);
-  const size_t n = g->prims.size();
+  const size_t n = g->prims->size();
   const size_t eb = tuple_bytes(s.schema.dtype);
   const DLDevice device = s.backend->device();
   auto tensor = [&](std::byte* data, int64_t rows) {
@@ -625,8 +625,8 @@ Result<std::unique_ptr<MapGroup>> make_map_group(const MapSession& s, std::vecto
     g->strides.push_back(1);
   };
   StagedRows& r = g->rows;
-  r.n = rows_prims.size();
-  r.prims = std::make_shared<const std::vector<uint64_t>>(std::move(rows_prims));
+  r.n = rows_prims->size();
+  r.prims = std::move(rows_prims);
   if (!s.schema.is_array) {
     KSTAGE_ASSIGN_OR_RETURN(r.data, s.backend->allocate(std::max<size_t>(r.n * eb, 1)));
     tensor(r.data->data(), int64_t(r.n));
@@ -652,13 +652,13 @@ Result<std::unique_ptr<MapGroup>> make_map_group(const MapSession& s, std::vecto
   }
   kstage_map_group_info_t& d = g->desc;
   d.attribute = s.attribute;
-  d.prims = g->prims.data();
+  d.prims = g->prims->data();
   d.prim_count = n;
   d.ordinal = s.ordinal;
   d.data.tensors = g->tensors.empty() ? nullptr : g->tensors.data();
   d.data.tensor_count = g->tensors.size();
   d.data.count = n;
-  d.data.index_map = g->index_map.empty() ? nullptr : g->index_map.data();
+  d.data.index_map = g->index_map ? g->index_map->data() : nullptr;
   d.dtype = s.schema.dtype;
   d.is_array = s.schema.is_array;
   d.semantic = s.schema.semantic;
@@ -725,8 +725,7 @@ Result<std::shared_ptr<MapSession>> Stage::map(const PrimList& prims, const ksta
   const size_t per_group = d.max_group_prims == 0 ? std::max<size_t>(count, 1)
                                                   : size_t(d.max_group_prims);
   // Plan the groups under the lock (row assignments), allocate outside it.
-  std::vector<uint64_t> row_order;   // whole-column map: the prim of each row
-  std::vector<uint32_t> whole_index;
+  RowMap whole;  // all_present: one group covering every row of the column
   {
     std::lock_guard lock(mutex_);
     KSTAGE_RETURN_NOT_OK(check_floor(d.attribute, ordinal));
@@ -744,36 +743,31 @@ Result<std::shared_ptr<MapSession>> Stage::map(const PrimList& prims, const ksta
     // One fixed-size group covering every row of the column: hand out the
     // buffer in row order (with an index_map), so it can become the storage.
     if (c && !d.is_array && per_group >= count && count == c->row_space() &&
-        c->live_rows() == count && count > 0) {
-      row_order.assign(count, 0);
-      whole_index.resize(count);
-      bool all_present = true;
-      for (size_t i = 0; i < count && all_present; ++i) {
-        const uint32_t r = c->row_of((*prims)[i]);
-        all_present = r != Column::kNoRow;
-        if (all_present) {
-          row_order[r] = (*prims)[i];
-          whole_index[i] = r;
-        }
-      }
-      if (!all_present) row_order.clear(), whole_index.clear();
-    }
+        c->live_rows() == count && count > 0)
+      whole = c->row_map(prims, count);  // cached: no per-prim work on repeated ticks
   }
-  if (!row_order.empty()) {
-    bool identity = true;
-    for (size_t i = 0; i < count && identity; ++i) identity = whole_index[i] == i;
-    if (identity) whole_index.clear();  // rows already in prim order
+  if (whole.all_present) {
+    PrimList row_prims = prims;
+    std::shared_ptr<const std::vector<uint32_t>> index;
+    if (!whole.identity) {
+      auto order = std::make_shared<std::vector<uint64_t>>(count);
+      for (size_t i = 0; i < count; ++i) (*order)[(*whole.rows)[i]] = (*prims)[i];
+      row_prims = std::move(order);
+      index = whole.rows;
+    }
     std::unique_ptr<MapGroup> g;
-    KSTAGE_ASSIGN_OR_RETURN(g, make_map_group(*s, *prims, std::move(row_order),
-                                              std::move(whole_index), nullptr));
+    KSTAGE_ASSIGN_OR_RETURN(g, make_map_group(*s, prims, row_prims, index, nullptr));
     s->groups.push_back(std::move(g));
     return s;
   }
   for (size_t first = 0; first < count || (count == 0 && first == 0); first += per_group) {
     const size_t last = std::min(count, first + per_group);
-    std::vector<uint64_t> chunk(prims->begin() + first, prims->begin() + last);
+    PrimList chunk = (first == 0 && last == count)
+                         ? prims
+                         : std::make_shared<const std::vector<uint64_t>>(prims->begin() + first,
+                                                                         prims->begin() + last);
     std::unique_ptr<MapGroup> g;
-    KSTAGE_ASSIGN_OR_RETURN(g, make_map_group(*s, chunk, chunk, {},
+    KSTAGE_ASSIGN_OR_RETURN(g, make_map_group(*s, chunk, chunk, nullptr,
                                               d.is_array ? counts + first : nullptr));
     s->groups.push_back(std::move(g));
     if (count == 0) break;
