@@ -7,8 +7,15 @@
 
 namespace kstage::core {
 
-Result<SourceTensor> decode_source_tensor(const DLTensor* t, const std::string& what) {
-  const char* w = what.c_str();
+namespace {
+
+// Messages name the tensor through this placeholder; the real name is only
+// formatted when a tensor is rejected (ragged writes decode one per row).
+constexpr const char* kName = "\x01";
+
+Result<SourceTensor> decode(const DLTensor* t) {
+  const std::string what = kName;
+  const char* w = kName;
   if (t == nullptr) return error(KSTAGE_INVALID_ARGUMENT, "%s is NULL", w);
   KSTAGE_RETURN_NOT_OK(validate_dtype(t->dtype, what + " dtype"));
   if (t->ndim < 1)
@@ -81,6 +88,19 @@ Result<SourceTensor> decode_source_tensor(const DLTensor* t, const std::string& 
     s.strided.byte_strides[d] = t->strides[d] * int64_t(elem);
   }
   return s;
+}
+
+}  // namespace
+
+Result<SourceTensor> decode_source_tensor(const DLTensor* t, const char* kind, size_t index) {
+  Result<SourceTensor> r = decode(t);
+  if (r.ok()) return r;
+  const Status st = r.status();
+  const std::string name = format("%s[%zu]", kind, index);
+  std::string message = st.message();
+  for (size_t at = message.find(kName); at != std::string::npos; at = message.find(kName, at))
+    message.replace(at, 1, name);
+  return Status(st.code(), message);
 }
 
 }  // namespace kstage::core

@@ -28,7 +28,7 @@ struct SourceTensor {
   kernels::StridedCopy strided;  // Layout::Strided only (dst left empty)
 };
 
-// `what` names the tensor in messages ("tensors[0]", "managed_tensors[2]").
-Result<SourceTensor> decode_source_tensor(const DLTensor* t, const std::string& what);
+// Messages name the tensor `kind[index]` ("tensors[0]", "managed_tensors[2]").
+Result<SourceTensor> decode_source_tensor(const DLTensor* t, const char* kind, size_t index);
 
 }  // namespace kstage::core

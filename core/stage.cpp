@@ -482,7 +482,12 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
     g.owns_buffer = compact;
     if (!schema.is_array) {
       const size_t rb = c.row_bytes();
-      if (compact) {
+      if (compact && g.shared_prims && map.identity) {
+        // Every row, in row order: one contiguous copy, no gather.
+        KSTAGE_ASSIGN_OR_RETURN(g.pinned, backend.allocate(std::max<size_t>(n * rb, 1)));
+        backend.copy_bytes(g.pinned->data(), c.values()->data(), n * rb);
+        g.shapes.push_back(int64_t(n));
+      } else if (compact) {
         KSTAGE_ASSIGN_OR_RETURN(g.pinned, backend.allocate(std::max<size_t>(n * rb, 1)));
         kernels::RowCopy k;
         k.dst = g.pinned->data();

@@ -255,7 +255,8 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
 
   std::vector<SourceTensor> src(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
-    KSTAGE_ASSIGN_OR_RETURN(src[i], decode_source_tensor(tensors[i], tensor_name(d, i)));
+    KSTAGE_ASSIGN_OR_RETURN(
+        src[i], decode_source_tensor(tensors[i], d.tensors ? "tensors" : "managed_tensors", i));
     if (i > 0 && (src[i].device.device_type != src[0].device.device_type ||
                   src[i].device.device_id != src[0].device.device_id))
       return error(KSTAGE_INVALID_ARGUMENT, "%s is on device %s:%d but %s is on %s:%d",
