@@ -12,8 +12,14 @@
 # is taken at run time from this machine's own apt configuration. Packages are unpacked with
 # dpkg-deb -x into the cache, never installed into the system.
 #
+# Optional (only with `--perf` or KSTAGE_SETUP_PERF=1; the default setup never does it):
+#   - a Python virtual environment for the perf suite (perf/README.md) in $KSTAGE_DEPS_DIR/venv,
+#     made with `python3 -m venv`, with numpy and matplotlib from the machine's configured pip
+#     index (Debian's python3-venv is installed with apt-get when the venv module is missing).
+#
 # Environment:
 #   KSTAGE_DEPS_DIR   cache folder (default: $HOME/.cache/kstage-deps)
+#   KSTAGE_SETUP_PERF 1 = also make the perf venv (same as --perf)
 #   Kokkos_ROOT       use this Kokkos installation; no Kokkos is built
 #   KSTAGE_APT_URI    override the Debian archive URI found in the apt configuration
 #   KSTAGE_JOBS       parallel build jobs for Kokkos (default: nproc)
@@ -283,7 +289,51 @@ kokkos_dep() {
 }
 
 # --------------------------------------------------------------------------------------------
+# 6. Optional: the perf suite's Python venv (numpy, matplotlib)
+# --------------------------------------------------------------------------------------------
+VENV_RECIPE=1
+VENV_PACKAGES=(numpy matplotlib)
+perf_venv() {
+  local venv=$DEPS_DIR/venv py=python3 pyver key
+  pyver=$("$py" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])') \
+    || die "perf venv: python3 does not run"
+  key="venv python=$pyver recipe=$VENV_RECIPE packages=${VENV_PACKAGES[*]}"
+  if stamp_ok venv "$key" "$venv/bin/python"; then
+    log "venv: cached ($(sed -n 2p "$STAMP_DIR/venv.stamp"))"
+    return 0
+  fi
+  if ! "$py" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    [ "$(id -u)" -eq 0 ] || die "perf venv: python3's venv module is missing; install python3-venv (as root: apt-get install python3-venv)"
+    log "venv: installing python3-venv (Debian)"
+    env DEBIAN_FRONTEND=noninteractive apt-get -q update >"$LOG_DIR/venv-apt.log" 2>&1 || true
+    env DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-install-recommends python3-venv \
+      >>"$LOG_DIR/venv-apt.log" 2>&1 \
+      || { tail -n 20 "$LOG_DIR/venv-apt.log" >&2; die "perf venv: apt-get install python3-venv failed"; }
+  fi
+  log "venv: creating $venv (python $pyver) and installing ${VENV_PACKAGES[*]}"
+  rm -rf "$venv"
+  "$py" -m venv "$venv" >"$LOG_DIR/venv.log" 2>&1 \
+    || { tail -n 20 "$LOG_DIR/venv.log" >&2; die "perf venv: python3 -m venv failed"; }
+  # The machine's own pip configuration (index, certificates) applies; no index is named here.
+  "$venv/bin/python" -m pip install -q "${VENV_PACKAGES[@]}" >>"$LOG_DIR/venv.log" 2>&1 \
+    || { tail -n 20 "$LOG_DIR/venv.log" >&2; die "perf venv: pip install ${VENV_PACKAGES[*]} failed (log: $LOG_DIR/venv.log)"; }
+  local have
+  have=$("$venv/bin/python" -c 'import numpy, matplotlib; print("numpy", numpy.__version__, "matplotlib", matplotlib.__version__)') \
+    || die "perf venv: numpy/matplotlib do not import"
+  printf '%s\n%s\n' "$key" "$have" > "$STAMP_DIR/venv.stamp"
+  log "venv: ready ($have)"
+}
+
+# --------------------------------------------------------------------------------------------
 main() {
+  local perf=${KSTAGE_SETUP_PERF:-0} arg
+  for arg in "$@"; do
+    case $arg in
+      --perf) perf=1 ;;
+      -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
+      *) die "unknown argument '$arg' (known: --perf)" ;;
+    esac
+  done
   ensure_tools
   mkdir -p "$DEPS_DIR" "$STAMP_DIR" "$DL_DIR" "$LOG_DIR"
   # Serialise concurrent runs (e.g. scripts/run.sh and scripts/test.sh started together).
@@ -296,6 +346,7 @@ main() {
     "$USR_PREFIX/usr/lib/cmake/Catch2/Catch2Config.cmake"
   kokkos_dep
   apt_private_cleanup
+  if [ "$perf" = 1 ]; then perf_venv; fi
   rmdir "$WORK_DIR" "$DL_DIR" 2>/dev/null || true
 
   local prefix_path
@@ -308,6 +359,9 @@ main() {
   echo "CMAKE_PREFIX_PATH=$prefix_path"
   if [ -n "${Kokkos_ROOT:-}" ]; then
     echo "Kokkos_ROOT=$Kokkos_ROOT"
+  fi
+  if [ "$perf" = 1 ]; then
+    echo "KSTAGE_PERF_PYTHON=$DEPS_DIR/venv/bin/python"
   fi
 }
 

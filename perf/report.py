@@ -1,0 +1,365 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Report of a kstage perf run: summary.md, summary.csv, PNG plots and the PASS/FAIL targets.
+
+    report.py RESULTS_DIR
+
+Reads RESULTS_DIR/results.csv (kstage_perf) and RESULTS_DIR/numpy.csv (numpy_baseline.py, if
+present), and writes into RESULTS_DIR:
+  summary.md    targets, then one table row per kstage measurement: GB/s and its ratios to
+                memcpy, numpy and the plain serial loop measured in the same run
+  summary.csv   the same rows as CSV
+  targets.txt   the PASS/FAIL/SKIP lines (also printed at the end)
+  plots/*.png   bandwidth against row count per workload (log x), one line per
+                (exec, implementation); needs matplotlib (the perf venv), skipped otherwise.
+Only the standard library is needed for everything but the plots.
+"""
+import csv
+import math
+import os
+import statistics
+import sys
+from collections import defaultdict
+
+FAMILY_ORDER = ["write", "seal", "read", "change", "ragged", "particles", "map", "dlpack"]
+TARGET_ROWS = 1_000_000
+
+
+def fnum(s):
+    try:
+        v = float(s)
+        return v if math.isfinite(v) else 0.0
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def rows_label(n):
+    n = int(n)
+    e = math.log10(n) if n > 0 else 0
+    if n >= 1000 and abs(e - round(e)) < 1e-9:
+        return "1e%d" % round(e)
+    if n >= 1000 and n % 1000 == 0:
+        m = n / 10 ** int(e)
+        return ("%ge%d" % (m, int(e)))
+    return str(n)
+
+
+def short_dtype(d):
+    return {"float32": "f32", "float64": "f64"}.get(d, d)
+
+
+def load(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def read_meta(d):
+    meta = {}
+    p = os.path.join(d, "meta.txt")
+    if os.path.exists(p):
+        for line in open(p):
+            if "=" in line:
+                k, v = line.rstrip("\n").split("=", 1)
+                meta[k] = v
+    return meta
+
+
+def shape_key(r):
+    return (r["rows"], r["lanes"], r["dtype"])
+
+
+# ---- targets ----------------------------------------------------------------------------------
+def evaluate(cases, ratio_field, threshold):
+    """cases: kstage rows; returns (verdict, detail)."""
+    vals = [(fnum(c[ratio_field]), c) for c in cases if fnum(c[ratio_field]) > 0]
+    if not vals:
+        return "n/a", "no measurement (baseline missing or filtered out)"
+    passed = sum(1 for v, _ in vals if v >= threshold)
+    worst_v, worst_c = min(vals, key=lambda x: x[0])
+    med = statistics.median(v for v, _ in vals)
+    verdict = "PASS" if passed == len(vals) else "FAIL"
+    detail = "%d/%d cases; median %.2fx; worst %.2fx (%s %s %sx%s)" % (
+        passed, len(vals), med, worst_v, worst_c["workload"], rows_label(worst_c["rows"]),
+        short_dtype(worst_c["dtype"]), worst_c["lanes"])
+    return verdict, detail
+
+
+def targets(kst, pending=None):
+    """pending: {workload: reason} of workloads registered as not implemented in kstage yet."""
+    pending = pending or {}
+    big = [r for r in kst if int(r["rows"]) >= TARGET_ROWS]
+    execs = sorted({r["exec"] for r in big}) or ["serial", "parallel"]
+    lines = []
+
+    def line(verdict, what, detail):
+        lines.append("%-4s  %s: %s" % (verdict, what, detail))
+
+    def sel(names, exec_):
+        return [r for r in big if r["workload"] in names and r["exec"] == exec_]
+
+    for exec_ in execs:
+        for names, label in ((["write_dense"], "write_dense = write call + kstage_wait"),
+                             (["write_dense_seal"], "write_dense_seal = write + wait + seal")):
+            v, d = evaluate(sel(names, exec_), "ratio_memcpy", 0.70)
+            line(v, "dense write >= 0.70x memcpy, rows >= 1e6 [%s, %s]" % (label, exec_), d)
+    for exec_ in execs:
+        v, d = evaluate(sel(["read_latest_compact"], exec_), "ratio_memcpy", 0.70)
+        line(v, "dense read >= 0.70x memcpy, rows >= 1e6 [read_latest_compact, HELD to the target, %s]" % exec_, d)
+        v, d = evaluate(sel(["read_latest"], exec_), "ratio_memcpy", 0.70)
+        line(v, "dense read >= 0.70x memcpy, rows >= 1e6 [read_latest zero-copy, reported only: moves no "
+                "payload bytes, %s]" % exec_, d)
+    sparse = ["write_index_map_random", "write_index_map_local", "write_mask_50", "write_mask_05"]
+    sparse_seal = [n + "_seal" for n in sparse]
+    for exec_ in execs:
+        for names, label in ((sparse, "write + wait"), (sparse_seal, "write + wait + seal")):
+            v, d = evaluate(sel(names, exec_), "ratio_numpy", 3.0)
+            line(v, "index_map and mask writes >= 3x numpy, rows >= 1e6 [%s, %s]" % (label, exec_), d)
+    for names, label in ((sparse, "write + wait"), (sparse_seal, "write + wait + seal")):
+        v, d = evaluate(sel(names, "parallel"), "ratio_loop", 1.5)
+        line(v, "index_map and mask writes >= 1.5x the serial loop with OpenMP (2 threads), rows >= 1e6 "
+                "[%s, parallel]" % label, d)
+    # Map: the cycle may cost the fill plus at most one copy of the payload:
+    # t_cycle <= t_fill + t_memcpy, i.e. 1/gbps <= 1/fill_gbps + 1/memcpy_gbps; and the sealed
+    # storage must be the map buffer itself (zero copies, recorded by the workload).
+    for exec_ in execs:
+        cases = [r for r in kst if r["workload"] == "map_fill_unmap_seal_dense" and r["exec"] == exec_
+                 and fnum(r["gbps"]) > 0 and fnum(r["loop_gbps"]) > 0 and fnum(r["memcpy_gbps"]) > 0]
+        if not cases:
+            if "map_fill_unmap_seal_dense" in pending:
+                line("SKIP", "dense map -> fill -> unmap -> seal <= fill + one payload copy [%s]" % exec_,
+                     "SKIP (not implemented): " + pending["map_fill_unmap_seal_dense"])
+            else:
+                line("n/a", "dense map -> fill -> unmap -> seal <= fill + one payload copy [%s]" % exec_,
+                     "no measurement")
+            continue
+        ok = [c for c in cases if 1 / fnum(c["gbps"]) <= 1 / fnum(c["loop_gbps"]) + 1 / fnum(c["memcpy_gbps"])
+              and "storage_is_map_buffer=1" in c.get("note", "")]
+        worst = max(cases, key=lambda c: (1 / fnum(c["gbps"])) / (1 / fnum(c["loop_gbps"]) + 1 / fnum(c["memcpy_gbps"])))
+        excess = (1 / fnum(worst["gbps"]) - 1 / fnum(worst["loop_gbps"])) / (1 / fnum(worst["memcpy_gbps"]))
+        line("PASS" if len(ok) == len(cases) else "FAIL",
+             "dense map -> fill -> unmap -> seal <= fill + one payload copy, storage is the map buffer [%s]" % exec_,
+             "%d/%d cases; worst: cycle costs the fill + %.2f payload copies (%s %sx%s)" % (
+                 len(ok), len(cases), excess, rows_label(worst["rows"]), short_dtype(worst["dtype"]), worst["lanes"]))
+    for exec_ in execs:
+        cases = [r for r in kst if r["workload"] == "dlpack_roundtrip" and r["exec"] == exec_
+                 and fnum(r["median_s"]) > 0]
+        if not cases:
+            if "dlpack_roundtrip" in pending:
+                line("SKIP", "DLPack export + import round trip <= 1 us per tensor on the host [%s]" % exec_,
+                     "SKIP (not implemented): " + pending["dlpack_roundtrip"])
+            else:
+                line("n/a", "DLPack export + import round trip <= 1 us per tensor on the host [%s]" % exec_,
+                     "no measurement")
+            continue
+        us = [1e6 * fnum(c["median_s"]) / fnum(c["items"]) for c in cases]
+        line("PASS" if max(us) <= 1.0 else "FAIL",
+             "DLPack export + import round trip <= 1 us per tensor on the host [%s]" % exec_,
+             "worst %.3f us per tensor over %d cases" % (max(us), len(us)))
+    return lines
+
+
+# ---- plots ------------------------------------------------------------------------------------
+def plots(outdir, kst, base, numpy_rows):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+    except ImportError:
+        return "matplotlib is not installed (run scripts/setup.sh --perf); no plots"
+    pdir = os.path.join(outdir, "plots")
+    os.makedirs(pdir, exist_ok=True)
+    loops = {(r["workload"],) + shape_key(r): r for r in base if r["impl"] == "serial_loop" and r["status"] == "ok"}
+    nps = {(r["workload"],) + shape_key(r): r for r in numpy_rows if r["status"] == "ok"}
+    dense = {(r["impl"], r["exec"]) + shape_key(r): r for r in base
+             if r["impl"] == "deep_copy" and r["status"] == "ok"}
+    by_w = defaultdict(list)
+    for r in kst:
+        by_w[r["workload"]].append(r)
+    made = 0
+    for w, rs in sorted(by_w.items()):
+        panels = sorted({(r["dtype"], int(r["lanes"])) for r in rs})
+        cols = min(3, len(panels))
+        nrows = (len(panels) + cols - 1) // cols
+        fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 3.8 * nrows), squeeze=False)
+        for ax, (dt, lanes) in zip(axes.flat, panels):
+            series = defaultdict(list)
+            for r in rs:
+                if r["dtype"] != dt or int(r["lanes"]) != lanes:
+                    continue
+                n = int(r["rows"])
+                series["kstage " + r["exec"]].append((n, fnum(r["gbps"])))
+                if fnum(r["memcpy_gbps"]) > 0:
+                    series["memcpy (same payload)"].append((n, fnum(r["memcpy_gbps"])))
+                k = (r["loop_key"], r["rows"], r["lanes"], r["dtype"])
+                if k in loops:
+                    series["serial loop"].append((n, fnum(loops[k]["gbps"])))
+                k = (r["numpy_key"], r["rows"], r["lanes"], r["dtype"])
+                if k in nps:
+                    series["numpy"].append((n, fnum(nps[k]["gbps"])))
+                if r["loop_key"] == "copy":
+                    for ex in ("serial", "parallel"):
+                        d = dense.get(("deep_copy", ex) + shape_key(r))
+                        if d:
+                            series["Kokkos deep_copy " + ex].append((n, fnum(d["gbps"])))
+            for name, pts in sorted(series.items()):
+                pts = sorted(set(pts))
+                xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+                if not any(y > 0 for y in ys):
+                    continue
+                if name.startswith("kstage"):
+                    ax.plot(xs, ys, "-", marker="o" if "serial" in name else "s", markersize=4,
+                            linewidth=2.2, label=name)
+                else:
+                    ax.plot(xs, ys, "--" if ("numpy" in name or "loop" in name) else ":", marker=".",
+                            markersize=4, linewidth=1.3, label=name)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            # Plain labels and no minor ticks: log-axis mathtext labels cost ~0.5 s per figure.
+            ax.xaxis.set_major_locator(LogLocator(base=10, numticks=10))
+            ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0), numticks=12))
+            for axis in (ax.xaxis, ax.yaxis):
+                axis.set_minor_locator(NullLocator())
+                axis.set_major_formatter(FuncFormatter(lambda v, _: "%g" % v))
+            ax.set_xlabel("rows")
+            ax.set_ylabel("GB/s (payload)")
+            ax.set_title("%s x%d" % (dt, lanes), fontsize=10)
+            ax.grid(True, which="major", alpha=0.3)
+            ax.legend(fontsize=7)
+        for ax in list(axes.flat)[len(panels):]:
+            ax.axis("off")
+        fig.suptitle(w, fontsize=12)
+        # (no tight_layout: on log axes it costs ~0.7 s per figure)
+        fig.subplots_adjust(left=0.08, right=0.98, bottom=0.14 / nrows, top=1 - 0.12 / nrows,
+                            wspace=0.28, hspace=0.45)
+        fig.savefig(os.path.join(pdir, w + ".png"), dpi=80)
+        plt.close(fig)
+        made += 1
+    return "%d plots in plots/" % made
+
+
+# ---- main -------------------------------------------------------------------------------------
+def main():
+    if len(sys.argv) != 2 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return 2
+    outdir = sys.argv[1]
+    results = load(os.path.join(outdir, "results.csv"))
+    if not results:
+        print("report.py: no results.csv in %s" % outdir, file=sys.stderr)
+        return 1
+    numpy_rows = load(os.path.join(outdir, "numpy.csv"))
+    meta = read_meta(outdir)
+    kst = [r for r in results if r["impl"] == "kstage" and r["status"] == "ok"]
+    base = [r for r in results if r["impl"] != "kstage"]
+    pending = [r for r in results if r["status"] == "pending"]
+    skipped = [r for r in results if r["impl"] == "kstage" and r["status"] == "skipped"]
+    failed = [r for r in results if r["status"] in ("error", "verify-failed")] + \
+             [r for r in numpy_rows if r["status"] in ("error", "verify-failed")]
+
+    nps = {(r["workload"],) + shape_key(r): r for r in numpy_rows if r["status"] == "ok"}
+    for r in kst:
+        k = (r["numpy_key"], r["rows"], r["lanes"], r["dtype"])
+        g = fnum(r["gbps"])
+        r["numpy_gbps"] = nps[k]["gbps"] if k in nps else ""
+        r["ratio_numpy"] = "%.4g" % (g / fnum(nps[k]["gbps"])) if k in nps and fnum(nps[k]["gbps"]) > 0 else ""
+
+    fam = {f: i for i, f in enumerate(FAMILY_ORDER)}
+    kst.sort(key=lambda r: (fam.get(r["family"], 99), r["workload"], r["exec"], int(r["rows"]),
+                            r["dtype"], int(r["lanes"])))
+    lines = targets(kst, {r["workload"]: r["note"] for r in pending})
+
+    # summary.csv
+    fields = ["workload", "family", "exec", "rows", "lanes", "dtype", "params", "payload_bytes",
+              "median_s", "gbps", "rate", "rate_unit", "memcpy_gbps", "loop_key", "loop_gbps",
+              "numpy_key", "numpy_gbps", "ratio_memcpy", "ratio_numpy", "ratio_loop", "note"]
+    with open(os.path.join(outdir, "summary.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        w.writeheader()
+        for r in kst:
+            w.writerow(r)
+    with open(os.path.join(outdir, "targets.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+    plot_note = plots(outdir, kst, base, numpy_rows)
+
+    def ratio(s):
+        v = fnum(s)
+        return "%.2fx" % v if v > 0 else "-"
+
+    md = []
+    md.append("# kstage perf summary (%s mode)\n" % meta.get("mode", "?"))
+    md.append("Run finished %s on `%s` (%s CPUs, Kokkos host concurrency %s), kstage_perf %s s, "
+              "peak RSS %s MiB, working-set cap %s GiB. Every ratio compares numbers measured in this run "
+              "at the same size: **memcpy** of the same payload bytes (warm buffers), **numpy** "
+              "(perf/numpy_baseline.py) and the **plain serial C++ loop** doing the same "
+              "gather/scatter/masked copy. Bytes = payload bytes (perf/README.md).\n" % (
+                  meta.get("finished", "?"), meta.get("host", "?"), meta.get("nproc", "?"),
+                  meta.get("kokkos_host_concurrency", "?"), meta.get("seconds", "?"),
+                  meta.get("peak_rss_mib", "?"), meta.get("mem_cap_gib", "?")))
+    md.append("## Targets\n")
+    md.append("```\n" + "\n".join(lines) + "\n```\n")
+    md.append("The compact latest read (`read_latest_compact`) is the read held to the dense-read target: a "
+              "zero-copy latest read (`read_latest`) hands out the column's own storage and moves no payload, "
+              "so its \"bandwidth\" only measures per-prim bookkeeping.\n")
+    if failed:
+        md.append("## Failures\n")
+        for r in failed:
+            md.append("- %s %s %s %s: %s %s" % (r["impl"], r["workload"], r["exec"], r["rows"], r["status"], r["note"]))
+        md.append("")
+    if pending:
+        md.append("## Pending (not implemented in kstage yet)\n")
+        for r in pending:
+            md.append("- `%s`: SKIP (not implemented): %s" % (r["workload"], r["note"]))
+        md.append("")
+    md.append("## kstage measurements\n")
+    md.append("| workload | exec | rows | lanes | dtype | GB/s | ratio to memcpy | ratio to numpy | "
+              "ratio to serial loop | median |")
+    md.append("|---|---|---:|---:|---|---:|---:|---:|---:|---:|")
+    for r in kst:
+        med = fnum(r["median_s"])
+        med_s = "%.1f us" % (med * 1e6) if med < 1e-3 else "%.2f ms" % (med * 1e3)
+        if r["family"] == "particles" and fnum(r["rate"]) > 0:
+            med_s += " (%.1f ticks/s)" % fnum(r["rate"])
+        md.append("| %s | %s | %s | %s | %s | %.3f | %s | %s | %s | %s |" % (
+            r["workload"], r["exec"], rows_label(r["rows"]), r["lanes"], r["dtype"], fnum(r["gbps"]),
+            ratio(r["ratio_memcpy"]), ratio(r["ratio_numpy"]), ratio(r["ratio_loop"]), med_s))
+    md.append("")
+    md.append("## Baselines\n")
+    md.append("| baseline | impl | exec | rows | lanes | dtype | GB/s | median |")
+    md.append("|---|---|---|---:|---:|---|---:|---:|")
+    for r in sorted([b for b in base if b["status"] == "ok"] + [n for n in numpy_rows if n["status"] == "ok"],
+                    key=lambda r: (r["workload"], r["impl"], r["exec"], int(r["rows"]), r["dtype"], int(r["lanes"]))):
+        med = fnum(r["median_s"])
+        md.append("| %s | %s | %s | %s | %s | %s | %.3f | %s |" % (
+            r["workload"], r["impl"], r["exec"], rows_label(r["rows"]), r["lanes"], r["dtype"], fnum(r["gbps"]),
+            "%.1f us" % (med * 1e6) if med < 1e-3 else "%.2f ms" % (med * 1e3)))
+    md.append("")
+    ex = os.path.join(outdir, "particles_example.txt")
+    if os.path.exists(ex):
+        md.append("## examples/c/particles (its own report, default host execution)\n")
+        md.append("```\n" + open(ex).read().rstrip() + "\n```\n")
+    if skipped:
+        md.append("## Skipped\n")
+        md.append("%d kstage cases were skipped by the working-set cap or the quick-mode payload cap "
+                  "(see `status`/`note` in results.csv); e.g. %s." % (
+                      len(skipped), "; ".join(sorted({"%s %s: %s" % (r["workload"], rows_label(r["rows"]), r["note"])
+                                                     for r in skipped})[:3])))
+        md.append("")
+    md.append("Plots: %s.\n" % plot_note)
+    with open(os.path.join(outdir, "summary.md"), "w") as f:
+        f.write("\n".join(md))
+
+    print("report: %d kstage measurements, %d baseline rows, %d numpy rows; %s" % (
+        len(kst), len(base), len(numpy_rows), plot_note))
+    print("summary: %s" % os.path.join(outdir, "summary.md"))
+    print("targets (same-run baselines):")
+    for l in lines:
+        print("  " + l)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
