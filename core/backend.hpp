@@ -16,8 +16,6 @@ class Backend {
   virtual ~Backend() = default;
   // The device whose memory this backend allocates (its columns' residency).
   virtual DLDevice device() const = 0;
-  // "Serial", "OpenMP", ...: the execution space its kernels run on.
-  virtual const char* execution_name() const = 0;
   // Uninitialised memory; OUT_OF_MEMORY (never an exception) when it fails.
   virtual Result<BufferPtr> allocate(size_t bytes) = 0;
   // Whether kernels of this backend may dereference memory of device `d`.

@@ -8,12 +8,6 @@
 namespace kstage::core {
 namespace {
 
-// Array rows start on 8-byte boundaries so every element type (complex128
-// included) is naturally aligned for consumers.
-constexpr uint64_t kRowAlign = 8;
-uint64_t align_up(uint64_t x) { return (x + kRowAlign - 1) & ~(kRowAlign - 1); }
-
-uint64_t lowest_bit(uint64_t bits) { return bits & (~bits + 1); }
 
 }  // namespace
 
@@ -159,11 +153,11 @@ Status Column::apply_array(const StagedRows& rows, const RowMap& map) {
     if (prim_of_row_[r] == 0) continue;
     const int64_t t = target_of_row[r];
     if (t < 0) {
-      live_after += align_up(array_length_[r]);
+      live_after += kernels::ragged_align_up(array_length_[r]);
     } else {
       const uint64_t len = new_len(size_t(t));
-      live_after += align_up(len);
-      if (len != array_length_[r]) append += align_up(len);
+      live_after += kernels::ragged_align_up(len);
+      if (len != array_length_[r]) append += kernels::ragged_align_up(len);
     }
   }
   const uint64_t capacity = values_ ? values_->size() : 0;
@@ -172,7 +166,7 @@ Status Column::apply_array(const StagedRows& rows, const RowMap& map) {
 
   std::vector<const std::byte*> src_rows;
   std::vector<uint64_t> dst_offsets, bytes;
-  uint64_t align_bits = kRowAlign;
+  uint64_t align_bits = kernels::kRaggedRowAlign;
   auto add = [&](const std::byte* src, uint64_t dst, uint64_t len) {
     if (len == 0) return;
     src_rows.push_back(src);
@@ -196,11 +190,11 @@ Status Column::apply_array(const StagedRows& rows, const RowMap& map) {
       add(t < 0 ? old + array_offset_[r] : staged + rows.starts[size_t(t)], cursor, len);
       offset[r] = cursor;
       length[r] = len;
-      cursor += align_up(len);
+      cursor += kernels::ragged_align_up(len);
     }
     kernels::RaggedCopy c{fresh->data(), dst_offsets.data(), src_rows.data(), bytes.data(),
                           src_rows.size()};
-    backend_->ragged_copy(c, size_t(lowest_bit(align_bits)));
+    backend_->ragged_copy(c, kernels::widest_word(align_bits));
     values_ = std::move(fresh);
     array_offset_ = std::move(offset);
     array_length_ = std::move(length);
@@ -213,16 +207,16 @@ Status Column::apply_array(const StagedRows& rows, const RowMap& map) {
     const uint32_t r = row_ids[i];
     const uint64_t len = new_len(i);
     if (len != array_length_[r]) {
-      array_garbage_ += align_up(array_length_[r]);
+      array_garbage_ += kernels::ragged_align_up(array_length_[r]);
       array_offset_[r] = array_used_;
       array_length_[r] = len;
-      array_used_ += align_up(len);
+      array_used_ += kernels::ragged_align_up(len);
     }
     add(staged + rows.starts[i], array_offset_[r], len);
   }
   kernels::RaggedCopy c{values_ ? values_->data() : nullptr, dst_offsets.data(), src_rows.data(),
                         bytes.data(), src_rows.size()};
-  backend_->ragged_copy(c, size_t(lowest_bit(align_bits)));
+  backend_->ragged_copy(c, kernels::widest_word(align_bits));
   return Status::OK();
 }
 
@@ -238,7 +232,7 @@ void Column::apply_delete(const uint64_t* prims, size_t n, uint64_t ordinal,
     free_rows_.push_back(r);
     --live_rows_;
     if (schema_.is_array) {
-      array_garbage_ += align_up(array_length_[r]);
+      array_garbage_ += kernels::ragged_align_up(array_length_[r]);
       array_length_[r] = 0;
     }
     tombstones_[p] = ordinal;

@@ -62,7 +62,6 @@ class Column {
   }
   bool has(uint64_t prim) const { return row_of(prim) != kNoRow; }
   uint64_t changed_at(uint32_t row) const { return std::max(all_changed_at_, changed_at_[row]); }
-  uint64_t prim_of_row(uint32_t row) const { return prim_of_row_[row]; }  // 0: free row
   // Ordinal at which `prim` lost this attribute (0: no tombstone).
   uint64_t tombstone(uint64_t prim) const;
   size_t live_rows() const { return live_rows_; }

@@ -520,17 +520,17 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
         // Pack the rows, in prim order, into a buffer of the reader's own.
         std::vector<const std::byte*> from(n);
         std::vector<uint64_t> bytes(n);
-        uint64_t cursor = 0, bits = 8;
+        uint64_t cursor = 0, bits = kernels::kRaggedRowAlign;
         for (size_t i = 0; i < n; ++i) {
           from[i] = c.values()->data() + c.row_offset(rows[i]);
           bytes[i] = c.row_length(rows[i]);
           start[i] = cursor;
           bits |= reinterpret_cast<uintptr_t>(from[i]) | cursor | bytes[i];
-          cursor += (bytes[i] + 7) & ~uint64_t(7);
+          cursor += kernels::ragged_align_up(bytes[i]);
         }
         KSTAGE_ASSIGN_OR_RETURN(g.pinned, backend.allocate(std::max<uint64_t>(cursor, 1)));
         kernels::RaggedCopy k{g.pinned->data(), start.data(), from.data(), bytes.data(), n};
-        backend.ragged_copy(k, size_t(bits & (~bits + 1)));
+        backend.ragged_copy(k, kernels::widest_word(bits));
         base = g.pinned->data();
       } else {
         g.pinned = c.values();
@@ -604,8 +604,6 @@ Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prim
 namespace kstage::core {
 namespace {
 
-constexpr uint64_t kRowAlign = 8;  // array rows, as in Column
-uint64_t align_up(uint64_t x) { return (x + kRowAlign - 1) & ~(kRowAlign - 1); }
 
 // Allocates one group's buffer and describes it. `rows_prims` are the prims
 // of the buffer's rows (row order), `prims` the group's prims (query order).
@@ -645,7 +643,7 @@ Result<std::unique_ptr<MapGroup>> make_map_group(const MapSession& s, PrimList p
                      (unsigned long long)counts[i]);
       r.starts[i] = cursor;
       r.lengths[i] = counts[i] * eb;
-      cursor += align_up(r.lengths[i]);
+      cursor += kernels::ragged_align_up(r.lengths[i]);
     }
     KSTAGE_ASSIGN_OR_RETURN(r.data, s.backend->allocate(std::max<uint64_t>(cursor, 1)));
     g->tensors.reserve(n);

@@ -10,9 +10,6 @@
 namespace kstage::core {
 namespace {
 
-constexpr uint64_t kRowAlign = 8;  // staged array rows, as in Column
-uint64_t align_up(uint64_t x) { return (x + kRowAlign - 1) & ~(kRowAlign - 1); }
-uint64_t lowest_bit(uint64_t bits) { return bits & (~bits + 1); }
 
 std::string tensor_name(const kstage_write_data_t& d, size_t i) {
   return format("%s[%zu]", d.tensors ? "tensors" : "managed_tensors", i);
@@ -204,18 +201,18 @@ Result<StagedRows> stage_array(const std::vector<SourceTensor>& src, bool packed
   out.starts.resize(n);
   out.lengths.resize(n);
   std::vector<const std::byte*> from(n);
-  uint64_t cursor = 0, align_bits = kRowAlign;
+  uint64_t cursor = 0, align_bits = kernels::kRaggedRowAlign;
   for (size_t i = 0; i < n; ++i) {
     const size_t s = sel.source_index.empty() ? i : sel.source_index[i];
     from[i] = row_ptr[s];
     out.starts[i] = cursor;
     out.lengths[i] = row_len[s];
     align_bits |= reinterpret_cast<uintptr_t>(from[i]) | cursor | row_len[s];
-    cursor += align_up(row_len[s]);
+    cursor += kernels::ragged_align_up(row_len[s]);
   }
   KSTAGE_ASSIGN_OR_RETURN(out.data, backend.allocate(std::max<uint64_t>(cursor, 1)));
   kernels::RaggedCopy c{out.data->data(), out.starts.data(), from.data(), out.lengths.data(), n};
-  backend.ragged_copy(c, size_t(lowest_bit(align_bits)));
+  backend.ragged_copy(c, kernels::widest_word(align_bits));
   return out;
 }
 

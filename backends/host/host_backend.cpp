@@ -34,7 +34,6 @@ template <class Exec>
 class HostBackend final : public core::Backend {
  public:
   DLDevice device() const override { return DLDevice{kDLCPU, 0}; }
-  const char* execution_name() const override { return Exec::name(); }
 
   Result<core::BufferPtr> allocate(size_t bytes) override {
     if (core::BufferPtr reused = pool_->take(bytes)) return reused;

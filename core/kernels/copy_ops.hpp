@@ -38,6 +38,17 @@ struct RaggedCopy {
   size_t n = 0;
 };
 
+// Ragged rows start on 8-byte boundaries so every element type (complex128
+// included) is naturally aligned for consumers; staging, column storage and
+// compact reads all lay rows out this way.
+constexpr uint64_t kRaggedRowAlign = 8;
+inline uint64_t ragged_align_up(uint64_t bytes) {
+  return (bytes + kRaggedRowAlign - 1) & ~(kRaggedRowAlign - 1);
+}
+// The widest word (<= 8 bytes) dividing every address, offset and length
+// OR-ed into `bits` (start from kRaggedRowAlign): the `word` of ragged_copy.
+inline size_t widest_word(uint64_t bits) { return size_t(bits & (~bits + 1)); }
+
 // General strided tensor -> compact row-major copy, element by element.
 // Only used for sources whose rows are not internally contiguous.
 struct StridedCopy {

@@ -64,7 +64,7 @@ inline size_t word_alignment(const RowCopy& c) {
   uint64_t bits = uint64_t(c.row_bytes) | reinterpret_cast<uintptr_t>(c.dst) |
                   reinterpret_cast<uintptr_t>(c.src) | uint64_t(c.dst_stride) |
                   uint64_t(c.src_stride) | 8u;
-  return size_t(bits & (~bits + 1));  // lowest set bit
+  return widest_word(bits);
 }
 
 }  // namespace impl

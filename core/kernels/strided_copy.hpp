@@ -48,7 +48,7 @@ void strided_copy(const Exec& exec, const StridedCopy& c) {
   uint64_t bits = uint64_t(c.elem_bytes) | reinterpret_cast<uintptr_t>(c.src) |
                   reinterpret_cast<uintptr_t>(c.dst) | 8u;
   for (int d = 0; d < c.ndim; ++d) bits |= uint64_t(c.byte_strides[d]);
-  switch (size_t(bits & (~bits + 1))) {
+  switch (widest_word(bits)) {
     case 8: return impl::launch_strided<uint64_t>(exec, c, total);
     case 4: return impl::launch_strided<uint32_t>(exec, c, total);
     case 2: return impl::launch_strided<uint16_t>(exec, c, total);
