@@ -23,6 +23,11 @@ class Backend {
 
   virtual void copy_bytes(std::byte* dst, const std::byte* src, size_t bytes) = 0;
   virtual void row_copy(const kernels::RowCopy& c) = 0;
+  // The gather of `c` with its src_index validated in the same pass: returns
+  // the lowest i with src_index[i] >= src_rows (its row is not copied), or
+  // c.n when every index is in range. Completes before returning.
+  virtual size_t checked_gather(const kernels::RowCopy& c, uint64_t src_rows) = 0;
+  virtual void masked_gather(const kernels::MaskedGather& c) = 0;
   virtual void ragged_copy(const kernels::RaggedCopy& c, size_t word) = 0;
   virtual void strided_copy(const kernels::StridedCopy& c) = 0;
   // Wait for all work this backend enqueued.

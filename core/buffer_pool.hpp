@@ -31,17 +31,25 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
     });
   }
 
-  // A released buffer of exactly `bytes`, or null.
+  // The smallest released buffer of `bytes` to `bytes` + 25%, or null. The
+  // slack lets writes whose size varies a little from tick to tick (masks,
+  // index maps, ragged rows) reuse memory too; a buffer's size() is its
+  // capacity, which the engine only ever reads as such.
   BufferPtr take(size_t bytes) {
     std::unique_ptr<DeviceBuffer> found;
     {
       std::lock_guard lock(mutex_);
+      const size_t most = bytes + bytes / 4;
+      auto best = free_.end();
       for (auto it = free_.begin(); it != free_.end(); ++it) {
-        if ((*it)->size() != bytes) continue;
-        found = std::move(*it);
-        free_.erase(it);
-        free_bytes_ -= bytes;
-        break;
+        const size_t size = (*it)->size();
+        if (size >= bytes && size <= most && (best == free_.end() || size < (*best)->size()))
+          best = it;
+      }
+      if (best != free_.end()) {
+        found = std::move(*best);
+        free_.erase(best);
+        free_bytes_ -= found->size();
       }
     }
     return found ? wrap(std::move(found)) : nullptr;

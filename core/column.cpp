@@ -6,11 +6,6 @@
 #include <algorithm>
 
 namespace kstage::core {
-namespace {
-
-
-}  // namespace
-
 size_t Column::row_bytes() const { return tuple_bytes(schema_.dtype); }
 
 uint64_t Column::tombstone(uint64_t prim) const {
@@ -40,14 +35,33 @@ RowMap Column::row_map(const std::shared_ptr<const std::vector<uint64_t>>& prims
   return m;
 }
 
-RowMap Column::assign_rows(const StagedRows& rows, std::vector<uint64_t>& new_prims) {
-  RowMap m = row_map(rows.prims, rows.n);
-  if (m.all_present) return m;
-  auto ids = std::make_shared<std::vector<uint32_t>>(*m.rows);
-  const uint64_t* prims = rows.prims->data();
+Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint64_t>& new_prims) {
+  TargetRows t;
+  uint32_t* ids;
+  if (const uint32_t* subset = rows.subset_index()) {
+    // A masked write: its rows are a selection of the rows of the query's
+    // prefix, whose row map is cached, so this is one gather.
+    const RowMap whole = row_map(rows.prims, rows.span);
+    scratch_rows_.resize(rows.n);
+    ids = scratch_rows_.data();
+    const uint32_t* from = whole.rows->data();
+    for (size_t j = 0; j < rows.n; ++j) ids[j] = from[subset[j]];
+    t.rows = ids;
+    if (whole.all_present) return t;
+  } else {
+    const RowMap m = row_map(rows.prims, rows.n);
+    t.rows = m.rows->data();
+    t.identity = m.identity;
+    t.keep = m.rows;
+    if (m.all_present) return t;
+    auto copy = std::make_shared<std::vector<uint32_t>>(*m.rows);
+    ids = copy->data();
+    t.rows = ids;
+    t.keep = std::move(copy);
+  }
   for (size_t i = 0; i < rows.n; ++i) {
-    if ((*ids)[i] != kNoRow) continue;
-    const uint64_t p = prims[i];
+    if (ids[i] != kNoRow) continue;
+    const uint64_t p = rows.prim(i);
     uint32_t r;
     if (!free_rows_.empty()) {
       r = free_rows_.back();
@@ -66,18 +80,15 @@ RowMap Column::assign_rows(const StagedRows& rows, std::vector<uint64_t>& new_pr
     prim_of_row_[r] = p;
     ++live_rows_;
     new_prims.push_back(p);
-    (*ids)[i] = r;
+    ids[i] = r;
   }
   ++structure_;
-  RowMap out;
-  out.all_present = true;
-  out.identity = rows.n == row_space() && rows.n == live_rows_;
-  for (size_t i = 0; out.identity && i < rows.n; ++i) out.identity = (*ids)[i] == i;
-  out.rows = std::move(ids);
-  return out;
+  t.identity = rows.n == row_space() && rows.n == live_rows_;
+  for (size_t i = 0; t.identity && i < rows.n; ++i) t.identity = ids[i] == i;
+  return t;
 }
 
-void Column::unassign_rows(const StagedRows&, const std::vector<uint64_t>& new_prims) {
+void Column::unassign_rows(const std::vector<uint64_t>& new_prims) {
   for (uint64_t p : new_prims) {
     const uint32_t r = row_of_[p];
     prim_of_row_[r] = 0;
@@ -92,24 +103,24 @@ Status Column::apply_write(const StagedRows& rows, uint64_t ordinal,
                            std::vector<uint64_t>& new_prims) {
   if (rows.n == 0) return Status::OK();
   std::vector<uint64_t> added;
-  const RowMap map = assign_rows(rows, added);
-  Status st = schema_.is_array ? apply_array(rows, map) : apply_fixed(rows, map);
+  const TargetRows t = assign_rows(rows, added);
+  Status st = schema_.is_array ? apply_array(rows, t) : apply_fixed(rows, t);
   if (!st.ok()) {
-    unassign_rows(rows, added);
+    unassign_rows(added);
     return st;
   }
-  if (map.identity) {
+  if (t.identity) {
     all_changed_at_ = ordinal;  // every row changed: O(1), not one store per row
   } else {
-    for (uint32_t r : *map.rows) changed_at_[r] = ordinal;
+    for (size_t j = 0; j < rows.n; ++j) changed_at_[t.rows[j]] = ordinal;
   }
   if (!tombstones_.empty())
-    for (size_t i = 0; i < rows.n; ++i) tombstones_.erase((*rows.prims)[i]);
+    for (size_t j = 0; j < rows.n; ++j) tombstones_.erase(rows.prim(j));
   new_prims.insert(new_prims.end(), added.begin(), added.end());
   return Status::OK();
 }
 
-Status Column::apply_fixed(const StagedRows& rows, const RowMap& map) {
+Status Column::apply_fixed(const StagedRows& rows, const TargetRows& map) {
   const size_t rb = row_bytes();
   const size_t need = row_space() * rb;
   // A write of every row in row order replaces the storage outright: the
@@ -131,7 +142,7 @@ Status Column::apply_fixed(const StagedRows& rows, const RowMap& map) {
   kernels::RowCopy c;
   c.dst = values_->data();
   c.dst_stride = int64_t(rb);
-  c.dst_index = map.identity ? nullptr : map.rows->data();
+  c.dst_index = map.identity ? nullptr : map.rows;
   c.src = rows.data->data();
   c.src_stride = int64_t(rb);
   c.n = rows.n;
@@ -140,8 +151,8 @@ Status Column::apply_fixed(const StagedRows& rows, const RowMap& map) {
   return Status::OK();
 }
 
-Status Column::apply_array(const StagedRows& rows, const RowMap& map) {
-  const std::vector<uint32_t>& row_ids = *map.rows;
+Status Column::apply_array(const StagedRows& rows, const TargetRows& map) {
+  const uint32_t* row_ids = map.rows;
   const std::byte* staged = rows.data ? rows.data->data() : nullptr;
   // Target index per row (or -1), to know which rows the write replaces.
   std::vector<int64_t> target_of_row(row_space(), -1);

@@ -27,12 +27,21 @@ struct Schema {
 };
 
 // A write's data after staging: `n` target prims, their rows in logical order
-// in a compact buffer on the column's residency.
+// in a compact buffer on the column's residency. The targets are prims[0, n),
+// or, for a masked write, prims[subset[j]] for j in [0, n): the query's prim
+// list is shared, not copied, and only the selected positions are stored.
 struct StagedRows {
-  std::shared_ptr<const std::vector<uint64_t>> prims;  // targets are prims[0, n)
+  std::shared_ptr<const std::vector<uint64_t>> prims;
   size_t n = 0;
+  BufferPtr subset;  // host memory, n uint32 ascending, each < span; null: prims[0, n)
+  size_t span = 0;   // with subset: the prefix of prims it selects from (the write's count)
   BufferPtr data;
   std::vector<uint64_t> starts, lengths;  // array columns: per row, bytes into data
+
+  const uint32_t* subset_index() const {
+    return subset ? reinterpret_cast<const uint32_t*>(subset->data()) : nullptr;
+  }
+  uint64_t prim(size_t j) const { return (*prims)[subset ? subset_index()[j] : j]; }
 };
 
 // Where a list of prims sits in a column: computed once per (prim list,
@@ -85,11 +94,17 @@ class Column {
                     std::vector<uint64_t>& removed);
 
  private:
-  Status apply_fixed(const StagedRows& rows, const RowMap& map);
-  Status apply_array(const StagedRows& rows, const RowMap& map);
+  // The column rows of a write's targets, in target order.
+  struct TargetRows {
+    const uint32_t* rows = nullptr;
+    bool identity = false;  // rows[j] == j and they are all the rows
+    std::shared_ptr<const std::vector<uint32_t>> keep;  // owns `rows` unless scratch_rows_ does
+  };
+  Status apply_fixed(const StagedRows& rows, const TargetRows& t);
+  Status apply_array(const StagedRows& rows, const TargetRows& t);
   // Rows for the targets; allocates rows for new prims (bookkeeping only).
-  RowMap assign_rows(const StagedRows& rows, std::vector<uint64_t>& new_prims);
-  void unassign_rows(const StagedRows& rows, const std::vector<uint64_t>& new_prims);
+  TargetRows assign_rows(const StagedRows& rows, std::vector<uint64_t>& new_prims);
+  void unassign_rows(const std::vector<uint64_t>& new_prims);
   // Someone else holds the buffer (a reader, an export), or it is not ours to write.
   bool pinned() const { return values_ && (values_.use_count() > 1 || values_->read_only()); }
 
@@ -114,6 +129,8 @@ class Column {
   };
   CachedRowMap cache_[4];
   size_t cache_next_ = 0;
+  // Rows of a masked write's targets, reused from seal to seal.
+  std::vector<uint32_t> scratch_rows_;
   std::vector<uint32_t> free_rows_;
   size_t live_rows_ = 0;
   std::unordered_map<uint64_t, uint64_t> tombstones_;  // prim -> ordinal

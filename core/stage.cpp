@@ -142,31 +142,34 @@ Result<PrimList> Stage::query_filter(const kstage_filter_t& f, const std::vector
 // ---------------------------------------------------------------------------
 // Mutations
 
-std::vector<char> Stage::projected_existence(const uint64_t* prims, size_t n, Key key) const {
+std::vector<char> Stage::projected_existence(const StagedRows& t, Key key) const {
+  const size_t n = t.n;
   // Nothing pending before `key` (the usual case: writers seal every tick):
   // existence is the sealed attribute count, O(1) per prim.
   if (pending_.empty() || !(pending_.begin()->first < key)) {
     std::vector<char> exists(n);
-    for (size_t i = 0; i < n; ++i)
-      exists[i] = prims[i] < prim_attribute_count_.size() && prim_attribute_count_[prims[i]] > 0;
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t p = t.prim(i);
+      exists[i] = p < prim_attribute_count_.size() && prim_attribute_count_[p] > 0;
+    }
     return exists;
   }
   std::unordered_map<uint64_t, size_t> index;
   index.reserve(n);
-  for (size_t i = 0; i < n; ++i) index.emplace(prims[i], i);
+  for (size_t i = 0; i < n; ++i) index.emplace(t.prim(i), i);
   std::vector<char> exists(n, 0);
   std::vector<char> present(n);
   // Per column: sealed presence, then that column's pending mutations above
   // its floor and ordered before `key`.
   for (const auto& [attr, col] : columns_) {
-    for (size_t i = 0; i < n; ++i) present[i] = col->has(prims[i]);
+    for (size_t i = 0; i < n; ++i) present[i] = col->has(t.prim(i));
     const uint64_t floor = floor_of(attr);
     for (auto it = pending_.begin(); it != pending_.end() && it->first < key; ++it) {
       const Mutation& m = it->second;
       if (m.ordinal <= floor || !m.targets(attr)) continue;
       const char value = m.kind == Mutation::Kind::Write;
-      for (size_t j = 0; j < m.n; ++j) {
-        auto hit = index.find((*m.prims)[j]);
+      for (size_t j = 0; j < m.rows.n; ++j) {
+        auto hit = index.find(m.rows.prim(j));
         if (hit != index.end()) present[hit->second] = value;
       }
     }
@@ -177,15 +180,18 @@ std::vector<char> Stage::projected_existence(const uint64_t* prims, size_t n, Ke
 
 Status Stage::check_prim_mode(const StagedRows& rows, kstage_prim_mode_t mode, Key key) const {
   if (mode == KSTAGE_PRIM_MODE_UPSERT || rows.n == 0) return Status::OK();
-  const uint64_t* prims = rows.prims->data();
-  std::vector<char> exists = projected_existence(prims, rows.n, key);
+  std::vector<char> exists = projected_existence(rows, key);
+  // Elements are numbered as the caller numbers them: in the query (a
+  // masked write's i-th target is element subset[i]).
+  const uint32_t* subset = rows.subset_index();
   for (size_t i = 0; i < rows.n; ++i) {
+    const size_t element = subset ? subset[i] : i;
     if (mode == KSTAGE_PRIM_MODE_INSERT && exists[i])
       return error(KSTAGE_ALREADY_EXISTS, "INSERT: prim '%s' (element %zu) already exists",
-                   path_name(prims[i]).c_str(), i);
+                   path_name(rows.prim(i)).c_str(), element);
     if (mode == KSTAGE_PRIM_MODE_UPDATE && !exists[i])
       return error(KSTAGE_NOT_FOUND, "UPDATE: prim '%s' (element %zu) does not exist",
-                   path_name(prims[i]).c_str(), i);
+                   path_name(rows.prim(i)).c_str(), element);
   }
   return Status::OK();
 }
@@ -272,8 +278,6 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
     m.kind = Mutation::Kind::Write;
     m.ordinal = ordinal;
     m.attributes = {attributes[i]};
-    m.prims = staged[i].rows.prims;
-    m.n = staged[i].rows.n;
     m.rows = std::move(staged[i].rows);
     pending_.emplace(Key{ordinal, next_seq_++}, std::move(m));
   }
@@ -310,8 +314,8 @@ Result<std::shared_ptr<Op>> Stage::remove(const PrimList& prims, const uint64_t*
   m.kind = n > 0 ? Mutation::Kind::DeleteAttributes : Mutation::Kind::DeletePrims;
   m.ordinal = ordinal;
   m.attributes.assign(attributes, attributes + n);
-  m.prims = prims;
-  m.n = prims->size();
+  m.rows.prims = prims;
+  m.rows.n = prims->size();
   pending_.emplace(Key{ordinal, next_seq_++}, std::move(m));
   return std::make_shared<Op>();
 }
@@ -338,7 +342,7 @@ Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reach
         ++prim_attribute_count_[p];
       }
     } else {
-      c.apply_delete(m.prims->data(), m.n, m.ordinal, changed);
+      c.apply_delete(m.rows.prims->data(), m.rows.n, m.ordinal, changed);
       for (uint64_t p : changed) --prim_attribute_count_[p];
     }
   }
@@ -798,8 +802,6 @@ Result<std::shared_ptr<Op>> Stage::commit(MapSession& s, const std::vector<MapGr
     m.kind = Mutation::Kind::Write;
     m.ordinal = s.ordinal;
     m.attributes = {s.attribute};
-    m.prims = g->rows.prims;
-    m.n = g->rows.n;
     m.rows = std::move(g->rows);  // the group's buffer is the staged data: no copy
     pending_.emplace(Key{s.ordinal, next_seq_++}, std::move(m));
     g->state = MapGroup::State::Committed;

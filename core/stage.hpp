@@ -83,9 +83,7 @@ class Stage {
     enum class Kind { Write, DeleteAttributes, DeletePrims } kind;
     uint64_t ordinal = 0;
     std::vector<uint64_t> attributes;  // Write: one; DeleteAttributes: those named
-    PrimList prims;                    // targets: prims[0, n)
-    size_t n = 0;
-    StagedRows rows;                   // Write only
+    StagedRows rows;                   // targets (rows.prim(j), j < rows.n); data: Write only
     bool targets(uint64_t attribute) const;
   };
   using Key = std::pair<uint64_t, uint64_t>;  // (ordinal, submission sequence)
@@ -99,9 +97,9 @@ class Stage {
   uint64_t floor_of(uint64_t attribute) const;  // requires mutex_
   uint64_t global_floor() const;                // requires mutex_
   Column* column(uint64_t attribute) const;     // requires mutex_
-  // Whether each of prims[0, n) exists at `key` (sealed state plus pending
+  // Whether each target of `t` exists at `key` (sealed state plus pending
   // mutations ordered before it). Requires mutex_.
-  std::vector<char> projected_existence(const uint64_t* prims, size_t n, Key key) const;
+  std::vector<char> projected_existence(const StagedRows& t, Key key) const;
   Status check_prim_mode(const StagedRows& rows, kstage_prim_mode_t mode, Key key) const;
   Status check_floor(uint64_t attribute, uint64_t ordinal) const;  // requires mutex_
   Status check_schema(const Column& c, const Schema& s) const;

@@ -4,6 +4,7 @@
 #include "core/adopted_buffer.hpp"
 #include "core/dtype.hpp"
 #include "core/source_tensor.hpp"
+#include "core/kernels/copy_ops.hpp"
 
 #include <algorithm>
 
@@ -26,12 +27,22 @@ Result<BufferPtr> compact_copy(const SourceTensor& s, Backend& backend) {
 }
 
 // The logical selection of a write: which query elements it targets, and
-// which source row feeds each.
+// which source row feeds each. Validation of count against the query here;
+// index_map entries are checked where they are used (fused into the gather
+// for fixed-size rows).
 struct Selection {
-  uint64_t count = 0;                  // logical elements addressed
-  std::vector<uint32_t> source_index;  // per target; empty = identity
-  std::vector<uint32_t> targets;       // mask only: selected element ids
-  bool masked = false;
+  uint64_t count = 0;            // logical elements addressed: query prims [0, count)
+  const uint64_t* mask = nullptr;
+  const uint32_t* index_map = nullptr;
+  size_t selected = 0;           // mask: set bits among the first `count`
+  // A mask with some bits clear: the selected element ids (host memory);
+  // source row e feeds element e. A mask with every bit set selects like
+  // no mask at all, and leaves this null.
+  BufferPtr subset;
+  const uint32_t* subset_index() const {
+    return subset ? reinterpret_cast<const uint32_t*>(subset->data()) : nullptr;
+  }
+  size_t targets() const { return subset ? selected : size_t(count); }
 };
 
 Result<Selection> select(const kstage_write_data_t& d, uint64_t query_count) {
@@ -49,42 +60,37 @@ Result<Selection> select(const kstage_write_data_t& d, uint64_t query_count) {
   if (sel.count > UINT32_MAX)
     return error(KSTAGE_INVALID_ARGUMENT, "count %llu exceeds 2^32-1 rows",
                  (unsigned long long)sel.count);
+  sel.index_map = d.index_map;
   if (d.mask) {
-    sel.masked = true;
-    for (uint64_t w = 0, words = (sel.count + 63) / 64; w < words; ++w) {
-      uint64_t bits = d.mask[w];
-      if (w == words - 1 && sel.count % 64) bits &= (uint64_t(1) << (sel.count % 64)) - 1;
-      while (bits) {
-        const int b = __builtin_ctzll(bits);
-        sel.targets.push_back(uint32_t(w * 64 + uint64_t(b)));
-        bits &= bits - 1;
-      }
-    }
-    sel.source_index = sel.targets;  // source row i feeds element i
-  } else if (d.index_map) {
-    sel.source_index.assign(d.index_map, d.index_map + sel.count);
+    sel.selected = kernels::mask_popcount(d.mask, size_t(sel.count));
+    if (sel.selected != sel.count) sel.mask = d.mask;
   }
   return sel;
 }
 
-// Source rows the index_map requires: one past its highest entry.
-uint64_t index_map_rows(const kstage_write_data_t& d, uint64_t count) {
-  uint64_t hi = 0;
-  for (uint64_t i = 0; i < count; ++i) hi = std::max<uint64_t>(hi, uint64_t(d.index_map[i]) + 1);
-  return hi;
+// The selected element ids of a mask, without moving rows.
+Status select_masked(Selection& sel, Backend& host) {
+  KSTAGE_ASSIGN_OR_RETURN(sel.subset,
+                          host.allocate(std::max<size_t>(sel.selected * sizeof(uint32_t), 1)));
+  kernels::MaskedGather g;
+  g.mask = sel.mask;
+  g.n = size_t(sel.count);
+  g.selected = reinterpret_cast<uint32_t*>(sel.subset->data());
+  host.masked_gather(g);
+  return Status::OK();
 }
 
-Status check_bounds(const kstage_write_data_t& d, const Selection& sel, uint64_t rows,
-                    const char* rows_from) {
-  if (d.index_map) {
-    for (uint64_t i = 0; i < sel.count; ++i)
-      if (d.index_map[i] >= rows)
-        return error(KSTAGE_INVALID_ARGUMENT,
-                     "index_map[%llu] = %u references a source row outside the transported row "
-                     "count %llu (%s)",
-                     (unsigned long long)i, d.index_map[i], (unsigned long long)rows, rows_from);
-    return Status::OK();
-  }
+Status index_map_error(const Selection& sel, size_t i, uint64_t rows, const char* rows_from) {
+  return error(KSTAGE_INVALID_ARGUMENT,
+               "index_map[%zu] = %u references a source row outside the transported row count "
+               "%llu (%s)",
+               i, sel.index_map[i], (unsigned long long)rows, rows_from);
+}
+
+// Without an index_map, source row i feeds target element i: the source must
+// have exactly one row per addressed element.
+Status check_row_count(const kstage_write_data_t& d, const Selection& sel, uint64_t rows,
+                       const char* rows_from) {
   if (rows != sel.count)
     return error(KSTAGE_INVALID_ARGUMENT,
                  "%llu source row(s) (%s) but the write addresses %llu prim(s) (%s)%s",
@@ -94,12 +100,17 @@ Status check_bounds(const kstage_write_data_t& d, const Selection& sel, uint64_t
   return Status::OK();
 }
 
-std::shared_ptr<const std::vector<uint64_t>> target_prims(const WriteRequest& r,
-                                                          const Selection& sel) {
-  if (!sel.masked) return r.prims;
-  auto v = std::make_shared<std::vector<uint64_t>>(sel.targets.size());
-  for (size_t i = 0; i < sel.targets.size(); ++i) (*v)[i] = (*r.prims)[sel.targets[i]];
-  return v;
+// Source rows the index_map requires: one past its highest entry.
+uint64_t index_map_rows(const kstage_write_data_t& d, uint64_t count) {
+  uint64_t hi = 0;
+  for (uint64_t i = 0; i < count; ++i) hi = std::max<uint64_t>(hi, uint64_t(d.index_map[i]) + 1);
+  return hi;
+}
+
+Status check_index_map(const Selection& sel, uint64_t rows, const char* rows_from) {
+  for (size_t i = 0; i < sel.count; ++i)
+    if (sel.index_map[i] >= rows) return index_map_error(sel, i, rows, rows_from);
+  return Status::OK();
 }
 
 // A managed tensor can be the staged buffer itself when it already is what
@@ -107,15 +118,22 @@ std::shared_ptr<const std::vector<uint64_t>> target_prims(const WriteRequest& r,
 // aligned for its elements.
 bool adoptable(const SourceTensor& s, const Selection& sel, const Backend& backend) {
   const size_t align = s.dtype.bits / 8;
-  return !sel.masked && sel.source_index.empty() && s.rows == sel.count && s.rows > 0 &&
+  return !sel.mask && !sel.index_map && s.rows == sel.count && s.rows > 0 &&
          s.layout == SourceTensor::Layout::Compact && backend.can_access(s.device) &&
          reinterpret_cast<uintptr_t>(s.base) % align == 0;
 }
 
-Result<StagedRows> stage_fixed(const SourceTensor& s, const Selection& sel, Backend& backend,
-                               const DLTensor* tensor, ManagedTensors* managed) {
+// Fixed-size rows: one pass from the source to the staged buffer (two for a
+// source whose rows are not contiguous: compacted first). A mask is resolved
+// and its rows gathered in the same kernel; an index_map is validated while
+// gathering, so a bad entry costs nothing until it is found.
+Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor& s, Selection& sel,
+                               Backend& backend, Backend& host, const DLTensor* tensor,
+                               ManagedTensors* managed) {
+  static const char* const kRowsFrom = "shape[0] of the tensor";
+  if (!sel.index_map) KSTAGE_RETURN_NOT_OK(check_row_count(d, sel, s.rows, kRowsFrom));
   StagedRows out;
-  const size_t n = sel.masked ? sel.targets.size() : size_t(sel.count);
+  const size_t n = sel.mask ? sel.selected : size_t(sel.count);
   out.n = n;
   if (managed && adoptable(s, sel, backend)) {
     // Without a deleter nobody can say how long the memory lives: copy it.
@@ -125,8 +143,12 @@ Result<StagedRows> stage_fixed(const SourceTensor& s, const Selection& sel, Back
       return out;
     }
   }
+  if (sel.mask) {
+    KSTAGE_ASSIGN_OR_RETURN(sel.subset,
+                            host.allocate(std::max<size_t>(n * sizeof(uint32_t), 1)));
+  }
   KSTAGE_ASSIGN_OR_RETURN(out.data, backend.allocate(std::max<size_t>(n * s.row_bytes, 1)));
-  if (n == 0) return out;
+  if (sel.count == 0) return out;
   const std::byte* src = s.base;
   int64_t stride = s.row_stride_bytes;
   BufferPtr compact;
@@ -135,7 +157,19 @@ Result<StagedRows> stage_fixed(const SourceTensor& s, const Selection& sel, Back
     src = compact->data();
     stride = int64_t(s.row_bytes);
   }
-  if (sel.source_index.empty() && stride == int64_t(s.row_bytes)) {
+  if (sel.mask) {
+    kernels::MaskedGather g;
+    g.mask = sel.mask;
+    g.n = size_t(sel.count);
+    g.selected = reinterpret_cast<uint32_t*>(sel.subset->data());
+    g.dst = out.data->data();
+    g.src = src;
+    g.src_stride = stride;
+    g.row_bytes = s.row_bytes;
+    backend.masked_gather(g);
+    return out;
+  }
+  if (!sel.index_map && stride == int64_t(s.row_bytes)) {
     backend.copy_bytes(out.data->data(), src, n * s.row_bytes);
     return out;
   }
@@ -144,10 +178,15 @@ Result<StagedRows> stage_fixed(const SourceTensor& s, const Selection& sel, Back
   c.dst_stride = int64_t(s.row_bytes);
   c.src = src;
   c.src_stride = stride;
-  c.src_index = sel.source_index.empty() ? nullptr : sel.source_index.data();
   c.n = n;
   c.row_bytes = s.row_bytes;
-  backend.row_copy(c);
+  if (!sel.index_map) {
+    backend.row_copy(c);
+    return out;
+  }
+  c.src_index = sel.index_map;
+  const size_t bad = backend.checked_gather(c, s.rows);
+  if (bad < n) return index_map_error(sel, bad, s.rows, kRowsFrom);
   return out;
 }
 
@@ -175,6 +214,8 @@ Result<const std::byte*> contiguous_elements(const SourceTensor& s, Backend& bac
 // into `packed_rows` rows.
 Result<StagedRows> stage_array(const std::vector<SourceTensor>& src, bool packed,
                                uint64_t packed_rows, const Selection& sel, Backend& backend) {
+  // Source row of target i: through the index_map, the mask's selection, or i.
+  const uint32_t* source_index = sel.index_map ? sel.index_map : sel.subset_index();
   const size_t eb = src[0].row_bytes;  // bytes per element
   std::vector<BufferPtr> keep;
   std::vector<const std::byte*> row_ptr;
@@ -196,14 +237,14 @@ Result<StagedRows> stage_array(const std::vector<SourceTensor>& src, bool packed
     }
   }
   StagedRows out;
-  const size_t n = sel.masked ? sel.targets.size() : size_t(sel.count);
+  const size_t n = sel.targets();
   out.n = n;
   out.starts.resize(n);
   out.lengths.resize(n);
   std::vector<const std::byte*> from(n);
   uint64_t cursor = 0, align_bits = kernels::kRaggedRowAlign;
   for (size_t i = 0; i < n; ++i) {
-    const size_t s = sel.source_index.empty() ? i : sel.source_index[i];
+    const size_t s = source_index ? source_index[i] : i;
     from[i] = row_ptr[s];
     out.starts[i] = cursor;
     out.lengths[i] = row_len[s];
@@ -295,27 +336,32 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   Selection sel;
   KSTAGE_ASSIGN_OR_RETURN(sel, select(d, r.prims->size()));
   if (!d.is_array) {
-    KSTAGE_RETURN_NOT_OK(check_bounds(d, sel, src[0].rows, "shape[0] of the tensor"));
-    KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_fixed(src[0], sel, *out.backend, tensors[0],
+    KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_fixed(d, src[0], sel, *out.backend, backends.host(),
+                                                  tensors[0],
                                                   d.managed_tensors ? r.managed : nullptr));
   } else {
+    if (sel.mask) KSTAGE_RETURN_NOT_OK(select_masked(sel, backends.host()));
     // One tensor and more than one source row: a packed tensor, cut evenly.
     const uint64_t wanted = d.index_map ? index_map_rows(d, sel.count) : sel.count;
     const bool packed = src.size() == 1 && wanted > 1;
-    if (packed) {
-      if (src[0].rows % wanted != 0)
-        return error(KSTAGE_INVALID_ARGUMENT,
-                     "packed tensor of %llu elements does not divide evenly across %llu source "
-                     "row(s) (%s)",
-                     (unsigned long long)src[0].rows, (unsigned long long)wanted,
-                     d.index_map ? "from the highest index_map entry" : "from count");
-      KSTAGE_RETURN_NOT_OK(check_bounds(d, sel, wanted, "rows of the packed tensor"));
-    } else {
-      KSTAGE_RETURN_NOT_OK(check_bounds(d, sel, src.size(), "tensor_count, one tensor per row"));
-    }
+    const uint64_t rows = packed ? wanted : src.size();
+    const char* rows_from =
+        packed ? "rows of the packed tensor" : "tensor_count, one tensor per row";
+    if (packed && src[0].rows % wanted != 0)
+      return error(KSTAGE_INVALID_ARGUMENT,
+                   "packed tensor of %llu elements does not divide evenly across %llu source "
+                   "row(s) (%s)",
+                   (unsigned long long)src[0].rows, (unsigned long long)wanted,
+                   d.index_map ? "from the highest index_map entry" : "from count");
+    KSTAGE_RETURN_NOT_OK(sel.index_map ? check_index_map(sel, rows, rows_from)
+                                       : check_row_count(d, sel, rows, rows_from));
     KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_array(src, packed, wanted, sel, *out.backend));
   }
-  out.rows.prims = target_prims(r, sel);
+  out.rows.prims = r.prims;
+  if (sel.subset) {
+    out.rows.subset = std::move(sel.subset);
+    out.rows.span = size_t(sel.count);
+  }
   return out;
 }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The data-movement functors of core/kernels, run on every enabled host
 // execution space, for every specialised row width and the generic path.
+#include "core/kernels/masked_gather.hpp"
 #include "core/kernels/ragged_copy.hpp"
 #include "core/kernels/row_copy.hpp"
 #include "core/kernels/strided_copy.hpp"
@@ -79,6 +80,80 @@ TEMPLATE_LIST_TEST_CASE("row_copy gathers and scatters every width", "[kernels][
     TestType().fence();
     for (size_t i = 0; i < n; ++i)
       REQUIRE(std::memcmp(&dst[i * width], &src[(n - 1 - i) * width], width) == 0);
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("checked_gather copies in-range rows and reports the first bad index",
+                        "[kernels][row_copy]", HostSpaces) {
+  const size_t width = GENERATE(4, 12, 24, 7);
+  const size_t n = 1000, src_rows = 300;
+  auto src = pattern(src_rows * width);
+  std::vector<uint32_t> index(n);
+  for (size_t i = 0; i < n; ++i) index[i] = uint32_t((i * 37) % src_rows);
+  std::vector<std::byte> dst(n * width, std::byte{0xEE});
+  RowCopy c;
+  c.dst = dst.data();
+  c.dst_stride = int64_t(width);
+  c.src = src.data();
+  c.src_stride = int64_t(width);
+  c.src_index = index.data();
+  c.n = n;
+  c.row_bytes = width;
+  SECTION("all in range: every row gathered, result n") {
+    REQUIRE(checked_gather(TestType(), c, src_rows) == n);
+    for (size_t i = 0; i < n; ++i)
+      REQUIRE(std::memcmp(&dst[i * width], &src[index[i] * width], width) == 0);
+  }
+  SECTION("bad entries: the lowest is reported whatever the thread that meets it") {
+    index[n - 1] = uint32_t(src_rows);  // seen first by the last thread
+    index[611] = UINT32_MAX;
+    index[612] = uint32_t(src_rows) + 5;
+    REQUIRE(checked_gather(TestType(), c, src_rows) == 611);
+    // Rows with a good index are still copied; bad ones are left alone.
+    REQUIRE(std::memcmp(&dst[10 * width], &src[index[10] * width], width) == 0);
+    for (size_t b = 0; b < width; ++b) REQUIRE(dst[611 * width + b] == std::byte{0xEE});
+  }
+  SECTION("no source rows: the first entry is bad") {
+    REQUIRE(checked_gather(TestType(), c, 0) == 0);
+  }
+}
+
+TEMPLATE_LIST_TEST_CASE("masked_gather compacts set bits in order", "[kernels][mask]", HostSpaces) {
+  const size_t width = GENERATE(4, 12, 16, 72, 5);
+  const size_t n = GENERATE(1, 63, 64, 65, 1000, 4099);
+  // Density changes along the mask so that threads get unequal shares.
+  std::vector<uint64_t> mask((n + 63) / 64 + 1, ~uint64_t(0));  // bits past n are set: ignored
+  std::vector<uint32_t> want;
+  for (size_t e = 0; e < n; ++e) {
+    const bool on = e < n / 3 ? (e % 2 == 0) : e < 2 * n / 3 ? (e % 17 == 3) : (e % 5 != 0);
+    if (!on) mask[e / 64] &= ~(uint64_t(1) << (e % 64));
+    if (on) want.push_back(uint32_t(e));
+  }
+  REQUIRE(mask_popcount(mask.data(), n) == want.size());
+  auto src = pattern(n * width);
+  std::vector<uint32_t> selected(want.size() + 1, 0xFFFFFFFFu);
+  std::vector<std::byte> dst(want.size() * width + 1);
+  MaskedGather g;
+  g.mask = mask.data();
+  g.n = n;
+  g.selected = selected.data();
+  SECTION("positions and rows") {
+    g.dst = dst.data();
+    g.src = src.data();
+    g.src_stride = int64_t(width);
+    g.row_bytes = width;
+    masked_gather(TestType(), g);
+    TestType().fence();
+    for (size_t j = 0; j < want.size(); ++j) {
+      REQUIRE(selected[j] == want[j]);
+      REQUIRE(std::memcmp(&dst[j * width], &src[want[j] * width], width) == 0);
+    }
+    REQUIRE(selected[want.size()] == 0xFFFFFFFFu);  // nothing written past the count
+  }
+  SECTION("positions only") {
+    masked_gather(TestType(), g);
+    TestType().fence();
+    REQUIRE(std::vector<uint32_t>(selected.begin(), selected.end() - 1) == want);
   }
 }
 

@@ -521,6 +521,103 @@ TEST_CASE("mask over a short count: only the leading elements are addressed", "[
   REQUIRE(s.floats(q, a) == expect_rows(prims, {{10}, {1}, {12}, {3}, {4}, {5}}));
 }
 
+TEST_CASE("masked writes: new and existing targets, prim modes, tombstones, a full mask",
+          "[write][fixed][mask]") {
+  // A masked write targets a selection of the query's prims: the engine keeps
+  // the selection, not a copy of the prims, and finds their rows through the
+  // query's row map. Each step below reaches a different branch of that.
+  Stage s(host_execution());
+  constexpr size_t kPrims = 130;
+  auto prims = s.paths("/mm", kPrims);
+  kstage_query_t q = s.query(prims);
+  std::vector<kstage_path_t> first_half(prims.begin(), prims.begin() + kPrims / 2);
+  kstage_query_t half = s.query(first_half);
+  kstage_token_t a = s.token("a");
+  std::vector<float> base(kPrims / 2);
+  for (size_t i = 0; i < base.size(); ++i) base[i] = float(i);
+  s.write_f32(half, a, 1, base);
+  s.seal(1);
+
+  auto masked = [&](uint64_t ordinal, const std::vector<size_t>& on, float offset,
+                    kstage_prim_mode_t mode) {
+    uint64_t mask[3] = {0, 0, 0};
+    for (size_t i : on) mask[i / 64] |= uint64_t(1) << (i % 64);
+    std::vector<float> src(kPrims);
+    for (size_t i = 0; i < kPrims; ++i) src[i] = offset + float(i);
+    int64_t shape[1] = {int64_t(kPrims)};
+    DLTensor t = tensor(src.data(), f32(), 1, shape);
+    kstage_write_data_t w = write_data(&t);
+    w.count = kPrims;
+    w.mask = mask;
+    return submit(s, q, a, ordinal, w, mode);
+  };
+
+  SECTION("selected prims that do not hold the attribute gain it; the rest keep theirs") {
+    KS_OK(masked(2, {0, 5, 64, 65, 100, 129}, 1000.f, KSTAGE_PRIM_MODE_UPSERT));
+    s.seal(2);
+    auto got = scalars(s, q, a);
+    REQUIRE(got.size() == kPrims / 2 + 3);  // 65, 100 and 129 are new
+    for (size_t i : {size_t(0), size_t(5), size_t(64), size_t(65), size_t(100), size_t(129)})
+      REQUIRE(got[prims[i]] == 1000.f + float(i));
+    REQUIRE(got[prims[1]] == 1.f);
+    REQUIRE(got.count(prims[66]) == 0);
+    // Steady state: the same selection again, now all present.
+    KS_OK(masked(3, {0, 5, 64, 65, 100, 129}, 2000.f, KSTAGE_PRIM_MODE_UPDATE));
+    s.seal(3);
+    got = scalars(s, q, a);
+    REQUIRE(got[prims[129]] == 2129.f);
+    REQUIRE(got[prims[64]] == 2064.f);
+    REQUIRE(got[prims[63]] == 63.f);
+  }
+  SECTION("prim modes see the selection, against sealed and pending state") {
+    const std::string before = s.fingerprint(q, {a});
+    KS_FAILS(masked(2, {3, 70}, 0.f, KSTAGE_PRIM_MODE_UPDATE), KSTAGE_NOT_FOUND,
+             "'/mm_70' (element 70) does not exist");
+    KS_FAILS(masked(2, {70, 3}, 0.f, KSTAGE_PRIM_MODE_INSERT), KSTAGE_ALREADY_EXISTS,
+             "'/mm_3' (element 3) already exists");
+    REQUIRE(s.fingerprint(q, {a}) == before);
+    const auto sealed_before = scalars(s, q, a);
+    s.seal(2);
+    REQUIRE(scalars(s, q, a) == sealed_before);
+    // A pending masked insert makes its selection exist for a later update.
+    KS_OK(masked(3, {70, 71}, 500.f, KSTAGE_PRIM_MODE_INSERT));
+    KS_OK(masked(4, {3, 70, 71}, 600.f, KSTAGE_PRIM_MODE_UPDATE));
+    KS_FAILS(masked(4, {72}, 0.f, KSTAGE_PRIM_MODE_UPDATE), KSTAGE_NOT_FOUND, "'/mm_72' (element 72)");
+    s.seal(4);
+    auto got = scalars(s, q, a);
+    REQUIRE(got[prims[3]] == 603.f);
+    REQUIRE(got[prims[70]] == 670.f);
+    REQUIRE(got[prims[71]] == 671.f);
+    REQUIRE(got.count(prims[72]) == 0);
+  }
+  SECTION("a masked write after a delete clears the selected prims' tombstones") {
+    REQUIRE(s.remove(half, {a}, 2) == KSTAGE_OK);
+    KS_OK(masked(3, {1, 2}, 100.f, KSTAGE_PRIM_MODE_UPSERT));
+    s.seal(3);
+    auto got = scalars(s, q, a);
+    REQUIRE(got.size() == 2);
+    REQUIRE(got[prims[1]] == 101.f);
+    kstage_read_desc_t desc{};
+    desc.change_range = true;
+    desc.range_begin = 2;
+    desc.range_end = 3;
+    auto groups = s.read(half, {a}, &desc);
+    size_t tombstoned = 0, changed = 0;
+    for (const auto& g : groups) (g.is_delete ? tombstoned : changed) += g.prims.size();
+    REQUIRE(changed == 2);
+    REQUIRE(tombstoned == kPrims / 2 - 2);  // prims 1 and 2 hold the attribute again
+  }
+  SECTION("every bit set writes like no mask at all") {
+    std::vector<size_t> all(kPrims);
+    std::iota(all.begin(), all.end(), size_t(0));
+    KS_OK(masked(2, all, 300.f, KSTAGE_PRIM_MODE_UPSERT));
+    s.seal(2);
+    auto got = scalars(s, q, a);
+    REQUIRE(got.size() == kPrims);
+    for (size_t i = 0; i < kPrims; ++i) REQUIRE(got[prims[i]] == 300.f + float(i));
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Strided and offset sources
 

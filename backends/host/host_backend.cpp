@@ -2,6 +2,7 @@
 #include "backends/host/host_backend.hpp"
 
 #include "core/buffer_pool.hpp"
+#include "core/kernels/masked_gather.hpp"
 #include "core/kernels/ragged_copy.hpp"
 #include "core/kernels/row_copy.hpp"
 #include "core/kernels/strided_copy.hpp"
@@ -57,6 +58,15 @@ class HostBackend final : public core::Backend {
   }
   void row_copy(const core::kernels::RowCopy& c) override {
     core::kernels::row_copy(exec_, c);
+    exec_.fence();
+  }
+  size_t checked_gather(const core::kernels::RowCopy& c, uint64_t src_rows) override {
+    const size_t first_bad = core::kernels::checked_gather(exec_, c, src_rows);
+    exec_.fence();
+    return first_bad;
+  }
+  void masked_gather(const core::kernels::MaskedGather& c) override {
+    core::kernels::masked_gather(exec_, c);
     exec_.fence();
   }
   void ragged_copy(const core::kernels::RaggedCopy& c, size_t word) override {

@@ -27,6 +27,36 @@ struct RowCopy {
   size_t row_bytes = 0;
 };
 
+// Mask compaction, optionally with a gather. For every set bit e of
+// mask[0, n) (bit e % 64 of word e / 64), in increasing order of e, at output
+// position j (the number of set bits before e):
+//   selected[j] = e,  and, when dst is set, row j of dst = row e of src,
+// with dst rows packed (row_bytes apart) and src row r at src + r*src_stride.
+// Bits at and above n in the last word are ignored. The mask and `selected`
+// are host memory (a device backend moves them); `selected` has room for
+// mask_popcount(mask, n) entries.
+struct MaskedGather {
+  const uint64_t* mask = nullptr;
+  size_t n = 0;  // bits
+  uint32_t* selected = nullptr;
+  std::byte* dst = nullptr;
+  const std::byte* src = nullptr;
+  int64_t src_stride = 0;
+  size_t row_bytes = 0;
+};
+
+// Bits of word w of a mask of n bits that count (the tail of the last word does not).
+inline uint64_t mask_word(const uint64_t* mask, size_t n, size_t w) {
+  const uint64_t bits = mask[w];
+  return (w == n / 64 && n % 64) ? bits & ((uint64_t(1) << (n % 64)) - 1) : bits;
+}
+inline size_t mask_popcount(const uint64_t* mask, size_t n) {
+  size_t k = 0;
+  for (size_t w = 0, words = (n + 63) / 64; w < words; ++w)
+    k += size_t(__builtin_popcountll(mask_word(mask, n, w)));
+  return k;
+}
+
 // Ragged pack/unpack: for each row i in [0, n), copy bytes[i] bytes from
 // src_rows[i] to dst + dst_offsets[i]. Packing per-row tensors into one
 // buffer and scattering a packed buffer into column storage are both this.

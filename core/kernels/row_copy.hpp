@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Row gather / scatter kernels (internal; not installed).
 //
-// Rows are moved as arrays of machine words. The functor is specialised on the
-// word type and the number of words per row, so the common tuple widths
+// Rows are moved as arrays of machine words. The functors are specialised on
+// the word type and the number of words per row, so the common tuple widths
 // (float, float3, double3, float4x4, ...) compile to straight-line loads and
 // stores; other widths use the runtime-width functor. Dispatch is on byte
 // width and alignment, never on dtype: float3 and int32x3 share one kernel.
@@ -12,12 +12,64 @@
 
 #include <Kokkos_Core.hpp>
 
-#include <cstring>
+#include <type_traits>
 
 namespace kstage::core::kernels {
 namespace impl {
 
-// Words == 0: row width known only at run time (row_words).
+// One row of `Words` words (Words == 0: `row_words`, known only at run time).
+template <class Word, int Words>
+KOKKOS_FORCEINLINE_FUNCTION void copy_row(std::byte* dst, const std::byte* src, size_t row_words) {
+  Word* out = reinterpret_cast<Word*>(dst);
+  const Word* in = reinterpret_cast<const Word*>(src);
+  if constexpr (Words > 0) {
+    for (int w = 0; w < Words; ++w) out[w] = in[w];
+  } else {
+    for (size_t w = 0; w < row_words; ++w) out[w] = in[w];
+  }
+}
+
+// The widest word (<= 8 bytes) dividing the row width and every address and
+// stride OR-ed into `bits`.
+inline size_t row_word(size_t row_bytes, uint64_t bits) {
+  return widest_word(uint64_t(row_bytes) | bits | 8u);
+}
+
+// Calls f(Word{}, std::integral_constant<int, Words>{}) for rows of
+// `row_bytes` moved in words of `word` bytes: the tuple sizes attribute data
+// actually has get their own instantiation, the rest Words == 0.
+template <class F>
+void dispatch_row_width(size_t word, size_t row_bytes, F&& f) {
+  using std::integral_constant;
+  if (word == 8) {
+    switch (row_bytes) {
+      case 8: return f(uint64_t{}, integral_constant<int, 1>{});
+      case 16: return f(uint64_t{}, integral_constant<int, 2>{});
+      case 24: return f(uint64_t{}, integral_constant<int, 3>{});
+      case 32: return f(uint64_t{}, integral_constant<int, 4>{});
+      case 48: return f(uint64_t{}, integral_constant<int, 6>{});
+      case 64: return f(uint64_t{}, integral_constant<int, 8>{});
+      case 72: return f(uint64_t{}, integral_constant<int, 9>{});
+      case 128: return f(uint64_t{}, integral_constant<int, 16>{});
+      default: return f(uint64_t{}, integral_constant<int, 0>{});
+    }
+  }
+  if (word == 4) {
+    switch (row_bytes) {
+      case 4: return f(uint32_t{}, integral_constant<int, 1>{});
+      case 12: return f(uint32_t{}, integral_constant<int, 3>{});
+      case 36: return f(uint32_t{}, integral_constant<int, 9>{});
+      default: return f(uint32_t{}, integral_constant<int, 0>{});
+    }
+  }
+  if (word == 2) {
+    if (row_bytes == 2) return f(uint16_t{}, integral_constant<int, 1>{});
+    return f(uint16_t{}, integral_constant<int, 0>{});
+  }
+  if (row_bytes == 1) return f(uint8_t{}, integral_constant<int, 1>{});
+  return f(uint8_t{}, integral_constant<int, 0>{});
+}
+
 template <class Word, int Words, bool DstIndexed, bool SrcIndexed>
 struct RowCopyFunctor {
   std::byte* dst;
@@ -31,13 +83,7 @@ struct RowCopyFunctor {
   KOKKOS_INLINE_FUNCTION void operator()(const size_t i) const {
     const int64_t d = DstIndexed ? int64_t(dst_index[i]) : int64_t(i);
     const int64_t s = SrcIndexed ? int64_t(src_index[i]) : int64_t(i);
-    Word* out = reinterpret_cast<Word*>(dst + d * dst_stride);
-    const Word* in = reinterpret_cast<const Word*>(src + s * src_stride);
-    if constexpr (Words > 0) {
-      for (int w = 0; w < Words; ++w) out[w] = in[w];
-    } else {
-      for (size_t w = 0; w < row_words; ++w) out[w] = in[w];
-    }
+    copy_row<Word, Words>(dst + d * dst_stride, src + s * src_stride, row_words);
   }
 };
 
@@ -59,12 +105,32 @@ void launch_indexed(const Exec& exec, const RowCopy& c) {
   else launch_row_copy<Word, Words, false, false>(exec, c);
 }
 
-inline size_t word_alignment(const RowCopy& c) {
-  // The widest word (<= 8 bytes) that divides the row width, both bases and both strides.
-  uint64_t bits = uint64_t(c.row_bytes) | reinterpret_cast<uintptr_t>(c.dst) |
-                  reinterpret_cast<uintptr_t>(c.src) | uint64_t(c.dst_stride) |
-                  uint64_t(c.src_stride) | 8u;
-  return widest_word(bits);
+// Gather that validates its index as it goes: rows whose src_index is out of
+// range are skipped and the lowest such i is the reduction's result.
+template <class Word, int Words>
+struct CheckedGatherFunctor {
+  std::byte* dst;
+  int64_t dst_stride;
+  const std::byte* src;
+  int64_t src_stride;
+  const uint32_t* src_index;
+  uint64_t src_rows;
+  size_t row_words;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const size_t i, size_t& first_bad) const {
+    const uint32_t s = src_index[i];
+    if (s >= src_rows) {
+      if (i < first_bad) first_bad = i;
+      return;
+    }
+    copy_row<Word, Words>(dst + int64_t(i) * dst_stride, src + int64_t(s) * src_stride,
+                          row_words);
+  }
+};
+
+inline uint64_t address_bits(const RowCopy& c) {
+  return reinterpret_cast<uintptr_t>(c.dst) | reinterpret_cast<uintptr_t>(c.src) |
+         uint64_t(c.dst_stride) | uint64_t(c.src_stride);
 }
 
 }  // namespace impl
@@ -74,35 +140,35 @@ template <class Exec>
 void row_copy(const Exec& exec, const RowCopy& c) {
   if (c.n == 0 || c.row_bytes == 0) return;
   using namespace impl;
-  const size_t word = word_alignment(c);
-  // Specialised widths: the tuple sizes attribute data actually has.
-  if (word == 8) {
-    switch (c.row_bytes) {
-      case 8: return launch_indexed<uint64_t, 1>(exec, c);
-      case 16: return launch_indexed<uint64_t, 2>(exec, c);
-      case 24: return launch_indexed<uint64_t, 3>(exec, c);
-      case 32: return launch_indexed<uint64_t, 4>(exec, c);
-      case 48: return launch_indexed<uint64_t, 6>(exec, c);
-      case 64: return launch_indexed<uint64_t, 8>(exec, c);
-      case 72: return launch_indexed<uint64_t, 9>(exec, c);
-      case 128: return launch_indexed<uint64_t, 16>(exec, c);
-      default: return launch_indexed<uint64_t, 0>(exec, c);
-    }
-  }
-  if (word == 4) {
-    switch (c.row_bytes) {
-      case 4: return launch_indexed<uint32_t, 1>(exec, c);
-      case 12: return launch_indexed<uint32_t, 3>(exec, c);
-      case 36: return launch_indexed<uint32_t, 9>(exec, c);
-      default: return launch_indexed<uint32_t, 0>(exec, c);
-    }
-  }
-  if (word == 2) {
-    if (c.row_bytes == 2) return launch_indexed<uint16_t, 1>(exec, c);
-    return launch_indexed<uint16_t, 0>(exec, c);
-  }
-  if (c.row_bytes == 1) return launch_indexed<uint8_t, 1>(exec, c);
-  return launch_indexed<uint8_t, 0>(exec, c);
+  dispatch_row_width(row_word(c.row_bytes, address_bits(c)), c.row_bytes,
+                     [&](auto word, auto words) {
+                       launch_indexed<decltype(word), decltype(words)::value>(exec, c);
+                     });
+}
+
+// The gather of `c` (src_index set, dst_index unused) with every index
+// checked against `src_rows` in the same pass. Returns the lowest i whose
+// src_index[i] >= src_rows, or c.n when all are in range; rows with a bad
+// index are not copied. Waits for completion (the result is needed).
+template <class Exec>
+size_t checked_gather(const Exec& exec, const RowCopy& c, uint64_t src_rows) {
+  if (c.n == 0) return 0;
+  using namespace impl;
+  size_t first_bad = c.n;
+  dispatch_row_width(row_word(c.row_bytes, address_bits(c)), c.row_bytes,
+                     [&](auto word, auto words) {
+                       using Word = decltype(word);
+                       CheckedGatherFunctor<Word, decltype(words)::value> f{
+                           c.dst, c.dst_stride, c.src, c.src_stride, c.src_index, src_rows,
+                           c.row_bytes / sizeof(Word)};
+                       size_t bad = c.n;
+                       Kokkos::parallel_reduce(
+                           "kstage::checked_gather",
+                           Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec, 0, c.n), f,
+                           Kokkos::Min<size_t>(bad));
+                       first_bad = bad;
+                     });
+  return first_bad < c.n ? first_bad : c.n;
 }
 
 }  // namespace kstage::core::kernels
