@@ -106,7 +106,9 @@ void launch_indexed(const Exec& exec, const RowCopy& c) {
 }
 
 // Gather that validates its index as it goes: rows whose src_index is out of
-// range are skipped and the lowest such i is the reduction's result.
+// range are skipped and the lowest such i is the reduction's result. A work
+// item is a chunk of rows so that the reduction costs once per chunk and the
+// row loop keeps its running minimum in a register.
 template <class Word, int Words>
 struct CheckedGatherFunctor {
   std::byte* dst;
@@ -116,15 +118,21 @@ struct CheckedGatherFunctor {
   const uint32_t* src_index;
   uint64_t src_rows;
   size_t row_words;
+  size_t n, chunk;
 
-  KOKKOS_INLINE_FUNCTION void operator()(const size_t i, size_t& first_bad) const {
-    const uint32_t s = src_index[i];
-    if (s >= src_rows) {
-      if (i < first_bad) first_bad = i;
-      return;
+  KOKKOS_INLINE_FUNCTION void operator()(const size_t k, size_t& first_bad) const {
+    const size_t begin = k * chunk, end = begin + chunk < n ? begin + chunk : n;
+    size_t bad = first_bad;
+    for (size_t i = begin; i < end; ++i) {
+      const uint32_t s = src_index[i];
+      if (s >= src_rows) {
+        if (i < bad) bad = i;
+        continue;
+      }
+      copy_row<Word, Words>(dst + int64_t(i) * dst_stride, src + int64_t(s) * src_stride,
+                            row_words);
     }
-    copy_row<Word, Words>(dst + int64_t(i) * dst_stride, src + int64_t(s) * src_stride,
-                          row_words);
+    first_bad = bad;
   }
 };
 
@@ -149,9 +157,11 @@ void row_copy(const Exec& exec, const RowCopy& c) {
 // The gather of `c` (src_index set, dst_index unused) with every index
 // checked against `src_rows` in the same pass. Returns the lowest i whose
 // src_index[i] >= src_rows, or c.n when all are in range; rows with a bad
-// index are not copied. Waits for completion (the result is needed).
+// index are not copied. Waits for completion (the result is needed). Each
+// work item checks and copies `chunk` consecutive rows (1 suits GPUs).
 template <class Exec>
-size_t checked_gather(const Exec& exec, const RowCopy& c, uint64_t src_rows) {
+size_t checked_gather(const Exec& exec, const RowCopy& c, uint64_t src_rows,
+                      size_t chunk = 1024) {
   if (c.n == 0) return 0;
   using namespace impl;
   size_t first_bad = c.n;
@@ -159,13 +169,14 @@ size_t checked_gather(const Exec& exec, const RowCopy& c, uint64_t src_rows) {
                      [&](auto word, auto words) {
                        using Word = decltype(word);
                        CheckedGatherFunctor<Word, decltype(words)::value> f{
-                           c.dst, c.dst_stride, c.src, c.src_stride, c.src_index, src_rows,
-                           c.row_bytes / sizeof(Word)};
+                           c.dst,    c.dst_stride, c.src, c.src_stride, c.src_index,
+                           src_rows, c.row_bytes / sizeof(Word), c.n, chunk};
                        size_t bad = c.n;
                        Kokkos::parallel_reduce(
                            "kstage::checked_gather",
-                           Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec, 0, c.n), f,
-                           Kokkos::Min<size_t>(bad));
+                           Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(
+                               exec, 0, (c.n + chunk - 1) / chunk),
+                           f, Kokkos::Min<size_t>(bad));
                        first_bad = bad;
                      });
   return first_bad < c.n ? first_bad : c.n;
