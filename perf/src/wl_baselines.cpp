@@ -91,10 +91,14 @@ inline void copy_row(T* __restrict d, const T* __restrict s, int lanes) {
 
 enum class LoopKind { Copy, GatherPerm, Stride4, Masked, Scatter, ScanGather };
 
+// `threads` > 1: the same loop under `#pragma omp parallel for` (static schedule), what a
+// user would write to use the machine's cores; it shows what 2 threads give on this machine
+// in this run, next to kstage's parallel figures.
 template <class T, int L>
 class LoopInstance final : public Instance {
  public:
-  LoopInstance(const Shape& s, LoopKind kind, double p) : s_(s), kind_(kind), p_(p) {}
+  LoopInstance(const Shape& s, LoopKind kind, double p, int threads)
+      : s_(s), kind_(kind), p_(p), threads_(threads) {}
   void prepare() override {
     const uint64_t n = s_.rows, w = uint64_t(s_.lanes);
     src_ = HostBuf(n * s_.row_bytes());
@@ -129,18 +133,26 @@ class LoopInstance final : public Instance {
     T* __restrict d = dst_.as<T>();
     const uint64_t n = s_.rows, w = uint64_t(s_.lanes);
     const int lanes = s_.lanes;
+    const int nt = threads_;
+    (void)nt;
     switch (kind_) {
       case LoopKind::Copy:
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
         for (uint64_t i = 0; i < n; ++i) copy_row<T, L>(d + i * w, s + i * w, lanes);
         break;
-      case LoopKind::GatherPerm:
-        for (uint64_t i = 0; i < n; ++i) copy_row<T, L>(d + i * w, s + uint64_t(perm_[i]) * w, lanes);
+      case LoopKind::GatherPerm: {
+        const uint32_t* perm = perm_.data();
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+        for (uint64_t i = 0; i < n; ++i) copy_row<T, L>(d + i * w, s + uint64_t(perm[i]) * w, lanes);
         break;
+      }
       case LoopKind::Stride4:
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
         for (uint64_t i = 0; i < n; i += 4) copy_row<T, L>(d + i * w, s + i * w, lanes);
         break;
       case LoopKind::Masked: {
         const uint64_t* m = mask_.data();
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
         for (uint64_t i = 0; i < n; ++i)
           if ((m[i >> 6] >> (i & 63)) & 1u) copy_row<T, L>(d + i * w, s + i * w, lanes);
         break;
@@ -191,16 +203,17 @@ class LoopInstance final : public Instance {
   Shape s_;
   LoopKind kind_;
   double p_;
+  int threads_;
   uint64_t count_ = 0;
   HostBuf src_, dst_;
   std::vector<uint32_t> perm_, idx_;
   std::vector<uint64_t> mask_, changed_at_;
 };
 
-std::unique_ptr<Instance> make_loop(const Shape& s, LoopKind kind, double p = 0) {
+std::unique_ptr<Instance> make_loop(const Shape& s, LoopKind kind, double p = 0, int threads = 1) {
   return dispatch(s, [&](auto tag, auto lanes) -> std::unique_ptr<Instance> {
     using T = typename decltype(tag)::type;
-    return std::make_unique<LoopInstance<T, decltype(lanes)::value>>(s, kind, p);
+    return std::make_unique<LoopInstance<T, decltype(lanes)::value>>(s, kind, p, threads);
   });
 }
 
@@ -360,6 +373,25 @@ KP_LOOP(reg_scatter05, "scatter_p05", "for j: dst[t[j]] = src[j] (5% of rows, t 
 KP_LOOP(reg_scan05, "scan_gather_p05",
         "for i: if changed_at[i] == tick: out[k++] = col[i] (5% changed)", LoopKind::ScanGather, 0.05);
 #undef KP_LOOP
+
+#if defined(_OPENMP)
+// The loops of the sparse-write targets, parallel: what 2 threads give this machine.
+#define KP_OMP_LOOP(var, key, desc, ...)                                                         \
+  const RegisterBaseline var(BaselineDef{                                                      \
+      key, "omp_loop", Exec::Parallel, desc, ws2, [](const Shape& s) {                         \
+        return make_loop(s, __VA_ARGS__, Kokkos::DefaultHostExecutionSpace().concurrency());    \
+      }})
+KP_OMP_LOOP(reg_omp_copy, "copy", "the copy loop under omp parallel for", LoopKind::Copy, 0.0);
+KP_OMP_LOOP(reg_omp_gather_perm, "gather_perm", "the gather_perm loop under omp parallel for",
+            LoopKind::GatherPerm, 0.0);
+KP_OMP_LOOP(reg_omp_stride4, "gather_scatter_stride4", "the stride-4 loop under omp parallel for",
+            LoopKind::Stride4, 0.0);
+KP_OMP_LOOP(reg_omp_masked50, "masked_p50", "the masked_p50 loop under omp parallel for",
+            LoopKind::Masked, 0.5);
+KP_OMP_LOOP(reg_omp_masked05, "masked_p05", "the masked_p05 loop under omp parallel for",
+            LoopKind::Masked, 0.05);
+#undef KP_OMP_LOOP
+#endif
 
 double ragged_ws(const Shape& s, double mean) {
   return 2.0 * double(s.rows) * mean * double(s.row_bytes()) + 32.0 * double(s.rows);
