@@ -116,6 +116,7 @@ Status Column::apply_write(const StagedRows& rows, uint64_t ordinal,
   }
   if (!tombstones_.empty())
     for (size_t j = 0; j < rows.n; ++j) tombstones_.erase(rows.prim(j));
+  last_change_ = std::max(last_change_, ordinal);
   new_prims.insert(new_prims.end(), added.begin(), added.end());
   return Status::OK();
 }
@@ -249,7 +250,10 @@ void Column::apply_delete(const uint64_t* prims, size_t n, uint64_t ordinal,
     tombstones_[p] = ordinal;
     removed.push_back(p);
   }
-  if (removed.size() != before) ++structure_;
+  if (removed.size() != before) {
+    ++structure_;
+    last_change_ = std::max(last_change_, ordinal);
+  }
 }
 
 }  // namespace kstage::core

@@ -73,6 +73,14 @@ class Column {
   uint64_t changed_at(uint32_t row) const { return std::max(all_changed_at_, changed_at_[row]); }
   // Ordinal at which `prim` lost this attribute (0: no tombstone).
   uint64_t tombstone(uint64_t prim) const;
+  bool has_tombstones() const { return !tombstones_.empty(); }
+  // The highest ordinal any row or tombstone of this column carries (seals
+  // apply in ordinal order): a change range ending at or after it is
+  // answerable without looking at a single prim.
+  uint64_t last_change() const { return last_change_; }
+  // The ordinal of the last change if it was a write of every row (so every
+  // row's last change is that ordinal), else 0.
+  uint64_t whole_change() const { return all_changed_at_ == last_change_ ? all_changed_at_ : 0; }
   size_t live_rows() const { return live_rows_; }
   size_t row_space() const { return prim_of_row_.size(); }  // high-water mark of rows
 
@@ -119,6 +127,7 @@ class Column {
   // A write of every row sets this instead of each changed_at_ entry: a
   // row's last change is the larger of the two.
   uint64_t all_changed_at_ = 0;
+  uint64_t last_change_ = 0;
   uint64_t structure_ = 0;  // bumped whenever rows are assigned or freed
   struct CachedRowMap {
     std::weak_ptr<const std::vector<uint64_t>> prims;

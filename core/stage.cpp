@@ -178,8 +178,15 @@ std::vector<char> Stage::projected_existence(const StagedRows& t, Key key) const
   return exists;
 }
 
-Status Stage::check_prim_mode(const StagedRows& rows, kstage_prim_mode_t mode, Key key) const {
+Status Stage::check_prim_mode(const StagedRows& rows, kstage_prim_mode_t mode, Key key, Column* c) {
   if (mode == KSTAGE_PRIM_MODE_UPSERT || rows.n == 0) return Status::OK();
+  // Steady-state UPDATE ticks: with nothing pending before `key`, a target
+  // that holds the written attribute exists, and the column's cached row map
+  // of the query says whether all of them do.
+  const bool nothing_pending_before = pending_.empty() || !(pending_.begin()->first < key);
+  if (mode == KSTAGE_PRIM_MODE_UPDATE && c && nothing_pending_before &&
+      c->row_map(rows.prims, rows.subset ? rows.span : rows.n).all_present)
+    return Status::OK();
   std::vector<char> exists = projected_existence(rows, key);
   // Elements are numbered as the caller numbers them: in the query (a
   // masked write's i-th target is element subset[i]).
@@ -263,7 +270,7 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
   }
   const Key key{ordinal, next_seq_};
   for (uint64_t i = 0; i < n; ++i) {
-    Status st = check_prim_mode(staged[i].rows, mode, key);
+    Status st = check_prim_mode(staged[i].rows, mode, key, column(attributes[i]));
     if (!st.ok()) {
       if (n == 1) return st;
       return Status(st.code(), format("data[%llu] ('%s'): ", (unsigned long long)i,
@@ -447,22 +454,29 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
     values->shared_prims = prims;
     rows = map.rows->data();
     n = prims->size();
+  } else if (desc.change_range && map.all_present && c.whole_change() >= desc.range_begin &&
+             c.whole_change() <= desc.range_end) {
+    // The last write covered every row and falls in the range: every prim
+    // of the query changed in it (a dense tick), as in a latest read.
+    values->shared_prims = prims;
+    rows = map.rows->data();
+    n = prims->size();
   } else {
-    for (size_t i = 0; i < prims->size(); ++i) {
-      const uint64_t p = (*prims)[i];
-      const uint32_t r = (*map.rows)[i];
-      if (desc.change_range) {
-        if (r != Column::kNoRow && desc.range_begin <= c.changed_at(r) &&
-            c.changed_at(r) <= desc.range_end) {
-          values->prims.push_back(p);
-          own_rows.push_back(r);
-        } else if (r == Column::kNoRow) {
-          const uint64_t t = c.tombstone(p);
-          if (t != 0 && desc.range_begin <= t && t <= desc.range_end) tombs->prims.push_back(p);
+    const uint64_t* p = prims->data();
+    const uint32_t* r = map.rows->data();
+    const size_t count = prims->size();
+    const bool tombstones = desc.change_range && c.has_tombstones();
+    for (size_t i = 0; i < count; ++i) {
+      if (r[i] != Column::kNoRow) {
+        if (desc.change_range) {
+          const uint64_t t = c.changed_at(r[i]);
+          if (t < desc.range_begin || t > desc.range_end) continue;
         }
-      } else if (r != Column::kNoRow) {
-        values->prims.push_back(p);
-        own_rows.push_back(r);
+        values->prims.push_back(p[i]);
+        own_rows.push_back(r[i]);
+      } else if (tombstones) {
+        const uint64_t t = c.tombstone(p[i]);
+        if (t != 0 && desc.range_begin <= t && t <= desc.range_end) tombs->prims.push_back(p[i]);
       }
     }
     rows = own_rows.data();
@@ -578,11 +592,15 @@ Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prim
   if (desc.change_range) {
     // A range is answerable only if no selected prim changed after its end.
     for (uint64_t i = 0; i < n; ++i) {
-      const Column* c = column(attributes[i]);
-      if (!c) continue;
-      for (uint64_t p : *prims) {
-        const uint32_t r = c->row_of(p);
-        const uint64_t last = r != Column::kNoRow ? c->changed_at(r) : c->tombstone(p);
+      Column* c = column(attributes[i]);
+      if (!c || c->last_change() <= desc.range_end) continue;  // the usual case: O(1)
+      const std::vector<uint32_t>& rows = *c->row_map(prims, prims->size()).rows;
+      for (size_t k = 0; k < prims->size(); ++k) {
+        const uint64_t p = (*prims)[k];
+        const uint32_t r = rows[k];
+        const uint64_t last = r != Column::kNoRow ? c->changed_at(r)
+                              : c->has_tombstones() ? c->tombstone(p)
+                                                    : 0;
         if (last > desc.range_end)
           return error(KSTAGE_OUT_OF_RANGE,
                        "prim '%s' changed again at ordinal %llu (attribute '%s'), after the "
@@ -746,7 +764,7 @@ Result<std::shared_ptr<MapSession>> Stage::map(const PrimList& prims, const ksta
     StagedRows all;
     all.prims = prims;
     all.n = count;
-    KSTAGE_RETURN_NOT_OK(check_prim_mode(all, d.prim_mode, Key{ordinal, next_seq_}));
+    KSTAGE_RETURN_NOT_OK(check_prim_mode(all, d.prim_mode, Key{ordinal, next_seq_}, c));
     // One fixed-size group covering every row of the column: hand out the
     // buffer in row order (with an index_map), so it can become the storage.
     if (c && !d.is_array && per_group >= count && count == c->row_space() &&
@@ -794,7 +812,7 @@ Result<std::shared_ptr<Op>> Stage::commit(MapSession& s, const std::vector<MapGr
                    token_name(s.attribute).c_str());
   }
   const Key key{s.ordinal, next_seq_};
-  for (MapGroup* g : groups) KSTAGE_RETURN_NOT_OK(check_prim_mode(g->rows, s.mode, key));
+  for (MapGroup* g : groups) KSTAGE_RETURN_NOT_OK(check_prim_mode(g->rows, s.mode, key, c));
   if (!c)
     columns_.emplace(s.attribute, std::make_unique<Column>(s.attribute, s.schema, s.backend));
   for (MapGroup* g : groups) {

@@ -100,7 +100,9 @@ class Stage {
   // Whether each target of `t` exists at `key` (sealed state plus pending
   // mutations ordered before it). Requires mutex_.
   std::vector<char> projected_existence(const StagedRows& t, Key key) const;
-  Status check_prim_mode(const StagedRows& rows, kstage_prim_mode_t mode, Key key) const;
+  // `c`: the column written, if it exists (its cached row maps answer UPDATE
+  // without a per-prim lookup when every target holds the attribute).
+  Status check_prim_mode(const StagedRows& rows, kstage_prim_mode_t mode, Key key, Column* c);
   Status check_floor(uint64_t attribute, uint64_t ordinal) const;  // requires mutex_
   Status check_schema(const Column& c, const Schema& s) const;
   // Applies the pending mutations of `c` in (from, to]; on failure returns

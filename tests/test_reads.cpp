@@ -174,6 +174,65 @@ TEST_CASE("change-range reads return the prims whose last change is in the range
   REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[5]});
 }
 
+TEST_CASE("change-range reads after dense ticks", "[read][change_range]") {
+  // A write of every row records its ordinal once for the column; reads of a
+  // range that holds it, or that ends after the column's last change, take
+  // shortcuts that must give what the per-prim rules give.
+  Stage s(host_execution());
+  kstage_token_t a = s.token("a");
+  auto p = s.paths("/d", 5);
+  kstage_query_t all = s.query(p);
+  kstage_query_t tail = s.query({p[4], p[2], p[3]});
+  KS_OK(try_write(s, all, a, 1, {1, 1, 1, 1, 1}));
+  KS_OK(try_write(s, all, a, 2, {2, 2, 2, 2, 2}));
+  s.seal(2);
+  kstage_read_desc_t d = range(2, 2);
+  auto g = s.read(tail, {a}, &d);
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[4], p[2], p[3]});
+  REQUIRE(floats_of(g[0]) == std::vector<float>{2, 2, 2});
+  d = range(1, 1);
+  kstage_read_t r = 0;
+  KS_FAILS(kstage_read_attributes(s.stage, tail, &a, 1, &d, &r), KSTAGE_OUT_OF_RANGE,
+           "changed again at ordinal 2");
+  d = range(3, 7);
+  REQUIRE(s.read(all, {a}, &d).empty());
+
+  // A partial tick after the dense one: [2, 2] is no longer answerable for it.
+  KS_OK(try_write(s, s.query({p[3]}), a, 3, {3}));
+  s.seal(3);
+  d = range(2, 2);
+  KS_FAILS(kstage_read_attributes(s.stage, tail, &a, 1, &d, &r), KSTAGE_OUT_OF_RANGE,
+           "prim '/d_3' changed again at ordinal 3");
+  g = s.read(s.query({p[0], p[1]}), {a}, &d);
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[0], p[1]});
+  d = range(3, 3);
+  g = s.read(tail, {a}, &d);
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[3]});
+  d = range(2, 3);
+  g = s.read(tail, {a}, &d);
+  REQUIRE(g.size() == 1);
+  REQUIRE(floats_of(g[0]) == std::vector<float>{2, 2, 3});
+
+  // A delete, then a dense write of the others: the tombstone is in the range
+  // for a query that names the deleted prim.
+  KS_OK(s.remove(s.query({p[1]}), {a}, 4));
+  KS_OK(try_write(s, s.query({p[0], p[2], p[3], p[4]}), a, 5, {5, 5, 5, 5}));
+  s.seal(5);
+  d = range(4, 5);
+  g = s.read(all, {a}, &d);
+  REQUIRE(g.size() == 2);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[0], p[2], p[3], p[4]});
+  REQUIRE(g[1].is_delete);
+  REQUIRE(g[1].prims == std::vector<kstage_path_t>{p[1]});
+  d = range(5, 5);
+  g = s.read(tail, {a}, &d);
+  REQUIRE(g.size() == 1);
+  REQUIRE(floats_of(g[0]) == std::vector<float>{5, 5, 5});
+}
+
 TEST_CASE("change-range reads report deletions as tombstone groups", "[read][change_range][delete]") {
   Stage s(host_execution());
   kstage_token_t a = s.token("a");
