@@ -71,6 +71,10 @@ class Column {
   }
   bool has(uint64_t prim) const { return row_of(prim) != kNoRow; }
   uint64_t changed_at(uint32_t row) const { return std::max(all_changed_at_, changed_at_[row]); }
+  // The two parts of changed_at, for scans: a row's last change is the larger
+  // of the ordinal of the last write of every row and the row's own stamp.
+  uint64_t all_rows_changed_at() const { return all_changed_at_; }
+  const uint64_t* row_changed_at() const { return changed_at_.data(); }
   // Ordinal at which `prim` lost this attribute (0: no tombstone).
   uint64_t tombstone(uint64_t prim) const;
   bool has_tombstones() const { return !tombstones_.empty(); }

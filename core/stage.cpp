@@ -465,18 +465,37 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
     const uint64_t* p = prims->data();
     const uint32_t* r = map.rows->data();
     const size_t count = prims->size();
-    const bool tombstones = desc.change_range && c.has_tombstones();
-    for (size_t i = 0; i < count; ++i) {
-      if (r[i] != Column::kNoRow) {
-        if (desc.change_range) {
-          const uint64_t t = c.changed_at(r[i]);
-          if (t < desc.range_begin || t > desc.range_end) continue;
+    if (desc.change_range) {
+      // read() has checked that no prim of the query changed after the
+      // range end, so a row is in the range iff its last change is at or
+      // after the beginning: one compare per prim.
+      const uint64_t begin = desc.range_begin, end = desc.range_end;
+      const bool every_row = c.all_rows_changed_at() >= begin;
+      const uint64_t* stamp = c.row_changed_at();
+      const bool tombstones = c.has_tombstones();
+      auto scan = [&](auto row_of_element) {
+        for (size_t i = 0; i < count; ++i) {
+          const uint32_t row = row_of_element(i);
+          if (row != Column::kNoRow) {
+            if (!every_row && stamp[row] < begin) continue;
+            values->prims.push_back(p[i]);
+            own_rows.push_back(row);
+          } else if (tombstones) {
+            const uint64_t t = c.tombstone(p[i]);
+            if (t != 0 && begin <= t && t <= end) tombs->prims.push_back(p[i]);
+          }
         }
+      };
+      if (map.identity) {
+        scan([](size_t i) { return uint32_t(i); });  // the query is the column in row order
+      } else {
+        scan([r](size_t i) { return r[i]; });
+      }
+    } else {
+      for (size_t i = 0; i < count; ++i) {
+        if (r[i] == Column::kNoRow) continue;
         values->prims.push_back(p[i]);
         own_rows.push_back(r[i]);
-      } else if (tombstones) {
-        const uint64_t t = c.tombstone(p[i]);
-        if (t != 0 && desc.range_begin <= t && t <= desc.range_end) tombs->prims.push_back(p[i]);
       }
     }
     rows = own_rows.data();
