@@ -50,10 +50,17 @@ inline uint64_t mask_word(const uint64_t* mask, size_t n, size_t w) {
   const uint64_t bits = mask[w];
   return (w == n / 64 && n % 64) ? bits & ((uint64_t(1) << (n % 64)) - 1) : bits;
 }
+// Set bits of a word without the POPCNT instruction, which portable builds
+// (no -march) cannot assume: __builtin_popcountll would call into libgcc.
+constexpr size_t popcount_word(uint64_t x) {
+  x = x - ((x >> 1) & 0x5555555555555555ull);
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+  return size_t((x * 0x0101010101010101ull) >> 56);
+}
 inline size_t mask_popcount(const uint64_t* mask, size_t n) {
   size_t k = 0;
-  for (size_t w = 0, words = (n + 63) / 64; w < words; ++w)
-    k += size_t(__builtin_popcountll(mask_word(mask, n, w)));
+  for (size_t w = 0, words = (n + 63) / 64; w < words; ++w) k += popcount_word(mask_word(mask, n, w));
   return k;
 }
 

@@ -11,13 +11,13 @@
 namespace kstage::core::kernels {
 namespace impl {
 
-// Bit counting in kernels: compiler builtins on the host, the device
-// intrinsics when compiled for a GPU.
+// Bit counting in kernels: the device intrinsics when compiled for a GPU,
+// else portable code (ctz compiles to one instruction everywhere).
 KOKKOS_FORCEINLINE_FUNCTION size_t popcount64(uint64_t x) {
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
   return size_t(__popcll(x));
 #else
-  return size_t(__builtin_popcountll(x));
+  return popcount_word(x);
 #endif
 }
 KOKKOS_FORCEINLINE_FUNCTION size_t ctz64(uint64_t x) {  // x != 0
