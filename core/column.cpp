@@ -13,6 +13,36 @@ uint64_t Column::tombstone(uint64_t prim) const {
   return it == tombstones_.end() ? 0 : it->second;
 }
 
+uint32_t Column::first_stamp_at_or_after(uint64_t ordinal) const {
+  return uint32_t(std::lower_bound(stamp_ordinals_.begin(), stamp_ordinals_.end(), ordinal) -
+                  stamp_ordinals_.begin());
+}
+
+uint32_t Column::stamp_for(uint64_t ordinal) {
+  // Seals apply in ordinal order, so a new ordinal is the largest yet.
+  if (stamp_ordinals_.back() != ordinal) {
+    if (stamp_ordinals_.size() > std::max<size_t>(2 * row_space(), kMinStampTable))
+      compact_stamps();
+    stamp_ordinals_.push_back(ordinal);
+  }
+  return uint32_t(stamp_ordinals_.size() - 1);
+}
+
+void Column::compact_stamps() {
+  // Keep only the ordinals some row still carries (at most one per row), so
+  // the table stays O(rows) however many ticks the column lives through.
+  std::vector<uint64_t> kept{0};
+  for (size_t r = 0; r < stamps_.size(); ++r)
+    if (prim_of_row_[r] != 0) kept.push_back(stamp_ordinals_[stamps_[r]]);
+  std::sort(kept.begin(), kept.end());
+  kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
+  for (size_t r = 0; r < stamps_.size(); ++r) {
+    const uint64_t o = prim_of_row_[r] != 0 ? stamp_ordinals_[stamps_[r]] : 0;
+    stamps_[r] = uint32_t(std::lower_bound(kept.begin(), kept.end(), o) - kept.begin());
+  }
+  stamp_ordinals_ = std::move(kept);
+}
+
 RowMap Column::row_map(const std::shared_ptr<const std::vector<uint64_t>>& prims, size_t n) {
   for (const CachedRowMap& c : cache_)
     if (c.key == prims.get() && c.n == n && c.structure == structure_ && !c.prims.expired())
@@ -69,7 +99,7 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint6
     } else {
       r = uint32_t(prim_of_row_.size());
       prim_of_row_.push_back(0);
-      changed_at_.push_back(0);
+      stamps_.push_back(0);
       if (schema_.is_array) {
         array_offset_.push_back(0);
         array_length_.push_back(0);
@@ -112,7 +142,8 @@ Status Column::apply_write(const StagedRows& rows, uint64_t ordinal,
   if (t.identity) {
     all_changed_at_ = ordinal;  // every row changed: O(1), not one store per row
   } else {
-    for (size_t j = 0; j < rows.n; ++j) changed_at_[t.rows[j]] = ordinal;
+    const uint32_t stamp = stamp_for(ordinal);
+    for (size_t j = 0; j < rows.n; ++j) stamps_[t.rows[j]] = stamp;
   }
   if (!tombstones_.empty())
     for (size_t j = 0; j < rows.n; ++j) tombstones_.erase(rows.prim(j));

@@ -56,6 +56,8 @@ struct RowMap {
 class Column {
  public:
   static constexpr uint32_t kNoRow = UINT32_MAX;
+  // The stamp table is compacted when it outgrows max(2 x rows, this).
+  static constexpr size_t kMinStampTable = 4096;
 
   Column(uint64_t attribute, Schema schema, Backend* backend)
       : attribute_(attribute), schema_(schema), backend_(backend) {}
@@ -70,11 +72,16 @@ class Column {
     return prim < row_of_.size() ? row_of_[prim] : kNoRow;
   }
   bool has(uint64_t prim) const { return row_of(prim) != kNoRow; }
-  uint64_t changed_at(uint32_t row) const { return std::max(all_changed_at_, changed_at_[row]); }
-  // The two parts of changed_at, for scans: a row's last change is the larger
-  // of the ordinal of the last write of every row and the row's own stamp.
+  uint64_t changed_at(uint32_t row) const {
+    return std::max(all_changed_at_, stamp_ordinals_[stamps_[row]]);
+  }
+  // The parts of changed_at, for scans: a row's last change is the larger of
+  // the ordinal of the last write of every row and the ordinal of its stamp.
+  // Stamps grow with the ordinal, so "changed at or after `ordinal`" is
+  // stamp >= first_stamp_at_or_after(ordinal): one compare per row.
   uint64_t all_rows_changed_at() const { return all_changed_at_; }
-  const uint64_t* row_changed_at() const { return changed_at_.data(); }
+  const uint32_t* row_stamps() const { return stamps_.data(); }
+  uint32_t first_stamp_at_or_after(uint64_t ordinal) const;
   // Ordinal at which `prim` lost this attribute (0: no tombstone).
   uint64_t tombstone(uint64_t prim) const;
   bool has_tombstones() const { return !tombstones_.empty(); }
@@ -127,8 +134,14 @@ class Column {
   BufferPtr values_;
   std::vector<uint32_t> row_of_;       // indexed by path id
   std::vector<uint64_t> prim_of_row_;  // 0: free row
-  std::vector<uint64_t> changed_at_;   // per row; see all_changed_at_
-  // A write of every row sets this instead of each changed_at_ entry: a
+  // Per row, the last change as an index into stamp_ordinals_ (one entry per
+  // distinct ordinal this column applied, increasing): a sparse seal stores 4
+  // bytes per row, not an 8-byte ordinal. See also all_changed_at_.
+  std::vector<uint32_t> stamps_;
+  std::vector<uint64_t> stamp_ordinals_{0};
+  uint32_t stamp_for(uint64_t ordinal);
+  void compact_stamps();
+  // A write of every row sets this instead of each row's stamp: a
   // row's last change is the larger of the two.
   uint64_t all_changed_at_ = 0;
   uint64_t last_change_ = 0;

@@ -471,13 +471,14 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
       // after the beginning: one compare per prim.
       const uint64_t begin = desc.range_begin, end = desc.range_end;
       const bool every_row = c.all_rows_changed_at() >= begin;
-      const uint64_t* stamp = c.row_changed_at();
+      const uint32_t* stamp = c.row_stamps();
+      const uint32_t first = c.first_stamp_at_or_after(begin);
       const bool tombstones = c.has_tombstones();
       auto scan = [&](auto row_of_element) {
         for (size_t i = 0; i < count; ++i) {
           const uint32_t row = row_of_element(i);
           if (row != Column::kNoRow) {
-            if (!every_row && stamp[row] < begin) continue;
+            if (!every_row && stamp[row] < first) continue;
             values->prims.push_back(p[i]);
             own_rows.push_back(row);
           } else if (tombstones) {

@@ -233,6 +233,47 @@ TEST_CASE("change-range reads after dense ticks", "[read][change_range]") {
   REQUIRE(floats_of(g[0]) == std::vector<float>{5, 5, 5});
 }
 
+TEST_CASE("change ordinals survive thousands of sparse ticks", "[read][change_range]") {
+  // Rows record their last change as a small stamp into a table of ordinals
+  // that is compacted as ticks accumulate (past 4096 distinct ordinals for a
+  // small column); every row must keep its exact last-change ordinal.
+  Stage s(host_execution());
+  kstage_token_t a = s.token("a");
+  auto p = s.paths("/k", 3);
+  kstage_query_t all = s.query(p);
+  kstage_query_t first = s.query({p[0]});
+  kstage_query_t second = s.query({p[1]});
+  KS_OK(try_write(s, all, a, 1, {0, 0, 0}));
+  KS_OK(try_write(s, second, a, 2, {2}));
+  s.seal(2);
+  constexpr uint64_t kTicks = 9000;
+  for (uint64_t t = 3; t < 3 + kTicks; ++t) {
+    KS_OK(try_write(s, first, a, t, {float(t)}));
+    s.seal(t);
+  }
+  const uint64_t last = 2 + kTicks;
+  kstage_read_desc_t d = range(last, last);
+  auto g = s.read(all, {a}, &d);
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[0]});
+  REQUIRE(floats_of(g[0]) == std::vector<float>{float(last)});
+  d = range(2, 2);
+  g = s.read(second, {a}, &d);
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[1]});
+  d = range(1, 1);
+  g = s.read(s.query({p[2]}), {a}, &d);
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[2]});
+  d = range(2, last - 1);
+  g = s.read(s.query({p[1], p[2]}), {a}, &d);
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[1]});
+  kstage_read_t r = 0;
+  KS_FAILS(kstage_read_attributes(s.stage, all, &a, 1, &d, &r), KSTAGE_OUT_OF_RANGE,
+           "prim '/k_0' changed again at ordinal " + std::to_string(last));
+}
+
 TEST_CASE("change-range reads report deletions as tombstone groups", "[read][change_range][delete]") {
   Stage s(host_execution());
   kstage_token_t a = s.token("a");
