@@ -23,6 +23,7 @@ from collections import defaultdict
 
 FAMILY_ORDER = ["write", "seal", "read", "change", "ragged", "particles", "map", "dlpack"]
 TARGET_ROWS = 1_000_000
+MAP_TIME_ROWS = 100_000
 
 
 def fnum(s):
@@ -116,7 +117,14 @@ def targets(kst, pending=None, omp=None):
     sparse_seal = [n + "_seal" for n in sparse]
     for exec_ in execs:
         for names, label in ((sparse, "write + wait"), (sparse_seal, "write + wait + seal")):
-            v, d = evaluate(sel(names, exec_), "ratio_numpy", 3.0)
+            cases = sel(names, exec_)
+            v, d = evaluate(cases, "ratio_numpy", 3.0)
+            # Context: how far ahead of numpy the plain serial loop itself is, same run.
+            lead = [fnum(c["loop_gbps"]) / fnum(c["numpy_gbps"]) for c in cases
+                    if fnum(c["loop_gbps"]) > 0 and fnum(c["numpy_gbps"]) > 0]
+            if lead:
+                d += "; the plain serial loop reached %.2fx numpy (median; %.2f-%.2fx)" % (
+                    statistics.median(lead), min(lead), max(lead))
             line(v, "index_map and mask writes >= 3x numpy, rows >= 1e6 [%s, %s]" % (label, exec_), d)
     for names, label in ((sparse, "write + wait"), (sparse_seal, "write + wait + seal")):
         cases = sel(names, "parallel")
@@ -133,8 +141,23 @@ def targets(kst, pending=None, omp=None):
     # Map: the cycle may cost the fill plus at most one copy of the payload:
     # t_cycle <= t_fill + t_memcpy, i.e. 1/gbps <= 1/fill_gbps + 1/memcpy_gbps; and the sealed
     # storage must be the map buffer itself (zero copies, recorded by the workload).
+    # Time stands in for bytes only where the payload outweighs the cycle's fixed cost (four API
+    # calls, a few microseconds): rows >= MAP_TIME_ROWS. Below, the storage check alone holds
+    # the target, and the fixed cost is reported.
     for exec_ in execs:
-        cases = [r for r in kst if r["workload"] == "map_fill_unmap_seal_dense" and r["exec"] == exec_
+        every = [r for r in kst if r["workload"] == "map_fill_unmap_seal_dense" and r["exec"] == exec_]
+        small = [r for r in every if int(r["rows"]) < MAP_TIME_ROWS]
+        not_in_place = [r for r in every if "storage_is_map_buffer=1" not in r.get("note", "")]
+        if every:
+            detail = "%d/%d cases, every row count" % (len(every) - len(not_in_place), len(every))
+            if small:
+                us = [1e6 * fnum(r["median_s"]) for r in small]
+                detail += "; below %s rows a cycle takes %.1f-%.1f us (the fixed cost of the calls)" % (
+                    rows_label(MAP_TIME_ROWS), min(us), max(us))
+            line("PASS" if not not_in_place else "FAIL",
+                 "dense map -> fill -> unmap -> seal: the sealed storage is the map buffer, zero payload "
+                 "copies [%s]" % exec_, detail)
+        cases = [r for r in every if int(r["rows"]) >= MAP_TIME_ROWS
                  and fnum(r["gbps"]) > 0 and fnum(r["loop_gbps"]) > 0 and fnum(r["memcpy_gbps"]) > 0]
         if not cases:
             if "map_fill_unmap_seal_dense" in pending:
@@ -149,7 +172,8 @@ def targets(kst, pending=None, omp=None):
         worst = max(cases, key=lambda c: (1 / fnum(c["gbps"])) / (1 / fnum(c["loop_gbps"]) + 1 / fnum(c["memcpy_gbps"])))
         excess = (1 / fnum(worst["gbps"]) - 1 / fnum(worst["loop_gbps"])) / (1 / fnum(worst["memcpy_gbps"]))
         line("PASS" if len(ok) == len(cases) else "FAIL",
-             "dense map -> fill -> unmap -> seal <= fill + one payload copy, storage is the map buffer [%s]" % exec_,
+             "dense map -> fill -> unmap -> seal <= fill + one payload copy, rows >= %s [%s]" % (
+                 rows_label(MAP_TIME_ROWS), exec_),
              "%d/%d cases; worst: cycle costs the fill + %.2f payload copies (%s %sx%s)" % (
                  len(ok), len(cases), excess, rows_label(worst["rows"]), short_dtype(worst["dtype"]), worst["lanes"]))
     for exec_ in execs:
