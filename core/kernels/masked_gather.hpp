@@ -44,13 +44,18 @@ struct MaskedGatherFunctor {
     if (w == n / 64 && n % 64) bits &= (uint64_t(1) << (n % 64)) - 1;
     const size_t count = popcount64(bits);
     if (final) {
+      // Locals, not members, in the row loop (see CheckedGatherFunctor).
+      uint32_t* const out = selected;
+      std::byte* const d = dst;
+      const std::byte* const s = src;
+      const int64_t stride = src_stride;
+      const size_t rb = row_bytes;
       size_t j = offset;
       while (bits) {
         const size_t e = w * 64 + ctz64(bits);
-        selected[j] = uint32_t(e);
+        out[j] = uint32_t(e);
         if constexpr (CopyRows)
-          copy_row<Word, Words>(dst + j * row_bytes, src + int64_t(e) * src_stride,
-                                row_bytes / sizeof(Word));
+          copy_row<Word, Words>(d + j * rb, s + int64_t(e) * stride, rb / sizeof(Word));
         ++j;
         bits &= bits - 1;
       }

@@ -122,15 +122,23 @@ struct CheckedGatherFunctor {
 
   KOKKOS_INLINE_FUNCTION void operator()(const size_t k, size_t& first_bad) const {
     const size_t begin = k * chunk, end = begin + chunk < n ? begin + chunk : n;
+    // Locals, not members: the row stores could alias the functor as far as
+    // the compiler knows, and reloading every member per row costs the loop
+    // its memory-level parallelism.
+    std::byte* const d = dst;
+    const std::byte* const s0 = src;
+    const uint32_t* const index = src_index;
+    const int64_t ds = dst_stride, ss = src_stride;
+    const uint64_t rows = src_rows;
+    const size_t words = row_words;
     size_t bad = first_bad;
     for (size_t i = begin; i < end; ++i) {
-      const uint32_t s = src_index[i];
-      if (s >= src_rows) {
+      const uint32_t s = index[i];
+      if (s >= rows) {
         if (i < bad) bad = i;
         continue;
       }
-      copy_row<Word, Words>(dst + int64_t(i) * dst_stride, src + int64_t(s) * src_stride,
-                            row_words);
+      copy_row<Word, Words>(d + int64_t(i) * ds, s0 + int64_t(s) * ss, words);
     }
     first_bad = bad;
   }
