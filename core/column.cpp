@@ -72,6 +72,10 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint6
     // A masked write: its rows are a selection of the rows of the query's
     // prefix, whose row map is cached, so this is one gather.
     const RowMap whole = row_map(rows.prims, rows.span);
+    if (whole.identity) {  // element e is row e: the selection is the rows
+      t.rows = subset;
+      return t;
+    }
     scratch_rows_.resize(rows.n);
     ids = scratch_rows_.data();
     const uint32_t* from = whole.rows->data();

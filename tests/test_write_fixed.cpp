@@ -607,6 +607,31 @@ TEST_CASE("masked writes: new and existing targets, prim modes, tombstones, a fu
     REQUIRE(changed == 2);
     REQUIRE(tombstoned == kPrims / 2 - 2);  // prims 1 and 2 hold the attribute again
   }
+  SECTION("through a query that is the column in row order") {
+    uint64_t mask[2] = {0, 0};
+    for (size_t i : {size_t(0), size_t(7), size_t(63), size_t(64)}) mask[i / 64] |= uint64_t(1) << (i % 64);
+    std::vector<float> src(kPrims / 2);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = 700.f + float(i);
+    int64_t shape[1] = {int64_t(src.size())};
+    DLTensor t = tensor(src.data(), f32(), 1, shape);
+    kstage_write_data_t w = write_data(&t);
+    w.count = src.size();
+    w.mask = mask;
+    KS_OK(submit(s, half, a, 2, w, KSTAGE_PRIM_MODE_UPDATE));
+    s.seal(2);
+    auto got = scalars(s, q, a);
+    REQUIRE(got.size() == kPrims / 2);
+    for (size_t i = 0; i < kPrims / 2; ++i) {
+      const bool on = i == 0 || i == 7 || i == 63 || i == 64;
+      REQUIRE(got[prims[i]] == (on ? 700.f + float(i) : float(i)));
+    }
+    kstage_read_desc_t d{};
+    d.change_range = true;
+    d.range_begin = d.range_end = 2;
+    auto groups = s.read(q, {a}, &d);
+    REQUIRE(groups.size() == 1);
+    REQUIRE(groups[0].prims == std::vector<kstage_path_t>{prims[0], prims[7], prims[63], prims[64]});
+  }
   SECTION("every bit set writes like no mask at all") {
     std::vector<size_t> all(kPrims);
     std::iota(all.begin(), all.end(), size_t(0));
