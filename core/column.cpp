@@ -74,6 +74,7 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint6
     const RowMap whole = row_map(rows.prims, rows.span);
     if (whole.identity) {  // element e is row e: the selection is the rows
       t.rows = subset;
+      t.keep = rows.subset;
       return t;
     }
     scratch_rows_.resize(rows.n);
@@ -151,6 +152,12 @@ Status Column::apply_write(const StagedRows& rows, uint64_t ordinal,
   }
   if (!tombstones_.empty())
     for (size_t j = 0; j < rows.n; ++j) tombstones_.erase(rows.prim(j));
+  // Remember a sparse write's rows when that costs nothing (they are shared,
+  // not scratch) and it is the first change at its ordinal.
+  if (!t.identity && t.keep && ordinal > last_change_)
+    recent_ = RecentWrite{ordinal, last_change_, t.rows, rows.n, t.keep};
+  else
+    recent_ = RecentWrite{};
   last_change_ = std::max(last_change_, ordinal);
   new_prims.insert(new_prims.end(), added.begin(), added.end());
   return Status::OK();
@@ -288,6 +295,7 @@ void Column::apply_delete(const uint64_t* prims, size_t n, uint64_t ordinal,
   if (removed.size() != before) {
     ++structure_;
     last_change_ = std::max(last_change_, ordinal);
+    recent_ = RecentWrite{};
   }
 }
 

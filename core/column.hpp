@@ -92,6 +92,20 @@ class Column {
   // The ordinal of the last change if it was a write of every row (so every
   // row's last change is that ordinal), else 0.
   uint64_t whole_change() const { return all_changed_at_ == last_change_ ? all_changed_at_ : 0; }
+  // The last write, when it was sparse and is the only change at or after
+  // `begin`: then its rows are exactly the rows changed in [begin, any end],
+  // and a change-range read need not scan the column. Null otherwise.
+  struct RecentWrite {
+    uint64_t ordinal = 0;
+    uint64_t previous_change = 0;  // last_change() before this write
+    const uint32_t* rows = nullptr;
+    size_t n = 0;
+    std::shared_ptr<const void> keep;  // owns `rows`
+  };
+  const RecentWrite* only_change_since(uint64_t begin) const {
+    return recent_.rows && recent_.previous_change < begin && begin <= recent_.ordinal ? &recent_
+                                                                                       : nullptr;
+  }
   size_t live_rows() const { return live_rows_; }
   size_t row_space() const { return prim_of_row_.size(); }  // high-water mark of rows
 
@@ -117,7 +131,7 @@ class Column {
   struct TargetRows {
     const uint32_t* rows = nullptr;
     bool identity = false;  // rows[j] == j and they are all the rows
-    std::shared_ptr<const std::vector<uint32_t>> keep;  // owns `rows` unless scratch_rows_ does
+    std::shared_ptr<const void> keep;  // owns `rows`; null when scratch_rows_ holds them
   };
   Status apply_fixed(const StagedRows& rows, const TargetRows& t);
   Status apply_array(const StagedRows& rows, const TargetRows& t);
@@ -145,6 +159,7 @@ class Column {
   // row's last change is the larger of the two.
   uint64_t all_changed_at_ = 0;
   uint64_t last_change_ = 0;
+  RecentWrite recent_;
   uint64_t structure_ = 0;  // bumped whenever rows are assigned or freed
   struct CachedRowMap {
     std::weak_ptr<const std::vector<uint64_t>> prims;

@@ -461,6 +461,20 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
     values->shared_prims = prims;
     rows = map.rows->data();
     n = prims->size();
+  } else if (const Column::RecentWrite* w =
+                 desc.change_range && map.identity ? c.only_change_since(desc.range_begin)
+                                                   : nullptr) {
+    // The query is the column in row order and one sparse write is the only
+    // change in the range (a tick): its rows, in row order, are the answer.
+    // O(changed), not O(query). (read() has checked the range end; no
+    // tombstone can be newer than that write.)
+    own_rows.assign(w->rows, w->rows + w->n);
+    if (!std::is_sorted(own_rows.begin(), own_rows.end()))
+      std::sort(own_rows.begin(), own_rows.end());
+    values->prims.resize(own_rows.size());
+    for (size_t i = 0; i < own_rows.size(); ++i) values->prims[i] = (*prims)[own_rows[i]];
+    rows = own_rows.data();
+    n = own_rows.size();
   } else {
     const uint64_t* p = prims->data();
     const uint32_t* r = map.rows->data();
