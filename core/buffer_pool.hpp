@@ -56,13 +56,17 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   }
 
  private:
+  // Keeps at most kMaxBuffers buffers and kMaxBytes bytes, oldest out first,
+  // but always the newest one, however large: a column bigger than kMaxBytes
+  // alternates between two buffers like any other (the staged write becomes
+  // the storage, the old storage stages the next write), and dropping the
+  // spare would make every tick allocate and page-fault the whole column.
   void put(std::unique_ptr<DeviceBuffer> b) {
     std::deque<std::unique_ptr<DeviceBuffer>> evicted;  // destroyed outside the lock
     std::lock_guard lock(mutex_);
-    if (b->size() > kMaxBytes) return;  // too big to keep: `b` dies here
     free_bytes_ += b->size();
     free_.push_back(std::move(b));
-    while (free_.size() > kMaxBuffers || free_bytes_ > kMaxBytes) {
+    while (free_.size() > kMaxBuffers || (free_bytes_ > kMaxBytes && free_.size() > 1)) {
       free_bytes_ -= free_.front()->size();
       evicted.push_back(std::move(free_.front()));
       free_.pop_front();

@@ -138,6 +138,10 @@ class Column {
   // Rows for the targets; allocates rows for new prims (bookkeeping only).
   TargetRows assign_rows(const StagedRows& rows, std::vector<uint64_t>& new_prims);
   void unassign_rows(const std::vector<uint64_t>& new_prims);
+  // The stamp of `ordinal` (a new table entry if it is a new ordinal).
+  uint32_t stamp_for(uint64_t ordinal);
+  // Drops table entries no row refers to, renumbering the stamps.
+  void compact_stamps();
   // Someone else holds the buffer (a reader, an export), or it is not ours to write.
   bool pinned() const { return values_ && (values_.use_count() > 1 || values_->read_only()); }
 
@@ -153,8 +157,6 @@ class Column {
   // bytes per row, not an 8-byte ordinal. See also all_changed_at_.
   std::vector<uint32_t> stamps_;
   std::vector<uint64_t> stamp_ordinals_{0};
-  uint32_t stamp_for(uint64_t ordinal);
-  void compact_stamps();
   // A write of every row sets this instead of each row's stamp: a
   // row's last change is the larger of the two.
   uint64_t all_changed_at_ = 0;

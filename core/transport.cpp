@@ -3,8 +3,8 @@
 
 #include "core/adopted_buffer.hpp"
 #include "core/dtype.hpp"
-#include "core/source_tensor.hpp"
 #include "core/kernels/copy_ops.hpp"
+#include "core/source_tensor.hpp"
 
 #include <algorithm>
 
