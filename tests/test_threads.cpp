@@ -382,6 +382,75 @@ TEST_CASE("writers, a sealer and readers share one stage", "[threads][write][rea
   KS_OK(kstage_query_release(s.stage, q));
 }
 
+TEST_CASE("threads writing through masks and index maps at once", "[threads][write][mask]") {
+  // Masked writes resolve the mask in a scan and index_map writes validate in
+  // a reduction, both launched outside the stage's lock: several threads must
+  // be able to run them at once, on any host execution space (Kokkos 3.x
+  // needs kstage to serialise these launches; see backends/host).
+  Stage s(host_execution());
+  constexpr int kThreads = 3;
+  constexpr size_t kN = 4096;
+  constexpr uint64_t kRounds = 60;
+  std::vector<kstage_query_t> q(kThreads);
+  std::vector<kstage_token_t> attr(kThreads);
+  std::vector<std::vector<kstage_path_t>> paths(kThreads);
+  for (int w = 0; w < kThreads; ++w) {
+    paths[w] = s.paths("/mt" + std::to_string(w), kN);
+    q[w] = s.query(paths[w]);
+    attr[w] = s.token(("a" + std::to_string(w)).c_str());
+  }
+  Errors errors;
+  StartLine start(kThreads);
+  // Round r of thread w: a mask write of value r (alternate elements, the
+  // pattern flipping each round), then an index_map write of every element
+  // from a reversed source, sealed; the last round leaves known values.
+  auto body = [&](int w) {
+    std::vector<float> v(kN);
+    std::vector<uint64_t> mask(kN / 64);
+    std::vector<uint32_t> reversed(kN);
+    for (size_t i = 0; i < kN; ++i) reversed[i] = uint32_t(kN - 1 - i);
+    start.arrive();
+    for (uint64_t r = 1; r <= kRounds; ++r) {
+      std::fill(v.begin(), v.end(), float(r));
+      std::fill(mask.begin(), mask.end(), r % 2 ? 0x5555555555555555ull : 0xAAAAAAAAAAAAAAAAull);
+      int64_t shape[1] = {int64_t(kN)};
+      DLTensor t = tensor(v.data(), f32(), 1, shape);
+      kstage_write_data_t d = write_data(&t);
+      d.count = kN;
+      d.mask = mask.data();
+      kstage_op_t op = 0;
+      const uint64_t masked_ordinal = 2 * r - 1, mapped_ordinal = 2 * r;
+      if (!errors.ok(kstage_write_attribute(s.stage, q[w], attr[w], masked_ordinal, &d,
+                                            KSTAGE_PRIM_MODE_UPSERT, &op),
+                     "masked write"))
+        return;
+      errors.ok(kstage_release_op(s.stage, op), "release op");
+      for (size_t i = 0; i < kN; ++i) v[i] = float(r * 100000 + i);
+      kstage_write_data_t m = write_data(&t);
+      m.count = kN;
+      m.index_map = reversed.data();
+      if (!errors.ok(kstage_write_attribute(s.stage, q[w], attr[w], mapped_ordinal, &m,
+                                            KSTAGE_PRIM_MODE_UPSERT, &op),
+                     "index_map write"))
+        return;
+      errors.ok(kstage_release_op(s.stage, op), "release op");
+      if (!errors.ok(kstage_advance_write_floor(s.stage, mapped_ordinal, &attr[w], 1), "seal"))
+        return;
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kThreads; ++w) threads.emplace_back(body, w);
+  for (auto& t : threads) t.join();
+  INFO(errors.report());
+  REQUIRE(errors.count() == 0);
+  for (int w = 0; w < kThreads; ++w) {
+    auto got = scalars(s, q[w], attr[w]);
+    REQUIRE(got.size() == kN);
+    for (size_t i = 0; i < kN; ++i)
+      REQUIRE(got[paths[w][i]] == float(kRounds * 100000 + (kN - 1 - i)));
+  }
+}
+
 TEST_CASE("threads interning the same strings get the same ids", "[threads][dictionary]") {
   Stage s(host_execution());
   constexpr int kThreads = 4, kStrings = 400;

@@ -9,8 +9,10 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <mutex>
 #include <new>
 #include <stdexcept>
+#include <type_traits>
 
 namespace kstage::backends::host {
 namespace {
@@ -30,6 +32,33 @@ class HostBuffer final : public core::DeviceBuffer {
  private:
   Bytes view_;
 };
+
+// Kokkos 3.x reductions and scans are not safe to launch from several
+// threads at once: Kokkos::Serial keeps their scratch in one process-wide
+// buffer, and Kokkos::OpenMP refuses them on a thread that is not its master
+// (any thread but the one that initialised Kokkos). Writes stage outside the
+// stage's lock, so on 3.x these launches take a process-wide lock, and run on
+// Serial where OpenMP cannot run them. Kokkos 4 serialises launches on an
+// execution space instance itself.
+#if KOKKOS_VERSION < 40000
+std::mutex& legacy_reduction_mutex() {
+  static std::mutex m;
+  return m;
+}
+#endif
+
+template <class Exec, class F>
+auto run_reduction(const Exec& exec, F&& launch) {
+#if KOKKOS_VERSION < 40000
+  std::lock_guard lock(legacy_reduction_mutex());
+#if defined(KOKKOS_ENABLE_OPENMP) && defined(KOKKOS_ENABLE_SERIAL)
+  if constexpr (std::is_same_v<Exec, Kokkos::OpenMP>) {
+    if (Kokkos::OpenMP::in_parallel()) return launch(Kokkos::Serial());  // not an OpenMP master
+  }
+#endif
+#endif
+  return launch(exec);
+}
 
 template <class Exec>
 class HostBackend final : public core::Backend {
@@ -61,13 +90,17 @@ class HostBackend final : public core::Backend {
     exec_.fence();
   }
   size_t checked_gather(const core::kernels::RowCopy& c, uint64_t src_rows) override {
-    const size_t first_bad = core::kernels::checked_gather(exec_, c, src_rows);
-    exec_.fence();
-    return first_bad;
+    return run_reduction(exec_, [&](const auto& exec) {
+      const size_t first_bad = core::kernels::checked_gather(exec, c, src_rows);
+      exec.fence();
+      return first_bad;
+    });
   }
   void masked_gather(const core::kernels::MaskedGather& c) override {
-    core::kernels::masked_gather(exec_, c);
-    exec_.fence();
+    run_reduction(exec_, [&](const auto& exec) {
+      core::kernels::masked_gather(exec, c);
+      exec.fence();
+    });
   }
   void ragged_copy(const core::kernels::RaggedCopy& c, size_t word) override {
     core::kernels::ragged_copy(exec_, c, word);
