@@ -135,7 +135,9 @@ Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor&
   StagedRows out;
   const size_t n = sel.mask ? sel.selected : size_t(sel.count);
   out.n = n;
-  if (managed && adoptable(s, sel, backend)) {
+  // Adoption is for dense writes only (the header promises a copy whenever an
+  // index_map or a mask is passed, even a mask with every bit set).
+  if (managed && !d.mask && adoptable(s, sel, backend)) {
     // Without a deleter nobody can say how long the memory lives: copy it.
     if (DLManagedTensorVersioned* m = managed->adopt_if_deletable(tensor)) {
       out.data = std::make_shared<AdoptedBuffer>(m, const_cast<std::byte*>(s.base),

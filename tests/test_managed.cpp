@@ -129,6 +129,32 @@ std::map<kstage_path_t, std::vector<float>> sealed(Stage& s, kstage_query_t q, k
 // ---------------------------------------------------------------------------
 // Successful writes
 
+TEST_CASE("a managed write with a mask is copied, even when every bit is set", "[managed][mask]") {
+  ledger.reset();
+  Stage s(host_execution());
+  auto prims = s.paths("/fm", 4);
+  kstage_query_t q = s.query(prims);
+  kstage_token_t attr = s.token("points");
+  Made m = managed_f32({0, 1, 2, 3}, 1);
+  DLManagedTensorVersioned* list[1] = {m.t};
+  kstage_write_data_t w = managed_data(list, 1);
+  const uint64_t all = 0xF;
+  w.count = 4;
+  w.mask = &all;
+  KS_OK(s.write(q, attr, 1, w));
+  REQUIRE(ledger.of(m.id) == 1);  // copied: deleted when the op completed
+  s.seal(1);
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, q, &attr, 1, nullptr, &r));
+  kstage_read_group_t g{};
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+  REQUIRE(g.prim_count == 4);
+  const float* v = static_cast<const float*>(g.data.tensors[0].data);
+  for (int i = 0; i < 4; ++i) REQUIRE(v[i] == float(i));
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+}
+
 // A dense fixed-size managed tensor is adopted without a copy: its deleter
 // runs when the stage no longer needs the memory (storage replaced, stage
 // destroyed), not when the op completes.
