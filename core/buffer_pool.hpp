@@ -56,20 +56,26 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   }
 
  private:
-  // Keeps at most kMaxBuffers buffers and kMaxBytes bytes, oldest out first,
-  // but always the newest one, however large: a column bigger than kMaxBytes
-  // alternates between two buffers like any other (the staged write becomes
-  // the storage, the old storage stages the next write), and dropping the
-  // spare would make every tick allocate and page-fault the whole column.
+  // Keeps at most kMaxBuffers buffers and, apart from the largest one,
+  // kMaxBytes bytes, dropping the oldest first. The largest is exempt because
+  // a column bigger than the cap alternates between two buffers like any
+  // other (the staged write becomes the storage, the old storage stages the
+  // next write): dropping that spare whenever a small buffer comes back would
+  // make every tick allocate and page-fault the whole column again.
   void put(std::unique_ptr<DeviceBuffer> b) {
     std::deque<std::unique_ptr<DeviceBuffer>> evicted;  // destroyed outside the lock
     std::lock_guard lock(mutex_);
     free_bytes_ += b->size();
     free_.push_back(std::move(b));
-    while (free_.size() > kMaxBuffers || (free_bytes_ > kMaxBytes && free_.size() > 1)) {
-      free_bytes_ -= free_.front()->size();
-      evicted.push_back(std::move(free_.front()));
-      free_.pop_front();
+    for (;;) {
+      auto largest = free_.begin();
+      for (auto it = free_.begin(); it != free_.end(); ++it)
+        if ((*it)->size() > (*largest)->size()) largest = it;
+      if (free_.size() <= kMaxBuffers && free_bytes_ - (*largest)->size() <= kMaxBytes) break;
+      auto victim = free_.begin() == largest ? std::next(free_.begin()) : free_.begin();
+      free_bytes_ -= (*victim)->size();
+      evicted.push_back(std::move(*victim));
+      free_.erase(victim);
     }
   }
 

@@ -48,7 +48,8 @@ TEST_CASE("a request gets the smallest released buffer within +25%", "[buffer_po
   REQUIRE(pool->take(100).get() == b100);
 }
 
-TEST_CASE("the pool keeps at most 8 buffers and 1 GiB, oldest out first", "[buffer_pool]") {
+TEST_CASE("the pool keeps at most 8 buffers and 1 GiB besides its largest, oldest out first",
+          "[buffer_pool]") {
   auto pool = std::make_shared<BufferPool>();
   int deaths = 0;
   // Sizes 2^10 .. 2^19, far enough apart that each request fits one buffer only.
@@ -59,27 +60,35 @@ TEST_CASE("the pool keeps at most 8 buffers and 1 GiB, oldest out first", "[buff
   BufferPtr third = pool->take(4096);
   REQUIRE(third != nullptr);
 
+  auto big_pool = std::make_shared<BufferPool>();
   int big = 0;
-  make(*pool, kGiB / 2, &big);
-  make(*pool, kGiB / 2 + 1, &big);  // over 1 GiB in all: the older half-GiB goes
+  const size_t kTenth = kGiB / 10;
+  make(*big_pool, 6 * kTenth, &big);
+  make(*big_pool, 9 * kTenth, &big);
+  make(*big_pool, 5 * kTenth, &big);  // 1.1 GiB besides the largest (0.9): the oldest goes
   REQUIRE(big == 1);
-  REQUIRE(pool->take(kGiB / 2 + 1) != nullptr);
+  REQUIRE(big_pool->take(6 * kTenth) == nullptr);
+  BufferPtr a = big_pool->take(9 * kTenth), b = big_pool->take(5 * kTenth);
+  REQUIRE(a != nullptr);
+  REQUIRE(b != nullptr);
 }
 
-TEST_CASE("a buffer larger than the byte cap is still kept, alone", "[buffer_pool]") {
+TEST_CASE("the largest buffer is kept over the byte cap, and small releases do not evict it",
+          "[buffer_pool]") {
   // A 1.3 GB column alternates between two buffers tick after tick; without
   // the spare, every tick would allocate and fault in the whole column.
   auto pool = std::make_shared<BufferPool>();
   int deaths = 0;
-  make(*pool, 4096, &deaths);
   const DeviceBuffer* huge = nullptr;
   {
     BufferPtr h = make(*pool, kGiB + kGiB / 4, &deaths);
     huge = h.get();
   }
-  REQUIRE(deaths == 1);  // the small one made room
+  for (int i = 0; i < 3; ++i) make(*pool, 4096 << i, &deaths);  // later, smaller releases
+  REQUIRE(deaths == 0);
   BufferPtr again = pool->take(kGiB + kGiB / 5);
   REQUIRE(again.get() == huge);
+  REQUIRE(pool->take(4096) != nullptr);
 }
 
 TEST_CASE("buffers released after the pool is gone are destroyed", "[buffer_pool]") {
