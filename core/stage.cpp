@@ -146,7 +146,7 @@ std::vector<char> Stage::projected_existence(const StagedRows& t, Key key) const
   const size_t n = t.n;
   // Nothing pending before `key` (the usual case: writers seal every tick):
   // existence is the sealed attribute count, O(1) per prim.
-  if (pending_.empty() || !(pending_.begin()->first < key)) {
+  if (nothing_pending_before(key)) {
     std::vector<char> exists(n);
     for (size_t i = 0; i < n; ++i) {
       const uint64_t p = t.prim(i);
@@ -183,8 +183,7 @@ Status Stage::check_prim_mode(const StagedRows& rows, kstage_prim_mode_t mode, K
   // Steady-state UPDATE ticks: with nothing pending before `key`, a target
   // that holds the written attribute exists, and the column's cached row map
   // of the query says whether all of them do.
-  const bool nothing_pending_before = pending_.empty() || !(pending_.begin()->first < key);
-  if (mode == KSTAGE_PRIM_MODE_UPDATE && c && nothing_pending_before &&
+  if (mode == KSTAGE_PRIM_MODE_UPDATE && c && nothing_pending_before(key) &&
       c->row_map(rows.prims, rows.subset ? rows.span : rows.n).all_present)
     return Status::OK();
   std::vector<char> exists = projected_existence(rows, key);
@@ -450,14 +449,11 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
   std::vector<uint32_t> own_rows;
   const uint32_t* rows = nullptr;
   size_t n = 0;
-  if (!desc.change_range && map.all_present) {
-    values->shared_prims = prims;
-    rows = map.rows->data();
-    n = prims->size();
-  } else if (desc.change_range && map.all_present && c.whole_change() >= desc.range_begin &&
-             c.whole_change() <= desc.range_end) {
-    // The last write covered every row and falls in the range: every prim
-    // of the query changed in it (a dense tick), as in a latest read.
+  // A change range whose last write covered every row (a dense tick) selects
+  // every prim of the query, as a latest read does.
+  const bool dense_tick_in_range = desc.change_range && c.whole_change() >= desc.range_begin &&
+                                   c.whole_change() <= desc.range_end;
+  if (map.all_present && (!desc.change_range || dense_tick_in_range)) {
     values->shared_prims = prims;
     rows = map.rows->data();
     n = prims->size();

@@ -100,6 +100,11 @@ class Stage {
   // Whether each target of `t` exists at `key` (sealed state plus pending
   // mutations ordered before it). Requires mutex_.
   std::vector<char> projected_existence(const StagedRows& t, Key key) const;
+  // No mutation is pending ahead of `key`: the sealed state is the projected
+  // state. Requires mutex_.
+  bool nothing_pending_before(Key key) const {
+    return pending_.empty() || !(pending_.begin()->first < key);
+  }
   // `c`: the column written, if it exists (its cached row maps answer UPDATE
   // without a per-prim lookup when every target holds the attribute).
   Status check_prim_mode(const StagedRows& rows, kstage_prim_mode_t mode, Key key, Column* c);

@@ -32,7 +32,7 @@ Result<BufferPtr> compact_copy(const SourceTensor& s, Backend& backend) {
 // for fixed-size rows).
 struct Selection {
   uint64_t count = 0;            // logical elements addressed: query prims [0, count)
-  const uint64_t* mask = nullptr;
+  const uint64_t* mask = nullptr;  // set only when some of the first `count` bits are clear
   const uint32_t* index_map = nullptr;
   size_t selected = 0;           // mask: set bits among the first `count`
   // A mask with some bits clear: the selected element ids (host memory);
@@ -42,7 +42,7 @@ struct Selection {
   const uint32_t* subset_index() const {
     return subset ? reinterpret_cast<const uint32_t*>(subset->data()) : nullptr;
   }
-  size_t targets() const { return subset ? selected : size_t(count); }
+  size_t targets() const { return mask ? selected : size_t(count); }
 };
 
 Result<Selection> select(const kstage_write_data_t& d, uint64_t query_count) {
@@ -133,7 +133,7 @@ Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor&
   static const char* const kRowsFrom = "shape[0] of the tensor";
   if (!sel.index_map) KSTAGE_RETURN_NOT_OK(check_row_count(d, sel, s.rows, kRowsFrom));
   StagedRows out;
-  const size_t n = sel.mask ? sel.selected : size_t(sel.count);
+  const size_t n = sel.targets();
   out.n = n;
   // Adoption is for dense writes only (the header promises a copy whenever an
   // index_map or a mask is passed, even a mask with every bit set).
