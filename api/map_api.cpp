@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Map / unmap: writable buffers for producers.
+#include "api/descriptors.hpp"
 #include "api/guard.hpp"
 #include "api/handles.hpp"
 #include "core/group_export.hpp"
@@ -32,12 +33,13 @@ kstage_status_t kstage_map_attribute(kstage_stage_t stage, kstage_query_t query,
   return guard([&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
-    KSTAGE_RETURN_NOT_OK(need(desc, "desc"));
+    kstage_map_desc_t d;
+    KSTAGE_ASSIGN_OR_RETURN(d, read_descriptor(desc, "desc"));
     KSTAGE_RETURN_NOT_OK(need(map, "map"));
     core::PrimList prims;
     KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s->queries, query, Kind::Query));
     std::shared_ptr<core::MapSession> session;
-    KSTAGE_ASSIGN_OR_RETURN(session, s->engine->map(prims, *desc, ordinal, element_counts, n));
+    KSTAGE_ASSIGN_OR_RETURN(session, s->engine->map(prims, d, ordinal, element_counts, n));
     *map = s->maps.add(Kind::Map, std::move(session));
     return Status::OK();
   });

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Writes, deletes, write floors and ops.
+#include "api/descriptors.hpp"
 #include "api/guard.hpp"
 #include "api/handles.hpp"
 #include "core/managed_tensors.hpp"
@@ -13,14 +14,19 @@ kstage_status_t write(kstage_stage_t stage, kstage_query_t query, const kstage_t
                       const kstage_write_data_t* data, uint64_t n, uint64_t ordinal,
                       kstage_prim_mode_t prim_mode, kstage_op_t* op) {
   // Owns the managed tensors from the first instruction: whatever is
-  // rejected below, each deleter still runs exactly once.
+  // rejected below (a bad descriptor layout included), each deleter still
+  // runs exactly once.
+  std::vector<kstage_write_data_t> descs;
+  Status layout;
   std::unique_ptr<core::ManagedTensors> managed;
   try {
-    managed = std::make_unique<core::ManagedTensors>(data, n);
+    layout = read_write_descriptors(data, n, descs);
+    managed = std::make_unique<core::ManagedTensors>(descs.data(), descs.size());
   } catch (...) {
     return fail(KSTAGE_OUT_OF_MEMORY, "out of memory taking the managed tensors");
   }
   return guard([&]() -> Status {
+    KSTAGE_RETURN_NOT_OK(layout);
     KSTAGE_RETURN_NOT_OK(managed->check());
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
@@ -28,7 +34,8 @@ kstage_status_t write(kstage_stage_t stage, kstage_query_t query, const kstage_t
     core::PrimList prims;
     KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s->queries, query, Kind::Query));
     std::shared_ptr<core::Op> o;
-    KSTAGE_ASSIGN_OR_RETURN(o, s->engine->write(prims, attributes, data, n, ordinal, prim_mode, managed.get()));
+    KSTAGE_ASSIGN_OR_RETURN(o, s->engine->write(prims, attributes, data ? descs.data() : nullptr, n, ordinal, prim_mode,
+                                               managed.get()));
     *op = s->ops.add(Kind::Op, std::move(o));
     return Status::OK();
   });

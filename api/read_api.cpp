@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Reads and read groups.
+#include "api/descriptors.hpp"
 #include "api/guard.hpp"
 #include "api/handles.hpp"
 
@@ -17,10 +18,13 @@ kstage_status_t kstage_read_attributes(kstage_stage_t stage, kstage_query_t quer
     KSTAGE_RETURN_NOT_OK(need(read, "read"));
     core::PrimList prims;
     KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s->queries, query, Kind::Query));
-    kstage_read_desc_t latest{};
+    kstage_read_desc_t d = kstage_read_desc_init();  // NULL: the latest values
+    if (desc) {
+      KSTAGE_ASSIGN_OR_RETURN(d, read_descriptor(desc, "desc"));
+    }
     auto r = std::make_shared<Read>();
     std::vector<std::unique_ptr<core::ReadGroup>> groups;
-    KSTAGE_ASSIGN_OR_RETURN(groups, s->engine->read(prims, attributes, n, desc ? *desc : latest));
+    KSTAGE_ASSIGN_OR_RETURN(groups, s->engine->read(prims, attributes, n, d));
     for (auto& g : groups) r->groups.push_back(std::move(g));
     *read = s->reads.add(Kind::Read, std::move(r));
     return Status::OK();

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Status strings, the thread's last error, and stage lifecycle.
+#include "api/descriptors.hpp"
 #include "api/guard.hpp"
 #include "api/handles.hpp"
 
@@ -57,9 +58,12 @@ kstage_status_t kstage_create(const kstage_config_t* config, kstage_stage_t* sta
   return guard([&]() -> Status {
     KSTAGE_RETURN_NOT_OK(need(stage, "stage"));
     KSTAGE_RETURN_NOT_OK(core::ensure_kokkos_initialized(&destroy_all_stages_at_exit));
-    kstage_config_t defaults{};
+    kstage_config_t c = kstage_config_init();  // NULL: the defaults
+    if (config) {
+      KSTAGE_ASSIGN_OR_RETURN(c, read_descriptor(config, "config"));
+    }
     auto entry = std::make_shared<StageEntry>();
-    KSTAGE_ASSIGN_OR_RETURN(entry->engine, core::Stage::create(config ? *config : defaults));
+    KSTAGE_ASSIGN_OR_RETURN(entry->engine, core::Stage::create(c));
     *stage = register_stage(std::move(entry));
     return Status::OK();
   });

@@ -142,8 +142,13 @@ class Column {
   uint32_t stamp_for(uint64_t ordinal);
   // Drops table entries no row refers to, renumbering the stamps.
   void compact_stamps();
-  // Someone else holds the buffer (a reader, an export), or it is not ours to write.
-  bool pinned() const { return values_ && (values_.use_count() > 1 || values_->read_only()); }
+  // A reader holds the buffer (a read group or an export: its pin), someone
+  // else shares it, or it is not ours to write. The pin check comes first
+  // and is an acquire: a reader's release of its pin happens-before an
+  // in-place write that finds no pin (use_count() alone orders nothing).
+  bool pinned() const {
+    return values_ && (values_->pinned() || values_.use_count() > 1 || values_->read_only());
+  }
 
   uint64_t attribute_;
   Schema schema_;

@@ -64,6 +64,28 @@ Result<SourceTensor> decode(const DLTensor* t) {
     s.row_stride_bytes = int64_t(s.row_bytes);
     return s;
   }
+  // Strides in bytes. An axis of extent 1 is never stepped along, so its
+  // stride (arbitrary in DLPack) is not used at all, not even multiplied.
+  // Every other axis must be addressable: its stride in bytes times its
+  // extent, and the sum of all axes' spans, fit in int64.
+  int64_t byte_strides[kernels::StridedCopy::kMaxDims] = {};
+  uint64_t span = 0;
+  for (int d = 0; d < t->ndim; ++d) {
+    if (t->shape[d] <= 1) continue;
+    int64_t bytes, reach;
+    const bool wraps = __builtin_mul_overflow(t->strides[d], int64_t(elem), &bytes) ||
+                       __builtin_mul_overflow(bytes, t->shape[d] - 1, &reach) ||
+                       reach == std::numeric_limits<int64_t>::min();
+    const uint64_t axis_span = wraps ? 0 : uint64_t(reach < 0 ? -reach : reach);
+    if (wraps || axis_span > uint64_t(std::numeric_limits<int64_t>::max()) - span)
+      return error(KSTAGE_INVALID_ARGUMENT,
+                   "%s: strides[%d] = %lld is not addressable: %lld steps of %lld elements of "
+                   "%zu bytes overflow a 64-bit byte offset",
+                   w, d, (long long)t->strides[d], (long long)(t->shape[d] - 1),
+                   (long long)t->strides[d], elem);
+    span += axis_span;
+    byte_strides[d] = bytes;
+  }
   // Interior axes contiguous (ignoring extent-1 axes, whose stride is arbitrary)?
   bool interior_compact = true;
   int64_t expect = 1;
@@ -72,7 +94,7 @@ Result<SourceTensor> decode(const DLTensor* t) {
     expect *= t->shape[d];
   }
   if (interior_compact) {
-    s.row_stride_bytes = t->strides[0] * int64_t(elem);
+    s.row_stride_bytes = byte_strides[0];
     s.layout = (s.row_stride_bytes == int64_t(s.row_bytes) || s.rows <= 1)
                    ? SourceTensor::Layout::Compact
                    : SourceTensor::Layout::RowStrided;
@@ -85,7 +107,7 @@ Result<SourceTensor> decode(const DLTensor* t) {
   s.strided.elem_bytes = elem;
   for (int d = 0; d < t->ndim; ++d) {
     s.strided.shape[d] = t->shape[d];
-    s.strided.byte_strides[d] = t->strides[d] * int64_t(elem);
+    s.strided.byte_strides[d] = byte_strides[d];
   }
   return s;
 }

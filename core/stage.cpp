@@ -11,8 +11,6 @@
 namespace kstage::core {
 
 Result<std::unique_ptr<Stage>> Stage::create(const kstage_config_t& config) {
-  for (uint32_t r : config.reserved)
-    if (r != 0) return error(KSTAGE_INVALID_ARGUMENT, "config.reserved must be zero");
   std::unique_ptr<BackendSet> backends;
   KSTAGE_ASSIGN_OR_RETURN(backends, make_backend_set(config));
   return std::unique_ptr<Stage>(new Stage(std::move(backends)));
@@ -548,7 +546,7 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
         backend.row_copy(k);
         g.shapes.push_back(int64_t(n));
       } else {
-        g.pinned = c.values();
+        g.pinned = pin(c.values());
         g.shapes.push_back(int64_t(c.row_space()));
         if (g.shared_prims) {
           if (!map.identity) g.shared_index_map = map.rows;
@@ -566,11 +564,13 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
       std::vector<uint64_t> start(n);
       if (compact) {
         // Pack the rows, in prim order, into a buffer of the reader's own.
+        // A column whose rows are all empty has no buffer at all.
+        const std::byte* src = c.values() ? c.values()->data() : nullptr;
         std::vector<const std::byte*> from(n);
         std::vector<uint64_t> bytes(n);
         uint64_t cursor = 0, bits = kernels::kRaggedRowAlign;
         for (size_t i = 0; i < n; ++i) {
-          from[i] = c.values()->data() + c.row_offset(rows[i]);
+          from[i] = src ? src + c.row_offset(rows[i]) : nullptr;
           bytes[i] = c.row_length(rows[i]);
           start[i] = cursor;
           bits |= reinterpret_cast<uintptr_t>(from[i]) | cursor | bytes[i];
@@ -581,7 +581,7 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
         backend.ragged_copy(k, kernels::widest_word(bits));
         base = g.pinned->data();
       } else {
-        g.pinned = c.values();
+        g.pinned = pin(c.values());
         base = g.pinned ? g.pinned->data() : nullptr;
         for (size_t i = 0; i < n; ++i) start[i] = c.row_offset(rows[i]);
       }
@@ -740,7 +740,9 @@ Status Stage::check_schema(const Column& c, const Schema& s) const {
                  attr.c_str(), e.is_array ? "an array column" : "a fixed-size column",
                  s.is_array ? "true" : "false");
   if (!same_dtype(e.dtype, s.dtype))
-    return error(KSTAGE_INVALID_ARGUMENT, "dtype %s does not match column '%s' dtype %s",
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "dtype %s does not match column '%s' dtype %s: the dtype must match the "
+                 "column's",
                  dtype_string(s.dtype).c_str(), attr.c_str(), dtype_string(e.dtype).c_str());
   if (e.semantic != s.semantic)
     return error(KSTAGE_INVALID_ARGUMENT, "semantic %s does not match column '%s' semantic %s",
@@ -757,6 +759,13 @@ Result<std::shared_ptr<MapSession>> Stage::map(const PrimList& prims, const ksta
   if (d.prim_mode < KSTAGE_PRIM_MODE_UPSERT || d.prim_mode > KSTAGE_PRIM_MODE_UPDATE)
     return error(KSTAGE_INVALID_ARGUMENT, "desc.prim_mode %d is not a kstage_prim_mode_t",
                  int(d.prim_mode));
+  {
+    // An existing column's schema is what the map must declare: say so, with
+    // both dtypes, before judging the declared dtype on its own.
+    std::lock_guard lock(mutex_);
+    if (Column* c = column(d.attribute))
+      KSTAGE_RETURN_NOT_OK(check_schema(*c, Schema{d.is_array, d.dtype, d.semantic}));
+  }
   KSTAGE_RETURN_NOT_OK(validate_dtype(d.dtype, "desc.dtype"));
   KSTAGE_RETURN_NOT_OK(validate_semantic(d.semantic, d.dtype, d.is_array));
   const size_t count = prims->size();

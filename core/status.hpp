@@ -6,7 +6,6 @@
 
 #include <kstage/kstage.h>
 
-#include <cstdio>
 #include <string>
 #include <utility>
 #include <variant>
@@ -28,21 +27,17 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-// printf-style message builder so error sites can name the numbers involved.
-template <class... Args>
-std::string format(const char* fmt, Args... args) {
-  int n = std::snprintf(nullptr, 0, fmt, args...);
-  if (n <= 0) return fmt;
-  std::string s(static_cast<size_t>(n), '\0');
-  std::snprintf(s.data(), s.size() + 1, fmt, args...);
-  return s;
-}
+// printf-style message builders, so error sites can name the numbers
+// involved. C varargs, not templates, so that the compiler checks every
+// format string against its arguments (-Wformat=2 is on for the library).
+#if defined(__GNUC__)
+#define KSTAGE_PRINTF(fmt_index, first_arg) __attribute__((format(printf, fmt_index, first_arg)))
+#else
+#define KSTAGE_PRINTF(fmt_index, first_arg)
+#endif
 
-template <class... Args>
-Status error(kstage_status_t code, const char* fmt, Args... args) {
-  return Status(code, format(fmt, args...));
-}
-inline Status error(kstage_status_t code, const char* msg) { return Status(code, msg); }
+std::string format(const char* fmt, ...) KSTAGE_PRINTF(1, 2);
+Status error(kstage_status_t code, const char* fmt, ...) KSTAGE_PRINTF(2, 3);
 
 template <class T>
 class [[nodiscard]] Result {

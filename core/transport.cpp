@@ -261,13 +261,25 @@ Result<StagedRows> stage_array(const std::vector<SourceTensor>& src, bool packed
 
 }  // namespace
 
-Result<std::vector<const DLTensor*>> write_tensors(const kstage_write_data_t& d) {
+Result<std::vector<const DLTensor*>> write_tensors(const kstage_write_data_t& d,
+                                                   const char* attr) {
   if ((d.tensors == nullptr) == (d.managed_tensors == nullptr))
     return error(KSTAGE_INVALID_ARGUMENT,
                  "exactly one of tensors and managed_tensors must be non-NULL (got %s)",
                  d.tensors ? "both" : "neither");
+  // tensor_count is checked before anything is sized by it or read through it.
   if (d.tensor_count == 0)
     return error(KSTAGE_INVALID_ARGUMENT, "tensor_count is 0; a write needs at least one tensor");
+  if (!d.is_array && d.tensor_count != 1)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "'%s' is fixed-size (is_array = false): it takes exactly 1 tensor, got "
+                 "tensor_count %llu",
+                 attr, (unsigned long long)d.tensor_count);
+  if (d.tensor_count > UINT32_MAX)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "tensor_count %llu exceeds 2^32-1: an array write takes one tensor per source "
+                 "row, and source rows are indexed by uint32",
+                 (unsigned long long)d.tensor_count);
   std::vector<const DLTensor*> out(d.tensor_count);
   for (uint64_t i = 0; i < d.tensor_count; ++i) {
     if (d.tensors) {
@@ -285,13 +297,16 @@ Result<std::vector<const DLTensor*>> write_tensors(const kstage_write_data_t& d)
 Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   const kstage_write_data_t& d = *r.data;
   const char* attr = r.attribute_name.c_str();
+  Selection sel;
+  KSTAGE_ASSIGN_OR_RETURN(sel, select(d, r.prims->size()));
+  // One tensor per source row and no index_map: exactly one per addressed
+  // prim. More than that is refused before tensor_count sizes anything.
+  if (d.is_array && !d.index_map && d.tensor_count > std::max<uint64_t>(sel.count, 1) &&
+      (d.tensors != nullptr) != (d.managed_tensors != nullptr))
+    KSTAGE_RETURN_NOT_OK(
+        check_row_count(d, sel, d.tensor_count, "tensor_count, one tensor per row"));
   std::vector<const DLTensor*> tensors;
-  KSTAGE_ASSIGN_OR_RETURN(tensors, write_tensors(d));
-  if (!d.is_array && tensors.size() != 1)
-    return error(KSTAGE_INVALID_ARGUMENT,
-                 "'%s' is fixed-size (is_array = false): it takes exactly 1 tensor, got "
-                 "tensor_count %zu",
-                 attr, tensors.size());
+  KSTAGE_ASSIGN_OR_RETURN(tensors, write_tensors(d, attr));
 
   std::vector<SourceTensor> src(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -335,8 +350,6 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
     KSTAGE_ASSIGN_OR_RETURN(out.backend, backends.residency_for(src[0].device));
   }
 
-  Selection sel;
-  KSTAGE_ASSIGN_OR_RETURN(sel, select(d, r.prims->size()));
   if (!d.is_array) {
     KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_fixed(d, src[0], sel, *out.backend, backends.host(),
                                                   tensors[0],

@@ -37,6 +37,7 @@ struct StagedWrite {
 Result<StagedWrite> stage_write(const WriteRequest& request, BackendSet& backends);
 
 // The DLTensors of a write's data (client or managed), or an error naming the bad entry.
-Result<std::vector<const DLTensor*>> write_tensors(const kstage_write_data_t& data);
+Result<std::vector<const DLTensor*>> write_tensors(const kstage_write_data_t& data,
+                                                   const char* attr);
 
 }  // namespace kstage::core

@@ -58,7 +58,7 @@ constexpr DLDataType u8(uint16_t lanes = 1) { return DLDataType{kDLUInt, 8, lane
 constexpr DLDataType u64(uint16_t lanes = 1) { return DLDataType{kDLUInt, 64, lanes}; }
 
 inline kstage_write_data_t write_data(const DLTensor* tensors, uint64_t n = 1, bool is_array = false) {
-  kstage_write_data_t w{};
+  kstage_write_data_t w = kstage_write_data_init();
   w.tensors = tensors;
   w.tensor_count = n;
   w.is_array = is_array;
@@ -87,7 +87,7 @@ inline std::vector<float> as_floats(const std::vector<unsigned char>& bytes) {
 class Stage {
  public:
   explicit Stage(kstage_host_execution_t exec = KSTAGE_HOST_EXECUTION_DEFAULT) {
-    kstage_config_t config{};
+    kstage_config_t config = kstage_config_init();
     config.host_execution = exec;
     KS_OK(kstage_create(&config, &stage));
   }

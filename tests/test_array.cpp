@@ -307,6 +307,19 @@ TEST_CASE("a packed tensor is cut evenly across the source rows", "[array][packe
     auto shapes = array_shapes(s, q, attr);
     REQUIRE(shapes.size() == 1);
     REQUIRE(shapes[0].lengths == std::vector<int64_t>{0, 0, 0, 0});
+    // A compact read of a column whose rows are all empty (it has no buffer
+    // at all) returns the empty rows too; it used to dereference NULL.
+    kstage_read_desc_t compact = kstage_read_desc_init();
+    compact.compact = true;
+    auto packed = array_shapes(s, q, attr, &compact);
+    REQUIRE(packed.size() == 1);
+    REQUIRE(packed[0].prims == prims);
+    REQUIRE(packed[0].index_map_null);
+    REQUIRE(packed[0].lengths == std::vector<int64_t>{0, 0, 0, 0});
+    REQUIRE(rows_of(s, q, attr, &compact) == expect_rows(prims, {{}, {}, {}, {}}));
+    // The same for a subset of the prims, in another order.
+    kstage_query_t some = s.query({prims[3], prims[1]});
+    REQUIRE(rows_of(s, some, attr, &compact) == expect_rows({prims[3], prims[1]}, {{}, {}}));
   }
   SECTION("a single tensor for a single prim is just that prim's row") {
     kstage_token_t attr = s.token("one");
@@ -451,7 +464,7 @@ TEST_CASE("mask writes selected prims, others keep their arrays; count writes th
   REQUIRE(rows_of(s, q, attr) == expect_rows(prims, model));
 
   // A change-range read sees exactly the prims written at 3.
-  kstage_read_desc_t d{};
+  kstage_read_desc_t d = kstage_read_desc_init();
   d.change_range = true;
   d.range_begin = 3;
   d.range_end = 3;
@@ -986,7 +999,7 @@ TEST_CASE("compact reads return the same rows", "[array][read][compact]") {
   rows[2] = churn[2];
   rows[4] = churn[4];
 
-  kstage_read_desc_t compact{};
+  kstage_read_desc_t compact = kstage_read_desc_init();
   compact.compact = true;
   auto plain = rows_of(s, q, attr);
   auto packed = rows_of(s, q, attr, &compact);
@@ -1028,7 +1041,7 @@ TEST_CASE("a held group keeps its arrays across later seals (copy-on-write)",
   s.seal(1);
 
   const bool compact = GENERATE(false, true);
-  kstage_read_desc_t desc{};
+  kstage_read_desc_t desc = kstage_read_desc_init();
   desc.compact = compact;
   kstage_read_t r = 0;
   KS_OK(kstage_read_attributes(s.stage, q, &attr, 1, &desc, &r));

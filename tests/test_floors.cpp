@@ -232,7 +232,7 @@ TEST_CASE("reads never see unsealed writes and never fail because of them", "[fl
   REQUIRE(as_floats(g[0].values[0]) == std::vector<float>{1.f});
   REQUIRE(as_floats(g[0].values[1]) == std::vector<float>{2.f});
   // A change range that ends at the floor is answerable despite the pending writes.
-  kstage_read_desc_t d{};
+  kstage_read_desc_t d = kstage_read_desc_init();
   d.change_range = true;
   d.range_begin = 1;
   d.range_end = 1;

@@ -105,7 +105,7 @@ Made managed_f32(const std::vector<float>& values, uint16_t lanes = 1) {
 
 kstage_write_data_t managed_data(DLManagedTensorVersioned* const* tensors, uint64_t n,
                                  bool is_array = false) {
-  kstage_write_data_t w{};
+  kstage_write_data_t w = kstage_write_data_init();
   w.managed_tensors = tensors;
   w.tensor_count = n;
   w.is_array = is_array;
@@ -768,4 +768,45 @@ TEST_CASE("concurrent writers, some rejected, delete every tensor exactly once",
   s.stage = 0;
   REQUIRE(ledger.total() == kThreads * kWrites);
   REQUIRE(ledger.all_once());
+}
+
+TEST_CASE("a rejected descriptor layout still deletes each managed tensor exactly once",
+          "[managed][abi][errors]") {
+  ledger.reset();
+  Stage s(host_execution());
+  auto prims = s.paths("/lay", 2);
+  kstage_query_t q = s.query(prims);
+  kstage_token_t a = s.token("a"), b = s.token("b");
+  const std::string before = s.fingerprint(q, {a, b});
+  SECTION("struct_size 0") {
+    Made m = managed_f32({1, 2});
+    DLManagedTensorVersioned* list[1] = {m.t};
+    kstage_write_data_t w = managed_data(list, 1);
+    w.struct_size = 0;
+    KS_FAILS(s.write(q, a, 1, w), KSTAGE_INVALID_ARGUMENT, "struct_size is 0");
+    REQUIRE(ledger.of(m.id) == 1);
+  }
+  SECTION("a batch whose second descriptor has another struct_size") {
+    Made m0 = managed_f32({1, 2}), m1 = managed_f32({3, 4});
+    DLManagedTensorVersioned* l0[1] = {m0.t};
+    DLManagedTensorVersioned* l1[1] = {m1.t};
+    kstage_write_data_t data[2] = {managed_data(l0, 1), managed_data(l1, 1)};
+    data[1].struct_size = 96;
+    const kstage_token_t attrs[2] = {a, b};
+    kstage_op_t op = 0;
+    KS_FAILS(kstage_write_attributes(s.stage, q, attrs, data, 2, 1, KSTAGE_PRIM_MODE_UPSERT, &op),
+             KSTAGE_INVALID_ARGUMENT, "data[1].struct_size is 96");
+    REQUIRE(ledger.of(m0.id) == 1);
+    REQUIRE(ledger.of(m1.id) == 1);
+  }
+  SECTION("a fixed-size write listing two managed tensors") {
+    Made m0 = managed_f32({1, 2}), m1 = managed_f32({3, 4});
+    DLManagedTensorVersioned* list[2] = {m0.t, m1.t};
+    KS_FAILS(s.write(q, a, 1, managed_data(list, 2)), KSTAGE_INVALID_ARGUMENT,
+             "takes exactly 1 tensor, got tensor_count 2");
+    REQUIRE(ledger.of(m0.id) == 1);
+    REQUIRE(ledger.of(m1.id) == 1);
+  }
+  REQUIRE(ledger.all_once());
+  REQUIRE(s.fingerprint(q, {a, b}) == before);
 }

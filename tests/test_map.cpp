@@ -23,7 +23,7 @@ kstage_map_desc_t map_desc(kstage_token_t attr, DLDataType dtype,
                            kstage_semantic_t semantic = KSTAGE_SEMANTIC_NONE, bool is_array = false,
                            uint64_t max_group_prims = 0,
                            kstage_prim_mode_t mode = KSTAGE_PRIM_MODE_UPSERT) {
-  kstage_map_desc_t d{};
+  kstage_map_desc_t d = kstage_map_desc_init();
   d.attribute = attr;
   d.dtype = dtype;
   d.semantic = semantic;
@@ -338,7 +338,7 @@ TEST_CASE("sparse fixed-size maps are scattered at seal; other prims keep their 
     want[prims[1]] = vals(prims[1], 3, 0.5f);
     REQUIRE(s.floats(q, pts) == want);
     // Only the mapped prims changed at the map's ordinal.
-    kstage_read_desc_t range{};
+    kstage_read_desc_t range = kstage_read_desc_init();
     range.change_range = true;
     range.range_begin = 2;
     range.range_end = 2;

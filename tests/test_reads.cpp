@@ -26,7 +26,7 @@ void write_arrays(Stage& s, kstage_query_t q, kstage_token_t attr, uint64_t ordi
 }
 
 kstage_read_desc_t range(uint64_t begin, uint64_t end) {
-  kstage_read_desc_t d{};
+  kstage_read_desc_t d = kstage_read_desc_init();
   d.change_range = true;
   d.range_begin = begin;
   d.range_end = end;
@@ -563,7 +563,7 @@ TEST_CASE("reads onto a device this build lacks are refused", "[read][device]") 
   kstage_query_t q = s.query(p);
   KS_OK(try_write(s, q, a, 1, {1.f, 2.f, 3.f}));
   s.seal(1);
-  kstage_read_desc_t d{};
+  kstage_read_desc_t d = kstage_read_desc_init();
   d.target_device = DLDevice{kDLCUDA, 0};
   kstage_read_t r = 0;
   KS_FAILS(kstage_read_attributes(s.stage, q, &a, 1, &d, &r), KSTAGE_NOT_SUPPORTED, "kDLCUDA");
@@ -653,7 +653,7 @@ TEST_CASE("compact reads equal zero-copy reads", "[read][compact]") {
   write_arrays(s, all, arr, 1, {{0.f}, {1.f, 1.f}, {}, {3.f, 3.f, 3.f}, {4.f}});
   s.seal(1);
 
-  kstage_read_desc_t compact{};
+  kstage_read_desc_t compact = kstage_read_desc_init();
   compact.compact = true;
   for (kstage_query_t q : {all, s.query({p[3], p[1], p[4]}), s.query({p[2]})}) {
     for (kstage_token_t t : {a, arr}) {
@@ -736,7 +736,7 @@ TEST_CASE("a zero-copy read over a column with freed rows maps around them", "[r
   REQUIRE(zc.size() == 1);
   REQUIRE(zc[0].prims == std::vector<kstage_path_t>{extra, p[4], p[0]});
   REQUIRE(floats_of(zc[0]) == std::vector<float>{9.f, 4.f, 0.f});
-  kstage_read_desc_t compact{};
+  kstage_read_desc_t compact = kstage_read_desc_init();
   compact.compact = true;
   auto cp = s.read(q, {a}, &compact);
   REQUIRE(cp.size() == 1);

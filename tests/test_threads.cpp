@@ -275,7 +275,7 @@ struct Scenario {
       uint64_t floor = 0;
       if (!errors.ok(kstage_get_write_floor(s.stage, points, &floor), "get_write_floor")) break;
       const int kind = int(iter % 3);
-      kstage_read_desc_t desc{};
+      kstage_read_desc_t desc = kstage_read_desc_init();
       desc.compact = rng() % 2 == 0;
       uint64_t min_tick = 0, exact = 0;
       if (kind == 1) {  // everything that changed since a little before the floor
@@ -368,7 +368,7 @@ TEST_CASE("writers, a sealer and readers share one stage", "[threads][write][rea
     REQUIRE(mass[p] == std::vector<float>{encode(w, kTicks, 9)});
   }
   // Exactly the last tick in the change range [T, T]; nothing after it.
-  kstage_read_desc_t last{};
+  kstage_read_desc_t last = kstage_read_desc_init();
   last.change_range = true;
   last.range_begin = last.range_end = kTicks;
   auto groups = s.read(q, {sc.points}, &last);
@@ -532,7 +532,7 @@ TEST_CASE("threads create and destroy separate stages concurrently", "[threads][
         // Halfway, let the keeper read a few times, so its reads overlap this thread's work.
         if (k == kStagesEach / 2)
           while (keeper_reads.load() < 3 && errors.count() == 0) std::this_thread::yield();
-        kstage_config_t config{};
+        kstage_config_t config = kstage_config_init();
         config.host_execution = exec;
         kstage_stage_t st = 0;
         if (!errors.ok(kstage_create(&config, &st), "create")) break;
@@ -705,7 +705,7 @@ TEST_CASE("two threads releasing the same handle: exactly one succeeds", "[threa
     KS_FAILS(kstage_path_list_release(s.stage, list), KSTAGE_INVALID_HANDLE, "path list handle");
 
     // Two threads destroying the same stage.
-    kstage_config_t config{};
+    kstage_config_t config = kstage_config_init();
     kstage_stage_t doomed = 0;
     KS_OK(kstage_create(&config, &doomed));
     kstage_query_t dq = 0;

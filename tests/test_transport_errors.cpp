@@ -144,7 +144,7 @@ TEST_CASE("tensors and managed_tensors: exactly one, with at least one tensor",
   int64_t bad_shape[1] = {3};
   Managed short_rows(r.f12.data(), f32(3), 1, bad_shape);
   DLManagedTensorVersioned* list2[1] = {&short_rows.m};
-  kstage_write_data_t wm{};
+  kstage_write_data_t wm = kstage_write_data_init();
   wm.managed_tensors = list2;
   wm.tensor_count = 1;
   msg = r.rejects(r.points, wm, KSTAGE_INVALID_ARGUMENT, "3 source row(s)");

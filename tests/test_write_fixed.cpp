@@ -597,7 +597,7 @@ TEST_CASE("masked writes: new and existing targets, prim modes, tombstones, a fu
     auto got = scalars(s, q, a);
     REQUIRE(got.size() == 2);
     REQUIRE(got[prims[1]] == 101.f);
-    kstage_read_desc_t desc{};
+    kstage_read_desc_t desc = kstage_read_desc_init();
     desc.change_range = true;
     desc.range_begin = 2;
     desc.range_end = 3;
@@ -625,7 +625,7 @@ TEST_CASE("masked writes: new and existing targets, prim modes, tombstones, a fu
       const bool on = i == 0 || i == 7 || i == 63 || i == 64;
       REQUIRE(got[prims[i]] == (on ? 700.f + float(i) : float(i)));
     }
-    kstage_read_desc_t d{};
+    kstage_read_desc_t d = kstage_read_desc_init();
     d.change_range = true;
     d.range_begin = d.range_end = 2;
     auto groups = s.read(q, {a}, &d);
@@ -1222,7 +1222,7 @@ TEST_CASE("latest reads are zero-copy with index_map only when needed", "[write]
   });
 
   // compact: rows gathered in prim order, no index_map.
-  kstage_read_desc_t desc{};
+  kstage_read_desc_t desc = kstage_read_desc_init();
   desc.compact = true;
   with_groups(s, rev, {a}, &desc, [&](const std::vector<kstage_read_group_t>& gs) {
     REQUIRE(gs.size() == 1);

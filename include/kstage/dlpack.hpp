@@ -105,9 +105,10 @@ struct DLPackSpace<Kokkos::HostSpace> {
   static constexpr const char* name = "Kokkos::HostSpace (kDLCPU, kDLCUDAHost, kDLROCMHost)";
 };
 
-const char* device_type_name(int32_t device_type);  // defined in the library
-std::string dtype_name(DLDataType t);              // defined in the library
-bool kokkos_is_initialized();                      // defined in the library
+// Defined in libkstage and exported with it (the library's only C++ symbols).
+KSTAGE_API const char* device_type_name(int32_t device_type);
+KSTAGE_API std::string dtype_name(DLDataType t);
+KSTAGE_API bool kokkos_is_initialized();
 
 // What an export owns: the View (keeping its allocation alive) and the
 // shape and strides arrays the DLTensor points at.
@@ -246,6 +247,9 @@ class DLPackView {
       Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   using value_type = typename view_type::value_type;
 
+  /// An empty DLPackView (no producer). Note: this default-constructs a
+  /// View, which GCC 12.2-12.5 miscompiles with the mdspan-based View of
+  /// Kokkos >= 4.7 (Kokkos issue #8187); the bridge itself never does.
   DLPackView() = default;
   const view_type& view() const { return view_; }
   /// The imported tensor's device and flags, as the producer gave them.
@@ -258,6 +262,8 @@ class DLPackView {
   template <class D, class M, class L>
   friend DLPackView<D, M, L> import_impl(const DLTensor& t, uint64_t flags,
                                          std::shared_ptr<impl::Adopted> owner, bool legacy);
+  DLPackView(view_type view, std::shared_ptr<impl::Adopted> owner, DLDevice device, bool read_only)
+      : view_(std::move(view)), owner_(std::move(owner)), device_(device), read_only_(read_only) {}
   view_type view_;
   std::shared_ptr<impl::Adopted> owner_;
   DLDevice device_{kDLCPU, 0};
@@ -373,14 +379,11 @@ DLPackView<DataType, MemorySpace, Layout> import_impl(const DLTensor& t, uint64_
   if (reinterpret_cast<uintptr_t>(ptr) % alignof(value_type) != 0)
     throw fail(KSTAGE_INVALID_ARGUMENT, "data + byte_offset is not aligned for the View's value type");
 
-  Out out;
   // Always through a layout object: Kokkos 4 cannot build a LayoutStride View
-  // from extents alone, not even for rank 0.
-  out.view_ = View(ptr, impl::make_layout<Layout>(shape, strides, rank));
-  out.owner_ = std::move(owner);
-  out.device_ = t.device;
-  out.read_only_ = read_only;
-  return out;
+  // from extents alone, not even for rank 0. The View is constructed in
+  // place, never default-constructed and assigned (Kokkos issue #8187).
+  return Out(View(ptr, impl::make_layout<Layout>(shape, strides, rank)), std::move(owner), t.device,
+             read_only);
 }
 
 /**

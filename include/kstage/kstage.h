@@ -18,6 +18,35 @@
  * - Every function may be called from several threads on the same stage.
  * - Pointers marked *host* must be readable by the CPU. Counts are elements,
  *   not bytes, unless they say otherwise.
+ *
+ * Versioning and compatibility (in the manner of dlpack.h):
+ * - KSTAGE_VERSION_* below is the version of this header; kstage_version() the
+ *   version of the library a program runs against. From 1.0, kstage follows
+ *   semantic versioning: within one major version a program compiled against
+ *   an older kstage.h runs unchanged against a newer libkstage (the shared
+ *   library's soname carries the major version). Before 1.0, the soname
+ *   carries MAJOR.MINOR and each minor version may change the ABI.
+ * - Within a major version: functions are only added; enumerations only gain
+ *   values (treat a status you do not know as a failure); the *extensible
+ *   descriptors* -- kstage_config_t, kstage_write_data_t, kstage_read_desc_t
+ *   and kstage_map_desc_t -- only gain fields, appended at or after the end
+ *   of the previous version's struct. Every other struct (kstage_data_t,
+ *   kstage_read_group_t, kstage_map_group_info_t, kstage_filter_t,
+ *   kstage_device_sync_t) keeps its layout for the whole major version;
+ *   what they cannot carry comes through new functions.
+ * - Extensible descriptors begin with `uint32_t struct_size`, which the
+ *   caller sets to sizeof the struct as its kstage.h declares it: use the
+ *   kstage_*_init() functions below, which also zero every other field (zero
+ *   is the default of every field). The library reads exactly struct_size
+ *   bytes. A struct_size smaller than the library's struct means an older
+ *   caller: the fields it lacks take their zero defaults. A larger one means
+ *   a newer caller: accepted when every byte the library does not know is
+ *   zero, else KSTAGE_NOT_SUPPORTED naming the first such byte. A
+ *   struct_size of 0, or one below the first released layout, is
+ *   KSTAGE_INVALID_ARGUMENT. Fields named `reserved` must be zero.
+ * - Arrays of descriptors (kstage_write_attributes) are laid out with the
+ *   caller's struct size: element i starts struct_size * i bytes in, and
+ *   every element must carry the same struct_size.
  */
 #ifndef KSTAGE_KSTAGE_H_
 #define KSTAGE_KSTAGE_H_
@@ -33,8 +62,20 @@
 extern "C" {
 #endif
 
+/**
+ * \brief Marks the functions libkstage exports. The library is built with
+ * hidden visibility, so these declarations are its whole dynamic interface.
+ */
+#ifndef KSTAGE_API
+#if defined(__GNUC__)
+#define KSTAGE_API __attribute__((visibility("default")))
+#else
+#define KSTAGE_API
+#endif
+#endif
+
 #define KSTAGE_VERSION_MAJOR 0
-#define KSTAGE_VERSION_MINOR 1
+#define KSTAGE_VERSION_MINOR 2
 #define KSTAGE_VERSION_PATCH 0
 
 /* ------------------------------------------------------------------------- */
@@ -61,16 +102,16 @@ enum {
 };
 
 /** \brief Static name of a status code ("KSTAGE_OK", ...); "KSTAGE_UNKNOWN_STATUS" otherwise. */
-const char* kstage_status_string(kstage_status_t status);
+KSTAGE_API const char* kstage_status_string(kstage_status_t status);
 
 /**
  * \brief The calling thread's message for its last failed call ("" if none).
  * The pointer stays valid until this thread's next kstage call.
  */
-const char* kstage_last_error(void);
+KSTAGE_API const char* kstage_last_error(void);
 
 /** \brief Library version as MAJOR*10000 + MINOR*100 + PATCH. */
-uint32_t kstage_version(void);
+KSTAGE_API uint32_t kstage_version(void);
 
 /* ------------------------------------------------------------------------- */
 /* Handles and ids                                                           */
@@ -145,12 +186,15 @@ typedef struct kstage_device_sync_t {
   uintptr_t event;
 } kstage_device_sync_t;
 
-/** \brief Options for kstage_create. Zero-initialise for defaults. */
+/**
+ * \brief Options for kstage_create (an extensible descriptor: start from
+ * kstage_config_init()).
+ */
 typedef struct kstage_config_t {
+  /** sizeof(kstage_config_t) as the caller's header declares it. */
+  uint32_t struct_size;
   /** Host execution space for kernels on host-resident columns. */
   kstage_host_execution_t host_execution;
-  /** Reserved; set to 0. */
-  uint32_t reserved[7];
 } kstage_config_t;
 
 /**
@@ -174,8 +218,14 @@ typedef struct kstage_config_t {
  * words; bit i%64 of word i/64) picks which logical elements are written;
  * source row i belongs to element i; unselected prims keep their values.
  * `index_map` and `mask` are exclusive, and either requires `count` > 0.
+ *
+ * An extensible descriptor: start from kstage_write_data_init().
  */
 typedef struct kstage_write_data_t {
+  /** sizeof(kstage_write_data_t) as the caller's header declares it. */
+  uint32_t struct_size;
+  /** Semantic of the column; must match an existing column. */
+  kstage_semantic_t semantic;
   /** Client tensors (exactly one of tensors / managed_tensors is non-NULL).
    * They must stay valid until the op completes (kstage_wait returns OK). */
   const DLTensor* tensors;
@@ -189,15 +239,17 @@ typedef struct kstage_write_data_t {
    * one becomes the stage's to modify, so the producer must not keep using
    * its memory (export it READ_ONLY to keep a view of it). */
   struct DLManagedTensorVersioned* const* managed_tensors;
+  /** Entries of `tensors` / `managed_tensors`: 1 for a fixed-size attribute
+   * (checked before either array is read); for an array attribute, 1 (packed)
+   * or one per source row (at most 2^32 - 1). */
   uint64_t tensor_count;
-  /** Declares the column kind; never inferred. Must match an existing column. */
-  bool is_array;
   uint64_t count;
   const uint32_t* index_map;
   const uint64_t* mask;
   kstage_device_sync_t device_sync;
-  /** Semantic of the column; must match an existing column. */
-  kstage_semantic_t semantic;
+  /** Declares the column kind; never inferred. Must match an existing column. */
+  bool is_array;
+  uint8_t reserved[7];
 } kstage_write_data_t;
 
 /**
@@ -229,20 +281,26 @@ typedef struct kstage_filter_t {
   kstage_path_t path_prefix;
 } kstage_filter_t;
 
-/** \brief What a read returns. Zero-initialise for "latest, on the column's device". */
+/**
+ * \brief What a read returns (an extensible descriptor: start from
+ * kstage_read_desc_init(), which means "latest, on the column's device").
+ */
 typedef struct kstage_read_desc_t {
+  /** sizeof(kstage_read_desc_t) as the caller's header declares it. */
+  uint32_t struct_size;
   /** false: the latest sealed values. true: only prims that changed at a
    * sealed ordinal in [range_begin, range_end], plus tombstone groups. */
   bool change_range;
+  /** false: tensors are the (pinned) column storage and index_map maps each prim
+   * to its row, zero-copy. true: rows are gathered into a new buffer in prim
+   * order and index_map is NULL. */
+  bool compact;
+  uint8_t reserved[2];
   uint64_t range_begin;
   uint64_t range_end;
   /** Device the reader wants the data on; device_type 0 = the column's residency.
    * A device other than the residency implies `compact`. */
   DLDevice target_device;
-  /** false: tensors are the (pinned) column storage and index_map maps each prim
-   * to its row, zero-copy. true: rows are gathered into a new buffer in prim
-   * order and index_map is NULL. */
-  bool compact;
   /** Recorded after kstage's producing work when non-zero (device reads). */
   kstage_device_sync_t device_sync;
 } kstage_read_desc_t;
@@ -264,22 +322,28 @@ typedef struct kstage_read_group_t {
   kstage_semantic_t semantic;
 } kstage_read_group_t;
 
-/** \brief What a map writes. Zero-initialise, then set what applies. */
+/**
+ * \brief What a map writes (an extensible descriptor: start from
+ * kstage_map_desc_init(), then set what applies).
+ */
 typedef struct kstage_map_desc_t {
+  /** sizeof(kstage_map_desc_t) as the caller's header declares it. */
+  uint32_t struct_size;
+  /** Column schema: must match an existing column; creates a new one. */
+  kstage_semantic_t semantic;
   /** The attribute; it may not exist yet. */
   kstage_token_t attribute;
-  /** Column schema: must match an existing column; creates a new one. */
   DLDataType dtype;
-  kstage_semantic_t semantic;
-  bool is_array;
-  /** Where a new column's storage lives; device_type 0 = the host (kDLCPU).
-   * Ignored for an existing column (its residency is fixed). */
-  DLDevice residency;
   /** UPSERT creates missing prims; INSERT requires all to be missing; UPDATE
    * requires all to exist (checked at map and again at each unmap). */
   kstage_prim_mode_t prim_mode;
+  /** Where a new column's storage lives; device_type 0 = the host (kDLCPU).
+   * Ignored for an existing column (its residency is fixed). */
+  DLDevice residency;
   /** Split the prims into groups of at most this many (0: one group). */
   uint64_t max_group_prims;
+  bool is_array;
+  uint8_t reserved[7];
 } kstage_map_desc_t;
 
 /**
@@ -303,6 +367,43 @@ typedef struct kstage_map_group_info_t {
 } kstage_map_group_info_t;
 
 /* ------------------------------------------------------------------------- */
+/* Descriptor initialisers                                                   */
+/* ------------------------------------------------------------------------- */
+
+/* An all-zero descriptor in C and C++ (C++ has no `{0}` for a struct whose
+ * first member is not a scalar-from-int in every compiler's warnings). */
+#ifdef __cplusplus
+#define KSTAGE_IMPL_ZERO {}
+#else
+#define KSTAGE_IMPL_ZERO {0}
+#endif
+
+/** \brief Defaults for kstage_create, struct_size set: the way to start a config. */
+static inline kstage_config_t kstage_config_init(void) {
+  kstage_config_t c = KSTAGE_IMPL_ZERO;
+  c.struct_size = (uint32_t)sizeof(kstage_config_t);
+  return c;
+}
+/** \brief An empty write (no tensors yet), struct_size set: the way to start a write. */
+static inline kstage_write_data_t kstage_write_data_init(void) {
+  kstage_write_data_t d = KSTAGE_IMPL_ZERO;
+  d.struct_size = (uint32_t)sizeof(kstage_write_data_t);
+  return d;
+}
+/** \brief "Latest sealed values, zero-copy, on the column's device", struct_size set. */
+static inline kstage_read_desc_t kstage_read_desc_init(void) {
+  kstage_read_desc_t d = KSTAGE_IMPL_ZERO;
+  d.struct_size = (uint32_t)sizeof(kstage_read_desc_t);
+  return d;
+}
+/** \brief An empty map description (UPSERT, host residency, one group), struct_size set. */
+static inline kstage_map_desc_t kstage_map_desc_init(void) {
+  kstage_map_desc_t d = KSTAGE_IMPL_ZERO;
+  d.struct_size = (uint32_t)sizeof(kstage_map_desc_t);
+  return d;
+}
+
+/* ------------------------------------------------------------------------- */
 /* Lifecycle                                                                 */
 /* ------------------------------------------------------------------------- */
 
@@ -311,9 +412,9 @@ typedef struct kstage_map_group_info_t {
  * then finalises it at process exit, after destroying any remaining stages.
  * \param[in] config may be NULL for defaults.
  */
-kstage_status_t kstage_create(const kstage_config_t* config, kstage_stage_t* stage);
+KSTAGE_API kstage_status_t kstage_create(const kstage_config_t* config, kstage_stage_t* stage);
 /** \brief Destroy a stage and everything it owns: handles become stale, pending managed tensors are deleted. */
-kstage_status_t kstage_destroy(kstage_stage_t stage);
+KSTAGE_API kstage_status_t kstage_destroy(kstage_stage_t stage);
 
 /* ------------------------------------------------------------------------- */
 /* Dictionary                                                                */
@@ -323,46 +424,46 @@ kstage_status_t kstage_destroy(kstage_stage_t stage);
  * \brief Intern an attribute name. `length` in bytes, or KSTAGE_NUL_TERMINATED.
  * Empty strings and strings with an embedded NUL are rejected.
  */
-kstage_status_t kstage_intern_token(kstage_stage_t stage, const char* str, size_t length,
+KSTAGE_API kstage_status_t kstage_intern_token(kstage_stage_t stage, const char* str, size_t length,
                                     kstage_token_t* token);
 /**
  * \brief Intern a prim path: "/" or "/a/b" (absolute, no empty component, no
  * trailing "/"). Empty strings and embedded NULs are rejected.
  */
-kstage_status_t kstage_intern_path(kstage_stage_t stage, const char* str, size_t length,
+KSTAGE_API kstage_status_t kstage_intern_path(kstage_stage_t stage, const char* str, size_t length,
                                    kstage_path_t* path);
 /** \brief The string of a token; valid (NUL-terminated) for the stage's lifetime. `length` may be NULL. */
-kstage_status_t kstage_token_string(kstage_stage_t stage, kstage_token_t token, const char** str,
+KSTAGE_API kstage_status_t kstage_token_string(kstage_stage_t stage, kstage_token_t token, const char** str,
                                     size_t* length);
 /** \brief The string of a path; valid (NUL-terminated) for the stage's lifetime. `length` may be NULL. */
-kstage_status_t kstage_path_string(kstage_stage_t stage, kstage_path_t path, const char** str,
+KSTAGE_API kstage_status_t kstage_path_string(kstage_stage_t stage, kstage_path_t path, const char** str,
                                    size_t* length);
 
 /** \brief A path list holding a copy of `paths` (each a valid path id), with one reference. */
-kstage_status_t kstage_path_list_create(kstage_stage_t stage, const kstage_path_t* paths,
+KSTAGE_API kstage_status_t kstage_path_list_create(kstage_stage_t stage, const kstage_path_t* paths,
                                         uint64_t count, kstage_path_list_t* list);
 /** \brief The list's ids; valid while the caller holds a reference. */
-kstage_status_t kstage_path_list_get(kstage_stage_t stage, kstage_path_list_t list,
+KSTAGE_API kstage_status_t kstage_path_list_get(kstage_stage_t stage, kstage_path_list_t list,
                                      const kstage_path_t** paths, uint64_t* count);
-kstage_status_t kstage_path_list_retain(kstage_stage_t stage, kstage_path_list_t list);
+KSTAGE_API kstage_status_t kstage_path_list_retain(kstage_stage_t stage, kstage_path_list_t list);
 /** \brief Drop one reference; the last one frees the list (its handle becomes stale). */
-kstage_status_t kstage_path_list_release(kstage_stage_t stage, kstage_path_list_t list);
+KSTAGE_API kstage_status_t kstage_path_list_release(kstage_stage_t stage, kstage_path_list_t list);
 
 /* ------------------------------------------------------------------------- */
 /* Queries                                                                   */
 /* ------------------------------------------------------------------------- */
 
 /** \brief A query over explicit paths, in this order; they may name prims that do not exist yet. Duplicates are rejected. */
-kstage_status_t kstage_query_paths(kstage_stage_t stage, const kstage_path_t* paths, uint64_t count,
+KSTAGE_API kstage_status_t kstage_query_paths(kstage_stage_t stage, const kstage_path_t* paths, uint64_t count,
                                    kstage_query_t* query);
 /** \brief A query over the existing prims (latest sealed state) that match `filter`, in path-id (interning) order. */
-kstage_status_t kstage_query_filter(kstage_stage_t stage, const kstage_filter_t* filter,
+KSTAGE_API kstage_status_t kstage_query_filter(kstage_stage_t stage, const kstage_filter_t* filter,
                                     kstage_query_t* query);
-kstage_status_t kstage_query_count(kstage_stage_t stage, kstage_query_t query, uint64_t* count);
+KSTAGE_API kstage_status_t kstage_query_count(kstage_stage_t stage, kstage_query_t query, uint64_t* count);
 /** \brief The query's prims as a new path list (one reference, owned by the caller). */
-kstage_status_t kstage_query_get_paths(kstage_stage_t stage, kstage_query_t query,
+KSTAGE_API kstage_status_t kstage_query_get_paths(kstage_stage_t stage, kstage_query_t query,
                                        kstage_path_list_t* paths);
-kstage_status_t kstage_query_release(kstage_stage_t stage, kstage_query_t query);
+KSTAGE_API kstage_status_t kstage_query_release(kstage_stage_t stage, kstage_query_t query);
 
 /* ------------------------------------------------------------------------- */
 /* Mutations                                                                 */
@@ -376,7 +477,7 @@ kstage_status_t kstage_query_release(kstage_stage_t stage, kstage_query_t query)
  * submitted so far. The write becomes visible to reads when the floor passes
  * `ordinal`.
  */
-kstage_status_t kstage_write_attribute(kstage_stage_t stage, kstage_query_t query,
+KSTAGE_API kstage_status_t kstage_write_attribute(kstage_stage_t stage, kstage_query_t query,
                                        kstage_token_t attribute, uint64_t ordinal,
                                        const kstage_write_data_t* data, kstage_prim_mode_t prim_mode,
                                        kstage_op_t* op);
@@ -384,7 +485,7 @@ kstage_status_t kstage_write_attribute(kstage_stage_t stage, kstage_query_t quer
  * \brief Write `n` attributes (data[i] to attributes[i]) as one op: all are
  * accepted or none is. Attributes must be distinct.
  */
-kstage_status_t kstage_write_attributes(kstage_stage_t stage, kstage_query_t query,
+KSTAGE_API kstage_status_t kstage_write_attributes(kstage_stage_t stage, kstage_query_t query,
                                         const kstage_token_t* attributes,
                                         const kstage_write_data_t* data, uint64_t n,
                                         uint64_t ordinal, kstage_prim_mode_t prim_mode,
@@ -394,7 +495,7 @@ kstage_status_t kstage_write_attributes(kstage_stage_t stage, kstage_query_t que
  * n = 0 deletes the prims (every attribute they hold). A prim disappears with
  * its last attribute. Prims or attributes that are absent are ignored.
  */
-kstage_status_t kstage_delete_attributes(kstage_stage_t stage, kstage_query_t query,
+KSTAGE_API kstage_status_t kstage_delete_attributes(kstage_stage_t stage, kstage_query_t query,
                                          const kstage_token_t* attributes, uint64_t n,
                                          uint64_t ordinal, kstage_op_t* op);
 /**
@@ -403,10 +504,10 @@ kstage_status_t kstage_delete_attributes(kstage_stage_t stage, kstage_query_t qu
  * mutations at ordinals <= `ordinal` in ordinal order, then submission order.
  * A floor never moves backwards (that is a no-op, not an error).
  */
-kstage_status_t kstage_advance_write_floor(kstage_stage_t stage, uint64_t ordinal,
+KSTAGE_API kstage_status_t kstage_advance_write_floor(kstage_stage_t stage, uint64_t ordinal,
                                            const kstage_token_t* attributes, uint64_t n);
 /** \brief The write floor of `attribute`, or the global floor (the minimum) for 0. */
-kstage_status_t kstage_get_write_floor(kstage_stage_t stage, kstage_token_t attribute,
+KSTAGE_API kstage_status_t kstage_get_write_floor(kstage_stage_t stage, kstage_token_t attribute,
                                        uint64_t* ordinal);
 
 /* ------------------------------------------------------------------------- */
@@ -419,16 +520,16 @@ kstage_status_t kstage_get_write_floor(kstage_stage_t stage, kstage_token_t attr
  * A change-range read fails with KSTAGE_OUT_OF_RANGE when a selected prim
  * changed again after range_end. Never sees or fails on unsealed writes.
  */
-kstage_status_t kstage_read_attributes(kstage_stage_t stage, kstage_query_t query,
+KSTAGE_API kstage_status_t kstage_read_attributes(kstage_stage_t stage, kstage_query_t query,
                                        const kstage_token_t* attributes, uint64_t n,
                                        const kstage_read_desc_t* desc, kstage_read_t* read);
 /** \brief Next group, or KSTAGE_END_OF_ITERATION. Prims without the attribute appear in no group. */
-kstage_status_t kstage_fetch_read_next(kstage_stage_t stage, kstage_read_t read, uint64_t timeout_ns,
+KSTAGE_API kstage_status_t kstage_fetch_read_next(kstage_stage_t stage, kstage_read_t read, uint64_t timeout_ns,
                                        kstage_read_group_t* group);
 /** \brief Release a group; its data stays valid until now, whatever was sealed since. */
-kstage_status_t kstage_release_group(kstage_stage_t stage, kstage_group_t group);
+KSTAGE_API kstage_status_t kstage_release_group(kstage_stage_t stage, kstage_group_t group);
 /** \brief Release a read; groups already fetched stay valid until released. */
-kstage_status_t kstage_release_read(kstage_stage_t stage, kstage_read_t read);
+KSTAGE_API kstage_status_t kstage_release_read(kstage_stage_t stage, kstage_read_t read);
 
 /* ------------------------------------------------------------------------- */
 /* DLPack export of read groups                                              */
@@ -453,7 +554,7 @@ kstage_status_t kstage_release_read(kstage_stage_t stage, kstage_read_t read);
  * Errors: INVALID_HANDLE (group), INVALID_ARGUMENT (index out of range, a
  * tombstone group, unknown flag bits).
  */
-kstage_status_t kstage_group_export(kstage_stage_t stage, kstage_group_t group, uint64_t index,
+KSTAGE_API kstage_status_t kstage_group_export(kstage_stage_t stage, kstage_group_t group, uint64_t index,
                                     uint64_t flags, struct DLManagedTensorVersioned** tensor);
 /**
  * \brief As kstage_group_export, as a legacy DLManagedTensor. The legacy struct
@@ -461,7 +562,7 @@ kstage_status_t kstage_group_export(kstage_stage_t stage, kstage_group_t group, 
  * KSTAGE_EXPORT_READ_ONLY, is refused with KSTAGE_NOT_SUPPORTED (as numpy
  * refuses to export read-only arrays that way).
  */
-kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, kstage_group_t group,
+KSTAGE_API kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, kstage_group_t group,
                                            uint64_t index, uint64_t flags,
                                            DLManagedTensor** tensor);
 
@@ -481,18 +582,18 @@ kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, kstage_group_t 
  * length; storage for exactly that is allocated.
  * Buffers are uninitialised. Reads never see them before unmap and seal.
  */
-kstage_status_t kstage_map_attribute(kstage_stage_t stage, kstage_query_t query,
+KSTAGE_API kstage_status_t kstage_map_attribute(kstage_stage_t stage, kstage_query_t query,
                                      const kstage_map_desc_t* desc, uint64_t ordinal,
                                      const uint64_t* element_counts, uint64_t n, kstage_map_t* map);
 /** \brief Next writable group, or KSTAGE_END_OF_ITERATION. */
-kstage_status_t kstage_fetch_map_next(kstage_stage_t stage, kstage_map_t map, uint64_t timeout_ns,
+KSTAGE_API kstage_status_t kstage_fetch_map_next(kstage_stage_t stage, kstage_map_t map, uint64_t timeout_ns,
                                       kstage_map_group_info_t* group);
 /**
  * \brief Commit one fetched group at the map's ordinal (a write, ordered with
  * other submissions by when this call is made). The stage orders its work
  * after `done_sync.event` (host: {0, 0}). On failure the group stays mapped.
  */
-kstage_status_t kstage_unmap_group(kstage_stage_t stage, kstage_map_t map,
+KSTAGE_API kstage_status_t kstage_unmap_group(kstage_stage_t stage, kstage_map_t map,
                                    kstage_map_group_t group, kstage_device_sync_t done_sync,
                                    kstage_op_t* op);
 /**
@@ -500,17 +601,17 @@ kstage_status_t kstage_unmap_group(kstage_stage_t stage, kstage_map_t map,
  * map. Groups never fetched were never filled: they are dropped, not
  * committed. On failure nothing is committed and the map stays open.
  */
-kstage_status_t kstage_unmap_attribute(kstage_stage_t stage, kstage_map_t map,
+KSTAGE_API kstage_status_t kstage_unmap_attribute(kstage_stage_t stage, kstage_map_t map,
                                        kstage_device_sync_t done_sync, kstage_op_t* op);
 /** \brief Abandon a map: its uncommitted buffers are freed; nothing more is written. */
-kstage_status_t kstage_release_map(kstage_stage_t stage, kstage_map_t map);
+KSTAGE_API kstage_status_t kstage_release_map(kstage_stage_t stage, kstage_map_t map);
 /**
  * \brief Export tensor `index` of a fetched, not yet unmapped map group as a
  * writable DLPack tensor (READ_ONLY with KSTAGE_EXPORT_READ_ONLY), so a
  * DLPack-speaking producer can fill it. Writing through it after the group
  * is unmapped is undefined: the memory may have become column storage.
  */
-kstage_status_t kstage_map_group_export(kstage_stage_t stage, kstage_map_t map,
+KSTAGE_API kstage_status_t kstage_map_group_export(kstage_stage_t stage, kstage_map_t map,
                                         kstage_map_group_t group, uint64_t index, uint64_t flags,
                                         struct DLManagedTensorVersioned** tensor);
 
@@ -523,10 +624,10 @@ kstage_status_t kstage_map_group_export(kstage_stage_t stage, kstage_map_t map,
  * \return KSTAGE_OK when done, KSTAGE_TIMEOUT if still running, or the code
  * the op failed with (its message from kstage_op_error).
  */
-kstage_status_t kstage_wait(kstage_stage_t stage, kstage_op_t op, uint64_t timeout_ns);
+KSTAGE_API kstage_status_t kstage_wait(kstage_stage_t stage, kstage_op_t op, uint64_t timeout_ns);
 /** \brief The op's failure message ("" if it did not fail); valid until the op is released. */
-kstage_status_t kstage_op_error(kstage_stage_t stage, kstage_op_t op, const char** message);
-kstage_status_t kstage_release_op(kstage_stage_t stage, kstage_op_t op);
+KSTAGE_API kstage_status_t kstage_op_error(kstage_stage_t stage, kstage_op_t op, const char** message);
+KSTAGE_API kstage_status_t kstage_release_op(kstage_stage_t stage, kstage_op_t op);
 
 #ifdef __cplusplus
 } /* extern "C" */

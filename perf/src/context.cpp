@@ -26,7 +26,7 @@ DLTensor make_tensor(const void* data, DType dtype, int lanes, int64_t* shape) {
 Context::Context(Exec exec, uint64_t rows) : exec_(exec), rows_(rows) {
   const auto t0 = Clock::now();
   kstage_config_t config;
-  std::memset(&config, 0, sizeof config);
+  config = kstage_config_init();
   config.host_execution =
       exec == Exec::Serial ? KSTAGE_HOST_EXECUTION_SERIAL : KSTAGE_HOST_EXECUTION_PARALLEL;
   KP_CHECK(kstage_create(&config, &stage_));

@@ -46,7 +46,7 @@ class GroupExport final : public Instance {
     fill_values(b.as<float>(), s_.rows, s_.lanes, 3);
     int64_t shape[1] = {int64_t(s_.rows)};
     DLTensor t = make_tensor(b.p, DType::F32, s_.lanes, shape);
-    kstage_write_data_t d{};
+    kstage_write_data_t d = kstage_write_data_init();
     d.tensors = &t;
     d.tensor_count = 1;
     const uint64_t o = cx_.next_ordinal();

@@ -36,7 +36,7 @@ class FixedBase : public Instance {
   }
   kstage_write_data_t dense_data(const DLTensor* t) const {
     kstage_write_data_t d;
-    std::memset(&d, 0, sizeof d);
+    d = kstage_write_data_init();
     d.tensors = t;
     d.tensor_count = 1;
     d.semantic = KSTAGE_SEMANTIC_NONE;
@@ -152,7 +152,7 @@ class WriteInstance final : public FixedBase<T> {
   Timed timed_;
   double p_;
   kstage_prim_mode_t mode_ = KSTAGE_PRIM_MODE_UPSERT;
-  kstage_write_data_t data_{};
+  kstage_write_data_t data_ = kstage_write_data_init();
   kstage_query_t query_ = 0;
   std::vector<uint32_t> map_;
   std::vector<uint64_t> mask_;
@@ -171,7 +171,7 @@ class ReadInstance final : public FixedBase<T> {
       : B(cx, s), kind_(kind), compact_(compact) {}
 
   void prepare() override {
-    std::memset(&desc_, 0, sizeof desc_);
+    desc_ = kstage_read_desc_init();
     desc_.compact = compact_;
     const uint64_t n = B::n();
     if (kind_ == ReadKind::ChangeRange) {
@@ -235,7 +235,7 @@ class ReadInstance final : public FixedBase<T> {
  private:
   ReadKind kind_;
   bool compact_;
-  kstage_read_desc_t desc_{};
+  kstage_read_desc_t desc_ = kstage_read_desc_init();
   kstage_query_t query_ = 0;
   std::vector<uint32_t> rows_;  // Shuffled: source row of element k; ChangeRange: changed rows
   uint64_t seen_ = 0;

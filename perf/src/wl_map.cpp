@@ -28,7 +28,7 @@ class MapInstance final : public Instance {
   void prepare() override {
     query_ = dense_ ? cx_.all() : cx_.strided(4);
     KP_CHECK(kstage_query_count(cx_.stage(), query_, &count_));
-    std::memset(&desc_, 0, sizeof desc_);
+    desc_ = kstage_map_desc_init();
     desc_.attribute = attr_;
     desc_.dtype = DLDataType{kDLFloat, uint8_t(dtype_bytes(s_.dtype) * 8), uint16_t(s_.lanes)};
     // The base state: every prim holds the attribute, so the sparse map updates a subset.
@@ -102,7 +102,7 @@ class MapInstance final : public Instance {
   kstage_token_t attr_ = 0;
   kstage_query_t query_ = 0;
   uint64_t count_ = 0;
-  kstage_map_desc_t desc_{};
+  kstage_map_desc_t desc_ = kstage_map_desc_init();
   const void* last_buffer_ = nullptr;
   std::vector<uint32_t> last_rows_;
   uint64_t last_tick_ = 0;

@@ -42,8 +42,7 @@ class ParticlesInstance final : public Instance {
     // Initial state: every particle, both attributes, one batch.
     int64_t shape[1] = {int64_t(n_)};
     DLTensor t[2] = {make_tensor(pos_.data(), DType::F32, 3, shape), make_tensor(vel_.data(), DType::F32, 3, shape)};
-    kstage_write_data_t d[2];
-    std::memset(d, 0, sizeof d);
+    kstage_write_data_t d[2] = {kstage_write_data_init(), kstage_write_data_init()};
     for (int a = 0; a < 2; ++a) {
       d[a].tensors = &t[a];
       d[a].tensor_count = 1;
@@ -91,8 +90,7 @@ class ParticlesInstance final : public Instance {
     int64_t shape_all[1] = {int64_t(n_)}, shape_m[1] = {int64_t(m_)};
     DLTensor ta[2] = {make_tensor(snap_pos_.data(), DType::F32, 3, shape_all),
                       make_tensor(snap_vel_.data(), DType::F32, 3, shape_all)};
-    kstage_write_data_t d[2];
-    std::memset(d, 0, sizeof d);
+    kstage_write_data_t d[2] = {kstage_write_data_init(), kstage_write_data_init()};
     for (int a = 0; a < 2; ++a) {
       d[a].tensors = &ta[a];
       d[a].tensor_count = 1;
@@ -174,7 +172,7 @@ class ParticlesInstance final : public Instance {
   }
   uint64_t change_read(uint64_t ordinal) {
     kstage_read_desc_t desc;
-    std::memset(&desc, 0, sizeof desc);
+    desc = kstage_read_desc_init();
     desc.change_range = true;
     desc.range_begin = desc.range_end = ordinal;
     uint64_t seen = 0;

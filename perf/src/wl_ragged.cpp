@@ -38,7 +38,7 @@ class RaggedInstance final : public Instance {
     write_rows(2, true);
     if (op_ == RaggedOp::Read || op_ == RaggedOp::ReadCompact) write_rows(1, true);
     else build(src_, tensors_, shapes_, 1);
-    std::memset(&desc_, 0, sizeof desc_);
+    desc_ = kstage_read_desc_init();
     desc_.compact = op_ == RaggedOp::ReadCompact;
     cx_.note_column(name_, double(elements_) * double(s_.row_bytes()));
   }
@@ -106,7 +106,7 @@ class RaggedInstance final : public Instance {
   }
   kstage_write_data_t data(const std::vector<DLTensor>& tensors) const {
     kstage_write_data_t d;
-    std::memset(&d, 0, sizeof d);
+    d = kstage_write_data_init();
     d.tensors = tensors.data();
     d.tensor_count = tensors.size();
     d.is_array = true;
@@ -133,7 +133,7 @@ class RaggedInstance final : public Instance {
   HostBuf src_;
   std::vector<DLTensor> tensors_;
   std::vector<int64_t> shapes_;
-  kstage_read_desc_t desc_{};
+  kstage_read_desc_t desc_ = kstage_read_desc_init();
 };
 
 double mean_len(const std::string& dist) { return dist == "mean4" ? 4 : dist == "mean64" ? 64 : 7.5; }

@@ -42,7 +42,7 @@ int main(void) {
   t.dtype.bits = 32;
   t.dtype.lanes = 1;
   t.shape = shape;
-  memset(&w, 0, sizeof w);
+  w = kstage_write_data_init();
   w.tensors = &t;
   w.tensor_count = 1;
   CHECK(kstage_write_attribute(stage, query, attr, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op));

@@ -93,7 +93,7 @@ int main(void) {
    * not exist yet, so the descriptor gives its schema (dtype with the tuple
    * width in lanes, semantic, kind) and residency ({0, 0}: the host). UPSERT
    * creates the prims. max_group_prims 0: a single group for all N prims. */
-  memset(&desc, 0, sizeof desc);
+  desc = kstage_map_desc_init();
   desc.attribute = points;
   desc.dtype.code = kDLFloat;
   desc.dtype.bits = 32;
@@ -192,7 +192,7 @@ int main(void) {
    * prim's new length. Storage for exactly that is allocated. Here samples
    * are float32 scalars (lanes 1), prims 0, 5, 10, ... get an empty row. */
   for (i = 0; i < N; ++i) counts[i] = sample_count(i);
-  memset(&desc, 0, sizeof desc);
+  desc = kstage_map_desc_init();
   desc.attribute = samples;
   desc.dtype.code = kDLFloat;
   desc.dtype.bits = 32;

@@ -67,7 +67,7 @@ int main(void) {
   tensor.dtype.bits = 32;
   tensor.dtype.lanes = 3;
 
-  memset(&data, 0, sizeof data);
+  data = kstage_write_data_init();
   data.tensors = &tensor;
   data.tensor_count = 1;
   data.is_array = false;                 /* one tuple per prim */

@@ -169,7 +169,8 @@ int main(int argc, char** argv) {
   CHECK(kstage_query_paths(stage, paths, n, &all));
 
   shape_all[0] = (int64_t)n;
-  memset(data, 0, sizeof data);
+  data[0] = kstage_write_data_init();
+  data[1] = kstage_write_data_init();
   tensors[0] = float3_tensor(pos, shape_all);
   tensors[1] = float3_tensor(vel, shape_all);
   data[0].tensors = &tensors[0];
@@ -215,7 +216,8 @@ int main(int argc, char** argv) {
     }
     qsort(sorted, (size_t)m, sizeof(uint32_t), cmp_u32); /* the moved ones, in particle order */
 
-    memset(data, 0, sizeof data);
+    data[0] = kstage_write_data_init();
+    data[1] = kstage_write_data_init();
     data[0].semantic = KSTAGE_SEMANTIC_POINT;
     data[1].semantic = KSTAGE_SEMANTIC_VECTOR;
     if (use_mask) {
@@ -270,7 +272,7 @@ int main(int argc, char** argv) {
     if (target != all) CHECK(kstage_query_release(stage, target));
 
     /* Consumer: what changed at this ordinal? Exactly the moved particles. */
-    memset(&desc, 0, sizeof desc);
+    desc = kstage_read_desc_init();
     desc.change_range = true;
     desc.range_begin = ordinal;
     desc.range_end = ordinal;

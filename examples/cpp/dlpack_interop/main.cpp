@@ -42,6 +42,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -119,7 +120,10 @@ void export_and_consume() {
   DLManagedTensorVersioned* whole = nullptr;
   DLManagedTensorVersioned* column = nullptr;
   DLManagedTensor* legacy = nullptr;
-  Kokkos::View<double**> watch;  // a copy we keep only to watch the use count
+  // A copy we keep only to watch the use count. std::optional, not a
+  // default-constructed View: GCC 12 miscompiles those with Kokkos >= 4.7
+  // (Kokkos issue #8187), so this program never makes one.
+  std::optional<Kokkos::View<double**>> watch;
   {
     // A View filled by a kernel (on the default host execution space).
     Kokkos::View<double**, Kokkos::LayoutRight> v("v", rows, cols);
@@ -158,11 +162,11 @@ void export_and_consume() {
     // read-only, so a View of const data is refused there).
     legacy = kstage::export_dlpack_legacy(v);
 
-    watch = v;
-    std::printf("export: View use count with three exports and our copy: %d\n", watch.use_count());
-    expect(watch.use_count() == 5, "v, watch and three export contexts hold the allocation");
+    watch.emplace(v);
+    std::printf("export: View use count with three exports and our copy: %d\n", watch->use_count());
+    expect(watch->use_count() == 5, "v, watch and three export contexts hold the allocation");
   }  // `v` is gone here: only the exports (and `watch`) keep the allocation.
-  watch = Kokkos::View<double**>();  // now only the exports do
+  watch.reset();  // now only the exports do
 
   // The consumer reads the memory of a View that no longer exists in this
   // program -- the export kept it alive -- and frees it via the deleter.
@@ -271,7 +275,7 @@ void stage_round_trip() {
     // column's storage, and the stage calls the deleter when it no longer
     // needs it (here: at kstage_destroy).
     DLManagedTensorVersioned* managed[1] = {kstage::export_dlpack_versioned(positions)};
-    kstage_write_data_t data{};
+    kstage_write_data_t data = kstage_write_data_init();
     data.managed_tensors = managed;
     data.tensor_count = 1;
     kstage_op_t op = 0;

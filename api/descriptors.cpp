@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "api/descriptors.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+
+namespace kstage::capi {
+namespace {
+
+// The first released layout of each descriptor: a struct_size below it
+// cannot come from any kstage.h. These sizes are frozen; fields added later
+// go after them (static_asserts below keep the current structs free of
+// implicit padding, so that "every byte the library knows" is exact).
+template <class T>
+struct Layout;
+template <>
+struct Layout<kstage_config_t> {
+  static constexpr const char* name = "kstage_config_t";
+  static constexpr size_t first = 8;
+};
+template <>
+struct Layout<kstage_write_data_t> {
+  static constexpr const char* name = "kstage_write_data_t";
+  static constexpr size_t first = 80;
+};
+template <>
+struct Layout<kstage_read_desc_t> {
+  static constexpr const char* name = "kstage_read_desc_t";
+  static constexpr size_t first = 48;
+};
+template <>
+struct Layout<kstage_map_desc_t> {
+  static constexpr const char* name = "kstage_map_desc_t";
+  static constexpr size_t first = 48;
+};
+
+static_assert(sizeof(kstage_config_t) ==
+              offsetof(kstage_config_t, host_execution) + sizeof(kstage_host_execution_t));
+static_assert(sizeof(kstage_write_data_t) ==
+              offsetof(kstage_write_data_t, reserved) + sizeof(kstage_write_data_t::reserved));
+static_assert(sizeof(kstage_read_desc_t) ==
+              offsetof(kstage_read_desc_t, device_sync) + sizeof(kstage_device_sync_t));
+static_assert(sizeof(kstage_map_desc_t) ==
+              offsetof(kstage_map_desc_t, reserved) + sizeof(kstage_map_desc_t::reserved));
+static_assert(Layout<kstage_write_data_t>::first <= sizeof(kstage_write_data_t));
+static_assert(Layout<kstage_read_desc_t>::first <= sizeof(kstage_read_desc_t));
+static_assert(Layout<kstage_map_desc_t>::first <= sizeof(kstage_map_desc_t));
+static_assert(Layout<kstage_config_t>::first <= sizeof(kstage_config_t));
+
+// A struct_size no real caller has: the struct would be over a page.
+constexpr size_t kMaxStructSize = 4096;
+
+template <class T>
+Status check_size(uint32_t size, const char* what) {
+  using L = Layout<T>;
+  if (size == 0)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "%s.struct_size is 0: start the %s from %.*s_init() (or set struct_size = "
+                 "sizeof(%s))",
+                 what, L::name, int(std::strlen(L::name) - 2), L::name, L::name);
+  if (size < L::first || size > kMaxStructSize)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "%s.struct_size is %u, which no kstage.h declares for %s (this library's is "
+                 "%zu; the first layout's was %zu)",
+                 what, unsigned(size), L::name, sizeof(T), L::first);
+  return Status::OK();
+}
+
+// Copies the caller's `size` bytes; a newer caller's extra bytes must be 0.
+template <class T>
+Status copy_descriptor(const T* in, uint32_t size, const char* what, T& out) {
+  std::memset(&out, 0, sizeof(T));
+  std::memcpy(&out, in, std::min<size_t>(size, sizeof(T)));
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(in);
+  for (size_t i = sizeof(T); i < size; ++i)
+    if (bytes[i] != 0)
+      return error(KSTAGE_NOT_SUPPORTED,
+                   "%s sets byte %zu of its %u-byte %s, a field this kstage (%d.%d.%d, whose %s "
+                   "has %zu bytes) does not know; a newer kstage.h declared it",
+                   what, i, unsigned(size), Layout<T>::name, KSTAGE_VERSION_MAJOR,
+                   KSTAGE_VERSION_MINOR, KSTAGE_VERSION_PATCH, Layout<T>::name, sizeof(T));
+  out.struct_size = uint32_t(sizeof(T));
+  return Status::OK();
+}
+
+template <size_t N>
+Status check_reserved(const uint8_t (&reserved)[N], const char* what) {
+  for (size_t i = 0; i < N; ++i)
+    if (reserved[i] != 0)
+      return error(KSTAGE_INVALID_ARGUMENT, "%s.reserved[%zu] is %u; reserved bytes must be 0",
+                   what, i, unsigned(reserved[i]));
+  return Status::OK();
+}
+
+template <class T>
+Result<T> read_one(const T* in, const char* what) {
+  if (in == nullptr) return error(KSTAGE_INVALID_ARGUMENT, "%s is NULL", what);
+  KSTAGE_RETURN_NOT_OK(check_size<T>(in->struct_size, what));
+  T out;
+  KSTAGE_RETURN_NOT_OK(copy_descriptor(in, in->struct_size, what, out));
+  return out;
+}
+
+}  // namespace
+
+Result<kstage_config_t> read_descriptor(const kstage_config_t* in, const char* what) {
+  return read_one(in, what);
+}
+
+Result<kstage_read_desc_t> read_descriptor(const kstage_read_desc_t* in, const char* what) {
+  kstage_read_desc_t out;
+  KSTAGE_ASSIGN_OR_RETURN(out, read_one(in, what));
+  KSTAGE_RETURN_NOT_OK(check_reserved(out.reserved, what));
+  return out;
+}
+
+Result<kstage_map_desc_t> read_descriptor(const kstage_map_desc_t* in, const char* what) {
+  kstage_map_desc_t out;
+  KSTAGE_ASSIGN_OR_RETURN(out, read_one(in, what));
+  KSTAGE_RETURN_NOT_OK(check_reserved(out.reserved, what));
+  return out;
+}
+
+Status read_write_descriptors(const kstage_write_data_t* in, uint64_t n,
+                              std::vector<kstage_write_data_t>& out) {
+  out.clear();
+  if (in == nullptr || n == 0) return Status::OK();  // the engine names what is missing
+  const uint32_t size = in[0].struct_size;
+  Status layout = check_size<kstage_write_data_t>(size, "data[0]");
+  const size_t stride = layout.ok() ? size : sizeof(kstage_write_data_t);
+  const auto* base = reinterpret_cast<const unsigned char*>(in);
+  out.resize(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    const auto* d = reinterpret_cast<const kstage_write_data_t*>(base + i * stride);
+    const std::string what = format("data[%llu]", (unsigned long long)i);
+    if (!layout.ok()) {  // best effort: the fields at their current offsets
+      std::memcpy(&out[i], d, sizeof(kstage_write_data_t));
+      continue;
+    }
+    if (d->struct_size != size) {
+      layout = error(KSTAGE_INVALID_ARGUMENT,
+                     "%s.struct_size is %u but data[0].struct_size is %u; every descriptor of "
+                     "one call has the caller's struct size",
+                     what.c_str(), unsigned(d->struct_size), unsigned(size));
+      std::memcpy(&out[i], d, std::min<size_t>(size, sizeof(kstage_write_data_t)));
+      continue;
+    }
+    Status st = copy_descriptor(d, size, what.c_str(), out[i]);
+    if (st.ok()) st = check_reserved(out[i].reserved, what.c_str());
+    if (!st.ok() && layout.ok()) layout = st;
+  }
+  return layout;
+}
+
+}  // namespace kstage::capi

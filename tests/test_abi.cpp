@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: Apache-2.0
+// The compatibility rules of kstage.h ("Versioning and compatibility"): the
+// frozen layout of the extensible descriptors, and how the library reads a
+// descriptor by its struct_size -- zero, too small, larger from a newer
+// caller (accepted when the bytes it does not know are zero), reserved bytes,
+// and arrays of descriptors laid out with the caller's size.
+#include "support.hpp"
+
+#include <cstddef>
+
+using namespace kstage_test;
+
+// The first released layout. Fields may only be appended after these sizes.
+static_assert(offsetof(kstage_config_t, struct_size) == 0);
+static_assert(offsetof(kstage_config_t, host_execution) == 4);
+static_assert(sizeof(kstage_config_t) == 8);
+
+static_assert(offsetof(kstage_write_data_t, struct_size) == 0);
+static_assert(offsetof(kstage_write_data_t, semantic) == 4);
+static_assert(offsetof(kstage_write_data_t, tensors) == 8);
+static_assert(offsetof(kstage_write_data_t, managed_tensors) == 16);
+static_assert(offsetof(kstage_write_data_t, tensor_count) == 24);
+static_assert(offsetof(kstage_write_data_t, count) == 32);
+static_assert(offsetof(kstage_write_data_t, index_map) == 40);
+static_assert(offsetof(kstage_write_data_t, mask) == 48);
+static_assert(offsetof(kstage_write_data_t, device_sync) == 56);
+static_assert(offsetof(kstage_write_data_t, is_array) == 72);
+static_assert(offsetof(kstage_write_data_t, reserved) == 73);
+static_assert(sizeof(kstage_write_data_t) == 80);
+
+static_assert(offsetof(kstage_read_desc_t, struct_size) == 0);
+static_assert(offsetof(kstage_read_desc_t, change_range) == 4);
+static_assert(offsetof(kstage_read_desc_t, compact) == 5);
+static_assert(offsetof(kstage_read_desc_t, reserved) == 6);
+static_assert(offsetof(kstage_read_desc_t, range_begin) == 8);
+static_assert(offsetof(kstage_read_desc_t, range_end) == 16);
+static_assert(offsetof(kstage_read_desc_t, target_device) == 24);
+static_assert(offsetof(kstage_read_desc_t, device_sync) == 32);
+static_assert(sizeof(kstage_read_desc_t) == 48);
+
+static_assert(offsetof(kstage_map_desc_t, struct_size) == 0);
+static_assert(offsetof(kstage_map_desc_t, semantic) == 4);
+static_assert(offsetof(kstage_map_desc_t, attribute) == 8);
+static_assert(offsetof(kstage_map_desc_t, dtype) == 16);
+static_assert(offsetof(kstage_map_desc_t, prim_mode) == 20);
+static_assert(offsetof(kstage_map_desc_t, residency) == 24);
+static_assert(offsetof(kstage_map_desc_t, max_group_prims) == 32);
+static_assert(offsetof(kstage_map_desc_t, is_array) == 40);
+static_assert(offsetof(kstage_map_desc_t, reserved) == 41);
+static_assert(sizeof(kstage_map_desc_t) == 48);
+
+namespace {
+
+// A descriptor as a caller built against a newer kstage.h passes it: the
+// struct this library knows, then fields it does not.
+template <class T>
+struct Newer {
+  T known;
+  uint64_t added[2] = {0, 0};
+  Newer() : known() { known.struct_size = uint32_t(sizeof(Newer)); }
+};
+
+// Stage with one float32 column "x" over 3 prims, sealed at 1.
+struct Fixture {
+  Stage s{host_execution()};
+  std::vector<kstage_path_t> prims = s.paths("/abi", 3);
+  kstage_query_t q = s.query(prims);
+  kstage_token_t x = s.token("x");
+  kstage_token_t y = s.token("y");
+  std::vector<float> values = {1, 2, 3};
+  int64_t shape[1] = {3};
+  DLTensor t = tensor(values.data(), f32(), 1, shape);
+  Fixture() {
+    KS_OK(s.write(q, x, 1, write_data(&t)));
+    s.seal(1);
+  }
+  std::string state() { return s.fingerprint(q, {x, y}); }
+  kstage_status_t write(const kstage_write_data_t* d, uint64_t n, uint64_t ordinal) {
+    const kstage_token_t attrs[2] = {x, y};
+    kstage_op_t op = 0;
+    kstage_status_t st =
+        kstage_write_attributes(s.stage, q, attrs, d, n, ordinal, KSTAGE_PRIM_MODE_UPSERT, &op);
+    if (st == KSTAGE_OK) KS_OK(kstage_release_op(s.stage, op));
+    return st;
+  }
+  kstage_status_t read(const kstage_read_desc_t* d) {
+    kstage_read_t r = 0;
+    kstage_status_t st = kstage_read_attributes(s.stage, q, &x, 1, d, &r);
+    if (st == KSTAGE_OK) KS_OK(kstage_release_read(s.stage, r));
+    return st;
+  }
+  kstage_status_t map(const kstage_map_desc_t* d) {
+    kstage_map_t m = 0;
+    kstage_status_t st = kstage_map_attribute(s.stage, q, d, 5, nullptr, 0, &m);
+    if (st == KSTAGE_OK) KS_OK(kstage_release_map(s.stage, m));
+    return st;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the init functions set struct_size and zero every other field", "[abi]") {
+  kstage_config_t c = kstage_config_init();
+  kstage_write_data_t w = kstage_write_data_init();
+  kstage_read_desc_t r = kstage_read_desc_init();
+  kstage_map_desc_t m = kstage_map_desc_init();
+  REQUIRE(c.struct_size == sizeof c);
+  REQUIRE(w.struct_size == sizeof w);
+  REQUIRE(r.struct_size == sizeof r);
+  REQUIRE(m.struct_size == sizeof m);
+  auto zero_after_size = [](const void* p, size_t n) {
+    const unsigned char* b = static_cast<const unsigned char*>(p);
+    for (size_t i = sizeof(uint32_t); i < n; ++i)
+      if (b[i] != 0) return false;
+    return true;
+  };
+  REQUIRE(zero_after_size(&c, sizeof c));
+  REQUIRE(zero_after_size(&w, sizeof w));
+  REQUIRE(zero_after_size(&r, sizeof r));
+  REQUIRE(zero_after_size(&m, sizeof m));
+}
+
+TEST_CASE("a struct_size of 0, below the first layout, or absurd is INVALID_ARGUMENT",
+          "[abi][errors]") {
+  Fixture f;
+  const std::string before = f.state();
+  // Sizes below every first layout (8 bytes for the config), or over a page:
+  // rejected before a byte past struct_size is read.
+  for (uint32_t size : {0u, 4u, 7u, 4097u, 1u << 20, UINT32_MAX}) {
+    INFO("struct_size " << size);
+    const std::string needle = size == 0 ? "struct_size is 0" : "struct_size is " + std::to_string(size);
+
+    kstage_config_t c = kstage_config_init();
+    c.struct_size = size;
+    kstage_stage_t other = 0;
+    KS_FAILS(kstage_create(&c, &other), KSTAGE_INVALID_ARGUMENT, "config." + needle);
+    REQUIRE(other == 0);
+
+    kstage_write_data_t w = write_data(&f.t);
+    w.struct_size = size;
+    KS_FAILS(f.write(&w, 1, 2), KSTAGE_INVALID_ARGUMENT, "data[0]." + needle);
+
+    kstage_read_desc_t r = kstage_read_desc_init();
+    r.struct_size = size;
+    KS_FAILS(f.read(&r), KSTAGE_INVALID_ARGUMENT, "desc." + needle);
+
+    kstage_map_desc_t m = kstage_map_desc_init();
+    m.attribute = f.y;
+    m.dtype = f32();
+    m.struct_size = size;
+    KS_FAILS(f.map(&m), KSTAGE_INVALID_ARGUMENT, "desc." + needle);
+  }
+  // Just below each first layout.
+  {
+    kstage_write_data_t w = write_data(&f.t);
+    w.struct_size = 79;
+    KS_FAILS(f.write(&w, 1, 2), KSTAGE_INVALID_ARGUMENT, "data[0].struct_size is 79");
+    kstage_read_desc_t r = kstage_read_desc_init();
+    r.struct_size = 47;
+    KS_FAILS(f.read(&r), KSTAGE_INVALID_ARGUMENT, "the first layout's was 48");
+    kstage_map_desc_t m = kstage_map_desc_init();
+    m.struct_size = 40;
+    KS_FAILS(f.map(&m), KSTAGE_INVALID_ARGUMENT, "desc.struct_size is 40");
+  }
+  // The message says how to build the descriptor.
+  kstage_read_desc_t r = kstage_read_desc_init();
+  r.struct_size = 0;
+  KS_FAILS(f.read(&r), KSTAGE_INVALID_ARGUMENT, "kstage_read_desc_init()");
+  REQUIRE(f.state() == before);
+}
+
+TEST_CASE("a newer caller's larger descriptor is read when the fields it adds are zero",
+          "[abi]") {
+  Fixture f;
+  SECTION("config") {
+    Newer<kstage_config_t> c;
+    c.known.host_execution = KSTAGE_HOST_EXECUTION_SERIAL;
+    kstage_stage_t other = 0;
+    KS_OK(kstage_create(&c.known, &other));
+    KS_OK(kstage_destroy(other));
+    c.added[1] = 7;
+    KS_FAILS(kstage_create(&c.known, &other), KSTAGE_NOT_SUPPORTED,
+             "config sets byte 16 of its 24-byte kstage_config_t");
+  }
+  SECTION("read descriptor: a change-range read") {
+    Newer<kstage_read_desc_t> r;
+    r.known.change_range = true;
+    r.known.range_begin = 1;
+    r.known.range_end = 1;
+    auto groups = f.s.read(f.q, {f.x}, &r.known);
+    REQUIRE(groups.size() == 1);
+    REQUIRE(groups[0].prims == f.prims);
+    r.added[0] = uint64_t(1) << 56;  // the last byte of the first added field
+    KS_FAILS(f.read(&r.known), KSTAGE_NOT_SUPPORTED, "desc sets byte 55 of its 64-byte");
+  }
+  SECTION("map descriptor") {
+    Newer<kstage_map_desc_t> m;
+    m.known.attribute = f.y;
+    m.known.dtype = f32();
+    KS_OK(f.map(&m.known));
+    m.added[1] = 1;
+    KS_FAILS(f.map(&m.known), KSTAGE_NOT_SUPPORTED, "does not know");
+  }
+  SECTION("an array of write descriptors is laid out with the caller's struct size") {
+    std::vector<float> ys = {10, 20, 30};
+    DLTensor ty = tensor(ys.data(), f32(), 1, f.shape);
+    Newer<kstage_write_data_t> d[2];
+    d[0].known.tensors = &f.t;
+    d[0].known.tensor_count = 1;
+    d[1].known.tensors = &ty;
+    d[1].known.tensor_count = 1;
+    REQUIRE(f.write(&d[0].known, 2, 2) == KSTAGE_OK);
+    f.s.seal(2);
+    REQUIRE(f.s.floats(f.q, f.y) ==
+            std::map<kstage_path_t, std::vector<float>>{
+                {f.prims[0], {10}}, {f.prims[1], {20}}, {f.prims[2], {30}}});
+    const std::string before = f.state();
+    d[1].added[0] = 1;
+    KS_FAILS(f.write(&d[0].known, 2, 3), KSTAGE_NOT_SUPPORTED, "data[1] sets byte 80");
+    d[1].added[0] = 0;
+    d[1].known.struct_size = sizeof(kstage_write_data_t);
+    KS_FAILS(f.write(&d[0].known, 2, 3), KSTAGE_INVALID_ARGUMENT,
+             "data[1].struct_size is 80 but data[0].struct_size is 96");
+    REQUIRE(f.state() == before);
+  }
+}
+
+TEST_CASE("reserved bytes must be zero", "[abi][errors]") {
+  Fixture f;
+  const std::string before = f.state();
+  for (int i = 0; i < 7; ++i) {
+    INFO("reserved[" << i << "]");
+    kstage_write_data_t w = write_data(&f.t);
+    w.reserved[i] = 1;
+    KS_FAILS(f.write(&w, 1, 2), KSTAGE_INVALID_ARGUMENT,
+             "data[0].reserved[" + std::to_string(i) + "] is 1");
+    kstage_map_desc_t m = kstage_map_desc_init();
+    m.attribute = f.y;
+    m.dtype = f32();
+    m.reserved[i] = 2;
+    KS_FAILS(f.map(&m), KSTAGE_INVALID_ARGUMENT, "desc.reserved[" + std::to_string(i) + "] is 2");
+  }
+  for (int i = 0; i < 2; ++i) {
+    kstage_read_desc_t r = kstage_read_desc_init();
+    r.reserved[i] = 3;
+    KS_FAILS(f.read(&r), KSTAGE_INVALID_ARGUMENT, "desc.reserved[" + std::to_string(i) + "] is 3");
+  }
+  REQUIRE(f.state() == before);
+}
+
+TEST_CASE("NULL read and config descriptors mean the defaults", "[abi]") {
+  Fixture f;
+  REQUIRE(f.read(nullptr) == KSTAGE_OK);
+  kstage_stage_t other = 0;
+  KS_OK(kstage_create(nullptr, &other));
+  KS_OK(kstage_destroy(other));
+  kstage_map_t m = 0;
+  KS_FAILS(kstage_map_attribute(f.s.stage, f.q, nullptr, 5, nullptr, 0, &m),
+           KSTAGE_INVALID_ARGUMENT, "desc is NULL");
+}

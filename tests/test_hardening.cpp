@@ -1,0 +1,192 @@
+// SPDX-License-Identifier: Apache-2.0
+// Defects found by fuzzing the C API from the outside, one test each (each
+// fails, or aborts under the asan preset, without its fix): unaddressable
+// strides, tensor_count used before it is validated, and the message of a
+// map whose dtype does not match its column. (The compact read of all-empty
+// array rows is in test_array.cpp; the pin/release hand-off in test_stress.)
+#include "support.hpp"
+
+#include <limits>
+
+using namespace kstage_test;
+
+namespace {
+
+// A query of 4 prims holding a float64 column "x" = {1, 2, 3, 4} at ordinal 1.
+struct Fixture {
+  Stage s{host_execution()};
+  std::vector<kstage_path_t> prims = s.paths("/h", 4);
+  kstage_query_t q = s.query(prims);
+  kstage_token_t x = s.token("x");
+  Fixture() {
+    std::vector<double> v = {1, 2, 3, 4};
+    int64_t shape[1] = {4};
+    DLTensor t = tensor(v.data(), f64(), 1, shape);
+    KS_OK(s.write(q, x, 1, write_data(&t)));
+    s.seal(1);
+  }
+  std::string state() { return s.fingerprint(q, {x}); }
+};
+
+}  // namespace
+
+TEST_CASE("a stride whose byte offset overflows is rejected, naming the axis and the stride",
+          "[hardening][strides][errors]") {
+  Fixture f;
+  const std::string before = f.state();
+  std::vector<double> data(8, 5.0);
+
+  SECTION("float64, strides[0] = 2^61 + 2^37: 8 bytes times that wraps to 2^40") {
+    int64_t shape[1] = {4};
+    int64_t strides[1] = {(int64_t(1) << 61) + (int64_t(1) << 37)};
+    DLTensor t = tensor(data.data(), f64(), 1, shape, strides);
+    KS_FAILS(f.s.write(f.q, f.x, 2, write_data(&t)), KSTAGE_INVALID_ARGUMENT,
+             "tensors[0]: strides[0] = 2305843146652647424 is not addressable");
+  }
+  SECTION("a stride that fits in bytes but not over the extent") {
+    int64_t shape[1] = {4};
+    int64_t strides[1] = {int64_t(1) << 60};  // 2^63 bytes, 3 steps
+    DLTensor t = tensor(data.data(), f64(), 1, shape, strides);
+    KS_FAILS(f.s.write(f.q, f.x, 2, write_data(&t)), KSTAGE_INVALID_ARGUMENT, "strides[0]");
+  }
+  SECTION("INT64_MIN and INT64_MAX") {
+    for (int64_t bad : {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
+                        -(int64_t(1) << 61)}) {
+      INFO("stride " << bad);
+      int64_t shape[1] = {4};
+      int64_t strides[1] = {bad};
+      DLTensor t = tensor(data.data(), f64(), 1, shape, strides);
+      KS_FAILS(f.s.write(f.q, f.x, 2, write_data(&t)), KSTAGE_INVALID_ARGUMENT,
+               "strides[0] = " + std::to_string(bad));
+    }
+  }
+  SECTION("an interior axis: (4, 2) float32 with strides[1] = 2^62") {
+    kstage_token_t y = f.s.token("y");
+    std::vector<float> fl(16, 1.f);
+    int64_t shape[2] = {4, 2};
+    int64_t strides[2] = {2, int64_t(1) << 62};
+    DLTensor t = tensor(fl.data(), f32(), 2, shape, strides);
+    KS_FAILS(f.s.write(f.q, y, 2, write_data(&t)), KSTAGE_INVALID_ARGUMENT,
+             "strides[1] = 4611686018427387904");
+  }
+  SECTION("axes that each fit but whose spans add up past 2^63") {
+    kstage_token_t y = f.s.token("y");
+    std::vector<float> fl(16, 1.f);
+    int64_t shape[2] = {4, 2};
+    int64_t strides[2] = {int64_t(1) << 58, int64_t(1) << 61};  // 3 x 2^60 + 2^63 bytes
+    DLTensor t = tensor(fl.data(), f32(), 2, shape, strides);
+    KS_FAILS(f.s.write(f.q, y, 2, write_data(&t)), KSTAGE_INVALID_ARGUMENT, "not addressable");
+  }
+  SECTION("a row tensor of an array write") {
+    kstage_token_t r = f.s.token("ragged");
+    int64_t s0[1] = {2}, s1[1] = {3};
+    int64_t bad[1] = {int64_t(1) << 62};
+    DLTensor rows[2] = {tensor(data.data(), f64(), 1, s0), tensor(data.data(), f64(), 1, s1, bad)};
+    kstage_query_t two = f.s.query({f.prims[0], f.prims[1]});
+    KS_FAILS(f.s.write(two, r, 2, write_data(rows, 2, true)), KSTAGE_INVALID_ARGUMENT,
+             "tensors[1]: strides[0] = 4611686018427387904");
+  }
+  REQUIRE(f.state() == before);
+}
+
+TEST_CASE("the stride of an extent-1 axis is never used, so any value is accepted",
+          "[hardening][strides]") {
+  Fixture f;
+  // One row: its stride is arbitrary in DLPack (numpy gives such strides).
+  // Multiplying it by the element size was undefined behaviour (UBSan).
+  kstage_query_t one = f.s.query({f.prims[2]});
+  uint64_t ordinal = 1;
+  for (int64_t stride : {(int64_t(1) << 61) + (int64_t(1) << 37),
+                         std::numeric_limits<int64_t>::max(),
+                         std::numeric_limits<int64_t>::min(), int64_t(0)}) {
+    INFO("stride " << stride);
+    ++ordinal;
+    double value = double(ordinal) * 10;
+    int64_t shape[1] = {1};
+    int64_t strides[1] = {stride};
+    DLTensor t = tensor(&value, f64(), 1, shape, strides);
+    KS_OK(f.s.write(one, f.x, ordinal, write_data(&t)));
+    f.s.seal(ordinal);
+    auto v = f.s.values(one, f.x);
+    double got = 0;
+    std::memcpy(&got, v[f.prims[2]].data(), sizeof got);
+    REQUIRE(got == value);
+  }
+  // An extent-1 interior axis too: (4, 1) with a wild strides[1].
+  std::vector<double> col = {7, 8, 9, 10};
+  int64_t shape[2] = {4, 1};
+  int64_t strides[2] = {1, std::numeric_limits<int64_t>::min()};
+  DLTensor t = tensor(col.data(), f64(), 2, shape, strides);
+  KS_OK(f.s.write(f.q, f.x, 100, write_data(&t)));
+  f.s.seal(100);
+  auto v = f.s.values(f.q, f.x);
+  for (size_t i = 0; i < 4; ++i) {
+    double got = 0;
+    std::memcpy(&got, v[f.prims[i]].data(), sizeof got);
+    REQUIRE(got == col[i]);
+  }
+}
+
+TEST_CASE("tensor_count is validated before anything is sized by it or read through it",
+          "[hardening][tensor_count][errors]") {
+  Fixture f;
+  const std::string before = f.state();
+  std::vector<double> v = {1, 2, 3, 4};
+  int64_t shape[1] = {4};
+  DLTensor t = tensor(v.data(), f64(), 1, shape);  // the only DLTensor there is
+
+  SECTION("fixed-size: 2^40 and UINT64_MAX give INVALID_ARGUMENT, not OOM or INTERNAL") {
+    for (uint64_t n : {uint64_t(1) << 40, std::numeric_limits<uint64_t>::max(), uint64_t(2)}) {
+      INFO("tensor_count " << n);
+      kstage_write_data_t w = write_data(&t);
+      w.tensor_count = n;
+      KS_FAILS(f.s.write(f.q, f.x, 2, w), KSTAGE_INVALID_ARGUMENT,
+               "takes exactly 1 tensor, got tensor_count " + std::to_string(n));
+    }
+  }
+  SECTION("array without index_map: more tensors than prims addressed") {
+    kstage_token_t r = f.s.token("ragged");
+    for (uint64_t n : {uint64_t(1) << 40, std::numeric_limits<uint64_t>::max(), uint64_t(5)}) {
+      INFO("tensor_count " << n);
+      kstage_write_data_t w = write_data(&t, n, true);
+      KS_FAILS(f.s.write(f.q, r, 2, w), KSTAGE_INVALID_ARGUMENT,
+               std::to_string(n) + " source row(s) (tensor_count, one tensor per row)");
+    }
+  }
+  SECTION("array with an index_map: beyond 2^32-1 source rows") {
+    kstage_token_t r = f.s.token("ragged");
+    const uint32_t index_map[4] = {0, 0, 0, 0};
+    for (uint64_t n : {uint64_t(1) << 40, std::numeric_limits<uint64_t>::max()}) {
+      INFO("tensor_count " << n);
+      kstage_write_data_t w = write_data(&t, n, true);
+      w.count = 4;
+      w.index_map = index_map;
+      KS_FAILS(f.s.write(f.q, r, 2, w), KSTAGE_INVALID_ARGUMENT, "exceeds 2^32-1");
+    }
+  }
+  REQUIRE(f.state() == before);
+}
+
+TEST_CASE("a map of an existing column with another dtype names both dtypes",
+          "[hardening][map][errors]") {
+  Fixture f;  // "x" is float64
+  const std::string before = f.state();
+  kstage_map_t map = 0;
+  SECTION("a zero dtype (the descriptor left unset)") {
+    kstage_map_desc_t d = kstage_map_desc_init();
+    d.attribute = f.x;
+    KS_FAILS(kstage_map_attribute(f.s.stage, f.q, &d, 2, nullptr, 0, &map),
+             KSTAGE_INVALID_ARGUMENT, "does not match column 'x' dtype float64");
+    REQUIRE(std::string(kstage_last_error()).find("must match") != std::string::npos);
+    REQUIRE(std::string(kstage_last_error()).find("bit width") == std::string::npos);
+  }
+  SECTION("float32 for a float64 column") {
+    kstage_map_desc_t d = kstage_map_desc_init();
+    d.attribute = f.x;
+    d.dtype = f32();
+    KS_FAILS(kstage_map_attribute(f.s.stage, f.q, &d, 2, nullptr, 0, &map),
+             KSTAGE_INVALID_ARGUMENT, "dtype float32 does not match column 'x' dtype float64");
+  }
+  REQUIRE(map == 0);
+  REQUIRE(f.state() == before);
+}
