@@ -7,21 +7,37 @@ namespace kstage::core {
 
 ManagedTensors::ManagedTensors(const kstage_write_data_t* data, uint64_t n) {
   if (data == nullptr) return;
+  struct Listed {
+    DLManagedTensorVersioned* t;
+    uint64_t i, j;
+  };
+  std::vector<Listed> listed;
   for (uint64_t i = 0; i < n; ++i) {
     const kstage_write_data_t& d = data[i];
     if (d.managed_tensors == nullptr) continue;
-    for (uint64_t j = 0; j < d.tensor_count; ++j) {
-      DLManagedTensorVersioned* t = d.managed_tensors[j];
-      if (t == nullptr) continue;
-      if (std::find(owned_.begin(), owned_.end(), t) != owned_.end()) {
-        if (duplicate_.empty())
-          duplicate_ = format("data[%llu].managed_tensors[%llu] is listed more than once",
-                              (unsigned long long)i, (unsigned long long)j);
-        continue;
-      }
-      owned_.push_back(t);
-    }
+    for (uint64_t j = 0; j < d.tensor_count; ++j)
+      if (d.managed_tensors[j] != nullptr) listed.push_back({d.managed_tensors[j], i, j});
   }
+  // Repeats in O(n log n) (an array write may hand over one tensor per row):
+  // every listing of a pointer after its first is a repeat, kept once.
+  std::vector<size_t> order(listed.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return listed[a].t < listed[b].t; });
+  std::vector<char> repeat(listed.size(), 0);
+  size_t first_repeat = listed.size();
+  for (size_t k = 1; k < order.size(); ++k)
+    if (listed[order[k]].t == listed[order[k - 1]].t) {
+      repeat[order[k]] = 1;
+      first_repeat = std::min(first_repeat, order[k]);
+    }
+  owned_.reserve(listed.size());
+  for (size_t k = 0; k < listed.size(); ++k)
+    if (!repeat[k]) owned_.push_back(listed[k].t);
+  if (first_repeat < listed.size())
+    duplicate_ = format("data[%llu].managed_tensors[%llu] is listed more than once",
+                        (unsigned long long)listed[first_repeat].i,
+                        (unsigned long long)listed[first_repeat].j);
 }
 
 ManagedTensors::~ManagedTensors() {
