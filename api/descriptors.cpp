@@ -59,7 +59,9 @@ Status check_size(uint32_t size, const char* what) {
                  "%s.struct_size is 0: start the %s from %.*s_init() (or set struct_size = "
                  "sizeof(%s))",
                  what, L::name, int(std::strlen(L::name) - 2), L::name, L::name);
-  if (size < L::first || size > kMaxStructSize)
+  // sizeof any version of the struct is a multiple of its alignment (which
+  // later versions never lower): other sizes would misalign arrays of it.
+  if (size < L::first || size > kMaxStructSize || size % alignof(T) != 0)
     return error(KSTAGE_INVALID_ARGUMENT,
                  "%s.struct_size is %u, which no kstage.h declares for %s (this library's is "
                  "%zu; the first layout's was %zu)",

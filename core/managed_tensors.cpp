@@ -15,7 +15,10 @@ ManagedTensors::ManagedTensors(const kstage_write_data_t* data, uint64_t n) {
   for (uint64_t i = 0; i < n; ++i) {
     const kstage_write_data_t& d = data[i];
     if (d.managed_tensors == nullptr) continue;
-    for (uint64_t j = 0; j < d.tensor_count; ++j)
+    // A fixed-size write has exactly one tensor: only entry 0 is read (a
+    // tensor_count other than 1 is rejected without reading further).
+    const uint64_t listed_count = d.is_array ? d.tensor_count : std::min<uint64_t>(d.tensor_count, 1);
+    for (uint64_t j = 0; j < listed_count; ++j)
       if (d.managed_tensors[j] != nullptr) listed.push_back({d.managed_tensors[j], i, j});
   }
   // Repeats in O(n log n) (an array write may hand over one tensor per row):

@@ -13,8 +13,10 @@ namespace kstage::core {
 
 class ManagedTensors {
  public:
-  // Takes every managed tensor of data[0, n). A pointer listed twice is kept
-  // once (and reported by check()).
+  // Takes every managed tensor of data[0, n): each entry of an array write,
+  // entry 0 of a fixed-size one (whose tensor_count must be 1; entries past
+  // 0 are never read). A pointer listed twice is kept once (and reported by
+  // check()).
   ManagedTensors(const kstage_write_data_t* data, uint64_t n);
   ~ManagedTensors();
   ManagedTensors(const ManagedTensors&) = delete;

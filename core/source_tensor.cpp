@@ -57,34 +57,59 @@ Result<SourceTensor> decode(const DLTensor* t) {
   if (total != 0 && t->data == nullptr)
     return error(KSTAGE_INVALID_ARGUMENT, "%s: data is NULL but the tensor has %llu elements", w,
                  (unsigned long long)total);
-  s.base = static_cast<const std::byte*>(t->data) + t->byte_offset;
-
-  if (t->strides == nullptr || total == 0) {  // NULL strides: compact row-major
+  if (total == 0) {  // nothing is ever read: no address to form (data may be NULL)
+    s.base = nullptr;
     s.layout = SourceTensor::Layout::Compact;
     s.row_stride_bytes = int64_t(s.row_bytes);
     return s;
   }
+
   // Strides in bytes. An axis of extent 1 is never stepped along, so its
   // stride (arbitrary in DLPack) is not used at all, not even multiplied.
   // Every other axis must be addressable: its stride in bytes times its
-  // extent, and the sum of all axes' spans, fit in int64.
+  // extent fits in int64, and so do the spans of all axes added up, forwards
+  // (positive strides) and backwards (negative ones).
   int64_t byte_strides[kernels::StridedCopy::kMaxDims] = {};
-  uint64_t span = 0;
-  for (int d = 0; d < t->ndim; ++d) {
-    if (t->shape[d] <= 1) continue;
-    int64_t bytes, reach;
-    const bool wraps = __builtin_mul_overflow(t->strides[d], int64_t(elem), &bytes) ||
-                       __builtin_mul_overflow(bytes, t->shape[d] - 1, &reach) ||
-                       reach == std::numeric_limits<int64_t>::min();
-    const uint64_t axis_span = wraps ? 0 : uint64_t(reach < 0 ? -reach : reach);
-    if (wraps || axis_span > uint64_t(std::numeric_limits<int64_t>::max()) - span)
-      return error(KSTAGE_INVALID_ARGUMENT,
-                   "%s: strides[%d] = %lld is not addressable: %lld steps of %lld elements of "
-                   "%zu bytes overflow a 64-bit byte offset",
-                   w, d, (long long)t->strides[d], (long long)(t->shape[d] - 1),
-                   (long long)t->strides[d], elem);
-    span += axis_span;
-    byte_strides[d] = bytes;
+  uint64_t forward = 0, backward = 0;
+  if (t->strides == nullptr) {
+    forward = total * elem - elem;  // compact row-major (total * elem was checked above)
+  } else {
+    for (int d = 0; d < t->ndim; ++d) {
+      if (t->shape[d] <= 1) continue;
+      int64_t bytes, reach;
+      const bool wraps = __builtin_mul_overflow(t->strides[d], int64_t(elem), &bytes) ||
+                         __builtin_mul_overflow(bytes, t->shape[d] - 1, &reach) ||
+                         reach == std::numeric_limits<int64_t>::min();
+      uint64_t& span = reach < 0 ? backward : forward;
+      const uint64_t axis_span = wraps ? 0 : uint64_t(reach < 0 ? -reach : reach);
+      if (wraps || axis_span > uint64_t(std::numeric_limits<int64_t>::max()) - span)
+        return error(KSTAGE_INVALID_ARGUMENT,
+                     "%s: strides[%d] = %lld is not addressable: %lld steps of %lld elements of "
+                     "%zu bytes overflow a 64-bit byte offset",
+                     w, d, (long long)t->strides[d], (long long)(t->shape[d] - 1),
+                     (long long)t->strides[d], elem);
+      span += axis_span;
+      byte_strides[d] = bytes;
+    }
+  }
+  // The bytes read, [data + byte_offset - backward, data + byte_offset +
+  // forward + elem), must be addresses: no wrap around either end.
+  const uintptr_t data = reinterpret_cast<uintptr_t>(t->data);
+  if (t->byte_offset > UINTPTR_MAX - data)
+    return error(KSTAGE_INVALID_ARGUMENT, "%s: byte_offset %llu overflows the address of data", w,
+                 (unsigned long long)t->byte_offset);
+  const uintptr_t first = data + uintptr_t(t->byte_offset);
+  if (backward > first || forward > UINTPTR_MAX - first || elem > UINTPTR_MAX - first - forward)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "%s: the elements span %llu bytes before and %llu bytes after data + byte_offset, "
+                 "which wraps around the address space",
+                 w, (unsigned long long)backward, (unsigned long long)forward);
+  s.base = static_cast<const std::byte*>(t->data) + t->byte_offset;
+
+  if (t->strides == nullptr) {  // NULL strides: compact row-major
+    s.layout = SourceTensor::Layout::Compact;
+    s.row_stride_bytes = int64_t(s.row_bytes);
+    return s;
   }
   // Interior axes contiguous (ignoring extent-1 axes, whose stride is arbitrary)?
   bool interior_compact = true;

@@ -7,7 +7,7 @@
 namespace kstage {
 namespace {
 
-std::string vformat(const char* fmt, va_list args) {
+KSTAGE_PRINTF(1, 0) std::string vformat(const char* fmt, va_list args) {
   va_list again;
   va_copy(again, args);
   const int n = std::vsnprintf(nullptr, 0, fmt, args);

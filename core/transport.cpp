@@ -220,17 +220,19 @@ Result<StagedRows> stage_array(const std::vector<SourceTensor>& src, bool packed
   const uint32_t* source_index = sel.index_map ? sel.index_map : sel.subset_index();
   const size_t eb = src[0].row_bytes;  // bytes per element
   std::vector<BufferPtr> keep;
+  // Source rows: per tensor, or cut from the packed tensor on the fly (the
+  // packed row count comes from the index_map and may be far larger than
+  // the rows written: nothing is built per source row).
   std::vector<const std::byte*> row_ptr;
   std::vector<uint64_t> row_len;
+  const std::byte* packed_base = nullptr;
+  uint64_t packed_row_bytes = 0;
   if (packed) {
-    const std::byte* base;
-    KSTAGE_ASSIGN_OR_RETURN(base, contiguous_elements(src[0], backend, keep));
-    const uint64_t per_row = src[0].rows / packed_rows;
-    for (uint64_t r = 0; r < packed_rows; ++r) {
-      row_ptr.push_back(base + r * per_row * eb);
-      row_len.push_back(per_row * eb);
-    }
+    KSTAGE_ASSIGN_OR_RETURN(packed_base, contiguous_elements(src[0], backend, keep));
+    packed_row_bytes = src[0].rows / packed_rows * eb;
   } else {
+    row_ptr.reserve(src.size());
+    row_len.reserve(src.size());
     for (const SourceTensor& s : src) {
       const std::byte* base;
       KSTAGE_ASSIGN_OR_RETURN(base, contiguous_elements(s, backend, keep));
@@ -247,11 +249,12 @@ Result<StagedRows> stage_array(const std::vector<SourceTensor>& src, bool packed
   uint64_t cursor = 0, align_bits = kernels::kRaggedRowAlign;
   for (size_t i = 0; i < n; ++i) {
     const size_t s = source_index ? source_index[i] : i;
-    from[i] = row_ptr[s];
+    const uint64_t len = packed ? packed_row_bytes : row_len[s];
+    from[i] = packed ? (len ? packed_base + s * len : nullptr) : row_ptr[s];
     out.starts[i] = cursor;
-    out.lengths[i] = row_len[s];
-    align_bits |= reinterpret_cast<uintptr_t>(from[i]) | cursor | row_len[s];
-    cursor += kernels::ragged_align_up(row_len[s]);
+    out.lengths[i] = len;
+    align_bits |= reinterpret_cast<uintptr_t>(from[i]) | cursor | len;
+    cursor += kernels::ragged_align_up(len);
   }
   KSTAGE_ASSIGN_OR_RETURN(out.data, backend.allocate(std::max<uint64_t>(cursor, 1)));
   kernels::RaggedCopy c{out.data->data(), out.starts.data(), from.data(), out.lengths.data(), n};

@@ -162,6 +162,16 @@ TEST_CASE("a struct_size of 0, below the first layout, or absurd is INVALID_ARGU
     m.struct_size = 40;
     KS_FAILS(f.map(&m), KSTAGE_INVALID_ARGUMENT, "desc.struct_size is 40");
   }
+  // Not a multiple of the struct's alignment: no kstage.h declares it.
+  {
+    kstage_write_data_t w = write_data(&f.t);
+    w.struct_size = 81;
+    KS_FAILS(f.write(&w, 1, 2), KSTAGE_INVALID_ARGUMENT, "data[0].struct_size is 81");
+    kstage_config_t c = kstage_config_init();
+    c.struct_size = 10;
+    kstage_stage_t other = 0;
+    KS_FAILS(kstage_create(&c, &other), KSTAGE_INVALID_ARGUMENT, "config.struct_size is 10");
+  }
   // The message says how to build the descriptor.
   kstage_read_desc_t r = kstage_read_desc_init();
   r.struct_size = 0;

@@ -190,3 +190,64 @@ TEST_CASE("a map of an existing column with another dtype names both dtypes",
   REQUIRE(map == 0);
   REQUIRE(f.state() == before);
 }
+
+TEST_CASE("addresses are formed only for elements that exist, and never wrap",
+          "[hardening][byte_offset][errors]") {
+  Fixture f;
+  const std::string before = f.state();
+  SECTION("an empty tensor with NULL data and a byte_offset is a valid empty write") {
+    // Adding the offset to NULL was undefined behaviour (UBSan).
+    kstage_query_t none = f.s.query({});
+    int64_t shape[1] = {0};
+    DLTensor t = tensor(nullptr, f64(), 1, shape);
+    t.byte_offset = 1;
+    KS_OK(f.s.write(none, f.x, 2, write_data(&t)));
+    f.s.seal(2);
+    REQUIRE(f.s.values(f.q, f.x).size() == 4);  // nothing changed
+  }
+  SECTION("a byte_offset past the end of the address space") {
+    std::vector<double> v = {1, 2, 3, 4};
+    int64_t shape[1] = {4};
+    DLTensor t = tensor(v.data(), f64(), 1, shape);
+    t.byte_offset = std::numeric_limits<uint64_t>::max() - 7;
+    KS_FAILS(f.s.write(f.q, f.x, 2, write_data(&t)), KSTAGE_INVALID_ARGUMENT,
+             "tensors[0]: byte_offset 18446744073709551608 overflows");
+  }
+  SECTION("negative strides that reach below address 0") {
+    int64_t shape[1] = {4};
+    int64_t strides[1] = {-1000};
+    // Never dereferenced: the range check rejects it first.
+    DLTensor t = tensor(reinterpret_cast<void*>(uintptr_t(4096)), f64(), 1, shape, strides);
+    KS_FAILS(f.s.write(f.q, f.x, 2, write_data(&t)), KSTAGE_INVALID_ARGUMENT,
+             "24000 bytes before and 0 bytes after data + byte_offset, which wraps");
+  }
+  SECTION("a compact tensor that would end past the address space") {
+    int64_t shape[1] = {4};
+    DLTensor t = tensor(reinterpret_cast<void*>(UINTPTR_MAX - 15), f64(), 1, shape);
+    KS_FAILS(f.s.write(f.q, f.x, 2, write_data(&t)), KSTAGE_INVALID_ARGUMENT, "wraps around");
+  }
+  if (f.s.floor(f.x) == 1) REQUIRE(f.state() == before);  // the empty write's seal moved it
+}
+
+TEST_CASE("a packed array write picking one row of 2^32 empty source rows builds nothing per "
+          "source row",
+          "[hardening][array][packed]") {
+  // index_map [2^32 - 1] over one packed tensor of 0 elements: 2^32 source
+  // rows of 0 elements each. Building a pointer and a length per source row
+  // took minutes and gigabytes; only the written rows cost anything now.
+  Stage s(host_execution());
+  auto prims = s.paths("/packed", 2);
+  kstage_query_t q = s.query(prims);
+  kstage_token_t r = s.token("ragged");
+  int64_t shape[1] = {0};
+  DLTensor t = tensor(nullptr, f32(), 1, shape);
+  const uint32_t index_map[1] = {UINT32_MAX};
+  kstage_write_data_t w = write_data(&t, 1, true);
+  w.count = 1;
+  w.index_map = index_map;
+  KS_OK(s.write(q, r, 1, w));
+  s.seal(1);
+  auto v = s.values(q, r);
+  REQUIRE(v.size() == 1);
+  REQUIRE(v[prims[0]].empty());
+}

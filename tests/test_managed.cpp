@@ -799,13 +799,21 @@ TEST_CASE("a rejected descriptor layout still deletes each managed tensor exactl
     REQUIRE(ledger.of(m0.id) == 1);
     REQUIRE(ledger.of(m1.id) == 1);
   }
-  SECTION("a fixed-size write listing two managed tensors") {
+  SECTION("a fixed-size write with tensor_count 2: entry 0 is the stage's, entry 1 never read") {
     Made m0 = managed_f32({1, 2}), m1 = managed_f32({3, 4});
     DLManagedTensorVersioned* list[2] = {m0.t, m1.t};
     KS_FAILS(s.write(q, a, 1, managed_data(list, 2)), KSTAGE_INVALID_ARGUMENT,
              "takes exactly 1 tensor, got tensor_count 2");
     REQUIRE(ledger.of(m0.id) == 1);
-    REQUIRE(ledger.of(m1.id) == 1);
+    REQUIRE(ledger.of(m1.id) == 0);  // still the caller's
+    m1.t->deleter(m1.t);
+  }
+  SECTION("a fixed-size write with tensor_count 2^40 over a one-entry list") {
+    Made m0 = managed_f32({1, 2});
+    DLManagedTensorVersioned* list[1] = {m0.t};  // nothing after it may be read
+    KS_FAILS(s.write(q, a, 1, managed_data(list, uint64_t(1) << 40)), KSTAGE_INVALID_ARGUMENT,
+             "takes exactly 1 tensor");
+    REQUIRE(ledger.of(m0.id) == 1);
   }
   REQUIRE(ledger.all_once());
   REQUIRE(s.fingerprint(q, {a, b}) == before);

@@ -167,13 +167,23 @@ TEST_CASE("tensors and managed_tensors: exactly one, with at least one tensor",
   wm.managed_tensors = list4;
   r.rejects(r.points, wm, KSTAGE_INVALID_ARGUMENT, "DLPack version");
   REQUIRE(old_version.deleted == 1);
-  // The same managed tensor listed twice: refused, deleted once.
+  // The same managed tensor listed twice (as rows of an array write): refused,
+  // deleted once.
   Managed twice(r.f12.data(), f32(3), 1, shape);
   DLManagedTensorVersioned* list5[2] = {&twice.m, &twice.m};
   wm.managed_tensors = list5;
   wm.tensor_count = 2;
+  wm.is_array = true;
   r.rejects(r.points, wm, KSTAGE_INVALID_ARGUMENT, "listed more than once");
   REQUIRE(twice.deleted == 1);
+  // A fixed-size write reads entry 0 only: listing it twice is a tensor_count
+  // of 2, rejected without reading entry 1, and entry 0 is deleted once.
+  Managed twice_fixed(r.f12.data(), f32(3), 1, shape);
+  DLManagedTensorVersioned* list6[2] = {&twice_fixed.m, &twice_fixed.m};
+  wm.managed_tensors = list6;
+  wm.is_array = false;
+  r.rejects(r.points, wm, KSTAGE_INVALID_ARGUMENT, "takes exactly 1 tensor, got tensor_count 2");
+  REQUIRE(twice_fixed.deleted == 1);
   r.fresh_has_no_column();
 }
 

@@ -121,7 +121,7 @@ class HostBackend final : public core::Backend {
 
 bool is_host_memory(int32_t t) { return t == kDLCPU || t == kDLCUDAHost || t == kDLROCMHost; }
 
-std::unique_ptr<core::Backend> make_host_backend(bool parallel) {
+std::unique_ptr<core::Backend> make_host_backend([[maybe_unused]] bool parallel) {
 #if defined(KOKKOS_ENABLE_OPENMP)
   if (parallel) return std::make_unique<HostBackend<Kokkos::OpenMP>>();
 #elif defined(KOKKOS_ENABLE_THREADS)

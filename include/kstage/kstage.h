@@ -230,7 +230,12 @@ typedef struct kstage_write_data_t {
    * They must stay valid until the op completes (kstage_wait returns OK). */
   const DLTensor* tensors;
   /** Managed tensors: ownership passes to the stage with the call. Each
-   * deleter is called exactly once, also when the call is rejected. A
+   * deleter is called exactly once, also when the call is rejected (even for
+   * a bad struct_size: the descriptors are then read with this header's
+   * layout, so that their managed tensors can still be deleted). The stage
+   * takes every entry of an array write, and entry 0 only of a fixed-size
+   * write: with a tensor_count other than 1 the entries after 0 are never
+   * read and stay the caller's. A
    * fixed-size managed tensor that is compact, aligned to its element size,
    * on the column's device and written densely (no index_map or mask) is
    * adopted without a copy: its memory becomes the column's storage at seal
