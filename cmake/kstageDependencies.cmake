@@ -88,6 +88,28 @@ else()
     message(FATAL_ERROR "${_kstage_deps_msg}")
   endif()
   message(STATUS "kstage: Kokkos ${Kokkos_VERSION} (devices: ${Kokkos_DEVICES}) from ${Kokkos_DIR}")
+  # Kokkos 3.x without a parallel backend compiles its atomics, View reference counts included,
+  # as plain loads and stores (KOKKOS_ENABLE_SERIAL_ATOMICS) unless it was configured with real
+  # ones: then kstage may not be called from several threads at once.
+  if(Kokkos_VERSION VERSION_LESS 4.0 AND
+     NOT Kokkos_DEVICES MATCHES "OPENMP|THREADS|PTHREAD|CUDA|HIP|SYCL|OPENMPTARGET|HPX")
+    find_file(_kstage_kokkos_config KokkosCore_config.h
+              PATHS "${Kokkos_DIR}/../../../include" "${Kokkos_DIR}/../../include" NO_DEFAULT_PATH)
+    set(_kstage_real_atomics FALSE)
+    if(_kstage_kokkos_config)
+      file(STRINGS "${_kstage_kokkos_config}" _line REGEX "define[ \t]+KOKKOS_ENABLE_(GNU|STD)_ATOMICS")
+      if(_line)
+        set(_kstage_real_atomics TRUE)
+      endif()
+    endif()
+    if(NOT _kstage_real_atomics)
+      message(WARNING "kstage: Kokkos ${Kokkos_VERSION} has no parallel backend, so its View "
+                      "reference counts are not atomic (KOKKOS_ENABLE_SERIAL_ATOMICS): call kstage "
+                      "from one thread at a time, or build Kokkos with -DKOKKOS_ENABLE_GNU_ATOMICS "
+                      "(see README, 'Threads').")
+    endif()
+    unset(_kstage_kokkos_config CACHE)
+  endif()
   message(STATUS "kstage: DLPack ${KSTAGE_DLPACK_VERSION} from ${KSTAGE_DLPACK_HEADER}")
   if(BUILD_TESTING)
     find_package(Catch2 3 REQUIRED)

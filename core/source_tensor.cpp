@@ -76,7 +76,7 @@ Result<SourceTensor> decode(const DLTensor* t) {
   } else {
     for (int d = 0; d < t->ndim; ++d) {
       if (t->shape[d] <= 1) continue;
-      int64_t bytes, reach;
+      int64_t bytes = 0, reach = 0;
       const bool wraps = __builtin_mul_overflow(t->strides[d], int64_t(elem), &bytes) ||
                          __builtin_mul_overflow(bytes, t->shape[d] - 1, &reach) ||
                          reach == std::numeric_limits<int64_t>::min();

@@ -17,9 +17,21 @@
 #     made with `python3 -m venv`, with numpy and matplotlib from the machine's configured pip
 #     index (Debian's python3-venv is installed with apt-get when the venv module is missing).
 #
+# Optional (only with `--fuzz` or KSTAGE_SETUP_FUZZ=1): the fuzz leg (tests/fuzz, preset `fuzz`)
+#   - clang-14 and libclang-rt-14-dev (libFuzzer, sanitizer runtimes), installed with apt-get
+#     when missing;
+#   - a Serial-only Kokkos (same source, g++, shared, C++17) in $KSTAGE_DEPS_DIR/kokkos-serial,
+#     so that clang never meets the g++ OpenMP runtime of the default Kokkos.
+# Optional (only with `--tsan` or KSTAGE_SETUP_TSAN=1): the ThreadSanitizer leg (preset `tsan`)
+#   - a Serial-only Kokkos built with g++ -fsanitize=thread in $KSTAGE_DEPS_DIR/kokkos-tsan, so
+#     that the reference counts of Kokkos Views are instrumented too.
+# These Kokkos variants are built from Trilinos' Kokkos even when Kokkos_ROOT is set.
+#
 # Environment:
 #   KSTAGE_DEPS_DIR   cache folder (default: $HOME/.cache/kstage-deps)
 #   KSTAGE_SETUP_PERF 1 = also make the perf venv (same as --perf)
+#   KSTAGE_SETUP_FUZZ 1 = also get the fuzz leg's tools and Kokkos (same as --fuzz)
+#   KSTAGE_SETUP_TSAN 1 = also build the TSan Kokkos (same as --tsan)
 #   Kokkos_ROOT       use this Kokkos installation; no Kokkos is built
 #   KSTAGE_APT_URI    override the Debian archive URI found in the apt configuration
 #   KSTAGE_JOBS       parallel build jobs for Kokkos (default: nproc)
@@ -41,6 +53,8 @@ APT_DIR=$DEPS_DIR/apt
 DL_DIR=$DEPS_DIR/downloads
 USR_PREFIX=$DEPS_DIR/usr-prefix
 KOKKOS_PREFIX=$DEPS_DIR/kokkos
+KOKKOS_SERIAL_PREFIX=$DEPS_DIR/kokkos-serial
+KOKKOS_TSAN_PREFIX=$DEPS_DIR/kokkos-tsan
 STAMP_DIR=$DEPS_DIR/stamps
 WORK_DIR=$DEPS_DIR/work
 LOG_DIR=$DEPS_DIR/logs
@@ -63,6 +77,46 @@ KOKKOS_CMAKE_ARGS=(
   -DCMAKE_INSTALL_PREFIX="$KOKKOS_PREFIX"
   -DCMAKE_INSTALL_LIBDIR=lib
   -DKokkos_ENABLE_OPENMP=ON
+  -DKokkos_ENABLE_SERIAL=ON
+  -DCMAKE_CXX_STANDARD=17
+  -DKokkos_CXX_STANDARD=17
+  -DBUILD_SHARED_LIBS=ON
+  -DCMAKE_POSITION_INDEPENDENT_CODE=ON
+  -DKokkos_ENABLE_TESTS=OFF
+  -DKokkos_ENABLE_EXAMPLES=OFF
+)
+# The sanitizer legs' variants: Serial only (no OpenMP runtime to mix or to leave uninstrumented).
+# A Kokkos 3.x without a parallel backend compiles its atomics as plain loads and stores
+# (KOKKOS_ENABLE_SERIAL_ATOMICS), so View reference counts would race when kstage is called
+# from several threads; these variants use the compiler's atomics (KOKKOS_ENABLE_GNU_ATOMICS),
+# in the library and -- through KokkosCore_config.h, see kokkos_force_gnu_atomics -- in
+# everything built against it.
+KOKKOS_SERIAL_RECIPE=2
+KOKKOS_SERIAL_CMAKE_ARGS=(
+  -DCMAKE_BUILD_TYPE=Release
+  -DCMAKE_INSTALL_PREFIX="$KOKKOS_SERIAL_PREFIX"
+  -DCMAKE_INSTALL_LIBDIR=lib
+  -DCMAKE_CXX_COMPILER=g++
+  -DCMAKE_CXX_FLAGS=-DKOKKOS_ENABLE_GNU_ATOMICS
+  -DKokkos_ENABLE_OPENMP=OFF
+  -DKokkos_ENABLE_SERIAL=ON
+  -DCMAKE_CXX_STANDARD=17
+  -DKokkos_CXX_STANDARD=17
+  -DBUILD_SHARED_LIBS=ON
+  -DCMAKE_POSITION_INDEPENDENT_CODE=ON
+  -DKokkos_ENABLE_TESTS=OFF
+  -DKokkos_ENABLE_EXAMPLES=OFF
+)
+KOKKOS_TSAN_RECIPE=2
+KOKKOS_TSAN_CMAKE_ARGS=(
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  -DCMAKE_INSTALL_PREFIX="$KOKKOS_TSAN_PREFIX"
+  -DCMAKE_INSTALL_LIBDIR=lib
+  -DCMAKE_CXX_COMPILER=g++
+  "-DCMAKE_CXX_FLAGS=-fsanitize=thread -fno-omit-frame-pointer -DKOKKOS_ENABLE_GNU_ATOMICS"
+  -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread
+  -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread
+  -DKokkos_ENABLE_OPENMP=OFF
   -DKokkos_ENABLE_SERIAL=ON
   -DCMAKE_CXX_STANDARD=17
   -DKokkos_CXX_STANDARD=17
@@ -104,6 +158,31 @@ ensure_tools() {
   if ! printf '3.25\n%s\n' "$v" | sort -V -C; then
     die "CMake >= 3.25 is required (found $v)"
   fi
+}
+
+# The fuzz leg's compiler: Debian's clang 14 with libFuzzer and the sanitizer runtimes.
+clang_rt_fuzzer_present() {
+  command -v clang-14 >/dev/null 2>&1 || return 1
+  local lib
+  lib=$(clang-14 -print-file-name=libclang_rt.fuzzer-x86_64.a 2>/dev/null || true)
+  [ -n "$lib" ] && [ -f "$lib" ] && return 0
+  compgen -G '/usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer*.a' >/dev/null
+}
+
+ensure_fuzz_tools() {
+  local missing=()
+  command -v clang-14 >/dev/null 2>&1 || missing+=(clang-14)
+  command -v clang++-14 >/dev/null 2>&1 || missing+=(clang-14)
+  clang_rt_fuzzer_present || missing+=(libclang-rt-14-dev)
+  if [ "${#missing[@]}" -gt 0 ]; then
+    # shellcheck disable=SC2207
+    missing=($(printf '%s\n' "${missing[@]}" | sort -u))
+    log "installing the fuzz leg's tools: ${missing[*]}"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -q update
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-install-recommends "${missing[@]}"
+  fi
+  clang_rt_fuzzer_present || die "clang-14's libFuzzer runtime (libclang-rt-14-dev) is still missing"
+  log "fuzz tools: $(clang++-14 --version | head -n1)"
 }
 
 # --------------------------------------------------------------------------------------------
@@ -234,6 +313,81 @@ deb_dep() { # name apt-spec recipe check-file
 # --------------------------------------------------------------------------------------------
 # 5. Kokkos from the Trilinos 13.2 source package
 # --------------------------------------------------------------------------------------------
+# The Kokkos source is extracted once per setup run and shared by every variant built in it.
+KOKKOS_SRC_READY=0
+kokkos_source() {
+  [ "$KOKKOS_SRC_READY" -eq 1 ] && return 0
+  apt_private_init
+  local dir="$DL_DIR/trilinos" tarball
+  tarball="$dir/trilinos_${TRILINOS_SRC_VERSION%-*}.orig.tar.gz"
+  mkdir -p "$dir"
+  if [ ! -s "$tarball" ]; then
+    log "kokkos: downloading source package trilinos=$TRILINOS_SRC_VERSION (~166 MB)"
+    (cd "$dir" && apt-get -q "${APT_OPTS[@]}" source --download-only "trilinos=$TRILINOS_SRC_VERSION") \
+      >"$LOG_DIR/kokkos-download.log" 2>&1 \
+      || { tail -n 30 "$LOG_DIR/kokkos-download.log" >&2; die "kokkos: apt-get source trilinos=$TRILINOS_SRC_VERSION failed"; }
+  fi
+  [ -s "$tarball" ] || die "kokkos: $tarball missing after download"
+  local src="$WORK_DIR/kokkos-src"
+  rm -rf "$src"
+  mkdir -p "$src"
+  log "kokkos: extracting packages/kokkos"
+  tar -xzf "$tarball" -C "$src" --strip-components=3 "$TRILINOS_TOPDIR/packages/kokkos"
+  [ -f "$src/CMakeLists.txt" ] || die "kokkos: no CMakeLists.txt in the extracted Kokkos source"
+  KOKKOS_SRC_READY=1
+}
+
+kokkos_source_cleanup() {
+  # Save disk: the source tarball and the extracted tree are not needed any more.
+  [ "$KOKKOS_SRC_READY" -eq 1 ] || return 0
+  rm -rf "$WORK_DIR/kokkos-src" "$DL_DIR/trilinos"
+  KOKKOS_SRC_READY=0
+}
+
+# Makes every consumer of the Kokkos in $1 use the same (GNU) atomics as the library itself.
+kokkos_force_gnu_atomics() {
+  local config=$1/include/KokkosCore_config.h
+  [ -f "$config" ] || die "kokkos: $config missing"
+  cat >> "$config" <<'EOF'
+
+/* Added by kstage scripts/setup.sh: real atomics without a parallel backend, so that View
+ * reference counts stay correct when kstage is called from several threads. */
+#ifndef KOKKOS_ENABLE_GNU_ATOMICS
+#define KOKKOS_ENABLE_GNU_ATOMICS
+#endif
+EOF
+}
+
+# kokkos_build <stamp-name> <prefix> <recipe-key> <description> <cmake args...>
+kokkos_build() {
+  local name=$1 prefix=$2 key=$3 what=$4; shift 4
+  if stamp_ok "$name" "$key" "$prefix/lib/cmake/Kokkos/KokkosConfig.cmake"; then
+    log "$name: cached ($(sed -n 2p "$STAMP_DIR/$name.stamp"))"
+    return 0
+  fi
+  kokkos_source
+  local src="$WORK_DIR/kokkos-src" bld="$WORK_DIR/$name-build"
+  rm -rf "$bld" "$prefix"
+  mkdir -p "$bld"
+  log "$name: configuring ($what)"
+  cmake -S "$src" -B "$bld" "$@" >"$LOG_DIR/$name-configure.log" 2>&1 \
+    || { tail -n 40 "$LOG_DIR/$name-configure.log" >&2; die "$name: configure failed (log: $LOG_DIR/$name-configure.log)"; }
+  log "$name: building with $JOBS jobs"
+  cmake --build "$bld" -j "$JOBS" >"$LOG_DIR/$name-build.log" 2>&1 \
+    || { tail -n 40 "$LOG_DIR/$name-build.log" >&2; die "$name: build failed (log: $LOG_DIR/$name-build.log)"; }
+  cmake --install "$bld" >"$LOG_DIR/$name-install.log" 2>&1 \
+    || { tail -n 40 "$LOG_DIR/$name-install.log" >&2; die "$name: install failed"; }
+  if [ "$name" != kokkos ]; then kokkos_force_gnu_atomics "$prefix"; fi
+
+  local ver
+  ver=$(sed -n 's/^set(PACKAGE_VERSION "\(.*\)")/\1/p' "$prefix/lib/cmake/Kokkos/KokkosConfigVersion.cmake" | head -n1)
+  [ "$ver" = "$KOKKOS_EXPECTED_VERSION" ] || log "WARNING: built Kokkos reports version '$ver' (expected $KOKKOS_EXPECTED_VERSION)"
+  printf '%s\nKokkos %s (%s) from trilinos %s\n' "$key" "$ver" "$what" "$TRILINOS_SRC_VERSION" \
+    > "$STAMP_DIR/$name.stamp"
+  rm -rf "$bld"
+  log "$name: installed Kokkos $ver into $prefix"
+}
+
 kokkos_dep() {
   if [ -n "${Kokkos_ROOT:-}" ]; then
     if find "$Kokkos_ROOT" -maxdepth 5 -name KokkosConfig.cmake 2>/dev/null | grep -q .; then
@@ -246,46 +400,21 @@ kokkos_dep() {
   local cxx_id
   cxx_id=$(c++ --version 2>/dev/null | head -n1 || echo unknown)
   local key="kokkos src=trilinos=$TRILINOS_SRC_VERSION recipe=$KOKKOS_RECIPE cxx=$cxx_id args=${KOKKOS_CMAKE_ARGS[*]}"
-  if stamp_ok kokkos "$key" "$KOKKOS_PREFIX/lib/cmake/Kokkos/KokkosConfig.cmake"; then
-    log "kokkos: cached ($(sed -n 2p "$STAMP_DIR/kokkos.stamp"))"
-    return 0
-  fi
-  apt_private_init
-  local dir="$DL_DIR/trilinos" tarball
-  tarball="$dir/trilinos_${TRILINOS_SRC_VERSION%-*}.orig.tar.gz"
-  mkdir -p "$dir"
-  if [ ! -s "$tarball" ]; then
-    log "kokkos: downloading source package trilinos=$TRILINOS_SRC_VERSION (~166 MB)"
-    (cd "$dir" && apt-get -q "${APT_OPTS[@]}" source --download-only "trilinos=$TRILINOS_SRC_VERSION") \
-      >"$LOG_DIR/kokkos-download.log" 2>&1 \
-      || { tail -n 30 "$LOG_DIR/kokkos-download.log" >&2; die "kokkos: apt-get source trilinos=$TRILINOS_SRC_VERSION failed"; }
-  fi
-  [ -s "$tarball" ] || die "kokkos: $tarball missing after download"
+  kokkos_build kokkos "$KOKKOS_PREFIX" "$key" "OpenMP+Serial" "${KOKKOS_CMAKE_ARGS[@]}"
+}
 
-  local src="$WORK_DIR/kokkos-src" bld="$WORK_DIR/kokkos-build"
-  rm -rf "$src" "$bld" "$KOKKOS_PREFIX"
-  mkdir -p "$src" "$bld"
-  log "kokkos: extracting packages/kokkos"
-  tar -xzf "$tarball" -C "$src" --strip-components=3 "$TRILINOS_TOPDIR/packages/kokkos"
-  [ -f "$src/CMakeLists.txt" ] || die "kokkos: no CMakeLists.txt in the extracted Kokkos source"
+kokkos_serial_dep() {
+  local cxx_id
+  cxx_id=$(g++ --version 2>/dev/null | head -n1 || echo unknown)
+  local key="kokkos-serial src=trilinos=$TRILINOS_SRC_VERSION recipe=$KOKKOS_SERIAL_RECIPE cxx=$cxx_id args=${KOKKOS_SERIAL_CMAKE_ARGS[*]}"
+  kokkos_build kokkos-serial "$KOKKOS_SERIAL_PREFIX" "$key" "Serial only, GNU atomics" "${KOKKOS_SERIAL_CMAKE_ARGS[@]}"
+}
 
-  log "kokkos: configuring (OpenMP + Serial, shared, C++17)"
-  cmake -S "$src" -B "$bld" "${KOKKOS_CMAKE_ARGS[@]}" >"$LOG_DIR/kokkos-configure.log" 2>&1 \
-    || { tail -n 40 "$LOG_DIR/kokkos-configure.log" >&2; die "kokkos: configure failed (log: $LOG_DIR/kokkos-configure.log)"; }
-  log "kokkos: building with $JOBS jobs"
-  cmake --build "$bld" -j "$JOBS" >"$LOG_DIR/kokkos-build.log" 2>&1 \
-    || { tail -n 40 "$LOG_DIR/kokkos-build.log" >&2; die "kokkos: build failed (log: $LOG_DIR/kokkos-build.log)"; }
-  cmake --install "$bld" >"$LOG_DIR/kokkos-install.log" 2>&1 \
-    || { tail -n 40 "$LOG_DIR/kokkos-install.log" >&2; die "kokkos: install failed"; }
-
-  local ver
-  ver=$(sed -n 's/^set(PACKAGE_VERSION "\(.*\)")/\1/p' "$KOKKOS_PREFIX/lib/cmake/Kokkos/KokkosConfigVersion.cmake" | head -n1)
-  [ "$ver" = "$KOKKOS_EXPECTED_VERSION" ] || log "WARNING: built Kokkos reports version '$ver' (expected $KOKKOS_EXPECTED_VERSION)"
-  printf '%s\nKokkos %s (OpenMP+Serial) from trilinos %s\n' "$key" "$ver" "$TRILINOS_SRC_VERSION" \
-    > "$STAMP_DIR/kokkos.stamp"
-  # Save disk: the source tarball and the build tree are not needed any more.
-  rm -rf "$src" "$bld" "$dir"
-  log "kokkos: installed Kokkos $ver into $KOKKOS_PREFIX"
+kokkos_tsan_dep() {
+  local cxx_id
+  cxx_id=$(g++ --version 2>/dev/null | head -n1 || echo unknown)
+  local key="kokkos-tsan src=trilinos=$TRILINOS_SRC_VERSION recipe=$KOKKOS_TSAN_RECIPE cxx=$cxx_id args=${KOKKOS_TSAN_CMAKE_ARGS[*]}"
+  kokkos_build kokkos-tsan "$KOKKOS_TSAN_PREFIX" "$key" "Serial only, GNU atomics, ThreadSanitizer" "${KOKKOS_TSAN_CMAKE_ARGS[@]}"
 }
 
 # --------------------------------------------------------------------------------------------
@@ -326,15 +455,18 @@ perf_venv() {
 
 # --------------------------------------------------------------------------------------------
 main() {
-  local perf=${KSTAGE_SETUP_PERF:-0} arg
+  local perf=${KSTAGE_SETUP_PERF:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} tsan=${KSTAGE_SETUP_TSAN:-0} arg
   for arg in "$@"; do
     case $arg in
       --perf) perf=1 ;;
+      --fuzz) fuzz=1 ;;
+      --tsan) tsan=1 ;;
       -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
-      *) die "unknown argument '$arg' (known: --perf)" ;;
+      *) die "unknown argument '$arg' (known: --perf, --fuzz, --tsan)" ;;
     esac
   done
   ensure_tools
+  if [ "$fuzz" = 1 ]; then ensure_fuzz_tools; fi
   mkdir -p "$DEPS_DIR" "$STAMP_DIR" "$DL_DIR" "$LOG_DIR"
   # Serialise concurrent runs (e.g. scripts/run.sh and scripts/test.sh started together).
   exec 9>"$DEPS_DIR/.lock"
@@ -345,6 +477,9 @@ main() {
   deb_dep catch2 "$CATCH2_PKG" "$CATCH2_RECIPE" \
     "$USR_PREFIX/usr/lib/cmake/Catch2/Catch2Config.cmake"
   kokkos_dep
+  if [ "$fuzz" = 1 ]; then kokkos_serial_dep; fi
+  if [ "$tsan" = 1 ]; then kokkos_tsan_dep; fi
+  kokkos_source_cleanup
   apt_private_cleanup
   if [ "$perf" = 1 ]; then perf_venv; fi
   rmdir "$WORK_DIR" "$DL_DIR" 2>/dev/null || true
@@ -362,6 +497,12 @@ main() {
   fi
   if [ "$perf" = 1 ]; then
     echo "KSTAGE_PERF_PYTHON=$DEPS_DIR/venv/bin/python"
+  fi
+  if [ "$fuzz" = 1 ]; then
+    echo "fuzz preset Kokkos_ROOT=$KOKKOS_SERIAL_PREFIX"
+  fi
+  if [ "$tsan" = 1 ]; then
+    echo "tsan preset Kokkos_ROOT=$KOKKOS_TSAN_PREFIX"
   fi
 }
 

@@ -2,9 +2,23 @@
 # The kstage test command (what CI runs): get the dependencies, then for each preset
 # configure, build and run the whole ctest suite.
 #
-#   scripts/test.sh                 presets "default" and "asan"
+#   scripts/test.sh                 presets "default", "asan", "tsan", then the fuzz leg
+#   KSTAGE_TEST_PRESETS="default asan" scripts/test.sh        only these presets (no tsan/fuzz)
 #   KSTAGE_TEST_PRESETS="serial debug" scripts/test.sh
+#   KSTAGE_TEST_PRESETS="default asan tsan" scripts/test.sh   everything but the fuzz leg
+#   KSTAGE_FUZZ_SECONDS=0 scripts/test.sh                     fuzz leg: seed corpus replay only
 #   KSTAGE_JOBS=4 scripts/test.sh   build parallelism (default 2)
+#
+# Legs:
+#   <preset>  cmake --preset, cmake --build --preset, ctest --preset (the whole suite).
+#   tsan      the same with ThreadSanitizer (g++, a TSan-instrumented Serial Kokkos that
+#             `scripts/setup.sh --tsan` builds); TSAN_OPTIONS come from the test preset.
+#   fuzz      the `fuzz` preset (clang-14 + libFuzzer + ASan/UBSan; `setup.sh --fuzz` installs
+#             clang-14 and libclang-rt-14-dev with apt-get when missing): builds the fuzz target,
+#             replays the seed corpus (ctest --preset fuzz), then runs scripts/fuzz.sh for
+#             KSTAGE_FUZZ_SECONDS seconds (default 60; 0 skips the fuzzing run).
+# The default (KSTAGE_TEST_PRESETS unset) is "default asan tsan fuzz". On 2 cores a fresh
+# machine needs about 15 minutes in all (see the timings printed at the end).
 #
 # Exits non-zero if any step of any preset fails.
 set -euo pipefail
@@ -12,21 +26,39 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-PRESETS=${KSTAGE_TEST_PRESETS:-default asan}
+PRESETS=${KSTAGE_TEST_PRESETS:-default asan tsan fuzz}
 JOBS=${KSTAGE_JOBS:-2}
+FUZZ_SECONDS=${KSTAGE_FUZZ_SECONDS:-60}
 
-bash "$ROOT/scripts/setup.sh"
+setup_args=()
+for preset in $PRESETS; do
+  case $preset in
+    tsan) setup_args+=(--tsan) ;;
+    fuzz) setup_args+=(--fuzz) ;;
+  esac
+done
+bash "$ROOT/scripts/setup.sh" "${setup_args[@]}"
+if [ -z "${HOME:-}" ]; then HOME=$(getent passwd "$(id -u)" | cut -d: -f6); export HOME; fi
+DEPS_DIR=${KSTAGE_DEPS_DIR:-$HOME/.cache/kstage-deps}
 
 LOG_DIR=$ROOT/build/test-logs
 mkdir -p "$LOG_DIR"
 
 failed_presets=()
+timings=()
 total_passed=0
 total_failed=0
 for preset in $PRESETS; do
   echo
   echo "==== kstage: preset '$preset' ===="
-  if ! cmake --preset "$preset"; then
+  leg_start=$(date +%s)
+  # The sanitizer presets use their own Kokkos variants (in a relocated cache too).
+  configure_args=()
+  case $preset in
+    tsan) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-tsan") ;;
+    fuzz) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-serial") ;;
+  esac
+  if ! cmake --preset "$preset" "${configure_args[@]}"; then
     echo "==== preset '$preset': configure FAILED"
     failed_presets+=("$preset(configure)"); continue
   fi
@@ -50,9 +82,19 @@ for preset in $PRESETS; do
   else
     echo "==== preset '$preset': OK"
   fi
+  if [ "$preset" = fuzz ] && [ "$FUZZ_SECONDS" != 0 ]; then
+    echo "==== fuzz leg: scripts/fuzz.sh for $FUZZ_SECONDS s"
+    if ! KSTAGE_SKIP_SETUP=1 KSTAGE_FUZZ_SECONDS=$FUZZ_SECONDS bash "$ROOT/scripts/fuzz.sh" \
+        2>&1 | tee "$LOG_DIR/fuzz.log"; then
+      echo "==== fuzz leg: FAILED (log: $LOG_DIR/fuzz.log)"
+      failed_presets+=("fuzz(fuzzing)")
+    fi
+  fi
+  timings+=("$preset $(( $(date +%s) - leg_start ))s")
 done
 
 echo
+echo "time per leg: ${timings[*]}"
 if [ "${#failed_presets[@]}" -gt 0 ]; then
   echo "kstage test.sh: FAILED presets: ${failed_presets[*]}"
   echo "tests: $total_passed passed, $total_failed failed"
