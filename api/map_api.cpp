@@ -68,7 +68,6 @@ kstage_status_t kstage_fetch_map_next(kstage_stage_t stage, kstage_map_t map, ui
 kstage_status_t kstage_unmap_group(kstage_stage_t stage, kstage_map_t map,
                                    kstage_map_group_t group, kstage_device_sync_t done_sync,
                                    kstage_op_t* op) {
-  (void)done_sync;  // host buffers: the producer's writes are complete when it calls
   return guard([&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
@@ -79,7 +78,7 @@ kstage_status_t kstage_unmap_group(kstage_stage_t stage, kstage_map_t map,
     core::MapGroup* g;
     KSTAGE_ASSIGN_OR_RETURN(g, fetched_group(*m, group));
     std::shared_ptr<core::Op> o;
-    KSTAGE_ASSIGN_OR_RETURN(o, s->engine->commit(*m, {g}));
+    KSTAGE_ASSIGN_OR_RETURN(o, s->engine->commit(*m, {g}, done_sync));
     *op = s->ops.add(Kind::Op, std::move(o));
     return Status::OK();
   });
@@ -87,7 +86,6 @@ kstage_status_t kstage_unmap_group(kstage_stage_t stage, kstage_map_t map,
 
 kstage_status_t kstage_unmap_attribute(kstage_stage_t stage, kstage_map_t map,
                                        kstage_device_sync_t done_sync, kstage_op_t* op) {
-  (void)done_sync;
   return guard([&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
@@ -100,7 +98,7 @@ kstage_status_t kstage_unmap_attribute(kstage_stage_t stage, kstage_map_t map,
       for (auto& g : m->groups)
         if (g->state == core::MapGroup::State::Fetched) fetched.push_back(g.get());
       std::shared_ptr<core::Op> o;
-      KSTAGE_ASSIGN_OR_RETURN(o, s->engine->commit(*m, fetched));
+      KSTAGE_ASSIGN_OR_RETURN(o, s->engine->commit(*m, fetched, done_sync));
       m->ended = true;
       *op = s->ops.add(Kind::Op, std::move(o));
     }

@@ -15,11 +15,11 @@ class HostOnlySet final : public BackendSet {
   explicit HostOnlySet(std::unique_ptr<Backend> host) : host_(std::move(host)) {}
   Backend& host() override { return *host_; }
   Result<Backend*> residency_for(DLDevice source) override {
-    if (backends::host::is_host_memory(source.device_type)) return host_.get();
+    if (host_->can_access(source)) return host_.get();
     return unsupported(source);
   }
   Result<Backend*> for_device(DLDevice device) override {
-    if (device.device_type == kDLCPU) return host_.get();
+    if (device.device_type == host_->device().device_type) return host_.get();
     return unsupported(device);
   }
 

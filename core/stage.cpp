@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "core/stage.hpp"
 
+#include "core/device_sync.hpp"
 #include "core/dtype.hpp"
 #include "core/transport.hpp"
 
@@ -612,10 +613,9 @@ Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prim
   if (desc.change_range && desc.range_begin > desc.range_end)
     return error(KSTAGE_INVALID_ARGUMENT, "change range [%llu, %llu] is empty (begin > end)",
                  (unsigned long long)desc.range_begin, (unsigned long long)desc.range_end);
+  Backend* target = nullptr;  // null: each column's own residency
   if (desc.target_device.device_type != 0) {
-    Backend* target;
     KSTAGE_ASSIGN_OR_RETURN(target, backends_->for_device(desc.target_device));
-    (void)target;  // host-only builds: the only device is the host, where every column lives
   }
 
   std::lock_guard lock(mutex_);
@@ -643,7 +643,14 @@ Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prim
   std::vector<std::unique_ptr<ReadGroup>> groups;
   for (uint64_t i = 0; i < n; ++i) {
     Column* c = column(attributes[i]);
-    if (c) KSTAGE_RETURN_NOT_OK(build_groups(*c, prims, desc, groups));
+    if (!c) continue;
+    // Host columns read to the host: no device work whose completion an
+    // event could signal. (Host-only builds: every column is on the host.)
+    Backend& host = backends_->host();
+    if (&c->backend() == &host && (target == nullptr || target == &host))
+      KSTAGE_RETURN_NOT_OK(check_host_sync(desc.device_sync, "desc.device_sync",
+                                           "the read copies nothing off the host"));
+    KSTAGE_RETURN_NOT_OK(build_groups(*c, prims, desc, groups));
   }
   return groups;
 }
@@ -839,7 +846,11 @@ Result<std::shared_ptr<MapSession>> Stage::map(const PrimList& prims, const ksta
   return s;
 }
 
-Result<std::shared_ptr<Op>> Stage::commit(MapSession& s, const std::vector<MapGroup*>& groups) {
+Result<std::shared_ptr<Op>> Stage::commit(MapSession& s, const std::vector<MapGroup*>& groups,
+                                          const kstage_device_sync_t& done_sync) {
+  if (s.backend == &backends_->host())
+    KSTAGE_RETURN_NOT_OK(
+        check_host_sync(done_sync, "done_sync", "the map's buffers are host memory"));
   if (groups.empty()) return std::make_shared<Op>();  // nothing filled: no trace, not even a schema
   std::lock_guard lock(mutex_);
   KSTAGE_RETURN_NOT_OK(check_floor(s.attribute, s.ordinal));

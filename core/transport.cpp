@@ -2,6 +2,7 @@
 #include "core/transport.hpp"
 
 #include "core/adopted_buffer.hpp"
+#include "core/device_sync.hpp"
 #include "core/dtype.hpp"
 #include "core/kernels/copy_ops.hpp"
 #include "core/source_tensor.hpp"
@@ -352,6 +353,9 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
     KSTAGE_RETURN_NOT_OK(validate_semantic(d.semantic, src[0].dtype, d.is_array));
     KSTAGE_ASSIGN_OR_RETURN(out.backend, backends.residency_for(src[0].device));
   }
+  if (out.backend == &backends.host() && backends.host().can_access(src[0].device))
+    KSTAGE_RETURN_NOT_OK(check_host_sync(d.device_sync, "device_sync",
+                                         "the write copies host data into a host column"));
 
   if (!d.is_array) {
     KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_fixed(d, src[0], sel, *out.backend, backends.host(),

@@ -7,6 +7,8 @@
 #include "core/kernels/row_copy.hpp"
 #include "core/kernels/strided_copy.hpp"
 
+#include <kstage/memory_space.hpp>
+
 #include <Kokkos_Core.hpp>
 
 #include <mutex>
@@ -17,7 +19,8 @@
 namespace kstage::backends::host {
 namespace {
 
-using Bytes = Kokkos::View<unsigned char*, Kokkos::HostSpace>;
+using Space = Kokkos::HostSpace;
+using Bytes = Kokkos::View<unsigned char*, Space>;
 using UnmanagedBytes =
     Kokkos::View<unsigned char*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
@@ -63,7 +66,7 @@ auto run_reduction(const Exec& exec, F&& launch) {
 template <class Exec>
 class HostBackend final : public core::Backend {
  public:
-  DLDevice device() const override { return DLDevice{kDLCPU, 0}; }
+  DLDevice device() const override { return DLPackSpace<Space>::device(nullptr); }
 
   Result<core::BufferPtr> allocate(size_t bytes) override {
     if (core::BufferPtr reused = pool_->take(bytes)) return reused;
@@ -76,7 +79,7 @@ class HostBackend final : public core::Backend {
     return error(KSTAGE_OUT_OF_MEMORY, "host allocation of %zu bytes failed", bytes);
   }
 
-  bool can_access(DLDevice d) const override { return is_host_memory(d.device_type); }
+  bool can_access(DLDevice d) const override { return DLPackSpace<Space>::accepts(d.device_type); }
 
   void copy_bytes(std::byte* dst, const std::byte* src, size_t bytes) override {
     if (bytes == 0) return;
@@ -118,8 +121,6 @@ class HostBackend final : public core::Backend {
 };
 
 }  // namespace
-
-bool is_host_memory(int32_t t) { return t == kDLCPU || t == kDLCUDAHost || t == kDLROCMHost; }
 
 std::unique_ptr<core::Backend> make_host_backend([[maybe_unused]] bool parallel) {
 #if defined(KOKKOS_ENABLE_OPENMP)

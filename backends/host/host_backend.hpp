@@ -11,7 +11,4 @@ namespace kstage::backends::host {
 // enabled, else Serial.
 std::unique_ptr<core::Backend> make_host_backend(bool parallel);
 
-// Whether memory of device type `t` is host memory (CPU, CUDA/ROCm pinned host).
-bool is_host_memory(int32_t device_type);
-
 }  // namespace kstage::backends::host

@@ -27,6 +27,7 @@
 #pragma once
 
 #include <kstage/kstage.h>
+#include <kstage/memory_space.hpp>
 
 #include <Kokkos_Core.hpp>
 
@@ -91,20 +92,6 @@ struct DLPackDType<Kokkos::complex<T>, std::enable_if_t<std::is_floating_point_v
   static constexpr DLDataType value{kDLComplex, uint8_t(sizeof(T) * 16), 1};
 };
 
-// ---- memory spaces -----------------------------------------------------------
-// Where a pointer of a memory space lives, for DLPack. The host space is
-// defined here; device backends specialise this in their own headers.
-template <class MemorySpace>
-struct DLPackSpace;  // undefined: a memory space this build cannot describe
-
-template <>
-struct DLPackSpace<Kokkos::HostSpace> {
-  static DLDevice device(const void*) { return DLDevice{kDLCPU, 0}; }
-  // Host memory: plain, and CUDA/ROCm pinned host allocations.
-  static bool accepts(int32_t t) { return t == kDLCPU || t == kDLCUDAHost || t == kDLROCMHost; }
-  static constexpr const char* name = "Kokkos::HostSpace (kDLCPU, kDLCUDAHost, kDLROCMHost)";
-};
-
 // Defined in libkstage and exported with it (the library's only C++ symbols).
 KSTAGE_API const char* device_type_name(int32_t device_type);
 KSTAGE_API std::string dtype_name(DLDataType t);
@@ -132,7 +119,7 @@ template <class View>
 void fill_tensor(DLTensor& t, ExportContext<View>& ctx) {
   using value_type = typename View::non_const_value_type;
   t.data = const_cast<value_type*>(ctx.view.data());
-  t.device = DLPackSpace<typename View::memory_space>::device(ctx.view.data());
+  t.device = kstage::DLPackSpace<typename View::memory_space>::device(ctx.view.data());
   t.ndim = int32_t(View::rank);
   t.dtype = DLPackDType<value_type>::value;
   for (int d = 0; d < int(View::rank); ++d) {
@@ -301,11 +288,11 @@ DLPackView<DataType, MemorySpace, Layout> import_impl(const DLTensor& t, uint64_
     return DLPackError(st, "DLPack import: " + why);
   };
   // Device: nothing is ever copied, so the memory must be where the View says.
-  if (!impl::DLPackSpace<MemorySpace>::accepts(t.device.device_type))
+  if (!DLPackSpace<MemorySpace>::accepts(t.device.device_type))
     throw fail(KSTAGE_NOT_SUPPORTED,
                std::string("device type ") + impl::device_type_name(t.device.device_type) + " (" +
                    std::to_string(t.device.device_type) + ") cannot be viewed in " +
-                   impl::DLPackSpace<MemorySpace>::name + "; nothing is copied");
+                   DLPackSpace<MemorySpace>::name + "; nothing is copied");
   // dtype: lanes > 1 become a trailing extent.
   const DLDataType want = impl::DLPackDType<value_type>::value;
   if (t.dtype.code != want.code || t.dtype.bits != want.bits || t.dtype.lanes < 1)

@@ -179,7 +179,10 @@ enum {
  * event:  0 = none, else a cudaEvent_t/hipEvent_t.
  * On a write or unmap, kstage orders its own work after `event` (stream wait,
  * never a host block). On a read, a non-zero event is recorded after kstage's
- * producing work. Host data uses {0, 0}.
+ * producing work. Work that stays on the host -- host data written to a host
+ * column, a host column read to the host, host map buffers unmapped -- takes
+ * {0, 0} and gives {0, 0}: any other value there is KSTAGE_INVALID_ARGUMENT
+ * naming the field (`device_sync`, `desc.device_sync`, `done_sync`).
  */
 typedef struct kstage_device_sync_t {
   uintptr_t stream;
