@@ -5,13 +5,18 @@
 // when a buffer it wants to modify is pinned or held by anyone else.
 #pragma once
 
-#include <dlpack/dlpack.h>
+#include <kstage/kstage.h>
 
 #include <atomic>
 #include <cstddef>
 #include <memory>
 
 namespace kstage::core {
+
+// Every buffer a backend allocates starts at this boundary (kstage.h
+// promises it: XLA/JAX need it for zero-copy imports on the CPU, and so do
+// AVX-512 kernels). Adopted producer buffers keep the producer's alignment.
+constexpr size_t kBufferAlignment = KSTAGE_BUFFER_ALIGNMENT;
 
 class DeviceBuffer {
  public:

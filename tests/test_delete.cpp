@@ -208,6 +208,11 @@ TEST_CASE("deletes at or below the floor are rejected with the floor and the att
            "write floor 6 of attribute 'beta'");
   KS_FAILS(kstage_delete_attributes(s.stage, q, nullptr, 0, 5, &op), KSTAGE_WRITE_FLOOR_VIOLATION,
            "ordinal 5");
+  // Exactly at beta's scoped floor (above the global floor 1, which alpha
+  // still has): rejected too, and nothing is deleted -- accepting it would
+  // delete alpha at 6 while beta kept the prims.
+  KS_FAILS(kstage_delete_attributes(s.stage, q, nullptr, 0, 6, &op), KSTAGE_WRITE_FLOOR_VIOLATION,
+           "ordinal 6 is not above the write floor 6 of attribute 'beta'");
   // n = 0 at or below the global floor.
   KS_FAILS(kstage_delete_attributes(s.stage, s.query({s.path("/ghost")}), nullptr, 0, 1, &op),
            KSTAGE_WRITE_FLOOR_VIOLATION, "ordinal 1");

@@ -24,17 +24,32 @@ using Bytes = Kokkos::View<unsigned char*, Space>;
 using UnmanagedBytes =
     Kokkos::View<unsigned char*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
-// Owns a HostSpace View; the DeviceBuffer base exposes its bytes.
+// Owns a HostSpace View; the DeviceBuffer base exposes `size` of its bytes
+// from `data` on (the View's start, or the first aligned byte in it).
 class HostBuffer final : public core::DeviceBuffer {
  public:
-  explicit HostBuffer(Bytes view)
-      : DeviceBuffer(reinterpret_cast<std::byte*>(view.data()), view.extent(0),
-                     DLDevice{kDLCPU, 0}),
-        view_(std::move(view)) {}
+  HostBuffer(Bytes view, std::byte* data, size_t size)
+      : DeviceBuffer(data, size, DLPackSpace<Space>::device(data)), view_(std::move(view)) {}
 
  private:
   Bytes view_;
 };
+
+// `bytes` of uninitialised host memory at a kBufferAlignment boundary.
+// Kokkos aligns its allocations to KOKKOS_MEMORY_ALIGNMENT (64 unless Kokkos
+// was configured otherwise): only a Kokkos with less pays for padding.
+std::unique_ptr<HostBuffer> allocate_aligned(size_t bytes) {
+  auto alloc = Kokkos::view_alloc(Kokkos::WithoutInitializing, "kstage::column");
+  Bytes view(alloc, bytes);
+  auto* data = reinterpret_cast<std::byte*>(view.data());
+  if (reinterpret_cast<uintptr_t>(data) % core::kBufferAlignment != 0) {
+    view = Bytes(alloc, bytes + core::kBufferAlignment - 1);
+    const uintptr_t p = reinterpret_cast<uintptr_t>(view.data());
+    data = reinterpret_cast<std::byte*>((p + core::kBufferAlignment - 1) &
+                                        ~uintptr_t(core::kBufferAlignment - 1));
+  }
+  return std::make_unique<HostBuffer>(std::move(view), data, bytes);
+}
 
 // Kokkos 3.x reductions and scans are not safe to launch from several
 // threads at once: Kokkos::Serial keeps their scratch in one process-wide
@@ -71,8 +86,7 @@ class HostBackend final : public core::Backend {
   Result<core::BufferPtr> allocate(size_t bytes) override {
     if (core::BufferPtr reused = pool_->take(bytes)) return reused;
     try {
-      Bytes view(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kstage::column"), bytes);
-      return pool_->wrap(std::make_unique<HostBuffer>(std::move(view)));
+      return pool_->wrap(allocate_aligned(bytes));
     } catch (const std::bad_alloc&) {
     } catch (const std::runtime_error&) {  // Kokkos reports allocation failure this way too
     }

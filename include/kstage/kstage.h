@@ -18,6 +18,16 @@
  * - Every function may be called from several threads on the same stage.
  * - Pointers marked *host* must be readable by the CPU. Counts are elements,
  *   not bytes, unless they say otherwise.
+ * - Alignment: every buffer kstage allocates, on every residency -- column
+ *   storage, compact read buffers, map buffers -- starts at a 64-byte
+ *   boundary (KSTAGE_BUFFER_ALIGNMENT; XLA/JAX need it to import CPU memory
+ *   without a copy, and AVX-512 kernels want it). So the tensor of a
+ *   fixed-size read group (zero-copy or compact) or map group, and row 0 of a
+ *   compact array read group or array map group, start 64-byte aligned; later
+ *   rows of array buffers start at 8-byte boundaries. Exception: a column
+ *   whose storage is an adopted producer buffer (a dense managed write, see
+ *   kstage_write_data_t) keeps the producer's alignment until a write
+ *   replaces it.
  *
  * Versioning and compatibility (in the manner of dlpack.h):
  * - KSTAGE_VERSION_* below is the version of this header; kstage_version() the
@@ -73,6 +83,9 @@ extern "C" {
 #define KSTAGE_API
 #endif
 #endif
+
+/** \brief The alignment in bytes of every buffer kstage allocates (see Conventions). */
+#define KSTAGE_BUFFER_ALIGNMENT 64
 
 #define KSTAGE_VERSION_MAJOR 0
 #define KSTAGE_VERSION_MINOR 2
