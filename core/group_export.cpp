@@ -25,8 +25,11 @@ struct ExportContext {
 };
 
 Status check(const ExportSource& g, uint64_t index, uint64_t flags) {
-  if (flags & ~uint64_t(KSTAGE_EXPORT_READ_ONLY))
-    return error(KSTAGE_INVALID_ARGUMENT, "flags 0x%llx has unknown bits (only KSTAGE_EXPORT_READ_ONLY)",
+  const uint64_t known = KSTAGE_EXPORT_READ_ONLY | KSTAGE_EXPORT_CONSUMER_READS_ONLY;
+  if (flags & ~known)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "flags 0x%llx has unknown bits (only KSTAGE_EXPORT_READ_ONLY and "
+                 "KSTAGE_EXPORT_CONSUMER_READS_ONLY)",
                  (unsigned long long)flags);
   if (g.is_delete)
     return error(KSTAGE_INVALID_ARGUMENT, "a tombstone group has no tensors to export");
@@ -70,6 +73,10 @@ ExportSource export_source(const ReadGroup& g) {
 Result<DLManagedTensorVersioned*> export_group_versioned(const ExportSource& g, uint64_t index,
                                                          uint64_t flags) {
   KSTAGE_RETURN_NOT_OK(check(g, index, flags));
+  if (flags & KSTAGE_EXPORT_CONSUMER_READS_ONLY)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "KSTAGE_EXPORT_CONSUMER_READS_ONLY is for kstage_group_export_legacy; a versioned "
+                 "export says read-only itself (KSTAGE_EXPORT_READ_ONLY)");
   auto out = std::make_unique<DLManagedTensorVersioned>();
   auto ctx = fill(g, index, out->dl_tensor);
   out->version = DLPackVersion{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
@@ -87,15 +94,19 @@ Result<DLManagedTensorVersioned*> export_group_versioned(const ExportSource& g, 
 Result<DLManagedTensor*> export_group_legacy(const ExportSource& g, uint64_t index,
                                              uint64_t flags) {
   KSTAGE_RETURN_NOT_OK(check(g, index, flags));
-  if (g.shares_storage)
+  // A legacy DLManagedTensor cannot say read-only: only the caller's promise
+  // that its consumer never writes lets read-only memory out that way.
+  const bool promised = (flags & KSTAGE_EXPORT_CONSUMER_READS_ONLY) != 0;
+  if (g.shares_storage && !promised)
     return error(KSTAGE_NOT_SUPPORTED,
                  "this group shares the column's storage (zero-copy read), so it exports only "
                  "read-only, which a legacy DLManagedTensor cannot signal; use "
-                 "kstage_group_export or read with compact = true");
-  if (flags & KSTAGE_EXPORT_READ_ONLY)
+                 "kstage_group_export, read with compact = true, or pass "
+                 "KSTAGE_EXPORT_CONSUMER_READS_ONLY for a consumer that never writes");
+  if ((flags & KSTAGE_EXPORT_READ_ONLY) && !promised)
     return error(KSTAGE_NOT_SUPPORTED,
-                 "KSTAGE_EXPORT_READ_ONLY needs kstage_group_export: a legacy DLManagedTensor "
-                 "cannot signal read-only");
+                 "KSTAGE_EXPORT_READ_ONLY needs kstage_group_export (a legacy DLManagedTensor "
+                 "cannot signal read-only), or KSTAGE_EXPORT_CONSUMER_READS_ONLY with it");
   auto out = std::make_unique<DLManagedTensor>();
   auto ctx = fill(g, index, out->dl_tensor);
   out->manager_ctx = ctx.release();

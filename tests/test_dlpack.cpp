@@ -1638,6 +1638,73 @@ TEST_CASE("group export: a zero-copy group exports READ_ONLY over the column sto
   }
 }
 
+TEST_CASE("legacy export of a zero-copy group with KSTAGE_EXPORT_CONSUMER_READS_ONLY shares the "
+          "column's storage",
+          "[dlpack][group_export][legacy]") {
+  Stage s(host_execution());
+  auto prims = s.paths("/p", 4);
+  kstage_query_t q = s.query(prims);
+  kstage_token_t pos = s.token("points");
+  const std::vector<float> v0 = grid(4, 3);
+  s.write_f32(q, pos, 1, v0, 3);
+  s.seal(1);
+  const uint64_t promise = KSTAGE_EXPORT_CONSUMER_READS_ONLY;
+
+  DLManagedTensor* l = nullptr;
+  DLManagedTensor* l_ro = nullptr;
+  const void* storage = nullptr;
+  {
+    Reading r(s, q, pos);
+    storage = r.g.data.tensors[0].data;
+    KS_OK(kstage_group_export_legacy(s.stage, r.g.handle, 0, promise, &l));
+    REQUIRE(l->dl_tensor.data == storage);  // no copy: the column's own buffer
+    REQUIRE(l->dl_tensor.ndim == 2);
+    REQUIRE(l->dl_tensor.shape[0] == 4);
+    REQUIRE(l->dl_tensor.shape[1] == 3);
+    REQUIRE(l->dl_tensor.strides[0] == 3);
+    REQUIRE(same_dtype(l->dl_tensor.dtype, f32(1)));
+    // With READ_ONLY as well: the same promise, the same sharing.
+    KS_OK(kstage_group_export_legacy(s.stage, r.g.handle, 0, promise | KSTAGE_EXPORT_READ_ONLY,
+                                     &l_ro));
+    REQUIRE(l_ro->dl_tensor.data == storage);
+    // The flag is for legacy exports only.
+    DLManagedTensorVersioned* v = nullptr;
+    KS_FAILS(kstage_group_export(s.stage, r.g.handle, 0, promise, &v), KSTAGE_INVALID_ARGUMENT,
+             "KSTAGE_EXPORT_CONSUMER_READS_ONLY is for kstage_group_export_legacy");
+    REQUIRE(v == nullptr);
+    // Without the promise: refused, and the message names the opt-in.
+    DLManagedTensor* refused = nullptr;
+    KS_FAILS(kstage_group_export_legacy(s.stage, r.g.handle, 0, 0, &refused),
+             KSTAGE_NOT_SUPPORTED, "KSTAGE_EXPORT_CONSUMER_READS_ONLY");
+    REQUIRE(refused == nullptr);
+  }
+  // The exports outlive the group; a sparse seal does not write into the
+  // buffer they hold (copy-on-write), so they keep the values of ordinal 1.
+  const uint32_t first[1] = {0};
+  std::vector<float> changed = {-1, -2, -3};
+  int64_t one[1] = {1};
+  DLTensor t = tensor(changed.data(), f32(3), 1, one);
+  kstage_write_data_t w = write_data(&t);
+  w.count = 1;
+  w.index_map = first;
+  KS_OK(s.write(q, pos, 2, w));
+  s.seal(2);
+  for (int i = 0; i < 12; ++i) {
+    REQUIRE(static_cast<const float*>(l->dl_tensor.data)[i] == v0[size_t(i)]);
+    REQUIRE(static_cast<const float*>(l_ro->dl_tensor.data)[i] == v0[size_t(i)]);
+  }
+  REQUIRE(sealed_floats(s, q, prims, pos)[0] == changed);
+  l->deleter(l);
+  l_ro->deleter(l_ro);
+  // A compact group is the reader's own buffer: the promise is accepted there
+  // too (with READ_ONLY it is what makes a legacy export possible at all).
+  kstage_read_desc_t cd = compact_desc();
+  Reading r(s, q, pos, &cd);
+  KS_OK(kstage_group_export_legacy(s.stage, r.g.handle, 0, promise | KSTAGE_EXPORT_READ_ONLY, &l));
+  REQUIRE(l->dl_tensor.data == r.g.data.tensors[0].data);
+  l->deleter(l);
+}
+
 TEST_CASE("group export: the export outlives release and later seals with its old values",
           "[dlpack][group_export][lifetime]") {
   Stage s(host_execution());
@@ -1830,8 +1897,8 @@ TEST_CASE("group export: invalid index, tombstone, flags, handles and NULL out a
            "out of range");
   KS_FAILS(kstage_group_export(s.stage, r.g.handle, UINT64_MAX, 0, &out), KSTAGE_INVALID_ARGUMENT,
            "out of range");
-  KS_FAILS(kstage_group_export(s.stage, r.g.handle, 0, 2, &out), KSTAGE_INVALID_ARGUMENT,
-           "flags 0x2 has unknown bits");
+  KS_FAILS(kstage_group_export(s.stage, r.g.handle, 0, 4, &out), KSTAGE_INVALID_ARGUMENT,
+           "flags 0x4 has unknown bits");
   KS_FAILS(kstage_group_export_legacy(s.stage, r.g.handle, 0, uint64_t(1) << 63, &lout),
            KSTAGE_INVALID_ARGUMENT, "unknown bits");
   KS_FAILS(kstage_group_export(s.stage, r.g.handle, 0, 0, nullptr), KSTAGE_INVALID_ARGUMENT,

@@ -1111,8 +1111,10 @@ TEST_CASE("map groups export as writable DLPack tensors", "[map][export]") {
   DLManagedTensorVersioned* bad = nullptr;
   KS_FAILS(kstage_map_group_export(s.stage, m, g.handle, 1, 0, &bad), KSTAGE_INVALID_ARGUMENT,
            "tensor index 1 is out of range");
-  KS_FAILS(kstage_map_group_export(s.stage, m, g.handle, 0, 2, &bad), KSTAGE_INVALID_ARGUMENT,
+  KS_FAILS(kstage_map_group_export(s.stage, m, g.handle, 0, 4, &bad), KSTAGE_INVALID_ARGUMENT,
            "unknown bits");
+  KS_FAILS(kstage_map_group_export(s.stage, m, g.handle, 0, KSTAGE_EXPORT_CONSUMER_READS_ONLY, &bad),
+           KSTAGE_INVALID_ARGUMENT, "is for kstage_group_export_legacy");
   KS_FAILS(kstage_map_group_export(s.stage, m, g.handle + 999999, 0, 0, &bad), KSTAGE_INVALID_HANDLE,
            "not a fetched group");
   KS_FAILS(kstage_map_group_export(s.stage, m, g.handle, 0, 0, nullptr), KSTAGE_INVALID_ARGUMENT,

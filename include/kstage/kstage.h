@@ -558,6 +558,21 @@ KSTAGE_API kstage_status_t kstage_release_read(kstage_stage_t stage, kstage_read
 
 /** \brief Export flag: the consumer must not write through the tensor. */
 #define KSTAGE_EXPORT_READ_ONLY UINT64_C(1)
+/**
+ * \brief Export flag for kstage_group_export_legacy only: the caller promises
+ * that the consumer never writes through the tensor (JAX and XLA arrays are
+ * immutable), so a read-only group -- a zero-copy group sharing the column's
+ * storage, or one exported with KSTAGE_EXPORT_READ_ONLY -- may go out as a
+ * legacy DLManagedTensor, which cannot say read-only, without a copy.
+ *
+ * The risk is the caller's: a consumer that writes anyway writes into the
+ * column's storage, and every group and export sharing that buffer sees the
+ * change (the stage's copy-on-write protects held data from the stage's own
+ * seals, not from a consumer). Nothing else is affected: the export still
+ * keeps its buffer alive until its deleter runs, and later seals still copy
+ * rather than write into a buffer an export holds.
+ */
+#define KSTAGE_EXPORT_CONSUMER_READS_ONLY UINT64_C(2)
 
 /**
  * \brief Export tensor `index` of a read group as an owning DLPack tensor.
@@ -573,7 +588,7 @@ KSTAGE_API kstage_status_t kstage_release_read(kstage_stage_t stage, kstage_read
  * is always exported READ_ONLY. A compact group owns its buffer: it is
  * writable unless `flags` has KSTAGE_EXPORT_READ_ONLY.
  * Errors: INVALID_HANDLE (group), INVALID_ARGUMENT (index out of range, a
- * tombstone group, unknown flag bits).
+ * tombstone group, unknown flag bits, KSTAGE_EXPORT_CONSUMER_READS_ONLY).
  */
 KSTAGE_API kstage_status_t kstage_group_export(kstage_stage_t stage, kstage_group_t group, uint64_t index,
                                     uint64_t flags, struct DLManagedTensorVersioned** tensor);
@@ -581,7 +596,9 @@ KSTAGE_API kstage_status_t kstage_group_export(kstage_stage_t stage, kstage_grou
  * \brief As kstage_group_export, as a legacy DLManagedTensor. The legacy struct
  * cannot say read-only, so exporting a zero-copy group, or passing
  * KSTAGE_EXPORT_READ_ONLY, is refused with KSTAGE_NOT_SUPPORTED (as numpy
- * refuses to export read-only arrays that way).
+ * refuses to export read-only arrays that way) -- unless `flags` has
+ * KSTAGE_EXPORT_CONSUMER_READS_ONLY: then the export shares the column's
+ * storage with no copy (see that flag for the promise and its risk).
  */
 KSTAGE_API kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, kstage_group_t group,
                                            uint64_t index, uint64_t flags,

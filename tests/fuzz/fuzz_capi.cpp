@@ -222,6 +222,7 @@ struct Export {
   DLManagedTensor* legacy = nullptr;
   uint64_t checksum = 0;
   bool written = false;  // the fuzzer wrote through it: its bytes changed on purpose
+  bool promised = false;  // legacy, under KSTAGE_EXPORT_CONSUMER_READS_ONLY: never written
 };
 
 const DLTensor& export_tensor(const Export& e) { return e.v ? e.v->dl_tensor : e.legacy->dl_tensor; }
@@ -1448,7 +1449,9 @@ struct State {
       default: {
         const uint64_t index = chance(90) ? in.ConsumeIntegralInRange<uint64_t>(0, 2) : kU64Max;
         uint64_t flags = chance(70) ? 0 : KSTAGE_EXPORT_READ_ONLY;
+        if (chance(20)) flags |= KSTAGE_EXPORT_CONSUMER_READS_ONLY;
         if (chance(5)) flags = in.ConsumeIntegral<uint64_t>();
+        const bool promised = flags & KSTAGE_EXPORT_CONSUMER_READS_ONLY;
         Export e;
         kstage_status_t st;
         if (chance(70)) {
@@ -1467,13 +1470,16 @@ struct State {
           DLManagedTensor* t = nullptr;
           st = CALL_A(kstage_group_export_legacy, stage[0], gr.h, index, flags, &t);
           if (st != KSTAGE_OK) break;
-          if (gr.zero_copy) oracle("a legacy export of a zero-copy group was accepted");
+          if (gr.zero_copy && !promised)
+            oracle("a legacy export of a zero-copy group was accepted without the promise");
           e.legacy = t;
+          e.promised = promised;
         }
         if (!gr.live) oracle("group export accepted a released group");
         e.checksum = touch_dl(export_tensor(e));
         const DLTensor& t = export_tensor(e);
-        const bool writable = e.legacy || !(e.v->flags & DLPACK_FLAG_BITMASK_READ_ONLY);
+        // A legacy export under KSTAGE_EXPORT_CONSUMER_READS_ONLY: the fuzzer keeps the promise.
+        const bool writable = e.legacy ? !e.promised : !(e.v->flags & DLPACK_FLAG_BITMASK_READ_ONLY);
         if (writable && chance(30) && t.data) {
           // The consumer owns a writable export: scribble over it. The stage must not see it.
           int64_t total = 1;
