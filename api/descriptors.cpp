@@ -10,8 +10,9 @@ namespace {
 
 // The first released layout of each descriptor: a struct_size below it
 // cannot come from any kstage.h. These sizes are frozen; fields added later
-// go after them (static_asserts below keep the current structs free of
-// implicit padding, so that "every byte the library knows" is exact).
+// go after them, as kstage_write_data_t::legacy_managed_tensors did after
+// byte 80 (static_asserts below keep the current structs free of implicit
+// padding, so that "every byte the library knows" is exact).
 template <class T>
 struct Layout;
 template <>
@@ -38,7 +39,7 @@ struct Layout<kstage_map_desc_t> {
 static_assert(sizeof(kstage_config_t) ==
               offsetof(kstage_config_t, host_execution) + sizeof(kstage_host_execution_t));
 static_assert(sizeof(kstage_write_data_t) ==
-              offsetof(kstage_write_data_t, reserved) + sizeof(kstage_write_data_t::reserved));
+              offsetof(kstage_write_data_t, legacy_managed_tensors) + sizeof(void*));
 static_assert(sizeof(kstage_read_desc_t) ==
               offsetof(kstage_read_desc_t, device_sync) + sizeof(kstage_device_sync_t));
 static_assert(sizeof(kstage_map_desc_t) ==
@@ -126,31 +127,45 @@ Result<kstage_map_desc_t> read_descriptor(const kstage_map_desc_t* in, const cha
 
 Status read_write_descriptors(const kstage_write_data_t* in, uint64_t n,
                               std::vector<kstage_write_data_t>& out) {
+  using T = kstage_write_data_t;
   out.clear();
   if (in == nullptr || n == 0) return Status::OK();  // the engine names what is missing
-  const uint32_t size = in[0].struct_size;
-  Status layout = check_size<kstage_write_data_t>(size, "data[0]");
-  const size_t stride = layout.ok() ? size : sizeof(kstage_write_data_t);
+  // Bytes, not struct accesses: with a bad struct_size the elements may be
+  // misaligned.
   const auto* base = reinterpret_cast<const unsigned char*>(in);
+  auto size_at = [](const unsigned char* p) {
+    uint32_t v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  const uint32_t size = size_at(base);
+  Status layout = check_size<T>(size, "data[0]");
+  // The stride is the caller's struct size whenever it claims a plausible
+  // one (even one rejected for its alignment), else this header's: either
+  // way every element is read, so that its managed tensors can be deleted,
+  // but never past one stride.
+  const bool plausible = size >= Layout<T>::first && size <= kMaxStructSize;
+  const size_t stride = plausible ? size : sizeof(T);
+  // What the best effort copies: whole fields only -- this header's struct
+  // when a stride holds it, else the first layout, which every caller has.
+  const size_t known = stride >= sizeof(T) ? sizeof(T) : Layout<T>::first;
   out.resize(n);
   for (uint64_t i = 0; i < n; ++i) {
-    const auto* d = reinterpret_cast<const kstage_write_data_t*>(base + i * stride);
-    const std::string what = format("data[%llu]", (unsigned long long)i);
-    if (!layout.ok()) {  // best effort: the fields at their current offsets
-      std::memcpy(&out[i], d, sizeof(kstage_write_data_t));
-      continue;
-    }
-    if (d->struct_size != size) {
+    const unsigned char* d = base + i * stride;
+    if (layout.ok() && size_at(d) != size)
       layout = error(KSTAGE_INVALID_ARGUMENT,
-                     "%s.struct_size is %u but data[0].struct_size is %u; every descriptor of "
-                     "one call has the caller's struct size",
-                     what.c_str(), unsigned(d->struct_size), unsigned(size));
-      std::memcpy(&out[i], d, std::min<size_t>(size, sizeof(kstage_write_data_t)));
+                     "data[%llu].struct_size is %u but data[0].struct_size is %u; every "
+                     "descriptor of one call has the caller's struct size",
+                     (unsigned long long)i, unsigned(size_at(d)), unsigned(size));
+    if (!layout.ok()) {  // best effort
+      std::memset(&out[i], 0, sizeof(T));
+      std::memcpy(&out[i], d, known);
       continue;
     }
-    Status st = copy_descriptor(d, size, what.c_str(), out[i]);
+    const std::string what = format("data[%llu]", (unsigned long long)i);
+    Status st = copy_descriptor(reinterpret_cast<const T*>(d), size, what.c_str(), out[i]);
     if (st.ok()) st = check_reserved(out[i].reserved, what.c_str());
-    if (!st.ok() && layout.ok()) layout = st;
+    if (!st.ok()) layout = st;
   }
   return layout;
 }

@@ -13,8 +13,19 @@ namespace kstage::core {
 namespace {
 
 
+// Which array of `d` holds its tensors (valid once sources() is 1).
+const char* source_kind(const kstage_write_data_t& d) {
+  return d.tensors ? "tensors" : d.managed_tensors ? "managed_tensors" : "legacy_managed_tensors";
+}
+
 std::string tensor_name(const kstage_write_data_t& d, size_t i) {
-  return format("%s[%zu]", d.tensors ? "tensors" : "managed_tensors", i);
+  return format("%s[%zu]", source_kind(d), i);
+}
+
+// How many of tensors / managed_tensors / legacy_managed_tensors are set.
+int sources(const kstage_write_data_t& d) {
+  return int(d.tensors != nullptr) + int(d.managed_tensors != nullptr) +
+         int(d.legacy_managed_tensors != nullptr);
 }
 
 // Copies a strided source into a fresh compact buffer.
@@ -140,7 +151,8 @@ Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor&
   // index_map or a mask is passed, even a mask with every bit set).
   if (managed && !d.mask && adoptable(s, sel, backend)) {
     // Without a deleter nobody can say how long the memory lives: copy it.
-    if (DLManagedTensorVersioned* m = managed->adopt_if_deletable(tensor)) {
+    ManagedTensor m = managed->adopt_if_deletable(tensor);
+    if (m.versioned || m.legacy) {
       out.data = std::make_shared<AdoptedBuffer>(m, const_cast<std::byte*>(s.base),
                                                  n * s.row_bytes, backend.device());
       return out;
@@ -197,7 +209,8 @@ Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor&
 // compact copy (kept alive in `keep`) when its elements are spaced out.
 Result<const std::byte*> contiguous_elements(const SourceTensor& s, Backend& backend,
                                              std::vector<BufferPtr>& keep) {
-  if (s.layout == SourceTensor::Layout::Compact || s.rows <= 1) return s.base;
+  // (A strided source of one row is not contiguous when its interior axes are not.)
+  if (s.layout == SourceTensor::Layout::Compact) return s.base;
   SourceTensor t = s;
   if (s.layout == SourceTensor::Layout::RowStrided) {  // describe as 1-D strided
     t.strided = {};
@@ -267,10 +280,17 @@ Result<StagedRows> stage_array(const std::vector<SourceTensor>& src, bool packed
 
 Result<std::vector<const DLTensor*>> write_tensors(const kstage_write_data_t& d,
                                                    const char* attr) {
-  if ((d.tensors == nullptr) == (d.managed_tensors == nullptr))
+  if (sources(d) != 1) {
+    std::string got;
+    for (auto [set, name] : {std::pair{d.tensors != nullptr, "tensors"},
+                             std::pair{d.managed_tensors != nullptr, "managed_tensors"},
+                             std::pair{d.legacy_managed_tensors != nullptr, "legacy_managed_tensors"}})
+      if (set) got += std::string(got.empty() ? "" : " and ") + name;
     return error(KSTAGE_INVALID_ARGUMENT,
-                 "exactly one of tensors and managed_tensors must be non-NULL (got %s)",
-                 d.tensors ? "both" : "neither");
+                 "exactly one of tensors, managed_tensors and legacy_managed_tensors must be "
+                 "non-NULL (got %s)",
+                 got.empty() ? "none" : got.c_str());
+  }
   // tensor_count is checked before anything is sized by it or read through it.
   if (d.tensor_count == 0)
     return error(KSTAGE_INVALID_ARGUMENT, "tensor_count is 0; a write needs at least one tensor");
@@ -288,11 +308,16 @@ Result<std::vector<const DLTensor*>> write_tensors(const kstage_write_data_t& d,
   for (uint64_t i = 0; i < d.tensor_count; ++i) {
     if (d.tensors) {
       out[i] = &d.tensors[i];
-    } else {
+    } else if (d.managed_tensors) {
       if (d.managed_tensors[i] == nullptr)
         return error(KSTAGE_INVALID_ARGUMENT, "managed_tensors[%llu] is NULL",
                      (unsigned long long)i);
       out[i] = &d.managed_tensors[i]->dl_tensor;
+    } else {
+      if (d.legacy_managed_tensors[i] == nullptr)
+        return error(KSTAGE_INVALID_ARGUMENT, "legacy_managed_tensors[%llu] is NULL",
+                     (unsigned long long)i);
+      out[i] = &d.legacy_managed_tensors[i]->dl_tensor;
     }
   }
   return out;
@@ -306,7 +331,7 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   // One tensor per source row and no index_map: exactly one per addressed
   // prim. More than that is refused before tensor_count sizes anything.
   if (d.is_array && !d.index_map && d.tensor_count > std::max<uint64_t>(sel.count, 1) &&
-      (d.tensors != nullptr) != (d.managed_tensors != nullptr))
+      sources(d) == 1)
     KSTAGE_RETURN_NOT_OK(
         check_row_count(d, sel, d.tensor_count, "tensor_count, one tensor per row"));
   std::vector<const DLTensor*> tensors;
@@ -315,7 +340,7 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   std::vector<SourceTensor> src(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) {
     KSTAGE_ASSIGN_OR_RETURN(
-        src[i], decode_source_tensor(tensors[i], d.tensors ? "tensors" : "managed_tensors", i));
+        src[i], decode_source_tensor(tensors[i], source_kind(d), i));
     if (i > 0 && (src[i].device.device_type != src[0].device.device_type ||
                   src[i].device.device_id != src[0].device.device_id))
       return error(KSTAGE_INVALID_ARGUMENT, "%s is on device %s:%d but %s is on %s:%d",
@@ -360,7 +385,7 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   if (!d.is_array) {
     KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_fixed(d, src[0], sel, *out.backend, backends.host(),
                                                   tensors[0],
-                                                  d.managed_tensors ? r.managed : nullptr));
+                                                  d.tensors ? nullptr : r.managed));
   } else {
     if (sel.mask) KSTAGE_RETURN_NOT_OK(select_masked(sel, backends.host()));
     // One tensor and more than one source row: a packed tensor, cut evenly.

@@ -26,7 +26,9 @@ static_assert(offsetof(kstage_write_data_t, mask) == 48);
 static_assert(offsetof(kstage_write_data_t, device_sync) == 56);
 static_assert(offsetof(kstage_write_data_t, is_array) == 72);
 static_assert(offsetof(kstage_write_data_t, reserved) == 73);
-static_assert(sizeof(kstage_write_data_t) == 80);
+// 0.2 appended legacy_managed_tensors after the first layout's 80 bytes.
+static_assert(offsetof(kstage_write_data_t, legacy_managed_tensors) == 80);
+static_assert(sizeof(kstage_write_data_t) == 88);
 
 static_assert(offsetof(kstage_read_desc_t, struct_size) == 0);
 static_assert(offsetof(kstage_read_desc_t, change_range) == 4);
@@ -226,13 +228,41 @@ TEST_CASE("a newer caller's larger descriptor is read when the fields it adds ar
                 {f.prims[0], {10}}, {f.prims[1], {20}}, {f.prims[2], {30}}});
     const std::string before = f.state();
     d[1].added[0] = 1;
-    KS_FAILS(f.write(&d[0].known, 2, 3), KSTAGE_NOT_SUPPORTED, "data[1] sets byte 80");
+    KS_FAILS(f.write(&d[0].known, 2, 3), KSTAGE_NOT_SUPPORTED, "data[1] sets byte 88");
     d[1].added[0] = 0;
     d[1].known.struct_size = sizeof(kstage_write_data_t);
     KS_FAILS(f.write(&d[0].known, 2, 3), KSTAGE_INVALID_ARGUMENT,
-             "data[1].struct_size is 80 but data[0].struct_size is 96");
+             "data[1].struct_size is 88 but data[0].struct_size is 104");
     REQUIRE(f.state() == before);
   }
+}
+
+TEST_CASE("an older caller's smaller write descriptor: the fields it lacks are read as zero",
+          "[abi]") {
+  // A caller built against the first layout (80 bytes, before
+  // legacy_managed_tensors): whatever lies after its struct is not read.
+  Fixture f;
+  std::vector<float> ys = {10, 20, 30};
+  DLTensor ty = tensor(ys.data(), f32(), 1, f.shape);
+  kstage_write_data_t w0 = write_data(&f.t), w1 = write_data(&ty);
+  w0.struct_size = w1.struct_size = 80;
+  // Two 80-byte descriptors back to back, as that caller's array is laid out
+  // (strided by its 80 bytes, not this library's 88).
+  alignas(8) unsigned char packed[160];
+  std::memcpy(packed, &w0, 80);
+  std::memcpy(packed + 80, &w1, 80);
+  static DLManagedTensor* const junk[1] = {reinterpret_cast<DLManagedTensor*>(uintptr_t(0x40))};
+  REQUIRE(f.write(reinterpret_cast<const kstage_write_data_t*>(packed), 2, 2) == KSTAGE_OK);
+  f.s.seal(2);
+  REQUIRE(f.s.floats(f.q, f.y) == std::map<kstage_path_t, std::vector<float>>{
+                                      {f.prims[0], {10}}, {f.prims[1], {20}}, {f.prims[2], {30}}});
+  // A single one, with the "newer" field's bytes right after it set.
+  kstage_write_data_t one = write_data(&f.t);
+  one.struct_size = 80;
+  one.legacy_managed_tensors = junk;  // beyond its struct_size: never read
+  kstage_op_t op = 0;
+  KS_OK(kstage_write_attribute(f.s.stage, f.q, f.x, 3, &one, KSTAGE_PRIM_MODE_UPSERT, &op));
+  KS_OK(kstage_release_op(f.s.stage, op));
 }
 
 TEST_CASE("reserved bytes must be zero", "[abi][errors]") {

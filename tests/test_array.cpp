@@ -1100,3 +1100,23 @@ TEST_CASE("a held group keeps its arrays across later seals (copy-on-write)",
   s.seal(6);
   REQUIRE(rows_of(s, q, attr) == expect_rows(prims, last));
 }
+
+TEST_CASE("a one-element row whose trailing axis is strided is read element by element",
+          "[array][strides]") {
+  // Found by fuzzing: a row of one element is not contiguous when its folded
+  // lanes are spaced out (or reversed); it used to be read as if it were,
+  // which gave wrong values or read past the producer's buffer.
+  Stage s(host_execution());
+  auto prims = s.paths("/one", 2);
+  kstage_query_t q = s.query(prims);
+  kstage_token_t attr = s.token("a");
+  std::vector<float> buf = {0, 1, 2, 3, 4, 5};
+  int64_t shape[2] = {1, 3};
+  int64_t spaced[2] = {6, 2};     // elements 0, 2, 4
+  int64_t reversed[2] = {3, -1};  // elements 2, 1, 0
+  DLTensor rows[2] = {tensor(buf.data(), f32(), 2, shape, spaced),
+                      tensor(buf.data() + 2, f32(), 2, shape, reversed)};
+  KS_OK(s.write(q, attr, 1, write_data(rows, 2, true)));
+  s.seal(1);
+  REQUIRE(rows_of(s, q, attr) == expect_rows(prims, {{0, 2, 4}, {2, 1, 0}}));
+}

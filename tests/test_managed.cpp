@@ -567,7 +567,7 @@ TEST_CASE("every rejected call deletes each managed tensor exactly once", "[mana
     w.tensors = &client;
     KS_FAILS(kstage_write_attribute(s.stage, q, a, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
              KSTAGE_INVALID_ARGUMENT,
-             "exactly one of tensors and managed_tensors must be non-NULL (got both)");
+             "exactly one of tensors, managed_tensors and legacy_managed_tensors must be non-NULL (got tensors and managed_tensors)");
     // The client tensor is untouched and still the caller's.
     REQUIRE(client.data == client_values.data());
     REQUIRE(client_values == std::vector<float>{5, 6, 7, 8});
@@ -786,6 +786,14 @@ TEST_CASE("a rejected descriptor layout still deletes each managed tensor exactl
     KS_FAILS(s.write(q, a, 1, w), KSTAGE_INVALID_ARGUMENT, "struct_size is 0");
     REQUIRE(ledger.of(m.id) == 1);
   }
+  SECTION("struct_size 81: plausible but not a multiple of 8; the first layout is read") {
+    Made m = managed_f32({1, 2});
+    DLManagedTensorVersioned* list[1] = {m.t};
+    kstage_write_data_t w = managed_data(list, 1);
+    w.struct_size = 81;
+    KS_FAILS(s.write(q, a, 1, w), KSTAGE_INVALID_ARGUMENT, "struct_size is 81");
+    REQUIRE(ledger.of(m.id) == 1);
+  }
   SECTION("a batch whose second descriptor has another struct_size") {
     Made m0 = managed_f32({1, 2}), m1 = managed_f32({3, 4});
     DLManagedTensorVersioned* l0[1] = {m0.t};
@@ -817,4 +825,176 @@ TEST_CASE("a rejected descriptor layout still deletes each managed tensor exactl
   }
   REQUIRE(ledger.all_once());
   REQUIRE(s.fingerprint(q, {a, b}) == before);
+}
+
+// ---------------------------------------------------------------------------
+// Legacy producers (DLManagedTensor: JAX, older PyTorch and CuPy)
+
+namespace {
+
+void counting_legacy_deleter(DLManagedTensor* self) {
+  Ctx* ctx = static_cast<Ctx*>(self->manager_ctx);
+  ledger.record(ctx->id);
+  delete ctx;
+  delete self;
+}
+
+struct MadeLegacy {
+  DLManagedTensor* t = nullptr;
+  int id = 0;
+};
+
+MadeLegacy legacy_f32(const std::vector<float>& values, uint16_t lanes = 1) {
+  auto* ctx = new Ctx;
+  ctx->id = ledger.open();
+  ctx->bytes.resize(values.size() * sizeof(float));
+  if (!values.empty()) std::memcpy(ctx->bytes.data(), values.data(), ctx->bytes.size());
+  ctx->shape[0] = int64_t(values.size()) / lanes;
+  auto* m = new DLManagedTensor{};
+  m->manager_ctx = ctx;
+  m->deleter = counting_legacy_deleter;
+  m->dl_tensor = tensor(ctx->bytes.empty() ? nullptr : ctx->bytes.data(), f32(lanes), 1, ctx->shape);
+  return MadeLegacy{m, ctx->id};
+}
+
+// A legacy tensor over memory the test owns (so it can be checked after the
+// deleter ran); the deleter records the call and frees only the struct.
+struct Borrowed {
+  int id = 0;
+  int64_t shape[1] = {0};
+};
+void borrowed_deleter(DLManagedTensor* self) {
+  auto* b = static_cast<Borrowed*>(self->manager_ctx);
+  ledger.record(b->id);
+  delete b;
+  delete self;
+}
+MadeLegacy legacy_over(std::vector<float>& storage, uint16_t lanes) {
+  auto* b = new Borrowed;
+  b->id = ledger.open();
+  b->shape[0] = int64_t(storage.size()) / lanes;
+  auto* m = new DLManagedTensor{};
+  m->manager_ctx = b;
+  m->deleter = borrowed_deleter;
+  m->dl_tensor = tensor(storage.data(), f32(lanes), 1, b->shape);
+  return MadeLegacy{m, b->id};
+}
+
+kstage_write_data_t legacy_data(DLManagedTensor* const* tensors, uint64_t n, bool is_array = false) {
+  kstage_write_data_t w = kstage_write_data_init();
+  w.legacy_managed_tensors = tensors;
+  w.tensor_count = n;
+  w.is_array = is_array;
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("a legacy producer's dense write is adopted, never written into, and deleted once",
+          "[managed][legacy]") {
+  ledger.reset();
+  {
+    Stage s(host_execution());
+    auto prims = s.paths("/lg", 4);
+    kstage_query_t q = s.query(prims);
+    kstage_token_t a = s.token("a");
+    std::vector<float> storage = {1, 2, 3, 4, 5, 6, 7, 8};  // the producer's (immutable) array
+    MadeLegacy m = legacy_over(storage, 2);
+    DLManagedTensor* list[1] = {m.t};
+    KS_OK(s.write(q, a, 1, legacy_data(list, 1)));
+    REQUIRE(ledger.of(m.id) == 0);  // adopted: pending, then the column's storage
+    s.seal(1);
+    {
+      kstage_read_t r = 0;
+      KS_OK(kstage_read_attributes(s.stage, q, &a, 1, nullptr, &r));
+      kstage_read_group_t g{};
+      KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+      REQUIRE(g.data.tensors[0].data == storage.data());  // zero-copy
+      KS_OK(kstage_release_group(s.stage, g.handle));
+      KS_OK(kstage_release_read(s.stage, r));
+    }
+    // A sparse write copies the adopted buffer first: the producer's memory
+    // (which JAX considers immutable) never changes.
+    const std::vector<float> before = storage;
+    std::vector<float> row = {-1, -2};
+    int64_t one[1] = {1};
+    DLTensor t = tensor(row.data(), f32(2), 1, one);
+    kstage_write_data_t w = write_data(&t);
+    const uint32_t index_map[1] = {0};
+    w.count = 1;
+    w.index_map = index_map;
+    KS_OK(s.write(q, a, 2, w));
+    s.seal(2);
+    REQUIRE(storage == before);
+    REQUIRE(sealed(s, q, a)[prims[0]] == std::vector<float>{-1, -2});
+    REQUIRE(sealed(s, q, a)[prims[3]] == std::vector<float>{7, 8});
+    // The column no longer uses the producer's buffer: deleted now, once.
+    REQUIRE(ledger.of(m.id) == 1);
+
+    // Adopted again, then the stage is destroyed with it as storage.
+    MadeLegacy m2 = legacy_f32({9, 9, 9, 9, 9, 9, 9, 9}, 2);
+    DLManagedTensor* list2[1] = {m2.t};
+    KS_OK(s.write(q, a, 3, legacy_data(list2, 1)));
+    s.seal(3);
+    REQUIRE(ledger.of(m2.id) == 0);
+  }
+  REQUIRE(ledger.all_once());
+}
+
+TEST_CASE("legacy producers: copied, rejected and array writes delete each exactly once",
+          "[managed][legacy][errors]") {
+  ledger.reset();
+  Stage s(host_execution());
+  auto prims = s.paths("/lc", 3);
+  kstage_query_t q = s.query(prims);
+  kstage_token_t a = s.token("a"), r = s.token("rows");
+  SECTION("an index_map write copies, and deletes at once") {
+    MadeLegacy m = legacy_f32({5, 6});
+    DLManagedTensor* list[1] = {m.t};
+    kstage_write_data_t w = legacy_data(list, 1);
+    const uint32_t index_map[3] = {1, 0, 1};
+    w.count = 3;
+    w.index_map = index_map;
+    KS_OK(s.write(q, a, 1, w));
+    REQUIRE(ledger.of(m.id) == 1);
+    s.seal(1);
+    REQUIRE(sealed(s, q, a) == std::map<kstage_path_t, std::vector<float>>{
+                                   {prims[0], {6}}, {prims[1], {5}}, {prims[2], {6}}});
+  }
+  SECTION("one legacy tensor per row of an array write") {
+    MadeLegacy r0 = legacy_f32({1}), r1 = legacy_f32({}), r2 = legacy_f32({2, 3, 4});
+    DLManagedTensor* list[3] = {r0.t, r1.t, r2.t};
+    KS_OK(s.write(q, r, 1, legacy_data(list, 3, true)));
+    s.seal(1);
+    REQUIRE(sealed(s, q, r) == std::map<kstage_path_t, std::vector<float>>{
+                                   {prims[0], {1}}, {prims[1], {}}, {prims[2], {2, 3, 4}}});
+  }
+  SECTION("rejected: wrong row count, a NULL entry, listed twice, mixed with tensors") {
+    const std::string before = s.fingerprint(q, {a, r});
+    MadeLegacy m = legacy_f32({1, 2});
+    DLManagedTensor* list[1] = {m.t};
+    KS_FAILS(s.write(q, a, 1, legacy_data(list, 1)), KSTAGE_INVALID_ARGUMENT,
+             "2 source row(s)");
+    REQUIRE(ledger.of(m.id) == 1);
+    DLManagedTensor* none[1] = {nullptr};
+    KS_FAILS(s.write(q, a, 1, legacy_data(none, 1)), KSTAGE_INVALID_ARGUMENT,
+             "legacy_managed_tensors[0] is NULL");
+    MadeLegacy twice = legacy_f32({1});
+    DLManagedTensor* dup[3] = {twice.t, twice.t, twice.t};
+    KS_FAILS(s.write(q, r, 1, legacy_data(dup, 3, true)), KSTAGE_INVALID_ARGUMENT,
+             "data[0].legacy_managed_tensors[1] is listed more than once");
+    REQUIRE(ledger.of(twice.id) == 1);
+    MadeLegacy mixed = legacy_f32({1, 2, 3});
+    DLManagedTensor* l3[1] = {mixed.t};
+    std::vector<float> v = {1, 2, 3};
+    int64_t shape[1] = {3};
+    DLTensor t = tensor(v.data(), f32(), 1, shape);
+    kstage_write_data_t w = legacy_data(l3, 1);
+    w.tensors = &t;
+    KS_FAILS(s.write(q, a, 1, w), KSTAGE_INVALID_ARGUMENT,
+             "(got tensors and legacy_managed_tensors)");
+    REQUIRE(ledger.of(mixed.id) == 1);
+    REQUIRE(s.fingerprint(q, {a, r}) == before);
+  }
+  REQUIRE(ledger.all_once());
 }

@@ -122,12 +122,13 @@ TEST_CASE("tensors and managed_tensors: exactly one, with at least one tensor",
   DLManagedTensorVersioned* list[1] = {&managed.m};
   kstage_write_data_t both = write_data(&t);
   both.managed_tensors = list;
-  r.rejects(r.points, both, KSTAGE_INVALID_ARGUMENT, "(got both)");
+  r.rejects(r.points, both, KSTAGE_INVALID_ARGUMENT, "(got tensors and managed_tensors)");
   REQUIRE(managed.deleted == 1);
 
   kstage_write_data_t neither = write_data(nullptr);
-  r.rejects(r.points, neither, KSTAGE_INVALID_ARGUMENT, "(got neither)");
-  r.rejects(r.fresh, neither, KSTAGE_INVALID_ARGUMENT, "exactly one of tensors and managed_tensors");
+  r.rejects(r.points, neither, KSTAGE_INVALID_ARGUMENT, "(got none)");
+  r.rejects(r.fresh, neither, KSTAGE_INVALID_ARGUMENT,
+            "exactly one of tensors, managed_tensors and legacy_managed_tensors");
 
   kstage_write_data_t none = write_data(&t, 0);
   r.rejects(r.points, none, KSTAGE_INVALID_ARGUMENT, "tensor_count is 0");

@@ -242,13 +242,16 @@ typedef struct kstage_write_data_t {
   uint32_t struct_size;
   /** Semantic of the column; must match an existing column. */
   kstage_semantic_t semantic;
-  /** Client tensors (exactly one of tensors / managed_tensors is non-NULL).
+  /** Client tensors (exactly one of tensors / managed_tensors /
+   * legacy_managed_tensors is non-NULL).
    * They must stay valid until the op completes (kstage_wait returns OK). */
   const DLTensor* tensors;
   /** Managed tensors: ownership passes to the stage with the call. Each
-   * deleter is called exactly once, also when the call is rejected (even for
-   * a bad struct_size: the descriptors are then read with this header's
-   * layout, so that their managed tensors can still be deleted). The stage
+   * deleter is called exactly once, also when the call is rejected -- even
+   * for a bad struct_size: the descriptors are then read as far as they
+   * surely reach (this header's struct, or the first layout's 80 bytes when
+   * the struct_size claims less), so that their managed tensors can still be
+   * deleted. The stage
    * takes every entry of an array write, and entry 0 only of a fixed-size
    * write: with a tensor_count other than 1 the entries after 0 are never
    * read and stay the caller's. A
@@ -271,6 +274,17 @@ typedef struct kstage_write_data_t {
   /** Declares the column kind; never inferred. Must match an existing column. */
   bool is_array;
   uint8_t reserved[7];
+  /** Legacy DLPack producers (DLManagedTensor, before DLPack 1.0; JAX and
+   * older PyTorch and CuPy hand these out): used instead of tensors and
+   * managed_tensors (exactly one of the three is non-NULL), with the same
+   * ownership rules as managed_tensors -- each deleter runs exactly once on
+   * every path, and a dense fixed-size write is adopted without a copy. A
+   * legacy tensor cannot say whether its producer lets anyone write into it
+   * (JAX arrays are immutable), so an adopted one is treated as read-only:
+   * the stage never writes into it, and a later sparse write to its column
+   * copies it first. (Added in 0.2: callers whose struct_size ends before
+   * this field pass none.) */
+  DLManagedTensor* const* legacy_managed_tensors;
 } kstage_write_data_t;
 
 /**

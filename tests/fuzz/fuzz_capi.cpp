@@ -161,6 +161,9 @@ size_t tuple_bytes(DLDataType t) { return size_t(t.bits / 8) * t.lanes; }
 
 struct Managed {
   DLManagedTensorVersioned m{};
+  DLManagedTensor l{};   // the legacy struct, when handed over as legacy_managed_tensors
+  bool legacy = false;
+  uint64_t handed_checksum = 0;  // legacy: the producer's bytes, which must never change
   std::vector<int64_t> shape, strides;
   std::vector<unsigned char> storage;
   int deleted = 0;
@@ -181,11 +184,28 @@ void managed_deleter(DLManagedTensorVersioned* self) {
   ASAN_POISON_MEMORY_REGION(&box->m, sizeof(box->m));
 }
 
+// Legacy producers may consider their memory immutable (JAX does): the stage
+// must never have written into it by the time it lets go.
+void legacy_deleter(DLManagedTensor* self) {
+  Managed* box = static_cast<Managed*>(self->manager_ctx);
+  if (box == nullptr || &box->l != self) oracle("a legacy deleter got a tensor it did not make");
+  if (++box->deleted > 1) oracle("the deleter of legacy tensor %p ran %d times", (void*)self, box->deleted);
+  trace("legacy deleter %p", (void*)self);
+  uint64_t h = 0;
+  for (unsigned char c : box->storage) h = h * 31 + c;
+  if (h != box->handed_checksum) oracle("the stage wrote into a legacy producer's memory");
+  if (!box->storage.empty()) ASAN_POISON_MEMORY_REGION(box->storage.data(), box->storage.size());
+  if (!box->shape.empty()) ASAN_POISON_MEMORY_REGION(box->shape.data(), box->shape.size() * 8);
+  if (!box->strides.empty()) ASAN_POISON_MEMORY_REGION(box->strides.data(), box->strides.size() * 8);
+  ASAN_POISON_MEMORY_REGION(&box->l, sizeof(box->l));
+}
+
 void unpoison(Managed& box) {
   if (!box.storage.empty()) ASAN_UNPOISON_MEMORY_REGION(box.storage.data(), box.storage.size());
   if (!box.shape.empty()) ASAN_UNPOISON_MEMORY_REGION(box.shape.data(), box.shape.size() * 8);
   if (!box.strides.empty()) ASAN_UNPOISON_MEMORY_REGION(box.strides.data(), box.strides.size() * 8);
   ASAN_UNPOISON_MEMORY_REGION(&box.m, sizeof(box.m));
+  ASAN_UNPOISON_MEMORY_REGION(&box.l, sizeof(box.l));
 }
 
 // Reads every element of an exported tensor (through shape and strides).
@@ -269,6 +289,7 @@ struct DescSpec {
   int reserved_index = -1;
   kstage_semantic_t semantic = 0;
   bool managed = false, set_both = false, set_neither = false;
+  bool legacy = false;  // managed, through legacy_managed_tensors
   std::vector<TensorSpec> tensors;
   uint64_t tensor_count = 1;  // as claimed (may exceed tensors.size() only for must-reject)
   uint64_t count = 0;
@@ -286,13 +307,18 @@ struct WriteSpec {
   uint32_t stride_size = sizeof(kstage_write_data_t);  // how the array is laid out
 };
 
-bool valid_write_struct_size(uint32_t s) { return s >= sizeof(kstage_write_data_t) && s <= 4096; }
+// kstage's first write-descriptor layout had 80 bytes (no legacy_managed_tensors).
+constexpr uint32_t kFirstWriteDataSize = 80;
+// A struct_size kstage reads the descriptor by (and strides an array by), even when it
+// rejects it for not being a multiple of the struct's alignment.
+bool valid_write_struct_size(uint32_t s) { return s >= kFirstWriteDataSize && s <= 4096; }
 
 // Everything one materialised call owns.
 struct Materialised {
   std::vector<std::vector<unsigned char>> buffers;
   std::vector<std::vector<DLTensor>> tensors;                       // per descriptor
   std::vector<std::vector<DLManagedTensorVersioned*>> managed_ptrs; // per descriptor
+  std::vector<std::vector<DLManagedTensor*>> legacy_ptrs;           // per descriptor
   std::vector<std::vector<int64_t>> shapes;
   std::vector<unsigned char> raw;  // the descriptor array
   std::vector<Managed*> boxes;     // handed over by this call
@@ -1029,6 +1055,7 @@ struct State {
     const DLDataType t = dtype(known);
     d.semantic = semantic(known, t, d.is_array);
     d.managed = chance(25);
+    d.legacy = d.managed && chance(30);
     d.set_both = chance(2);
     d.set_neither = chance(2);
     d.reserved_index = chance(3) ? in.ConsumeIntegralInRange<int>(0, 6) : -1;
@@ -1087,8 +1114,8 @@ struct State {
     w.null_data = chance(2);
     uint32_t size = sizeof(kstage_write_data_t);
     if (chance(8)) {
-      static const uint32_t sizes[] = {0, 1, 8, 79, 81, 88, 96, 4096, 4097, UINT32_MAX};
-      size = sizes[in.ConsumeIntegralInRange<int>(0, 9)];
+      static const uint32_t sizes[] = {0, 1, 8, 79, 81, 88, 96, 4096, 4097, UINT32_MAX, 80};
+      size = sizes[in.ConsumeIntegralInRange<int>(0, 10)];
     }
     for (auto& d : w.descs) {
       d.struct_size = size;
@@ -1110,6 +1137,7 @@ struct State {
   void materialise(const WriteSpec& w, Materialised& m) {
     m.tensors.resize(w.descs.size());
     m.managed_ptrs.resize(w.descs.size());
+    m.legacy_ptrs.resize(w.descs.size());
     m.raw.assign(size_t(w.stride_size) * std::max<size_t>(w.descs.size(), 1), 0);
     for (size_t i = 0; i < w.descs.size(); ++i) {
       const DescSpec& d = w.descs[i];
@@ -1135,36 +1163,55 @@ struct State {
           auto& shape = m.shapes[m.shapes.size() - 2];
           materialise_tensor(s, ts[j], m.buffers.back(), shape, strides);
         } else {
-          if (s.null_entry) { ptrs.push_back(nullptr); continue; }
-          if (d.duplicate_managed && j == 1 && !ptrs.empty() && ptrs[0]) { ptrs.push_back(ptrs[0]); continue; }
+          auto& lptrs = m.legacy_ptrs[i];
+          if (s.null_entry) { ptrs.push_back(nullptr); lptrs.push_back(nullptr); continue; }
+          if (d.duplicate_managed && j == 1 && !ptrs.empty() && (ptrs[0] || lptrs[0])) {
+            ptrs.push_back(ptrs[0]);
+            lptrs.push_back(lptrs[0]);
+            continue;
+          }
           auto box = std::make_unique<Managed>();
-          materialise_tensor(s, box->m.dl_tensor, box->storage, box->shape, box->strides);
-          box->m.version.major = s.version_major;
-          box->m.version.minor = DLPACK_MINOR_VERSION;
-          box->m.flags = s.flags;
-          box->m.manager_ctx = box.get();
-          box->m.deleter = s.no_deleter ? nullptr : managed_deleter;
+          if (d.legacy) {
+            materialise_tensor(s, box->l.dl_tensor, box->storage, box->shape, box->strides);
+            box->legacy = true;
+            box->l.manager_ctx = box.get();
+            box->l.deleter = s.no_deleter ? nullptr : legacy_deleter;
+            for (unsigned char c : box->storage) box->handed_checksum = box->handed_checksum * 31 + c;
+          } else {
+            materialise_tensor(s, box->m.dl_tensor, box->storage, box->shape, box->strides);
+            box->m.version.major = s.version_major;
+            box->m.version.minor = DLPACK_MINOR_VERSION;
+            box->m.flags = s.flags;
+            box->m.manager_ctx = box.get();
+            box->m.deleter = s.no_deleter ? nullptr : managed_deleter;
+          }
           box->has_deleter = !s.no_deleter;
-          // A fixed-size write hands over entry 0 only; later entries are never read.
-          box->handed = !w.null_data && (d.is_array || j == 0);
+          // A fixed-size write hands over entry 0 only; later entries are never read. A
+          // caller of the first layout (80 bytes) has no legacy_managed_tensors to pass.
+          box->handed = !w.null_data && (d.is_array || j == 0) &&
+                        !(d.legacy && w.stride_size < sizeof(kstage_write_data_t));
           // tensor_count beyond what the array holds: whether this entry counts as handed
           // over is up to kstage; it must not run the deleter twice, though.
           if (d.tensor_count != d.tensors.size()) box->expect_once = false;
-          ptrs.push_back(&box->m);
+          ptrs.push_back(d.legacy ? nullptr : &box->m);
+          lptrs.push_back(d.legacy ? &box->l : nullptr);
           m.boxes.push_back(box.get());
           boxes.push_back(std::move(box));
         }
       }
       if (d.managed || d.set_both) {
+        auto& lptrs = m.legacy_ptrs[i];
         while (ptrs.size() < std::max<size_t>(d.tensors.size(), 1)) ptrs.push_back(nullptr);
-        k.managed_tensors = ptrs.data();
+        while (lptrs.size() < ptrs.size()) lptrs.push_back(nullptr);
+        if (d.legacy) k.legacy_managed_tensors = lptrs.data();
+        else k.managed_tensors = ptrs.data();
       }
       if (!d.managed || d.set_both) k.tensors = ts.data();
-      if (d.set_neither) { k.tensors = nullptr; k.managed_tensors = nullptr; }
+      if (d.set_neither) { k.tensors = nullptr; k.managed_tensors = nullptr; k.legacy_managed_tensors = nullptr; }
       if (d.set_both || d.set_neither)
         for (Managed* b : m.boxes) b->expect_once = false;  // "exactly one" violated: ambiguous
       unsigned char* dst = m.raw.data() + i * w.stride_size;
-      std::memcpy(dst, &k, sizeof(k));
+      std::memcpy(dst, &k, std::min<size_t>(sizeof(k), w.stride_size));  // an 80-byte caller: no legacy field
       if (d.nonzero_extra) dst[sizeof(k) + d.nonzero_extra - 1] = 0x5a;
     }
   }
