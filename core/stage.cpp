@@ -696,13 +696,22 @@ Result<std::unique_ptr<MapGroup>> make_map_group(const MapSession& s, PrimList p
     r.starts.resize(n);
     r.lengths.resize(n);
     uint64_t cursor = 0;
+    // The group's buffer holds every row: its size must not wrap, whatever
+    // the counts (each is bounded, their sum is checked as it grows).
+    constexpr uint64_t kMaxBytes = UINT64_MAX / 2;
     for (size_t i = 0; i < n; ++i) {
-      if (counts[i] > (UINT64_MAX / 2) / eb)
+      if (counts[i] > kMaxBytes / eb)
         return error(KSTAGE_INVALID_ARGUMENT, "element_counts entry %llu is too large",
                      (unsigned long long)counts[i]);
       r.starts[i] = cursor;
       r.lengths[i] = counts[i] * eb;
-      cursor += kernels::ragged_align_up(r.lengths[i]);
+      const uint64_t row = kernels::ragged_align_up(r.lengths[i]);
+      if (row > kMaxBytes - cursor)
+        return error(KSTAGE_INVALID_ARGUMENT,
+                     "element_counts add up to more than 2^63 bytes of %zu-byte elements in one "
+                     "group (at its prim %zu, count %llu)",
+                     eb, i, (unsigned long long)counts[i]);
+      cursor += row;
     }
     KSTAGE_ASSIGN_OR_RETURN(r.data, s.backend->allocate(std::max<uint64_t>(cursor, 1)));
     g->tensors.reserve(n);

@@ -563,6 +563,12 @@ TEST_CASE("array map argument errors leave the stage unchanged", "[map][array][e
   counts = {1, UINT64_MAX / 4, 1};
   KS_FAILS(kstage_map_attribute(s.stage, q, &d, 1, counts.data(), 3, &m), KSTAGE_INVALID_ARGUMENT,
            "too large");
+  // Each count fits, but their sum in bytes would wrap (found by fuzzing: the
+  // buffer was allocated at the wrapped size while the tensors claimed all).
+  counts = {(UINT64_MAX / 2) / 4 - 1, (UINT64_MAX / 2) / 4 - 1, 1};
+  KS_FAILS(kstage_map_attribute(s.stage, q, &d, 1, counts.data(), 3, &m), KSTAGE_INVALID_ARGUMENT,
+           "element_counts add up to more than 2^63 bytes of 4-byte elements in one group (at "
+           "its prim 1");
   // A fixed-size map takes no element counts.
   kstage_map_desc_t df = map_desc(f, f32());
   counts = {1, 1, 1};
