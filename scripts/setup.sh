@@ -16,6 +16,11 @@
 #   - a Python virtual environment for the perf suite (perf/README.md) in $KSTAGE_DEPS_DIR/venv,
 #     made with `python3 -m venv`, with numpy and matplotlib from the machine's configured pip
 #     index (Debian's python3-venv is installed with apt-get when the venv module is missing).
+# Optional (only with `--jax` or KSTAGE_SETUP_JAX=1; scripts/test.sh passes it for the
+# `default` preset): the JAX interop tests (tests/python)
+#   - a Python virtual environment in $KSTAGE_DEPS_DIR/jax-venv, made the same way, with
+#     jax[cpu], numpy and pytest from the machine's configured pip index (~20 s, ~640 MB);
+#     scripts/test.sh configures the `default` preset with KSTAGE_JAX_PYTHON set to its python.
 #
 # Optional (only with `--fuzz` or KSTAGE_SETUP_FUZZ=1): the fuzz leg (tests/fuzz, preset `fuzz`)
 #   - clang-14 and libclang-rt-14-dev (libFuzzer, sanitizer runtimes), installed with apt-get
@@ -30,6 +35,7 @@
 # Environment:
 #   KSTAGE_DEPS_DIR   cache folder (default: $HOME/.cache/kstage-deps)
 #   KSTAGE_SETUP_PERF 1 = also make the perf venv (same as --perf)
+#   KSTAGE_SETUP_JAX  1 = also make the JAX test venv (same as --jax)
 #   KSTAGE_SETUP_FUZZ 1 = also get the fuzz leg's tools and Kokkos (same as --fuzz)
 #   KSTAGE_SETUP_TSAN 1 = also build the TSan Kokkos (same as --tsan)
 #   Kokkos_ROOT       use this Kokkos installation; no Kokkos is built
@@ -418,51 +424,65 @@ kokkos_tsan_dep() {
 }
 
 # --------------------------------------------------------------------------------------------
-# 6. Optional: the perf suite's Python venv (numpy, matplotlib)
+# 6. Optional Python venvs: the perf suite's (numpy, matplotlib) and the JAX interop tests'
 # --------------------------------------------------------------------------------------------
-VENV_RECIPE=1
-VENV_PACKAGES=(numpy matplotlib)
-perf_venv() {
-  local venv=$DEPS_DIR/venv py=python3 pyver key
+# python_venv NAME DIR RECIPE CHECK PACKAGE...: a venv in DIR with PACKAGEs from the machine's
+# own pip configuration (no index is named here); CHECK is Python that imports them and prints
+# their versions. Cached by a stamp named NAME.
+python_venv() {
+  local name=$1 venv=$2 recipe=$3 check=$4
+  shift 4
+  local py=python3 pyver key have start=$SECONDS
   pyver=$("$py" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])') \
-    || die "perf venv: python3 does not run"
-  key="venv python=$pyver recipe=$VENV_RECIPE packages=${VENV_PACKAGES[*]}"
-  if stamp_ok venv "$key" "$venv/bin/python"; then
-    log "venv: cached ($(sed -n 2p "$STAMP_DIR/venv.stamp"))"
+    || die "$name: python3 does not run"
+  key="$name python=$pyver recipe=$recipe packages=$*"
+  if stamp_ok "$name" "$key" "$venv/bin/python"; then
+    log "$name: cached ($(sed -n 2p "$STAMP_DIR/$name.stamp"))"
     return 0
   fi
   if ! "$py" -c 'import venv, ensurepip' >/dev/null 2>&1; then
-    [ "$(id -u)" -eq 0 ] || die "perf venv: python3's venv module is missing; install python3-venv (as root: apt-get install python3-venv)"
-    log "venv: installing python3-venv (Debian)"
-    env DEBIAN_FRONTEND=noninteractive apt-get -q update >"$LOG_DIR/venv-apt.log" 2>&1 || true
+    [ "$(id -u)" -eq 0 ] || die "$name: python3's venv module is missing; install python3-venv (as root: apt-get install python3-venv)"
+    log "$name: installing python3-venv (Debian)"
+    env DEBIAN_FRONTEND=noninteractive apt-get -q update >"$LOG_DIR/$name-apt.log" 2>&1 || true
     env DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-install-recommends python3-venv \
-      >>"$LOG_DIR/venv-apt.log" 2>&1 \
-      || { tail -n 20 "$LOG_DIR/venv-apt.log" >&2; die "perf venv: apt-get install python3-venv failed"; }
+      >>"$LOG_DIR/$name-apt.log" 2>&1 \
+      || { tail -n 20 "$LOG_DIR/$name-apt.log" >&2; die "$name: apt-get install python3-venv failed"; }
   fi
-  log "venv: creating $venv (python $pyver) and installing ${VENV_PACKAGES[*]}"
+  log "$name: creating $venv (python $pyver) and installing $*"
   rm -rf "$venv"
-  "$py" -m venv "$venv" >"$LOG_DIR/venv.log" 2>&1 \
-    || { tail -n 20 "$LOG_DIR/venv.log" >&2; die "perf venv: python3 -m venv failed"; }
-  # The machine's own pip configuration (index, certificates) applies; no index is named here.
-  "$venv/bin/python" -m pip install -q "${VENV_PACKAGES[@]}" >>"$LOG_DIR/venv.log" 2>&1 \
-    || { tail -n 20 "$LOG_DIR/venv.log" >&2; die "perf venv: pip install ${VENV_PACKAGES[*]} failed (log: $LOG_DIR/venv.log)"; }
-  local have
-  have=$("$venv/bin/python" -c 'import numpy, matplotlib; print("numpy", numpy.__version__, "matplotlib", matplotlib.__version__)') \
-    || die "perf venv: numpy/matplotlib do not import"
-  printf '%s\n%s\n' "$key" "$have" > "$STAMP_DIR/venv.stamp"
-  log "venv: ready ($have)"
+  "$py" -m venv "$venv" >"$LOG_DIR/$name.log" 2>&1 \
+    || { tail -n 20 "$LOG_DIR/$name.log" >&2; die "$name: python3 -m venv failed"; }
+  "$venv/bin/python" -m pip install -q "$@" >>"$LOG_DIR/$name.log" 2>&1 \
+    || { tail -n 20 "$LOG_DIR/$name.log" >&2; die "$name: pip install $* failed (log: $LOG_DIR/$name.log)"; }
+  have=$("$venv/bin/python" -c "$check") || die "$name: $* do not import"
+  printf '%s\n%s\n' "$key" "$have" > "$STAMP_DIR/$name.stamp"
+  log "$name: ready in $((SECONDS - start))s ($have)"
+}
+
+perf_venv() {
+  python_venv venv "$DEPS_DIR/venv" 1 \
+    'import numpy, matplotlib; print("numpy", numpy.__version__, "matplotlib", matplotlib.__version__)' \
+    numpy matplotlib
+}
+
+# jax is pinned to the release the interop was checked against (JAX speaks legacy DLPack only).
+jax_venv() {
+  python_venv jax-venv "$DEPS_DIR/jax-venv" 1 \
+    'import jax, jaxlib, numpy, pytest; print("jax", jax.__version__, "jaxlib", jaxlib.__version__, "numpy", numpy.__version__, "pytest", pytest.__version__)' \
+    "jax[cpu]==0.10.2" numpy pytest
 }
 
 # --------------------------------------------------------------------------------------------
 main() {
-  local perf=${KSTAGE_SETUP_PERF:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} tsan=${KSTAGE_SETUP_TSAN:-0} arg
+  local perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} tsan=${KSTAGE_SETUP_TSAN:-0} arg
   for arg in "$@"; do
     case $arg in
       --perf) perf=1 ;;
+      --jax) jax=1 ;;
       --fuzz) fuzz=1 ;;
       --tsan) tsan=1 ;;
       -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
-      *) die "unknown argument '$arg' (known: --perf, --fuzz, --tsan)" ;;
+      *) die "unknown argument '$arg' (known: --perf, --jax, --fuzz, --tsan)" ;;
     esac
   done
   ensure_tools
@@ -482,6 +502,7 @@ main() {
   kokkos_source_cleanup
   apt_private_cleanup
   if [ "$perf" = 1 ]; then perf_venv; fi
+  if [ "$jax" = 1 ]; then jax_venv; fi
   rmdir "$WORK_DIR" "$DL_DIR" 2>/dev/null || true
 
   local prefix_path
@@ -497,6 +518,9 @@ main() {
   fi
   if [ "$perf" = 1 ]; then
     echo "KSTAGE_PERF_PYTHON=$DEPS_DIR/venv/bin/python"
+  fi
+  if [ "$jax" = 1 ]; then
+    echo "KSTAGE_JAX_PYTHON=$DEPS_DIR/jax-venv/bin/python"
   fi
   if [ "$fuzz" = 1 ]; then
     echo "fuzz preset Kokkos_ROOT=$KOKKOS_SERIAL_PREFIX"

@@ -8,6 +8,7 @@
 #   KSTAGE_TEST_PRESETS="default asan tsan" scripts/test.sh   everything but the fuzz leg
 #   KSTAGE_FUZZ_SECONDS=0 scripts/test.sh                     fuzz leg: seed corpus replay only
 #   KSTAGE_JOBS=4 scripts/test.sh   build parallelism (default 2)
+#   KSTAGE_TEST_JAX=0 scripts/test.sh   no JAX venv, no JAX interop tests in the default preset
 #
 # Legs:
 #   <preset>  cmake --preset, cmake --build --preset, ctest --preset (the whole suite).
@@ -17,6 +18,9 @@
 #             clang-14 and libclang-rt-14-dev with apt-get when missing): builds the fuzz target,
 #             replays the seed corpus (ctest --preset fuzz), then runs scripts/fuzz.sh for
 #             KSTAGE_FUZZ_SECONDS seconds (default 60; 0 skips the fuzzing run).
+#   default   also runs the JAX interop tests (tests/python, ctest test python_jax_interop) with
+#             the venv that `scripts/setup.sh --jax` makes (jax[cpu], numpy, pytest from the
+#             machine's pip index; ~20 s the first time), unless KSTAGE_TEST_JAX=0.
 # The default (KSTAGE_TEST_PRESETS unset) is "default asan tsan fuzz". On 2 cores a fresh
 # machine needs about 15 minutes in all (see the timings printed at the end).
 #
@@ -29,10 +33,12 @@ cd "$ROOT"
 PRESETS=${KSTAGE_TEST_PRESETS:-default asan tsan fuzz}
 JOBS=${KSTAGE_JOBS:-2}
 FUZZ_SECONDS=${KSTAGE_FUZZ_SECONDS:-60}
+TEST_JAX=${KSTAGE_TEST_JAX:-1}
 
 setup_args=()
 for preset in $PRESETS; do
   case $preset in
+    default) if [ "$TEST_JAX" = 1 ]; then setup_args+=(--jax); fi ;;
     tsan) setup_args+=(--tsan) ;;
     fuzz) setup_args+=(--fuzz) ;;
   esac
@@ -57,6 +63,13 @@ for preset in $PRESETS; do
   case $preset in
     tsan) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-tsan") ;;
     fuzz) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-serial") ;;
+    # The JAX interop tests (tests/python) run in this leg only: not under sanitizers.
+    default)
+      if [ "$TEST_JAX" = 1 ]; then
+        configure_args=(-DKSTAGE_JAX_PYTHON="$DEPS_DIR/jax-venv/bin/python")
+      else
+        configure_args=(-DKSTAGE_JAX_PYTHON=)
+      fi ;;
   esac
   if ! cmake --preset "$preset" "${configure_args[@]}"; then
     echo "==== preset '$preset': configure FAILED"
