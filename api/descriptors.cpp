@@ -147,8 +147,9 @@ Status read_write_descriptors(const kstage_write_data_t* in, uint64_t n,
   const bool plausible = size >= Layout<T>::first && size <= kMaxStructSize;
   const size_t stride = plausible ? size : sizeof(T);
   // What the best effort copies: whole fields only -- this header's struct
-  // when a stride holds it, else the first layout, which every caller has.
-  const size_t known = stride >= sizeof(T) ? sizeof(T) : Layout<T>::first;
+  // when the caller's (plausible) size holds it, else the first layout,
+  // which every caller has (a struct_size of 0 may come from any header).
+  const size_t known = plausible && stride >= sizeof(T) ? sizeof(T) : Layout<T>::first;
   out.resize(n);
   for (uint64_t i = 0; i < n; ++i) {
     const unsigned char* d = base + i * stride;

@@ -16,9 +16,10 @@ ManagedTensors::ManagedTensors(const kstage_write_data_t* data, uint64_t n) {
   std::vector<Listed> listed;
   for (uint64_t i = 0; i < n; ++i) {
     const kstage_write_data_t& d = data[i];
-    // A fixed-size write has exactly one tensor: only entry 0 is read (a
-    // tensor_count other than 1 is rejected without reading further).
-    const uint64_t count = d.is_array ? d.tensor_count : std::min<uint64_t>(d.tensor_count, 1);
+    // A fixed-size write has exactly one tensor: entry 0 is taken whenever an
+    // array is given (also with a tensor_count of 0, the usual slip), and
+    // nothing past it is read (any tensor_count but 1 is then rejected).
+    const uint64_t count = d.is_array ? d.tensor_count : 1;
     if (d.managed_tensors)
       for (uint64_t j = 0; j < count; ++j)
         if (d.managed_tensors[j]) listed.push_back({{d.managed_tensors[j], nullptr}, i, j, false});

@@ -35,9 +35,9 @@ struct ManagedTensor {
 class ManagedTensors {
  public:
   // Takes every producer of data[0, n): each entry of an array write, entry
-  // 0 of a fixed-size one (whose tensor_count must be 1; entries past 0 are
-  // never read), from managed_tensors or legacy_managed_tensors. A pointer
-  // listed twice is kept once (and reported by check()).
+  // 0 of a fixed-size one whatever its tensor_count (which must be 1; entries
+  // past 0 are never read), from managed_tensors or legacy_managed_tensors.
+  // A pointer listed twice is kept once (and reported by check()).
   ManagedTensors(const kstage_write_data_t* data, uint64_t n);
   ~ManagedTensors();
   ManagedTensors(const ManagedTensors&) = delete;

@@ -261,9 +261,17 @@ Result<StagedRows> stage_array(const std::vector<SourceTensor>& src, bool packed
   out.lengths.resize(n);
   std::vector<const std::byte*> from(n);
   uint64_t cursor = 0, align_bits = kernels::kRaggedRowAlign;
+  // The staged buffer holds every target's row: an index_map may repeat a
+  // long row many times, so the total is checked as it grows.
+  constexpr uint64_t kMaxBytes = UINT64_MAX / 2;
   for (size_t i = 0; i < n; ++i) {
     const size_t s = source_index ? source_index[i] : i;
     const uint64_t len = packed ? packed_row_bytes : row_len[s];
+    if (len > kMaxBytes || kernels::ragged_align_up(len) > kMaxBytes - cursor)
+      return error(KSTAGE_INVALID_ARGUMENT,
+                   "the rows written add up to more than 2^63 bytes (at element %zu: source row "
+                   "%zu of %llu bytes)",
+                   i, s, (unsigned long long)len);
     from[i] = packed ? (len ? packed_base + s * len : nullptr) : row_ptr[s];
     out.starts[i] = cursor;
     out.lengths[i] = len;

@@ -251,3 +251,25 @@ TEST_CASE("a packed array write picking one row of 2^32 empty source rows builds
   REQUIRE(v.size() == 1);
   REQUIRE(v[prims[0]].empty());
 }
+
+TEST_CASE("an array write whose rows add up past 2^63 bytes is rejected before any allocation",
+          "[hardening][array][errors]") {
+  // Found in review: the staged buffer's size wrapped, the buffer was
+  // allocated at the wrapped size, and the row copy ran past it. A packed
+  // tensor claiming 2^61 float32 (never read: rejected first), cut into 2
+  // rows of 2^62 bytes, and an index_map repeating them 4 times.
+  Stage s(host_execution());
+  auto prims = s.paths("/huge", 4);
+  kstage_query_t q = s.query(prims);
+  kstage_token_t r = s.token("ragged");
+  float tiny[4] = {0, 0, 0, 0};
+  int64_t shape[1] = {int64_t(1) << 61};
+  DLTensor t = tensor(tiny, f32(), 1, shape);
+  const uint32_t index_map[4] = {0, 1, 0, 1};
+  kstage_write_data_t w = write_data(&t, 1, true);
+  w.count = 4;
+  w.index_map = index_map;
+  const std::string before = s.fingerprint(q, {r});
+  KS_FAILS(s.write(q, r, 1, w), KSTAGE_INVALID_ARGUMENT, "add up to more than 2^63 bytes");
+  REQUIRE(s.fingerprint(q, {r}) == before);
+}

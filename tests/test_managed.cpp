@@ -998,3 +998,23 @@ TEST_CASE("legacy producers: copied, rejected and array writes delete each exact
   }
   REQUIRE(ledger.all_once());
 }
+
+TEST_CASE("a fixed-size write with tensor_count 0 still deletes managed_tensors[0] once",
+          "[managed][legacy][errors]") {
+  // kstage_write_data_init() leaves tensor_count at 0: a caller who sets only
+  // managed_tensors is rejected, and its producer must not leak.
+  ledger.reset();
+  Stage s(host_execution());
+  auto prims = s.paths("/zero", 2);
+  kstage_query_t q = s.query(prims);
+  kstage_token_t a = s.token("a");
+  Made m = managed_f32({1, 2});
+  DLManagedTensorVersioned* list[1] = {m.t};
+  KS_FAILS(s.write(q, a, 1, managed_data(list, 0)), KSTAGE_INVALID_ARGUMENT, "tensor_count is 0");
+  REQUIRE(ledger.of(m.id) == 1);
+  MadeLegacy l = legacy_f32({1, 2});
+  DLManagedTensor* llist[1] = {l.t};
+  KS_FAILS(s.write(q, a, 1, legacy_data(llist, 0)), KSTAGE_INVALID_ARGUMENT, "tensor_count is 0");
+  REQUIRE(ledger.of(l.id) == 1);
+  REQUIRE(ledger.all_once());
+}

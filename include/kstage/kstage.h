@@ -250,11 +250,11 @@ typedef struct kstage_write_data_t {
    * deleter is called exactly once, also when the call is rejected -- even
    * for a bad struct_size: the descriptors are then read as far as they
    * surely reach (this header's struct, or the first layout's 80 bytes when
-   * the struct_size claims less), so that their managed tensors can still be
+   * the struct_size claims less or is not plausible), so that their managed tensors can still be
    * deleted. The stage
    * takes every entry of an array write, and entry 0 only of a fixed-size
-   * write: with a tensor_count other than 1 the entries after 0 are never
-   * read and stay the caller's. A
+   * write, whatever its tensor_count (any tensor_count but 1 is rejected;
+   * entries after 0 are never read and stay the caller's). A
    * fixed-size managed tensor that is compact, aligned to its element size,
    * on the column's device and written densely (no index_map or mask) is
    * adopted without a copy: its memory becomes the column's storage at seal

@@ -1188,8 +1188,11 @@ struct State {
           box->has_deleter = !s.no_deleter;
           // A fixed-size write hands over entry 0 only; later entries are never read. A
           // caller of the first layout (80 bytes) has no legacy_managed_tensors to pass.
+          // (kstage reads the legacy field only when data[0]'s struct_size is plausible and
+          // covers it: a bad one is read as the first layout.)
           box->handed = !w.null_data && (d.is_array || j == 0) &&
-                        !(d.legacy && w.stride_size < sizeof(kstage_write_data_t));
+                        !(d.legacy && (w.stride_size < sizeof(kstage_write_data_t) ||
+                                       !valid_write_struct_size(w.descs[0].struct_size)));
           // tensor_count beyond what the array holds: whether this entry counts as handed
           // over is up to kstage; it must not run the deleter twice, though.
           if (d.tensor_count != d.tensors.size()) box->expect_once = false;
