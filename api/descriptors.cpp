@@ -71,8 +71,10 @@ Status check_size(uint32_t size, const char* what) {
 }
 
 // Copies the caller's `size` bytes; a newer caller's extra bytes must be 0.
-template <class T>
-Status copy_descriptor(const T* in, uint32_t size, const char* what, T& out) {
+// `what()` names the argument; it is only called for a message (a batch
+// write formats no name per descriptor unless one is rejected).
+template <class T, class What>
+Status copy_descriptor(const T* in, uint32_t size, const What& what, T& out) {
   std::memset(&out, 0, sizeof(T));
   std::memcpy(&out, in, std::min<size_t>(size, sizeof(T)));
   const unsigned char* bytes = reinterpret_cast<const unsigned char*>(in);
@@ -81,19 +83,24 @@ Status copy_descriptor(const T* in, uint32_t size, const char* what, T& out) {
       return error(KSTAGE_NOT_SUPPORTED,
                    "%s sets byte %zu of its %u-byte %s, a field this kstage (%d.%d.%d, whose %s "
                    "has %zu bytes) does not know; a newer kstage.h declared it",
-                   what, i, unsigned(size), Layout<T>::name, KSTAGE_VERSION_MAJOR,
+                   what().c_str(), i, unsigned(size), Layout<T>::name, KSTAGE_VERSION_MAJOR,
                    KSTAGE_VERSION_MINOR, KSTAGE_VERSION_PATCH, Layout<T>::name, sizeof(T));
   out.struct_size = uint32_t(sizeof(T));
   return Status::OK();
 }
 
-template <size_t N>
-Status check_reserved(const uint8_t (&reserved)[N], const char* what) {
+template <size_t N, class What>
+Status check_reserved(const uint8_t (&reserved)[N], const What& what) {
   for (size_t i = 0; i < N; ++i)
     if (reserved[i] != 0)
       return error(KSTAGE_INVALID_ARGUMENT, "%s.reserved[%zu] is %u; reserved bytes must be 0",
-                   what, i, unsigned(reserved[i]));
+                   what().c_str(), i, unsigned(reserved[i]));
   return Status::OK();
+}
+
+// `what` as a name for copy_descriptor and check_reserved.
+inline auto named(const char* what) {
+  return [what] { return std::string(what); };
 }
 
 template <class T>
@@ -101,7 +108,7 @@ Result<T> read_one(const T* in, const char* what) {
   if (in == nullptr) return error(KSTAGE_INVALID_ARGUMENT, "%s is NULL", what);
   KSTAGE_RETURN_NOT_OK(check_size<T>(in->struct_size, what));
   T out;
-  KSTAGE_RETURN_NOT_OK(copy_descriptor(in, in->struct_size, what, out));
+  KSTAGE_RETURN_NOT_OK(copy_descriptor(in, in->struct_size, named(what), out));
   return out;
 }
 
@@ -114,14 +121,14 @@ Result<kstage_config_t> read_descriptor(const kstage_config_t* in, const char* w
 Result<kstage_read_desc_t> read_descriptor(const kstage_read_desc_t* in, const char* what) {
   kstage_read_desc_t out;
   KSTAGE_ASSIGN_OR_RETURN(out, read_one(in, what));
-  KSTAGE_RETURN_NOT_OK(check_reserved(out.reserved, what));
+  KSTAGE_RETURN_NOT_OK(check_reserved(out.reserved, named(what)));
   return out;
 }
 
 Result<kstage_map_desc_t> read_descriptor(const kstage_map_desc_t* in, const char* what) {
   kstage_map_desc_t out;
   KSTAGE_ASSIGN_OR_RETURN(out, read_one(in, what));
-  KSTAGE_RETURN_NOT_OK(check_reserved(out.reserved, what));
+  KSTAGE_RETURN_NOT_OK(check_reserved(out.reserved, named(what)));
   return out;
 }
 
@@ -163,9 +170,9 @@ Status read_write_descriptors(const kstage_write_data_t* in, uint64_t n,
       std::memcpy(&out[i], d, known);
       continue;
     }
-    const std::string what = format("data[%llu]", (unsigned long long)i);
-    Status st = copy_descriptor(reinterpret_cast<const T*>(d), size, what.c_str(), out[i]);
-    if (st.ok()) st = check_reserved(out[i].reserved, what.c_str());
+    auto what = [i] { return format("data[%llu]", (unsigned long long)i); };
+    Status st = copy_descriptor(reinterpret_cast<const T*>(d), size, what, out[i]);
+    if (st.ok()) st = check_reserved(out[i].reserved, what);
     if (!st.ok()) layout = st;
   }
   return layout;

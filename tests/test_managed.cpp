@@ -60,11 +60,23 @@ struct Ctx {
   int64_t shape[2] = {0, 0};
 };
 
-void counting_deleter(DLManagedTensorVersioned* self) {
+// The deleter of both DLPack structs: records the call, frees the context.
+template <class Managed>
+void counting_deleter(Managed* self) {
   Ctx* ctx = static_cast<Ctx*>(self->manager_ctx);
   ledger.record(ctx->id);
   delete ctx;
   delete self;
+}
+
+// A new context holding a copy of `values`, with a fresh ledger id.
+template <class T>
+Ctx* new_ctx(const std::vector<T>& values) {
+  auto* ctx = new Ctx;
+  ctx->id = ledger.open();
+  ctx->bytes.resize(values.size() * sizeof(T));
+  if (!values.empty()) std::memcpy(ctx->bytes.data(), values.data(), ctx->bytes.size());
+  return ctx;
 }
 
 struct Made {
@@ -76,10 +88,7 @@ struct Made {
 // shape (rows, inner) when inner > 0), version {1, 0}, owning its context.
 template <class T>
 Made make_managed(const std::vector<T>& values, DLDataType dtype, int64_t inner = 0) {
-  auto* ctx = new Ctx;
-  ctx->id = ledger.open();
-  ctx->bytes.resize(values.size() * sizeof(T));
-  if (!values.empty()) std::memcpy(ctx->bytes.data(), values.data(), ctx->bytes.size());
+  Ctx* ctx = new_ctx(values);
   const int64_t elems = int64_t(values.size()) / int64_t(dtype.lanes);
   int ndim = 1;
   if (inner > 0) {
@@ -93,7 +102,7 @@ Made make_managed(const std::vector<T>& values, DLDataType dtype, int64_t inner 
   m->version.major = DLPACK_MAJOR_VERSION;
   m->version.minor = 0;
   m->manager_ctx = ctx;
-  m->deleter = counting_deleter;
+  m->deleter = counting_deleter<DLManagedTensorVersioned>;
   m->flags = 0;
   m->dl_tensor = tensor(ctx->bytes.empty() ? nullptr : ctx->bytes.data(), dtype, ndim, ctx->shape);
   return Made{m, ctx->id};
@@ -610,7 +619,7 @@ TEST_CASE("every rejected call deletes each managed tensor exactly once", "[mana
       m->version.major = major;
       m->version.minor = 3;
       m->manager_ctx = ctx;
-      m->deleter = counting_deleter;
+      m->deleter = counting_deleter<DLManagedTensorVersioned>;
       // Garbage: a consumer that read these would crash or misbehave.
       m->dl_tensor.data = reinterpret_cast<void*>(uintptr_t(0xdead));
       m->dl_tensor.ndim = -5;
@@ -633,7 +642,7 @@ TEST_CASE("every rejected call deletes each managed tensor exactly once", "[mana
     auto* bad = new DLManagedTensorVersioned{};
     bad->version.major = 2;
     bad->manager_ctx = ctx;
-    bad->deleter = counting_deleter;
+    bad->deleter = counting_deleter<DLManagedTensorVersioned>;
     bad->dl_tensor.ndim = -5;
     made.push_back(Made{bad, ctx->id});
     DLManagedTensorVersioned* l1[4] = {four(), four(), bad, four()};
@@ -832,52 +841,30 @@ TEST_CASE("a rejected descriptor layout still deletes each managed tensor exactl
 
 namespace {
 
-void counting_legacy_deleter(DLManagedTensor* self) {
-  Ctx* ctx = static_cast<Ctx*>(self->manager_ctx);
-  ledger.record(ctx->id);
-  delete ctx;
-  delete self;
-}
-
 struct MadeLegacy {
   DLManagedTensor* t = nullptr;
   int id = 0;
 };
 
-MadeLegacy legacy_f32(const std::vector<float>& values, uint16_t lanes = 1) {
-  auto* ctx = new Ctx;
-  ctx->id = ledger.open();
-  ctx->bytes.resize(values.size() * sizeof(float));
-  if (!values.empty()) std::memcpy(ctx->bytes.data(), values.data(), ctx->bytes.size());
-  ctx->shape[0] = int64_t(values.size()) / lanes;
+// A legacy tensor over `data` (rows = elements / lanes) owning `ctx`.
+MadeLegacy make_legacy(Ctx* ctx, float* data, size_t elements, uint16_t lanes) {
+  ctx->shape[0] = int64_t(elements) / lanes;
   auto* m = new DLManagedTensor{};
   m->manager_ctx = ctx;
-  m->deleter = counting_legacy_deleter;
-  m->dl_tensor = tensor(ctx->bytes.empty() ? nullptr : ctx->bytes.data(), f32(lanes), 1, ctx->shape);
+  m->deleter = counting_deleter<DLManagedTensor>;
+  m->dl_tensor = tensor(elements ? data : nullptr, f32(lanes), 1, ctx->shape);
   return MadeLegacy{m, ctx->id};
 }
 
-// A legacy tensor over memory the test owns (so it can be checked after the
-// deleter ran); the deleter records the call and frees only the struct.
-struct Borrowed {
-  int id = 0;
-  int64_t shape[1] = {0};
-};
-void borrowed_deleter(DLManagedTensor* self) {
-  auto* b = static_cast<Borrowed*>(self->manager_ctx);
-  ledger.record(b->id);
-  delete b;
-  delete self;
+// Over a copy of `values`, which the context owns.
+MadeLegacy legacy_f32(const std::vector<float>& values, uint16_t lanes = 1) {
+  Ctx* ctx = new_ctx(values);
+  return make_legacy(ctx, reinterpret_cast<float*>(ctx->bytes.data()), values.size(), lanes);
 }
+
+// Over memory the test owns, so that it can be checked after the deleter ran.
 MadeLegacy legacy_over(std::vector<float>& storage, uint16_t lanes) {
-  auto* b = new Borrowed;
-  b->id = ledger.open();
-  b->shape[0] = int64_t(storage.size()) / lanes;
-  auto* m = new DLManagedTensor{};
-  m->manager_ctx = b;
-  m->deleter = borrowed_deleter;
-  m->dl_tensor = tensor(storage.data(), f32(lanes), 1, b->shape);
-  return MadeLegacy{m, b->id};
+  return make_legacy(new_ctx(std::vector<float>{}), storage.data(), storage.size(), lanes);
 }
 
 kstage_write_data_t legacy_data(DLManagedTensor* const* tensors, uint64_t n, bool is_array = false) {
