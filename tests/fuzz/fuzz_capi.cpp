@@ -488,8 +488,8 @@ struct State {
     }
   }
 
-  // A handle known not to be live for any table of kind `mine`.
-  uint64_t garbage(const std::vector<Pair>* mine) {
+  // A handle known not to be live for any table of kind `mine` (`for_read`: nor a read).
+  uint64_t garbage(const std::vector<Pair>* mine, bool for_read = false) {
     switch (in.ConsumeIntegralInRange<int>(0, 5)) {
       case 0: return 0;
       case 1: return kU64Max;
@@ -510,7 +510,7 @@ struct State {
           const Pair& p = (*t)[in.ConsumeIntegralInRange<size_t>(0, t->size() - 1)];
           if (p.live) return p.h[0];
         }
-        if (!reads.empty() && reads.back().live) return reads.back().h;
+        if (!for_read && !reads.empty() && reads.back().live) return reads.back().h;
         return stage[0];  // a stage is not a query/list/op/read/...
       }
       default: return dead_stages.empty() ? 0 : dead_stages.back();
@@ -1445,7 +1445,7 @@ struct State {
 
   void op_read_use() {
     if (reads.empty() || chance(5)) {
-      uint64_t h = garbage(nullptr);
+      uint64_t h = garbage(nullptr, /*for_read=*/true);
       kstage_read_group_t g{};
       if (chance(50)) {
         if (CALL_A(kstage_fetch_read_next, stage[0], h, 0, &g) == KSTAGE_OK) oracle("fetch_read_next accepted a dead read");
