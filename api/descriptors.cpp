@@ -37,9 +37,9 @@ struct Layout<kstage_map_desc_t> {
 };
 
 static_assert(sizeof(kstage_config_t) ==
-              offsetof(kstage_config_t, host_execution) + sizeof(kstage_host_execution_t));
+              offsetof(kstage_config_t, residency) + sizeof(DLDevice));
 static_assert(sizeof(kstage_write_data_t) ==
-              offsetof(kstage_write_data_t, legacy_managed_tensors) + sizeof(void*));
+              offsetof(kstage_write_data_t, residency) + sizeof(DLDevice));
 static_assert(sizeof(kstage_read_desc_t) ==
               offsetof(kstage_read_desc_t, device_sync) + sizeof(kstage_device_sync_t));
 static_assert(sizeof(kstage_map_desc_t) ==

@@ -34,8 +34,11 @@ kstage_status_t write(kstage_stage_t stage, kstage_query_t query, const kstage_t
     core::PrimList prims;
     KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s->queries, query, Kind::Query));
     std::shared_ptr<core::Op> o;
-    KSTAGE_ASSIGN_OR_RETURN(o, s->engine->write(prims, attributes, data ? descs.data() : nullptr, n, ordinal, prim_mode,
-                                               managed.get()));
+    KSTAGE_ASSIGN_OR_RETURN(o, s->engine->write(prims, attributes, data ? descs.data() : nullptr,
+                                                n, ordinal, prim_mode, managed.get()));
+    // Tensors the stage did not adopt are released once the device has
+    // copied them (at once for host work).
+    if (!o->done()) s->engine->defer(o->work, std::shared_ptr<core::ManagedTensors>(std::move(managed)));
     *op = s->ops.add(Kind::Op, std::move(o));
     return Status::OK();
   });
@@ -97,12 +100,16 @@ kstage_status_t kstage_get_write_floor(kstage_stage_t stage, kstage_token_t attr
 }
 
 kstage_status_t kstage_wait(kstage_stage_t stage, kstage_op_t op, uint64_t timeout_ns) {
-  (void)timeout_ns;  // host ops are complete when submitted; nothing to wait for
   return guard([&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     std::shared_ptr<core::Op> o;
     KSTAGE_ASSIGN_OR_RETURN(o, lookup(s->ops, op, Kind::Op));
+    // The lookup's reference keeps the op (and its completions) alive even
+    // if another thread releases the handle meanwhile.
+    if (!o->wait(timeout_ns))
+      return error(KSTAGE_TIMEOUT, "op %llu: its device work is still running after %llu ns",
+                   (unsigned long long)op, (unsigned long long)timeout_ns);
     return Status(o->status, o->message);
   });
 }

@@ -1,40 +1,119 @@
 // SPDX-License-Identifier: Apache-2.0
-// What the engine needs from a Kokkos backend: memory in one space, and the
-// data-movement kernels run on an execution space that can reach it. The
-// engine calls these once per batch (never per element); each implementation
-// lives in backends/<name>/ and runs the templated kernels of core/kernels/.
+// What the engine needs from a Kokkos backend (DESIGN.md "Layers" and
+// "Synchronisation"): memory in one space, data-movement kernels enqueued on
+// one execution-space instance per stage, and completion the engine can hand
+// to ops and readers. The engine calls these once per batch (never per
+// element); each implementation lives in backends/<name>/ and runs the
+// templated kernels of core/kernels/.
+//
+// The contract is asynchronous. Work is enqueued in call order on the
+// stage's instance and runs in that order; nothing fences after each call.
+// A backend whose work completes before each call returns (the host) says so
+// with synchronous(), and its record() is null.
+//
+// Memory rules for the kernel descriptors (core/kernels/copy_ops.hpp):
+//  - data pointers (dst, src, the rows a RaggedCopy points at) are in this
+//    backend's memory, or in memory its kernels can reach (can_access);
+//  - index, offset, mask and row-pointer arrays are host memory unless the
+//    descriptor says they are resident (`indices_resident`), and a device
+//    backend uploads them itself, once per call. Host arrays may be freed or
+//    reused as soon as the call returns.
 #pragma once
 
 #include "core/buffer.hpp"
 #include "core/kernels/copy_ops.hpp"
 #include "core/status.hpp"
 
+#include <string>
+#include <vector>
+
 namespace kstage::core {
+
+// The completion of work enqueued up to some point on one backend instance.
+class Completion {
+ public:
+  virtual ~Completion() = default;
+  virtual bool done() const = 0;
+  // Waits at most `timeout_ns` (KSTAGE_TIMEOUT_INFINITE: forever; 0 polls);
+  // true once the work is done.
+  virtual bool wait(uint64_t timeout_ns) const = 0;
+  // The {stream, event} a consumer orders itself after (its event signals
+  // when the work is done). Valid while this object lives.
+  virtual kstage_device_sync_t sync() const = 0;
+};
+using CompletionPtr = std::shared_ptr<const Completion>;
 
 class Backend {
  public:
   virtual ~Backend() = default;
   // The device whose memory this backend allocates (its columns' residency).
   virtual DLDevice device() const = 0;
-  // Uninitialised memory; OUT_OF_MEMORY (never an exception) when it fails.
-  virtual Result<BufferPtr> allocate(size_t bytes) = 0;
   // Whether kernels of this backend may dereference memory of device `d`.
   virtual bool can_access(DLDevice d) const = 0;
+  // Work completes before each call returns (and record() is null).
+  virtual bool synchronous() const = 0;
 
+  // Uninitialised memory; OUT_OF_MEMORY (never an exception) when it fails.
+  // A buffer's memory is reused only after the work enqueued before its last
+  // holder let go has completed (stream-ordered release).
+  virtual Result<BufferPtr> allocate(size_t bytes) = 0;
+  // A buffer of this backend's memory that someone else owns (an adopted
+  // DLPack tensor), released in stream order like allocate()'s.
+  virtual BufferPtr adopt(std::unique_ptr<DeviceBuffer> foreign) = 0;
+  // `bytes` of host memory copied into this backend's memory (read before
+  // this returns), for an index array kept resident across calls: a
+  // column's cached row map. Only for backends that cannot read the host.
+  virtual Result<BufferPtr> upload(const void* host, size_t bytes) = 0;
+
+  // --- kernels and copies: enqueued, in call order ------------------------
+  // Within this backend's memory.
   virtual void copy_bytes(std::byte* dst, const std::byte* src, size_t bytes) = 0;
+  // Host memory -> this backend's memory; `src` stays valid until the work
+  // completes (record()), as a write's source tensors do until its op does.
+  virtual void copy_from_host(std::byte* dst, const std::byte* src, size_t bytes) = 0;
+  // This backend's memory -> host memory; `dst` is written when the work completes.
+  virtual void copy_to_host(std::byte* dst, const std::byte* src, size_t bytes) = 0;
   virtual void row_copy(const kernels::RowCopy& c) = 0;
-  // The gather of `c` with its src_index validated in the same pass: returns
-  // the lowest i with src_index[i] >= src_rows (its row is not copied), or
-  // c.n when every index is in range. Completes before returning.
+  // The gather of `c` with its src_index (host memory) validated: returns the
+  // lowest i with src_index[i] >= src_rows (nothing is copied then), or c.n
+  // when every index is in range and the gather is enqueued.
   virtual size_t checked_gather(const kernels::RowCopy& c, uint64_t src_rows) = 0;
   virtual void masked_gather(const kernels::MaskedGather& c) = 0;
   virtual void ragged_copy(const kernels::RaggedCopy& c, size_t word) = 0;
   virtual void strided_copy(const kernels::StridedCopy& c) = 0;
-  // Wait for all work this backend enqueued.
+
+  // --- ordering ------------------------------------------------------------
+  // Orders this backend's later work after a producer's {stream, event}
+  // (a stream wait, never a host block, where the backend has streams).
+  // `field` names the argument in messages: a backend that cannot use the
+  // value (the host takes {0, 0}) says so as INVALID_ARGUMENT.
+  virtual Status order_after(const kstage_device_sync_t& producer, const char* field) = 0;
+  // Records the consumer's event `consumer.event` after all work enqueued so
+  // far (reads: DESIGN.md "a non-zero event is recorded after the stage's
+  // producing work").
+  virtual Status record_into(const kstage_device_sync_t& consumer, const char* field) = 0;
+  // The completion of all work enqueued so far; null when it is complete.
+  virtual CompletionPtr record() = 0;
+  // Waits for all work this backend enqueued.
   virtual void fence() = 0;
 };
 
-// The backends a stage uses; built by backends/ for what the build enabled.
+// How a backend folder makes backends of its device type (backends/<name>/
+// defines one, and CMake lists it in the registry of the build).
+struct BackendFactory {
+  const char* name;     // for messages: "host", "emulated", "cuda"
+  int32_t device_type;  // DLDeviceType of the memory it allocates
+  // Devices of this type the process has (ordinals 0 .. count-1).
+  int32_t (*device_count)();
+  // A backend for `device_id` (< device_count()), one per stage.
+  Result<std::unique_ptr<Backend>> (*make)(int32_t device_id, const kstage_config_t& config);
+};
+
+// The factories of this build (backends/registry.cpp, generated by CMake).
+const std::vector<const BackendFactory*>& registered_backends();
+
+// The backends a stage uses: the host always; a device backend the first
+// time a column, a source tensor or a read names its device.
 class BackendSet {
  public:
   virtual ~BackendSet() = default;
@@ -46,10 +125,18 @@ class BackendSet {
   virtual Result<Backend*> residency_for(DLDevice source) = 0;
   // The backend that owns memory of `device` exactly (a column's residency).
   virtual Result<Backend*> for_device(DLDevice device) = 0;
+  // Every backend made so far (fence them all before dropping buffers).
+  virtual std::vector<Backend*> active() = 0;
 };
 
 // Implemented in backends/: the set for this build and configuration.
 Result<std::unique_ptr<BackendSet>> make_backend_set(const kstage_config_t& config);
+
+// Copies `bytes` from `src` (memory of `from`) to `dst` (memory of `to`):
+// within one backend, host <-> device, or device <-> device (through the
+// host). Enqueued on the device side; a copy that lands on a synchronous
+// backend (the host) has completed when this returns.
+Status transfer(Backend& to, std::byte* dst, Backend& from, const std::byte* src, size_t bytes);
 
 // Initialise Kokkos unless the application did; if we did, finalise it at
 // process exit after calling `before_finalize` (which must drop all Views).

@@ -65,6 +65,18 @@ RowMap Column::row_map(const std::shared_ptr<const std::vector<uint64_t>>& prims
   return m;
 }
 
+Result<const uint32_t*> Column::resident_rows(
+    const std::shared_ptr<const std::vector<uint32_t>>& rows) {
+  for (const ResidentRows& r : resident_)
+    if (r.key == rows.get() && !r.rows.expired())
+      return reinterpret_cast<const uint32_t*>(r.copy->data());
+  BufferPtr copy;
+  KSTAGE_ASSIGN_OR_RETURN(copy, backend_->upload(rows->data(), rows->size() * sizeof(uint32_t)));
+  ResidentRows& slot = resident_[resident_next_++ % 4];
+  slot = ResidentRows{rows, rows.get(), copy};
+  return reinterpret_cast<const uint32_t*>(copy->data());
+}
+
 Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint64_t>& new_prims) {
   TargetRows t;
   uint32_t* ids;
@@ -88,7 +100,10 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint6
     t.rows = m.rows->data();
     t.identity = m.identity;
     t.keep = m.rows;
-    if (m.all_present) return t;
+    if (m.all_present) {
+      t.row_map = m.rows;
+      return t;
+    }
     auto copy = std::make_shared<std::vector<uint32_t>>(*m.rows);
     ids = copy->data();
     t.rows = ids;
@@ -186,6 +201,10 @@ Status Column::apply_fixed(const StagedRows& rows, const TargetRows& map) {
   c.dst = values_->data();
   c.dst_stride = int64_t(rb);
   c.dst_index = map.identity ? nullptr : map.rows;
+  if (c.dst_index && map.row_map && !reads_host()) {
+    KSTAGE_ASSIGN_OR_RETURN(c.dst_index, resident_rows(map.row_map));
+    c.indices_resident = true;
+  }
   c.src = rows.data->data();
   c.src_stride = int64_t(rb);
   c.n = rows.n;

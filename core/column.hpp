@@ -117,6 +117,12 @@ class Column {
 
   // Rows of prims[0, n) (cached while the column's rows do not change).
   RowMap row_map(const std::shared_ptr<const std::vector<uint64_t>>& prims, size_t n);
+  // Whether the column's kernels read host arrays where they are (else
+  // index arrays go to the device: see resident_rows).
+  bool reads_host() const { return backend_->can_access(DLDevice{kDLCPU, 0}); }
+  // A cached row map's copy on the column's device, uploaded the first time
+  // it is used and then kept while the row map lives.
+  Result<const uint32_t*> resident_rows(const std::shared_ptr<const std::vector<uint32_t>>& rows);
 
   // --- sealing ------------------------------------------------------------
   // Applies a staged write at `ordinal`. `new_prims` collects prims that gain
@@ -132,6 +138,8 @@ class Column {
     const uint32_t* rows = nullptr;
     bool identity = false;  // rows[j] == j and they are all the rows
     std::shared_ptr<const void> keep;  // owns `rows`; null when scratch_rows_ holds them
+    // Set when `rows` is a cached row map (kept on the device, not re-uploaded).
+    std::shared_ptr<const std::vector<uint32_t>> row_map;
   };
   Status apply_fixed(const StagedRows& rows, const TargetRows& t);
   Status apply_array(const StagedRows& rows, const TargetRows& t);
@@ -177,6 +185,13 @@ class Column {
   };
   CachedRowMap cache_[4];
   size_t cache_next_ = 0;
+  struct ResidentRows {
+    std::weak_ptr<const std::vector<uint32_t>> rows;
+    const std::vector<uint32_t>* key = nullptr;
+    BufferPtr copy;
+  };
+  ResidentRows resident_[4];
+  size_t resident_next_ = 0;
   // Rows of a masked write's targets, reused from seal to seal.
   std::vector<uint32_t> scratch_rows_;
   std::vector<uint32_t> free_rows_;

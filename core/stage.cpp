@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "core/stage.hpp"
 
-#include "core/device_sync.hpp"
 #include "core/dtype.hpp"
 #include "core/transport.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -14,14 +14,73 @@ namespace kstage::core {
 Result<std::unique_ptr<Stage>> Stage::create(const kstage_config_t& config) {
   std::unique_ptr<BackendSet> backends;
   KSTAGE_ASSIGN_OR_RETURN(backends, make_backend_set(config));
-  return std::unique_ptr<Stage>(new Stage(std::move(backends)));
+  return std::unique_ptr<Stage>(new Stage(std::move(backends), config.residency));
 }
 
 Stage::~Stage() {
-  // Pending staged data and columns are Views: release them while Kokkos lives.
+  // Device work in flight still reads staged data, columns and deferred
+  // managed tensors: let it finish, then release everything while Kokkos
+  // lives (the backends, destroyed last, return memory in stream order).
+  fence_devices();
+  {
+    std::lock_guard lock(deferred_mutex_);
+    deferred_.clear();
+  }
   std::lock_guard lock(mutex_);
   pending_.clear();
   columns_.clear();
+}
+
+bool Op::done() const {
+  for (const CompletionPtr& w : work)
+    if (!w->done()) return false;
+  return true;
+}
+
+bool Op::wait(uint64_t timeout_ns) const {
+  const auto start = std::chrono::steady_clock::now();
+  for (const CompletionPtr& w : work) {
+    uint64_t left = timeout_ns;
+    if (timeout_ns != KSTAGE_TIMEOUT_INFINITE) {
+      const auto spent = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                      std::chrono::steady_clock::now() - start)
+                                      .count());
+      left = spent >= timeout_ns ? 0 : timeout_ns - spent;
+    }
+    if (!w->wait(left)) return false;
+  }
+  return true;
+}
+
+void Stage::fence_devices() {
+  for (Backend* b : backends_->active())
+    if (!b->synchronous()) b->fence();
+}
+
+void Stage::defer(const std::vector<CompletionPtr>& work, std::shared_ptr<void> keep) {
+  Deferred d{work, std::move(keep)};
+  {
+    std::lock_guard lock(deferred_mutex_);
+    deferred_.push_back(std::move(d));
+  }
+  reap_deferred();
+}
+
+void Stage::reap_deferred() {
+  std::vector<Deferred> done;  // released outside the lock (deleters run)
+  {
+    std::lock_guard lock(deferred_mutex_);
+    for (auto it = deferred_.begin(); it != deferred_.end();) {
+      bool finished = true;
+      for (const CompletionPtr& w : it->work) finished = finished && w->done();
+      if (finished) {
+        done.push_back(std::move(*it));
+        it = deferred_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
 }
 
 bool Stage::Mutation::targets(uint64_t attribute) const {
@@ -242,8 +301,10 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
     req.existing = existing_backend[i] ? &existing[i] : nullptr;
     req.existing_backend = existing_backend[i];
     req.managed = managed;
+    req.residency = data[i].residency.device_type != 0 ? data[i].residency : residency_;
     auto r = stage_write(req, *backends_);
     if (!r.ok()) {
+      fence_devices();  // copies enqueued so far may still read the sources
       Status st = r.status();
       if (n == 1) return st;
       return Status(st.code(), format("data[%llu] ('%s'): ", (unsigned long long)i,
@@ -252,27 +313,43 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
     staged[i] = std::move(r.value());
   }
 
+  // The op completes when the staging copies have read the sources.
+  auto op = std::make_shared<Op>();
+  for (const StagedWrite& w : staged) {
+    if (w.backend->synchronous()) continue;
+    const StagedWrite* first = staged.data();
+    if (std::any_of(first, &w, [&](const StagedWrite& o) { return o.backend == w.backend; }))
+      continue;  // recorded already
+    if (CompletionPtr c = w.backend->record()) op->work.push_back(std::move(c));
+  }
   // Phase 3 (locked): re-check against what other threads did meanwhile,
-  // check prim modes, then enqueue every attribute or none.
-  std::lock_guard lock(mutex_);
+  // check prim modes, then enqueue every attribute or none. A rejection
+  // waits for the staging copies: the caller frees the sources next.
+  std::unique_lock lock(mutex_);
+  auto reject = [&](Status st) {
+    lock.unlock();
+    if (!op->work.empty()) fence_devices();
+    return st;
+  };
   for (uint64_t i = 0; i < n; ++i) {
-    KSTAGE_RETURN_NOT_OK(check_floor(attributes[i], ordinal));
+    if (Status st = check_floor(attributes[i], ordinal); !st.ok()) return reject(st);
     Column* c = column(attributes[i]);
     if (c && !existing_backend[i]) {  // created concurrently: compare schemas now
-      KSTAGE_RETURN_NOT_OK(check_schema(*c, staged[i].schema));
+      if (Status st = check_schema(*c, staged[i].schema); !st.ok()) return reject(st);
       if (&c->backend() != staged[i].backend)
-        return error(KSTAGE_INVALID_ARGUMENT,
-                     "column '%s' was created concurrently on another device", 
-                     token_name(attributes[i]).c_str());
+        return reject(error(KSTAGE_INVALID_ARGUMENT,
+                            "column '%s' was created concurrently on another device",
+                            token_name(attributes[i]).c_str()));
     }
   }
   const Key key{ordinal, next_seq_};
   for (uint64_t i = 0; i < n; ++i) {
     Status st = check_prim_mode(staged[i].rows, mode, key, column(attributes[i]));
     if (!st.ok()) {
-      if (n == 1) return st;
-      return Status(st.code(), format("data[%llu] ('%s'): ", (unsigned long long)i,
-                                      token_name(attributes[i]).c_str()) + st.message());
+      if (n == 1) return reject(st);
+      return reject(Status(st.code(), format("data[%llu] ('%s'): ", (unsigned long long)i,
+                                             token_name(attributes[i]).c_str()) +
+                                          st.message()));
     }
   }
   for (uint64_t i = 0; i < n; ++i) {
@@ -286,7 +363,7 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
     m.rows = std::move(staged[i].rows);
     pending_.emplace(Key{ordinal, next_seq_++}, std::move(m));
   }
-  return std::make_shared<Op>();
+  return op;
 }
 
 Result<std::shared_ptr<Op>> Stage::remove(const PrimList& prims, const uint64_t* attributes,
@@ -425,6 +502,22 @@ void finish_desc(ReadGroup& g) {
   }
 }
 
+// Moves a group's data to `dest` (a read that asked for another device):
+// one copy of its buffer, the tensors rebased onto the copy.
+Status move_group(ReadGroup& g, Backend& dest, Backend& home) {
+  for (DLTensor& t : g.tensors) t.device = dest.device();
+  if (!g.pinned) return Status::OK();
+  BufferPtr moved;
+  KSTAGE_ASSIGN_OR_RETURN(moved, dest.allocate(g.pinned->size()));
+  KSTAGE_RETURN_NOT_OK(transfer(dest, moved->data(), home, g.pinned->data(), g.pinned->size()));
+  for (DLTensor& t : g.tensors)
+    if (t.data)
+      t.data = moved->data() + (static_cast<std::byte*>(t.data) - g.pinned->data());
+  g.pinned = std::move(moved);
+  g.owns_buffer = true;
+  return Status::OK();
+}
+
 DLTensor row_tensor(void* data, DLDevice device, DLDataType dtype) {
   DLTensor t{};
   t.data = data;
@@ -544,6 +637,10 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
         k.src_index = rows;
         k.n = n;
         k.row_bytes = rb;
+        if (!c.reads_host() && g.shared_prims && rows == map.rows->data()) {
+          KSTAGE_ASSIGN_OR_RETURN(k.src_index, c.resident_rows(map.rows));
+          k.indices_resident = true;
+        }
         backend.row_copy(k);
         g.shapes.push_back(int64_t(n));
       } else {
@@ -644,13 +741,23 @@ Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prim
   for (uint64_t i = 0; i < n; ++i) {
     Column* c = column(attributes[i]);
     if (!c) continue;
-    // Host columns read to the host: no device work whose completion an
-    // event could signal. (Host-only builds: every column is on the host.)
-    Backend& host = backends_->host();
-    if (&c->backend() == &host && (target == nullptr || target == &host))
-      KSTAGE_RETURN_NOT_OK(check_host_sync(desc.device_sync, "desc.device_sync",
-                                           "the read copies nothing off the host"));
+    Backend& home = c->backend();
+    Backend& dest = target ? *target : home;
+    const size_t first = groups.size();
     KSTAGE_RETURN_NOT_OK(build_groups(*c, prims, desc, groups));
+    if (&dest != &home)
+      for (size_t k = first; k < groups.size(); ++k)
+        KSTAGE_RETURN_NOT_OK(move_group(*groups[k], dest, home));
+    // The reader's event (if any) is recorded after the producing work, and
+    // each group carries the stage's own; host data takes and gives {0, 0}.
+    KSTAGE_RETURN_NOT_OK(dest.record_into(desc.device_sync, "desc.device_sync"));
+    if (CompletionPtr ready = dest.record()) {
+      for (size_t k = first; k < groups.size(); ++k) {
+        if (groups[k]->tensors.empty()) continue;
+        groups[k]->ready = ready;
+        groups[k]->desc.data.device_sync = ready->sync();
+      }
+    }
   }
   return groups;
 }
@@ -794,8 +901,9 @@ Result<std::shared_ptr<MapSession>> Stage::map(const PrimList& prims, const ksta
                  "an array map needs one element count per prim: the query has %zu prims, "
                  "element_counts has %llu%s",
                  count, (unsigned long long)n, counts ? "" : " (NULL)");
-  const DLDevice residency =
-      d.residency.device_type == 0 ? DLDevice{kDLCPU, 0} : d.residency;
+  const DLDevice residency = d.residency.device_type != 0 ? d.residency
+                             : residency_.device_type != 0 ? residency_
+                                                            : DLDevice{kDLCPU, 0};
 
   auto s = std::make_shared<MapSession>();
   s->attribute = d.attribute;
@@ -857,10 +965,12 @@ Result<std::shared_ptr<MapSession>> Stage::map(const PrimList& prims, const ksta
 
 Result<std::shared_ptr<Op>> Stage::commit(MapSession& s, const std::vector<MapGroup*>& groups,
                                           const kstage_device_sync_t& done_sync) {
-  if (s.backend == &backends_->host())
-    KSTAGE_RETURN_NOT_OK(
-        check_host_sync(done_sync, "done_sync", "the map's buffers are host memory"));
-  if (groups.empty()) return std::make_shared<Op>();  // nothing filled: no trace, not even a schema
+  // The producer filled the buffers: the seals that read them come after
+  // its event (host buffers take {0, 0}).
+  KSTAGE_RETURN_NOT_OK(s.backend->order_after(done_sync, "done_sync"));
+  auto op = std::make_shared<Op>();
+  if (CompletionPtr c = s.backend->record()) op->work.push_back(std::move(c));
+  if (groups.empty()) return op;  // nothing filled: no trace, not even a schema
   std::lock_guard lock(mutex_);
   KSTAGE_RETURN_NOT_OK(check_floor(s.attribute, s.ordinal));
   Column* c = column(s.attribute);
@@ -883,7 +993,7 @@ Result<std::shared_ptr<Op>> Stage::commit(MapSession& s, const std::vector<MapGr
     pending_.emplace(Key{s.ordinal, next_seq_++}, std::move(m));
     g->state = MapGroup::State::Committed;
   }
-  return std::make_shared<Op>();
+  return op;
 }
 
 }  // namespace kstage::core

@@ -20,11 +20,15 @@ namespace kstage::core {
 
 using PrimList = std::shared_ptr<const std::vector<uint64_t>>;
 
-// An op's outcome. Host work completes before the call that submits it
-// returns; device backends will complete ops asynchronously.
+// An op's outcome, and the device work it completes with (none: host work,
+// complete before the call that submitted it returned).
 struct Op {
   kstage_status_t status = KSTAGE_OK;
   std::string message;
+  std::vector<CompletionPtr> work;
+  bool done() const;
+  // True once every piece of work is done; false after `timeout_ns`.
+  bool wait(uint64_t timeout_ns) const;
 };
 
 // One read group with everything its descriptor points at.
@@ -42,6 +46,7 @@ struct ReadGroup {
   std::vector<int64_t> strides;  // one per tensor (always 1: compact)
   BufferPtr pinned;              // the snapshot buffer the tensors point into
   bool owns_buffer = false;      // compact: `pinned` is this reader's own copy
+  CompletionPtr ready;           // device work producing the data (desc.device_sync)
 };
 
 class Stage {
@@ -75,6 +80,10 @@ class Stage {
   Result<std::shared_ptr<Op>> commit(MapSession& session, const std::vector<MapGroup*>& groups,
                                      const kstage_device_sync_t& done_sync);
 
+  // Keeps `keep` (a write's managed tensors) until `work` is done: the
+  // device may still read them. Dropped at once when it already is.
+  void defer(const std::vector<CompletionPtr>& work, std::shared_ptr<void> keep);
+
   // --- reads -----------------------------------------------------------------
   Result<std::vector<std::unique_ptr<ReadGroup>>> read(const PrimList& prims,
                                                        const uint64_t* attributes, uint64_t n,
@@ -90,7 +99,11 @@ class Stage {
   };
   using Key = std::pair<uint64_t, uint64_t>;  // (ordinal, submission sequence)
 
-  explicit Stage(std::unique_ptr<BackendSet> backends) : backends_(std::move(backends)) {}
+  Stage(std::unique_ptr<BackendSet> backends, DLDevice residency)
+      : backends_(std::move(backends)), residency_(residency) {}
+  // Waits for all device work (failure paths free what it may still read).
+  void fence_devices();
+  void reap_deferred();
 
   Status check_token(uint64_t token, const char* what, uint64_t index) const;
   Status check_distinct_tokens(const uint64_t* attributes, uint64_t n) const;
@@ -121,6 +134,14 @@ class Stage {
 
   Dictionary dictionary_;
   std::unique_ptr<BackendSet> backends_;
+  DLDevice residency_;  // config.residency: {0, 0} = where the data lives
+
+  struct Deferred {
+    std::vector<CompletionPtr> work;
+    std::shared_ptr<void> keep;
+  };
+  std::mutex deferred_mutex_;
+  std::vector<Deferred> deferred_;
 
   mutable std::mutex mutex_;
   std::map<uint64_t, std::unique_ptr<Column>> columns_;

@@ -2,7 +2,6 @@
 #include "core/transport.hpp"
 
 #include "core/adopted_buffer.hpp"
-#include "core/device_sync.hpp"
 #include "core/dtype.hpp"
 #include "core/kernels/copy_ops.hpp"
 #include "core/source_tensor.hpp"
@@ -153,8 +152,8 @@ Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor&
     // Without a deleter nobody can say how long the memory lives: copy it.
     ManagedTensor m = managed->adopt_if_deletable(tensor);
     if (m.versioned || m.legacy) {
-      out.data = std::make_shared<AdoptedBuffer>(m, const_cast<std::byte*>(s.base),
-                                                 n * s.row_bytes, backend.device());
+      out.data = backend.adopt(std::make_unique<AdoptedBuffer>(
+          m, const_cast<std::byte*>(s.base), n * s.row_bytes, backend.device()));
       return out;
     }
   }
@@ -378,22 +377,34 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
       return error(KSTAGE_INVALID_ARGUMENT, "semantic %s does not match column '%s' semantic %s",
                    semantic_name(d.semantic), attr, semantic_name(e.semantic));
     out.backend = r.existing_backend;
-    if (!out.backend->can_access(src[0].device))
-      return error(KSTAGE_NOT_SUPPORTED, "%s is on %s:%d, which the column's backend cannot read",
-                   tensor_name(d, 0).c_str(), device_type_name(src[0].device.device_type),
-                   int(src[0].device.device_id));
   } else {
     KSTAGE_RETURN_NOT_OK(validate_semantic(d.semantic, src[0].dtype, d.is_array));
-    KSTAGE_ASSIGN_OR_RETURN(out.backend, backends.residency_for(src[0].device));
+    if (r.residency.device_type != 0) {
+      KSTAGE_ASSIGN_OR_RETURN(out.backend, backends.for_device(r.residency));
+    } else {
+      KSTAGE_ASSIGN_OR_RETURN(out.backend, backends.residency_for(src[0].device));
+    }
   }
-  if (out.backend == &backends.host() && backends.host().can_access(src[0].device))
-    KSTAGE_RETURN_NOT_OK(check_host_sync(d.device_sync, "device_sync",
-                                         "the write copies host data into a host column"));
+  // Stage where the source can be read: on the column's backend, or on the
+  // source's and then transferred (host <-> device, device <-> device).
+  Backend* stager = out.backend;
+  if (!out.backend->can_access(src[0].device)) {
+    Result<Backend*> b = backends.residency_for(src[0].device);
+    if (!b.ok())
+      return Status(b.status().code(), tensor_name(d, 0) + ": " + b.status().message());
+    stager = b.value();
+  }
+  // The producer's work comes first: a stream wait on whichever side is a
+  // device (host work on host data takes {0, 0}, and says so).
+  Backend& ordered = stager->synchronous() ? *out.backend : *stager;
+  KSTAGE_RETURN_NOT_OK(ordered.order_after(d.device_sync, "device_sync"));
 
   if (!d.is_array) {
-    KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_fixed(d, src[0], sel, *out.backend, backends.host(),
+    KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_fixed(d, src[0], sel, *stager, backends.host(),
                                                   tensors[0],
-                                                  d.tensors ? nullptr : r.managed));
+                                                  d.tensors || stager != out.backend
+                                                      ? nullptr
+                                                      : r.managed));
   } else {
     if (sel.mask) KSTAGE_RETURN_NOT_OK(select_masked(sel, backends.host()));
     // One tensor and more than one source row: a packed tensor, cut evenly.
@@ -410,7 +421,14 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
                    d.index_map ? "from the highest index_map entry" : "from count");
     KSTAGE_RETURN_NOT_OK(sel.index_map ? check_index_map(sel, rows, rows_from)
                                        : check_row_count(d, sel, rows, rows_from));
-    KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_array(src, packed, wanted, sel, *out.backend));
+    KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_array(src, packed, wanted, sel, *stager));
+  }
+  if (stager != out.backend && out.rows.data) {
+    BufferPtr moved;
+    KSTAGE_ASSIGN_OR_RETURN(moved, out.backend->allocate(out.rows.data->size()));
+    KSTAGE_RETURN_NOT_OK(transfer(*out.backend, moved->data(), *stager, out.rows.data->data(),
+                                  out.rows.data->size()));
+    out.rows.data = std::move(moved);
   }
   out.rows.prims = r.prims;
   if (sel.subset) {

@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Write transport: turns one kstage_write_data_t into validated, staged rows.
 //
+// Staging runs on the backend that can read the source (the column's when
+// it can; else the source's own, then one transfer of the staged rows to the
+// column's device). That backend's work is first ordered after the
+// producer's device_sync.
+//
 // Everything the seed requires of a write is checked here, before the stage
 // is touched: tensors vs managed tensors, tensor count for the kind, dtype
 // and semantic against the column, count / index_map / mask consistency and
@@ -23,6 +28,9 @@ struct WriteRequest {
   std::shared_ptr<const std::vector<uint64_t>> prims;
   const Schema* existing = nullptr;  // the column's schema if it exists
   Backend* existing_backend = nullptr;
+  // Where a new column lives: the write's residency, else the stage's
+  // config.residency; {0, 0}: where the data lives.
+  DLDevice residency{};
   // The call's managed tensors: a dense fixed-size one may be adopted as the
   // staged buffer instead of copied (null: never adopt).
   ManagedTensors* managed = nullptr;

@@ -13,7 +13,8 @@ using namespace kstage_test;
 // The first released layout. Fields may only be appended after these sizes.
 static_assert(offsetof(kstage_config_t, struct_size) == 0);
 static_assert(offsetof(kstage_config_t, host_execution) == 4);
-static_assert(sizeof(kstage_config_t) == 8);
+static_assert(offsetof(kstage_config_t, residency) == 8);
+static_assert(sizeof(kstage_config_t) == 16);
 
 static_assert(offsetof(kstage_write_data_t, struct_size) == 0);
 static_assert(offsetof(kstage_write_data_t, semantic) == 4);
@@ -28,7 +29,8 @@ static_assert(offsetof(kstage_write_data_t, is_array) == 72);
 static_assert(offsetof(kstage_write_data_t, reserved) == 73);
 // 0.2 appended legacy_managed_tensors after the first layout's 80 bytes.
 static_assert(offsetof(kstage_write_data_t, legacy_managed_tensors) == 80);
-static_assert(sizeof(kstage_write_data_t) == 88);
+static_assert(offsetof(kstage_write_data_t, residency) == 88);
+static_assert(sizeof(kstage_write_data_t) == 96);
 
 static_assert(offsetof(kstage_read_desc_t, struct_size) == 0);
 static_assert(offsetof(kstage_read_desc_t, change_range) == 4);
@@ -192,7 +194,7 @@ TEST_CASE("a newer caller's larger descriptor is read when the fields it adds ar
     KS_OK(kstage_destroy(other));
     c.added[1] = 7;
     KS_FAILS(kstage_create(&c.known, &other), KSTAGE_NOT_SUPPORTED,
-             "config sets byte 16 of its 24-byte kstage_config_t");
+             "config sets byte 24 of its 32-byte kstage_config_t");
   }
   SECTION("read descriptor: a change-range read") {
     Newer<kstage_read_desc_t> r;
@@ -228,11 +230,11 @@ TEST_CASE("a newer caller's larger descriptor is read when the fields it adds ar
                 {f.prims[0], {10}}, {f.prims[1], {20}}, {f.prims[2], {30}}});
     const std::string before = f.state();
     d[1].added[0] = 1;
-    KS_FAILS(f.write(&d[0].known, 2, 3), KSTAGE_NOT_SUPPORTED, "data[1] sets byte 88");
+    KS_FAILS(f.write(&d[0].known, 2, 3), KSTAGE_NOT_SUPPORTED, "data[1] sets byte 96");
     d[1].added[0] = 0;
     d[1].known.struct_size = sizeof(kstage_write_data_t);
     KS_FAILS(f.write(&d[0].known, 2, 3), KSTAGE_INVALID_ARGUMENT,
-             "data[1].struct_size is 88 but data[0].struct_size is 104");
+             "data[1].struct_size is 96 but data[0].struct_size is 112");
     REQUIRE(f.state() == before);
   }
 }

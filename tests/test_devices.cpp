@@ -111,7 +111,7 @@ TEST_CASE("a read of host columns takes device_sync {0, 0} and gives {0, 0}",
       kstage_read_t r = 0;
       KS_FAILS(kstage_read_attributes(f.s.stage, f.q, &f.x, 1, &d, &r), KSTAGE_INVALID_ARGUMENT,
                "desc.device_sync is {stream " + hex(sync.stream) + ", event " + hex(sync.event) +
-                   "} but the read copies nothing off the host");
+                   "} but the data is host memory");
       REQUIRE(r == 0);
       d.target_device = DLDevice{kDLCPU, 0};  // the host asked for explicitly: the same
       KS_FAILS(kstage_read_attributes(f.s.stage, f.q, &f.x, 1, &d, &r), KSTAGE_INVALID_ARGUMENT,
@@ -150,7 +150,7 @@ TEST_CASE("unmapping host buffers takes done_sync {0, 0}; a rejected unmap keeps
   for (const kstage_device_sync_t& sync : kSyncs) {
     KS_FAILS(kstage_unmap_group(f.s.stage, m, g.handle, sync, &op), KSTAGE_INVALID_ARGUMENT,
              "done_sync is {stream " + hex(sync.stream) + ", event " + hex(sync.event) +
-                 "} but the map's buffers are host memory");
+                 "} but the data is host memory");
     KS_FAILS(kstage_unmap_attribute(f.s.stage, m, sync, &op), KSTAGE_INVALID_ARGUMENT,
              "done_sync");
   }

@@ -2,6 +2,7 @@
 #include "backends/host/host_backend.hpp"
 
 #include "core/buffer_pool.hpp"
+#include "core/device_sync.hpp"
 #include "core/kernels/masked_gather.hpp"
 #include "core/kernels/ragged_copy.hpp"
 #include "core/kernels/row_copy.hpp"
@@ -78,10 +79,15 @@ auto run_reduction(const Exec& exec, F&& launch) {
   return launch(exec);
 }
 
+// Every call completes its work before returning (fencing once per call,
+// never per element): host columns have nothing to wait for, so ops on
+// them are complete when submitted and host reads carry no event.
 template <class Exec>
 class HostBackend final : public core::Backend {
  public:
   DLDevice device() const override { return DLPackSpace<Space>::device(nullptr); }
+  bool can_access(DLDevice d) const override { return DLPackSpace<Space>::accepts(d.device_type); }
+  bool synchronous() const override { return true; }
 
   Result<core::BufferPtr> allocate(size_t bytes) override {
     if (core::BufferPtr reused = pool_->take(bytes)) return reused;
@@ -92,8 +98,12 @@ class HostBackend final : public core::Backend {
     }
     return error(KSTAGE_OUT_OF_MEMORY, "host allocation of %zu bytes failed", bytes);
   }
-
-  bool can_access(DLDevice d) const override { return DLPackSpace<Space>::accepts(d.device_type); }
+  core::BufferPtr adopt(std::unique_ptr<core::DeviceBuffer> foreign) override {
+    return core::BufferPtr(std::move(foreign));  // nothing of ours is in flight
+  }
+  Result<core::BufferPtr> upload(const void*, size_t) override {
+    return error(KSTAGE_INTERNAL, "the host backend reads host arrays where they are");
+  }
 
   void copy_bytes(std::byte* dst, const std::byte* src, size_t bytes) override {
     if (bytes == 0) return;
@@ -101,6 +111,12 @@ class HostBackend final : public core::Backend {
     UnmanagedBytes s(reinterpret_cast<unsigned char*>(const_cast<std::byte*>(src)), bytes);
     Kokkos::deep_copy(exec_, d, s);
     exec_.fence();
+  }
+  void copy_from_host(std::byte* dst, const std::byte* src, size_t bytes) override {
+    copy_bytes(dst, src, bytes);
+  }
+  void copy_to_host(std::byte* dst, const std::byte* src, size_t bytes) override {
+    copy_bytes(dst, src, bytes);
   }
   void row_copy(const core::kernels::RowCopy& c) override {
     core::kernels::row_copy(exec_, c);
@@ -127,6 +143,14 @@ class HostBackend final : public core::Backend {
     core::kernels::strided_copy(exec_, c);
     exec_.fence();
   }
+
+  Status order_after(const kstage_device_sync_t& producer, const char* field) override {
+    return core::check_host_sync(producer, field, "the data is host memory");
+  }
+  Status record_into(const kstage_device_sync_t& consumer, const char* field) override {
+    return core::check_host_sync(consumer, field, "the data is host memory");
+  }
+  core::CompletionPtr record() override { return nullptr; }
   void fence() override { exec_.fence(); }
 
  private:
@@ -136,6 +160,33 @@ class HostBackend final : public core::Backend {
 
 }  // namespace
 
+namespace {
+std::unique_ptr<core::Backend> make_host_backend(bool parallel);
+}  // namespace
+
+Result<std::unique_ptr<core::Backend>> make(int32_t, const kstage_config_t& config) {
+  bool parallel;
+  switch (config.host_execution) {
+    case KSTAGE_HOST_EXECUTION_DEFAULT:
+#if defined(KSTAGE_DEFAULT_HOST_EXECUTION_SERIAL)
+      parallel = false;
+#else
+      parallel = true;
+#endif
+      break;
+    case KSTAGE_HOST_EXECUTION_SERIAL: parallel = false; break;
+    case KSTAGE_HOST_EXECUTION_PARALLEL: parallel = true; break;
+    default:
+      return error(KSTAGE_INVALID_ARGUMENT,
+                   "config.host_execution %d is not a kstage_host_execution_t",
+                   int(config.host_execution));
+  }
+  return make_host_backend(parallel);
+}
+
+const core::BackendFactory factory = {"host", kDLCPU, [] { return int32_t(1); }, make};
+
+namespace {
 std::unique_ptr<core::Backend> make_host_backend([[maybe_unused]] bool parallel) {
 #if defined(KOKKOS_ENABLE_OPENMP)
   if (parallel) return std::make_unique<HostBackend<Kokkos::OpenMP>>();
@@ -149,5 +200,6 @@ std::unique_ptr<core::Backend> make_host_backend([[maybe_unused]] bool parallel)
   return std::make_unique<HostBackend<Kokkos::DefaultHostExecutionSpace>>();
 #endif
 }
+}  // namespace
 
 }  // namespace kstage::backends::host

@@ -25,6 +25,9 @@ struct RowCopy {
   const uint32_t* src_index = nullptr;
   size_t n = 0;
   size_t row_bytes = 0;
+  // dst_index and src_index are already in the backend's memory (a column's
+  // cached row map, uploaded once); otherwise they are host memory.
+  bool indices_resident = false;
 };
 
 // Mask compaction, optionally with a gather. For every set bit e of

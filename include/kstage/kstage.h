@@ -211,6 +211,14 @@ typedef struct kstage_config_t {
   uint32_t struct_size;
   /** Host execution space for kernels on host-resident columns. */
   kstage_host_execution_t host_execution;
+  /**
+   * Where new columns live, unless a write or a map names a residency:
+   * {0, 0} (the default) = where the column's first write's data lives (CPU
+   * and pinned host memory: the host). A device this build has no backend
+   * for is KSTAGE_NOT_SUPPORTED, an ordinal the process lacks
+   * KSTAGE_INVALID_ARGUMENT, both from kstage_create. (Added in 0.3.)
+   */
+  DLDevice residency;
 } kstage_config_t;
 
 /**
@@ -285,6 +293,11 @@ typedef struct kstage_write_data_t {
    * copies it first. (Added in 0.2: callers whose struct_size ends before
    * this field pass none.) */
   DLManagedTensor* const* legacy_managed_tensors;
+  /** Where the column lives if this write creates it: {0, 0} (the default)
+   * = the stage's config.residency, or, if that is {0, 0} too, where the
+   * data lives. Ignored for a column that exists (its residency never
+   * changes; data elsewhere is copied to it). (Added in 0.3.) */
+  DLDevice residency;
 } kstage_write_data_t;
 
 /**

@@ -42,6 +42,11 @@ foreach(line IN LISTS lines)
 endforeach()
 
 file(STRINGS "${HEADER}" declarations REGEX "^KSTAGE_API ")
+if(DEFINED TEST_HEADER AND NOT TEST_HEADER STREQUAL "")
+  # The emulated device's test API (test builds only, never installed).
+  file(STRINGS "${TEST_HEADER}" test_declarations REGEX "^KSTAGE_API ")
+  list(APPEND declarations ${test_declarations})
+endif()
 set(declared "")
 foreach(d IN LISTS declarations)
   if(d MATCHES " (kstage_[a-z0-9_]+)\\(")

@@ -1,0 +1,319 @@
+// SPDX-License-Identifier: Apache-2.0
+// The emulated device as a kstage backend: one stream per stage (its
+// "execution-space instance"), memory in the ordinal's arena, the
+// core/kernels functors run on Kokkos::Serial by the stream's worker, and
+// host index arrays uploaded once per call. Buffers are released in stream
+// order: a block returns to the arena only after the work enqueued before
+// its last holder let go has run.
+#include "backends/emulated/emulated_backend.hpp"
+
+#include "backends/emulated/emulated_device.hpp"
+#include "core/kernels/masked_gather.hpp"
+#include "core/kernels/ragged_copy.hpp"
+#include "core/kernels/row_copy.hpp"
+#include "core/kernels/strided_copy.hpp"
+
+#include <Kokkos_Core.hpp>
+
+#include <cstring>
+#include <vector>
+
+namespace kstage::backends::emulated {
+namespace {
+
+using Exec = Kokkos::Serial;
+
+class EmulatedBuffer final : public core::DeviceBuffer {
+ public:
+  EmulatedBuffer(Arena& arena, std::byte* data, size_t size)
+      : DeviceBuffer(data, size, DLDevice{DLDeviceType(kDeviceType), arena.ordinal()}),
+        arena_(arena) {}
+  ~EmulatedBuffer() override { arena_.free(data()); }
+
+ private:
+  Arena& arena_;
+};
+
+// What outlives the backend while buffers, groups or ops still refer to it:
+// the stream, and buffers waiting for the work before their release.
+struct Shared {
+  explicit Shared(int32_t ordinal)
+      : arena(emulated::arena(ordinal)), stream(std::make_shared<Stream>(ordinal)) {
+    stream_handle = register_stream(stream);
+  }
+  ~Shared() {
+    stream->synchronize();
+    retired.clear();
+    unregister_stream(stream_handle);
+  }
+
+  void retire(std::unique_ptr<core::DeviceBuffer> b) {
+    auto e = std::make_shared<Event>();
+    e->record(*stream);
+    {
+      std::lock_guard lock(mutex);
+      retired.emplace_back(std::move(e), std::move(b));
+    }
+    reap();
+  }
+  void reap() {
+    std::vector<std::unique_ptr<core::DeviceBuffer>> done;  // freed outside the lock
+    std::lock_guard lock(mutex);
+    while (!retired.empty() && retired.front().first->query()) {
+      done.push_back(std::move(retired.front().second));
+      retired.pop_front();
+    }
+  }
+
+  Arena& arena;
+  std::shared_ptr<Stream> stream;
+  uintptr_t stream_handle = 0;
+  std::mutex mutex;
+  std::deque<std::pair<std::shared_ptr<Event>, std::unique_ptr<core::DeviceBuffer>>> retired;
+};
+
+class EmulatedCompletion final : public core::Completion {
+ public:
+  EmulatedCompletion(std::shared_ptr<Shared> shared, std::shared_ptr<Event> event)
+      : shared_(std::move(shared)), event_(std::move(event)), handle_(register_event(event_)) {}
+  ~EmulatedCompletion() override { unregister_event(handle_); }
+  bool done() const override { return event_->query(); }
+  bool wait(uint64_t timeout_ns) const override {
+    return event_->wait(timeout_ns == KSTAGE_TIMEOUT_INFINITE ? UINT64_MAX : timeout_ns);
+  }
+  kstage_device_sync_t sync() const override { return {shared_->stream_handle, handle_}; }
+
+ private:
+  std::shared_ptr<Shared> shared_;
+  std::shared_ptr<Event> event_;
+  uintptr_t handle_;
+};
+
+class EmulatedBackend final : public core::Backend {
+ public:
+  explicit EmulatedBackend(int32_t ordinal) : shared_(std::make_shared<Shared>(ordinal)) {}
+  ~EmulatedBackend() override {
+    fence();
+    shared_->reap();
+  }
+
+  DLDevice device() const override {
+    return DLDevice{DLDeviceType(kDeviceType), shared_->arena.ordinal()};
+  }
+  bool can_access(DLDevice d) const override {
+    return d.device_type == kDeviceType && d.device_id == shared_->arena.ordinal();
+  }
+  bool synchronous() const override { return false; }
+
+  Result<core::BufferPtr> allocate(size_t bytes) override {
+    shared_->reap();
+    void* p = shared_->arena.allocate(bytes);
+    if (!p)
+      return error(KSTAGE_OUT_OF_MEMORY, "emulated device %d: allocation of %zu bytes failed",
+                   int(shared_->arena.ordinal()), bytes);
+    return adopt(std::make_unique<EmulatedBuffer>(shared_->arena, static_cast<std::byte*>(p),
+                                                  bytes));
+  }
+
+  core::BufferPtr adopt(std::unique_ptr<core::DeviceBuffer> foreign) override {
+    std::shared_ptr<Shared> shared = shared_;
+    return core::BufferPtr(foreign.release(), [shared](core::DeviceBuffer* b) {
+      shared->retire(std::unique_ptr<core::DeviceBuffer>(b));
+    });
+  }
+
+  Result<core::BufferPtr> upload(const void* host, size_t bytes) override {
+    core::BufferPtr b;
+    KSTAGE_ASSIGN_OR_RETURN(b, allocate(bytes));
+    // Read now (as cudaMemcpyAsync reads pageable memory): the caller may
+    // free `host` when this returns.
+    auto snapshot = std::make_shared<std::vector<std::byte>>(
+        static_cast<const std::byte*>(host), static_cast<const std::byte*>(host) + bytes);
+    std::byte* dst = b->data();
+    Arena* arena = &shared_->arena;
+    shared_->stream->enqueue([arena, dst, snapshot] {
+      launch(*arena, "upload", {dst}, [&] { std::memcpy(dst, snapshot->data(), snapshot->size()); });
+    });
+    return b;
+  }
+
+  void copy_bytes(std::byte* dst, const std::byte* src, size_t bytes) override {
+    if (bytes == 0) return;
+    enqueue("copy_bytes", {dst, src}, [=] { std::memcpy(dst, src, bytes); });
+  }
+  void copy_from_host(std::byte* dst, const std::byte* src, size_t bytes) override {
+    if (bytes == 0) return;
+    count(true);
+    enqueue("copy_from_host", {dst}, [=] { std::memcpy(dst, src, bytes); });
+  }
+  void copy_to_host(std::byte* dst, const std::byte* src, size_t bytes) override {
+    if (bytes == 0) return;
+    count(false);
+    enqueue("copy_to_host", {src}, [=] { std::memcpy(dst, src, bytes); });
+  }
+
+  void row_copy(const core::kernels::RowCopy& c) override {
+    if (c.n == 0 || c.row_bytes == 0) return;
+    core::kernels::RowCopy k = c;
+    core::BufferPtr dst_index, src_index;  // released (in stream order) when this returns
+    if (!c.indices_resident) {
+      if (c.dst_index) k.dst_index = upload_indices(c.dst_index, c.n, dst_index);
+      if (c.src_index) k.src_index = upload_indices(c.src_index, c.n, src_index);
+    }
+    enqueue("row_copy", {k.dst, k.src, k.dst_index, k.src_index},
+            [k] { core::kernels::row_copy(Exec(), k); });
+  }
+
+  size_t checked_gather(const core::kernels::RowCopy& c, uint64_t src_rows) override {
+    // The index is host memory: validate it here, so the gather needs no
+    // result back from the device and stays asynchronous.
+    for (size_t i = 0; i < c.n; ++i)
+      if (c.src_index[i] >= src_rows) return i;
+    row_copy(c);
+    return c.n;
+  }
+
+  void masked_gather(const core::kernels::MaskedGather& c) override {
+    // The mask and `selected` are host memory: select here, then gather.
+    size_t k = 0;
+    for (size_t w = 0, words = (c.n + 63) / 64; w < words; ++w)
+      for (uint64_t bits = core::kernels::mask_word(c.mask, c.n, w); bits; bits &= bits - 1)
+        c.selected[k++] = uint32_t(w * 64 + size_t(__builtin_ctzll(bits)));
+    if (!c.dst) return;
+    core::kernels::RowCopy r;
+    r.dst = c.dst;
+    r.dst_stride = int64_t(c.row_bytes);
+    r.src = c.src;
+    r.src_stride = c.src_stride;
+    r.src_index = c.selected;
+    r.n = k;
+    r.row_bytes = c.row_bytes;
+    row_copy(r);
+  }
+
+  void ragged_copy(const core::kernels::RaggedCopy& c, size_t word) override {
+    if (c.n == 0) return;
+    // One upload for the three per-row arrays.
+    std::vector<uint64_t> host(3 * c.n);
+    for (size_t i = 0; i < c.n; ++i) {
+      host[i] = c.dst_offsets[i];
+      host[c.n + i] = reinterpret_cast<uintptr_t>(c.src_rows[i]);
+      host[2 * c.n + i] = c.bytes[i];
+    }
+    core::BufferPtr arrays = upload_or_die(host.data(), host.size() * sizeof(uint64_t));
+    const auto* dev = reinterpret_cast<const uint64_t*>(arrays->data());
+    core::kernels::RaggedCopy k{c.dst, dev, reinterpret_cast<const std::byte* const*>(dev + c.n),
+                                dev + 2 * c.n, c.n};
+    Arena* arena = &shared_->arena;
+    shared_->stream->enqueue([arena, k, word] {
+      launch(*arena, "ragged_copy", {k.dst, k.dst_offsets}, [&] {
+        // Every source row must be device memory too.
+        for (size_t i = 0; i < k.n; ++i) {
+          if (k.bytes[i] == 0) continue;
+          if (!arena->holds(k.src_rows[i])) {
+            violation("ragged_copy: src_rows[" + std::to_string(i) +
+                      "] is not in the device's arena (host memory handed to a device kernel)");
+            return;
+          }
+        }
+        for (size_t i = 0; i < k.n; ++i)
+          if (k.bytes[i]) arena->open(k.src_rows[i]);
+        core::kernels::ragged_copy(Exec(), k, word);
+        for (size_t i = 0; i < k.n; ++i)
+          if (k.bytes[i]) arena->close(k.src_rows[i]);
+      });
+    });
+  }
+
+  void strided_copy(const core::kernels::StridedCopy& c) override {
+    enqueue("strided_copy", {c.dst, c.src}, [c] { core::kernels::strided_copy(Exec(), c); });
+  }
+
+  Status order_after(const kstage_device_sync_t& producer, const char* field) override {
+    if (producer.event != 0) {
+      std::shared_ptr<Event> e = find_event(producer.event);
+      if (!e)
+        return error(KSTAGE_INVALID_ARGUMENT,
+                     "%s.event 0x%llx is not an event of the emulated device", field,
+                     (unsigned long long)producer.event);
+      e->wait_on(*shared_->stream);
+    } else if (producer.stream != 0) {
+      std::shared_ptr<Stream> s = find_stream(producer.stream);
+      if (!s)
+        return error(KSTAGE_INVALID_ARGUMENT,
+                     "%s.stream 0x%llx is not a stream of the emulated device", field,
+                     (unsigned long long)producer.stream);
+      auto e = std::make_shared<Event>();  // everything on that stream so far
+      e->record(*s);
+      e->wait_on(*shared_->stream);
+    }
+    return Status::OK();
+  }
+
+  Status record_into(const kstage_device_sync_t& consumer, const char* field) override {
+    std::shared_ptr<Event> e;
+    std::shared_ptr<Stream> s;
+    if (consumer.event != 0 && !(e = find_event(consumer.event)))
+      return error(KSTAGE_INVALID_ARGUMENT,
+                   "%s.event 0x%llx is not an event of the emulated device", field,
+                   (unsigned long long)consumer.event);
+    if (consumer.stream != 0 && !(s = find_stream(consumer.stream)))
+      return error(KSTAGE_INVALID_ARGUMENT,
+                   "%s.stream 0x%llx is not a stream of the emulated device", field,
+                   (unsigned long long)consumer.stream);
+    if (e) e->record(*shared_->stream);
+    if (s) {  // the consumer's stream runs after the producing work
+      auto mine = std::make_shared<Event>();
+      mine->record(*shared_->stream);
+      mine->wait_on(*s);
+    }
+    return Status::OK();
+  }
+
+  core::CompletionPtr record() override {
+    shared_->reap();
+    if (shared_->stream->idle()) return nullptr;  // everything enqueued has run
+    auto e = std::make_shared<Event>();
+    e->record(*shared_->stream);
+    return std::make_shared<EmulatedCompletion>(shared_, std::move(e));
+  }
+
+  void fence() override {
+    shared_->stream->synchronize();
+    shared_->reap();
+  }
+
+ private:
+  template <class F>
+  void enqueue(const char* what, std::vector<const void*> ptrs, F kernel) {
+    Arena* arena = &shared_->arena;
+    shared_->stream->enqueue(
+        [arena, what, ptrs = std::move(ptrs), kernel] { launch(*arena, what, ptrs, kernel); });
+  }
+
+  core::BufferPtr upload_or_die(const void* host, size_t bytes) {
+    auto b = upload(host, bytes);
+    if (!b.ok()) violation("index upload: " + b.status().message());
+    return b.ok() ? b.value() : nullptr;
+  }
+  const uint32_t* upload_indices(const uint32_t* host, size_t n, core::BufferPtr& keep) {
+    keep = upload_or_die(host, n * sizeof(uint32_t));
+    return keep ? reinterpret_cast<const uint32_t*>(keep->data()) : nullptr;
+  }
+  void count(bool to_device) {
+    std::lock_guard lock(shared_->arena.counts_mutex);
+    ++(to_device ? shared_->arena.host_to_device : shared_->arena.device_to_host);
+  }
+
+  std::shared_ptr<Shared> shared_;
+};
+
+Result<std::unique_ptr<core::Backend>> make(int32_t device_id, const kstage_config_t&) {
+  return std::unique_ptr<core::Backend>(std::make_unique<EmulatedBackend>(device_id));
+}
+
+}  // namespace
+
+const core::BackendFactory factory = {"emulated", kDeviceType, [] { return kDeviceCount; }, make};
+
+}  // namespace kstage::backends::emulated
