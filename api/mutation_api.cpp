@@ -110,6 +110,7 @@ kstage_status_t kstage_wait(kstage_stage_t stage, kstage_op_t op, uint64_t timeo
     if (!o->wait(timeout_ns))
       return error(KSTAGE_TIMEOUT, "op %llu: its device work is still running after %llu ns",
                    (unsigned long long)op, (unsigned long long)timeout_ns);
+    s->engine->reap_deferred();  // what the op's work read is released now
     return Status(o->status, o->message);
   });
 }

@@ -322,6 +322,8 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
       continue;  // recorded already
     if (CompletionPtr c = w.backend->record()) op->work.push_back(std::move(c));
   }
+  for (StagedWrite& w : staged)
+    if (w.keep) defer(op->work, std::move(w.keep));
   // Phase 3 (locked): re-check against what other threads did meanwhile,
   // check prim modes, then enqueue every attribute or none. A rejection
   // waits for the staging copies: the caller frees the sources next.
@@ -503,8 +505,9 @@ void finish_desc(ReadGroup& g) {
 }
 
 // Moves a group's data to `dest` (a read that asked for another device):
-// one copy of its buffer, the tensors rebased onto the copy.
-Status move_group(ReadGroup& g, Backend& dest, Backend& home) {
+// one copy of its buffer, the tensors rebased onto the copy. The old buffer
+// goes to `olds`: a copy from the host still reads it.
+Status move_group(ReadGroup& g, Backend& dest, Backend& home, std::vector<BufferPtr>& olds) {
   for (DLTensor& t : g.tensors) t.device = dest.device();
   if (!g.pinned) return Status::OK();
   BufferPtr moved;
@@ -513,6 +516,7 @@ Status move_group(ReadGroup& g, Backend& dest, Backend& home) {
   for (DLTensor& t : g.tensors)
     if (t.data)
       t.data = moved->data() + (static_cast<std::byte*>(t.data) - g.pinned->data());
+  olds.push_back(std::move(g.pinned));
   g.pinned = std::move(moved);
   g.owns_buffer = true;
   return Status::OK();
@@ -745,13 +749,16 @@ Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prim
     Backend& dest = target ? *target : home;
     const size_t first = groups.size();
     KSTAGE_RETURN_NOT_OK(build_groups(*c, prims, desc, groups));
+    std::vector<BufferPtr> olds;
     if (&dest != &home)
       for (size_t k = first; k < groups.size(); ++k)
-        KSTAGE_RETURN_NOT_OK(move_group(*groups[k], dest, home));
+        KSTAGE_RETURN_NOT_OK(move_group(*groups[k], dest, home, olds));
     // The reader's event (if any) is recorded after the producing work, and
     // each group carries the stage's own; host data takes and gives {0, 0}.
+    CompletionPtr ready = dest.record();
     KSTAGE_RETURN_NOT_OK(dest.record_into(desc.device_sync, "desc.device_sync"));
-    if (CompletionPtr ready = dest.record()) {
+    if (ready) {
+      if (!olds.empty()) defer({ready}, std::make_shared<std::vector<BufferPtr>>(std::move(olds)));
       for (size_t k = first; k < groups.size(); ++k) {
         if (groups[k]->tensors.empty()) continue;
         groups[k]->ready = ready;

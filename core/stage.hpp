@@ -83,6 +83,8 @@ class Stage {
   // Keeps `keep` (a write's managed tensors) until `work` is done: the
   // device may still read them. Dropped at once when it already is.
   void defer(const std::vector<CompletionPtr>& work, std::shared_ptr<void> keep);
+  // Releases what deferred work no longer needs.
+  void reap_deferred();
 
   // --- reads -----------------------------------------------------------------
   Result<std::vector<std::unique_ptr<ReadGroup>>> read(const PrimList& prims,
@@ -103,7 +105,6 @@ class Stage {
       : backends_(std::move(backends)), residency_(residency) {}
   // Waits for all device work (failure paths free what it may still read).
   void fence_devices();
-  void reap_deferred();
 
   Status check_token(uint64_t token, const char* what, uint64_t index) const;
   Status check_distinct_tokens(const uint64_t* attributes, uint64_t n) const;

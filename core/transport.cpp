@@ -399,6 +399,17 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   Backend& ordered = stager->synchronous() ? *out.backend : *stager;
   KSTAGE_RETURN_NOT_OK(ordered.order_after(d.device_sync, "device_sync"));
 
+  if (!d.is_array && stager != out.backend && stager->synchronous() && !d.mask && !d.index_map &&
+      src[0].layout == SourceTensor::Layout::Compact && src[0].rows == sel.count) {
+    // Dense host rows to a device column: one copy from the caller's tensor,
+    // which stays valid until the op completes.
+    out.rows.n = size_t(sel.count);
+    const size_t bytes = out.rows.n * src[0].row_bytes;
+    KSTAGE_ASSIGN_OR_RETURN(out.rows.data, out.backend->allocate(std::max<size_t>(bytes, 1)));
+    out.backend->copy_from_host(out.rows.data->data(), src[0].base, bytes);
+    out.rows.prims = r.prims;
+    return out;
+  }
   if (!d.is_array) {
     KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_fixed(d, src[0], sel, *stager, backends.host(),
                                                   tensors[0],
@@ -428,6 +439,7 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
     KSTAGE_ASSIGN_OR_RETURN(moved, out.backend->allocate(out.rows.data->size()));
     KSTAGE_RETURN_NOT_OK(transfer(*out.backend, moved->data(), *stager, out.rows.data->data(),
                                   out.rows.data->size()));
+    if (stager->synchronous()) out.keep = out.rows.data;  // read by the device later
     out.rows.data = std::move(moved);
   }
   out.rows.prims = r.prims;

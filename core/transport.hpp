@@ -40,6 +40,9 @@ struct StagedWrite {
   Schema schema;          // as declared by the write (== existing schema if any)
   Backend* backend = nullptr;  // the column's residency
   StagedRows rows;
+  // Host memory a copy to the column's device still reads: keep it until
+  // the write's op completes.
+  BufferPtr keep;
 };
 
 Result<StagedWrite> stage_write(const WriteRequest& request, BackendSet& backends);

@@ -5,6 +5,9 @@
 #pragma once
 
 #include <kstage/kstage.h>
+#if defined(KSTAGE_TEST_ON_EMULATED_DEVICE)
+#include "backends/emulated/kstage_emulated.h"
+#endif
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
@@ -15,6 +18,72 @@
 #include <vector>
 
 namespace kstage_test {
+
+// The residency under test. Each engine test program is built twice, in
+// the spirit of Kokkos' per-backend test category files: columns on the
+// host (kstage_test_<concept>), and columns on the emulated device
+// (kstage_test_<concept>_emulated, KSTAGE_TEST_ON_EMULATED_DEVICE): the
+// stage's config.residency puts every new column there, host tensors are
+// copied in, and group data is copied back out through the device (after
+// the group's event) before the test looks at it.
+#if defined(KSTAGE_TEST_ON_EMULATED_DEVICE)
+constexpr bool kOnDevice = true;
+constexpr DLDevice kResidency = {DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), 0};
+#else
+constexpr bool kOnDevice = false;
+constexpr DLDevice kResidency = {kDLCPU, 0};
+#endif
+
+// `bytes` bytes at `p` on `device`, brought to the host (a device copy for
+// device memory: the test never dereferences it).
+inline std::vector<unsigned char> host_copy(const void* p, size_t bytes, DLDevice device) {
+  std::vector<unsigned char> out(bytes);
+  if (bytes == 0) return out;
+#if defined(KSTAGE_TEST_ON_EMULATED_DEVICE)
+  if (device.device_type == KSTAGE_EMULATED_DEVICE_TYPE) {
+    kstage_emulated_memcpy(out.data(), p, bytes);
+    return out;
+  }
+#endif
+  (void)device;
+  std::memcpy(out.data(), p, bytes);
+  return out;
+}
+
+// Writes `bytes` from host memory into `dst` on `device` (a device copy for
+// device memory, as a producer kernel would).
+inline void host_write(void* dst, const void* src, size_t bytes, DLDevice device) {
+  if (bytes == 0) return;
+#if defined(KSTAGE_TEST_ON_EMULATED_DEVICE)
+  if (device.device_type == KSTAGE_EMULATED_DEVICE_TYPE) {
+    kstage_emulated_memcpy(dst, src, bytes);
+    return;
+  }
+#endif
+  (void)device;
+  std::memcpy(dst, src, bytes);
+}
+
+// Waits for a group's event (device data), as a consumer must.
+inline void wait_for(const kstage_device_sync_t& sync) {
+#if defined(KSTAGE_TEST_ON_EMULATED_DEVICE)
+  if (sync.event) kstage_emulated_event_synchronize(sync.event);
+#else
+  REQUIRE(sync.event == 0);
+  REQUIRE(sync.stream == 0);
+#endif
+}
+
+// The first `n` floats of tensor `i` of a read group, on the host.
+inline std::vector<float> group_floats(const kstage_read_group_t& g, size_t i, size_t n) {
+  wait_for(g.data.device_sync);
+  const DLTensor& t = g.data.tensors[i];
+  const auto bytes = host_copy(static_cast<const char*>(t.data) + t.byte_offset,
+                               n * sizeof(float), t.device);
+  std::vector<float> f(n);
+  std::memcpy(f.data(), bytes.data(), bytes.size());
+  return f;
+}
 
 // Every engine test runs once per host execution space.
 inline kstage_host_execution_t host_execution() {
@@ -89,6 +158,7 @@ class Stage {
   explicit Stage(kstage_host_execution_t exec = KSTAGE_HOST_EXECUTION_DEFAULT) {
     kstage_config_t config = kstage_config_init();
     config.host_execution = exec;
+    if (kOnDevice) config.residency = kResidency;
     KS_OK(kstage_create(&config, &stage));
   }
   ~Stage() {
@@ -192,6 +262,7 @@ class Stage {
       return c;
     }
     const size_t tuple = size_t(g.dtype.bits / 8) * g.dtype.lanes;
+    wait_for(g.data.device_sync);
     for (uint64_t i = 0; i < g.prim_count; ++i) {
       if (!g.is_array) {
         REQUIRE(g.data.tensor_count == 1);
@@ -201,14 +272,14 @@ class Stage {
         const uint64_t row = g.data.index_map ? g.data.index_map[i] : i;
         REQUIRE(int64_t(row) < t.shape[0]);
         const unsigned char* p = static_cast<const unsigned char*>(t.data) + t.byte_offset + row * tuple;
-        c.values.emplace_back(p, p + tuple);
+        c.values.push_back(host_copy(p, tuple, t.device));
       } else {
         const uint64_t row = g.data.index_map ? g.data.index_map[i] : i;
         REQUIRE(row < g.data.tensor_count);
         const DLTensor& t = g.data.tensors[row];
         REQUIRE(t.ndim == 1);
         const unsigned char* p = static_cast<const unsigned char*>(t.data) + t.byte_offset;
-        c.values.emplace_back(p, p + size_t(t.shape[0]) * tuple);
+        c.values.push_back(host_copy(p, size_t(t.shape[0]) * tuple, t.device));
       }
     }
     return c;

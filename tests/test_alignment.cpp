@@ -93,7 +93,8 @@ TEST_CASE("column storage, compact reads and maps are 64-byte aligned", "[alignm
       kstage_map_group_info_t g{};
       while (kstage_fetch_map_next(s.stage, m, 0, &g) == KSTAGE_OK) {
         REQUIRE(aligned(g.data.tensors[0].data));
-        std::memset(g.data.tensors[0].data, 0, size_t(g.data.tensors[0].shape[0]) * 12);
+        const std::vector<char> zeros(size_t(g.data.tensors[0].shape[0]) * 12);
+        host_write(g.data.tensors[0].data, zeros.data(), zeros.size(), g.data.tensors[0].device);
       }
       kstage_op_t op = 0;
       KS_OK(kstage_unmap_attribute(s.stage, m, kstage_device_sync_t{0, 0}, &op));
@@ -117,7 +118,7 @@ TEST_CASE("column storage, compact reads and maps are 64-byte aligned", "[alignm
   }
 }
 
-TEST_CASE("an adopted producer buffer keeps the producer's alignment", "[alignment][managed]") {
+TEST_CASE("an adopted producer buffer keeps the producer's alignment", "[host_adoption][alignment][managed]") {
   Stage s(host_execution());
   auto prims = s.paths("/adopt", 4);
   kstage_query_t q = s.query(prims);

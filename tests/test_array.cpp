@@ -123,7 +123,7 @@ std::vector<ArrayShape> array_shapes(Stage& s, kstage_query_t q, kstage_token_t 
     for (uint64_t i = 0; i < g.data.tensor_count; ++i) {
       const DLTensor& t = g.data.tensors[i];
       REQUIRE(t.ndim == 1);
-      REQUIRE(t.device.device_type == kDLCPU);
+      REQUIRE(t.device.device_type == kResidency.device_type);
       REQUIRE(t.dtype.code == g.dtype.code);
       REQUIRE(t.dtype.bits == g.dtype.bits);
       REQUIRE(t.dtype.lanes == g.dtype.lanes);

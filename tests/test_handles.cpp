@@ -290,8 +290,7 @@ TEST_CASE("released handles are stale; a second release is an error, not a crash
   KS_OK(kstage_fetch_read_next(s.stage, l.read, 0, &g));
   REQUIRE(g.handle != 0);
   REQUIRE(g.handle != l.group);
-  const std::vector<float> before_bytes(static_cast<const float*>(g.data.tensors[0].data),
-                                        static_cast<const float*>(g.data.tensors[0].data) + 12);
+  const std::vector<float> before_bytes = group_floats(g, 0, 12);
 
   KS_OK(kstage_release_group(s.stage, l.group));
   KS_FAILS(kstage_release_group(s.stage, l.group), KSTAGE_INVALID_HANDLE, "group handle");
@@ -301,8 +300,7 @@ TEST_CASE("released handles are stale; a second release is an error, not a crash
   KS_FAILS(kstage_release_read(s.stage, l.read), KSTAGE_INVALID_HANDLE, "read handle");
   expect_bad_read(l, l.read);
   // Releasing the read does not release the group fetched from it.
-  REQUIRE(std::vector<float>(static_cast<const float*>(g.data.tensors[0].data),
-                             static_cast<const float*>(g.data.tensors[0].data) + 12) == before_bytes);
+  REQUIRE(group_floats(g, 0, 12) == before_bytes);
   KS_OK(kstage_release_group(s.stage, g.handle));
   KS_FAILS(kstage_release_group(s.stage, g.handle), KSTAGE_INVALID_HANDLE, "group handle");
 

@@ -167,7 +167,7 @@ TEST_CASE("a managed write with a mask is copied, even when every bit is set", "
 // A dense fixed-size managed tensor is adopted without a copy: its deleter
 // runs when the stage no longer needs the memory (storage replaced, stage
 // destroyed), not when the op completes.
-TEST_CASE("a fixed-size write adopts its tensor and deletes it exactly once", "[managed]") {
+TEST_CASE("a fixed-size write adopts its tensor and deletes it exactly once", "[host_adoption][managed]") {
   ledger.reset();
   Stage s(host_execution());
   auto prims = s.paths("/p", 4);
@@ -263,7 +263,7 @@ TEST_CASE("an array write with 5 per-row managed tensors deletes each once", "[m
   REQUIRE(ledger.all_once());
 }
 
-TEST_CASE("a batch write deletes the managed tensors of every entry once", "[managed][batch]") {
+TEST_CASE("a batch write deletes the managed tensors of every entry once", "[host_adoption][managed][batch]") {
   ledger.reset();
   Stage s(host_execution());
   auto prims = s.paths("/p", 3);
@@ -336,7 +336,7 @@ TEST_CASE("a deleter == NULL tensor is accepted and the write works", "[managed]
   REQUIRE(ledger.total() == 0);
 }
 
-TEST_CASE("READ_ONLY and newer-minor tensors are fine to write from", "[managed]") {
+TEST_CASE("READ_ONLY and newer-minor tensors are fine to write from", "[host_adoption][managed]") {
   ledger.reset();
   Stage s(host_execution());
   auto prims = s.paths("/p", 3);
@@ -380,7 +380,7 @@ TEST_CASE("READ_ONLY and newer-minor tensors are fine to write from", "[managed]
 }
 
 TEST_CASE("an unsealed managed write is not deleted again when the stage is destroyed",
-          "[managed]") {
+          "[host_adoption][managed]") {
   ledger.reset();
   Made m = managed_f32({1, 2});
   {
@@ -726,7 +726,7 @@ TEST_CASE("every rejected call deletes each managed tensor exactly once", "[mana
 }
 
 TEST_CASE("concurrent writers, some rejected, delete every tensor exactly once",
-          "[managed][threads]") {
+          "[host_adoption][managed][threads]") {
   ledger.reset();
   Stage s(host_execution());
   auto prims = s.paths("/p", 8);
@@ -878,7 +878,7 @@ kstage_write_data_t legacy_data(DLManagedTensor* const* tensors, uint64_t n, boo
 }  // namespace
 
 TEST_CASE("a legacy producer's dense write is adopted, never written into, and deleted once",
-          "[managed][legacy]") {
+          "[host_adoption][managed][legacy]") {
   ledger.reset();
   {
     Stage s(host_execution());

@@ -90,16 +90,17 @@ void fill_fixed(const kstage_map_group_info_t& g, float tag) {
   REQUIRE(t.ndim == 1);
   REQUIRE(t.dtype.code == kDLFloat);
   REQUIRE(t.dtype.bits == 32);
-  REQUIRE(t.device.device_type == kDLCPU);
+  wait_for(g.data.device_sync);
   const int lanes = t.dtype.lanes;
-  float* base = f32_base(t);
+  std::vector<float> host(size_t(t.shape[0]) * lanes);
   std::set<uint64_t> rows;
   for (uint64_t i = 0; i < g.prim_count; ++i) {
     const uint64_t row = g.data.index_map ? g.data.index_map[i] : i;
     REQUIRE(int64_t(row) < t.shape[0]);
     REQUIRE(rows.insert(row).second);  // every prim has its own row
-    for (int l = 0; l < lanes; ++l) base[row * lanes + l] = val(g.prims[i], l, tag);
+    for (int l = 0; l < lanes; ++l) host[row * lanes + l] = val(g.prims[i], l, tag);
   }
+  host_write(f32_base(t), host.data(), host.size() * sizeof(float), t.device);
 }
 
 // Fills an array float group: tensor i is prim i's row, element e lane l.
@@ -111,9 +112,10 @@ void fill_array(const kstage_map_group_info_t& g, float tag) {
     const DLTensor& t = g.data.tensors[i];
     REQUIRE(t.ndim == 1);
     const int lanes = t.dtype.lanes;
-    float* base = f32_base(t);
+    std::vector<float> host(size_t(t.shape[0]) * lanes);
     for (int64_t e = 0; e < t.shape[0]; ++e)
-      for (int l = 0; l < lanes; ++l) base[e * lanes + l] = val(g.prims[i], int(e * lanes + l), tag);
+      for (int l = 0; l < lanes; ++l) host[e * lanes + l] = val(g.prims[i], int(e * lanes + l), tag);
+    host_write(f32_base(t), host.data(), host.size() * sizeof(float), t.device);
   }
 }
 
@@ -508,7 +510,7 @@ TEST_CASE("array maps: one tensor per prim with its element count", "[map][array
       REQUIRE(t.ndim == 1);
       REQUIRE(t.shape[0] == int64_t(counts[i]));
       REQUIRE(t.dtype.lanes == 2);
-      REQUIRE(t.device.device_type == kDLCPU);
+      REQUIRE(t.device.device_type == kResidency.device_type);
       if (counts[i] > 0) REQUIRE(reinterpret_cast<uintptr_t>(tensor_ptr(t)) % alignof(float) == 0);
     }
     fill_array(g, 0.5f);
@@ -665,11 +667,12 @@ TEST_CASE("map residency of a new column", "[map][errors]") {
   kstage_token_t a = s.token("a");
   kstage_map_desc_t d = map_desc(a, f32());
 
-  SECTION("{0, 0} and {kDLCPU, 0} are the host") {
+  SECTION("{kDLCPU, 0} is the host; {0, 0} is the stage's residency (the host by default)") {
     d.residency = GENERATE(DLDevice{DLDeviceType(0), 0}, DLDevice{kDLCPU, 0});
     kstage_map_t m = open_map(s, q, d, 1);
     kstage_map_group_info_t g = fetch(s, m);
-    REQUIRE(g.data.tensors[0].device.device_type == kDLCPU);
+    REQUIRE(g.data.tensors[0].device.device_type ==
+            (d.residency.device_type == 0 ? kResidency.device_type : kDLCPU));
     fill_fixed(g, 1.f);
     unmap_all(s, m);
     s.seal(1);
@@ -1101,7 +1104,7 @@ TEST_CASE("map groups export as writable DLPack tensors", "[map][export]") {
   REQUIRE(t.dtype.code == kDLFloat);
   REQUIRE(t.dtype.bits == 32);
   REQUIRE(t.dtype.lanes == 1);
-  REQUIRE(t.device.device_type == kDLCPU);
+  REQUIRE(t.device.device_type == kResidency.device_type);
   REQUIRE(tensor_ptr(t) == tensor_ptr(g.data.tensors[0]));
   // Fill through the export, as a DLPack producer would.
   float* out = reinterpret_cast<float*>(static_cast<char*>(t.data) + t.byte_offset);

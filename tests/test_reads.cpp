@@ -687,8 +687,8 @@ TEST_CASE("compact reads equal zero-copy reads", "[read][compact]") {
   REQUIRE(cp.data.tensors[0].ndim == 1);
   REQUIRE(cp.data.tensors[0].shape[0] == 2);
   REQUIRE(cp.data.tensors[0].dtype.lanes == 2);
-  const float* f = static_cast<const float*>(cp.data.tensors[0].data);
-  REQUIRE(std::vector<float>(f, f + 4) == std::vector<float>{3.f, 3.5f, 1.f, 1.5f});
+  const std::vector<float> f = group_floats(cp, 0, 4);
+  REQUIRE(f == std::vector<float>{3.f, 3.5f, 1.f, 1.5f});
   KS_OK(kstage_release_group(s.stage, cp.handle));
   KS_OK(kstage_release_read(s.stage, r));
 
@@ -717,7 +717,7 @@ TEST_CASE("a zero-copy read over a column with freed rows maps around them", "[r
   REQUIRE(g.data.index_map != nullptr);
   std::set<uint32_t> rows(g.data.index_map, g.data.index_map + 4);
   REQUIRE(rows.size() == 4);  // distinct rows
-  const float* f = static_cast<const float*>(g.data.tensors[0].data);
+  const std::vector<float> f = group_floats(g, 0, size_t(g.data.tensors[0].shape[0]));
   std::vector<float> got;
   for (int i = 0; i < 4; ++i) {
     REQUIRE(int64_t(g.data.index_map[i]) < g.data.tensors[0].shape[0]);

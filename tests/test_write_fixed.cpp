@@ -95,7 +95,7 @@ TEST_CASE("canonical layout: ndim 1, shape [rows], lanes = tuple width", "[write
     REQUIRE(t.ndim == 1);
     REQUIRE(t.shape[0] == 5);
     REQUIRE(same(t.dtype, f32(lanes)));
-    REQUIRE(t.device.device_type == kDLCPU);
+    REQUIRE(t.device.device_type == kResidency.device_type);
   });
 }
 
@@ -1185,7 +1185,7 @@ TEST_CASE("latest reads are zero-copy with index_map only when needed", "[write]
     REQUIRE(gs[0].data.mask == nullptr);
     REQUIRE(gs[0].data.tensors[0].shape[0] == 4);
     storage = gs[0].data.tensors[0].data;
-    const float* f = static_cast<const float*>(storage);
+    const std::vector<float> f = group_floats(gs[0], 0, 12);
     REQUIRE(f[3 * 2 + 1] == 7.f);
   });
   // A second read (nothing sealed meanwhile) hands out the same storage.
@@ -1202,7 +1202,7 @@ TEST_CASE("latest reads are zero-copy with index_map only when needed", "[write]
     REQUIRE(gs[0].data.tensors[0].data == storage);
     REQUIRE(gs[0].data.tensors[0].shape[0] == 4);
     REQUIRE(gs[0].prims[0] == prims[3]);
-    const float* f = static_cast<const float*>(gs[0].data.tensors[0].data);
+    const std::vector<float> f = group_floats(gs[0], 0, 12);
     for (uint64_t i = 0; i < 4; ++i) {
       const uint32_t row = gs[0].data.index_map[i];
       REQUIRE(f[row * 3] == float(3 * (3 - i)));
@@ -1231,16 +1231,16 @@ TEST_CASE("latest reads are zero-copy with index_map only when needed", "[write]
     REQUIRE(gs[0].data.tensors[0].ndim == 1);
     REQUIRE(same(gs[0].data.tensors[0].dtype, f32(3)));
     REQUIRE(gs[0].data.tensors[0].data != storage);
-    const float* f = static_cast<const float*>(gs[0].data.tensors[0].data);
-    REQUIRE(std::vector<float>(f, f + 12) ==
+    const std::vector<float> f = group_floats(gs[0], 0, 12);
+    REQUIRE(f ==
             std::vector<float>{9, 10, 11, 6, 7, 8, 3, 4, 5, 0, 1, 2});
   });
   with_groups(s, sub, {a}, &desc, [&](const std::vector<kstage_read_group_t>& gs) {
     REQUIRE(gs.size() == 1);
     REQUIRE(gs[0].data.index_map == nullptr);
     REQUIRE(gs[0].data.tensors[0].shape[0] == 2);
-    const float* f = static_cast<const float*>(gs[0].data.tensors[0].data);
-    REQUIRE(std::vector<float>(f, f + 6) == std::vector<float>{3, 4, 5, 6, 7, 8});
+    const std::vector<float> f = group_floats(gs[0], 0, 6);
+    REQUIRE(f == std::vector<float>{3, 4, 5, 6, 7, 8});
   });
 }
 

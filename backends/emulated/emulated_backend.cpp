@@ -48,6 +48,13 @@ struct Shared {
   }
 
   void retire(std::unique_ptr<core::DeviceBuffer> b) {
+    // Its last holder let go, so no new work can use it: with nothing in
+    // flight, nothing uses it now either.
+    if (stream->idle()) {
+      b.reset();
+      reap();
+      return;
+    }
     auto e = std::make_shared<Event>();
     e->record(*stream);
     {

@@ -1,0 +1,543 @@
+// SPDX-License-Identifier: Apache-2.0
+// Device residency on the emulated device (backends/emulated): the sync
+// rules of kstage_device_sync_t, ops that complete with their device work,
+// copies across sides, residency choices, lifetimes with work in flight,
+// and the emulated device's own checks. Every case runs once per host
+// execution space.
+#include "support.hpp"
+
+#include "backends/emulated/kstage_emulated.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+using namespace kstage_test;
+
+namespace {
+
+constexpr DLDevice kDev0 = {DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), 0};
+constexpr DLDevice kDev1 = {DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), 1};
+constexpr DLDevice kHost = {kDLCPU, 0};
+
+// A stage whose new columns live on `residency` ({0, 0}: where the data lives).
+struct DeviceStage {
+  explicit DeviceStage(DLDevice residency, kstage_host_execution_t exec = host_execution()) {
+    kstage_config_t c = kstage_config_init();
+    c.host_execution = exec;
+    c.residency = residency;
+    KS_OK(kstage_create(&c, &stage));
+  }
+  ~DeviceStage() {
+    if (stage) kstage_destroy(stage);
+  }
+  kstage_token_t token(const char* s) {
+    kstage_token_t t = 0;
+    KS_OK(kstage_intern_token(stage, s, KSTAGE_NUL_TERMINATED, &t));
+    return t;
+  }
+  kstage_query_t query(size_t n) {
+    std::vector<kstage_path_t> p;
+    for (size_t i = 0; i < n; ++i) {
+      const std::string s = "/p" + std::to_string(i);
+      kstage_path_t id = 0;
+      KS_OK(kstage_intern_path(stage, s.c_str(), s.size(), &id));
+      p.push_back(id);
+    }
+    kstage_query_t q = 0;
+    KS_OK(kstage_query_paths(stage, p.data(), p.size(), &q));
+    return q;
+  }
+  kstage_stage_t stage = 0;
+};
+
+// Device memory holding `values`, freed with the object.
+struct DeviceFloats {
+  DeviceFloats(int32_t ordinal, const std::vector<float>& values) : n(values.size()) {
+    p = static_cast<float*>(kstage_emulated_malloc(ordinal, n * sizeof(float)));
+    REQUIRE(p != nullptr);
+    kstage_emulated_memcpy(p, values.data(), n * sizeof(float));
+    shape[0] = int64_t(n);
+    t = tensor(p, f32(), 1, shape, nullptr, DLDevice{kDev0.device_type, ordinal});
+  }
+  ~DeviceFloats() { kstage_emulated_free(p); }
+  std::vector<float> get() const {
+    std::vector<float> out(n);
+    kstage_emulated_memcpy(out.data(), p, n * sizeof(float));
+    return out;
+  }
+  float* p = nullptr;
+  size_t n;
+  int64_t shape[1] = {0};
+  DLTensor t{};
+};
+
+kstage_op_t write(DeviceStage& s, kstage_query_t q, kstage_token_t a, uint64_t ordinal,
+                  const DLTensor& t, kstage_device_sync_t sync = {0, 0}) {
+  kstage_write_data_t w = write_data(&t);
+  w.device_sync = sync;
+  kstage_op_t op = 0;
+  KS_OK(kstage_write_attribute(s.stage, q, a, ordinal, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+  return op;
+}
+
+void finish(DeviceStage& s, kstage_op_t op) {
+  KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
+  KS_OK(kstage_release_op(s.stage, op));
+}
+
+void seal(DeviceStage& s, uint64_t ordinal) {
+  KS_OK(kstage_advance_write_floor(s.stage, ordinal, nullptr, 0));
+}
+
+// One fixed-size group of `a`, read with `desc`, copied to the host after its
+// event; also reports the group's device and sync.
+struct ReadBack {
+  std::vector<float> values;  // in prim order
+  DLDevice device{};
+  kstage_device_sync_t sync{};
+};
+ReadBack read_back(DeviceStage& s, kstage_query_t q, kstage_token_t a,
+                   kstage_read_desc_t desc = kstage_read_desc_init()) {
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, q, &a, 1, &desc, &r));
+  kstage_read_group_t g{};
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+  ReadBack out;
+  out.device = g.data.tensors[0].device;
+  out.sync = g.data.device_sync;
+  const size_t rows = size_t(g.data.tensors[0].shape[0]) * g.dtype.lanes;
+  const std::vector<float> all = group_floats(g, 0, rows);
+  for (uint64_t i = 0; i < g.prim_count; ++i)
+    out.values.push_back(all[g.data.index_map ? g.data.index_map[i] : i]);
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  return out;
+}
+
+// Restores the default kernel delay when a case ends, whatever happens.
+struct KernelDelay {
+  explicit KernelDelay(uint32_t us) { kstage_emulated_set_kernel_delay_us(us); }
+  ~KernelDelay() { kstage_emulated_set_kernel_delay_us(0); }
+};
+
+}  // namespace
+
+TEST_CASE("a write ordered after a producer event does not read its data before the event",
+          "[device][sync]") {
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(4);
+  kstage_token_t a = s.token("a");
+  DeviceFloats src(0, {1, 1, 1, 1});
+  // The producer: a held stream that will overwrite the source, then record.
+  const uintptr_t producer = kstage_emulated_stream_create(0);
+  const uintptr_t produced = kstage_emulated_event_create();
+  const std::vector<float> fresh = {5, 6, 7, 8};
+  kstage_emulated_stream_hold(producer);
+  kstage_emulated_memcpy_async(producer, src.p, fresh.data(), 4 * sizeof(float));
+  kstage_emulated_event_record(produced, producer);
+
+  kstage_op_t op = write(s, q, a, 1, src.t, kstage_device_sync_t{producer, produced});
+  // A stream wait, not a host block: the call returned, the op is not done.
+  REQUIRE(kstage_wait(s.stage, op, 0) == KSTAGE_TIMEOUT);
+  REQUIRE(std::string(kstage_last_error()).find("still running") != std::string::npos);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(kstage_wait(s.stage, op, 1000000) == KSTAGE_TIMEOUT);
+  const char* message = nullptr;
+  KS_OK(kstage_op_error(s.stage, op, &message));  // an op in flight answers too
+  REQUIRE(kstage_emulated_event_query(produced) == 0);
+
+  kstage_emulated_stream_release(producer);
+  finish(s, op);
+  seal(s, 1);
+  REQUIRE(read_back(s, q, a).values == fresh);  // the data after the event, never before
+  kstage_emulated_event_destroy(produced);
+  kstage_emulated_stream_destroy(producer);
+}
+
+TEST_CASE("a producer stream alone orders the write after all its work", "[device][sync]") {
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(3);
+  kstage_token_t a = s.token("a");
+  DeviceFloats src(0, {0, 0, 0});
+  const uintptr_t producer = kstage_emulated_stream_create(0);
+  const std::vector<float> fresh = {3, 2, 1};
+  kstage_emulated_stream_hold(producer);
+  kstage_emulated_memcpy_async(producer, src.p, fresh.data(), 3 * sizeof(float));
+  kstage_op_t op = write(s, q, a, 1, src.t, kstage_device_sync_t{producer, 0});
+  REQUIRE(kstage_wait(s.stage, op, 0) == KSTAGE_TIMEOUT);
+  kstage_emulated_stream_release(producer);
+  finish(s, op);
+  seal(s, 1);
+  REQUIRE(read_back(s, q, a).values == fresh);
+  kstage_emulated_stream_destroy(producer);
+}
+
+TEST_CASE("device_sync handles the device does not know are INVALID_ARGUMENT naming the field",
+          "[device][sync]") {
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(2);
+  kstage_token_t a = s.token("a");
+  DeviceFloats src(0, {1, 2});
+  kstage_write_data_t w = write_data(&src.t);
+  w.device_sync = kstage_device_sync_t{0, 0xdead0};
+  kstage_op_t op = 0;
+  KS_FAILS(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+           KSTAGE_INVALID_ARGUMENT, "device_sync.event 0xdead0 is not an event");
+  w.device_sync = kstage_device_sync_t{0xbeef0, 0};
+  KS_FAILS(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+           KSTAGE_INVALID_ARGUMENT, "device_sync.stream 0xbeef0 is not a stream");
+  finish(s, write(s, q, a, 1, src.t));
+  seal(s, 1);
+  kstage_read_desc_t d = kstage_read_desc_init();
+  d.device_sync = kstage_device_sync_t{0, 0x1230};
+  kstage_read_t r = 0;
+  KS_FAILS(kstage_read_attributes(s.stage, q, &a, 1, &d, &r), KSTAGE_INVALID_ARGUMENT,
+           "desc.device_sync.event 0x1230");
+  // A read of the device column to the host is host data: {0, 0} only.
+  d.target_device = kHost;
+  KS_FAILS(kstage_read_attributes(s.stage, q, &a, 1, &d, &r), KSTAGE_INVALID_ARGUMENT,
+           "desc.device_sync is {stream 0x0, event 0x1230} but the data is host memory");
+}
+
+TEST_CASE("a read group's event signals only once the group's data is there", "[device][sync]") {
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(64);
+  kstage_token_t a = s.token("a");
+  std::vector<float> v(64);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float(i);
+  int64_t shape[1] = {64};
+  DLTensor t = tensor(v.data(), f32(), 1, shape);
+  finish(s, write(s, q, a, 1, t));
+  KernelDelay slow(30000);  // the seal's and the read's kernels take 30 ms each
+  seal(s, 1);
+  const uintptr_t mine = kstage_emulated_event_create();
+  kstage_read_desc_t d = kstage_read_desc_init();
+  d.compact = true;
+  d.device_sync = kstage_device_sync_t{0, mine};  // recorded after the producing work
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, q, &a, 1, &d, &r));
+  kstage_read_group_t g{};
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));  // never blocks
+  REQUIRE(g.data.tensors[0].device.device_type == kDev0.device_type);
+  REQUIRE(g.data.device_sync.event != 0);
+  REQUIRE(g.data.device_sync.stream != 0);
+  REQUIRE(kstage_emulated_event_query(g.data.device_sync.event) == 0);
+  REQUIRE(kstage_emulated_event_query(mine) == 0);
+  kstage_emulated_event_synchronize(mine);
+  REQUIRE(kstage_emulated_event_query(g.data.device_sync.event) == 1);
+  REQUIRE(group_floats(g, 0, 64) == v);
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  kstage_emulated_event_destroy(mine);
+  // With the work done, a new read's data is complete: {0, 0}.
+  kstage_emulated_set_kernel_delay_us(0);
+  const ReadBack again = read_back(s, q, a);
+  REQUIRE(again.sync.event == 0);
+  REQUIRE(again.values == v);
+}
+
+TEST_CASE("kstage_wait returns TIMEOUT for a slow op, then its outcome", "[device][ops]") {
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(8);
+  kstage_token_t a = s.token("a");
+  std::vector<float> v = {1, 2, 3, 4, 5, 6, 7, 8};
+  int64_t shape[1] = {8};
+  DLTensor t = tensor(v.data(), f32(), 1, shape);
+  KernelDelay slow(50000);
+  kstage_op_t op = write(s, q, a, 1, t);
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(kstage_wait(s.stage, op, 2000000) == KSTAGE_TIMEOUT);  // 2 ms
+  REQUIRE(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(2));
+  // Release one op in flight, wait for another.
+  kstage_op_t other = write(s, q, s.token("b"), 1, t);
+  KS_OK(kstage_release_op(s.stage, other));
+  KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
+  KS_OK(kstage_wait(s.stage, op, 0));  // done stays done
+  KS_OK(kstage_release_op(s.stage, op));
+  KS_FAILS(kstage_wait(s.stage, op, 0), KSTAGE_INVALID_HANDLE, "op");
+  seal(s, 1);
+  REQUIRE(read_back(s, q, a).values == v);
+}
+
+namespace {
+std::atomic<int> g_deleted{0};
+struct Producer {
+  static void deleter(DLManagedTensorVersioned* self) {
+    kstage_emulated_free(self->dl_tensor.data);
+    delete[] self->dl_tensor.shape;
+    delete self;
+    g_deleted.fetch_add(1);
+  }
+  // A managed float32 tensor of `values` in device memory of `ordinal`.
+  static DLManagedTensorVersioned* make(int32_t ordinal, const std::vector<float>& values) {
+    auto* m = new DLManagedTensorVersioned{};
+    m->version = {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
+    m->deleter = deleter;
+    void* p = kstage_emulated_malloc(ordinal, values.size() * sizeof(float));
+    kstage_emulated_memcpy(p, values.data(), values.size() * sizeof(float));
+    m->dl_tensor = tensor(p, f32(), 1, new int64_t[1]{int64_t(values.size())}, nullptr,
+                          DLDevice{kDev0.device_type, ordinal});
+    return m;
+  }
+};
+}  // namespace
+
+TEST_CASE("device producers: a dense managed write is adopted, a sparse one copied, each deleted once",
+          "[device][lifetime]") {
+  g_deleted = 0;
+  const size_t live = kstage_emulated_live_bytes(0);
+  {
+    DeviceStage s(kDev0);
+    kstage_query_t q = s.query(4);
+    kstage_token_t a = s.token("a");
+    DLManagedTensorVersioned* dense = Producer::make(0, {1, 2, 3, 4});
+    const void* dense_memory = dense->dl_tensor.data;
+    kstage_write_data_t w = kstage_write_data_init();
+    w.managed_tensors = &dense;
+    w.tensor_count = 1;
+    kstage_op_t op = 0;
+    KS_OK(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+    finish(s, op);
+    REQUIRE(g_deleted == 0);  // adopted: the pending write holds it
+    seal(s, 1);
+    kstage_read_t r = 0;
+    KS_OK(kstage_read_attributes(s.stage, q, &a, 1, nullptr, &r));
+    kstage_read_group_t g{};
+    KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+    REQUIRE(g.data.tensors[0].data == dense_memory);  // zero-copy on the device
+    KS_OK(kstage_release_group(s.stage, g.handle));
+    KS_OK(kstage_release_read(s.stage, r));
+
+    DLManagedTensorVersioned* sparse = Producer::make(0, {9, 8});
+    uint32_t index_map[2] = {1, 0};
+    w.managed_tensors = &sparse;
+    w.index_map = index_map;
+    w.count = 2;
+    KS_OK(kstage_write_attribute(s.stage, q, a, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+    finish(s, op);
+    REQUIRE(g_deleted == 1);  // copied: deleted once the device copied it
+    seal(s, 2);
+    REQUIRE(read_back(s, q, a).values == std::vector<float>{8, 9, 3, 4});
+  }
+  REQUIRE(g_deleted == 2);
+  REQUIRE(kstage_emulated_live_bytes(0) == live);
+}
+
+TEST_CASE("destroying a stage with device work in flight loses nothing and leaks nothing",
+          "[device][lifetime]") {
+  g_deleted = 0;
+  const size_t live = kstage_emulated_live_bytes(0);
+  {
+    KernelDelay slow(20000);
+    DeviceStage s(kDev0);
+    kstage_query_t q = s.query(16);
+    kstage_token_t a = s.token("a"), b = s.token("b");
+    std::vector<float> v(16, 2.f);
+    int64_t shape[1] = {16};
+    DLTensor t = tensor(v.data(), f32(), 1, shape);
+    KS_OK(kstage_release_op(s.stage, write(s, q, a, 1, t)));
+    // A copied managed write whose copy is still queued when the stage goes.
+    DLManagedTensorVersioned* m = Producer::make(0, std::vector<float>(8, 1.f));
+    uint32_t index_map[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    kstage_write_data_t w = kstage_write_data_init();
+    w.managed_tensors = &m;
+    w.tensor_count = 1;
+    w.index_map = index_map;
+    w.count = 8;
+    kstage_op_t op = 0;
+    KS_OK(kstage_write_attribute(s.stage, q, b, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+    KS_OK(kstage_advance_write_floor(s.stage, 1, nullptr, 0));  // seal kernels queued too
+    REQUIRE(g_deleted == 0);
+    // kstage_destroy with everything in flight (and the op never released).
+  }
+  REQUIRE(g_deleted == 1);
+  REQUIRE(kstage_emulated_live_bytes(0) == live);
+}
+
+TEST_CASE("residency: config, write and map name it; else the data's device", "[device][residency]") {
+  SECTION("{0, 0}: host data makes a host column, device data a device column") {
+    DeviceStage s(DLDevice{DLDeviceType(0), 0});
+    kstage_query_t q = s.query(2);
+    std::vector<float> v = {1, 2};
+    int64_t shape[1] = {2};
+    DLTensor host = tensor(v.data(), f32(), 1, shape);
+    DeviceFloats dev(1, {3, 4});
+    finish(s, write(s, q, s.token("h"), 1, host));
+    finish(s, write(s, q, s.token("d"), 1, dev.t));
+    seal(s, 1);
+    REQUIRE(read_back(s, q, s.token("h")).device.device_type == kDLCPU);
+    const ReadBack d = read_back(s, q, s.token("d"));
+    REQUIRE(d.device.device_type == kDev1.device_type);
+    REQUIRE(d.device.device_id == 1);
+    REQUIRE(d.values == std::vector<float>{3, 4});
+  }
+  SECTION("a write's residency wins over the data's and the config's") {
+    DeviceStage s(kDev0);
+    kstage_query_t q = s.query(2);
+    std::vector<float> v = {1, 2};
+    int64_t shape[1] = {2};
+    DLTensor host = tensor(v.data(), f32(), 1, shape);
+    kstage_write_data_t w = write_data(&host);
+    w.residency = kDev1;
+    kstage_op_t op = 0;
+    KS_OK(kstage_write_attribute(s.stage, q, s.token("a"), 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+    finish(s, op);
+    seal(s, 1);
+    const ReadBack r = read_back(s, q, s.token("a"));
+    REQUIRE(r.device.device_id == 1);
+    REQUIRE(r.values == v);
+  }
+  SECTION("a residency the build or the process lacks is refused by kstage_create") {
+    kstage_config_t c = kstage_config_init();
+    kstage_stage_t st = 0;
+    c.residency = DLDevice{kDev0.device_type, 2};
+    KS_FAILS(kstage_create(&c, &st), KSTAGE_INVALID_ARGUMENT,
+             "device kDLExtDev:2 does not exist: the process has 2 emulated device(s)");
+    c.residency = DLDevice{kDLCUDA, 0};
+    KS_FAILS(kstage_create(&c, &st), KSTAGE_NOT_SUPPORTED, "(backends: host, emulated)");
+  }
+}
+
+TEST_CASE("copies across sides: each path, and reads on the column's device and on another",
+          "[device][copies]") {
+  uint64_t h2d0 = 0, d2h0 = 0, h2d = 0, d2h = 0;
+  const std::vector<float> v = {1, 2, 3, 4, 5, 6};
+  SECTION("device data into a host column: copied down") {
+    DeviceStage s(kHost);
+    kstage_query_t q = s.query(6);
+    kstage_token_t a = s.token("a");
+    DeviceFloats dev(0, v);
+    finish(s, write(s, q, a, 1, dev.t));
+    seal(s, 1);
+    const ReadBack r = read_back(s, q, a);
+    REQUIRE(r.device.device_type == kDLCPU);
+    REQUIRE(r.sync.event == 0);
+    REQUIRE(r.values == v);
+    kstage_read_desc_t d = kstage_read_desc_init();
+    d.target_device = kDev1;  // a host column read onto a device
+    const ReadBack up = read_back(s, q, a, d);
+    REQUIRE(up.device.device_type == kDev1.device_type);
+    REQUIRE(up.device.device_id == 1);
+    REQUIRE(up.values == v);
+  }
+  SECTION("device data into a device column: no host round trip") {
+    DeviceStage s(kDev0);
+    kstage_query_t q = s.query(6);
+    kstage_token_t a = s.token("a");
+    DeviceFloats dev(0, v);
+    kstage_emulated_copy_counts(0, &h2d0, &d2h0);
+    finish(s, write(s, q, a, 1, dev.t));
+    seal(s, 1);
+    uint32_t index_map[3] = {5, 0, 2};
+    kstage_write_data_t w = write_data(&dev.t);
+    w.index_map = index_map;
+    w.count = 3;
+    kstage_op_t op = 0;
+    KS_OK(kstage_write_attribute(s.stage, q, a, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+    finish(s, op);
+    seal(s, 2);
+    kstage_read_desc_t d = kstage_read_desc_init();
+    d.compact = true;
+    const ReadBack r = read_back(s, q, a, d);
+    kstage_emulated_copy_counts(0, &h2d, &d2h);
+    REQUIRE(h2d == h2d0);
+    REQUIRE(d2h == d2h0);
+    REQUIRE(r.values == std::vector<float>{6, 1, 3, 4, 5, 6});  // element i <- source row index_map[i]
+    d.target_device = kHost;  // a read may ask for the host: one copy down
+    const ReadBack down = read_back(s, q, a, d);
+    REQUIRE(down.device.device_type == kDLCPU);
+    REQUIRE(down.sync.event == 0);
+    REQUIRE(down.values == r.values);
+    d.target_device = kDev1;  // or another device
+    REQUIRE(read_back(s, q, a, d).values == r.values);
+  }
+  SECTION("host data into a device column: one copy up per dense write") {
+    DeviceStage s(kDev0);
+    kstage_query_t q = s.query(6);
+    kstage_token_t a = s.token("a");
+    int64_t shape[1] = {6};
+    DLTensor t = tensor(const_cast<float*>(v.data()), f32(), 1, shape);
+    kstage_emulated_copy_counts(0, &h2d0, &d2h0);
+    finish(s, write(s, q, a, 1, t));
+    kstage_emulated_copy_counts(0, &h2d, &d2h);
+    REQUIRE(h2d == h2d0 + 1);
+    REQUIRE(d2h == d2h0);
+    seal(s, 1);
+    REQUIRE(read_back(s, q, a).values == v);
+  }
+}
+
+TEST_CASE("device groups export as DLPack on their device; exports outlive the stage",
+          "[device][dlpack]") {
+  DLManagedTensorVersioned* e = nullptr;
+  std::vector<float> v = {7, 8, 9};
+  {
+    DeviceStage s(kDev0);
+    kstage_query_t q = s.query(3);
+    kstage_token_t a = s.token("a");
+    int64_t shape[1] = {3};
+    DLTensor t = tensor(v.data(), f32(), 1, shape);
+    finish(s, write(s, q, a, 1, t));
+    seal(s, 1);
+    kstage_read_t r = 0;
+    KS_OK(kstage_read_attributes(s.stage, q, &a, 1, nullptr, &r));
+    kstage_read_group_t g{};
+    KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+    KS_OK(kstage_group_export(s.stage, g.handle, 0, 0, &e));
+    REQUIRE(e->dl_tensor.device.device_type == kDev0.device_type);
+    REQUIRE(e->dl_tensor.device.device_id == 0);
+    REQUIRE(e->dl_tensor.data == g.data.tensors[0].data);
+    wait_for(g.data.device_sync);
+    KS_OK(kstage_release_group(s.stage, g.handle));
+    KS_OK(kstage_release_read(s.stage, r));
+  }
+  std::vector<float> out(3);
+  kstage_emulated_memcpy(out.data(), e->dl_tensor.data, sizeof(float) * 3);
+  REQUIRE(out == v);
+  e->deleter(e);
+}
+
+namespace {
+std::atomic<int> g_violations{0};
+void count_violation(const char*) { g_violations.fetch_add(1); }
+}  // namespace
+
+TEST_CASE("the emulated device checks its launches and poisons its memory", "[device][checks]") {
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(4);
+  kstage_token_t a = s.token("a");
+  SECTION("a kernel handed host memory calls the violation handler") {
+    // A tensor that claims device memory but points at the host.
+    std::vector<float> host = {1, 2, 3, 4};
+    int64_t shape[1] = {4};
+    DLTensor liar = tensor(host.data(), f32(), 1, shape, nullptr, kDev0);
+    g_violations = 0;
+    kstage_emulated_violation_fn old = kstage_emulated_set_violation_handler(count_violation);
+    finish(s, write(s, q, a, 1, liar));
+    kstage_emulated_set_violation_handler(old);
+    REQUIRE(g_violations == 1);
+  }
+#if defined(__SANITIZE_ADDRESS__)
+  SECTION("under ASan, device memory is poisoned while no device work runs") {
+    std::vector<float> v = {1, 2, 3, 4};
+    int64_t shape[1] = {4};
+    DLTensor t = tensor(v.data(), f32(), 1, shape);
+    finish(s, write(s, q, a, 1, t));
+    seal(s, 1);
+    kstage_read_t r = 0;
+    KS_OK(kstage_read_attributes(s.stage, q, &a, 1, nullptr, &r));
+    kstage_read_group_t g{};
+    KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+    wait_for(g.data.device_sync);
+    REQUIRE(__asan_address_is_poisoned(g.data.tensors[0].data));
+    REQUIRE(group_floats(g, 0, 4) == v);  // a device copy may read it
+    KS_OK(kstage_release_group(s.stage, g.handle));
+    KS_OK(kstage_release_read(s.stage, r));
+  }
+#endif
+}
