@@ -310,8 +310,11 @@ T element(const DLTensor& t, std::initializer_list<int64_t> idx) {
     off += index[size_t(d)] * stride;
     compact *= t.shape[d];
   }
-  const auto* p = static_cast<const unsigned char*>(t.data) + t.byte_offset;
-  return reinterpret_cast<const T*>(p)[off];
+  const auto* p = static_cast<const unsigned char*>(t.data) + t.byte_offset + off * int64_t(sizeof(T));
+  const std::vector<unsigned char> bytes = host_copy(p, sizeof(T), t.device);  // device data too
+  T v;
+  std::memcpy(&v, bytes.data(), sizeof(T));
+  return v;
 }
 
 bool same_dtype(DLDataType a, DLDataType b) {
@@ -367,6 +370,7 @@ struct Reading {
       : stage(s.stage) {
     KS_OK(kstage_read_attributes(stage, q, &a, 1, d, &read));
     KS_OK(kstage_fetch_read_next(stage, read, 0, &g));
+    wait_for(g.data.device_sync);
   }
   void release() {
     if (g.handle) KS_OK(kstage_release_group(stage, g.handle));
@@ -1566,7 +1570,7 @@ TEST_CASE("import: a borrowed DLTensor is viewed without ownership", "[dlpack][i
 // ===========================================================================
 
 TEST_CASE("group export: a zero-copy group exports READ_ONLY over the column storage",
-          "[dlpack][group_export]") {
+          "[host_bridge][dlpack][group_export]") {
   Stage s(host_execution());
   auto prims = s.paths("/p", 4);
   kstage_query_t q = s.query(prims);
@@ -1589,7 +1593,7 @@ TEST_CASE("group export: a zero-copy group exports READ_ONLY over the column sto
     REQUIRE(m->deleter != nullptr);
     const DLTensor& t = m->dl_tensor;
     REQUIRE(t.data == r.g.data.tensors[0].data);  // zero-copy
-    REQUIRE(t.device.device_type == kDLCPU);
+    REQUIRE(t.device.device_type == kResidency.device_type);
     REQUIRE(t.device.device_id == 0);
     REQUIRE(t.ndim == 2);
     REQUIRE(same_dtype(t.dtype, f32(1)));
@@ -1761,7 +1765,7 @@ TEST_CASE("group export: the export outlives release and later seals with its ol
 }
 
 TEST_CASE("group export: a compact group owns its buffer: writable, legacy allowed",
-          "[dlpack][group_export]") {
+          "[host_bridge][dlpack][group_export]") {
   Stage s(host_execution());
   auto prims = s.paths("/p", 4);
   kstage_query_t all = s.query(prims);
@@ -1818,7 +1822,7 @@ TEST_CASE("group export: a compact group owns its buffer: writable, legacy allow
   l->deleter(l);
 }
 
-TEST_CASE("group export: array groups export one tensor per prim", "[dlpack][group_export][array]") {
+TEST_CASE("group export: array groups export one tensor per prim", "[host_bridge][dlpack][group_export][array]") {
   Stage s(host_execution());
   auto prims = s.paths("/a", 3);
   kstage_query_t q = s.query(prims);
@@ -1949,7 +1953,7 @@ TEST_CASE("group export: invalid index, tombstone, flags, handles and NULL out a
   REQUIRE(lout == lsentinel);
 }
 
-TEST_CASE("group export: an export outlives the stage", "[dlpack][group_export][lifetime]") {
+TEST_CASE("group export: an export outlives the stage", "[host_bridge][dlpack][group_export][lifetime]") {
   std::optional<Stage> s;
   s.emplace(host_execution());
   auto prims = s->paths("/p", 3);
@@ -1993,7 +1997,7 @@ TEST_CASE("group export: an export outlives the stage", "[dlpack][group_export][
 // ===========================================================================
 
 TEST_CASE("round trip: a View exported into a column becomes its storage without a copy",
-          "[dlpack][round_trip][managed]") {
+          "[host_adoption][dlpack][round_trip][managed]") {
   Stage s(host_execution());
   auto prims = s.paths("/p", 6);
   kstage_query_t q = s.query(prims);
@@ -2166,7 +2170,7 @@ TEST_CASE("round trip: a group export written back shares storage; later sparse 
 }
 
 TEST_CASE("round trip: a READ_ONLY tensor the producer owns is copied before a sparse update",
-          "[dlpack][round_trip][managed][read_only]") {
+          "[host_adoption][dlpack][round_trip][managed][read_only]") {
   kokkos_via_kstage();
   Producer p(256);
   const std::vector<float> v0 = grid(4, 2);

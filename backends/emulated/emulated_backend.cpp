@@ -132,6 +132,10 @@ class EmulatedBackend final : public core::Backend {
   Result<core::BufferPtr> upload(const void* host, size_t bytes) override {
     core::BufferPtr b;
     KSTAGE_ASSIGN_OR_RETURN(b, allocate(bytes));
+    {
+      std::lock_guard lock(shared_->arena.counts_mutex);
+      ++shared_->arena.uploads;
+    }
     // Read now (as cudaMemcpyAsync reads pageable memory): the caller may
     // free `host` when this returns.
     auto snapshot = std::make_shared<std::vector<std::byte>>(

@@ -395,6 +395,13 @@ void kstage_emulated_copy_counts(int32_t ordinal, uint64_t* h2d, uint64_t* d2h) 
   if (d2h) *d2h = a.device_to_host;
 }
 
+uint64_t kstage_emulated_upload_count(int32_t ordinal) {
+  if (ordinal < 0 || ordinal >= kDeviceCount) return 0;
+  Arena& a = arena(ordinal);
+  std::lock_guard lock(a.counts_mutex);
+  return a.uploads;
+}
+
 uintptr_t kstage_emulated_stream_create(int32_t ordinal) {
   if (ordinal < 0 || ordinal >= kDeviceCount) return 0;
   return register_stream(std::make_shared<Stream>(ordinal));

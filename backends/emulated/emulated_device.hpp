@@ -42,7 +42,7 @@ class Arena {
   void close(const void* p);
   size_t live_bytes() const;
   int32_t ordinal() const { return ordinal_; }
-  uint64_t host_to_device = 0, device_to_host = 0;  // guarded by counts_mutex
+  uint64_t host_to_device = 0, device_to_host = 0, uploads = 0;  // guarded by counts_mutex
   std::mutex counts_mutex;
 
  private:

@@ -56,6 +56,10 @@ KSTAGE_API size_t kstage_emulated_live_bytes(int32_t ordinal);
 KSTAGE_API void kstage_emulated_copy_counts(int32_t ordinal, uint64_t* host_to_device,
                                             uint64_t* device_to_host);
 
+/** Host index arrays (index maps, masks' selections, offsets, row pointers, row maps)
+ * kstage's backend uploaded to `ordinal`. */
+KSTAGE_API uint64_t kstage_emulated_upload_count(int32_t ordinal);
+
 KSTAGE_API uintptr_t kstage_emulated_stream_create(int32_t ordinal);
 /** Synchronises, then destroys. */
 KSTAGE_API void kstage_emulated_stream_destroy(uintptr_t stream);

@@ -88,7 +88,7 @@ extern "C" {
 #define KSTAGE_BUFFER_ALIGNMENT 64
 
 #define KSTAGE_VERSION_MAJOR 0
-#define KSTAGE_VERSION_MINOR 2
+#define KSTAGE_VERSION_MINOR 3
 #define KSTAGE_VERSION_PATCH 0
 
 /* ------------------------------------------------------------------------- */
@@ -190,12 +190,30 @@ enum {
  * \brief GPU synchronisation handles (CUDA or HIP), as integers.
  * stream: 0 = none, 1 = the default stream, else a cudaStream_t/hipStream_t.
  * event:  0 = none, else a cudaEvent_t/hipEvent_t.
- * On a write or unmap, kstage orders its own work after `event` (stream wait,
- * never a host block). On a read, a non-zero event is recorded after kstage's
- * producing work. Work that stays on the host -- host data written to a host
- * column, a host column read to the host, host map buffers unmapped -- takes
- * {0, 0} and gives {0, 0}: any other value there is KSTAGE_INVALID_ARGUMENT
- * naming the field (`device_sync`, `desc.device_sync`, `done_sync`).
+ *
+ * The rules (DESIGN.md "Synchronisation"):
+ * - Write and unmap (`device_sync`, `done_sync`): kstage orders its own work
+ *   after the producer's `event` -- or, with event 0, after all work enqueued
+ *   on `stream` so far -- with a stream wait, never a host block. The call
+ *   returns at once; its op completes when kstage's copies out of the
+ *   caller's tensors have run (kstage_wait).
+ * - Read (`desc.device_sync`): a non-zero `event` is recorded after kstage's
+ *   work that produces the groups' data; a non-zero `stream` is made to wait
+ *   for that work. Each read group carries in `data.device_sync` the
+ *   stage's own {stream, event} (the event signals when the group's data is
+ *   complete), or {0, 0} when the data is already complete. Consumers of
+ *   device data wait on it before touching the data; the event is valid
+ *   until the group is released.
+ * - Map groups come with {0, 0}: their buffers are fresh, with no work
+ *   pending on them.
+ * - Work that stays on the host -- host data written to a host column, a
+ *   read whose data lands on the host, host map buffers unmapped -- takes
+ *   {0, 0} and gives {0, 0}: any other value there is KSTAGE_INVALID_ARGUMENT
+ *   naming the field (`device_sync`, `desc.device_sync`, `done_sync`). A
+ *   handle the device backend does not know is INVALID_ARGUMENT too.
+ * - Reads that land on the host (a host column, or target_device = CPU)
+ *   return complete data: the copy down is waited for inside
+ *   kstage_read_attributes. kstage_fetch_read_next never blocks.
  */
 typedef struct kstage_device_sync_t {
   uintptr_t stream;
@@ -686,6 +704,13 @@ KSTAGE_API kstage_status_t kstage_map_group_export(kstage_stage_t stage, kstage_
 
 /**
  * \brief Wait for an op's device work (the copy out of the caller's tensors).
+ * Host work is complete when the call that made the op returns; an op on a
+ * device column completes when its copies have run (after the producer's
+ * event, if the write named one). `timeout_ns` 0 polls, KSTAGE_TIMEOUT_INFINITE
+ * blocks. Managed tensors the stage copied (not adopted) are deleted once
+ * the op's work is done. kstage_op_error and kstage_release_op work on ops
+ * still in flight; releasing one does not cancel its work, and
+ * kstage_destroy waits for all work in flight before freeing anything.
  * \return KSTAGE_OK when done, KSTAGE_TIMEOUT if still running, or the code
  * the op failed with (its message from kstage_op_error).
  */

@@ -12,6 +12,7 @@
 #include <sanitizer/asan_interface.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -540,4 +541,155 @@ TEST_CASE("the emulated device checks its launches and poisons its memory", "[de
     KS_OK(kstage_release_read(s.stage, r));
   }
 #endif
+}
+
+TEST_CASE("index arrays reach the device once per call; a cached row map is uploaded once",
+          "[device][uploads]") {
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(64);
+  kstage_token_t a = s.token("a");
+  std::vector<float> v(64, 1.f);
+  int64_t shape[1] = {64};
+  DLTensor t = tensor(v.data(), f32(), 1, shape);
+  finish(s, write(s, q, a, 1, t));
+  seal(s, 1);
+  // Another order of the same prims: every tick scatters through its row map.
+  std::vector<kstage_path_t> rev;
+  {
+    kstage_path_list_t list = 0;
+    KS_OK(kstage_query_get_paths(s.stage, q, &list));
+    const kstage_path_t* ids = nullptr;
+    uint64_t n = 0;
+    KS_OK(kstage_path_list_get(s.stage, list, &ids, &n));
+    rev.assign(ids, ids + n);
+    std::reverse(rev.begin(), rev.end());
+    KS_OK(kstage_path_list_release(s.stage, list));
+  }
+  kstage_query_t qr = 0;
+  KS_OK(kstage_query_paths(s.stage, rev.data(), rev.size(), &qr));
+  std::vector<uint64_t> uploads;
+  for (uint64_t tick = 2; tick < 6; ++tick) {
+    for (size_t i = 0; i < v.size(); ++i) v[i] = float(tick * 100 + i);
+    finish(s, write(s, qr, a, tick, t));
+    seal(s, tick);
+    uploads.push_back(kstage_emulated_upload_count(0));
+  }
+  // The first tick uploads the row map; the next ones reuse it.
+  REQUIRE(uploads[1] == uploads[0]);
+  REQUIRE(uploads[3] == uploads[0]);
+  const ReadBack r = read_back(s, qr, a);
+  REQUIRE(r.values == v);
+  // A caller's index_map is uploaded once per write, not per row.
+  uint32_t index_map[4] = {3, 2, 1, 0};
+  kstage_write_data_t w = write_data(&t);
+  w.index_map = index_map;
+  w.count = 4;
+  DeviceFloats dev(0, std::vector<float>(64, 7.f));
+  w.tensors = &dev.t;
+  const uint64_t before = kstage_emulated_upload_count(0);
+  kstage_op_t op = 0;
+  KS_OK(kstage_write_attribute(s.stage, q, a, 6, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+  finish(s, op);
+  REQUIRE(kstage_emulated_upload_count(0) == before + 1);
+}
+
+TEST_CASE("device sources: masks, index maps and ragged rows on the device", "[device][sparse]") {
+  const DLDevice residency = GENERATE(kDev0, kHost);
+  DeviceStage s(residency);
+  kstage_query_t q = s.query(6);
+  kstage_token_t a = s.token("a"), r = s.token("rows");
+  DeviceFloats base(0, {0, 1, 2, 3, 4, 5});
+  finish(s, write(s, q, a, 1, base.t));
+  seal(s, 1);
+  SECTION("a mask writes the selected elements, source row i for element i") {
+    DeviceFloats src(0, {10, 11, 12, 13, 14, 15});
+    uint64_t mask = 0b101010;
+    kstage_write_data_t w = write_data(&src.t);
+    w.mask = &mask;
+    w.count = 6;
+    kstage_op_t op = 0;
+    KS_OK(kstage_write_attribute(s.stage, q, a, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+    finish(s, op);
+    seal(s, 2);
+    REQUIRE(read_back(s, q, a).values == std::vector<float>{0, 11, 2, 13, 4, 15});
+  }
+  SECTION("ragged rows: one device tensor per row, and one packed tensor") {
+    DeviceFloats r0(0, {1}), r1(0, {2, 3}), r2(0, {});
+    DLTensor rows[3] = {r0.t, r1.t, r2.t};
+    kstage_write_data_t w = write_data(rows, 3, true);
+    w.count = 3;
+    kstage_op_t op = 0;
+    KS_OK(kstage_write_attribute(s.stage, q, r, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+    finish(s, op);
+    DeviceFloats packed(0, {7, 7, 8, 8, 9, 9});
+    uint32_t index_map[3] = {2, 1, 0};
+    kstage_write_data_t p = write_data(&packed.t, 1, true);
+    p.index_map = index_map;
+    p.count = 3;
+    // Fresh prims 3..5 get rows cut from the packed tensor, in reverse.
+    std::vector<kstage_path_t> tail;
+    {
+      kstage_path_list_t list = 0;
+      KS_OK(kstage_query_get_paths(s.stage, q, &list));
+      const kstage_path_t* ids = nullptr;
+      uint64_t n = 0;
+      KS_OK(kstage_path_list_get(s.stage, list, &ids, &n));
+      tail.assign(ids + 3, ids + 6);
+      KS_OK(kstage_path_list_release(s.stage, list));
+    }
+    kstage_query_t qt = 0;
+    KS_OK(kstage_query_paths(s.stage, tail.data(), tail.size(), &qt));
+    KS_OK(kstage_write_attribute(s.stage, qt, r, 2, &p, KSTAGE_PRIM_MODE_UPSERT, &op));
+    finish(s, op);
+    seal(s, 2);
+    kstage_read_desc_t d = kstage_read_desc_init();
+    d.compact = GENERATE(false, true);
+    kstage_read_t rd = 0;
+    KS_OK(kstage_read_attributes(s.stage, q, &r, 1, &d, &rd));
+    kstage_read_group_t g{};
+    KS_OK(kstage_fetch_read_next(s.stage, rd, 0, &g));
+    REQUIRE(g.prim_count == 6);
+    std::vector<std::vector<float>> got;
+    for (uint64_t i = 0; i < 6; ++i) {
+      const uint64_t row = g.data.index_map ? g.data.index_map[i] : i;
+      got.push_back(group_floats(g, row, size_t(g.data.tensors[row].shape[0])));
+    }
+    REQUIRE(got == std::vector<std::vector<float>>{{1}, {2, 3}, {}, {9, 9}, {8, 8}, {7, 7}});
+    KS_OK(kstage_release_group(s.stage, g.handle));
+    KS_OK(kstage_release_read(s.stage, rd));
+  }
+}
+
+TEST_CASE("an unmap is ordered after the producer's event; device map buffers give {0, 0}",
+          "[device][sync][map]") {
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(4);
+  kstage_token_t a = s.token("a");
+  kstage_map_desc_t d = kstage_map_desc_init();
+  d.attribute = a;
+  d.dtype = f32();
+  kstage_map_t m = 0;
+  KS_OK(kstage_map_attribute(s.stage, q, &d, 1, nullptr, 0, &m));
+  kstage_map_group_info_t g{};
+  KS_OK(kstage_fetch_map_next(s.stage, m, 0, &g));
+  REQUIRE(g.data.tensors[0].device.device_type == kDev0.device_type);
+  REQUIRE(g.data.device_sync.stream == 0);
+  REQUIRE(g.data.device_sync.event == 0);
+  // The producer fills the buffer on its own stream, held back for now.
+  const uintptr_t producer = kstage_emulated_stream_create(0);
+  const uintptr_t filled = kstage_emulated_event_create();
+  const std::vector<float> values = {4, 3, 2, 1};
+  kstage_emulated_stream_hold(producer);
+  kstage_emulated_memcpy_async(producer, g.data.tensors[0].data, values.data(), 16);
+  kstage_emulated_event_record(filled, producer);
+  kstage_op_t op = 0;
+  KS_OK(kstage_unmap_group(s.stage, m, g.handle, kstage_device_sync_t{producer, filled}, &op));
+  REQUIRE(kstage_wait(s.stage, op, 0) == KSTAGE_TIMEOUT);
+  seal(s, 1);  // the seal's kernels queue behind the producer too
+  kstage_emulated_stream_release(producer);
+  finish(s, op);
+  REQUIRE(read_back(s, q, a).values == values);
+  kstage_emulated_event_destroy(filled);
+  kstage_emulated_stream_destroy(producer);
+  KS_OK(kstage_release_map(s.stage, m));
 }

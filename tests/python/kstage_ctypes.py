@@ -105,6 +105,7 @@ class kstage_write_data_t(ctypes.Structure):
         ("is_array", ctypes.c_bool),
         ("reserved", ctypes.c_uint8 * 7),
         ("legacy_managed_tensors", ctypes.POINTER(ctypes.POINTER(DLManagedTensor))),
+        ("residency", DLDevice),
     ]
 
 
@@ -173,6 +174,7 @@ def check_layouts():
         (kstage_write_data_t, "index_map"): 40, (kstage_write_data_t, "mask"): 48,
         (kstage_write_data_t, "device_sync"): 56, (kstage_write_data_t, "is_array"): 72,
         (kstage_write_data_t, "reserved"): 73, (kstage_write_data_t, "legacy_managed_tensors"): 80,
+        (kstage_write_data_t, "residency"): 88,
         (kstage_read_desc_t, "struct_size"): 0, (kstage_read_desc_t, "change_range"): 4,
         (kstage_read_desc_t, "compact"): 5, (kstage_read_desc_t, "reserved"): 6,
         (kstage_read_desc_t, "range_begin"): 8, (kstage_read_desc_t, "range_end"): 16,
@@ -186,7 +188,7 @@ def check_layouts():
         (kstage_read_group_t, "data"): 40, (kstage_read_group_t, "dtype"): 96,
         (kstage_read_group_t, "is_delete"): 100, (kstage_read_group_t, "semantic"): 104,
     }
-    sizes = {kstage_write_data_t: 88, kstage_read_desc_t: 48, kstage_device_sync_t: 16,
+    sizes = {kstage_write_data_t: 96, kstage_read_desc_t: 48, kstage_device_sync_t: 16,
              kstage_data_t: 56, kstage_read_group_t: 112, DLTensor: 48, DLManagedTensor: 64,
              DLManagedTensorVersioned: 80}
     bad = [f"offsetof({t.__name__}, {f}) = {off(t, f)}, expected {v}"
