@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "core/stage.hpp"
 
+#include "core/device_sync.hpp"
 #include "core/dtype.hpp"
 #include "core/transport.hpp"
 
@@ -58,12 +59,11 @@ void Stage::fence_devices() {
 }
 
 void Stage::defer(const std::vector<CompletionPtr>& work, std::shared_ptr<void> keep) {
+  // No reaping here: callers may hold mutex_, and reaping runs producers'
+  // deleters, which must never run under it. Calls that hold no lock reap.
   Deferred d{work, std::move(keep)};
-  {
-    std::lock_guard lock(deferred_mutex_);
-    deferred_.push_back(std::move(d));
-  }
-  reap_deferred();
+  std::lock_guard lock(deferred_mutex_);
+  deferred_.push_back(std::move(d));
 }
 
 void Stage::reap_deferred() {
@@ -270,6 +270,7 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
   if (attributes == nullptr || data == nullptr)
     return error(KSTAGE_INVALID_ARGUMENT, "%s is NULL", attributes ? "data" : "attributes");
   KSTAGE_RETURN_NOT_OK(check_distinct_tokens(attributes, n));
+  reap_deferred();  // what finished device work no longer needs
 
   // Phase 1 (locked): floors, and the schema each write must match.
   std::vector<Schema> existing(n);
@@ -304,7 +305,7 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
     req.residency = data[i].residency.device_type != 0 ? data[i].residency : residency_;
     auto r = stage_write(req, *backends_);
     if (!r.ok()) {
-      fence_devices();  // copies enqueued so far may still read the sources
+      if (i > 0) fence_devices();  // earlier attributes' copies may still read their sources
       Status st = r.status();
       if (n == 1) return st;
       return Status(st.code(), format("data[%llu] ('%s'): ", (unsigned long long)i,
@@ -742,29 +743,64 @@ Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prim
     }
   }
   std::vector<std::unique_ptr<ReadGroup>> groups;
+  // Device destinations and the completion of their producing work: the
+  // reader's event is recorded once, after all of it.
+  std::vector<std::pair<Backend*, CompletionPtr>> devices;
+  std::vector<BufferPtr> olds;  // host buffers copies to a device still read
+  auto fail = [&](Status st) {
+    // Queued copies may still read `olds`: let them finish first.
+    for (auto& [b, ready] : devices) b->fence();
+    if (target && !target->synchronous()) target->fence();
+    return st;
+  };
   for (uint64_t i = 0; i < n; ++i) {
     Column* c = column(attributes[i]);
     if (!c) continue;
     Backend& home = c->backend();
     Backend& dest = target ? *target : home;
     const size_t first = groups.size();
-    KSTAGE_RETURN_NOT_OK(build_groups(*c, prims, desc, groups));
-    std::vector<BufferPtr> olds;
+    if (Status st = build_groups(*c, prims, desc, groups); !st.ok()) return fail(st);
     if (&dest != &home)
       for (size_t k = first; k < groups.size(); ++k)
-        KSTAGE_RETURN_NOT_OK(move_group(*groups[k], dest, home, olds));
-    // The reader's event (if any) is recorded after the producing work, and
-    // each group carries the stage's own; host data takes and gives {0, 0}.
+        if (Status st = move_group(*groups[k], dest, home, olds); !st.ok()) return fail(st);
+    if (dest.synchronous()) continue;  // host data: complete, nothing to signal
     CompletionPtr ready = dest.record();
-    KSTAGE_RETURN_NOT_OK(dest.record_into(desc.device_sync, "desc.device_sync"));
-    if (ready) {
-      if (!olds.empty()) defer({ready}, std::make_shared<std::vector<BufferPtr>>(std::move(olds)));
-      for (size_t k = first; k < groups.size(); ++k) {
-        if (groups[k]->tensors.empty()) continue;
-        groups[k]->ready = ready;
-        groups[k]->desc.data.device_sync = ready->sync();
-      }
+    for (size_t k = first; ready && k < groups.size(); ++k) {
+      if (groups[k]->tensors.empty()) continue;
+      groups[k]->ready = ready;
+      groups[k]->desc.data.device_sync = ready->sync();
     }
+    auto known = std::find_if(devices.begin(), devices.end(),
+                              [&](const auto& d) { return d.first == &dest; });
+    if (known == devices.end()) {
+      devices.emplace_back(&dest, ready);
+    } else if (ready) {
+      known->second = ready;
+    }
+  }
+  // The reader's sync: a device event is recorded once, on the last device
+  // destination, after waiting for the others' producing work. A read whose
+  // data is all on the host takes {0, 0}.
+  if (devices.empty()) {
+    if (!groups.empty())
+      if (Status st = backends_->host().record_into(desc.device_sync, "desc.device_sync");
+          !st.ok())
+        return fail(st);
+  } else if (is_set(desc.device_sync)) {
+    Backend& last = *devices.back().first;
+    for (size_t k = 0; k + 1 < devices.size(); ++k)
+      if (devices[k].second)
+        if (Status st = last.order_after(devices[k].second->sync(), "desc.device_sync");
+            !st.ok())
+          return fail(st);
+    if (Status st = last.record_into(desc.device_sync, "desc.device_sync"); !st.ok())
+      return fail(st);
+  }
+  if (!olds.empty()) {
+    std::vector<CompletionPtr> work;
+    for (auto& [b, ready] : devices)
+      if (ready) work.push_back(ready);
+    defer(work, std::make_shared<std::vector<BufferPtr>>(std::move(olds)));
   }
   return groups;
 }

@@ -2,6 +2,7 @@
 #include "core/transport.hpp"
 
 #include "core/adopted_buffer.hpp"
+#include "core/device_sync.hpp"
 #include "core/dtype.hpp"
 #include "core/kernels/copy_ops.hpp"
 #include "core/source_tensor.hpp"
@@ -394,33 +395,16 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
       return Status(b.status().code(), tensor_name(d, 0) + ": " + b.status().message());
     stager = b.value();
   }
-  // The producer's work comes first: a stream wait on whichever side is a
-  // device (host work on host data takes {0, 0}, and says so).
-  Backend& ordered = stager->synchronous() ? *out.backend : *stager;
-  KSTAGE_RETURN_NOT_OK(ordered.order_after(d.device_sync, "device_sync"));
-
-  if (!d.is_array && stager != out.backend && stager->synchronous() && !d.mask && !d.index_map &&
-      src[0].layout == SourceTensor::Layout::Compact && src[0].rows == sel.count) {
-    // Dense host rows to a device column: one copy from the caller's tensor,
-    // which stays valid until the op completes.
-    out.rows.n = size_t(sel.count);
-    const size_t bytes = out.rows.n * src[0].row_bytes;
-    KSTAGE_ASSIGN_OR_RETURN(out.rows.data, out.backend->allocate(std::max<size_t>(bytes, 1)));
-    out.backend->copy_from_host(out.rows.data->data(), src[0].base, bytes);
-    out.rows.prims = r.prims;
-    return out;
-  }
+  // Checks that move no data come first, so that a rejected write queues nothing.
+  uint64_t wanted = 0;
+  bool packed = false;
   if (!d.is_array) {
-    KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_fixed(d, src[0], sel, *stager, backends.host(),
-                                                  tensors[0],
-                                                  d.tensors || stager != out.backend
-                                                      ? nullptr
-                                                      : r.managed));
+    if (!sel.index_map)
+      KSTAGE_RETURN_NOT_OK(check_row_count(d, sel, src[0].rows, "shape[0] of the tensor"));
   } else {
-    if (sel.mask) KSTAGE_RETURN_NOT_OK(select_masked(sel, backends.host()));
     // One tensor and more than one source row: a packed tensor, cut evenly.
-    const uint64_t wanted = d.index_map ? index_map_rows(d, sel.count) : sel.count;
-    const bool packed = src.size() == 1 && wanted > 1;
+    wanted = d.index_map ? index_map_rows(d, sel.count) : sel.count;
+    packed = src.size() == 1 && wanted > 1;
     const uint64_t rows = packed ? wanted : src.size();
     const char* rows_from =
         packed ? "rows of the packed tensor" : "tensor_count, one tensor per row";
@@ -432,15 +416,60 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
                    d.index_map ? "from the highest index_map entry" : "from count");
     KSTAGE_RETURN_NOT_OK(sel.index_map ? check_index_map(sel, rows, rows_from)
                                        : check_row_count(d, sel, rows, rows_from));
-    KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_array(src, packed, wanted, sel, *stager));
   }
-  if (stager != out.backend && out.rows.data) {
-    BufferPtr moved;
-    KSTAGE_ASSIGN_OR_RETURN(moved, out.backend->allocate(out.rows.data->size()));
-    KSTAGE_RETURN_NOT_OK(transfer(*out.backend, moved->data(), *stager, out.rows.data->data(),
-                                  out.rows.data->size()));
-    if (stager->synchronous()) out.keep = out.rows.data;  // read by the device later
-    out.rows.data = std::move(moved);
+
+  // The producer's work comes first: a stream wait on whichever side is a
+  // device (host work on host data takes {0, 0}, and says so).
+  Backend& ordered = stager->synchronous() ? *out.backend : *stager;
+  KSTAGE_RETURN_NOT_OK(ordered.order_after(d.device_sync, "device_sync"));
+
+  const bool dense_to_device = !d.is_array && stager != out.backend && stager->synchronous() &&
+                               !d.mask && !d.index_map &&
+                               src[0].layout == SourceTensor::Layout::Compact &&
+                               src[0].rows == sel.count;
+  if (dense_to_device) {
+    // Dense host rows to a device column: one copy from the caller's tensor,
+    // which stays valid until the op completes (and is read after the wait).
+    out.rows.n = size_t(sel.count);
+    const size_t bytes = out.rows.n * src[0].row_bytes;
+    KSTAGE_ASSIGN_OR_RETURN(out.rows.data, out.backend->allocate(std::max<size_t>(bytes, 1)));
+    out.backend->copy_from_host(out.rows.data->data(), src[0].base, bytes);
+    out.rows.prims = r.prims;
+    return out;
+  }
+  if (stager->synchronous() && !out.backend->synchronous() && is_set(d.device_sync)) {
+    // Host code reads the source next (pinned memory a device may still be
+    // filling): the host has no stream to wait with, so it waits here.
+    if (CompletionPtr c = out.backend->record()) c->wait(KSTAGE_TIMEOUT_INFINITE);
+  }
+
+  // From here on a failure may leave copies queued that read the caller's
+  // memory, which the caller may free once the call returns: wait for them.
+  auto move_data = [&]() -> Status {
+    if (!d.is_array) {
+      KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_fixed(d, src[0], sel, *stager, backends.host(),
+                                                    tensors[0],
+                                                    d.tensors || stager != out.backend
+                                                        ? nullptr
+                                                        : r.managed));
+    } else {
+      if (sel.mask) KSTAGE_RETURN_NOT_OK(select_masked(sel, backends.host()));
+      KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_array(src, packed, wanted, sel, *stager));
+    }
+    if (stager != out.backend && out.rows.data) {
+      BufferPtr moved;
+      KSTAGE_ASSIGN_OR_RETURN(moved, out.backend->allocate(out.rows.data->size()));
+      KSTAGE_RETURN_NOT_OK(transfer(*out.backend, moved->data(), *stager, out.rows.data->data(),
+                                    out.rows.data->size()));
+      if (stager->synchronous()) out.keep = out.rows.data;  // read by the device later
+      out.rows.data = std::move(moved);
+    }
+    return Status::OK();
+  };
+  if (Status st = move_data(); !st.ok()) {
+    if (!stager->synchronous()) stager->fence();
+    if (!out.backend->synchronous()) out.backend->fence();
+    return st;
   }
   out.rows.prims = r.prims;
   if (sel.subset) {

@@ -1693,10 +1693,8 @@ TEST_CASE("legacy export of a zero-copy group with KSTAGE_EXPORT_CONSUMER_READS_
   w.index_map = first;
   KS_OK(s.write(q, pos, 2, w));
   s.seal(2);
-  for (int i = 0; i < 12; ++i) {
-    REQUIRE(static_cast<const float*>(l->dl_tensor.data)[i] == v0[size_t(i)]);
-    REQUIRE(static_cast<const float*>(l_ro->dl_tensor.data)[i] == v0[size_t(i)]);
-  }
+  REQUIRE(tensor_floats(l->dl_tensor, 12) == v0);
+  REQUIRE(tensor_floats(l_ro->dl_tensor, 12) == v0);
   REQUIRE(sealed_floats(s, q, prims, pos)[0] == changed);
   l->deleter(l);
   l_ro->deleter(l_ro);

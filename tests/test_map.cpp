@@ -1071,8 +1071,7 @@ TEST_CASE("destroying a stage with maps open frees everything", "[map][release]"
     KS_FAILS(kstage_release_map(h, m1), KSTAGE_INVALID_HANDLE, "stage handle");
   }
   // The export outlives the stage: still readable, and its deleter runs cleanly.
-  const float* data = reinterpret_cast<const float*>(static_cast<const char*>(survivor->dl_tensor.data) +
-                                                     survivor->dl_tensor.byte_offset);
+  const std::vector<float> data = tensor_floats(survivor->dl_tensor, 7);
   for (int e = 0; e < 7; ++e) REQUIRE(data[e] == val(prim28, e, 1.f));
   survivor->deleter(survivor);
 }
@@ -1107,9 +1106,10 @@ TEST_CASE("map groups export as writable DLPack tensors", "[map][export]") {
   REQUIRE(t.device.device_type == kResidency.device_type);
   REQUIRE(tensor_ptr(t) == tensor_ptr(g.data.tensors[0]));
   // Fill through the export, as a DLPack producer would.
-  float* out = reinterpret_cast<float*>(static_cast<char*>(t.data) + t.byte_offset);
+  std::vector<float> out(12);
   for (int64_t r = 0; r < 4; ++r)
-    for (int64_t l = 0; l < 3; ++l) out[r * t.strides[0] + l * t.strides[1]] = val(g.prims[r], int(l), 8.f);
+    for (int64_t l = 0; l < 3; ++l) out[size_t(r * t.strides[0] + l * t.strides[1])] = val(g.prims[r], int(l), 8.f);
+  host_write(f32_base(t), out.data(), out.size() * sizeof(float), t.device);
   DLManagedTensorVersioned* ro = nullptr;
   KS_OK(kstage_map_group_export(s.stage, m, g.handle, 0, KSTAGE_EXPORT_READ_ONLY, &ro));
   REQUIRE(ro->flags == DLPACK_FLAG_BITMASK_READ_ONLY);
@@ -1158,8 +1158,9 @@ TEST_CASE("map groups export as writable DLPack tensors", "[map][export]") {
     REQUIRE(e->dl_tensor.shape[0] == int64_t(counts[i]));
     REQUIRE(e->dl_tensor.shape[1] == 2);
     if (counts[i] > 0) {
-      float* p = reinterpret_cast<float*>(static_cast<char*>(e->dl_tensor.data) + e->dl_tensor.byte_offset);
+      std::vector<float> p(counts[i] * 2);
       for (uint64_t k = 0; k < counts[i] * 2; ++k) p[k] = val(prims[i], int(k), 3.f);
+      host_write(f32_base(e->dl_tensor), p.data(), p.size() * sizeof(float), e->dl_tensor.device);
     }
     e->deleter(e);
   }
@@ -1421,8 +1422,8 @@ TEST_CASE("concurrent fetches of one map hand out each group once", "[map][threa
         if (st != KSTAGE_OK) { ++failures; break; }
         if (g.prim_count != 1) { ++failures; break; }
         const kstage_path_t prim = g.prims[0];  // the group is valid until unmapped
-        float* p = f32_base(g.data.tensors[0]);
-        p[0] = float(prim);
+        const float value = float(prim);
+        host_write(f32_base(g.data.tensors[0]), &value, sizeof value, g.data.tensors[0].device);
         kstage_op_t op = 0;
         if (kstage_unmap_group(s.stage, m, g.handle, kNoSync, &op) != KSTAGE_OK) { ++failures; break; }
         kstage_release_op(s.stage, op);
@@ -1481,12 +1482,14 @@ TEST_CASE("concurrent mappers, a sealer and a reader see consistent values", "[m
         st = kstage_fetch_map_next(s.stage, m, 0, &g);
         if (st == KSTAGE_END_OF_ITERATION) break;
         if (st != KSTAGE_OK) return fail(std::string("fetch: ") + kstage_last_error());
-        float* p = f32_base(g.data.tensors[0]);
+        std::vector<float> p(size_t(g.data.tensors[0].shape[0]) * 2);
         for (uint64_t i = 0; i < g.prim_count; ++i) {
           const uint64_t row = g.data.index_map ? g.data.index_map[i] : i;
           p[row * 2] = float(k * 1000 + g.prims[i]);
           p[row * 2 + 1] = float(k);
         }
+        host_write(f32_base(g.data.tensors[0]), p.data(), p.size() * sizeof(float),
+                   g.data.tensors[0].device);
       }
       kstage_op_t op = 0;
       st = kstage_unmap_attribute(s.stage, m, kNoSync, &op);
@@ -1520,7 +1523,9 @@ TEST_CASE("concurrent mappers, a sealer and a reader see consistent values", "[m
         // ordinal up to it had a full map of this attribute.
         auto check = [&]() -> bool {
           if (g.prim_count != kPrims) return false;
-          const float* p = reinterpret_cast<const float*>(tensor_ptr(g.data.tensors[0]));
+          wait_for(g.data.device_sync);
+          const std::vector<float> p =
+              tensor_floats(g.data.tensors[0], size_t(g.data.tensors[0].shape[0]) * 2);
           for (uint64_t i = 0; i < g.prim_count; ++i) {
             const uint64_t row = g.data.index_map ? g.data.index_map[i] : i;
             if (p[row * 2] != float(g.ordinal * 1000 + g.prims[i]) || p[row * 2 + 1] != float(g.ordinal))

@@ -168,8 +168,8 @@ class EmulatedBackend final : public core::Backend {
     core::kernels::RowCopy k = c;
     core::BufferPtr dst_index, src_index;  // released (in stream order) when this returns
     if (!c.indices_resident) {
-      if (c.dst_index) k.dst_index = upload_indices(c.dst_index, c.n, dst_index);
-      if (c.src_index) k.src_index = upload_indices(c.src_index, c.n, src_index);
+      if (c.dst_index && !(k.dst_index = upload_indices(c.dst_index, c.n, dst_index))) return;
+      if (c.src_index && !(k.src_index = upload_indices(c.src_index, c.n, src_index))) return;
     }
     enqueue("row_copy", {k.dst, k.src, k.dst_index, k.src_index},
             [k] { core::kernels::row_copy(Exec(), k); });
@@ -212,6 +212,7 @@ class EmulatedBackend final : public core::Backend {
       host[2 * c.n + i] = c.bytes[i];
     }
     core::BufferPtr arrays = upload_or_die(host.data(), host.size() * sizeof(uint64_t));
+    if (!arrays) return;  // reported to the violation handler
     const auto* dev = reinterpret_cast<const uint64_t*>(arrays->data());
     core::kernels::RaggedCopy k{c.dst, dev, reinterpret_cast<const std::byte* const*>(dev + c.n),
                                 dev + 2 * c.n, c.n};

@@ -138,13 +138,28 @@ Arena* arena_holding(const void* p) {
 Stream::Stream(int32_t ordinal) : ordinal_(ordinal), worker_([this] { run(); }) {}
 
 Stream::~Stream() {
+  std::deque<std::shared_ptr<Gate>> gates;
   {
     std::lock_guard lock(mutex_);
     stop_ = true;
-    held_ = false;
+    gates.swap(gates_);
   }
+  for (auto& g : gates) g->unlock();  // a held stream still drains
   cv_.notify_all();
   worker_.join();
+}
+
+void Stream::Gate::wait() {
+  std::unique_lock lock(mutex);
+  cv.wait(lock, [&] { return open; });
+}
+
+void Stream::Gate::unlock() {
+  {
+    std::lock_guard lock(mutex);
+    open = true;
+  }
+  cv.notify_all();
 }
 
 void Stream::enqueue(std::function<void()> work) {
@@ -158,7 +173,7 @@ void Stream::enqueue(std::function<void()> work) {
 void Stream::run() {
   std::unique_lock lock(mutex_);
   for (;;) {
-    cv_.wait(lock, [&] { return (!queue_.empty() && !held_) || (stop_ && queue_.empty()); });
+    cv_.wait(lock, [&] { return !queue_.empty() || stop_; });
     if (queue_.empty()) return;  // stopping
     std::function<void()> work = std::move(queue_.front());
     queue_.pop_front();
@@ -184,18 +199,23 @@ bool Stream::idle() {
 
 void Stream::hold() {
   // In stream order: work enqueued before the hold still runs.
-  enqueue([this] {
+  auto gate = std::make_shared<Gate>();
+  {
     std::lock_guard lock(mutex_);
-    held_ = true;
-  });
+    gates_.push_back(gate);
+  }
+  enqueue([gate] { gate->wait(); });
 }
 
 void Stream::release() {
+  std::shared_ptr<Gate> gate;
   {
     std::lock_guard lock(mutex_);
-    held_ = false;
+    if (gates_.empty()) return;
+    gate = std::move(gates_.front());
+    gates_.pop_front();
   }
-  cv_.notify_all();
+  gate->unlock();
 }
 
 void Event::record(Stream& s) {
@@ -236,19 +256,24 @@ bool Event::wait(uint64_t timeout_ns) {
   std::unique_lock lock(mutex_);
   const uint64_t generation = recorded_;
   auto ready = [&] { return completed_ >= generation; };
-  if (timeout_ns == UINT64_MAX) {
+  // Timeouts past a century are forever (and would overflow the clock).
+  constexpr uint64_t kForever = uint64_t(1) << 61;
+  if (timeout_ns >= kForever) {
     cv_.wait(lock, ready);
     return true;
   }
-  return cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), ready);
+  return cv_.wait_for(lock, std::chrono::nanoseconds(int64_t(timeout_ns)), ready);
 }
 
 // ---------------------------------------------------------------------------
 // Handles
 
 namespace {
+// Handles are numbers from a counter, never addresses: a handle whose
+// object is gone stays unknown even when a new object takes its address.
 struct Handles {
   std::mutex mutex;
+  uintptr_t next = 0x10000;  // far from 0 and 1 (none, the default stream)
   std::unordered_map<uintptr_t, std::shared_ptr<Stream>> streams;
   std::unordered_map<uintptr_t, std::shared_ptr<Event>> events;
 };
@@ -264,8 +289,8 @@ Stream& default_stream(int32_t ordinal) {
 }
 
 uintptr_t register_stream(std::shared_ptr<Stream> s) {
-  const auto h = reinterpret_cast<uintptr_t>(s.get());
   std::lock_guard lock(handles().mutex);
+  const uintptr_t h = handles().next += 16;
   handles().streams.emplace(h, std::move(s));
   return h;
 }
@@ -287,8 +312,8 @@ void unregister_stream(uintptr_t handle) {
 }
 
 uintptr_t register_event(std::shared_ptr<Event> e) {
-  const auto h = reinterpret_cast<uintptr_t>(e.get());
   std::lock_guard lock(handles().mutex);
+  const uintptr_t h = handles().next += 16;
   handles().events.emplace(h, std::move(e));
   return h;
 }

@@ -76,10 +76,19 @@ class Stream {
   void enqueue(std::function<void()> work);
   void synchronize();
   bool idle();  // nothing queued or running
+  // hold() enqueues a closed gate: work after it waits until release()
+  // opens the oldest gate (whether or not the stream has reached it yet).
   void hold();
   void release();
 
  private:
+  struct Gate {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool open = false;
+    void wait();
+    void unlock();
+  };
   void run();
   int32_t ordinal_;
   std::mutex mutex_;
@@ -87,7 +96,7 @@ class Stream {
   std::deque<std::function<void()>> queue_;
   bool stop_ = false;
   bool busy_ = false;
-  bool held_ = false;
+  std::deque<std::shared_ptr<Gate>> gates_;  // closed, oldest first
   std::thread worker_;
 };
 

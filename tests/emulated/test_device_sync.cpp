@@ -185,24 +185,24 @@ TEST_CASE("device_sync handles the device does not know are INVALID_ARGUMENT nam
   kstage_token_t a = s.token("a");
   DeviceFloats src(0, {1, 2});
   kstage_write_data_t w = write_data(&src.t);
-  w.device_sync = kstage_device_sync_t{0, 0xdead0};
+  w.device_sync = kstage_device_sync_t{0, 0xdead1};
   kstage_op_t op = 0;
   KS_FAILS(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
-           KSTAGE_INVALID_ARGUMENT, "device_sync.event 0xdead0 is not an event");
-  w.device_sync = kstage_device_sync_t{0xbeef0, 0};
+           KSTAGE_INVALID_ARGUMENT, "device_sync.event 0xdead1 is not an event");
+  w.device_sync = kstage_device_sync_t{0xbeef1, 0};
   KS_FAILS(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
-           KSTAGE_INVALID_ARGUMENT, "device_sync.stream 0xbeef0 is not a stream");
+           KSTAGE_INVALID_ARGUMENT, "device_sync.stream 0xbeef1 is not a stream");
   finish(s, write(s, q, a, 1, src.t));
   seal(s, 1);
   kstage_read_desc_t d = kstage_read_desc_init();
-  d.device_sync = kstage_device_sync_t{0, 0x1230};
+  d.device_sync = kstage_device_sync_t{0, 0x1231};
   kstage_read_t r = 0;
   KS_FAILS(kstage_read_attributes(s.stage, q, &a, 1, &d, &r), KSTAGE_INVALID_ARGUMENT,
-           "desc.device_sync.event 0x1230");
+           "desc.device_sync.event 0x1231");
   // A read of the device column to the host is host data: {0, 0} only.
   d.target_device = kHost;
   KS_FAILS(kstage_read_attributes(s.stage, q, &a, 1, &d, &r), KSTAGE_INVALID_ARGUMENT,
-           "desc.device_sync is {stream 0x0, event 0x1230} but the data is host memory");
+           "desc.device_sync is {stream 0x0, event 0x1231} but the data is host memory");
 }
 
 TEST_CASE("a read group's event signals only once the group's data is there", "[device][sync]") {
@@ -692,4 +692,114 @@ TEST_CASE("an unmap is ordered after the producer's event; device map buffers gi
   kstage_emulated_event_destroy(filled);
   kstage_emulated_stream_destroy(producer);
   KS_OK(kstage_release_map(s.stage, m));
+}
+
+TEST_CASE("one reader event covers every column of a read, on any device", "[device][sync]") {
+  DeviceStage s(DLDevice{DLDeviceType(0), 0});
+  kstage_query_t q = s.query(32);
+  const kstage_token_t attrs[3] = {s.token("on0"), s.token("on1"), s.token("host")};
+  std::vector<float> v(32, 3.f);
+  int64_t shape[1] = {32};
+  DLTensor t = tensor(v.data(), f32(), 1, shape);
+  for (int k = 0; k < 3; ++k) {
+    kstage_write_data_t w = write_data(&t);
+    w.residency = k == 0 ? kDev0 : k == 1 ? kDev1 : kHost;
+    kstage_op_t op = 0;
+    KS_OK(kstage_write_attribute(s.stage, q, attrs[k], 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+    finish(s, op);
+  }
+  KernelDelay slow(20000);
+  seal(s, 1);
+  const uintptr_t mine = kstage_emulated_event_create();
+  kstage_read_desc_t d = kstage_read_desc_init();
+  d.compact = true;
+  d.device_sync = kstage_device_sync_t{0, mine};
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, q, attrs, 3, &d, &r));
+  std::vector<kstage_read_group_t> groups;
+  for (kstage_read_group_t g{}; kstage_fetch_read_next(s.stage, r, 0, &g) == KSTAGE_OK;)
+    groups.push_back(g);
+  REQUIRE(groups.size() == 3);
+  kstage_emulated_event_synchronize(mine);
+  for (const kstage_read_group_t& g : groups) {
+    if (g.data.device_sync.event) REQUIRE(kstage_emulated_event_query(g.data.device_sync.event) == 1);
+    REQUIRE(group_floats(g, 0, 32) == v);
+    KS_OK(kstage_release_group(s.stage, g.handle));
+  }
+  KS_OK(kstage_release_read(s.stage, r));
+  kstage_emulated_event_destroy(mine);
+}
+
+TEST_CASE("a read onto a device with a bad event is rejected and frees nothing in use",
+          "[device][sync]") {
+  DeviceStage s(kHost);
+  kstage_query_t q = s.query(16);
+  kstage_token_t a = s.token("a");
+  std::vector<float> v(16, 1.f);
+  int64_t shape[1] = {16};
+  DLTensor t = tensor(v.data(), f32(), 1, shape);
+  finish(s, write(s, q, a, 1, t));
+  seal(s, 1);
+  KernelDelay slow(20000);  // the copy up is still queued when the call fails
+  kstage_read_desc_t d = kstage_read_desc_init();
+  d.target_device = kDev0;
+  d.device_sync = kstage_device_sync_t{0, 0x1231};
+  kstage_read_t r = 0;
+  KS_FAILS(kstage_read_attributes(s.stage, q, &a, 1, &d, &r), KSTAGE_INVALID_ARGUMENT,
+           "desc.device_sync.event 0x1231");
+  kstage_emulated_set_kernel_delay_us(0);
+  // The column's storage is written in place next (nobody holds it).
+  for (float& x : v) x = 2.f;
+  finish(s, write(s, q, a, 2, t));
+  seal(s, 2);
+  kstage_read_desc_t up = kstage_read_desc_init();
+  up.target_device = kDev0;
+  REQUIRE(read_back(s, q, a, up).values == v);
+}
+
+TEST_CASE("host data a device produces: staging on the host waits for the producer",
+          "[device][sync]") {
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(4);
+  kstage_token_t a = s.token("a");
+  std::vector<float> host = {0, 0, 0, 0};  // pinned memory a device copy fills
+  const std::vector<float> fresh = {1, 2, 3, 4};
+  const uintptr_t producer = kstage_emulated_stream_create(0);
+  const uintptr_t done = kstage_emulated_event_create();
+  SECTION("a sparse write is staged on the host after the event") {
+    kstage_emulated_stream_hold(producer);
+    kstage_emulated_memcpy_async(producer, host.data(), fresh.data(), 16);
+    kstage_emulated_event_record(done, producer);
+    std::thread releaser([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      kstage_emulated_stream_release(producer);
+    });
+    int64_t shape[1] = {4};
+    DLTensor t = tensor(host.data(), f32(), 1, shape, nullptr, DLDevice{kDLCUDAHost, 0});
+    uint32_t index_map[4] = {3, 2, 1, 0};
+    kstage_write_data_t w = write_data(&t);
+    w.index_map = index_map;
+    w.count = 4;
+    w.device_sync = kstage_device_sync_t{producer, done};
+    kstage_op_t op = 0;
+    KS_OK(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+    releaser.join();
+    finish(s, op);
+    seal(s, 1);
+    REQUIRE(read_back(s, q, a).values == std::vector<float>{4, 3, 2, 1});
+  }
+  SECTION("a write rejected by its shape returns at once, whatever the producer") {
+    kstage_emulated_stream_hold(producer);
+    kstage_emulated_event_record(done, producer);
+    int64_t shape[1] = {3};  // 3 rows for 4 prims
+    DLTensor t = tensor(host.data(), f32(), 1, shape, nullptr, DLDevice{kDLCUDAHost, 0});
+    kstage_write_data_t w = write_data(&t);
+    w.device_sync = kstage_device_sync_t{producer, done};
+    kstage_op_t op = 0;
+    KS_FAILS(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+             KSTAGE_INVALID_ARGUMENT, "3 source row(s)");
+    kstage_emulated_stream_release(producer);
+  }
+  kstage_emulated_event_destroy(done);
+  kstage_emulated_stream_destroy(producer);
 }
