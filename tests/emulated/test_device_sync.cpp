@@ -243,10 +243,10 @@ TEST_CASE("a read group's event signals only once the group's data is there", "[
 }
 
 TEST_CASE("kstage_wait returns TIMEOUT for a slow op, then its outcome", "[device][ops]") {
+  std::vector<float> v = {1, 2, 3, 4, 5, 6, 7, 8};  // outlives the stage: an op is released in flight
   DeviceStage s(kDev0);
   kstage_query_t q = s.query(8);
   kstage_token_t a = s.token("a");
-  std::vector<float> v = {1, 2, 3, 4, 5, 6, 7, 8};
   int64_t shape[1] = {8};
   DLTensor t = tensor(v.data(), f32(), 1, shape);
   KernelDelay slow(50000);
@@ -335,10 +335,10 @@ TEST_CASE("destroying a stage with device work in flight loses nothing and leaks
   const size_t live = kstage_emulated_live_bytes(0);
   {
     KernelDelay slow(20000);
+    std::vector<float> v(16, 2.f);  // a client tensor: valid until the op completes
     DeviceStage s(kDev0);
     kstage_query_t q = s.query(16);
     kstage_token_t a = s.token("a"), b = s.token("b");
-    std::vector<float> v(16, 2.f);
     int64_t shape[1] = {16};
     DLTensor t = tensor(v.data(), f32(), 1, shape);
     KS_OK(kstage_release_op(s.stage, write(s, q, a, 1, t)));
