@@ -688,7 +688,10 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
         base = g.pinned ? g.pinned->data() : nullptr;
         for (size_t i = 0; i < n; ++i) start[i] = c.row_offset(rows[i]);
       }
+      // One tensor per row (reserved once: no reallocation while filling).
       g.tensors.reserve(n);
+      g.shapes.reserve(n);
+      g.strides.reserve(n);
       for (size_t i = 0; i < n; ++i) {
         g.tensors.push_back(row_tensor(base ? base + start[i] : nullptr, device, schema.dtype));
         g.shapes.push_back(int64_t(c.row_length(rows[i]) / eb));
