@@ -41,6 +41,7 @@
 
 #include <algorithm>
 #include <cstdarg>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -312,6 +313,8 @@ constexpr uint32_t kFirstWriteDataSize = 80;
 // A struct_size kstage reads the descriptor by (and strides an array by), even when it
 // rejects it for not being a multiple of the struct's alignment.
 bool valid_write_struct_size(uint32_t s) { return s >= kFirstWriteDataSize && s <= 4096; }
+// Where the 0.2 layout's legacy_managed_tensors ends: a caller whose struct reaches it has the field.
+constexpr size_t kLegacyFieldEnd = offsetof(kstage_write_data_t, legacy_managed_tensors) + sizeof(void*);
 
 // Everything one materialised call owns.
 struct Materialised {
@@ -1114,8 +1117,9 @@ struct State {
     w.null_data = chance(2);
     uint32_t size = sizeof(kstage_write_data_t);
     if (chance(8)) {
-      static const uint32_t sizes[] = {0, 1, 8, 79, 81, 88, 96, 4096, 4097, UINT32_MAX, 80};
-      size = sizes[in.ConsumeIntegralInRange<int>(0, 10)];
+      // 80: the first layout; 88: 0.2's (legacy_managed_tensors); 96: 0.3's (residency); 104: newer.
+      static const uint32_t sizes[] = {0, 1, 8, 79, 81, 88, 96, 4096, 4097, UINT32_MAX, 80, 104};
+      size = sizes[in.ConsumeIntegralInRange<int>(0, 11)];
     }
     for (auto& d : w.descs) {
       d.struct_size = size;
@@ -1191,7 +1195,7 @@ struct State {
           // (kstage reads the legacy field only when data[0]'s struct_size is plausible and
           // covers it: a bad one is read as the first layout.)
           box->handed = !w.null_data && (d.is_array || j == 0) &&
-                        !(d.legacy && (w.stride_size < sizeof(kstage_write_data_t) ||
+                        !(d.legacy && (w.stride_size < kLegacyFieldEnd ||
                                        !valid_write_struct_size(w.descs[0].struct_size)));
           // tensor_count beyond what the array holds: whether this entry counts as handed
           // over is up to kstage; it must not run the deleter twice, though.
