@@ -140,6 +140,9 @@ Status transfer(Backend& to, std::byte* dst, Backend& from, const std::byte* src
 
 // Initialise Kokkos unless the application did; if we did, finalise it at
 // process exit after calling `before_finalize` (which must drop all Views).
+// (backends/kokkos_runtime.cpp)
 Status ensure_kokkos_initialized(void (*before_finalize)());
+// Whether Kokkos is initialised and not finalised: buffers (Views) may be released.
+bool kokkos_is_running();
 
 }  // namespace kstage::core

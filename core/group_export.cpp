@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "core/group_export.hpp"
 
-#include <Kokkos_Core.hpp>
+#include "core/backend.hpp"
 
 namespace kstage::core {
 namespace {
@@ -16,7 +16,7 @@ struct ExportContext {
   // not be released any more, so a late deleter frees only the context's
   // storage (no destructors run) and leaks the buffer on purpose.
   static void release(ExportContext* ctx) {
-    if (Kokkos::is_initialized()) {
+    if (kokkos_is_running()) {
       delete ctx;
     } else {
       ::operator delete(static_cast<void*>(ctx));

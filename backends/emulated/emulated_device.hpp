@@ -126,9 +126,10 @@ std::shared_ptr<Event> find_event(uintptr_t handle);
 void unregister_event(uintptr_t handle);
 Stream& default_stream(int32_t ordinal);
 
-// Runs `kernel` on the worker after checking that every pointer in `ptrs`
-// lies in `arena` (else the violation handler is called with `what` and the
-// kernel does not run), with their blocks unpoisoned while it runs.
+// Runs `kernel` (called on a stream's worker, inside its queued work) after
+// checking that every non-null pointer in `ptrs` lies in `arena` (else the
+// violation handler is called with `what` and the kernel does not run), with
+// their blocks unpoisoned while it runs.
 void launch(Arena& arena, const char* what, const std::vector<const void*>& ptrs,
             const std::function<void()>& kernel);
 // The delay every kernel and copy starts with (kstage_emulated_set_kernel_delay_us).

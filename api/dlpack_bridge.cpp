@@ -2,12 +2,13 @@
 // The non-template parts of include/kstage/dlpack.hpp.
 #include <kstage/dlpack.hpp>
 
+#include "core/backend.hpp"
 #include "core/dtype.hpp"
 
 namespace kstage::impl {
 
 const char* device_type_name(int32_t device_type) { return core::device_type_name(device_type); }
 std::string dtype_name(DLDataType t) { return core::dtype_string(t); }
-bool kokkos_is_initialized() { return Kokkos::is_initialized(); }
+bool kokkos_is_initialized() { return core::kokkos_is_running(); }
 
 }  // namespace kstage::impl

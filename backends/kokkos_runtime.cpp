@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Kokkos lifetime for a library without main(): initialise only if the
+// The Kokkos runtime (in backends/: the engine in core/ names Kokkos only in
+// its kernel templates). Kokkos lifetime for a library without main(): initialise only if the
 // application has not (Kokkos 4+ aborts on double initialisation, and a
 // ScopeGuard would do that), and finalise at exit only what we initialised,
 // after `before_finalize` has released every View we own.
@@ -35,5 +36,7 @@ Status ensure_kokkos_initialized(void (*before_finalize)()) {
   });
   return Status::OK();
 }
+
+bool kokkos_is_running() { return Kokkos::is_initialized(); }
 
 }  // namespace kstage::core
