@@ -24,6 +24,9 @@ template <>
 struct Layout<kstage_write_data_t> {
   static constexpr const char* name = "kstage_write_data_t";
   static constexpr size_t first = 80;
+  // Where each released layout ends (0.1, 0.2 legacy_managed_tensors, 0.3
+  // residency): a best-effort read copies whole layouts, never half a field.
+  static constexpr size_t layouts[] = {80, 88, 96};
 };
 template <>
 struct Layout<kstage_read_desc_t> {
@@ -45,6 +48,10 @@ static_assert(sizeof(kstage_read_desc_t) ==
 static_assert(sizeof(kstage_map_desc_t) ==
               offsetof(kstage_map_desc_t, reserved) + sizeof(kstage_map_desc_t::reserved));
 static_assert(Layout<kstage_write_data_t>::first <= sizeof(kstage_write_data_t));
+static_assert(Layout<kstage_write_data_t>::layouts[2] == sizeof(kstage_write_data_t),
+              "a new kstage_write_data_t layout must be listed in Layout<>::layouts");
+static_assert(Layout<kstage_write_data_t>::layouts[1] ==
+              offsetof(kstage_write_data_t, legacy_managed_tensors) + sizeof(void*));
 static_assert(Layout<kstage_read_desc_t>::first <= sizeof(kstage_read_desc_t));
 static_assert(Layout<kstage_map_desc_t>::first <= sizeof(kstage_map_desc_t));
 static_assert(Layout<kstage_config_t>::first <= sizeof(kstage_config_t));
@@ -153,10 +160,14 @@ Status read_write_descriptors(const kstage_write_data_t* in, uint64_t n,
   // but never past one stride.
   const bool plausible = size >= Layout<T>::first && size <= kMaxStructSize;
   const size_t stride = plausible ? size : sizeof(T);
-  // What the best effort copies: whole fields only -- this header's struct
-  // when the caller's (plausible) size holds it, else the first layout,
-  // which every caller has (a struct_size of 0 may come from any header).
-  const size_t known = plausible && stride >= sizeof(T) ? sizeof(T) : Layout<T>::first;
+  // What the best effort copies: whole fields only -- the largest released
+  // layout the caller's (plausible) size holds, else the first layout, which
+  // every caller has (a struct_size of 0 may come from any header). Its
+  // managed tensors are then all found and deleted.
+  size_t known = Layout<T>::first;
+  if (plausible)
+    for (size_t end : Layout<T>::layouts)
+      if (end <= stride) known = end;
   out.resize(n);
   for (uint64_t i = 0; i < n; ++i) {
     const unsigned char* d = base + i * stride;

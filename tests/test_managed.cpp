@@ -877,6 +877,41 @@ kstage_write_data_t legacy_data(DLManagedTensor* const* tensors, uint64_t n, boo
 
 }  // namespace
 
+TEST_CASE("a 0.2-layout caller's rejected batch still deletes its legacy tensors exactly once",
+          "[managed][legacy][abi][errors]") {
+  // 88-byte descriptors (0.2: legacy_managed_tensors, no residency), strided by
+  // 88 bytes. data[0] is bad, so data[1] is read best effort: the whole 0.2
+  // layout, legacy field included (found by fuzzing: only the first 80 bytes
+  // were read, and the tensor leaked).
+  ledger.reset();
+  Stage s(host_execution());
+  auto prims = s.paths("/old", 2);
+  kstage_query_t q = s.query(prims);
+  const kstage_token_t attrs[2] = {s.token("a"), s.token("b")};
+  const std::string before = s.fingerprint(q, {attrs[0], attrs[1]});
+  std::vector<float> v = {1, 2};
+  int64_t shape[1] = {2};
+  DLTensor t = tensor(v.data(), f32(), 1, shape);
+  MadeLegacy m = legacy_f32({3, 4});
+  DLManagedTensor* list[1] = {m.t};
+  constexpr size_t k02 = 88;
+  std::vector<unsigned char> raw(2 * k02);
+  kstage_write_data_t d0 = write_data(&t);
+  d0.struct_size = k02;
+  d0.reserved[4] = 1;
+  kstage_write_data_t d1 = legacy_data(list, 1);
+  d1.struct_size = k02;
+  std::memcpy(raw.data(), &d0, k02);
+  std::memcpy(raw.data() + k02, &d1, k02);
+  kstage_op_t op = 0;
+  KS_FAILS(kstage_write_attributes(s.stage, q, attrs,
+                                   reinterpret_cast<const kstage_write_data_t*>(raw.data()), 2, 1,
+                                   KSTAGE_PRIM_MODE_UPSERT, &op),
+           KSTAGE_INVALID_ARGUMENT, "data[0].reserved[4] is 1");
+  REQUIRE(ledger.of(m.id) == 1);
+  REQUIRE(s.fingerprint(q, {attrs[0], attrs[1]}) == before);
+}
+
 TEST_CASE("a legacy producer's dense write is adopted, never written into, and deleted once",
           "[host_adoption][managed][legacy]") {
   ledger.reset();
