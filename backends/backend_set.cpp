@@ -19,11 +19,6 @@ class StageBackends final : public BackendSet {
   StageBackends(const kstage_config_t& config, std::unique_ptr<Backend> host)
       : config_(config), host_(std::move(host)) {}
 
-  ~StageBackends() override {
-    // Device work in flight reads buffers the stage is about to drop.
-    for (Backend* b : active()) b->fence();
-  }
-
   Backend& host() override { return *host_; }
 
   Result<Backend*> residency_for(DLDevice source) override {

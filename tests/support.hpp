@@ -159,10 +159,16 @@ inline std::vector<float> as_floats(const std::vector<unsigned char>& bytes) {
 
 class Stage {
  public:
-  explicit Stage(kstage_host_execution_t exec = KSTAGE_HOST_EXECUTION_DEFAULT) {
+  // `residency`: config.residency (null: the residency under test).
+  explicit Stage(kstage_host_execution_t exec = KSTAGE_HOST_EXECUTION_DEFAULT,
+                 const DLDevice* residency = nullptr) {
     kstage_config_t config = kstage_config_init();
     config.host_execution = exec;
-    if (kOnDevice) config.residency = kResidency;
+    if (residency) {
+      config.residency = *residency;
+    } else if (kOnDevice) {
+      config.residency = kResidency;
+    }
     KS_OK(kstage_create(&config, &stage));
   }
   ~Stage() {
@@ -333,6 +339,24 @@ class Stage {
   kstage_stage_t stage = 0;
 };
 
+
+// A stage with one float32 column "x" = {1, 2, 3} over the prims
+// "<prefix>_0..2" (query q), sealed at ordinal 1: the state that tests of
+// rejected calls compare against.
+struct SealedColumn {
+  explicit SealedColumn(const std::string& prefix)
+      : prims(s.paths(prefix, 3)), q(s.query(prims)), x(s.token("x")) {
+    KS_OK(s.write(q, x, 1, write_data(&t)));
+    s.seal(1);
+  }
+  Stage s{host_execution()};
+  std::vector<kstage_path_t> prims;
+  kstage_query_t q;
+  kstage_token_t x;
+  std::vector<float> values = {1, 2, 3};
+  int64_t shape[1] = {3};
+  DLTensor t = tensor(values.data(), f32(), 1, shape);
+};
 
 // One float per prim: the sealed values of `attr` over `q` (prims without it absent).
 inline std::map<kstage_path_t, float> scalars(Stage& s, kstage_query_t q, kstage_token_t attr) {

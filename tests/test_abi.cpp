@@ -65,19 +65,9 @@ struct Newer {
 };
 
 // Stage with one float32 column "x" over 3 prims, sealed at 1.
-struct Fixture {
-  Stage s{host_execution()};
-  std::vector<kstage_path_t> prims = s.paths("/abi", 3);
-  kstage_query_t q = s.query(prims);
-  kstage_token_t x = s.token("x");
+struct Fixture : SealedColumn {
   kstage_token_t y = s.token("y");
-  std::vector<float> values = {1, 2, 3};
-  int64_t shape[1] = {3};
-  DLTensor t = tensor(values.data(), f32(), 1, shape);
-  Fixture() {
-    KS_OK(s.write(q, x, 1, write_data(&t)));
-    s.seal(1);
-  }
+  Fixture() : SealedColumn("/abi") {}
   std::string state() { return s.fingerprint(q, {x, y}); }
   kstage_status_t write(const kstage_write_data_t* d, uint64_t n, uint64_t ordinal) {
     const kstage_token_t attrs[2] = {x, y};

@@ -13,18 +13,8 @@ namespace {
 constexpr kstage_device_sync_t kNoSync{0, 0};
 const kstage_device_sync_t kSyncs[] = {{0, 0x7}, {1, 0}, {0xdead0, 0xbeef0}};
 
-struct Fixture {
-  Stage s{host_execution()};
-  std::vector<kstage_path_t> prims = s.paths("/dev", 3);
-  kstage_query_t q = s.query(prims);
-  kstage_token_t x = s.token("x");
-  std::vector<float> values = {1, 2, 3};
-  int64_t shape[1] = {3};
-  DLTensor t = tensor(values.data(), f32(), 1, shape);
-  Fixture() {
-    KS_OK(s.write(q, x, 1, write_data(&t)));
-    s.seal(1);
-  }
+struct Fixture : SealedColumn {
+  Fixture() : SealedColumn("/dev") {}
   std::string state() { return s.fingerprint(q, {x}); }
 };
 
@@ -162,4 +152,24 @@ TEST_CASE("unmapping host buffers takes done_sync {0, 0}; a rejected unmap keeps
   f.s.seal(2);
   REQUIRE(f.s.floats(f.q, f.x) == std::map<kstage_path_t, std::vector<float>>{
                                       {f.prims[0], {40}}, {f.prims[1], {41}}, {f.prims[2], {42}}});
+}
+
+TEST_CASE("the host is device 0: other CPU ordinals are refused, naming the device",
+          "[devices][residency]") {
+  kstage_config_t c = kstage_config_init();
+  c.residency = DLDevice{kDLCPU, 1};
+  kstage_stage_t st = 0;
+  KS_FAILS(kstage_create(&c, &st), KSTAGE_INVALID_ARGUMENT, "device kDLCPU:1: the host is device 0");
+  REQUIRE(st == 0);
+  Fixture f;
+  const std::string before = f.state();
+  kstage_read_desc_t d = kstage_read_desc_init();
+  d.target_device = DLDevice{kDLCPU, 2};
+  kstage_read_t r = 0;
+  KS_FAILS(kstage_read_attributes(f.s.stage, f.q, &f.x, 1, &d, &r), KSTAGE_INVALID_ARGUMENT,
+           "device kDLCPU:2: the host is device 0");
+  d.target_device = DLDevice{kDLCPU, 0};  // the host, named
+  KS_OK(kstage_read_attributes(f.s.stage, f.q, &f.x, 1, &d, &r));
+  KS_OK(kstage_release_read(f.s.stage, r));
+  REQUIRE(f.state() == before);
 }

@@ -141,10 +141,7 @@ class EmulatedBackend final : public core::Backend {
     auto snapshot = std::make_shared<std::vector<std::byte>>(
         static_cast<const std::byte*>(host), static_cast<const std::byte*>(host) + bytes);
     std::byte* dst = b->data();
-    Arena* arena = &shared_->arena;
-    shared_->stream->enqueue([arena, dst, snapshot] {
-      launch(*arena, "upload", {dst}, [&] { std::memcpy(dst, snapshot->data(), snapshot->size()); });
-    });
+    enqueue("upload", {dst}, [dst, snapshot] { std::memcpy(dst, snapshot->data(), snapshot->size()); });
     return b;
   }
 

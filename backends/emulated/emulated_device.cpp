@@ -269,17 +269,46 @@ bool Event::wait(uint64_t timeout_ns) {
 // Handles
 
 namespace {
-// Handles are numbers from a counter, never addresses: a handle whose
+// Handles are numbers from one counter, never addresses: a handle whose
 // object is gone stays unknown even when a new object takes its address.
-struct Handles {
-  std::mutex mutex;
-  uintptr_t next = 0x10000;  // far from 0 and 1 (none, the default stream)
-  std::unordered_map<uintptr_t, std::shared_ptr<Stream>> streams;
-  std::unordered_map<uintptr_t, std::shared_ptr<Event>> events;
+std::atomic<uintptr_t> g_next_handle{0x10000};  // far from 0 and 1 (none, the default stream)
+
+template <class T>
+class HandleTable {
+ public:
+  uintptr_t add(std::shared_ptr<T> v) {
+    const uintptr_t h = g_next_handle.fetch_add(16) + 16;
+    std::lock_guard lock(mutex_);
+    items_.emplace(h, std::move(v));
+    return h;
+  }
+  std::shared_ptr<T> find(uintptr_t h) {
+    std::lock_guard lock(mutex_);
+    auto it = items_.find(h);
+    return it == items_.end() ? nullptr : it->second;
+  }
+  void remove(uintptr_t h) {
+    std::shared_ptr<T> doomed;  // destroyed (a stream: joined) after the lock is released
+    std::lock_guard lock(mutex_);
+    if (auto it = items_.find(h); it != items_.end()) {
+      doomed = std::move(it->second);
+      items_.erase(it);
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<uintptr_t, std::shared_ptr<T>> items_;
 };
-Handles& handles() {
-  static Handles* h = new Handles;  // outlives every stage
-  return *h;
+
+// Never destroyed: they outlive every stage.
+HandleTable<Stream>& streams() {
+  static auto* t = new HandleTable<Stream>;
+  return *t;
+}
+HandleTable<Event>& events() {
+  static auto* t = new HandleTable<Event>;
+  return *t;
 }
 }  // namespace
 
@@ -288,46 +317,15 @@ Stream& default_stream(int32_t ordinal) {
   return *streams[ordinal];
 }
 
-uintptr_t register_stream(std::shared_ptr<Stream> s) {
-  std::lock_guard lock(handles().mutex);
-  const uintptr_t h = handles().next += 16;
-  handles().streams.emplace(h, std::move(s));
-  return h;
-}
-
+uintptr_t register_stream(std::shared_ptr<Stream> s) { return streams().add(std::move(s)); }
 std::shared_ptr<Stream> find_stream(uintptr_t handle) {
   if (handle == 1) return std::shared_ptr<Stream>(&default_stream(0), [](Stream*) {});
-  std::lock_guard lock(handles().mutex);
-  auto it = handles().streams.find(handle);
-  return it == handles().streams.end() ? nullptr : it->second;
+  return streams().find(handle);
 }
-
-void unregister_stream(uintptr_t handle) {
-  std::shared_ptr<Stream> doomed;  // destroyed (joined) outside the lock
-  std::lock_guard lock(handles().mutex);
-  auto it = handles().streams.find(handle);
-  if (it == handles().streams.end()) return;
-  doomed = std::move(it->second);
-  handles().streams.erase(it);
-}
-
-uintptr_t register_event(std::shared_ptr<Event> e) {
-  std::lock_guard lock(handles().mutex);
-  const uintptr_t h = handles().next += 16;
-  handles().events.emplace(h, std::move(e));
-  return h;
-}
-
-std::shared_ptr<Event> find_event(uintptr_t handle) {
-  std::lock_guard lock(handles().mutex);
-  auto it = handles().events.find(handle);
-  return it == handles().events.end() ? nullptr : it->second;
-}
-
-void unregister_event(uintptr_t handle) {
-  std::lock_guard lock(handles().mutex);
-  handles().events.erase(handle);
-}
+void unregister_stream(uintptr_t handle) { streams().remove(handle); }
+uintptr_t register_event(std::shared_ptr<Event> e) { return events().add(std::move(e)); }
+std::shared_ptr<Event> find_event(uintptr_t handle) { return events().find(handle); }
+void unregister_event(uintptr_t handle) { events().remove(handle); }
 
 // ---------------------------------------------------------------------------
 // Launches

@@ -25,35 +25,15 @@ constexpr DLDevice kDev0 = {DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), 0};
 constexpr DLDevice kDev1 = {DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), 1};
 constexpr DLDevice kHost = {kDLCPU, 0};
 
-// A stage whose new columns live on `residency` ({0, 0}: where the data lives).
-struct DeviceStage {
-  explicit DeviceStage(DLDevice residency, kstage_host_execution_t exec = host_execution()) {
-    kstage_config_t c = kstage_config_init();
-    c.host_execution = exec;
-    c.residency = residency;
-    KS_OK(kstage_create(&c, &stage));
-  }
-  ~DeviceStage() {
-    if (stage) kstage_destroy(stage);
-  }
-  kstage_token_t token(const char* s) {
-    kstage_token_t t = 0;
-    KS_OK(kstage_intern_token(stage, s, KSTAGE_NUL_TERMINATED, &t));
-    return t;
-  }
+// A stage whose new columns live on `residency` ({0, 0}: where the data
+// lives), and the prims of its last query(n).
+struct DeviceStage : Stage {
+  explicit DeviceStage(DLDevice residency) : Stage(host_execution(), &residency) {}
   kstage_query_t query(size_t n) {
-    std::vector<kstage_path_t> p;
-    for (size_t i = 0; i < n; ++i) {
-      const std::string s = "/p" + std::to_string(i);
-      kstage_path_t id = 0;
-      KS_OK(kstage_intern_path(stage, s.c_str(), s.size(), &id));
-      p.push_back(id);
-    }
-    kstage_query_t q = 0;
-    KS_OK(kstage_query_paths(stage, p.data(), p.size(), &q));
-    return q;
+    prims = paths("/p", n);
+    return Stage::query(prims);
   }
-  kstage_stage_t stage = 0;
+  std::vector<kstage_path_t> prims;
 };
 
 // Device memory holding `values`, freed with the object.
@@ -554,19 +534,8 @@ TEST_CASE("index arrays reach the device once per call; a cached row map is uplo
   finish(s, write(s, q, a, 1, t));
   seal(s, 1);
   // Another order of the same prims: every tick scatters through its row map.
-  std::vector<kstage_path_t> rev;
-  {
-    kstage_path_list_t list = 0;
-    KS_OK(kstage_query_get_paths(s.stage, q, &list));
-    const kstage_path_t* ids = nullptr;
-    uint64_t n = 0;
-    KS_OK(kstage_path_list_get(s.stage, list, &ids, &n));
-    rev.assign(ids, ids + n);
-    std::reverse(rev.begin(), rev.end());
-    KS_OK(kstage_path_list_release(s.stage, list));
-  }
-  kstage_query_t qr = 0;
-  KS_OK(kstage_query_paths(s.stage, rev.data(), rev.size(), &qr));
+  const std::vector<kstage_path_t> rev(s.prims.rbegin(), s.prims.rend());
+  kstage_query_t qr = s.Stage::query(rev);
   std::vector<uint64_t> uploads;
   for (uint64_t tick = 2; tick < 6; ++tick) {
     for (size_t i = 0; i < v.size(); ++i) v[i] = float(tick * 100 + i);
@@ -627,18 +596,8 @@ TEST_CASE("device sources: masks, index maps and ragged rows on the device", "[d
     p.index_map = index_map;
     p.count = 3;
     // Fresh prims 3..5 get rows cut from the packed tensor, in reverse.
-    std::vector<kstage_path_t> tail;
-    {
-      kstage_path_list_t list = 0;
-      KS_OK(kstage_query_get_paths(s.stage, q, &list));
-      const kstage_path_t* ids = nullptr;
-      uint64_t n = 0;
-      KS_OK(kstage_path_list_get(s.stage, list, &ids, &n));
-      tail.assign(ids + 3, ids + 6);
-      KS_OK(kstage_path_list_release(s.stage, list));
-    }
-    kstage_query_t qt = 0;
-    KS_OK(kstage_query_paths(s.stage, tail.data(), tail.size(), &qt));
+    const std::vector<kstage_path_t> all = s.prims;
+    kstage_query_t qt = s.Stage::query({all.begin() + 3, all.end()});
     KS_OK(kstage_write_attribute(s.stage, qt, r, 2, &p, KSTAGE_PRIM_MODE_UPSERT, &op));
     finish(s, op);
     seal(s, 2);
