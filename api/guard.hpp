@@ -15,6 +15,8 @@ kstage_status_t guard(Body&& body) noexcept {
   try {
     Status st = body();
     return st.ok() ? KSTAGE_OK : fail(st.code(), st.message());
+  } catch (const DeviceFault& e) {
+    return fail(KSTAGE_DEVICE_ERROR, e.what());
   } catch (const std::bad_alloc&) {
     return fail(KSTAGE_OUT_OF_MEMORY, "out of memory");
   } catch (const std::exception& e) {

@@ -57,11 +57,11 @@ uint32_t kstage_version(void) {
 kstage_status_t kstage_create(const kstage_config_t* config, kstage_stage_t* stage) {
   return guard([&]() -> Status {
     KSTAGE_RETURN_NOT_OK(need(stage, "stage"));
-    KSTAGE_RETURN_NOT_OK(core::ensure_kokkos_initialized(&destroy_all_stages_at_exit));
     kstage_config_t c = kstage_config_init();  // NULL: the defaults
     if (config) {
       KSTAGE_ASSIGN_OR_RETURN(c, read_descriptor(config, "config"));
     }
+    KSTAGE_RETURN_NOT_OK(core::ensure_kokkos_initialized(&destroy_all_stages_at_exit, c.residency));
     auto entry = std::make_shared<StageEntry>();
     KSTAGE_ASSIGN_OR_RETURN(entry->engine, core::Stage::create(c));
     *stage = register_stage(std::move(entry));

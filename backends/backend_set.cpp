@@ -23,6 +23,10 @@ class StageBackends final : public BackendSet {
 
   Result<Backend*> residency_for(DLDevice source) override {
     if (host_->can_access(source) && is_host_memory(source.device_type)) return host_.get();
+    // Memory both sides read (CUDA managed): the column lives on the device.
+    for (const BackendFactory* f : registered_backends())
+      if (f->managed_device_type != 0 && f->managed_device_type == int32_t(source.device_type))
+        return for_device(DLDevice{DLDeviceType(f->device_type), source.device_id});
     return for_device(source);
   }
 

@@ -17,14 +17,29 @@ bool g_we_initialized = false;
 void (*g_before_finalize)() = nullptr;
 }  // namespace
 
-Status ensure_kokkos_initialized(void (*before_finalize)()) {
+Status ensure_kokkos_initialized(void (*before_finalize)(), DLDevice residency) {
   static std::mutex mutex;
   std::lock_guard lock(mutex);
   if (Kokkos::is_initialized()) return Status::OK();
   if (g_we_initialized)
     return error(KSTAGE_INTERNAL, "Kokkos was already finalized; it cannot be initialized again");
+  // Kokkos runs one GPU per process: the first stage's residency picks it
+  // (an MPI rank's device, say). Otherwise Kokkos' own choice (its
+  // --kokkos-device-id and environment, else device 0).
+  const bool on_gpu = residency.device_type == kDLCUDA || residency.device_type == kDLCUDAManaged ||
+                      residency.device_type == kDLROCM;
   try {
-    Kokkos::initialize();
+    if (on_gpu && residency.device_id >= 0) {
+#if KOKKOS_VERSION >= 30700
+      Kokkos::initialize(Kokkos::InitializationSettings().set_device_id(residency.device_id));
+#else
+      Kokkos::InitArguments args;
+      args.device_id = residency.device_id;
+      Kokkos::initialize(args);
+#endif
+    } else {
+      Kokkos::initialize();
+    }
   } catch (const std::exception& e) {
     return error(KSTAGE_DEVICE_ERROR, "Kokkos::initialize failed: %s", e.what());
   }

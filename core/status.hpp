@@ -6,11 +6,20 @@
 
 #include <kstage/kstage.h>
 
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <variant>
 
 namespace kstage {
+
+// A device runtime refused work it was given with valid arguments (a fault,
+// not bad input): thrown from deep inside an enqueue, turned into
+// KSTAGE_DEVICE_ERROR by the C API's guard.
+class DeviceFault : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 class [[nodiscard]] Status {
  public:

@@ -395,6 +395,12 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
       return Status(b.status().code(), tensor_name(d, 0) + ": " + b.status().message());
     stager = b.value();
   }
+  // The source's memory is where its DLDevice says, where the backend can
+  // tell (a GPU runtime knows each pointer's device; never assume device 0).
+  // The first and last tensors: one runtime query each, not one per row.
+  for (size_t i : {size_t(0), src.size() - 1})
+    if (src[i].base)
+      KSTAGE_RETURN_NOT_OK(stager->check_memory(src[i].base, src[i].device, tensor_name(d, i)));
   // Checks that move no data come first, so that a rejected write queues nothing.
   uint64_t wanted = 0;
   bool packed = false;

@@ -30,6 +30,14 @@
 # Optional (only with `--tsan` or KSTAGE_SETUP_TSAN=1): the ThreadSanitizer leg (preset `tsan`)
 #   - a Serial-only Kokkos built with g++ -fsanitize=thread in $KSTAGE_DEPS_DIR/kokkos-tsan, so
 #     that the reference counts of Kokkos Views are instrumented too.
+# Optional (only with `--cuda` or KSTAGE_SETUP_CUDA=1): the CUDA build (preset `cuda`)
+#   - Kokkos with CUDA (Hopper sm_90 machine code, Ampere sm_80), OpenMP and Serial, shared (one
+#     Kokkos per process, as with the default build), in $KSTAGE_DEPS_DIR/kokkos-cuda (~2 min on
+#     2 cores), compiled by its
+#     nvcc_wrapper with the machine's nvcc. CUDA 13 needs backends/cuda/cuda13_compat.h, which
+#     the installed KokkosCore_config.h includes (Kokkos 3.4 predates CUDA 13); sm_90 is added through NVCC_APPEND_FLAGS because
+#     nvcc_wrapper takes one -arch only, and Kokkos 3.4 aborts on a GPU whose major
+#     architecture differs from the code's.
 # These Kokkos variants are built from Trilinos' Kokkos even when Kokkos_ROOT is set.
 #
 # Environment:
@@ -38,6 +46,8 @@
 #   KSTAGE_SETUP_JAX  1 = also make the JAX test venv (same as --jax)
 #   KSTAGE_SETUP_FUZZ 1 = also get the fuzz leg's tools and Kokkos (same as --fuzz)
 #   KSTAGE_SETUP_TSAN 1 = also build the TSan Kokkos (same as --tsan)
+#   KSTAGE_SETUP_CUDA 1 = also build the CUDA Kokkos (same as --cuda)
+#   KSTAGE_NVCC       the nvcc to use for --cuda (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc)
 #   Kokkos_ROOT       use this Kokkos installation; no Kokkos is built
 #   KSTAGE_APT_URI    override the Debian archive URI found in the apt configuration
 #   KSTAGE_JOBS       parallel build jobs for Kokkos (default: nproc)
@@ -61,6 +71,7 @@ USR_PREFIX=$DEPS_DIR/usr-prefix
 KOKKOS_PREFIX=$DEPS_DIR/kokkos
 KOKKOS_SERIAL_PREFIX=$DEPS_DIR/kokkos-serial
 KOKKOS_TSAN_PREFIX=$DEPS_DIR/kokkos-tsan
+KOKKOS_CUDA_PREFIX=$DEPS_DIR/kokkos-cuda
 STAMP_DIR=$DEPS_DIR/stamps
 WORK_DIR=$DEPS_DIR/work
 LOG_DIR=$DEPS_DIR/logs
@@ -125,6 +136,12 @@ KOKKOS_TSAN_CMAKE_ARGS=(
   -DKokkos_ENABLE_SERIAL=ON
   "${KOKKOS_COMMON_ARGS[@]}"
 )
+
+# The CUDA variant. Its compiler (nvcc_wrapper, from the extracted source) and the compat
+# header's path are filled in by kokkos_cuda_dep.
+KOKKOS_CUDA_RECIPE=3
+KOKKOS_CUDA_ARCH_FLAGS="-gencode=arch=compute_90,code=sm_90"
+CUDA_COMPAT_HEADER=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/backends/cuda/cuda13_compat.h
 
 SECONDS=0
 
@@ -358,6 +375,22 @@ kokkos_force_gnu_atomics() {
 EOF
 }
 
+# Kokkos 3.4 (and 4.x before 4.7) against CUDA >= 13: backends/cuda/cuda13_compat.h goes into the
+# installed include folder and the generated KokkosCore_config.h includes it, so that Kokkos' own
+# sources and every translation unit that includes Kokkos see it first (it does nothing for
+# CUDA < 13 or a host compiler). Called between configure and build, with the build folder.
+kokkos_cuda13_compat() {
+  local bld=$1 prefix=$2 config=$1/KokkosCore_config.h
+  [ -f "$config" ] || die "kokkos-cuda: $config missing after configure"
+  mkdir -p "$prefix/include"
+  cp "$CUDA_COMPAT_HEADER" "$prefix/include/kstage_cuda13_compat.h"
+  cat >> "$config" <<EOF
+
+/* Added by kstage scripts/setup.sh --cuda: the CUDA 13 runtime signatures Kokkos < 4.7 calls. */
+#include "$prefix/include/kstage_cuda13_compat.h"
+EOF
+}
+
 # kokkos_build <stamp-name> <prefix> <recipe-key> <description> <cmake args...>
 kokkos_build() {
   local name=$1 prefix=$2 key=$3 what=$4; shift 4
@@ -372,12 +405,13 @@ kokkos_build() {
   log "$name: configuring ($what)"
   cmake -S "$src" -B "$bld" "$@" >"$LOG_DIR/$name-configure.log" 2>&1 \
     || { tail -n 40 "$LOG_DIR/$name-configure.log" >&2; die "$name: configure failed (log: $LOG_DIR/$name-configure.log)"; }
+  if [ -n "${KOKKOS_POST_CONFIGURE:-}" ]; then "$KOKKOS_POST_CONFIGURE" "$bld" "$prefix"; fi
   log "$name: building with $JOBS jobs"
   cmake --build "$bld" -j "$JOBS" >"$LOG_DIR/$name-build.log" 2>&1 \
     || { tail -n 40 "$LOG_DIR/$name-build.log" >&2; die "$name: build failed (log: $LOG_DIR/$name-build.log)"; }
   cmake --install "$bld" >"$LOG_DIR/$name-install.log" 2>&1 \
     || { tail -n 40 "$LOG_DIR/$name-install.log" >&2; die "$name: install failed"; }
-  if [ "$name" != kokkos ]; then kokkos_force_gnu_atomics "$prefix"; fi
+  case $name in kokkos-serial|kokkos-tsan) kokkos_force_gnu_atomics "$prefix" ;; esac
 
   local ver
   ver=$(sed -n 's/^set(PACKAGE_VERSION "\(.*\)")/\1/p' "$prefix/lib/cmake/Kokkos/KokkosConfigVersion.cmake" | head -n1)
@@ -415,6 +449,40 @@ kokkos_tsan_dep() {
   cxx_id=$(g++ --version 2>/dev/null | head -n1 || echo unknown)
   local key="kokkos-tsan src=trilinos=$TRILINOS_SRC_VERSION recipe=$KOKKOS_TSAN_RECIPE cxx=$cxx_id args=${KOKKOS_TSAN_CMAKE_ARGS[*]}"
   kokkos_build kokkos-tsan "$KOKKOS_TSAN_PREFIX" "$key" "Serial only, GNU atomics, ThreadSanitizer" "${KOKKOS_TSAN_CMAKE_ARGS[@]}"
+}
+
+# nvcc: KSTAGE_NVCC, else PATH, else the toolkit's default location.
+find_nvcc() {
+  local n=${KSTAGE_NVCC:-}
+  if [ -z "$n" ]; then n=$(command -v nvcc 2>/dev/null || true); fi
+  if [ -z "$n" ] && [ -x /usr/local/cuda/bin/nvcc ]; then n=/usr/local/cuda/bin/nvcc; fi
+  [ -n "$n" ] && [ -x "$n" ] || die "cuda: no nvcc found (set KSTAGE_NVCC or put the CUDA toolkit's bin/ on PATH)"
+  printf '%s\n' "$n"
+}
+
+kokkos_cuda_dep() {
+  local nvcc cuda_bin cuda_ver compat_sum key
+  nvcc=$(find_nvcc)
+  cuda_bin=$(dirname "$nvcc")
+  cuda_ver=$("$nvcc" --version | sed -n 's/.*release \([0-9.]*\),.*/\1/p')
+  [ -f "$CUDA_COMPAT_HEADER" ] || die "cuda: $CUDA_COMPAT_HEADER missing"
+  compat_sum=$(sha256sum "$CUDA_COMPAT_HEADER" | cut -c1-16)
+  local args=(
+    -DCMAKE_BUILD_TYPE=Release
+    -DCMAKE_INSTALL_PREFIX="$KOKKOS_CUDA_PREFIX"
+    -DCMAKE_INSTALL_LIBDIR=lib
+    -DCMAKE_CXX_COMPILER="$WORK_DIR/kokkos-src/bin/nvcc_wrapper"
+    -DCMAKE_CXX_FLAGS=-arch=sm_80
+    -DKokkos_ENABLE_CUDA=ON
+    -DKokkos_ENABLE_CUDA_LAMBDA=ON
+    -DKokkos_ARCH_AMPERE80=ON
+    -DKokkos_ENABLE_OPENMP=ON
+    -DKokkos_ENABLE_SERIAL=ON
+    "${KOKKOS_COMMON_ARGS[@]}"
+  )
+  key="kokkos-cuda src=trilinos=$TRILINOS_SRC_VERSION recipe=$KOKKOS_CUDA_RECIPE cuda=$cuda_ver compat=$compat_sum gencode=$KOKKOS_CUDA_ARCH_FLAGS args=${args[*]}"
+  PATH="$cuda_bin:$PATH" NVCC_APPEND_FLAGS="$KOKKOS_CUDA_ARCH_FLAGS" \
+    KOKKOS_POST_CONFIGURE=kokkos_cuda13_compat kokkos_build kokkos-cuda "$KOKKOS_CUDA_PREFIX" "$key" "CUDA $cuda_ver sm_80+sm_90, OpenMP, Serial" "${args[@]}"
 }
 
 # --------------------------------------------------------------------------------------------
@@ -468,15 +536,16 @@ jax_venv() {
 
 # --------------------------------------------------------------------------------------------
 main() {
-  local perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} tsan=${KSTAGE_SETUP_TSAN:-0} arg
+  local perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} tsan=${KSTAGE_SETUP_TSAN:-0} cuda=${KSTAGE_SETUP_CUDA:-0} arg
   for arg in "$@"; do
     case $arg in
       --perf) perf=1 ;;
       --jax) jax=1 ;;
       --fuzz) fuzz=1 ;;
       --tsan) tsan=1 ;;
+      --cuda) cuda=1 ;;
       -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
-      *) die "unknown argument '$arg' (known: --perf, --jax, --fuzz, --tsan)" ;;
+      *) die "unknown argument '$arg' (known: --perf, --jax, --fuzz, --tsan, --cuda)" ;;
     esac
   done
   ensure_tools
@@ -493,6 +562,7 @@ main() {
   kokkos_dep
   if [ "$fuzz" = 1 ]; then kokkos_serial_dep; fi
   if [ "$tsan" = 1 ]; then kokkos_tsan_dep; fi
+  if [ "$cuda" = 1 ]; then kokkos_cuda_dep; fi
   kokkos_source_cleanup
   apt_private_cleanup
   if [ "$perf" = 1 ]; then perf_venv; fi
@@ -521,6 +591,9 @@ main() {
   fi
   if [ "$tsan" = 1 ]; then
     echo "tsan preset Kokkos_ROOT=$KOKKOS_TSAN_PREFIX"
+  fi
+  if [ "$cuda" = 1 ]; then
+    echo "cuda preset Kokkos_ROOT=$KOKKOS_CUDA_PREFIX"
   fi
 }
 

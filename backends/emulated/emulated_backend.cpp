@@ -183,10 +183,7 @@ class EmulatedBackend final : public core::Backend {
 
   void masked_gather(const core::kernels::MaskedGather& c) override {
     // The mask and `selected` are host memory: select here, then gather.
-    size_t k = 0;
-    for (size_t w = 0, words = (c.n + 63) / 64; w < words; ++w)
-      for (uint64_t bits = core::kernels::mask_word(c.mask, c.n, w); bits; bits &= bits - 1)
-        c.selected[k++] = uint32_t(w * 64 + size_t(__builtin_ctzll(bits)));
+    const size_t k = core::kernels::select_mask_bits(c.mask, c.n, c.selected);
     if (!c.dst) return;
     core::kernels::RowCopy r;
     r.dst = c.dst;

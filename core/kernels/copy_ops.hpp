@@ -67,6 +67,17 @@ inline size_t mask_popcount(const uint64_t* mask, size_t n) {
   return k;
 }
 
+// The positions of the set bits of mask[0, n), in increasing order, into
+// `selected` (host memory); returns how many. What a device backend does on
+// the host before its gather, since the mask is host memory.
+inline size_t select_mask_bits(const uint64_t* mask, size_t n, uint32_t* selected) {
+  size_t k = 0;
+  for (size_t w = 0, words = (n + 63) / 64; w < words; ++w)
+    for (uint64_t bits = mask_word(mask, n, w); bits; bits &= bits - 1)
+      selected[k++] = uint32_t(w * 64 + size_t(__builtin_ctzll(bits)));
+  return k;
+}
+
 // Ragged pack/unpack: for each row i in [0, n), copy bytes[i] bytes from
 // src_rows[i] to dst + dst_offsets[i]. Packing per-row tensors into one
 // buffer and scattering a packed buffer into column storage are both this.

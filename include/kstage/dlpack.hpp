@@ -55,9 +55,11 @@ class DLPackError : public std::runtime_error {
 struct ExportOptions {
   /// Set DLPACK_FLAG_BITMASK_READ_ONLY (versioned only). Implied for Views of const data.
   bool read_only = false;
-  /// Consumer stream to order after the producer's pending work (device
-  /// memory spaces). Host memory spaces have no streams: they fence the
-  /// View's execution space instead when `sync.stream` is non-zero.
+  /// The consumer's {stream, event} (kstage.h's values), ordered after the
+  /// work pending on the View's space's default execution instance: device
+  /// spaces record `event` there and make `stream` wait for it; host spaces
+  /// have no streams and fence the host execution space instead when either
+  /// is non-zero.
   kstage_device_sync_t sync{0, 0};
 };
 
@@ -134,7 +136,7 @@ void fill_tensor(DLTensor& t, ExportContext<View>& ctx) {
 
 template <class View>
 void order_after_pending_work(const View&, const ExportOptions& o) {
-  if (o.sync.stream != 0) typename View::execution_space().fence();
+  kstage::DLPackSpace<typename View::memory_space>::order_consumer(o.sync);
 }
 
 template <class View>
@@ -293,6 +295,14 @@ DLPackView<DataType, MemorySpace, Layout> import_impl(const DLTensor& t, uint64_
                std::string("device type ") + impl::device_type_name(t.device.device_type) + " (" +
                    std::to_string(t.device.device_type) + ") cannot be viewed in " +
                    DLPackSpace<MemorySpace>::name + "; nothing is copied");
+  // The ordinal: a GPU pointer's own, never assumed.
+  if (!is_host_memory(t.device.device_type) && t.data) {
+    const DLDevice actual = DLPackSpace<MemorySpace>::device(t.data);
+    if (actual.device_id != t.device.device_id)
+      throw fail(KSTAGE_INVALID_ARGUMENT,
+                 "the tensor says device_id " + std::to_string(t.device.device_id) +
+                     " but its data is memory of device " + std::to_string(actual.device_id));
+  }
   // dtype: lanes > 1 become a trailing extent.
   const DLDataType want = impl::DLPackDType<value_type>::value;
   if (t.dtype.code != want.code || t.dtype.bits != want.bits || t.dtype.lanes < 1)

@@ -14,6 +14,7 @@
 #define KSTAGE_MEMORY_SPACE_HPP_
 
 #include <dlpack/dlpack.h>
+#include <kstage/kstage.h>
 
 #include <Kokkos_Core.hpp>
 
@@ -29,8 +30,12 @@ constexpr bool is_host_memory(int32_t t) noexcept {
 
 /// The DLPack view of a Kokkos memory space (undefined: a space this build
 /// cannot describe). Members:
-///  - `device(ptr)`: the DLDevice of memory at `ptr` in this space;
+///  - `device(ptr)`: the DLDevice of memory at `ptr` in this space (a GPU
+///    space asks the runtime for the pointer's ordinal);
 ///  - `accepts(t)`: whether memory of device type `t` can be viewed as this space's;
+///  - `order_consumer(sync)`: make a consumer's {stream, event} (kstage.h's
+///    values) follow the work pending on the space's default execution
+///    instance -- a stream wait for GPU spaces, a fence for the host;
 ///  - `name`: for messages.
 template <class MemorySpace>
 struct DLPackSpace;
@@ -40,12 +45,71 @@ template <>
 struct DLPackSpace<Kokkos::HostSpace> {
   static DLDevice device(const void*) noexcept { return DLDevice{kDLCPU, 0}; }
   static constexpr bool accepts(int32_t t) noexcept { return is_host_memory(t); }
+  static void order_consumer(const kstage_device_sync_t& sync) {
+    if (sync.stream != 0 || sync.event != 0) Kokkos::DefaultHostExecutionSpace().fence();
+  }
   static constexpr const char* name = "Kokkos::HostSpace (kDLCPU, kDLCUDAHost, kDLROCMHost)";
 };
 
-// Device spaces (CudaSpace, CudaHostPinnedSpace, CudaUVMSpace, HIPSpace, ...)
-// join this table under KOKKOS_ENABLE_CUDA / KOKKOS_ENABLE_HIP with their
-// backends in backends/<name>/.
+#if defined(KOKKOS_ENABLE_CUDA)
+namespace cuda_impl {
+/// The ordinal of CUDA memory at `p`; Kokkos' device when the runtime does
+/// not know the pointer (an empty View's null data).
+inline int ordinal(const void* p) noexcept {
+  cudaPointerAttributes a{};
+  if (p && cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type != cudaMemoryTypeUnregistered)
+    return a.device;
+  cudaGetLastError();
+  return Kokkos::Cuda().cuda_device();
+}
+/// kstage.h's stream values: 1 the legacy default stream, 2 the per-thread one.
+inline cudaStream_t stream(uintptr_t v) noexcept {
+  return v == 1 ? cudaStreamLegacy : v == 2 ? cudaStreamPerThread : reinterpret_cast<cudaStream_t>(v);
+}
+inline void order_consumer(const kstage_device_sync_t& sync) {
+  if (sync.stream == 0 && sync.event == 0) return;
+  cudaStream_t producer = Kokkos::Cuda().cuda_stream();
+  if (sync.event != 0) cudaEventRecord(reinterpret_cast<cudaEvent_t>(sync.event), producer);
+  if (sync.stream != 0) {
+    cudaEvent_t e;
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+      Kokkos::Cuda().fence();  // no event: complete the work instead
+      return;
+    }
+    cudaEventRecord(e, producer);
+    cudaStreamWaitEvent(stream(sync.stream), e, 0);
+    cudaEventDestroy(e);
+  }
+}
+}  // namespace cuda_impl
+
+/// CUDA device memory (kDLCUDA). Managed memory can be viewed here too.
+template <>
+struct DLPackSpace<Kokkos::CudaSpace> {
+  static DLDevice device(const void* p) noexcept { return DLDevice{kDLCUDA, cuda_impl::ordinal(p)}; }
+  static constexpr bool accepts(int32_t t) noexcept { return t == kDLCUDA || t == kDLCUDAManaged; }
+  static void order_consumer(const kstage_device_sync_t& s) { cuda_impl::order_consumer(s); }
+  static constexpr const char* name = "Kokkos::CudaSpace (kDLCUDA, kDLCUDAManaged)";
+};
+/// CUDA managed memory (kDLCUDAManaged), readable from host and device.
+template <>
+struct DLPackSpace<Kokkos::CudaUVMSpace> {
+  static DLDevice device(const void* p) noexcept {
+    return DLDevice{kDLCUDAManaged, cuda_impl::ordinal(p)};
+  }
+  static constexpr bool accepts(int32_t t) noexcept { return t == kDLCUDAManaged; }
+  static void order_consumer(const kstage_device_sync_t& s) { cuda_impl::order_consumer(s); }
+  static constexpr const char* name = "Kokkos::CudaUVMSpace (kDLCUDAManaged)";
+};
+/// Pinned host memory (kDLCUDAHost): host memory that CUDA kernels read.
+template <>
+struct DLPackSpace<Kokkos::CudaHostPinnedSpace> {
+  static DLDevice device(const void*) noexcept { return DLDevice{kDLCUDAHost, 0}; }
+  static constexpr bool accepts(int32_t t) noexcept { return t == kDLCUDAHost; }
+  static void order_consumer(const kstage_device_sync_t& s) { cuda_impl::order_consumer(s); }
+  static constexpr const char* name = "Kokkos::CudaHostPinnedSpace (kDLCUDAHost)";
+};
+#endif  // KOKKOS_ENABLE_CUDA
 
 }  // namespace kstage
 

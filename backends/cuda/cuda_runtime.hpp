@@ -1,0 +1,78 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA runtime in the terms of backends/gpu/gpu_backend.hpp: the one
+// table of allocate / copy / stream / event calls the GPU backend uses.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+#include <cuda_runtime_api.h>
+#include <dlpack/dlpack.h>
+
+namespace kstage::backends::cuda {
+
+struct CudaRuntime {
+  static constexpr const char* kName = "cuda";
+  static constexpr int32_t kDeviceType = kDLCUDA;
+  static constexpr int32_t kManagedType = kDLCUDAManaged;
+  static constexpr int32_t kHostPinnedType = kDLCUDAHost;
+
+  using Exec = Kokkos::Cuda;
+  using Stream = cudaStream_t;
+  using Event = cudaEvent_t;
+  using Error = cudaError_t;
+  using CopyKind = cudaMemcpyKind;
+  static constexpr Error success = cudaSuccess;
+  static constexpr CopyKind kHostToDevice = cudaMemcpyHostToDevice;
+  static constexpr CopyKind kDeviceToHost = cudaMemcpyDeviceToHost;
+  static constexpr CopyKind kDeviceToDevice = cudaMemcpyDeviceToDevice;
+
+  static const char* error_string(Error e) { return cudaGetErrorString(e); }
+  static Error device_count(int* n) {
+    Error e = cudaGetDeviceCount(n);
+    if (e != cudaSuccess) cudaGetLastError();  // no driver / no device: not sticky
+    return e;
+  }
+  static Error get_device(int* d) { return cudaGetDevice(d); }
+  static Error set_device(int d) { return cudaSetDevice(d); }
+  // The device Kokkos' execution space runs on in this process.
+  static int kokkos_device() { return Kokkos::Cuda().cuda_device(); }
+  static Exec make_exec(Stream s) { return Kokkos::Cuda(s); }
+
+  static Error stream_create(Stream* s) { return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking); }
+  static Error stream_destroy(Stream s) { return cudaStreamDestroy(s); }
+  static Error stream_synchronize(Stream s) { return cudaStreamSynchronize(s); }
+  static Error stream_wait_event(Stream s, Event e) { return cudaStreamWaitEvent(s, e, 0); }
+  static Stream legacy_stream() { return cudaStreamLegacy; }
+  static Stream per_thread_stream() { return cudaStreamPerThread; }
+
+  static Error event_create(Event* e) { return cudaEventCreateWithFlags(e, cudaEventDisableTiming); }
+  static Error event_destroy(Event e) { return cudaEventDestroy(e); }
+  static Error event_record(Event e, Stream s) { return cudaEventRecord(e, s); }
+  static Error event_query(Event e) {
+    Error r = cudaEventQuery(e);
+    if (r == cudaErrorNotReady) cudaGetLastError();  // "not ready" is not an error to keep
+    return r;
+  }
+  static Error event_synchronize(Event e) { return cudaEventSynchronize(e); }
+
+  static Error malloc_async(void** p, size_t bytes, Stream s) { return cudaMallocAsync(p, bytes, s); }
+  static Error free_async(void* p, Stream s) { return cudaFreeAsync(p, s); }
+  static Error memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind, Stream s) {
+    return cudaMemcpyAsync(dst, src, bytes, kind, s);
+  }
+
+  // The ordinal of the device memory at `p`; `device_memory` false for host
+  // memory (pinned or not).
+  static Error pointer_device(const void* p, int* ordinal, bool* device_memory) {
+    cudaPointerAttributes a{};
+    Error e = cudaPointerGetAttributes(&a, p);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return e;
+    }
+    *device_memory = a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+    *ordinal = a.device;
+    return cudaSuccess;
+  }
+};
+
+}  // namespace kstage::backends::cuda
