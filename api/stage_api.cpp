@@ -3,6 +3,7 @@
 #include "api/descriptors.hpp"
 #include "api/guard.hpp"
 #include "api/handles.hpp"
+#include "core/transfer_counts.hpp"
 
 namespace kstage::capi {
 
@@ -52,6 +53,15 @@ const char* kstage_last_error(void) { return t_last_error.c_str(); }
 
 uint32_t kstage_version(void) {
   return KSTAGE_VERSION_MAJOR * 10000u + KSTAGE_VERSION_MINOR * 100u + KSTAGE_VERSION_PATCH;
+}
+
+kstage_status_t kstage_transfer_counts(uint64_t* host_to_device, uint64_t* device_to_host,
+                                       uint64_t* index_uploads) {
+  const core::TransferCounts& c = core::transfer_counts();
+  if (host_to_device) *host_to_device = c.host_to_device.load(std::memory_order_relaxed);
+  if (device_to_host) *device_to_host = c.device_to_host.load(std::memory_order_relaxed);
+  if (index_uploads) *index_uploads = c.index_uploads.load(std::memory_order_relaxed);
+  return KSTAGE_OK;
 }
 
 kstage_status_t kstage_create(const kstage_config_t* config, kstage_stage_t* stage) {

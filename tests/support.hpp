@@ -7,6 +7,8 @@
 #include <kstage/kstage.h>
 #if defined(KSTAGE_TEST_ON_EMULATED_DEVICE)
 #include "backends/emulated/kstage_emulated.h"
+#elif defined(KSTAGE_TEST_ON_CUDA_DEVICE)
+#include <cuda_runtime_api.h>
 #endif
 
 #include <catch2/catch_test_macros.hpp>
@@ -19,16 +21,31 @@
 
 namespace kstage_test {
 
-// The residency under test. Each engine test program is built twice, in
-// the spirit of Kokkos' per-backend test category files: columns on the
-// host (kstage_test_<concept>), and columns on the emulated device
-// (kstage_test_<concept>_emulated, KSTAGE_TEST_ON_EMULATED_DEVICE): the
-// stage's config.residency puts every new column there, host tensors are
-// copied in, and group data is copied back out through the device (after
-// the group's event) before the test looks at it.
+// The residency under test. Each engine test program is built once per
+// residency the build has, in the spirit of Kokkos' per-backend test
+// category files: columns on the host (kstage_test_<concept>), on the
+// emulated device (kstage_test_<concept>_emulated,
+// KSTAGE_TEST_ON_EMULATED_DEVICE) and on a CUDA GPU
+// (kstage_test_<concept>_cuda, KSTAGE_TEST_ON_CUDA_DEVICE; run by
+// scripts/gpu-check.sh): the stage's config.residency puts every new column
+// there, host tensors are copied in, and group data is copied back out
+// through the device (after the group's event) before the test looks at it.
 #if defined(KSTAGE_TEST_ON_EMULATED_DEVICE)
 constexpr bool kOnDevice = true;
 constexpr DLDevice kResidency = {DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), 0};
+inline bool is_test_device(DLDevice d) { return d.device_type == KSTAGE_EMULATED_DEVICE_TYPE; }
+inline void device_memcpy(void* dst, const void* src, size_t bytes) {
+  kstage_emulated_memcpy(dst, src, bytes);
+}
+#elif defined(KSTAGE_TEST_ON_CUDA_DEVICE)
+constexpr bool kOnDevice = true;
+constexpr DLDevice kResidency = {kDLCUDA, 0};
+inline bool is_test_device(DLDevice d) {
+  return d.device_type == kDLCUDA || d.device_type == kDLCUDAManaged;
+}
+inline void device_memcpy(void* dst, const void* src, size_t bytes) {
+  REQUIRE(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault) == cudaSuccess);
+}
 #else
 constexpr bool kOnDevice = false;
 constexpr DLDevice kResidency = {kDLCPU, 0};
@@ -39,9 +56,9 @@ constexpr DLDevice kResidency = {kDLCPU, 0};
 inline std::vector<unsigned char> host_copy(const void* p, size_t bytes, DLDevice device) {
   std::vector<unsigned char> out(bytes);
   if (bytes == 0) return out;
-#if defined(KSTAGE_TEST_ON_EMULATED_DEVICE)
-  if (device.device_type == KSTAGE_EMULATED_DEVICE_TYPE) {
-    kstage_emulated_memcpy(out.data(), p, bytes);
+#if defined(KSTAGE_TEST_ON_EMULATED_DEVICE) || defined(KSTAGE_TEST_ON_CUDA_DEVICE)
+  if (is_test_device(device)) {
+    device_memcpy(out.data(), p, bytes);
     return out;
   }
 #endif
@@ -54,9 +71,9 @@ inline std::vector<unsigned char> host_copy(const void* p, size_t bytes, DLDevic
 // device memory, as a producer kernel would).
 inline void host_write(void* dst, const void* src, size_t bytes, DLDevice device) {
   if (bytes == 0) return;
-#if defined(KSTAGE_TEST_ON_EMULATED_DEVICE)
-  if (device.device_type == KSTAGE_EMULATED_DEVICE_TYPE) {
-    kstage_emulated_memcpy(dst, src, bytes);
+#if defined(KSTAGE_TEST_ON_EMULATED_DEVICE) || defined(KSTAGE_TEST_ON_CUDA_DEVICE)
+  if (is_test_device(device)) {
+    device_memcpy(dst, src, bytes);
     return;
   }
 #endif
@@ -68,6 +85,8 @@ inline void host_write(void* dst, const void* src, size_t bytes, DLDevice device
 inline void wait_for(const kstage_device_sync_t& sync) {
 #if defined(KSTAGE_TEST_ON_EMULATED_DEVICE)
   if (sync.event) kstage_emulated_event_synchronize(sync.event);
+#elif defined(KSTAGE_TEST_ON_CUDA_DEVICE)
+  if (sync.event) cudaEventSynchronize(reinterpret_cast<cudaEvent_t>(sync.event));
 #else
   (void)sync;  // host data: {0, 0}, checked in test_devices (no REQUIRE: threads call this)
 #endif

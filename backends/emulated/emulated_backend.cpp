@@ -9,6 +9,7 @@
 
 #include "backends/emulated/emulated_device.hpp"
 #include "core/kernels/masked_gather.hpp"
+#include "core/transfer_counts.hpp"
 #include "core/kernels/ragged_copy.hpp"
 #include "core/kernels/row_copy.hpp"
 #include "core/kernels/strided_copy.hpp"
@@ -112,6 +113,22 @@ class EmulatedBackend final : public core::Backend {
   }
   bool synchronous() const override { return false; }
 
+  // As a GPU runtime knows each pointer's device: the arena that holds it.
+  Status check_memory(const void* data, DLDevice claimed, const std::string& what) const override {
+    if (claimed.device_type != kDeviceType) return Status::OK();
+    for (int32_t o = 0; o < kDeviceCount; ++o) {
+      if (!emulated::arena(o).holds(data)) continue;
+      if (o == claimed.device_id) return Status::OK();
+      return error(KSTAGE_INVALID_ARGUMENT,
+                   "%s: DLDevice says device_id %d but the data pointer is memory of emulated "
+                   "device %d",
+                   what.c_str(), int(claimed.device_id), int(o));
+    }
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "%s: DLDevice says emulated device %d but the data pointer is not device memory",
+                 what.c_str(), int(claimed.device_id));
+  }
+
   Result<core::BufferPtr> allocate(size_t bytes) override {
     shared_->reap();
     void* p = shared_->arena.allocate(bytes);
@@ -136,6 +153,7 @@ class EmulatedBackend final : public core::Backend {
       std::lock_guard lock(shared_->arena.counts_mutex);
       ++shared_->arena.uploads;
     }
+    ++core::transfer_counts().index_uploads;
     // Read now (as cudaMemcpyAsync reads pageable memory): the caller may
     // free `host` when this returns.
     auto snapshot = std::make_shared<std::vector<std::byte>>(
@@ -309,6 +327,7 @@ class EmulatedBackend final : public core::Backend {
   void count(bool to_device) {
     std::lock_guard lock(shared_->arena.counts_mutex);
     ++(to_device ? shared_->arena.host_to_device : shared_->arena.device_to_host);
+    ++(to_device ? core::transfer_counts().host_to_device : core::transfer_counts().device_to_host);
   }
 
   std::shared_ptr<Shared> shared_;

@@ -22,14 +22,15 @@
 
 #include "core/backend.hpp"
 #include "core/device_sync.hpp"
+#include "core/dtype.hpp"
 #include "core/kernels/masked_gather.hpp"
 #include "core/kernels/ragged_copy.hpp"
 #include "core/kernels/row_copy.hpp"
 #include "core/kernels/strided_copy.hpp"
+#include "core/transfer_counts.hpp"
 
 #include <Kokkos_Core.hpp>
 
-#include <atomic>
 #include <chrono>
 #include <deque>
 #include <memory>
@@ -38,14 +39,6 @@
 #include <vector>
 
 namespace kstage::backends::gpu {
-
-// Copies between host and device memory a backend enqueued, process-wide per
-// runtime (what tests count to show that no path takes a detour).
-struct CopyCounts {
-  std::atomic<uint64_t> host_to_device{0};
-  std::atomic<uint64_t> device_to_host{0};
-  std::atomic<uint64_t> index_uploads{0};
-};
 
 template <class RT>
 class GpuBackend;
@@ -229,7 +222,7 @@ class GpuBackend final : public core::Backend {
     KSTAGE_RETURN_NOT_OK(check(RT::memcpy_async(b->data(), host, bytes, RT::kHostToDevice,
                                                 shared_->stream),
                                "index upload"));
-    ++counts().index_uploads;
+    ++core::transfer_counts().index_uploads;
     return b;
   }
 
@@ -240,13 +233,13 @@ class GpuBackend final : public core::Backend {
   void copy_from_host(std::byte* dst, const std::byte* src, size_t bytes) override {
     bind();
     if (!bytes) return;
-    ++counts().host_to_device;
+    ++core::transfer_counts().host_to_device;
     must(RT::memcpy_async(dst, src, bytes, RT::kHostToDevice, shared_->stream), "copy to device");
   }
   void copy_to_host(std::byte* dst, const std::byte* src, size_t bytes) override {
     bind();
     if (!bytes) return;
-    ++counts().device_to_host;
+    ++core::transfer_counts().device_to_host;
     must(RT::memcpy_async(dst, src, bytes, RT::kDeviceToHost, shared_->stream), "copy to host");
   }
 
@@ -319,8 +312,10 @@ class GpuBackend final : public core::Backend {
       Stream s = stream_value(producer.stream);
       Event e{};
       KSTAGE_RETURN_NOT_OK(check(RT::event_create(&e), field, ".stream"));
-      Status st = check(RT::event_record(e, s), field, ".stream");
-      if (st.ok()) st = check(RT::stream_wait_event(shared_->stream, e), field, ".stream");
+      const Status st = [&]() -> Status {
+        KSTAGE_RETURN_NOT_OK(check(RT::event_record(e, s), field, ".stream"));
+        return check(RT::stream_wait_event(shared_->stream, e), field, ".stream");
+      }();
       RT::event_destroy(e);  // released once the wait is resolved
       return st;
     }
@@ -336,8 +331,10 @@ class GpuBackend final : public core::Backend {
     if (consumer.stream != 0) {
       Event e{};
       KSTAGE_RETURN_NOT_OK(check(RT::event_create(&e), field, ".stream"));
-      Status st = check(RT::event_record(e, shared_->stream), field, ".stream");
-      if (st.ok()) st = check(RT::stream_wait_event(stream_value(consumer.stream), e), field, ".stream");
+      const Status st = [&]() -> Status {
+        KSTAGE_RETURN_NOT_OK(check(RT::event_record(e, shared_->stream), field, ".stream"));
+        return check(RT::stream_wait_event(stream_value(consumer.stream), e), field, ".stream");
+      }();
       RT::event_destroy(e);
       return st;
     }
@@ -364,11 +361,6 @@ class GpuBackend final : public core::Backend {
     bind();
     RT::stream_synchronize(shared_->stream);
     shared_->reap(false);
-  }
-
-  static CopyCounts& counts() {
-    static CopyCounts c;
-    return c;
   }
 
  private:

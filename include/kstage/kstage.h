@@ -481,6 +481,16 @@ static inline kstage_map_desc_t kstage_map_desc_init(void) {
 KSTAGE_API kstage_status_t kstage_create(const kstage_config_t* config, kstage_stage_t* stage);
 /** \brief Destroy a stage and everything it owns: handles become stale, pending managed tensors are deleted. */
 KSTAGE_API kstage_status_t kstage_destroy(kstage_stage_t stage);
+/**
+ * \brief Copies between host and device memory that kstage has enqueued in
+ * this process so far, summed over every stage and device backend: payload
+ * copies host -> device and device -> host, and uploads of host index, mask
+ * and offset arrays for device kernels. Monotonic; for checking that a data
+ * path takes no detour through the host (compare before and after a call).
+ * Any pointer may be NULL.
+ */
+KSTAGE_API kstage_status_t kstage_transfer_counts(uint64_t* host_to_device, uint64_t* device_to_host,
+                                                  uint64_t* index_uploads);
 
 /* ------------------------------------------------------------------------- */
 /* Dictionary                                                                */

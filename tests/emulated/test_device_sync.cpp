@@ -412,6 +412,9 @@ TEST_CASE("copies across sides: each path, and reads on the column's device and 
     kstage_token_t a = s.token("a");
     DeviceFloats dev(0, v);
     kstage_emulated_copy_counts(0, &h2d0, &d2h0);
+    uint64_t total_up0 = 0, total_down0 = 0, uploads0 = 0;
+    KS_OK(kstage_transfer_counts(&total_up0, &total_down0, &uploads0));
+    const uint64_t emulated_uploads0 = kstage_emulated_upload_count(0);
     finish(s, write(s, q, a, 1, dev.t));
     seal(s, 1);
     uint32_t index_map[3] = {5, 0, 2};
@@ -428,6 +431,13 @@ TEST_CASE("copies across sides: each path, and reads on the column's device and 
     kstage_emulated_copy_counts(0, &h2d, &d2h);
     REQUIRE(h2d == h2d0);
     REQUIRE(d2h == d2h0);
+    // The process-wide counts of the C API agree (every device backend feeds them).
+    uint64_t up = 0, down = 0, uploads = 0;
+    KS_OK(kstage_transfer_counts(&up, &down, &uploads));
+    REQUIRE(up == total_up0);
+    REQUIRE(down == total_down0);
+    REQUIRE(uploads - uploads0 == kstage_emulated_upload_count(0) - emulated_uploads0);
+    REQUIRE(uploads > uploads0);  // the index_map at least
     REQUIRE(r.values == std::vector<float>{6, 1, 3, 4, 5, 6});  // element i <- source row index_map[i]
     d.target_device = kHost;  // a read may ask for the host: one copy down
     const ReadBack down = read_back(s, q, a, d);
@@ -444,10 +454,16 @@ TEST_CASE("copies across sides: each path, and reads on the column's device and 
     int64_t shape[1] = {6};
     DLTensor t = tensor(const_cast<float*>(v.data()), f32(), 1, shape);
     kstage_emulated_copy_counts(0, &h2d0, &d2h0);
+    uint64_t up0 = 0, down0 = 0;
+    KS_OK(kstage_transfer_counts(&up0, &down0, nullptr));
     finish(s, write(s, q, a, 1, t));
     kstage_emulated_copy_counts(0, &h2d, &d2h);
     REQUIRE(h2d == h2d0 + 1);
     REQUIRE(d2h == d2h0);
+    uint64_t up = 0, down = 0;
+    KS_OK(kstage_transfer_counts(&up, &down, nullptr));
+    REQUIRE(up == up0 + 1);
+    REQUIRE(down == down0);
     seal(s, 1);
     REQUIRE(read_back(s, q, a).values == v);
   }
@@ -492,14 +508,41 @@ TEST_CASE("the emulated device checks its launches and poisons its memory", "[de
   DeviceStage s(kDev0);
   kstage_query_t q = s.query(4);
   kstage_token_t a = s.token("a");
-  SECTION("a kernel handed host memory calls the violation handler") {
-    // A tensor that claims device memory but points at the host.
+  SECTION("a tensor whose DLDevice is not where its data is: refused, naming both") {
+    // Claims device memory but points at the host.
     std::vector<float> host = {1, 2, 3, 4};
     int64_t shape[1] = {4};
     DLTensor liar = tensor(host.data(), f32(), 1, shape, nullptr, kDev0);
+    kstage_op_t op = 0;
+    kstage_write_data_t w = write_data(&liar);
+    KS_FAILS(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+             KSTAGE_INVALID_ARGUMENT,
+             "DLDevice says emulated device 0 but the data pointer is not device memory");
+    // Device 1's memory labelled device 0 (never assumed to be device 0).
+    DeviceFloats on1(1, host);
+    on1.t.device = kDev0;
+    w = write_data(&on1.t);
+    KS_FAILS(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+             KSTAGE_INVALID_ARGUMENT,
+             "DLDevice says device_id 0 but the data pointer is memory of emulated device 1");
+    REQUIRE(scalars(s, q, a).empty());  // nothing was written
+  }
+  SECTION("a kernel handed host memory calls the violation handler") {
+    // Only the first and last row tensors of a batch are asked where they
+    // live: a host row between them reaches the kernel, which the device's
+    // launch check reports.
+    kstage_token_t r = s.token("ragged");
+    DeviceFloats row0(0, {1, 2}), row2(0, {5, 6});
+    std::vector<float> host = {3, 4};
+    int64_t two[1] = {2};
+    DLTensor rows[3] = {row0.t, tensor(host.data(), f32(), 1, two, nullptr, kDev0), row2.t};
+    kstage_query_t q3 = s.query(3);
+    kstage_write_data_t w = write_data(rows, 3, true);
     g_violations = 0;
     kstage_emulated_violation_fn old = kstage_emulated_set_violation_handler(count_violation);
-    finish(s, write(s, q, a, 1, liar));
+    kstage_op_t op = 0;
+    KS_OK(kstage_write_attribute(s.stage, q3, r, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+    finish(s, op);
     kstage_emulated_set_violation_handler(old);
     REQUIRE(g_violations == 1);
   }

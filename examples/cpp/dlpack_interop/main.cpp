@@ -123,10 +123,10 @@ void export_and_consume() {
   // A copy we keep only to watch the use count. std::optional, not a
   // default-constructed View: GCC 12 miscompiles those with Kokkos >= 4.7
   // (Kokkos issue #8187), so this program never makes one.
-  std::optional<Kokkos::View<double**>> watch;
+  std::optional<Kokkos::View<double**, Kokkos::LayoutRight, Kokkos::HostSpace>> watch;
   {
     // A View filled by a kernel (on the default host execution space).
-    Kokkos::View<double**, Kokkos::LayoutRight> v("v", rows, cols);
+    Kokkos::View<double**, Kokkos::LayoutRight, Kokkos::HostSpace> v("v", rows, cols);
     Kokkos::parallel_for(
         "fill", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, rows),
         KOKKOS_LAMBDA(int i) {
@@ -192,7 +192,7 @@ void export_and_consume() {
 // ---------------------------------------------------------------------------
 // 3 + 5: import an export back, and a refusal.
 void import_back() {
-  Kokkos::View<float*> v("src", 16);
+  Kokkos::View<float*, Kokkos::HostSpace> v("src", 16);
   Kokkos::parallel_for(
       "iota", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, 16),
       KOKKOS_LAMBDA(int i) { v(i) = float(i); });
@@ -227,7 +227,7 @@ void import_back() {
   }
 
   // A read-only export (View of const data) imports only as const data.
-  Kokkos::View<const float*> readonly = v;
+  Kokkos::View<const float*, Kokkos::HostSpace> readonly = v;
   DLManagedTensorVersioned* ro = kstage::export_dlpack_versioned(readonly);
   expect(ro->flags == DLPACK_FLAG_BITMASK_READ_ONLY, "a const View exports READ_ONLY");
   try {
@@ -260,7 +260,7 @@ void stage_round_trip() {
   const float* view_data = nullptr;
   {
     // (n, 3) floats: a write folds the trailing axis into a float3 column.
-    Kokkos::View<float**> positions("positions", n, 3);
+    Kokkos::View<float**, Kokkos::LayoutRight, Kokkos::HostSpace> positions("positions", n, 3);
     Kokkos::parallel_for(
         "positions", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, n),
         KOKKOS_LAMBDA(int i) {

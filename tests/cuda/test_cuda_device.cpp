@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: Apache-2.0
+// What only a CUDA GPU shows (built by the `cuda` preset, run by
+// scripts/gpu-check.sh on a machine with an NVIDIA GPU): kDLCUDA tensors in
+// and out, the pointer's own ordinal, streams and events honoured, copies
+// across sides counted (no device data takes a detour through the host),
+// and the DLPack bridge's CUDA spaces. The engine's whole suite runs on CUDA
+// columns as kstage_test_<concept>_cuda.
+// Host C++ (g++): what needs Kokkos is in cuda_probes.cpp (nvcc).
+#include "support.hpp"
+
+#include "cuda/cuda_probes.hpp"
+
+#include <cuda_runtime_api.h>
+
+using namespace kstage_test;
+
+namespace {
+
+constexpr DLDevice kGpu = {kDLCUDA, 0};
+constexpr DLDevice kHost = {kDLCPU, 0};
+
+// cudaMalloc'ed floats, freed at scope exit.
+struct GpuFloats {
+  explicit GpuFloats(const std::vector<float>& v) : n(v.size()) {
+    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(float)) == cudaSuccess);
+    REQUIRE(cudaMemcpy(p, v.data(), n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+    shape[0] = int64_t(n);
+    t = tensor(p, f32(), 1, shape, nullptr, kGpu);
+  }
+  ~GpuFloats() { cudaFree(p); }
+  float* p = nullptr;
+  size_t n;
+  int64_t shape[1];
+  DLTensor t;
+};
+
+struct Counts {
+  uint64_t up = 0, down = 0, uploads = 0;
+  static Counts now() {
+    Counts c;
+    KS_OK(kstage_transfer_counts(&c.up, &c.down, &c.uploads));
+    return c;
+  }
+};
+
+std::vector<float> read_floats(Stage& s, kstage_query_t q, kstage_token_t a, DLDevice target,
+                               DLDevice* where = nullptr) {
+  kstage_read_desc_t d = kstage_read_desc_init();
+  d.compact = true;
+  d.target_device = target;
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, q, &a, 1, &d, &r));
+  kstage_read_group_t g{};
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+  if (where) *where = g.data.tensors[0].device;
+  const std::vector<float> out = group_floats(g, 0, size_t(g.prim_count));
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  return out;
+}
+
+kstage_op_t write_tensor(Stage& s, kstage_query_t q, kstage_token_t a, uint64_t ordinal,
+                         const DLTensor& t, kstage_device_sync_t sync = {0, 0}) {
+  kstage_write_data_t w = write_data(&t);
+  w.device_sync = sync;
+  kstage_op_t op = 0;
+  KS_OK(kstage_write_attribute(s.stage, q, a, ordinal, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+  return op;
+}
+
+void finish(Stage& s, kstage_op_t op) {
+  KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
+  KS_OK(kstage_release_op(s.stage, op));
+}
+
+void seal(Stage& s, uint64_t ordinal) { KS_OK(kstage_advance_write_floor(s.stage, ordinal, nullptr, 0)); }
+
+}  // namespace
+
+TEST_CASE("cuda: a device that does not exist, and a pointer on another device, are refused",
+          "[cuda]") {
+  int count = 0;
+  REQUIRE(cudaGetDeviceCount(&count) == cudaSuccess);
+  kstage_config_t c = kstage_config_init();
+  c.residency = DLDevice{kDLCUDA, count};
+  kstage_stage_t stage = 0;
+  KS_FAILS(kstage_create(&c, &stage), KSTAGE_INVALID_ARGUMENT,
+           "device cuda:" + std::to_string(count) + " does not exist");
+
+  Stage s(host_execution(), &kGpu);
+  kstage_query_t q = s.query(s.paths("p", 4));
+  kstage_token_t a = s.token("a");
+  std::vector<float> host = {1, 2, 3, 4};
+  int64_t shape[1] = {4};
+  DLTensor liar = tensor(host.data(), f32(), 1, shape, nullptr, kGpu);
+  kstage_write_data_t w = write_data(&liar);
+  kstage_op_t op = 0;
+  KS_FAILS(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+           KSTAGE_INVALID_ARGUMENT, "DLDevice says cuda:0 but the data pointer is host memory");
+  if (count > 1) {
+    GpuFloats dev(host);
+    dev.t.device.device_id = 1;  // memory of device 0, labelled 1
+    w = write_data(&dev.t);
+    KS_FAILS(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+             KSTAGE_INVALID_ARGUMENT, "device_id 1 but the data pointer is memory of cuda device 0");
+  }
+}
+
+TEST_CASE("cuda: device data stays on the device; host data crosses once each way", "[cuda]") {
+  const std::vector<float> v = {1, 2, 3, 4, 5, 6};
+  Stage s(host_execution(), &kGpu);
+  kstage_query_t q = s.query(s.paths("p", 6));
+  kstage_token_t a = s.token("a");
+  GpuFloats dev(v);
+  const Counts c0 = Counts::now();
+  finish(s, write_tensor(s, q, a, 1, dev.t));
+  seal(s, 1);
+  uint32_t index_map[3] = {5, 0, 2};
+  kstage_write_data_t w = write_data(&dev.t);
+  w.index_map = index_map;
+  w.count = 3;
+  kstage_op_t op = 0;
+  KS_OK(kstage_write_attribute(s.stage, q, a, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+  finish(s, op);
+  seal(s, 2);
+  DLDevice where{};
+  // Read on the device, then copied back by the test (a cudaMemcpy, not kstage's).
+  const std::vector<float> got = read_floats(s, q, a, DLDevice{}, &where);
+  const Counts c1 = Counts::now();
+  REQUIRE(where.device_type == kDLCUDA);
+  REQUIRE(got == std::vector<float>{6, 1, 3, 4, 5, 6});
+  REQUIRE(c1.up == c0.up);
+  REQUIRE(c1.down == c0.down);
+  REQUIRE(c1.uploads > c0.uploads);  // the index_map, as a host array
+
+  // A read may ask for the host: one copy down.
+  REQUIRE(read_floats(s, q, a, kHost, &where) == got);
+  REQUIRE(where.device_type == kDLCPU);
+  REQUIRE(Counts::now().down == c1.down + 1);
+
+  // Host data into the device column: one copy up.
+  std::vector<float> h = {9, 9, 9, 9, 9, 9};
+  int64_t shape[1] = {6};
+  DLTensor t = tensor(h.data(), f32(), 1, shape);
+  const Counts c2 = Counts::now();
+  finish(s, write_tensor(s, q, a, 3, t));
+  REQUIRE(Counts::now().up == c2.up + 1);
+  seal(s, 3);
+  REQUIRE(read_floats(s, q, a, kHost) == h);
+}
+
+TEST_CASE("cuda: device data written into a host column is copied down once", "[cuda]") {
+  const std::vector<float> v = {1, 2, 3};
+  Stage s(host_execution(), &kHost);
+  kstage_query_t q = s.query(s.paths("p", 3));
+  kstage_token_t a = s.token("a");
+  GpuFloats dev(v);
+  const Counts c0 = Counts::now();
+  finish(s, write_tensor(s, q, a, 1, dev.t));
+  REQUIRE(Counts::now().down == c0.down + 1);
+  REQUIRE(Counts::now().up == c0.up);
+  seal(s, 1);
+  DLDevice where{};
+  REQUIRE(read_floats(s, q, a, DLDevice{}, &where) == v);
+  REQUIRE(where.device_type == kDLCPU);
+}
+
+TEST_CASE("cuda: a write waits for the producer's event; a read records the consumer's",
+          "[cuda][sync]") {
+  Stage s(host_execution(), &kGpu);
+  kstage_query_t q = s.query(s.paths("p", 1 << 20));
+  kstage_token_t a = s.token("a");
+  const size_t n = size_t(1) << 20;
+  GpuFloats src(std::vector<float>(n, 1.f));
+  cudaStream_t producer;
+  cudaEvent_t produced, consumed;
+  REQUIRE(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming) == cudaSuccess);
+  REQUIRE(cudaEventCreateWithFlags(&consumed, cudaEventDisableTiming) == cudaSuccess);
+  // The producer overwrites the source on its own stream (no fence), then records.
+  kstage_cuda_probe::produce(src.p, n, reinterpret_cast<uintptr_t>(producer));
+  REQUIRE(cudaEventRecord(produced, producer) == cudaSuccess);
+  finish(s, write_tensor(s, q, a, 1, src.t,
+                         kstage_device_sync_t{reinterpret_cast<uintptr_t>(producer),
+                                              reinterpret_cast<uintptr_t>(produced)}));
+  seal(s, 1);
+  // The consumer's event is recorded after the work that produces the group.
+  kstage_read_desc_t d = kstage_read_desc_init();
+  d.compact = true;
+  d.device_sync = kstage_device_sync_t{0, reinterpret_cast<uintptr_t>(consumed)};
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, q, &a, 1, &d, &r));
+  kstage_read_group_t g{};
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+  REQUIRE(cudaEventSynchronize(consumed) == cudaSuccess);
+  std::vector<float> got(n);
+  REQUIRE(cudaMemcpy(got.data(), g.data.tensors[0].data, n * sizeof(float), cudaMemcpyDeviceToHost) ==
+          cudaSuccess);
+  for (size_t i = 0; i < n; i += 4099) REQUIRE(got[i] == float(i % 1000));
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  cudaEventDestroy(produced);
+  cudaEventDestroy(consumed);
+  cudaStreamDestroy(producer);
+}
+
+TEST_CASE("cuda: managed memory makes a column on the device of its ordinal", "[cuda]") {
+  Stage s(host_execution());  // no residency: the first write's data decides
+  kstage_query_t q = s.query(s.paths("p", 4));
+  kstage_token_t a = s.token("a");
+  float* m = nullptr;
+  REQUIRE(cudaMallocManaged(reinterpret_cast<void**>(&m), 4 * sizeof(float)) == cudaSuccess);
+  for (int i = 0; i < 4; ++i) m[i] = float(i + 1);
+  int64_t shape[1] = {4};
+  DLTensor t = tensor(m, f32(), 1, shape, nullptr, DLDevice{kDLCUDAManaged, 0});
+  finish(s, write_tensor(s, q, a, 1, t));
+  seal(s, 1);
+  DLDevice where{};
+  REQUIRE(read_floats(s, q, a, DLDevice{}, &where) == std::vector<float>{1, 2, 3, 4});
+  REQUIRE(where.device_type == kDLCUDA);
+  cudaFree(m);
+}
+
+TEST_CASE("cuda: the bridge exports and imports CUDA spaces with the pointer's ordinal",
+          "[cuda][bridge]") {
+  Stage keep_kokkos_up(host_execution());  // kstage initialises Kokkos
+  REQUIRE(kstage_cuda_probe::bridge_cuda_space_round_trip() == "");
+  REQUIRE(kstage_cuda_probe::bridge_wrong_ordinal_refused() == "");
+  REQUIRE(kstage_cuda_probe::bridge_uvm_and_pinned() == "");
+  REQUIRE(kstage_cuda_probe::bridge_device_not_host() == "");
+}
