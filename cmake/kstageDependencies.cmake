@@ -14,14 +14,16 @@
 set(KSTAGE_MIN_KOKKOS_VERSION 3.4)
 set(KSTAGE_MIN_DLPACK_MAJOR 1)
 
-# Sets <out_ok> to TRUE/FALSE and <out_msg> to a message naming the problem.
+# Sets <out_ok> to TRUE/FALSE and <out_msg> to a message naming the problem. With
+# KSTAGE_DEPENDENCIES_WITHOUT_KOKKOS set (an installed shared kstage used without its Kokkos
+# bridge), Kokkos is not checked.
 function(_kstage_check_dependency_versions out_ok out_msg)
-  if(NOT DEFINED Kokkos_VERSION OR Kokkos_VERSION STREQUAL "")
+  if(KSTAGE_DEPENDENCIES_WITHOUT_KOKKOS)
+  elseif(NOT DEFINED Kokkos_VERSION OR Kokkos_VERSION STREQUAL "")
     set(${out_ok} FALSE PARENT_SCOPE)
     set(${out_msg} "kstage: the Kokkos package found (Kokkos_DIR=${Kokkos_DIR}) does not set Kokkos_VERSION." PARENT_SCOPE)
     return()
-  endif()
-  if(Kokkos_VERSION VERSION_LESS KSTAGE_MIN_KOKKOS_VERSION)
+  elseif(Kokkos_VERSION VERSION_LESS KSTAGE_MIN_KOKKOS_VERSION)
     set(${out_ok} FALSE PARENT_SCOPE)
     set(${out_msg} "kstage needs Kokkos >= ${KSTAGE_MIN_KOKKOS_VERSION}, found ${Kokkos_VERSION} (Kokkos_DIR=${Kokkos_DIR}). Point Kokkos_ROOT at a newer Kokkos, or run scripts/setup.sh." PARENT_SCOPE)
     return()
@@ -69,8 +71,12 @@ if(KSTAGE_DEPENDENCIES_PACKAGE_MODE)
   # ---- installed package (kstageConfig.cmake) -------------------------------------------------
   # The HINTS are the locations kstage was built against; Kokkos_ROOT / Kokkos_DIR /
   # CMAKE_PREFIX_PATH of the consuming project are searched before them.
+  # Kokkos only where it is needed: a static kstage (Kokkos is linked into the program), or the
+  # kokkos_bridge component (C++ with Views). A shared kstage used through its C API needs none.
   include(CMakeFindDependencyMacro)
-  find_dependency(Kokkos HINTS ${KSTAGE_BUILT_WITH_Kokkos_DIR})
+  if(NOT KSTAGE_DEPENDENCIES_WITHOUT_KOKKOS)
+    find_dependency(Kokkos HINTS ${KSTAGE_BUILT_WITH_Kokkos_DIR})
+  endif()
   find_dependency(dlpack CONFIG HINTS ${KSTAGE_BUILT_WITH_dlpack_DIR})
   _kstage_check_dependency_versions(_kstage_deps_ok _kstage_deps_msg)
   if(NOT _kstage_deps_ok)

@@ -64,5 +64,18 @@ function(kstage_catch_discover_tests target)
   if(NOT emulator AND NOT CMAKE_CROSSCOMPILING)
     set_property(TARGET ${target} PROPERTY CROSSCOMPILING_EMULATOR ${KSTAGE_TEST_LAUNCHER})
   endif()
+  # A build whose programs need a GPU (a CUDA Kokkos initialises CUDA in every program) cannot
+  # list its tests on a machine without one: ctest would run each program just to load the test
+  # list. There, each program is one test (ctest on a GPU machine runs it whole).
+  if(KSTAGE_KOKKOS_HAS_CUDA)
+    cmake_parse_arguments(arg "" "TEST_PREFIX;TEST_SPEC;DISCOVERY_MODE" "" ${ARGN})
+    set(spec "")
+    if(arg_TEST_SPEC)
+      set(spec "${arg_TEST_SPEC}")
+    endif()
+    add_test(NAME "${arg_TEST_PREFIX}all" COMMAND ${KSTAGE_TEST_LAUNCHER} $<TARGET_FILE:${target}> ${spec})
+    set_property(TEST "${arg_TEST_PREFIX}all" PROPERTY LABELS gpu)
+    return()
+  endif()
   catch_discover_tests(${target} ${ARGN})
 endfunction()

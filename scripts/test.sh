@@ -2,7 +2,7 @@
 # The kstage test command (what CI runs): get the dependencies, then for each preset
 # configure, build and run the whole ctest suite.
 #
-#   scripts/test.sh                 presets "default", "asan", "tsan", then the fuzz leg
+#   scripts/test.sh                 presets "default", "asan", "tsan", the fuzz leg, then "cuda"
 #   KSTAGE_TEST_PRESETS="default asan" scripts/test.sh        only these presets (no tsan/fuzz)
 #   KSTAGE_TEST_PRESETS="serial debug" scripts/test.sh
 #   KSTAGE_TEST_PRESETS="default asan tsan" scripts/test.sh   everything but the fuzz leg
@@ -18,11 +18,15 @@
 #             clang-14 and libclang-rt-14-dev with apt-get when missing): builds the fuzz target,
 #             replays the seed corpus (ctest --preset fuzz), then runs scripts/fuzz.sh for
 #             KSTAGE_FUZZ_SECONDS seconds (default 60; 0 skips the fuzzing run).
+#   cuda      the CUDA build (`scripts/setup.sh --cuda` builds its Kokkos with the machine's nvcc):
+#             configure and build only, test programs included. They need a GPU and run with
+#             scripts/gpu-check.sh; no GPU is needed here. In the default list only when nvcc is
+#             found (KSTAGE_NVCC, PATH or /usr/local/cuda/bin); named explicitly it is required.
 #   default   also runs the JAX interop tests (tests/python, ctest test python_jax_interop) with
 #             the venv that `scripts/setup.sh --jax` makes (jax[cpu], numpy, pytest from the
 #             machine's pip index; ~20 s the first time), unless KSTAGE_TEST_JAX=0.
-# The default (KSTAGE_TEST_PRESETS unset) is "default asan tsan fuzz". On 2 cores a fresh
-# machine needs about 15 minutes in all (see the timings printed at the end).
+# The default (KSTAGE_TEST_PRESETS unset) is "default asan tsan fuzz cuda". On 2 cores a fresh
+# machine needs about 25 minutes in all (see the timings printed at the end).
 #
 # Exits non-zero if any step of any preset fails.
 set -euo pipefail
@@ -30,7 +34,17 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-PRESETS=${KSTAGE_TEST_PRESETS:-default asan tsan fuzz}
+have_nvcc() {
+  [ -n "${KSTAGE_NVCC:-}" ] || command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]
+}
+if [ -n "${KSTAGE_TEST_PRESETS:-}" ]; then
+  PRESETS=$KSTAGE_TEST_PRESETS
+elif have_nvcc; then
+  PRESETS="default asan tsan fuzz cuda"
+else
+  PRESETS="default asan tsan fuzz"
+  echo "kstage test.sh: no nvcc on this machine: the cuda leg (build only) is skipped"
+fi
 JOBS=${KSTAGE_JOBS:-2}
 FUZZ_SECONDS=${KSTAGE_FUZZ_SECONDS:-60}
 TEST_JAX=${KSTAGE_TEST_JAX:-1}
@@ -41,6 +55,7 @@ for preset in $PRESETS; do
     default) if [ "$TEST_JAX" = 1 ]; then setup_args+=(--jax); fi ;;
     tsan) setup_args+=(--tsan) ;;
     fuzz) setup_args+=(--fuzz) ;;
+    cuda) setup_args+=(--cuda) ;;
   esac
 done
 bash "$ROOT/scripts/setup.sh" "${setup_args[@]}"
@@ -62,6 +77,7 @@ for preset in $PRESETS; do
   configure_args=()
   case $preset in
     tsan) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-tsan") ;;
+    cuda) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-cuda") ;;
     fuzz) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-serial") ;;
     # The JAX interop tests (tests/python) run in this leg only: not under sanitizers.
     default)
@@ -78,6 +94,18 @@ for preset in $PRESETS; do
   if ! cmake --build --preset "$preset" -j "$JOBS"; then
     echo "==== preset '$preset': build FAILED"
     failed_presets+=("$preset(build)"); continue
+  fi
+  if [ "$preset" = cuda ]; then
+    # Built, not run: its programs need a GPU (scripts/gpu-check.sh). What runs here: the
+    # installed package, used by a C program (gcc) and a C++ bridge program (nvcc), built.
+    if ! ctest --preset cuda -L package 2>&1 | tee "$LOG_DIR/ctest-cuda.log"; then
+      echo "==== preset 'cuda': package check FAILED"
+      failed_presets+=("cuda(package)")
+    else
+      echo "==== preset 'cuda': built ($(ls "$ROOT"/build/cuda/tests/kstage_test_*_cuda | wc -l) CUDA test programs; run them with scripts/gpu-check.sh on a GPU)"
+    fi
+    timings+=("$preset $(( $(date +%s) - leg_start ))s")
+    continue
   fi
   rc=0
   ctest --preset "$preset" 2>&1 | tee "$LOG_DIR/ctest-$preset.log" || rc=$?

@@ -188,8 +188,14 @@ enum {
 
 /**
  * \brief GPU synchronisation handles (CUDA or HIP), as integers.
- * stream: 0 = none, 1 = the default stream, else a cudaStream_t/hipStream_t.
- * event:  0 = none, else a cudaEvent_t/hipEvent_t.
+ * stream (the values of the Python array API's `__dlpack__(stream=...)`):
+ *   - 0: none (no ordering through a stream);
+ *   - 1: the legacy default stream (cudaStreamLegacy; HIP's null stream);
+ *   - 2: the per-thread default stream (cudaStreamPerThread / hipStreamPerThread);
+ *   - anything else: a cudaStream_t / hipStream_t of the device the data is on.
+ * event: 0 = none, else a cudaEvent_t / hipEvent_t.
+ * kstage cannot check a handle it is given: a value that is not a live stream
+ * or event of that device is undefined behaviour, as it is for the runtime.
  *
  * The rules (DESIGN.md "Synchronisation"):
  * - Write and unmap (`device_sync`, `done_sync`): kstage orders its own work
@@ -232,9 +238,21 @@ typedef struct kstage_config_t {
   /**
    * Where new columns live, unless a write or a map names a residency:
    * {0, 0} (the default) = where the column's first write's data lives (CPU
-   * and pinned host memory: the host). A device this build has no backend
-   * for is KSTAGE_NOT_SUPPORTED, an ordinal the process lacks
+   * and pinned host memory, kDLCUDAHost and kDLROCMHost: the host; CUDA
+   * managed memory, kDLCUDAManaged: the CUDA device of its ordinal, since
+   * kernels there read it at device speed). A device this build has no
+   * backend for is KSTAGE_NOT_SUPPORTED, an ordinal the process lacks
    * KSTAGE_INVALID_ARGUMENT, both from kstage_create. (Added in 0.3.)
+   *
+   * GPUs: Kokkos (before 5) drives one GPU per process. When kstage
+   * initialises Kokkos itself (the application has not), it does so on the
+   * GPU this field names, so a process picks its device here (an MPI rank's
+   * local rank, say); a stage naming another GPU than Kokkos runs on is
+   * KSTAGE_NOT_SUPPORTED. Device tensors are checked against their pointer:
+   * a DLDevice whose device_id is not the memory's own device, or device
+   * memory that is host memory, is KSTAGE_INVALID_ARGUMENT naming both --
+   * kstage never assumes device 0. Index maps, masks and row counts are host
+   * memory, on every residency: a device backend uploads them once per call.
    */
   DLDevice residency;
 } kstage_config_t;

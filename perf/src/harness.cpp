@@ -636,6 +636,7 @@ void usage() {
       "  --reps MIN[,MAX] repetitions per case      --seconds S   timed seconds per case\n"
       "  --mem-cap-gib G  working-set cap (default 6)\n"
       "  --list           list the registered workloads and baselines\n"
+      "  --device cuda    the GPU grid on CUDA columns instead (perf/src/device_suite.cpp; a CUDA build)\n"
       "  -v               also print skipped cases\n"
       "Kokkos options (--kokkos-threads=N, ...) are passed to Kokkos::initialize.\n");
 }
@@ -669,7 +670,7 @@ int main(int argc, char** argv) {
   using namespace kperf;
   Options& o = g_options;
   bool list = false;
-  std::string rows_arg, lanes_arg, dtypes_arg, exec_arg, reps_arg;
+  std::string rows_arg, lanes_arg, dtypes_arg, exec_arg, reps_arg, device;
   double seconds = -1, cap = -1;
   std::vector<char*> kokkos_args{argv[0]};
   for (int i = 1; i < argc; ++i) {
@@ -691,6 +692,7 @@ int main(int argc, char** argv) {
     else if (a == "--seconds") seconds = std::atof(value().c_str());
     else if (a == "--mem-cap-gib") cap = std::atof(value().c_str());
     else if (a == "--list") list = true;
+    else if (a == "--device") device = value();
     else if (a == "-v") o.verbose = true;
     else if (a == "-h" || a == "--help") { usage(); return 0; }
     else if (a.rfind("--kokkos", 0) == 0) kokkos_args.push_back(argv[i]);
@@ -776,7 +778,9 @@ int main(int argc, char** argv) {
   int kargc = int(kokkos_args.size());
   Kokkos::initialize(kargc, kokkos_args.data());
   int rc;
-  {
+  if (!device.empty()) {
+    rc = run_device_suite(device, o);
+  } else {
     std::printf("kstage_perf: kstage %u, mode %s, Kokkos host concurrency %d, out %s\n",
                 kstage_version(),
                 o.mode == Mode::Quick ? "quick" : o.mode == Mode::Smoke ? "smoke" : "full",

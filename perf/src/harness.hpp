@@ -186,6 +186,9 @@ struct HostBuf {
 void touch(void* p, size_t bytes);
 
 const Options& options();
+// `--device NAME`: the GPU grid on that device's columns (perf/src/device_suite.cpp); Kokkos
+// is initialised. Returns the exit code.
+int run_device_suite(const std::string& device, const Options& o);
 [[noreturn]] void die(const char* fmt, ...);
 
 // Calls f(TypeTag<T>{}, std::integral_constant<int, LANES>{}) for the shape's element type

@@ -432,10 +432,10 @@ TEST_CASE("copies across sides: each path, and reads on the column's device and 
     REQUIRE(h2d == h2d0);
     REQUIRE(d2h == d2h0);
     // The process-wide counts of the C API agree (every device backend feeds them).
-    uint64_t up = 0, down = 0, uploads = 0;
-    KS_OK(kstage_transfer_counts(&up, &down, &uploads));
-    REQUIRE(up == total_up0);
-    REQUIRE(down == total_down0);
+    uint64_t total_up = 0, total_down = 0, uploads = 0;
+    KS_OK(kstage_transfer_counts(&total_up, &total_down, &uploads));
+    REQUIRE(total_up == total_up0);
+    REQUIRE(total_down == total_down0);
     REQUIRE(uploads - uploads0 == kstage_emulated_upload_count(0) - emulated_uploads0);
     REQUIRE(uploads > uploads0);  // the index_map at least
     REQUIRE(r.values == std::vector<float>{6, 1, 3, 4, 5, 6});  // element i <- source row index_map[i]

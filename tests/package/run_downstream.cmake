@@ -24,36 +24,51 @@ if(CONFIG)
 endif()
 _run("install" "${CMAKE_COMMAND}" --install "${KSTAGE_BINARY_DIR}" --prefix "${INSTALL_PREFIX}" ${_config_args})
 
-# (b) configure and build the downstream project against it
+# (b) configure and build the downstream project against it: the C program, then (in a project
+# of its own) the kokkos_bridge program
 string(REPLACE "|" ";" _prefix_path "${INSTALL_PREFIX}|${PREFIX_PATH}")
-set(_cfg
-  -S "${SOURCE_DIR}" -B "${WORK_DIR}"
-  "-DCMAKE_PREFIX_PATH=${_prefix_path}"
-  "-DKSTAGE_EXPECTED_VERSION=${EXPECTED_VERSION}")
-if(GENERATOR)
-  list(APPEND _cfg -G "${GENERATOR}")
-endif()
-if(CONFIG)
-  list(APPEND _cfg "-DCMAKE_BUILD_TYPE=${CONFIG}")
-endif()
-foreach(_pair "Kokkos_DIR=Kokkos_DIR" "dlpack_DIR=dlpack_DIR"
-              "C_COMPILER=CMAKE_C_COMPILER" "CXX_COMPILER=CMAKE_CXX_COMPILER"
-              "C_FLAGS=CMAKE_C_FLAGS" "CXX_FLAGS=CMAKE_CXX_FLAGS"
-              "EXE_LINKER_FLAGS=CMAKE_EXE_LINKER_FLAGS")
-  string(REPLACE "=" ";" _pair "${_pair}")
-  list(GET _pair 0 _in)
-  list(GET _pair 1 _out)
-  if(DEFINED ${_in} AND NOT "${${_in}}" STREQUAL "" AND NOT "${${_in}}" MATCHES "-NOTFOUND$")
-    list(APPEND _cfg "-D${_out}=${${_in}}")
+foreach(_variant c bridge)
+  set(_work "${WORK_DIR}/${_variant}")
+  set(_cfg
+    -S "${SOURCE_DIR}" -B "${_work}"
+    "-DCMAKE_PREFIX_PATH=${_prefix_path}"
+    "-DKSTAGE_EXPECTED_VERSION=${EXPECTED_VERSION}")
+  if(_variant STREQUAL "bridge")
+    list(APPEND _cfg -DKSTAGE_DOWNSTREAM_BRIDGE=ON)
   endif()
+  if(GENERATOR)
+    list(APPEND _cfg -G "${GENERATOR}")
+  endif()
+  if(CONFIG)
+    list(APPEND _cfg "-DCMAKE_BUILD_TYPE=${CONFIG}")
+  endif()
+  foreach(_pair "Kokkos_DIR=Kokkos_DIR" "dlpack_DIR=dlpack_DIR"
+                "C_COMPILER=CMAKE_C_COMPILER" "CXX_COMPILER=CMAKE_CXX_COMPILER"
+                "C_FLAGS=CMAKE_C_FLAGS" "CXX_FLAGS=CMAKE_CXX_FLAGS"
+                "EXE_LINKER_FLAGS=CMAKE_EXE_LINKER_FLAGS")
+    string(REPLACE "=" ";" _pair "${_pair}")
+    list(GET _pair 0 _in)
+    list(GET _pair 1 _out)
+    if(DEFINED ${_in} AND NOT "${${_in}}" STREQUAL "" AND NOT "${${_in}}" MATCHES "-NOTFOUND$")
+      list(APPEND _cfg "-D${_out}=${${_in}}")
+    endif()
+  endforeach()
+  _run("configure downstream (${_variant})" "${CMAKE_COMMAND}" ${_cfg})
+  _run("build downstream (${_variant})" "${CMAKE_COMMAND}" --build "${_work}" ${_config_args})
 endforeach()
-_run("configure downstream" "${CMAKE_COMMAND}" ${_cfg})
-_run("build downstream" "${CMAKE_COMMAND}" --build "${WORK_DIR}" ${_config_args})
 
-# (c) run it
-set(_exe "${WORK_DIR}/kstage_downstream")
-if(NOT EXISTS "${_exe}" AND CONFIG AND EXISTS "${WORK_DIR}/${CONFIG}/kstage_downstream")
-  set(_exe "${WORK_DIR}/${CONFIG}/kstage_downstream")
+# (c) run them (not where they would need a GPU this machine lacks: RUN=OFF)
+if(DEFINED RUN AND NOT RUN)
+  message(STATUS "[package_downstream] built, not run (RUN=OFF)")
+  return()
 endif()
-_run("run downstream" "${_exe}")
+foreach(_name c/kstage_downstream bridge/kstage_downstream_bridge)
+  get_filename_component(_dir "${_name}" DIRECTORY)
+  get_filename_component(_exe_name "${_name}" NAME)
+  set(_exe "${WORK_DIR}/${_name}")
+  if(NOT EXISTS "${_exe}" AND CONFIG AND EXISTS "${WORK_DIR}/${_dir}/${CONFIG}/${_exe_name}")
+    set(_exe "${WORK_DIR}/${_dir}/${CONFIG}/${_exe_name}")
+  endif()
+  _run("run ${_exe_name}" "${_exe}")
+endforeach()
 message(STATUS "[package_downstream] OK")
