@@ -64,10 +64,10 @@ function(kstage_catch_discover_tests target)
   if(NOT emulator AND NOT CMAKE_CROSSCOMPILING)
     set_property(TARGET ${target} PROPERTY CROSSCOMPILING_EMULATOR ${KSTAGE_TEST_LAUNCHER})
   endif()
-  # A build whose programs need a GPU (a CUDA Kokkos initialises CUDA in every program) cannot
+  # A build whose programs need a GPU (a CUDA or HIP Kokkos initialises it in every program) cannot
   # list its tests on a machine without one: ctest would run each program just to load the test
   # list. There, each program is one test (ctest on a GPU machine runs it whole).
-  if(KSTAGE_KOKKOS_HAS_CUDA)
+  if(KSTAGE_KOKKOS_HAS_CUDA OR KSTAGE_KOKKOS_HAS_HIP)
     cmake_parse_arguments(arg "" "TEST_PREFIX;TEST_SPEC;DISCOVERY_MODE" "" ${ARGN})
     set(spec "")
     if(arg_TEST_SPEC)

@@ -38,6 +38,11 @@
 #     the installed KokkosCore_config.h includes (Kokkos 3.4 predates CUDA 13); sm_90 is added through NVCC_APPEND_FLAGS because
 #     nvcc_wrapper takes one -arch only, and Kokkos 3.4 aborts on a GPU whose major
 #     architecture differs from the code's.
+# Optional (only with `--hip` or KSTAGE_SETUP_HIP=1): the HIP build (preset `hip`, compile and
+# link only: no AMD GPU is reachable here)
+#   - Debian 12's hipcc 5.2.3 and libamdhip64-dev, installed with apt-get when missing;
+#   - Kokkos with HIP (gfx908) and Serial, shared, compiled by hipcc, in
+#     $KSTAGE_DEPS_DIR/kokkos-hip (~30 s on 2 cores).
 # These Kokkos variants are built from Trilinos' Kokkos even when Kokkos_ROOT is set.
 #
 # Environment:
@@ -47,6 +52,7 @@
 #   KSTAGE_SETUP_FUZZ 1 = also get the fuzz leg's tools and Kokkos (same as --fuzz)
 #   KSTAGE_SETUP_TSAN 1 = also build the TSan Kokkos (same as --tsan)
 #   KSTAGE_SETUP_CUDA 1 = also build the CUDA Kokkos (same as --cuda)
+#   KSTAGE_SETUP_HIP  1 = also install hipcc and build the HIP Kokkos (same as --hip)
 #   KSTAGE_NVCC       the nvcc to use for --cuda (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc)
 #   Kokkos_ROOT       use this Kokkos installation; no Kokkos is built
 #   KSTAGE_APT_URI    override the Debian archive URI found in the apt configuration
@@ -72,6 +78,7 @@ KOKKOS_PREFIX=$DEPS_DIR/kokkos
 KOKKOS_SERIAL_PREFIX=$DEPS_DIR/kokkos-serial
 KOKKOS_TSAN_PREFIX=$DEPS_DIR/kokkos-tsan
 KOKKOS_CUDA_PREFIX=$DEPS_DIR/kokkos-cuda
+KOKKOS_HIP_PREFIX=$DEPS_DIR/kokkos-hip
 STAMP_DIR=$DEPS_DIR/stamps
 WORK_DIR=$DEPS_DIR/work
 LOG_DIR=$DEPS_DIR/logs
@@ -142,6 +149,20 @@ KOKKOS_TSAN_CMAKE_ARGS=(
 KOKKOS_CUDA_RECIPE=3
 KOKKOS_CUDA_ARCH_FLAGS="-gencode=arch=compute_90,code=sm_90"
 CUDA_COMPAT_HEADER=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/backends/cuda/cuda13_compat.h
+
+# The HIP variant: hipcc compiles everything (Kokkos' HIP backend needs it as the C++ compiler).
+KOKKOS_HIP_RECIPE=1
+KOKKOS_HIP_CMAKE_ARGS=(
+  -DCMAKE_BUILD_TYPE=Release
+  -DCMAKE_INSTALL_PREFIX="$KOKKOS_HIP_PREFIX"
+  -DCMAKE_INSTALL_LIBDIR=lib
+  -DCMAKE_CXX_COMPILER=hipcc
+  -DKokkos_ENABLE_HIP=ON
+  -DKokkos_ARCH_VEGA908=ON
+  -DKokkos_ENABLE_OPENMP=OFF
+  -DKokkos_ENABLE_SERIAL=ON
+  "${KOKKOS_COMMON_ARGS[@]}"
+)
 
 SECONDS=0
 
@@ -485,6 +506,24 @@ kokkos_cuda_dep() {
     KOKKOS_POST_CONFIGURE=kokkos_cuda13_compat kokkos_build kokkos-cuda "$KOKKOS_CUDA_PREFIX" "$key" "CUDA $cuda_ver sm_80+sm_90, OpenMP, Serial" "${args[@]}"
 }
 
+# Debian 12's HIP compiler and runtime (enough to compile and link; running needs an AMD GPU).
+ensure_hip_tools() {
+  if ! command -v hipcc >/dev/null 2>&1 || [ ! -e /usr/include/hip/hip_runtime_api.h ]; then
+    log "installing the HIP leg's tools: hipcc libamdhip64-dev"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -q update
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-install-recommends \
+      hipcc libamdhip64-dev
+  fi
+  command -v hipcc >/dev/null 2>&1 || die "hipcc is still missing"
+}
+
+kokkos_hip_dep() {
+  local hip_ver key
+  hip_ver=$(dpkg-query -W -f='${Version}' hipcc 2>/dev/null || echo unknown)
+  key="kokkos-hip src=trilinos=$TRILINOS_SRC_VERSION recipe=$KOKKOS_HIP_RECIPE hipcc=$hip_ver args=${KOKKOS_HIP_CMAKE_ARGS[*]}"
+  kokkos_build kokkos-hip "$KOKKOS_HIP_PREFIX" "$key" "HIP gfx908, Serial (hipcc $hip_ver)" "${KOKKOS_HIP_CMAKE_ARGS[@]}"
+}
+
 # --------------------------------------------------------------------------------------------
 # 6. Optional Python venvs: the perf suite's (numpy, matplotlib) and the JAX interop tests'
 # --------------------------------------------------------------------------------------------
@@ -536,7 +575,7 @@ jax_venv() {
 
 # --------------------------------------------------------------------------------------------
 main() {
-  local perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} tsan=${KSTAGE_SETUP_TSAN:-0} cuda=${KSTAGE_SETUP_CUDA:-0} arg
+  local perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} tsan=${KSTAGE_SETUP_TSAN:-0} cuda=${KSTAGE_SETUP_CUDA:-0} hip=${KSTAGE_SETUP_HIP:-0} arg
   for arg in "$@"; do
     case $arg in
       --perf) perf=1 ;;
@@ -544,12 +583,14 @@ main() {
       --fuzz) fuzz=1 ;;
       --tsan) tsan=1 ;;
       --cuda) cuda=1 ;;
+      --hip) hip=1 ;;
       -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
-      *) die "unknown argument '$arg' (known: --perf, --jax, --fuzz, --tsan, --cuda)" ;;
+      *) die "unknown argument '$arg' (known: --perf, --jax, --fuzz, --tsan, --cuda, --hip)" ;;
     esac
   done
   ensure_tools
   if [ "$fuzz" = 1 ]; then ensure_fuzz_tools; fi
+  if [ "$hip" = 1 ]; then ensure_hip_tools; fi
   mkdir -p "$DEPS_DIR" "$STAMP_DIR" "$DL_DIR" "$LOG_DIR"
   # Serialise concurrent runs (e.g. scripts/run.sh and scripts/test.sh started together).
   exec 9>"$DEPS_DIR/.lock"
@@ -563,6 +604,7 @@ main() {
   if [ "$fuzz" = 1 ]; then kokkos_serial_dep; fi
   if [ "$tsan" = 1 ]; then kokkos_tsan_dep; fi
   if [ "$cuda" = 1 ]; then kokkos_cuda_dep; fi
+  if [ "$hip" = 1 ]; then kokkos_hip_dep; fi
   kokkos_source_cleanup
   apt_private_cleanup
   if [ "$perf" = 1 ]; then perf_venv; fi
@@ -594,6 +636,9 @@ main() {
   fi
   if [ "$cuda" = 1 ]; then
     echo "cuda preset Kokkos_ROOT=$KOKKOS_CUDA_PREFIX"
+  fi
+  if [ "$hip" = 1 ]; then
+    echo "hip preset Kokkos_ROOT=$KOKKOS_HIP_PREFIX"
   fi
 }
 

@@ -3,6 +3,7 @@
 # configure, build and run the whole ctest suite.
 #
 #   scripts/test.sh                 presets "default", "asan", "tsan", the fuzz leg, then "cuda"
+#                                   and "hip" (built, not run)
 #   KSTAGE_TEST_PRESETS="default asan" scripts/test.sh        only these presets (no tsan/fuzz)
 #   KSTAGE_TEST_PRESETS="serial debug" scripts/test.sh
 #   KSTAGE_TEST_PRESETS="default asan tsan" scripts/test.sh   everything but the fuzz leg
@@ -22,11 +23,14 @@
 #             configure and build only, test programs included. They need a GPU and run with
 #             scripts/gpu-check.sh; no GPU is needed here. In the default list only when nvcc is
 #             found (KSTAGE_NVCC, PATH or /usr/local/cuda/bin); named explicitly it is required.
+#   hip       the HIP build with Debian's hipcc 5.2 (`scripts/setup.sh --hip` installs hipcc and
+#             libamdhip64-dev with apt-get and builds its Kokkos): configure and build only, as
+#             no AMD GPU is reachable. Always in the default list.
 #   default   also runs the JAX interop tests (tests/python, ctest test python_jax_interop) with
 #             the venv that `scripts/setup.sh --jax` makes (jax[cpu], numpy, pytest from the
 #             machine's pip index; ~20 s the first time), unless KSTAGE_TEST_JAX=0.
-# The default (KSTAGE_TEST_PRESETS unset) is "default asan tsan fuzz cuda". On 2 cores a fresh
-# machine needs about 25 minutes in all (see the timings printed at the end).
+# The default (KSTAGE_TEST_PRESETS unset) is "default asan tsan fuzz cuda hip". On 2 cores a
+# fresh machine needs about 25 minutes in all (see the timings printed at the end).
 #
 # Exits non-zero if any step of any preset fails.
 set -euo pipefail
@@ -40,9 +44,9 @@ have_nvcc() {
 if [ -n "${KSTAGE_TEST_PRESETS:-}" ]; then
   PRESETS=$KSTAGE_TEST_PRESETS
 elif have_nvcc; then
-  PRESETS="default asan tsan fuzz cuda"
+  PRESETS="default asan tsan fuzz cuda hip"
 else
-  PRESETS="default asan tsan fuzz"
+  PRESETS="default asan tsan fuzz hip"
   echo "kstage test.sh: no nvcc on this machine: the cuda leg (build only) is skipped"
 fi
 JOBS=${KSTAGE_JOBS:-2}
@@ -56,6 +60,7 @@ for preset in $PRESETS; do
     tsan) setup_args+=(--tsan) ;;
     fuzz) setup_args+=(--fuzz) ;;
     cuda) setup_args+=(--cuda) ;;
+    hip) setup_args+=(--hip) ;;
   esac
 done
 bash "$ROOT/scripts/setup.sh" "${setup_args[@]}"
@@ -78,6 +83,7 @@ for preset in $PRESETS; do
   case $preset in
     tsan) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-tsan") ;;
     cuda) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-cuda") ;;
+    hip) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-hip") ;;
     fuzz) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-serial") ;;
     # The JAX interop tests (tests/python) run in this leg only: not under sanitizers.
     default)
@@ -95,14 +101,14 @@ for preset in $PRESETS; do
     echo "==== preset '$preset': build FAILED"
     failed_presets+=("$preset(build)"); continue
   fi
-  if [ "$preset" = cuda ]; then
-    # Built, not run: its programs need a GPU (scripts/gpu-check.sh). What runs here: the
-    # installed package, used by a C program (gcc) and a C++ bridge program (nvcc), built.
-    if ! ctest --preset cuda -L package 2>&1 | tee "$LOG_DIR/ctest-cuda.log"; then
-      echo "==== preset 'cuda': package check FAILED"
-      failed_presets+=("cuda(package)")
+  if [ "$preset" = cuda ] || [ "$preset" = hip ]; then
+    # Built, not run: its programs need a GPU (CUDA: scripts/gpu-check.sh). What runs here: the
+    # installed package, used by a C program (gcc) and a C++ bridge program (nvcc / hipcc), built.
+    if ! ctest --preset "$preset" -L package 2>&1 | tee "$LOG_DIR/ctest-$preset.log"; then
+      echo "==== preset '$preset': package check FAILED"
+      failed_presets+=("$preset(package)")
     else
-      echo "==== preset 'cuda': built ($(ls "$ROOT"/build/cuda/tests/kstage_test_*_cuda | wc -l) CUDA test programs; run them with scripts/gpu-check.sh on a GPU)"
+      echo "==== preset '$preset': built, tests not run (they need a GPU)"
     fi
     timings+=("$preset $(( $(date +%s) - leg_start ))s")
     continue

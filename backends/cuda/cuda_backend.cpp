@@ -8,7 +8,10 @@
 
 namespace kstage::backends::cuda {
 
-const core::BackendFactory factory = {"cuda", kDLCUDA, gpu::device_count<CudaRuntime>,
+const core::BackendFactory& factory() {
+  static const core::BackendFactory f = {"cuda", kDLCUDA, gpu::device_count<CudaRuntime>,
                                       gpu::GpuBackend<CudaRuntime>::make, kDLCUDAManaged};
+  return f;
+}
 
 }  // namespace kstage::backends::cuda

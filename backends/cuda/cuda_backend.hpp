@@ -8,6 +8,8 @@
 namespace kstage::backends::cuda {
 
 // Device type kDLCUDA (kDLCUDAManaged sources make columns on the same ordinal).
-extern const core::BackendFactory factory;
+// A function, not a constant: HIP's clang would make a constant-initialised
+// global an implicit device variable, pointing at host functions.
+const core::BackendFactory& factory();
 
 }  // namespace kstage::backends::cuda

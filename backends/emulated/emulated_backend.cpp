@@ -339,6 +339,10 @@ Result<std::unique_ptr<core::Backend>> make(int32_t device_id, const kstage_conf
 
 }  // namespace
 
-const core::BackendFactory factory = {"emulated", kDeviceType, [] { return kDeviceCount; }, make};
+const core::BackendFactory& factory() {
+  static const core::BackendFactory f = {"emulated", kDeviceType, [] { return kDeviceCount; },
+                                         make};
+  return f;
+}
 
 }  // namespace kstage::backends::emulated

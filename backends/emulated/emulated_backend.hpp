@@ -7,6 +7,8 @@
 namespace kstage::backends::emulated {
 
 // Device type kDLExtDev, KSTAGE_EMULATED_DEVICE_COUNT ordinals.
-extern const core::BackendFactory factory;
+// A function, not a constant: HIP's clang would make a constant-initialised
+// global an implicit device variable, pointing at host functions.
+const core::BackendFactory& factory();
 
 }  // namespace kstage::backends::emulated

@@ -184,7 +184,10 @@ Result<std::unique_ptr<core::Backend>> make(int32_t, const kstage_config_t& conf
   return make_host_backend(parallel);
 }
 
-const core::BackendFactory factory = {"host", kDLCPU, [] { return int32_t(1); }, make};
+const core::BackendFactory& factory() {
+  static const core::BackendFactory f = {"host", kDLCPU, [] { return int32_t(1); }, make};
+  return f;
+}
 
 namespace {
 std::unique_ptr<core::Backend> make_host_backend([[maybe_unused]] bool parallel) {

@@ -9,6 +9,8 @@ namespace kstage::backends::host {
 
 // Device type kDLCPU, one device. Also the backend of pinned host memory
 // (kDLCUDAHost, kDLROCMHost) sources: memory_space.hpp says which types.
-extern const core::BackendFactory factory;
+// A function, not a constant: HIP's clang would make a constant-initialised
+// global an implicit device variable, pointing at host functions.
+const core::BackendFactory& factory();
 
 }  // namespace kstage::backends::host

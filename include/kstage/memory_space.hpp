@@ -111,6 +111,65 @@ struct DLPackSpace<Kokkos::CudaHostPinnedSpace> {
 };
 #endif  // KOKKOS_ENABLE_CUDA
 
+#if defined(KOKKOS_ENABLE_HIP)
+namespace hip_impl {
+#if KOKKOS_VERSION >= 40000
+using Exec = Kokkos::HIP;
+using DeviceSpace = Kokkos::HIPSpace;
+using PinnedSpace = Kokkos::HIPHostPinnedSpace;
+#else
+using Exec = Kokkos::Experimental::HIP;
+using DeviceSpace = Kokkos::Experimental::HIPSpace;
+using PinnedSpace = Kokkos::Experimental::HIPHostPinnedSpace;
+#endif
+/// The ordinal of ROCm memory at `p`; Kokkos' device when the runtime does
+/// not know the pointer (an empty View's null data).
+inline int ordinal(const void* p) noexcept {
+  hipPointerAttribute_t a{};
+  if (p && hipPointerGetAttributes(&a, p) == hipSuccess && a.memoryType == hipMemoryTypeDevice)
+    return a.device;
+  (void)hipGetLastError();
+  return Exec().hip_device();
+}
+/// kstage.h's stream values: 1 the null stream, 2 the per-thread one.
+inline hipStream_t stream(uintptr_t v) noexcept {
+  return v == 1 ? nullptr : v == 2 ? hipStreamPerThread : reinterpret_cast<hipStream_t>(v);
+}
+inline void order_consumer(const kstage_device_sync_t& sync) {
+  if (sync.stream == 0 && sync.event == 0) return;
+  hipStream_t producer = Exec().hip_stream();
+  if (sync.event != 0) (void)hipEventRecord(reinterpret_cast<hipEvent_t>(sync.event), producer);
+  if (sync.stream != 0) {
+    hipEvent_t e;
+    if (hipEventCreateWithFlags(&e, hipEventDisableTiming) != hipSuccess) {
+      Exec().fence();
+      return;
+    }
+    (void)hipEventRecord(e, producer);
+    (void)hipStreamWaitEvent(stream(sync.stream), e, 0);
+    (void)hipEventDestroy(e);
+  }
+}
+}  // namespace hip_impl
+
+/// ROCm device memory (kDLROCM).
+template <>
+struct DLPackSpace<hip_impl::DeviceSpace> {
+  static DLDevice device(const void* p) noexcept { return DLDevice{kDLROCM, hip_impl::ordinal(p)}; }
+  static constexpr bool accepts(int32_t t) noexcept { return t == kDLROCM; }
+  static void order_consumer(const kstage_device_sync_t& s) { hip_impl::order_consumer(s); }
+  static constexpr const char* name = "Kokkos::HIPSpace (kDLROCM)";
+};
+/// Pinned host memory (kDLROCMHost): host memory that HIP kernels read.
+template <>
+struct DLPackSpace<hip_impl::PinnedSpace> {
+  static DLDevice device(const void*) noexcept { return DLDevice{kDLROCMHost, 0}; }
+  static constexpr bool accepts(int32_t t) noexcept { return t == kDLROCMHost; }
+  static void order_consumer(const kstage_device_sync_t& s) { hip_impl::order_consumer(s); }
+  static constexpr const char* name = "Kokkos::HIPHostPinnedSpace (kDLROCMHost)";
+};
+#endif  // KOKKOS_ENABLE_HIP
+
 }  // namespace kstage
 
 #endif  // KSTAGE_MEMORY_SPACE_HPP_

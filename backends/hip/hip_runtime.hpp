@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: Apache-2.0
+// The HIP runtime in the terms of backends/gpu/gpu_backend.hpp: the same
+// table as backends/cuda/cuda_runtime.hpp, on hip* calls and Kokkos' HIP
+// execution space (Kokkos::Experimental::HIP before Kokkos 4).
+#pragma once
+
+#include <Kokkos_Core.hpp>
+#include <dlpack/dlpack.h>
+#include <hip/hip_runtime_api.h>
+
+namespace kstage::backends::hip {
+
+#if KOKKOS_VERSION >= 40000
+using KokkosHip = Kokkos::HIP;
+#else
+using KokkosHip = Kokkos::Experimental::HIP;
+#endif
+
+struct HipRuntime {
+  static constexpr const char* kName = "rocm";
+  static constexpr int32_t kDeviceType = kDLROCM;
+  static constexpr int32_t kManagedType = -1;  // DLPack has no ROCm managed memory type
+  static constexpr int32_t kHostPinnedType = kDLROCMHost;
+
+  using Exec = KokkosHip;
+  using Stream = hipStream_t;
+  using Event = hipEvent_t;
+  using Error = hipError_t;
+  using CopyKind = hipMemcpyKind;
+  static constexpr Error success = hipSuccess;
+  static constexpr CopyKind kHostToDevice = hipMemcpyHostToDevice;
+  static constexpr CopyKind kDeviceToHost = hipMemcpyDeviceToHost;
+  static constexpr CopyKind kDeviceToDevice = hipMemcpyDeviceToDevice;
+
+  static const char* error_string(Error e) { return hipGetErrorString(e); }
+  static Error device_count(int* n) {
+    Error e = hipGetDeviceCount(n);
+    if (e != hipSuccess) (void)hipGetLastError();
+    return e;
+  }
+  static Error get_device(int* d) { return hipGetDevice(d); }
+  static Error set_device(int d) { return hipSetDevice(d); }
+  static int kokkos_device() { return KokkosHip().hip_device(); }
+  static Exec make_exec(Stream s) { return KokkosHip(s); }
+
+  static Error stream_create(Stream* s) { return hipStreamCreateWithFlags(s, hipStreamNonBlocking); }
+  static Error stream_destroy(Stream s) { return hipStreamDestroy(s); }
+  static Error stream_synchronize(Stream s) { return hipStreamSynchronize(s); }
+  static Error stream_wait_event(Stream s, Event e) { return hipStreamWaitEvent(s, e, 0); }
+  static Stream legacy_stream() { return nullptr; }  // HIP's null stream
+  static Stream per_thread_stream() { return hipStreamPerThread; }
+
+  static Error event_create(Event* e) { return hipEventCreateWithFlags(e, hipEventDisableTiming); }
+  static Error event_destroy(Event e) { return hipEventDestroy(e); }
+  static Error event_record(Event e, Stream s) { return hipEventRecord(e, s); }
+  static Error event_query(Event e) {
+    Error r = hipEventQuery(e);
+    if (r == hipErrorNotReady) (void)hipGetLastError();
+    return r;
+  }
+  static Error event_synchronize(Event e) { return hipEventSynchronize(e); }
+
+  static Error malloc_async(void** p, size_t bytes, Stream s) { return hipMallocAsync(p, bytes, s); }
+  static Error free_async(void* p, Stream s) { return hipFreeAsync(p, s); }
+  static Error memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind, Stream s) {
+    return hipMemcpyAsync(dst, src, bytes, kind, s);
+  }
+
+  static Error pointer_device(const void* p, int* ordinal, bool* device_memory) {
+    hipPointerAttribute_t a{};
+    Error e = hipPointerGetAttributes(&a, p);
+    if (e != hipSuccess) {
+      (void)hipGetLastError();
+      return e;
+    }
+    *device_memory = a.memoryType == hipMemoryTypeDevice || a.isManaged;
+    *ordinal = a.device;
+    return hipSuccess;
+  }
+};
+
+}  // namespace kstage::backends::hip
