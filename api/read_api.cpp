@@ -115,4 +115,15 @@ kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, kstage_group_t 
   });
 }
 
+kstage_status_t kstage_group_sync(kstage_stage_t stage, kstage_group_t group,
+                                  kstage_device_sync_t consumer) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    std::shared_ptr<core::ReadGroup> g;
+    KSTAGE_ASSIGN_OR_RETURN(g, lookup(s->groups, group, Kind::Group));
+    return s->engine->sync_consumer(*g, consumer);
+  });
+}
+
 }  // extern "C"

@@ -708,6 +708,16 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
   return Status::OK();
 }
 
+Status Stage::sync_consumer(const ReadGroup& g, const kstage_device_sync_t& consumer) {
+  if (!g.device)
+    return check_host_sync(consumer, "consumer", "the group's data is host memory (complete)");
+  // After all the work enqueued on the group's device so far, which includes
+  // the work that produced it. Under the lock: enqueued in call order with
+  // the stage's other work.
+  std::lock_guard lock(mutex_);
+  return g.device->record_into(consumer, "consumer");
+}
+
 Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prims,
                                                             const uint64_t* attributes, uint64_t n,
                                                             const kstage_read_desc_t& desc) {
@@ -768,8 +778,10 @@ Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prim
         if (Status st = move_group(*groups[k], dest, home, olds); !st.ok()) return fail(st);
     if (dest.synchronous()) continue;  // host data: complete, nothing to signal
     CompletionPtr ready = dest.record();
-    for (size_t k = first; ready && k < groups.size(); ++k) {
+    for (size_t k = first; k < groups.size(); ++k) {
       if (groups[k]->tensors.empty()) continue;
+      groups[k]->device = &dest;
+      if (!ready) continue;
       groups[k]->ready = ready;
       groups[k]->desc.data.device_sync = ready->sync();
     }

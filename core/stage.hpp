@@ -47,6 +47,7 @@ struct ReadGroup {
   BufferPtr pinned;              // the snapshot buffer the tensors point into
   bool owns_buffer = false;      // compact: `pinned` is this reader's own copy
   CompletionPtr ready;           // device work producing the data (desc.device_sync)
+  Backend* device = nullptr;     // the device backend that produces it (null: host data)
 };
 
 class Stage {
@@ -90,6 +91,9 @@ class Stage {
   Result<std::vector<std::unique_ptr<ReadGroup>>> read(const PrimList& prims,
                                                        const uint64_t* attributes, uint64_t n,
                                                        const kstage_read_desc_t& desc);
+  // Orders a consumer's {stream, event} after the work producing `g`'s data
+  // (kstage_group_sync): host data takes {0, 0} only.
+  Status sync_consumer(const ReadGroup& g, const kstage_device_sync_t& consumer);
 
  private:
   struct Mutation {

@@ -115,7 +115,14 @@ TEST_CASE("a read of host columns takes device_sync {0, 0} and gives {0, 0}",
     KS_OK(kstage_fetch_read_next(f.s.stage, r, 0, &g));
     REQUIRE(g.data.device_sync.stream == 0);
     REQUIRE(g.data.device_sync.event == 0);
+    // A consumer of host data has nothing to wait for: {0, 0} only, as everywhere on the host.
+    KS_OK(kstage_group_sync(f.s.stage, g.handle, kNoSync));
+    for (const kstage_device_sync_t& sync : kSyncs)
+      KS_FAILS(kstage_group_sync(f.s.stage, g.handle, sync), KSTAGE_INVALID_ARGUMENT,
+               "consumer is {stream " + hex(sync.stream) + ", event " + hex(sync.event) +
+                   "} but the group's data is host memory");
     KS_OK(kstage_release_group(f.s.stage, g.handle));
+    KS_FAILS(kstage_group_sync(f.s.stage, g.handle, kNoSync), KSTAGE_INVALID_HANDLE, "group");
     KS_OK(kstage_release_read(f.s.stage, r));
   }
 }

@@ -7,7 +7,11 @@
 #include <cuda_runtime_api.h>
 #include <dlpack/dlpack.h>
 
+#include "backends/gpu/memory_kind.hpp"
+
 namespace kstage::backends::cuda {
+
+using gpu::MemoryKind;
 
 struct CudaRuntime {
   static constexpr const char* kName = "cuda";
@@ -60,17 +64,19 @@ struct CudaRuntime {
     return cudaMemcpyAsync(dst, src, bytes, kind, s);
   }
 
-  // The ordinal of the device memory at `p`; `device_memory` false for host
-  // memory (pinned or not).
-  static Error pointer_device(const void* p, int* ordinal, bool* device_memory) {
+  // Where the memory at `p` is: device (or managed) memory of `ordinal`,
+  // pinned host memory, or pageable host memory the runtime does not know.
+  static Error pointer_kind(const void* p, int* ordinal, MemoryKind* kind) {
     cudaPointerAttributes a{};
     Error e = cudaPointerGetAttributes(&a, p);
     if (e != cudaSuccess) {
       cudaGetLastError();
       return e;
     }
-    *device_memory = a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
     *ordinal = a.device;
+    *kind = a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? MemoryKind::Device
+            : a.type == cudaMemoryTypeHost                                    ? MemoryKind::PinnedHost
+                                                                              : MemoryKind::Pageable;
     return cudaSuccess;
   }
 };

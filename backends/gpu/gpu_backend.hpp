@@ -20,6 +20,7 @@
 // NOT_SUPPORTED, naming both.
 #pragma once
 
+#include "backends/gpu/memory_kind.hpp"
 #include "core/backend.hpp"
 #include "core/device_sync.hpp"
 #include "core/dtype.hpp"
@@ -176,18 +177,28 @@ class GpuBackend final : public core::Backend {
   }
   bool synchronous() const override { return false; }
 
+  // The runtime knows where each pointer is: device memory must be of the
+  // claimed ordinal, and pinned memory really pinned (a kernel here reads it
+  // in place; pageable memory would fault the device).
   Status check_memory(const void* data, DLDevice claimed, const std::string& what) const override {
-    if (claimed.device_type != RT::kDeviceType && claimed.device_type != RT::kManagedType)
-      return Status::OK();
+    const bool device = claimed.device_type == RT::kDeviceType || claimed.device_type == RT::kManagedType;
+    if (!device && claimed.device_type != RT::kHostPinnedType) return Status::OK();
     int ordinal = -1;
-    bool device_memory = false;
-    if (typename RT::Error e = RT::pointer_device(data, &ordinal, &device_memory); e != RT::success)
-      return error(KSTAGE_INVALID_ARGUMENT, "%s: the data pointer is not %s memory (%s)",
+    MemoryKind kind = MemoryKind::Pageable;
+    if (typename RT::Error e = RT::pointer_kind(data, &ordinal, &kind); e != RT::success)
+      return error(KSTAGE_INVALID_ARGUMENT, "%s: %s cannot tell where the data pointer is (%s)",
                    what.c_str(), RT::kName, RT::error_string(e));
-    if (!device_memory)
+    const char* type = core::device_type_name(claimed.device_type);
+    if (!device) {
+      if (kind == MemoryKind::PinnedHost) return Status::OK();
       return error(KSTAGE_INVALID_ARGUMENT,
-                   "%s: DLDevice says %s:%d but the data pointer is host memory", what.c_str(),
-                   core::device_type_name(claimed.device_type), int(claimed.device_id));
+                   "%s: DLDevice says %s but the data pointer is %s", what.c_str(), type,
+                   kind == MemoryKind::Device ? "device memory" : "not pinned host memory");
+    }
+    if (kind != MemoryKind::Device)
+      return error(KSTAGE_INVALID_ARGUMENT,
+                   "%s: DLDevice says %s:%d but the data pointer is host memory", what.c_str(), type,
+                   int(claimed.device_id));
     if (ordinal != claimed.device_id)
       return error(KSTAGE_INVALID_ARGUMENT,
                    "%s: DLDevice says device_id %d but the data pointer is memory of %s "

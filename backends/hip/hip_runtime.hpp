@@ -8,6 +8,8 @@
 #include <dlpack/dlpack.h>
 #include <hip/hip_runtime_api.h>
 
+#include "backends/gpu/memory_kind.hpp"
+
 namespace kstage::backends::hip {
 
 #if KOKKOS_VERSION >= 40000
@@ -15,6 +17,8 @@ using KokkosHip = Kokkos::HIP;
 #else
 using KokkosHip = Kokkos::Experimental::HIP;
 #endif
+
+using gpu::MemoryKind;
 
 struct HipRuntime {
   static constexpr const char* kName = "rocm";
@@ -66,15 +70,22 @@ struct HipRuntime {
     return hipMemcpyAsync(dst, src, bytes, kind, s);
   }
 
-  static Error pointer_device(const void* p, int* ordinal, bool* device_memory) {
+  // As CudaRuntime::pointer_kind. HIP 5.2 answers hipErrorInvalidValue for
+  // pageable memory it never saw: that is pageable host memory, not an error.
+  static Error pointer_kind(const void* p, int* ordinal, MemoryKind* kind) {
     hipPointerAttribute_t a{};
     Error e = hipPointerGetAttributes(&a, p);
     if (e != hipSuccess) {
       (void)hipGetLastError();
-      return e;
+      if (e != hipErrorInvalidValue) return e;
+      *ordinal = -1;
+      *kind = MemoryKind::Pageable;
+      return hipSuccess;
     }
-    *device_memory = a.memoryType == hipMemoryTypeDevice || a.isManaged;
     *ordinal = a.device;
+    *kind = a.memoryType == hipMemoryTypeDevice || a.isManaged ? MemoryKind::Device
+            : a.memoryType == hipMemoryTypeHost                ? MemoryKind::PinnedHost
+                                                               : MemoryKind::Pageable;
     return hipSuccess;
   }
 };

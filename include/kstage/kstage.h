@@ -676,6 +676,19 @@ KSTAGE_API kstage_status_t kstage_group_export(kstage_stage_t stage, kstage_grou
 KSTAGE_API kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, kstage_group_t group,
                                            uint64_t index, uint64_t flags,
                                            DLManagedTensor** tensor);
+/**
+ * \brief Order a consumer after the work that produces a read group's data,
+ * as a DLPack producer does for `__dlpack__(stream=...)`: `consumer.stream`
+ * (kstage_device_sync_t's values) is made to wait for it, and a non-zero
+ * `consumer.event` is recorded after it -- stream waits, never a host block.
+ * Call it before handing an export of a device group to a consumer that
+ * reads on its own stream. A group whose data is on the host is complete and
+ * takes {0, 0}: anything else is KSTAGE_INVALID_ARGUMENT naming `consumer`.
+ * Errors: INVALID_HANDLE (group), INVALID_ARGUMENT (a handle the device
+ * runtime refuses).
+ */
+KSTAGE_API kstage_status_t kstage_group_sync(kstage_stage_t stage, kstage_group_t group,
+                                             kstage_device_sync_t consumer);
 
 /* ------------------------------------------------------------------------- */
 /* Map / unmap                                                               */

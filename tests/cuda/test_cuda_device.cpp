@@ -85,7 +85,7 @@ TEST_CASE("cuda: a device that does not exist, and a pointer on another device, 
   c.residency = DLDevice{kDLCUDA, count};
   kstage_stage_t stage = 0;
   KS_FAILS(kstage_create(&c, &stage), KSTAGE_INVALID_ARGUMENT,
-           "device cuda:" + std::to_string(count) + " does not exist");
+           "device kDLCUDA:" + std::to_string(count) + " does not exist");
 
   Stage s(host_execution(), &kGpu);
   kstage_query_t q = s.query(s.paths("p", 4));
@@ -96,7 +96,12 @@ TEST_CASE("cuda: a device that does not exist, and a pointer on another device, 
   kstage_write_data_t w = write_data(&liar);
   kstage_op_t op = 0;
   KS_FAILS(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
-           KSTAGE_INVALID_ARGUMENT, "DLDevice says cuda:0 but the data pointer is host memory");
+           KSTAGE_INVALID_ARGUMENT, "DLDevice says kDLCUDA:0 but the data pointer is host memory");
+  // Pageable memory labelled pinned: a device kernel cannot read it in place.
+  DLTensor not_pinned = tensor(host.data(), f32(), 1, shape, nullptr, DLDevice{kDLCUDAHost, 0});
+  w = write_data(&not_pinned);
+  KS_FAILS(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+           KSTAGE_INVALID_ARGUMENT, "but the data pointer is not pinned host memory");
   if (count > 1) {
     GpuFloats dev(host);
     dev.t.device.device_id = 1;  // memory of device 0, labelled 1

@@ -469,6 +469,46 @@ TEST_CASE("copies across sides: each path, and reads on the column's device and 
   }
 }
 
+TEST_CASE("kstage_group_sync orders a consumer's stream and event after the group's data",
+          "[device][sync][read]") {
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(256);
+  kstage_token_t a = s.token("a");
+  std::vector<float> v(256);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float(i) + 0.5f;
+  DeviceFloats src(0, v);
+  finish(s, write(s, q, a, 1, src.t));
+  seal(s, 1);
+  const uintptr_t consumer = kstage_emulated_stream_create(0);
+  const uintptr_t consumed = kstage_emulated_event_create();
+  {
+    KernelDelay slow(20000);  // the group's copy is still running when the consumer enqueues
+    kstage_read_desc_t d = kstage_read_desc_init();
+    d.compact = true;
+    kstage_read_t r = 0;
+    KS_OK(kstage_read_attributes(s.stage, q, &a, 1, &d, &r));
+    kstage_read_group_t g{};
+    KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+    REQUIRE(g.data.device_sync.event != 0);  // produced by work in flight
+    KS_OK(kstage_group_sync(s.stage, g.handle, kstage_device_sync_t{consumer, consumed}));
+    // The consumer reads on its own stream, with no host wait in between.
+    std::vector<float> out(v.size(), -1.f);
+    kstage_emulated_memcpy_async(consumer, out.data(), g.data.tensors[0].data,
+                                 v.size() * sizeof(float));
+    kstage_emulated_stream_synchronize(consumer);
+    REQUIRE(out == v);
+    kstage_emulated_event_synchronize(consumed);
+    REQUIRE(kstage_emulated_event_query(consumed) == 1);
+    // A handle the device does not know is refused, naming the field.
+    KS_FAILS(kstage_group_sync(s.stage, g.handle, kstage_device_sync_t{0, 0x7777}),
+             KSTAGE_INVALID_ARGUMENT, "consumer.event 0x7777 is not an event of the emulated device");
+    KS_OK(kstage_release_group(s.stage, g.handle));
+    KS_OK(kstage_release_read(s.stage, r));
+  }
+  kstage_emulated_event_destroy(consumed);
+  kstage_emulated_stream_destroy(consumer);
+}
+
 TEST_CASE("device groups export as DLPack on their device; exports outlive the stage",
           "[device][dlpack]") {
   DLManagedTensorVersioned* e = nullptr;
