@@ -817,7 +817,9 @@ Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prim
       if (ready) work.push_back(ready);
     defer(work, std::make_shared<std::vector<BufferPtr>>(std::move(olds)));
   }
-  return groups;
+  // Explicit: nvcc (a CMAKE_CXX_COMPILER of nvcc_wrapper) does not move a local into a
+  // converting constructor implicitly.
+  return Result<std::vector<std::unique_ptr<ReadGroup>>>(std::move(groups));
 }
 
 }  // namespace kstage::core
@@ -898,7 +900,7 @@ Result<std::unique_ptr<MapGroup>> make_map_group(const MapSession& s, PrimList p
   d.dtype = s.schema.dtype;
   d.is_array = s.schema.is_array;
   d.semantic = s.schema.semantic;
-  return g;
+  return Result<std::unique_ptr<MapGroup>>(std::move(g));  // explicit, for nvcc (above)
 }
 
 }  // namespace
