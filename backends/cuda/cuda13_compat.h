@@ -4,15 +4,16 @@
  * CUDA 13 removed the device-ordinal forms of cudaMemPrefetchAsync and cudaMemAdvise (they take a
  * cudaMemLocation now) and gave cudaGraphAddDependencies an edge-data argument. Kokkos 3.4 (and
  * 4.x before 4.7) still calls the old forms, and its CUDA half_t header does not compile against
- * CUDA 13's cuda_fp16.h. This header is force-included (-include) into every translation unit that
- * sees Kokkos' CUDA headers -- Kokkos' own build in scripts/setup.sh --cuda and kstage's CUDA
- * translation units -- and does nothing unless CUDART_VERSION >= 13000 and Kokkos is older than
- * 4.7 (kstage's CMake adds it only then). A Kokkos 4.7+ build needs none of it.
+ * CUDA 13's cuda_fp16.h. It must come before Kokkos' CUDA headers in every translation unit that
+ * includes them, Kokkos' own too: scripts/setup.sh --cuda appends an #include of it to the
+ * KokkosCore_config.h of the Kokkos 3.4 it builds; with a Kokkos 4.x before 4.7 of your own, pass
+ * -include <this file> to Kokkos' and kstage's builds. It does nothing unless nvcc compiles
+ * against CUDART_VERSION >= 13000. Never use it with Kokkos 4.7+, which needs none of it.
  */
 #ifndef KSTAGE_CUDA13_COMPAT_H
 #define KSTAGE_CUDA13_COMPAT_H
 
-#if defined(__cplusplus) && (defined(__CUDACC__) || defined(KSTAGE_CUDA13_COMPAT_HOST))
+#if defined(__cplusplus) && defined(__CUDACC__)
 #include <cuda_runtime_api.h>
 
 #if defined(CUDART_VERSION) && CUDART_VERSION >= 13000
