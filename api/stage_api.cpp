@@ -71,6 +71,9 @@ kstage_status_t kstage_create(const kstage_config_t* config, kstage_stage_t* sta
     if (config) {
       KSTAGE_ASSIGN_OR_RETURN(c, read_descriptor(config, "config"));
     }
+    // A residency that does not exist is the caller's mistake, reported before Kokkos would be
+    // initialised on it (Kokkos aborts on a GPU id it does not have).
+    KSTAGE_RETURN_NOT_OK(core::check_device_exists(c.residency));
     KSTAGE_RETURN_NOT_OK(core::ensure_kokkos_initialized(&destroy_all_stages_at_exit, c.residency));
     auto entry = std::make_shared<StageEntry>();
     KSTAGE_ASSIGN_OR_RETURN(entry->engine, core::Stage::create(c));

@@ -14,6 +14,31 @@
 namespace kstage::core {
 namespace {
 
+// The factory for a device, checked: NOT_SUPPORTED when the build has no
+// backend for its type, INVALID_ARGUMENT when the ordinal does not exist.
+Result<const BackendFactory*> factory_for(DLDevice device) {
+  const BackendFactory* factory = nullptr;
+  for (const BackendFactory* f : registered_backends())
+    if (f->device_type == int32_t(device.device_type)) factory = f;
+  if (!factory) {
+    std::string names;
+    for (const BackendFactory* f : registered_backends())
+      names += std::string(names.empty() ? "" : ", ") + f->name;
+    return error(KSTAGE_NOT_SUPPORTED,
+                 "device type %s (%d), id %d: this kstage build has no backend for it "
+                 "(backends: %s)",
+                 device_type_name(device.device_type), int(device.device_type),
+                 int(device.device_id), names.c_str());
+  }
+  const int32_t count = factory->device_count();
+  if (device.device_id < 0 || device.device_id >= count)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "device %s:%d does not exist: the process has %d %s device(s)",
+                 device_type_name(device.device_type), int(device.device_id), int(count),
+                 factory->name);
+  return factory;
+}
+
 class StageBackends final : public BackendSet {
  public:
   StageBackends(const kstage_config_t& config, std::unique_ptr<Backend> host)
@@ -41,24 +66,7 @@ class StageBackends final : public BackendSet {
     const auto key = std::pair{int32_t(device.device_type), device.device_id};
     if (auto it = devices_.find(key); it != devices_.end()) return it->second.get();
     const BackendFactory* factory = nullptr;
-    for (const BackendFactory* f : registered_backends())
-      if (f->device_type == int32_t(device.device_type)) factory = f;
-    if (!factory) {
-      std::string names;
-      for (const BackendFactory* f : registered_backends())
-        names += std::string(names.empty() ? "" : ", ") + f->name;
-      return error(KSTAGE_NOT_SUPPORTED,
-                   "device type %s (%d), id %d: this kstage build has no backend for it "
-                   "(backends: %s)",
-                   device_type_name(device.device_type), int(device.device_type),
-                   int(device.device_id), names.c_str());
-    }
-    const int32_t count = factory->device_count();
-    if (device.device_id < 0 || device.device_id >= count)
-      return error(KSTAGE_INVALID_ARGUMENT,
-                   "device %s:%d does not exist: the process has %d %s device(s)",
-                   device_type_name(device.device_type), int(device.device_id), int(count),
-                   factory->name);
+    KSTAGE_ASSIGN_OR_RETURN(factory, factory_for(device));
     std::unique_ptr<Backend> b;
     KSTAGE_ASSIGN_OR_RETURN(b, factory->make(device.device_id, config_));
     Backend* raw = b.get();
@@ -94,6 +102,11 @@ Result<std::unique_ptr<BackendSet>> make_backend_set(const kstage_config_t& conf
   // caller's mistake, reported by kstage_create, not at the first write).
   if (config.residency.device_type != 0) KSTAGE_RETURN_NOT_OK(set->for_device(config.residency).status());
   return std::unique_ptr<BackendSet>(std::move(set));
+}
+
+Status check_device_exists(DLDevice device) {
+  if (device.device_type == 0 || is_host_memory(device.device_type)) return Status::OK();
+  return factory_for(device).status();
 }
 
 Status transfer(Backend& to, std::byte* dst, Backend& from, const std::byte* src, size_t bytes) {

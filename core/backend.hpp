@@ -139,6 +139,11 @@ class BackendSet {
   virtual std::vector<Backend*> active() = 0;
 };
 
+// OK when `device` is {0, 0}, host memory, or a device this build has a
+// backend for and the process has (no backend is made, Kokkos not needed):
+// kstage_create checks a residency before it initialises Kokkos on it.
+Status check_device_exists(DLDevice device);
+
 // Implemented in backends/: the set for this build and configuration.
 Result<std::unique_ptr<BackendSet>> make_backend_set(const kstage_config_t& config);
 

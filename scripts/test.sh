@@ -59,8 +59,6 @@ for preset in $PRESETS; do
     default) if [ "$TEST_JAX" = 1 ]; then setup_args+=(--jax); fi ;;
     tsan) setup_args+=(--tsan) ;;
     fuzz) setup_args+=(--fuzz) ;;
-    cuda) setup_args+=(--cuda) ;;
-    hip) setup_args+=(--hip) ;;
   esac
 done
 bash "$ROOT/scripts/setup.sh" "${setup_args[@]}"
@@ -78,6 +76,14 @@ for preset in $PRESETS; do
   echo
   echo "==== kstage: preset '$preset' ===="
   leg_start=$(date +%s)
+  # The GPU legs get their tools and Kokkos here, so that a failure there fails that leg only.
+  case $preset in
+    cuda|hip)
+      if ! bash "$ROOT/scripts/setup.sh" "--$preset"; then
+        echo "==== preset '$preset': setup FAILED"
+        failed_presets+=("$preset(setup)"); continue
+      fi ;;
+  esac
   # The sanitizer presets use their own Kokkos variants (in a relocated cache too).
   configure_args=()
   case $preset in

@@ -25,11 +25,13 @@ struct CudaRuntime {
   using Error = cudaError_t;
   using CopyKind = cudaMemcpyKind;
   static constexpr Error success = cudaSuccess;
+  static constexpr Error not_ready = cudaErrorNotReady;
   static constexpr CopyKind kHostToDevice = cudaMemcpyHostToDevice;
   static constexpr CopyKind kDeviceToHost = cudaMemcpyDeviceToHost;
   static constexpr CopyKind kDeviceToDevice = cudaMemcpyDeviceToDevice;
 
   static const char* error_string(Error e) { return cudaGetErrorString(e); }
+  static void clear_error() { (void)cudaGetLastError(); }
   static Error device_count(int* n) {
     Error e = cudaGetDeviceCount(n);
     if (e != cudaSuccess) cudaGetLastError();  // no driver / no device: not sticky

@@ -44,6 +44,28 @@ namespace kstage::backends::gpu {
 template <class RT>
 class GpuBackend;
 
+// Makes `device` the calling thread's current device for a scope and puts
+// the caller's back after: runtime calls act on the current device, kstage
+// may be called from any thread, and the application's choice is its own.
+template <class RT>
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (RT::get_device(&previous_) != RT::success) previous_ = -1;
+    if (previous_ != device) RT::set_device(device);
+  }
+  ~DeviceGuard() {
+    int now = -1;
+    if (previous_ >= 0 && RT::get_device(&now) == RT::success && now != previous_)
+      RT::set_device(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
 // What outlives the backend while buffers, groups or ops still refer to it:
 // the stream (the allocator frees on it) and adopted buffers awaiting release.
 template <class RT>
@@ -54,6 +76,7 @@ struct GpuShared {
   explicit GpuShared(int32_t ordinal) : device(ordinal) {}
   ~GpuShared() {
     if (!stream) return;
+    const DeviceGuard<RT> on_device(device);
     RT::stream_synchronize(stream);
     reap(/*all=*/true);
     RT::stream_destroy(stream);
@@ -62,6 +85,7 @@ struct GpuShared {
   // An adopted buffer whose last holder let go: released once the work
   // enqueued so far has run.
   void retire(std::unique_ptr<core::DeviceBuffer> b) {
+    const DeviceGuard<RT> on_device(device);
     Event e{};
     if (RT::event_create(&e) != RT::success || RT::event_record(e, stream) != RT::success) {
       RT::stream_synchronize(stream);  // cannot track it: wait instead
@@ -82,7 +106,7 @@ struct GpuShared {
       while (!retired.empty()) {
         Event e = retired.front().first;
         if (all) RT::event_synchronize(e);
-        else if (RT::event_query(e) != RT::success) break;
+        else if (RT::event_query(e) == RT::not_ready) break;
         RT::event_destroy(e);
         done.push_back(std::move(retired.front().second));
         retired.pop_front();
@@ -103,7 +127,10 @@ class GpuBuffer final : public core::DeviceBuffer {
   GpuBuffer(std::shared_ptr<GpuShared<RT>> shared, std::byte* data, size_t size)
       : DeviceBuffer(data, size, DLDevice{DLDeviceType(RT::kDeviceType), shared->device}),
         shared_(std::move(shared)) {}
-  ~GpuBuffer() override { RT::free_async(data(), shared_->stream); }
+  ~GpuBuffer() override {
+    const DeviceGuard<RT> on_device(shared_->device);
+    RT::free_async(data(), shared_->stream);
+  }
 
  private:
   std::shared_ptr<GpuShared<RT>> shared_;
@@ -115,9 +142,14 @@ class GpuCompletion final : public core::Completion {
   GpuCompletion(std::shared_ptr<GpuShared<RT>> shared, typename RT::Event event)
       : shared_(std::move(shared)), event_(event) {}
   ~GpuCompletion() override { RT::event_destroy(event_); }
-  bool done() const override { return RT::event_query(event_) == RT::success; }
+  // Anything but "not ready" is done: after a device fault the event never
+  // succeeds, and the next enqueue reports the fault (KSTAGE_DEVICE_ERROR).
+  bool done() const override { return RT::event_query(event_) != RT::not_ready; }
   bool wait(uint64_t timeout_ns) const override {
-    if (timeout_ns == KSTAGE_TIMEOUT_INFINITE) return RT::event_synchronize(event_) == RT::success;
+    if (timeout_ns == KSTAGE_TIMEOUT_INFINITE) {
+      if (RT::event_synchronize(event_) != RT::success) RT::clear_error();
+      return true;
+    }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(timeout_ns);
     while (!done()) {
       if (std::chrono::steady_clock::now() >= deadline) return false;
@@ -142,10 +174,6 @@ class GpuBackend final : public core::Backend {
 
  public:
   static Result<std::unique_ptr<core::Backend>> make(int32_t device_id, const kstage_config_t&) {
-    int current = -1;
-    if (typename RT::Error e = RT::get_device(&current); e != RT::success)
-      return error(KSTAGE_DEVICE_ERROR, "%s: cannot query the current device: %s", RT::kName,
-                   RT::error_string(e));
     const int kokkos_device = RT::kokkos_device();
     if (device_id != kokkos_device)
       return error(KSTAGE_NOT_SUPPORTED,
@@ -153,14 +181,19 @@ class GpuBackend final : public core::Backend {
                    "execution space cannot use another (choose the device with "
                    "kstage_config_t.residency before the first stage, or Kokkos' device id)",
                    RT::kName, int(device_id), RT::kName, kokkos_device);
+    // The stream and the Kokkos instance's scratch belong to the current device.
+    const DeviceGuard<RT> on_device(device_id);
     auto shared = std::make_shared<GpuShared<RT>>(device_id);
-    if (typename RT::Error e = RT::stream_create(&shared->stream); e != RT::success)
+    if (typename RT::Error e = RT::stream_create(&shared->stream); e != RT::success) {
+      RT::clear_error();
       return error(KSTAGE_DEVICE_ERROR, "%s device %d: stream creation failed: %s", RT::kName,
                    int(device_id), RT::error_string(e));
+    }
     return std::unique_ptr<core::Backend>(new GpuBackend(std::move(shared)));
   }
 
   ~GpuBackend() override {
+    const DeviceGuard<RT> on_device(shared_->device);
     fence();
     shared_->reap(true);
   }
@@ -208,7 +241,7 @@ class GpuBackend final : public core::Backend {
   }
 
   Result<core::BufferPtr> allocate(size_t bytes) override {
-    bind();
+    const DeviceGuard<RT> on_device(shared_->device);
     shared_->reap(false);
     void* p = nullptr;
     if (typename RT::Error e = RT::malloc_async(&p, std::max<size_t>(bytes, 1), shared_->stream);
@@ -227,35 +260,40 @@ class GpuBackend final : public core::Backend {
   }
 
   Result<core::BufferPtr> upload(const void* host, size_t bytes) override {
+    const DeviceGuard<RT> on_device(shared_->device);
     core::BufferPtr b;
     KSTAGE_ASSIGN_OR_RETURN(b, allocate(bytes));
-    // Pageable memory is read before the call returns: the caller may free it.
-    KSTAGE_RETURN_NOT_OK(check(RT::memcpy_async(b->data(), host, bytes, RT::kHostToDevice,
-                                                shared_->stream),
+    // From a pageable copy of our own: the runtime stages pageable memory
+    // before the call returns, so the caller may free `host` at once -- even
+    // pinned memory, which a direct asynchronous copy would read later.
+    const std::vector<std::byte> snapshot(static_cast<const std::byte*>(host),
+                                          static_cast<const std::byte*>(host) + bytes);
+    KSTAGE_RETURN_NOT_OK(check(RT::memcpy_async(b->data(), snapshot.data(), bytes,
+                                                RT::kHostToDevice, shared_->stream),
                                "index upload"));
     ++core::transfer_counts().index_uploads;
     return b;
   }
 
   void copy_bytes(std::byte* dst, const std::byte* src, size_t bytes) override {
-    bind();
+    const DeviceGuard<RT> on_device(shared_->device);
     if (bytes) must(RT::memcpy_async(dst, src, bytes, RT::kDeviceToDevice, shared_->stream), "copy");
   }
   void copy_from_host(std::byte* dst, const std::byte* src, size_t bytes) override {
-    bind();
+    const DeviceGuard<RT> on_device(shared_->device);
     if (!bytes) return;
     ++core::transfer_counts().host_to_device;
     must(RT::memcpy_async(dst, src, bytes, RT::kHostToDevice, shared_->stream), "copy to device");
   }
   void copy_to_host(std::byte* dst, const std::byte* src, size_t bytes) override {
-    bind();
+    const DeviceGuard<RT> on_device(shared_->device);
     if (!bytes) return;
     ++core::transfer_counts().device_to_host;
     must(RT::memcpy_async(dst, src, bytes, RT::kDeviceToHost, shared_->stream), "copy to host");
   }
 
   void row_copy(const core::kernels::RowCopy& c) override {
-    bind();
+    const DeviceGuard<RT> on_device(shared_->device);
     if (c.n == 0 || c.row_bytes == 0) return;
     core::kernels::RowCopy k = c;
     core::BufferPtr dst_index, src_index;  // freed in stream order after the kernel
@@ -291,7 +329,7 @@ class GpuBackend final : public core::Backend {
   }
 
   void ragged_copy(const core::kernels::RaggedCopy& c, size_t word) override {
-    bind();
+    const DeviceGuard<RT> on_device(shared_->device);
     if (c.n == 0) return;
     // One upload for the three per-row arrays.
     std::vector<uint64_t> host(3 * c.n);
@@ -308,12 +346,12 @@ class GpuBackend final : public core::Backend {
   }
 
   void strided_copy(const core::kernels::StridedCopy& c) override {
-    bind();
+    const DeviceGuard<RT> on_device(shared_->device);
     core::kernels::strided_copy(exec_, c);
   }
 
   Status order_after(const kstage_device_sync_t& producer, const char* field) override {
-    bind();
+    const DeviceGuard<RT> on_device(shared_->device);
     if (producer.event != 0) {
       return check(RT::stream_wait_event(shared_->stream, reinterpret_cast<Event>(producer.event)),
                    field, ".event");
@@ -334,7 +372,7 @@ class GpuBackend final : public core::Backend {
   }
 
   Status record_into(const kstage_device_sync_t& consumer, const char* field) override {
-    bind();
+    const DeviceGuard<RT> on_device(shared_->device);
     if (consumer.event != 0)
       KSTAGE_RETURN_NOT_OK(check(
           RT::event_record(reinterpret_cast<Event>(consumer.event), shared_->stream), field,
@@ -353,7 +391,7 @@ class GpuBackend final : public core::Backend {
   }
 
   core::CompletionPtr record() override {
-    bind();
+    const DeviceGuard<RT> on_device(shared_->device);
     shared_->reap(false);
     Event e{};
     if (RT::event_create(&e) != RT::success) {
@@ -369,7 +407,7 @@ class GpuBackend final : public core::Backend {
   }
 
   void fence() override {
-    bind();
+    const DeviceGuard<RT> on_device(shared_->device);
     RT::stream_synchronize(shared_->stream);
     shared_->reap(false);
   }
@@ -386,20 +424,19 @@ class GpuBackend final : public core::Backend {
     return reinterpret_cast<Stream>(v);
   }
 
-  // Runtime calls act on the calling thread's current device, and kstage may
-  // be called from any thread: make it this backend's first.
-  void bind() const { RT::set_device(shared_->device); }
-
   static Status check(typename RT::Error e, const char* field, const char* member = "") {
     if (e == RT::success) return Status::OK();
+    RT::clear_error();  // the caller's next runtime check must not see ours
     return error(KSTAGE_INVALID_ARGUMENT, "%s%s: %s refused it: %s", field, member, RT::kName,
                  RT::error_string(e));
   }
   // Enqueueing failed with a valid stream and valid pointers: a device fault
   // (the engine's API guard turns the exception into KSTAGE_DEVICE_ERROR).
   static void must(typename RT::Error e, const char* what) {
-    if (e != RT::success)
+    if (e != RT::success) {
+      RT::clear_error();
       throw DeviceFault(std::string(RT::kName) + " " + what + " failed: " + RT::error_string(e));
+    }
   }
   core::BufferPtr upload_or_throw(const void* host, size_t bytes) {
     Result<core::BufferPtr> b = upload(host, bytes);

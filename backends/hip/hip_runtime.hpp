@@ -32,11 +32,13 @@ struct HipRuntime {
   using Error = hipError_t;
   using CopyKind = hipMemcpyKind;
   static constexpr Error success = hipSuccess;
+  static constexpr Error not_ready = hipErrorNotReady;
   static constexpr CopyKind kHostToDevice = hipMemcpyHostToDevice;
   static constexpr CopyKind kDeviceToHost = hipMemcpyDeviceToHost;
   static constexpr CopyKind kDeviceToDevice = hipMemcpyDeviceToDevice;
 
   static const char* error_string(Error e) { return hipGetErrorString(e); }
+  static void clear_error() { (void)hipGetLastError(); }
   static Error device_count(int* n) {
     Error e = hipGetDeviceCount(n);
     if (e != hipSuccess) (void)hipGetLastError();
@@ -83,9 +85,14 @@ struct HipRuntime {
       return hipSuccess;
     }
     *ordinal = a.device;
-    *kind = a.memoryType == hipMemoryTypeDevice || a.isManaged ? MemoryKind::Device
-            : a.memoryType == hipMemoryTypeHost                ? MemoryKind::PinnedHost
-                                                               : MemoryKind::Pageable;
+#if HIP_VERSION_MAJOR >= 6
+    const hipMemoryType type = a.type;  // ROCm 6 renamed memoryType
+#else
+    const hipMemoryType type = a.memoryType;
+#endif
+    *kind = type == hipMemoryTypeDevice || a.isManaged ? MemoryKind::Device
+            : type == hipMemoryTypeHost                ? MemoryKind::PinnedHost
+                                                       : MemoryKind::Pageable;
     return hipSuccess;
   }
 };

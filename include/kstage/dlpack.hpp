@@ -136,7 +136,9 @@ void fill_tensor(DLTensor& t, ExportContext<View>& ctx) {
 
 template <class View>
 void order_after_pending_work(const View&, const ExportOptions& o) {
-  kstage::DLPackSpace<typename View::memory_space>::order_consumer(o.sync);
+  if (const char* why = kstage::DLPackSpace<typename View::memory_space>::order_consumer(o.sync))
+    throw DLPackError(KSTAGE_INVALID_ARGUMENT,
+                      std::string("DLPack export: options.sync was refused by the device runtime: ") + why);
 }
 
 template <class View>

@@ -686,6 +686,12 @@ KSTAGE_API kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, ksta
  * takes {0, 0}: anything else is KSTAGE_INVALID_ARGUMENT naming `consumer`.
  * Errors: INVALID_HANDLE (group), INVALID_ARGUMENT (a handle the device
  * runtime refuses).
+ *
+ * The other direction is the consumer's: kstage frees device memory in the
+ * order of its own stream, so a consumer reading device data on its own
+ * stream must have finished (synchronised that stream, or an event recorded
+ * after its reads) before it releases the group or runs an export's
+ * deleter -- as with any DLPack producer.
  */
 KSTAGE_API kstage_status_t kstage_group_sync(kstage_stage_t stage, kstage_group_t group,
                                              kstage_device_sync_t consumer);

@@ -35,7 +35,8 @@ constexpr bool is_host_memory(int32_t t) noexcept {
 ///  - `accepts(t)`: whether memory of device type `t` can be viewed as this space's;
 ///  - `order_consumer(sync)`: make a consumer's {stream, event} (kstage.h's
 ///    values) follow the work pending on the space's default execution
-///    instance -- a stream wait for GPU spaces, a fence for the host;
+///    instance -- a stream wait for GPU spaces, a fence for the host; returns
+///    nullptr, or the runtime's message when it refused a handle;
 ///  - `name`: for messages.
 template <class MemorySpace>
 struct DLPackSpace;
@@ -45,8 +46,9 @@ template <>
 struct DLPackSpace<Kokkos::HostSpace> {
   static DLDevice device(const void*) noexcept { return DLDevice{kDLCPU, 0}; }
   static constexpr bool accepts(int32_t t) noexcept { return is_host_memory(t); }
-  static void order_consumer(const kstage_device_sync_t& sync) {
+  static const char* order_consumer(const kstage_device_sync_t& sync) {
     if (sync.stream != 0 || sync.event != 0) Kokkos::DefaultHostExecutionSpace().fence();
+    return nullptr;
   }
   static constexpr const char* name = "Kokkos::HostSpace (kDLCPU, kDLCUDAHost, kDLROCMHost)";
 };
@@ -66,20 +68,28 @@ inline int ordinal(const void* p) noexcept {
 inline cudaStream_t stream(uintptr_t v) noexcept {
   return v == 1 ? cudaStreamLegacy : v == 2 ? cudaStreamPerThread : reinterpret_cast<cudaStream_t>(v);
 }
-inline void order_consumer(const kstage_device_sync_t& sync) {
-  if (sync.stream == 0 && sync.event == 0) return;
-  cudaStream_t producer = Kokkos::Cuda().cuda_stream();
-  if (sync.event != 0) cudaEventRecord(reinterpret_cast<cudaEvent_t>(sync.event), producer);
-  if (sync.stream != 0) {
-    cudaEvent_t e;
-    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
-      Kokkos::Cuda().fence();  // no event: complete the work instead
-      return;
+/// nullptr when done; else the runtime's message (the device is put back).
+inline const char* order_consumer(const kstage_device_sync_t& sync) {
+  if (sync.stream == 0 && sync.event == 0) return nullptr;
+  const Kokkos::Cuda exec;
+  int previous = -1;
+  (void)cudaGetDevice(&previous);
+  if (previous != exec.cuda_device()) (void)cudaSetDevice(exec.cuda_device());
+  cudaError_t e = cudaSuccess;
+  if (sync.event != 0) e = cudaEventRecord(reinterpret_cast<cudaEvent_t>(sync.event), exec.cuda_stream());
+  if (e == cudaSuccess && sync.stream != 0) {
+    cudaEvent_t done;
+    e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+    if (e == cudaSuccess) {
+      e = cudaEventRecord(done, exec.cuda_stream());
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(stream(sync.stream), done, 0);
+      (void)cudaEventDestroy(done);
     }
-    cudaEventRecord(e, producer);
-    cudaStreamWaitEvent(stream(sync.stream), e, 0);
-    cudaEventDestroy(e);
   }
+  if (previous >= 0 && previous != exec.cuda_device()) (void)cudaSetDevice(previous);
+  if (e == cudaSuccess) return nullptr;
+  (void)cudaGetLastError();
+  return cudaGetErrorString(e);
 }
 }  // namespace cuda_impl
 
@@ -88,7 +98,7 @@ template <>
 struct DLPackSpace<Kokkos::CudaSpace> {
   static DLDevice device(const void* p) noexcept { return DLDevice{kDLCUDA, cuda_impl::ordinal(p)}; }
   static constexpr bool accepts(int32_t t) noexcept { return t == kDLCUDA || t == kDLCUDAManaged; }
-  static void order_consumer(const kstage_device_sync_t& s) { cuda_impl::order_consumer(s); }
+  static const char* order_consumer(const kstage_device_sync_t& s) { return cuda_impl::order_consumer(s); }
   static constexpr const char* name = "Kokkos::CudaSpace (kDLCUDA, kDLCUDAManaged)";
 };
 /// CUDA managed memory (kDLCUDAManaged), readable from host and device.
@@ -98,7 +108,7 @@ struct DLPackSpace<Kokkos::CudaUVMSpace> {
     return DLDevice{kDLCUDAManaged, cuda_impl::ordinal(p)};
   }
   static constexpr bool accepts(int32_t t) noexcept { return t == kDLCUDAManaged; }
-  static void order_consumer(const kstage_device_sync_t& s) { cuda_impl::order_consumer(s); }
+  static const char* order_consumer(const kstage_device_sync_t& s) { return cuda_impl::order_consumer(s); }
   static constexpr const char* name = "Kokkos::CudaUVMSpace (kDLCUDAManaged)";
 };
 /// Pinned host memory (kDLCUDAHost): host memory that CUDA kernels read.
@@ -106,7 +116,7 @@ template <>
 struct DLPackSpace<Kokkos::CudaHostPinnedSpace> {
   static DLDevice device(const void*) noexcept { return DLDevice{kDLCUDAHost, 0}; }
   static constexpr bool accepts(int32_t t) noexcept { return t == kDLCUDAHost; }
-  static void order_consumer(const kstage_device_sync_t& s) { cuda_impl::order_consumer(s); }
+  static const char* order_consumer(const kstage_device_sync_t& s) { return cuda_impl::order_consumer(s); }
   static constexpr const char* name = "Kokkos::CudaHostPinnedSpace (kDLCUDAHost)";
 };
 #endif  // KOKKOS_ENABLE_CUDA
@@ -126,7 +136,11 @@ using PinnedSpace = Kokkos::Experimental::HIPHostPinnedSpace;
 /// not know the pointer (an empty View's null data).
 inline int ordinal(const void* p) noexcept {
   hipPointerAttribute_t a{};
+#if HIP_VERSION_MAJOR >= 6
+  if (p && hipPointerGetAttributes(&a, p) == hipSuccess && a.type == hipMemoryTypeDevice)
+#else
   if (p && hipPointerGetAttributes(&a, p) == hipSuccess && a.memoryType == hipMemoryTypeDevice)
+#endif
     return a.device;
   (void)hipGetLastError();
   return Exec().hip_device();
@@ -135,20 +149,28 @@ inline int ordinal(const void* p) noexcept {
 inline hipStream_t stream(uintptr_t v) noexcept {
   return v == 1 ? nullptr : v == 2 ? hipStreamPerThread : reinterpret_cast<hipStream_t>(v);
 }
-inline void order_consumer(const kstage_device_sync_t& sync) {
-  if (sync.stream == 0 && sync.event == 0) return;
-  hipStream_t producer = Exec().hip_stream();
-  if (sync.event != 0) (void)hipEventRecord(reinterpret_cast<hipEvent_t>(sync.event), producer);
-  if (sync.stream != 0) {
-    hipEvent_t e;
-    if (hipEventCreateWithFlags(&e, hipEventDisableTiming) != hipSuccess) {
-      Exec().fence();
-      return;
+/// nullptr when done; else the runtime's message (the device is put back).
+inline const char* order_consumer(const kstage_device_sync_t& sync) {
+  if (sync.stream == 0 && sync.event == 0) return nullptr;
+  const Exec exec;
+  int previous = -1;
+  (void)hipGetDevice(&previous);
+  if (previous != exec.hip_device()) (void)hipSetDevice(exec.hip_device());
+  hipError_t e = hipSuccess;
+  if (sync.event != 0) e = hipEventRecord(reinterpret_cast<hipEvent_t>(sync.event), exec.hip_stream());
+  if (e == hipSuccess && sync.stream != 0) {
+    hipEvent_t done;
+    e = hipEventCreateWithFlags(&done, hipEventDisableTiming);
+    if (e == hipSuccess) {
+      e = hipEventRecord(done, exec.hip_stream());
+      if (e == hipSuccess) e = hipStreamWaitEvent(stream(sync.stream), done, 0);
+      (void)hipEventDestroy(done);
     }
-    (void)hipEventRecord(e, producer);
-    (void)hipStreamWaitEvent(stream(sync.stream), e, 0);
-    (void)hipEventDestroy(e);
   }
+  if (previous >= 0 && previous != exec.hip_device()) (void)hipSetDevice(previous);
+  if (e == hipSuccess) return nullptr;
+  (void)hipGetLastError();
+  return hipGetErrorString(e);
 }
 }  // namespace hip_impl
 
@@ -157,7 +179,7 @@ template <>
 struct DLPackSpace<hip_impl::DeviceSpace> {
   static DLDevice device(const void* p) noexcept { return DLDevice{kDLROCM, hip_impl::ordinal(p)}; }
   static constexpr bool accepts(int32_t t) noexcept { return t == kDLROCM; }
-  static void order_consumer(const kstage_device_sync_t& s) { hip_impl::order_consumer(s); }
+  static const char* order_consumer(const kstage_device_sync_t& s) { return hip_impl::order_consumer(s); }
   static constexpr const char* name = "Kokkos::HIPSpace (kDLROCM)";
 };
 /// Pinned host memory (kDLROCMHost): host memory that HIP kernels read.
@@ -165,7 +187,7 @@ template <>
 struct DLPackSpace<hip_impl::PinnedSpace> {
   static DLDevice device(const void*) noexcept { return DLDevice{kDLROCMHost, 0}; }
   static constexpr bool accepts(int32_t t) noexcept { return t == kDLROCMHost; }
-  static void order_consumer(const kstage_device_sync_t& s) { hip_impl::order_consumer(s); }
+  static const char* order_consumer(const kstage_device_sync_t& s) { return hip_impl::order_consumer(s); }
   static constexpr const char* name = "Kokkos::HIPHostPinnedSpace (kDLROCMHost)";
 };
 #endif  // KOKKOS_ENABLE_HIP

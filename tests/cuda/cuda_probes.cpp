@@ -7,11 +7,24 @@
 
 namespace kstage_cuda_probe {
 
+namespace {
+// Spins about `cycles` clock ticks per thread, then writes: a producer slow
+// enough that a consumer not ordered after it would read the old values.
+__global__ void slow_fill(float* p, size_t n, long long cycles) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+  if (i < n) p[i] = float(i % 1000);
+}
+}  // namespace
+
+// A raw kernel, not a Kokkos instance: destroying a Kokkos::Cuda instance
+// waits for the device, which would finish the producer before the write.
 void produce(float* p, size_t n, uintptr_t stream) {
-  Kokkos::Cuda exec(reinterpret_cast<cudaStream_t>(stream));
-  Kokkos::parallel_for(
-      "kstage_test::producer", Kokkos::RangePolicy<Kokkos::Cuda, Kokkos::IndexType<size_t>>(exec, 0, n),
-      KOKKOS_LAMBDA(const size_t i) { p[i] = float(i % 1000); });
+  const unsigned threads = 256;
+  const unsigned blocks = unsigned((n + threads - 1) / threads);
+  slow_fill<<<blocks, threads, 0, reinterpret_cast<cudaStream_t>(stream)>>>(p, n, 20000000LL);
 }
 
 std::string bridge_cuda_space_round_trip() {

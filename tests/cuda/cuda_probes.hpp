@@ -11,8 +11,8 @@
 
 namespace kstage_cuda_probe {
 
-// Writes p[i] = i % 1000 for i < n with a Kokkos kernel on an execution
-// instance on `stream` (a cudaStream_t), without waiting for it.
+// Writes p[i] = i % 1000 for i < n with a slow kernel (tens of
+// milliseconds) on `stream` (a cudaStream_t), without waiting for it.
 void produce(float* p, size_t n, uintptr_t stream);
 
 // The DLPack bridge on CUDA spaces. Each returns "" when everything holds,

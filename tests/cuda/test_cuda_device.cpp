@@ -210,7 +210,8 @@ TEST_CASE("cuda: a write waits for the producer's event; a read records the cons
 }
 
 TEST_CASE("cuda: managed memory makes a column on the device of its ordinal", "[cuda]") {
-  Stage s(host_execution());  // no residency: the first write's data decides
+  const DLDevice none{};
+  Stage s(host_execution(), &none);  // no residency: the first write's data decides
   kstage_query_t q = s.query(s.paths("p", 4));
   kstage_token_t a = s.token("a");
   float* m = nullptr;
