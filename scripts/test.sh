@@ -30,7 +30,7 @@
 #             the venv that `scripts/setup.sh --jax` makes (jax[cpu], numpy, pytest from the
 #             machine's pip index; ~20 s the first time), unless KSTAGE_TEST_JAX=0.
 # The default (KSTAGE_TEST_PRESETS unset) is "default asan tsan fuzz cuda hip". On 2 cores a
-# fresh machine needs about 25 minutes in all (see the timings printed at the end).
+# fresh machine needs about 35 minutes in all (see the timings printed at the end).
 #
 # Exits non-zero if any step of any preset fails.
 set -euo pipefail
