@@ -60,7 +60,24 @@ struct CudaRuntime {
   }
   static Error event_synchronize(Event e) { return cudaEventSynchronize(e); }
 
-  static Error malloc_async(void** p, size_t bytes, Stream s) { return cudaMallocAsync(p, bytes, s); }
+  // kstage's own pool per device: freed blocks stay cached (release threshold: never), since
+  // the default pool gives memory back to the driver at every synchronisation. Trimmed when a
+  // stage lets its device go.
+  using Pool = cudaMemPool_t;
+  static Error pool_create(Pool* pool, int device) {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    Error e = cudaMemPoolCreate(pool, &props);
+    if (e != cudaSuccess) return e;
+    uint64_t keep = UINT64_MAX;
+    return cudaMemPoolSetAttribute(*pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  }
+  static Error pool_trim(Pool pool) { return cudaMemPoolTrimTo(pool, 0); }
+  static Error malloc_async(void** p, size_t bytes, Pool pool, Stream s) {
+    return pool ? cudaMallocFromPoolAsync(p, bytes, pool, s) : cudaMallocAsync(p, bytes, s);
+  }
   static Error free_async(void* p, Stream s) { return cudaFreeAsync(p, s); }
   static Error memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind, Stream s) {
     return cudaMemcpyAsync(dst, src, bytes, kind, s);

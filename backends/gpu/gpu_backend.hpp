@@ -5,9 +5,10 @@
 // device. Each stage gets, per device:
 //  - one stream of its own (non-blocking) and the Kokkos execution-space
 //    instance on it; every kernel and copy is enqueued there, in call order;
-//  - memory from the runtime's stream-ordered allocator on that stream: a
-//    block is freed (cudaFreeAsync) after the work enqueued before its last
-//    holder let go, and may be reused by later work on the same stream at once;
+//  - memory from the runtime's stream-ordered allocator on that stream, from
+//    a pool of kstage's per device that keeps freed blocks cached: a block is
+//    freed (cudaFreeAsync) after the work enqueued before its last holder let
+//    go, and may be reused by later work on the same stream at once;
 //  - adopted DLPack buffers released after an event recorded at release time
 //    has completed (their deleter must not run while a kernel still reads).
 // Index, mask and offset arrays come from the engine in host memory and are
@@ -34,6 +35,7 @@
 
 #include <chrono>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -80,6 +82,7 @@ struct GpuShared {
     RT::stream_synchronize(stream);
     reap(/*all=*/true);
     RT::stream_destroy(stream);
+    if (pool) RT::pool_trim(pool);  // hand unused cached memory back
   }
 
   // An adopted buffer whose last holder let go: released once the work
@@ -116,6 +119,7 @@ struct GpuShared {
 
   int32_t device;
   Stream stream{};
+  typename RT::Pool pool{};  // null: the device's default pool
   std::mutex mutex;
   std::deque<std::pair<Event, std::unique_ptr<core::DeviceBuffer>>> retired;
 };
@@ -184,6 +188,7 @@ class GpuBackend final : public core::Backend {
     // The stream and the Kokkos instance's scratch belong to the current device.
     const DeviceGuard<RT> on_device(device_id);
     auto shared = std::make_shared<GpuShared<RT>>(device_id);
+    shared->pool = device_pool(device_id);
     if (typename RT::Error e = RT::stream_create(&shared->stream); e != RT::success) {
       RT::clear_error();
       return error(KSTAGE_DEVICE_ERROR, "%s device %d: stream creation failed: %s", RT::kName,
@@ -244,7 +249,8 @@ class GpuBackend final : public core::Backend {
     const DeviceGuard<RT> on_device(shared_->device);
     shared_->reap(false);
     void* p = nullptr;
-    if (typename RT::Error e = RT::malloc_async(&p, std::max<size_t>(bytes, 1), shared_->stream);
+    if (typename RT::Error e =
+            RT::malloc_async(&p, std::max<size_t>(bytes, 1), shared_->pool, shared_->stream);
         e != RT::success)
       return error(KSTAGE_OUT_OF_MEMORY, "%s device %d: allocation of %zu bytes failed: %s",
                    RT::kName, int(shared_->device), bytes, RT::error_string(e));
@@ -415,6 +421,22 @@ class GpuBackend final : public core::Backend {
  private:
   explicit GpuBackend(std::shared_ptr<GpuShared<RT>> shared)
       : shared_(std::move(shared)), exec_(RT::make_exec(shared_->stream)) {}
+
+  // kstage's pool on `device`, made once per process and kept (null when the
+  // runtime cannot make one: the default pool then).
+  static typename RT::Pool device_pool(int device) {
+    static std::mutex mutex;
+    static std::map<int, typename RT::Pool> pools;
+    std::lock_guard lock(mutex);
+    auto it = pools.find(device);
+    if (it != pools.end()) return it->second;
+    typename RT::Pool pool{};
+    if (RT::pool_create(&pool, device) != RT::success) {
+      RT::clear_error();
+      pool = {};
+    }
+    return pools.emplace(device, pool).first->second;
+  }
 
   // The stream values of kstage_device_sync_t (kstage.h): 1 the legacy
   // default stream, 2 the per-thread default stream, else a handle.

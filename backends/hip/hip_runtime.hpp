@@ -66,7 +66,24 @@ struct HipRuntime {
   }
   static Error event_synchronize(Event e) { return hipEventSynchronize(e); }
 
-  static Error malloc_async(void** p, size_t bytes, Stream s) { return hipMallocAsync(p, bytes, s); }
+  // kstage's own pool per device: freed blocks stay cached (release threshold: never), since
+  // the default pool gives memory back to the driver at every synchronisation. Trimmed when a
+  // stage lets its device go.
+  using Pool = hipMemPool_t;
+  static Error pool_create(Pool* pool, int device) {
+    hipMemPoolProps props{};
+    props.allocType = hipMemAllocationTypePinned;
+    props.location.type = hipMemLocationTypeDevice;
+    props.location.id = device;
+    Error e = hipMemPoolCreate(pool, &props);
+    if (e != hipSuccess) return e;
+    uint64_t keep = UINT64_MAX;
+    return hipMemPoolSetAttribute(*pool, hipMemPoolAttrReleaseThreshold, &keep);
+  }
+  static Error pool_trim(Pool pool) { return hipMemPoolTrimTo(pool, 0); }
+  static Error malloc_async(void** p, size_t bytes, Pool pool, Stream s) {
+    return pool ? hipMallocFromPoolAsync(p, bytes, pool, s) : hipMallocAsync(p, bytes, s);
+  }
   static Error free_async(void* p, Stream s) { return hipFreeAsync(p, s); }
   static Error memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind, Stream s) {
     return hipMemcpyAsync(dst, src, bytes, kind, s);
