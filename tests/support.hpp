@@ -378,6 +378,23 @@ struct SealedColumn {
 };
 
 // One float per prim: the sealed values of `attr` over `q` (prims without it absent).
+// A write of one tensor, UPSERT, ordered after `sync`: returns its op, which
+// may still be running (finish waits for it).
+inline kstage_op_t write_op(Stage& s, kstage_query_t q, kstage_token_t a, uint64_t ordinal,
+                            const DLTensor& t, kstage_device_sync_t sync = {0, 0}) {
+  kstage_write_data_t w = write_data(&t);
+  w.device_sync = sync;
+  kstage_op_t op = 0;
+  KS_OK(kstage_write_attribute(s.stage, q, a, ordinal, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+  return op;
+}
+
+// Waits for an op and releases it.
+inline void finish(Stage& s, kstage_op_t op) {
+  KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
+  KS_OK(kstage_release_op(s.stage, op));
+}
+
 inline std::map<kstage_path_t, float> scalars(Stage& s, kstage_query_t q, kstage_token_t attr) {
   std::map<kstage_path_t, float> m;
   for (auto& [p, f] : s.floats(q, attr)) {

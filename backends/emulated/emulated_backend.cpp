@@ -7,8 +7,8 @@
 // its last holder let go has run.
 #include "backends/emulated/emulated_backend.hpp"
 
+#include "backends/device_backend.hpp"
 #include "backends/emulated/emulated_device.hpp"
-#include "core/kernels/masked_gather.hpp"
 #include "core/transfer_counts.hpp"
 #include "core/kernels/ragged_copy.hpp"
 #include "core/kernels/row_copy.hpp"
@@ -97,7 +97,7 @@ class EmulatedCompletion final : public core::Completion {
   uintptr_t handle_;
 };
 
-class EmulatedBackend final : public core::Backend {
+class EmulatedBackend final : public DeviceBackend {
  public:
   explicit EmulatedBackend(int32_t ordinal) : shared_(std::make_shared<Shared>(ordinal)) {}
   ~EmulatedBackend() override {
@@ -190,44 +190,14 @@ class EmulatedBackend final : public core::Backend {
             [k] { core::kernels::row_copy(Exec(), k); });
   }
 
-  size_t checked_gather(const core::kernels::RowCopy& c, uint64_t src_rows) override {
-    // The index is host memory: validate it here, so the gather needs no
-    // result back from the device and stays asynchronous.
-    for (size_t i = 0; i < c.n; ++i)
-      if (c.src_index[i] >= src_rows) return i;
-    row_copy(c);
-    return c.n;
-  }
-
-  void masked_gather(const core::kernels::MaskedGather& c) override {
-    // The mask and `selected` are host memory: select here, then gather.
-    const size_t k = core::kernels::select_mask_bits(c.mask, c.n, c.selected);
-    if (!c.dst) return;
-    core::kernels::RowCopy r;
-    r.dst = c.dst;
-    r.dst_stride = int64_t(c.row_bytes);
-    r.src = c.src;
-    r.src_stride = c.src_stride;
-    r.src_index = c.selected;
-    r.n = k;
-    r.row_bytes = c.row_bytes;
-    row_copy(r);
-  }
-
   void ragged_copy(const core::kernels::RaggedCopy& c, size_t word) override {
     if (c.n == 0) return;
     // One upload for the three per-row arrays.
-    std::vector<uint64_t> host(3 * c.n);
-    for (size_t i = 0; i < c.n; ++i) {
-      host[i] = c.dst_offsets[i];
-      host[c.n + i] = reinterpret_cast<uintptr_t>(c.src_rows[i]);
-      host[2 * c.n + i] = c.bytes[i];
-    }
+    const std::vector<uint64_t> host = pack_ragged(c);
     core::BufferPtr arrays = upload_or_die(host.data(), host.size() * sizeof(uint64_t));
     if (!arrays) return;  // reported to the violation handler
-    const auto* dev = reinterpret_cast<const uint64_t*>(arrays->data());
-    core::kernels::RaggedCopy k{c.dst, dev, reinterpret_cast<const std::byte* const*>(dev + c.n),
-                                dev + 2 * c.n, c.n};
+    const core::kernels::RaggedCopy k =
+        with_packed(c, reinterpret_cast<const uint64_t*>(arrays->data()));
     Arena* arena = &shared_->arena;
     shared_->stream->enqueue([arena, k, word] {
       launch(*arena, "ragged_copy", {k.dst, k.dst_offsets}, [&] {

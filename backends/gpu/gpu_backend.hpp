@@ -21,11 +21,11 @@
 // NOT_SUPPORTED, naming both.
 #pragma once
 
+#include "backends/device_backend.hpp"
 #include "backends/gpu/memory_kind.hpp"
 #include "core/backend.hpp"
 #include "core/device_sync.hpp"
 #include "core/dtype.hpp"
-#include "core/kernels/masked_gather.hpp"
 #include "core/kernels/ragged_copy.hpp"
 #include "core/kernels/row_copy.hpp"
 #include "core/kernels/strided_copy.hpp"
@@ -171,7 +171,7 @@ class GpuCompletion final : public core::Completion {
 };
 
 template <class RT>
-class GpuBackend final : public core::Backend {
+class GpuBackend final : public DeviceBackend {
   using Exec = typename RT::Exec;
   using Stream = typename RT::Stream;
   using Event = typename RT::Event;
@@ -310,45 +310,14 @@ class GpuBackend final : public core::Backend {
     core::kernels::row_copy(exec_, k);
   }
 
-  size_t checked_gather(const core::kernels::RowCopy& c, uint64_t src_rows) override {
-    // The index is host memory: validated here, so the gather needs nothing
-    // back from the device and stays asynchronous.
-    for (size_t i = 0; i < c.n; ++i)
-      if (c.src_index[i] >= src_rows) return i;
-    row_copy(c);
-    return c.n;
-  }
-
-  void masked_gather(const core::kernels::MaskedGather& c) override {
-    // The mask and `selected` are host memory: select here, then gather.
-    const size_t k = core::kernels::select_mask_bits(c.mask, c.n, c.selected);
-    if (!c.dst || k == 0) return;
-    core::kernels::RowCopy r;
-    r.dst = c.dst;
-    r.dst_stride = int64_t(c.row_bytes);
-    r.src = c.src;
-    r.src_stride = c.src_stride;
-    r.src_index = c.selected;
-    r.n = k;
-    r.row_bytes = c.row_bytes;
-    row_copy(r);
-  }
-
   void ragged_copy(const core::kernels::RaggedCopy& c, size_t word) override {
     const DeviceGuard<RT> on_device(shared_->device);
     if (c.n == 0) return;
     // One upload for the three per-row arrays.
-    std::vector<uint64_t> host(3 * c.n);
-    for (size_t i = 0; i < c.n; ++i) {
-      host[i] = c.dst_offsets[i];
-      host[c.n + i] = reinterpret_cast<uintptr_t>(c.src_rows[i]);
-      host[2 * c.n + i] = c.bytes[i];
-    }
+    const std::vector<uint64_t> host = pack_ragged(c);
     core::BufferPtr arrays = upload_or_throw(host.data(), host.size() * sizeof(uint64_t));
-    const auto* dev = reinterpret_cast<const uint64_t*>(arrays->data());
-    core::kernels::RaggedCopy k{c.dst, dev, reinterpret_cast<const std::byte* const*>(dev + c.n),
-                                dev + 2 * c.n, c.n};
-    core::kernels::ragged_copy(exec_, k, word);
+    core::kernels::ragged_copy(
+        exec_, with_packed(c, reinterpret_cast<const uint64_t*>(arrays->data())), word);
   }
 
   void strided_copy(const core::kernels::StridedCopy& c) override {

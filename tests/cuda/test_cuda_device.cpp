@@ -59,22 +59,6 @@ std::vector<float> read_floats(Stage& s, kstage_query_t q, kstage_token_t a, DLD
   return out;
 }
 
-kstage_op_t write_tensor(Stage& s, kstage_query_t q, kstage_token_t a, uint64_t ordinal,
-                         const DLTensor& t, kstage_device_sync_t sync = {0, 0}) {
-  kstage_write_data_t w = write_data(&t);
-  w.device_sync = sync;
-  kstage_op_t op = 0;
-  KS_OK(kstage_write_attribute(s.stage, q, a, ordinal, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
-  return op;
-}
-
-void finish(Stage& s, kstage_op_t op) {
-  KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
-  KS_OK(kstage_release_op(s.stage, op));
-}
-
-void seal(Stage& s, uint64_t ordinal) { KS_OK(kstage_advance_write_floor(s.stage, ordinal, nullptr, 0)); }
-
 }  // namespace
 
 TEST_CASE("cuda: a device that does not exist, and a pointer on another device, are refused",
@@ -118,8 +102,8 @@ TEST_CASE("cuda: device data stays on the device; host data crosses once each wa
   kstage_token_t a = s.token("a");
   GpuFloats dev(v);
   const Counts c0 = Counts::now();
-  finish(s, write_tensor(s, q, a, 1, dev.t));
-  seal(s, 1);
+  finish(s, write_op(s, q, a, 1, dev.t));
+  s.seal(1);
   uint32_t index_map[3] = {5, 0, 2};
   kstage_write_data_t w = write_data(&dev.t);
   w.index_map = index_map;
@@ -127,7 +111,7 @@ TEST_CASE("cuda: device data stays on the device; host data crosses once each wa
   kstage_op_t op = 0;
   KS_OK(kstage_write_attribute(s.stage, q, a, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
   finish(s, op);
-  seal(s, 2);
+  s.seal(2);
   DLDevice where{};
   // Read on the device, then copied back by the test (a cudaMemcpy, not kstage's).
   const std::vector<float> got = read_floats(s, q, a, DLDevice{}, &where);
@@ -148,9 +132,9 @@ TEST_CASE("cuda: device data stays on the device; host data crosses once each wa
   int64_t shape[1] = {6};
   DLTensor t = tensor(h.data(), f32(), 1, shape);
   const Counts c2 = Counts::now();
-  finish(s, write_tensor(s, q, a, 3, t));
+  finish(s, write_op(s, q, a, 3, t));
   REQUIRE(Counts::now().up == c2.up + 1);
-  seal(s, 3);
+  s.seal(3);
   REQUIRE(read_floats(s, q, a, kHost) == h);
 }
 
@@ -161,10 +145,10 @@ TEST_CASE("cuda: device data written into a host column is copied down once", "[
   kstage_token_t a = s.token("a");
   GpuFloats dev(v);
   const Counts c0 = Counts::now();
-  finish(s, write_tensor(s, q, a, 1, dev.t));
+  finish(s, write_op(s, q, a, 1, dev.t));
   REQUIRE(Counts::now().down == c0.down + 1);
   REQUIRE(Counts::now().up == c0.up);
-  seal(s, 1);
+  s.seal(1);
   DLDevice where{};
   REQUIRE(read_floats(s, q, a, DLDevice{}, &where) == v);
   REQUIRE(where.device_type == kDLCPU);
@@ -185,10 +169,10 @@ TEST_CASE("cuda: a write waits for the producer's event; a read records the cons
   // The producer overwrites the source on its own stream (no fence), then records.
   kstage_cuda_probe::produce(src.p, n, reinterpret_cast<uintptr_t>(producer));
   REQUIRE(cudaEventRecord(produced, producer) == cudaSuccess);
-  finish(s, write_tensor(s, q, a, 1, src.t,
+  finish(s, write_op(s, q, a, 1, src.t,
                          kstage_device_sync_t{reinterpret_cast<uintptr_t>(producer),
                                               reinterpret_cast<uintptr_t>(produced)}));
-  seal(s, 1);
+  s.seal(1);
   // The consumer's event is recorded after the work that produces the group.
   kstage_read_desc_t d = kstage_read_desc_init();
   d.compact = true;
@@ -219,8 +203,8 @@ TEST_CASE("cuda: managed memory makes a column on the device of its ordinal", "[
   for (int i = 0; i < 4; ++i) m[i] = float(i + 1);
   int64_t shape[1] = {4};
   DLTensor t = tensor(m, f32(), 1, shape, nullptr, DLDevice{kDLCUDAManaged, 0});
-  finish(s, write_tensor(s, q, a, 1, t));
-  seal(s, 1);
+  finish(s, write_op(s, q, a, 1, t));
+  s.seal(1);
   DLDevice where{};
   REQUIRE(read_floats(s, q, a, DLDevice{}, &where) == std::vector<float>{1, 2, 3, 4});
   REQUIRE(where.device_type == kDLCUDA);

@@ -57,24 +57,6 @@ struct DeviceFloats {
   DLTensor t{};
 };
 
-kstage_op_t write(DeviceStage& s, kstage_query_t q, kstage_token_t a, uint64_t ordinal,
-                  const DLTensor& t, kstage_device_sync_t sync = {0, 0}) {
-  kstage_write_data_t w = write_data(&t);
-  w.device_sync = sync;
-  kstage_op_t op = 0;
-  KS_OK(kstage_write_attribute(s.stage, q, a, ordinal, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
-  return op;
-}
-
-void finish(DeviceStage& s, kstage_op_t op) {
-  KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
-  KS_OK(kstage_release_op(s.stage, op));
-}
-
-void seal(DeviceStage& s, uint64_t ordinal) {
-  KS_OK(kstage_advance_write_floor(s.stage, ordinal, nullptr, 0));
-}
-
 // One fixed-size group of `a`, read with `desc`, copied to the host after its
 // event; also reports the group's device and sync.
 struct ReadBack {
@@ -122,7 +104,7 @@ TEST_CASE("a write ordered after a producer event does not read its data before 
   kstage_emulated_memcpy_async(producer, src.p, fresh.data(), 4 * sizeof(float));
   kstage_emulated_event_record(produced, producer);
 
-  kstage_op_t op = write(s, q, a, 1, src.t, kstage_device_sync_t{producer, produced});
+  kstage_op_t op = write_op(s, q, a, 1, src.t, kstage_device_sync_t{producer, produced});
   // A stream wait, not a host block: the call returned, the op is not done.
   REQUIRE(kstage_wait(s.stage, op, 0) == KSTAGE_TIMEOUT);
   REQUIRE(std::string(kstage_last_error()).find("still running") != std::string::npos);
@@ -134,7 +116,7 @@ TEST_CASE("a write ordered after a producer event does not read its data before 
 
   kstage_emulated_stream_release(producer);
   finish(s, op);
-  seal(s, 1);
+  s.seal(1);
   REQUIRE(read_back(s, q, a).values == fresh);  // the data after the event, never before
   kstage_emulated_event_destroy(produced);
   kstage_emulated_stream_destroy(producer);
@@ -149,11 +131,11 @@ TEST_CASE("a producer stream alone orders the write after all its work", "[devic
   const std::vector<float> fresh = {3, 2, 1};
   kstage_emulated_stream_hold(producer);
   kstage_emulated_memcpy_async(producer, src.p, fresh.data(), 3 * sizeof(float));
-  kstage_op_t op = write(s, q, a, 1, src.t, kstage_device_sync_t{producer, 0});
+  kstage_op_t op = write_op(s, q, a, 1, src.t, kstage_device_sync_t{producer, 0});
   REQUIRE(kstage_wait(s.stage, op, 0) == KSTAGE_TIMEOUT);
   kstage_emulated_stream_release(producer);
   finish(s, op);
-  seal(s, 1);
+  s.seal(1);
   REQUIRE(read_back(s, q, a).values == fresh);
   kstage_emulated_stream_destroy(producer);
 }
@@ -172,8 +154,8 @@ TEST_CASE("device_sync handles the device does not know are INVALID_ARGUMENT nam
   w.device_sync = kstage_device_sync_t{0xbeef1, 0};
   KS_FAILS(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
            KSTAGE_INVALID_ARGUMENT, "device_sync.stream 0xbeef1 is not a stream");
-  finish(s, write(s, q, a, 1, src.t));
-  seal(s, 1);
+  finish(s, write_op(s, q, a, 1, src.t));
+  s.seal(1);
   kstage_read_desc_t d = kstage_read_desc_init();
   d.device_sync = kstage_device_sync_t{0, 0x1231};
   kstage_read_t r = 0;
@@ -193,9 +175,9 @@ TEST_CASE("a read group's event signals only once the group's data is there", "[
   for (size_t i = 0; i < v.size(); ++i) v[i] = float(i);
   int64_t shape[1] = {64};
   DLTensor t = tensor(v.data(), f32(), 1, shape);
-  finish(s, write(s, q, a, 1, t));
+  finish(s, write_op(s, q, a, 1, t));
   KernelDelay slow(30000);  // the seal's and the read's kernels take 30 ms each
-  seal(s, 1);
+  s.seal(1);
   const uintptr_t mine = kstage_emulated_event_create();
   kstage_read_desc_t d = kstage_read_desc_init();
   d.compact = true;
@@ -230,18 +212,18 @@ TEST_CASE("kstage_wait returns TIMEOUT for a slow op, then its outcome", "[devic
   int64_t shape[1] = {8};
   DLTensor t = tensor(v.data(), f32(), 1, shape);
   KernelDelay slow(50000);
-  kstage_op_t op = write(s, q, a, 1, t);
+  kstage_op_t op = write_op(s, q, a, 1, t);
   const auto start = std::chrono::steady_clock::now();
   REQUIRE(kstage_wait(s.stage, op, 2000000) == KSTAGE_TIMEOUT);  // 2 ms
   REQUIRE(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(2));
   // Release one op in flight, wait for another.
-  kstage_op_t other = write(s, q, s.token("b"), 1, t);
+  kstage_op_t other = write_op(s, q, s.token("b"), 1, t);
   KS_OK(kstage_release_op(s.stage, other));
   KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
   KS_OK(kstage_wait(s.stage, op, 0));  // done stays done
   KS_OK(kstage_release_op(s.stage, op));
   KS_FAILS(kstage_wait(s.stage, op, 0), KSTAGE_INVALID_HANDLE, "op");
-  seal(s, 1);
+  s.seal(1);
   REQUIRE(read_back(s, q, a).values == v);
 }
 
@@ -285,7 +267,7 @@ TEST_CASE("device producers: a dense managed write is adopted, a sparse one copi
     KS_OK(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
     finish(s, op);
     REQUIRE(g_deleted == 0);  // adopted: the pending write holds it
-    seal(s, 1);
+    s.seal(1);
     kstage_read_t r = 0;
     KS_OK(kstage_read_attributes(s.stage, q, &a, 1, nullptr, &r));
     kstage_read_group_t g{};
@@ -302,7 +284,7 @@ TEST_CASE("device producers: a dense managed write is adopted, a sparse one copi
     KS_OK(kstage_write_attribute(s.stage, q, a, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
     finish(s, op);
     REQUIRE(g_deleted == 1);  // copied: deleted once the device copied it
-    seal(s, 2);
+    s.seal(2);
     REQUIRE(read_back(s, q, a).values == std::vector<float>{8, 9, 3, 4});
   }
   REQUIRE(g_deleted == 2);
@@ -321,7 +303,7 @@ TEST_CASE("destroying a stage with device work in flight loses nothing and leaks
     kstage_token_t a = s.token("a"), b = s.token("b");
     int64_t shape[1] = {16};
     DLTensor t = tensor(v.data(), f32(), 1, shape);
-    KS_OK(kstage_release_op(s.stage, write(s, q, a, 1, t)));
+    KS_OK(kstage_release_op(s.stage, write_op(s, q, a, 1, t)));
     // A copied managed write whose copy is still queued when the stage goes.
     DLManagedTensorVersioned* m = Producer::make(0, std::vector<float>(8, 1.f));
     uint32_t index_map[8] = {0, 1, 2, 3, 4, 5, 6, 7};
@@ -348,9 +330,9 @@ TEST_CASE("residency: config, write and map name it; else the data's device", "[
     int64_t shape[1] = {2};
     DLTensor host = tensor(v.data(), f32(), 1, shape);
     DeviceFloats dev(1, {3, 4});
-    finish(s, write(s, q, s.token("h"), 1, host));
-    finish(s, write(s, q, s.token("d"), 1, dev.t));
-    seal(s, 1);
+    finish(s, write_op(s, q, s.token("h"), 1, host));
+    finish(s, write_op(s, q, s.token("d"), 1, dev.t));
+    s.seal(1);
     REQUIRE(read_back(s, q, s.token("h")).device.device_type == kDLCPU);
     const ReadBack d = read_back(s, q, s.token("d"));
     REQUIRE(d.device.device_type == kDev1.device_type);
@@ -368,7 +350,7 @@ TEST_CASE("residency: config, write and map name it; else the data's device", "[
     kstage_op_t op = 0;
     KS_OK(kstage_write_attribute(s.stage, q, s.token("a"), 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
     finish(s, op);
-    seal(s, 1);
+    s.seal(1);
     const ReadBack r = read_back(s, q, s.token("a"));
     REQUIRE(r.device.device_id == 1);
     REQUIRE(r.values == v);
@@ -393,8 +375,8 @@ TEST_CASE("copies across sides: each path, and reads on the column's device and 
     kstage_query_t q = s.query(6);
     kstage_token_t a = s.token("a");
     DeviceFloats dev(0, v);
-    finish(s, write(s, q, a, 1, dev.t));
-    seal(s, 1);
+    finish(s, write_op(s, q, a, 1, dev.t));
+    s.seal(1);
     const ReadBack r = read_back(s, q, a);
     REQUIRE(r.device.device_type == kDLCPU);
     REQUIRE(r.sync.event == 0);
@@ -415,8 +397,8 @@ TEST_CASE("copies across sides: each path, and reads on the column's device and 
     uint64_t total_up0 = 0, total_down0 = 0, uploads0 = 0;
     KS_OK(kstage_transfer_counts(&total_up0, &total_down0, &uploads0));
     const uint64_t emulated_uploads0 = kstage_emulated_upload_count(0);
-    finish(s, write(s, q, a, 1, dev.t));
-    seal(s, 1);
+    finish(s, write_op(s, q, a, 1, dev.t));
+    s.seal(1);
     uint32_t index_map[3] = {5, 0, 2};
     kstage_write_data_t w = write_data(&dev.t);
     w.index_map = index_map;
@@ -424,7 +406,7 @@ TEST_CASE("copies across sides: each path, and reads on the column's device and 
     kstage_op_t op = 0;
     KS_OK(kstage_write_attribute(s.stage, q, a, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
     finish(s, op);
-    seal(s, 2);
+    s.seal(2);
     kstage_read_desc_t d = kstage_read_desc_init();
     d.compact = true;
     const ReadBack r = read_back(s, q, a, d);
@@ -456,7 +438,7 @@ TEST_CASE("copies across sides: each path, and reads on the column's device and 
     kstage_emulated_copy_counts(0, &h2d0, &d2h0);
     uint64_t up0 = 0, down0 = 0;
     KS_OK(kstage_transfer_counts(&up0, &down0, nullptr));
-    finish(s, write(s, q, a, 1, t));
+    finish(s, write_op(s, q, a, 1, t));
     kstage_emulated_copy_counts(0, &h2d, &d2h);
     REQUIRE(h2d == h2d0 + 1);
     REQUIRE(d2h == d2h0);
@@ -464,7 +446,7 @@ TEST_CASE("copies across sides: each path, and reads on the column's device and 
     KS_OK(kstage_transfer_counts(&up, &down, nullptr));
     REQUIRE(up == up0 + 1);
     REQUIRE(down == down0);
-    seal(s, 1);
+    s.seal(1);
     REQUIRE(read_back(s, q, a).values == v);
   }
 }
@@ -477,8 +459,8 @@ TEST_CASE("kstage_group_sync orders a consumer's stream and event after the grou
   std::vector<float> v(256);
   for (size_t i = 0; i < v.size(); ++i) v[i] = float(i) + 0.5f;
   DeviceFloats src(0, v);
-  finish(s, write(s, q, a, 1, src.t));
-  seal(s, 1);
+  finish(s, write_op(s, q, a, 1, src.t));
+  s.seal(1);
   const uintptr_t consumer = kstage_emulated_stream_create(0);
   const uintptr_t consumed = kstage_emulated_event_create();
   {
@@ -519,8 +501,8 @@ TEST_CASE("device groups export as DLPack on their device; exports outlive the s
     kstage_token_t a = s.token("a");
     int64_t shape[1] = {3};
     DLTensor t = tensor(v.data(), f32(), 1, shape);
-    finish(s, write(s, q, a, 1, t));
-    seal(s, 1);
+    finish(s, write_op(s, q, a, 1, t));
+    s.seal(1);
     kstage_read_t r = 0;
     KS_OK(kstage_read_attributes(s.stage, q, &a, 1, nullptr, &r));
     kstage_read_group_t g{};
@@ -591,8 +573,8 @@ TEST_CASE("the emulated device checks its launches and poisons its memory", "[de
     std::vector<float> v = {1, 2, 3, 4};
     int64_t shape[1] = {4};
     DLTensor t = tensor(v.data(), f32(), 1, shape);
-    finish(s, write(s, q, a, 1, t));
-    seal(s, 1);
+    finish(s, write_op(s, q, a, 1, t));
+    s.seal(1);
     kstage_read_t r = 0;
     KS_OK(kstage_read_attributes(s.stage, q, &a, 1, nullptr, &r));
     kstage_read_group_t g{};
@@ -614,16 +596,16 @@ TEST_CASE("index arrays reach the device once per call; a cached row map is uplo
   std::vector<float> v(64, 1.f);
   int64_t shape[1] = {64};
   DLTensor t = tensor(v.data(), f32(), 1, shape);
-  finish(s, write(s, q, a, 1, t));
-  seal(s, 1);
+  finish(s, write_op(s, q, a, 1, t));
+  s.seal(1);
   // Another order of the same prims: every tick scatters through its row map.
   const std::vector<kstage_path_t> rev(s.prims.rbegin(), s.prims.rend());
   kstage_query_t qr = s.Stage::query(rev);
   std::vector<uint64_t> uploads;
   for (uint64_t tick = 2; tick < 6; ++tick) {
     for (size_t i = 0; i < v.size(); ++i) v[i] = float(tick * 100 + i);
-    finish(s, write(s, qr, a, tick, t));
-    seal(s, tick);
+    finish(s, write_op(s, qr, a, tick, t));
+    s.seal(tick);
     uploads.push_back(kstage_emulated_upload_count(0));
   }
   // The first tick uploads the row map; the next ones reuse it.
@@ -651,8 +633,8 @@ TEST_CASE("device sources: masks, index maps and ragged rows on the device", "[d
   kstage_query_t q = s.query(6);
   kstage_token_t a = s.token("a"), r = s.token("rows");
   DeviceFloats base(0, {0, 1, 2, 3, 4, 5});
-  finish(s, write(s, q, a, 1, base.t));
-  seal(s, 1);
+  finish(s, write_op(s, q, a, 1, base.t));
+  s.seal(1);
   SECTION("a mask writes the selected elements, source row i for element i") {
     DeviceFloats src(0, {10, 11, 12, 13, 14, 15});
     uint64_t mask = 0b101010;
@@ -662,7 +644,7 @@ TEST_CASE("device sources: masks, index maps and ragged rows on the device", "[d
     kstage_op_t op = 0;
     KS_OK(kstage_write_attribute(s.stage, q, a, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
     finish(s, op);
-    seal(s, 2);
+    s.seal(2);
     REQUIRE(read_back(s, q, a).values == std::vector<float>{0, 11, 2, 13, 4, 15});
   }
   SECTION("ragged rows: one device tensor per row, and one packed tensor") {
@@ -683,7 +665,7 @@ TEST_CASE("device sources: masks, index maps and ragged rows on the device", "[d
     kstage_query_t qt = s.Stage::query({all.begin() + 3, all.end()});
     KS_OK(kstage_write_attribute(s.stage, qt, r, 2, &p, KSTAGE_PRIM_MODE_UPSERT, &op));
     finish(s, op);
-    seal(s, 2);
+    s.seal(2);
     kstage_read_desc_t d = kstage_read_desc_init();
     d.compact = GENERATE(false, true);
     kstage_read_t rd = 0;
@@ -727,7 +709,7 @@ TEST_CASE("an unmap is ordered after the producer's event; device map buffers gi
   kstage_op_t op = 0;
   KS_OK(kstage_unmap_group(s.stage, m, g.handle, kstage_device_sync_t{producer, filled}, &op));
   REQUIRE(kstage_wait(s.stage, op, 0) == KSTAGE_TIMEOUT);
-  seal(s, 1);  // the seal's kernels queue behind the producer too
+  s.seal(1);  // the seal's kernels queue behind the producer too
   kstage_emulated_stream_release(producer);
   finish(s, op);
   REQUIRE(read_back(s, q, a).values == values);
@@ -751,7 +733,7 @@ TEST_CASE("one reader event covers every column of a read, on any device", "[dev
     finish(s, op);
   }
   KernelDelay slow(20000);
-  seal(s, 1);
+  s.seal(1);
   const uintptr_t mine = kstage_emulated_event_create();
   kstage_read_desc_t d = kstage_read_desc_init();
   d.compact = true;
@@ -780,8 +762,8 @@ TEST_CASE("a read onto a device with a bad event is rejected and frees nothing i
   std::vector<float> v(16, 1.f);
   int64_t shape[1] = {16};
   DLTensor t = tensor(v.data(), f32(), 1, shape);
-  finish(s, write(s, q, a, 1, t));
-  seal(s, 1);
+  finish(s, write_op(s, q, a, 1, t));
+  s.seal(1);
   KernelDelay slow(20000);  // the copy up is still queued when the call fails
   kstage_read_desc_t d = kstage_read_desc_init();
   d.target_device = kDev0;
@@ -792,8 +774,8 @@ TEST_CASE("a read onto a device with a bad event is rejected and frees nothing i
   kstage_emulated_set_kernel_delay_us(0);
   // The column's storage is written in place next (nobody holds it).
   for (float& x : v) x = 2.f;
-  finish(s, write(s, q, a, 2, t));
-  seal(s, 2);
+  finish(s, write_op(s, q, a, 2, t));
+  s.seal(2);
   kstage_read_desc_t up = kstage_read_desc_init();
   up.target_device = kDev0;
   REQUIRE(read_back(s, q, a, up).values == v);
@@ -827,7 +809,7 @@ TEST_CASE("host data a device produces: staging on the host waits for the produc
     KS_OK(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
     releaser.join();
     finish(s, op);
-    seal(s, 1);
+    s.seal(1);
     REQUIRE(read_back(s, q, a).values == std::vector<float>{4, 3, 2, 1});
   }
   SECTION("a write rejected by its shape returns at once, whatever the producer") {
