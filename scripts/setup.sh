@@ -6,6 +6,11 @@
 #     Trilinos 13.2 source package -- skipped when Kokkos_ROOT is set in the environment;
 #   - DLPack >= 1.0 headers + CMake config, from Debian's libdlpack-dev (trixie);
 #   - Catch2 3 (static libs + CMake config), from Debian's libcatch2-dev (bookworm-backports).
+# And, by default, into the system (small: ~55 MB installed, ~10 s):
+#   - Open MPI from Debian's libopenmpi-dev and openmpi-bin (mpicc, mpirun), installed with
+#     apt-get when missing, for the MPI example and its tests (examples/mpi, CMake option
+#     KSTAGE_WITH_MPI, on in the `default` preset). The library itself never links MPI.
+#     `--no-mpi` or KSTAGE_SETUP_MPI=0 skips it (configure with -DKSTAGE_WITH_MPI=OFF then).
 #
 # The packages are fetched with a PRIVATE apt configuration (its own sources list, lists and
 # cache under the cache folder); the system's apt sources are never modified. The archive URI
@@ -47,6 +52,7 @@
 #
 # Environment:
 #   KSTAGE_DEPS_DIR   cache folder (default: $HOME/.cache/kstage-deps)
+#   KSTAGE_SETUP_MPI  0 = do not install Open MPI (same as --no-mpi; default 1)
 #   KSTAGE_SETUP_PERF 1 = also make the perf venv (same as --perf)
 #   KSTAGE_SETUP_JAX  1 = also make the JAX test venv (same as --jax)
 #   KSTAGE_SETUP_FUZZ 1 = also get the fuzz leg's tools and Kokkos (same as --fuzz)
@@ -196,6 +202,23 @@ ensure_tools() {
   if ! printf '3.25\n%s\n' "$v" | sort -V -C; then
     die "CMake >= 3.25 is required (found $v)"
   fi
+}
+
+# Open MPI for examples/mpi (KSTAGE_WITH_MPI): Debian's packages, installed when missing.
+mpi_present() {
+  command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 \
+    && dpkg -s libopenmpi-dev >/dev/null 2>&1
+}
+
+ensure_mpi() {
+  if ! mpi_present; then
+    log "installing Open MPI for the MPI example: libopenmpi-dev openmpi-bin"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -q update
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-install-recommends \
+      libopenmpi-dev openmpi-bin
+  fi
+  mpi_present || die "Open MPI (mpicc, mpirun, libopenmpi-dev) is still missing"
+  log "MPI: $(mpirun --version 2>/dev/null | head -n1)"
 }
 
 # The fuzz leg's compiler: Debian's clang 14 with libFuzzer and the sanitizer runtimes.
@@ -575,9 +598,10 @@ jax_venv() {
 
 # --------------------------------------------------------------------------------------------
 main() {
-  local perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} tsan=${KSTAGE_SETUP_TSAN:-0} cuda=${KSTAGE_SETUP_CUDA:-0} hip=${KSTAGE_SETUP_HIP:-0} arg
+  local mpi=${KSTAGE_SETUP_MPI:-1} perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} tsan=${KSTAGE_SETUP_TSAN:-0} cuda=${KSTAGE_SETUP_CUDA:-0} hip=${KSTAGE_SETUP_HIP:-0} arg
   for arg in "$@"; do
     case $arg in
+      --no-mpi) mpi=0 ;;
       --perf) perf=1 ;;
       --jax) jax=1 ;;
       --fuzz) fuzz=1 ;;
@@ -585,10 +609,11 @@ main() {
       --cuda) cuda=1 ;;
       --hip) hip=1 ;;
       -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
-      *) die "unknown argument '$arg' (known: --perf, --jax, --fuzz, --tsan, --cuda, --hip)" ;;
+      *) die "unknown argument '$arg' (known: --no-mpi, --perf, --jax, --fuzz, --tsan, --cuda, --hip)" ;;
     esac
   done
   ensure_tools
+  if [ "$mpi" = 1 ]; then ensure_mpi; fi
   if [ "$fuzz" = 1 ]; then ensure_fuzz_tools; fi
   if [ "$hip" = 1 ]; then ensure_hip_tools; fi
   mkdir -p "$DEPS_DIR" "$STAMP_DIR" "$DL_DIR" "$LOG_DIR"
