@@ -32,6 +32,8 @@
 #include <Kokkos_Core.hpp>
 
 #include <complex>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -50,6 +52,20 @@ class DLPackError : public std::runtime_error {
  private:
   kstage_status_t status_;
 };
+
+namespace impl {
+// Throws `e`; in a build without exceptions (-fno-exceptions) prints it and
+// aborts instead. The C++ API (kstage.hpp) checks everything the bridge
+// would refuse before calling it, so its non-throwing calls never get here.
+[[noreturn]] inline void raise(const DLPackError& e) {
+#if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
+  throw e;
+#else
+  std::fprintf(stderr, "kstage: %s\n", e.what());
+  std::abort();
+#endif
+}
+}  // namespace impl
 
 /// Options of an export.
 struct ExportOptions {
@@ -117,28 +133,30 @@ struct ExportContext {
   }
 };
 
+// Describes `view`'s memory in `t`; `shape` and `strides` (rank entries
+// each) are the arrays `t` points at.
 template <class View>
-void fill_tensor(DLTensor& t, ExportContext<View>& ctx) {
+void fill_tensor(DLTensor& t, const View& view, int64_t* shape, int64_t* strides) {
   using value_type = typename View::non_const_value_type;
-  t.data = const_cast<value_type*>(ctx.view.data());
-  t.device = kstage::DLPackSpace<typename View::memory_space>::device(ctx.view.data());
+  t.data = const_cast<value_type*>(view.data());
+  t.device = kstage::DLPackSpace<typename View::memory_space>::device(view.data());
   t.ndim = int32_t(View::rank);
   t.dtype = DLPackDType<value_type>::value;
   for (int d = 0; d < int(View::rank); ++d) {
-    ctx.shape[d] = int64_t(ctx.view.extent(size_t(d)));
-    ctx.strides[d] = int64_t(ctx.view.stride(size_t(d)));
+    shape[d] = int64_t(view.extent(size_t(d)));
+    strides[d] = int64_t(view.stride(size_t(d)));
   }
-  t.shape = View::rank > 0 ? ctx.shape : nullptr;
-  t.strides = View::rank > 0 ? ctx.strides : nullptr;
+  t.shape = View::rank > 0 ? shape : nullptr;
+  t.strides = View::rank > 0 ? strides : nullptr;
   t.byte_offset = 0;
-  if (ctx.view.size() == 0) t.data = nullptr;  // DLPack: data is NULL for size 0
+  if (view.size() == 0) t.data = nullptr;  // DLPack: data is NULL for size 0
 }
 
 template <class View>
 void order_after_pending_work(const View&, const ExportOptions& o) {
   if (const char* why = kstage::DLPackSpace<typename View::memory_space>::order_consumer(o.sync))
-    throw DLPackError(KSTAGE_INVALID_ARGUMENT,
-                      std::string("DLPack export: options.sync was refused by the device runtime: ") + why);
+    impl::raise(DLPackError(KSTAGE_INVALID_ARGUMENT,
+                      std::string("DLPack export: options.sync was refused by the device runtime: ") + why));
 }
 
 template <class View>
@@ -183,7 +201,7 @@ DLManagedTensorVersioned* export_dlpack_versioned(const View& view, const Export
   out->flags = (options.read_only || std::is_const_v<typename View::value_type>)
                    ? DLPACK_FLAG_BITMASK_READ_ONLY
                    : 0;
-  impl::fill_tensor(out->dl_tensor, *ctx);
+  impl::fill_tensor(out->dl_tensor, ctx->view, ctx->shape, ctx->strides);
   out->manager_ctx = ctx.release();
   out->deleter = [](DLManagedTensorVersioned* self) {
     Ctx::release(static_cast<Ctx*>(self->manager_ctx));
@@ -201,20 +219,57 @@ template <class View>
 DLManagedTensor* export_dlpack_legacy(const View& view, const ExportOptions& options = {}) {
   impl::check_exportable<View>();
   if (options.read_only || std::is_const_v<typename View::value_type>)
-    throw DLPackError(KSTAGE_NOT_SUPPORTED,
+    impl::raise(DLPackError(KSTAGE_NOT_SUPPORTED,
                       "a read-only export needs the versioned DLPack struct: the legacy "
-                      "DLManagedTensor cannot signal read-only");
+                      "DLManagedTensor cannot signal read-only"));
   using Ctx = impl::ExportContext<View>;
   impl::order_after_pending_work(view, options);
   auto ctx = std::make_unique<Ctx>(Ctx{view, {}, {}});
   auto out = std::make_unique<DLManagedTensor>();
-  impl::fill_tensor(out->dl_tensor, *ctx);
+  impl::fill_tensor(out->dl_tensor, ctx->view, ctx->shape, ctx->strides);
   out->manager_ctx = ctx.release();
   out->deleter = [](DLManagedTensor* self) {
     Ctx::release(static_cast<Ctx*>(self->manager_ctx));
     delete self;
   };
   return out.release();
+}
+
+/**
+ * \brief A DLTensor that describes a View's memory and owns nothing: for C
+ * calls that read a tensor only while they run (kstage_write_attribute with
+ * `tensors`), with no allocation. The View must outlive every use of the
+ * DLTensor. Same layout rules as the exports: shape and strides always
+ * filled, in elements; device and ordinal from the memory space and the
+ * pointer. Copies are independent (each holds its own shape and strides).
+ */
+class BorrowedTensor {
+ public:
+  template <class View, class = std::enable_if_t<Kokkos::is_view<View>::value>>
+  explicit BorrowedTensor(const View& view) {
+    impl::check_exportable<View>();
+    impl::fill_tensor(tensor_, view, shape_, strides_);
+  }
+  BorrowedTensor(const BorrowedTensor& other) noexcept { *this = other; }
+  BorrowedTensor& operator=(const BorrowedTensor& other) noexcept {
+    tensor_ = other.tensor_;
+    for (int d = 0; d < 8; ++d) shape_[d] = other.shape_[d], strides_[d] = other.strides_[d];
+    tensor_.shape = other.tensor_.shape ? shape_ : nullptr;
+    tensor_.strides = other.tensor_.strides ? strides_ : nullptr;
+    return *this;
+  }
+  const DLTensor& tensor() const noexcept { return tensor_; }
+
+ private:
+  DLTensor tensor_{};
+  int64_t shape_[8] = {};
+  int64_t strides_[8] = {};
+};
+
+/// \brief Describe `view` as a borrowed DLTensor (see BorrowedTensor).
+template <class View>
+BorrowedTensor borrow_dlpack(const View& view) {
+  return BorrowedTensor(view);
 }
 
 /**
@@ -275,12 +330,25 @@ Layout make_layout(const int64_t* shape, const int64_t* strides, int rank) {
 
 }  // namespace impl
 
-template <class DataType, class MemorySpace, class Layout>
-DLPackView<DataType, MemorySpace, Layout> import_impl(const DLTensor& t, uint64_t flags,
-                                                      std::shared_ptr<impl::Adopted> owner,
-                                                      bool legacy) {
-  using Out = DLPackView<DataType, MemorySpace, Layout>;
-  using View = typename Out::view_type;
+namespace impl {
+
+// Why a tensor cannot be viewed as a given View type (status KSTAGE_OK: it can).
+struct ViewRefusal {
+  kstage_status_t status = KSTAGE_OK;
+  std::string why;
+  bool ok() const noexcept { return status == KSTAGE_OK; }
+};
+
+// The checks of every import, without throwing: on success `ptr` and
+// `layout` describe the tensor's memory as a View of type View (unmanaged).
+// Shared by import_dlpack and the C++ API (kstage.hpp), which must also
+// build without exceptions.
+template <class View>
+ViewRefusal check_viewable(const DLTensor& t, uint64_t flags, bool legacy,
+                           typename View::pointer_type& ptr, typename View::array_layout& layout,
+                           bool& read_only) {
+  using MemorySpace = typename View::memory_space;
+  using Layout = typename View::array_layout;
   using value_type = typename View::non_const_value_type;
   constexpr int rank = int(View::rank);
   static_assert(rank <= 8, "DLPack import supports rank 0..8");
@@ -288,50 +356,49 @@ DLPackView<DataType, MemorySpace, Layout> import_impl(const DLTensor& t, uint64_
                     std::is_same_v<Layout, Kokkos::LayoutRight> ||
                     std::is_same_v<Layout, Kokkos::LayoutLeft>,
                 "DLPack import supports LayoutStride, LayoutRight and LayoutLeft");
-  auto fail = [](kstage_status_t st, const std::string& why) -> DLPackError {
-    return DLPackError(st, "DLPack import: " + why);
-  };
+  auto fail = [](kstage_status_t st, std::string why) { return ViewRefusal{st, std::move(why)}; };
   // Device: nothing is ever copied, so the memory must be where the View says.
   if (!DLPackSpace<MemorySpace>::accepts(t.device.device_type))
-    throw fail(KSTAGE_NOT_SUPPORTED,
-               std::string("device type ") + impl::device_type_name(t.device.device_type) + " (" +
-                   std::to_string(t.device.device_type) + ") cannot be viewed in " +
-                   DLPackSpace<MemorySpace>::name + "; nothing is copied");
+    return fail(KSTAGE_NOT_SUPPORTED,
+                std::string("device type ") + device_type_name(t.device.device_type) + " (" +
+                    std::to_string(t.device.device_type) + ") cannot be viewed in " +
+                    DLPackSpace<MemorySpace>::name + "; nothing is copied");
   // The ordinal: a GPU pointer's own, never assumed.
   if (!is_host_memory(t.device.device_type) && t.data) {
     const DLDevice actual = DLPackSpace<MemorySpace>::device(t.data);
     if (actual.device_id != t.device.device_id)
-      throw fail(KSTAGE_INVALID_ARGUMENT,
-                 "the tensor says device_id " + std::to_string(t.device.device_id) +
-                     " but its data is memory of device " + std::to_string(actual.device_id));
+      return fail(KSTAGE_INVALID_ARGUMENT,
+                  "the tensor says device_id " + std::to_string(t.device.device_id) +
+                      " but its data is memory of device " + std::to_string(actual.device_id));
   }
   // dtype: lanes > 1 become a trailing extent.
-  const DLDataType want = impl::DLPackDType<value_type>::value;
+  const DLDataType want = DLPackDType<value_type>::value;
   if (t.dtype.code != want.code || t.dtype.bits != want.bits || t.dtype.lanes < 1)
-    throw fail(KSTAGE_INVALID_ARGUMENT, "dtype " + impl::dtype_name(t.dtype) +
-                                            " does not match the View's value type " +
-                                            impl::dtype_name(want));
+    return fail(KSTAGE_INVALID_ARGUMENT, "dtype " + dtype_name(t.dtype) +
+                                             " does not match the View's value type " +
+                                             dtype_name(want));
   const bool lane_axis = t.dtype.lanes > 1;
   if (t.ndim < 0 || t.ndim + (lane_axis ? 1 : 0) != rank)
-    throw fail(KSTAGE_INVALID_ARGUMENT,
-               "tensor has ndim " + std::to_string(t.ndim) +
-                   (lane_axis ? " and lanes " + std::to_string(t.dtype.lanes) : std::string()) +
-                   ", so it needs a View of rank " + std::to_string(t.ndim + (lane_axis ? 1 : 0)) +
-                   ", not " + std::to_string(rank));
+    return fail(KSTAGE_INVALID_ARGUMENT,
+                "tensor has ndim " + std::to_string(t.ndim) +
+                    (lane_axis ? " and lanes " + std::to_string(t.dtype.lanes) : std::string()) +
+                    ", so it needs a View of rank " + std::to_string(t.ndim + (lane_axis ? 1 : 0)) +
+                    ", not " + std::to_string(rank));
   if (std::is_same_v<Layout, Kokkos::LayoutLeft> && lane_axis)
-    throw fail(KSTAGE_INVALID_ARGUMENT,
-               "lanes > 1 are the innermost axis; view them with LayoutRight or LayoutStride");
+    return fail(KSTAGE_INVALID_ARGUMENT,
+                "lanes > 1 are the innermost axis; view them with LayoutRight or LayoutStride");
   const bool writable_view = !std::is_const_v<typename View::value_type>;
-  const bool read_only = legacy ? false : (flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
+  read_only = legacy ? false : (flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
   if (read_only && writable_view)
-    throw fail(KSTAGE_INVALID_ARGUMENT,
-               "the tensor is READ_ONLY; import it as a View of const data");
-  if (t.ndim > 0 && t.shape == nullptr) throw fail(KSTAGE_INVALID_ARGUMENT, "shape is NULL");
+    return fail(KSTAGE_INVALID_ARGUMENT,
+                "the tensor is READ_ONLY; import it as a View of const data");
+  if (t.ndim > 0 && t.shape == nullptr) return fail(KSTAGE_INVALID_ARGUMENT, "shape is NULL");
 
   int64_t shape[9], strides[9];
   int64_t size = 1;
   for (int d = 0; d < t.ndim; ++d) {
-    if (t.shape[d] < 0) throw fail(KSTAGE_INVALID_ARGUMENT, "shape[" + std::to_string(d) + "] is negative");
+    if (t.shape[d] < 0)
+      return fail(KSTAGE_INVALID_ARGUMENT, "shape[" + std::to_string(d) + "] is negative");
     shape[d] = t.shape[d];
     size *= shape[d];
   }
@@ -340,6 +407,15 @@ DLPackView<DataType, MemorySpace, Layout> import_impl(const DLTensor& t, uint64_
   if (lane_axis) {
     shape[t.ndim] = lanes;
     strides[t.ndim] = 1;
+  }
+  // Extents the View type fixes (View<float*[3]>) must be the tensor's.
+  for (int d = 0; d < rank; ++d) {
+    const size_t fixed = View::static_extent(unsigned(d));
+    if (d >= int(View::rank_dynamic) && fixed != size_t(shape[d]))
+      return fail(KSTAGE_INVALID_ARGUMENT,
+                  "axis " + std::to_string(d) + " of the tensor has extent " +
+                      std::to_string(shape[d]) + (lane_axis && d == t.ndim ? " (its lanes)" : "") +
+                      ", but the View's type fixes it at " + std::to_string(fixed));
   }
   if (t.strides == nullptr) {  // old producers: NULL means compact row-major
     int64_t s = lanes;
@@ -350,9 +426,9 @@ DLPackView<DataType, MemorySpace, Layout> import_impl(const DLTensor& t, uint64_
   } else {
     for (int d = 0; d < t.ndim; ++d) {
       if (t.strides[d] < 0 && shape[d] > 1)
-        throw fail(KSTAGE_INVALID_ARGUMENT,
-                   "strides[" + std::to_string(d) + "] = " + std::to_string(t.strides[d]) +
-                       " is negative; Kokkos Views cannot express negative strides");
+        return fail(KSTAGE_INVALID_ARGUMENT,
+                    "strides[" + std::to_string(d) + "] = " + std::to_string(t.strides[d]) +
+                        " is negative; Kokkos Views cannot express negative strides");
       // Any stride of an extent-0/1 axis is fine; normalise it.
       strides[d] = shape[d] <= 1 ? 1 : t.strides[d] * lanes;
     }
@@ -364,25 +440,54 @@ DLPackView<DataType, MemorySpace, Layout> import_impl(const DLTensor& t, uint64_
     for (int k = 0; k < n; ++k) {
       const int d = std::is_same_v<Layout, Kokkos::LayoutRight> ? n - 1 - k : k;
       if (shape[d] > 1 && strides[d] != expect)
-        throw fail(KSTAGE_INVALID_ARGUMENT,
-                   std::string("strides are not ") +
-                       (std::is_same_v<Layout, Kokkos::LayoutRight> ? "C" : "Fortran") +
-                       "-contiguous; import with Kokkos::LayoutStride");
+        return fail(KSTAGE_INVALID_ARGUMENT,
+                    std::string("strides are not ") +
+                        (std::is_same_v<Layout, Kokkos::LayoutRight> ? "C" : "Fortran") +
+                        "-contiguous; import with Kokkos::LayoutStride");
       expect *= shape[d];
     }
   }
   const auto* base = static_cast<const unsigned char*>(t.data);
-  if (size > 0 && base == nullptr) throw fail(KSTAGE_INVALID_ARGUMENT, "data is NULL for a non-empty tensor");
-  auto* ptr = reinterpret_cast<typename View::pointer_type>(
+  if (size > 0 && base == nullptr)
+    return fail(KSTAGE_INVALID_ARGUMENT, "data is NULL for a non-empty tensor");
+  ptr = reinterpret_cast<typename View::pointer_type>(
       const_cast<unsigned char*>(base == nullptr ? base : base + t.byte_offset));
   if (reinterpret_cast<uintptr_t>(ptr) % alignof(value_type) != 0)
-    throw fail(KSTAGE_INVALID_ARGUMENT, "data + byte_offset is not aligned for the View's value type");
+    return fail(KSTAGE_INVALID_ARGUMENT,
+                "data + byte_offset is not aligned for the View's value type");
+  layout = make_layout<Layout>(shape, strides, rank);
+  return {};
+}
 
+// The layout of an empty View of type View: extent 0 on every runtime axis
+// (what a non-throwing call returns when it fails).
+template <class View>
+typename View::array_layout empty_layout() {
+  int64_t shape[9] = {}, strides[9] = {};
+  for (int d = 0; d < int(View::rank); ++d) {
+    shape[d] = d >= int(View::rank_dynamic) ? int64_t(View::static_extent(unsigned(d))) : 0;
+    strides[d] = 1;
+  }
+  return make_layout<typename View::array_layout>(shape, strides, int(View::rank));
+}
+
+}  // namespace impl
+
+template <class DataType, class MemorySpace, class Layout>
+DLPackView<DataType, MemorySpace, Layout> import_impl(const DLTensor& t, uint64_t flags,
+                                                      std::shared_ptr<impl::Adopted> owner,
+                                                      bool legacy) {
+  using Out = DLPackView<DataType, MemorySpace, Layout>;
+  using View = typename Out::view_type;
+  typename View::pointer_type ptr = nullptr;
+  Layout layout;
+  bool read_only = false;
+  const impl::ViewRefusal r = impl::check_viewable<View>(t, flags, legacy, ptr, layout, read_only);
+  if (!r.ok()) impl::raise(DLPackError(r.status, "DLPack import: " + r.why));
   // Always through a layout object: Kokkos 4 cannot build a LayoutStride View
   // from extents alone, not even for rank 0. The View is constructed in
   // place, never default-constructed and assigned (Kokkos issue #8187).
-  return Out(View(ptr, impl::make_layout<Layout>(shape, strides, rank)), std::move(owner), t.device,
-             read_only);
+  return Out(View(ptr, layout), std::move(owner), t.device, read_only);
 }
 
 /**
@@ -393,14 +498,14 @@ DLPackView<DataType, MemorySpace, Layout> import_impl(const DLTensor& t, uint64_
  */
 template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutStride>
 DLPackView<DataType, MemorySpace, Layout> import_dlpack(DLManagedTensorVersioned* tensor) {
-  if (tensor == nullptr) throw DLPackError(KSTAGE_INVALID_ARGUMENT, "DLPack import: tensor is NULL");
+  if (tensor == nullptr) impl::raise(DLPackError(KSTAGE_INVALID_ARGUMENT, "DLPack import: tensor is NULL"));
   auto owner = std::make_shared<impl::Adopted>();
   owner->versioned = tensor;  // from here on, every path calls the deleter exactly once
   if (tensor->version.major != DLPACK_MAJOR_VERSION)
-    throw DLPackError(KSTAGE_INVALID_ARGUMENT,
+    impl::raise(DLPackError(KSTAGE_INVALID_ARGUMENT,
                       "DLPack import: version " + std::to_string(tensor->version.major) + "." +
                           std::to_string(tensor->version.minor) + " has a major version other than " +
-                          std::to_string(DLPACK_MAJOR_VERSION));
+                          std::to_string(DLPACK_MAJOR_VERSION)));
   return import_impl<DataType, MemorySpace, Layout>(tensor->dl_tensor, tensor->flags, std::move(owner),
                                                     false);
 }
@@ -408,7 +513,7 @@ DLPackView<DataType, MemorySpace, Layout> import_dlpack(DLManagedTensorVersioned
 /// \brief Import a legacy DLPack tensor (ownership passes in; deleter called on failure too).
 template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutStride>
 DLPackView<DataType, MemorySpace, Layout> import_dlpack(DLManagedTensor* tensor) {
-  if (tensor == nullptr) throw DLPackError(KSTAGE_INVALID_ARGUMENT, "DLPack import: tensor is NULL");
+  if (tensor == nullptr) impl::raise(DLPackError(KSTAGE_INVALID_ARGUMENT, "DLPack import: tensor is NULL"));
   auto owner = std::make_shared<impl::Adopted>();
   owner->legacy = tensor;
   return import_impl<DataType, MemorySpace, Layout>(tensor->dl_tensor, 0, std::move(owner), true);

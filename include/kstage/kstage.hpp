@@ -1,0 +1,1141 @@
+// SPDX-License-Identifier: Apache-2.0
+/**
+ * \file kstage/kstage.hpp
+ * \brief The kstage C++ API: RAII handles over the C API, and Kokkos Views in
+ * and out.
+ *
+ * Header-only, over the C API (`kstage.h`) alone: it works with any build of
+ * libkstage and adds no semantics. Every rule of kstage.h holds as written
+ * there; this header only spares C++ code the descriptors, the release calls
+ * and the DLTensor bookkeeping. Views go in and out through the DLPack bridge
+ * (`dlpack.hpp`), so link `kstage::kokkos_bridge`.
+ *
+ * Handles. `Stage`, `PathList`, `Query`, `Read`, `ReadGroup`, `Map`, `Op` own
+ * one C handle each and release it exactly once, in their destructor (or
+ * `reset()`); they are move-only, and a moved-from object is empty (`!obj`).
+ * Releasing after the stage was destroyed is harmless (the C call reports a
+ * stale handle, which the destructor ignores). `MapGroup` owns nothing: its
+ * memory belongs to its `Map`.
+ *
+ * Errors, two ways (as std::filesystem does it):
+ * - every call has an overload taking a trailing `kstage::Status&`: it never
+ *   throws (a failure leaves the status code and `kstage_last_error()` in the
+ *   Status and returns an empty object), for code built with -fno-exceptions;
+ * - the overloads without it throw `kstage::Error` (status + message) and are
+ *   declared only when exceptions are enabled. Iterating a Read or a Map with
+ *   range-for is of this kind; `next(group, status)` is the other.
+ *
+ * Views. `write` takes any Kokkos View of rank 1-3 in any enabled memory space
+ * (LayoutRight, LayoutLeft or LayoutStride): its trailing extents fold into
+ * lanes as kstage.h says, so a `View<float*[3]>` of N rows writes a float32 x
+ * 3 column. `ReadGroup::view<const float*[3]>(i)` returns an unmanaged View of
+ * the group's tensor in the memory space asked for (default Kokkos::HostSpace):
+ * a value type, rank, fixed extent, layout or memory space that does not fit
+ * the tensor is an error naming both, never a copy. The View aliases the group's
+ * memory (the column's storage for a zero-copy read): keep the group alive
+ * while it is used.
+ */
+#ifndef KSTAGE_KSTAGE_HPP_
+#define KSTAGE_KSTAGE_HPP_
+
+#include <kstage/dlpack.hpp>
+#include <kstage/kstage.h>
+
+#include <Kokkos_Core.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <iterator>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
+#define KSTAGE_CPP_EXCEPTIONS 1
+#else
+#define KSTAGE_CPP_EXCEPTIONS 0
+#endif
+
+namespace kstage {
+
+// ---- spans -------------------------------------------------------------------------------------
+
+/**
+ * \brief A view of `size()` contiguous host elements (C++17 has no std::span).
+ * Made from a pointer and a count, a std::vector, a braced list (valid for
+ * the call it is passed to), or a contiguous rank-1 Kokkos View whose memory
+ * the host can read.
+ */
+template <class T>
+class span {
+ public:
+  using element_type = T;
+  using value_type = std::remove_cv_t<T>;
+  using iterator = T*;
+
+  constexpr span() noexcept = default;
+  constexpr span(T* data, size_t size) noexcept : data_(data), size_(size) {}
+  template <class U, class A, class = std::enable_if_t<std::is_convertible_v<U (*)[], T (*)[]>>>
+  span(const std::vector<U, A>& v) noexcept : data_(v.data()), size_(v.size()) {}
+  template <class U, class A, class = std::enable_if_t<std::is_convertible_v<U (*)[], T (*)[]>>>
+  span(std::vector<U, A>& v) noexcept : data_(v.data()), size_(v.size()) {}
+  // A braced list lives until the end of the full expression: enough for the
+  // call it is passed to, which is what this is for.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winit-list-lifetime"
+#endif
+  template <class U, class = std::enable_if_t<std::is_convertible_v<const U (*)[], T (*)[]>>>
+  span(std::initializer_list<U> list) noexcept : data_(list.begin()), size_(list.size()) {}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+  template <class V, class = std::enable_if_t<Kokkos::is_view<V>::value>, class = void>
+  span(const V& view) noexcept : data_(view.data()), size_(view.size()) {
+    static_assert(V::rank == 1, "a span is made from a rank-1 View");
+    static_assert(!std::is_same_v<typename V::array_layout, Kokkos::LayoutStride>,
+                  "a span needs contiguous memory: a LayoutRight or LayoutLeft View");
+    static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename V::memory_space>::accessible,
+                  "index maps, masks and row counts are host memory (kstage.h)");
+  }
+
+  constexpr T* data() const noexcept { return data_; }
+  constexpr size_t size() const noexcept { return size_; }
+  constexpr bool empty() const noexcept { return size_ == 0; }
+  constexpr T& operator[](size_t i) const noexcept { return data_[i]; }
+  constexpr T* begin() const noexcept { return data_; }
+  constexpr T* end() const noexcept { return data_ + size_; }
+
+ private:
+  T* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// ---- errors ------------------------------------------------------------------------------------
+
+/// \brief The outcome of a non-throwing call: a kstage_status_t and its message.
+class Status {
+ public:
+  Status() = default;
+  Status(kstage_status_t code, std::string message) : code_(code), message_(std::move(message)) {}
+  kstage_status_t code() const noexcept { return code_; }
+  bool ok() const noexcept { return code_ == KSTAGE_OK; }
+  explicit operator bool() const noexcept { return ok(); }
+  /// kstage_last_error() of the failed call ("" when ok).
+  const std::string& message() const noexcept { return message_; }
+  /// "KSTAGE_INVALID_ARGUMENT: <message>"
+  std::string to_string() const { return std::string(kstage_status_string(code_)) + ": " + message_; }
+
+ private:
+  kstage_status_t code_ = KSTAGE_OK;
+  std::string message_;
+};
+
+#if KSTAGE_CPP_EXCEPTIONS
+/// \brief What the throwing calls throw: the C call's status and kstage_last_error().
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const Status& status)
+      : std::runtime_error(status.to_string()), status_(status.code()), message_(status.message()) {}
+  kstage_status_t status() const noexcept { return status_; }
+  /// The message alone (what() is "<status name>: <message>").
+  const std::string& message() const noexcept { return message_; }
+
+ private:
+  kstage_status_t status_;
+  std::string message_;
+};
+#endif
+
+namespace detail {
+
+// True when `code` is KSTAGE_OK; otherwise records it and the thread's message in `st`.
+inline bool check(kstage_status_t code, Status& st) {
+  if (code == KSTAGE_OK) return true;
+  st = Status(code, kstage_last_error());
+  return false;
+}
+
+#if KSTAGE_CPP_EXCEPTIONS
+inline void raise_if(const Status& st) {
+  if (!st.ok()) throw Error(st);
+}
+// The throwing form of a call: runs `call(status)` and throws what it recorded.
+template <class F>
+auto throwing(F&& call) {
+  Status st;
+  if constexpr (std::is_void_v<decltype(call(st))>) {
+    call(st);
+    raise_if(st);
+  } else {
+    auto result = call(st);
+    raise_if(st);
+    return result;
+  }
+}
+#endif
+
+// One C handle of a stage, released once with Release(stage, handle).
+template <kstage_status_t (*Release)(kstage_stage_t, uint64_t)>
+class UniqueHandle {
+ public:
+  UniqueHandle() = default;
+  UniqueHandle(kstage_stage_t stage, uint64_t handle) noexcept : stage_(stage), handle_(handle) {}
+  UniqueHandle(UniqueHandle&& o) noexcept
+      : stage_(std::exchange(o.stage_, 0)), handle_(std::exchange(o.handle_, 0)) {}
+  UniqueHandle& operator=(UniqueHandle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      stage_ = std::exchange(o.stage_, 0);
+      handle_ = std::exchange(o.handle_, 0);
+    }
+    return *this;
+  }
+  UniqueHandle(const UniqueHandle&) = delete;
+  UniqueHandle& operator=(const UniqueHandle&) = delete;
+  ~UniqueHandle() { reset(); }
+
+  kstage_stage_t stage() const noexcept { return stage_; }
+  uint64_t get() const noexcept { return handle_; }
+  explicit operator bool() const noexcept { return handle_ != 0; }
+  /// Releases the handle now (a status other than OK is that of the release).
+  kstage_status_t reset() noexcept {
+    kstage_status_t st = KSTAGE_OK;
+    if (handle_ != 0) st = Release(stage_, handle_);
+    stage_ = 0;
+    handle_ = 0;
+    return st;
+  }
+  /// Gives the handle up without releasing it.
+  uint64_t release() noexcept {
+    stage_ = 0;
+    return std::exchange(handle_, 0);
+  }
+
+ private:
+  kstage_stage_t stage_ = 0;
+  uint64_t handle_ = 0;
+};
+
+template <class T, bool = Kokkos::is_view<T>::value>
+struct is_view_rank_1_to_3 : std::false_type {};
+template <class T>
+struct is_view_rank_1_to_3<T, true> : std::bool_constant<(T::rank >= 1 && T::rank <= 3)> {};
+
+}  // namespace detail
+
+// ---- dtypes ------------------------------------------------------------------------------------
+
+/**
+ * \brief The DLPack dtype of a C++ value type, with its array extents as lanes:
+ * dtype_of<float>() is float32 lanes 1, dtype_of<float[3]>() lanes 3,
+ * dtype_of<double[4][4]>() float64 lanes 16. Uses the DLPack bridge's table.
+ */
+template <class T>
+constexpr DLDataType dtype_of() {
+  using E = std::remove_cv_t<std::remove_all_extents_t<T>>;
+  DLDataType d = impl::DLPackDType<E>::value;
+  uint64_t lanes = 1;
+  if constexpr (std::rank_v<T> >= 1) lanes *= std::extent_v<T, 0>;
+  if constexpr (std::rank_v<T> >= 2) lanes *= std::extent_v<T, 1>;
+  if constexpr (std::rank_v<T> >= 3) lanes *= std::extent_v<T, 2>;
+  static_assert(std::rank_v<T> <= 3, "dtype_of: at most three array extents");
+  d.lanes = uint16_t(lanes);
+  return d;
+}
+
+// ---- options -----------------------------------------------------------------------------------
+
+/// \brief Options of a write (kstage_write_data_t's fields; zero is every default).
+struct WriteOptions {
+  /// Source row of logical element i (host memory, `count` entries).
+  span<const uint32_t> index_map;
+  /// Bit i%64 of word i/64 selects logical element i (host memory, ceil(count/64) words).
+  span<const uint64_t> mask;
+  /// The leading `count` prims of the query; 0: all of them.
+  uint64_t count = 0;
+  /// UPSERT, INSERT or UPDATE (a WriteBatch has its own).
+  kstage_prim_mode_t mode = KSTAGE_PRIM_MODE_UPSERT;
+  kstage_semantic_t semantic = KSTAGE_SEMANTIC_NONE;
+  /// The producer's {stream, event} for device data (kstage.h).
+  kstage_device_sync_t device_sync{0, 0};
+  /// Where a column this write creates lives ({0, 0}: the stage's choice).
+  DLDevice residency{DLDeviceType(0), 0};
+};
+
+/// \brief Options of a read (kstage_read_desc_t's fields): the latest sealed values, zero-copy.
+struct ReadOptions {
+  /// Rows gathered into a buffer of the group's own, in prim order (no index map).
+  bool compact = false;
+  /// Only prims that changed at a sealed ordinal in [range_begin, range_end], plus tombstones.
+  bool change_range = false;
+  uint64_t range_begin = 0;
+  uint64_t range_end = 0;
+  /// Where the reader wants the data ({0, 0}: the column's residency); another device implies compact.
+  DLDevice target_device{DLDeviceType(0), 0};
+  kstage_device_sync_t device_sync{0, 0};
+
+  /// The changes sealed at ordinals in [begin, end].
+  static ReadOptions changes(uint64_t begin, uint64_t end) {
+    ReadOptions o;
+    o.change_range = true;
+    o.range_begin = begin;
+    o.range_end = end;
+    return o;
+  }
+};
+
+/// \brief Options of a map (kstage_map_desc_t's fields besides attribute and dtype).
+struct MapOptions {
+  kstage_semantic_t semantic = KSTAGE_SEMANTIC_NONE;
+  kstage_prim_mode_t mode = KSTAGE_PRIM_MODE_UPSERT;
+  /// Where a new column lives ({0, 0}: the host).
+  DLDevice residency{DLDeviceType(0), 0};
+  /// Groups of at most this many prims (0: one group).
+  uint64_t max_group_prims = 0;
+  /// An array attribute: element_counts[i] is prim i's new length.
+  bool is_array = false;
+  span<const uint64_t> element_counts;
+};
+
+// ---- handles -----------------------------------------------------------------------------------
+
+class Stage;
+class Map;
+
+/// \brief A refcounted, immutable array of path ids (kstage_path_list_t), one reference.
+class PathList {
+ public:
+  PathList() = default;
+  kstage_path_list_t handle() const noexcept { return h_.get(); }
+  explicit operator bool() const noexcept { return bool(h_); }
+  /// The ids (empty for an empty PathList).
+  span<const kstage_path_t> paths() const noexcept {
+    const kstage_path_t* p = nullptr;
+    uint64_t n = 0;
+    if (!h_ || kstage_path_list_get(h_.stage(), h_.get(), &p, &n) != KSTAGE_OK) return {};
+    return {p, size_t(n)};
+  }
+  void reset() noexcept { h_.reset(); }
+
+ private:
+  friend class Stage;
+  friend class Query;
+  PathList(kstage_stage_t s, kstage_path_list_t h) : h_(s, h) {}
+  detail::UniqueHandle<kstage_path_list_release> h_;
+};
+
+/// \brief A fixed, ordered list of prims (kstage_query_t).
+class Query {
+ public:
+  Query() = default;
+  kstage_query_t handle() const noexcept { return h_.get(); }
+  kstage_stage_t stage() const noexcept { return h_.stage(); }
+  explicit operator bool() const noexcept { return bool(h_); }
+
+  uint64_t count(Status& st) const {
+    uint64_t n = 0;
+    detail::check(kstage_query_count(h_.stage(), h_.get(), &n), st);
+    return n;
+  }
+  PathList paths(Status& st) const {
+    kstage_path_list_t list = 0;
+    if (!detail::check(kstage_query_get_paths(h_.stage(), h_.get(), &list), st)) return {};
+    return PathList(h_.stage(), list);
+  }
+#if KSTAGE_CPP_EXCEPTIONS
+  uint64_t count() const {
+    return detail::throwing([&](Status& st) { return count(st); });
+  }
+  PathList paths() const {
+    return detail::throwing([&](Status& st) { return paths(st); });
+  }
+#endif
+  void reset() noexcept { h_.reset(); }
+
+ private:
+  friend class Stage;
+  Query(kstage_stage_t s, kstage_query_t h) : h_(s, h) {}
+  detail::UniqueHandle<kstage_query_release> h_;
+};
+
+/// \brief A submitted mutation (kstage_op_t). Releasing it does not cancel its work.
+class Op {
+ public:
+  Op() = default;
+  kstage_op_t handle() const noexcept { return h_.get(); }
+  explicit operator bool() const noexcept { return bool(h_); }
+
+  /// True once the op's work is done; false if `timeout_ns` ran out (KSTAGE_TIMEOUT is
+  /// not an error). A failed op leaves its code and kstage_op_error() in `st`.
+  bool wait(uint64_t timeout_ns, Status& st) const {
+    const kstage_status_t code = kstage_wait(h_.stage(), h_.get(), timeout_ns);
+    if (code == KSTAGE_TIMEOUT) return false;
+    if (code == KSTAGE_OK) return true;
+    const char* why = nullptr;
+    if (kstage_op_error(h_.stage(), h_.get(), &why) == KSTAGE_OK && why != nullptr && *why)
+      st = Status(code, why);
+    else
+      st = Status(code, kstage_last_error());
+    return false;
+  }
+  bool wait(Status& st) const { return wait(KSTAGE_TIMEOUT_INFINITE, st); }
+#if KSTAGE_CPP_EXCEPTIONS
+  bool wait(uint64_t timeout_ns = KSTAGE_TIMEOUT_INFINITE) const {
+    return detail::throwing([&](Status& st) { return wait(timeout_ns, st); });
+  }
+#endif
+  void reset() noexcept { h_.reset(); }
+
+ private:
+  friend class Stage;
+  friend class Map;
+  friend class MapGroup;
+  Op(kstage_stage_t s, kstage_op_t h) : h_(s, h) {}
+  detail::UniqueHandle<kstage_release_op> h_;
+};
+
+namespace detail {
+
+// An unmanaged View of tensor `t` (group data), or an empty one and `st` set.
+template <class DataType, class MemorySpace, class Layout>
+Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view_of(
+    const DLTensor* t, uint64_t index, uint64_t count, Status& st) {
+  using View = Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  typename View::pointer_type ptr = nullptr;
+  Layout layout = impl::empty_layout<View>();
+  if (index >= count) {
+    st = Status(KSTAGE_INVALID_ARGUMENT, "tensor " + std::to_string(index) + " of a group with " +
+                                             std::to_string(count) + " tensor(s)");
+    return View(ptr, layout);
+  }
+  bool read_only = false;
+  const impl::ViewRefusal r = impl::check_viewable<View>(t[index], 0, false, ptr, layout, read_only);
+  if (!r.ok()) {
+    st = Status(r.status, "tensor " + std::to_string(index) + " as a View of " +
+                              impl::dtype_name(impl::DLPackDType<typename View::non_const_value_type>::value) +
+                              " (rank " + std::to_string(int(View::rank)) + "): " + r.why);
+    return View(nullptr, impl::empty_layout<View>());
+  }
+  return View(ptr, layout);
+}
+
+}  // namespace detail
+
+/// \brief One group of a read (kstage_read_group_t), released on destruction.
+class ReadGroup {
+ public:
+  ReadGroup() = default;
+  ReadGroup(ReadGroup&& o) noexcept : h_(std::move(o.h_)), g_(std::exchange(o.g_, {})) {}
+  ReadGroup& operator=(ReadGroup&& o) noexcept {
+    h_ = std::move(o.h_);
+    g_ = std::exchange(o.g_, {});
+    return *this;
+  }
+  kstage_group_t handle() const noexcept { return h_.get(); }
+  explicit operator bool() const noexcept { return bool(h_); }
+  /// The C descriptor (valid while this group lives).
+  const kstage_read_group_t& raw() const noexcept { return g_; }
+
+  kstage_token_t attribute() const noexcept { return g_.attribute; }
+  /// The attribute's write floor at the snapshot.
+  uint64_t ordinal() const noexcept { return g_.ordinal; }
+  span<const kstage_path_t> prims() const noexcept { return {g_.prims, size_t(g_.prim_count)}; }
+  /// Row of prim i (empty: row i, as for compact reads and array groups).
+  span<const uint32_t> index_map() const noexcept {
+    return g_.data.index_map ? span<const uint32_t>(g_.data.index_map, size_t(g_.data.count))
+                             : span<const uint32_t>();
+  }
+  bool is_tombstone() const noexcept { return g_.is_delete; }
+  bool is_array() const noexcept { return g_.is_array; }
+  DLDataType dtype() const noexcept { return g_.dtype; }
+  kstage_semantic_t semantic() const noexcept { return g_.semantic; }
+  /// The stage's {stream, event} for device data ({0, 0}: complete).
+  kstage_device_sync_t device_sync() const noexcept { return g_.data.device_sync; }
+  uint64_t tensor_count() const noexcept { return g_.data.tensor_count; }
+  const DLTensor& tensor(uint64_t i) const noexcept { return g_.data.tensors[i]; }
+
+  /// Tensor i as an unmanaged View (const data: groups are read-only). See the file comment.
+  template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutRight>
+  Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view(
+      uint64_t i, Status& st) const {
+    static_assert(std::is_const_v<typename Kokkos::ViewTraits<DataType>::value_type>,
+                  "a read group is read-only: view it as const data, e.g. view<const float*[3]>(i)");
+    return detail::view_of<DataType, MemorySpace, Layout>(g_.data.tensors, i, g_.data.tensor_count, st);
+  }
+  /// Tensor i as an owning DLPack tensor (kstage_group_export).
+  DLManagedTensorVersioned* export_dlpack(uint64_t i, uint64_t flags, Status& st) const {
+    DLManagedTensorVersioned* out = nullptr;
+    detail::check(kstage_group_export(h_.stage(), h_.get(), i, flags, &out), st);
+    return out;
+  }
+  /// Orders a consumer's {stream, event} after the work producing the data (kstage_group_sync).
+  void sync(kstage_device_sync_t consumer, Status& st) const {
+    detail::check(kstage_group_sync(h_.stage(), h_.get(), consumer), st);
+  }
+#if KSTAGE_CPP_EXCEPTIONS
+  template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutRight>
+  Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view(
+      uint64_t i) const {
+    return detail::throwing([&](Status& st) { return view<DataType, MemorySpace, Layout>(i, st); });
+  }
+  DLManagedTensorVersioned* export_dlpack(uint64_t i, uint64_t flags = 0) const {
+    return detail::throwing([&](Status& st) { return export_dlpack(i, flags, st); });
+  }
+  void sync(kstage_device_sync_t consumer) const {
+    detail::throwing([&](Status& st) { sync(consumer, st); });
+  }
+#endif
+  /// Releases the group now (its data stays valid until here).
+  void reset() noexcept {
+    h_.reset();
+    g_ = {};
+  }
+
+ private:
+  friend class Read;
+  detail::UniqueHandle<kstage_release_group> h_;
+  kstage_read_group_t g_{};
+};
+
+/// \brief An open read (kstage_read_t): iterate its groups.
+class Read {
+ public:
+  Read() = default;
+  kstage_read_t handle() const noexcept { return h_.get(); }
+  explicit operator bool() const noexcept { return bool(h_); }
+
+  /// The next group into `group` (releasing what it held): true, or false at the end
+  /// (`st` ok) or on failure (`st` set).
+  bool next(ReadGroup& group, Status& st, uint64_t timeout_ns = KSTAGE_TIMEOUT_INFINITE) {
+    group.reset();
+    kstage_read_group_t g{};
+    const kstage_status_t code = kstage_fetch_read_next(h_.stage(), h_.get(), timeout_ns, &g);
+    if (code == KSTAGE_END_OF_ITERATION) return false;
+    if (!detail::check(code, st)) return false;
+    group.h_ = detail::UniqueHandle<kstage_release_group>(h_.stage(), g.handle);
+    group.g_ = g;
+    return true;
+  }
+#if KSTAGE_CPP_EXCEPTIONS
+  bool next(ReadGroup& group, uint64_t timeout_ns = KSTAGE_TIMEOUT_INFINITE) {
+    return detail::throwing([&](Status& st) { return next(group, st, timeout_ns); });
+  }
+
+  /// Input iterator over the groups; each is released when the iterator moves on
+  /// (move it out to keep it). Throws kstage::Error when a fetch fails.
+  class iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = ReadGroup;
+    using difference_type = std::ptrdiff_t;
+    using pointer = ReadGroup*;
+    using reference = ReadGroup&;
+    iterator() = default;
+    ReadGroup& operator*() const noexcept { return read_->current_; }
+    ReadGroup* operator->() const noexcept { return &read_->current_; }
+    iterator& operator++() {
+      if (!read_->next(read_->current_)) read_ = nullptr;
+      return *this;
+    }
+    bool operator==(const iterator& o) const noexcept { return read_ == o.read_; }
+    bool operator!=(const iterator& o) const noexcept { return read_ != o.read_; }
+
+   private:
+    friend class Read;
+    explicit iterator(Read* r) : read_(r) {}
+    Read* read_ = nullptr;
+  };
+  iterator begin() {
+    iterator it(this);
+    ++it;
+    return it;
+  }
+  iterator end() noexcept { return iterator(); }
+#endif
+  /// Releases the read (groups already fetched stay valid until released).
+  void reset() noexcept {
+    current_.reset();
+    h_.reset();
+  }
+
+ private:
+  friend class Stage;
+  Read(kstage_stage_t s, kstage_read_t h) : h_(s, h) {}
+  detail::UniqueHandle<kstage_release_read> h_;
+  ReadGroup current_;  // the range-for group
+};
+
+/// \brief One writable group of a map (kstage_map_group_info_t). Owns nothing: its
+/// buffers belong to the Map, and are committed by commit() or Map::commit().
+class MapGroup {
+ public:
+  MapGroup() = default;
+  MapGroup(MapGroup&& o) noexcept
+      : stage_(std::exchange(o.stage_, 0)), map_(std::exchange(o.map_, 0)), g_(std::exchange(o.g_, {})) {}
+  MapGroup& operator=(MapGroup&& o) noexcept {
+    stage_ = std::exchange(o.stage_, 0);
+    map_ = std::exchange(o.map_, 0);
+    g_ = std::exchange(o.g_, {});
+    return *this;
+  }
+  kstage_map_group_t handle() const noexcept { return g_.handle; }
+  explicit operator bool() const noexcept { return g_.handle != 0; }
+  const kstage_map_group_info_t& raw() const noexcept { return g_; }
+  kstage_token_t attribute() const noexcept { return g_.attribute; }
+  uint64_t ordinal() const noexcept { return g_.ordinal; }
+  span<const kstage_path_t> prims() const noexcept { return {g_.prims, size_t(g_.prim_count)}; }
+  span<const uint32_t> index_map() const noexcept {
+    return g_.data.index_map ? span<const uint32_t>(g_.data.index_map, size_t(g_.data.count))
+                             : span<const uint32_t>();
+  }
+  DLDataType dtype() const noexcept { return g_.dtype; }
+  uint64_t tensor_count() const noexcept { return g_.data.tensor_count; }
+  const DLTensor& tensor(uint64_t i) const noexcept { return g_.data.tensors[i]; }
+
+  /// Tensor i as a writable unmanaged View (fill every row before committing).
+  template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutRight>
+  Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view(
+      uint64_t i, Status& st) const {
+    return detail::view_of<DataType, MemorySpace, Layout>(g_.data.tensors, i, g_.data.tensor_count, st);
+  }
+  /// Tensor i as a writable DLPack tensor (kstage_map_group_export).
+  DLManagedTensorVersioned* export_dlpack(uint64_t i, uint64_t flags, Status& st) const {
+    DLManagedTensorVersioned* out = nullptr;
+    detail::check(kstage_map_group_export(stage_, map_, g_.handle, i, flags, &out), st);
+    return out;
+  }
+  /// Commits this group alone (kstage_unmap_group); on failure it stays mapped.
+  Op commit(kstage_device_sync_t done_sync, Status& st) const {
+    kstage_op_t op = 0;
+    if (!detail::check(kstage_unmap_group(stage_, map_, g_.handle, done_sync, &op), st)) return {};
+    return Op(stage_, op);
+  }
+#if KSTAGE_CPP_EXCEPTIONS
+  template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutRight>
+  Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view(
+      uint64_t i) const {
+    return detail::throwing([&](Status& st) { return view<DataType, MemorySpace, Layout>(i, st); });
+  }
+  DLManagedTensorVersioned* export_dlpack(uint64_t i, uint64_t flags = 0) const {
+    return detail::throwing([&](Status& st) { return export_dlpack(i, flags, st); });
+  }
+  Op commit(kstage_device_sync_t done_sync = {0, 0}) const {
+    return detail::throwing([&](Status& st) { return commit(done_sync, st); });
+  }
+#endif
+
+ private:
+  friend class Map;
+  kstage_stage_t stage_ = 0;
+  kstage_map_t map_ = 0;
+  kstage_map_group_info_t g_{};
+};
+
+/// \brief An open map (kstage_map_t). Destroyed without commit(), it is abandoned
+/// (kstage_release_map): nothing it handed out is written.
+class Map {
+ public:
+  Map() = default;
+  kstage_map_t handle() const noexcept { return h_.get(); }
+  explicit operator bool() const noexcept { return bool(h_); }
+
+  /// The next writable group: true, or false at the end (`st` ok) or on failure.
+  bool next(MapGroup& group, Status& st, uint64_t timeout_ns = KSTAGE_TIMEOUT_INFINITE) {
+    group = MapGroup();
+    kstage_map_group_info_t g{};
+    const kstage_status_t code = kstage_fetch_map_next(h_.stage(), h_.get(), timeout_ns, &g);
+    if (code == KSTAGE_END_OF_ITERATION) return false;
+    if (!detail::check(code, st)) return false;
+    group.stage_ = h_.stage();
+    group.map_ = h_.get();
+    group.g_ = g;
+    return true;
+  }
+  /// Commits every fetched group not yet committed, as one op, and ends the map
+  /// (kstage_unmap_attribute). On failure nothing is committed and the map stays open.
+  Op commit(kstage_device_sync_t done_sync, Status& st) {
+    kstage_op_t op = 0;
+    if (!detail::check(kstage_unmap_attribute(h_.stage(), h_.get(), done_sync, &op), st)) return {};
+    const kstage_stage_t stage = h_.stage();
+    h_.release();  // unmapping ended the map: nothing left to release
+    return Op(stage, op);
+  }
+  Op commit(Status& st) { return commit({0, 0}, st); }
+#if KSTAGE_CPP_EXCEPTIONS
+  bool next(MapGroup& group, uint64_t timeout_ns = KSTAGE_TIMEOUT_INFINITE) {
+    return detail::throwing([&](Status& st) { return next(group, st, timeout_ns); });
+  }
+  Op commit(kstage_device_sync_t done_sync = {0, 0}) {
+    return detail::throwing([&](Status& st) { return commit(done_sync, st); });
+  }
+  /// Input iterator over the groups (each stays mapped until committed).
+  class iterator {
+   public:
+    using iterator_category = std::input_iterator_tag;
+    using value_type = MapGroup;
+    using difference_type = std::ptrdiff_t;
+    using pointer = MapGroup*;
+    using reference = MapGroup&;
+    iterator() = default;
+    MapGroup& operator*() const noexcept { return map_->current_; }
+    MapGroup* operator->() const noexcept { return &map_->current_; }
+    iterator& operator++() {
+      if (!map_->next(map_->current_)) map_ = nullptr;
+      return *this;
+    }
+    bool operator==(const iterator& o) const noexcept { return map_ == o.map_; }
+    bool operator!=(const iterator& o) const noexcept { return map_ != o.map_; }
+
+   private:
+    friend class Map;
+    explicit iterator(Map* m) : map_(m) {}
+    Map* map_ = nullptr;
+  };
+  iterator begin() {
+    iterator it(this);
+    ++it;
+    return it;
+  }
+  iterator end() noexcept { return iterator(); }
+#endif
+  /// Abandons the map now (kstage_release_map).
+  void reset() noexcept {
+    current_ = MapGroup();
+    h_.reset();
+  }
+
+ private:
+  friend class Stage;
+  Map(kstage_stage_t s, kstage_map_t h) : h_(s, h) {}
+  detail::UniqueHandle<kstage_release_map> h_;
+  MapGroup current_;
+};
+
+/// \brief A filter over existing prims (kstage_filter_t): the AND of what is set.
+struct Filter {
+  /// Prims that hold every one of these attributes (sealed).
+  span<const kstage_token_t> has;
+  /// Prims whose path is in this list (an empty PathList handle: no constraint).
+  kstage_path_list_t path_in = 0;
+  /// Prims at or below this path (0: none).
+  kstage_path_t path_prefix = 0;
+};
+
+/**
+ * \brief Several attributes written as one op (kstage_write_attributes): all are
+ * accepted or none is. Each add() borrows its View, which must live until the
+ * write (and for device data, its op) is done; add() ignores options.mode: the
+ * batch's mode applies.
+ */
+class WriteBatch {
+ public:
+  explicit WriteBatch(kstage_prim_mode_t mode = KSTAGE_PRIM_MODE_UPSERT) : mode_(mode) {}
+  template <class View, class = std::enable_if_t<detail::is_view_rank_1_to_3<View>::value>>
+  WriteBatch& add(kstage_token_t attribute, const View& view, const WriteOptions& options = {}) {
+    return add(attribute, borrow_dlpack(view).tensor(), options);
+  }
+  /// A borrowed DLTensor (copied here, with its shape and strides).
+  WriteBatch& add(kstage_token_t attribute, const DLTensor& tensor, const WriteOptions& options = {}) {
+    Item item;
+    item.attribute = attribute;
+    item.options = options;
+    item.tensor = tensor;
+    for (int d = 0; d < tensor.ndim && d < 3; ++d) {
+      item.shape[d] = tensor.shape ? tensor.shape[d] : 0;
+      item.strides[d] = tensor.strides ? tensor.strides[d] : 0;
+    }
+    item.ndim_ok = tensor.ndim >= 0 && tensor.ndim <= 3;
+    items_.push_back(item);
+    return *this;
+  }
+  kstage_prim_mode_t mode() const noexcept { return mode_; }
+  size_t size() const noexcept { return items_.size(); }
+
+ private:
+  friend class Stage;
+  struct Item {
+    kstage_token_t attribute = 0;
+    WriteOptions options;
+    DLTensor tensor{};
+    int64_t shape[3] = {};
+    int64_t strides[3] = {};
+    bool ndim_ok = true;
+  };
+  kstage_prim_mode_t mode_;
+  std::vector<Item> items_;
+};
+
+namespace detail {
+
+inline kstage_write_data_t write_data(const WriteOptions& o) {
+  kstage_write_data_t d = kstage_write_data_init();
+  d.semantic = o.semantic;
+  d.count = o.count;
+  d.index_map = o.index_map.empty() ? nullptr : o.index_map.data();
+  d.mask = o.mask.empty() ? nullptr : o.mask.data();
+  d.device_sync = o.device_sync;
+  d.residency = o.residency;
+  return d;
+}
+
+}  // namespace detail
+
+/// \brief A stage (kstage_stage_t), destroyed with the object.
+class Stage {
+ public:
+  /// An empty Stage; use Stage::create.
+  Stage() = default;
+  Stage(Stage&& o) noexcept : stage_(std::exchange(o.stage_, 0)) {}
+  Stage& operator=(Stage&& o) noexcept {
+    if (this != &o) {
+      reset();
+      stage_ = std::exchange(o.stage_, 0);
+    }
+    return *this;
+  }
+  Stage(const Stage&) = delete;
+  Stage& operator=(const Stage&) = delete;
+  ~Stage() { reset(); }
+
+  kstage_stage_t handle() const noexcept { return stage_; }
+  explicit operator bool() const noexcept { return stage_ != 0; }
+  /// Destroys the stage now: every handle of it becomes stale.
+  void reset() noexcept {
+    if (stage_ != 0) kstage_destroy(stage_);
+    stage_ = 0;
+  }
+
+  static Stage create(const kstage_config_t& config, Status& st) {
+    Stage s;
+    detail::check(kstage_create(&config, &s.stage_), st);
+    return s;
+  }
+
+  // --- dictionary -------------------------------------------------------------------------------
+  kstage_token_t token(std::string_view name, Status& st) const {
+    kstage_token_t t = 0;
+    detail::check(kstage_intern_token(stage_, name.data(), name.size(), &t), st);
+    return t;
+  }
+  kstage_path_t path(std::string_view name, Status& st) const {
+    kstage_path_t p = 0;
+    detail::check(kstage_intern_path(stage_, name.data(), name.size(), &p), st);
+    return p;
+  }
+  /// The string of a token or a path (valid for the stage's lifetime).
+  std::string_view token_string(kstage_token_t token, Status& st) const {
+    const char* s = nullptr;
+    size_t n = 0;
+    if (!detail::check(kstage_token_string(stage_, token, &s, &n), st)) return {};
+    return {s, n};
+  }
+  std::string_view path_string(kstage_path_t path, Status& st) const {
+    const char* s = nullptr;
+    size_t n = 0;
+    if (!detail::check(kstage_path_string(stage_, path, &s, &n), st)) return {};
+    return {s, n};
+  }
+  PathList path_list(span<const kstage_path_t> paths, Status& st) const {
+    kstage_path_list_t list = 0;
+    if (!detail::check(kstage_path_list_create(stage_, paths.data(), paths.size(), &list), st)) return {};
+    return PathList(stage_, list);
+  }
+
+  // --- queries ----------------------------------------------------------------------------------
+  Query query(span<const kstage_path_t> paths, Status& st) const {
+    kstage_query_t q = 0;
+    if (!detail::check(kstage_query_paths(stage_, paths.data(), paths.size(), &q), st)) return {};
+    return Query(stage_, q);
+  }
+  Query query(const Filter& filter, Status& st) const {
+    kstage_filter_t f{};
+    f.has_attributes = filter.has.data();
+    f.has_attribute_count = filter.has.size();
+    f.path_in = filter.path_in;
+    f.path_prefix = filter.path_prefix;
+    kstage_query_t q = 0;
+    if (!detail::check(kstage_query_filter(stage_, &f, &q), st)) return {};
+    return Query(stage_, q);
+  }
+
+  // --- writes -----------------------------------------------------------------------------------
+  /// A fixed-size attribute from a View of rank 1-3 (or a borrowed DLTensor).
+  template <class View, class = std::enable_if_t<detail::is_view_rank_1_to_3<View>::value>>
+  Op write(kstage_token_t attribute, const Query& query, const View& view, uint64_t ordinal,
+           const WriteOptions& options, Status& st) const {
+    return write(attribute, query, borrow_dlpack(view).tensor(), ordinal, options, st);
+  }
+  Op write(kstage_token_t attribute, const Query& query, const DLTensor& tensor, uint64_t ordinal,
+           const WriteOptions& options, Status& st) const {
+    return submit(attribute, query, &tensor, 1, false, ordinal, options, st);
+  }
+  Op write(const Query& query, const WriteBatch& batch, uint64_t ordinal, Status& st) const {
+    std::vector<kstage_token_t> attributes(batch.items_.size());
+    std::vector<DLTensor> tensors(batch.items_.size());
+    std::vector<kstage_write_data_t> data(batch.items_.size());
+    for (size_t i = 0; i < batch.items_.size(); ++i) {
+      const WriteBatch::Item& item = batch.items_[i];
+      if (!item.ndim_ok) {
+        st = Status(KSTAGE_INVALID_ARGUMENT,
+                    "batch entry " + std::to_string(i) + ": a tensor of rank 1-3 is written");
+        return {};
+      }
+      attributes[i] = item.attribute;
+      tensors[i] = item.tensor;
+      tensors[i].shape = item.tensor.shape ? const_cast<int64_t*>(item.shape) : nullptr;
+      tensors[i].strides = item.tensor.strides ? const_cast<int64_t*>(item.strides) : nullptr;
+      data[i] = detail::write_data(item.options);
+      data[i].tensors = &tensors[i];
+      data[i].tensor_count = 1;
+    }
+    kstage_op_t op = 0;
+    if (!detail::check(kstage_write_attributes(stage_, query.handle(), attributes.data(), data.data(),
+                                               data.size(), ordinal, batch.mode_, &op),
+                       st))
+      return {};
+    return Op(stage_, op);
+  }
+  /// An array attribute, one View per source row (any range of Views).
+  template <class Rows, class = std::enable_if_t<!Kokkos::is_view<Rows>::value>>
+  Op write_ragged(kstage_token_t attribute, const Query& query, const Rows& rows, uint64_t ordinal,
+                  const WriteOptions& options, Status& st) const {
+    std::vector<BorrowedTensor> held;
+    for (const auto& row : rows) held.push_back(borrow_dlpack(row));
+    std::vector<DLTensor> tensors;
+    tensors.reserve(held.size());
+    for (const BorrowedTensor& b : held) tensors.push_back(b.tensor());
+    return submit(attribute, query, tensors.data(), tensors.size(), true, ordinal, options, st);
+  }
+  /// An array attribute from one packed View: source row i is the next
+  /// `row_counts[i]` entries of its leading axis (no copy: one DLTensor per row
+  /// into the View's memory).
+  template <class View, class = std::enable_if_t<detail::is_view_rank_1_to_3<View>::value>>
+  Op write_ragged(kstage_token_t attribute, const Query& query, const View& packed,
+                  span<const uint64_t> row_counts, uint64_t ordinal, const WriteOptions& options,
+                  Status& st) const {
+    const BorrowedTensor whole = borrow_dlpack(packed);
+    const DLTensor& w = whole.tensor();
+    uint64_t total = 0;
+    for (uint64_t c : row_counts) total += c;
+    if (total != uint64_t(w.shape[0])) {
+      st = Status(KSTAGE_INVALID_ARGUMENT, "row_counts add up to " + std::to_string(total) +
+                                               " entries, but the packed View has " +
+                                               std::to_string(w.shape[0]));
+      return {};
+    }
+    const size_t elem = size_t(w.dtype.bits / 8) * w.dtype.lanes;
+    std::vector<DLTensor> tensors(row_counts.size(), w);
+    std::vector<int64_t> shapes(row_counts.size() * size_t(w.ndim));
+    uint64_t first = 0;
+    for (size_t i = 0; i < row_counts.size(); ++i) {
+      int64_t* shape = &shapes[i * size_t(w.ndim)];
+      for (int d = 0; d < w.ndim; ++d) shape[d] = w.shape[d];
+      shape[0] = int64_t(row_counts[i]);
+      tensors[i].shape = shape;
+      tensors[i].byte_offset = row_counts[i] ? first * uint64_t(w.strides[0]) * elem : 0;
+      if (row_counts[i] == 0) tensors[i].data = w.data;
+      first += row_counts[i];
+    }
+    return submit(attribute, query, tensors.data(), tensors.size(), true, ordinal, options, st);
+  }
+  /**
+   * \brief A fixed-size attribute whose memory passes to the stage (a managed
+   * tensor): a compact dense write on the column's device is adopted without a
+   * copy. Taken by value: when the write holds the View's last reference (it was
+   * moved in), the stage may write into it in place; otherwise it is handed over
+   * read-only, so the copies the caller keeps never see the stage's later
+   * writes (a sparse write copies the column first). Kokkos 3's View move
+   * copies, so there the caller's View always keeps a reference and the
+   * hand-over is read-only. An unmanaged View owns nothing to hand over:
+   * INVALID_ARGUMENT.
+   */
+  template <class View, class = std::enable_if_t<detail::is_view_rank_1_to_3<View>::value>>
+  Op write_managed(kstage_token_t attribute, const Query& query, View view, uint64_t ordinal,
+                   const WriteOptions& options, Status& st) const {
+    if (view.use_count() == 0 && view.size() > 0) {
+      st = Status(KSTAGE_INVALID_ARGUMENT,
+                  "write_managed: the View is unmanaged, so it owns no memory to hand to the "
+                  "stage; write it with write() instead");
+      return {};
+    }
+    ExportOptions eo;
+    eo.read_only = view.use_count() > 1;
+    DLManagedTensorVersioned* managed = export_dlpack_versioned(std::move(view), eo);
+    kstage_write_data_t d = detail::write_data(options);
+    d.managed_tensors = &managed;
+    d.tensor_count = 1;
+    kstage_op_t op = 0;
+    // The stage calls the deleter exactly once, also when it rejects the write.
+    if (!detail::check(kstage_write_attribute(stage_, query.handle(), attribute, ordinal, &d,
+                                              options.mode, &op),
+                       st))
+      return {};
+    return Op(stage_, op);
+  }
+  /// Deletes `attributes` of the query's prims at `ordinal` (none: the prims themselves).
+  Op delete_attributes(const Query& query, span<const kstage_token_t> attributes, uint64_t ordinal,
+                       Status& st) const {
+    kstage_op_t op = 0;
+    if (!detail::check(kstage_delete_attributes(stage_, query.handle(), attributes.data(),
+                                                attributes.size(), ordinal, &op),
+                       st))
+      return {};
+    return Op(stage_, op);
+  }
+  Op delete_prims(const Query& query, uint64_t ordinal, Status& st) const {
+    return delete_attributes(query, {}, ordinal, st);
+  }
+  /// Advances the write floor of `attributes` (none: every attribute) to `ordinal`.
+  void seal(uint64_t ordinal, span<const kstage_token_t> attributes, Status& st) const {
+    detail::check(kstage_advance_write_floor(stage_, ordinal, attributes.data(), attributes.size()), st);
+  }
+  void seal(uint64_t ordinal, Status& st) const { seal(ordinal, {}, st); }
+  /// The write floor of `attribute` (0: the global floor).
+  uint64_t write_floor(kstage_token_t attribute, Status& st) const {
+    uint64_t f = 0;
+    detail::check(kstage_get_write_floor(stage_, attribute, &f), st);
+    return f;
+  }
+
+  // --- reads and maps ---------------------------------------------------------------------------
+  Read read(const Query& query, span<const kstage_token_t> attributes, const ReadOptions& options,
+            Status& st) const {
+    kstage_read_desc_t d = kstage_read_desc_init();
+    d.compact = options.compact;
+    d.change_range = options.change_range;
+    d.range_begin = options.range_begin;
+    d.range_end = options.range_end;
+    d.target_device = options.target_device;
+    d.device_sync = options.device_sync;
+    kstage_read_t r = 0;
+    if (!detail::check(kstage_read_attributes(stage_, query.handle(), attributes.data(),
+                                              attributes.size(), &d, &r),
+                       st))
+      return {};
+    return Read(stage_, r);
+  }
+  Map map(const Query& query, kstage_token_t attribute, uint64_t ordinal, DLDataType dtype,
+          const MapOptions& options, Status& st) const {
+    kstage_map_desc_t d = kstage_map_desc_init();
+    d.semantic = options.semantic;
+    d.attribute = attribute;
+    d.dtype = dtype;
+    d.prim_mode = options.mode;
+    d.residency = options.residency;
+    d.max_group_prims = options.max_group_prims;
+    d.is_array = options.is_array;
+    kstage_map_t m = 0;
+    if (!detail::check(kstage_map_attribute(stage_, query.handle(), &d, ordinal,
+                                            options.element_counts.empty() ? nullptr
+                                                                           : options.element_counts.data(),
+                                            options.element_counts.size(), &m),
+                       st))
+      return {};
+    return Map(stage_, m);
+  }
+
+#if KSTAGE_CPP_EXCEPTIONS
+  // --- the throwing forms -----------------------------------------------------------------------
+  static Stage create(const kstage_config_t& config = kstage_config_init()) {
+    return detail::throwing([&](Status& st) { return create(config, st); });
+  }
+  kstage_token_t token(std::string_view name) const {
+    return detail::throwing([&](Status& st) { return token(name, st); });
+  }
+  kstage_path_t path(std::string_view name) const {
+    return detail::throwing([&](Status& st) { return path(name, st); });
+  }
+  std::string_view token_string(kstage_token_t token) const {
+    return detail::throwing([&](Status& st) { return token_string(token, st); });
+  }
+  std::string_view path_string(kstage_path_t path) const {
+    return detail::throwing([&](Status& st) { return path_string(path, st); });
+  }
+  PathList path_list(span<const kstage_path_t> paths) const {
+    return detail::throwing([&](Status& st) { return path_list(paths, st); });
+  }
+  Query query(span<const kstage_path_t> paths) const {
+    return detail::throwing([&](Status& st) { return query(paths, st); });
+  }
+  Query query(const Filter& filter) const {
+    return detail::throwing([&](Status& st) { return query(filter, st); });
+  }
+  template <class View, class = std::enable_if_t<detail::is_view_rank_1_to_3<View>::value>>
+  Op write(kstage_token_t attribute, const Query& query, const View& view, uint64_t ordinal,
+           const WriteOptions& options = {}) const {
+    return detail::throwing([&](Status& st) { return write(attribute, query, view, ordinal, options, st); });
+  }
+  Op write(kstage_token_t attribute, const Query& query, const DLTensor& tensor, uint64_t ordinal,
+           const WriteOptions& options = {}) const {
+    return detail::throwing([&](Status& st) { return write(attribute, query, tensor, ordinal, options, st); });
+  }
+  Op write(const Query& query, const WriteBatch& batch, uint64_t ordinal) const {
+    return detail::throwing([&](Status& st) { return write(query, batch, ordinal, st); });
+  }
+  template <class Rows, class = std::enable_if_t<!Kokkos::is_view<Rows>::value>>
+  Op write_ragged(kstage_token_t attribute, const Query& query, const Rows& rows, uint64_t ordinal,
+                  const WriteOptions& options = {}) const {
+    return detail::throwing(
+        [&](Status& st) { return write_ragged(attribute, query, rows, ordinal, options, st); });
+  }
+  template <class View, class = std::enable_if_t<detail::is_view_rank_1_to_3<View>::value>>
+  Op write_ragged(kstage_token_t attribute, const Query& query, const View& packed,
+                  span<const uint64_t> row_counts, uint64_t ordinal, const WriteOptions& options = {}) const {
+    return detail::throwing([&](Status& st) {
+      return write_ragged(attribute, query, packed, row_counts, ordinal, options, st);
+    });
+  }
+  template <class View, class = std::enable_if_t<detail::is_view_rank_1_to_3<View>::value>>
+  Op write_managed(kstage_token_t attribute, const Query& query, View view, uint64_t ordinal,
+                   const WriteOptions& options = {}) const {
+    return detail::throwing([&](Status& st) {
+      return write_managed(attribute, query, std::move(view), ordinal, options, st);
+    });
+  }
+  Op delete_attributes(const Query& query, span<const kstage_token_t> attributes, uint64_t ordinal) const {
+    return detail::throwing([&](Status& st) { return delete_attributes(query, attributes, ordinal, st); });
+  }
+  Op delete_prims(const Query& query, uint64_t ordinal) const {
+    return detail::throwing([&](Status& st) { return delete_prims(query, ordinal, st); });
+  }
+  void seal(uint64_t ordinal, span<const kstage_token_t> attributes = {}) const {
+    detail::throwing([&](Status& st) { seal(ordinal, attributes, st); });
+  }
+  uint64_t write_floor(kstage_token_t attribute = 0) const {
+    return detail::throwing([&](Status& st) { return write_floor(attribute, st); });
+  }
+  Read read(const Query& query, span<const kstage_token_t> attributes,
+            const ReadOptions& options = {}) const {
+    return detail::throwing([&](Status& st) { return read(query, attributes, options, st); });
+  }
+  Map map(const Query& query, kstage_token_t attribute, uint64_t ordinal, DLDataType dtype,
+          const MapOptions& options = {}) const {
+    return detail::throwing([&](Status& st) { return map(query, attribute, ordinal, dtype, options, st); });
+  }
+#endif
+
+ private:
+  Op submit(kstage_token_t attribute, const Query& query, const DLTensor* tensors, size_t n,
+            bool is_array, uint64_t ordinal, const WriteOptions& options, Status& st) const {
+    kstage_write_data_t d = detail::write_data(options);
+    d.tensors = tensors;
+    d.tensor_count = n;
+    d.is_array = is_array;
+    kstage_op_t op = 0;
+    if (!detail::check(kstage_write_attribute(stage_, query.handle(), attribute, ordinal, &d,
+                                              options.mode, &op),
+                       st))
+      return {};
+    return Op(stage_, op);
+  }
+
+  kstage_stage_t stage_ = 0;
+};
+
+}  // namespace kstage
+
+#endif  // KSTAGE_KSTAGE_HPP_

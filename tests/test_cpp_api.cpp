@@ -1,0 +1,737 @@
+// SPDX-License-Identifier: Apache-2.0
+// The C++ API (include/kstage/kstage.hpp): every wrapper reaches its C call,
+// failures arrive as kstage::Error (or a Status, for the non-throwing
+// overloads), handles are released exactly once -- also when an exception
+// leaves a loop over groups -- and moves leave empty objects. Views go in at
+// rank 1 to 3 in any layout and come out as unmanaged Views that alias the
+// group's memory; a View type that does not fit is refused, naming both.
+//
+// Built once per residency the build has (kstage_test_cpp_api and, on the
+// emulated device, kstage_test_cpp_api_emulated). Cases tagged [host_adoption]
+// or [host_bridge] look at host memory as host Views and run on the host only.
+#include <kstage/kstage.hpp>
+
+#include "support.hpp"
+
+#include <array>
+#include <numeric>
+#include <stdexcept>
+
+using kstage_test::kOnDevice;
+using kstage_test::kResidency;
+
+namespace {
+
+kstage::Stage make_stage() {
+  kstage_config_t c = kstage_config_init();
+  c.host_execution = kstage_test::host_execution();
+  if (kOnDevice) c.residency = kResidency;
+  return kstage::Stage::create(c);
+}
+
+// Reads land on the host so that the test can look at them as host Views
+// (on a device residency this copies down; on the host it is zero-copy).
+kstage::ReadOptions host_read(kstage::ReadOptions o = {}) {
+  if (kOnDevice) o.target_device = DLDevice{kDLCPU, 0};
+  return o;
+}
+
+// Catches the kstage::Error `expr` throws and checks its status and message.
+#define CPP_FAILS(expr, code, needle)                                                   \
+  do {                                                                                  \
+    bool _thrown = false;                                                               \
+    try {                                                                               \
+      (void)(expr);                                                                     \
+    } catch (const kstage::Error& e) {                                                  \
+      _thrown = true;                                                                   \
+      INFO(#expr << " threw " << e.what());                                             \
+      REQUIRE(e.status() == (code));                                                    \
+      REQUIRE(std::string(e.what()).find(needle) != std::string::npos);                 \
+      REQUIRE(std::string(e.what()).find(kstage_status_string(code)) == 0);             \
+    }                                                                                   \
+    INFO(#expr);                                                                        \
+    REQUIRE(_thrown);                                                                   \
+  } while (0)
+
+std::vector<kstage_path_t> make_paths(const kstage::Stage& s, const std::string& prefix, size_t n) {
+  std::vector<kstage_path_t> p;
+  for (size_t i = 0; i < n; ++i) p.push_back(s.path(prefix + std::to_string(i)));
+  return p;
+}
+
+// Every float of every prim of `attr`, on the host, in prim order.
+std::vector<float> read_floats(const kstage::Stage& s, const kstage::Query& q, kstage_token_t attr) {
+  std::vector<float> out;
+  kstage::ReadOptions o = host_read();
+  o.compact = true;
+  for (auto& g : s.read(q, {attr}, o)) {
+    const DLTensor& t = g.tensor(0);
+    const auto* f = static_cast<const float*>(t.data);
+    out.insert(out.end(), f, f + g.prims().size() * g.dtype().lanes);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("cpp: the dictionary, path lists and queries call through", "[cpp]") {
+  kstage::Stage s = make_stage();
+  REQUIRE(s);
+  const kstage_token_t pos = s.token("position");
+  REQUIRE(pos != 0);
+  REQUIRE(s.token("position") == pos);
+  REQUIRE(s.token_string(pos) == "position");
+  const kstage_path_t a = s.path("/world/a");
+  REQUIRE(s.path_string(a) == "/world/a");
+  CPP_FAILS(s.path("relative"), KSTAGE_INVALID_ARGUMENT, "not absolute");
+  CPP_FAILS(s.token(""), KSTAGE_INVALID_ARGUMENT, "empty");
+  CPP_FAILS(s.token_string(12345), KSTAGE_NOT_FOUND, "12345");
+
+  const std::vector<kstage_path_t> ids = make_paths(s, "/world/p", 5);
+  kstage::PathList list = s.path_list(ids);
+  REQUIRE(std::vector<kstage_path_t>(list.paths().begin(), list.paths().end()) == ids);
+  kstage::Query q = s.query(ids);
+  REQUIRE(q.count() == 5);
+  kstage::PathList back = q.paths();
+  REQUIRE(std::vector<kstage_path_t>(back.paths().begin(), back.paths().end()) == ids);
+  CPP_FAILS(s.query({ids[0], ids[0]}), KSTAGE_INVALID_ARGUMENT, "repeats paths[0]");
+
+  // Filters: prims holding the attribute, under a prefix, in a list.
+  Kokkos::View<float* [3], Kokkos::HostSpace> view("v", 5);
+  s.write(pos, q, view, 1).wait();
+  s.seal(1);
+  kstage::Filter f;
+  const kstage_token_t has[] = {pos};
+  f.has = {has, 1};
+  REQUIRE(s.query(f).count() == 5);
+  f.path_prefix = s.path("/world");
+  REQUIRE(s.query(f).count() == 5);
+  f.path_prefix = a;
+  REQUIRE(s.query(f).count() == 0);
+  kstage::Filter in;
+  kstage::PathList two = s.path_list({ids[1], ids[3]});
+  in.path_in = two.handle();
+  REQUIRE(s.query(in).count() == 2);
+  REQUIRE(s.write_floor(pos) == 1);
+  REQUIRE(s.write_floor() == 1);
+}
+
+TEST_CASE("cpp: handles are released exactly once, and moves leave empty objects", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const kstage_stage_t raw = s.handle();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/h/p", 3);
+
+  kstage::Query q = s.query(ids);
+  const kstage_query_t qh = q.handle();
+  kstage::Query moved = std::move(q);
+  REQUIRE(!q);
+  REQUIRE(q.handle() == 0);
+  REQUIRE(moved.handle() == qh);
+  uint64_t n = 0;
+  REQUIRE(kstage_query_count(raw, qh, &n) == KSTAGE_OK);
+  // Move assignment releases what the target held.
+  kstage::Query other = s.query({ids[0]});
+  const kstage_query_t oh = other.handle();
+  other = std::move(moved);
+  REQUIRE(kstage_query_count(raw, oh, &n) == KSTAGE_INVALID_HANDLE);
+  REQUIRE(other.handle() == qh);
+  other.reset();
+  REQUIRE(!other);
+  REQUIRE(kstage_query_count(raw, qh, &n) == KSTAGE_INVALID_HANDLE);
+  other.reset();  // twice: nothing more happens
+
+  // Ops, path lists, reads and groups the same way.
+  kstage::Query all = s.query(ids);
+  const kstage_token_t t = s.token("t");
+  Kokkos::View<float*, Kokkos::HostSpace> v("v", 3);
+  kstage::Op op = s.write(t, all, v, 1);
+  const kstage_op_t oph = op.handle();
+  kstage::Op op2 = std::move(op);
+  REQUIRE(!op);
+  REQUIRE(op2.wait(0));
+  op2.reset();
+  REQUIRE(kstage_wait(raw, oph, 0) == KSTAGE_INVALID_HANDLE);
+  s.seal(1);
+
+  kstage::Read r = s.read(all, {t}, host_read());
+  const kstage_read_t rh = r.handle();
+  kstage::ReadGroup g;
+  REQUIRE(r.next(g));
+  const kstage_group_t gh = g.handle();
+  kstage::ReadGroup kept = std::move(g);
+  REQUIRE(!g);
+  REQUIRE(kept.handle() == gh);
+  REQUIRE(kept.prims().size() == 3);
+  REQUIRE(!r.next(g));  // the end: not an error
+  kstage::Read r2 = std::move(r);
+  r2.reset();
+  REQUIRE(kstage_release_read(raw, rh) == KSTAGE_INVALID_HANDLE);
+  // A group outlives its read and is released with the object.
+  REQUIRE(kept.tensor_count() == 1);
+  kept.reset();
+  REQUIRE(kstage_release_group(raw, gh) == KSTAGE_INVALID_HANDLE);
+
+  // The stage goes with its object; handles still held go stale, and their
+  // destructors' releases are harmless.
+  kstage::Query late = s.query(ids);
+  kstage::Stage s2 = std::move(s);
+  REQUIRE(!s);
+  REQUIRE(s2.handle() == raw);
+  s2.reset();
+  REQUIRE(kstage_query_count(raw, late.handle(), &n) == KSTAGE_INVALID_HANDLE);
+}
+
+TEST_CASE("cpp: failures throw kstage::Error or fill a Status, and change nothing", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const kstage_token_t t = s.token("t");
+  const std::vector<kstage_path_t> ids = make_paths(s, "/e/p", 4);
+  kstage::Query q = s.query(ids);
+  Kokkos::View<float* [3], Kokkos::HostSpace> v("v", 4);
+  for (int i = 0; i < 4; ++i)
+    for (int c = 0; c < 3; ++c) v(i, c) = float(10 * i + c);
+  s.write(t, q, v, 5).wait();
+  s.seal(5);
+
+  // Ordinal at the floor.
+  CPP_FAILS(s.write(t, q, v, 5), KSTAGE_WRITE_FLOOR_VIOLATION, "floor");
+  // UPDATE of a prim that does not exist.
+  kstage::WriteOptions update;
+  update.mode = KSTAGE_PRIM_MODE_UPDATE;
+  kstage::Query missing = s.query({s.path("/e/missing")});
+  Kokkos::View<float* [3], Kokkos::HostSpace> one("one", 1);
+  CPP_FAILS(s.write(t, missing, one, 6, update), KSTAGE_NOT_FOUND, "/e/missing");
+  // A schema that differs from the column's.
+  Kokkos::View<double* [3], Kokkos::HostSpace> wrong("wrong", 4);
+  CPP_FAILS(s.write(t, q, wrong, 6), KSTAGE_INVALID_ARGUMENT, "float");
+  // Rows that are not the query's.
+  Kokkos::View<float* [3], Kokkos::HostSpace> short_rows("short", 3);
+  CPP_FAILS(s.write(t, q, short_rows, 6), KSTAGE_INVALID_ARGUMENT, "3");
+  // A stale query.
+  kstage::Query stale;
+  {
+    kstage::Query tmp = s.query(ids);
+    const kstage_query_t h = tmp.handle();
+    tmp.reset();
+    // Not constructible from a raw handle on purpose; check the C call says stale.
+    uint64_t n = 0;
+    REQUIRE(kstage_query_count(s.handle(), h, &n) == KSTAGE_INVALID_HANDLE);
+  }
+  CPP_FAILS(s.write(t, stale, v, 6), KSTAGE_INVALID_HANDLE, "query");
+
+  // The non-throwing overloads: a Status and an empty object.
+  kstage::Status st;
+  kstage::Op op = s.write(t, q, v, 5, {}, st);
+  REQUIRE(!op);
+  REQUIRE(st.code() == KSTAGE_WRITE_FLOOR_VIOLATION);
+  REQUIRE(!st.message().empty());
+  REQUIRE(st.to_string().find("KSTAGE_WRITE_FLOOR_VIOLATION: ") == 0);
+  kstage::Status st2;
+  kstage::Read r = s.read(q, {}, {}, st2);
+  REQUIRE(!r);
+  REQUIRE(st2.code() == KSTAGE_INVALID_ARGUMENT);
+  kstage::Status ok;
+  REQUIRE(s.write_floor(t, ok) == 5);
+  REQUIRE(ok.ok());
+
+  // Nothing above changed the sealed state.
+  std::vector<float> expect;
+  for (int i = 0; i < 4; ++i)
+    for (int c = 0; c < 3; ++c) expect.push_back(float(10 * i + c));
+  REQUIRE(read_floats(s, q, t) == expect);
+  REQUIRE(s.write_floor(t) == 5);
+}
+
+TEST_CASE("cpp: writes take Views of rank 1 to 3 in any layout; trailing extents fold into lanes", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/w/p", 6);
+  kstage::Query q = s.query(ids);
+
+  // Rank 1: one lane.
+  Kokkos::View<float*, Kokkos::HostSpace> mass("mass", 6);
+  for (int i = 0; i < 6; ++i) mass(i) = 0.5f * float(i);
+  // Rank 2, LayoutRight, a fixed extent: float32 x 3.
+  Kokkos::View<float* [3], Kokkos::HostSpace> pos("pos", 6);
+  // Rank 2, LayoutLeft (column-major: strided rows): float32 x 3 all the same.
+  Kokkos::View<float**, Kokkos::LayoutLeft, Kokkos::HostSpace> vel("vel", 6, 3);
+  // Rank 3: 2 x 2 matrices, lanes 4.
+  Kokkos::View<float** [2], Kokkos::HostSpace> m("m", 6, 2);
+  for (int i = 0; i < 6; ++i)
+    for (int c = 0; c < 3; ++c) {
+      pos(i, c) = float(100 * i + c);
+      vel(i, c) = -float(100 * i + c);
+    }
+  for (int i = 0; i < 6; ++i)
+    for (int r = 0; r < 2; ++r)
+      for (int c = 0; c < 2; ++c) m(i, r, c) = float(i * 4 + r * 2 + c);
+  // A strided subview: every other row of a bigger View.
+  Kokkos::View<float* [3], Kokkos::HostSpace> big("big", 12);
+  for (int i = 0; i < 12; ++i)
+    for (int c = 0; c < 3; ++c) big(i, c) = float(1000 * i + c);
+  Kokkos::View<float**, Kokkos::LayoutStride, Kokkos::HostSpace> strided(
+      big.data(), Kokkos::LayoutStride(6, 6, 3, 1));
+
+  const kstage_token_t tm = s.token("mass"), tp = s.token("pos"), tv = s.token("vel"),
+                       tx = s.token("m"), ts = s.token("strided");
+  kstage::WriteOptions point;
+  point.semantic = KSTAGE_SEMANTIC_POINT;
+  s.write(tm, q, mass, 1).wait();
+  s.write(tp, q, pos, 1, point).wait();
+  s.write(tv, q, vel, 1).wait();
+  s.write(tx, q, m, 1).wait();
+  s.write(ts, q, strided, 1).wait();
+  s.seal(1);
+
+  std::vector<float> want_mass, want_pos, want_vel, want_m, want_strided;
+  for (int i = 0; i < 6; ++i) {
+    want_mass.push_back(0.5f * float(i));
+    for (int c = 0; c < 3; ++c) {
+      want_pos.push_back(float(100 * i + c));
+      want_vel.push_back(-float(100 * i + c));
+      want_strided.push_back(float(1000 * (2 * i) + c));
+    }
+    for (int k = 0; k < 4; ++k) want_m.push_back(float(i * 4 + k));
+  }
+  REQUIRE(read_floats(s, q, tm) == want_mass);
+  REQUIRE(read_floats(s, q, tp) == want_pos);
+  REQUIRE(read_floats(s, q, tv) == want_vel);
+  REQUIRE(read_floats(s, q, tx) == want_m);
+  REQUIRE(read_floats(s, q, ts) == want_strided);
+  for (auto& g : s.read(q, {tp, tx}, host_read())) {
+    REQUIRE(g.dtype().lanes == (g.attribute() == tp ? 3 : 4));
+    REQUIRE(g.semantic() == (g.attribute() == tp ? KSTAGE_SEMANTIC_POINT : KSTAGE_SEMANTIC_NONE));
+    REQUIRE(g.ordinal() == 1);
+  }
+  // dtype_of: the table the bridge uses, with array extents as lanes.
+  STATIC_REQUIRE(kstage::dtype_of<float[3]>().lanes == 3);
+  STATIC_REQUIRE(kstage::dtype_of<double[4][4]>().lanes == 16);
+  STATIC_REQUIRE(kstage::dtype_of<double[4][4]>().bits == 64);
+  STATIC_REQUIRE(kstage::dtype_of<const uint8_t>().code == kDLUInt);
+}
+
+TEST_CASE("cpp: index_map, mask, count and mode options", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/o/p", 5);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t t = s.token("t");
+  Kokkos::View<float*, Kokkos::HostSpace> zero("zero", 5);
+  kstage::WriteOptions insert;
+  insert.mode = KSTAGE_PRIM_MODE_INSERT;
+  s.write(t, q, zero, 1, insert).wait();
+  s.seal(1);
+  CPP_FAILS(s.write(t, q, zero, 2, insert), KSTAGE_ALREADY_EXISTS, "/o/p");
+
+  // index_map from a View: logical element i takes source row map(i).
+  Kokkos::View<float*, Kokkos::HostSpace> src("src", 2);
+  src(0) = 7.f;
+  src(1) = 9.f;
+  Kokkos::View<uint32_t*, Kokkos::HostSpace> map("map", 3);
+  map(0) = 1;
+  map(1) = 0;
+  map(2) = 1;
+  kstage::WriteOptions gather;
+  gather.index_map = map;
+  gather.count = 3;
+  s.write(t, q, src, 2, gather).wait();
+  s.seal(2);
+  REQUIRE(read_floats(s, q, t) == std::vector<float>{9, 7, 9, 0, 0});
+
+  // mask from a std::vector: elements 1 and 4 of all five.
+  Kokkos::View<float*, Kokkos::HostSpace> five("five", 5);
+  for (int i = 0; i < 5; ++i) five(i) = float(50 + i);
+  std::vector<uint64_t> bits{(1u << 1) | (1u << 4)};
+  kstage::WriteOptions masked;
+  masked.mask = bits;
+  masked.count = 5;
+  masked.mode = KSTAGE_PRIM_MODE_UPDATE;
+  s.write(t, q, five, 3, masked).wait();
+  s.seal(3);
+  REQUIRE(read_floats(s, q, t) == std::vector<float>{9, 51, 9, 0, 54});
+
+  // count alone: the leading prims.
+  kstage::WriteOptions lead;
+  lead.count = 2;
+  Kokkos::View<float*, Kokkos::HostSpace> two("two", 2);
+  two(0) = -1.f;
+  two(1) = -2.f;
+  s.write(t, q, two, 4, lead).wait();
+  s.seal(4);
+  REQUIRE(read_floats(s, q, t) == std::vector<float>{-1, -2, 9, 0, 54});
+
+  // Bad options are the C API's errors.
+  kstage::WriteOptions both = gather;
+  both.mask = bits;
+  CPP_FAILS(s.write(t, q, src, 5, both), KSTAGE_INVALID_ARGUMENT, "exclusive");
+  map(2) = 2;  // out of range
+  CPP_FAILS(s.write(t, q, src, 5, gather), KSTAGE_INVALID_ARGUMENT, "index_map");
+  REQUIRE(read_floats(s, q, t) == std::vector<float>{-1, -2, 9, 0, 54});
+}
+
+TEST_CASE("cpp: a batch writes several attributes as one op", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/b/p", 3);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t a = s.token("a"), b = s.token("b");
+  Kokkos::View<float*, Kokkos::HostSpace> va("a", 3);
+  Kokkos::View<float* [2], Kokkos::HostSpace> vb("b", 3);
+  for (int i = 0; i < 3; ++i) {
+    va(i) = float(i);
+    vb(i, 0) = float(10 + i);
+    vb(i, 1) = float(20 + i);
+  }
+  kstage::WriteBatch batch(KSTAGE_PRIM_MODE_INSERT);
+  kstage::WriteOptions vec;
+  vec.semantic = KSTAGE_SEMANTIC_VECTOR;
+  batch.add(a, va).add(b, vb, vec);
+  REQUIRE(batch.size() == 2);
+  s.write(q, batch, 1).wait();
+  s.seal(1);
+  REQUIRE(read_floats(s, q, a) == std::vector<float>{0, 1, 2});
+  REQUIRE(read_floats(s, q, b) == std::vector<float>{10, 20, 11, 21, 12, 22});
+  // All or nothing: a batch with one bad entry writes neither.
+  Kokkos::View<float*, Kokkos::HostSpace> bad("bad", 2);
+  kstage::WriteBatch mixed(KSTAGE_PRIM_MODE_UPSERT);
+  mixed.add(a, va).add(b, bad);
+  CPP_FAILS(s.write(q, mixed, 2), KSTAGE_INVALID_ARGUMENT, "");
+  s.seal(2);
+  REQUIRE(read_floats(s, q, a) == std::vector<float>{0, 1, 2});
+}
+
+TEST_CASE("cpp: ragged attributes from a range of Views or a packed View with row counts", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/r/p", 3);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t t = s.token("neighbours"), u = s.token("packed");
+
+  std::vector<Kokkos::View<int32_t*, Kokkos::HostSpace>> rows;
+  for (int i = 0; i < 3; ++i) {
+    Kokkos::View<int32_t*, Kokkos::HostSpace> r("row", size_t(i == 1 ? 0 : i + 2));
+    for (size_t k = 0; k < r.extent(0); ++k) r(k) = int32_t(10 * i + int(k));
+    rows.push_back(r);
+  }
+  s.write_ragged(t, q, rows, 1).wait();
+  // Packed: float32 x 2 entries, rows of 1, 3 and 0 entries.
+  Kokkos::View<float* [2], Kokkos::HostSpace> packed("packed", 4);
+  for (int i = 0; i < 4; ++i) {
+    packed(i, 0) = float(i);
+    packed(i, 1) = float(-i);
+  }
+  const std::vector<uint64_t> counts{1, 3, 0};
+  s.write_ragged(u, q, packed, counts, 1).wait();
+  s.seal(1);
+
+  std::vector<std::vector<int32_t>> got;
+  std::vector<std::vector<float>> got_packed;
+  kstage::ReadOptions o = host_read();
+  o.compact = true;
+  for (auto& g : s.read(q, {t, u}, o)) {
+    REQUIRE(g.is_array());
+    REQUIRE(g.tensor_count() == 3);
+    for (uint64_t i = 0; i < 3; ++i) {
+      if (g.attribute() == t) {
+        auto v = g.view<const int32_t*>(i);
+        got.emplace_back(v.data(), v.data() + v.extent(0));
+      } else {
+        auto v = g.view<const float* [2]>(i);
+        got_packed.emplace_back(v.data(), v.data() + 2 * v.extent(0));
+      }
+    }
+  }
+  REQUIRE(got == std::vector<std::vector<int32_t>>{{0, 1}, {}, {20, 21, 22, 23}});
+  REQUIRE(got_packed == std::vector<std::vector<float>>{{0, 0}, {1, -1, 2, -2, 3, -3}, {}});
+  // Row counts that are not the View's rows.
+  const std::vector<uint64_t> wrong{1, 1};
+  CPP_FAILS(s.write_ragged(u, q, packed, wrong, 2), KSTAGE_INVALID_ARGUMENT, "row_counts add up to 2");
+}
+
+TEST_CASE("cpp: read Views alias the group's memory; compact reads are in prim order",
+          "[cpp][host_bridge]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/v/p", 4);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t t = s.token("t");
+  Kokkos::View<float* [3], Kokkos::HostSpace> v("v", 4);
+  for (int i = 0; i < 4; ++i)
+    for (int c = 0; c < 3; ++c) v(i, c) = float(10 * i + c);
+  s.write(t, q, v, 1).wait();
+  s.seal(1);
+  // Reverse order: a zero-copy read maps each prim to its row.
+  kstage::Query rev = s.query({ids[3], ids[2], ids[1], ids[0]});
+  const float* storage = nullptr;
+  for (auto& g : s.read(rev, {t})) {
+    auto view = g.view<const float* [3]>(0);
+    REQUIRE(view.data() == static_cast<const float*>(g.tensor(0).data));
+    REQUIRE(view.extent(0) == 4);
+    REQUIRE(g.index_map().size() == 4);
+    for (size_t i = 0; i < 4; ++i) REQUIRE(view(g.index_map()[i], 0) == float(10 * (3 - int(i))));
+    storage = view.data();
+  }
+  // The same column storage again (zero-copy), as long as nothing was sealed.
+  for (auto& g : s.read(q, {t})) REQUIRE(g.view<const float* [3]>(0).data() == storage);
+  // Compact: the group's own buffer, rows in prim order, no index map.
+  kstage::ReadOptions compact;
+  compact.compact = true;
+  for (auto& g : s.read(rev, {t}, compact)) {
+    auto view = g.view<const float* [3]>(0);
+    REQUIRE(view.data() != storage);
+    REQUIRE(g.index_map().empty());
+    for (int i = 0; i < 4; ++i) REQUIRE(view(i, 1) == float(10 * (3 - i) + 1));
+  }
+  // LayoutStride and a dynamic trailing extent see the same memory.
+  for (auto& g : s.read(q, {t})) {
+    auto strided = g.view<const float**, Kokkos::HostSpace, Kokkos::LayoutStride>(0);
+    REQUIRE(strided.data() == storage);
+    REQUIRE(strided.extent(1) == 3);
+    REQUIRE(strided.stride(0) == 3);
+  }
+}
+
+TEST_CASE("cpp: a View type that does not fit the tensor is refused, naming both", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/m/p", 2);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t t = s.token("t");
+  Kokkos::View<float* [3], Kokkos::HostSpace> v("v", 2);
+  s.write(t, q, v, 1).wait();
+  s.seal(1);
+  for (auto& g : s.read(q, {t}, host_read())) {
+    CPP_FAILS(g.view<const double* [3]>(0), KSTAGE_INVALID_ARGUMENT, "float32x3");
+    CPP_FAILS(g.view<const double* [3]>(0), KSTAGE_INVALID_ARGUMENT, "float64");
+    CPP_FAILS(g.view<const float*>(0), KSTAGE_INVALID_ARGUMENT, "needs a View of rank 2, not 1");
+    CPP_FAILS((g.view<const float* [4]>(0)), KSTAGE_INVALID_ARGUMENT, "fixes it at 4");
+    CPP_FAILS((g.view<const float**, Kokkos::HostSpace, Kokkos::LayoutLeft>(0)),
+              KSTAGE_INVALID_ARGUMENT, "LayoutRight");
+    CPP_FAILS(g.view<const float* [3]>(1), KSTAGE_INVALID_ARGUMENT, "tensor 1 of a group with 1");
+    // The non-throwing form: an empty View and a Status.
+    kstage::Status st;
+    auto empty = g.view<const int32_t* [3]>(0, st);
+    REQUIRE(st.code() == KSTAGE_INVALID_ARGUMENT);
+    REQUIRE(empty.extent(0) == 0);
+    REQUIRE(empty.data() == nullptr);
+  }
+  if (kOnDevice) {
+    // Device data is not host memory: viewing it in HostSpace is refused, never copied.
+    for (auto& g : s.read(q, {t}))
+      CPP_FAILS(g.view<const float* [3]>(0), KSTAGE_NOT_SUPPORTED, "cannot be viewed in Kokkos::HostSpace");
+  }
+}
+
+TEST_CASE("cpp: write_managed hands the View to the stage: adopted without a copy, never written "
+          "behind the caller's back",
+          "[cpp][host_adoption]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/a/p", 4);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t t = s.token("t");
+  Kokkos::View<float* [3], Kokkos::HostSpace> mine("mine", 4);
+  for (int i = 0; i < 4; ++i)
+    for (int c = 0; c < 3; ++c) mine(i, c) = float(i);
+  // The caller keeps a reference: adopted read-only.
+  s.write_managed(t, q, mine, 1).wait();
+  s.seal(1);
+  REQUIRE(mine.use_count() == 2);  // the caller's and the stage's
+  for (auto& g : s.read(q, {t})) REQUIRE(g.view<const float* [3]>(0).data() == mine.data());
+  // A sparse write later copies the column first: the caller's memory stays as it was.
+  Kokkos::View<float* [3], Kokkos::HostSpace> one("one", 1);
+  one(0, 0) = one(0, 1) = one(0, 2) = 42.f;
+  kstage::Query first = s.query({ids[0]});
+  s.write(t, first, one, 2).wait();
+  s.seal(2);
+  REQUIRE(mine(0, 0) == 0.f);
+  REQUIRE(read_floats(s, q, t)[0] == 42.f);
+
+  // Moved in: adopted just the same (with Kokkos 4, whose moves leave `handed`
+  // empty, the stage holds the last reference and may write into it in place).
+  const kstage_token_t u = s.token("u");
+  Kokkos::View<float* [3], Kokkos::HostSpace> handed("handed", 4);
+  const float* where = handed.data();
+  s.write_managed(u, q, std::move(handed), 3).wait();
+  s.seal(3);
+  for (auto& g : s.read(q, {u})) REQUIRE(g.view<const float* [3]>(0).data() == where);
+
+  // An unmanaged View owns nothing to hand over.
+  float raw[3] = {1, 2, 3};
+  Kokkos::View<float* [3], Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> unmanaged(raw, 1);
+  CPP_FAILS(s.write_managed(t, first, unmanaged, 4), KSTAGE_INVALID_ARGUMENT, "unmanaged");
+  // A rejected managed write still lets the View go (the deleter runs once).
+  Kokkos::View<float* [3], Kokkos::HostSpace> refused("refused", 4);
+  CPP_FAILS(s.write_managed(t, q, refused, 1), KSTAGE_WRITE_FLOOR_VIOLATION, "floor");
+  REQUIRE(refused.use_count() == 1);
+}
+
+TEST_CASE("cpp: write_managed on any residency gives the same values", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/mm/p", 3);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t t = s.token("t");
+  Kokkos::View<float*, Kokkos::HostSpace> v("v", 3);
+  for (int i = 0; i < 3; ++i) v(i) = float(i + 1);
+  auto keep = v;
+  s.write_managed(t, q, std::move(v), 1).wait();
+  s.seal(1);
+  REQUIRE(read_floats(s, q, t) == std::vector<float>{1, 2, 3});
+  s.reset();  // the stage lets go of what it adopted
+  // Kokkos 4 moves Views (`v` is empty now); Kokkos 3's move copies (`v` still holds it).
+  REQUIRE(keep.use_count() == (v.data() == nullptr ? 1 : 2));
+}
+
+TEST_CASE("cpp: maps hand out writable Views; commit unmaps, destruction abandons", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/map/p", 6);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t t = s.token("t");
+  kstage::MapOptions o;
+  o.residency = kResidency;
+  o.max_group_prims = 4;
+  o.semantic = KSTAGE_SEMANTIC_POINT;
+  {
+    kstage::Map m = s.map(q, t, 1, kstage::dtype_of<float[3]>(), o);
+    size_t groups = 0, filled = 0;
+    for (auto& g : m) {
+      ++groups;
+      REQUIRE(g.ordinal() == 1);
+      REQUIRE(g.dtype().lanes == 3);
+      std::vector<float> rows(g.tensor(0).shape[0] * 3);
+      for (size_t i = 0; i < g.prims().size(); ++i) {
+        const uint32_t row = g.index_map().empty() ? uint32_t(i) : g.index_map()[i];
+        const size_t prim = size_t(std::find(ids.begin(), ids.end(), g.prims()[i]) - ids.begin());
+        for (int c = 0; c < 3; ++c) rows[3 * row + c] = float(10 * prim + c);
+      }
+      if (kOnDevice) {
+        kstage_test::host_write(g.tensor(0).data, rows.data(), rows.size() * sizeof(float), g.tensor(0).device);
+        CPP_FAILS(g.view<float* [3]>(0), KSTAGE_NOT_SUPPORTED, "cannot be viewed");
+      } else {
+        auto view = g.view<float* [3]>(0);
+        for (size_t r = 0; r < view.extent(0); ++r)
+          for (int c = 0; c < 3; ++c) view(r, c) = rows[3 * r + c];
+      }
+      filled += g.prims().size();
+    }
+    REQUIRE(groups == 2);
+    REQUIRE(filled == 6);
+    m.commit().wait();
+    REQUIRE(!m);
+  }
+  s.seal(1);
+  std::vector<float> want;
+  for (int i = 0; i < 6; ++i)
+    for (int c = 0; c < 3; ++c) want.push_back(float(10 * i + c));
+  REQUIRE(read_floats(s, q, t) == want);
+
+  // A map destroyed without commit writes nothing; its handle is released.
+  kstage_map_t abandoned = 0;
+  {
+    kstage::Map m = s.map(q, t, 2, kstage::dtype_of<float[3]>(), o);
+    abandoned = m.handle();
+    kstage::MapGroup g;
+    REQUIRE(m.next(g));
+    kstage_test::host_write(g.tensor(0).data, std::vector<float>(g.tensor(0).shape[0] * 3, -1.f).data(),
+                            size_t(g.tensor(0).shape[0]) * 3 * sizeof(float), g.tensor(0).device);
+  }
+  REQUIRE(kstage_release_map(s.handle(), abandoned) == KSTAGE_INVALID_HANDLE);
+  s.seal(2);
+  REQUIRE(read_floats(s, q, t) == want);
+  // A group committed on its own.
+  {
+    kstage::MapOptions whole = o;
+    whole.max_group_prims = 0;
+    whole.mode = KSTAGE_PRIM_MODE_UPDATE;
+    kstage::Map m = s.map(q, t, 3, kstage::dtype_of<float[3]>(), whole);
+    kstage::MapGroup g;
+    REQUIRE(m.next(g));
+    std::vector<float> ones(size_t(g.tensor(0).shape[0]) * 3, 1.f);
+    kstage_test::host_write(g.tensor(0).data, ones.data(), ones.size() * sizeof(float), g.tensor(0).device);
+    g.commit().wait();
+    kstage::MapGroup none;
+    REQUIRE(!m.next(none));
+  }
+  s.seal(3);
+  REQUIRE(read_floats(s, q, t) == std::vector<float>(18, 1.f));
+  // Map errors are the C API's.
+  CPP_FAILS(s.map(q, t, 3, kstage::dtype_of<float[3]>(), o), KSTAGE_WRITE_FLOOR_VIOLATION, "floor");
+  CPP_FAILS(s.map(q, t, 4, kstage::dtype_of<double[3]>(), o), KSTAGE_INVALID_ARGUMENT, "float");
+}
+
+TEST_CASE("cpp: an exception thrown while iterating releases every handle", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/x/p", 4);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t a = s.token("a"), b = s.token("b");
+  Kokkos::View<float*, Kokkos::HostSpace> v("v", 4);
+  s.write(a, q, v, 1).wait();
+  s.write(b, q, v, 1).wait();
+  s.seal(1);
+
+  kstage_read_t read = 0;
+  kstage_group_t group = 0;
+  try {
+    kstage::Read r = s.read(q, {a, b});
+    read = r.handle();
+    for (auto& g : r) {
+      group = g.handle();
+      throw std::runtime_error("consumer failed");
+    }
+  } catch (const std::runtime_error&) {
+  }
+  REQUIRE(read != 0);
+  REQUIRE(group != 0);
+  REQUIRE(kstage_release_group(s.handle(), group) == KSTAGE_INVALID_HANDLE);
+  REQUIRE(kstage_release_read(s.handle(), read) == KSTAGE_INVALID_HANDLE);
+
+  kstage_map_t map = 0;
+  try {
+    kstage::MapOptions o;
+    o.residency = kResidency;
+    kstage::Map m = s.map(q, a, 2, kstage::dtype_of<float>(), o);
+    map = m.handle();
+    for (auto& g : m) {
+      (void)g;
+      throw std::runtime_error("producer failed");
+    }
+  } catch (const std::runtime_error&) {
+  }
+  REQUIRE(kstage_release_map(s.handle(), map) == KSTAGE_INVALID_HANDLE);
+  // The abandoned map wrote nothing, and ordinal 2 is still free.
+  s.write(a, q, v, 2).wait();
+  s.seal(2);
+  REQUIRE(s.write_floor(a) == 2);
+}
+
+TEST_CASE("cpp: change ranges, deletes and tombstones", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/c/p", 3);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t t = s.token("t");
+  Kokkos::View<float*, Kokkos::HostSpace> v("v", 3);
+  s.write(t, q, v, 1).wait();
+  s.seal(1);
+  kstage::Query last = s.query({ids[2]});
+  s.delete_prims(last, 2).wait();
+  kstage::Query first = s.query({ids[0]});
+  Kokkos::View<float*, Kokkos::HostSpace> one("one", 1);
+  one(0) = 5.f;
+  s.write(t, first, one, 3).wait();
+  s.seal(3);
+  size_t tombstones = 0, changed = 0;
+  for (auto& g : s.read(q, {t}, host_read(kstage::ReadOptions::changes(2, 3)))) {
+    if (g.is_tombstone()) {
+      ++tombstones;
+      REQUIRE(g.prims().size() == 1);
+      REQUIRE(g.prims()[0] == ids[2]);
+      REQUIRE(g.tensor_count() == 0);
+    } else {
+      changed += g.prims().size();
+      REQUIRE(g.prims()[0] == ids[0]);
+    }
+  }
+  REQUIRE(tombstones == 1);
+  REQUIRE(changed == 1);
+  // delete_attributes with a list.
+  const kstage_token_t u = s.token("u");
+  s.write(u, q, v, 4).wait();
+  s.delete_attributes(first, {u}, 5).wait();
+  s.seal(5);
+  kstage::Filter f;
+  const kstage_token_t has[] = {u};
+  f.has = {has, 1};
+  REQUIRE(s.query(f).count() == 2);
+}
