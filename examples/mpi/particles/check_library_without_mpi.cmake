@@ -1,0 +1,23 @@
+# cmake -DLIBRARY=<path of libkstage> -DOBJDUMP=<objdump> -P check_library_without_mpi.cmake
+# Fails if the kstage library itself names an MPI library among its dependencies (only the MPI
+# example and its tests may link MPI).
+if(NOT EXISTS "${LIBRARY}")
+  message(FATAL_ERROR "no library at '${LIBRARY}'")
+endif()
+get_filename_component(_ext "${LIBRARY}" LAST_EXT)
+if(NOT _ext MATCHES "^\\.(so|dylib)" AND NOT LIBRARY MATCHES "\\.so\\.")
+  message(STATUS "'${LIBRARY}' is a static library: nothing is linked into it")
+  return()
+endif()
+execute_process(COMMAND "${OBJDUMP}" -p "${LIBRARY}" OUTPUT_VARIABLE _out RESULT_VARIABLE _rc)
+if(NOT _rc EQUAL 0)
+  message(FATAL_ERROR "${OBJDUMP} -p ${LIBRARY} failed (${_rc})")
+endif()
+string(REGEX MATCHALL "NEEDED[ \t]+[^\n]+" _needed "${_out}")
+message(STATUS "${LIBRARY}: ${_needed}")
+foreach(_n IN LISTS _needed)
+  if(_n MATCHES "mpi|open-rte|open-pal|pmix")
+    message(FATAL_ERROR "the kstage library links MPI: ${_n}")
+  endif()
+endforeach()
+message(STATUS "the kstage library links no MPI")
