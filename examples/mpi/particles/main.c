@@ -2,7 +2,7 @@
 /*
  * Particles on MPI ranks: a 1-D domain decomposition of examples/c/particles.
  *
- *   mpirun -n P kstage_example_mpi_particles [-n N] [-t T] [-f PERCENT] [-c C]
+ *   mpirun -n P kstage_example_mpi_particles [-n N] [-t T] [-f PERCENT] [-c C] [-v]
  *          [--residency cpu|cuda|rocm] [--gpu-aware-mpi auto|yes|no]
  *
  * The box is [0, P) x [0, 1) x [0, 1), periodic; rank r owns the slab
@@ -321,7 +321,19 @@ typedef struct side_t {
   uint64_t cap;
   /* counters */
   uint64_t zero_copy_sends, packed_sends, map_receives, managed_receives;
+  double phase[8]; /* seconds spent in each step of side_migrate (-v prints them) */
 } side_t;
+
+static const char* const kPhaseNames[8] = {
+    "change-range read", "compact read of leavers", "counts + ids exchanged", "deletes at home",
+    "arrivals: paths + ids written", "positions/velocities received + unmapped", "seal",
+    "membership query + cleanup"};
+#define PHASE_END(s, k, tp)                  \
+  do {                                       \
+    const double t_ = now_seconds();         \
+    (s)->phase[k] += t_ - (tp);              \
+    (tp) = t_;                               \
+  } while (0)
 
 /* One read group per attribute, viewed row by row. */
 typedef struct view_t {
@@ -673,6 +685,7 @@ static uint64_t side_migrate(side_t* s, uint64_t tick, uint64_t moved_expected, 
   void* packed[3] = {NULL, NULL, NULL};
   uint64_t* gid_in;
   static char dummy[64];
+  double tp = now_seconds();
 
   x.scount = calloc((size_t)P, sizeof(int)), x.rcount = calloc((size_t)P, sizeof(int));
   x.sdisp = calloc((size_t)P, sizeof(int)), x.rdisp = calloc((size_t)P, sizeof(int));
@@ -710,6 +723,7 @@ static uint64_t side_migrate(side_t* s, uint64_t tick, uint64_t moved_expected, 
     free(fill);
   }
 
+  PHASE_END(s, 0, tp);
   /* 2. The leavers in destination order, compact: these buffers are sent as they are. */
   if (leavers > 0) {
     kstage_read_desc_t cd = kstage_read_desc_init();
@@ -720,6 +734,7 @@ static uint64_t side_migrate(side_t* s, uint64_t tick, uint64_t moved_expected, 
     for (d = 0; d < 3; ++d) sendbuf[d] = send_buffer(s, &out[d], leavers, leaver_paths, &packed[d]);
   }
 
+  PHASE_END(s, 1, tp);
   /* 3. Counts, then the ids (they name the arrivals' paths). */
   MPI_CHECK(MPI_Alltoall(x.scount, 1, MPI_INT, x.rcount, 1, MPI_INT, MPI_COMM_WORLD));
   for (d = 0; d < P; ++d) {
@@ -732,6 +747,7 @@ static uint64_t side_migrate(side_t* s, uint64_t tick, uint64_t moved_expected, 
   MPI_CHECK(MPI_Alltoallv(sendbuf[0] ? sendbuf[0] : dummy, x.scount, x.sdisp, MPI_UINT64_T, gid_in,
                           x.rcount, x.rdisp, MPI_UINT64_T, MPI_COMM_WORLD));
 
+  PHASE_END(s, 2, tp);
   /* 4. Home: the leavers go (tombstones), before anything arrives (on one
    *    rank a particle can leave and come back in the same tick). */
   if (leavers > 0) {
@@ -740,6 +756,7 @@ static uint64_t side_migrate(side_t* s, uint64_t tick, uint64_t moved_expected, 
     wait_op(s, op);
   }
 
+  PHASE_END(s, 3, tp);
   /* 5. Arrivals: ids as a managed tensor (INSERT creates the prims), then
    *    positions and velocities received straight into map buffers. */
   if (arrivals > 0) {
@@ -753,6 +770,7 @@ static uint64_t side_migrate(side_t* s, uint64_t tick, uint64_t moved_expected, 
     free(gid_in);
     gid_in = NULL;
   }
+  PHASE_END(s, 4, tp);
   for (d = 1; d < 3; ++d) {
     const kstage_token_t attr = attrs[d];
     const kstage_semantic_t sem = d == 1 ? KSTAGE_SEMANTIC_POINT : KSTAGE_SEMANTIC_VECTOR;
@@ -806,8 +824,10 @@ static uint64_t side_migrate(side_t* s, uint64_t tick, uint64_t moved_expected, 
     }
   }
 
+  PHASE_END(s, 5, tp);
   /* 6. Seal the tick; the rank's particles are now what the filter says. */
   CHECK(kstage_advance_write_floor(s->stage, ordinal, NULL, 0));
+  PHASE_END(s, 6, tp);
   if (leavers > 0) {
     release_views(s, out_read, out, 3);
     CHECK(kstage_query_release(s->stage, leavers_q));
@@ -818,6 +838,7 @@ static uint64_t side_migrate(side_t* s, uint64_t tick, uint64_t moved_expected, 
   free(dest), free(changed_paths), free(leaver_paths);
   free(x.scount), free(x.rcount), free(x.sdisp), free(x.rdisp);
   free(x.s3), free(x.r3), free(x.sd3), free(x.rd3);
+  PHASE_END(s, 7, tp);
   *received = arrivals;
   return leavers;
 }
@@ -875,7 +896,8 @@ static void usage(const char* argv0) {
   if (g_rank == 0)
     fprintf(stderr,
             "usage: mpirun -n P %s [-n particles per rank] [-t ticks] [-f percent moving per tick]\n"
-            "       [-c check every C ticks] [--residency cpu|cuda|rocm] [--gpu-aware-mpi auto|yes|no]\n",
+            "       [-c check every C ticks] [--residency cpu|cuda|rocm] [--gpu-aware-mpi auto|yes|no]\n"
+            "       [-v: where rank 0's migration time goes]\n",
             argv0);
 }
 
@@ -903,7 +925,7 @@ int main(int argc, char** argv) {
   double f_arg = 5.0;
   const char* residency_arg = "cpu";
   const char* gpu_aware_arg = "auto";
-  int provided = 0, local_rank = 0, a;
+  int provided = 0, local_rank = 0, verbose = 0, a;
   MPI_Comm node;
   kstage_config_t config;
   side_t s;
@@ -934,6 +956,9 @@ int main(int argc, char** argv) {
       usage(argv[0]);
       MPI_Finalize();
       return 0;
+    } else if (strcmp(opt, "-v") == 0) {
+      verbose = 1;
+      continue;
     } else if (strcmp(opt, "-n") == 0) ok = ok && parse_u64(val, 1, 0x7FFFFFFFull / 8, &n_arg);
     else if (strcmp(opt, "-t") == 0) ok = ok && parse_u64(val, 1, 1000000ull, &t_arg);
     else if (strcmp(opt, "-c") == 0) ok = ok && parse_u64(val, 1, 1000000ull, &c_arg);
@@ -1071,6 +1096,11 @@ int main(int argc, char** argv) {
              "buffers: %llu, as managed tensors: %llu\n",
              (unsigned long long)s.zero_copy_sends, (unsigned long long)s.packed_sends,
              (unsigned long long)s.map_receives, (unsigned long long)s.managed_receives);
+      if (verbose) {
+        printf("  rank 0's kstage migration, by step:");
+        for (r = 0; r < 8; ++r) printf("%s %s %.4f s", r ? "," : "", kPhaseNames[r], s.phase[r]);
+        printf("\n");
+      }
       printf("migration throughput per rank (mean over %d rank(s)): kstage %.3g particles/s, plain "
              "MPI arrays %.3g particles/s (kstage/plain %.2f); kstage move+write %.3g s/tick\n",
              g_nranks, ksum / g_nranks, bsum / g_nranks, bsum > 0 ? ksum / bsum : 0.0,
