@@ -232,6 +232,10 @@ TEST_CASE("cpp: failures throw kstage::Error or fill a Status, and change nothin
   kstage::Status ok;
   REQUIRE(s.write_floor(t, ok) == 5);
   REQUIRE(ok.ok());
+  // A success resets a Status that held a failure.
+  REQUIRE(s.write_floor(t, st) == 5);
+  REQUIRE(st.ok());
+  REQUIRE(st.message().empty());
 
   // Nothing above changed the sealed state.
   std::vector<float> expect;

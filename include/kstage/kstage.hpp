@@ -20,7 +20,8 @@
  * Errors, two ways (as std::filesystem does it):
  * - every call has an overload taking a trailing `kstage::Status&`: it never
  *   throws (a failure leaves the status code and `kstage_last_error()` in the
- *   Status and returns an empty object), for code built with -fno-exceptions;
+ *   Status and returns an empty object; a success resets it to OK), for code
+ *   built with -fno-exceptions;
  * - the overloads without it throw `kstage::Error` (status + message) and are
  *   declared only when exceptions are enabled. Iterating a Read or a Map with
  *   range-for is of this kind; `next(group, status)` is the other.
@@ -152,9 +153,13 @@ class Error : public std::runtime_error {
 
 namespace detail {
 
-// True when `code` is KSTAGE_OK; otherwise records it and the thread's message in `st`.
+// True when `code` is KSTAGE_OK (and `st` is reset to OK, as std::filesystem's
+// error_code overloads do); otherwise records it and the thread's message in `st`.
 inline bool check(kstage_status_t code, Status& st) {
-  if (code == KSTAGE_OK) return true;
+  if (code == KSTAGE_OK) {
+    if (!st.ok()) st = Status();
+    return true;
+  }
   st = Status(code, kstage_last_error());
   return false;
 }
@@ -373,8 +378,10 @@ class Op {
   /// not an error). A failed op leaves its code and kstage_op_error() in `st`.
   bool wait(uint64_t timeout_ns, Status& st) const {
     const kstage_status_t code = kstage_wait(h_.stage(), h_.get(), timeout_ns);
-    if (code == KSTAGE_TIMEOUT) return false;
-    if (code == KSTAGE_OK) return true;
+    if (code == KSTAGE_TIMEOUT || code == KSTAGE_OK) {
+      if (!st.ok()) st = Status();
+      return code == KSTAGE_OK;
+    }
     const char* why = nullptr;
     if (kstage_op_error(h_.stage(), h_.get(), &why) == KSTAGE_OK && why != nullptr && *why)
       st = Status(code, why);
@@ -420,6 +427,7 @@ Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanag
                               " (rank " + std::to_string(int(View::rank)) + "): " + r.why);
     return View(nullptr, impl::empty_layout<View>());
   }
+  check(KSTAGE_OK, st);
   return View(ptr, layout);
 }
 
@@ -514,7 +522,7 @@ class Read {
     group.reset();
     kstage_read_group_t g{};
     const kstage_status_t code = kstage_fetch_read_next(h_.stage(), h_.get(), timeout_ns, &g);
-    if (code == KSTAGE_END_OF_ITERATION) return false;
+    if (code == KSTAGE_END_OF_ITERATION) return !detail::check(KSTAGE_OK, st);
     if (!detail::check(code, st)) return false;
     group.h_ = detail::UniqueHandle<kstage_release_group>(h_.stage(), g.handle);
     group.g_ = g;
@@ -648,7 +656,7 @@ class Map {
     group = MapGroup();
     kstage_map_group_info_t g{};
     const kstage_status_t code = kstage_fetch_map_next(h_.stage(), h_.get(), timeout_ns, &g);
-    if (code == KSTAGE_END_OF_ITERATION) return false;
+    if (code == KSTAGE_END_OF_ITERATION) return !detail::check(KSTAGE_OK, st);
     if (!detail::check(code, st)) return false;
     group.stage_ = h_.stage();
     group.map_ = h_.get();

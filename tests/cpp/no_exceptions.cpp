@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: Apache-2.0
+// The C++ API in a build without exceptions (-fno-exceptions): only the
+// overloads that take a kstage::Status exist, and they report failures there.
+// A plain program (Catch2 needs exceptions): any failed check exits non-zero.
+#include <kstage/kstage.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+
+static_assert(KSTAGE_CPP_EXCEPTIONS == 0, "this program is compiled with -fno-exceptions");
+
+namespace {
+
+int failures = 0;
+
+#define CHECK(cond)                                                          \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      std::fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                            \
+    }                                                                        \
+  } while (0)
+
+#define CHECK_OK(st)                                                                            \
+  do {                                                                                          \
+    if (!(st).ok()) {                                                                           \
+      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, (st).to_string().c_str());       \
+      ++failures;                                                                               \
+    }                                                                                           \
+  } while (0)
+
+}  // namespace
+
+int main() {
+  kstage::Status st;
+  kstage::Stage stage = kstage::Stage::create(kstage_config_init(), st);
+  CHECK_OK(st);
+  if (!stage) return 1;
+  const kstage_token_t pos = stage.token("position", st);
+  const kstage_path_t a = stage.path("/p/a", st), b = stage.path("/p/b", st);
+  CHECK_OK(st);
+  const kstage_path_t paths[] = {a, b};
+  kstage::Query q = stage.query({paths, 2}, st);
+  CHECK_OK(st);
+
+  Kokkos::View<float* [3], Kokkos::HostSpace> v("v", 2);
+  for (int i = 0; i < 2; ++i)
+    for (int c = 0; c < 3; ++c) v(i, c) = float(10 * i + c);
+  kstage::WriteOptions o;
+  o.semantic = KSTAGE_SEMANTIC_POINT;
+  kstage::Op op = stage.write(pos, q, v, 1, o, st);
+  CHECK_OK(st);
+  CHECK(op.wait(st));
+  stage.seal(1, st);
+  CHECK_OK(st);
+
+  // A failure: the Status holds the code and the message; the object is empty.
+  kstage::Status refused;
+  kstage::Op none = stage.write(pos, q, v, 1, o, refused);
+  CHECK(!none);
+  CHECK(refused.code() == KSTAGE_WRITE_FLOOR_VIOLATION);
+  CHECK(!refused.message().empty());
+
+  // Reads through next(); a View that fits and one that does not.
+  kstage::Read r = stage.read(q, {pos}, kstage::ReadOptions(), st);
+  CHECK_OK(st);
+  kstage::ReadGroup g;
+  int groups = 0;
+  while (r.next(g, st)) {
+    ++groups;
+    auto view = g.view<const float* [3]>(0, st);
+    CHECK_OK(st);
+    CHECK(view.extent(0) == 2);
+    for (size_t i = 0; i < 2; ++i) CHECK(view(g.index_map().empty() ? i : g.index_map()[i], 2) == float(10 * i + 2));
+    kstage::Status wrong;
+    auto bad = g.view<const double* [3]>(0, wrong);
+    CHECK(wrong.code() == KSTAGE_INVALID_ARGUMENT);
+    CHECK(bad.data() == nullptr);
+  }
+  CHECK_OK(st);
+  CHECK(groups == 1);
+
+  // A map, committed.
+  kstage::MapOptions mo;
+  mo.semantic = KSTAGE_SEMANTIC_NONE;  // not the column's: refused, and nothing changes
+  kstage::Map refused_map = stage.map(q, pos, 2, kstage::dtype_of<float[3]>(), mo, st);
+  CHECK(!refused_map);
+  CHECK(st.code() == KSTAGE_INVALID_ARGUMENT);
+  mo.semantic = KSTAGE_SEMANTIC_POINT;
+  kstage::Map m = stage.map(q, pos, 2, kstage::dtype_of<float[3]>(), mo, st);
+  CHECK_OK(st);
+  kstage::MapGroup mg;
+  while (m.next(mg, st)) {
+    auto view = mg.view<float* [3]>(0, st);
+    CHECK_OK(st);
+    for (size_t i = 0; i < view.extent(0); ++i)
+      for (int c = 0; c < 3; ++c) view(i, c) = -1.f;
+  }
+  CHECK_OK(st);
+  kstage::Op committed = m.commit(st);
+  CHECK_OK(st);
+  CHECK(committed.wait(st));
+  stage.seal(2, st);
+  CHECK_OK(st);
+  CHECK(stage.write_floor(pos, st) == 2);
+
+  if (failures != 0) {
+    std::fprintf(stderr, "cpp_api_no_exceptions: %d check(s) failed\n", failures);
+    return 1;
+  }
+  std::printf("cpp_api_no_exceptions: OK\n");
+  return 0;
+}
