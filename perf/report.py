@@ -177,6 +177,21 @@ def targets(kst, pending=None, omp=None):
                  rows_label(MAP_TIME_ROWS), exec_),
              "%d/%d cases; worst: cycle costs the fill + %.2f payload copies (%s %sx%s)" % (
                  len(ok), len(cases), excess, rows_label(worst["rows"]), short_dtype(worst["dtype"]), worst["lanes"]))
+    # The C++ API adds no work: its dense write + seal against the C API's, same shape and run.
+    for exec_ in execs:
+        c_api = {(r["rows"], r["dtype"], r["lanes"]): fnum(r["gbps"]) for r in sel(["write_dense_seal"], exec_)}
+        pairs = [(fnum(r["gbps"]) / c_api[k], r) for r in sel(["cpp_write_dense_seal"], exec_)
+                 for k in [(r["rows"], r["dtype"], r["lanes"])] if c_api.get(k, 0) > 0 and fnum(r["gbps"]) > 0]
+        what = "C++ API dense write + seal >= 0.97x the C API, rows >= 1e6 [cpp_write_dense_seal / write_dense_seal, %s]" % exec_
+        if not pairs:
+            line("n/a", what, "no measurement")
+            continue
+        worst_v, worst_c = min(pairs, key=lambda x: x[0])
+        ok = sum(1 for v, _ in pairs if v >= 0.97)
+        line("PASS" if ok == len(pairs) else "FAIL", what,
+             "%d/%d cases; median %.3fx; worst %.3fx (%s %sx%s)" % (
+                 ok, len(pairs), statistics.median(v for v, _ in pairs), worst_v, rows_label(worst_c["rows"]),
+                 short_dtype(worst_c["dtype"]), worst_c["lanes"]))
     for exec_ in execs:
         cases = [r for r in kst if r["workload"] == "dlpack_roundtrip" and r["exec"] == exec_
                  and fnum(r["median_s"]) > 0]

@@ -181,6 +181,35 @@ TEST_CASE("cpp: handles are released exactly once, and moves leave empty objects
   REQUIRE(kstage_query_count(raw, late.handle(), &n) == KSTAGE_INVALID_HANDLE);
 }
 
+TEST_CASE("cpp: borrowed stages and queries are C code's to release", "[cpp]") {
+  kstage_config_t c = kstage_config_init();
+  if (kOnDevice) c.residency = kResidency;
+  kstage_stage_t raw = 0;
+  REQUIRE(kstage_create(&c, &raw) == KSTAGE_OK);
+  kstage_path_t p[2] = {0, 0};
+  REQUIRE(kstage_intern_path(raw, "/c/a", KSTAGE_NUL_TERMINATED, &p[0]) == KSTAGE_OK);
+  REQUIRE(kstage_intern_path(raw, "/c/b", KSTAGE_NUL_TERMINATED, &p[1]) == KSTAGE_OK);
+  kstage_query_t rq = 0;
+  REQUIRE(kstage_query_paths(raw, p, 2, &rq) == KSTAGE_OK);
+  {
+    kstage::Stage s = kstage::Stage::borrow(raw);
+    kstage::Query q = kstage::Query::borrow(raw, rq);
+    REQUIRE(q.count() == 2);
+    Kokkos::View<float*, Kokkos::HostSpace> v("v", 2);
+    s.write(s.token("t"), q, v, 1).wait();
+    s.seal(1);
+    kstage::Stage moved = std::move(s);  // a borrowed stage stays borrowed when moved
+  }
+  uint64_t n = 0;
+  REQUIRE(kstage_query_count(raw, rq, &n) == KSTAGE_OK);  // still alive
+  REQUIRE(n == 2);
+  REQUIRE(kstage_query_release(raw, rq) == KSTAGE_OK);
+  uint64_t floor = 0;
+  REQUIRE(kstage_get_write_floor(raw, 0, &floor) == KSTAGE_OK);
+  REQUIRE(floor == 1);
+  REQUIRE(kstage_destroy(raw) == KSTAGE_OK);
+}
+
 TEST_CASE("cpp: failures throw kstage::Error or fill a Status, and change nothing", "[cpp]") {
   kstage::Stage s = make_stage();
   const kstage_token_t t = s.token("t");

@@ -15,7 +15,8 @@
  * `reset()`); they are move-only, and a moved-from object is empty (`!obj`).
  * Releasing after the stage was destroyed is harmless (the C call reports a
  * stale handle, which the destructor ignores). `MapGroup` owns nothing: its
- * memory belongs to its `Map`.
+ * memory belongs to its `Map`. `Stage::borrow` and `Query::borrow` wrap
+ * handles that C code owns, for codes that mix the two; they release nothing.
  *
  * Errors, two ways (as std::filesystem does it):
  * - every call has an overload taking a trailing `kstage::Status&`: it never
@@ -188,14 +189,17 @@ template <kstage_status_t (*Release)(kstage_stage_t, uint64_t)>
 class UniqueHandle {
  public:
   UniqueHandle() = default;
-  UniqueHandle(kstage_stage_t stage, uint64_t handle) noexcept : stage_(stage), handle_(handle) {}
+  // `owned` false: a handle someone else releases (see Query::borrow).
+  UniqueHandle(kstage_stage_t stage, uint64_t handle, bool owned = true) noexcept
+      : stage_(stage), handle_(handle), owned_(owned) {}
   UniqueHandle(UniqueHandle&& o) noexcept
-      : stage_(std::exchange(o.stage_, 0)), handle_(std::exchange(o.handle_, 0)) {}
+      : stage_(std::exchange(o.stage_, 0)), handle_(std::exchange(o.handle_, 0)), owned_(o.owned_) {}
   UniqueHandle& operator=(UniqueHandle&& o) noexcept {
     if (this != &o) {
       reset();
       stage_ = std::exchange(o.stage_, 0);
       handle_ = std::exchange(o.handle_, 0);
+      owned_ = o.owned_;
     }
     return *this;
   }
@@ -209,7 +213,7 @@ class UniqueHandle {
   /// Releases the handle now (a status other than OK is that of the release).
   kstage_status_t reset() noexcept {
     kstage_status_t st = KSTAGE_OK;
-    if (handle_ != 0) st = Release(stage_, handle_);
+    if (handle_ != 0 && owned_) st = Release(stage_, handle_);
     stage_ = 0;
     handle_ = 0;
     return st;
@@ -223,6 +227,7 @@ class UniqueHandle {
  private:
   kstage_stage_t stage_ = 0;
   uint64_t handle_ = 0;
+  bool owned_ = true;
 };
 
 template <class T, bool = Kokkos::is_view<T>::value>
@@ -337,6 +342,12 @@ class PathList {
 class Query {
  public:
   Query() = default;
+  /// A Query over a handle that C code owns and releases (never released here).
+  static Query borrow(kstage_stage_t stage, kstage_query_t query) noexcept {
+    Query q;
+    q.h_ = detail::UniqueHandle<kstage_query_release>(stage, query, false);
+    return q;
+  }
   kstage_query_t handle() const noexcept { return h_.get(); }
   kstage_stage_t stage() const noexcept { return h_.stage(); }
   explicit operator bool() const noexcept { return bool(h_); }
@@ -797,11 +808,20 @@ class Stage {
  public:
   /// An empty Stage; use Stage::create.
   Stage() = default;
-  Stage(Stage&& o) noexcept : stage_(std::exchange(o.stage_, 0)) {}
+  /// A Stage over a stage that C code created and destroys (never destroyed here): for
+  /// C++ parts of a code whose stage lives in C.
+  static Stage borrow(kstage_stage_t stage) noexcept {
+    Stage s;
+    s.stage_ = stage;
+    s.owned_ = false;
+    return s;
+  }
+  Stage(Stage&& o) noexcept : stage_(std::exchange(o.stage_, 0)), owned_(o.owned_) {}
   Stage& operator=(Stage&& o) noexcept {
     if (this != &o) {
       reset();
       stage_ = std::exchange(o.stage_, 0);
+      owned_ = o.owned_;
     }
     return *this;
   }
@@ -813,7 +833,7 @@ class Stage {
   explicit operator bool() const noexcept { return stage_ != 0; }
   /// Destroys the stage now: every handle of it becomes stale.
   void reset() noexcept {
-    if (stage_ != 0) kstage_destroy(stage_);
+    if (stage_ != 0 && owned_) kstage_destroy(stage_);
     stage_ = 0;
   }
 
@@ -1142,6 +1162,7 @@ class Stage {
   }
 
   kstage_stage_t stage_ = 0;
+  bool owned_ = true;
 };
 
 }  // namespace kstage
