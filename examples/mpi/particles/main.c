@@ -798,7 +798,13 @@ static uint64_t side_migrate(side_t* s, uint64_t tick, uint64_t moved_expected, 
       st = kstage_fetch_map_next(s->stage, map, 0, &(kstage_map_group_info_t){0});
       if (st != KSTAGE_END_OF_ITERATION) FAIL("a map of one group gave a second one (%s)", kstage_status_string(st));
       recv = (float*)((char*)mg.data.tensors[0].data + mg.data.tensors[0].byte_offset);
-      if (mg.data.index_map) staging = xmalloc(arrivals * 3 * sizeof(float)); /* rows not in order */
+      if (mg.data.tensors[0].device.device_type != kDLCPU && !s->gpu_aware_mpi)
+        FAIL("a map buffer on device %d, and MPI is not GPU-aware", (int)mg.data.tensors[0].device.device_type);
+      if (mg.data.index_map) { /* rows not in prim order: receive, then place them (host only) */
+        if (mg.data.tensors[0].device.device_type != kDLCPU)
+          FAIL("a device map group with an index_map: this example places rows on the host only");
+        staging = xmalloc(arrivals * 3 * sizeof(float));
+      }
     } else if (arrivals > 0) {
       recv = xmalloc(arrivals * 3 * sizeof(float));
     }
