@@ -394,7 +394,7 @@ ViewRefusal check_viewable(const DLTensor& t, uint64_t flags, bool legacy,
                 "the tensor is READ_ONLY; import it as a View of const data");
   if (t.ndim > 0 && t.shape == nullptr) return fail(KSTAGE_INVALID_ARGUMENT, "shape is NULL");
 
-  int64_t shape[9], strides[9];
+  int64_t shape[9] = {}, strides[9] = {};
   int64_t size = 1;
   for (int d = 0; d < t.ndim; ++d) {
     if (t.shape[d] < 0)
