@@ -1108,9 +1108,10 @@ int main(int argc, char** argv) {
         printf("\n");
       }
       printf("migration throughput per rank (mean over %d rank(s)): kstage %.3g particles/s, plain "
-             "MPI arrays %.3g particles/s (kstage/plain %.2f); kstage move+write %.3g s/tick\n",
+             "MPI arrays %.3g particles/s (kstage/plain %.2f); rank 0's move step %.3g s/tick with kstage "
+             "(read, move, write, seal), %.3g s/tick on plain arrays\n",
              g_nranks, ksum / g_nranks, bsum / g_nranks, bsum > 0 ? ksum / bsum : 0.0,
-             t_move / (double)t_arg);
+             t_move / (double)t_arg, t_model_move / (double)t_arg);
       printf("mpi-particles: OK\n");
       free(all);
     }
