@@ -424,7 +424,7 @@ TEST_CASE("cpp: a batch writes several attributes as one op", "[cpp]") {
   Kokkos::View<float*, Kokkos::HostSpace> bad("bad", 2);
   kstage::WriteBatch mixed(KSTAGE_PRIM_MODE_UPSERT);
   mixed.add(a, va).add(b, bad);
-  CPP_FAILS(s.write(q, mixed, 2), KSTAGE_INVALID_ARGUMENT, "");
+  CPP_FAILS(s.write(q, mixed, 2), KSTAGE_INVALID_ARGUMENT, "data[1] ('b')");
   s.seal(2);
   REQUIRE(read_floats(s, q, a) == std::vector<float>{0, 1, 2});
 }
@@ -767,4 +767,159 @@ TEST_CASE("cpp: change ranges, deletes and tombstones", "[cpp]") {
   const kstage_token_t has[] = {u};
   f.has = {has, 1};
   REQUIRE(s.query(f).count() == 2);
+}
+
+TEST_CASE("cpp: an Op keeps its write's Views until the work is done", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/k/p", 1000);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t t = s.token("t");
+  auto filled = [](float v) {
+    Kokkos::View<float* [3], Kokkos::HostSpace> x("x", 1000);
+    Kokkos::deep_copy(x, v);
+    return x;
+  };
+  // A temporary View: on a device column the copy runs after the call returns.
+  kstage::Op op = s.write(t, q, filled(1.f), 1);
+  REQUIRE(op.wait());
+  s.seal(1);
+  REQUIRE(read_floats(s, q, t) == std::vector<float>(3000, 1.f));
+  // An Op dropped before its work is done waits for it first.
+  s.write(t, q, filled(2.f), 2).reset();
+  { kstage::Op dropped = s.write(t, q, filled(3.f), 3); }
+  kstage::WriteBatch b;
+  b.add(t, filled(4.f));
+  { kstage::Op batch = s.write(q, b, 4); }
+  s.seal(4);
+  REQUIRE(read_floats(s, q, t) == std::vector<float>(3000, 4.f));
+  // The View the Op kept is let go once the work is done.
+  auto mine = filled(5.f);
+  kstage::Op kept = s.write(t, q, mine, 5);
+  REQUIRE(kept.wait());
+  REQUIRE(mine.use_count() == 1);
+}
+
+TEST_CASE("cpp: option spans never bind to temporaries; argument lists take braced lists", "[cpp]") {
+  STATIC_REQUIRE(!std::is_constructible_v<kstage::span<const uint32_t>, std::vector<uint32_t>&&>);
+  STATIC_REQUIRE(!std::is_constructible_v<kstage::span<const uint32_t>, std::initializer_list<uint32_t>>);
+  STATIC_REQUIRE(std::is_constructible_v<kstage::span<const uint32_t>, std::vector<uint32_t>&>);
+  STATIC_REQUIRE(std::is_constructible_v<kstage::array_ref<kstage_token_t>, std::initializer_list<kstage_token_t>>);
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/l/p", 2);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t t = s.token("t");
+  Kokkos::View<float*, Kokkos::HostSpace> v("v", 2);
+  s.write(t, q, v, 1).wait();
+  s.seal(1, {t});
+  size_t groups = 0;
+  for (auto& g : s.read(q, {t}, host_read())) groups += g.prims().size();
+  REQUIRE(groups == 2);
+  // A C array in an option struct: its own storage.
+  uint32_t map[2] = {1, 0};
+  kstage::WriteOptions o;
+  o.index_map = map;
+  o.count = 2;
+  s.write(t, q, v, 2, o).wait();
+  s.seal(2);
+  REQUIRE(s.write_floor(t) == 2);
+}
+
+TEST_CASE("cpp: a map group outliving its map is refused, not read", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/g/p", 3);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t t = s.token("t");
+  kstage::MapGroup g;
+  {
+    kstage::Map m = s.map(q, t, 1, kstage::dtype_of<float>());
+    REQUIRE(m.next(g));
+    REQUIRE(g.tensor(0).shape[0] == 3);
+  }
+  CPP_FAILS(g.view<float*>(0), KSTAGE_INVALID_HANDLE, "its map was committed, abandoned or destroyed");
+  CPP_FAILS(g.export_dlpack(0), KSTAGE_INVALID_HANDLE, "abandoned");
+  CPP_FAILS(g.commit(), KSTAGE_INVALID_HANDLE, "abandoned");
+  // After Map::commit, its groups are gone too; a group committed alone is empty.
+  kstage::Map m = s.map(q, t, 1, kstage::dtype_of<float>());
+  kstage::MapGroup h;
+  REQUIRE(m.next(h));
+  const std::vector<float> ones(3, 1.f), twos(3, 2.f);
+  kstage_test::host_write(h.tensor(0).data, ones.data(), 3 * sizeof(float), h.tensor(0).device);
+  m.commit().wait();
+  CPP_FAILS(h.view<float*>(0), KSTAGE_INVALID_HANDLE, "committed");
+  kstage::Map m2 = s.map(q, t, 2, kstage::dtype_of<float>());
+  kstage::MapGroup k;
+  REQUIRE(m2.next(k));
+  kstage_test::host_write(k.tensor(0).data, twos.data(), 3 * sizeof(float), k.tensor(0).device);
+  k.commit().wait();
+  REQUIRE(!k);
+  CPP_FAILS(k.view<float*>(0), KSTAGE_INVALID_HANDLE, "empty map group");
+  s.seal(2);
+  REQUIRE(read_floats(s, q, t) == std::vector<float>(3, 2.f));
+}
+
+TEST_CASE("cpp: one View, or one row count, is one source row", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/one/p", 3);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t t = s.token("t");
+  std::vector<Kokkos::View<float*, Kokkos::HostSpace>> one{Kokkos::View<float*, Kokkos::HostSpace>("r", 6)};
+  CPP_FAILS(s.write_ragged(t, q, one, 1), KSTAGE_INVALID_ARGUMENT, "one View for 3 source rows");
+  Kokkos::View<float*, Kokkos::HostSpace> packed("p", 6);
+  CPP_FAILS(s.write_ragged(t, q, packed, {6}, 1), KSTAGE_INVALID_ARGUMENT,
+            "row_counts with one entry for 3 source rows");
+  // One prim: one row, either way; and an index_map that picks row 0 only.
+  kstage::Query first = s.query({ids[0]});
+  s.write_ragged(t, first, one, 1).wait();
+  kstage::WriteOptions broadcast;
+  uint32_t zeros[3] = {0, 0, 0};
+  broadcast.index_map = zeros;
+  broadcast.count = 3;
+  s.write_ragged(t, q, one, 2, broadcast).wait();
+  s.seal(2);
+  kstage::ReadOptions o = host_read();
+  o.compact = true;
+  for (auto& g : s.read(q, {t}, o))
+    for (uint64_t i = 0; i < g.tensor_count(); ++i) REQUIRE(g.tensor(i).shape[0] == 6);
+}
+
+TEST_CASE("cpp: group exports, group sync and map exports call through", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/ex/p", 4);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t t = s.token("t");
+  Kokkos::View<float*, Kokkos::HostSpace> v("v", 4);
+  for (int i = 0; i < 4; ++i) v(i) = float(i);
+  s.write(t, q, v, 1).wait();
+  s.seal(1);
+  for (auto& g : s.read(q, {t})) {
+    DLManagedTensorVersioned* e = g.export_dlpack(0);
+    REQUIRE(e != nullptr);
+    REQUIRE((e->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0);  // zero-copy: the column's storage
+    REQUIRE(e->dl_tensor.data == g.tensor(0).data);
+    e->deleter(e);
+    CPP_FAILS(g.export_dlpack(1), KSTAGE_INVALID_ARGUMENT, "");
+    if (kOnDevice) {
+      kstage_test::wait_for(g.device_sync());
+    } else {
+      REQUIRE(g.device_sync().stream == 0);
+      REQUIRE(g.device_sync().event == 0);
+      g.sync({0, 0});
+      CPP_FAILS(g.sync({1, 0}), KSTAGE_INVALID_ARGUMENT, "consumer");
+    }
+  }
+  kstage::MapOptions mo;
+  mo.residency = kResidency;
+  kstage::Map m = s.map(q, t, 2, kstage::dtype_of<float>(), mo);
+  for (auto& g : m) {
+    DLManagedTensorVersioned* e = g.export_dlpack(0);
+    REQUIRE(e != nullptr);
+    REQUIRE((e->flags & DLPACK_FLAG_BITMASK_READ_ONLY) == 0);  // a producer fills it
+    REQUIRE(e->dl_tensor.data == g.tensor(0).data);
+    std::vector<float> nines(size_t(g.tensor(0).shape[0]), 9.f);
+    kstage_test::host_write(e->dl_tensor.data, nines.data(), nines.size() * sizeof(float), e->dl_tensor.device);
+    e->deleter(e);
+  }
+  m.commit().wait();
+  s.seal(2);
+  REQUIRE(read_floats(s, q, t) == std::vector<float>(4, 9.f));
 }

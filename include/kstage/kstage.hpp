@@ -45,7 +45,9 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <cstddef>
+#include <memory>
 #include <cstdint>
 #include <initializer_list>
 #include <iterator>
@@ -66,10 +68,11 @@ namespace kstage {
 // ---- spans -------------------------------------------------------------------------------------
 
 /**
- * \brief A view of `size()` contiguous host elements (C++17 has no std::span).
- * Made from a pointer and a count, a std::vector, a braced list (valid for
- * the call it is passed to), or a contiguous rank-1 Kokkos View whose memory
- * the host can read.
+ * \brief A view of `size()` contiguous host elements that someone else owns
+ * (C++17 has no std::span): the fields of the option structs. Made from a
+ * pointer and a count, an lvalue std::vector (not a temporary one, which
+ * would be gone before the span is used), or a contiguous rank-1 Kokkos View
+ * whose memory the host can read (the View's memory must outlive the span).
  */
 template <class T>
 class span {
@@ -84,17 +87,10 @@ class span {
   span(const std::vector<U, A>& v) noexcept : data_(v.data()), size_(v.size()) {}
   template <class U, class A, class = std::enable_if_t<std::is_convertible_v<U (*)[], T (*)[]>>>
   span(std::vector<U, A>& v) noexcept : data_(v.data()), size_(v.size()) {}
-  // A braced list lives until the end of the full expression: enough for the
-  // call it is passed to, which is what this is for.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Winit-list-lifetime"
-#endif
-  template <class U, class = std::enable_if_t<std::is_convertible_v<const U (*)[], T (*)[]>>>
-  span(std::initializer_list<U> list) noexcept : data_(list.begin()), size_(list.size()) {}
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
+  template <class U, class A>
+  span(std::vector<U, A>&& v) = delete;  // a temporary: gone before the span is used
+  template <size_t N>
+  constexpr span(T (&array)[N]) noexcept : data_(array), size_(N) {}
   template <class V, class = std::enable_if_t<Kokkos::is_view<V>::value>, class = void>
   span(const V& view) noexcept : data_(view.data()), size_(view.size()) {
     static_assert(V::rank == 1, "a span is made from a rank-1 View");
@@ -114,6 +110,31 @@ class span {
  private:
   T* data_ = nullptr;
   size_t size_ = 0;
+};
+
+/**
+ * \brief A function argument of contiguous host elements: everything a span
+ * takes, and a braced list (`stage.read(query, {position, velocity})`), which
+ * lives until the end of the call's full expression. For parameters only:
+ * never keep one (LLVM's ArrayRef has the same rule).
+ */
+template <class T>
+class array_ref : public span<const T> {
+ public:
+  using span<const T>::span;
+  array_ref(span<const T> s) noexcept : span<const T>(s) {}  // NOLINT: implicit on purpose
+  template <class U, class A>
+  array_ref(const std::vector<U, A>& v) noexcept : span<const T>(v.data(), v.size()) {}
+  template <class U, class A>
+  array_ref(std::vector<U, A>&& v) noexcept : span<const T>(v.data(), v.size()) {}  // lives for the call
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winit-list-lifetime"
+#endif
+  array_ref(std::initializer_list<T> list) noexcept : span<const T>(list.begin(), list.size()) {}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 };
 
 // ---- errors ------------------------------------------------------------------------------------
@@ -248,11 +269,11 @@ template <class T>
 constexpr DLDataType dtype_of() {
   using E = std::remove_cv_t<std::remove_all_extents_t<T>>;
   DLDataType d = impl::DLPackDType<E>::value;
-  uint64_t lanes = 1;
-  if constexpr (std::rank_v<T> >= 1) lanes *= std::extent_v<T, 0>;
-  if constexpr (std::rank_v<T> >= 2) lanes *= std::extent_v<T, 1>;
-  if constexpr (std::rank_v<T> >= 3) lanes *= std::extent_v<T, 2>;
   static_assert(std::rank_v<T> <= 3, "dtype_of: at most three array extents");
+  constexpr uint64_t lanes = (std::rank_v<T> >= 1 ? std::extent_v<T, 0> : 1) *
+                             (std::rank_v<T> >= 2 ? std::extent_v<T, 1> : 1) *
+                             (std::rank_v<T> >= 3 ? std::extent_v<T, 2> : 1);
+  static_assert(lanes >= 1 && lanes <= 65535, "dtype_of: DLPack lanes are 1..65535");
   d.lanes = uint16_t(lanes);
   return d;
 }
@@ -378,17 +399,37 @@ class Query {
   detail::UniqueHandle<kstage_query_release> h_;
 };
 
-/// \brief A submitted mutation (kstage_op_t). Releasing it does not cancel its work.
+/**
+ * \brief A submitted mutation (kstage_op_t). Releasing it does not cancel its work.
+ *
+ * The sources of a write must stay valid until its work is done (kstage.h): a
+ * write from a host View into a device column copies after the call returns.
+ * An Op of a write from Views therefore keeps those Views (and so their
+ * memory, for managed Views) until wait() sees the work done; destroying or
+ * resetting it before then waits for the work first. Unmanaged Views and
+ * DLTensors own no memory: their memory must outlive the op, as in C.
+ */
 class Op {
  public:
   Op() = default;
+  Op(Op&& o) noexcept = default;
+  Op& operator=(Op&& o) noexcept {
+    if (this != &o) {
+      reset();
+      h_ = std::move(o.h_);
+      keep_ = std::move(o.keep_);
+    }
+    return *this;
+  }
+  ~Op() { reset(); }
   kstage_op_t handle() const noexcept { return h_.get(); }
   explicit operator bool() const noexcept { return bool(h_); }
 
   /// True once the op's work is done; false if `timeout_ns` ran out (KSTAGE_TIMEOUT is
   /// not an error). A failed op leaves its code and kstage_op_error() in `st`.
-  bool wait(uint64_t timeout_ns, Status& st) const {
+  bool wait(uint64_t timeout_ns, Status& st) {
     const kstage_status_t code = kstage_wait(h_.stage(), h_.get(), timeout_ns);
+    if (code != KSTAGE_TIMEOUT) keep_.reset();  // done (or failed): the sources are free
     if (code == KSTAGE_TIMEOUT || code == KSTAGE_OK) {
       if (!st.ok()) st = Status();
       return code == KSTAGE_OK;
@@ -400,31 +441,40 @@ class Op {
       st = Status(code, kstage_last_error());
     return false;
   }
-  bool wait(Status& st) const { return wait(KSTAGE_TIMEOUT_INFINITE, st); }
+  bool wait(Status& st) { return wait(KSTAGE_TIMEOUT_INFINITE, st); }
 #if KSTAGE_CPP_EXCEPTIONS
-  bool wait(uint64_t timeout_ns = KSTAGE_TIMEOUT_INFINITE) const {
+  bool wait(uint64_t timeout_ns = KSTAGE_TIMEOUT_INFINITE) {
     return detail::throwing([&](Status& st) { return wait(timeout_ns, st); });
   }
 #endif
-  void reset() noexcept { h_.reset(); }
+  /// Releases the op (after waiting for its work if it still holds the write's Views).
+  void reset() noexcept {
+    if (keep_ && h_) kstage_wait(h_.stage(), h_.get(), KSTAGE_TIMEOUT_INFINITE);
+    keep_.reset();
+    h_.reset();
+  }
 
  private:
   friend class Stage;
   friend class Map;
   friend class MapGroup;
-  Op(kstage_stage_t s, kstage_op_t h) : h_(s, h) {}
+  Op(kstage_stage_t s, kstage_op_t h, std::shared_ptr<void> keep = nullptr)
+      : h_(s, h), keep_(std::move(keep)) {}
   detail::UniqueHandle<kstage_release_op> h_;
+  std::shared_ptr<void> keep_;  // the write's source Views, until its work is done
 };
 
 namespace detail {
 
 // An unmanaged View of tensor `t` (group data), or an empty one and `st` set.
+// `usable` false: `st` already says why there is no tensor.
 template <class DataType, class MemorySpace, class Layout>
 Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view_of(
-    const DLTensor* t, uint64_t index, uint64_t count, Status& st) {
+    const DLTensor* t, uint64_t index, uint64_t count, Status& st, bool usable = true) {
   using View = Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   typename View::pointer_type ptr = nullptr;
   Layout layout = impl::empty_layout<View>();
+  if (!usable) return View(ptr, layout);
   if (index >= count) {
     st = Status(KSTAGE_INVALID_ARGUMENT, "tensor " + std::to_string(index) + " of a group with " +
                                              std::to_string(count) + " tensor(s)");
@@ -589,16 +639,21 @@ class Read {
 };
 
 /// \brief One writable group of a map (kstage_map_group_info_t). Owns nothing: its
-/// buffers belong to the Map, and are committed by commit() or Map::commit().
+/// buffers belong to the Map, and are committed by commit() or Map::commit(). Once
+/// its map is committed, abandoned or destroyed, or the group itself committed,
+/// view(), export_dlpack() and commit() refuse it (INVALID_HANDLE); the raw
+/// accessors (tensor(), prims(), raw()) then point at freed memory.
 class MapGroup {
  public:
   MapGroup() = default;
   MapGroup(MapGroup&& o) noexcept
-      : stage_(std::exchange(o.stage_, 0)), map_(std::exchange(o.map_, 0)), g_(std::exchange(o.g_, {})) {}
+      : stage_(std::exchange(o.stage_, 0)), map_(std::exchange(o.map_, 0)), g_(std::exchange(o.g_, {})),
+        alive_(std::move(o.alive_)) {}
   MapGroup& operator=(MapGroup&& o) noexcept {
     stage_ = std::exchange(o.stage_, 0);
     map_ = std::exchange(o.map_, 0);
     g_ = std::exchange(o.g_, {});
+    alive_ = std::move(o.alive_);
     return *this;
   }
   kstage_map_group_t handle() const noexcept { return g_.handle; }
@@ -619,19 +674,25 @@ class MapGroup {
   template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutRight>
   Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view(
       uint64_t i, Status& st) const {
-    return detail::view_of<DataType, MemorySpace, Layout>(g_.data.tensors, i, g_.data.tensor_count, st);
+    const bool ok = live(st);
+    return detail::view_of<DataType, MemorySpace, Layout>(g_.data.tensors, i, ok ? g_.data.tensor_count : 0,
+                                                          st, ok);
   }
   /// Tensor i as a writable DLPack tensor (kstage_map_group_export).
   DLManagedTensorVersioned* export_dlpack(uint64_t i, uint64_t flags, Status& st) const {
     DLManagedTensorVersioned* out = nullptr;
-    detail::check(kstage_map_group_export(stage_, map_, g_.handle, i, flags, &out), st);
+    if (live(st)) detail::check(kstage_map_group_export(stage_, map_, g_.handle, i, flags, &out), st);
     return out;
   }
-  /// Commits this group alone (kstage_unmap_group); on failure it stays mapped.
-  Op commit(kstage_device_sync_t done_sync, Status& st) const {
+  /// Commits this group alone (kstage_unmap_group); on failure it stays mapped. A committed
+  /// group is empty.
+  Op commit(kstage_device_sync_t done_sync, Status& st) {
     kstage_op_t op = 0;
-    if (!detail::check(kstage_unmap_group(stage_, map_, g_.handle, done_sync, &op), st)) return {};
-    return Op(stage_, op);
+    if (!live(st) || !detail::check(kstage_unmap_group(stage_, map_, g_.handle, done_sync, &op), st))
+      return {};
+    const kstage_stage_t stage = stage_;
+    *this = MapGroup();
+    return Op(stage, op);
   }
 #if KSTAGE_CPP_EXCEPTIONS
   template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutRight>
@@ -642,16 +703,30 @@ class MapGroup {
   DLManagedTensorVersioned* export_dlpack(uint64_t i, uint64_t flags = 0) const {
     return detail::throwing([&](Status& st) { return export_dlpack(i, flags, st); });
   }
-  Op commit(kstage_device_sync_t done_sync = {0, 0}) const {
+  Op commit(kstage_device_sync_t done_sync = {0, 0}) {
     return detail::throwing([&](Status& st) { return commit(done_sync, st); });
   }
 #endif
 
  private:
   friend class Map;
+  bool live(Status& st) const {
+    if (g_.handle == 0) {
+      st = Status(KSTAGE_INVALID_HANDLE, "an empty map group (committed, moved from or never fetched)");
+      return false;
+    }
+    if (alive_.expired()) {
+      st = Status(KSTAGE_INVALID_HANDLE, "map group " + std::to_string(g_.handle) +
+                                             ": its map was committed, abandoned or destroyed, and its "
+                                             "buffers with it");
+      return false;
+    }
+    return true;
+  }
   kstage_stage_t stage_ = 0;
   kstage_map_t map_ = 0;
   kstage_map_group_info_t g_{};
+  std::weak_ptr<const char> alive_;  // expires with the map
 };
 
 /// \brief An open map (kstage_map_t). Destroyed without commit(), it is abandoned
@@ -672,6 +747,7 @@ class Map {
     group.stage_ = h_.stage();
     group.map_ = h_.get();
     group.g_ = g;
+    group.alive_ = alive_;
     return true;
   }
   /// Commits every fetched group not yet committed, as one op, and ends the map
@@ -681,6 +757,8 @@ class Map {
     if (!detail::check(kstage_unmap_attribute(h_.stage(), h_.get(), done_sync, &op), st)) return {};
     const kstage_stage_t stage = h_.stage();
     h_.release();  // unmapping ended the map: nothing left to release
+    current_ = MapGroup();
+    alive_.reset();
     return Op(stage, op);
   }
   Op commit(Status& st) { return commit({0, 0}, st); }
@@ -724,18 +802,21 @@ class Map {
   /// Abandons the map now (kstage_release_map).
   void reset() noexcept {
     current_ = MapGroup();
+    alive_.reset();
     h_.reset();
   }
 
  private:
   friend class Stage;
-  Map(kstage_stage_t s, kstage_map_t h) : h_(s, h) {}
+  Map(kstage_stage_t s, kstage_map_t h) : h_(s, h), alive_(std::make_shared<const char>('\0')) {}
   detail::UniqueHandle<kstage_release_map> h_;
   MapGroup current_;
+  std::shared_ptr<const char> alive_;  // its groups' weak_ptrs expire with it
 };
 
 /// \brief A filter over existing prims (kstage_filter_t): the AND of what is set.
 struct Filter {
+  Filter() noexcept {}  // not an aggregate: a braced list passed to query() is a path list
   /// Prims that hold every one of these attributes (sealed).
   span<const kstage_token_t> has;
   /// Prims whose path is in this list (an empty PathList handle: no constraint).
@@ -746,16 +827,18 @@ struct Filter {
 
 /**
  * \brief Several attributes written as one op (kstage_write_attributes): all are
- * accepted or none is. Each add() borrows its View, which must live until the
- * write (and for device data, its op) is done; add() ignores options.mode: the
- * batch's mode applies.
+ * accepted or none is. Each add() keeps a copy of its View, which the write's
+ * Op then keeps until its work is done (see Op); add() ignores options.mode:
+ * the batch's mode applies.
  */
 class WriteBatch {
  public:
   explicit WriteBatch(kstage_prim_mode_t mode = KSTAGE_PRIM_MODE_UPSERT) : mode_(mode) {}
   template <class View, class = std::enable_if_t<detail::is_view_rank_1_to_3<View>::value>>
   WriteBatch& add(kstage_token_t attribute, const View& view, const WriteOptions& options = {}) {
-    return add(attribute, borrow_dlpack(view).tensor(), options);
+    add(attribute, borrow_dlpack(view).tensor(), options);
+    items_.back().keep = std::make_shared<View>(view);
+    return *this;
   }
   /// A borrowed DLTensor (copied here, with its shape and strides).
   WriteBatch& add(kstage_token_t attribute, const DLTensor& tensor, const WriteOptions& options = {}) {
@@ -783,6 +866,7 @@ class WriteBatch {
     int64_t shape[3] = {};
     int64_t strides[3] = {};
     bool ndim_ok = true;
+    std::shared_ptr<void> keep;  // the View, kept by the write's Op
   };
   kstage_prim_mode_t mode_;
   std::vector<Item> items_;
@@ -867,14 +951,14 @@ class Stage {
     if (!detail::check(kstage_path_string(stage_, path, &s, &n), st)) return {};
     return {s, n};
   }
-  PathList path_list(span<const kstage_path_t> paths, Status& st) const {
+  PathList path_list(array_ref<kstage_path_t> paths, Status& st) const {
     kstage_path_list_t list = 0;
     if (!detail::check(kstage_path_list_create(stage_, paths.data(), paths.size(), &list), st)) return {};
     return PathList(stage_, list);
   }
 
   // --- queries ----------------------------------------------------------------------------------
-  Query query(span<const kstage_path_t> paths, Status& st) const {
+  Query query(array_ref<kstage_path_t> paths, Status& st) const {
     kstage_query_t q = 0;
     if (!detail::check(kstage_query_paths(stage_, paths.data(), paths.size(), &q), st)) return {};
     return Query(stage_, q);
@@ -895,11 +979,12 @@ class Stage {
   template <class View, class = std::enable_if_t<detail::is_view_rank_1_to_3<View>::value>>
   Op write(kstage_token_t attribute, const Query& query, const View& view, uint64_t ordinal,
            const WriteOptions& options, Status& st) const {
-    return write(attribute, query, borrow_dlpack(view).tensor(), ordinal, options, st);
+    return submit(attribute, query, &borrow_dlpack(view).tensor(), 1, false, ordinal, options, st,
+                  std::make_shared<View>(view));
   }
   Op write(kstage_token_t attribute, const Query& query, const DLTensor& tensor, uint64_t ordinal,
            const WriteOptions& options, Status& st) const {
-    return submit(attribute, query, &tensor, 1, false, ordinal, options, st);
+    return submit(attribute, query, &tensor, 1, false, ordinal, options, st, nullptr);
   }
   Op write(const Query& query, const WriteBatch& batch, uint64_t ordinal, Status& st) const {
     std::vector<kstage_token_t> attributes(batch.items_.size());
@@ -925,26 +1010,37 @@ class Stage {
                                                data.size(), ordinal, batch.mode_, &op),
                        st))
       return {};
-    return Op(stage_, op);
+    std::vector<std::shared_ptr<void>> keep;
+    for (const WriteBatch::Item& item : batch.items_)
+      if (item.keep) keep.push_back(item.keep);
+    return Op(stage_, op, keep.empty() ? nullptr : std::make_shared<decltype(keep)>(std::move(keep)));
   }
   /// An array attribute, one View per source row (any range of Views).
   template <class Rows, class = std::enable_if_t<!Kokkos::is_view<Rows>::value>>
   Op write_ragged(kstage_token_t attribute, const Query& query, const Rows& rows, uint64_t ordinal,
                   const WriteOptions& options, Status& st) const {
+    using RowView = std::decay_t<decltype(*std::begin(rows))>;
+    static_assert(detail::is_view_rank_1_to_3<RowView>::value, "write_ragged: a range of Views of rank 1-3");
+    auto keep = std::make_shared<std::vector<RowView>>(std::begin(rows), std::end(rows));
+    if (keep->size() == 1 && !one_source_row(query, options, "one View", st)) return {};
     std::vector<BorrowedTensor> held;
-    for (const auto& row : rows) held.push_back(borrow_dlpack(row));
+    held.reserve(keep->size());
+    for (const RowView& row : *keep) held.push_back(borrow_dlpack(row));
     std::vector<DLTensor> tensors;
     tensors.reserve(held.size());
     for (const BorrowedTensor& b : held) tensors.push_back(b.tensor());
-    return submit(attribute, query, tensors.data(), tensors.size(), true, ordinal, options, st);
+    return submit(attribute, query, tensors.data(), tensors.size(), true, ordinal, options, st,
+                  std::move(keep));
   }
   /// An array attribute from one packed View: source row i is the next
   /// `row_counts[i]` entries of its leading axis (no copy: one DLTensor per row
   /// into the View's memory).
   template <class View, class = std::enable_if_t<detail::is_view_rank_1_to_3<View>::value>>
   Op write_ragged(kstage_token_t attribute, const Query& query, const View& packed,
-                  span<const uint64_t> row_counts, uint64_t ordinal, const WriteOptions& options,
+                  array_ref<uint64_t> row_counts, uint64_t ordinal, const WriteOptions& options,
                   Status& st) const {
+    if (row_counts.size() == 1 && !one_source_row(query, options, "row_counts with one entry", st))
+      return {};
     const BorrowedTensor whole = borrow_dlpack(packed);
     const DLTensor& w = whole.tensor();
     uint64_t total = 0;
@@ -968,7 +1064,8 @@ class Stage {
       if (row_counts[i] == 0) tensors[i].data = w.data;
       first += row_counts[i];
     }
-    return submit(attribute, query, tensors.data(), tensors.size(), true, ordinal, options, st);
+    return submit(attribute, query, tensors.data(), tensors.size(), true, ordinal, options, st,
+                  std::make_shared<View>(packed));
   }
   /**
    * \brief A fixed-size attribute whose memory passes to the stage (a managed
@@ -1005,7 +1102,7 @@ class Stage {
     return Op(stage_, op);
   }
   /// Deletes `attributes` of the query's prims at `ordinal` (none: the prims themselves).
-  Op delete_attributes(const Query& query, span<const kstage_token_t> attributes, uint64_t ordinal,
+  Op delete_attributes(const Query& query, array_ref<kstage_token_t> attributes, uint64_t ordinal,
                        Status& st) const {
     kstage_op_t op = 0;
     if (!detail::check(kstage_delete_attributes(stage_, query.handle(), attributes.data(),
@@ -1018,7 +1115,7 @@ class Stage {
     return delete_attributes(query, {}, ordinal, st);
   }
   /// Advances the write floor of `attributes` (none: every attribute) to `ordinal`.
-  void seal(uint64_t ordinal, span<const kstage_token_t> attributes, Status& st) const {
+  void seal(uint64_t ordinal, array_ref<kstage_token_t> attributes, Status& st) const {
     detail::check(kstage_advance_write_floor(stage_, ordinal, attributes.data(), attributes.size()), st);
   }
   void seal(uint64_t ordinal, Status& st) const { seal(ordinal, {}, st); }
@@ -1030,7 +1127,7 @@ class Stage {
   }
 
   // --- reads and maps ---------------------------------------------------------------------------
-  Read read(const Query& query, span<const kstage_token_t> attributes, const ReadOptions& options,
+  Read read(const Query& query, array_ref<kstage_token_t> attributes, const ReadOptions& options,
             Status& st) const {
     kstage_read_desc_t d = kstage_read_desc_init();
     d.compact = options.compact;
@@ -1083,10 +1180,10 @@ class Stage {
   std::string_view path_string(kstage_path_t path) const {
     return detail::throwing([&](Status& st) { return path_string(path, st); });
   }
-  PathList path_list(span<const kstage_path_t> paths) const {
+  PathList path_list(array_ref<kstage_path_t> paths) const {
     return detail::throwing([&](Status& st) { return path_list(paths, st); });
   }
-  Query query(span<const kstage_path_t> paths) const {
+  Query query(array_ref<kstage_path_t> paths) const {
     return detail::throwing([&](Status& st) { return query(paths, st); });
   }
   Query query(const Filter& filter) const {
@@ -1112,7 +1209,7 @@ class Stage {
   }
   template <class View, class = std::enable_if_t<detail::is_view_rank_1_to_3<View>::value>>
   Op write_ragged(kstage_token_t attribute, const Query& query, const View& packed,
-                  span<const uint64_t> row_counts, uint64_t ordinal, const WriteOptions& options = {}) const {
+                  array_ref<uint64_t> row_counts, uint64_t ordinal, const WriteOptions& options = {}) const {
     return detail::throwing([&](Status& st) {
       return write_ragged(attribute, query, packed, row_counts, ordinal, options, st);
     });
@@ -1124,19 +1221,19 @@ class Stage {
       return write_managed(attribute, query, std::move(view), ordinal, options, st);
     });
   }
-  Op delete_attributes(const Query& query, span<const kstage_token_t> attributes, uint64_t ordinal) const {
+  Op delete_attributes(const Query& query, array_ref<kstage_token_t> attributes, uint64_t ordinal) const {
     return detail::throwing([&](Status& st) { return delete_attributes(query, attributes, ordinal, st); });
   }
   Op delete_prims(const Query& query, uint64_t ordinal) const {
     return detail::throwing([&](Status& st) { return delete_prims(query, ordinal, st); });
   }
-  void seal(uint64_t ordinal, span<const kstage_token_t> attributes = {}) const {
+  void seal(uint64_t ordinal, array_ref<kstage_token_t> attributes = {}) const {
     detail::throwing([&](Status& st) { seal(ordinal, attributes, st); });
   }
   uint64_t write_floor(kstage_token_t attribute = 0) const {
     return detail::throwing([&](Status& st) { return write_floor(attribute, st); });
   }
-  Read read(const Query& query, span<const kstage_token_t> attributes,
+  Read read(const Query& query, array_ref<kstage_token_t> attributes,
             const ReadOptions& options = {}) const {
     return detail::throwing([&](Status& st) { return read(query, attributes, options, st); });
   }
@@ -1147,8 +1244,27 @@ class Stage {
 #endif
 
  private:
+  // A ragged write of a single tensor is the C API's packed form when more than one source
+  // row is wanted; the C++ API's one-View-per-row forms must be one row.
+  bool one_source_row(const Query& query, const WriteOptions& o, const char* what, Status& st) const {
+    uint64_t wanted = o.count;
+    if (!o.index_map.empty()) {
+      wanted = 0;
+      const size_t n = o.count ? std::min<size_t>(o.index_map.size(), size_t(o.count)) : o.index_map.size();
+      for (size_t i = 0; i < n; ++i) wanted = std::max<uint64_t>(wanted, uint64_t(o.index_map[i]) + 1);
+    } else if (wanted == 0) {
+      wanted = query.count(st);
+      if (!st.ok()) return false;
+    }
+    if (wanted == 1) return true;
+    st = Status(KSTAGE_INVALID_ARGUMENT,
+                std::string("write_ragged: ") + what + " for " + std::to_string(wanted) +
+                    " source rows: give one View per row, or a packed View with one row count per row");
+    return false;
+  }
   Op submit(kstage_token_t attribute, const Query& query, const DLTensor* tensors, size_t n,
-            bool is_array, uint64_t ordinal, const WriteOptions& options, Status& st) const {
+            bool is_array, uint64_t ordinal, const WriteOptions& options, Status& st,
+            std::shared_ptr<void> keep) const {
     kstage_write_data_t d = detail::write_data(options);
     d.tensors = tensors;
     d.tensor_count = n;
@@ -1158,7 +1274,7 @@ class Stage {
                                               options.mode, &op),
                        st))
       return {};
-    return Op(stage_, op);
+    return Op(stage_, op, std::move(keep));
   }
 
   kstage_stage_t stage_ = 0;
