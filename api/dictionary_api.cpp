@@ -27,7 +27,7 @@ kstage_status_t string_of(kstage_stage_t stage, uint64_t id, const char** str, s
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     KSTAGE_RETURN_NOT_OK(need(str, "str"));
     auto& dict = s->engine->dictionary();
-    const std::string* v = path ? dict.path(id) : dict.token(id);
+    const std::string* v = path ? dict.stable_path(id) : dict.token(id);
     if (!v)
       return error(KSTAGE_NOT_FOUND, "%s id %llu is not interned in this stage",
                    path ? "path" : "token", (unsigned long long)id);
@@ -48,6 +48,14 @@ kstage_status_t kstage_intern_token(kstage_stage_t stage, const char* str, size_
 kstage_status_t kstage_intern_path(kstage_stage_t stage, const char* str, size_t length,
                                    kstage_path_t* path) {
   return intern(stage, str, length, path, true);
+}
+kstage_status_t kstage_intern_paths(kstage_stage_t stage, const char* const* strings,
+                                    const size_t* lengths, uint64_t count, kstage_path_t* paths) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    return s->engine->dictionary().intern_paths(strings, lengths, count, paths);
+  });
 }
 kstage_status_t kstage_token_string(kstage_stage_t stage, kstage_token_t token, const char** str,
                                     size_t* length) {

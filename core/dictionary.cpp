@@ -53,9 +53,9 @@ Result<uint64_t> Dictionary::intern_token(const char* str, size_t length) {
   return tokens_.intern(s);
 }
 
-Result<uint64_t> Dictionary::intern_path(const char* str, size_t length) {
-  std::string_view s;
-  KSTAGE_ASSIGN_OR_RETURN(s, checked_string("path", str, length));
+namespace {
+
+Status check_path_syntax(std::string_view s) {
   std::string shown(s.substr(0, 64));
   if (s.front() != '/')
     return error(KSTAGE_INVALID_ARGUMENT, "path '%s' is not absolute (must start with '/')",
@@ -65,13 +65,35 @@ Result<uint64_t> Dictionary::intern_path(const char* str, size_t length) {
   if (s.find("//") != std::string_view::npos)
     return error(KSTAGE_INVALID_ARGUMENT, "path '%s' has an empty component ('//')",
                  shown.c_str());
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<uint64_t> Dictionary::intern_path(const char* str, size_t length) {
+  std::string_view s;
+  KSTAGE_ASSIGN_OR_RETURN(s, checked_string("path", str, length));
+  KSTAGE_RETURN_NOT_OK(check_path_syntax(s));
   return paths_.intern(s);
 }
 
-bool Dictionary::path_has_prefix(std::string_view path, std::string_view prefix) {
-  if (prefix == "/") return true;
-  if (path.size() < prefix.size() || path.compare(0, prefix.size(), prefix) != 0) return false;
-  return path.size() == prefix.size() || path[prefix.size()] == '/';
+Status Dictionary::intern_paths(const char* const* strings, const size_t* lengths, uint64_t n,
+                                uint64_t* ids) {
+  if (n > 0 && strings == nullptr)
+    return error(KSTAGE_INVALID_ARGUMENT, "strings is NULL but count is %llu", (unsigned long long)n);
+  if (n > 0 && ids == nullptr)
+    return error(KSTAGE_INVALID_ARGUMENT, "paths is NULL but count is %llu", (unsigned long long)n);
+  std::vector<std::string_view> views(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    Result<std::string_view> r =
+        checked_string("path", strings[i], lengths ? lengths[i] : KSTAGE_NUL_TERMINATED);
+    Status st = r.ok() ? check_path_syntax(r.value()) : r.status();
+    if (!st.ok())
+      return Status(st.code(), format("strings[%llu]: %s", (unsigned long long)i, st.message().c_str()));
+    views[i] = r.value();
+  }
+  paths_.intern_many(views.data(), views.size(), ids);
+  return Status::OK();
 }
 
 }  // namespace kstage::core

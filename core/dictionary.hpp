@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// Path dictionary: interns attribute names (tokens) and prim paths to uint64
-// ids. Strings are never freed while the stage lives, so the pointers handed
-// out by string() stay valid; ids start at 1 (0 is invalid).
+// The dictionary: interns attribute names (tokens) and prim paths to uint64
+// ids, which start at 1 (0 is invalid). Tokens are few: a string table whose
+// strings live as long as the stage. Paths can be 1e8: a tree of
+// (parent, leaf) nodes in arenas (core/path_tree.hpp), strings made on demand.
 #pragma once
 
+#include "core/path_tree.hpp"
 #include "core/status.hpp"
 
 #include <deque>
@@ -33,18 +35,28 @@ class Dictionary {
  public:
   Result<uint64_t> intern_token(const char* str, size_t length);
   Result<uint64_t> intern_path(const char* str, size_t length);
+  // Interns `n` paths (lengths null: NUL-terminated). Every string is checked
+  // first: on failure nothing is interned and the message names strings[i].
+  Status intern_paths(const char* const* strings, const size_t* lengths, uint64_t n, uint64_t* ids);
   const std::string* token(uint64_t id) const { return tokens_.find(id); }
-  const std::string* path(uint64_t id) const { return paths_.find(id); }
   bool is_token(uint64_t id) const { return tokens_.contains(id); }
   bool is_path(uint64_t id) const { return paths_.contains(id); }
-  uint64_t path_count() const { return paths_.size(); }
-
-  // True if `path` equals `prefix` or lies below it ("/a" covers "/a/b", not "/ab").
-  static bool path_has_prefix(std::string_view path, std::string_view prefix);
+  // The path's string ("" if `id` is not a path), made on demand.
+  std::string path(uint64_t id) const { return paths_.path(id); }
+  // The same, kept for the stage's lifetime (kstage_path_string); null if not a path.
+  const std::string* stable_path(uint64_t id) const { return paths_.stable_path(id); }
+  // Every path id is below this.
+  uint64_t path_id_bound() const { return paths_.id_bound(); }
+  // Keeps the paths of `ids` that equal `prefix` or lie below it ("/a" covers
+  // "/a/b", not "/ab").
+  void keep_at_or_below(uint64_t prefix, std::vector<uint64_t>& ids) const {
+    paths_.keep_at_or_below(prefix, ids);
+  }
+  size_t path_memory_bytes() const { return paths_.memory_bytes(); }
 
  private:
   StringTable tokens_;
-  StringTable paths_;
+  PathTree paths_;
 };
 
 }  // namespace kstage::core

@@ -113,8 +113,8 @@ std::string Stage::token_name(uint64_t token) const {
 }
 
 std::string Stage::path_name(uint64_t path) const {
-  const std::string* s = dictionary_.path(path);
-  return s ? *s : format("#%llu", (unsigned long long)path);
+  std::string s = dictionary_.path(path);
+  return !s.empty() ? s : format("#%llu", (unsigned long long)path);
 }
 
 uint64_t Stage::floor_of(uint64_t attribute) const {
@@ -141,7 +141,7 @@ Result<PrimList> Stage::query_paths(const uint64_t* paths, uint64_t n) {
     return error(KSTAGE_INVALID_ARGUMENT, "paths is NULL but count is %llu", (unsigned long long)n);
   auto list = std::make_shared<std::vector<uint64_t>>(paths, paths + n);
   // Path ids are dense, so a bitmap over them finds repeats without hashing.
-  std::vector<bool> seen(dictionary_.path_count() + 1);
+  std::vector<bool> seen(dictionary_.path_id_bound());
   for (uint64_t i = 0; i < n; ++i) {
     if (!dictionary_.is_path(paths[i]))
       return error(KSTAGE_INVALID_ARGUMENT, "paths[%llu] = %llu is not a path of this stage",
@@ -163,13 +163,9 @@ Result<PrimList> Stage::query_filter(const kstage_filter_t& f, const std::vector
                  (unsigned long long)f.has_attribute_count);
   for (uint64_t i = 0; i < f.has_attribute_count; ++i)
     KSTAGE_RETURN_NOT_OK(check_token(f.has_attributes[i], "filter.has_attributes", i));
-  const std::string* prefix = nullptr;
-  if (f.path_prefix != 0) {
-    prefix = dictionary_.path(f.path_prefix);
-    if (!prefix)
-      return error(KSTAGE_INVALID_ARGUMENT, "filter.path_prefix = %llu is not a path of this stage",
-                   (unsigned long long)f.path_prefix);
-  }
+  if (f.path_prefix != 0 && !dictionary_.is_path(f.path_prefix))
+    return error(KSTAGE_INVALID_ARGUMENT, "filter.path_prefix = %llu is not a path of this stage",
+                 (unsigned long long)f.path_prefix);
   std::lock_guard lock(mutex_);
   std::vector<const Column*> has;
   for (uint64_t i = 0; i < f.has_attribute_count; ++i) {
@@ -191,9 +187,9 @@ Result<PrimList> Stage::query_filter(const kstage_filter_t& f, const std::vector
     if (p >= prim_attribute_count_.size() || prim_attribute_count_[p] == 0) continue;
     bool keep = true;
     for (const Column* c : has) keep = keep && c->has(p);
-    if (keep && prefix) keep = Dictionary::path_has_prefix(*dictionary_.path(p), *prefix);
     if (keep) out->push_back(p);
   }
+  if (f.path_prefix != 0) dictionary_.keep_at_or_below(f.path_prefix, *out);
   return PrimList(std::move(out));
 }
 

@@ -177,6 +177,23 @@ def targets(kst, pending=None, omp=None):
                  rows_label(MAP_TIME_ROWS), exec_),
              "%d/%d cases; worst: cycle costs the fill + %.2f payload copies (%s %sx%s)" % (
                  len(ok), len(cases), excess, rows_label(worst["rows"]), short_dtype(worst["dtype"]), worst["lanes"]))
+    # The compact path dictionary (issue 16): at 1e7 paths, <= 0.3 us per intern and <= 48 bytes
+    # per path (resident memory the stage gained, hash index included).
+    for exec_ in execs:
+        for name, label in (("intern_path", "one kstage_intern_path call per path"),
+                            ("intern_paths_bulk", "one kstage_intern_paths call")):
+            cases = [r for r in kst if r["workload"] == name and r["exec"] == exec_ and int(r["rows"]) >= 10**7
+                     and fnum(r["median_s"]) > 0]
+            what = "path dictionary at 1e7 paths: <= 0.3 us per intern and <= 48 B per path [%s, %s]" % (label, exec_)
+            if not cases:
+                line("n/a", what, "no measurement")
+                continue
+            us = [1e6 * fnum(c["median_s"]) / fnum(c["items"]) for c in cases]
+            bpp = [float(x.split("=")[1]) for c in cases for x in c.get("note", "").split("; ")
+                   if x.startswith("bytes_per_path=")]
+            ok = max(us) <= 0.3 and bpp and max(bpp) <= 48
+            line("PASS" if ok else "FAIL", what, "worst %.3f us per intern, %s B per path over %d case(s)" % (
+                max(us), "%.1f" % max(bpp) if bpp else "?", len(cases)))
     # The C++ API adds no work: its dense write + seal against the C API's, same shape and run.
     for exec_ in execs:
         c_api = {(r["rows"], r["dtype"], r["lanes"]): fnum(r["gbps"]) for r in sel(["write_dense_seal"], exec_)}

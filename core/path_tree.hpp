@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: Apache-2.0
+// Prim paths as a tree. A path is a node: its parent's id and its last
+// component (the leaf), so "/world/particles/p17" stores "p17" once and
+// shares "/world/particles" with its siblings. Nodes and leaves live in
+// chunked arenas (no per-path heap string, no reallocation spikes); a hash
+// index of (parent, leaf) -> node finds them. Ids are dense (node index + 1)
+// and never change or go away while the tree lives.
+//
+// Ancestors a path needs are created as *hidden* nodes: they have ids but are
+// not paths of the stage (contains() is false) until someone interns them,
+// which keeps their earlier id. So ids follow interning order, except that a
+// path first created as another's ancestor keeps the id it got then.
+//
+// Strings are made on demand (messages, kstage_path_string): stable_path()
+// keeps the ones handed out through the C API for the tree's lifetime.
+//
+// Thread safety: every member may be called from several threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace kstage::core {
+
+// A growable array in fixed-size chunks: growth never moves elements nor
+// holds two copies of the array.
+template <class T, size_t kChunkBits = 16>
+class ChunkedArray {
+ public:
+  static constexpr size_t kChunk = size_t(1) << kChunkBits;
+  size_t size() const { return size_; }
+  T& operator[](size_t i) { return chunks_[i >> kChunkBits][i & (kChunk - 1)]; }
+  const T& operator[](size_t i) const { return chunks_[i >> kChunkBits][i & (kChunk - 1)]; }
+  void push_back(const T& v) {
+    if ((size_ & (kChunk - 1)) == 0) chunks_.push_back(std::make_unique<T[]>(kChunk));
+    (*this)[size_++] = v;
+  }
+  size_t bytes() const { return chunks_.size() * kChunk * sizeof(T) + chunks_.capacity() * sizeof(void*); }
+
+ private:
+  std::vector<std::unique_ptr<T[]>> chunks_;
+  size_t size_ = 0;
+};
+
+class PathTree {
+ public:
+  PathTree();
+  PathTree(const PathTree&) = delete;
+  PathTree& operator=(const PathTree&) = delete;
+
+  // The id of `path`, a valid absolute path (the caller checks the syntax),
+  // interning it (and any missing ancestor, hidden) if needed.
+  uint64_t intern(std::string_view path);
+  // intern() for `n` paths under one lock; consecutive paths with the same
+  // parent find it once.
+  void intern_many(const std::string_view* paths, size_t n, uint64_t* ids);
+
+  // Whether `id` is an interned path (hidden ancestors are not).
+  bool contains(uint64_t id) const;
+  // Every id is < id_bound() (ids of hidden nodes included).
+  uint64_t id_bound() const;
+  // The path of `id` ("" when it is not one).
+  std::string path(uint64_t id) const;
+  // The same, kept for the tree's lifetime (null when `id` is not a path).
+  const std::string* stable_path(uint64_t id) const;
+  // Keeps the ids of `ids` that are `prefix` or lie below it ("/a" covers
+  // "/a/b", not "/ab"; "/" covers everything).
+  void keep_at_or_below(uint64_t prefix, std::vector<uint64_t>& ids) const;
+
+  // Bytes the tree holds (nodes, leaves, hash index, handed-out strings).
+  size_t memory_bytes() const;
+
+ private:
+  struct Node {
+    uint64_t parent;  // parent id (0: a top-level path, or "/" itself) | kVisible
+    uint64_t leaf;    // where the leaf is: leaf_bytes_ chunk << 32 | offset in the chunk
+  };
+  static constexpr uint64_t kVisible = uint64_t(1) << 63;
+  static constexpr size_t kLeafChunk = size_t(1) << 20;
+
+  // Requires mutex_ (shared or unique).
+  std::string_view leaf_of(const Node& n) const;
+  uint64_t find(uint64_t parent, std::string_view leaf, uint32_t hash) const;
+  uint64_t find_parent(std::string_view path) const;  // 0 if an ancestor is missing
+  // Require mutex_ unique.
+  uint64_t insert(uint64_t parent, std::string_view leaf, uint32_t hash, bool visible);
+  uint64_t intern_locked(std::string_view path);
+  uint64_t make_parent(std::string_view path);
+  void grow_index();
+
+  static uint32_t hash_of(uint64_t parent, std::string_view leaf);
+
+  mutable std::shared_mutex mutex_;
+  ChunkedArray<Node> nodes_;
+  std::vector<std::unique_ptr<char[]>> leaf_chunks_;
+  std::vector<size_t> leaf_chunk_sizes_;
+  size_t leaf_used_ = 0;  // bytes used in the last chunk
+  // Open addressing, linear probing: slot = hash << 32 | (node index + 1), 0 = empty.
+  std::vector<uint64_t> index_;
+  uint64_t root_ = 0;  // the id of "/" once it exists
+  const uint64_t serial_;  // tells this tree apart in the per-thread parent cache
+
+  mutable std::mutex strings_mutex_;
+  mutable std::unordered_map<uint64_t, std::unique_ptr<const std::string>> strings_;
+};
+
+}  // namespace kstage::core
