@@ -95,6 +95,14 @@ TEST_CASE("cpp: the dictionary, path lists and queries call through", "[cpp]") {
   kstage::PathList back = q.paths();
   REQUIRE(std::vector<kstage_path_t>(back.paths().begin(), back.paths().end()) == ids);
   CPP_FAILS(s.query({ids[0], ids[0]}), KSTAGE_INVALID_ARGUMENT, "repeats paths[0]");
+  // Bulk: the same ids as one by one; a bad name interns nothing.
+  const std::vector<std::string> names{"/world/p1", "/world/q", "/world/p3"};
+  const std::vector<std::string_view> views(names.begin(), names.end());
+  const std::vector<kstage_path_t> bulk = s.paths(views);
+  REQUIRE(bulk[0] == ids[1]);
+  REQUIRE(bulk[2] == ids[3]);
+  REQUIRE(s.path_string(bulk[1]) == "/world/q");
+  CPP_FAILS(s.paths({"/world/r", "bad"}), KSTAGE_INVALID_ARGUMENT, "strings[1]");
 
   // Filters: prims holding the attribute, under a prefix, in a list.
   Kokkos::View<float* [3], Kokkos::HostSpace> view("v", 5);

@@ -938,6 +938,19 @@ class Stage {
     detail::check(kstage_intern_path(stage_, name.data(), name.size(), &p), st);
     return p;
   }
+  /// Interns every path of `names` at once (kstage_intern_paths): all, or none when one is bad.
+  std::vector<kstage_path_t> paths(array_ref<std::string_view> names, Status& st) const {
+    std::vector<const char*> strs(names.size());
+    std::vector<size_t> lengths(names.size());
+    for (size_t i = 0; i < names.size(); ++i) {
+      strs[i] = names[i].data();
+      lengths[i] = names[i].size();
+    }
+    std::vector<kstage_path_t> ids(names.size());
+    if (!detail::check(kstage_intern_paths(stage_, strs.data(), lengths.data(), ids.size(), ids.data()), st))
+      return {};
+    return ids;
+  }
   /// The string of a token or a path (valid for the stage's lifetime).
   std::string_view token_string(kstage_token_t token, Status& st) const {
     const char* s = nullptr;
@@ -1173,6 +1186,9 @@ class Stage {
   }
   kstage_path_t path(std::string_view name) const {
     return detail::throwing([&](Status& st) { return path(name, st); });
+  }
+  std::vector<kstage_path_t> paths(array_ref<std::string_view> names) const {
+    return detail::throwing([&](Status& st) { return paths(names, st); });
   }
   std::string_view token_string(kstage_token_t token) const {
     return detail::throwing([&](Status& st) { return token_string(token, st); });

@@ -63,8 +63,9 @@ int main(int argc, char** argv) try {
 
   kstage::Stage stage = kstage::Stage::create();  // initialises Kokkos
   const kstage_token_t position = stage.token("position"), velocity = stage.token("velocity");
-  std::vector<kstage_path_t> paths(n);
-  for (uint64_t i = 0; i < n; ++i) paths[i] = stage.path("/particles/p" + std::to_string(i));
+  std::vector<std::string> names(n);
+  for (uint64_t i = 0; i < n; ++i) names[i] = "/particles/p" + std::to_string(i);
+  const std::vector<kstage_path_t> paths = stage.paths(std::vector<std::string_view>(names.begin(), names.end()));
   const kstage::Query all = stage.query(paths);
 
   // The host model, and the initial state at ordinal 1.
