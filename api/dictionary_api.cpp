@@ -57,6 +57,50 @@ kstage_status_t kstage_intern_paths(kstage_stage_t stage, const char* const* str
     return s->engine->dictionary().intern_paths(strings, lengths, count, paths);
   });
 }
+kstage_status_t kstage_intern_path_range(kstage_stage_t stage, const char* parent, size_t parent_length,
+                                         const char* prefix, size_t prefix_length, uint64_t begin,
+                                         uint64_t count, kstage_path_t* first) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(first, "first"));
+    KSTAGE_ASSIGN_OR_RETURN(
+        *first, s->engine->dictionary().intern_path_range(parent, parent_length, prefix, prefix_length, begin, count));
+    return Status::OK();
+  });
+}
+kstage_status_t kstage_path_range_info(kstage_stage_t stage, kstage_path_t path, kstage_path_t* first,
+                                       uint64_t* count, uint64_t* index) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    core::PathTree::Range r;
+    if (!s->engine->dictionary().path_range(path, r))
+      return error(KSTAGE_NOT_FOUND, "path %llu is not a member of a path range of this stage",
+                   (unsigned long long)path);
+    if (first) *first = r.first;
+    if (count) *count = r.count;
+    if (index) *index = path - r.first;
+    return Status::OK();
+  });
+}
+kstage_status_t kstage_path_range_member(kstage_stage_t stage, kstage_path_t first, uint64_t index,
+                                         kstage_path_t* path) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(path, "path"));
+    core::PathTree::Range r;
+    if (!s->engine->dictionary().path_range(first, r) || r.first != first)
+      return error(KSTAGE_INVALID_ARGUMENT, "range %llu is not the first path of a path range of this stage",
+                   (unsigned long long)first);
+    if (index >= r.count)
+      return error(KSTAGE_INVALID_ARGUMENT, "index %llu is beyond the range's %llu paths",
+                   (unsigned long long)index, (unsigned long long)r.count);
+    *path = first + index;
+    return Status::OK();
+  });
+}
 kstage_status_t kstage_token_string(kstage_stage_t stage, kstage_token_t token, const char** str,
                                     size_t* length) {
   return string_of(stage, token, str, length, false);

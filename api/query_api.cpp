@@ -21,6 +21,19 @@ kstage_status_t kstage_query_paths(kstage_stage_t stage, const kstage_path_t* pa
   });
 }
 
+kstage_status_t kstage_query_range(kstage_stage_t stage, kstage_path_t first, uint64_t start,
+                                   uint64_t count, uint64_t stride, kstage_query_t* query) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(query, "query"));
+    core::PrimList prims;
+    KSTAGE_ASSIGN_OR_RETURN(prims, s->engine->query_range(first, start, count, stride));
+    *query = s->queries.add(Kind::Query, std::move(prims));
+    return Status::OK();
+  });
+}
+
 kstage_status_t kstage_query_filter(kstage_stage_t stage, const kstage_filter_t* filter,
                                     kstage_query_t* query) {
   return guard([&]() -> Status {

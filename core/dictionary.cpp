@@ -77,6 +77,39 @@ Result<uint64_t> Dictionary::intern_path(const char* str, size_t length) {
   return paths_.intern(s);
 }
 
+Result<uint64_t> Dictionary::intern_path_range(const char* parent, size_t parent_length,
+                                               const char* prefix, size_t prefix_length, uint64_t begin,
+                                               uint64_t count) {
+  std::string_view under;
+  KSTAGE_ASSIGN_OR_RETURN(under, checked_string("parent", parent, parent_length));
+  KSTAGE_RETURN_NOT_OK(check_path_syntax(under));
+  if (prefix == nullptr && prefix_length != 0 && prefix_length != KSTAGE_NUL_TERMINATED)
+    return error(KSTAGE_INVALID_ARGUMENT, "prefix is NULL but prefix_length is %zu", prefix_length);
+  std::string_view lead;
+  if (prefix != nullptr) {
+    const size_t n = prefix_length == KSTAGE_NUL_TERMINATED ? std::strlen(prefix) : prefix_length;
+    lead = std::string_view(prefix, n);
+    if (lead.find('/') != std::string_view::npos || lead.find('\0') != std::string_view::npos)
+      return error(KSTAGE_INVALID_ARGUMENT, "prefix '%s' holds a '/' or a NUL: it is part of one path component",
+                   std::string(lead.substr(0, 64)).c_str());
+  }
+  if (count == 0 || count > UINT32_MAX)
+    return error(KSTAGE_INVALID_ARGUMENT, "count %llu: a range holds 1 to 2^32 - 1 paths",
+                 (unsigned long long)count);
+  if (begin > UINT64_MAX - (count - 1))
+    return error(KSTAGE_INVALID_ARGUMENT, "begin %llu + count %llu overflows a 64-bit number",
+                 (unsigned long long)begin, (unsigned long long)count);
+  std::string why;
+  const uint64_t first = paths_.intern_range(under, lead, begin, count, why);
+  if (first == 0) {
+    const std::string name = (under == "/" ? std::string() : std::string(under.substr(0, 64))) + "/" +
+                             std::string(lead.substr(0, 64));
+    return error(KSTAGE_ALREADY_EXISTS, "range '%s[%llu, %llu)': %s", name.c_str(),
+                 (unsigned long long)begin, (unsigned long long)(begin + count), why.c_str());
+  }
+  return first;
+}
+
 Status Dictionary::intern_paths(const char* const* strings, const size_t* lengths, uint64_t n,
                                 uint64_t* ids) {
   if (n > 0 && strings == nullptr)

@@ -38,6 +38,12 @@ class Dictionary {
   // Interns `n` paths (lengths null: NUL-terminated). Every string is checked
   // first: on failure nothing is interned and the message names strings[i].
   Status intern_paths(const char* const* strings, const size_t* lengths, uint64_t n, uint64_t* ids);
+  // A range of `count` paths "<parent>/<prefix><begin + i>" (kstage_intern_path_range):
+  // its first id.
+  Result<uint64_t> intern_path_range(const char* parent, size_t parent_length, const char* prefix,
+                                     size_t prefix_length, uint64_t begin, uint64_t count);
+  // The range `path` is a member of (false: none).
+  bool path_range(uint64_t path, PathTree::Range& out) const { return paths_.range_of(path, out); }
   const std::string* token(uint64_t id) const { return tokens_.find(id); }
   bool is_token(uint64_t id) const { return tokens_.contains(id); }
   bool is_path(uint64_t id) const { return paths_.contains(id); }

@@ -32,6 +32,17 @@ std::string_view parent_part(std::string_view path) {
 }
 std::string_view leaf_part(std::string_view path) { return path.substr(path.rfind('/') + 1); }
 
+// A range member's number: canonical decimal (no sign, no leading zero), fits 64 bits.
+bool parse_number(std::string_view digits, uint64_t& v) {
+  if (digits.empty() || digits.size() > 20 || (digits.size() > 1 && digits[0] == '0')) return false;
+  v = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9' || v > (UINT64_MAX - uint64_t(c - '0')) / 10) return false;
+    v = v * 10 + uint64_t(c - '0');
+  }
+  return true;
+}
+
 inline uint64_t mix(uint64_t x) {
   x ^= x >> 32;
   x *= 0xD6E8FEB86659FD93ull;
@@ -70,15 +81,75 @@ std::string_view PathTree::leaf_of(const Node& n) const {
   return {reinterpret_cast<const char*>(p), len};
 }
 
-uint64_t PathTree::find(uint64_t parent, std::string_view leaf, uint32_t hash) const {
+uint64_t PathTree::node_id(uint64_t node) const {
+  const Run* r = &runs_.back();
+  if (node < r->first_node) {  // an earlier run: ranges were interned between runs
+    auto it = std::upper_bound(runs_.begin(), runs_.end(), node,
+                               [](uint64_t n, const Run& x) { return n < x.first_node; });
+    r = &*(it - 1);
+  }
+  return r->first_id + (node - r->first_node);
+}
+
+bool PathTree::node_of(uint64_t id, uint64_t& node) const {
+  if (runs_.empty() || id < runs_.front().first_id) return false;
+  const Run* r = &runs_.back();
+  if (id < r->first_id) {
+    auto it = std::upper_bound(runs_.begin(), runs_.end(), id,
+                               [](uint64_t v, const Run& x) { return v < x.first_id; });
+    r = &*(it - 1);
+  }
+  if (id - r->first_id >= r->count) return false;
+  node = r->first_node + (id - r->first_id);
+  return true;
+}
+
+const PathTree::Range* PathTree::range_at(uint64_t id) const {
+  if (ranges_.empty() || id < ranges_.front().first) return nullptr;
+  auto it = std::upper_bound(ranges_.begin(), ranges_.end(), id,
+                             [](uint64_t v, const Range& r) { return v < r.first; });
+  const Range& r = *(it - 1);
+  return id - r.first < r.count ? &r : nullptr;
+}
+
+bool PathTree::visible(uint64_t id) const {
+  uint64_t node = 0;
+  if (node_of(id, node)) return (nodes_[node].parent & kVisible) != 0;
+  return range_at(id) != nullptr;
+}
+
+uint64_t PathTree::parent_of(uint64_t id) const {
+  uint64_t node = 0;
+  if (node_of(id, node)) return nodes_[node].parent & ~kVisible;
+  const Range* r = range_at(id);
+  return r ? r->parent : 0;
+}
+
+// The member of a range under `parent` that `leaf` names: the range's prefix,
+// then the member's number in canonical decimal (no sign, no leading zero).
+uint64_t PathTree::range_member(uint64_t parent, std::string_view leaf) const {
+  auto [lo, hi] = ranges_by_parent_.equal_range(parent);
+  for (auto it = lo; it != hi; ++it) {
+    const Range& r = ranges_[it->second];
+    if (leaf.size() <= r.prefix.size() || leaf.compare(0, r.prefix.size(), r.prefix) != 0) continue;
+    uint64_t v = 0;
+    if (parse_number(leaf.substr(r.prefix.size()), v) && v >= r.begin && v - r.begin < r.count)
+      return r.first + (v - r.begin);
+  }
+  return 0;
+}
+
+uint64_t PathTree::child(uint64_t parent, std::string_view leaf, uint32_t hash) const {
+  if (!ranges_.empty())
+    if (const uint64_t member = range_member(parent, leaf)) return member;
   const size_t mask = index_.size() - 1;
   for (size_t i = hash & mask;; i = (i + 1) & mask) {
     const uint64_t slot = index_[i];
     if (slot == 0) return 0;
     if (uint32_t(slot >> 32) != hash) continue;
-    const uint64_t id = slot & 0xFFFFFFFFu;
-    const Node& n = nodes_[id - 1];
-    if ((n.parent & ~kVisible) == parent && leaf_of(n) == leaf) return id;
+    const uint64_t node = (slot & 0xFFFFFFFFu) - 1;
+    const Node& n = nodes_[node];
+    if ((n.parent & ~kVisible) == parent && leaf_of(n) == leaf) return node_id(node);
   }
 }
 
@@ -91,7 +162,7 @@ uint64_t PathTree::find_parent(std::string_view path) const {
     size_t end = parent.find('/', at);
     if (end == std::string_view::npos) end = parent.size();
     const std::string_view leaf = parent.substr(at, end - at);
-    id = find(id, leaf, hash_of(id, leaf));
+    id = child(id, leaf, hash_of(id, leaf));
     if (id == 0) return 0;
     at = end + 1;
   }
@@ -111,7 +182,7 @@ void PathTree::grow_index() {
 }
 
 uint64_t PathTree::insert(uint64_t parent, std::string_view leaf, uint32_t hash, bool visible) {
-  if (nodes_.size() >= 0xFFFFFFFEu) throw std::bad_alloc();  // ids in the index are 32-bit
+  if (nodes_.size() >= 0xFFFFFFFEu || next_id_ >= kVisible) throw std::bad_alloc();  // 32-bit nodes in the index
   if (4 * (nodes_.size() + 1) > 3 * index_.size()) grow_index();
   // The leaf: LEB128 length, then the bytes, never across a chunk boundary.
   unsigned char len_bytes[10];
@@ -133,13 +204,24 @@ uint64_t PathTree::insert(uint64_t parent, std::string_view leaf, uint32_t hash,
   const uint64_t where = (uint64_t(leaf_chunks_.size() - 1) << 32) | leaf_used_;
   leaf_used_ += need;
 
+  const uint64_t node = nodes_.size();
   nodes_.push_back(Node{parent | (visible ? kVisible : 0), where});
-  const uint64_t id = nodes_.size();
+  const uint64_t id = next_id_++;
+  if (!runs_.empty() && runs_.back().first_id + runs_.back().count == id)
+    ++runs_.back().count;
+  else
+    runs_.push_back(Run{id, node, 1});
   const size_t mask = index_.size() - 1;
   size_t i = hash & mask;
   while (index_[i] != 0) i = (i + 1) & mask;
-  index_[i] = (uint64_t(hash) << 32) | id;
+  index_[i] = (uint64_t(hash) << 32) | (node + 1);
+  if (!leaf.empty() && leaf.back() >= '0' && leaf.back() <= '9') ++numeric_children_[parent];
   return id;
+}
+
+void PathTree::make_visible(uint64_t id) {
+  uint64_t node = 0;
+  if (node_of(id, node)) nodes_[node].parent |= kVisible;  // range members always are
 }
 
 uint64_t PathTree::make_parent(std::string_view path) {
@@ -151,7 +233,7 @@ uint64_t PathTree::make_parent(std::string_view path) {
     if (end == std::string_view::npos) end = parent.size();
     const std::string_view leaf = parent.substr(at, end - at);
     const uint32_t h = hash_of(id, leaf);
-    const uint64_t found = find(id, leaf, h);
+    const uint64_t found = child(id, leaf, h);
     id = found ? found : insert(id, leaf, h, false);
     at = end + 1;
   }
@@ -175,8 +257,8 @@ uint64_t PathTree::intern_locked(std::string_view path) {
   }
   const std::string_view leaf = leaf_part(path);
   const uint32_t h = hash_of(parent, leaf);
-  if (const uint64_t id = find(parent, leaf, h)) {
-    nodes_[id - 1].parent |= kVisible;  // a hidden ancestor becomes a path: same id
+  if (const uint64_t id = child(parent, leaf, h)) {
+    make_visible(id);  // a hidden ancestor becomes a path: same id
     return id;
   }
   return insert(parent, leaf, h, true);
@@ -197,17 +279,17 @@ uint64_t PathTree::intern(std::string_view path) {
       }
       if (parent != 0 || parent_str.empty()) {
         const std::string_view leaf = leaf_part(path);
-        const uint64_t id = find(parent, leaf, hash_of(parent, leaf));
-        if (id != 0 && (nodes_[id - 1].parent & kVisible)) return id;
+        const uint64_t id = child(parent, leaf, hash_of(parent, leaf));
+        if (id != 0 && visible(id)) return id;
       }
     } else if (root_ != 0) {
       return root_;
     }
   }
   std::unique_lock lock(mutex_);
-  const uint64_t before = nodes_.size();
+  const uint64_t before = next_id_;
   const uint64_t id = intern_locked(path);
-  t_last_was_new = nodes_.size() != before;
+  t_last_was_new = next_id_ != before;
   return id;
 }
 
@@ -216,35 +298,111 @@ void PathTree::intern_many(const std::string_view* paths, size_t n, uint64_t* id
   for (size_t i = 0; i < n; ++i) ids[i] = intern_locked(paths[i]);
 }
 
+uint64_t PathTree::intern_range(std::string_view parent_path, std::string_view prefix, uint64_t begin,
+                                uint64_t count, std::string& why) {
+  std::unique_lock lock(mutex_);
+  uint64_t parent = 0;
+  if (parent_path != "/") {
+    parent = make_parent(std::string(parent_path) + "/x");  // the parent itself, hidden if new
+  }
+  const uint64_t last = begin + (count - 1);  // no overflow: checked by the caller
+  // Another range whose names could be these: the same prefix with overlapping numbers, or
+  // one prefix a prefix of the other ("p" 15 = "p1" 5).
+  const std::string under = parent == 0 ? std::string() : path_locked(parent);
+  auto [lo, hi] = ranges_by_parent_.equal_range(parent);
+  for (auto it = lo; it != hi; ++it) {
+    const Range& r = ranges_[it->second];
+    if (r.prefix == prefix && r.begin == begin && r.count == count) return r.first;  // the same range
+    const bool same = r.prefix == prefix;
+    const bool nested = !same && (r.prefix.compare(0, prefix.size(), prefix) == 0 ||
+                                  prefix.compare(0, r.prefix.size(), r.prefix) == 0);
+    if (nested || (same && begin <= r.begin + (r.count - 1) && r.begin <= last)) {
+      why = "its names could be those of the range '" + under + "/" + r.prefix + "[" +
+            std::to_string(r.begin) + ", " + std::to_string(r.begin + r.count) + ")' interned before";
+      return 0;
+    }
+  }
+  // A member interned before as a path of its own (or as an ancestor of one). Only parents
+  // with children whose names end in a digit need a look: at most min(count, nodes) of them.
+  auto numeric = numeric_children_.find(parent);
+  if (numeric != numeric_children_.end() && numeric->second > 0) {
+    uint64_t clash = 0;
+    if (count <= nodes_.size()) {
+      std::string leaf(prefix);
+      for (uint64_t k = 0; k < count && clash == 0; ++k) {
+        leaf.resize(prefix.size());
+        leaf += std::to_string(begin + k);
+        clash = child(parent, leaf, hash_of(parent, leaf));
+      }
+    } else {
+      for (uint64_t node = 0; node < nodes_.size() && clash == 0; ++node) {
+        if ((nodes_[node].parent & ~kVisible) != parent) continue;
+        const std::string_view leaf = leaf_of(nodes_[node]);
+        uint64_t v = 0;
+        if (leaf.size() > prefix.size() && leaf.compare(0, prefix.size(), prefix) == 0 &&
+            parse_number(leaf.substr(prefix.size()), v) && v >= begin && v <= last)
+          clash = node_id(node);
+      }
+    }
+    if (clash != 0) {
+      why = "its member '" + path_locked(clash) + "' was interned before" +
+            (visible(clash) ? "" : " (as the ancestor of another path)");
+      return 0;
+    }
+  }
+  if (next_id_ > kVisible - 1 - count) throw std::bad_alloc();
+  Range r{next_id_, count, parent, begin, std::string(prefix)};
+  next_id_ += count;
+  ranges_.push_back(std::move(r));
+  ranges_by_parent_.emplace(parent, ranges_.size() - 1);
+  return ranges_.back().first;
+}
+
+bool PathTree::range_of(uint64_t id, Range& out) const {
+  std::shared_lock lock(mutex_);
+  const Range* r = range_at(id);
+  if (!r) return false;
+  out = *r;
+  return true;
+}
+
 bool PathTree::contains(uint64_t id) const {
   std::shared_lock lock(mutex_);
-  return id != 0 && id <= nodes_.size() && (nodes_[id - 1].parent & kVisible);
+  return id != 0 && visible(id);
 }
 
 uint64_t PathTree::id_bound() const {
   std::shared_lock lock(mutex_);
-  return nodes_.size() + 1;
+  return next_id_;
 }
 
 std::string PathTree::path(uint64_t id) const {
   std::shared_lock lock(mutex_);
-  if (id == 0 || id > nodes_.size() || !(nodes_[id - 1].parent & kVisible)) return {};
+  if (id == 0 || !visible(id)) return {};
+  return path_locked(id);
+}
+
+std::string PathTree::path_locked(uint64_t id) const {
   if (id == root_) return "/";
-  // Leaves from the path's end to the root, then joined front to back.
-  std::string_view leaves[64];
-  std::vector<std::string_view> deep;
-  size_t depth = 0, bytes = 0;
-  for (uint64_t at = id; at != 0; at = nodes_[at - 1].parent & ~kVisible) {
-    const std::string_view leaf = leaf_of(nodes_[at - 1]);
-    if (depth < 64) leaves[depth] = leaf; else deep.push_back(leaf);
-    ++depth;
-    bytes += 1 + leaf.size();
+  // Leaves from the path's end to the root, then joined front to back. A
+  // range member's leaf is made here (its prefix and number).
+  std::vector<std::string> leaves;
+  for (uint64_t at = id; at != 0;) {
+    uint64_t node = 0;
+    if (node_of(at, node)) {
+      leaves.emplace_back(leaf_of(nodes_[node]));
+      at = nodes_[node].parent & ~kVisible;
+    } else if (const Range* r = range_at(at)) {
+      leaves.push_back(r->prefix + std::to_string(r->begin + (at - r->first)));
+      at = r->parent;
+    } else {
+      break;
+    }
   }
   std::string out;
-  out.reserve(bytes);
-  for (size_t k = depth; k-- > 0;) {
+  for (size_t k = leaves.size(); k-- > 0;) {
     out += '/';
-    out += k < 64 ? leaves[k] : deep[k - 64];
+    out += leaves[k];
   }
   return out;
 }
@@ -264,7 +422,7 @@ void PathTree::keep_at_or_below(uint64_t prefix, std::vector<uint64_t>& ids) con
   size_t kept = 0;
   for (uint64_t id : ids) {
     uint64_t at = id;
-    while (at != 0 && at != prefix && at <= nodes_.size()) at = nodes_[at - 1].parent & ~kVisible;
+    while (at != 0 && at != prefix && at < next_id_) at = parent_of(at);
     if (at == prefix && prefix != 0) ids[kept++] = id;
   }
   ids.resize(kept);
@@ -272,8 +430,9 @@ void PathTree::keep_at_or_below(uint64_t prefix, std::vector<uint64_t>& ids) con
 
 size_t PathTree::memory_bytes() const {
   std::shared_lock lock(mutex_);
-  size_t b = nodes_.bytes() + index_.capacity() * sizeof(uint64_t);
+  size_t b = nodes_.bytes() + index_.capacity() * sizeof(uint64_t) + runs_.capacity() * sizeof(Run);
   for (size_t s : leaf_chunk_sizes_) b += s;
+  for (const Range& r : ranges_) b += sizeof(Range) + r.prefix.capacity() + 32;
   std::lock_guard strings(strings_mutex_);
   for (const auto& [id, s] : strings_) b += sizeof(std::string) + s->capacity() + 32;
   return b;

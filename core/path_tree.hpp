@@ -11,6 +11,10 @@
 // which keeps their earlier id. So ids follow interning order, except that a
 // path first created as another's ancestor keeps the id it got then.
 //
+// Ranges (kstage_intern_path_range) are N paths that share a parent and differ
+// by a number, "<parent>/<prefix><i>": O(1) memory, consecutive ids, names
+// made on demand. Interning one of their names on its own gives the member.
+//
 // Strings are made on demand (messages, kstage_path_string): stable_path()
 // keeps the ones handed out through the C API for the tree's lifetime.
 //
@@ -50,16 +54,36 @@ class ChunkedArray {
 
 class PathTree {
  public:
+  // What a path range is (kstage_intern_path_range): `count` paths
+  // "<parent>/<prefix><begin + i>" with ids first + i.
+  struct Range {
+    uint64_t first = 0;
+    uint64_t count = 0;
+    uint64_t parent = 0;  // the parent's id (0: top level)
+    uint64_t begin = 0;
+    std::string prefix;
+  };
+
   PathTree();
   PathTree(const PathTree&) = delete;
   PathTree& operator=(const PathTree&) = delete;
 
   // The id of `path`, a valid absolute path (the caller checks the syntax),
-  // interning it (and any missing ancestor, hidden) if needed.
+  // interning it (and any missing ancestor, hidden) if needed. A path that
+  // names a member of a range is that member.
   uint64_t intern(std::string_view path);
   // intern() for `n` paths under one lock; consecutive paths with the same
   // parent find it once.
   void intern_many(const std::string_view* paths, size_t n, uint64_t* ids);
+  // Interns a range under `parent` (a valid path; "/" for top-level members)
+  // and returns its first id, or the first id of the same range interned
+  // before. `why` says what conflicts when it returns 0: a member interned
+  // before, or another range whose members could have the same names.
+  // `prefix` holds no '/' or NUL; 1 <= count < 2^32.
+  uint64_t intern_range(std::string_view parent, std::string_view prefix, uint64_t begin,
+                        uint64_t count, std::string& why);
+  // The range `id` is a member of (false: none).
+  bool range_of(uint64_t id, Range& out) const;
 
   // Whether `id` is an interned path (hidden ancestors are not).
   bool contains(uint64_t id) const;
@@ -73,7 +97,7 @@ class PathTree {
   // "/a/b", not "/ab"; "/" covers everything).
   void keep_at_or_below(uint64_t prefix, std::vector<uint64_t>& ids) const;
 
-  // Bytes the tree holds (nodes, leaves, hash index, handed-out strings).
+  // Bytes the tree holds (nodes, leaves, hash index, ranges, handed-out strings).
   size_t memory_bytes() const;
 
  private:
@@ -81,29 +105,49 @@ class PathTree {
     uint64_t parent;  // parent id (0: a top-level path, or "/" itself) | kVisible
     uint64_t leaf;    // where the leaf is: leaf_bytes_ chunk << 32 | offset in the chunk
   };
+  // Explicit nodes get ids in runs: ids [first_id, first_id + count) are nodes
+  // [first_node, first_node + count). Ranges take the ids between runs.
+  struct Run {
+    uint64_t first_id, first_node, count;
+  };
   static constexpr uint64_t kVisible = uint64_t(1) << 63;
   static constexpr size_t kLeafChunk = size_t(1) << 20;
 
-  // Requires mutex_ (shared or unique).
+  // Require mutex_ (shared or unique).
   std::string_view leaf_of(const Node& n) const;
-  uint64_t find(uint64_t parent, std::string_view leaf, uint32_t hash) const;
+  uint64_t node_id(uint64_t node) const;                       // node index -> id
+  bool node_of(uint64_t id, uint64_t& node) const;             // id -> node index
+  const Range* range_at(uint64_t id) const;                    // the range holding `id`, or null
+  uint64_t parent_of(uint64_t id) const;                       // 0 at the top
+  uint64_t child(uint64_t parent, std::string_view leaf, uint32_t hash) const;  // 0: none
+  uint64_t range_member(uint64_t parent, std::string_view leaf) const;          // 0: none
   uint64_t find_parent(std::string_view path) const;  // 0 if an ancestor is missing
+  std::string path_locked(uint64_t id) const;          // hidden nodes too
+  bool visible(uint64_t id) const;
   // Require mutex_ unique.
   uint64_t insert(uint64_t parent, std::string_view leaf, uint32_t hash, bool visible);
   uint64_t intern_locked(std::string_view path);
   uint64_t make_parent(std::string_view path);
+  void make_visible(uint64_t id);
   void grow_index();
 
   static uint32_t hash_of(uint64_t parent, std::string_view leaf);
 
   mutable std::shared_mutex mutex_;
   ChunkedArray<Node> nodes_;
+  std::vector<Run> runs_;
   std::vector<std::unique_ptr<char[]>> leaf_chunks_;
   std::vector<size_t> leaf_chunk_sizes_;
   size_t leaf_used_ = 0;  // bytes used in the last chunk
   // Open addressing, linear probing: slot = hash << 32 | (node index + 1), 0 = empty.
   std::vector<uint64_t> index_;
+  uint64_t next_id_ = 1;
   uint64_t root_ = 0;  // the id of "/" once it exists
+  std::vector<Range> ranges_;  // by first id (allocated in increasing order)
+  std::unordered_multimap<uint64_t, size_t> ranges_by_parent_;
+  // Explicit children whose leaf ends in a digit, per parent: a range under a
+  // parent with none cannot collide with an explicit path (checked in O(1)).
+  std::unordered_map<uint64_t, uint64_t> numeric_children_;
   const uint64_t serial_;  // tells this tree apart in the per-thread parent cache
 
   mutable std::mutex strings_mutex_;

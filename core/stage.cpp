@@ -140,20 +140,55 @@ Result<PrimList> Stage::query_paths(const uint64_t* paths, uint64_t n) {
   if (n > 0 && paths == nullptr)
     return error(KSTAGE_INVALID_ARGUMENT, "paths is NULL but count is %llu", (unsigned long long)n);
   auto list = std::make_shared<std::vector<uint64_t>>(paths, paths + n);
-  // Path ids are dense, so a bitmap over them finds repeats without hashing.
-  std::vector<bool> seen(dictionary_.path_id_bound());
-  for (uint64_t i = 0; i < n; ++i) {
+  for (uint64_t i = 0; i < n; ++i)
     if (!dictionary_.is_path(paths[i]))
       return error(KSTAGE_INVALID_ARGUMENT, "paths[%llu] = %llu is not a path of this stage",
                    (unsigned long long)i, (unsigned long long)paths[i]);
-    if (paths[i] < seen.size() && seen[paths[i]]) {
-      const uint64_t first = uint64_t(std::find(paths, paths + i, paths[i]) - paths);
-      return error(KSTAGE_INVALID_ARGUMENT, "paths[%llu] ('%s') repeats paths[%llu]",
-                   (unsigned long long)i, path_name(paths[i]).c_str(), (unsigned long long)first);
+  // Repeats: a bitmap over the ids the list spans (ids are dense), or, for a
+  // short list of far-apart ids (ranges take large blocks of ids), a sorted copy.
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (uint64_t i = 0; i < n; ++i) lo = std::min(lo, paths[i]), hi = std::max(hi, paths[i]);
+  uint64_t repeat = n;
+  if (n > 1 && hi - lo < 64 * n + 4096) {
+    std::vector<bool> seen(hi - lo + 1);
+    for (uint64_t i = 0; i < n && repeat == n; ++i) {
+      if (seen[paths[i] - lo]) repeat = i;
+      seen[paths[i] - lo] = true;
     }
-    if (paths[i] >= seen.size()) seen.resize(paths[i] + 1);  // interned meanwhile
-    seen[paths[i]] = true;
+  } else if (n > 1) {
+    std::vector<uint64_t> sorted(paths, paths + n);
+    std::sort(sorted.begin(), sorted.end());
+    auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+    if (dup != sorted.end())  // the second occurrence in list order
+      for (uint64_t i = 0, hits = 0; i < n; ++i)
+        if (paths[i] == *dup && ++hits == 2) repeat = i;
   }
+  if (repeat != n) {
+    const uint64_t first = uint64_t(std::find(paths, paths + repeat, paths[repeat]) - paths);
+    return error(KSTAGE_INVALID_ARGUMENT, "paths[%llu] ('%s') repeats paths[%llu]",
+                 (unsigned long long)repeat, path_name(paths[repeat]).c_str(), (unsigned long long)first);
+  }
+  return PrimList(std::move(list));
+}
+
+Result<PrimList> Stage::query_range(uint64_t first, uint64_t start, uint64_t count, uint64_t stride) {
+  PathTree::Range r;
+  if (!dictionary_.path_range(first, r) || r.first != first)
+    return error(KSTAGE_INVALID_ARGUMENT, "range %llu is not the first path of a path range of this stage",
+                 (unsigned long long)first);
+  if (stride == 0) stride = 1;
+  if (start >= r.count)
+    return error(KSTAGE_INVALID_ARGUMENT, "start %llu is beyond the range's %llu paths",
+                 (unsigned long long)start, (unsigned long long)r.count);
+  const uint64_t available = (r.count - start - 1) / stride + 1;
+  if (count == 0) count = available;
+  if (count > available)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "count %llu with stride %llu from %llu reaches beyond the range's %llu paths (at most %llu)",
+                 (unsigned long long)count, (unsigned long long)stride, (unsigned long long)start,
+                 (unsigned long long)r.count, (unsigned long long)available);
+  auto list = std::make_shared<std::vector<uint64_t>>(count);
+  for (uint64_t k = 0; k < count; ++k) (*list)[k] = first + start + k * stride;
   return PrimList(std::move(list));
 }
 

@@ -59,6 +59,9 @@ class Stage {
 
   // --- queries (prim lists) ------------------------------------------------
   Result<PrimList> query_paths(const uint64_t* paths, uint64_t n);
+  // Members start, start + stride, ... of the range whose first id is `first` (count 0: to
+  // the range's end; stride 0: 1).
+  Result<PrimList> query_range(uint64_t first, uint64_t start, uint64_t count, uint64_t stride);
   // `path_in` is the resolved path list of filter.path_in, or null.
   Result<PrimList> query_filter(const kstage_filter_t& filter, const std::vector<uint64_t>* path_in);
 

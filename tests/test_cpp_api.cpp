@@ -103,6 +103,15 @@ TEST_CASE("cpp: the dictionary, path lists and queries call through", "[cpp]") {
   REQUIRE(bulk[2] == ids[3]);
   REQUIRE(s.path_string(bulk[1]) == "/world/q");
   CPP_FAILS(s.paths({"/world/r", "bad"}), KSTAGE_INVALID_ARGUMENT, "strings[1]");
+  // Path ranges and queries over them.
+  const kstage::PathRange r = s.path_range("/world/cells", "c", 0, 100);
+  REQUIRE(r.count == 100);
+  REQUIRE(s.path_string(r[42]) == "/world/cells/c42");
+  REQUIRE(s.path("/world/cells/c7") == r[7]);
+  REQUIRE(s.query(r).count() == 100);
+  REQUIRE(s.query(r, 10, 0, 10).count() == 9);
+  CPP_FAILS(s.path_range("/world/cells", "c", 50, 100), KSTAGE_ALREADY_EXISTS, "/world/cells/c[0, 100)");
+  CPP_FAILS(s.query(r, 100), KSTAGE_INVALID_ARGUMENT, "start 100");
 
   // Filters: prims holding the attribute, under a prefix, in a list.
   Kokkos::View<float* [3], Kokkos::HostSpace> view("v", 5);

@@ -542,6 +542,41 @@ KSTAGE_API kstage_status_t kstage_intern_path(kstage_stage_t stage, const char* 
 KSTAGE_API kstage_status_t kstage_intern_paths(kstage_stage_t stage, const char* const* strings,
                                                const size_t* lengths, uint64_t count,
                                                kstage_path_t* paths);
+/**
+ * \brief Intern a *path range*: the `count` paths "<parent>/<prefix><n>" for n
+ * in [begin, begin + count), n written in decimal without leading zeros, in
+ * O(1) memory and time. Their ids are consecutive: `*first` for n = begin,
+ * `*first + i` for n = begin + i. (Added in 0.3.)
+ *
+ * Range members are ordinary paths everywhere else -- queries, writes,
+ * reads, filters (HAS, PREFIX, IN), deletes, change ranges, maps -- and
+ * their strings are made on demand. The same string always gives the same
+ * id: kstage_intern_path of a member's string returns the member. `parent`
+ * is a path ("/" for top-level members; it need not be interned: it gets a
+ * reserved id, see kstage_intern_path); `prefix` (may be empty, length or
+ * KSTAGE_NUL_TERMINATED) holds no '/' or NUL; 1 <= count < 2^32.
+ * Interning the same range again returns the same first id. Errors:
+ * INVALID_ARGUMENT (a bad parent, prefix or count), ALREADY_EXISTS when a
+ * member was interned before as a path of its own (or as the ancestor of
+ * one), or another range under the same parent could name the same paths
+ * (an overlapping range with the same prefix, or a prefix that starts the
+ * other's: "p" 15 and "p1" 5 are both "p15"); the message names it.
+ */
+KSTAGE_API kstage_status_t kstage_intern_path_range(kstage_stage_t stage, const char* parent,
+                                                    size_t parent_length, const char* prefix,
+                                                    size_t prefix_length, uint64_t begin,
+                                                    uint64_t count, kstage_path_t* first);
+/**
+ * \brief The range `path` belongs to: its first id, its count, and `path`'s
+ * index in it (path = first + index, named by number begin + index). Any
+ * pointer may be NULL. NOT_FOUND if `path` is no range's member.
+ */
+KSTAGE_API kstage_status_t kstage_path_range_info(kstage_stage_t stage, kstage_path_t path,
+                                                  kstage_path_t* first, uint64_t* count,
+                                                  uint64_t* index);
+/** \brief Member `index` (0 <= index < count) of the range whose first id is `first`. */
+KSTAGE_API kstage_status_t kstage_path_range_member(kstage_stage_t stage, kstage_path_t first,
+                                                    uint64_t index, kstage_path_t* path);
 /** \brief The string of a token; valid (NUL-terminated) for the stage's lifetime. `length` may be NULL. */
 KSTAGE_API kstage_status_t kstage_token_string(kstage_stage_t stage, kstage_token_t token, const char** str,
                                     size_t* length);
@@ -566,6 +601,14 @@ KSTAGE_API kstage_status_t kstage_path_list_release(kstage_stage_t stage, kstage
 /** \brief A query over explicit paths, in this order; they may name prims that do not exist yet. Duplicates are rejected. */
 KSTAGE_API kstage_status_t kstage_query_paths(kstage_stage_t stage, const kstage_path_t* paths, uint64_t count,
                                    kstage_query_t* query);
+/**
+ * \brief A query over members start, start + stride, start + 2 stride, ... of
+ * the path range whose first id is `first` (`count` of them; 0: as many as
+ * the range holds from `start`; stride 0 means 1), in that order: the range
+ * in order is `kstage_query_range(stage, first, 0, 0, 0, &q)`. (Added in 0.3.)
+ */
+KSTAGE_API kstage_status_t kstage_query_range(kstage_stage_t stage, kstage_path_t first, uint64_t start,
+                                              uint64_t count, uint64_t stride, kstage_query_t* query);
 /** \brief A query over the existing prims (latest sealed state) that match `filter`, in path-id order (see kstage_intern_path). */
 KSTAGE_API kstage_status_t kstage_query_filter(kstage_stage_t stage, const kstage_filter_t* filter,
                                     kstage_query_t* query);

@@ -814,6 +814,15 @@ class Map {
   std::shared_ptr<const char> alive_;  // its groups' weak_ptrs expire with it
 };
 
+/// \brief A path range (kstage_intern_path_range): `count` paths with ids first, first + 1, ...
+struct PathRange {
+  PathRange() noexcept {}  // not an aggregate: a braced list passed to query() is a path list
+  kstage_path_t first = 0;
+  uint64_t count = 0;
+  /// Member i's id (no check: i < count).
+  kstage_path_t operator[](uint64_t i) const noexcept { return first + i; }
+};
+
 /// \brief A filter over existing prims (kstage_filter_t): the AND of what is set.
 struct Filter {
   Filter() noexcept {}  // not an aggregate: a braced list passed to query() is a path list
@@ -951,6 +960,17 @@ class Stage {
       return {};
     return ids;
   }
+  /// Interns the paths "<parent>/<prefix><n>", n in [begin, begin + count): O(1), consecutive ids.
+  PathRange path_range(std::string_view parent, std::string_view prefix, uint64_t begin, uint64_t count,
+                       Status& st) const {
+    PathRange r;
+    if (detail::check(kstage_intern_path_range(stage_, parent.data(), parent.size(),
+                                               prefix.empty() ? "" : prefix.data(), prefix.size(), begin,
+                                               count, &r.first),
+                      st))
+      r.count = count;
+    return r;
+  }
   /// The string of a token or a path (valid for the stage's lifetime).
   std::string_view token_string(kstage_token_t token, Status& st) const {
     const char* s = nullptr;
@@ -974,6 +994,12 @@ class Stage {
   Query query(array_ref<kstage_path_t> paths, Status& st) const {
     kstage_query_t q = 0;
     if (!detail::check(kstage_query_paths(stage_, paths.data(), paths.size(), &q), st)) return {};
+    return Query(stage_, q);
+  }
+  /// Members start, start + stride, ... of `range` (count 0: to its end; stride 0: 1).
+  Query query(const PathRange& range, uint64_t start, uint64_t count, uint64_t stride, Status& st) const {
+    kstage_query_t q = 0;
+    if (!detail::check(kstage_query_range(stage_, range.first, start, count, stride, &q), st)) return {};
     return Query(stage_, q);
   }
   Query query(const Filter& filter, Status& st) const {
@@ -1189,6 +1215,12 @@ class Stage {
   }
   std::vector<kstage_path_t> paths(array_ref<std::string_view> names) const {
     return detail::throwing([&](Status& st) { return paths(names, st); });
+  }
+  PathRange path_range(std::string_view parent, std::string_view prefix, uint64_t begin, uint64_t count) const {
+    return detail::throwing([&](Status& st) { return path_range(parent, prefix, begin, count, st); });
+  }
+  Query query(const PathRange& range, uint64_t start = 0, uint64_t count = 0, uint64_t stride = 1) const {
+    return detail::throwing([&](Status& st) { return query(range, start, count, stride, st); });
   }
   std::string_view token_string(kstage_token_t token) const {
     return detail::throwing([&](Status& st) { return token_string(token, st); });

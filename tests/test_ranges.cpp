@@ -1,0 +1,263 @@
+// SPDX-License-Identifier: Apache-2.0
+// Path ranges (kstage_intern_path_range): N paths "<parent>/<prefix><n>" in
+// O(1) memory with consecutive ids, names made on demand, the same ids
+// whichever way a name is interned, conflicts refused by name; and range
+// members as ordinary prims of queries, writes, reads, filters, deletes,
+// change ranges and maps.
+#include "support.hpp"
+
+using namespace kstage_test;
+
+namespace {
+
+kstage_path_t range(Stage& s, const char* parent, const char* prefix, uint64_t begin, uint64_t count) {
+  kstage_path_t first = 0;
+  KS_OK(kstage_intern_path_range(s.stage, parent, KSTAGE_NUL_TERMINATED, prefix, KSTAGE_NUL_TERMINATED, begin,
+                                 count, &first));
+  REQUIRE(first != 0);
+  return first;
+}
+
+kstage_status_t try_range(Stage& s, const char* parent, const char* prefix, uint64_t begin, uint64_t count) {
+  kstage_path_t first = 0;
+  return kstage_intern_path_range(s.stage, parent, KSTAGE_NUL_TERMINATED, prefix, KSTAGE_NUL_TERMINATED, begin,
+                                  count, &first);
+}
+
+std::vector<kstage_path_t> query_prims(Stage& s, kstage_query_t q) {
+  kstage_path_list_t l = 0;
+  KS_OK(kstage_query_get_paths(s.stage, q, &l));
+  const kstage_path_t* p = nullptr;
+  uint64_t n = 0;
+  KS_OK(kstage_path_list_get(s.stage, l, &p, &n));
+  std::vector<kstage_path_t> v(p, p + n);
+  KS_OK(kstage_path_list_release(s.stage, l));
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("a range's members have consecutive ids and their names on demand", "[ranges]") {
+  Stage s(host_execution());
+  const kstage_path_t first = range(s, "/world/particles", "p", 0, 1000);
+  REQUIRE(s.path_string(first) == "/world/particles/p0");
+  REQUIRE(s.path_string(first + 17) == "/world/particles/p17");
+  REQUIRE(s.path_string(first + 999) == "/world/particles/p999");
+  // The same string, the same id, however it is interned.
+  REQUIRE(s.path("/world/particles/p17") == first + 17);
+  REQUIRE(s.path("/world/particles/p0") == first);
+  REQUIRE(range(s, "/world/particles", "p", 0, 1000) == first);  // the same range again
+  const char* names[2] = {"/world/particles/p999", "/world/particles/p5"};
+  kstage_path_t ids[2] = {0, 0};
+  KS_OK(kstage_intern_paths(s.stage, names, nullptr, 2, ids));
+  REQUIRE(ids[0] == first + 999);
+  REQUIRE(ids[1] == first + 5);
+  // Names that are not members: new paths of their own.
+  const kstage_path_t padded = s.path("/world/particles/p017"), beyond = s.path("/world/particles/p1000"),
+                     other = s.path("/world/particles/q1");
+  for (kstage_path_t p : {padded, beyond, other}) REQUIRE((p < first || p >= first + 1000));
+  // The next path after the range gets the next id.
+  REQUIRE(s.path("/after") == first + 1000 + 3);  // after p017, p1000, q1
+  // info and member.
+  kstage_path_t f = 0;
+  uint64_t count = 0, index = 0;
+  KS_OK(kstage_path_range_info(s.stage, first + 42, &f, &count, &index));
+  REQUIRE(f == first);
+  REQUIRE(count == 1000);
+  REQUIRE(index == 42);
+  KS_OK(kstage_path_range_info(s.stage, first + 1, nullptr, nullptr, nullptr));
+  KS_FAILS(kstage_path_range_info(s.stage, padded, &f, &count, &index), KSTAGE_NOT_FOUND, "not a member");
+  kstage_path_t m = 0;
+  KS_OK(kstage_path_range_member(s.stage, first, 123, &m));
+  REQUIRE(m == first + 123);
+  KS_FAILS(kstage_path_range_member(s.stage, first, 1000, &m), KSTAGE_INVALID_ARGUMENT, "index 1000");
+  KS_FAILS(kstage_path_range_member(s.stage, first + 1, 0, &m), KSTAGE_INVALID_ARGUMENT, "not the first path");
+  // A range that does not start at 0, an empty prefix, top-level members.
+  const kstage_path_t offs = range(s, "/cells", "", 500, 10);
+  REQUIRE(s.path_string(offs) == "/cells/500");
+  REQUIRE(s.path("/cells/509") == offs + 9);
+  KS_FAILS(kstage_path_range_info(s.stage, s.path("/cells/510"), nullptr, nullptr, nullptr), KSTAGE_NOT_FOUND,
+           "not a member");  // one past the end: a path of its own
+  const kstage_path_t top = range(s, "/", "n", 0, 3);
+  REQUIRE(s.path_string(top + 2) == "/n2");
+  REQUIRE(s.path("/n1") == top + 1);
+  // A member as a parent.
+  const kstage_path_t child = s.path("/world/particles/p5/velocity");
+  REQUIRE(s.path_string(child) == "/world/particles/p5/velocity");
+}
+
+TEST_CASE("a range that is too big or badly named is refused and interns nothing", "[ranges][errors]") {
+  Stage s(host_execution());
+  kstage_path_t first = 77;
+  KS_FAILS(kstage_intern_path_range(s.stage, "/a", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0, 0, &first),
+           KSTAGE_INVALID_ARGUMENT, "count 0");
+  KS_FAILS(kstage_intern_path_range(s.stage, "/a", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0,
+                                    uint64_t(1) << 32, &first),
+           KSTAGE_INVALID_ARGUMENT, "2^32 - 1");
+  KS_FAILS(kstage_intern_path_range(s.stage, "/a", KSTAGE_NUL_TERMINATED, "p/q", KSTAGE_NUL_TERMINATED, 0, 5, &first),
+           KSTAGE_INVALID_ARGUMENT, "prefix 'p/q'");
+  KS_FAILS(kstage_intern_path_range(s.stage, "a", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0, 5, &first),
+           KSTAGE_INVALID_ARGUMENT, "not absolute");
+  KS_FAILS(kstage_intern_path_range(s.stage, "/a", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, UINT64_MAX, 2,
+                                    &first),
+           KSTAGE_INVALID_ARGUMENT, "overflows");
+  KS_FAILS(kstage_intern_path_range(s.stage, "/a", KSTAGE_NUL_TERMINATED, nullptr, 3, 0, 5, &first),
+           KSTAGE_INVALID_ARGUMENT, "prefix is NULL");
+  KS_FAILS(kstage_intern_path_range(s.stage, "/a", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0, 5, nullptr),
+           KSTAGE_INVALID_ARGUMENT, "first");
+  KS_FAILS(kstage_intern_path_range(0, "/a", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0, 5, &first),
+           KSTAGE_INVALID_HANDLE, "stage");
+  REQUIRE(first == 77);
+  REQUIRE(s.path("/probe") == 1);  // nothing above took an id
+}
+
+TEST_CASE("ranges that could name a path interned before are refused, naming it", "[ranges][errors]") {
+  Stage s(host_execution());
+  // An explicit member, checked by lookups (few members) or by a scan (many).
+  const kstage_path_t p5 = s.path("/w/p5");
+  KS_FAILS(try_range(s, "/w", "p", 0, 10), KSTAGE_ALREADY_EXISTS, "its member '/w/p5' was interned before");
+  KS_FAILS(try_range(s, "/w", "p", 0, 100000), KSTAGE_ALREADY_EXISTS, "'/w/p5'");
+  // Beyond it, or another prefix: fine.
+  const kstage_path_t after = range(s, "/w", "p", 6, 100);
+  REQUIRE(s.path("/w/p5") == p5);
+  REQUIRE(s.path("/w/p6") == after);
+  // An ancestor made for another path.
+  s.path("/v/p3/x");
+  KS_FAILS(try_range(s, "/v", "p", 0, 10), KSTAGE_ALREADY_EXISTS, "'/v/p3' was interned before (as the ancestor");
+  // Ranges whose names could meet: overlapping numbers, or one prefix starting the other.
+  KS_FAILS(try_range(s, "/w", "p", 100, 10), KSTAGE_ALREADY_EXISTS, "'/w/p[6, 106)'");
+  KS_FAILS(try_range(s, "/w", "p1", 0, 10), KSTAGE_ALREADY_EXISTS, "could be those of the range");
+  KS_FAILS(try_range(s, "/w", "", 0, 10), KSTAGE_ALREADY_EXISTS, "could be those of the range");
+  const kstage_path_t disjoint = range(s, "/w", "p", 106, 10);
+  REQUIRE(s.path_string(disjoint) == "/w/p106");
+  const kstage_path_t q = range(s, "/w", "q", 0, 10);
+  REQUIRE(s.path("/w/q3") == q + 3);
+  // A name that ends in a digit under another parent does not matter.
+  s.path("/elsewhere/p1");
+  range(s, "/u", "p", 0, 10);
+}
+
+TEST_CASE("a huge range costs nothing until used", "[ranges]") {
+  Stage s(host_execution());
+  const kstage_path_t first = range(s, "/sim/particles", "p", 0, 100000000);
+  REQUIRE(s.path_string(first + 99999999) == "/sim/particles/p99999999");
+  REQUIRE(s.path("/sim/particles/p12345678") == first + 12345678);
+  kstage_query_t q = 0;
+  KS_OK(kstage_query_range(s.stage, first, 7, 100, 1000000, &q));
+  const auto prims = query_prims(s, q);
+  REQUIRE(prims.size() == 100);
+  REQUIRE(prims[0] == first + 7);
+  REQUIRE(prims[99] == first + 7 + 99 * 1000000ull);
+  kstage_token_t t = s.token("t");
+  std::vector<float> v(100);
+  for (size_t i = 0; i < 100; ++i) v[i] = float(i);
+  s.write_f32(q, t, 1, v);
+  s.seal(1);
+  const auto got = s.floats(q, t);
+  REQUIRE(got.size() == 100);
+  REQUIRE(got.at(first + 7 + 42 * 1000000ull) == std::vector<float>{42.f});
+  // Names in messages are made on demand too.
+  kstage_query_t one = 0;
+  const kstage_path_t missing = first + 99999998;
+  KS_OK(kstage_query_paths(s.stage, &missing, 1, &one));
+  std::vector<float> x{1.f};
+  int64_t shape[1] = {1};
+  DLTensor tensor_ = tensor(x.data(), f32(), 1, shape);
+  kstage_write_data_t w = write_data(&tensor_);
+  KS_FAILS(s.write(one, t, 2, w, KSTAGE_PRIM_MODE_UPDATE), KSTAGE_NOT_FOUND, "/sim/particles/p99999998");
+}
+
+TEST_CASE("range queries: sub-ranges, strides and their errors", "[ranges][queries]") {
+  Stage s(host_execution());
+  const kstage_path_t first = range(s, "/r", "p", 0, 10);
+  kstage_query_t q = 0;
+  KS_OK(kstage_query_range(s.stage, first, 0, 0, 0, &q));
+  std::vector<kstage_path_t> all;
+  for (uint64_t i = 0; i < 10; ++i) all.push_back(first + i);
+  REQUIRE(query_prims(s, q) == all);
+  KS_OK(kstage_query_range(s.stage, first, 1, 0, 3, &q));  // 1, 4, 7
+  REQUIRE(query_prims(s, q) == std::vector<kstage_path_t>{first + 1, first + 4, first + 7});
+  KS_OK(kstage_query_range(s.stage, first, 9, 1, 5, &q));
+  REQUIRE(query_prims(s, q) == std::vector<kstage_path_t>{first + 9});
+  KS_FAILS(kstage_query_range(s.stage, first, 10, 0, 0, &q), KSTAGE_INVALID_ARGUMENT, "start 10");
+  KS_FAILS(kstage_query_range(s.stage, first, 1, 4, 3, &q), KSTAGE_INVALID_ARGUMENT, "at most 3");
+  KS_FAILS(kstage_query_range(s.stage, first + 1, 0, 0, 0, &q), KSTAGE_INVALID_ARGUMENT, "not the first path");
+  KS_FAILS(kstage_query_range(s.stage, s.path("/x"), 0, 0, 0, &q), KSTAGE_INVALID_ARGUMENT, "not the first path");
+  KS_FAILS(kstage_query_range(s.stage, first, 0, 0, 0, nullptr), KSTAGE_INVALID_ARGUMENT, "query");
+  // Duplicate detection between far-apart ids (a huge range between them).
+  const kstage_path_t huge = range(s, "/h", "p", 0, 4000000000ull);
+  const kstage_path_t far = s.path("/far");
+  const kstage_path_t dup[3] = {first, far, first};
+  KS_FAILS(kstage_query_paths(s.stage, dup, 3, &q), KSTAGE_INVALID_ARGUMENT, "paths[2] ('/r/p0') repeats paths[0]");
+  const kstage_path_t ok[3] = {first, huge + 3999999999ull, far};
+  KS_OK(kstage_query_paths(s.stage, ok, 3, &q));
+}
+
+TEST_CASE("range members are ordinary prims: filters, deletes, change ranges, maps", "[ranges]") {
+  Stage s(host_execution());
+  const kstage_path_t first = range(s, "/g/particles", "p", 0, 8);
+  const kstage_path_t loose = s.path("/g/loose");
+  kstage_query_t all = 0;
+  KS_OK(kstage_query_range(s.stage, first, 0, 0, 0, &all));
+  kstage_token_t t = s.token("mass");
+  s.write_f32(all, t, 1, {0, 1, 2, 3, 4, 5, 6, 7});
+  kstage_query_t l = s.query({loose});
+  s.write_f32(l, t, 1, {100});
+  s.seal(1);
+  // HAS and PREFIX ("/g/particles" was reserved by the range; interning it makes it a prefix).
+  kstage_filter_t f{};
+  f.has_attributes = &t;
+  f.has_attribute_count = 1;
+  kstage_query_t q = 0;
+  KS_OK(kstage_query_filter(s.stage, &f, &q));
+  REQUIRE(query_prims(s, q).size() == 9);
+  f.path_prefix = s.path("/g/particles");
+  KS_OK(kstage_query_filter(s.stage, &f, &q));
+  auto under = query_prims(s, q);
+  REQUIRE(under.size() == 8);
+  REQUIRE(under.front() == first);
+  f.path_prefix = first + 3;  // a member as the prefix
+  KS_OK(kstage_query_filter(s.stage, &f, &q));
+  REQUIRE(query_prims(s, q) == std::vector<kstage_path_t>{first + 3});
+  // IN.
+  kstage_path_list_t in = 0;
+  const kstage_path_t some[2] = {first + 6, loose};
+  KS_OK(kstage_path_list_create(s.stage, some, 2, &in));
+  kstage_filter_t fin{};
+  fin.path_in = in;
+  KS_OK(kstage_query_filter(s.stage, &fin, &q));
+  REQUIRE(query_prims(s, q).size() == 2);
+  KS_OK(kstage_path_list_release(s.stage, in));
+  // Delete two members; a change range shows the tombstones by name.
+  kstage_query_t two = 0;
+  KS_OK(kstage_query_range(s.stage, first, 2, 2, 3, &two));  // members 2 and 5
+  REQUIRE(s.remove(two, {}, 2) == KSTAGE_OK);
+  s.seal(2);
+  kstage_read_desc_t d = kstage_read_desc_init();
+  d.change_range = true;
+  d.range_begin = d.range_end = 2;
+  const auto groups = s.read(all, {t}, &d);
+  REQUIRE(groups.size() == 1);
+  REQUIRE(groups[0].is_delete);
+  REQUIRE(groups[0].prims == std::vector<kstage_path_t>{first + 2, first + 5});
+  REQUIRE(s.path_string(groups[0].prims[1]) == "/g/particles/p5");
+  // A map over the range.
+  kstage_map_desc_t md = kstage_map_desc_init();
+  md.attribute = s.token("charge");
+  md.dtype = f32();
+  md.residency = kResidency;
+  kstage_map_t map = 0;
+  KS_OK(kstage_map_attribute(s.stage, all, &md, 3, nullptr, 0, &map));
+  kstage_map_group_info_t g{};
+  KS_OK(kstage_fetch_map_next(s.stage, map, 0, &g));
+  std::vector<float> ones(size_t(g.data.tensors[0].shape[0]), 1.f);
+  host_write(g.data.tensors[0].data, ones.data(), ones.size() * sizeof(float), g.data.tensors[0].device);
+  kstage_op_t op = 0;
+  KS_OK(kstage_unmap_attribute(s.stage, map, kstage_device_sync_t{0, 0}, &op));
+  KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
+  KS_OK(kstage_release_op(s.stage, op));
+  s.seal(3);
+  const auto charge = s.floats(all, md.attribute);
+  REQUIRE(charge.size() == 8);
+  REQUIRE(charge.at(first + 7) == std::vector<float>{1.f});
+}
