@@ -310,6 +310,67 @@ def plots(outdir, kst, base, numpy_rows):
     return "%d plots in plots/" % made
 
 
+# ---- the scale workload (kstage_perf --scale: scale.csv) --------------------------------------------
+def scale_section(outdir):
+    """Target lines, a plot and a markdown table from scale.csv ([], "" when there is none)."""
+    rows = load(os.path.join(outdir, "scale.csv"))
+    if not rows:
+        return [], []
+    lines, md = [], []
+    for r in rows:
+        r["n"] = int(r["n"])
+    big = [r for r in rows if r["kind"] == "range" and r["n"] >= 10**8 and not r["error"]]
+    what = "1e8-prim range: stage memory <= 1.5x payload, first dense write + seal >= 0.7x memcpy [scale]"
+    if not big:
+        lines.append("%-4s  %s: %s" % ("n/a", what, "no 1e8-prim measurement (kstage_perf --scale --full)"))
+    else:
+        r = max(big, key=lambda x: x["n"])
+        mem = fnum(r["stage_bytes"]) / fnum(r["payload_bytes"])
+        speed = fnum(r["write_seal_vs_memcpy"])
+        lines.append("%-4s  %s: memory %.2fx payload (%.2f GB for %.2f GB), write + seal %.2fx memcpy" % (
+            "PASS" if mem <= 1.5 and speed >= 0.7 else "FAIL", what, mem, fnum(r["stage_bytes"]) / 1e9,
+            fnum(r["payload_bytes"]) / 1e9, speed))
+    md.append("## Scale (kstage_perf --scale)\n")
+    md.append("| kind | prims | payload | stage memory | bytes per prim beyond payload | names | query | "
+              "write + seal | mask + seal | latest read | change read | write + seal vs memcpy |")
+    md.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in sorted(rows, key=lambda x: (x["kind"], x["n"])):
+        md.append("| %s | %s | %.1f MB | %.1f MB | %.1f | %.3g s | %.3g s | %.3g s | %.3g s | %.3g s | %.3g s | %.2fx |%s" % (
+            r["kind"], rows_label(r["n"]), fnum(r["payload_bytes"]) / 1e6, fnum(r["stage_bytes"]) / 1e6,
+            fnum(r["bytes_per_prim"]), fnum(r["t_names"]), fnum(r["t_query"]), fnum(r["t_write_seal"]),
+            fnum(r["t_mask_seal"]), fnum(r["t_read_latest"]), fnum(r["t_read_change"]),
+            fnum(r["write_seal_vs_memcpy"]), (" FAILED: " + r["error"]) if r["error"] else ""))
+    md.append("")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+        for kind, style in (("range", "o-"), ("explicit", "s--")):
+            pts = sorted((r for r in rows if r["kind"] == kind and not r["error"]), key=lambda x: x["n"])
+            if not pts:
+                continue
+            n = [r["n"] for r in pts]
+            a.plot(n, [max(fnum(r["stage_bytes"]), 1) / r["n"] for r in pts], style, label=kind + ": stage bytes")
+            b.plot(n, [fnum(r["t_write_seal"]) / r["n"] for r in pts], style, label=kind + ": write + seal")
+            b.plot(n, [fnum(r["t_names"]) / r["n"] for r in pts], style, alpha=0.6, label=kind + ": names")
+        a.axhline(12 * 1.5, color="gray", lw=0.8, ls=":", label="1.5x payload (12 B)")
+        for ax, ylabel in ((a, "bytes per prim"), (b, "seconds per prim")):
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("prims")
+            ax.set_ylabel(ylabel)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.suptitle("kstage at scale (float32 x 3 column)")
+        fig.savefig(os.path.join(outdir, "scale.png"), dpi=80)
+        plt.close(fig)
+        md.append("![scale](scale.png)\n")
+    except ImportError:
+        md.append("(no matplotlib: no scale plot)\n")
+    return lines, md
+
+
 # ---- main -------------------------------------------------------------------------------------
 def main():
     if len(sys.argv) != 2 or sys.argv[1] in ("-h", "--help"):
@@ -317,6 +378,15 @@ def main():
         return 2
     outdir = sys.argv[1]
     results = load(os.path.join(outdir, "results.csv"))
+    scale_lines, scale_md = scale_section(outdir)
+    if not results and scale_lines:  # a --scale run alone
+        with open(os.path.join(outdir, "summary.md"), "w") as f:
+            f.write("# kstage perf summary (scale)\n\n```\n" + "\n".join(scale_lines) + "\n```\n\n" +
+                    "\n".join(scale_md) + "\n")
+        print("targets (same-run baselines):")
+        for line in scale_lines:
+            print("  " + line)
+        return 0
     if not results:
         print("report.py: no results.csv in %s" % outdir, file=sys.stderr)
         return 1
@@ -341,7 +411,7 @@ def main():
                             r["dtype"], int(r["lanes"])))
     omp = {(r["workload"],) + shape_key(r): fnum(r["gbps"]) for r in base
            if r["impl"] == "omp_loop" and r["status"] == "ok" and fnum(r["gbps"]) > 0}
-    lines = targets(kst, {r["workload"]: r["note"] for r in pending}, omp)
+    lines = targets(kst, {r["workload"]: r["note"] for r in pending}, omp) + scale_lines
 
     # summary.csv
     fields = ["workload", "family", "exec", "rows", "lanes", "dtype", "params", "payload_bytes",
@@ -399,6 +469,7 @@ def main():
             r["workload"], r["exec"], rows_label(r["rows"]), r["lanes"], r["dtype"], fnum(r["gbps"]),
             ratio(r["ratio_memcpy"]), ratio(r["ratio_numpy"]), ratio(r["ratio_loop"]), med_s))
     md.append("")
+    md.extend(scale_md)
     md.append("## Baselines\n")
     md.append("| baseline | impl | exec | rows | lanes | dtype | GB/s | median |")
     md.append("|---|---|---|---:|---:|---|---:|---:|")

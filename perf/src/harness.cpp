@@ -637,6 +637,8 @@ void usage() {
       "  --mem-cap-gib G  working-set cap (default 6)\n"
       "  --list           list the registered workloads and baselines\n"
       "  --device cuda    the GPU grid on CUDA columns instead (perf/src/device_suite.cpp; a CUDA build)\n"
+      "  --scale          the scale workload at 1e3..1e8 prims, ranges and explicit paths (perf/src/scale_suite.cpp;\n"
+      "                   --rows picks the counts, --exec the host execution; --smoke: 1e3 and 1e4)\n"
       "  -v               also print skipped cases\n"
       "Kokkos options (--kokkos-threads=N, ...) are passed to Kokkos::initialize.\n");
 }
@@ -671,6 +673,7 @@ int main(int argc, char** argv) {
   Options& o = g_options;
   bool list = false;
   std::string rows_arg, lanes_arg, dtypes_arg, exec_arg, reps_arg, device;
+  bool scale = false;
   double seconds = -1, cap = -1;
   std::vector<char*> kokkos_args{argv[0]};
   for (int i = 1; i < argc; ++i) {
@@ -693,6 +696,7 @@ int main(int argc, char** argv) {
     else if (a == "--mem-cap-gib") cap = std::atof(value().c_str());
     else if (a == "--list") list = true;
     else if (a == "--device") device = value();
+    else if (a == "--scale") scale = true;
     else if (a == "-v") o.verbose = true;
     else if (a == "-h" || a == "--help") { usage(); return 0; }
     else if (a.rfind("--kokkos", 0) == 0) kokkos_args.push_back(argv[i]);
@@ -780,6 +784,8 @@ int main(int argc, char** argv) {
   int rc;
   if (!device.empty()) {
     rc = run_device_suite(device, o);
+  } else if (scale) {
+    rc = run_scale_suite(o);
   } else {
     std::printf("kstage_perf: kstage %u, mode %s, Kokkos host concurrency %d, out %s\n",
                 kstage_version(),

@@ -1,0 +1,217 @@
+// SPDX-License-Identifier: Apache-2.0
+// `kstage_perf --scale`: kstage at simulation scale (issue 16). For each prim count N, a fresh
+// stage runs the scale workload once, step by step:
+//   names        the prims: a path range /sim/particles/p[0, N) (kind "range"), or N explicit
+//                paths /sim/particles/p<i> in one kstage_intern_paths call (kind "explicit")
+//   query        kstage_query_range over the range in order, or kstage_query_paths
+//   write_seal   a dense float32 x 3 write of every prim + wait + seal (the column's first write)
+//   mask_seal    a 1% mask write + wait + seal
+//   read_latest  a zero-copy latest read: read + fetch + release
+//   read_change  a change-range read of the mask tick: read + fetch + release
+// and records each step's time and the stage's memory: the resident memory the process gained
+// since just before the stage was made (the source tensor and mask are made before that), and
+// its peak (VmHWM, reset with /proc/self/clear_refs). memcpy of the payload between warm buffers
+// is timed in the same run. Results: <out>/scale.csv; perf/report.py plots bytes and seconds per
+// prim against N and holds the 1e8-prim range to its targets (stage memory <= 1.5x the payload,
+// first dense write + seal >= 0.7x memcpy).
+#include "context.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace kperf {
+namespace {
+
+double resident_bytes() {
+  std::ifstream f("/proc/self/statm");
+  long pages = 0, resident = 0;
+  f >> pages >> resident;
+  return double(resident) * 4096.0;
+}
+
+// VmHWM (peak resident set) in bytes; reset_peak() makes it the current RSS (Linux >= 4.0).
+double peak_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) * 1024.0;
+  return 0;
+}
+void reset_peak() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+}
+
+struct Row {
+  std::string kind;
+  uint64_t n = 0;
+  double payload = 0;  // bytes of one float32 x 3 column
+  double t_names = 0, t_query = 0, t_write_seal = 0, t_mask_seal = 0, t_read_latest = 0,
+         t_read_change = 0, t_memcpy = 0;
+  double stage_bytes = 0, peak_bytes = 0;
+  uint64_t changed = 0;
+  std::string error;
+};
+
+Row run_one(const std::string& kind, uint64_t n, Exec exec) {
+  Row row;
+  row.kind = kind;
+  row.n = n;
+  row.payload = double(n) * 12.0;
+  // Client data first (not the stage's memory): the source, a 1% mask, and for explicit names
+  // the strings.
+  HostBuf src(size_t(n) * 12), copy(size_t(n) * 12);
+  fill_values(src.as<float>(), n, 3, 1);
+  touch(copy.p, copy.bytes);
+  const std::vector<uint64_t> mask = random_mask(n, 0.01, 0x5CA1E);
+  std::vector<char> chars;
+  std::vector<const char*> names;
+  std::vector<kstage_path_t> ids;
+  if (kind == "explicit") {
+    std::vector<size_t> at(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      at[i] = chars.size();
+      const std::string s = "/sim/particles/p" + std::to_string(i);
+      chars.insert(chars.end(), s.c_str(), s.c_str() + s.size() + 1);
+    }
+    names.resize(n);
+    for (uint64_t i = 0; i < n; ++i) names[i] = chars.data() + at[i];
+    ids.resize(n);
+  }
+  {  // memcpy of the payload, warm buffers: the same run's roof
+    std::memcpy(copy.p, src.p, src.bytes);
+    const auto t0 = Clock::now();
+    std::memcpy(copy.p, src.p, src.bytes);
+    row.t_memcpy = seconds_since(t0);
+  }
+
+  reset_peak();
+  const double base = resident_bytes(), base_peak = peak_bytes();
+  kstage_config_t c = kstage_config_init();
+  c.host_execution = exec == Exec::Serial ? KSTAGE_HOST_EXECUTION_SERIAL : KSTAGE_HOST_EXECUTION_PARALLEL;
+  kstage_stage_t stage = 0;
+  KP_CHECK(kstage_create(&c, &stage));
+  try {
+    auto t0 = Clock::now();
+    kstage_path_t first = 0;
+    if (kind == "range") {
+      KP_CHECK(kstage_intern_path_range(stage, "/sim/particles", KSTAGE_NUL_TERMINATED, "p",
+                                        KSTAGE_NUL_TERMINATED, 0, n, &first));
+    } else {
+      KP_CHECK(kstage_intern_paths(stage, names.data(), nullptr, n, ids.data()));
+    }
+    row.t_names = seconds_since(t0);
+    kstage_query_t q = 0;
+    t0 = Clock::now();
+    if (kind == "range")
+      KP_CHECK(kstage_query_range(stage, first, 0, 0, 0, &q));
+    else
+      KP_CHECK(kstage_query_paths(stage, ids.data(), n, &q));
+    row.t_query = seconds_since(t0);
+    ids = {};
+
+    kstage_token_t attr = 0;
+    KP_CHECK(kstage_intern_token(stage, "position", KSTAGE_NUL_TERMINATED, &attr));
+    int64_t shape[1] = {int64_t(n)};
+    const DLTensor t = make_tensor(src.p, DType::F32, 3, shape);
+    kstage_write_data_t d = kstage_write_data_init();
+    d.tensors = &t;
+    d.tensor_count = 1;
+    d.semantic = KSTAGE_SEMANTIC_POINT;
+    auto write_seal = [&](uint64_t ordinal) {
+      kstage_op_t op = 0;
+      KP_CHECK(kstage_write_attribute(stage, q, attr, ordinal, &d, KSTAGE_PRIM_MODE_UPSERT, &op));
+      KP_CHECK(kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE));
+      KP_CHECK(kstage_release_op(stage, op));
+      KP_CHECK(kstage_advance_write_floor(stage, ordinal, &attr, 1));
+    };
+    t0 = Clock::now();
+    write_seal(1);
+    row.t_write_seal = seconds_since(t0);
+    d.count = n;
+    d.mask = mask.data();
+    t0 = Clock::now();
+    write_seal(2);
+    row.t_mask_seal = seconds_since(t0);
+
+    auto read = [&](const kstage_read_desc_t* desc) {
+      uint64_t prims = 0;
+      read_groups(stage, q, attr, desc, [&](const kstage_read_group_t& g) { prims += g.prim_count; });
+      return prims;
+    };
+    t0 = Clock::now();
+    const uint64_t latest = read(nullptr);
+    row.t_read_latest = seconds_since(t0);
+    kstage_read_desc_t desc = kstage_read_desc_init();
+    desc.change_range = true;
+    desc.range_begin = desc.range_end = 2;
+    t0 = Clock::now();
+    row.changed = read(&desc);
+    row.t_read_change = seconds_since(t0);
+    uint64_t selected = 0;
+    for (uint64_t w : mask) selected += uint64_t(__builtin_popcountll(w));
+    if (latest != n) row.error = "the latest read returned " + std::to_string(latest) + " prims";
+    if (row.changed != selected)
+      row.error = "the change-range read returned " + std::to_string(row.changed) + " prims, the mask " +
+                  std::to_string(selected);
+    row.stage_bytes = resident_bytes() - base;
+    row.peak_bytes = peak_bytes() - base_peak;
+    KP_CHECK(kstage_query_release(stage, q));
+  } catch (const KstageError& e) {
+    row.error = e.what();
+  }
+  KP_CHECK(kstage_destroy(stage));
+  return row;
+}
+
+}  // namespace
+
+int run_scale_suite(const Options& o) {
+  std::vector<uint64_t> counts;
+  if (o.rows_explicit) {
+    counts = o.rows;
+  } else if (o.mode == Mode::Smoke) {
+    counts = {1000, 10000};
+  } else if (o.mode == Mode::Quick) {
+    counts = {1000, 100000, 1000000, 10000000};
+  } else {
+    counts = {1000, 10000, 100000, 1000000, 10000000, 100000000};
+  }
+  const Exec exec = o.execs.empty() ? Exec::Parallel : o.execs.back();
+  std::filesystem::create_directories(o.out_dir);
+  const std::string path = o.out_dir + "/scale.csv";
+  std::ofstream csv(path);
+  csv << "kind,n,exec,payload_bytes,stage_bytes,peak_bytes,bytes_per_prim,t_names,t_query,t_write_seal,"
+         "t_mask_seal,t_read_latest,t_read_change,t_memcpy,write_seal_vs_memcpy,error\n";
+  std::printf("kstage_perf --scale: %s host execution; stage memory = resident memory gained since the "
+              "stage was made\n",
+              exec_name(exec));
+  std::printf("  %-8s %10s %10s %10s %8s %9s %9s %9s %9s %9s %9s %7s\n", "kind", "prims", "payload",
+              "stage", "B/prim", "names s", "query s", "write+seal", "mask+seal", "latest s", "change s",
+              "vs cpy");
+  int failures = 0;
+  for (const std::string kind : {"explicit", "range"}) {
+    for (uint64_t n : counts) {
+      if (kind == "explicit" && n > 10000000 && !o.rows_explicit) continue;  // ~5 GB of strings and ids
+      const Row r = run_one(kind, n, exec);
+      const double ratio = r.t_write_seal > 0 ? r.t_memcpy / r.t_write_seal : 0;
+      const double bpp = (r.stage_bytes - r.payload) / double(n);
+      std::printf("  %-8s %10llu %8.1fMB %8.1fMB %8.1f %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %6.2fx%s%s\n",
+                  kind.c_str(), (unsigned long long)n, r.payload / 1e6, r.stage_bytes / 1e6, bpp, r.t_names,
+                  r.t_query, r.t_write_seal, r.t_mask_seal, r.t_read_latest, r.t_read_change, ratio,
+                  r.error.empty() ? "" : "  FAILED: ", r.error.c_str());
+      csv << kind << ',' << n << ',' << exec_name(exec) << ',' << r.payload << ',' << r.stage_bytes << ','
+          << r.peak_bytes << ',' << bpp << ',' << r.t_names << ',' << r.t_query << ',' << r.t_write_seal
+          << ',' << r.t_mask_seal << ',' << r.t_read_latest << ',' << r.t_read_change << ',' << r.t_memcpy
+          << ',' << ratio << ',' << '"' << r.error << '"' << '\n';
+      if (!r.error.empty()) ++failures;
+    }
+  }
+  std::printf("results: %s\n", path.c_str());
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace kperf
