@@ -6,6 +6,16 @@
 #include <algorithm>
 
 namespace kstage::core {
+
+namespace {
+// Room for `need` elements, growing by at least half the capacity, so that
+// many small appends stay linear and one big append moves nothing.
+template <class V>
+void reserve_geometric(V& v, size_t need) {
+  if (need > v.capacity()) v.reserve(std::max(need, v.capacity() + v.capacity() / 2));
+}
+}  // namespace
+
 size_t Column::row_bytes() const { return tuple_bytes(schema_.dtype); }
 
 uint64_t Column::tombstone(uint64_t prim) const {
@@ -109,6 +119,24 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint6
     t.rows = ids;
     t.keep = std::move(copy);
   }
+  // Grow the bookkeeping once for every new prim, not one doubling at a time
+  // (a first write of 1e8 prims otherwise moves its arrays ~27 times).
+  size_t missing = 0;
+  uint64_t highest = 0;
+  for (size_t i = 0; i < rows.n; ++i)
+    if (ids[i] == kNoRow) ++missing, highest = std::max(highest, rows.prim(i));
+  if (missing > free_rows_.size()) {
+    const size_t grow = prim_of_row_.size() + (missing - free_rows_.size());
+    reserve_geometric(prim_of_row_, grow);
+    reserve_geometric(stamps_, grow);
+    if (schema_.is_array) {
+      reserve_geometric(array_offset_, grow);
+      reserve_geometric(array_length_, grow);
+    }
+  }
+  if (missing > 0 && highest >= row_of_.size())
+    row_of_.resize(std::max<size_t>(highest + 1, row_of_.size() + row_of_.size() / 2), kNoRow);
+  reserve_geometric(new_prims, new_prims.size() + missing);
   for (size_t i = 0; i < rows.n; ++i) {
     if (ids[i] != kNoRow) continue;
     const uint64_t p = rows.prim(i);
@@ -125,7 +153,6 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint6
         array_length_.push_back(0);
       }
     }
-    if (p >= row_of_.size()) row_of_.resize(std::max<size_t>(p + 1, row_of_.size() * 2), kNoRow);
     row_of_[p] = r;
     prim_of_row_[r] = p;
     ++live_rows_;
@@ -152,7 +179,7 @@ void Column::unassign_rows(const std::vector<uint64_t>& new_prims) {
 Status Column::apply_write(const StagedRows& rows, uint64_t ordinal,
                            std::vector<uint64_t>& new_prims) {
   if (rows.n == 0) return Status::OK();
-  std::vector<uint64_t> added;
+  std::vector<uint64_t> added;  // assign_rows reserves it
   const TargetRows t = assign_rows(rows, added);
   Status st = schema_.is_array ? apply_array(rows, t) : apply_fixed(rows, t);
   if (!st.ok()) {
