@@ -470,6 +470,70 @@ TEST_CASE("threads interning the same strings get the same ids", "[threads][dict
   }
 }
 
+TEST_CASE("threads interning names, batches and ranges at once agree on every id",
+          "[threads][dictionary][ranges]") {
+  Stage s(host_execution());
+  constexpr int kThreads = 4, kNames = 300;
+  // Names under one parent: some a range will cover ("/r/p<i>"), some not ("/r/x<i>", "/s/p<i>").
+  std::vector<std::string> names;
+  for (int i = 0; i < kNames; ++i) {
+    names.push_back("/r/p" + std::to_string(i));
+    names.push_back("/r/x" + std::to_string(i));
+    names.push_back("/s/p" + std::to_string(i) + "/v");
+  }
+  std::vector<std::vector<uint64_t>> ids(kThreads, std::vector<uint64_t>(names.size()));
+  kstage_status_t range_status = KSTAGE_OK;
+  kstage_path_t range_first = 0;
+  Errors errors;
+  StartLine start(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      std::vector<size_t> order(names.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::shuffle(order.begin(), order.end(), std::mt19937(uint32_t(t) * 7u + 3u));
+      start.arrive();
+      if (t == 0) {  // a range over the same names, racing the others: made, or refused by name
+        range_status = kstage_intern_path_range(s.stage, "/r", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED,
+                                                0, kNames, &range_first);
+        if (range_status != KSTAGE_OK && range_status != KSTAGE_ALREADY_EXISTS)
+          errors.ok(range_status, "intern_path_range");
+      }
+      if (t == 1) {  // a batch
+        std::vector<const char*> ptrs;
+        for (size_t i : order) ptrs.push_back(names[i].c_str());
+        std::vector<kstage_path_t> got(ptrs.size());
+        if (!errors.ok(kstage_intern_paths(s.stage, ptrs.data(), nullptr, ptrs.size(), got.data()), "intern_paths"))
+          return;
+        for (size_t k = 0; k < order.size(); ++k) ids[t][order[k]] = got[k];
+        return;
+      }
+      for (size_t i : order) {
+        uint64_t id = 0;
+        if (!errors.ok(kstage_intern_path(s.stage, names[i].c_str(), KSTAGE_NUL_TERMINATED, &id), "intern_path"))
+          return;
+        ids[t][i] = id;
+        const char* str = nullptr;
+        if (errors.ok(kstage_path_string(s.stage, id, &str, nullptr), "path_string"))
+          CHECK_T(errors, names[i] == str, "path string " << str << " for " << names[i]);
+      }
+    });
+  for (auto& t : threads) t.join();
+  INFO(errors.report());
+  REQUIRE(errors.count() == 0);
+  for (int t = 1; t < kThreads; ++t) REQUIRE(ids[t] == ids[1]);
+  for (int t = 2; t < kThreads; ++t) REQUIRE(ids[t] == ids[1]);
+  if (range_status == KSTAGE_OK) {
+    // The range came first for every member: they are its members, in order.
+    for (int i = 0; i < kNames; ++i) REQUIRE(ids[1][size_t(3 * i)] == range_first + uint64_t(i));
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    REQUIRE(s.path(names[i]) == ids[1][i]);
+    REQUIRE(s.path_string(ids[1][i]) == names[i]);
+  }
+  REQUIRE(std::set<uint64_t>(ids[1].begin(), ids[1].end()).size() == names.size());
+}
+
 TEST_CASE("threads create and destroy separate stages concurrently", "[threads][lifecycle]") {
   const kstage_host_execution_t exec = host_execution();
   constexpr int kThreads = 4, kStagesEach = 12;
