@@ -122,9 +122,8 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint6
   // Grow the bookkeeping once for every new prim, not one doubling at a time
   // (a first write of 1e8 prims otherwise moves its arrays ~27 times).
   size_t missing = 0;
-  uint64_t highest = 0;
   for (size_t i = 0; i < rows.n; ++i)
-    if (ids[i] == kNoRow) ++missing, highest = std::max(highest, rows.prim(i));
+    if (ids[i] == kNoRow) ++missing;
   if (missing > free_rows_.size()) {
     const size_t grow = prim_of_row_.size() + (missing - free_rows_.size());
     reserve_geometric(prim_of_row_, grow);
@@ -134,8 +133,9 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint6
       reserve_geometric(array_length_, grow);
     }
   }
-  if (missing > 0 && highest >= row_of_.size())
-    row_of_.resize(std::max<size_t>(highest + 1, row_of_.size() + row_of_.size() / 2), kNoRow);
+  // Every allocation before any change: the pages of the new prims' ids.
+  for (size_t i = 0; i < rows.n; ++i)
+    if (ids[i] == kNoRow) row_of_.at(rows.prim(i));
   reserve_geometric(new_prims, new_prims.size() + missing);
   for (size_t i = 0; i < rows.n; ++i) {
     if (ids[i] != kNoRow) continue;
@@ -153,7 +153,7 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint6
         array_length_.push_back(0);
       }
     }
-    row_of_[p] = r;
+    row_of_.at(p) = r;
     prim_of_row_[r] = p;
     ++live_rows_;
     new_prims.push_back(p);
@@ -167,9 +167,9 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint6
 
 void Column::unassign_rows(const std::vector<uint64_t>& new_prims) {
   for (uint64_t p : new_prims) {
-    const uint32_t r = row_of_[p];
+    const uint32_t r = row_of_.get(p);
     prim_of_row_[r] = 0;
-    row_of_[p] = kNoRow;
+    row_of_.at(p) = kNoRow;
     free_rows_.push_back(r);
     --live_rows_;
   }
@@ -327,7 +327,7 @@ void Column::apply_delete(const uint64_t* prims, size_t n, uint64_t ordinal,
     const uint64_t p = prims[i];
     const uint32_t r = row_of(p);
     if (r == kNoRow) continue;
-    row_of_[p] = kNoRow;
+    row_of_.at(p) = kNoRow;
     prim_of_row_[r] = 0;
     free_rows_.push_back(r);
     --live_rows_;

@@ -13,6 +13,7 @@
 
 #include "core/backend.hpp"
 #include "core/buffer.hpp"
+#include "core/paged_array.hpp"
 
 #include <algorithm>
 #include <unordered_map>
@@ -68,9 +69,7 @@ class Column {
   size_t row_bytes() const;  // fixed: tuple bytes; array: bytes of one element
 
   // --- sealed state -------------------------------------------------------
-  uint32_t row_of(uint64_t prim) const {
-    return prim < row_of_.size() ? row_of_[prim] : kNoRow;
-  }
+  uint32_t row_of(uint64_t prim) const { return row_of_.get(prim); }
   bool has(uint64_t prim) const { return row_of(prim) != kNoRow; }
   uint64_t changed_at(uint32_t row) const {
     return std::max(all_changed_at_, stamp_ordinals_[stamps_[row]]);
@@ -163,7 +162,7 @@ class Column {
   Backend* backend_;
 
   BufferPtr values_;
-  std::vector<uint32_t> row_of_;       // indexed by path id
+  PagedArray<uint32_t, UINT32_MAX> row_of_;  // indexed by path id; UINT32_MAX = kNoRow
   std::vector<uint64_t> prim_of_row_;  // 0: free row
   // Per row, the last change as an index into stamp_ordinals_ (one entry per
   // distinct ordinal this column applied, increasing): a sparse seal stores 4

@@ -214,12 +214,11 @@ Result<PrimList> Stage::query_filter(const kstage_filter_t& f, const std::vector
     std::sort(candidates.begin(), candidates.end());
     candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
   } else {
-    for (uint64_t p = 1; p < prim_attribute_count_.size(); ++p)
-      if (prim_attribute_count_[p] > 0) candidates.push_back(p);
+    prim_attribute_count_.for_each([&](uint64_t p) { candidates.push_back(p); });
   }
   auto out = std::make_shared<std::vector<uint64_t>>();
   for (uint64_t p : candidates) {
-    if (p >= prim_attribute_count_.size() || prim_attribute_count_[p] == 0) continue;
+    if (prim_attribute_count_.get(p) == 0) continue;
     bool keep = true;
     for (const Column* c : has) keep = keep && c->has(p);
     if (keep) out->push_back(p);
@@ -239,7 +238,7 @@ std::vector<char> Stage::projected_existence(const StagedRows& t, Key key) const
     std::vector<char> exists(n);
     for (size_t i = 0; i < n; ++i) {
       const uint64_t p = t.prim(i);
-      exists[i] = p < prim_attribute_count_.size() && prim_attribute_count_[p] > 0;
+      exists[i] = prim_attribute_count_.get(p) > 0;
     }
     return exists;
   }
@@ -453,13 +452,10 @@ Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reach
         reached = m.ordinal - 1;
         return st;
       }
-      for (uint64_t p : changed) {
-        if (p >= prim_attribute_count_.size()) prim_attribute_count_.resize(p + 1 + p / 2, 0);
-        ++prim_attribute_count_[p];
-      }
+      for (uint64_t p : changed) ++prim_attribute_count_.at(p);
     } else {
       c.apply_delete(m.rows.prims->data(), m.rows.n, m.ordinal, changed);
-      for (uint64_t p : changed) --prim_attribute_count_[p];
+      for (uint64_t p : changed) --prim_attribute_count_.at(p);
     }
   }
   return Status::OK();

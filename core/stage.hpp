@@ -157,7 +157,7 @@ class Stage {
   uint64_t default_floor_ = 0;           // floor of attributes not in floors_
   std::map<Key, Mutation> pending_;
   uint64_t next_seq_ = 1;
-  std::vector<uint32_t> prim_attribute_count_;  // sealed, indexed by path id
+  PagedArray<uint32_t, 0> prim_attribute_count_;  // sealed, indexed by path id
 };
 
 }  // namespace kstage::core

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+// A table indexed by path id that holds memory only for the ids in use.
+//
+// Path ids are dense where paths are interned one by one, but a path range
+// (kstage_intern_path_range) takes up to 2^32 ids at once for free: a column
+// or a count indexed by id must not cost memory for every id below the
+// largest one written. Entries live in pages of 2^16, made when an entry in
+// them is first set; a missing page reads as `Default`.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace kstage::core {
+
+template <class T, T Default, unsigned kPageBits = 16>
+class PagedArray {
+ public:
+  static constexpr uint64_t kPage = uint64_t(1) << kPageBits;
+
+  T get(uint64_t i) const {
+    const uint64_t p = i >> kPageBits;
+    return p < pages_.size() && pages_[p] ? pages_[p][i & (kPage - 1)] : Default;
+  }
+  // The entry, making its page (filled with Default) if needed. May throw
+  // std::bad_alloc, leaving the table as it was.
+  T& at(uint64_t i) {
+    const uint64_t p = i >> kPageBits;
+    if (p >= pages_.size()) pages_.resize(p + 1);
+    if (!pages_[p]) {
+      pages_[p] = std::make_unique<T[]>(kPage);
+      for (uint64_t k = 0; k < kPage; ++k) pages_[p][k] = Default;
+    }
+    return pages_[p][i & (kPage - 1)];
+  }
+  // Makes the pages of ids [first, last] (so that at() on them cannot throw).
+  void reserve(uint64_t first, uint64_t last) {
+    for (uint64_t p = first >> kPageBits; p <= (last >> kPageBits); ++p) at(p << kPageBits);
+  }
+  // Calls f(id) for every id whose entry is not Default, in increasing order.
+  template <class F>
+  void for_each(F&& f) const {
+    for (uint64_t p = 0; p < pages_.size(); ++p) {
+      if (!pages_[p]) continue;
+      const T* page = pages_[p].get();
+      for (uint64_t k = 0; k < kPage; ++k)
+        if (page[k] != Default) f((p << kPageBits) | k);
+    }
+  }
+  size_t bytes() const {
+    size_t b = pages_.capacity() * sizeof(void*);
+    for (const auto& page : pages_)
+      if (page) b += kPage * sizeof(T);
+    return b;
+  }
+
+ private:
+  std::vector<std::unique_ptr<T[]>> pages_;
+};
+
+}  // namespace kstage::core
