@@ -43,11 +43,11 @@ void Column::compact_stamps() {
   // the table stays O(rows) however many ticks the column lives through.
   std::vector<uint64_t> kept{0};
   for (size_t r = 0; r < stamps_.size(); ++r)
-    if (prim_of_row_[r] != 0) kept.push_back(stamp_ordinals_[stamps_[r]]);
+    if (prim_of_row(r) != 0) kept.push_back(stamp_ordinals_[stamps_[r]]);
   std::sort(kept.begin(), kept.end());
   kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
   for (size_t r = 0; r < stamps_.size(); ++r) {
-    const uint64_t o = prim_of_row_[r] != 0 ? stamp_ordinals_[stamps_[r]] : 0;
+    const uint64_t o = prim_of_row(r) != 0 ? stamp_ordinals_[stamps_[r]] : 0;
     stamps_[r] = uint32_t(std::lower_bound(kept.begin(), kept.end(), o) - kept.begin());
   }
   stamp_ordinals_ = std::move(kept);
@@ -87,8 +87,38 @@ Result<const uint32_t*> Column::resident_rows(
   return reinterpret_cast<const uint32_t*>(copy->data());
 }
 
+void Column::materialize_rows() {
+  if (affine_rows_ == 0) return;
+  std::vector<uint64_t> prims(affine_rows_);
+  for (size_t r = 0; r < affine_rows_; ++r) prims[r] = affine_first_ + r;
+  row_of_.reserve(affine_first_, affine_first_ + affine_rows_ - 1);  // every allocation first
+  for (size_t r = 0; r < affine_rows_; ++r) row_of_.at(affine_first_ + r) = uint32_t(r);
+  prim_of_row_ = std::move(prims);
+  affine_rows_ = 0;
+  ++structure_;
+}
+
 Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint64_t>& new_prims) {
   TargetRows t;
+  // An empty fixed-size column whose first write targets consecutive new prims in
+  // order takes the affine form: no per-prim bookkeeping at all.
+  if (!schema_.is_array && row_space() == 0 && rows.subset == nullptr && rows.n > 0 &&
+      rows.n < kNoRow && (*rows.prims)[0] != 0) {
+    const uint64_t* p = rows.prims->data();
+    bool consecutive = p[0] <= UINT64_MAX - rows.n;
+    for (size_t i = 1; consecutive && i < rows.n; ++i) consecutive = p[i] == p[0] + i;
+    if (consecutive) {
+      reserve_geometric(new_prims, new_prims.size() + rows.n);
+      new_prims.insert(new_prims.end(), p, p + rows.n);
+      affine_first_ = p[0];
+      affine_rows_ = rows.n;
+      live_rows_ = rows.n;
+      stamps_.clear();
+      ++structure_;
+      t.identity = true;  // row i is target i: apply_fixed takes the staged buffer as it is
+      return t;
+    }
+  }
   uint32_t* ids;
   if (const uint32_t* subset = rows.subset_index()) {
     // A masked write: its rows are a selection of the rows of the query's
@@ -124,10 +154,11 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint6
   size_t missing = 0;
   for (size_t i = 0; i < rows.n; ++i)
     if (ids[i] == kNoRow) ++missing;
+  if (missing > 0) materialize_rows();  // new prims: the tables from here on
   if (missing > free_rows_.size()) {
     const size_t grow = prim_of_row_.size() + (missing - free_rows_.size());
     reserve_geometric(prim_of_row_, grow);
-    reserve_geometric(stamps_, grow);
+    if (!stamps_.empty()) reserve_geometric(stamps_, grow);
     if (schema_.is_array) {
       reserve_geometric(array_offset_, grow);
       reserve_geometric(array_length_, grow);
@@ -147,7 +178,7 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint6
     } else {
       r = uint32_t(prim_of_row_.size());
       prim_of_row_.push_back(0);
-      stamps_.push_back(0);
+      if (!stamps_.empty()) stamps_.push_back(0);
       if (schema_.is_array) {
         array_offset_.push_back(0);
         array_length_.push_back(0);
@@ -166,6 +197,12 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint6
 }
 
 void Column::unassign_rows(const std::vector<uint64_t>& new_prims) {
+  if (affine_rows_ != 0 && !new_prims.empty()) {  // the write that made the column affine
+    affine_rows_ = 0;
+    live_rows_ = 0;
+    ++structure_;
+    return;
+  }
   for (uint64_t p : new_prims) {
     const uint32_t r = row_of_.get(p);
     prim_of_row_[r] = 0;
@@ -190,6 +227,7 @@ Status Column::apply_write(const StagedRows& rows, uint64_t ordinal,
     all_changed_at_ = ordinal;  // every row changed: O(1), not one store per row
   } else {
     const uint32_t stamp = stamp_for(ordinal);
+    ensure_stamps();
     for (size_t j = 0; j < rows.n; ++j) stamps_[t.rows[j]] = stamp;
   }
   if (!tombstones_.empty())
@@ -327,6 +365,7 @@ void Column::apply_delete(const uint64_t* prims, size_t n, uint64_t ordinal,
     const uint64_t p = prims[i];
     const uint32_t r = row_of(p);
     if (r == kNoRow) continue;
+    materialize_rows();  // a hole: the tables from here on
     row_of_.at(p) = kNoRow;
     prim_of_row_[r] = 0;
     free_rows_.push_back(r);

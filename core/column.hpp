@@ -69,17 +69,22 @@ class Column {
   size_t row_bytes() const;  // fixed: tuple bytes; array: bytes of one element
 
   // --- sealed state -------------------------------------------------------
-  uint32_t row_of(uint64_t prim) const { return row_of_.get(prim); }
+  uint32_t row_of(uint64_t prim) const {
+    if (affine_rows_ != 0)
+      return prim - affine_first_ < affine_rows_ ? uint32_t(prim - affine_first_) : kNoRow;
+    return row_of_.get(prim);
+  }
   bool has(uint64_t prim) const { return row_of(prim) != kNoRow; }
   uint64_t changed_at(uint32_t row) const {
-    return std::max(all_changed_at_, stamp_ordinals_[stamps_[row]]);
+    return stamps_.empty() ? all_changed_at_ : std::max(all_changed_at_, stamp_ordinals_[stamps_[row]]);
   }
   // The parts of changed_at, for scans: a row's last change is the larger of
   // the ordinal of the last write of every row and the ordinal of its stamp.
   // Stamps grow with the ordinal, so "changed at or after `ordinal`" is
-  // stamp >= first_stamp_at_or_after(ordinal): one compare per row.
+  // stamp >= first_stamp_at_or_after(ordinal): one compare per row. Null
+  // stamps: every row's stamp is 0 (only writes of every row so far).
   uint64_t all_rows_changed_at() const { return all_changed_at_; }
-  const uint32_t* row_stamps() const { return stamps_.data(); }
+  const uint32_t* row_stamps() const { return stamps_.empty() ? nullptr : stamps_.data(); }
   uint32_t first_stamp_at_or_after(uint64_t ordinal) const;
   // Ordinal at which `prim` lost this attribute (0: no tombstone).
   uint64_t tombstone(uint64_t prim) const;
@@ -106,7 +111,7 @@ class Column {
                                                                                        : nullptr;
   }
   size_t live_rows() const { return live_rows_; }
-  size_t row_space() const { return prim_of_row_.size(); }  // high-water mark of rows
+  size_t row_space() const { return affine_rows_ != 0 ? affine_rows_ : prim_of_row_.size(); }  // high-water mark of rows
 
   // The buffer readers pin. Fixed: row r at r*row_bytes(). Array: see row_range.
   const BufferPtr& values() const { return values_; }
@@ -145,6 +150,15 @@ class Column {
   // Rows for the targets; allocates rows for new prims (bookkeeping only).
   TargetRows assign_rows(const StagedRows& rows, std::vector<uint64_t>& new_prims);
   void unassign_rows(const std::vector<uint64_t>& new_prims);
+  // The prim of row r (0: a free row).
+  uint64_t prim_of_row(size_t r) const { return affine_rows_ != 0 ? affine_first_ + r : prim_of_row_[r]; }
+  // Leaves the affine form for the tables (any change but writes of its rows
+  // needs them). May throw std::bad_alloc before changing anything.
+  void materialize_rows();
+  // Stamps for every row (they are kept empty while every row's is 0).
+  void ensure_stamps() {
+    if (stamps_.empty()) stamps_.assign(row_space(), 0);
+  }
   // The stamp of `ordinal` (a new table entry if it is a new ordinal).
   uint32_t stamp_for(uint64_t ordinal);
   // Drops table entries no row refers to, renumbering the stamps.
@@ -162,11 +176,19 @@ class Column {
   Backend* backend_;
 
   BufferPtr values_;
+  // The affine form: rows [0, affine_rows_) are prims affine_first_ + row, and
+  // the column holds nothing else -- no per-prim tables at all. A column
+  // takes it when its first write targets consecutive new prims in order (a
+  // path range's query, or paths interned one after another), and leaves it
+  // (materialize_rows) at the first change that is not a write of its rows.
+  uint64_t affine_first_ = 0;
+  size_t affine_rows_ = 0;  // 0: the tables below
   PagedArray<uint32_t, UINT32_MAX> row_of_;  // indexed by path id; UINT32_MAX = kNoRow
   std::vector<uint64_t> prim_of_row_;  // 0: free row
   // Per row, the last change as an index into stamp_ordinals_ (one entry per
   // distinct ordinal this column applied, increasing): a sparse seal stores 4
-  // bytes per row, not an 8-byte ordinal. See also all_changed_at_.
+  // bytes per row, not an 8-byte ordinal. See also all_changed_at_. Empty
+  // until the first sparse write (every stamp 0).
   std::vector<uint32_t> stamps_;
   std::vector<uint64_t> stamp_ordinals_{0};
   // A write of every row sets this instead of each row's stamp: a

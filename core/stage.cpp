@@ -612,7 +612,7 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
         for (size_t i = 0; i < count; ++i) {
           const uint32_t row = row_of_element(i);
           if (row != Column::kNoRow) {
-            if (!every_row && stamp[row] < first) continue;
+            if (!every_row && (stamp == nullptr || stamp[row] < first)) continue;
             values->prims.push_back(p[i]);
             own_rows.push_back(row);
           } else if (tombstones) {
