@@ -82,16 +82,20 @@ Result<uint64_t> Dictionary::intern_path_range(const char* parent, size_t parent
                                                uint64_t count) {
   std::string_view under;
   KSTAGE_ASSIGN_OR_RETURN(under, checked_string("parent", parent, parent_length));
-  KSTAGE_RETURN_NOT_OK(check_path_syntax(under));
+  if (Status st = check_path_syntax(under); !st.ok())
+    return Status(st.code(), "parent: " + st.message());
   if (prefix == nullptr && prefix_length != 0 && prefix_length != KSTAGE_NUL_TERMINATED)
     return error(KSTAGE_INVALID_ARGUMENT, "prefix is NULL but prefix_length is %zu", prefix_length);
   std::string_view lead;
   if (prefix != nullptr) {
     const size_t n = prefix_length == KSTAGE_NUL_TERMINATED ? std::strlen(prefix) : prefix_length;
     lead = std::string_view(prefix, n);
-    if (lead.find('/') != std::string_view::npos || lead.find('\0') != std::string_view::npos)
-      return error(KSTAGE_INVALID_ARGUMENT, "prefix '%s' holds a '/' or a NUL: it is part of one path component",
-                   std::string(lead.substr(0, 64)).c_str());
+    const size_t bad = lead.find_first_of(std::string_view("/\0", 2));
+    if (bad != std::string_view::npos)
+      return error(KSTAGE_INVALID_ARGUMENT,
+                   "prefix '%s' holds a %s at byte %zu: it is the start of one path component",
+                   std::string(lead.substr(0, std::min<size_t>(bad, 64))).c_str(),
+                   lead[bad] == '/' ? "'/'" : "NUL", bad);
   }
   if (count == 0 || count > UINT32_MAX)
     return error(KSTAGE_INVALID_ARGUMENT, "count %llu: a range holds 1 to 2^32 - 1 paths",
@@ -104,8 +108,8 @@ Result<uint64_t> Dictionary::intern_path_range(const char* parent, size_t parent
   if (first == 0) {
     const std::string name = (under == "/" ? std::string() : std::string(under.substr(0, 64))) + "/" +
                              std::string(lead.substr(0, 64));
-    return error(KSTAGE_ALREADY_EXISTS, "range '%s[%llu, %llu)': %s", name.c_str(),
-                 (unsigned long long)begin, (unsigned long long)(begin + count), why.c_str());
+    return error(KSTAGE_ALREADY_EXISTS, "range '%s[%llu..%llu]': %s", name.c_str(),
+                 (unsigned long long)begin, (unsigned long long)(begin + (count - 1)), why.c_str());
   }
   return first;
 }

@@ -156,12 +156,10 @@ Result<PrimList> Stage::query_paths(const uint64_t* paths, uint64_t n) {
       seen[paths[i] - lo] = true;
     }
   } else if (n > 1) {
-    std::vector<uint64_t> sorted(paths, paths + n);
-    std::sort(sorted.begin(), sorted.end());
-    auto dup = std::adjacent_find(sorted.begin(), sorted.end());
-    if (dup != sorted.end())  // the second occurrence in list order
-      for (uint64_t i = 0, hits = 0; i < n; ++i)
-        if (paths[i] == *dup && ++hits == 2) repeat = i;
+    std::unordered_set<uint64_t> seen;
+    seen.reserve(n);
+    for (uint64_t i = 0; i < n && repeat == n; ++i)
+      if (!seen.insert(paths[i]).second) repeat = i;
   }
   if (repeat != n) {
     const uint64_t first = uint64_t(std::find(paths, paths + repeat, paths[repeat]) - paths);

@@ -546,7 +546,10 @@ KSTAGE_API kstage_status_t kstage_intern_paths(kstage_stage_t stage, const char*
  * \brief Intern a *path range*: the `count` paths "<parent>/<prefix><n>" for n
  * in [begin, begin + count), n written in decimal without leading zeros, in
  * O(1) memory and time. Their ids are consecutive: `*first` for n = begin,
- * `*first + i` for n = begin + i. (Added in 0.3.)
+ * `*first + i` for n = begin + i. (Added in 0.3.) The one check that is not
+ * O(1), that no member was interned before, looks at nothing unless
+ * `parent` already has paths whose names end in a digit (then it takes one
+ * pass over the stage's paths, or a lookup per member, whichever is less).
  *
  * Range members are ordinary paths everywhere else -- queries, writes,
  * reads, filters (HAS, PREFIX, IN), deletes, change ranges, maps -- and
