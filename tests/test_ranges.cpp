@@ -285,3 +285,93 @@ TEST_CASE("range members are ordinary prims: filters, deletes, change ranges, ma
   REQUIRE(charge.size() == 8);
   REQUIRE(charge.at(first + 7) == std::vector<float>{1.f});
 }
+
+// A fixed-size column whose first write is consecutive new prims in order keeps no per-prim
+// tables (the affine form) until a change needs them; everything reads the same either way.
+TEST_CASE("a column that starts with no per-prim tables behaves like any other", "[ranges][affine]") {
+  Stage s(host_execution());
+  const kstage_path_t first = range(s, "/a", "p", 0, 12);
+  kstage_query_t ten = 0, all = 0;
+  KS_OK(kstage_query_range(s.stage, first, 0, 10, 1, &ten));
+  KS_OK(kstage_query_range(s.stage, first, 0, 0, 0, &all));
+  kstage_token_t t = s.token("t"), u = s.token("u");
+  std::vector<float> v(10);
+  for (int i = 0; i < 10; ++i) v[size_t(i)] = float(i);
+  s.write_f32(ten, t, 1, v);  // affine: rows are members 0..9
+  s.write_f32(ten, u, 1, v);
+  s.seal(1);
+  auto expect = [&](kstage_token_t a, std::map<int, float> want) {
+    const auto got = s.floats(all, a);
+    REQUIRE(got.size() == want.size());
+    for (const auto& [i, x] : want) REQUIRE(got.at(first + uint64_t(i)) == std::vector<float>{x});
+  };
+  std::map<int, float> want_t;
+  for (int i = 0; i < 10; ++i) want_t[i] = float(i);
+  expect(t, want_t);
+  // A sparse write: stamps appear; change ranges see exactly it.
+  std::vector<float> src(10, 0.f);
+  src[2] = 20.f;
+  src[7] = 70.f;
+  int64_t shape[1] = {10};
+  DLTensor x = tensor(src.data(), f32(), 1, shape);
+  kstage_write_data_t w = write_data(&x);
+  const uint64_t mask = (1u << 2) | (1u << 7);
+  w.count = 10;
+  w.mask = &mask;
+  KS_OK(s.write(ten, t, 2, w));
+  s.seal(2);
+  want_t[2] = 20.f;
+  want_t[7] = 70.f;
+  expect(t, want_t);
+  kstage_read_desc_t d = kstage_read_desc_init();
+  d.change_range = true;
+  d.range_begin = d.range_end = 2;
+  auto changed = s.read(all, {t}, &d);
+  REQUIRE(changed.size() == 1);
+  REQUIRE(changed[0].prims == std::vector<kstage_path_t>{first + 2, first + 7});
+  d.range_begin = 1;
+  REQUIRE(s.read(all, {t}, &d)[0].prims.size() == 10);
+  // New prims after the last row (members 10, 11): the tables from here on.
+  s.write_f32(all, t, 3, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  s.seal(3);
+  for (int i = 0; i < 12; ++i) want_t[i] = float(i);
+  expect(t, want_t);
+  // A delete from a column still in the affine form (u): a hole, then a change range with its tombstone.
+  kstage_query_t five = s.query({first + 5});
+  REQUIRE(s.remove(five, {u}, 4) == KSTAGE_OK);
+  s.seal(4);
+  std::map<int, float> want_u;
+  for (int i = 0; i < 10; ++i)
+    if (i != 5) want_u[i] = float(i);
+  expect(u, want_u);
+  d.range_begin = d.range_end = 4;
+  auto tomb = s.read(all, {u}, &d);
+  REQUIRE(tomb.size() == 1);
+  REQUIRE(tomb[0].is_delete);
+  REQUIRE(tomb[0].prims == std::vector<kstage_path_t>{first + 5});
+  // The deleted prim comes back (a new row), the others keep theirs.
+  s.write_f32(five, u, 5, {55.f});
+  s.seal(5);
+  want_u[5] = 55.f;
+  expect(u, want_u);
+  // Paths interned one after another take the affine form too; a write in another order works on it.
+  std::vector<kstage_path_t> ps;
+  for (int i = 0; i < 4; ++i) ps.push_back(s.path("/e/q" + std::to_string(i)));
+  kstage_query_t fwd = s.query(ps), rev = s.query({ps[3], ps[2], ps[1], ps[0]});
+  kstage_token_t e = s.token("e");
+  s.write_f32(fwd, e, 6, {0, 1, 2, 3});
+  s.write_f32(rev, e, 7, {30, 20, 10, 0});
+  s.seal(7);
+  const auto ev = s.floats(fwd, e);
+  for (int i = 0; i < 4; ++i) REQUIRE(ev.at(ps[size_t(i)]) == std::vector<float>{float(10 * i)});
+  // A masked first write is not affine: only the selected prims exist.
+  kstage_token_t m = s.token("m");
+  std::vector<float> msrc{1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  DLTensor mx = tensor(msrc.data(), f32(), 1, shape);
+  kstage_write_data_t mw = write_data(&mx);
+  mw.count = 10;
+  mw.mask = &mask;
+  KS_OK(s.write(ten, m, 8, mw));
+  s.seal(8);
+  expect(m, {{2, 3.f}, {7, 8.f}});
+}
