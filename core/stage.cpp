@@ -450,10 +450,10 @@ Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reach
         reached = m.ordinal - 1;
         return st;
       }
-      for (uint64_t p : changed) ++prim_attribute_count_.at(p);
+      for (uint64_t p : changed) prim_attribute_count_.increment(p);
     } else {
       c.apply_delete(m.rows.prims->data(), m.rows.n, m.ordinal, changed);
-      for (uint64_t p : changed) --prim_attribute_count_.at(p);
+      for (uint64_t p : changed) prim_attribute_count_.decrement(p);
     }
   }
   return Status::OK();

@@ -8,6 +8,7 @@
 // reads hold it just long enough to pin buffers and build their groups.
 #pragma once
 
+#include "core/attribute_counts.hpp"
 #include "core/column.hpp"
 #include "core/dictionary.hpp"
 #include "core/managed_tensors.hpp"
@@ -157,7 +158,7 @@ class Stage {
   uint64_t default_floor_ = 0;           // floor of attributes not in floors_
   std::map<Key, Mutation> pending_;
   uint64_t next_seq_ = 1;
-  PagedArray<uint32_t, 0> prim_attribute_count_;  // sealed, indexed by path id
+  AttributeCounts prim_attribute_count_;  // sealed, indexed by path id
 };
 
 }  // namespace kstage::core

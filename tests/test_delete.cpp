@@ -316,3 +316,51 @@ TEST_CASE("prim modes: a pending delete at a later ordinal does not hide the pri
   s.seal(5);
   REQUIRE(existing(s).empty());
 }
+
+// The stage counts each prim's attributes in a byte, with counts from 255 on kept aside:
+// a prim with hundreds of attributes exists exactly until its last one goes.
+TEST_CASE("a prim with 300 attributes exists until its last attribute is deleted", "[delete][prims]") {
+  Stage s(host_execution());
+  const kstage_path_t p = s.path("/many"), other = s.path("/other");
+  kstage_query_t q = s.query({p});
+  std::vector<kstage_token_t> attrs;
+  for (int i = 0; i < 300; ++i) attrs.push_back(s.token(("a" + std::to_string(i)).c_str()));
+  for (size_t i = 0; i < attrs.size(); ++i) s.write_f32(q, attrs[i], 1, {float(i)});
+  kstage_query_t o = s.query({other});
+  s.write_f32(o, attrs[0], 1, {0.f});
+  s.seal(1);
+  auto existing = [&]() {
+    kstage_filter_t f{};
+    kstage_query_t all = 0;
+    KS_OK(kstage_query_filter(s.stage, &f, &all));
+    uint64_t n = 0;
+    KS_OK(kstage_query_count(s.stage, all, &n));
+    KS_OK(kstage_query_release(s.stage, all));
+    return n;
+  };
+  REQUIRE(existing() == 2);
+  // Delete all but one, in steps across the 255 boundary: the prim stays.
+  uint64_t ordinal = 2;
+  for (size_t from = 0; from < 299; from += 23) {
+    std::vector<kstage_token_t> some(attrs.begin() + long(from), attrs.begin() + long(std::min<size_t>(from + 23, 299)));
+    REQUIRE(s.remove(q, some, ordinal) == KSTAGE_OK);
+    s.seal(ordinal++);
+    REQUIRE(existing() == 2);
+  }
+  REQUIRE(s.floats(q, attrs[299]).at(p) == std::vector<float>{299.f});
+  // Back up past 255 and down again.
+  for (size_t i = 0; i < 280; ++i) s.write_f32(q, attrs[i], ordinal, {1.f});
+  s.seal(ordinal++);
+  REQUIRE(existing() == 2);
+  REQUIRE(s.remove(q, {}, ordinal) == KSTAGE_OK);  // the prim itself: every attribute
+  s.seal(ordinal++);
+  REQUIRE(existing() == 1);
+  kstage_filter_t f{};
+  f.has_attributes = &attrs[0];
+  f.has_attribute_count = 1;
+  kstage_query_t holders = 0;
+  KS_OK(kstage_query_filter(s.stage, &f, &holders));
+  uint64_t n = 0;
+  KS_OK(kstage_query_count(s.stage, holders, &n));
+  REQUIRE(n == 1);
+}
