@@ -57,8 +57,19 @@ RowMap Column::row_map(const std::shared_ptr<const std::vector<uint64_t>>& prims
   for (const CachedRowMap& c : cache_)
     if (c.key == prims.get() && c.n == n && c.structure == structure_ && !c.prims.expired())
       return c.map;
-  auto rows = std::make_shared<std::vector<uint32_t>>(n);
   RowMap m;
+  if (affine_rows_ != 0 && n == affine_rows_) {  // prim i is row i? then no table at all
+    const uint64_t* p = prims->data();
+    bool identity = true;
+    for (size_t i = 0; identity && i < n; ++i) identity = p[i] == affine_first_ + i;
+    if (identity) {
+      m.all_present = m.identity = true;
+      CachedRowMap& slot = cache_[cache_next_++ % 4];
+      slot = CachedRowMap{prims, prims.get(), n, structure_, m};
+      return m;
+    }
+  }
+  auto rows = std::make_shared<std::vector<uint32_t>>(n);
   m.all_present = true;
   m.identity = n == row_space() && n == live_rows_;
   const uint64_t* p = prims->data();
@@ -137,6 +148,10 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint6
     if (whole.all_present) return t;
   } else {
     const RowMap m = row_map(rows.prims, rows.n);
+    if (!m.rows) {  // the affine column in row order: every target present, row j is target j
+      t.identity = true;
+      return t;
+    }
     t.rows = m.rows->data();
     t.identity = m.identity;
     t.keep = m.rows;

@@ -49,9 +49,12 @@ struct StagedRows {
 // column structure) and shared, so steady-state writes and reads of the same
 // query do no per-prim host work.
 struct RowMap {
-  std::shared_ptr<const std::vector<uint32_t>> rows;  // per prim; kNoRow if absent
+  // Per prim; kNoRow if absent. Null for an identity map of an affine column
+  // (prim i is row i): no 4 bytes per prim for the commonest map of all.
+  std::shared_ptr<const std::vector<uint32_t>> rows;
   bool all_present = false;
   bool identity = false;  // all present, rows[i] == i, and they are all the rows
+  uint32_t row(size_t i) const { return rows ? (*rows)[i] : uint32_t(i); }
 };
 
 class Column {

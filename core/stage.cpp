@@ -577,7 +577,7 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
                                    c.whole_change() <= desc.range_end;
   if (map.all_present && (!desc.change_range || dense_tick_in_range)) {
     values->shared_prims = prims;
-    rows = map.rows->data();
+    rows = map.rows ? map.rows->data() : nullptr;  // null: the identity (prim i is row i)
     n = prims->size();
   } else if (const Column::RecentWrite* w =
                  desc.change_range && map.identity ? c.only_change_since(desc.range_begin)
@@ -595,7 +595,7 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
     n = own_rows.size();
   } else {
     const uint64_t* p = prims->data();
-    const uint32_t* r = map.rows->data();
+    const uint32_t* r = map.rows ? map.rows->data() : nullptr;  // null: the identity
     const size_t count = prims->size();
     if (desc.change_range) {
       // read() has checked that no prim of the query changed after the
@@ -764,10 +764,10 @@ Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prim
     for (uint64_t i = 0; i < n; ++i) {
       Column* c = column(attributes[i]);
       if (!c || c->last_change() <= desc.range_end) continue;  // the usual case: O(1)
-      const std::vector<uint32_t>& rows = *c->row_map(prims, prims->size()).rows;
+      const RowMap rows = c->row_map(prims, prims->size());
       for (size_t k = 0; k < prims->size(); ++k) {
         const uint64_t p = (*prims)[k];
-        const uint32_t r = rows[k];
+        const uint32_t r = rows.row(k);
         const uint64_t last = r != Column::kNoRow ? c->changed_at(r)
                               : c->has_tombstones() ? c->tombstone(p)
                                                     : 0;
