@@ -7,6 +7,7 @@
 
 #include "core/paged_array.hpp"
 
+#include <algorithm>
 #include <unordered_map>
 
 namespace kstage::core {
@@ -27,6 +28,20 @@ class AttributeCounts {
       b = kBig;
     } else {
       ++big_.at(prim);
+    }
+  }
+  // increment() of prims [first, first + count), a page at a time.
+  void increment_run(uint64_t first, uint64_t count) {
+    for (uint64_t p = first; p < first + count;) {
+      uint8_t* page = &small_.at(p);  // the page of p, from p on
+      const uint64_t in_page = std::min(count - (p - first), small_.kPage - (p & (small_.kPage - 1)));
+      for (uint64_t k = 0; k < in_page; ++k) {
+        if (page[k] < kBig - 1)
+          ++page[k];
+        else
+          increment(p + k);
+      }
+      p += in_page;
     }
   }
   void decrement(uint64_t prim) {

@@ -109,7 +109,7 @@ void Column::materialize_rows() {
   ++structure_;
 }
 
-Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint64_t>& new_prims) {
+Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_prims) {
   TargetRows t;
   // An empty fixed-size column whose first write targets consecutive new prims in
   // order takes the affine form: no per-prim bookkeeping at all.
@@ -119,8 +119,8 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint6
     bool consecutive = p[0] <= UINT64_MAX - rows.n;
     for (size_t i = 1; consecutive && i < rows.n; ++i) consecutive = p[i] == p[0] + i;
     if (consecutive) {
-      reserve_geometric(new_prims, new_prims.size() + rows.n);
-      new_prims.insert(new_prims.end(), p, p + rows.n);
+      new_prims.run_first = p[0];
+      new_prims.run_count = rows.n;
       affine_first_ = p[0];
       affine_rows_ = rows.n;
       live_rows_ = rows.n;
@@ -182,7 +182,7 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint6
   // Every allocation before any change: the pages of the new prims' ids.
   for (size_t i = 0; i < rows.n; ++i)
     if (ids[i] == kNoRow) row_of_.at(rows.prim(i));
-  reserve_geometric(new_prims, new_prims.size() + missing);
+  reserve_geometric(new_prims.list, new_prims.list.size() + missing);
   for (size_t i = 0; i < rows.n; ++i) {
     if (ids[i] != kNoRow) continue;
     const uint64_t p = rows.prim(i);
@@ -202,7 +202,7 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint6
     row_of_.at(p) = r;
     prim_of_row_[r] = p;
     ++live_rows_;
-    new_prims.push_back(p);
+    new_prims.list.push_back(p);
     ids[i] = r;
   }
   ++structure_;
@@ -211,14 +211,14 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, std::vector<uint6
   return t;
 }
 
-void Column::unassign_rows(const std::vector<uint64_t>& new_prims) {
-  if (affine_rows_ != 0 && !new_prims.empty()) {  // the write that made the column affine
+void Column::unassign_rows(const NewPrims& new_prims) {
+  if (new_prims.run_count != 0) {  // the write that made the column affine
     affine_rows_ = 0;
     live_rows_ = 0;
     ++structure_;
     return;
   }
-  for (uint64_t p : new_prims) {
+  for (uint64_t p : new_prims.list) {
     const uint32_t r = row_of_.get(p);
     prim_of_row_[r] = 0;
     row_of_.at(p) = kNoRow;
@@ -228,10 +228,9 @@ void Column::unassign_rows(const std::vector<uint64_t>& new_prims) {
   ++structure_;
 }
 
-Status Column::apply_write(const StagedRows& rows, uint64_t ordinal,
-                           std::vector<uint64_t>& new_prims) {
+Status Column::apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& new_prims) {
   if (rows.n == 0) return Status::OK();
-  std::vector<uint64_t> added;  // assign_rows reserves it
+  NewPrims added;
   const TargetRows t = assign_rows(rows, added);
   Status st = schema_.is_array ? apply_array(rows, t) : apply_fixed(rows, t);
   if (!st.ok()) {
@@ -254,7 +253,7 @@ Status Column::apply_write(const StagedRows& rows, uint64_t ordinal,
   else
     recent_ = RecentWrite{};
   last_change_ = std::max(last_change_, ordinal);
-  new_prims.insert(new_prims.end(), added.begin(), added.end());
+  new_prims = std::move(added);
   return Status::OK();
 }
 

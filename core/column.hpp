@@ -45,6 +45,19 @@ struct StagedRows {
   uint64_t prim(size_t j) const { return (*prims)[subset ? subset_index()[j] : j]; }
 };
 
+// The prims a write made new in a column: a list, or, for the first write of
+// an affine column, a run [run_first, run_first + run_count) (no list of 1e8
+// ids to make and walk).
+struct NewPrims {
+  std::vector<uint64_t> list;
+  uint64_t run_first = 0, run_count = 0;
+  bool empty() const { return list.empty() && run_count == 0; }
+  void clear() {
+    list.clear();
+    run_count = 0;
+  }
+};
+
 // Where a list of prims sits in a column: computed once per (prim list,
 // column structure) and shared, so steady-state writes and reads of the same
 // query do no per-prim host work.
@@ -134,7 +147,7 @@ class Column {
   // --- sealing ------------------------------------------------------------
   // Applies a staged write at `ordinal`. `new_prims` collects prims that gain
   // this attribute. On failure (OUT_OF_MEMORY) the column is unchanged.
-  Status apply_write(const StagedRows& rows, uint64_t ordinal, std::vector<uint64_t>& new_prims);
+  Status apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& new_prims);
   // Removes `prims` (those present) at `ordinal`; collects them in `removed`.
   void apply_delete(const uint64_t* prims, size_t n, uint64_t ordinal,
                     std::vector<uint64_t>& removed);
@@ -151,8 +164,8 @@ class Column {
   Status apply_fixed(const StagedRows& rows, const TargetRows& t);
   Status apply_array(const StagedRows& rows, const TargetRows& t);
   // Rows for the targets; allocates rows for new prims (bookkeeping only).
-  TargetRows assign_rows(const StagedRows& rows, std::vector<uint64_t>& new_prims);
-  void unassign_rows(const std::vector<uint64_t>& new_prims);
+  TargetRows assign_rows(const StagedRows& rows, NewPrims& new_prims);
+  void unassign_rows(const NewPrims& new_prims);
   // The prim of row r (0: a free row).
   uint64_t prim_of_row(size_t r) const { return affine_rows_ != 0 ? affine_first_ + r : prim_of_row_[r]; }
   // Leaves the affine form for the tables (any change but writes of its rows

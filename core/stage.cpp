@@ -435,25 +435,28 @@ Result<std::shared_ptr<Op>> Stage::remove(const PrimList& prims, const uint64_t*
 
 Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reached) {
   reached = to;
-  std::vector<uint64_t> changed;
+  NewPrims added;
+  std::vector<uint64_t> removed;
   const uint64_t attr = c.attribute();
   for (auto it = pending_.upper_bound(Key{from, UINT64_MAX});
        it != pending_.end() && it->first.first <= to; ++it) {
     const Mutation& m = it->second;
     if (!m.targets(attr)) continue;
-    changed.clear();
     if (m.kind == Mutation::Kind::Write) {
-      Status st = c.apply_write(m.rows, m.ordinal, changed);
+      added.clear();
+      Status st = c.apply_write(m.rows, m.ordinal, added);
       if (!st.ok()) {
         // Stop below this ordinal; mutations already applied at it are
         // re-applied on the next seal, which gives the same result.
         reached = m.ordinal - 1;
         return st;
       }
-      for (uint64_t p : changed) prim_attribute_count_.increment(p);
+      for (uint64_t p : added.list) prim_attribute_count_.increment(p);
+      prim_attribute_count_.increment_run(added.run_first, added.run_count);
     } else {
-      c.apply_delete(m.rows.prims->data(), m.rows.n, m.ordinal, changed);
-      for (uint64_t p : changed) prim_attribute_count_.decrement(p);
+      removed.clear();
+      c.apply_delete(m.rows.prims->data(), m.rows.n, m.ordinal, removed);
+      for (uint64_t p : removed) prim_attribute_count_.decrement(p);
     }
   }
   return Status::OK();
