@@ -494,6 +494,37 @@ Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanag
 
 }  // namespace detail
 
+namespace detail {
+
+// The range-for iterator of a Read or a Map: the owner holds the current group
+// (its `current_`); ++ fetches the next with the throwing next(), and the end
+// is a null owner. Made at begin() on the first group. (Used only where
+// exceptions are on: next(Group&) without a Status is the throwing form.)
+template <class Owner, class Group>
+class GroupIterator {
+ public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = Group;
+  using difference_type = std::ptrdiff_t;
+  using pointer = Group*;
+  using reference = Group&;
+  GroupIterator() = default;
+  explicit GroupIterator(Owner* owner) : owner_(owner) { ++*this; }
+  Group& operator*() const noexcept { return owner_->current_; }
+  Group* operator->() const noexcept { return &owner_->current_; }
+  GroupIterator& operator++() {
+    if (!owner_->next(owner_->current_)) owner_ = nullptr;
+    return *this;
+  }
+  bool operator==(const GroupIterator& o) const noexcept { return owner_ == o.owner_; }
+  bool operator!=(const GroupIterator& o) const noexcept { return owner_ != o.owner_; }
+
+ private:
+  Owner* owner_ = nullptr;
+};
+
+}  // namespace detail
+
 /// \brief One group of a read (kstage_read_group_t), released on destruction.
 class ReadGroup {
  public:
@@ -596,33 +627,8 @@ class Read {
 
   /// Input iterator over the groups; each is released when the iterator moves on
   /// (move it out to keep it). Throws kstage::Error when a fetch fails.
-  class iterator {
-   public:
-    using iterator_category = std::input_iterator_tag;
-    using value_type = ReadGroup;
-    using difference_type = std::ptrdiff_t;
-    using pointer = ReadGroup*;
-    using reference = ReadGroup&;
-    iterator() = default;
-    ReadGroup& operator*() const noexcept { return read_->current_; }
-    ReadGroup* operator->() const noexcept { return &read_->current_; }
-    iterator& operator++() {
-      if (!read_->next(read_->current_)) read_ = nullptr;
-      return *this;
-    }
-    bool operator==(const iterator& o) const noexcept { return read_ == o.read_; }
-    bool operator!=(const iterator& o) const noexcept { return read_ != o.read_; }
-
-   private:
-    friend class Read;
-    explicit iterator(Read* r) : read_(r) {}
-    Read* read_ = nullptr;
-  };
-  iterator begin() {
-    iterator it(this);
-    ++it;
-    return it;
-  }
+  using iterator = detail::GroupIterator<Read, ReadGroup>;
+  iterator begin() { return iterator(this); }
   iterator end() noexcept { return iterator(); }
 #endif
   /// Releases the read (groups already fetched stay valid until released).
@@ -633,6 +639,8 @@ class Read {
 
  private:
   friend class Stage;
+  template <class, class>
+  friend class detail::GroupIterator;
   Read(kstage_stage_t s, kstage_read_t h) : h_(s, h) {}
   detail::UniqueHandle<kstage_release_read> h_;
   ReadGroup current_;  // the range-for group
@@ -770,33 +778,8 @@ class Map {
     return detail::throwing([&](Status& st) { return commit(done_sync, st); });
   }
   /// Input iterator over the groups (each stays mapped until committed).
-  class iterator {
-   public:
-    using iterator_category = std::input_iterator_tag;
-    using value_type = MapGroup;
-    using difference_type = std::ptrdiff_t;
-    using pointer = MapGroup*;
-    using reference = MapGroup&;
-    iterator() = default;
-    MapGroup& operator*() const noexcept { return map_->current_; }
-    MapGroup* operator->() const noexcept { return &map_->current_; }
-    iterator& operator++() {
-      if (!map_->next(map_->current_)) map_ = nullptr;
-      return *this;
-    }
-    bool operator==(const iterator& o) const noexcept { return map_ == o.map_; }
-    bool operator!=(const iterator& o) const noexcept { return map_ != o.map_; }
-
-   private:
-    friend class Map;
-    explicit iterator(Map* m) : map_(m) {}
-    Map* map_ = nullptr;
-  };
-  iterator begin() {
-    iterator it(this);
-    ++it;
-    return it;
-  }
+  using iterator = detail::GroupIterator<Map, MapGroup>;
+  iterator begin() { return iterator(this); }
   iterator end() noexcept { return iterator(); }
 #endif
   /// Abandons the map now (kstage_release_map).
@@ -808,6 +791,8 @@ class Map {
 
  private:
   friend class Stage;
+  template <class, class>
+  friend class detail::GroupIterator;
   Map(kstage_stage_t s, kstage_map_t h) : h_(s, h), alive_(std::make_shared<const char>('\0')) {}
   detail::UniqueHandle<kstage_release_map> h_;
   MapGroup current_;
