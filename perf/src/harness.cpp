@@ -101,6 +101,39 @@ void touch(void* p, size_t bytes) {
   if (bytes) c[bytes - 1] = 0;
 }
 
+double resident_bytes() {
+  std::ifstream f("/proc/self/statm");
+  long pages = 0, resident = 0;
+  f >> pages >> resident;
+  return double(resident) * 4096.0;
+}
+
+double peak_resident_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) * 1024.0;
+  return 0;
+}
+
+void reset_peak_resident() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+}
+
+PathNames path_names(const std::string& prefix, uint64_t n) {
+  PathNames p;
+  std::vector<size_t> at(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    at[i] = p.chars.size();
+    const std::string name = prefix + std::to_string(i);
+    p.chars.insert(p.chars.end(), name.c_str(), name.c_str() + name.size() + 1);
+  }
+  p.names.resize(n);
+  for (uint64_t i = 0; i < n; ++i) p.names[i] = p.chars.data() + at[i];
+  return p;
+}
+
 namespace {
 Options g_options;
 }
@@ -191,16 +224,8 @@ Measurement measure_runs(Instance& inst, bool repeatable) {
 
 // VmRSS and VmHWM of this process, MiB.
 std::pair<double, double> rss_now() {
-  long rss = 0, hwm = 0;
-  if (FILE* f = std::fopen("/proc/self/status", "r")) {
-    char line[256];
-    while (std::fgets(line, sizeof line, f)) {
-      std::sscanf(line, "VmRSS: %ld", &rss);
-      std::sscanf(line, "VmHWM: %ld", &hwm);
-    }
-    std::fclose(f);
-  }
-  return {double(rss) / 1024, double(hwm) / 1024};
+  constexpr double kMiB = 1024.0 * 1024.0;
+  return {resident_bytes() / kMiB, peak_resident_bytes() / kMiB};
 }
 
 Measurement measure(Instance& inst, bool repeatable) {
@@ -590,13 +615,7 @@ int Runner::run() {
   }
 
   const double total_s = seconds_since(t_start);
-  long hwm_kb = 0;
-  if (FILE* f = std::fopen("/proc/self/status", "r")) {
-    char line[256];
-    while (std::fgets(line, sizeof line, f))
-      if (std::sscanf(line, "VmHWM: %ld", &hwm_kb) == 1) break;
-    std::fclose(f);
-  }
+  const long hwm_kb = long(peak_resident_bytes() / 1024);
   {
     std::ofstream meta(o_.out_dir + "/meta.txt");
     char host[256] = "?";

@@ -185,6 +185,19 @@ struct HostBuf {
 // Prefault: write every page (so first-touch cost stays out of baselines).
 void touch(void* p, size_t bytes);
 
+// The process's resident memory in bytes (/proc/self/statm), and its peak (VmHWM), which
+// reset_peak_resident() brings down to the current value (Linux >= 4.0).
+double resident_bytes();
+double peak_resident_bytes();
+void reset_peak_resident();
+
+// n NUL-terminated paths "<prefix><i>" in one buffer: names[i] points into chars.
+struct PathNames {
+  std::vector<char> chars;
+  std::vector<const char*> names;
+};
+PathNames path_names(const std::string& prefix, uint64_t n);
+
 const Options& options();
 // `--device NAME`: the GPU grid on that device's columns (perf/src/device_suite.cpp); Kokkos
 // is initialised. Returns the exit code.

@@ -25,25 +25,6 @@
 namespace kperf {
 namespace {
 
-double resident_bytes() {
-  std::ifstream f("/proc/self/statm");
-  long pages = 0, resident = 0;
-  f >> pages >> resident;
-  return double(resident) * 4096.0;
-}
-
-// VmHWM (peak resident set) in bytes; reset_peak() makes it the current RSS (Linux >= 4.0).
-double peak_bytes() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) * 1024.0;
-  return 0;
-}
-void reset_peak() {
-  std::ofstream f("/proc/self/clear_refs");
-  f << "5";
-}
 
 struct Row {
   std::string kind;
@@ -67,18 +48,10 @@ Row run_one(const std::string& kind, uint64_t n, Exec exec) {
   fill_values(src.as<float>(), n, 3, 1);
   touch(copy.p, copy.bytes);
   const std::vector<uint64_t> mask = random_mask(n, 0.01, 0x5CA1E);
-  std::vector<char> chars;
-  std::vector<const char*> names;
+  PathNames names;
   std::vector<kstage_path_t> ids;
   if (kind == "explicit") {
-    std::vector<size_t> at(n);
-    for (uint64_t i = 0; i < n; ++i) {
-      at[i] = chars.size();
-      const std::string s = "/sim/particles/p" + std::to_string(i);
-      chars.insert(chars.end(), s.c_str(), s.c_str() + s.size() + 1);
-    }
-    names.resize(n);
-    for (uint64_t i = 0; i < n; ++i) names[i] = chars.data() + at[i];
+    names = path_names("/sim/particles/p", n);
     ids.resize(n);
   }
   {  // memcpy of the payload, warm buffers: the same run's roof
@@ -88,8 +61,8 @@ Row run_one(const std::string& kind, uint64_t n, Exec exec) {
     row.t_memcpy = seconds_since(t0);
   }
 
-  reset_peak();
-  const double base = resident_bytes(), base_peak = peak_bytes();
+  reset_peak_resident();
+  const double base = resident_bytes(), base_peak = peak_resident_bytes();
   kstage_config_t c = kstage_config_init();
   c.host_execution = exec == Exec::Serial ? KSTAGE_HOST_EXECUTION_SERIAL : KSTAGE_HOST_EXECUTION_PARALLEL;
   kstage_stage_t stage = 0;
@@ -101,7 +74,7 @@ Row run_one(const std::string& kind, uint64_t n, Exec exec) {
       KP_CHECK(kstage_intern_path_range(stage, "/sim/particles", KSTAGE_NUL_TERMINATED, "p",
                                         KSTAGE_NUL_TERMINATED, 0, n, &first));
     } else {
-      KP_CHECK(kstage_intern_paths(stage, names.data(), nullptr, n, ids.data()));
+      KP_CHECK(kstage_intern_paths(stage, names.names.data(), nullptr, n, ids.data()));
     }
     row.t_names = seconds_since(t0);
     kstage_query_t q = 0;
@@ -158,7 +131,7 @@ Row run_one(const std::string& kind, uint64_t n, Exec exec) {
       row.error = "the change-range read returned " + std::to_string(row.changed) + " prims, the mask " +
                   std::to_string(selected);
     row.stage_bytes = resident_bytes() - base;
-    row.peak_bytes = peak_bytes() - base_peak;
+    row.peak_bytes = peak_resident_bytes() - base_peak;
     KP_CHECK(kstage_query_release(stage, q));
   } catch (const KstageError& e) {
     row.error = e.what();

@@ -9,17 +9,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 
 namespace kperf {
 namespace {
 
-double resident_bytes() {
-  std::ifstream f("/proc/self/statm");
-  long pages = 0, resident = 0;
-  f >> pages >> resident;
-  return double(resident) * 4096.0;
-}
 
 class Intern final : public Instance {
  public:
@@ -28,15 +21,7 @@ class Intern final : public Instance {
     if (stage_) kstage_destroy(stage_);
   }
   void prepare() override {
-    // The names, NUL-terminated, in one buffer.
-    std::vector<size_t> at(n_);
-    for (uint64_t i = 0; i < n_; ++i) {
-      at[i] = chars_.size();
-      const std::string name = "/world/particles/p" + std::to_string(i);
-      chars_.insert(chars_.end(), name.c_str(), name.c_str() + name.size() + 1);
-    }
-    names_.resize(n_);
-    for (uint64_t i = 0; i < n_; ++i) names_[i] = chars_.data() + at[i];
+    names_ = path_names("/world/particles/p", n_);
     ids_.assign(n_, 0);
   }
   void before() override {
@@ -48,10 +33,10 @@ class Intern final : public Instance {
   }
   void run() override {
     if (bulk_) {
-      KP_CHECK(kstage_intern_paths(stage_, names_.data(), nullptr, n_, ids_.data()));
+      KP_CHECK(kstage_intern_paths(stage_, names_.names.data(), nullptr, n_, ids_.data()));
     } else {
       for (uint64_t i = 0; i < n_; ++i)
-        KP_CHECK(kstage_intern_path(stage_, names_[i], KSTAGE_NUL_TERMINATED, &ids_[i]));
+        KP_CHECK(kstage_intern_path(stage_, names_.names[i], KSTAGE_NUL_TERMINATED, &ids_[i]));
     }
   }
   void after() override {
@@ -63,7 +48,7 @@ class Intern final : public Instance {
     for (uint64_t i = 0; i < n_; i += std::max<uint64_t>(1, n_ / 1000)) {
       const char* s = nullptr;
       KP_CHECK(kstage_path_string(stage_, ids_[i], &s, nullptr));
-      if (std::strcmp(s, names_[i]) != 0) return std::string("path ") + names_[i] + " reads back as " + s;
+      if (std::strcmp(s, names_.names[i]) != 0) return std::string("path ") + names_.names[i] + " reads back as " + s;
     }
     for (uint64_t i = 1; i < n_; ++i)
       if (ids_[i] != ids_[i - 1] + 1) return "sibling paths did not get consecutive ids";
@@ -79,8 +64,7 @@ class Intern final : public Instance {
   Context& cx_;
   uint64_t n_;
   bool bulk_;
-  std::vector<char> chars_;
-  std::vector<const char*> names_;
+  PathNames names_;
   std::vector<kstage_path_t> ids_;
   kstage_stage_t stage_ = 0;
   double rss_before_ = 0, bytes_per_path_ = 0;
