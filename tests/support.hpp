@@ -222,6 +222,25 @@ class Stage {
     KS_OK(kstage_query_paths(stage, p.data(), p.size(), &q));
     return q;
   }
+  // The prims of a query, in its order.
+  std::vector<kstage_path_t> prims_of(kstage_query_t q) {
+    kstage_path_list_t list = 0;
+    KS_OK(kstage_query_get_paths(stage, q, &list));
+    const kstage_path_t* ids = nullptr;
+    uint64_t n = 0;
+    KS_OK(kstage_path_list_get(stage, list, &ids, &n));
+    std::vector<kstage_path_t> out(ids, ids + n);
+    KS_OK(kstage_path_list_release(stage, list));
+    return out;
+  }
+  // The prims kstage_query_filter selects (latest sealed state), in path-id order.
+  std::vector<kstage_path_t> filtered(const kstage_filter_t& f) {
+    kstage_query_t q = 0;
+    KS_OK(kstage_query_filter(stage, &f, &q));
+    std::vector<kstage_path_t> out = prims_of(q);
+    KS_OK(kstage_query_release(stage, q));
+    return out;
+  }
   // Writes and checks the op completes OK; returns the call's status.
   kstage_status_t write(kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
                         const kstage_write_data_t& w,

@@ -10,20 +10,7 @@ namespace {
 
 
 // Existing prims (latest sealed state), in path-id order.
-std::vector<kstage_path_t> existing(Stage& s) {
-  kstage_filter_t f{};
-  kstage_query_t q = 0;
-  KS_OK(kstage_query_filter(s.stage, &f, &q));
-  kstage_path_list_t list = 0;
-  KS_OK(kstage_query_get_paths(s.stage, q, &list));
-  const kstage_path_t* ids = nullptr;
-  uint64_t n = 0;
-  KS_OK(kstage_path_list_get(s.stage, list, &ids, &n));
-  std::vector<kstage_path_t> out(ids, ids + n);
-  KS_OK(kstage_path_list_release(s.stage, list));
-  KS_OK(kstage_query_release(s.stage, q));
-  return out;
-}
+std::vector<kstage_path_t> existing(Stage& s) { return s.filtered(kstage_filter_t{}); }
 
 }  // namespace
 
@@ -329,38 +316,25 @@ TEST_CASE("a prim with 300 attributes exists until its last attribute is deleted
   kstage_query_t o = s.query({other});
   s.write_f32(o, attrs[0], 1, {0.f});
   s.seal(1);
-  auto existing = [&]() {
-    kstage_filter_t f{};
-    kstage_query_t all = 0;
-    KS_OK(kstage_query_filter(s.stage, &f, &all));
-    uint64_t n = 0;
-    KS_OK(kstage_query_count(s.stage, all, &n));
-    KS_OK(kstage_query_release(s.stage, all));
-    return n;
-  };
-  REQUIRE(existing() == 2);
+  REQUIRE(existing(s).size() == 2);
   // Delete all but one, in steps across the 255 boundary: the prim stays.
   uint64_t ordinal = 2;
   for (size_t from = 0; from < 299; from += 23) {
     std::vector<kstage_token_t> some(attrs.begin() + long(from), attrs.begin() + long(std::min<size_t>(from + 23, 299)));
     REQUIRE(s.remove(q, some, ordinal) == KSTAGE_OK);
     s.seal(ordinal++);
-    REQUIRE(existing() == 2);
+    REQUIRE(existing(s).size() == 2);
   }
   REQUIRE(s.floats(q, attrs[299]).at(p) == std::vector<float>{299.f});
   // Back up past 255 and down again.
   for (size_t i = 0; i < 280; ++i) s.write_f32(q, attrs[i], ordinal, {1.f});
   s.seal(ordinal++);
-  REQUIRE(existing() == 2);
+  REQUIRE(existing(s).size() == 2);
   REQUIRE(s.remove(q, {}, ordinal) == KSTAGE_OK);  // the prim itself: every attribute
   s.seal(ordinal++);
-  REQUIRE(existing() == 1);
+  REQUIRE(existing(s) == std::vector<kstage_path_t>{other});
   kstage_filter_t f{};
   f.has_attributes = &attrs[0];
   f.has_attribute_count = 1;
-  kstage_query_t holders = 0;
-  KS_OK(kstage_query_filter(s.stage, &f, &holders));
-  uint64_t n = 0;
-  KS_OK(kstage_query_count(s.stage, holders, &n));
-  REQUIRE(n == 1);
+  REQUIRE(s.filtered(f) == std::vector<kstage_path_t>{other});
 }

@@ -211,17 +211,7 @@ TEST_CASE("prefix filters follow the tree", "[dictionary][tree][queries]") {
   auto filtered = [&](kstage_path_t prefix) {
     kstage_filter_t f{};
     f.path_prefix = prefix;
-    kstage_query_t q = 0;
-    KS_OK(kstage_query_filter(s.stage, &f, &q));
-    kstage_path_list_t l = 0;
-    KS_OK(kstage_query_get_paths(s.stage, q, &l));
-    const kstage_path_t* p = nullptr;
-    uint64_t n = 0;
-    KS_OK(kstage_path_list_get(s.stage, l, &p, &n));
-    std::vector<kstage_path_t> v(p, p + n);
-    KS_OK(kstage_path_list_release(s.stage, l));
-    KS_OK(kstage_query_release(s.stage, q));
-    return v;
+    return s.filtered(f);
   };
   REQUIRE(filtered(a) == std::vector<kstage_path_t>{a, ab, abc});
   REQUIRE(filtered(ab) == std::vector<kstage_path_t>{ab, abc});

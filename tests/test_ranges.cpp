@@ -24,16 +24,6 @@ kstage_status_t try_range(Stage& s, const char* parent, const char* prefix, uint
                                   count, &first);
 }
 
-std::vector<kstage_path_t> query_prims(Stage& s, kstage_query_t q) {
-  kstage_path_list_t l = 0;
-  KS_OK(kstage_query_get_paths(s.stage, q, &l));
-  const kstage_path_t* p = nullptr;
-  uint64_t n = 0;
-  KS_OK(kstage_path_list_get(s.stage, l, &p, &n));
-  std::vector<kstage_path_t> v(p, p + n);
-  KS_OK(kstage_path_list_release(s.stage, l));
-  return v;
-}
 
 }  // namespace
 
@@ -138,6 +128,12 @@ TEST_CASE("ranges that could name a path interned before are refused, naming it"
   REQUIRE(s.path_string(disjoint) == "/w/p106");
   const kstage_path_t q = range(s, "/w", "q", 0, 10);
   REQUIRE(s.path("/w/q3") == q + 3);
+  // The same check by lookups, one per member: chosen when the stage holds far more paths
+  // than the range has members (here 1500 paths, 10 members).
+  for (int i = 0; i < 1500; ++i) s.path("/lk/q" + std::to_string(i));
+  s.path("/lk/p3");
+  KS_FAILS(try_range(s, "/lk", "p", 0, 10), KSTAGE_ALREADY_EXISTS, "its member '/lk/p3' was interned before");
+  REQUIRE(s.path_string(range(s, "/lk", "p", 4, 10)) == "/lk/p4");
   // A name that ends in a digit under another parent does not matter.
   s.path("/elsewhere/p1");
   range(s, "/u", "p", 0, 10);
@@ -150,7 +146,7 @@ TEST_CASE("a huge range costs nothing until used", "[ranges]") {
   REQUIRE(s.path("/sim/particles/p12345678") == first + 12345678);
   kstage_query_t q = 0;
   KS_OK(kstage_query_range(s.stage, first, 7, 100, 1000000, &q));
-  const auto prims = query_prims(s, q);
+  const auto prims = s.prims_of(q);
   REQUIRE(prims.size() == 100);
   REQUIRE(prims[0] == first + 7);
   REQUIRE(prims[99] == first + 7 + 99 * 1000000ull);
@@ -198,11 +194,11 @@ TEST_CASE("range queries: sub-ranges, strides and their errors", "[ranges][queri
   KS_OK(kstage_query_range(s.stage, first, 0, 0, 0, &q));
   std::vector<kstage_path_t> all;
   for (uint64_t i = 0; i < 10; ++i) all.push_back(first + i);
-  REQUIRE(query_prims(s, q) == all);
+  REQUIRE(s.prims_of(q) == all);
   KS_OK(kstage_query_range(s.stage, first, 1, 0, 3, &q));  // 1, 4, 7
-  REQUIRE(query_prims(s, q) == std::vector<kstage_path_t>{first + 1, first + 4, first + 7});
+  REQUIRE(s.prims_of(q) == std::vector<kstage_path_t>{first + 1, first + 4, first + 7});
   KS_OK(kstage_query_range(s.stage, first, 9, 1, 5, &q));
-  REQUIRE(query_prims(s, q) == std::vector<kstage_path_t>{first + 9});
+  REQUIRE(s.prims_of(q) == std::vector<kstage_path_t>{first + 9});
   KS_FAILS(kstage_query_range(s.stage, first, 10, 0, 0, &q), KSTAGE_INVALID_ARGUMENT, "start 10");
   KS_FAILS(kstage_query_range(s.stage, first, 1, 4, 3, &q), KSTAGE_INVALID_ARGUMENT, "at most 3");
   KS_FAILS(kstage_query_range(s.stage, first + 1, 0, 0, 0, &q), KSTAGE_INVALID_ARGUMENT, "not the first path");
@@ -234,15 +230,15 @@ TEST_CASE("range members are ordinary prims: filters, deletes, change ranges, ma
   f.has_attribute_count = 1;
   kstage_query_t q = 0;
   KS_OK(kstage_query_filter(s.stage, &f, &q));
-  REQUIRE(query_prims(s, q).size() == 9);
+  REQUIRE(s.prims_of(q).size() == 9);
   f.path_prefix = s.path("/g/particles");
   KS_OK(kstage_query_filter(s.stage, &f, &q));
-  auto under = query_prims(s, q);
+  auto under = s.prims_of(q);
   REQUIRE(under.size() == 8);
   REQUIRE(under.front() == first);
   f.path_prefix = first + 3;  // a member as the prefix
   KS_OK(kstage_query_filter(s.stage, &f, &q));
-  REQUIRE(query_prims(s, q) == std::vector<kstage_path_t>{first + 3});
+  REQUIRE(s.prims_of(q) == std::vector<kstage_path_t>{first + 3});
   // IN.
   kstage_path_list_t in = 0;
   const kstage_path_t some[2] = {first + 6, loose};
@@ -250,7 +246,7 @@ TEST_CASE("range members are ordinary prims: filters, deletes, change ranges, ma
   kstage_filter_t fin{};
   fin.path_in = in;
   KS_OK(kstage_query_filter(s.stage, &fin, &q));
-  REQUIRE(query_prims(s, q).size() == 2);
+  REQUIRE(s.prims_of(q).size() == 2);
   KS_OK(kstage_path_list_release(s.stage, in));
   // Delete two members; a change range shows the tombstones by name.
   kstage_query_t two = 0;
