@@ -302,7 +302,7 @@ Status Column::apply_array(const StagedRows& rows, const TargetRows& map) {
 
   uint64_t append = 0, live_after = 0;
   for (size_t r = 0; r < row_space(); ++r) {
-    if (prim_of_row_[r] == 0) continue;
+    if (prim_of_row(r) == 0) continue;
     const int64_t t = target_of_row[r];
     if (t < 0) {
       live_after += kernels::ragged_align_up(array_length_[r]);
@@ -336,7 +336,7 @@ Status Column::apply_array(const StagedRows& rows, const TargetRows& map) {
     uint64_t cursor = 0;
     std::vector<uint64_t> offset(row_space()), length(row_space());
     for (size_t r = 0; r < row_space(); ++r) {
-      if (prim_of_row_[r] == 0) continue;
+      if (prim_of_row(r) == 0) continue;
       const int64_t t = target_of_row[r];
       const uint64_t len = t < 0 ? array_length_[r] : new_len(size_t(t));
       add(t < 0 ? old + array_offset_[r] : staged + rows.starts[size_t(t)], cursor, len);

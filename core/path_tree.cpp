@@ -52,6 +52,13 @@ bool parse_number(std::string_view digits, uint64_t& v) {
   return true;
 }
 
+// Whether `leaf` is `prefix` and a number in [begin, last], which goes to `v`.
+bool names_member(std::string_view leaf, std::string_view prefix, uint64_t begin, uint64_t last,
+                  uint64_t& v) {
+  return leaf.size() > prefix.size() && leaf.compare(0, prefix.size(), prefix) == 0 &&
+         parse_number(leaf.substr(prefix.size()), v) && v >= begin && v <= last;
+}
+
 inline uint64_t mix(uint64_t x) {
   x ^= x >> 32;
   x *= 0xD6E8FEB86659FD93ull;
@@ -140,10 +147,8 @@ uint64_t PathTree::range_member(uint64_t parent, std::string_view leaf) const {
   auto [lo, hi] = ranges_by_parent_.equal_range(parent);
   for (auto it = lo; it != hi; ++it) {
     const Range& r = ranges_[it->second];
-    if (leaf.size() <= r.prefix.size() || leaf.compare(0, r.prefix.size(), r.prefix) != 0) continue;
     uint64_t v = 0;
-    if (parse_number(leaf.substr(r.prefix.size()), v) && v >= r.begin && v - r.begin < r.count)
-      return r.first + (v - r.begin);
+    if (names_member(leaf, r.prefix, r.begin, r.begin + (r.count - 1), v)) return r.first + (v - r.begin);
   }
   return 0;
 }
@@ -361,9 +366,7 @@ uint64_t PathTree::intern_range(std::string_view parent_path, std::string_view p
         if ((nodes_[node].parent & ~kVisible) != parent) continue;
         const std::string_view leaf = leaf_of(nodes_[node]);
         uint64_t v = 0;
-        if (leaf.size() > prefix.size() && leaf.compare(0, prefix.size(), prefix) == 0 &&
-            parse_number(leaf.substr(prefix.size()), v) && v >= begin && v <= last)
-          clash = node_id(node);
+        if (names_member(leaf, prefix, begin, last, v)) clash = node_id(node);
       }
     }
     if (clash != 0) {
