@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the parts of the extension share: the status check that raises kstage's Python
+// exceptions, GIL helpers, argument conversions, and the classes other files use.
+//
+// The extension is a thin layer over the C API: it converts arguments, calls one C function
+// (with the GIL released when the call can take long or run a producer's deleter), and turns
+// the status into an exception. Every rule -- validation, isolation, lifetimes -- is the
+// engine's; nothing here re-implements one.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include <dlpack/dlpack.h>
+#include <kstage/kstage.h>
+
+namespace kstage_py {
+
+namespace nb = nanobind;
+
+// ---- errors (errors.cpp) ------------------------------------------------------------------------
+/// Registers kstage.Error and its subclasses on the module.
+void register_errors(nb::module_& m);
+/// Raises the exception of `status` with kstage_last_error() (read now, on this thread).
+[[noreturn]] void raise_status(kstage_status_t status);
+/// Raises the exception of `status` with `message` (a message saved before another C call).
+[[noreturn]] void raise_error(kstage_status_t status, const std::string& message);
+/// Raises kstage.InvalidArgument (a ValueError) with `message`: for checks the binding makes
+/// itself before a C call (the seeds' Python rules: count=0 in any of its three forms).
+[[noreturn]] void raise_invalid_argument(const std::string& message);
+inline void check(kstage_status_t status) {
+  if (status != KSTAGE_OK) raise_status(status);
+}
+
+/// True while Python code may still run (not during or after interpreter finalisation).
+bool python_is_running();
+
+/// Releases the GIL for a C call when this thread holds it (it always does, from a bound
+/// function): the call may block on the stage's locks, wait for device work, or run a
+/// producer's DLPack deleter, which takes the GIL itself (dlpack_import.cpp).
+struct ReleaseGil {
+  PyThreadState* state;
+  ReleaseGil() : state(python_is_running() && PyGILState_Check() ? PyEval_SaveThread() : nullptr) {}
+  ~ReleaseGil() {
+    if (state != nullptr) PyEval_RestoreThread(state);
+  }
+  ReleaseGil(const ReleaseGil&) = delete;
+  ReleaseGil& operator=(const ReleaseGil&) = delete;
+};
+
+// ---- the stage (stage.cpp) ----------------------------------------------------------------------
+/// The C stage handle, shared by the Stage object and everything made from it (queries, reads,
+/// maps, ops), so that a stage is destroyed after the last of them, or by Stage.close().
+struct StageHandle {
+  kstage_stage_t id = 0;
+  ~StageHandle();
+  void destroy() noexcept;
+};
+using StageRef = std::shared_ptr<StageHandle>;
+
+/// kstage.Query: a fixed, ordered list of prims (owns one C query handle).
+struct Query {
+  StageRef stage;
+  kstage_query_t id = 0;
+  Query(StageRef s, kstage_query_t q) : stage(std::move(s)), id(q) {}
+  ~Query() { release(); }
+  void release() noexcept;
+  Query(const Query&) = delete;
+  Query& operator=(const Query&) = delete;
+};
+
+/// kstage.Stage. Its methods are bound in the file of their concept (stage.cpp: dictionary,
+/// queries, seals; write.cpp; read.cpp; map.cpp).
+class Stage {
+ public:
+  Stage(std::string_view host_execution, nb::handle residency);
+  const StageRef& ref() const { return handle_; }
+  void close();
+  bool closed() const;
+  uint64_t id() const;
+  kstage_token_t token(nb::handle name);
+  std::string token_name(kstage_token_t token);
+  nb::object intern(nb::handle paths);
+  std::string path(kstage_path_t id);
+  kstage_path_t intern_range(std::string_view parent, std::string_view prefix, uint64_t begin, uint64_t count);
+  std::tuple<kstage_path_t, uint64_t, uint64_t> range_info(kstage_path_t path);
+  kstage_path_t range_member(kstage_path_t first, uint64_t index);
+  std::unique_ptr<Query> query(nb::handle paths, nb::handle prefix, nb::handle has, nb::handle path_in);
+  std::unique_ptr<Query> query_range(kstage_path_t first, uint64_t start, uint64_t count, uint64_t stride);
+  void seal(uint64_t ordinal, nb::handle attributes);
+  uint64_t write_floor(nb::handle attribute);
+
+ private:
+  StageRef handle_;
+};
+
+/// A query argument: a Query, or paths (strings or ids) made into a query for one call.
+struct QueryArg {
+  kstage_query_t id = 0;
+  std::unique_ptr<Query> owned;  // a temporary query, released when the call is done
+};
+QueryArg query_arg(const StageRef& stage, nb::handle query);
+
+/// The token of an attribute argument (a str, interned and cached per stage, or an int).
+kstage_token_t attribute_token(const StageRef& stage, nb::handle attribute);
+
+/// A DLDevice from None ({0, 0}), "cpu", "cuda", "cuda:1", a (type, id) pair, or an object
+/// with __dlpack_device__.
+DLDevice device_arg(nb::handle device);
+/// A kstage_device_sync_t stream from a Python array API stream value (None: `none_value`).
+uintptr_t stream_arg(nb::handle stream, uintptr_t none_value);
+
+/// "upsert" / "insert" / "update", and a semantic name ("point", ...) or code (None: none).
+kstage_prim_mode_t mode_arg(std::string_view mode);
+kstage_semantic_t semantic_arg(nb::handle semantic);
+
+/// DLPack's device-type names, for messages and __repr__.
+std::string device_string(DLDevice device);
+
+// ---- DLPack import (dlpack_import.cpp) ----------------------------------------------------------
+/// One producer tensor taken from `__dlpack__` (or a capsule), owned until released: the
+/// producer's deleter runs exactly once, with the GIL taken for it.
+class Imported {
+ public:
+  Imported() = default;
+  Imported(Imported&& other) noexcept;
+  Imported& operator=(Imported&& other) noexcept;
+  ~Imported();
+  const DLTensor& tensor() const;
+  /// Hands the tensor over as a versioned managed tensor whose deleter takes the GIL before
+  /// it calls the producer's (from any thread) and is marked READ_ONLY, so the stage never
+  /// writes into memory the caller may still look at.
+  DLManagedTensorVersioned* release_to_stage();
+
+ private:
+  friend Imported import_dlpack(nb::handle source, nb::handle stream);
+  DLManagedTensorVersioned* versioned_ = nullptr;
+  DLManagedTensor* legacy_ = nullptr;
+};
+/// Takes a tensor from any DLPack producer: an object with __dlpack__ (asked for a versioned
+/// tensor first, legacy if it does not know max_version) or a "dltensor(_versioned)" capsule.
+Imported import_dlpack(nb::handle source, nb::handle stream);
+
+// ---- DLPack export (dlpack_export.cpp) ----------------------------------------------------------
+/// Makes a PyCapsule of a versioned or legacy managed tensor; its destructor deletes the tensor
+/// unless a consumer took it (renamed the capsule "used_...").
+nb::object versioned_capsule(DLManagedTensorVersioned* tensor);
+nb::object legacy_capsule(DLManagedTensor* tensor);
+
+/// What a kstage.Tensor exports from: a read group (read.cpp) or a map group (map.cpp).
+struct TensorSource {
+  virtual ~TensorSource() = default;
+  /// Raises InvalidHandle when the group was released, unmapped or its map ended.
+  virtual void check_alive() const = 0;
+  virtual uint64_t tensor_count() const = 0;
+  virtual DLDevice device() const = 0;
+  /// Read groups export read-only unless asked otherwise, map groups writable.
+  virtual bool default_readonly() const = 0;
+  /// Why a writable export is impossible ("" when it is possible): a zero-copy read group
+  /// shares the column's storage.
+  virtual const char* writable_refusal() const = 0;
+  virtual DLManagedTensorVersioned* export_versioned(uint64_t index, bool readonly) = 0;
+  /// A legacy export; `readonly` only with `consumer_reads_only` (checked by the caller).
+  virtual DLManagedTensor* export_legacy(uint64_t index, bool readonly, bool consumer_reads_only) = 0;
+  /// Orders `stream` (kstage_device_sync_t's values) after the group's producing work.
+  virtual void sync(uintptr_t stream) = 0;
+};
+
+/// The Python array API's `__dlpack__` over tensor `index` of `source`: versioned or legacy by
+/// `max_version`, the stream ordered first, `dl_device` and `copy` honoured, `readonly` (None:
+/// the source's default) and `consumer_reads_only` (a legacy read-only export for consumers
+/// that never write, such as JAX) as kstage's export flags.
+nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream, nb::handle max_version,
+                         nb::handle dl_device, nb::handle copy, nb::handle readonly, bool consumer_reads_only);
+/// A legacy DLManagedTensor in front of a versioned one (its deleter deletes the versioned).
+DLManagedTensor* legacy_of(DLManagedTensorVersioned* versioned);
+/// `__dlpack_device__` of `source`.
+nb::tuple dlpack_device(const TensorSource& source);
+/// A kstage.Tensor: tensor `index` of `source`, with export defaults.
+nb::object make_tensor(std::shared_ptr<TensorSource> source, uint64_t index, nb::handle readonly,
+                       bool consumer_reads_only);
+
+// ---- module parts -------------------------------------------------------------------------------
+/// Strings of a path id, and the DLDataType <-> numpy dtype pair.
+std::string path_string(const StageRef& stage, kstage_path_t path);
+nb::object numpy_dtype(DLDataType dtype);
+/// A uint64 / uint32 numpy array over memory `owner` keeps alive (read-only when `readonly`).
+nb::object uint64_view(const uint64_t* data, size_t n, nb::handle owner);
+nb::object uint32_view(const uint32_t* data, size_t n, nb::handle owner);
+
+void register_stage(nb::module_& m);  // also kstage.Query
+/// Each adds its methods to kstage.Stage (`stage_class`) and binds its own classes.
+void register_write(nb::module_& m, nb::handle stage_class);  // kstage.Op
+void register_read(nb::module_& m, nb::handle stage_class);   // kstage.Read, kstage.ReadGroup
+void register_map(nb::module_& m, nb::handle stage_class);    // kstage.Map, kstage.MapGroup
+void register_tensor(nb::module_& m);                         // kstage.Tensor
+
+}  // namespace kstage_py

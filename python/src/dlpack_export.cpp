@@ -1,0 +1,264 @@
+// SPDX-License-Identifier: Apache-2.0
+// Handing kstage's tensors to DLPack consumers: the Python array API's __dlpack__ and
+// __dlpack_device__ over read and map groups (kstage.Tensor), and the capsules they return.
+#include "binding.hpp"
+
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/tuple.h>
+
+#include <cstdlib>
+#include <cstring>
+
+namespace kstage_py {
+namespace {
+
+constexpr const char* kVersionedName = "dltensor_versioned";
+constexpr const char* kLegacyName = "dltensor";
+
+// A capsule nobody consumed still owns its tensor. The destructor runs with the GIL held; the
+// kstage deleters it calls never need Python.
+void versioned_capsule_destructor(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, kVersionedName)) {
+    auto* t = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(capsule, kVersionedName));
+    if (t != nullptr && t->deleter != nullptr) t->deleter(t);
+  } else {
+    PyErr_Clear();
+  }
+}
+
+void legacy_capsule_destructor(PyObject* capsule) {
+  if (PyCapsule_IsValid(capsule, kLegacyName)) {
+    auto* t = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, kLegacyName));
+    if (t != nullptr && t->deleter != nullptr) t->deleter(t);
+  } else {
+    PyErr_Clear();
+  }
+}
+
+[[noreturn]] void buffer_error(const std::string& message) {
+  PyErr_SetString(PyExc_BufferError, message.c_str());
+  throw nb::python_error();
+}
+
+// A host copy of an exported tensor (__dlpack__(copy=True)): its own buffer, writable.
+struct HostCopy {
+  DLManagedTensorVersioned managed{};
+  std::vector<int64_t> shape;
+  std::vector<int64_t> strides;
+  void* data = nullptr;
+  ~HostCopy() { std::free(data); }
+};
+
+void host_copy_deleter(DLManagedTensorVersioned* self) { delete static_cast<HostCopy*>(self->manager_ctx); }
+
+DLManagedTensorVersioned* host_copy(DLManagedTensorVersioned* source, bool readonly) {
+  const DLTensor& t = source->dl_tensor;
+  auto copy = std::make_unique<HostCopy>();
+  copy->shape.assign(t.shape, t.shape + t.ndim);
+  copy->strides.resize(static_cast<size_t>(t.ndim));
+  uint64_t elements = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    copy->strides[i] = static_cast<int64_t>(elements);
+    elements *= static_cast<uint64_t>(t.shape[i]);
+  }
+  // kstage's exports are compact (row-major, strides filled): checked, not assumed.
+  for (int i = 0; i < t.ndim; ++i) {
+    if (t.shape[i] > 1 && t.strides != nullptr && t.strides[i] != copy->strides[i])
+      buffer_error("__dlpack__(copy=True): the tensor is not compact");
+  }
+  size_t bytes = elements * ((t.dtype.bits * t.dtype.lanes + 7) / 8);
+  copy->data = std::aligned_alloc(KSTAGE_BUFFER_ALIGNMENT, (bytes + KSTAGE_BUFFER_ALIGNMENT - 1) /
+                                                               KSTAGE_BUFFER_ALIGNMENT * KSTAGE_BUFFER_ALIGNMENT +
+                                                               KSTAGE_BUFFER_ALIGNMENT);
+  if (copy->data == nullptr) throw std::bad_alloc();
+  if (bytes > 0) std::memcpy(copy->data, static_cast<const char*>(t.data) + t.byte_offset, bytes);
+  DLManagedTensorVersioned& m = copy->managed;
+  m.version.major = DLPACK_MAJOR_VERSION;
+  m.version.minor = DLPACK_MINOR_VERSION;
+  m.manager_ctx = copy.get();
+  m.deleter = host_copy_deleter;
+  m.flags = DLPACK_FLAG_BITMASK_IS_COPIED | (readonly ? DLPACK_FLAG_BITMASK_READ_ONLY : 0);
+  m.dl_tensor = t;
+  m.dl_tensor.data = copy->data;
+  m.dl_tensor.byte_offset = 0;
+  m.dl_tensor.shape = copy->shape.data();
+  m.dl_tensor.strides = copy->strides.data();
+  return &copy.release()->managed;
+}
+
+// A legacy view of a versioned tensor (a map group for a pre-1.0 consumer): its deleter
+// deletes the versioned one.
+struct LegacyOfVersioned {
+  DLManagedTensor legacy{};
+  DLManagedTensorVersioned* versioned = nullptr;
+};
+
+void legacy_of_versioned_deleter(DLManagedTensor* self) {
+  auto* box = static_cast<LegacyOfVersioned*>(self->manager_ctx);
+  if (box->versioned->deleter != nullptr) box->versioned->deleter(box->versioned);
+  delete box;
+}
+
+class Tensor {
+ public:
+  Tensor(std::shared_ptr<TensorSource> source, uint64_t index, nb::object readonly, bool consumer_reads_only)
+      : source_(std::move(source)), index_(index), readonly_(std::move(readonly)),
+        consumer_reads_only_(consumer_reads_only) {}
+
+  nb::object dlpack(nb::handle stream, nb::handle max_version, nb::handle dl_device, nb::handle copy,
+                    nb::handle readonly) {
+    return export_dlpack(*source_, index_, stream, max_version, dl_device, copy,
+                         readonly.is_none() ? nb::handle(readonly_) : readonly, consumer_reads_only_);
+  }
+  nb::tuple device() const { return dlpack_device(*source_); }
+  uint64_t index() const { return index_; }
+
+ private:
+  std::shared_ptr<TensorSource> source_;
+  uint64_t index_;
+  nb::object readonly_;
+  bool consumer_reads_only_;
+};
+
+}  // namespace
+
+DLManagedTensor* legacy_of(DLManagedTensorVersioned* versioned) {
+  auto* box = new LegacyOfVersioned{};
+  box->versioned = versioned;
+  box->legacy.dl_tensor = versioned->dl_tensor;
+  box->legacy.manager_ctx = box;
+  box->legacy.deleter = legacy_of_versioned_deleter;
+  return &box->legacy;
+}
+
+nb::object versioned_capsule(DLManagedTensorVersioned* tensor) {
+  PyObject* capsule = PyCapsule_New(tensor, kVersionedName, versioned_capsule_destructor);
+  if (capsule == nullptr) {
+    tensor->deleter(tensor);
+    throw nb::python_error();
+  }
+  return nb::steal(capsule);
+}
+
+nb::object legacy_capsule(DLManagedTensor* tensor) {
+  PyObject* capsule = PyCapsule_New(tensor, kLegacyName, legacy_capsule_destructor);
+  if (capsule == nullptr) {
+    tensor->deleter(tensor);
+    throw nb::python_error();
+  }
+  return nb::steal(capsule);
+}
+
+nb::tuple dlpack_device(const TensorSource& source) {
+  source.check_alive();
+  DLDevice d = source.device();
+  return nb::make_tuple(static_cast<int>(d.device_type), static_cast<int>(d.device_id));
+}
+
+nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream, nb::handle max_version,
+                         nb::handle dl_device, nb::handle copy, nb::handle readonly_arg, bool consumer_reads_only) {
+  source.check_alive();
+  if (index >= source.tensor_count()) {
+    PyErr_Format(PyExc_IndexError, "tensor index %llu is out of range: the group has %llu tensor(s)",
+                 static_cast<unsigned long long>(index), static_cast<unsigned long long>(source.tensor_count()));
+    throw nb::python_error();
+  }
+  DLDevice device = source.device();
+  if (!dl_device.is_none()) {
+    DLDevice wanted = device_arg(dl_device);
+    if (wanted.device_type != device.device_type || wanted.device_id != device.device_id)
+      buffer_error("kstage exports a group where its data lives (" + device_string(device) + "), not on " +
+                   device_string(wanted) + ": read with device=... to get the data there");
+  }
+  bool want_copy = !copy.is_none() && nb::cast<bool>(copy);
+  bool readonly = readonly_arg.is_none() ? source.default_readonly() : nb::cast<bool>(readonly_arg);
+  if (!readonly && !want_copy && source.writable_refusal()[0] != '\0') buffer_error(source.writable_refusal());
+
+  // The stream: the consumer's, to be ordered after the group's producing work (array API).
+  bool host = device.device_type == kDLCPU || device.device_type == kDLCUDAHost || device.device_type == kDLROCMHost;
+  if (host) {
+    if (!stream.is_none() && !(PyLong_Check(stream.ptr()) && PyLong_AsLongLong(stream.ptr()) == -1))
+      buffer_error("__dlpack__(stream=...) for data on the host must be None");
+  } else {
+    uintptr_t none_value = device.device_type == kDLExtDev ? 0 : 1;  // CUDA/ROCm: the legacy default stream
+    if (!(PyLong_Check(stream.ptr()) && PyLong_AsLongLong(stream.ptr()) == -1)) {
+      if (PyLong_Check(stream.ptr()) && PyLong_AsLongLong(stream.ptr()) == 0 && device.device_type == kDLCUDA)
+        buffer_error("__dlpack__(stream=0) is ambiguous for CUDA and not allowed (array API): use 1 or 2");
+      uintptr_t s = stream_arg(stream, none_value);
+      if (s != 0) source.sync(s);
+    }
+  }
+
+  bool versioned = false;
+  if (!max_version.is_none()) {
+    auto version = nb::cast<std::tuple<int, int>>(max_version);
+    versioned = std::get<0>(version) >= 1;
+  }
+  if (want_copy) {
+    if (!host) buffer_error("__dlpack__(copy=True): kstage copies device data only at read time (compact=True)");
+    DLManagedTensorVersioned* exported = source.export_versioned(index, true);
+    DLManagedTensorVersioned* copied = nullptr;
+    try {
+      copied = host_copy(exported, readonly && versioned);
+    } catch (...) {
+      exported->deleter(exported);
+      throw;
+    }
+    exported->deleter(exported);
+    if (versioned) return versioned_capsule(copied);
+    return legacy_capsule(legacy_of(copied));
+  }
+  if (versioned) {
+    DLManagedTensorVersioned* t = source.export_versioned(index, readonly);
+    if (!readonly && (t->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0) {
+      t->deleter(t);
+      buffer_error("this group's tensor shares the column's storage and exports read-only: read with "
+                   "compact=True for tensors of your own, or export with copy=True");
+    }
+    return versioned_capsule(t);
+  }
+  if (readonly && !consumer_reads_only)
+    buffer_error(
+        "a read-only tensor cannot go out as legacy DLPack (it cannot say read-only): the consumer must ask "
+        "for max_version >= (1, 0), or take tensor(i, consumer_reads_only=True) for a consumer that never "
+        "writes (JAX)");
+  return legacy_capsule(source.export_legacy(index, readonly, consumer_reads_only));
+}
+
+nb::object make_tensor(std::shared_ptr<TensorSource> source, uint64_t index, nb::handle readonly,
+                       bool consumer_reads_only) {
+  source->check_alive();
+  if (index >= source->tensor_count()) {
+    PyErr_Format(PyExc_IndexError, "tensor index %llu is out of range: the group has %llu tensor(s)",
+                 static_cast<unsigned long long>(index), static_cast<unsigned long long>(source->tensor_count()));
+    throw nb::python_error();
+  }
+  return nb::cast(Tensor(std::move(source), index, nb::borrow(readonly), consumer_reads_only));
+}
+
+uintptr_t stream_arg(nb::handle stream, uintptr_t none_value) {
+  if (stream.is_none()) return none_value;
+  long long v = PyLong_AsLongLong(stream.ptr());
+  if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+  if (v < 0) raise_invalid_argument("a stream is None, -1, 1, 2 or a stream handle, not " + std::to_string(v));
+  return static_cast<uintptr_t>(v);
+}
+
+void register_tensor(nb::module_& m) {
+  nb::class_<Tensor>(m, "Tensor",
+                     "One tensor of a read or map group, for DLPack consumers: numpy.from_dlpack(t), "
+                     "torch.from_dlpack(t), cupy.from_dlpack(t), jax.dlpack.from_dlpack(t). Each "
+                     "export keeps its data alive until the consumer lets go, whatever is sealed or "
+                     "released meanwhile.")
+      .def("__dlpack__", &Tensor::dlpack, nb::kw_only(), nb::arg("stream") = nb::none(),
+           nb::arg("max_version") = nb::none(), nb::arg("dl_device") = nb::none(), nb::arg("copy") = nb::none(),
+           nb::arg("readonly") = nb::none(),
+           "The Python array API's __dlpack__: a versioned capsule when max_version >= (1, 0), else "
+           "legacy (refused for a read-only tensor, as numpy does, unless the tensor was made with "
+           "consumer_reads_only=True). `readonly` (kstage's extension; None: read groups True, map "
+           "groups False) sets the export's READ_ONLY flag.")
+      .def("__dlpack_device__", &Tensor::device, "(device_type, device_id) of the data.")
+      .def_prop_ro("index", &Tensor::index);
+}
+
+}  // namespace kstage_py

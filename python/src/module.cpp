@@ -1,0 +1,26 @@
+// SPDX-License-Identifier: Apache-2.0
+// kstage._kstage: the Python extension over the C API (nanobind). python/kstage/__init__.py
+// re-exports it as the `kstage` package.
+#include "binding.hpp"
+
+namespace nb = nanobind;
+
+NB_MODULE(_kstage, m) {
+  m.doc() = "kstage's C API for Python: stages, queries, writes, reads and maps, with DLPack both ways.";
+  kstage_py::register_errors(m);
+  kstage_py::register_stage(m);
+  nb::handle stage_class = m.attr("Stage");
+  kstage_py::register_tensor(m);
+  kstage_py::register_write(m, stage_class);
+  kstage_py::register_read(m, stage_class);
+  kstage_py::register_map(m, stage_class);
+  m.def("version", [] { return kstage_version(); }, "The version of the libkstage this module runs against (kstage_version()).");
+  m.def(
+      "transfer_counts",
+      [] {
+        uint64_t up = 0, down = 0, index = 0;
+        kstage_py::check(kstage_transfer_counts(&up, &down, &index));
+        return nb::make_tuple(up, down, index);
+      },
+      "(host_to_device, device_to_host, index_uploads) copies enqueued so far, process-wide.");
+}

@@ -1,0 +1,306 @@
+// SPDX-License-Identifier: Apache-2.0
+// Reads: kstage.Read (iterates groups) and kstage.ReadGroup, and Stage.read.
+//
+// A group's C handle is held by a pin shared by the group object, its tensors and every numpy
+// view of its prims or index map: release() (or leaving a `with`) ends the group for the
+// caller at once, and the handle goes when the last view of its memory does -- a view never
+// outlives the data it shows.
+#include "binding.hpp"
+
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
+
+namespace kstage_py {
+namespace {
+
+const char* semantic_name(kstage_semantic_t s) {
+  static const char* names[] = {"none",       "point",   "vector",   "normal",  "color", "quaternion",
+                                "matrix",     "texcoord", "token_id", "path_id", "string"};
+  return s >= 0 && s < static_cast<kstage_semantic_t>(sizeof names / sizeof names[0]) ? names[s] : "unknown";
+}
+
+struct GroupPin final : TensorSource {
+  StageRef stage;
+  kstage_read_group_t info{};
+  bool compact = false;    // the caller asked for compact groups
+  bool zero_copy = false;  // surely zero-copy: not compact and no target device
+  bool released = false;  // by the caller; the C handle goes with the last holder
+
+  ~GroupPin() override {
+    if (stage->id != 0) {
+      ReleaseGil gil;
+      kstage_release_group(stage->id, info.handle);
+    }
+  }
+  void check_alive() const override {
+    if (released) raise_error(KSTAGE_INVALID_HANDLE, "the read group was released");
+    if (stage->id == 0) raise_error(KSTAGE_INVALID_HANDLE, "the read group's stage was closed");
+    if (info.is_delete) raise_invalid_argument("a tombstone group has no tensors");
+  }
+  uint64_t tensor_count() const override { return info.data.tensor_count; }
+  DLDevice device() const override {
+    return info.data.tensor_count > 0 ? info.data.tensors[0].device : DLDevice{kDLCPU, 0};
+  }
+  bool default_readonly() const override { return true; }
+  const char* writable_refusal() const override {
+    return !zero_copy ? ""
+                   : "a zero-copy read group shares the column's storage and exports read-only: read with "
+                     "compact=True for tensors of your own, or export with copy=True";
+  }
+  DLManagedTensorVersioned* export_versioned(uint64_t index, bool readonly) override {
+    DLManagedTensorVersioned* t = nullptr;
+    kstage_status_t status;
+    {
+      ReleaseGil gil;
+      status = kstage_group_export(stage->id, info.handle, index, readonly ? KSTAGE_EXPORT_READ_ONLY : 0, &t);
+    }
+    check(status);
+    return t;
+  }
+  DLManagedTensor* export_legacy(uint64_t index, bool readonly, bool consumer_reads_only) override {
+    uint64_t flags = (readonly ? KSTAGE_EXPORT_READ_ONLY : 0) | (consumer_reads_only ? KSTAGE_EXPORT_CONSUMER_READS_ONLY : 0);
+    DLManagedTensor* t = nullptr;
+    kstage_status_t status;
+    {
+      ReleaseGil gil;
+      status = kstage_group_export_legacy(stage->id, info.handle, index, flags, &t);
+    }
+    check(status);
+    return t;
+  }
+  void sync(uintptr_t stream) override {
+    kstage_status_t status;
+    {
+      ReleaseGil gil;
+      status = kstage_group_sync(stage->id, info.handle, kstage_device_sync_t{stream, 0});
+    }
+    check(status);
+  }
+};
+
+// The numpy views' owner: one reference to the pin.
+nb::capsule pin_owner(const std::shared_ptr<GroupPin>& pin) {
+  return nb::capsule(new std::shared_ptr<GroupPin>(pin),
+                     [](void* p) noexcept { delete static_cast<std::shared_ptr<GroupPin>*>(p); });
+}
+
+class ReadGroup {
+ public:
+  explicit ReadGroup(std::shared_ptr<GroupPin> pin) : pin_(std::move(pin)) {}
+  ReadGroup(ReadGroup&&) noexcept = default;  // the moved-from group holds no pin
+  ReadGroup(const ReadGroup&) = delete;
+  ~ReadGroup() { release(); }
+
+  void release() {
+    if (pin_ && !pin_->released) pin_->released = true;
+    pin_.reset();
+  }
+  const GroupPin& alive() const {
+    if (!pin_ || pin_->released) raise_error(KSTAGE_INVALID_HANDLE, "the read group was released");
+    return *pin_;
+  }
+  std::string attribute() const {
+    const GroupPin& p = alive();
+    const char* s = nullptr;
+    size_t n = 0;
+    check(kstage_token_string(p.stage->id, p.info.attribute, &s, &n));
+    return std::string(s, n);
+  }
+  kstage_token_t attribute_token() const { return alive().info.attribute; }
+  nb::object prims() const {
+    const GroupPin& p = alive();
+    return uint64_view(p.info.prims, p.info.prim_count, pin_owner(pin_));
+  }
+  std::vector<std::string> paths() const {
+    const GroupPin& p = alive();
+    std::vector<std::string> out;
+    out.reserve(p.info.prim_count);
+    for (uint64_t i = 0; i < p.info.prim_count; ++i) out.push_back(path_string(p.stage, p.info.prims[i]));
+    return out;
+  }
+  nb::object index_map() const {
+    const GroupPin& p = alive();
+    if (p.info.data.index_map == nullptr) return nb::none();
+    return uint32_view(p.info.data.index_map, p.info.data.count, pin_owner(pin_));
+  }
+  uint64_t ordinal() const { return alive().info.ordinal; }
+  bool is_tombstone() const { return alive().info.is_delete; }
+  bool is_array() const { return alive().info.is_array; }
+  bool compact() const { return alive().compact; }
+  uint64_t count() const { return alive().info.prim_count; }
+  uint64_t tensor_count() const { return alive().info.data.tensor_count; }
+  std::string semantic() const { return semantic_name(alive().info.semantic); }
+  nb::object dtype() const { return numpy_dtype(alive().info.dtype); }
+  uint32_t lanes() const { return alive().info.dtype.lanes; }
+  nb::tuple device() const { return dlpack_device(alive()); }
+  nb::object tensor(uint64_t index, nb::handle readonly, bool consumer_reads_only) const {
+    alive();
+    return make_tensor(pin_, index, readonly, consumer_reads_only);
+  }
+  nb::object dlpack(nb::handle stream, nb::handle max_version, nb::handle dl_device, nb::handle copy,
+                    nb::handle readonly) {
+    const GroupPin& p = alive();
+    if (p.info.is_array)
+      raise_invalid_argument("an array group has one tensor per prim: export group.tensor(i)");
+    return export_dlpack(*pin_, 0, stream, max_version, dl_device, copy, readonly, false);
+  }
+  std::string repr() const {
+    if (!pin_ || pin_->released) return "<kstage.ReadGroup (released)>";
+    const GroupPin& p = *pin_;
+    std::string kind = p.info.is_delete ? "tombstone" : p.info.is_array ? "array" : "fixed";
+    return "<kstage.ReadGroup " + attribute() + ": " + std::to_string(p.info.prim_count) + " prims, " + kind +
+           ", ordinal " + std::to_string(p.info.ordinal) + ", " + device_string(device_of(p)) + ">";
+  }
+
+ private:
+  static DLDevice device_of(const GroupPin& p) { return p.device(); }
+  std::shared_ptr<GroupPin> pin_;
+};
+
+class Read {
+ public:
+  Read(StageRef stage, kstage_read_t id, bool compact, bool zero_copy)
+      : stage_(std::move(stage)), id_(id), compact_(compact), zero_copy_(zero_copy) {}
+  Read(Read&& other) noexcept
+      : stage_(std::move(other.stage_)), id_(other.id_), compact_(other.compact_), zero_copy_(other.zero_copy_) {
+    other.id_ = 0;
+  }
+  Read(const Read&) = delete;
+  ~Read() { release(); }
+  void release() {
+    if (id_ == 0) return;
+    kstage_read_t id = id_;
+    id_ = 0;
+    if (stage_->id != 0) {
+      ReleaseGil gil;
+      kstage_release_read(stage_->id, id);
+    }
+  }
+  ReadGroup next() {
+    if (id_ == 0) throw nb::stop_iteration();
+    auto pin = std::make_shared<GroupPin>();
+    pin->stage = stage_;
+    pin->compact = compact_;
+    pin->zero_copy = zero_copy_;
+    kstage_status_t status;
+    {
+      ReleaseGil gil;
+      status = kstage_fetch_read_next(stage_->id, id_, KSTAGE_TIMEOUT_INFINITE, &pin->info);
+    }
+    if (status == KSTAGE_END_OF_ITERATION) {
+      pin->stage = std::make_shared<StageHandle>();  // nothing to release
+      release();
+      throw nb::stop_iteration();
+    }
+    if (status != KSTAGE_OK) {
+      pin->stage = std::make_shared<StageHandle>();
+      raise_status(status);
+    }
+    return ReadGroup(std::move(pin));
+  }
+
+ private:
+  StageRef stage_;
+  kstage_read_t id_;
+  bool compact_;
+  bool zero_copy_;
+};
+
+}  // namespace
+
+void register_read(nb::module_& m, nb::handle stage_class) {
+  nb::class_<ReadGroup>(m, "ReadGroup",
+                        "One group of a read: prims with the same column and device, and their "
+                        "tensors (pinned snapshot data). A context manager: released on exit, or "
+                        "when collected.")
+      .def_prop_ro("attribute", &ReadGroup::attribute, "The attribute's name.")
+      .def_prop_ro("attribute_token", &ReadGroup::attribute_token)
+      .def_prop_ro("prims", &ReadGroup::prims, "The prims' path ids (a read-only uint64 numpy view).")
+      .def_prop_ro("paths", &ReadGroup::paths, "The prims' paths (strings, made on demand).")
+      .def_prop_ro("index_map", &ReadGroup::index_map,
+                   "None, or prim i's row in the tensor (a read-only uint32 numpy view): zero-copy "
+                   "groups share the column's storage, whose row order is the column's.")
+      .def_prop_ro("ordinal", &ReadGroup::ordinal, "The attribute's write floor at the snapshot.")
+      .def_prop_ro("is_tombstone", &ReadGroup::is_tombstone,
+                   "A change-range tombstone group: these prims lost the attribute; no tensors.")
+      .def_prop_ro("is_array", &ReadGroup::is_array, "An array (ragged) attribute: one tensor per prim.")
+      .def_prop_ro("compact", &ReadGroup::compact)
+      .def_prop_ro("semantic", &ReadGroup::semantic)
+      .def_prop_ro("dtype", &ReadGroup::dtype, "The element dtype (numpy), without lanes.")
+      .def_prop_ro("lanes", &ReadGroup::lanes, "Values per row of a fixed-size column (3 for float32 x 3).")
+      .def_prop_ro("tensor_count", &ReadGroup::tensor_count)
+      .def_prop_ro("device", &ReadGroup::device, "(device_type, device_id) of the tensors.")
+      .def("__len__", &ReadGroup::count)
+      .def("tensor", &ReadGroup::tensor, nb::arg("index") = 0, nb::kw_only(), nb::arg("readonly") = nb::none(),
+           nb::arg("consumer_reads_only") = false,
+           "Tensor `index` for a DLPack consumer (numpy.from_dlpack(g.tensor(0))): a fixed-size "
+           "group's rows as (rows, lanes) (or (rows,) for one lane), an array group's prim "
+           "`index`. Read-only by default; readonly=False on a compact read. "
+           "consumer_reads_only=True lets a read-only tensor go to a legacy consumer that never "
+           "writes (JAX) without a copy.")
+      .def("__dlpack__", &ReadGroup::dlpack, nb::kw_only(), nb::arg("stream") = nb::none(),
+           nb::arg("max_version") = nb::none(), nb::arg("dl_device") = nb::none(), nb::arg("copy") = nb::none(),
+           nb::arg("readonly") = nb::none(), "The group's tensor (a fixed-size group): as tensor(0).__dlpack__.")
+      .def("__dlpack_device__", &ReadGroup::device)
+      .def("release", &ReadGroup::release,
+           "Ends the group (idempotent). numpy views of its prims or index map keep its memory "
+           "until they go; exported tensors keep theirs.")
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](ReadGroup& g, nb::args) { g.release(); })
+      .def("__repr__", &ReadGroup::repr);
+
+  nb::class_<Read>(m, "Read",
+                   "An open read: iterate it for its groups. A context manager: released on exit "
+                   "(groups already fetched stay valid until released).")
+      .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__next__", &Read::next)
+      .def("release", &Read::release)
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](Read& r, nb::args) { r.release(); });
+
+  stage_class.attr("read") = nb::cpp_function(
+      [](Stage& self, nb::handle query, nb::handle attrs, nb::handle range, bool compact, nb::handle device,
+         nb::handle stream) {
+        const StageRef& stage = self.ref();
+        QueryArg q = query_arg(stage, query);
+        std::vector<kstage_token_t> tokens;
+        if (PyUnicode_Check(attrs.ptr()) || PyLong_Check(attrs.ptr())) {
+          tokens.push_back(attribute_token(stage, attrs));
+        } else {
+          for (nb::handle a : attrs) tokens.push_back(attribute_token(stage, a));
+        }
+        kstage_read_desc_t desc = kstage_read_desc_init();
+        if (!range.is_none()) {
+          auto [begin, end] = nb::cast<std::tuple<uint64_t, uint64_t>>(range);
+          desc.change_range = true;
+          desc.range_begin = begin;
+          desc.range_end = end;
+        }
+        desc.compact = compact;
+        desc.target_device = device_arg(device);
+        if (!stream.is_none()) desc.device_sync.stream = stream_arg(stream, 0);
+        kstage_read_t id = 0;
+        kstage_status_t status;
+        {
+          ReleaseGil gil;
+          status = kstage_read_attributes(stage->id, q.id, tokens.data(), tokens.size(), &desc, &id);
+        }
+        check(status);
+        return Read(stage, id, compact, !compact && desc.target_device.device_type == 0);
+      },
+      nb::is_method(), nb::name("read"), nb::scope(stage_class), nb::arg("query"), nb::arg("attrs"), nb::kw_only(),
+      nb::arg("range") = nb::none(), nb::arg("compact") = false, nb::arg("device") = nb::none(),
+      nb::arg("stream") = nb::none(),
+      "Opens a read of `attrs` (a name or a list) for the query's prims (a Query, or paths) against "
+      "the latest sealed state. range=(begin, end): only prims that changed at a sealed ordinal in "
+      "[begin, end], plus tombstone groups. compact=True: rows gathered into buffers of the read's "
+      "own, in prim order (writable exports). device: where the data should land (None: the "
+      "column's residency; another device implies compact). stream: a consumer stream made to "
+      "wait for the read's device work.\n\n    for g in stage.read(q, [\"pos\"]):\n        "
+      "a = numpy.from_dlpack(g.tensor(0))");
+}
+
+}  // namespace kstage_py

@@ -1,0 +1,429 @@
+// SPDX-License-Identifier: Apache-2.0
+// kstage.Stage and kstage.Query: the stage handle, the dictionary (tokens, paths, path
+// ranges), queries, seals and write floors. Writes are in write.cpp, reads in read.cpp, maps in
+// map.cpp.
+#include "binding.hpp"
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace kstage_py {
+namespace {
+
+// Every stage still open, so that an atexit hook can destroy them while Python still runs:
+// their producers' deleters need the interpreter (dlpack_import.cpp). Touched with the GIL held.
+std::unordered_set<StageHandle*>& open_stages() {
+  static auto* stages = new std::unordered_set<StageHandle*>();  // never destroyed: used at exit
+  return *stages;
+}
+
+// Attribute tokens by name, per stage id (interning is cheap, a dict lookup is cheaper).
+struct TokenCache {
+  std::unordered_map<std::string, kstage_token_t> tokens;
+};
+std::unordered_map<kstage_stage_t, TokenCache>& token_caches() {
+  static auto* caches = new std::unordered_map<kstage_stage_t, TokenCache>();
+  return *caches;
+}
+
+std::string_view utf8(nb::handle str) {
+  Py_ssize_t size = 0;
+  const char* data = PyUnicode_AsUTF8AndSize(str.ptr(), &size);
+  if (data == nullptr) throw nb::python_error();
+  return {data, static_cast<size_t>(size)};
+}
+
+kstage_host_execution_t host_execution_arg(std::string_view name) {
+  if (name == "default") return KSTAGE_HOST_EXECUTION_DEFAULT;
+  if (name == "serial") return KSTAGE_HOST_EXECUTION_SERIAL;
+  if (name == "parallel") return KSTAGE_HOST_EXECUTION_PARALLEL;
+  raise_invalid_argument("host_execution must be \"default\", \"serial\" or \"parallel\", not \"" +
+                         std::string(name) + "\"");
+}
+
+// Path ids from a sequence of str (interned in one bulk call) or of ints / an integer array.
+std::vector<kstage_path_t> path_ids(const StageRef& stage, nb::handle paths) {
+  if (PyUnicode_Check(paths.ptr())) {
+    kstage_path_t id = 0;
+    std::string_view s = utf8(paths);
+    check(kstage_intern_path(stage->id, s.data(), s.size(), &id));
+    return {id};
+  }
+  nb::object seq = nb::steal(PySequence_Fast(paths.ptr(), "paths must be a str, a sequence of str, or a sequence of path ids"));
+  if (!seq.is_valid()) {
+    // An integer array (numpy, ...) that is not a sequence: through numpy.
+    PyErr_Clear();
+    nb::object np = nb::module_::import_("numpy");
+    seq = nb::steal(PySequence_Fast(np.attr("asarray")(paths).attr("tolist")().ptr(), "paths"));
+    if (!seq.is_valid()) throw nb::python_error();
+  }
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+  PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
+  std::vector<kstage_path_t> ids(static_cast<size_t>(n));
+  if (n == 0) return ids;
+  if (PyUnicode_Check(items[0])) {
+    std::vector<const char*> strings(static_cast<size_t>(n));
+    std::vector<size_t> lengths(static_cast<size_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      if (!PyUnicode_Check(items[i])) {
+        PyErr_Format(PyExc_TypeError, "paths[%zd] is %s; a path list holds str (or only ids)", i, Py_TYPE(items[i])->tp_name);
+        throw nb::python_error();
+      }
+      std::string_view s = utf8(items[i]);
+      strings[i] = s.data();
+      lengths[i] = s.size();
+    }
+    ReleaseGil gil;
+    check(kstage_intern_paths(stage->id, strings.data(), lengths.data(), static_cast<uint64_t>(n), ids.data()));
+    return ids;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    unsigned long long v = PyLong_AsUnsignedLongLong(items[i]);
+    if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_TypeError, "paths[%zd] must be a str or a non-negative path id, not %R", i, items[i]);
+      throw nb::python_error();
+    }
+    ids[i] = v;
+  }
+  return ids;
+}
+
+// A numpy array that owns `ids` (writable: it is the caller's copy).
+nb::object path_array(std::vector<kstage_path_t> ids) {
+  auto* heap = new std::vector<kstage_path_t>(std::move(ids));
+  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<kstage_path_t>*>(p); });
+  size_t shape[1] = {heap->size()};
+  return nb::cast(nb::ndarray<nb::numpy, kstage_path_t, nb::ndim<1>>(heap->data(), 1, shape, owner));
+}
+
+}  // namespace
+
+std::string path_string(const StageRef& stage, kstage_path_t path) {
+  const char* s = nullptr;
+  size_t n = 0;
+  check(kstage_path_string(stage->id, path, &s, &n));
+  return std::string(s, n);
+}
+
+Stage::Stage(std::string_view host_execution, nb::handle residency) : handle_(std::make_shared<StageHandle>()) {
+  kstage_config_t config = kstage_config_init();
+  config.host_execution = host_execution_arg(host_execution);
+  config.residency = device_arg(residency);
+  kstage_stage_t id = 0;
+  {
+    ReleaseGil gil;
+    check(kstage_create(&config, &id));
+  }
+  handle_->id = id;
+  open_stages().insert(handle_.get());
+}
+
+void Stage::close() { handle_->destroy(); }
+bool Stage::closed() const { return handle_->id == 0; }
+uint64_t Stage::id() const { return handle_->id; }
+
+kstage_token_t Stage::token(nb::handle name) { return attribute_token(handle_, name); }
+std::string Stage::token_name(kstage_token_t token) {
+  const char* s = nullptr;
+  size_t n = 0;
+  check(kstage_token_string(handle_->id, token, &s, &n));
+  return std::string(s, n);
+}
+
+nb::object Stage::intern(nb::handle paths) {
+  if (PyUnicode_Check(paths.ptr())) return nb::int_(path_ids(handle_, paths)[0]);
+  return path_array(path_ids(handle_, paths));
+}
+std::string Stage::path(kstage_path_t id) { return path_string(handle_, id); }
+
+kstage_path_t Stage::intern_range(std::string_view parent, std::string_view prefix, uint64_t begin, uint64_t count) {
+  kstage_path_t first = 0;
+  ReleaseGil gil;
+  check(kstage_intern_path_range(handle_->id, parent.data(), parent.size(), prefix.data(), prefix.size(), begin,
+                                 count, &first));
+  return first;
+}
+std::tuple<kstage_path_t, uint64_t, uint64_t> Stage::range_info(kstage_path_t path) {
+  kstage_path_t first = 0;
+  uint64_t count = 0, index = 0;
+  check(kstage_path_range_info(handle_->id, path, &first, &count, &index));
+  return {first, count, index};
+}
+kstage_path_t Stage::range_member(kstage_path_t first, uint64_t index) {
+  kstage_path_t path = 0;
+  check(kstage_path_range_member(handle_->id, first, index, &path));
+  return path;
+}
+
+std::unique_ptr<Query> Stage::query(nb::handle paths, nb::handle prefix, nb::handle has, nb::handle path_in) {
+  kstage_query_t q = 0;
+  if (!paths.is_none()) {
+    if (!prefix.is_none() || !has.is_none() || !path_in.is_none())
+      raise_invalid_argument("query(paths) or query(prefix=, has=, path_in=): not both");
+    std::vector<kstage_path_t> ids = path_ids(handle_, paths);
+    ReleaseGil gil;
+    check(kstage_query_paths(handle_->id, ids.data(), ids.size(), &q));
+    return std::make_unique<Query>(handle_, q);
+  }
+  kstage_filter_t filter{};
+  std::vector<kstage_token_t> tokens;
+  if (!has.is_none()) {
+    if (PyUnicode_Check(has.ptr())) {
+      tokens.push_back(attribute_token(handle_, has));
+    } else {
+      for (nb::handle a : has) tokens.push_back(attribute_token(handle_, a));
+    }
+    filter.has_attributes = tokens.data();
+    filter.has_attribute_count = tokens.size();
+  }
+  if (!prefix.is_none()) {
+    filter.path_prefix = PyUnicode_Check(prefix.ptr()) ? path_ids(handle_, prefix)[0] : nb::cast<kstage_path_t>(prefix);
+  }
+  kstage_path_list_t list = 0;
+  if (!path_in.is_none()) {
+    std::vector<kstage_path_t> ids = path_ids(handle_, path_in);
+    check(kstage_path_list_create(handle_->id, ids.data(), ids.size(), &list));
+    filter.path_in = list;
+  }
+  kstage_status_t status;
+  {
+    ReleaseGil gil;
+    status = kstage_query_filter(handle_->id, &filter, &q);
+  }
+  if (list != 0) {
+    std::string message = status != KSTAGE_OK ? kstage_last_error() : "";
+    kstage_path_list_release(handle_->id, list);
+    if (status != KSTAGE_OK) raise_error(status, message);
+  }
+  check(status);
+  return std::make_unique<Query>(handle_, q);
+}
+
+std::unique_ptr<Query> Stage::query_range(kstage_path_t first, uint64_t start, uint64_t count, uint64_t stride) {
+  kstage_query_t q = 0;
+  ReleaseGil gil;
+  check(kstage_query_range(handle_->id, first, start, count, stride, &q));
+  return std::make_unique<Query>(handle_, q);
+}
+
+void Stage::seal(uint64_t ordinal, nb::handle attributes) {
+  std::vector<kstage_token_t> tokens;
+  if (!attributes.is_none()) {
+    if (PyUnicode_Check(attributes.ptr())) {
+      tokens.push_back(attribute_token(handle_, attributes));
+    } else {
+      for (nb::handle a : attributes) tokens.push_back(attribute_token(handle_, a));
+    }
+    if (tokens.empty()) raise_invalid_argument("seal(ordinal, attrs=[]): name at least one attribute, or attrs=None for all");
+  }
+  ReleaseGil gil;
+  check(kstage_advance_write_floor(handle_->id, ordinal, tokens.data(), tokens.size()));
+}
+
+uint64_t Stage::write_floor(nb::handle attribute) {
+  kstage_token_t token = attribute.is_none() ? 0 : attribute_token(handle_, attribute);
+  uint64_t ordinal = 0;
+  check(kstage_get_write_floor(handle_->id, token, &ordinal));
+  return ordinal;
+}
+
+
+StageHandle::~StageHandle() { destroy(); }
+
+void StageHandle::destroy() noexcept {
+  if (id == 0) return;
+  kstage_stage_t gone = id;
+  id = 0;
+  open_stages().erase(this);
+  token_caches().erase(gone);
+  ReleaseGil gil;  // destroy waits for work in flight and runs producers' deleters
+  kstage_destroy(gone);
+}
+
+void Query::release() noexcept {
+  if (id == 0) return;
+  kstage_query_t q = id;
+  id = 0;
+  if (stage->id != 0) kstage_query_release(stage->id, q);
+}
+
+QueryArg query_arg(const StageRef& stage, nb::handle query) {
+  QueryArg arg;
+  if (nb::isinstance<Query>(query)) {
+    Query& q = nb::cast<Query&>(query);
+    if (q.stage.get() != stage.get()) raise_invalid_argument("the query belongs to another stage");
+    if (q.id == 0) raise_invalid_argument("the query was released");
+    arg.id = q.id;
+    return arg;
+  }
+  std::vector<kstage_path_t> ids = path_ids(stage, query);
+  kstage_query_t q = 0;
+  check(kstage_query_paths(stage->id, ids.data(), ids.size(), &q));
+  arg.owned = std::make_unique<Query>(stage, q);
+  arg.id = q;
+  return arg;
+}
+
+kstage_token_t attribute_token(const StageRef& stage, nb::handle attribute) {
+  if (PyUnicode_Check(attribute.ptr())) {
+    std::string_view name = utf8(attribute);
+    TokenCache& cache = token_caches()[stage->id];
+    auto it = cache.tokens.find(std::string(name));
+    if (it != cache.tokens.end()) return it->second;
+    kstage_token_t token = 0;
+    check(kstage_intern_token(stage->id, name.data(), name.size(), &token));
+    cache.tokens.emplace(std::string(name), token);
+    return token;
+  }
+  if (PyLong_Check(attribute.ptr())) return nb::cast<kstage_token_t>(attribute);
+  PyErr_Format(PyExc_TypeError, "an attribute is a str (its name) or an int (its token), not %s",
+               Py_TYPE(attribute.ptr())->tp_name);
+  throw nb::python_error();
+}
+
+DLDevice device_arg(nb::handle device) {
+  DLDevice d{static_cast<DLDeviceType>(0), 0};
+  if (device.is_none()) return d;
+  if (PyUnicode_Check(device.ptr())) {
+    std::string_view s = utf8(device);
+    std::string_view type = s.substr(0, s.find(':'));
+    int32_t ordinal = 0;
+    if (type.size() < s.size()) {
+      try {
+        ordinal = std::stoi(std::string(s.substr(type.size() + 1)));
+      } catch (...) {
+        raise_invalid_argument("device \"" + std::string(s) + "\": the ordinal after ':' must be an integer");
+      }
+    }
+    static const std::pair<std::string_view, DLDeviceType> names[] = {
+        {"cpu", kDLCPU},         {"cuda", kDLCUDA}, {"cuda_host", kDLCUDAHost},       {"cuda_managed", kDLCUDAManaged},
+        {"rocm", kDLROCM},       {"hip", kDLROCM},  {"rocm_host", kDLROCMHost},       {"ext_dev", kDLExtDev}};
+    for (const auto& [name, t] : names) {
+      if (type == name) return DLDevice{t, ordinal};
+    }
+    raise_invalid_argument("unknown device \"" + std::string(s) +
+                           "\" (cpu, cuda[:N], cuda_host, cuda_managed[:N], rocm[:N], rocm_host, ext_dev[:N])");
+  }
+  nb::object pair = nb::borrow(device);
+  if (nb::hasattr(device, "__dlpack_device__")) pair = device.attr("__dlpack_device__")();
+  try {
+    auto [type, ordinal] = nb::cast<std::tuple<int, int>>(pair);
+    return DLDevice{static_cast<DLDeviceType>(type), ordinal};
+  } catch (const nb::cast_error&) {
+    PyErr_Format(PyExc_TypeError,
+                 "a device is None, a str (\"cpu\", \"cuda:0\"), a (device_type, device_id) pair or an object "
+                 "with __dlpack_device__, not %R",
+                 device.ptr());
+    throw nb::python_error();
+  }
+}
+
+std::string device_string(DLDevice device) {
+  const char* name = "device type " ;
+  switch (device.device_type) {
+    case kDLCPU: return "cpu";
+    case kDLCUDA: name = "cuda"; break;
+    case kDLCUDAHost: return "cuda_host";
+    case kDLCUDAManaged: name = "cuda_managed"; break;
+    case kDLROCM: name = "rocm"; break;
+    case kDLROCMHost: return "rocm_host";
+    case kDLExtDev: name = "ext_dev"; break;
+    default: return std::string(name) + std::to_string(static_cast<int>(device.device_type)) + ":" + std::to_string(device.device_id);
+  }
+  return std::string(name) + ":" + std::to_string(device.device_id);
+}
+
+void register_stage(nb::module_& m) {
+  nb::class_<Query>(m, "Query",
+                    "A fixed, ordered list of prims (kstage_query_t). Make one with Stage.query or "
+                    "Stage.query_range; it is released when collected, or by release().")
+      .def("__len__",
+           [](const Query& q) {
+             uint64_t n = 0;
+             check(kstage_query_count(q.stage->id, q.id, &n));
+             return n;
+           })
+      .def_prop_ro(
+          "paths",
+          [](const Query& q) {
+            kstage_path_list_t list = 0;
+            check(kstage_query_get_paths(q.stage->id, q.id, &list));
+            const kstage_path_t* ids = nullptr;
+            uint64_t n = 0;
+            kstage_status_t status = kstage_path_list_get(q.stage->id, list, &ids, &n);
+            std::vector<kstage_path_t> copy;
+            if (status == KSTAGE_OK) copy.assign(ids, ids + n);
+            kstage_path_list_release(q.stage->id, list);
+            check(status);
+            return path_array(std::move(copy));
+          },
+          "The prims' path ids, in query order (a new uint64 numpy array).")
+      .def("release", &Query::release, "Releases the query now (idempotent).")
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](Query& q, nb::args) { q.release(); }, "Releases the query.")
+      .def_prop_ro("released", [](const Query& q) { return q.id == 0; });
+
+  nb::class_<Stage>(m, "Stage",
+                    "A columnar attribute store (kstage_stage_t): prims named by paths, attributes "
+                    "written at ordinals, sealed, and read as DLPack tensors.")
+      .def(nb::init<std::string_view, nb::handle>(), nb::kw_only(), nb::arg("host_execution") = "default",
+           nb::arg("residency") = nb::none(),
+           "host_execution: \"default\", \"serial\" or \"parallel\" (kernels on host columns).\n"
+           "residency: where new columns live unless a write or a map names one: None (where "
+           "the first write's data lives), \"cpu\", \"cuda:0\", (device_type, device_id), ...")
+      .def("close", &Stage::close,
+           "Destroys the stage now: everything made from it becomes stale (InvalidHandle). "
+           "Data exported through DLPack stays valid. Idempotent.")
+      .def_prop_ro("closed", &Stage::closed)
+      .def_prop_ro("handle", &Stage::id, "The C handle (kstage_stage_t), for code that mixes in the C API.")
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](Stage& s, nb::args) { s.close(); }, "Closes the stage.")
+      .def("token", &Stage::token, nb::arg("name"), "The token of an attribute name (interned).")
+      .def("token_name", &Stage::token_name, nb::arg("token"), "The name of an attribute token.")
+      .def("intern", &Stage::intern, nb::arg("paths"),
+           "Interns a path (returns its id) or a sequence of paths in one call (returns a uint64 "
+           "numpy array of ids; all or nothing).")
+      .def("path", &Stage::path, nb::arg("id"), "The string of a path id (made on demand for range members).")
+      .def("intern_range", &Stage::intern_range, nb::arg("parent"), nb::arg("prefix"), nb::arg("begin"),
+           nb::arg("count"),
+           "Interns the path range \"<parent>/<prefix><n>\" for n in [begin, begin + count) in O(1); "
+           "returns the first id (the others follow it).")
+      .def("range_info", &Stage::range_info, nb::arg("path"),
+           "(first, count, index) of the range `path` belongs to; NotFound if none.")
+      .def("range_member", &Stage::range_member, nb::arg("first"), nb::arg("index"),
+           "The path id of member `index` of the range whose first id is `first`.")
+      .def("query", &Stage::query, nb::arg("paths") = nb::none(), nb::kw_only(), nb::arg("prefix") = nb::none(),
+           nb::arg("has") = nb::none(), nb::arg("path_in") = nb::none(),
+           "query(paths): the prims of these paths (str or ids), in this order; they need not "
+           "exist yet.\nquery(prefix=, has=, path_in=): the existing prims (sealed state) at or "
+           "below `prefix`, holding every attribute in `has`, whose path is in `path_in`, in "
+           "path-id order.")
+      .def("query_range", &Stage::query_range, nb::arg("first"), nb::arg("start") = 0, nb::arg("count") = 0,
+           nb::arg("stride") = 1,
+           "Members start, start + stride, ... of the range whose first id is `first` (count 0: "
+           "to the end of the range).")
+      .def("seal", &Stage::seal, nb::arg("ordinal"), nb::arg("attrs") = nb::none(),
+           "Advances the write floor of `attrs` (None: every attribute) to `ordinal`, applying "
+           "their pending writes; never moves a floor backwards.")
+      .def("write_floor", &Stage::write_floor, nb::arg("attr") = nb::none(),
+           "The write floor of `attr`, or the global floor (the minimum) for None.");
+
+  nb::module_::import_("atexit").attr("register")(nb::cpp_function([] {
+    // Destroy what is still open while Python runs: producers' deleters need it.
+    std::vector<StageHandle*> stages(open_stages().begin(), open_stages().end());
+    for (StageHandle* s : stages) s->destroy();
+  }));
+}
+
+}  // namespace kstage_py

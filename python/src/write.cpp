@@ -1,0 +1,460 @@
+// SPDX-License-Identifier: Apache-2.0
+// Mutations: Stage.write, Stage.write_batch (kstage.Write), Stage.delete, and kstage.Op.
+//
+// Client data is taken through DLPack and passed as client tensors, which the stage copies
+// (host columns: during the call); the caller's array stays the caller's. adopt=True hands it
+// over instead (managed tensors, marked read-only): a dense write then becomes the column's
+// storage with no copy, and the caller promises not to write to the array again.
+#include "binding.hpp"
+
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
+
+#include <cmath>
+#include <limits>
+
+namespace kstage_py {
+
+kstage_prim_mode_t mode_arg(std::string_view mode) {
+  if (mode == "upsert") return KSTAGE_PRIM_MODE_UPSERT;
+  if (mode == "insert") return KSTAGE_PRIM_MODE_INSERT;
+  if (mode == "update") return KSTAGE_PRIM_MODE_UPDATE;
+  raise_invalid_argument("mode must be \"upsert\", \"insert\" or \"update\", not \"" + std::string(mode) + "\"");
+}
+
+kstage_semantic_t semantic_arg(nb::handle semantic) {
+  if (semantic.is_none()) return KSTAGE_SEMANTIC_NONE;
+  if (PyLong_Check(semantic.ptr())) return nb::cast<kstage_semantic_t>(semantic);
+  static const char* names[] = {"none",   "point",    "vector",   "normal",  "color", "quaternion",
+                                "matrix", "texcoord", "token_id", "path_id", "string"};
+  std::string s = nb::cast<std::string>(semantic);
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
+    if (s == names[i]) return static_cast<kstage_semantic_t>(i);
+  }
+  raise_invalid_argument("unknown semantic \"" + s +
+                         "\" (none, point, vector, normal, color, quaternion, matrix, texcoord, token_id, "
+                         "path_id, string)");
+}
+
+namespace {
+
+// One write's arguments, as given (kstage.Write; Stage.write makes one).
+struct WriteSpec {
+  nb::object data;
+  nb::object index_map;
+  nb::object mask;
+  nb::object count;
+  nb::object semantic;
+  nb::object row_counts;
+  bool adopt = false;
+  nb::object residency;
+  nb::object stream;
+};
+
+// Everything a write's C descriptor points at, kept until the op is done with it.
+struct Payload {
+  std::vector<Imported> imports;
+  std::vector<DLTensor> tensors;
+  std::vector<std::vector<int64_t>> row_shapes;
+  std::vector<DLManagedTensorVersioned*> managed;
+  std::vector<uint32_t> index_map;
+  std::vector<uint64_t> mask;
+  std::vector<nb::object> arrays;  // caller arrays used in place (index maps, masks)
+};
+
+// A contiguous 1-D numpy array of `obj`.
+nb::object numpy_1d(nb::handle obj, const char* what) {
+  // Leaked on purpose: a static nb::object would be released by C++ exit, after Python is gone.
+  static nb::handle ascontiguousarray = nb::object(nb::module_::import_("numpy").attr("ascontiguousarray")).release();
+  nb::object a = ascontiguousarray(obj);
+  if (nb::cast<int>(a.attr("ndim")) != 1) raise_invalid_argument(std::string(what) + " must be one-dimensional");
+  return a;
+}
+
+using HostArray = nb::ndarray<nb::ro, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// index_map: source row of each logical element, as uint32 (the caller's array when it is
+// uint32 already).
+const uint32_t* index_map_arg(nb::handle obj, Payload& payload, uint64_t& length) {
+  nb::object a = numpy_1d(obj, "index_map");
+  HostArray arr = nb::cast<HostArray>(a);
+  length = arr.shape(0);
+  if (length == 0)
+    raise_invalid_argument("index_map is empty: an empty index map would mean count=0, which means every prim "
+                           "of the query; skip the write instead");
+  nb::dlpack::dtype t = arr.dtype();
+  if (t == nb::dtype<uint32_t>()) {
+    payload.arrays.push_back(a);
+    return static_cast<const uint32_t*>(arr.data());
+  }
+  if (t.code != static_cast<uint8_t>(nb::dlpack::dtype_code::Int) &&
+      t.code != static_cast<uint8_t>(nb::dlpack::dtype_code::UInt))
+    raise_invalid_argument("index_map must hold integers, not " + nb::cast<std::string>(nb::str(a.attr("dtype"))));
+  payload.index_map.resize(length);
+  auto convert = [&](auto* p) {
+    for (uint64_t i = 0; i < length; ++i) {
+      auto v = p[i];
+      if (v < 0 || static_cast<uint64_t>(v) > std::numeric_limits<uint32_t>::max())
+        raise_invalid_argument("index_map[" + std::to_string(i) + "] = " + std::to_string(v) +
+                               " is not a source row (0 <= row < 2^32)");
+      payload.index_map[i] = static_cast<uint32_t>(v);
+    }
+  };
+  const void* d = arr.data();
+  bool is_signed = t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Int);
+  switch (t.bits) {
+    case 8: is_signed ? convert(static_cast<const int8_t*>(d)) : convert(static_cast<const uint8_t*>(d)); break;
+    case 16: is_signed ? convert(static_cast<const int16_t*>(d)) : convert(static_cast<const uint16_t*>(d)); break;
+    case 32: convert(static_cast<const int32_t*>(d)); break;  // uint32 returned above
+    case 64: is_signed ? convert(static_cast<const int64_t*>(d)) : convert(static_cast<const uint64_t*>(d)); break;
+    default: raise_invalid_argument("index_map: unsupported integer width");
+  }
+  return payload.index_map.data();
+}
+
+// mask: a bool array (one entry per logical element, packed here) or uint64 words (bit i%64 of
+// word i/64; count required).
+const uint64_t* mask_arg(nb::handle obj, Payload& payload, uint64_t& elements, bool& words) {
+  nb::object a = numpy_1d(obj, "mask");
+  HostArray arr = nb::cast<HostArray>(a);
+  uint64_t n = arr.shape(0);
+  if (n == 0)
+    raise_invalid_argument("mask is empty: an empty mask would mean count=0, which means every prim of the query; "
+                           "skip the write instead");
+  nb::dlpack::dtype t = arr.dtype();
+  if (t == nb::dtype<bool>()) {
+    words = false;
+    elements = n;
+    payload.mask.assign((n + 63) / 64, 0);
+    const bool* b = static_cast<const bool*>(arr.data());
+    for (uint64_t i = 0; i < n; ++i) payload.mask[i / 64] |= static_cast<uint64_t>(b[i]) << (i % 64);
+    return payload.mask.data();
+  }
+  if (t == nb::dtype<uint64_t>()) {
+    words = true;
+    elements = n * 64;
+    payload.arrays.push_back(a);
+    return static_cast<const uint64_t*>(arr.data());
+  }
+  raise_invalid_argument("mask must be a bool array (one entry per prim) or uint64 words, not " +
+                         nb::cast<std::string>(nb::str(a.attr("dtype"))));
+}
+
+// Fills `d` (and `payload`) from `spec`.
+void build_write(const WriteSpec& spec, Payload& payload, kstage_write_data_t& d) {
+  d = kstage_write_data_init();
+  d.semantic = semantic_arg(spec.semantic);
+  d.residency = device_arg(spec.residency);
+
+  // count, index_map, mask: the seeds' rule -- count 0 in any form is refused, never widened.
+  bool has_count = !spec.count.is_none();
+  uint64_t count = has_count ? nb::cast<uint64_t>(spec.count) : 0;
+  if (has_count && count == 0)
+    raise_invalid_argument("count=0 would mean every prim of the query: pass count=None for all of them, or "
+                           "skip the write");
+  if (!spec.index_map.is_none() && !spec.mask.is_none())
+    raise_invalid_argument("index_map and mask are exclusive");
+  if (!spec.index_map.is_none()) {
+    uint64_t length = 0;
+    d.index_map = index_map_arg(spec.index_map, payload, length);
+    if (!has_count) count = length;
+    else if (count > length)
+      raise_invalid_argument("count=" + std::to_string(count) + " but index_map has " + std::to_string(length) +
+                             " entries");
+  }
+  if (!spec.mask.is_none()) {
+    uint64_t elements = 0;
+    bool words = false;
+    d.mask = mask_arg(spec.mask, payload, elements, words);
+    if (!has_count) {
+      if (words) raise_invalid_argument("a mask of uint64 words needs count= (the number of prims it covers)");
+      count = elements;
+    } else if (count > elements) {
+      raise_invalid_argument("count=" + std::to_string(count) + " but the mask covers " + std::to_string(elements) +
+                             " prims");
+    }
+  }
+  d.count = count;
+
+  // The payload: one tensor, a list of row tensors, or a packed tensor with row counts.
+  bool list = PyList_Check(spec.data.ptr()) || PyTuple_Check(spec.data.ptr());
+  d.is_array = list || !spec.row_counts.is_none();
+  if (list) {
+    nb::sequence rows = nb::borrow<nb::sequence>(spec.data);
+    size_t n = nb::len(rows);
+    if (n == 0) raise_invalid_argument("a ragged write needs at least one row tensor");
+    payload.imports.reserve(n);
+    for (nb::handle row : rows) payload.imports.push_back(import_dlpack(row, spec.stream));
+  } else {
+    payload.imports.push_back(import_dlpack(spec.data, spec.stream));
+  }
+  const DLTensor& first = payload.imports.front().tensor();
+  bool on_device = !(first.device.device_type == kDLCPU || first.device.device_type == kDLCUDAHost ||
+                     first.device.device_type == kDLROCMHost);
+  if (on_device) d.device_sync.stream = stream_arg(spec.stream, first.device.device_type == kDLExtDev ? 0 : 1);
+
+  if (!spec.row_counts.is_none()) {
+    if (spec.adopt) raise_invalid_argument("adopt=True takes whole tensors: not a packed tensor with row_counts");
+    if (first.ndim < 1) raise_invalid_argument("a packed ragged tensor has at least one dimension");
+    nb::object counts = numpy_1d(spec.row_counts, "row_counts");
+    nb::object as64 = counts.attr("astype")("int64");
+    auto c = nb::cast<nb::ndarray<nb::ro, const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(as64);
+    uint64_t rows = c.shape(0);
+    if (rows == 0) raise_invalid_argument("row_counts is empty");
+    int64_t elem_bytes = (first.dtype.bits * first.dtype.lanes + 7) / 8;
+    int64_t row_stride = elem_bytes;
+    if (first.strides != nullptr) {
+      row_stride = first.strides[0] * elem_bytes;
+    } else {
+      for (int i = 1; i < first.ndim; ++i) row_stride *= first.shape[i];
+    }
+    payload.row_shapes.resize(rows);
+    payload.tensors.resize(rows);
+    int64_t offset = 0;
+    for (uint64_t i = 0; i < rows; ++i) {
+      int64_t k = c.data()[i];
+      if (k < 0) raise_invalid_argument("row_counts[" + std::to_string(i) + "] is negative");
+      if (offset + k > first.shape[0])
+        raise_invalid_argument("row_counts add up to more than the packed tensor's " +
+                               std::to_string(first.shape[0]) + " elements");
+      payload.row_shapes[i].assign(first.shape, first.shape + first.ndim);
+      payload.row_shapes[i][0] = k;
+      DLTensor t = first;
+      t.shape = payload.row_shapes[i].data();
+      t.byte_offset = first.byte_offset + static_cast<uint64_t>(offset * row_stride);
+      payload.tensors[i] = t;
+      offset += k;
+    }
+    if (offset != first.shape[0])
+      raise_invalid_argument("row_counts add up to " + std::to_string(offset) + ", the packed tensor has " +
+                             std::to_string(first.shape[0]) + " elements");
+    d.tensors = payload.tensors.data();
+    d.tensor_count = rows;
+    return;
+  }
+  if (spec.adopt) {
+    for (Imported& imported : payload.imports) payload.managed.push_back(imported.release_to_stage());
+    payload.imports.clear();
+    d.managed_tensors = payload.managed.data();
+    d.tensor_count = payload.managed.size();
+    return;
+  }
+  payload.tensors.reserve(payload.imports.size());
+  for (const Imported& imported : payload.imports) payload.tensors.push_back(imported.tensor());
+  d.tensors = payload.tensors.data();
+  d.tensor_count = payload.tensors.size();
+}
+
+// Managed tensors built but not handed over (an error before the C call): delete them.
+void drop_managed(Payload& payload) {
+  for (DLManagedTensorVersioned* t : payload.managed) t->deleter(t);
+  payload.managed.clear();
+}
+
+class Op {
+ public:
+  Op(StageRef stage, kstage_op_t id, std::vector<std::unique_ptr<Payload>> payloads)
+      : stage_(std::move(stage)), id_(id), payloads_(std::move(payloads)) {
+    // Host work is done when the call returns: the client tensors can go now.
+    if (!payloads_.empty() && kstage_wait(stage_->id, id_, 0) != KSTAGE_TIMEOUT) payloads_.clear();
+  }
+  Op(Op&& other) noexcept : stage_(std::move(other.stage_)), id_(other.id_), payloads_(std::move(other.payloads_)) {
+    other.id_ = 0;
+  }
+  Op(const Op&) = delete;
+  ~Op() { release(); }
+
+  bool wait(nb::handle timeout) {
+    uint64_t ns = KSTAGE_TIMEOUT_INFINITE;
+    if (!timeout.is_none()) {
+      double seconds = nb::cast<double>(timeout);
+      if (!(seconds >= 0)) raise_invalid_argument("timeout must be >= 0 seconds (or None)");
+      ns = seconds >= 1.8e10 ? KSTAGE_TIMEOUT_INFINITE : static_cast<uint64_t>(std::llround(seconds * 1e9));
+    }
+    if (id_ == 0) raise_error(KSTAGE_INVALID_HANDLE, "the op was released");
+    kstage_status_t status;
+    {
+      ReleaseGil gil;
+      status = kstage_wait(stage_->id, id_, ns);
+    }
+    if (status == KSTAGE_TIMEOUT) return false;
+    payloads_.clear();  // done (or failed): the stage no longer reads the caller's tensors
+    check(status);
+    return true;
+  }
+  bool done() {
+    if (id_ == 0) return true;
+    kstage_status_t status = kstage_wait(stage_->id, id_, 0);
+    return status != KSTAGE_TIMEOUT;
+  }
+  std::string error() {
+    if (id_ == 0) raise_error(KSTAGE_INVALID_HANDLE, "the op was released");
+    const char* message = nullptr;
+    check(kstage_op_error(stage_->id, id_, &message));
+    return message != nullptr ? message : "";
+  }
+  void release() {
+    if (id_ == 0) return;
+    if (!payloads_.empty() && stage_->id != 0) {
+      ReleaseGil gil;  // the caller's tensors must outlive the stage's reads of them
+      kstage_wait(stage_->id, id_, KSTAGE_TIMEOUT_INFINITE);
+    }
+    payloads_.clear();
+    kstage_op_t id = id_;
+    id_ = 0;
+    if (stage_->id != 0) kstage_release_op(stage_->id, id);
+  }
+
+ private:
+  StageRef stage_;
+  kstage_op_t id_;
+  std::vector<std::unique_ptr<Payload>> payloads_;
+};
+
+WriteSpec make_spec(nb::object data, nb::object index_map, nb::object mask, nb::object count, nb::object semantic,
+                    nb::object row_counts, bool adopt, nb::object residency, nb::object stream) {
+  return WriteSpec{std::move(data), std::move(index_map), std::move(mask), std::move(count), std::move(semantic),
+                   std::move(row_counts), adopt, std::move(residency), std::move(stream)};
+}
+
+std::vector<kstage_token_t> attribute_list(const StageRef& stage, nb::handle attrs) {
+  std::vector<kstage_token_t> tokens;
+  if (attrs.is_none()) return tokens;
+  if (PyUnicode_Check(attrs.ptr()) || PyLong_Check(attrs.ptr())) {
+    tokens.push_back(attribute_token(stage, attrs));
+  } else {
+    for (nb::handle a : attrs) tokens.push_back(attribute_token(stage, a));
+  }
+  return tokens;
+}
+
+Op submit(const StageRef& stage, nb::handle query, const std::vector<nb::handle>& attrs,
+          const std::vector<const WriteSpec*>& specs, uint64_t ordinal, std::string_view mode) {
+  kstage_prim_mode_t prim_mode = mode_arg(mode);
+  QueryArg q = query_arg(stage, query);
+  std::vector<kstage_token_t> tokens;
+  for (nb::handle a : attrs) tokens.push_back(attribute_token(stage, a));
+  std::vector<std::unique_ptr<Payload>> payloads;
+  std::vector<kstage_write_data_t> data(specs.size());
+  try {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      payloads.push_back(std::make_unique<Payload>());
+      build_write(*specs[i], *payloads.back(), data[i]);
+    }
+  } catch (...) {
+    for (auto& p : payloads) drop_managed(*p);
+    throw;
+  }
+  kstage_op_t op = 0;
+  kstage_status_t status;
+  {
+    ReleaseGil gil;  // copies run now; a rejected write deletes managed tensors (with the GIL)
+    status = data.size() == 1
+                 ? kstage_write_attribute(stage->id, q.id, tokens[0], ordinal, &data[0], prim_mode, &op)
+                 : kstage_write_attributes(stage->id, q.id, tokens.data(), data.data(), data.size(), ordinal,
+                                           prim_mode, &op);
+  }
+  for (auto& p : payloads) p->managed.clear();  // the stage's now, whatever the status
+  check(status);
+  return Op(stage, op, std::move(payloads));
+}
+
+}  // namespace
+
+void register_write(nb::module_& m, nb::handle stage_class) {
+  nb::class_<Op>(m, "Op",
+                 "A submitted mutation (kstage_op_t). Host writes are done when the call returns; a "
+                 "write to a device column completes when its copies have run. Until then the op "
+                 "keeps the caller's arrays alive; collecting it waits for them.")
+      .def("wait", &Op::wait, nb::arg("timeout") = nb::none(),
+           "Waits for the op's work (timeout in seconds; None: as long as it takes). True when done, "
+           "False when the timeout ran out; raises the op's error if it failed.")
+      .def_prop_ro("done", &Op::done)
+      .def_prop_ro("error", &Op::error, "The op's failure message (\"\" if it did not fail).")
+      .def("release", &Op::release, "Releases the op (waits first if it still reads the caller's arrays).");
+
+  nb::class_<WriteSpec>(m, "Write",
+                        "One attribute's data and options in Stage.write_batch: "
+                        "Write(data, index_map=..., mask=..., count=..., semantic=..., row_counts=..., "
+                        "adopt=..., residency=..., stream=...), as Stage.write takes them.")
+      .def(nb::new_(&make_spec), nb::arg("data"), nb::kw_only(), nb::arg("index_map") = nb::none(),
+           nb::arg("mask") = nb::none(), nb::arg("count") = nb::none(), nb::arg("semantic") = nb::none(),
+           nb::arg("row_counts") = nb::none(), nb::arg("adopt") = false, nb::arg("residency") = nb::none(),
+           nb::arg("stream") = nb::none());
+
+  stage_class.attr("write") = nb::cpp_function(
+      [](Stage& self, nb::handle attr, nb::handle query, nb::object data, uint64_t ordinal, nb::object index_map,
+         nb::object mask, nb::object count, std::string_view mode, nb::object semantic, nb::object row_counts,
+         bool adopt, nb::object residency, nb::object stream) {
+        WriteSpec spec = make_spec(std::move(data), std::move(index_map), std::move(mask), std::move(count),
+                                   std::move(semantic), std::move(row_counts), adopt, std::move(residency),
+                                   std::move(stream));
+        return submit(self.ref(), query, {attr}, {&spec}, ordinal, mode);
+      },
+      nb::is_method(), nb::name("write"), nb::scope(stage_class), nb::arg("attr"), nb::arg("query"), nb::arg("data"),
+      nb::arg("ordinal"), nb::kw_only(), nb::arg("index_map") = nb::none(), nb::arg("mask") = nb::none(),
+      nb::arg("count") = nb::none(), nb::arg("mode") = "upsert", nb::arg("semantic") = nb::none(),
+      nb::arg("row_counts") = nb::none(), nb::arg("adopt") = false, nb::arg("residency") = nb::none(),
+      nb::arg("stream") = nb::none(),
+      "Writes `attr` of the query's prims (a Query, or paths) at `ordinal`; visible once sealed.\n\n"
+      "data: any DLPack producer (numpy, torch, cupy, jax): (N,), (N, L) or (N, a, b) rows of a "
+      "fixed-size attribute. A ragged (array) attribute takes a list of row tensors, or one packed "
+      "tensor with row_counts=[...].\n"
+      "index_map: source row of each prim written (gather, reorder, broadcast); count defaults to "
+      "its length. mask: a bool array (or uint64 words with count=) choosing the prims written. "
+      "count: the leading `count` prims (None: all). count=0, an empty index_map and an empty mask "
+      "are refused (ValueError): 0 would mean every prim.\n"
+      "mode: \"upsert\", \"insert\" or \"update\". semantic: \"point\", \"color\", ... "
+      "adopt=True: hand the array over (no copy for a dense write; never written by the stage, "
+      "and the caller must not write to it again). residency: where a new column lives. stream: "
+      "the producer's CUDA/ROCm stream (None: the legacy default stream).\n"
+      "Returns a kstage.Op.");
+
+  stage_class.attr("write_batch") = nb::cpp_function(
+      [](Stage& self, nb::handle query, uint64_t ordinal, nb::dict writes, std::string_view mode) {
+        std::vector<nb::handle> attrs;
+        std::vector<WriteSpec> owned;
+        owned.reserve(writes.size());
+        for (auto [attr, value] : writes) {
+          attrs.push_back(attr);
+          if (nb::isinstance<WriteSpec>(value)) {
+            owned.push_back(nb::cast<WriteSpec>(value));
+          } else {
+            owned.push_back(make_spec(nb::borrow(value), nb::none(), nb::none(), nb::none(), nb::none(), nb::none(),
+                                      false, nb::none(), nb::none()));
+          }
+        }
+        if (owned.empty()) raise_invalid_argument("write_batch needs at least one attribute");
+        std::vector<const WriteSpec*> specs;
+        for (const WriteSpec& s : owned) specs.push_back(&s);
+        return submit(self.ref(), query, attrs, specs, ordinal, mode);
+      },
+      nb::is_method(), nb::name("write_batch"), nb::scope(stage_class), nb::arg("query"), nb::arg("ordinal"),
+      nb::arg("writes"), nb::kw_only(), nb::arg("mode") = "upsert",
+      "Writes several attributes of the query's prims as one op: all are accepted or none is. "
+      "`writes` maps each attribute to its data, or to a kstage.Write with per-attribute options.");
+
+  stage_class.attr("delete") = nb::cpp_function(
+      [](Stage& self, nb::handle query, uint64_t ordinal, nb::handle attrs) {
+        const StageRef& stage = self.ref();
+        QueryArg q = query_arg(stage, query);
+        std::vector<kstage_token_t> tokens = attribute_list(stage, attrs);
+        if (!attrs.is_none() && tokens.empty())
+          raise_invalid_argument("delete(..., attrs=[]): name at least one attribute, or attrs=None to delete the prims");
+        kstage_op_t op = 0;
+        kstage_status_t status;
+        {
+          ReleaseGil gil;
+          status = kstage_delete_attributes(stage->id, q.id, tokens.data(), tokens.size(), ordinal, &op);
+        }
+        check(status);
+        return Op(stage, op, {});
+      },
+      nb::is_method(), nb::name("delete"), nb::scope(stage_class), nb::arg("query"), nb::arg("ordinal"),
+      nb::arg("attrs") = nb::none(),
+      "Deletes `attrs` (None: every attribute, so the prims themselves) from the query's prims at "
+      "`ordinal`. Absent prims or attributes are ignored. Returns a kstage.Op.");
+}
+
+}  // namespace kstage_py
