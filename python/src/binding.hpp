@@ -39,6 +39,11 @@ inline void check(kstage_status_t status) {
   if (status != KSTAGE_OK) raise_status(status);
 }
 
+/// Runs `call` (a C call returning a status) with the GIL released; raise on the result only
+/// after it is back: `check(without_gil([&] { return kstage_...(...); }))`.
+template <class Call>
+kstage_status_t without_gil(Call&& call);
+
 /// True while Python code may still run (not during or after interpreter finalisation).
 bool python_is_running();
 
@@ -54,6 +59,12 @@ struct ReleaseGil {
   ReleaseGil(const ReleaseGil&) = delete;
   ReleaseGil& operator=(const ReleaseGil&) = delete;
 };
+
+template <class Call>
+kstage_status_t without_gil(Call&& call) {
+  ReleaseGil gil;
+  return call();
+}
 
 // ---- the stage (stage.cpp) ----------------------------------------------------------------------
 /// The C stage handle, shared by the Stage object and everything made from it (queries, reads,

@@ -118,8 +118,9 @@ class Map {
     if (state_) abandon();
   }
 
-  MapGroup next() {
-    if (state_->ended) throw nb::stop_iteration();
+  // The next group, or None at the end (see Read::next_or_none).
+  nb::object next_or_none() {
+    if (state_->ended) return nb::none();
     auto source = std::make_shared<MapGroupSource>();
     source->map = state_;
     kstage_status_t status;
@@ -127,9 +128,14 @@ class Map {
       ReleaseGil gil;
       status = kstage_fetch_map_next(state_->stage->id, state_->id, KSTAGE_TIMEOUT_INFINITE, &source->info);
     }
-    if (status == KSTAGE_END_OF_ITERATION) throw nb::stop_iteration();
+    if (status == KSTAGE_END_OF_ITERATION) return nb::none();
     check(status);
-    return MapGroup(std::move(source));
+    return nb::cast(MapGroup(std::move(source)));
+  }
+  nb::object next() {
+    nb::object g = next_or_none();
+    if (g.is_none()) throw nb::stop_iteration();
+    return g;
   }
   void commit(nb::handle stream) {
     if (state_->ended) raise_error(KSTAGE_INVALID_HANDLE, "the map has ended (committed or abandoned)");
@@ -230,6 +236,7 @@ void register_map(nb::module_& m, nb::handle stage_class) {
                   "every fetched group on a clean exit and abandons the map on an exception.")
       .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__next__", &Map::next)
+      .def("_next", &Map::next_or_none, "The next group, or None at the end.")
       .def("commit", &Map::commit, nb::kw_only(), nb::arg("stream") = nb::none(),
            "Commits every fetched group not yet committed, and ends the map.")
       .def("abandon", &Map::abandon, "Ends the map without committing what is left (idempotent).")

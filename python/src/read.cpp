@@ -179,8 +179,10 @@ class Read {
       kstage_release_read(stage_->id, id);
     }
   }
-  ReadGroup next() {
-    if (id_ == 0) throw nb::stop_iteration();
+  // The next group, or None at the end (kstage/__init__.py iterates with it: a C++ exception
+  // per read for StopIteration would cost more than the read).
+  nb::object next_or_none() {
+    if (id_ == 0) return nb::none();
     auto pin = std::make_shared<GroupPin>();
     pin->stage = stage_;
     pin->compact = compact_;
@@ -193,13 +195,18 @@ class Read {
     if (status == KSTAGE_END_OF_ITERATION) {
       pin->stage = std::make_shared<StageHandle>();  // nothing to release
       release();
-      throw nb::stop_iteration();
+      return nb::none();
     }
     if (status != KSTAGE_OK) {
       pin->stage = std::make_shared<StageHandle>();
       raise_status(status);
     }
-    return ReadGroup(std::move(pin));
+    return nb::cast(ReadGroup(std::move(pin)));
+  }
+  nb::object next() {
+    nb::object g = next_or_none();
+    if (g.is_none()) throw nb::stop_iteration();
+    return g;
   }
 
  private:
@@ -257,6 +264,7 @@ void register_read(nb::module_& m, nb::handle stage_class) {
                    "(groups already fetched stay valid until released).")
       .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__next__", &Read::next)
+      .def("_next", &Read::next_or_none, "The next group, or None at the end.")
       .def("release", &Read::release)
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__", [](Read& r, nb::args) { r.release(); });

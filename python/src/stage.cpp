@@ -59,14 +59,22 @@ std::vector<kstage_path_t> path_ids(const StageRef& stage, nb::handle paths) {
     check(kstage_intern_path(stage->id, s.data(), s.size(), &id));
     return {id};
   }
-  nb::object seq = nb::steal(PySequence_Fast(paths.ptr(), "paths must be a str, a sequence of str, or a sequence of path ids"));
-  if (!seq.is_valid()) {
-    // An integer array (numpy, ...) that is not a sequence: through numpy.
-    PyErr_Clear();
+  if (nb::hasattr(paths, "__array_interface__") && nb::hasattr(paths, "dtype")) {
+    // An integer array of ids (numpy, ...): converted in one numpy call, not item by item.
     nb::object np = nb::module_::import_("numpy");
-    seq = nb::steal(PySequence_Fast(np.attr("asarray")(paths).attr("tolist")().ptr(), "paths"));
-    if (!seq.is_valid()) throw nb::python_error();
+    nb::object a = np.attr("asarray")(paths);
+    std::string kind = nb::cast<std::string>(a.attr("dtype").attr("kind"));
+    if (kind != "u" && kind != "i")
+      raise_invalid_argument("an array of path ids must hold integers, not " + nb::cast<std::string>(nb::str(a.attr("dtype"))));
+    if (nb::cast<int>(a.attr("ndim")) != 1) raise_invalid_argument("an array of path ids must be one-dimensional");
+    if (kind == "i" && nb::cast<size_t>(a.attr("size")) > 0 && nb::cast<int64_t>(a.attr("min")()) < 0)
+      raise_invalid_argument("path ids are non-negative");
+    nb::object u = np.attr("ascontiguousarray")(a, "uint64");
+    auto arr = nb::cast<nb::ndarray<nb::ro, const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(u);
+    return std::vector<kstage_path_t>(arr.data(), arr.data() + arr.shape(0));
   }
+  nb::object seq = nb::steal(PySequence_Fast(paths.ptr(), "paths must be a str, a sequence of str, or a sequence of path ids"));
+  if (!seq.is_valid()) throw nb::python_error();
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
   PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
   std::vector<kstage_path_t> ids(static_cast<size_t>(n));
@@ -83,12 +91,12 @@ std::vector<kstage_path_t> path_ids(const StageRef& stage, nb::handle paths) {
       strings[i] = s.data();
       lengths[i] = s.size();
     }
-    ReleaseGil gil;
-    check(kstage_intern_paths(stage->id, strings.data(), lengths.data(), static_cast<uint64_t>(n), ids.data()));
+    check(without_gil([&] { return kstage_intern_paths(stage->id, strings.data(), lengths.data(), static_cast<uint64_t>(n), ids.data()); }));
     return ids;
   }
   for (Py_ssize_t i = 0; i < n; ++i) {
-    unsigned long long v = PyLong_AsUnsignedLongLong(items[i]);
+    nb::object index = nb::steal(PyNumber_Index(items[i]));  // ints, numpy integers
+    unsigned long long v = index.is_valid() ? PyLong_AsUnsignedLongLong(index.ptr()) : static_cast<unsigned long long>(-1);
     if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
       PyErr_Clear();
       PyErr_Format(PyExc_TypeError, "paths[%zd] must be a str or a non-negative path id, not %R", i, items[i]);
@@ -121,10 +129,7 @@ Stage::Stage(std::string_view host_execution, nb::handle residency) : handle_(st
   config.host_execution = host_execution_arg(host_execution);
   config.residency = device_arg(residency);
   kstage_stage_t id = 0;
-  {
-    ReleaseGil gil;
-    check(kstage_create(&config, &id));
-  }
+  check(without_gil([&] { return kstage_create(&config, &id); }));
   handle_->id = id;
   open_stages().insert(handle_.get());
 }
@@ -149,9 +154,8 @@ std::string Stage::path(kstage_path_t id) { return path_string(handle_, id); }
 
 kstage_path_t Stage::intern_range(std::string_view parent, std::string_view prefix, uint64_t begin, uint64_t count) {
   kstage_path_t first = 0;
-  ReleaseGil gil;
-  check(kstage_intern_path_range(handle_->id, parent.data(), parent.size(), prefix.data(), prefix.size(), begin,
-                                 count, &first));
+  check(without_gil([&] { return kstage_intern_path_range(handle_->id, parent.data(), parent.size(), prefix.data(), prefix.size(), begin,
+                                 count, &first); }));
   return first;
 }
 std::tuple<kstage_path_t, uint64_t, uint64_t> Stage::range_info(kstage_path_t path) {
@@ -172,8 +176,7 @@ std::unique_ptr<Query> Stage::query(nb::handle paths, nb::handle prefix, nb::han
     if (!prefix.is_none() || !has.is_none() || !path_in.is_none())
       raise_invalid_argument("query(paths) or query(prefix=, has=, path_in=): not both");
     std::vector<kstage_path_t> ids = path_ids(handle_, paths);
-    ReleaseGil gil;
-    check(kstage_query_paths(handle_->id, ids.data(), ids.size(), &q));
+    check(without_gil([&] { return kstage_query_paths(handle_->id, ids.data(), ids.size(), &q); }));
     return std::make_unique<Query>(handle_, q);
   }
   kstage_filter_t filter{};
@@ -212,8 +215,7 @@ std::unique_ptr<Query> Stage::query(nb::handle paths, nb::handle prefix, nb::han
 
 std::unique_ptr<Query> Stage::query_range(kstage_path_t first, uint64_t start, uint64_t count, uint64_t stride) {
   kstage_query_t q = 0;
-  ReleaseGil gil;
-  check(kstage_query_range(handle_->id, first, start, count, stride, &q));
+  check(without_gil([&] { return kstage_query_range(handle_->id, first, start, count, stride, &q); }));
   return std::make_unique<Query>(handle_, q);
 }
 
@@ -227,8 +229,7 @@ void Stage::seal(uint64_t ordinal, nb::handle attributes) {
     }
     if (tokens.empty()) raise_invalid_argument("seal(ordinal, attrs=[]): name at least one attribute, or attrs=None for all");
   }
-  ReleaseGil gil;
-  check(kstage_advance_write_floor(handle_->id, ordinal, tokens.data(), tokens.size()));
+  check(without_gil([&] { return kstage_advance_write_floor(handle_->id, ordinal, tokens.data(), tokens.size()); }));
 }
 
 uint64_t Stage::write_floor(nb::handle attribute) {
