@@ -26,6 +26,15 @@
 #   - a Python virtual environment in $KSTAGE_DEPS_DIR/jax-venv, made the same way, with
 #     jax[cpu], numpy and pytest from the machine's configured pip index (~20 s, ~640 MB);
 #     scripts/test.sh configures the `default` preset with KSTAGE_JAX_PYTHON set to its python.
+# Optional (only with `--python` or KSTAGE_SETUP_PYTHON=1; scripts/test.sh passes it for the
+# `python` leg): what building the Python package kstage (pyproject.toml, python/) needs
+#   - python3's C headers (Python.h): Debian's python3-dev, installed with apt-get when missing
+#     (a python3 that is not Debian's, e.g. pyenv's, must bring its own);
+#   - a Python virtual environment in $KSTAGE_DEPS_DIR/python-venv, made the same way, with
+#     numpy, pytest, nanobind, scikit-build-core, matplotlib and jax[cpu] (the pinned jax) from
+#     the machine's configured pip index: for a developer build of the extension
+#     (cmake -DKSTAGE_BUILD_PYTHON=ON -DPython_EXECUTABLE=$KSTAGE_DEPS_DIR/python-venv/bin/python)
+#     and for `pip install --no-build-isolation` (README.md, "Python").
 #
 # Optional (only with `--fuzz` or KSTAGE_SETUP_FUZZ=1): the fuzz leg (tests/fuzz, preset `fuzz`)
 #   - clang-14 and libclang-rt-14-dev (libFuzzer, sanitizer runtimes), installed with apt-get
@@ -55,6 +64,7 @@
 #   KSTAGE_SETUP_MPI  0 = do not install Open MPI (same as --no-mpi; default 1)
 #   KSTAGE_SETUP_PERF 1 = also make the perf venv (same as --perf)
 #   KSTAGE_SETUP_JAX  1 = also make the JAX test venv (same as --jax)
+#   KSTAGE_SETUP_PYTHON 1 = also get what the Python package's build needs (same as --python)
 #   KSTAGE_SETUP_FUZZ 1 = also get the fuzz leg's tools and Kokkos (same as --fuzz)
 #   KSTAGE_SETUP_TSAN 1 = also build the TSan Kokkos (same as --tsan)
 #   KSTAGE_SETUP_CUDA 1 = also build the CUDA Kokkos (same as --cuda)
@@ -100,6 +110,9 @@ CATCH2_RECIPE=1
 DLPACK_PKG=libdlpack-dev/trixie
 DLPACK_RECIPE=1
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
+# The jax the DLPack interop was checked against (JAX speaks legacy DLPack only); pyproject.toml's
+# `test` extra pins the same.
+JAX_PIN="jax[cpu]==0.10.2"
 
 JOBS=${KSTAGE_JOBS:-$(nproc 2>/dev/null || echo 2)}
 # What every Kokkos variant shares (last in each list: the stamp keys stay as they were).
@@ -593,29 +606,61 @@ perf_venv() {
 jax_venv() {
   python_venv jax-venv "$DEPS_DIR/jax-venv" 1 \
     'import jax, jaxlib, numpy, pytest; print("jax", jax.__version__, "jaxlib", jaxlib.__version__, "numpy", numpy.__version__, "pytest", pytest.__version__)' \
-    "jax[cpu]==0.10.2" numpy pytest
+    "$JAX_PIN" numpy pytest
+}
+
+# What building the Python package needs: python3's headers, and a venv with the build backend
+# (scikit-build-core, nanobind) and what the package, its tests, examples and benchmark use.
+# The lower bounds of scikit-build-core and nanobind are pyproject.toml's build requirements.
+python3_headers_present() {
+  python3 - <<'PY' >/dev/null 2>&1
+import os, sys, sysconfig
+sys.exit(0 if os.path.isfile(os.path.join(sysconfig.get_paths()["include"], "Python.h")) else 1)
+PY
+}
+
+ensure_python_headers() {
+  python3_headers_present && return 0
+  local py
+  py=$(command -v python3)
+  case $(readlink -f "$py") in
+    /usr/bin/*) ;;
+    *) die "python-venv: $py has no C headers (Python.h) and is not Debian's python3; install its development files" ;;
+  esac
+  log "installing python3-dev (Python.h for the Python package's extension)"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get -q update
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-install-recommends python3-dev
+  python3_headers_present || die "python3-dev is installed but Python.h is still missing"
+}
+
+python_package_venv() {
+  python_venv python-venv "$DEPS_DIR/python-venv" 1 \
+    'import numpy, pytest, nanobind, scikit_build_core, matplotlib, jax; print("numpy", numpy.__version__, "nanobind", nanobind.__version__, "scikit-build-core", scikit_build_core.__version__, "jax", jax.__version__)' \
+    "numpy>=2.1" pytest "nanobind>=2.4" "scikit-build-core>=0.10" matplotlib "$JAX_PIN"
 }
 
 # --------------------------------------------------------------------------------------------
 main() {
-  local mpi=${KSTAGE_SETUP_MPI:-1} perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} tsan=${KSTAGE_SETUP_TSAN:-0} cuda=${KSTAGE_SETUP_CUDA:-0} hip=${KSTAGE_SETUP_HIP:-0} arg
+  local mpi=${KSTAGE_SETUP_MPI:-1} perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} python=${KSTAGE_SETUP_PYTHON:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} tsan=${KSTAGE_SETUP_TSAN:-0} cuda=${KSTAGE_SETUP_CUDA:-0} hip=${KSTAGE_SETUP_HIP:-0} arg
   for arg in "$@"; do
     case $arg in
       --no-mpi) mpi=0 ;;
       --perf) perf=1 ;;
       --jax) jax=1 ;;
+      --python) python=1 ;;
       --fuzz) fuzz=1 ;;
       --tsan) tsan=1 ;;
       --cuda) cuda=1 ;;
       --hip) hip=1 ;;
       -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
-      *) die "unknown argument '$arg' (known: --no-mpi, --perf, --jax, --fuzz, --tsan, --cuda, --hip)" ;;
+      *) die "unknown argument '$arg' (known: --no-mpi, --perf, --jax, --python, --fuzz, --tsan, --cuda, --hip)" ;;
     esac
   done
   ensure_tools
   if [ "$mpi" = 1 ]; then ensure_mpi; fi
   if [ "$fuzz" = 1 ]; then ensure_fuzz_tools; fi
   if [ "$hip" = 1 ]; then ensure_hip_tools; fi
+  if [ "$python" = 1 ]; then ensure_python_headers; fi
   mkdir -p "$DEPS_DIR" "$STAMP_DIR" "$DL_DIR" "$LOG_DIR"
   # Serialise concurrent runs (e.g. scripts/run.sh and scripts/test.sh started together).
   exec 9>"$DEPS_DIR/.lock"
@@ -634,6 +679,7 @@ main() {
   apt_private_cleanup
   if [ "$perf" = 1 ]; then perf_venv; fi
   if [ "$jax" = 1 ]; then jax_venv; fi
+  if [ "$python" = 1 ]; then python_package_venv; fi
   rmdir "$WORK_DIR" "$DL_DIR" 2>/dev/null || true
 
   local prefix_path
@@ -652,6 +698,9 @@ main() {
   fi
   if [ "$jax" = 1 ]; then
     echo "KSTAGE_JAX_PYTHON=$DEPS_DIR/jax-venv/bin/python"
+  fi
+  if [ "$python" = 1 ]; then
+    echo "Python_EXECUTABLE=$DEPS_DIR/python-venv/bin/python"
   fi
   if [ "$fuzz" = 1 ]; then
     echo "fuzz preset Kokkos_ROOT=$KOKKOS_SERIAL_PREFIX"
