@@ -2,8 +2,9 @@
 # The kstage test command (what CI runs): get the dependencies, then for each preset
 # configure, build and run the whole ctest suite.
 #
-#   scripts/test.sh                 presets "default", "asan", "tsan", the fuzz leg, then "cuda"
-#                                   and "hip" (built, not run)
+#   scripts/test.sh                 presets "default", the Python package leg "python", "asan",
+#                                   "tsan", the fuzz leg, then "cuda" and "hip" (built, not run)
+#   KSTAGE_TEST_PRESETS=python scripts/test.sh               only the Python package leg
 #   KSTAGE_TEST_PRESETS="default asan" scripts/test.sh        only these presets (no tsan/fuzz)
 #   KSTAGE_TEST_PRESETS="serial debug" scripts/test.sh
 #   KSTAGE_TEST_PRESETS="default asan tsan" scripts/test.sh   everything but the fuzz leg
@@ -29,8 +30,19 @@
 #   default   also runs the JAX interop tests (tests/python, ctest test python_jax_interop) with
 #             the venv that `scripts/setup.sh --jax` makes (jax[cpu], numpy, pytest from the
 #             machine's pip index; ~20 s the first time), unless KSTAGE_TEST_JAX=0.
-# The default (KSTAGE_TEST_PRESETS unset) is "default asan tsan fuzz cuda hip". On 2 cores a
-# fresh machine needs about 35 minutes in all (see the timings printed at the end).
+#   python    the Python package (pyproject.toml, python/), installed as README.md tells users:
+#             `scripts/setup.sh --python` (python3's headers), then a FRESH venv build/python-venv
+#             (python3 -m venv) and `pip install "<repo>[test]"` into it, with pip's build
+#             isolation (scikit-build-core and nanobind come from the pip index) and the
+#             scikit-build build folder kept in build/python-wheel (-C build-dir=...; the
+#             extension's objects are reused, libkstage is recompiled: scikit-build-core clears
+#             the CMake cache when the isolated build environment changes). Then, from outside the
+#             source tree (so that the installed package is what imports): pytest
+#             tests/python_package, examples/python/particles.py and perf/python_bench.py --quick
+#             (each skipped with a message while it does not exist). Not a CMake preset; about
+#             1.5 minutes on 2 cores (logs: build/test-logs/python-*.log).
+# The default (KSTAGE_TEST_PRESETS unset) is "default python asan tsan fuzz cuda hip". On 2 cores
+# a fresh machine needs about 35 minutes in all (see the timings printed at the end).
 #
 # Exits non-zero if any step of any preset fails.
 set -euo pipefail
@@ -44,9 +56,9 @@ have_nvcc() {
 if [ -n "${KSTAGE_TEST_PRESETS:-}" ]; then
   PRESETS=$KSTAGE_TEST_PRESETS
 elif have_nvcc; then
-  PRESETS="default asan tsan fuzz cuda hip"
+  PRESETS="default python asan tsan fuzz cuda hip"
 else
-  PRESETS="default asan tsan fuzz hip"
+  PRESETS="default python asan tsan fuzz hip"
   echo "kstage test.sh: no nvcc on this machine: the cuda leg (build only) is skipped"
 fi
 JOBS=${KSTAGE_JOBS:-2}
@@ -57,6 +69,7 @@ setup_args=()
 for preset in $PRESETS; do
   case $preset in
     default) if [ "$TEST_JAX" = 1 ]; then setup_args+=(--jax); fi ;;
+    python) setup_args+=(--python) ;;
     tsan) setup_args+=(--tsan) ;;
     fuzz) setup_args+=(--fuzz) ;;
   esac
@@ -72,10 +85,75 @@ failed_presets=()
 timings=()
 total_passed=0
 total_failed=0
+
+# The `python` leg (see the header). Appends to failed_presets and the test totals.
+python_leg() {
+  local venv=$ROOT/build/python-venv py log=$LOG_DIR/python
+  py=$venv/bin/python
+  echo "==== python leg: fresh venv $venv"
+  rm -rf "$venv"
+  if ! python3 -m venv "$venv"; then
+    failed_presets+=("python(venv)"); return
+  fi
+  echo "==== python leg: pip install \"$ROOT[test]\" (log: $log-install.log)"
+  local t0=$SECONDS
+  if ! CMAKE_BUILD_PARALLEL_LEVEL=$JOBS "$py" -m pip install -v "$ROOT[test]" \
+      -C build-dir="$ROOT/build/python-wheel" >"$log-install.log" 2>&1; then
+    tail -n 60 "$log-install.log"
+    echo "==== python leg: pip install FAILED (log: $log-install.log)"
+    failed_presets+=("python(install)"); return
+  fi
+  echo "==== python leg: $(tail -n 1 "$log-install.log") ($((SECONDS - t0)) s)"
+  # Run from inside the venv folder: neither the source tree nor its python/ is on sys.path.
+  local rc=0 where summary n
+  where=$(cd "$venv" && "$py" -c 'import kstage, os; print(os.path.dirname(os.path.realpath(kstage.__file__)))') || rc=$?
+  case $where in
+    "$venv"/*) echo "==== python leg: kstage imports from $where" ;;
+    *) echo "==== python leg: kstage does not import from the venv (${where:-import failed})"
+       failed_presets+=("python(import)"); return ;;
+  esac
+  (cd "$venv" && "$py" -m pytest "$ROOT/tests/python_package" -q -p no:cacheprovider) 2>&1 \
+    | tee "$log-pytest.log" || rc=$?
+  # "N passed, M failed, ... in 1.23s"
+  summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed|error)' "$log-pytest.log" | tail -n1 || true)
+  n=$( (grep -oE '[0-9]+ passed' <<<"$summary" || true) | awk '{s += $1} END {print s + 0}')
+  total_passed=$((total_passed + n))
+  n=$( (grep -oE '[0-9]+ (failed|errors?)' <<<"$summary" || true) | awk '{s += $1} END {print s + 0}')
+  total_failed=$((total_failed + n))
+  if [ "$rc" -ne 0 ] || [ -z "$summary" ]; then
+    echo "==== python leg: tests/python_package FAILED"
+    failed_presets+=("python(test)")
+  fi
+  local script args
+  for script in examples/python/particles.py "perf/python_bench.py --quick"; do
+    args=${script#* }; [ "$args" = "$script" ] && args=
+    script=${script%% *}
+    if [ ! -f "$ROOT/$script" ]; then
+      echo "==== python leg: $script does not exist yet: skipped"
+      continue
+    fi
+    echo "==== python leg: $script $args"
+    # shellcheck disable=SC2086
+    if ! (cd "$venv" && "$py" "$ROOT/$script" $args) 2>&1 | tee "$log-$(basename "$script" .py).log"; then
+      echo "==== python leg: $script FAILED"
+      failed_presets+=("python($(basename "$script" .py))")
+    fi
+  done
+}
 for preset in $PRESETS; do
   echo
   echo "==== kstage: preset '$preset' ===="
   leg_start=$(date +%s)
+  if [ "$preset" = python ]; then
+    failed_before=${#failed_presets[@]}
+    # Kokkos' OpenMP backend warns without these (the test presets set them for ctest); JAX: CPU.
+    OMP_PROC_BIND=spread OMP_PLACES=threads JAX_PLATFORMS=cpu python_leg
+    if [ "${#failed_presets[@]}" -eq "$failed_before" ]; then
+      echo "==== preset 'python': OK"
+    fi
+    timings+=("$preset $(( $(date +%s) - leg_start ))s")
+    continue
+  fi
   # The GPU legs get their tools and Kokkos here, so that a failure there fails that leg only.
   case $preset in
     cuda|hip)
