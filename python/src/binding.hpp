@@ -32,6 +32,8 @@ void register_errors(nb::module_& m);
 [[noreturn]] void raise_status(kstage_status_t status);
 /// Raises the exception of `status` with `message` (a message saved before another C call).
 [[noreturn]] void raise_error(kstage_status_t status, const std::string& message);
+/// Raises the failure of an op (kstage_wait's status, kstage_op_error's message).
+[[noreturn]] void raise_op_failure(kstage_stage_t stage, kstage_op_t op, kstage_status_t status);
 /// Raises kstage.InvalidArgument (a ValueError) with `message`: for checks the binding makes
 /// itself before a C call (the seeds' Python rules: count=0 in any of its three forms).
 [[noreturn]] void raise_invalid_argument(const std::string& message);

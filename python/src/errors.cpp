@@ -99,6 +99,12 @@ void raise_invalid_argument(const std::string& message) {
   throw nb::python_error();
 }
 
+void raise_op_failure(kstage_stage_t stage, kstage_op_t op, kstage_status_t status) {
+  const char* message = nullptr;
+  if (kstage_op_error(stage, op, &message) != KSTAGE_OK || message == nullptr) message = kstage_last_error();
+  raise_error(status, message != nullptr ? message : "");
+}
+
 bool python_is_running() {
 #if PY_VERSION_HEX >= 0x030D0000
   return Py_IsInitialized() && !Py_IsFinalizing();

@@ -51,6 +51,20 @@ struct MapGroupSource final : TensorSource {
   void sync(uintptr_t) override {}  // map buffers are fresh: no work pending on them
 };
 
+// Waits for a commit's op and releases it; raises its failure.
+void finish_op(kstage_stage_t stage, kstage_op_t op) {
+  kstage_status_t status = without_gil([&] { return kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE); });
+  if (status != KSTAGE_OK) {
+    try {
+      raise_op_failure(stage, op, status);
+    } catch (...) {
+      kstage_release_op(stage, op);
+      throw;
+    }
+  }
+  kstage_release_op(stage, op);
+}
+
 class MapGroup {
  public:
   explicit MapGroup(std::shared_ptr<MapGroupSource> source) : source_(std::move(source)) {}
@@ -96,13 +110,10 @@ class MapGroup {
     {
       ReleaseGil gil;
       status = kstage_unmap_group(s.map->stage->id, s.map->id, s.info.handle, done, &op);
-      if (status == KSTAGE_OK) {
-        kstage_wait(s.map->stage->id, op, KSTAGE_TIMEOUT_INFINITE);
-        kstage_release_op(s.map->stage->id, op);
-      }
     }
     check(status);
     s.committed = true;
+    finish_op(s.map->stage->id, op);
   }
 
  private:
@@ -146,13 +157,10 @@ class Map {
     {
       ReleaseGil gil;
       status = kstage_unmap_attribute(state_->stage->id, state_->id, done, &op);
-      if (status == KSTAGE_OK) {
-        kstage_wait(state_->stage->id, op, KSTAGE_TIMEOUT_INFINITE);
-        kstage_release_op(state_->stage->id, op);
-      }
     }
     check(status);
     state_->ended = true;
+    finish_op(state_->stage->id, op);
   }
   void abandon() {
     if (state_->ended) return;
@@ -211,7 +219,7 @@ void register_map(nb::module_& m, nb::handle stage_class) {
                        "One writable group of a map: fill every row of its tensors "
                        "(numpy.from_dlpack(g.tensor(0))[:] = ...), then commit it, or let the map "
                        "commit every group at once.")
-      .def_prop_ro("prims", &MapGroup::prims, "The prims' path ids (a uint64 numpy copy).")
+      .def_prop_ro("prims", &MapGroup::prims, nb::for_getter(nb::sig("def prims(self) -> numpy.ndarray")), "The prims' path ids (a uint64 numpy copy).")
       .def_prop_ro("index_map", &MapGroup::index_map, "None, or prim i's row in the tensor (a uint32 copy).")
       .def_prop_ro("ordinal", &MapGroup::ordinal)
       .def_prop_ro("is_array", &MapGroup::is_array)
@@ -220,7 +228,8 @@ void register_map(nb::module_& m, nb::handle stage_class) {
       .def_prop_ro("lanes", &MapGroup::lanes)
       .def_prop_ro("device", &MapGroup::device)
       .def("__len__", &MapGroup::count)
-      .def("tensor", &MapGroup::tensor, nb::arg("index") = 0, nb::kw_only(), nb::arg("readonly") = nb::none(),
+      .def("tensor", &MapGroup::tensor,
+           nb::sig("def tensor(self, index: int = 0, *, readonly: bool | None = None) -> Tensor"), nb::arg("index") = 0, nb::kw_only(), nb::arg("readonly") = nb::none(),
            "Tensor `index` (writable), for a DLPack consumer. Writing through it after the group is "
            "committed is refused at export and undefined through an old export.")
       .def("__dlpack__", &MapGroup::dlpack, nb::kw_only(), nb::arg("stream") = nb::none(),
@@ -234,9 +243,11 @@ void register_map(nb::module_& m, nb::handle stage_class) {
   nb::class_<Map>(m, "Map",
                   "An open map: iterate it for writable groups. As a context manager it commits "
                   "every fetched group on a clean exit and abandons the map on an exception.")
-      .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
-      .def("__next__", &Map::next)
-      .def("_next", &Map::next_or_none, "The next group, or None at the end.")
+      .def("__iter__", [](nb::handle self) { return nb::borrow(self); },
+           nb::sig("def __iter__(self) -> collections.abc.Iterator[MapGroup]"))
+      .def("__next__", &Map::next, nb::sig("def __next__(self) -> MapGroup"))
+      .def("_next", &Map::next_or_none, nb::sig("def _next(self) -> MapGroup | None"),
+           "The next group, or None at the end.")
       .def("commit", &Map::commit, nb::kw_only(), nb::arg("stream") = nb::none(),
            "Commits every fetched group not yet committed, and ends the map.")
       .def("abandon", &Map::abandon, "Ends the map without committing what is left (idempotent).")
@@ -278,7 +289,8 @@ void register_map(nb::module_& m, nb::handle stage_class) {
         check(status);
         return Map(std::move(state));
       },
-      nb::is_method(), nb::name("map"), nb::scope(stage_class), nb::arg("query"), nb::arg("attr"), nb::arg("ordinal"),
+      nb::sig("def map(self, query: Query | str | collections.abc.Sequence[str] | collections.abc.Sequence[int], attr: str | int, ordinal: int, *, dtype: typing.Any, lanes: int = 1, element_counts: typing.Any | None = None, mode: str = 'upsert', semantic: str | int | None = None, residency: typing.Any | None = None, max_group_prims: int = 0) -> Map"),
+      nb::is_method(), nb::scope(stage_class), nb::arg("query"), nb::arg("attr"), nb::arg("ordinal"),
       nb::kw_only(), nb::arg("dtype"), nb::arg("lanes") = 1, nb::arg("element_counts") = nb::none(),
       nb::arg("mode") = "upsert", nb::arg("semantic") = nb::none(), nb::arg("residency") = nb::none(),
       nb::arg("max_group_prims") = 0,

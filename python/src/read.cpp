@@ -225,9 +225,9 @@ void register_read(nb::module_& m, nb::handle stage_class) {
                         "when collected.")
       .def_prop_ro("attribute", &ReadGroup::attribute, "The attribute's name.")
       .def_prop_ro("attribute_token", &ReadGroup::attribute_token)
-      .def_prop_ro("prims", &ReadGroup::prims, "The prims' path ids (a read-only uint64 numpy view).")
+      .def_prop_ro("prims", &ReadGroup::prims, nb::for_getter(nb::sig("def prims(self) -> numpy.ndarray")), "The prims' path ids (a read-only uint64 numpy view).")
       .def_prop_ro("paths", &ReadGroup::paths, "The prims' paths (strings, made on demand).")
-      .def_prop_ro("index_map", &ReadGroup::index_map,
+      .def_prop_ro("index_map", &ReadGroup::index_map, nb::for_getter(nb::sig("def index_map(self) -> numpy.ndarray | None")),
                    "None, or prim i's row in the tensor (a read-only uint32 numpy view): zero-copy "
                    "groups share the column's storage, whose row order is the column's.")
       .def_prop_ro("ordinal", &ReadGroup::ordinal, "The attribute's write floor at the snapshot.")
@@ -236,12 +236,14 @@ void register_read(nb::module_& m, nb::handle stage_class) {
       .def_prop_ro("is_array", &ReadGroup::is_array, "An array (ragged) attribute: one tensor per prim.")
       .def_prop_ro("compact", &ReadGroup::compact)
       .def_prop_ro("semantic", &ReadGroup::semantic)
-      .def_prop_ro("dtype", &ReadGroup::dtype, "The element dtype (numpy), without lanes.")
+      .def_prop_ro("dtype", &ReadGroup::dtype, nb::for_getter(nb::sig("def dtype(self) -> numpy.dtype | None")), "The element dtype (numpy), without lanes.")
       .def_prop_ro("lanes", &ReadGroup::lanes, "Values per row of a fixed-size column (3 for float32 x 3).")
       .def_prop_ro("tensor_count", &ReadGroup::tensor_count)
-      .def_prop_ro("device", &ReadGroup::device, "(device_type, device_id) of the tensors.")
+      .def_prop_ro("device", &ReadGroup::device, nb::for_getter(nb::sig("def device(self) -> tuple[int, int]")), "(device_type, device_id) of the tensors.")
       .def("__len__", &ReadGroup::count)
-      .def("tensor", &ReadGroup::tensor, nb::arg("index") = 0, nb::kw_only(), nb::arg("readonly") = nb::none(),
+      .def("tensor", &ReadGroup::tensor,
+           nb::sig("def tensor(self, index: int = 0, *, readonly: bool | None = None, consumer_reads_only: bool = False) -> Tensor"),
+           nb::arg("index") = 0, nb::kw_only(), nb::arg("readonly") = nb::none(),
            nb::arg("consumer_reads_only") = false,
            "Tensor `index` for a DLPack consumer (numpy.from_dlpack(g.tensor(0))): a fixed-size "
            "group's rows as (rows, lanes) (or (rows,) for one lane), an array group's prim "
@@ -262,9 +264,11 @@ void register_read(nb::module_& m, nb::handle stage_class) {
   nb::class_<Read>(m, "Read",
                    "An open read: iterate it for its groups. A context manager: released on exit "
                    "(groups already fetched stay valid until released).")
-      .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
-      .def("__next__", &Read::next)
-      .def("_next", &Read::next_or_none, "The next group, or None at the end.")
+      .def("__iter__", [](nb::handle self) { return nb::borrow(self); },
+           nb::sig("def __iter__(self) -> collections.abc.Iterator[ReadGroup]"))
+      .def("__next__", &Read::next, nb::sig("def __next__(self) -> ReadGroup"))
+      .def("_next", &Read::next_or_none, nb::sig("def _next(self) -> ReadGroup | None"),
+           "The next group, or None at the end.")
       .def("release", &Read::release)
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__", [](Read& r, nb::args) { r.release(); });
@@ -299,7 +303,8 @@ void register_read(nb::module_& m, nb::handle stage_class) {
         check(status);
         return Read(stage, id, compact, !compact && desc.target_device.device_type == 0);
       },
-      nb::is_method(), nb::name("read"), nb::scope(stage_class), nb::arg("query"), nb::arg("attrs"), nb::kw_only(),
+      nb::sig("def read(self, query: Query | str | collections.abc.Sequence[str] | collections.abc.Sequence[int], attrs: str | int | collections.abc.Sequence[str | int], *, range: tuple[int, int] | None = None, compact: bool = False, device: typing.Any | None = None, stream: int | None = None) -> Read"),
+      nb::is_method(), nb::scope(stage_class), nb::arg("query"), nb::arg("attrs"), nb::kw_only(),
       nb::arg("range") = nb::none(), nb::arg("compact") = false, nb::arg("device") = nb::none(),
       nb::arg("stream") = nb::none(),
       "Opens a read of `attrs` (a name or a list) for the query's prims (a Query, or paths) against "

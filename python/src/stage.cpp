@@ -378,7 +378,9 @@ void register_stage(nb::module_& m) {
   nb::class_<Stage>(m, "Stage",
                     "A columnar attribute store (kstage_stage_t): prims named by paths, attributes "
                     "written at ordinals, sealed, and read as DLPack tensors.")
-      .def(nb::init<std::string_view, nb::handle>(), nb::kw_only(), nb::arg("host_execution") = "default",
+      .def(nb::init<std::string_view, nb::handle>(),
+           nb::sig("def __init__(self, *, host_execution: str = 'default', residency: typing.Any | None = None) -> None"),
+           nb::kw_only(), nb::arg("host_execution") = "default",
            nb::arg("residency") = nb::none(),
            "host_execution: \"default\", \"serial\" or \"parallel\" (kernels on host columns).\n"
            "residency: where new columns live unless a write or a map names one: None (where "
@@ -392,7 +394,8 @@ void register_stage(nb::module_& m) {
       .def("__exit__", [](Stage& s, nb::args) { s.close(); }, "Closes the stage.")
       .def("token", &Stage::token, nb::arg("name"), "The token of an attribute name (interned).")
       .def("token_name", &Stage::token_name, nb::arg("token"), "The name of an attribute token.")
-      .def("intern", &Stage::intern, nb::arg("paths"),
+      .def("intern", &Stage::intern,
+           nb::sig("def intern(self, paths: str | collections.abc.Sequence[str]) -> int | numpy.ndarray"), nb::arg("paths"),
            "Interns a path (returns its id) or a sequence of paths in one call (returns a uint64 "
            "numpy array of ids; all or nothing).")
       .def("path", &Stage::path, nb::arg("id"), "The string of a path id (made on demand for range members).")
@@ -404,7 +407,9 @@ void register_stage(nb::module_& m) {
            "(first, count, index) of the range `path` belongs to; NotFound if none.")
       .def("range_member", &Stage::range_member, nb::arg("first"), nb::arg("index"),
            "The path id of member `index` of the range whose first id is `first`.")
-      .def("query", &Stage::query, nb::arg("paths") = nb::none(), nb::kw_only(), nb::arg("prefix") = nb::none(),
+      .def("query", &Stage::query,
+           nb::sig("def query(self, paths: str | collections.abc.Sequence[str] | collections.abc.Sequence[int] | None = None, *, prefix: str | int | None = None, has: str | int | collections.abc.Sequence[str | int] | None = None, path_in: collections.abc.Sequence[str] | collections.abc.Sequence[int] | None = None) -> Query"),
+           nb::arg("paths") = nb::none(), nb::kw_only(), nb::arg("prefix") = nb::none(),
            nb::arg("has") = nb::none(), nb::arg("path_in") = nb::none(),
            "query(paths): the prims of these paths (str or ids), in this order; they need not "
            "exist yet.\nquery(prefix=, has=, path_in=): the existing prims (sealed state) at or "

@@ -280,7 +280,7 @@ class Op {
     }
     if (status == KSTAGE_TIMEOUT) return false;
     payloads_.clear();  // done (or failed): the stage no longer reads the caller's tensors
-    check(status);
+    if (status != KSTAGE_OK) raise_op_failure(stage_->id, id_, status);
     return true;
   }
   bool done() {
@@ -392,7 +392,8 @@ void register_write(nb::module_& m, nb::handle stage_class) {
                                    std::move(stream));
         return submit(self.ref(), query, {attr}, {&spec}, ordinal, mode);
       },
-      nb::is_method(), nb::name("write"), nb::scope(stage_class), nb::arg("attr"), nb::arg("query"), nb::arg("data"),
+      nb::sig("def write(self, attr: str | int, query: Query | str | collections.abc.Sequence[str] | collections.abc.Sequence[int], data: typing.Any, ordinal: int, *, index_map: typing.Any | None = None, mask: typing.Any | None = None, count: int | None = None, mode: str = 'upsert', semantic: str | int | None = None, row_counts: typing.Any | None = None, adopt: bool = False, residency: typing.Any | None = None, stream: int | None = None) -> Op"),
+      nb::is_method(), nb::scope(stage_class), nb::arg("attr"), nb::arg("query"), nb::arg("data"),
       nb::arg("ordinal"), nb::kw_only(), nb::arg("index_map") = nb::none(), nb::arg("mask") = nb::none(),
       nb::arg("count") = nb::none(), nb::arg("mode") = "upsert", nb::arg("semantic") = nb::none(),
       nb::arg("row_counts") = nb::none(), nb::arg("adopt") = false, nb::arg("residency") = nb::none(),
@@ -430,7 +431,8 @@ void register_write(nb::module_& m, nb::handle stage_class) {
         for (const WriteSpec& s : owned) specs.push_back(&s);
         return submit(self.ref(), query, attrs, specs, ordinal, mode);
       },
-      nb::is_method(), nb::name("write_batch"), nb::scope(stage_class), nb::arg("query"), nb::arg("ordinal"),
+      nb::sig("def write_batch(self, query: Query | str | collections.abc.Sequence[str] | collections.abc.Sequence[int], ordinal: int, writes: collections.abc.Mapping[str | int, typing.Any], *, mode: str = 'upsert') -> Op"),
+      nb::is_method(), nb::scope(stage_class), nb::arg("query"), nb::arg("ordinal"),
       nb::arg("writes"), nb::kw_only(), nb::arg("mode") = "upsert",
       "Writes several attributes of the query's prims as one op: all are accepted or none is. "
       "`writes` maps each attribute to its data, or to a kstage.Write with per-attribute options.");
@@ -451,7 +453,8 @@ void register_write(nb::module_& m, nb::handle stage_class) {
         check(status);
         return Op(stage, op, {});
       },
-      nb::is_method(), nb::name("delete"), nb::scope(stage_class), nb::arg("query"), nb::arg("ordinal"),
+      nb::sig("def delete(self, query: Query | str | collections.abc.Sequence[str] | collections.abc.Sequence[int], ordinal: int, attrs: str | int | collections.abc.Sequence[str | int] | None = None) -> Op"),
+      nb::is_method(), nb::scope(stage_class), nb::arg("query"), nb::arg("ordinal"),
       nb::arg("attrs") = nb::none(),
       "Deletes `attrs` (None: every attribute, so the prims themselves) from the query's prims at "
       "`ordinal`. Absent prims or attributes are ignored. Returns a kstage.Op.");
