@@ -38,7 +38,6 @@ struct GroupPin final : TensorSource {
   void check_alive() const override {
     if (released) raise_error(KSTAGE_INVALID_HANDLE, "the read group was released");
     if (stage->id == 0) raise_error(KSTAGE_INVALID_HANDLE, "the read group's stage was closed");
-    if (info.is_delete) raise_invalid_argument("a tombstone group has no tensors");
   }
   uint64_t tensor_count() const override { return info.data.tensor_count; }
   DLDevice device() const override {
@@ -137,12 +136,13 @@ class ReadGroup {
   uint32_t lanes() const { return alive().info.dtype.lanes; }
   nb::tuple device() const { return dlpack_device(alive()); }
   nb::object tensor(uint64_t index, nb::handle readonly, bool consumer_reads_only) const {
-    alive();
+    if (alive().info.is_delete) raise_invalid_argument("a tombstone group has no tensors");
     return make_tensor(pin_, index, readonly, consumer_reads_only);
   }
   nb::object dlpack(nb::handle stream, nb::handle max_version, nb::handle dl_device, nb::handle copy,
                     nb::handle readonly) {
     const GroupPin& p = alive();
+    if (p.info.is_delete) raise_invalid_argument("a tombstone group has no tensors");
     if (p.info.is_array)
       raise_invalid_argument("an array group has one tensor per prim: export group.tensor(i)");
     return export_dlpack(*pin_, 0, stream, max_version, dl_device, copy, readonly, false);
