@@ -1,0 +1,311 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The emulated device (DLPack kDLExtDev = 12, ordinals 0 and 1; test builds with
+KSTAGE_EMULATED_DEVICE=ON): device columns written from numpy, reads to the host, zero-copy
+device exports with __dlpack_device__ and streams, device-to-device writes, slow device work,
+and producers' deleters run from the device's worker thread. Every test skips when this kstage
+has no emulated device (a pip build)."""
+import gc
+import sys
+import threading
+import time
+
+import pytest
+
+np = pytest.importorskip("numpy", minversion="2.1")
+
+import kstage  # noqa: E402
+from ks_support import CapsuleView, emulated_api  # noqa: E402
+
+EXT = 12
+PATHS = [f"/dev/p{i}" for i in range(64)]
+DATA = np.arange(64 * 3, dtype=np.float32).reshape(64, 3)
+
+
+@pytest.fixture
+def emu(emulated):
+    """The emulated device's test API (libkstage's kstage_emulated_* functions)."""
+    api = emulated_api()
+    if api is None:
+        pytest.skip("libkstage exports no kstage_emulated_* test API")
+    yield api
+    api.kstage_emulated_set_kernel_delay_us(0)
+
+
+@pytest.fixture
+def dstage(emulated):
+    s = kstage.Stage()
+    yield s
+    s.close()
+
+
+def device_column(stage, attr="pos", data=DATA, ordinal=1, ordinal_device=0):
+    op = stage.write(attr, PATHS, data, ordinal, residency=(EXT, ordinal_device))
+    assert op.wait(10)
+    stage.seal(ordinal)
+
+
+def host_copy(emu, view, dtype, shape):
+    """A host copy of device memory (a capsule's data), through the emulated device's memcpy."""
+    out = np.empty(shape, dtype)
+    emu.kstage_emulated_memcpy(out.ctypes.data, view.data, out.nbytes)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Device columns and reads to the host
+# ------------------------------------------------------------------------------------------------
+def test_device_column_read_to_cpu_equals_the_data(dstage):
+    device_column(dstage)
+    for kw in ({"device": "cpu"}, {"device": (1, 0), "compact": True}, {"device": "cpu", "compact": True}):
+        (g,) = dstage.read(PATHS, "pos", **kw)
+        assert g.device == (1, 0) and g.__dlpack_device__() == (1, 0)
+        x = np.from_dlpack(g.tensor(0))
+        np.testing.assert_array_equal(x, DATA)
+        assert g.index_map is None  # landed in prim order
+
+
+def test_read_to_another_device_is_compact(dstage):
+    # kstage_read_desc_t.target_device: "A device other than the residency implies compact"
+    device_column(dstage)
+    (g,) = dstage.read(PATHS, "pos", device="cpu")
+    assert g.compact
+    w = np.from_dlpack(g.tensor(0, readonly=False))  # the read's own buffer: writable on request
+    assert w.flags.writeable
+    w[:] = 0
+    (g2,) = dstage.read(PATHS, "pos", device="cpu")
+    np.testing.assert_array_equal(np.from_dlpack(g2), DATA)
+
+
+def test_zero_copy_device_group_exports_on_the_device(dstage, emu):
+    device_column(dstage)
+    (g,) = dstage.read(PATHS, "pos")
+    assert g.device == (EXT, 0) and g.__dlpack_device__() == (EXT, 0)
+    assert g.tensor(0).__dlpack_device__() == (EXT, 0)
+    v = CapsuleView(g.tensor(0).__dlpack__(max_version=(1, 0)))
+    assert v.versioned and v.read_only and v.device == (EXT, 0)
+    assert v.shape == (64, 3)
+    assert emu.kstage_emulated_ordinal_of(v.data) == 0  # the memory is the device's arena
+    rows = np.arange(64) if g.index_map is None else np.asarray(g.index_map)
+    np.testing.assert_array_equal(host_copy(emu, v, np.float32, (64, 3))[rows], DATA)
+
+
+def test_device_export_streams(dstage):
+    device_column(dstage)
+    (g,) = dstage.read(PATHS, "pos")
+    # None: no synchronisation for ext_dev; 1: the ordinal-0 device's default stream; -1: none
+    for stream in (None, 1, -1, 0):
+        v = CapsuleView(g.__dlpack__(max_version=(1, 0), stream=stream))
+        assert v.device == (EXT, 0)
+    with pytest.raises(kstage.InvalidArgument, match="stream"):
+        g.__dlpack__(max_version=(1, 0), stream=12345)  # not a stream of the emulated device
+
+
+def test_device_export_refusals(dstage):
+    device_column(dstage)
+    (g,) = dstage.read(PATHS, "pos")
+    with pytest.raises(BufferError, match="copy"):
+        g.__dlpack__(max_version=(1, 0), copy=True)
+    with pytest.raises(BufferError, match="cpu"):
+        g.__dlpack__(max_version=(1, 0), dl_device=(1, 0))
+    with pytest.raises(BufferError, match="legacy"):
+        g.__dlpack__()
+    legacy = CapsuleView(g.tensor(0, consumer_reads_only=True).__dlpack__())
+    assert legacy.name == "dltensor" and legacy.device == (EXT, 0)
+    with pytest.raises((BufferError, RuntimeError)):
+        np.from_dlpack(g)  # numpy cannot take device memory
+
+
+def test_second_ordinal_and_stage_residency(emulated, emu):
+    with kstage.Stage(residency=(EXT, 1)) as s:
+        s.write("pos", PATHS, DATA, 1).wait(10)
+        s.seal(1)
+        (g,) = s.read(PATHS, "pos")
+        assert g.device == (EXT, 1)
+        assert emu.kstage_emulated_ordinal_of(CapsuleView(g.__dlpack__(max_version=(1, 0))).data) == 1
+        (h,) = s.read(PATHS, "pos", device="cpu")
+        np.testing.assert_array_equal(np.from_dlpack(h), DATA)
+    with kstage.Stage(residency="ext_dev:0") as s:
+        s.write("pos", PATHS, DATA, 1).wait(10)
+        s.seal(1)
+        assert [g.device for g in s.read(PATHS, "pos")] == [(EXT, 0)]
+
+
+def test_bad_device_ordinal(emulated):
+    with pytest.raises((kstage.InvalidArgument, kstage.NotSupported)):
+        with kstage.Stage() as s:
+            s.write("pos", PATHS, DATA, 1, residency=(EXT, 7))
+
+
+def test_transfer_counts(dstage):
+    h2d0, d2h0, _ = kstage.transfer_counts()
+    device_column(dstage)
+    h2d1, d2h1, _ = kstage.transfer_counts()
+    assert h2d1 > h2d0 and d2h1 == d2h0
+    (g,) = dstage.read(PATHS, "pos")  # zero-copy: no transfer
+    g.__dlpack__(max_version=(1, 0))
+    assert kstage.transfer_counts()[:2] == (h2d1, d2h1)
+    (c,) = dstage.read(PATHS, "pos", device="cpu")
+    assert kstage.transfer_counts()[1] > d2h1
+
+
+def test_device_to_device_write_takes_no_detour_through_the_host(emulated):
+    with kstage.Stage(residency=(EXT, 0)) as a, kstage.Stage(residency=(EXT, 0)) as b:
+        device_column(a)
+        (g,) = a.read(PATHS, "pos")
+        before = kstage.transfer_counts()[:2]
+        assert b.write("pos", PATHS, g, 1).wait(10)  # a device export as a producer
+        assert b.write("adopted", PATHS, g, 1, adopt=True).wait(10)
+        b.seal(1)
+        assert kstage.transfer_counts()[:2] == before
+        (ad,) = b.read(PATHS, "adopted")
+        # adopted (dense, on the column's device): b's storage is a's, no copy
+        assert CapsuleView(ad.__dlpack__(max_version=(1, 0))).data == CapsuleView(g.__dlpack__(max_version=(1, 0))).data
+        for h in b.read(PATHS, ["pos", "adopted"], device="cpu"):
+            np.testing.assert_array_equal(np.from_dlpack(h), DATA)
+        # the producer's stream for device data: 1 is the device's default stream; an unknown one
+        # is refused
+        assert b.write("s1", PATHS, g, 2, stream=1).wait(10)
+        with pytest.raises(kstage.InvalidArgument, match="stream"):
+            b.write("s2", PATHS, g, 2, stream=12345)
+
+
+def test_device_map(dstage, emu):
+    with dstage.map(PATHS, "m", 1, dtype=("f4", 3), residency=(EXT, 0)) as m:
+        for g in m:
+            assert g.device == (EXT, 0)
+            v = CapsuleView(g.tensor(0).__dlpack__(max_version=(1, 0)))
+            assert v.device == (EXT, 0) and not v.read_only
+            rows = np.arange(len(g)) if g.index_map is None else np.asarray(g.index_map)
+            src = np.empty((64, 3), np.float32)
+            src[rows] = DATA
+            emu.kstage_emulated_memcpy(v.data, src.ctypes.data, src.nbytes)
+    dstage.seal(1)
+    (h,) = dstage.read(PATHS, "m", device="cpu")
+    np.testing.assert_array_equal(np.from_dlpack(h), DATA)
+
+
+# ------------------------------------------------------------------------------------------------
+# Slow device work, lifetimes and deleters on the worker thread
+# ------------------------------------------------------------------------------------------------
+def test_slow_device_work_and_op_wait(dstage, emu):
+    device_column(dstage)
+    emu.kstage_emulated_set_kernel_delay_us(100_000)  # every device kernel and copy sleeps 0.1 s
+    op = dstage.write("pos", PATHS, DATA + 1, 2)
+    assert not op.done
+    assert op.wait(0) is False  # a timeout is False, not an exception
+    assert op.wait(0.001) is False
+    assert op.error == ""
+    dstage.seal(2)  # sealing does not wait for the copy, reads order after it
+    emu.kstage_emulated_set_kernel_delay_us(0)
+    (h,) = dstage.read(PATHS, "pos", device="cpu")
+    np.testing.assert_array_equal(np.from_dlpack(h), DATA + 1)
+    assert op.wait(10) is True and op.done
+
+
+def test_copied_write_keeps_the_array_until_the_op_is_done(dstage, emu):
+    device_column(dstage)
+    a = DATA + 5
+    before = sys.getrefcount(a)
+    emu.kstage_emulated_set_kernel_delay_us(50_000)
+    op = dstage.write("pos", PATHS, a, 2)
+    assert sys.getrefcount(a) > before  # the device copy still reads it
+    assert op.wait(10)
+    gc.collect()
+    assert sys.getrefcount(a) == before
+    emu.kstage_emulated_set_kernel_delay_us(0)
+
+
+def test_op_dropped_without_wait_on_a_slow_device(dstage, emu):
+    device_column(dstage)
+    arrays = [DATA + k for k in range(2, 8)]
+    counts = [sys.getrefcount(x) for x in arrays]
+    emu.kstage_emulated_set_kernel_delay_us(20_000)
+    for k, x in enumerate(arrays, start=2):
+        dstage.write("pos", PATHS, x, k)  # dropped at once: the Op waits for its copy
+    del x
+    dstage.seal(7)
+    emu.kstage_emulated_set_kernel_delay_us(0)
+    (h,) = dstage.read(PATHS, "pos", device="cpu")
+    np.testing.assert_array_equal(np.from_dlpack(h), arrays[-1])
+    gc.collect()
+    assert [sys.getrefcount(x) for x in arrays] == counts
+
+
+def test_adopted_numpy_into_a_device_column_is_released(emulated, emu):
+    # A host array adopted into a device column: copied to the device, and its deleter may run
+    # on the device's worker thread (the box takes the GIL for numpy's deleter).
+    arrays = [DATA + k for k in range(6)]
+    counts = [sys.getrefcount(x) for x in arrays]
+    emu.kstage_emulated_set_kernel_delay_us(10_000)
+    s = kstage.Stage(residency=(EXT, 0))
+    ops = []
+    for k, x in enumerate(arrays, start=1):
+        ops.append(s.write("pos", PATHS, x, k, adopt=True))
+        if k % 2:
+            ops.pop()  # some ops dropped at once
+    del x
+    s.seal(6)
+    (h,) = s.read(PATHS, "pos", device="cpu")
+    np.testing.assert_array_equal(np.from_dlpack(h), arrays[-1])
+    s.close()  # waits for work in flight, runs the remaining deleters
+    emu.kstage_emulated_set_kernel_delay_us(0)
+    del ops
+    gc.collect()
+    assert [sys.getrefcount(x) for x in arrays] == counts
+
+
+def test_device_export_outlives_close_and_frees_its_memory(emulated, emu):
+    base = emu.kstage_emulated_live_bytes(0)
+    s = kstage.Stage()
+    device_column(s)
+    (g,) = s.read(PATHS, "pos")
+    cap = g.tensor(0).__dlpack__(max_version=(1, 0))
+    t = g.tensor(0)
+    s.write("pos", PATHS, DATA * 0, 2).wait(10)
+    s.seal(2)
+    s.close()
+    del g
+    gc.collect()
+    v = CapsuleView(cap)
+    assert emu.kstage_emulated_live_bytes(0) > base  # the export holds its buffer
+    np.testing.assert_array_equal(host_copy(emu, v, np.float32, (64, 3)), DATA)
+    with pytest.raises(kstage.InvalidHandle):
+        t.__dlpack__(max_version=(1, 0))
+    del cap, v, t
+    gc.collect()
+    assert emu.kstage_emulated_live_bytes(0) == base  # its deleter ran: everything freed
+
+
+def test_threads_with_device_columns(emulated, emu):
+    """Writers on device columns with slow device work (deleters of their arrays run on the
+    worker threads and take the GIL) while other threads make GIL-holding calls."""
+    from test_threads import run_threads, watchdog
+
+    s = kstage.Stage(residency=(EXT, 0))
+    W, K = 3, 30
+    stop = threading.Event()
+    emu.kstage_emulated_set_kernel_delay_us(500)
+
+    def writer(w):
+        q = s.query([f"/t{w}/p{i}" for i in range(64)])
+        for k in range(1, K + 1):
+            s.write(f"d{w}", q, np.full((64, 3), k, np.float32), k, adopt=bool(k % 2))
+            s.seal(k, f"d{w}")
+            if k % 5 == 0:
+                (h,) = s.read(q, f"d{w}", device="cpu")
+                assert (np.from_dlpack(h) == k).all()
+                h.release()
+
+    def poker():
+        while not stop.is_set():
+            s.write_floor()
+            s.token("d0")
+            s.path(s.intern("/t0/p0"))
+            time.sleep(0)
+
+    with watchdog():
+        errors = run_threads([lambda w=w: writer(w) for w in range(W)] + [poker, lambda: (time.sleep(0.5), stop.set())])
+        stop.set()
+        emu.kstage_emulated_set_kernel_delay_us(0)
+        s.close()
+    assert not errors, "\n".join(errors)
