@@ -174,6 +174,9 @@ def _on_delete(address):
         raise AssertionError(f"deleter called for an unknown tensor 0x{address:x}")
     entry["counter"].calls[entry["key"]] += 1
     entry["array"] = None  # drop the producer's reference to the data now
+    inner = entry.pop("inner", None)
+    if inner is not None and inner.contents.deleter:  # a wrapped producer's own tensor
+        inner.contents.deleter(inner)
     _graveyard.append(entry)
 
 
@@ -262,6 +265,47 @@ class CountingProducer:
 
     def __dlpack_device__(self):
         return (kDLCPU, 0)
+
+
+USED_LEGACY = b"used_dltensor"  # PyCapsule_SetName keeps the pointer: a module constant
+
+
+def wrap_legacy_capsule(capsule, counter, key):
+    """Consumes a producer's legacy "dltensor" capsule (JAX's) and returns a new one over a
+    DLManagedTensor of our own -- the same dl_tensor -- whose deleter is counted in `counter`
+    under `key`, then calls the producer's deleter."""
+    del _graveyard[:]
+    address = _api.PyCapsule_GetPointer(capsule, LEGACY)
+    if _api.PyCapsule_SetName(capsule, USED_LEGACY) != 0:
+        raise RuntimeError("PyCapsule_SetName failed")
+    inner = ctypes.cast(address, ctypes.POINTER(DLManagedTensor))
+    managed = DLManagedTensor()
+    managed.dl_tensor = inner.contents.dl_tensor
+    managed.deleter = _legacy_deleter
+    mine = ctypes.addressof(managed)
+    counter.open(key)
+    _registry[mine] = {"managed": managed, "inner": inner, "array": None, "counter": counter, "key": key,
+                       "address": mine}
+    return _api.PyCapsule_New(mine, LEGACY, _legacy_capsule_destructor)
+
+
+class CountedLegacyExport:
+    """A producer in front of another legacy producer (a JAX array): each __dlpack__ hands out
+    the inner producer's tensor with a counted deleter."""
+
+    def __init__(self, inner, counter, key):
+        self.inner = inner
+        self.counter = counter
+        self.key = key
+        self.exports = 0
+
+    def __dlpack__(self, stream=None):
+        self.exports += 1
+        key = self.key if self.exports == 1 else f"{self.key}#{self.exports}"
+        return wrap_legacy_capsule(self.inner.__dlpack__(), self.counter, key)
+
+    def __dlpack_device__(self):
+        return self.inner.__dlpack_device__()
 
 
 class LegacyCountingProducer(CountingProducer):
