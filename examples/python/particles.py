@@ -163,7 +163,7 @@ def run(n, ticks, percent, seed, out):
             writes = {"position": kstage.Write(scratch_pos, mask=mask, semantic="point"),
                       "velocity": kstage.Write(scratch_vel, mask=mask, semantic="vector")}
         else:  # a query over the moved prims; row j of the tensors holds query prim shuffle[j]
-            target = stage.query(ids[moved].tolist())  # path ids (a list: see the note in main())
+            target = stage.query(ids[moved])  # path ids, ascending
             index_map = np.empty(moved_per_tick, np.uint32)
             index_map[shuffle] = np.arange(moved_per_tick, dtype=np.uint32)  # prim i's row
             writes = {"position": kstage.Write(new_pos[shuffle], index_map=index_map, semantic="point"),
@@ -259,11 +259,6 @@ def plot(out, pos, last_tick, window_counts, n, ticks, moved_per_tick):
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
-
-
-# Note: Stage.query takes path ids as a list of ints here. Given a numpy integer array, the
-# package's current build raises TypeError (it iterates the array into numpy scalars, which it
-# does not take as ids), although its own code means to accept integer arrays.
 
 
 def main(argv=None):
