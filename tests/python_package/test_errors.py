@@ -296,3 +296,51 @@ def test_errors_of_calls_without_the_gil(case):
         # an ordinal the process lacks is INVALID_ARGUMENT; a device type without a backend
         # (a pip build has no emulated device) NOT_SUPPORTED
         assert lines[-1].split()[1] in ("InvalidArgument", "NotSupported"), lines[-1]
+
+
+# ------------------------------------------------------------------------------------------------
+# Arguments of the wrong type or shape: a TypeError or ValueError naming the argument, never a
+# bare RuntimeError("std::bad_cast") or a SystemError
+# ------------------------------------------------------------------------------------------------
+BAD_ARGUMENTS = {
+    "mask_of_ints": ("mask", lambda s, q: s.write("a", q, np.zeros(4), 2, mask=[1, 0, 1, 1])),
+    "mask_of_int32": ("mask", lambda s, q: s.write("a", q, np.zeros(4), 2, mask=np.array([1, 0, 1, 1], np.int32))),
+    "index_map_of_floats": ("index_map", lambda s, q: s.write("a", q, np.zeros(4), 2, index_map=[0.0, 1.0, 2.0, 3.0])),
+    "index_map_of_bools": ("index_map", lambda s, q: s.write("a", q, np.zeros(4), 2,
+                                                           index_map=np.array([True, False, True, True]))),
+    "range_of_one": ("range", lambda s, q: s.read(q, "a", range=(1,))),
+    "range_not_a_pair": ("range", lambda s, q: s.read(q, "a", range=5)),
+    "range_negative": ("range", lambda s, q: s.read(q, "a", range=(-1, 2))),
+    "path_ids_of_floats": ("path", lambda s, q: s.intern(np.array([1.5]))),
+    "element_counts_2d": ("element_counts", lambda s, q: s.map(q, "m", 2, dtype="f4",
+                                                               element_counts=[[1], [2], [3], [4]])),
+    "max_version_of_one": ("max_version", lambda s, q: next(iter(s.read(q, "a"))).__dlpack__(max_version=(1,))),
+    "max_version_str": ("max_version", lambda s, q: next(iter(s.read(q, "a"))).__dlpack__(max_version="1.0")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ARGUMENTS))
+def test_bad_argument_types_name_the_argument(stage, q4, case):
+    name, call = BAD_ARGUMENTS[case]
+    stage.write("a", q4, np.zeros(4), 1)
+    stage.seal(1)
+    try:
+        call(stage, q4)
+    except (TypeError, ValueError) as e:
+        assert name in str(e), f"{type(e).__name__}: {e}"
+    except Exception as e:  # noqa: BLE001
+        pytest.fail(f"{case}: {type(e).__name__}: {e} (expected a TypeError or ValueError naming {name!r})")
+    else:
+        # 0/1 integers as a mask may be taken as bools; every other case must be refused
+        assert case in ("mask_of_ints", "mask_of_int32"), f"{case}: no error"
+        return
+    stage.seal(2)
+    assert current(stage, q4, "a").tolist() == [0, 0, 0, 0]
+
+
+def test_stream_too_large_for_cpu_data(stage, q4, pos):
+    (g,) = stage.read(q4, "pos")
+    with pytest.raises((BufferError, OverflowError, ValueError)):
+        g.__dlpack__(max_version=(1, 0), stream=2**70)
+    with pytest.raises(BufferError, match="stream"):
+        g.__dlpack__(max_version=(1, 0), stream=-2)
