@@ -314,8 +314,7 @@ def test_adopted_write_holds_one_reference_until_overwritten(stage, q4):
     assert sys.getrefcount(b) == before, "the column no longer needs the adopted array: released"
 
 
-def test_adopted_write_is_released_by_close(q4):
-    s = q4  # noqa: F841  (the fixture's stage stays open; use a stage of our own)
+def test_adopted_write_is_released_by_close():
     b = np.arange(12, dtype=np.float32).reshape(4, 3)
     before = sys.getrefcount(b)
     st = kstage.Stage()

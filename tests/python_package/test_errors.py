@@ -185,8 +185,9 @@ def test_type_error_for_data_without_dlpack(stage, q4):
 
 
 def test_not_supported_for_a_device_without_backend(stage, q4):
-    with expect(kstage.NotSupported, NotImplementedError, 6, "kDLCUDA"):
-        stage.write("pos", q4, np.zeros(4), 1, residency=(2, 0))
+    # kDLMetal (8): no kstage build has a backend for it
+    with expect(kstage.NotSupported, NotImplementedError, 6, "kDLMetal"):
+        stage.write("pos", q4, np.zeros(4), 1, residency=(8, 0))
 
 
 def test_invalid_argument_for_bad_options(stage, q4):
@@ -269,7 +270,7 @@ GIL_CASES = {
     "query_range_start_beyond": ("f = s.intern_range('/r', 'p', 0, 10)", "s.query_range(f, 20)",
                                  "InvalidArgument", "20"),
     "seal_unknown_token": ("", "s.seal(1, [99999])", "InvalidArgument", "99999"),
-    "stage_residency_without_backend": ("", "kstage.Stage(residency=(2, 0))", "NotSupported", "kDLCUDA"),
+    "stage_residency_without_backend": ("", "kstage.Stage(residency=(8, 0))", "NotSupported", "kDLMetal"),
     "stage_residency_bad_ordinal": ("", "kstage.Stage(residency=(1, 0)); kstage.Stage(residency=(12, 7))",
                                     "", ""),
     "seal_after_close": ("s.close()", "s.seal(1)", "InvalidHandle", "stage"),

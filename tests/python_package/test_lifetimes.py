@@ -67,7 +67,7 @@ def test_group_context_manager_releases(stage, q4, pos):
             x = np.from_dlpack(g.tensor(0))
         with pytest.raises(kstage.InvalidHandle):
             g.tensor(0)
-    np.testing.assert_array_equal(x[: len(pos)], x[: len(pos)])  # still readable
+    assert sorted(x.ravel().tolist()) == sorted(pos.ravel().tolist())  # the export stays readable
 
 
 def test_groups_outlive_their_read(stage, q4, pos):
