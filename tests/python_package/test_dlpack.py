@@ -475,6 +475,36 @@ def test_deleter_once_for_a_raw_capsule(stage, q4):
     assert c.calls == {"cap": 1, "legacy": 1}
 
 
+class _RaisingProducer:
+    def __dlpack__(self, **kw):
+        raise ValueError("the producer refuses")
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+class _NotACapsuleProducer:
+    def __dlpack__(self, **kw):
+        return 42
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+def test_producer_errors_propagate_and_change_nothing(stage, q4, pos):
+    with pytest.raises(ValueError, match="the producer refuses"):
+        stage.write("pos", q4, _RaisingProducer(), 2)
+    with pytest.raises((ValueError, TypeError), match="[Cc]apsule"):
+        stage.write("pos", q4, _NotACapsuleProducer(), 2)
+    c = Counter()
+    with pytest.raises(ValueError, match="the producer refuses"):
+        stage.write_batch(q4, 2, {"pos": kstage.Write(CountingProducer(pos, c, "first"), adopt=True),
+                                  "other": _RaisingProducer()})
+    assert c.calls == {"first": 1}
+    stage.seal(2)
+    np.testing.assert_array_equal(values_in_prim_order(one_group(stage, q4, "pos")), pos)
+
+
 def test_numpy_capsule_can_be_passed_directly(stage, q4):
     a = np.arange(4, dtype=np.float64)
     stage.write("v", q4, a.__dlpack__(max_version=(1, 0)), 1)

@@ -343,3 +343,34 @@ def test_no_python_allocations_kept():
         assert growth < 256 * 1024, f"the Python heap grew by {growth} bytes:\n{top}"
     finally:
         stage.close()
+
+
+def test_interpreter_exit_with_everything_open():
+    # Open stages, adopted arrays, live exports, an open map, a read in progress and -- when the
+    # emulated device exists -- device writes still in flight at interpreter exit: the atexit
+    # hook destroys the stages while Python runs; the process exits cleanly.
+    code = """
+    import numpy as np, kstage
+    s = kstage.Stage()
+    P = [f"/p{i}" for i in range(16)]
+    arrays = [np.full(16, i, np.float64) for i in range(10)]
+    for i, a in enumerate(arrays, 1):
+        s.write("a", P, a, i, adopt=True)
+    s.seal(10)
+    (g,) = s.read(P, "a")
+    x = np.from_dlpack(g)
+    r = s.read(P, "a")
+    m = s.map(P, "m", 11, dtype="f4")
+    mg = next(iter(m))
+    try:
+        d = kstage.Stage(residency=(12, 0))
+        for i, a in enumerate(arrays, 1):
+            d.write("a", P, a, i, adopt=True)
+        print("DEVICE WRITES IN FLIGHT")
+    except (kstage.NotSupported, kstage.InvalidArgument):
+        print("NO EMULATED DEVICE")
+    print("EXITING")
+    """
+    rc, out = run_python(code)
+    assert rc == 0, f"{describe_exit(rc)}:\n{out}"
+    assert "EXITING" in out
