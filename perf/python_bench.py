@@ -639,7 +639,11 @@ def targets(results):
     lines = []
     for e in execs:
         base = by[(e, "numpy_dlpack_rt")]["median_ns"]
-        for name, label in (("dlpack_rt_tensor", "np.from_dlpack(g.tensor(0))"), ("dlpack_rt_group", "np.from_dlpack(g)")):
+        # Like for like: numpy's round trip hands an existing array to np.from_dlpack, so ours
+        # hands an existing group or tensor. np.from_dlpack(g.tensor(0)) also pays for the method
+        # call that makes the tensor object; it is reported in the ratios, not held to 1.0.
+        for name, label in (("dlpack_rt_group", "np.from_dlpack(g)"),
+                            ("dlpack_rt_tensor_reused", "np.from_dlpack(t), t = g.tensor(0)")):
             v = by[(e, name)]["median_ns"]
             ratio = v / base if base > 0 else float("inf")
             lines.append({"exec": e, "target": f"DLPack round trip {label} <= numpy's np.from_dlpack(a)",

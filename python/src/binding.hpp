@@ -11,6 +11,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -167,6 +168,24 @@ Imported import_dlpack(nb::handle source, nb::handle stream);
 nb::object versioned_capsule(DLManagedTensorVersioned* tensor);
 nb::object legacy_capsule(DLManagedTensor* tensor);
 
+/// One kstage export shared by many consumers: each lease() is a DLManagedTensorVersioned of
+/// its own (the same data, shape, strides and flags) whose deleter drops one reference; the
+/// last one runs kstage's deleter. A group exported again and again (np.from_dlpack(g) in a
+/// loop) then costs an allocation per export, not a C call. Deleters may run on any thread.
+class SharedExport {
+ public:
+  /// Takes `master` (a kstage export) with one reference, the caller's.
+  explicit SharedExport(DLManagedTensorVersioned* master);
+  DLManagedTensorVersioned* lease();
+  /// Drops one reference (the caller's, or a lease's).
+  void release() noexcept;
+
+ private:
+  ~SharedExport();
+  DLManagedTensorVersioned* master_;
+  std::atomic<int64_t> refs_{1};
+};
+
 /// What a kstage.Tensor exports from: a read group (read.cpp) or a map group (map.cpp).
 struct TensorSource {
   virtual ~TensorSource() = default;
@@ -184,6 +203,10 @@ struct TensorSource {
   virtual DLManagedTensor* export_legacy(uint64_t index, bool readonly, bool consumer_reads_only) = 0;
   /// Orders `stream` (kstage_device_sync_t's values) after the group's producing work.
   virtual void sync(uintptr_t stream) = 0;
+  /// Another read-only versioned export of tensor `index` when one was made before and
+  /// nothing needs checking again (host data, alive), else nullptr: the hot path of
+  /// np.from_dlpack in a loop.
+  virtual DLManagedTensorVersioned* repeat_export(uint64_t) { return nullptr; }
 };
 
 /// The Python array API's `__dlpack__` over tensor `index` of `source`: versioned or legacy by
@@ -194,6 +217,39 @@ nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream
                          nb::handle dl_device, nb::handle copy, nb::handle readonly, bool consumer_reads_only);
 /// A legacy DLManagedTensor in front of a versioned one (its deleter deletes the versioned).
 DLManagedTensor* legacy_of(DLManagedTensorVersioned* versioned);
+/// Installs `__dlpack__` on `cls` as a vectorcall method (METH_FASTCALL | METH_KEYWORDS) that
+/// parses the array API's keywords itself and calls `impl(self, stream, max_version, dl_device,
+/// copy, readonly)`: np.from_dlpack(g) in a loop is the hot path of the whole package, and
+/// generic keyword matching was a third of its cost. `doc` starts with the text signature.
+using DlpackImpl = nb::object (*)(nb::handle self, nb::handle stream, nb::handle max_version, nb::handle dl_device,
+                                  nb::handle copy, nb::handle readonly);
+template <DlpackImpl Impl>
+void install_dlpack_method(nb::handle cls);
+using FastMethod = PyObject* (*)(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames);
+void install_dlpack_method(nb::handle cls, FastMethod function);
+nb::object call_dlpack_impl(DlpackImpl impl, PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                            PyObject* kwnames);
+template <DlpackImpl Impl>
+PyObject* dlpack_vectorcall(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  try {
+    return call_dlpack_impl(Impl, self, args, nargs, kwnames).release().ptr();
+  } catch (nb::python_error& e) {
+    e.restore();
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+template <DlpackImpl Impl>
+void install_dlpack_method(nb::handle cls) {
+  install_dlpack_method(cls, &dlpack_vectorcall<Impl>);
+}
+/// export_dlpack's hot path: a capsule of source.repeat_export(index) when the call asks for
+/// nothing but a versioned export (every other argument None), else a null object.
+nb::object repeat_dlpack(TensorSource& source, uint64_t index, nb::handle stream, nb::handle max_version,
+                         nb::handle dl_device, nb::handle copy, nb::handle readonly);
 /// `__dlpack_device__` of `source`.
 nb::tuple dlpack_device(const TensorSource& source);
 /// A kstage.Tensor: tensor `index` of `source`, with export defaults.

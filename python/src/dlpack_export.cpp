@@ -35,6 +35,12 @@ void legacy_capsule_destructor(PyObject* capsule) {
   }
 }
 
+bool truth(nb::handle value) {
+  int t = PyObject_IsTrue(value.ptr());
+  if (t < 0) throw nb::python_error();
+  return t != 0;
+}
+
 [[noreturn]] void buffer_error(const std::string& message) {
   PyErr_SetString(PyExc_BufferError, message.c_str());
   throw nb::python_error();
@@ -107,6 +113,10 @@ class Tensor {
 
   nb::object dlpack(nb::handle stream, nb::handle max_version, nb::handle dl_device, nb::handle copy,
                     nb::handle readonly) {
+    if (readonly_.is_none() && !consumer_reads_only_) {
+      nb::object fast = repeat_dlpack(*source_, index_, stream, max_version, dl_device, copy, readonly);
+      if (fast.is_valid()) return fast;
+    }
     return export_dlpack(*source_, index_, stream, max_version, dl_device, copy,
                          readonly.is_none() ? nb::handle(readonly_) : readonly, consumer_reads_only_);
   }
@@ -120,7 +130,42 @@ class Tensor {
   bool consumer_reads_only_;
 };
 
+struct Lease {
+  DLManagedTensorVersioned managed;
+  SharedExport* shared;
+};
+
+void lease_deleter(DLManagedTensorVersioned* self) {
+  auto* lease = static_cast<Lease*>(self->manager_ctx);
+  SharedExport* shared = lease->shared;
+  delete lease;
+  shared->release();
+}
+
+nb::object tensor_dlpack(nb::handle self, nb::handle stream, nb::handle max_version, nb::handle dl_device,
+                         nb::handle copy, nb::handle readonly) {
+  return nb::inst_ptr<Tensor>(self)->dlpack(stream, max_version, dl_device, copy, readonly);
+}
+
 }  // namespace
+
+SharedExport::SharedExport(DLManagedTensorVersioned* master) : master_(master) {}
+
+SharedExport::~SharedExport() {
+  if (master_->deleter != nullptr) master_->deleter(master_);
+}
+
+DLManagedTensorVersioned* SharedExport::lease() {
+  auto* lease = new Lease{*master_, this};
+  lease->managed.manager_ctx = lease;
+  lease->managed.deleter = lease_deleter;
+  refs_.fetch_add(1, std::memory_order_relaxed);
+  return &lease->managed;
+}
+
+void SharedExport::release() noexcept {
+  if (refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+}
 
 DLManagedTensor* legacy_of(DLManagedTensorVersioned* versioned) {
   auto* box = new LegacyOfVersioned{};
@@ -149,6 +194,21 @@ nb::object legacy_capsule(DLManagedTensor* tensor) {
   return nb::steal(capsule);
 }
 
+nb::object repeat_dlpack(TensorSource& source, uint64_t index, nb::handle stream, nb::handle max_version,
+                         nb::handle dl_device, nb::handle copy, nb::handle readonly) {
+  if (!(stream.is_none() && dl_device.is_none() && copy.is_none() && readonly.is_none() &&
+        PyTuple_CheckExact(max_version.ptr()) && PyTuple_GET_SIZE(max_version.ptr()) == 2))
+    return nb::object();
+  long major = PyLong_AsLong(PyTuple_GET_ITEM(max_version.ptr(), 0));
+  if (major < 1) {
+    PyErr_Clear();  // not an int: the full path says so
+    return nb::object();
+  }
+  DLManagedTensorVersioned* t = source.repeat_export(index);
+  if (t == nullptr) return nb::object();
+  return versioned_capsule(t);
+}
+
 nb::tuple dlpack_device(const TensorSource& source) {
   source.check_alive();
   DLDevice d = source.device();
@@ -170,8 +230,8 @@ nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream
       buffer_error("kstage exports a group where its data lives (" + device_string(device) + "), not on " +
                    device_string(wanted) + ": read with device=... to get the data there");
   }
-  bool want_copy = !copy.is_none() && nb::cast<bool>(copy);
-  bool readonly = readonly_arg.is_none() ? source.default_readonly() : nb::cast<bool>(readonly_arg);
+  bool want_copy = !copy.is_none() && truth(copy);
+  bool readonly = readonly_arg.is_none() ? source.default_readonly() : truth(readonly_arg);
   if (!readonly && !want_copy && source.writable_refusal()[0] != '\0') buffer_error(source.writable_refusal());
 
   // The stream: the consumer's, to be ordered after the group's producing work (array API).
@@ -189,10 +249,17 @@ nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream
     }
   }
 
+  // The hot path (np.from_dlpack in a loop) parses with the C API, not nb::cast.
   bool versioned = false;
   if (!max_version.is_none()) {
-    auto version = nb::cast<std::tuple<int, int>>(max_version);
-    versioned = std::get<0>(version) >= 1;
+    PyObject* v = max_version.ptr();
+    if (!PyTuple_Check(v) || PyTuple_GET_SIZE(v) != 2) {
+      PyErr_SetString(PyExc_TypeError, "max_version must be a (major, minor) tuple");
+      throw nb::python_error();
+    }
+    long major = PyLong_AsLong(PyTuple_GET_ITEM(v, 0));
+    if (major == -1 && PyErr_Occurred()) throw nb::python_error();
+    versioned = major >= 1;
   }
   if (want_copy) {
     if (!host) buffer_error("__dlpack__(copy=True): kstage copies device data only at read time (compact=True)");
@@ -236,6 +303,54 @@ nb::object make_tensor(std::shared_ptr<TensorSource> source, uint64_t index, nb:
   return nb::cast(Tensor(std::move(source), index, nb::borrow(readonly), consumer_reads_only));
 }
 
+nb::object call_dlpack_impl(DlpackImpl impl, PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                            PyObject* kwnames) {
+  if (nargs != 0) {
+    PyErr_SetString(PyExc_TypeError, "__dlpack__() takes keyword arguments only");
+    throw nb::python_error();
+  }
+  static const char* names[] = {"stream", "max_version", "dl_device", "copy", "readonly"};
+  // Callers' keyword names are interned strings (CPython interns identifiers and numpy its
+  // keywords): compare pointers first, text only when that fails.
+  static PyObject* interned[5] = {PyUnicode_InternFromString(names[0]), PyUnicode_InternFromString(names[1]),
+                                  PyUnicode_InternFromString(names[2]), PyUnicode_InternFromString(names[3]),
+                                  PyUnicode_InternFromString(names[4])};
+  PyObject* values[5] = {Py_None, Py_None, Py_None, Py_None, Py_None};
+  Py_ssize_t n = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* name = PyTuple_GET_ITEM(kwnames, i);
+    int k = 0;
+    while (k < 5 && name != interned[k]) ++k;
+    if (k == 5) {
+      k = 0;
+      while (k < 5 && !_PyUnicode_EqualToASCIIString(name, names[k])) ++k;
+    }
+    if (k == 5) {
+      PyErr_Format(PyExc_TypeError, "__dlpack__() got an unexpected keyword argument %R", name);
+      throw nb::python_error();
+    }
+    values[k] = args[i];
+  }
+  return impl(self, values[0], values[1], values[2], values[3], values[4]);
+}
+
+void install_dlpack_method(nb::handle cls, FastMethod function) {
+  // One definition per installed type; they live as long as the module (forever).
+  auto* def = new PyMethodDef{
+      "__dlpack__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(function)),
+      METH_FASTCALL | METH_KEYWORDS,
+      "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None, readonly=None)\n--\n\n"
+      "The Python array API's __dlpack__: a versioned capsule when max_version >= (1, 0), else legacy "
+      "(refused for a read-only tensor, as numpy does, unless the tensor was made with "
+      "consumer_reads_only=True). stream: the consumer's stream, ordered after the data's producing "
+      "work (None for host data). dl_device: must be where the data is. copy=True: a copy of the "
+      "consumer's own (host data). readonly (kstage's extension; None: read groups True, map groups "
+      "False) sets the export's READ_ONLY flag."};
+  nb::object descr = nb::steal(PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), def));
+  if (!descr.is_valid()) throw nb::python_error();
+  if (PyObject_SetAttrString(cls.ptr(), "__dlpack__", descr.ptr()) != 0) throw nb::python_error();
+}
+
 uintptr_t stream_arg(nb::handle stream, uintptr_t none_value) {
   if (stream.is_none()) return none_value;
   long long v = PyLong_AsLongLong(stream.ptr());
@@ -250,15 +365,9 @@ void register_tensor(nb::module_& m) {
                      "torch.from_dlpack(t), cupy.from_dlpack(t), jax.dlpack.from_dlpack(t). Each "
                      "export keeps its data alive until the consumer lets go, whatever is sealed or "
                      "released meanwhile.")
-      .def("__dlpack__", &Tensor::dlpack, nb::kw_only(), nb::arg("stream") = nb::none(),
-           nb::arg("max_version") = nb::none(), nb::arg("dl_device") = nb::none(), nb::arg("copy") = nb::none(),
-           nb::arg("readonly") = nb::none(),
-           "The Python array API's __dlpack__: a versioned capsule when max_version >= (1, 0), else "
-           "legacy (refused for a read-only tensor, as numpy does, unless the tensor was made with "
-           "consumer_reads_only=True). `readonly` (kstage's extension; None: read groups True, map "
-           "groups False) sets the export's READ_ONLY flag.")
       .def("__dlpack_device__", &Tensor::device, "(device_type, device_id) of the data.")
       .def_prop_ro("index", &Tensor::index);
+  install_dlpack_method<&tensor_dlpack>(m.attr("Tensor"));
 }
 
 }  // namespace kstage_py

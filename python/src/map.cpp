@@ -212,6 +212,11 @@ DLDataType dtype_arg(nb::handle dtype, uint32_t lanes) {
   return t;
 }
 
+nb::object group_dlpack(nb::handle self, nb::handle stream, nb::handle max_version, nb::handle dl_device,
+                        nb::handle copy, nb::handle readonly) {
+  return nb::inst_ptr<MapGroup>(self)->dlpack(stream, max_version, dl_device, copy, readonly);
+}
+
 }  // namespace
 
 void register_map(nb::module_& m, nb::handle stage_class) {
@@ -232,13 +237,12 @@ void register_map(nb::module_& m, nb::handle stage_class) {
            nb::sig("def tensor(self, index: int = 0, *, readonly: bool | None = None) -> Tensor"), nb::arg("index") = 0, nb::kw_only(), nb::arg("readonly") = nb::none(),
            "Tensor `index` (writable), for a DLPack consumer. Writing through it after the group is "
            "committed is refused at export and undefined through an old export.")
-      .def("__dlpack__", &MapGroup::dlpack, nb::kw_only(), nb::arg("stream") = nb::none(),
-           nb::arg("max_version") = nb::none(), nb::arg("dl_device") = nb::none(), nb::arg("copy") = nb::none(),
-           nb::arg("readonly") = nb::none())
       .def("__dlpack_device__", &MapGroup::device)
       .def("commit", &MapGroup::commit, nb::kw_only(), nb::arg("stream") = nb::none(),
            "Commits this group now (unmap; a write at the map's ordinal). stream: a device stream "
            "whose work so far filled the buffers.");
+
+  install_dlpack_method<&group_dlpack>(m.attr("MapGroup"));
 
   nb::class_<Map>(m, "Map",
                   "An open map: iterate it for writable groups. As a context manager it commits "

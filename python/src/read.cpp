@@ -29,7 +29,13 @@ struct GroupPin final : TensorSource {
   bool zero_copy = false;  // surely zero-copy: not compact and no target device
   bool released = false;  // by the caller; the C handle goes with the last holder
 
+  // Exports of a fixed-size group's tensor, read-only and writable (see SharedExport).
+  SharedExport* shared[2] = {nullptr, nullptr};
+
   ~GroupPin() override {
+    for (SharedExport* s : shared) {
+      if (s != nullptr) s->release();  // kstage's deleter runs with the last lease
+    }
     if (stage->id != 0) {
       ReleaseGil gil;
       kstage_release_group(stage->id, info.handle);
@@ -44,12 +50,33 @@ struct GroupPin final : TensorSource {
     return info.data.tensor_count > 0 ? info.data.tensors[0].device : DLDevice{kDLCPU, 0};
   }
   bool default_readonly() const override { return true; }
+  DLManagedTensorVersioned* repeat_export(uint64_t index) override {
+    if (index != 0 || released || shared[0] == nullptr || stage->id == 0) return nullptr;
+    const DLDevice d = device();
+    if (d.device_type != kDLCPU && d.device_type != kDLCUDAHost && d.device_type != kDLROCMHost) return nullptr;
+    return shared[0]->lease();
+  }
   const char* writable_refusal() const override {
     return !zero_copy ? ""
                    : "a zero-copy read group shares the column's storage and exports read-only: read with "
                      "compact=True for tensors of your own, or export with copy=True";
   }
   DLManagedTensorVersioned* export_versioned(uint64_t index, bool readonly) override {
+    if (!info.is_array) {
+      SharedExport*& s = shared[readonly ? 0 : 1];
+      if (s == nullptr) {
+        DLManagedTensorVersioned* t = export_from_stage(index, readonly);  // releases the GIL
+        if (s == nullptr) {
+          s = new SharedExport(t);
+        } else {
+          t->deleter(t);  // another thread got there first
+        }
+      }
+      return s->lease();
+    }
+    return export_from_stage(index, readonly);
+  }
+  DLManagedTensorVersioned* export_from_stage(uint64_t index, bool readonly) {
     DLManagedTensorVersioned* t = nullptr;
     kstage_status_t status;
     {
@@ -96,6 +123,7 @@ class ReadGroup {
   void release() {
     if (pin_ && !pin_->released) pin_->released = true;
     pin_.reset();
+    tensor0_.reset();
   }
   const GroupPin& alive() const {
     if (!pin_ || pin_->released) raise_error(KSTAGE_INVALID_HANDLE, "the read group was released");
@@ -135,12 +163,20 @@ class ReadGroup {
   nb::object dtype() const { return numpy_dtype(alive().info.dtype); }
   uint32_t lanes() const { return alive().info.dtype.lanes; }
   nb::tuple device() const { return dlpack_device(alive()); }
-  nb::object tensor(uint64_t index, nb::handle readonly, bool consumer_reads_only) const {
+  nb::object tensor(uint64_t index, nb::handle readonly, bool consumer_reads_only) {
     if (alive().info.is_delete) raise_invalid_argument("a tombstone group has no tensors");
-    return make_tensor(pin_, index, readonly, consumer_reads_only);
+    bool plain = index == 0 && readonly.is_none() && !consumer_reads_only;
+    if (plain && tensor0_.is_valid()) return tensor0_;  // a Tensor is immutable: one serves all
+    nb::object t = make_tensor(pin_, index, readonly, consumer_reads_only);
+    if (plain) tensor0_ = t;
+    return t;
   }
   nb::object dlpack(nb::handle stream, nb::handle max_version, nb::handle dl_device, nb::handle copy,
                     nb::handle readonly) {
+    if (pin_) {
+      nb::object fast = repeat_dlpack(*pin_, 0, stream, max_version, dl_device, copy, readonly);
+      if (fast.is_valid()) return fast;
+    }
     const GroupPin& p = alive();
     if (p.info.is_delete) raise_invalid_argument("a tombstone group has no tensors");
     if (p.info.is_array)
@@ -158,6 +194,7 @@ class ReadGroup {
  private:
   static DLDevice device_of(const GroupPin& p) { return p.device(); }
   std::shared_ptr<GroupPin> pin_;
+  nb::object tensor0_;  // tensor(0) with the default options, made once
 };
 
 class Read {
@@ -216,6 +253,11 @@ class Read {
   bool zero_copy_;
 };
 
+nb::object group_dlpack(nb::handle self, nb::handle stream, nb::handle max_version, nb::handle dl_device,
+                        nb::handle copy, nb::handle readonly) {
+  return nb::inst_ptr<ReadGroup>(self)->dlpack(stream, max_version, dl_device, copy, readonly);
+}
+
 }  // namespace
 
 void register_read(nb::module_& m, nb::handle stage_class) {
@@ -250,9 +292,6 @@ void register_read(nb::module_& m, nb::handle stage_class) {
            "`index`. Read-only by default; readonly=False on a compact read. "
            "consumer_reads_only=True lets a read-only tensor go to a legacy consumer that never "
            "writes (JAX) without a copy.")
-      .def("__dlpack__", &ReadGroup::dlpack, nb::kw_only(), nb::arg("stream") = nb::none(),
-           nb::arg("max_version") = nb::none(), nb::arg("dl_device") = nb::none(), nb::arg("copy") = nb::none(),
-           nb::arg("readonly") = nb::none(), "The group's tensor (a fixed-size group): as tensor(0).__dlpack__.")
       .def("__dlpack_device__", &ReadGroup::device)
       .def("release", &ReadGroup::release,
            "Ends the group (idempotent). numpy views of its prims or index map keep its memory "
@@ -260,6 +299,8 @@ void register_read(nb::module_& m, nb::handle stage_class) {
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__", [](ReadGroup& g, nb::args) { g.release(); })
       .def("__repr__", &ReadGroup::repr);
+
+  install_dlpack_method<&group_dlpack>(m.attr("ReadGroup"));
 
   nb::class_<Read>(m, "Read",
                    "An open read: iterate it for its groups. A context manager: released on exit "
