@@ -210,7 +210,7 @@ def test_export_and_release_of_one_group_from_several_threads():
     want = np.arange(768, dtype=np.float32).reshape(256, 3)
     outcomes = {"ok": 0, "released": 0, "other": []}
     lock = threading.Lock()
-    for round in range(200):
+    for round in range(500):
         (g,) = s.read(paths, "pos")
         def export():
             for _ in range(5):
@@ -236,4 +236,4 @@ def test_export_and_release_of_one_group_from_several_threads():
     assert line, out
     _, ok, released, other = line[0].split(" ", 3)
     assert other == "[]", line[0]
-    assert int(ok) + int(released) == 200 * 3 * 5
+    assert int(ok) + int(released) == 500 * 3 * 5
