@@ -92,6 +92,7 @@ python_leg() {
   py=$venv/bin/python
   echo "==== python leg: fresh venv $venv"
   rm -rf "$venv"
+  rm -f "$log"-*.log   # no log of an earlier run next to this one's
   if ! python3 -m venv "$venv"; then
     failed_presets+=("python(venv)"); return
   fi
