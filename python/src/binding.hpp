@@ -72,10 +72,18 @@ kstage_status_t without_gil(Call&& call) {
 // ---- the stage (stage.cpp) ----------------------------------------------------------------------
 /// The C stage handle, shared by the Stage object and everything made from it (queries, reads,
 /// maps, ops), so that a stage is destroyed after the last of them, or by Stage.close().
+///
+/// numpy views of a read group's prims and index map point into memory the stage owns, which
+/// kstage_destroy frees. So a close while such views live only makes the stage unusable (id 0:
+/// every call is InvalidHandle); kstage_destroy runs when the last view goes (`pinned`).
 struct StageHandle {
-  kstage_stage_t id = 0;
+  kstage_stage_t id = 0;       // 0 once closed
+  kstage_stage_t closing = 0;  // the C handle, while a close waits for views
+  int64_t pinned = 0;          // read groups with numpy views alive
   ~StageHandle();
   void destroy() noexcept;
+  void pin() { ++pinned; }
+  void unpin() noexcept;
 };
 using StageRef = std::shared_ptr<StageHandle>;
 
@@ -134,6 +142,15 @@ uintptr_t stream_arg(nb::handle stream, uintptr_t none_value);
 /// "upsert" / "insert" / "update", and a semantic name ("point", ...) or code (None: none).
 kstage_prim_mode_t mode_arg(std::string_view mode);
 kstage_semantic_t semantic_arg(nb::handle semantic);
+
+/// A contiguous one-dimensional numpy array of `obj` (anything numpy.asarray takes);
+/// InvalidArgument naming `what` when it has another rank.
+nb::object numpy_1d(nb::handle obj, const char* what);
+/// A pair of non-negative integers, or TypeError naming `what`.
+std::tuple<uint64_t, uint64_t> uint_pair(nb::handle obj, const char* what);
+
+/// str(obj), for messages.
+inline std::string text_of(nb::handle obj) { return nb::str(obj).c_str(); }
 
 /// DLPack's device-type names, for messages and __repr__.
 std::string device_string(DLDevice device);

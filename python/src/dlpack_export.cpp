@@ -236,17 +236,20 @@ nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream
 
   // The stream: the consumer's, to be ordered after the group's producing work (array API).
   bool host = device.device_type == kDLCPU || device.device_type == kDLCUDAHost || device.device_type == kDLROCMHost;
+  // -1 (no synchronisation) and 0 (not allowed for CUDA) are told apart from handles here.
+  int overflow = 0;
+  bool is_int = !stream.is_none() && PyLong_Check(stream.ptr());
+  long long value = is_int ? PyLong_AsLongLongAndOverflow(stream.ptr(), &overflow) : 0;
+  if (is_int && value == -1 && overflow == 0 && PyErr_Occurred()) throw nb::python_error();
+  bool no_sync = is_int && overflow == 0 && value == -1;
   if (host) {
-    if (!stream.is_none() && !(PyLong_Check(stream.ptr()) && PyLong_AsLongLong(stream.ptr()) == -1))
-      buffer_error("__dlpack__(stream=...) for data on the host must be None");
-  } else {
-    uintptr_t none_value = device.device_type == kDLExtDev ? 0 : 1;  // CUDA/ROCm: the legacy default stream
-    if (!(PyLong_Check(stream.ptr()) && PyLong_AsLongLong(stream.ptr()) == -1)) {
-      if (PyLong_Check(stream.ptr()) && PyLong_AsLongLong(stream.ptr()) == 0 && device.device_type == kDLCUDA)
-        buffer_error("__dlpack__(stream=0) is ambiguous for CUDA and not allowed (array API): use 1 or 2");
-      uintptr_t s = stream_arg(stream, none_value);
-      if (s != 0) source.sync(s);
-    }
+    if (!stream.is_none() && !no_sync)
+      buffer_error("__dlpack__(stream=...) for data on the host must be None (or -1)");
+  } else if (!no_sync) {
+    if (is_int && overflow == 0 && value == 0 && device.device_type == kDLCUDA)
+      buffer_error("__dlpack__(stream=0) is ambiguous for CUDA and not allowed (array API): use 1 or 2");
+    uintptr_t s = stream_arg(stream, device.device_type == kDLExtDev ? 0 : 1);  // CUDA/ROCm: legacy default
+    if (s != 0) source.sync(s);
   }
 
   // The hot path (np.from_dlpack in a loop) parses with the C API, not nb::cast.
@@ -266,7 +269,8 @@ nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream
     DLManagedTensorVersioned* exported = source.export_versioned(index, true);
     DLManagedTensorVersioned* copied = nullptr;
     try {
-      copied = host_copy(exported, readonly && versioned);
+      // A copy is the consumer's own: writable unless read-only was asked for by name.
+      copied = host_copy(exported, versioned && !readonly_arg.is_none() && readonly);
     } catch (...) {
       exported->deleter(exported);
       throw;

@@ -116,6 +116,14 @@ Imported import_dlpack(nb::handle source, nb::handle stream) {
                    Py_TYPE(source.ptr())->tp_name);
       throw nb::python_error();
     }
+    // A stream concerns device data only: a host producer (numpy) refuses one.
+    nb::handle producer_stream = stream;
+    if (!stream.is_none() && nb::hasattr(source, "__dlpack_device__")) {
+      nb::object device = source.attr("__dlpack_device__")();
+      int type = nb::cast<int>(device[0]);
+      if (type == kDLCPU || type == kDLCUDAHost || type == kDLROCMHost) producer_stream = nb::none();
+    }
+    stream = producer_stream;
     try {
       capsule = call_dlpack(source, stream, true);
     } catch (nb::python_error& e) {

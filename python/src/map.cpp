@@ -204,7 +204,7 @@ DLDataType dtype_arg(nb::handle dtype, uint32_t lanes) {
   else if (kind == "f") t.code = kDLFloat;
   else if (kind == "c") t.code = kDLComplex;
   else if (kind == "b") t.code = kDLBool;
-  else raise_invalid_argument("dtype " + nb::cast<std::string>(nb::str(d)) + " has no DLPack equivalent");
+  else raise_invalid_argument("dtype " + text_of(d) + " has no DLPack equivalent");
   t.bits = static_cast<uint8_t>(nb::cast<int>(d.attr("itemsize")) * 8);
   uint64_t total = sub_lanes * (lanes == 0 ? 1 : lanes);
   if (total > 65535) raise_invalid_argument("more than 65535 lanes");
@@ -277,7 +277,11 @@ void register_map(nb::module_& m, nb::handle stage_class) {
         std::vector<uint64_t> counts;
         if (!element_counts.is_none()) {
           desc.is_array = true;
-          nb::object a = nb::module_::import_("numpy").attr("ascontiguousarray")(element_counts, "uint64");
+          nb::object a = numpy_1d(element_counts, "element_counts");
+          std::string kind = nb::cast<std::string>(a.attr("dtype").attr("kind"));
+          if (kind != "u" && (kind != "i" || (nb::cast<size_t>(a.attr("size")) > 0 && nb::cast<int64_t>(a.attr("min")()) < 0)))
+            raise_invalid_argument("element_counts must hold non-negative integers");
+          a = a.attr("astype")("uint64");
           auto arr = nb::cast<nb::ndarray<nb::ro, const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(a);
           counts.assign(arr.data(), arr.data() + arr.shape(0));
         }

@@ -25,12 +25,16 @@ const char* semantic_name(kstage_semantic_t s) {
 struct GroupPin final : TensorSource {
   StageRef stage;
   kstage_read_group_t info{};
-  bool compact = false;    // the caller asked for compact groups
-  bool zero_copy = false;  // surely zero-copy: not compact and no target device
+  // Whether the group's tensors are its own buffers (a compact read, or a read to another
+  // device) or the column's storage: 1 / 0, or -1 until asked (a read to a named device that may
+  // be the column's own: the first export without READ_ONLY tells, see is_compact).
+  int compact = -1;
   bool released = false;  // by the caller; the C handle goes with the last holder
 
   // Exports of a fixed-size group's tensor, read-only and writable (see SharedExport).
   SharedExport* shared[2] = {nullptr, nullptr};
+
+  bool viewed = false;  // numpy views of prims or index_map were made (StageHandle::pinned)
 
   ~GroupPin() override {
     for (SharedExport* s : shared) {
@@ -40,6 +44,7 @@ struct GroupPin final : TensorSource {
       ReleaseGil gil;
       kstage_release_group(stage->id, info.handle);
     }
+    if (viewed) stage->unpin();
   }
   void check_alive() const override {
     if (released) raise_error(KSTAGE_INVALID_HANDLE, "the read group was released");
@@ -50,6 +55,16 @@ struct GroupPin final : TensorSource {
     return info.data.tensor_count > 0 ? info.data.tensors[0].device : DLDevice{kDLCPU, 0};
   }
   bool default_readonly() const override { return true; }
+  bool is_compact() {
+    if (compact < 0) {
+      if (info.is_delete || info.data.tensor_count == 0) return false;
+      // kstage exports a zero-copy group READ_ONLY whatever the flags say.
+      DLManagedTensorVersioned* t = export_from_stage(0, false);
+      compact = (t->flags & DLPACK_FLAG_BITMASK_READ_ONLY) == 0 ? 1 : 0;
+      t->deleter(t);
+    }
+    return compact == 1;
+  }
   DLManagedTensorVersioned* repeat_export(uint64_t index) override {
     if (index != 0 || released || shared[0] == nullptr || stage->id == 0) return nullptr;
     const DLDevice d = device();
@@ -57,7 +72,7 @@ struct GroupPin final : TensorSource {
     return shared[0]->lease();
   }
   const char* writable_refusal() const override {
-    return !zero_copy ? ""
+    return const_cast<GroupPin*>(this)->is_compact() ? ""
                    : "a zero-copy read group shares the column's storage and exports read-only: read with "
                      "compact=True for tensors of your own, or export with copy=True";
   }
@@ -107,8 +122,13 @@ struct GroupPin final : TensorSource {
   }
 };
 
-// The numpy views' owner: one reference to the pin.
+// The numpy views' owner: one reference to the pin, which keeps the stage's memory (see
+// StageHandle) until the last view goes.
 nb::capsule pin_owner(const std::shared_ptr<GroupPin>& pin) {
+  if (!pin->viewed) {
+    pin->viewed = true;
+    pin->stage->pin();
+  }
   return nb::capsule(new std::shared_ptr<GroupPin>(pin),
                      [](void* p) noexcept { delete static_cast<std::shared_ptr<GroupPin>*>(p); });
 }
@@ -118,7 +138,9 @@ class ReadGroup {
   explicit ReadGroup(std::shared_ptr<GroupPin> pin) : pin_(std::move(pin)) {}
   ReadGroup(ReadGroup&&) noexcept = default;  // the moved-from group holds no pin
   ReadGroup(const ReadGroup&) = delete;
-  ~ReadGroup() { release(); }
+  ~ReadGroup() {
+    pin_.reset();  // collected, not released: tensors made from the group stay usable
+  }
 
   void release() {
     if (pin_ && !pin_->released) pin_->released = true;
@@ -127,6 +149,7 @@ class ReadGroup {
   }
   const GroupPin& alive() const {
     if (!pin_ || pin_->released) raise_error(KSTAGE_INVALID_HANDLE, "the read group was released");
+    if (pin_->stage->id == 0) raise_error(KSTAGE_INVALID_HANDLE, "the read group's stage was closed");
     return *pin_;
   }
   std::string attribute() const {
@@ -156,7 +179,10 @@ class ReadGroup {
   uint64_t ordinal() const { return alive().info.ordinal; }
   bool is_tombstone() const { return alive().info.is_delete; }
   bool is_array() const { return alive().info.is_array; }
-  bool compact() const { return alive().compact; }
+  bool compact() const {
+    alive();
+    return pin_->is_compact();
+  }
   uint64_t count() const { return alive().info.prim_count; }
   uint64_t tensor_count() const { return alive().info.data.tensor_count; }
   std::string semantic() const { return semantic_name(alive().info.semantic); }
@@ -173,15 +199,17 @@ class ReadGroup {
   }
   nb::object dlpack(nb::handle stream, nb::handle max_version, nb::handle dl_device, nb::handle copy,
                     nb::handle readonly) {
-    if (pin_) {
-      nb::object fast = repeat_dlpack(*pin_, 0, stream, max_version, dl_device, copy, readonly);
+    // Our own reference: the export may release the GIL, and another thread release the group.
+    std::shared_ptr<GroupPin> pin = pin_;
+    if (pin) {
+      nb::object fast = repeat_dlpack(*pin, 0, stream, max_version, dl_device, copy, readonly);
       if (fast.is_valid()) return fast;
     }
     const GroupPin& p = alive();
     if (p.info.is_delete) raise_invalid_argument("a tombstone group has no tensors");
     if (p.info.is_array)
       raise_invalid_argument("an array group has one tensor per prim: export group.tensor(i)");
-    return export_dlpack(*pin_, 0, stream, max_version, dl_device, copy, readonly, false);
+    return export_dlpack(*pin, 0, stream, max_version, dl_device, copy, readonly, false);
   }
   std::string repr() const {
     if (!pin_ || pin_->released) return "<kstage.ReadGroup (released)>";
@@ -199,10 +227,9 @@ class ReadGroup {
 
 class Read {
  public:
-  Read(StageRef stage, kstage_read_t id, bool compact, bool zero_copy)
-      : stage_(std::move(stage)), id_(id), compact_(compact), zero_copy_(zero_copy) {}
+  Read(StageRef stage, kstage_read_t id, int compact) : stage_(std::move(stage)), id_(id), compact_(compact) {}
   Read(Read&& other) noexcept
-      : stage_(std::move(other.stage_)), id_(other.id_), compact_(other.compact_), zero_copy_(other.zero_copy_) {
+      : stage_(std::move(other.stage_)), id_(other.id_), compact_(other.compact_) {
     other.id_ = 0;
   }
   Read(const Read&) = delete;
@@ -223,7 +250,6 @@ class Read {
     auto pin = std::make_shared<GroupPin>();
     pin->stage = stage_;
     pin->compact = compact_;
-    pin->zero_copy = zero_copy_;
     kstage_status_t status;
     {
       ReleaseGil gil;
@@ -249,8 +275,7 @@ class Read {
  private:
   StageRef stage_;
   kstage_read_t id_;
-  bool compact_;
-  bool zero_copy_;
+  int compact_;  // GroupPin::compact of every group
 };
 
 nb::object group_dlpack(nb::handle self, nb::handle stream, nb::handle max_version, nb::handle dl_device,
@@ -327,7 +352,7 @@ void register_read(nb::module_& m, nb::handle stage_class) {
         }
         kstage_read_desc_t desc = kstage_read_desc_init();
         if (!range.is_none()) {
-          auto [begin, end] = nb::cast<std::tuple<uint64_t, uint64_t>>(range);
+          auto [begin, end] = uint_pair(range, "range");
           desc.change_range = true;
           desc.range_begin = begin;
           desc.range_end = end;
@@ -342,7 +367,7 @@ void register_read(nb::module_& m, nb::handle stage_class) {
           status = kstage_read_attributes(stage->id, q.id, tokens.data(), tokens.size(), &desc, &id);
         }
         check(status);
-        return Read(stage, id, compact, !compact && desc.target_device.device_type == 0);
+        return Read(stage, id, compact ? 1 : desc.target_device.device_type == 0 ? 0 : -1);
       },
       nb::sig("def read(self, query: Query | str | collections.abc.Sequence[str] | collections.abc.Sequence[int], attrs: str | int | collections.abc.Sequence[str | int], *, range: tuple[int, int] | None = None, compact: bool = False, device: typing.Any | None = None, stream: int | None = None) -> Read"),
       nb::is_method(), nb::scope(stage_class), nb::arg("query"), nb::arg("attrs"), nb::kw_only(),

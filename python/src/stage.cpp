@@ -65,7 +65,7 @@ std::vector<kstage_path_t> path_ids(const StageRef& stage, nb::handle paths) {
     nb::object a = np.attr("asarray")(paths);
     std::string kind = nb::cast<std::string>(a.attr("dtype").attr("kind"));
     if (kind != "u" && kind != "i")
-      raise_invalid_argument("an array of path ids must hold integers, not " + nb::cast<std::string>(nb::str(a.attr("dtype"))));
+      raise_invalid_argument(std::string("an array of path ids must hold integers, not ") + text_of(nb::object(a.attr("dtype"))));
     if (nb::cast<int>(a.attr("ndim")) != 1) raise_invalid_argument("an array of path ids must be one-dimensional");
     if (kind == "i" && nb::cast<size_t>(a.attr("size")) > 0 && nb::cast<int64_t>(a.attr("min")()) < 0)
       raise_invalid_argument("path ids are non-negative");
@@ -248,8 +248,21 @@ void StageHandle::destroy() noexcept {
   id = 0;
   open_stages().erase(this);
   token_caches().erase(gone);
+  if (pinned > 0) {
+    closing = gone;  // the last view's unpin destroys it
+    return;
+  }
   ReleaseGil gil;  // destroy waits for work in flight and runs producers' deleters
   kstage_destroy(gone);
+}
+
+void StageHandle::unpin() noexcept {
+  if (--pinned == 0 && closing != 0) {
+    kstage_stage_t gone = closing;
+    closing = 0;
+    ReleaseGil gil;
+    kstage_destroy(gone);
+  }
 }
 
 void Query::release() noexcept {
@@ -264,7 +277,7 @@ QueryArg query_arg(const StageRef& stage, nb::handle query) {
   if (nb::isinstance<Query>(query)) {
     Query& q = nb::cast<Query&>(query);
     if (q.stage.get() != stage.get()) raise_invalid_argument("the query belongs to another stage");
-    if (q.id == 0) raise_invalid_argument("the query was released");
+    if (q.id == 0) raise_error(KSTAGE_INVALID_HANDLE, "the query was released");
     arg.id = q.id;
     return arg;
   }
@@ -328,6 +341,29 @@ DLDevice device_arg(nb::handle device) {
                  device.ptr());
     throw nb::python_error();
   }
+}
+
+std::tuple<uint64_t, uint64_t> uint_pair(nb::handle obj, const char* what) {
+  nb::object seq = nb::steal(PySequence_Fast(obj.ptr(), ""));
+  if (!seq.is_valid() || PySequence_Fast_GET_SIZE(seq.ptr()) != 2) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%s must be a pair (begin, end) of non-negative integers, not %R", what, obj.ptr());
+    throw nb::python_error();
+  }
+  uint64_t v[2];
+  for (int i = 0; i < 2; ++i) {
+    PyObject* item = PySequence_Fast_GET_ITEM(seq.ptr(), i);
+    nb::object index = nb::steal(PyNumber_Index(item));
+    unsigned long long x = index.is_valid() ? PyLong_AsUnsignedLongLong(index.ptr()) : static_cast<unsigned long long>(-1);
+    if (x == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_TypeError, "%s must be a pair (begin, end) of non-negative integers, not %R", what,
+                   obj.ptr());
+      throw nb::python_error();
+    }
+    v[i] = x;
+  }
+  return {v[0], v[1]};
 }
 
 std::string device_string(DLDevice device) {

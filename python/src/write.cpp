@@ -37,6 +37,15 @@ kstage_semantic_t semantic_arg(nb::handle semantic) {
                          "path_id, string)");
 }
 
+// A contiguous 1-D numpy array of `obj`.
+nb::object numpy_1d(nb::handle obj, const char* what) {
+  // Leaked on purpose: a static nb::object would be released by C++ exit, after Python is gone.
+  static nb::handle ascontiguousarray = nb::object(nb::module_::import_("numpy").attr("ascontiguousarray")).release();
+  nb::object a = ascontiguousarray(obj);
+  if (nb::cast<int>(a.attr("ndim")) != 1) raise_invalid_argument(std::string(what) + " must be one-dimensional");
+  return a;
+}
+
 namespace {
 
 // One write's arguments, as given (kstage.Write; Stage.write makes one).
@@ -63,15 +72,6 @@ struct Payload {
   std::vector<nb::object> arrays;  // caller arrays used in place (index maps, masks)
 };
 
-// A contiguous 1-D numpy array of `obj`.
-nb::object numpy_1d(nb::handle obj, const char* what) {
-  // Leaked on purpose: a static nb::object would be released by C++ exit, after Python is gone.
-  static nb::handle ascontiguousarray = nb::object(nb::module_::import_("numpy").attr("ascontiguousarray")).release();
-  nb::object a = ascontiguousarray(obj);
-  if (nb::cast<int>(a.attr("ndim")) != 1) raise_invalid_argument(std::string(what) + " must be one-dimensional");
-  return a;
-}
-
 using HostArray = nb::ndarray<nb::ro, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 // index_map: source row of each logical element, as uint32 (the caller's array when it is
@@ -90,7 +90,7 @@ const uint32_t* index_map_arg(nb::handle obj, Payload& payload, uint64_t& length
   }
   if (t.code != static_cast<uint8_t>(nb::dlpack::dtype_code::Int) &&
       t.code != static_cast<uint8_t>(nb::dlpack::dtype_code::UInt))
-    raise_invalid_argument("index_map must hold integers, not " + nb::cast<std::string>(nb::str(a.attr("dtype"))));
+    raise_invalid_argument(std::string("index_map must hold integers, not ") + text_of(nb::object(a.attr("dtype"))));
   payload.index_map.resize(length);
   auto convert = [&](auto* p) {
     for (uint64_t i = 0; i < length; ++i) {
@@ -137,8 +137,8 @@ const uint64_t* mask_arg(nb::handle obj, Payload& payload, uint64_t& elements, b
     payload.arrays.push_back(a);
     return static_cast<const uint64_t*>(arr.data());
   }
-  raise_invalid_argument("mask must be a bool array (one entry per prim) or uint64 words, not " +
-                         nb::cast<std::string>(nb::str(a.attr("dtype"))));
+  raise_invalid_argument(std::string("mask must be a bool array (one entry per prim) or uint64 words, not ") +
+                         text_of(nb::object(a.attr("dtype"))));
 }
 
 // Fills `d` (and `payload`) from `spec`.
