@@ -10,7 +10,7 @@
 #   KSTAGE_TEST_PRESETS="default asan tsan" scripts/test.sh   everything but the fuzz leg
 #   KSTAGE_FUZZ_SECONDS=0 scripts/test.sh                     fuzz leg: seed corpus replay only
 #   KSTAGE_JOBS=4 scripts/test.sh   build parallelism (default 2)
-#   KSTAGE_TEST_JAX=0 scripts/test.sh   no JAX venv, no JAX interop tests in the default preset
+#   KSTAGE_TEST_JAX=0 scripts/test.sh   no JAX interop tests of the C API in the default preset
 #
 # Legs:
 #   <preset>  cmake --preset, cmake --build --preset, ctest --preset (the whole suite).
@@ -27,9 +27,12 @@
 #   hip       the HIP build with Debian's hipcc 5.2 (`scripts/setup.sh --hip` installs hipcc and
 #             libamdhip64-dev with apt-get and builds its Kokkos): configure and build only, as
 #             no AMD GPU is reachable. Always in the default list.
-#   default   also runs the JAX interop tests (tests/python, ctest test python_jax_interop) with
-#             the venv that `scripts/setup.sh --jax` makes (jax[cpu], numpy, pytest from the
-#             machine's pip index; ~20 s the first time), unless KSTAGE_TEST_JAX=0.
+#   default   also builds the Python package in its tree with the emulated device and runs
+#             tests/python_package there (ctest python_package: the device tests a pip install
+#             skips), and the JAX interop tests of the C API (tests/python, ctest test
+#             python_jax_interop; not with KSTAGE_TEST_JAX=0), both with the venv that
+#             `scripts/setup.sh --python` makes (nanobind, numpy, pytest, jax[cpu], matplotlib
+#             from the machine's pip index; ~20 s the first time).
 #   python    the Python package (pyproject.toml, python/), installed as README.md tells users:
 #             `scripts/setup.sh --python` (python3's headers), then a FRESH venv build/python-venv
 #             (python3 -m venv) and `pip install "<repo>[test]"` into it, with pip's build
@@ -39,7 +42,7 @@
 #             the CMake cache when the isolated build environment changes). Then, from outside the
 #             source tree (so that the installed package is what imports): pytest
 #             tests/python_package, examples/python/particles.py and perf/python_bench.py --quick
-#             (each skipped with a message while it does not exist). Not a CMake preset; about
+#             (each skipped with a message if it does not exist). Not a CMake preset; about
 #             1.5 minutes on 2 cores (logs: build/test-logs/python-*.log).
 # The default (KSTAGE_TEST_PRESETS unset) is "default python asan tsan fuzz cuda hip". On 2 cores
 # a fresh machine needs about 35 minutes in all (see the timings printed at the end).
@@ -68,8 +71,7 @@ TEST_JAX=${KSTAGE_TEST_JAX:-1}
 setup_args=()
 for preset in $PRESETS; do
   case $preset in
-    default) if [ "$TEST_JAX" = 1 ]; then setup_args+=(--jax); fi ;;
-    python) setup_args+=(--python) ;;
+    default|python) setup_args+=(--python) ;;
     tsan) setup_args+=(--tsan) ;;
     fuzz) setup_args+=(--fuzz) ;;
   esac
@@ -171,11 +173,15 @@ for preset in $PRESETS; do
     hip) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-hip") ;;
     fuzz) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-serial") ;;
     # The JAX interop tests (tests/python) run in this leg only: not under sanitizers.
+    # The default leg also builds the Python package in its tree (KSTAGE_BUILD_PYTHON) with
+    # the emulated device, so that ctest's python_package runs the device tests of
+    # tests/python_package, which a pip-installed package (no emulated device) skips.
     default)
+      configure_args=(-DKSTAGE_BUILD_PYTHON=ON -DPython_EXECUTABLE="$DEPS_DIR/python-venv/bin/python")
       if [ "$TEST_JAX" = 1 ]; then
-        configure_args=(-DKSTAGE_JAX_PYTHON="$DEPS_DIR/jax-venv/bin/python")
+        configure_args+=(-DKSTAGE_JAX_PYTHON="$DEPS_DIR/python-venv/bin/python")
       else
-        configure_args=(-DKSTAGE_JAX_PYTHON=)
+        configure_args+=(-DKSTAGE_JAX_PYTHON=)
       fi ;;
   esac
   if ! cmake --preset "$preset" "${configure_args[@]}"; then

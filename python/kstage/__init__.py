@@ -55,20 +55,6 @@ from ._kstage import (  # noqa: E402,F401
     version,
 )
 
-def _groups(self):
-    """Iterates the groups (a generator over `_next`: ending an iteration raises nothing in C++)."""
-    next_group = self._next
-    while True:
-        group = next_group()
-        if group is None:
-            return
-        yield group
-
-
-Read.__iter__ = _groups
-Map.__iter__ = _groups
-
-
 def _version_string(v: int) -> str:
     # kstage_version() packs MAJOR * 10000 + MINOR * 100 + PATCH.
     return f"{v // 10000}.{v // 100 % 100}.{v % 100}"

@@ -267,6 +267,24 @@ void install_dlpack_method(nb::handle cls) {
 /// nothing but a versioned export (every other argument None), else a null object.
 nb::object repeat_dlpack(TensorSource& source, uint64_t index, nb::handle stream, nb::handle max_version,
                          nb::handle dl_device, nb::handle copy, nb::handle readonly);
+/// tp_iternext of an iterator whose `T::next_or_none()` gives the next item or None: the end
+/// returns NULL with no exception set, so a loop's StopIteration costs nothing (a C++ exception
+/// per read, or a Python generator, would cost more than the read).
+template <class T>
+PyObject* iternext(PyObject* self) {
+  try {
+    nb::object next = nb::inst_ptr<T>(self)->next_or_none();
+    return next.is_none() ? nullptr : next.release().ptr();
+  } catch (nb::python_error& e) {
+    e.restore();
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
 /// `__dlpack_device__` of `source`.
 nb::tuple dlpack_device(const TensorSource& source);
 /// A kstage.Tensor: tensor `index` of `source`, with export defaults.

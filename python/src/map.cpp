@@ -129,7 +129,7 @@ class Map {
     if (state_) abandon();
   }
 
-  // The next group, or None at the end (see Read::next_or_none).
+  // The next group, or None at the end (see iternext).
   nb::object next_or_none() {
     if (state_->ended) return nb::none();
     auto source = std::make_shared<MapGroupSource>();
@@ -142,11 +142,6 @@ class Map {
     if (status == KSTAGE_END_OF_ITERATION) return nb::none();
     check(status);
     return nb::cast(MapGroup(std::move(source)));
-  }
-  nb::object next() {
-    nb::object g = next_or_none();
-    if (g.is_none()) throw nb::stop_iteration();
-    return g;
   }
   void commit(nb::handle stream) {
     if (state_->ended) raise_error(KSTAGE_INVALID_HANDLE, "the map has ended (committed or abandoned)");
@@ -244,14 +239,13 @@ void register_map(nb::module_& m, nb::handle stage_class) {
 
   install_dlpack_method<&group_dlpack>(m.attr("MapGroup"));
 
+  static PyType_Slot map_slots[] = {{Py_tp_iternext, reinterpret_cast<void*>(&iternext<Map>)}, {0, nullptr}};
   nb::class_<Map>(m, "Map",
                   "An open map: iterate it for writable groups. As a context manager it commits "
-                  "every fetched group on a clean exit and abandons the map on an exception.")
+                  "every fetched group on a clean exit and abandons the map on an exception.",
+                  nb::type_slots(map_slots))
       .def("__iter__", [](nb::handle self) { return nb::borrow(self); },
            nb::sig("def __iter__(self) -> collections.abc.Iterator[MapGroup]"))
-      .def("__next__", &Map::next, nb::sig("def __next__(self) -> MapGroup"))
-      .def("_next", &Map::next_or_none, nb::sig("def _next(self) -> MapGroup | None"),
-           "The next group, or None at the end.")
       .def("commit", &Map::commit, nb::kw_only(), nb::arg("stream") = nb::none(),
            "Commits every fetched group not yet committed, and ends the map.")
       .def("abandon", &Map::abandon, "Ends the map without committing what is left (idempotent).")

@@ -243,8 +243,7 @@ class Read {
       kstage_release_read(stage_->id, id);
     }
   }
-  // The next group, or None at the end (kstage/__init__.py iterates with it: a C++ exception
-  // per read for StopIteration would cost more than the read).
+  // The next group, or None at the end (see iternext).
   nb::object next_or_none() {
     if (id_ == 0) return nb::none();
     auto pin = std::make_shared<GroupPin>();
@@ -265,11 +264,6 @@ class Read {
       raise_status(status);
     }
     return nb::cast(ReadGroup(std::move(pin)));
-  }
-  nb::object next() {
-    nb::object g = next_or_none();
-    if (g.is_none()) throw nb::stop_iteration();
-    return g;
   }
 
  private:
@@ -327,14 +321,13 @@ void register_read(nb::module_& m, nb::handle stage_class) {
 
   install_dlpack_method<&group_dlpack>(m.attr("ReadGroup"));
 
+  static PyType_Slot read_slots[] = {{Py_tp_iternext, reinterpret_cast<void*>(&iternext<Read>)}, {0, nullptr}};
   nb::class_<Read>(m, "Read",
                    "An open read: iterate it for its groups. A context manager: released on exit "
-                   "(groups already fetched stay valid until released).")
+                   "(groups already fetched stay valid until released).",
+                   nb::type_slots(read_slots))
       .def("__iter__", [](nb::handle self) { return nb::borrow(self); },
            nb::sig("def __iter__(self) -> collections.abc.Iterator[ReadGroup]"))
-      .def("__next__", &Read::next, nb::sig("def __next__(self) -> ReadGroup"))
-      .def("_next", &Read::next_or_none, nb::sig("def _next(self) -> ReadGroup | None"),
-           "The next group, or None at the end.")
       .def("release", &Read::release)
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__", [](Read& r, nb::args) { r.release(); });
