@@ -199,12 +199,13 @@ class ReadGroup {
   }
   nb::object dlpack(nb::handle stream, nb::handle max_version, nb::handle dl_device, nb::handle copy,
                     nb::handle readonly) {
-    // Our own reference: the export may release the GIL, and another thread release the group.
-    std::shared_ptr<GroupPin> pin = pin_;
-    if (pin) {
-      nb::object fast = repeat_dlpack(*pin, 0, stream, max_version, dl_device, copy, readonly);
+    // The repeat path keeps the GIL throughout: no other thread can release the group meanwhile.
+    if (pin_) {
+      nb::object fast = repeat_dlpack(*pin_, 0, stream, max_version, dl_device, copy, readonly);
       if (fast.is_valid()) return fast;
     }
+    // Our own reference: the export may release the GIL, and another thread release the group.
+    std::shared_ptr<GroupPin> pin = pin_;
     const GroupPin& p = alive();
     if (p.info.is_delete) raise_invalid_argument("a tombstone group has no tensors");
     if (p.info.is_array)
