@@ -456,12 +456,23 @@ static void wait_op(side_t* s, kstage_op_t op) {
   CHECK(kstage_release_op(s->stage, op));
 }
 
-static kstage_path_t intern_particle(side_t* s, uint64_t gid) {
-  char name[48];
-  kstage_path_t p = 0;
-  snprintf(name, sizeof name, "/particles/p%llu", (unsigned long long)gid);
-  CHECK(kstage_intern_path(s->stage, name, KSTAGE_NUL_TERMINATED, &p));
-  return p;
+/* Path ids of particles gids[0..n) ("/particles/p<gid>"), interned in one call (one lock for the
+ * batch, not one per particle). */
+static void intern_particles(side_t* s, const uint64_t* gids, uint64_t n, kstage_path_t* out) {
+  enum { NAME = 32 };
+  char* names;
+  const char** strings;
+  uint64_t i;
+  if (n == 0) return;
+  names = xmalloc(n * NAME);
+  strings = xmalloc(n * sizeof(char*));
+  for (i = 0; i < n; ++i) {
+    snprintf(names + i * NAME, NAME, "/particles/p%llu", (unsigned long long)gids[i]);
+    strings[i] = names + i * NAME;
+  }
+  CHECK(kstage_intern_paths(s->stage, strings, NULL, n, out));
+  free((void*)strings);
+  free(names);
 }
 
 /* Ordinal 1: the rank's initial particles (the same as the model's). */
@@ -472,10 +483,9 @@ static void side_init(side_t* s, const model_t* m) {
   DLTensor t[3];
   int64_t shape[1];
   kstage_op_t op = 0;
-  uint64_t i;
   int a;
   side_reserve(s, m->n);
-  for (i = 0; i < m->n; ++i) s->paths[i] = intern_particle(s, m->gid[i]);
+  intern_particles(s, m->gid, m->n, s->paths);
   CHECK(kstage_query_paths(s->stage, s->paths, m->n, &q));
   shape[0] = (int64_t)m->n;
   t[0] = host_tensor(m->gid, shape, kDLUInt, 64, 1);
@@ -761,7 +771,7 @@ static uint64_t side_migrate(side_t* s, uint64_t tick, uint64_t moved_expected, 
    *    positions and velocities received straight into map buffers. */
   if (arrivals > 0) {
     side_reserve(s, arrivals);
-    for (i = 0; i < arrivals; ++i) s->paths[i] = intern_particle(s, gid_in[i]);
+    intern_particles(s, gid_in, arrivals, s->paths);
     CHECK(kstage_query_paths(s->stage, s->paths, arrivals, &arrivals_q));
     write_managed(s, arrivals_q, s->t_gid, KSTAGE_SEMANTIC_NONE, gid_in, arrivals, kDLUInt, 64, 1,
                   ordinal, KSTAGE_PRIM_MODE_INSERT);
