@@ -78,12 +78,21 @@ kstage_status_t without_gil(Call&& call) {
 /// every call is InvalidHandle); kstage_destroy runs when the last view goes (`pinned`).
 struct StageHandle {
   kstage_stage_t id = 0;       // 0 once closed
-  kstage_stage_t closing = 0;  // the C handle, while a close waits for views
+  kstage_stage_t closing = 0;  // the C handle from close() until kstage_destroy has returned
+  bool destroying = false;     // kstage_destroy is running (the GIL released)
   int64_t pinned = 0;          // read groups with numpy views alive
+  /// What must outlive kstage_destroy (the arrays of ops whose work it waits for), handed over
+  /// by an op released while another thread destroys the stage; freed once it has returned.
+  std::vector<std::shared_ptr<void>> parked;
   ~StageHandle();
   void destroy() noexcept;
   void pin() { ++pinned; }
   void unpin() noexcept;
+  /// The C handle while the C stage exists (open, or closed but waiting for views), else 0.
+  kstage_stage_t live() const { return id != 0 ? id : destroying ? 0 : closing; }
+
+ private:
+  void run_destroy() noexcept;
 };
 using StageRef = std::shared_ptr<StageHandle>;
 
@@ -146,6 +155,9 @@ kstage_semantic_t semantic_arg(nb::handle semantic);
 /// A contiguous one-dimensional numpy array of `obj` (anything numpy.asarray takes);
 /// InvalidArgument naming `what` when it has another rank.
 nb::object numpy_1d(nb::handle obj, const char* what);
+/// A non-negative integer (int, numpy integer, anything with __index__), or TypeError /
+/// ValueError naming `what`.
+uint64_t to_uint64(nb::handle obj, const char* what);
 /// A pair of non-negative integers, or TypeError naming `what`.
 std::tuple<uint64_t, uint64_t> uint_pair(nb::handle obj, const char* what);
 

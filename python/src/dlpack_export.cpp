@@ -21,18 +21,14 @@ void versioned_capsule_destructor(PyObject* capsule) {
   if (PyCapsule_IsValid(capsule, kVersionedName)) {
     auto* t = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(capsule, kVersionedName));
     if (t != nullptr && t->deleter != nullptr) t->deleter(t);
-  } else {
-    PyErr_Clear();
-  }
+  }  // else a consumer took it (PyCapsule_IsValid sets no error: an exception in flight stays)
 }
 
 void legacy_capsule_destructor(PyObject* capsule) {
   if (PyCapsule_IsValid(capsule, kLegacyName)) {
     auto* t = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, kLegacyName));
     if (t != nullptr && t->deleter != nullptr) t->deleter(t);
-  } else {
-    PyErr_Clear();
-  }
+  }  // else a consumer took it (PyCapsule_IsValid sets no error: an exception in flight stays)
 }
 
 bool truth(nb::handle value) {
@@ -248,7 +244,10 @@ nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream
   } else if (!no_sync) {
     if (is_int && overflow == 0 && value == 0 && device.device_type == kDLCUDA)
       buffer_error("__dlpack__(stream=0) is ambiguous for CUDA and not allowed (array API): use 1 or 2");
-    uintptr_t s = stream_arg(stream, device.device_type == kDLExtDev ? 0 : 1);  // CUDA/ROCm: legacy default
+    // None: the legacy default stream (CUDA) or the default stream (ROCm, which also calls it 0);
+    // kstage_device_sync_t says 1 for both.
+    uintptr_t s = stream_arg(stream, device.device_type == kDLExtDev ? 0 : 1);
+    if (device.device_type == kDLROCM && is_int && overflow == 0 && value == 0) s = 1;
     if (s != 0) source.sync(s);
   }
 

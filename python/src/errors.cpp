@@ -85,7 +85,10 @@ void raise_error(kstage_status_t status, const std::string& message) {
                       ? g_by_status[status]
                       : g_error;
   // One argument, the message (a KeyError prints its argument's repr: a str stays readable).
-  nb::object error = nb::handle(cls)(nb::str(text.data(), text.size()));
+  // kstage cuts long messages at a byte count, which can split a UTF-8 character.
+  nb::object message_str = nb::steal(PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "backslashreplace"));
+  if (!message_str.is_valid()) throw nb::python_error();
+  nb::object error = nb::handle(cls)(message_str);
   error.attr("status") = static_cast<int>(status);
   PyErr_SetObject(cls, error.ptr());
   throw nb::python_error();

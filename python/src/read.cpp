@@ -40,9 +40,9 @@ struct GroupPin final : TensorSource {
     for (SharedExport* s : shared) {
       if (s != nullptr) s->release();  // kstage's deleter runs with the last lease
     }
-    if (stage->id != 0) {
+    if (kstage_stage_t s = stage->live(); s != 0) {
       ReleaseGil gil;
-      kstage_release_group(stage->id, info.handle);
+      kstage_release_group(s, info.handle);
     }
     if (viewed) stage->unpin();
   }
@@ -180,8 +180,9 @@ class ReadGroup {
   bool is_tombstone() const { return alive().info.is_delete; }
   bool is_array() const { return alive().info.is_array; }
   bool compact() const {
+    std::shared_ptr<GroupPin> pin = pin_;  // is_compact may release the GIL: our own reference
     alive();
-    return pin_->is_compact();
+    return pin->is_compact();
   }
   uint64_t count() const { return alive().info.prim_count; }
   uint64_t tensor_count() const { return alive().info.data.tensor_count; }
@@ -214,6 +215,7 @@ class ReadGroup {
   }
   std::string repr() const {
     if (!pin_ || pin_->released) return "<kstage.ReadGroup (released)>";
+    if (pin_->stage->id == 0) return "<kstage.ReadGroup (stage closed)>";
     const GroupPin& p = *pin_;
     std::string kind = p.info.is_delete ? "tombstone" : p.info.is_array ? "array" : "fixed";
     return "<kstage.ReadGroup " + attribute() + ": " + std::to_string(p.info.prim_count) + " prims, " + kind +

@@ -12,6 +12,7 @@
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <charconv>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -73,8 +74,15 @@ std::vector<kstage_path_t> path_ids(const StageRef& stage, nb::handle paths) {
     auto arr = nb::cast<nb::ndarray<nb::ro, const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(u);
     return std::vector<kstage_path_t>(arr.data(), arr.data() + arr.shape(0));
   }
-  nb::object seq = nb::steal(PySequence_Fast(paths.ptr(), "paths must be a str, a sequence of str, or a sequence of path ids"));
-  if (!seq.is_valid()) throw nb::python_error();
+  // A tuple of our own: the strings' UTF-8 buffers are used with the GIL released, while
+  // another thread could empty the caller's list and free them.
+  nb::object seq = nb::steal(PySequence_Tuple(paths.ptr()));
+  if (!seq.is_valid()) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "paths must be a str, a sequence of str, or a sequence of path ids, not %s",
+                 Py_TYPE(paths.ptr())->tp_name);
+    throw nb::python_error();
+  }
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
   PyObject** items = PySequence_Fast_ITEMS(seq.ptr());
   std::vector<kstage_path_t> ids(static_cast<size_t>(n));
@@ -191,7 +199,7 @@ std::unique_ptr<Query> Stage::query(nb::handle paths, nb::handle prefix, nb::han
     filter.has_attribute_count = tokens.size();
   }
   if (!prefix.is_none()) {
-    filter.path_prefix = PyUnicode_Check(prefix.ptr()) ? path_ids(handle_, prefix)[0] : nb::cast<kstage_path_t>(prefix);
+    filter.path_prefix = PyUnicode_Check(prefix.ptr()) ? path_ids(handle_, prefix)[0] : to_uint64(prefix, "prefix");
   }
   kstage_path_list_t list = 0;
   if (!path_in.is_none()) {
@@ -235,7 +243,7 @@ void Stage::seal(uint64_t ordinal, nb::handle attributes) {
 uint64_t Stage::write_floor(nb::handle attribute) {
   kstage_token_t token = attribute.is_none() ? 0 : attribute_token(handle_, attribute);
   uint64_t ordinal = 0;
-  check(kstage_get_write_floor(handle_->id, token, &ordinal));
+  check(without_gil([&] { return kstage_get_write_floor(handle_->id, token, &ordinal); }));
   return ordinal;
 }
 
@@ -244,25 +252,26 @@ StageHandle::~StageHandle() { destroy(); }
 
 void StageHandle::destroy() noexcept {
   if (id == 0) return;
-  kstage_stage_t gone = id;
+  closing = id;
   id = 0;
   open_stages().erase(this);
-  token_caches().erase(gone);
-  if (pinned > 0) {
-    closing = gone;  // the last view's unpin destroys it
-    return;
-  }
-  ReleaseGil gil;  // destroy waits for work in flight and runs producers' deleters
-  kstage_destroy(gone);
+  token_caches().erase(closing);
+  if (pinned == 0) run_destroy();  // else the last view's unpin does
 }
 
 void StageHandle::unpin() noexcept {
-  if (--pinned == 0 && closing != 0) {
-    kstage_stage_t gone = closing;
-    closing = 0;
-    ReleaseGil gil;
-    kstage_destroy(gone);
+  if (--pinned == 0 && closing != 0 && !destroying) run_destroy();
+}
+
+void StageHandle::run_destroy() noexcept {
+  destroying = true;
+  {
+    ReleaseGil gil;  // destroy waits for work in flight and runs producers' deleters
+    kstage_destroy(closing);
   }
+  destroying = false;
+  closing = 0;
+  parked.clear();  // the work that read them is done
 }
 
 void Query::release() noexcept {
@@ -283,7 +292,7 @@ QueryArg query_arg(const StageRef& stage, nb::handle query) {
   }
   std::vector<kstage_path_t> ids = path_ids(stage, query);
   kstage_query_t q = 0;
-  check(kstage_query_paths(stage->id, ids.data(), ids.size(), &q));
+  check(without_gil([&] { return kstage_query_paths(stage->id, ids.data(), ids.size(), &q); }));
   arg.owned = std::make_unique<Query>(stage, q);
   arg.id = q;
   return arg;
@@ -300,7 +309,7 @@ kstage_token_t attribute_token(const StageRef& stage, nb::handle attribute) {
     cache.tokens.emplace(std::string(name), token);
     return token;
   }
-  if (PyLong_Check(attribute.ptr())) return nb::cast<kstage_token_t>(attribute);
+  if (PyLong_Check(attribute.ptr())) return to_uint64(attribute, "an attribute token");
   PyErr_Format(PyExc_TypeError, "an attribute is a str (its name) or an int (its token), not %s",
                Py_TYPE(attribute.ptr())->tp_name);
   throw nb::python_error();
@@ -314,11 +323,10 @@ DLDevice device_arg(nb::handle device) {
     std::string_view type = s.substr(0, s.find(':'));
     int32_t ordinal = 0;
     if (type.size() < s.size()) {
-      try {
-        ordinal = std::stoi(std::string(s.substr(type.size() + 1)));
-      } catch (...) {
-        raise_invalid_argument("device \"" + std::string(s) + "\": the ordinal after ':' must be an integer");
-      }
+      std::string_view digits = s.substr(type.size() + 1);
+      auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), ordinal);
+      if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty() || ordinal < 0)
+        raise_invalid_argument("device \"" + std::string(s) + "\": the ordinal after ':' must be a non-negative integer");
     }
     static const std::pair<std::string_view, DLDeviceType> names[] = {
         {"cpu", kDLCPU},         {"cuda", kDLCUDA}, {"cuda_host", kDLCUDAHost},       {"cuda_managed", kDLCUDAManaged},
@@ -341,6 +349,21 @@ DLDevice device_arg(nb::handle device) {
                  device.ptr());
     throw nb::python_error();
   }
+}
+
+uint64_t to_uint64(nb::handle obj, const char* what) {
+  nb::object index = nb::steal(PyNumber_Index(obj.ptr()));
+  if (!index.is_valid()) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_TypeError, "%s must be an integer, not %s", what, Py_TYPE(obj.ptr())->tp_name);
+    throw nb::python_error();
+  }
+  unsigned long long v = PyLong_AsUnsignedLongLong(index.ptr());
+  if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    PyErr_Clear();
+    raise_invalid_argument(std::string(what) + " must be a non-negative integer below 2^64, not " + text_of(obj));
+  }
+  return v;
 }
 
 std::tuple<uint64_t, uint64_t> uint_pair(nb::handle obj, const char* what) {
@@ -400,9 +423,10 @@ void register_stage(nb::module_& m) {
             uint64_t n = 0;
             kstage_status_t status = kstage_path_list_get(q.stage->id, list, &ids, &n);
             std::vector<kstage_path_t> copy;
+            std::string message = status == KSTAGE_OK ? "" : kstage_last_error();  // before the next call
             if (status == KSTAGE_OK) copy.assign(ids, ids + n);
             kstage_path_list_release(q.stage->id, list);
-            check(status);
+            if (status != KSTAGE_OK) raise_error(status, message);
             return path_array(std::move(copy));
           },
           "The prims' path ids, in query order (a new uint64 numpy array).")

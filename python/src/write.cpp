@@ -12,6 +12,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace kstage_py {
@@ -69,29 +70,31 @@ struct Payload {
   std::vector<DLManagedTensorVersioned*> managed;
   std::vector<uint32_t> index_map;
   std::vector<uint64_t> mask;
-  std::vector<nb::object> arrays;  // caller arrays used in place (index maps, masks)
 };
 
 using HostArray = nb::ndarray<nb::ro, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 // index_map: source row of each logical element, as uint32 (the caller's array when it is
 // uint32 already).
+// index_map: source row of each logical element, copied as uint32 (always a copy: the engine
+// reads it with the GIL released, while another thread could change the caller's array between
+// the engine's bounds check and its gather).
 const uint32_t* index_map_arg(nb::handle obj, Payload& payload, uint64_t& length) {
   nb::object a = numpy_1d(obj, "index_map");
-  HostArray arr = nb::cast<HostArray>(a);
-  length = arr.shape(0);
-  if (length == 0)
+  if (nb::cast<size_t>(a.attr("size")) == 0)  // before the dtype: [] is float64 to numpy
     raise_invalid_argument("index_map is empty: an empty index map would mean count=0, which means every prim "
                            "of the query; skip the write instead");
+  std::string kind = nb::cast<std::string>(a.attr("dtype").attr("kind"));
+  if (kind != "i" && kind != "u")
+    raise_invalid_argument("index_map must hold integers, not " + text_of(nb::object(a.attr("dtype"))));
+  HostArray arr = nb::cast<HostArray>(a);
+  length = arr.shape(0);
   nb::dlpack::dtype t = arr.dtype();
-  if (t == nb::dtype<uint32_t>()) {
-    payload.arrays.push_back(a);
-    return static_cast<const uint32_t*>(arr.data());
-  }
-  if (t.code != static_cast<uint8_t>(nb::dlpack::dtype_code::Int) &&
-      t.code != static_cast<uint8_t>(nb::dlpack::dtype_code::UInt))
-    raise_invalid_argument(std::string("index_map must hold integers, not ") + text_of(nb::object(a.attr("dtype"))));
   payload.index_map.resize(length);
+  if (t == nb::dtype<uint32_t>()) {
+    std::memcpy(payload.index_map.data(), arr.data(), length * sizeof(uint32_t));
+    return payload.index_map.data();
+  }
   auto convert = [&](auto* p) {
     for (uint64_t i = 0; i < length; ++i) {
       auto v = p[i];
@@ -106,7 +109,7 @@ const uint32_t* index_map_arg(nb::handle obj, Payload& payload, uint64_t& length
   switch (t.bits) {
     case 8: is_signed ? convert(static_cast<const int8_t*>(d)) : convert(static_cast<const uint8_t*>(d)); break;
     case 16: is_signed ? convert(static_cast<const int16_t*>(d)) : convert(static_cast<const uint16_t*>(d)); break;
-    case 32: convert(static_cast<const int32_t*>(d)); break;  // uint32 returned above
+    case 32: convert(static_cast<const int32_t*>(d)); break;  // uint32 copied above
     case 64: is_signed ? convert(static_cast<const int64_t*>(d)) : convert(static_cast<const uint64_t*>(d)); break;
     default: raise_invalid_argument("index_map: unsupported integer width");
   }
@@ -115,15 +118,19 @@ const uint32_t* index_map_arg(nb::handle obj, Payload& payload, uint64_t& length
 
 // mask: a bool array (one entry per logical element, packed here) or uint64 words (bit i%64 of
 // word i/64; count required).
+// mask: a bool array (one entry per logical element, packed here) or uint64 words (bit i%64 of
+// word i/64; count required), copied for the same reason as index_map.
 const uint64_t* mask_arg(nb::handle obj, Payload& payload, uint64_t& elements, bool& words) {
   nb::object a = numpy_1d(obj, "mask");
-  HostArray arr = nb::cast<HostArray>(a);
-  uint64_t n = arr.shape(0);
-  if (n == 0)
+  if (nb::cast<size_t>(a.attr("size")) == 0)  // before the dtype: [] is float64 to numpy
     raise_invalid_argument("mask is empty: an empty mask would mean count=0, which means every prim of the query; "
                            "skip the write instead");
-  nb::dlpack::dtype t = arr.dtype();
-  if (t == nb::dtype<bool>()) {
+  std::string dtype = text_of(nb::object(a.attr("dtype")));
+  if (dtype != "bool" && dtype != "uint64")
+    raise_invalid_argument("mask must be a bool array (one entry per prim) or uint64 words, not " + dtype);
+  HostArray arr = nb::cast<HostArray>(a);
+  uint64_t n = arr.shape(0);
+  if (dtype == "bool") {
     words = false;
     elements = n;
     payload.mask.assign((n + 63) / 64, 0);
@@ -131,14 +138,11 @@ const uint64_t* mask_arg(nb::handle obj, Payload& payload, uint64_t& elements, b
     for (uint64_t i = 0; i < n; ++i) payload.mask[i / 64] |= static_cast<uint64_t>(b[i]) << (i % 64);
     return payload.mask.data();
   }
-  if (t == nb::dtype<uint64_t>()) {
-    words = true;
-    elements = n * 64;
-    payload.arrays.push_back(a);
-    return static_cast<const uint64_t*>(arr.data());
-  }
-  raise_invalid_argument(std::string("mask must be a bool array (one entry per prim) or uint64 words, not ") +
-                         text_of(nb::object(a.attr("dtype"))));
+  words = true;
+  elements = n * 64;
+  const uint64_t* w = static_cast<const uint64_t*>(arr.data());
+  payload.mask.assign(w, w + n);
+  return payload.mask.data();
 }
 
 // Fills `d` (and `payload`) from `spec`.
@@ -149,7 +153,7 @@ void build_write(const WriteSpec& spec, Payload& payload, kstage_write_data_t& d
 
   // count, index_map, mask: the seeds' rule -- count 0 in any form is refused, never widened.
   bool has_count = !spec.count.is_none();
-  uint64_t count = has_count ? nb::cast<uint64_t>(spec.count) : 0;
+  uint64_t count = has_count ? to_uint64(spec.count, "count") : 0;
   if (has_count && count == 0)
     raise_invalid_argument("count=0 would mean every prim of the query: pass count=None for all of them, or "
                            "skip the write");
@@ -198,6 +202,9 @@ void build_write(const WriteSpec& spec, Payload& payload, kstage_write_data_t& d
     if (spec.adopt) raise_invalid_argument("adopt=True takes whole tensors: not a packed tensor with row_counts");
     if (first.ndim < 1) raise_invalid_argument("a packed ragged tensor has at least one dimension");
     nb::object counts = numpy_1d(spec.row_counts, "row_counts");
+    std::string kind = nb::cast<std::string>(counts.attr("dtype").attr("kind"));
+    if (kind != "i" && kind != "u")
+      raise_invalid_argument("row_counts must hold integers, not " + text_of(nb::object(counts.attr("dtype"))));
     nb::object as64 = counts.attr("astype")("int64");
     auto c = nb::cast<nb::ndarray<nb::ro, const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(as64);
     uint64_t rows = c.shape(0);
@@ -268,45 +275,70 @@ class Op {
   bool wait(nb::handle timeout) {
     uint64_t ns = KSTAGE_TIMEOUT_INFINITE;
     if (!timeout.is_none()) {
-      double seconds = nb::cast<double>(timeout);
+      double seconds = PyFloat_AsDouble(timeout.ptr());
+      if (seconds == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "timeout must be a number of seconds or None, not %s",
+                     Py_TYPE(timeout.ptr())->tp_name);
+        throw nb::python_error();
+      }
       if (!(seconds >= 0)) raise_invalid_argument("timeout must be >= 0 seconds (or None)");
       ns = seconds >= 1.8e10 ? KSTAGE_TIMEOUT_INFINITE : static_cast<uint64_t>(std::llround(seconds * 1e9));
     }
     if (id_ == 0) raise_error(KSTAGE_INVALID_HANDLE, "the op was released");
-    kstage_status_t status;
-    {
-      ReleaseGil gil;
-      status = kstage_wait(stage_->id, id_, ns);
+    kstage_stage_t stage = stage_->live();
+    if (stage == 0) {
+      settle();
+      raise_error(KSTAGE_INVALID_HANDLE, "the op's stage was closed");
     }
+    kstage_status_t status = without_gil([&] { return kstage_wait(stage, id_, ns); });
     if (status == KSTAGE_TIMEOUT) return false;
-    payloads_.clear();  // done (or failed): the stage no longer reads the caller's tensors
-    if (status != KSTAGE_OK) raise_op_failure(stage_->id, id_, status);
-    return true;
+    if (status == KSTAGE_OK) {
+      payloads_.clear();  // done: the stage no longer reads the caller's tensors
+      return true;
+    }
+    std::string message;
+    const char* m = nullptr;
+    message = kstage_op_error(stage, id_, &m) == KSTAGE_OK && m != nullptr ? m : kstage_last_error();
+    settle();
+    raise_error(status, message);
   }
   bool done() {
     if (id_ == 0) return true;
-    kstage_status_t status = kstage_wait(stage_->id, id_, 0);
-    return status != KSTAGE_TIMEOUT;
+    kstage_stage_t stage = stage_->live();
+    if (stage == 0) return !stage_->destroying;
+    return without_gil([&] { return kstage_wait(stage, id_, 0); }) != KSTAGE_TIMEOUT;
   }
   std::string error() {
     if (id_ == 0) raise_error(KSTAGE_INVALID_HANDLE, "the op was released");
     const char* message = nullptr;
-    check(kstage_op_error(stage_->id, id_, &message));
+    check(kstage_op_error(stage_->live(), id_, &message));
     return message != nullptr ? message : "";
   }
   void release() {
     if (id_ == 0) return;
-    if (!payloads_.empty() && stage_->id != 0) {
-      ReleaseGil gil;  // the caller's tensors must outlive the stage's reads of them
-      kstage_wait(stage_->id, id_, KSTAGE_TIMEOUT_INFINITE);
-    }
-    payloads_.clear();
+    settle();
     kstage_op_t id = id_;
     id_ = 0;
-    if (stage_->id != 0) kstage_release_op(stage_->id, id);
+    if (stage_->live() != 0) kstage_release_op(stage_->live(), id);
   }
 
  private:
+  // Frees the caller's arrays once the stage's reads of them are surely over: after a wait
+  // while the C stage exists (open, or closed but waiting for numpy views); parked with the
+  // stage while another thread's kstage_destroy runs (it waits for the work, then frees them);
+  // at once when kstage_destroy has returned.
+  void settle() {
+    if (payloads_.empty()) return;
+    kstage_stage_t stage = stage_->live();
+    if (stage != 0) {
+      without_gil([&] { return kstage_wait(stage, id_, KSTAGE_TIMEOUT_INFINITE); });
+    } else if (stage_->destroying) {
+      for (auto& p : payloads_) stage_->parked.push_back(std::shared_ptr<Payload>(std::move(p)));
+    }
+    payloads_.clear();
+  }
+
   StageRef stage_;
   kstage_op_t id_;
   std::vector<std::unique_ptr<Payload>> payloads_;
