@@ -26,7 +26,16 @@ kstage_prim_mode_t mode_arg(std::string_view mode) {
 
 kstage_semantic_t semantic_arg(nb::handle semantic) {
   if (semantic.is_none()) return KSTAGE_SEMANTIC_NONE;
-  if (PyLong_Check(semantic.ptr())) return nb::cast<kstage_semantic_t>(semantic);
+  if (PyLong_Check(semantic.ptr())) {
+    uint64_t code = to_uint64(semantic, "semantic");
+    if (code > 0x7fffffff) raise_invalid_argument("semantic " + std::to_string(code) + " is not a semantic code");
+    return static_cast<kstage_semantic_t>(code);
+  }
+  if (!PyUnicode_Check(semantic.ptr())) {
+    PyErr_Format(PyExc_TypeError, "semantic must be a name (\"point\", ...) or a code, not %s",
+                 Py_TYPE(semantic.ptr())->tp_name);
+    throw nb::python_error();
+  }
   static const char* names[] = {"none",   "point",    "vector",   "normal",  "color", "quaternion",
                                 "matrix", "texcoord", "token_id", "path_id", "string"};
   std::string s = nb::cast<std::string>(semantic);

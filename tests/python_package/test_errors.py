@@ -317,6 +317,22 @@ BAD_ARGUMENTS = {
                                                                element_counts=[[1], [2], [3], [4]])),
     "max_version_of_one": ("max_version", lambda s, q: next(iter(s.read(q, "a"))).__dlpack__(max_version=(1,))),
     "max_version_str": ("max_version", lambda s, q: next(iter(s.read(q, "a"))).__dlpack__(max_version="1.0")),
+    # From the review of the binding: each was RuntimeError(std::bad_cast) naming nothing.
+    "count_negative": ("count", lambda s, q: s.write("a", q, np.zeros(4), 2, count=-1)),
+    "count_float": ("count", lambda s, q: s.write("a", q, np.zeros(4), 2, count=1.5)),
+    "prefix_negative": ("prefix", lambda s, q: s.query(prefix=-1)),
+    "prefix_float": ("prefix", lambda s, q: s.query(prefix=1.5)),
+    "semantic_float": ("semantic", lambda s, q: s.write("a", q, np.zeros(4), 2, semantic=1.5)),
+    "semantic_huge": ("semantic", lambda s, q: s.write("a", q, np.zeros(4), 2, semantic=2**40)),
+    "index_map_of_objects": ("index_map", lambda s, q: s.write("a", q, np.zeros(2), 2,
+                                                               index_map=np.array([0, None], dtype=object))),
+    "mask_of_objects": ("mask", lambda s, q: s.write("a", q, np.zeros(4), 2,
+                                                     mask=np.array([True, None, 1, 0], dtype=object))),
+    "row_counts_of_floats": ("row_counts", lambda s, q: s.write("r", q, np.zeros(6, np.int32), 2,
+                                                                row_counts=[0.5, 1, 2, 2.5])),
+    "token_negative": ("token", lambda s, q: s.write_floor(-1)),
+    "token_huge": ("token", lambda s, q: s.write_floor(2**70)),
+    "device_ordinal_junk": ("device", lambda s, q: s.read(q, "a", device="cpu:1x")),
 }
 
 
@@ -337,6 +353,50 @@ def test_bad_argument_types_name_the_argument(stage, q4, case):
         return
     stage.seal(2)
     assert current(stage, q4, "a").tolist() == [0, 0, 0, 0]
+
+
+def test_op_wait_timeout_of_a_wrong_type(stage, q4):
+    op = stage.write("a", q4, np.zeros(4), 1)
+    with pytest.raises(TypeError, match="timeout"):
+        op.wait("x")
+    with pytest.raises(ValueError, match="timeout"):
+        op.wait(-1)
+    assert op.wait(0) is True
+
+
+def test_message_cut_inside_a_utf8_character_still_raises_its_class(stage):
+    # kstage cuts long messages at a byte count; a path of 2-byte characters gets cut mid-way.
+    for k in range(0, 8):
+        with pytest.raises(kstage.InvalidArgument):
+            stage.intern("x" * k + "\u00e9" * 300 + "//")
+
+
+def test_exception_in_flight_survives_a_consumed_capsule(stage, q4, pos):
+    # A capsule a consumer took (renamed "used_...") and that is freed while an exception
+    # unwinds: its destructor must leave the exception alone (it once called PyErr_Clear).
+    import ctypes
+    (g,) = stage.read(q4, "pos")
+    set_name = ctypes.pythonapi.PyCapsule_SetName
+    set_name.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    get_pointer.restype = ctypes.c_void_p
+    taken = []
+
+    def consume(capsule):
+        taken.append(get_pointer(capsule, b"dltensor_versioned"))
+        set_name(capsule, b"used_dltensor_versioned")
+        return capsule
+
+    def f():
+        return (consume(g.__dlpack__(max_version=(1, 0))), 1 / 0)
+
+    with pytest.raises(ZeroDivisionError):
+        f()
+    # The consumer owns the tensor now: run its deleter once, as a consumer would.
+    deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(
+        ctypes.cast(taken[0] + 16, ctypes.POINTER(ctypes.c_void_p)).contents.value)  # version (8 B), manager_ctx, deleter
+    deleter(taken[0])
 
 
 def test_stream_too_large_for_cpu_data(stage, q4, pos):
