@@ -24,6 +24,19 @@ const char* device_type_name(int32_t device_type);
 // Every DLPack dtype with a whole byte size: int/uint 8-64, float 16/32/64,
 // bfloat16, bool (8 bits), complex 64/128; lanes 1..255.
 Status validate_dtype(DLDataType t, const std::string& what);
+// What validate_dtype accepts, without a message: the per-row check of ragged writes.
+inline bool dtype_supported(DLDataType t) {
+  if (t.lanes < 1 || t.lanes > 255) return false;
+  switch (t.code) {
+    case kDLInt:
+    case kDLUInt: return t.bits == 8 || t.bits == 16 || t.bits == 32 || t.bits == 64;
+    case kDLFloat: return t.bits == 16 || t.bits == 32 || t.bits == 64;
+    case kDLBfloat: return t.bits == 16;
+    case kDLComplex: return t.bits == 64 || t.bits == 128;
+    case kDLBool: return t.bits == 8;
+    default: return false;
+  }
+}
 // Semantic constraints: TOKEN_ID/PATH_ID need uint64 lanes 1 (fixed-size);
 // STRING needs an array column of 8-bit int/uint lanes 1.
 Status validate_semantic(kstage_semantic_t s, DLDataType t, bool is_array);

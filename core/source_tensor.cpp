@@ -13,11 +13,12 @@ namespace {
 // formatted when a tensor is rejected (ragged writes decode one per row).
 constexpr const char* kName = "\x01";
 
-Result<SourceTensor> decode(const DLTensor* t) {
-  const std::string what = kName;
+// Decodes into `s` (a ragged write decodes one tensor per row: no SourceTensor is built, copied
+// or returned by value, and no string is made unless the tensor is rejected).
+Status decode(const DLTensor* t, SourceTensor& s) {
   const char* w = kName;
   if (t == nullptr) return error(KSTAGE_INVALID_ARGUMENT, "%s is NULL", w);
-  KSTAGE_RETURN_NOT_OK(validate_dtype(t->dtype, what + " dtype"));
+  if (!dtype_supported(t->dtype)) return validate_dtype(t->dtype, std::string(kName) + " dtype");
   if (t->ndim < 1)
     return error(KSTAGE_INVALID_ARGUMENT,
                  "%s: ndim %d; a tensor needs a leading row axis (canonical layout ndim=1, shape=[rows])",
@@ -42,7 +43,7 @@ Result<SourceTensor> decode(const DLTensor* t) {
   if (inner == 0 && t->shape[0] != 0)
     return error(KSTAGE_INVALID_ARGUMENT, "%s: a trailing axis has extent 0, so rows have no lanes", w);
 
-  SourceTensor s;
+  s.tensor = t;
   s.device = t->device;
   s.rows = uint64_t(t->shape[0]);
   s.dtype = t->dtype;
@@ -61,7 +62,7 @@ Result<SourceTensor> decode(const DLTensor* t) {
     s.base = nullptr;
     s.layout = SourceTensor::Layout::Compact;
     s.row_stride_bytes = int64_t(s.row_bytes);
-    return s;
+    return Status::OK();
   }
 
   // Strides in bytes. An axis of extent 1 is never stepped along, so its
@@ -109,7 +110,7 @@ Result<SourceTensor> decode(const DLTensor* t) {
   if (t->strides == nullptr) {  // NULL strides: compact row-major
     s.layout = SourceTensor::Layout::Compact;
     s.row_stride_bytes = int64_t(s.row_bytes);
-    return s;
+    return Status::OK();
   }
   // Interior axes contiguous (ignoring extent-1 axes, whose stride is arbitrary)?
   bool interior_compact = true;
@@ -124,30 +125,45 @@ Result<SourceTensor> decode(const DLTensor* t) {
                    ? SourceTensor::Layout::Compact
                    : SourceTensor::Layout::RowStrided;
     if (s.layout == SourceTensor::Layout::Compact) s.row_stride_bytes = int64_t(s.row_bytes);
-    return s;
+    return Status::OK();
   }
   s.layout = SourceTensor::Layout::Strided;
-  s.strided.src = s.base;
-  s.strided.ndim = t->ndim;
-  s.strided.elem_bytes = elem;
-  for (int d = 0; d < t->ndim; ++d) {
-    s.strided.shape[d] = t->shape[d];
-    s.strided.byte_strides[d] = byte_strides[d];
-  }
-  return s;
+  return Status::OK();
 }
 
 }  // namespace
 
-Result<SourceTensor> decode_source_tensor(const DLTensor* t, const char* kind, size_t index) {
-  Result<SourceTensor> r = decode(t);
-  if (r.ok()) return r;
-  const Status st = r.status();
+Status decode_source_tensor(const DLTensor* t, const char* kind, size_t index, SourceTensor& out) {
+  Status st = decode(t, out);
+  if (st.ok()) return st;
   const std::string name = format("%s[%zu]", kind, index);
   std::string message = st.message();
   for (size_t at = message.find(kName); at != std::string::npos; at = message.find(kName, at))
     message.replace(at, 1, name);
   return Status(st.code(), message);
+}
+
+kernels::StridedCopy strided_copy_of(const SourceTensor& s) {
+  kernels::StridedCopy c;
+  c.src = s.base;
+  if (s.layout == SourceTensor::Layout::RowStrided) {
+    c.ndim = 1;
+    c.shape[0] = int64_t(s.rows);
+    c.byte_strides[0] = s.row_stride_bytes;
+    c.elem_bytes = s.row_bytes;
+    return c;
+  }
+  // Strided: the tensor's own axes, in bytes (an axis of extent <= 1 is never stepped along:
+  // its stride, arbitrary in DLPack, is not used). decode checked that all of this fits.
+  const DLTensor* t = s.tensor;
+  const size_t elem = size_t(t->dtype.bits / 8) * t->dtype.lanes;
+  c.ndim = t->ndim;
+  c.elem_bytes = elem;
+  for (int d = 0; d < t->ndim; ++d) {
+    c.shape[d] = t->shape[d];
+    c.byte_strides[d] = t->shape[d] <= 1 ? 0 : t->strides[d] * int64_t(elem);
+  }
+  return c;
 }
 
 }  // namespace kstage::core

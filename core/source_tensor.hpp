@@ -25,10 +25,16 @@ struct SourceTensor {
   size_t row_bytes = 0;   // bytes of one folded tuple
   Layout layout = Layout::Compact;
   int64_t row_stride_bytes = 0;
-  kernels::StridedCopy strided;  // Layout::Strided only (dst left empty)
+  const DLTensor* tensor = nullptr;  // what it was decoded from (Layout::Strided reads its axes)
 };
 
-// Messages name the tensor `kind[index]` ("tensors[0]", "managed_tensors[2]").
-Result<SourceTensor> decode_source_tensor(const DLTensor* t, const char* kind, size_t index);
+// An element-wise copy of a non-compact source (Strided: every axis; RowStrided: rows as one
+// strided axis), dst left empty. Built on demand: a SourceTensor stays small, because a ragged
+// write decodes one per row.
+kernels::StridedCopy strided_copy_of(const SourceTensor& s);
+
+// Decodes `t` into `out` (left unspecified on failure). Messages name the tensor `kind[index]`
+// ("tensors[0]", "managed_tensors[2]").
+Status decode_source_tensor(const DLTensor* t, const char* kind, size_t index, SourceTensor& out);
 
 }  // namespace kstage::core

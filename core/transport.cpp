@@ -32,7 +32,7 @@ int sources(const kstage_write_data_t& d) {
 Result<BufferPtr> compact_copy(const SourceTensor& s, Backend& backend) {
   BufferPtr out;
   KSTAGE_ASSIGN_OR_RETURN(out, backend.allocate(std::max<size_t>(s.rows * s.row_bytes, 1)));
-  kernels::StridedCopy c = s.strided;
+  kernels::StridedCopy c = strided_copy_of(s);
   c.dst = out->data();
   backend.strided_copy(c);
   return out;
@@ -211,47 +211,45 @@ Result<const std::byte*> contiguous_elements(const SourceTensor& s, Backend& bac
                                              std::vector<BufferPtr>& keep) {
   // (A strided source of one row is not contiguous when its interior axes are not.)
   if (s.layout == SourceTensor::Layout::Compact) return s.base;
-  SourceTensor t = s;
-  if (s.layout == SourceTensor::Layout::RowStrided) {  // describe as 1-D strided
-    t.strided = {};
-    t.strided.src = s.base;
-    t.strided.ndim = 1;
-    t.strided.shape[0] = int64_t(s.rows);
-    t.strided.byte_strides[0] = s.row_stride_bytes;
-    t.strided.elem_bytes = s.row_bytes;
-  }
   BufferPtr c;
-  KSTAGE_ASSIGN_OR_RETURN(c, compact_copy(t, backend));
+  KSTAGE_ASSIGN_OR_RETURN(c, compact_copy(s, backend));
   keep.push_back(c);
   return static_cast<const std::byte*>(c->data());
 }
 
-// Array rows: one source row per tensor, or one packed tensor cut evenly
+// The source rows of an array write, decoded once: row i's elements start at ptr[i] (a
+// compact source's own memory) and there are elems[i] of them; `strided` lists the rows whose
+// tensor is not compact (rare: decoded again and compacted when the stager is known). 16 bytes
+// per row, not a SourceTensor each: a ragged write of 1e6 rows touches nothing more per row.
+struct ArrayRows {
+  std::vector<const std::byte*> ptr;
+  std::vector<uint64_t> elems;
+  std::vector<uint32_t> strided;
+};
+
+// Array rows: one source row per tensor (`rows`), or one packed tensor (`first`) cut evenly
 // into `packed_rows` rows.
-Result<StagedRows> stage_array(const std::vector<SourceTensor>& src, bool packed,
-                               uint64_t packed_rows, const Selection& sel, Backend& backend) {
+Result<StagedRows> stage_array(const SourceTensor& first, ArrayRows& rows,
+                               const std::vector<const DLTensor*>& tensors, const char* kind,
+                               bool packed, uint64_t packed_rows, const Selection& sel,
+                               Backend& backend) {
   // Source row of target i: through the index_map, the mask's selection, or i.
   const uint32_t* source_index = sel.index_map ? sel.index_map : sel.subset_index();
-  const size_t eb = src[0].row_bytes;  // bytes per element
+  const size_t eb = first.row_bytes;  // bytes per element
   std::vector<BufferPtr> keep;
   // Source rows: per tensor, or cut from the packed tensor on the fly (the
   // packed row count comes from the index_map and may be far larger than
   // the rows written: nothing is built per source row).
-  std::vector<const std::byte*> row_ptr;
-  std::vector<uint64_t> row_len;
   const std::byte* packed_base = nullptr;
   uint64_t packed_row_bytes = 0;
   if (packed) {
-    KSTAGE_ASSIGN_OR_RETURN(packed_base, contiguous_elements(src[0], backend, keep));
-    packed_row_bytes = src[0].rows / packed_rows * eb;
+    KSTAGE_ASSIGN_OR_RETURN(packed_base, contiguous_elements(first, backend, keep));
+    packed_row_bytes = first.rows / packed_rows * eb;
   } else {
-    row_ptr.reserve(src.size());
-    row_len.reserve(src.size());
-    for (const SourceTensor& s : src) {
-      const std::byte* base;
-      KSTAGE_ASSIGN_OR_RETURN(base, contiguous_elements(s, backend, keep));
-      row_ptr.push_back(base);
-      row_len.push_back(s.rows * eb);
+    for (uint32_t i : rows.strided) {
+      SourceTensor s;
+      KSTAGE_RETURN_NOT_OK(decode_source_tensor(tensors[i], kind, i, s));
+      KSTAGE_ASSIGN_OR_RETURN(rows.ptr[i], contiguous_elements(s, backend, keep));
     }
   }
   StagedRows out;
@@ -266,13 +264,13 @@ Result<StagedRows> stage_array(const std::vector<SourceTensor>& src, bool packed
   constexpr uint64_t kMaxBytes = UINT64_MAX / 2;
   for (size_t i = 0; i < n; ++i) {
     const size_t s = source_index ? source_index[i] : i;
-    const uint64_t len = packed ? packed_row_bytes : row_len[s];
+    const uint64_t len = packed ? packed_row_bytes : rows.elems[s] * eb;
     if (len > kMaxBytes || kernels::ragged_align_up(len) > kMaxBytes - cursor)
       return error(KSTAGE_INVALID_ARGUMENT,
                    "the rows written add up to more than 2^63 bytes (at element %zu: source row "
                    "%zu of %llu bytes)",
                    i, s, (unsigned long long)len);
-    from[i] = packed ? (len ? packed_base + s * len : nullptr) : row_ptr[s];
+    from[i] = packed ? (len ? packed_base + s * len : nullptr) : rows.ptr[s];
     out.starts[i] = cursor;
     out.lengths[i] = len;
     align_bits |= reinterpret_cast<uintptr_t>(from[i]) | cursor | len;
@@ -345,52 +343,71 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   std::vector<const DLTensor*> tensors;
   KSTAGE_ASSIGN_OR_RETURN(tensors, write_tensors(d, attr));
 
-  std::vector<SourceTensor> src(tensors.size());
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    KSTAGE_ASSIGN_OR_RETURN(
-        src[i], decode_source_tensor(tensors[i], source_kind(d), i));
-    if (i > 0 && (src[i].device.device_type != src[0].device.device_type ||
-                  src[i].device.device_id != src[0].device.device_id))
-      return error(KSTAGE_INVALID_ARGUMENT, "%s is on device %s:%d but %s is on %s:%d",
-                   tensor_name(d, i).c_str(), device_type_name(src[i].device.device_type),
-                   int(src[i].device.device_id), tensor_name(d, 0).c_str(),
-                   device_type_name(src[0].device.device_type), int(src[0].device.device_id));
-    if (i > 0 && !same_dtype(src[i].dtype, src[0].dtype))
-      return error(KSTAGE_INVALID_ARGUMENT, "%s has dtype %s but %s has %s",
-                   tensor_name(d, i).c_str(), dtype_string(src[i].dtype).c_str(),
-                   tensor_name(d, 0).c_str(), dtype_string(src[0].dtype).c_str());
+  // Tensor 0 describes the write; an array write's other row tensors must agree with it.
+  // They are decoded here, once each, into 16 bytes per row (ArrayRows).
+  const char* kind = source_kind(d);
+  SourceTensor first, last;
+  KSTAGE_RETURN_NOT_OK(decode_source_tensor(tensors[0], kind, 0, first));
+  const size_t n_tensors = tensors.size();
+  ArrayRows rows;
+  if (d.is_array) {
+    rows.ptr.resize(n_tensors);
+    rows.elems.resize(n_tensors);
+  }
+  for (size_t i = 0; i < n_tensors; ++i) {
+    SourceTensor cur;
+    const SourceTensor* s = &first;
+    if (i > 0) {
+      KSTAGE_RETURN_NOT_OK(decode_source_tensor(tensors[i], kind, i, cur));
+      s = &cur;
+      if (cur.device.device_type != first.device.device_type || cur.device.device_id != first.device.device_id)
+        return error(KSTAGE_INVALID_ARGUMENT, "%s is on device %s:%d but %s is on %s:%d",
+                     tensor_name(d, i).c_str(), device_type_name(cur.device.device_type),
+                     int(cur.device.device_id), tensor_name(d, 0).c_str(),
+                     device_type_name(first.device.device_type), int(first.device.device_id));
+      if (!same_dtype(cur.dtype, first.dtype))
+        return error(KSTAGE_INVALID_ARGUMENT, "%s has dtype %s but %s has %s",
+                     tensor_name(d, i).c_str(), dtype_string(cur.dtype).c_str(),
+                     tensor_name(d, 0).c_str(), dtype_string(first.dtype).c_str());
+    }
+    if (d.is_array) {
+      rows.ptr[i] = s->base;
+      rows.elems[i] = s->rows;
+      if (s->layout != SourceTensor::Layout::Compact) rows.strided.push_back(uint32_t(i));
+    }
+    if (i + 1 == n_tensors) last = *s;
   }
 
   StagedWrite out;
-  out.schema = Schema{d.is_array, src[0].dtype, d.semantic};
+  out.schema = Schema{d.is_array, first.dtype, d.semantic};
   if (r.existing) {
     const Schema& e = *r.existing;
     if (e.is_array != d.is_array)
       return error(KSTAGE_INVALID_ARGUMENT, "'%s' is %s but the write declares is_array = %s",
                    attr, e.is_array ? "an array column" : "a fixed-size column",
                    d.is_array ? "true" : "false");
-    if (!same_dtype(e.dtype, src[0].dtype))
+    if (!same_dtype(e.dtype, first.dtype))
       return error(KSTAGE_INVALID_ARGUMENT,
                    "dtype %s (after folding trailing axes into lanes) does not match column '%s' "
                    "dtype %s",
-                   dtype_string(src[0].dtype).c_str(), attr, dtype_string(e.dtype).c_str());
+                   dtype_string(first.dtype).c_str(), attr, dtype_string(e.dtype).c_str());
     if (e.semantic != d.semantic)
       return error(KSTAGE_INVALID_ARGUMENT, "semantic %s does not match column '%s' semantic %s",
                    semantic_name(d.semantic), attr, semantic_name(e.semantic));
     out.backend = r.existing_backend;
   } else {
-    KSTAGE_RETURN_NOT_OK(validate_semantic(d.semantic, src[0].dtype, d.is_array));
+    KSTAGE_RETURN_NOT_OK(validate_semantic(d.semantic, first.dtype, d.is_array));
     if (r.residency.device_type != 0) {
       KSTAGE_ASSIGN_OR_RETURN(out.backend, backends.for_device(r.residency));
     } else {
-      KSTAGE_ASSIGN_OR_RETURN(out.backend, backends.residency_for(src[0].device));
+      KSTAGE_ASSIGN_OR_RETURN(out.backend, backends.residency_for(first.device));
     }
   }
   // Stage where the source can be read: on the column's backend, or on the
   // source's and then transferred (host <-> device, device <-> device).
   Backend* stager = out.backend;
-  if (!out.backend->can_access(src[0].device)) {
-    Result<Backend*> b = backends.residency_for(src[0].device);
+  if (!out.backend->can_access(first.device)) {
+    Result<Backend*> b = backends.residency_for(first.device);
     if (!b.ok())
       return Status(b.status().code(), tensor_name(d, 0) + ": " + b.status().message());
     stager = b.value();
@@ -398,30 +415,29 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   // The source's memory is where its DLDevice says, where the backend can
   // tell (a GPU runtime knows each pointer's device; never assume device 0).
   // The first and last tensors: one runtime query each, not one per row.
-  for (size_t i : {size_t(0), src.size() - 1})
-    if (src[i].base)
-      KSTAGE_RETURN_NOT_OK(stager->check_memory(src[i].base, src[i].device, tensor_name(d, i)));
+  for (auto [s, i] : {std::pair{&first, size_t(0)}, std::pair{&last, n_tensors - 1}})
+    if (s->base) KSTAGE_RETURN_NOT_OK(stager->check_memory(s->base, s->device, tensor_name(d, i)));
   // Checks that move no data come first, so that a rejected write queues nothing.
   uint64_t wanted = 0;
   bool packed = false;
   if (!d.is_array) {
     if (!sel.index_map)
-      KSTAGE_RETURN_NOT_OK(check_row_count(d, sel, src[0].rows, "shape[0] of the tensor"));
+      KSTAGE_RETURN_NOT_OK(check_row_count(d, sel, first.rows, "shape[0] of the tensor"));
   } else {
     // One tensor and more than one source row: a packed tensor, cut evenly.
     wanted = d.index_map ? index_map_rows(d, sel.count) : sel.count;
-    packed = src.size() == 1 && wanted > 1;
-    const uint64_t rows = packed ? wanted : src.size();
+    packed = n_tensors == 1 && wanted > 1;
+    const uint64_t source_rows = packed ? wanted : n_tensors;
     const char* rows_from =
         packed ? "rows of the packed tensor" : "tensor_count, one tensor per row";
-    if (packed && src[0].rows % wanted != 0)
+    if (packed && first.rows % wanted != 0)
       return error(KSTAGE_INVALID_ARGUMENT,
                    "packed tensor of %llu elements does not divide evenly across %llu source "
                    "row(s) (%s)",
-                   (unsigned long long)src[0].rows, (unsigned long long)wanted,
+                   (unsigned long long)first.rows, (unsigned long long)wanted,
                    d.index_map ? "from the highest index_map entry" : "from count");
-    KSTAGE_RETURN_NOT_OK(sel.index_map ? check_index_map(sel, rows, rows_from)
-                                       : check_row_count(d, sel, rows, rows_from));
+    KSTAGE_RETURN_NOT_OK(sel.index_map ? check_index_map(sel, source_rows, rows_from)
+                                       : check_row_count(d, sel, source_rows, rows_from));
   }
 
   // The producer's work comes first: a stream wait on whichever side is a
@@ -431,15 +447,15 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
 
   const bool dense_to_device = !d.is_array && stager != out.backend && stager->synchronous() &&
                                !d.mask && !d.index_map &&
-                               src[0].layout == SourceTensor::Layout::Compact &&
-                               src[0].rows == sel.count;
+                               first.layout == SourceTensor::Layout::Compact &&
+                               first.rows == sel.count;
   if (dense_to_device) {
     // Dense host rows to a device column: one copy from the caller's tensor,
     // which stays valid until the op completes (and is read after the wait).
     out.rows.n = size_t(sel.count);
-    const size_t bytes = out.rows.n * src[0].row_bytes;
+    const size_t bytes = out.rows.n * first.row_bytes;
     KSTAGE_ASSIGN_OR_RETURN(out.rows.data, out.backend->allocate(std::max<size_t>(bytes, 1)));
-    out.backend->copy_from_host(out.rows.data->data(), src[0].base, bytes);
+    out.backend->copy_from_host(out.rows.data->data(), first.base, bytes);
     out.rows.prims = r.prims;
     return out;
   }
@@ -453,14 +469,15 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   // memory, which the caller may free once the call returns: wait for them.
   auto move_data = [&]() -> Status {
     if (!d.is_array) {
-      KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_fixed(d, src[0], sel, *stager, backends.host(),
+      KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_fixed(d, first, sel, *stager, backends.host(),
                                                     tensors[0],
                                                     d.tensors || stager != out.backend
                                                         ? nullptr
                                                         : r.managed));
     } else {
       if (sel.mask) KSTAGE_RETURN_NOT_OK(select_masked(sel, backends.host()));
-      KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_array(src, packed, wanted, sel, *stager));
+      KSTAGE_ASSIGN_OR_RETURN(out.rows,
+                              stage_array(first, rows, tensors, kind, packed, wanted, sel, *stager));
     }
     if (stager != out.backend && out.rows.data) {
       BufferPtr moved;
