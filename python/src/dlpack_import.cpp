@@ -53,16 +53,27 @@ void box_deleter(DLManagedTensorVersioned* self) {
   delete box;
 }
 
+// obj.__dlpack__(stream=..., max_version=(major, minor)) as one vectorcall with interned
+// keyword names (a keyword dict per write cost more than the rest of the import).
 nb::object call_dlpack(nb::handle source, nb::handle stream, bool versioned) {
-  nb::object method = source.attr("__dlpack__");
+  // Leaked on purpose, like every module-lifetime object here (see numpy_1d).
+  static PyObject* name = PyUnicode_InternFromString("__dlpack__");
+  static PyObject* kwnames_versioned = Py_BuildValue("(ss)", "stream", "max_version");
+  static PyObject* kwnames_stream = Py_BuildValue("(s)", "stream");
+  static PyObject* max_version = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
+  // storage[0] is the slot PY_VECTORCALL_ARGUMENTS_OFFSET lets the callee use.
+  PyObject* storage[4] = {nullptr, source.ptr(), stream.ptr(), max_version};
+  PyObject** args = storage + 1;
+  PyObject* result;
   if (versioned) {
-    nb::dict kwargs;
-    kwargs["stream"] = stream;
-    kwargs["max_version"] = nb::make_tuple(DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
-    return method(**kwargs);
+    result = PyObject_VectorcallMethod(name, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames_versioned);
+  } else if (stream.is_none()) {
+    result = PyObject_VectorcallMethod(name, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
+  } else {
+    result = PyObject_VectorcallMethod(name, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames_stream);
   }
-  if (stream.is_none()) return method();
-  return method(nb::arg("stream") = stream);
+  if (result == nullptr) throw nb::python_error();
+  return nb::steal(result);
 }
 
 }  // namespace
