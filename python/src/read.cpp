@@ -40,10 +40,9 @@ struct GroupPin final : TensorSource {
     for (SharedExport* s : shared) {
       if (s != nullptr) s->release();  // kstage's deleter runs with the last lease
     }
-    if (kstage_stage_t s = stage->live(); s != 0) {
-      ReleaseGil gil;
-      kstage_release_group(s, info.handle);
-    }
+    // Short calls keep the GIL (the engine never runs a deleter under its own locks, so no
+    // thread waits for the GIL while holding one); calls that copy or wait release it.
+    if (kstage_stage_t s = stage->live(); s != 0) kstage_release_group(s, info.handle);
     if (viewed) stage->unpin();
   }
   void check_alive() const override {
@@ -241,10 +240,7 @@ class Read {
     if (id_ == 0) return;
     kstage_read_t id = id_;
     id_ = 0;
-    if (stage_->id != 0) {
-      ReleaseGil gil;
-      kstage_release_read(stage_->id, id);
-    }
+    if (stage_->id != 0) kstage_release_read(stage_->id, id);  // short: keeps the GIL
   }
   // The next group, or None at the end (see iternext).
   nb::object next_or_none() {
@@ -252,11 +248,8 @@ class Read {
     auto pin = std::make_shared<GroupPin>();
     pin->stage = stage_;
     pin->compact = compact_;
-    kstage_status_t status;
-    {
-      ReleaseGil gil;
-      status = kstage_fetch_read_next(stage_->id, id_, KSTAGE_TIMEOUT_INFINITE, &pin->info);
-    }
+    // Never blocks (kstage.h): keeps the GIL.
+    kstage_status_t status = kstage_fetch_read_next(stage_->id, id_, KSTAGE_TIMEOUT_INFINITE, &pin->info);
     if (status == KSTAGE_END_OF_ITERATION) {
       pin->stage = std::make_shared<StageHandle>();  // nothing to release
       release();
