@@ -31,8 +31,14 @@ uint32_t Column::first_stamp_at_or_after(uint64_t ordinal) const {
 uint32_t Column::stamp_for(uint64_t ordinal) {
   // Seals apply in ordinal order, so a new ordinal is the largest yet.
   if (stamp_ordinals_.back() != ordinal) {
-    if (stamp_ordinals_.size() > std::max<size_t>(2 * row_space(), kMinStampTable))
-      compact_stamps();
+    // Compacted when the table outgrows the rows, and before the stamps would need a wider
+    // StampTable (256 and 65536 entries): widen only when the rows really carry that many.
+    // A compaction that kept half the limit or more is not repeated at it (one O(rows) pass
+    // per new ordinal would follow): the stamps widen instead.
+    const size_t entries = stamp_ordinals_.size();
+    const bool at_width_limit = !stamps_.empty() && (entries == 0x100 || entries == 0x10000) &&
+                                compacted_to_ < entries / 2;
+    if (entries > std::max<size_t>(2 * row_space(), kMinStampTable) || at_width_limit) compact_stamps();
     stamp_ordinals_.push_back(ordinal);
   }
   return uint32_t(stamp_ordinals_.size() - 1);
@@ -43,14 +49,17 @@ void Column::compact_stamps() {
   // the table stays O(rows) however many ticks the column lives through.
   std::vector<uint64_t> kept{0};
   for (size_t r = 0; r < stamps_.size(); ++r)
-    if (prim_of_row(r) != 0) kept.push_back(stamp_ordinals_[stamps_[r]]);
+    if (prim_of_row(r) != 0) kept.push_back(stamp_ordinals_[stamps_.get(r)]);
   std::sort(kept.begin(), kept.end());
   kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
+  // Renumbering only lowers stamps: the table's width still holds them.
   for (size_t r = 0; r < stamps_.size(); ++r) {
-    const uint64_t o = prim_of_row(r) != 0 ? stamp_ordinals_[stamps_[r]] : 0;
-    stamps_[r] = uint32_t(std::lower_bound(kept.begin(), kept.end(), o) - kept.begin());
+    const uint64_t o = prim_of_row(r) != 0 ? stamp_ordinals_[stamps_.get(r)] : 0;
+    stamps_.set(r, uint32_t(std::lower_bound(kept.begin(), kept.end(), o) - kept.begin()));
   }
   stamp_ordinals_ = std::move(kept);
+  stamps_.shrink_to(uint32_t(stamp_ordinals_.size() - 1));
+  compacted_to_ = stamp_ordinals_.size();
 }
 
 RowMap Column::row_map(const std::shared_ptr<const std::vector<uint64_t>>& prims, size_t n) {
@@ -173,7 +182,7 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
   if (missing > free_rows_.size()) {
     const size_t grow = prim_of_row_.size() + (missing - free_rows_.size());
     reserve_geometric(prim_of_row_, grow);
-    if (!stamps_.empty()) reserve_geometric(stamps_, grow);
+    if (!stamps_.empty()) stamps_.reserve_geometric(grow);
     if (schema_.is_array) {
       reserve_geometric(array_offset_, grow);
       reserve_geometric(array_length_, grow);
@@ -193,7 +202,7 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
     } else {
       r = uint32_t(prim_of_row_.size());
       prim_of_row_.push_back(0);
-      if (!stamps_.empty()) stamps_.push_back(0);
+      if (!stamps_.empty()) stamps_.push_back_zero();
       if (schema_.is_array) {
         array_offset_.push_back(0);
         array_length_.push_back(0);
@@ -242,7 +251,8 @@ Status Column::apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& n
   } else {
     const uint32_t stamp = stamp_for(ordinal);
     ensure_stamps();
-    for (size_t j = 0; j < rows.n; ++j) stamps_[t.rows[j]] = stamp;
+    stamps_.fit(stamp);
+    for (size_t j = 0; j < rows.n; ++j) stamps_.set(t.rows[j], stamp);
   }
   if (!tombstones_.empty())
     for (size_t j = 0; j < rows.n; ++j) tombstones_.erase(rows.prim(j));

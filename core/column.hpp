@@ -14,6 +14,7 @@
 #include "core/backend.hpp"
 #include "core/buffer.hpp"
 #include "core/paged_array.hpp"
+#include "core/stamp_table.hpp"
 
 #include <algorithm>
 #include <unordered_map>
@@ -92,7 +93,7 @@ class Column {
   }
   bool has(uint64_t prim) const { return row_of(prim) != kNoRow; }
   uint64_t changed_at(uint32_t row) const {
-    return stamps_.empty() ? all_changed_at_ : std::max(all_changed_at_, stamp_ordinals_[stamps_[row]]);
+    return stamps_.empty() ? all_changed_at_ : std::max(all_changed_at_, stamp_ordinals_[stamps_.get(row)]);
   }
   // The parts of changed_at, for scans: a row's last change is the larger of
   // the ordinal of the last write of every row and the ordinal of its stamp.
@@ -100,7 +101,8 @@ class Column {
   // stamp >= first_stamp_at_or_after(ordinal): one compare per row. Null
   // stamps: every row's stamp is 0 (only writes of every row so far).
   uint64_t all_rows_changed_at() const { return all_changed_at_; }
-  const uint32_t* row_stamps() const { return stamps_.empty() ? nullptr : stamps_.data(); }
+  // Empty while every row's stamp is 0; else one per row, 1, 2 or 4 bytes wide.
+  const StampTable& row_stamps() const { return stamps_; }
   uint32_t first_stamp_at_or_after(uint64_t ordinal) const;
   // Ordinal at which `prim` lost this attribute (0: no tombstone).
   uint64_t tombstone(uint64_t prim) const;
@@ -173,7 +175,7 @@ class Column {
   void materialize_rows();
   // Stamps for every row (they are kept empty while every row's is 0).
   void ensure_stamps() {
-    if (stamps_.empty()) stamps_.assign(row_space(), 0);
+    if (stamps_.empty()) stamps_.assign_zeros(row_space());
   }
   // The stamp of `ordinal` (a new table entry if it is a new ordinal).
   uint32_t stamp_for(uint64_t ordinal);
@@ -202,11 +204,12 @@ class Column {
   PagedArray<uint32_t, UINT32_MAX> row_of_;  // indexed by path id; UINT32_MAX = kNoRow
   std::vector<uint64_t> prim_of_row_;  // 0: free row
   // Per row, the last change as an index into stamp_ordinals_ (one entry per
-  // distinct ordinal this column applied, increasing): a sparse seal stores 4
-  // bytes per row, not an 8-byte ordinal. See also all_changed_at_. Empty
-  // until the first sparse write (every stamp 0).
-  std::vector<uint32_t> stamps_;
+  // distinct ordinal this column applied, increasing): a sparse seal stores 1-4
+  // bytes per row (StampTable), not an 8-byte ordinal. See also all_changed_at_.
+  // Empty until the first sparse write (every stamp 0).
+  StampTable stamps_;
   std::vector<uint64_t> stamp_ordinals_{0};
+  size_t compacted_to_ = 0;  // stamp_ordinals_.size() after the last compaction
   // A write of every row sets this instead of each row's stamp: a
   // row's last change is the larger of the two.
   uint64_t all_changed_at_ = 0;

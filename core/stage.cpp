@@ -606,10 +606,11 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
       // after the beginning: one compare per prim.
       const uint64_t begin = desc.range_begin, end = desc.range_end;
       const bool every_row = c.all_rows_changed_at() >= begin;
-      const uint32_t* stamp = c.row_stamps();
+      const StampTable& stamps = c.row_stamps();
       const uint32_t first = c.first_stamp_at_or_after(begin);
       const bool tombstones = c.has_tombstones();
-      auto scan = [&](auto row_of_element) {
+      // One loop per stamp width (StampTable::visit): a compare per prim, no call.
+      auto scan = [&](const auto* stamp, auto row_of_element) {
         for (size_t i = 0; i < count; ++i) {
           const uint32_t row = row_of_element(i);
           if (row != Column::kNoRow) {
@@ -622,10 +623,17 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
           }
         }
       };
-      if (map.identity) {
-        scan([](size_t i) { return uint32_t(i); });  // the query is the column in row order
+      auto scan_rows = [&](const auto* stamp) {
+        if (map.identity) {
+          scan(stamp, [](size_t i) { return uint32_t(i); });  // the query is the column in row order
+        } else {
+          scan(stamp, [r](size_t i) { return r[i]; });
+        }
+      };
+      if (stamps.empty()) {
+        scan_rows(static_cast<const uint8_t*>(nullptr));
       } else {
-        scan([r](size_t i) { return r[i]; });
+        stamps.visit(scan_rows);
       }
     } else {
       for (size_t i = 0; i < count; ++i) {

@@ -274,6 +274,45 @@ TEST_CASE("change ordinals survive thousands of sparse ticks", "[read][change_ra
            "prim '/k_0' changed again at ordinal " + std::to_string(last));
 }
 
+TEST_CASE("row stamps widen past 256 and 65536 live change ordinals", "[read][change_range]") {
+  // Each row's last change is a stamp of 1 byte while the column's ordinal table has at most 256
+  // entries, then 2, then 4 (StampTable). Here every row keeps its own ordinal, so no compaction
+  // can keep the stamps narrow: both widenings happen, and every row keeps its exact ordinal.
+  Stage s(host_execution());
+  kstage_token_t a = s.token("a");
+  constexpr size_t kRows = 66000;  // past 65536 distinct live ordinals
+  auto p = s.paths("/w", kRows);
+  kstage_query_t all = s.query(p);
+  KS_OK(try_write(s, all, a, 1, std::vector<float>(kRows, 0.0f)));
+  s.seal(1);
+  for (size_t t = 0; t < kRows; ++t) {
+    const uint64_t ordinal = 2 + t;
+    KS_OK(try_write(s, s.query({p[t]}), a, ordinal, {float(t)}));
+    s.seal(ordinal);
+  }
+  // The prims changed in [begin, end], read over p[0 .. end - 2] (a change-range read refuses
+  // prims that changed again after its end).
+  auto rows_in = [&](uint64_t begin, uint64_t end) {
+    kstage_read_desc_t d = range(begin, end);
+    const size_t upto = std::min<size_t>(end - 1, kRows);
+    auto g = s.read(s.query(std::vector<kstage_path_t>(p.begin(), p.begin() + upto)), {a}, &d);
+    REQUIRE(g.size() <= 1);
+    return g.empty() ? Group{} : g[0];
+  };
+  for (size_t edge : {size_t(0), size_t(254), size_t(255), size_t(256), size_t(65534), size_t(65535),
+                      size_t(65536), kRows - 1}) {
+    const size_t lo = edge == 0 ? 0 : edge - 1, hi = std::min(edge + 1, kRows - 1);
+    auto g = rows_in(2 + lo, 2 + hi);
+    std::vector<kstage_path_t> want(p.begin() + lo, p.begin() + hi + 1);
+    REQUIRE(g.prims == want);
+    std::vector<float> values;
+    for (size_t t = lo; t <= hi; ++t) values.push_back(float(t));
+    REQUIRE(floats_of(g) == values);
+  }
+  REQUIRE(rows_in(1, 1 + kRows).prims.size() == kRows);
+  REQUIRE(rows_in(2 + kRows, 2 + kRows).prims.size() == 0);
+}
+
 TEST_CASE("change-range reads after sparse ticks", "[read][change_range]") {
   // When one sparse write is the only change since the range's beginning and
   // the query is the column in row order, the read answers from that write's
