@@ -115,9 +115,18 @@ def targets(kst, pending=None, omp=None):
                 "payload bytes, %s]" % exec_, d)
     sparse = ["write_index_map_random", "write_index_map_local", "write_mask_50", "write_mask_05"]
     sparse_seal = [n + "_seal" for n in sparse]
+    # Issue 12 restated the numpy target: ">= 3x numpy (serial)" cannot hold where numpy's `take`
+    # is within 3x of the plain loop (float32 x 1). Serial: >= 0.9x the serial loop and >= 1x
+    # numpy; parallel: >= 3x numpy, as before.
     for exec_ in execs:
         for names, label in ((sparse, "write + wait"), (sparse_seal, "write + wait + seal")):
             cases = sel(names, exec_)
+            if exec_ == "serial":
+                v, d = evaluate(cases, "ratio_loop", 0.9)
+                line(v, "index_map and mask writes >= 0.9x the serial loop, rows >= 1e6 [%s, serial]" % label, d)
+                v, d = evaluate(cases, "ratio_numpy", 1.0)
+                line(v, "index_map and mask writes >= 1x numpy, rows >= 1e6 [%s, serial]" % label, d)
+                continue
             v, d = evaluate(cases, "ratio_numpy", 3.0)
             # Context: how far ahead of numpy the plain serial loop itself is, same run.
             lead = [fnum(c["loop_gbps"]) / fnum(c["numpy_gbps"]) for c in cases
@@ -138,6 +147,25 @@ def targets(kst, pending=None, omp=None):
                 statistics.median(ceil), min(ceil), max(ceil))
         line(v, "index_map and mask writes >= 1.5x the serial loop with OpenMP (2 threads), rows >= 1e6 "
                 "[%s, parallel]" % label, d)
+    # Issue 12: a sealed sparse write (write + wait + seal, parallel) at >= 0.7x the same loop
+    # under OpenMP on the same data (the seal's second movement may cost one sequential pass).
+    cases = sel(sparse_seal, "parallel")
+    vs_omp = []
+    for c in cases:
+        k = (c["loop_key"], c["rows"], c["lanes"], c["dtype"])
+        if k in omp and omp[k] > 0 and fnum(c["gbps"]) > 0:
+            vs_omp.append((fnum(c["gbps"]) / omp[k], c))
+    if vs_omp:
+        passed = sum(1 for v, _ in vs_omp if v >= 0.7)
+        worst_v, worst_c = min(vs_omp, key=lambda x: x[0])
+        line("PASS" if passed == len(vs_omp) else "FAIL",
+             "sealed index_map and mask writes >= 0.7x the OpenMP loop, rows >= 1e6 [write + wait + seal, parallel]",
+             "%d/%d cases; median %.2fx; worst %.2fx (%s %s %sx%s)" % (
+                 passed, len(vs_omp), statistics.median(v for v, _ in vs_omp), worst_v, worst_c["workload"],
+                 rows_label(worst_c["rows"]), short_dtype(worst_c["dtype"]), worst_c["lanes"]))
+    else:
+        line("n/a", "sealed index_map and mask writes >= 0.7x the OpenMP loop, rows >= 1e6 "
+                    "[write + wait + seal, parallel]", "no OpenMP loop measured in this run")
     # Map: the cycle may cost the fill plus at most one copy of the payload:
     # t_cycle <= t_fill + t_memcpy, i.e. 1/gbps <= 1/fill_gbps + 1/memcpy_gbps; and the sealed
     # storage must be the map buffer itself (zero copies, recorded by the workload).
