@@ -45,7 +45,8 @@
 #             (each skipped with a message if it does not exist). Not a CMake preset; about
 #             1.5 minutes on 2 cores (logs: build/test-logs/python-*.log).
 # The default (KSTAGE_TEST_PRESETS unset) is "default python asan tsan fuzz cuda hip". On 2 cores
-# a fresh machine needs about 35 minutes in all (see the timings printed at the end).
+# a fresh machine needs about 40 minutes in all, about 29 with the dependencies cached (see the
+# timings printed at the end).
 #
 # Exits non-zero if any step of any preset fails.
 set -euo pipefail
