@@ -399,6 +399,66 @@ def scale_section(outdir):
     return lines, md
 
 
+def threads_section(outdir):
+    """A markdown table and a plot of parallel efficiency from threads/<T>/<filter>/results.csv
+    (perf.sh's thread-scaling runs, --kokkos-threads=T); [] when there are none."""
+    base = os.path.join(outdir, "threads")
+    if not os.path.isdir(base):
+        return []
+    gbps = {}  # (workload, impl) -> {threads: GB/s}
+    for t in os.listdir(base):
+        if not t.isdigit():
+            continue
+        for sub in os.listdir(os.path.join(base, t)):
+            for r in load(os.path.join(base, t, sub, "results.csv")):
+                if r["status"] != "ok" or r["exec"] != "parallel" or fnum(r["gbps"]) <= 0:
+                    continue
+                if r["impl"] not in ("kstage", "omp_loop"):
+                    continue
+                gbps.setdefault((r["workload"], r["impl"]), {})[int(t)] = fnum(r["gbps"])
+    if not gbps:
+        return []
+    counts = sorted({t for v in gbps.values() for t in v})
+    md = ["## Thread scaling (--kokkos-threads)\n",
+          "Parallel host execution at 1e6 rows, float32 x 3, one kstage_perf run per thread count "
+          "(scripts/perf.sh). Efficiency at T threads = GB/s(T) / (T x GB/s(1)): 100% is linear "
+          "scaling; the plain OpenMP loops show what the machine itself allows for each access "
+          "pattern.\n",
+          "| workload | impl | " + " | ".join("GB/s at %d" % t for t in counts) + " | " +
+          " | ".join("efficiency at %d" % t for t in counts if t > 1) + " |",
+          "|---|---|" + "---:|" * (len(counts) + len([t for t in counts if t > 1]))]
+    for (w, impl), v in sorted(gbps.items()):
+        one = v.get(1, 0)
+        cells = ["%.2f" % v[t] if t in v else "-" for t in counts]
+        eff = ["%.0f%%" % (100 * v[t] / (t * one)) if t in v and one > 0 else "-" for t in counts if t > 1]
+        md.append("| %s | %s | %s | %s |" % (w, impl, " | ".join(cells), " | ".join(eff)))
+    md.append("")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for (w, impl), v in sorted(gbps.items()):
+            one = v.get(1, 0)
+            if one <= 0 or len(v) < 2:
+                continue
+            ts = sorted(v)
+            ax.plot(ts, [v[t] / (t * one) for t in ts], "o-" if impl == "kstage" else "s:",
+                    label="%s (%s)" % (w, impl), alpha=1.0 if impl == "kstage" else 0.6)
+        ax.set_xlabel("threads (--kokkos-threads)")
+        ax.set_ylabel("parallel efficiency")
+        ax.set_xticks(counts)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=6)
+        fig.suptitle("kstage thread scaling (1e6 rows, float32 x 3)")
+        fig.savefig(os.path.join(outdir, "threads.png"), dpi=80)
+        plt.close(fig)
+        md.append("![threads](threads.png)\n")
+    except ImportError:
+        md.append("(no matplotlib: no thread-scaling plot)\n")
+    return md
+
+
 # ---- main -------------------------------------------------------------------------------------
 def main():
     if len(sys.argv) != 2 or sys.argv[1] in ("-h", "--help"):
@@ -498,6 +558,7 @@ def main():
             ratio(r["ratio_memcpy"]), ratio(r["ratio_numpy"]), ratio(r["ratio_loop"]), med_s))
     md.append("")
     md.extend(scale_md)
+    md.extend(threads_section(outdir))
     md.append("## Baselines\n")
     md.append("| baseline | impl | exec | rows | lanes | dtype | GB/s | median |")
     md.append("|---|---|---|---:|---:|---|---:|---:|")

@@ -10,7 +10,8 @@
 # configure and build the "default" preset (Release) targets kstage_perf and the particles
 # example, run kstage_perf, the numpy baselines and the particles example, then perf/report.py.
 # Results go to perf/results/<UTC time>-<mode>/ (perf/results/latest points at the newest):
-# results.csv, numpy.csv, summary.md, summary.csv, targets.txt, plots/*.png and the logs.
+# results.csv, numpy.csv, summary.md, summary.csv, targets.txt, plots/*.png, threads/ (the
+# thread-scaling runs at 1, 2 and all hardware threads; not with --smoke) and the logs.
 #
 # Environment:
 #   KSTAGE_JOBS             build jobs (default 2)
@@ -77,6 +78,24 @@ rc=${PIPESTATUS[0]}
 set -e
 [ "$rc" -eq 0 ] || { echo "perf.sh: kstage_perf exited with $rc (see FAILED lines above)" >&2; status=1; }
 [ -f "$OUT/results.csv" ] || { echo "perf.sh: kstage_perf wrote no results" >&2; exit 1; }
+
+# Thread scaling (issue 12): the dense and sparse writes on the parallel execution space at 1,
+# 2 and all hardware threads (--kokkos-threads), one kstage_perf run each, into threads/<T>/;
+# report.py tabulates and plots the parallel efficiency.
+if [ "$MODE" != smoke ]; then
+  threads=$(printf '%s\n' 1 2 "$(nproc)" | sort -nu | tr '\n' ' ')
+  echo "==== kstage perf ($MODE): thread scaling at ${threads}threads ===="
+  for t in $threads; do
+    for f in write_dense write_index_map write_mask; do
+      mkdir -p "$OUT/threads/$t/$f"
+      if ! "$BUILD/perf/kstage_perf" --rows 1e6 --lanes 3 --dtypes f32 --exec parallel --filter "$f" \
+          --seconds 0.5 --out "$OUT/threads/$t/$f" "--kokkos-threads=$t" >> "$OUT/threads.log" 2>&1; then
+        echo "perf.sh: the thread-scaling run ($t threads, $f) failed (see $OUT/threads.log)" >&2
+        status=1
+      fi
+    done
+  done
+fi
 
 echo "==== kstage perf ($MODE): numpy baselines ===="
 numpy_flag=()
