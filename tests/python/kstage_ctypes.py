@@ -13,61 +13,20 @@ import ctypes
 import glob
 import os
 
-# --------------------------------------------------------------------------------------------
-# DLPack
-# --------------------------------------------------------------------------------------------
-kDLCPU = 1
-kDLInt, kDLUInt, kDLFloat = 0, 1, 2
-
-
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", DLDataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-class DLManagedTensor(ctypes.Structure):
-    pass
-
-
-DLManagedTensorDeleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
-DLManagedTensor._fields_ = [
-    ("dl_tensor", DLTensor),
-    ("manager_ctx", ctypes.c_void_p),
-    ("deleter", DLManagedTensorDeleter),
-]
-
-
-class DLPackVersion(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
-
-
-class DLManagedTensorVersioned(ctypes.Structure):
-    pass
-
-
-DLManagedTensorVersionedDeleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensorVersioned))
-DLManagedTensorVersioned._fields_ = [
-    ("version", DLPackVersion),
-    ("manager_ctx", ctypes.c_void_p),
-    ("deleter", DLManagedTensorVersionedDeleter),
-    ("flags", ctypes.c_uint64),
-    ("dl_tensor", DLTensor),
-]
+from dlpack_ctypes import (  # noqa: E402,F401  (the DLPack structs, shared with the package tests)
+    DLDataType,
+    DLDevice,
+    DLManagedTensor,
+    DLManagedTensorDeleter,
+    DLManagedTensorVersioned,
+    DLManagedTensorVersionedDeleter,
+    DLPackVersion,
+    DLTensor,
+    kDLCPU,
+    kDLFloat,
+    kDLInt,
+    kDLUInt,
+)
 
 # --------------------------------------------------------------------------------------------
 # kstage

@@ -6,7 +6,7 @@ scripts/test.sh's `python` leg) or the build tree's (PYTHONPATH=<build>/python, 
 python_package). They never add the source tree's python/ folder to sys.path.
 
 Shared fixtures: `stage` (a fresh kstage.Stage, closed after the test), `paths4` / `q4` (four
-prims and their query), `emulated` (skips the test when this kstage has no emulated device).
+prims and their query), `pos` (a sealed float32 x 3 column over them), `emulated` (skips the test when this kstage has no emulated device).
 Helpers are in ks_support.py beside this file.
 """
 import os
@@ -39,6 +39,17 @@ def paths4():
 @pytest.fixture
 def q4(stage, paths4):
     return stage.query(paths4)
+
+
+@pytest.fixture
+def pos(stage, q4):
+    """pos (float32 x 3) = arange(12).reshape(4, 3), written (copied) and sealed at 1."""
+    import numpy as np
+
+    a = np.arange(12, dtype=np.float32).reshape(4, 3)
+    stage.write("pos", q4, a, 1)
+    stage.seal(1)
+    return a
 
 
 _emulated = None

@@ -16,68 +16,22 @@ import numpy as np
 
 import kstage
 
-# ------------------------------------------------------------------------------------------------
-# DLPack (dlpack.h 1.x, LP64)
-# ------------------------------------------------------------------------------------------------
-kDLCPU = 1
-kDLExtDev = 12
-DLPACK_FLAG_BITMASK_READ_ONLY = 1 << 0
-DLPACK_FLAG_BITMASK_IS_COPIED = 1 << 1
-
-
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", DLDataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-class DLManagedTensor(ctypes.Structure):
-    pass
-
-
-LegacyDeleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
-DLManagedTensor._fields_ = [
-    ("dl_tensor", DLTensor),
-    ("manager_ctx", ctypes.c_void_p),
-    ("deleter", LegacyDeleter),
-]
-
-
-class DLPackVersion(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
-
-
-class DLManagedTensorVersioned(ctypes.Structure):
-    pass
-
-
-VersionedDeleter = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensorVersioned))
-DLManagedTensorVersioned._fields_ = [
-    ("version", DLPackVersion),
-    ("manager_ctx", ctypes.c_void_p),
-    ("deleter", VersionedDeleter),
-    ("flags", ctypes.c_uint64),
-    ("dl_tensor", DLTensor),
-]
-
-assert ctypes.sizeof(DLTensor) == 48
-assert ctypes.sizeof(DLManagedTensor) == 64
-assert ctypes.sizeof(DLManagedTensorVersioned) == 80
-assert DLManagedTensorVersioned.flags.offset == 24 and DLManagedTensorVersioned.dl_tensor.offset == 32
+# DLPack structs: tests/python/dlpack_ctypes.py (shared with the C API's ctypes tests).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "python"))
+from dlpack_ctypes import (  # noqa: E402,F401
+    DLPACK_FLAG_BITMASK_IS_COPIED,
+    DLPACK_FLAG_BITMASK_READ_ONLY,
+    DLDataType,
+    DLDevice,
+    DLManagedTensor,
+    DLManagedTensorDeleter as LegacyDeleter,
+    DLManagedTensorVersioned,
+    DLManagedTensorVersionedDeleter as VersionedDeleter,
+    DLPackVersion,
+    DLTensor,
+    kDLCPU,
+    kDLExtDev,
+)
 
 VERSIONED = b"dltensor_versioned"
 LEGACY = b"dltensor"

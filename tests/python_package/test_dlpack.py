@@ -23,15 +23,6 @@ from ks_support import (  # noqa: E402
 ALIGN = 64  # KSTAGE_BUFFER_ALIGNMENT
 
 
-@pytest.fixture
-def pos(stage, q4):
-    """pos (float32 x 3) = arange(12).reshape(4, 3), written (copied) and sealed at 1."""
-    a = np.arange(12, dtype=np.float32).reshape(4, 3)
-    stage.write("pos", q4, a, 1)
-    stage.seal(1)
-    return a
-
-
 def one_group(stage, query, attr, **kw):
     groups = list(stage.read(query, attr, **kw))
     assert len(groups) == 1, groups

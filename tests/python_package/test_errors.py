@@ -63,14 +63,6 @@ def expect(cls, builtin, status, *fragments):
     return _Check()
 
 
-@pytest.fixture
-def pos(stage, q4):
-    a = np.arange(12, dtype=np.float32).reshape(4, 3)
-    stage.write("pos", q4, a, 1)
-    stage.seal(1)
-    return a
-
-
 def current(stage, q4, attr="pos"):
     groups = list(stage.read(q4, attr))
     assert len(groups) == 1

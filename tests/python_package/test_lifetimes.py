@@ -15,14 +15,6 @@ import kstage  # noqa: E402
 from ks_support import describe_exit, rss_bytes, run_python, values_in_prim_order  # noqa: E402
 
 
-@pytest.fixture
-def pos(stage, q4):
-    a = np.arange(12, dtype=np.float32).reshape(4, 3)
-    stage.write("pos", q4, a, 1)
-    stage.seal(1)
-    return a
-
-
 # ------------------------------------------------------------------------------------------------
 # Groups and reads
 # ------------------------------------------------------------------------------------------------
