@@ -148,6 +148,13 @@ DLDevice device_arg(nb::handle device);
 /// A kstage_device_sync_t stream from a Python array API stream value (None: `none_value`).
 uintptr_t stream_arg(nb::handle stream, uintptr_t none_value);
 
+/// Memory the host reads directly (CPU, CUDA/ROCm pinned host memory): no stream applies.
+inline bool is_host_memory(int device_type) {
+  return device_type == kDLCPU || device_type == kDLCUDAHost || device_type == kDLROCMHost;
+}
+
+/// The name of a kstage_semantic_t ("point", ...; "unknown" for a code kstage.h does not have).
+const char* semantic_name(kstage_semantic_t semantic);
 /// "upsert" / "insert" / "update", and a semantic name ("point", ...) or code (None: none).
 kstage_prim_mode_t mode_arg(std::string_view mode);
 kstage_semantic_t semantic_arg(nb::handle semantic);
@@ -258,18 +265,18 @@ using FastMethod = PyObject* (*)(PyObject* self, PyObject* const* args, Py_ssize
 void install_dlpack_method(nb::handle cls, FastMethod function);
 nb::object call_dlpack_impl(DlpackImpl impl, PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                             PyObject* kwnames);
+/// Sets the Python error of the exception in flight (call it in a catch (...) block): the C
+/// entry points that nanobind does not wrap (vectorcall methods, tp_iternext) let nothing
+/// escape into CPython.
+void set_error_from_current_exception() noexcept;
 template <DlpackImpl Impl>
 PyObject* dlpack_vectorcall(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   try {
     return call_dlpack_impl(Impl, self, args, nargs, kwnames).release().ptr();
-  } catch (nb::python_error& e) {
-    e.restore();
-  } catch (const std::bad_alloc&) {
-    PyErr_NoMemory();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    set_error_from_current_exception();
+    return nullptr;
   }
-  return nullptr;
 }
 template <DlpackImpl Impl>
 void install_dlpack_method(nb::handle cls) {
@@ -287,14 +294,10 @@ PyObject* iternext(PyObject* self) {
   try {
     nb::object next = nb::inst_ptr<T>(self)->next_or_none();
     return next.is_none() ? nullptr : next.release().ptr();
-  } catch (nb::python_error& e) {
-    e.restore();
-  } catch (const std::bad_alloc&) {
-    PyErr_NoMemory();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    set_error_from_current_exception();
+    return nullptr;
   }
-  return nullptr;
 }
 
 /// `__dlpack_device__` of `source`.

@@ -231,7 +231,7 @@ nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream
   if (!readonly && !want_copy && source.writable_refusal()[0] != '\0') buffer_error(source.writable_refusal());
 
   // The stream: the consumer's, to be ordered after the group's producing work (array API).
-  bool host = device.device_type == kDLCPU || device.device_type == kDLCUDAHost || device.device_type == kDLROCMHost;
+  const bool host = is_host_memory(device.device_type);
   // -1 (no synchronisation) and 0 (not allowed for CUDA) are told apart from handles here.
   int overflow = 0;
   bool is_int = !stream.is_none() && PyLong_Check(stream.ptr());

@@ -132,7 +132,7 @@ Imported import_dlpack(nb::handle source, nb::handle stream) {
     if (!stream.is_none() && nb::hasattr(source, "__dlpack_device__")) {
       nb::object device = source.attr("__dlpack_device__")();
       int type = nb::cast<int>(device[0]);
-      if (type == kDLCPU || type == kDLCUDAHost || type == kDLROCMHost) producer_stream = nb::none();
+      if (is_host_memory(type)) producer_stream = nb::none();
     }
     stream = producer_stream;
     try {

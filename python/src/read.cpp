@@ -16,12 +16,6 @@
 namespace kstage_py {
 namespace {
 
-const char* semantic_name(kstage_semantic_t s) {
-  static const char* names[] = {"none",       "point",   "vector",   "normal",  "color", "quaternion",
-                                "matrix",     "texcoord", "token_id", "path_id", "string"};
-  return s >= 0 && s < static_cast<kstage_semantic_t>(sizeof names / sizeof names[0]) ? names[s] : "unknown";
-}
-
 struct GroupPin final : TensorSource {
   StageRef stage;
   kstage_read_group_t info{};
@@ -67,7 +61,7 @@ struct GroupPin final : TensorSource {
   DLManagedTensorVersioned* repeat_export(uint64_t index) override {
     if (index != 0 || released || shared[0] == nullptr || stage->id == 0) return nullptr;
     const DLDevice d = device();
-    if (d.device_type != kDLCPU && d.device_type != kDLCUDAHost && d.device_type != kDLROCMHost) return nullptr;
+    if (!is_host_memory(d.device_type)) return nullptr;
     return shared[0]->lease();
   }
   const char* writable_refusal() const override {

@@ -24,6 +24,13 @@ kstage_prim_mode_t mode_arg(std::string_view mode) {
   raise_invalid_argument("mode must be \"upsert\", \"insert\" or \"update\", not \"" + std::string(mode) + "\"");
 }
 
+const char* semantic_name(kstage_semantic_t s) {
+  static const char* names[] = {"none",   "point",    "vector",   "normal",  "color", "quaternion",
+                                "matrix", "texcoord", "token_id", "path_id", "string"};
+  static_assert(sizeof names / sizeof names[0] == KSTAGE_SEMANTIC_STRING + 1, "one name per kstage_semantic_t");
+  return s >= 0 && s <= KSTAGE_SEMANTIC_STRING ? names[s] : "unknown";
+}
+
 kstage_semantic_t semantic_arg(nb::handle semantic) {
   if (semantic.is_none()) return KSTAGE_SEMANTIC_NONE;
   if (PyLong_Check(semantic.ptr())) {
@@ -36,11 +43,9 @@ kstage_semantic_t semantic_arg(nb::handle semantic) {
                  Py_TYPE(semantic.ptr())->tp_name);
     throw nb::python_error();
   }
-  static const char* names[] = {"none",   "point",    "vector",   "normal",  "color", "quaternion",
-                                "matrix", "texcoord", "token_id", "path_id", "string"};
   std::string s = nb::cast<std::string>(semantic);
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
-    if (s == names[i]) return static_cast<kstage_semantic_t>(i);
+  for (kstage_semantic_t i = KSTAGE_SEMANTIC_NONE; i <= KSTAGE_SEMANTIC_STRING; ++i) {
+    if (s == semantic_name(i)) return i;
   }
   raise_invalid_argument("unknown semantic \"" + s +
                          "\" (none, point, vector, normal, color, quaternion, matrix, texcoord, token_id, "
@@ -203,9 +208,7 @@ void build_write(const WriteSpec& spec, Payload& payload, kstage_write_data_t& d
     payload.imports.push_back(import_dlpack(spec.data, spec.stream));
   }
   const DLTensor& first = payload.imports.front().tensor();
-  bool on_device = !(first.device.device_type == kDLCPU || first.device.device_type == kDLCUDAHost ||
-                     first.device.device_type == kDLROCMHost);
-  if (on_device) d.device_sync.stream = stream_arg(spec.stream, first.device.device_type == kDLExtDev ? 0 : 1);
+  if (!is_host_memory(first.device.device_type)) d.device_sync.stream = stream_arg(spec.stream, first.device.device_type == kDLExtDev ? 0 : 1);
 
   if (!spec.row_counts.is_none()) {
     if (spec.adopt) raise_invalid_argument("adopt=True takes whole tensors: not a packed tensor with row_counts");
