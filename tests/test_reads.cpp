@@ -313,6 +313,48 @@ TEST_CASE("row stamps widen past 256 and 65536 live change ordinals", "[read][ch
   REQUIRE(rows_in(2 + kRows, 2 + kRows).prims.size() == 0);
 }
 
+TEST_CASE("row stamps narrow again when a compaction leaves few live ordinals", "[read][change_range]") {
+  // 300 rows with distinct live ordinals widen the stamps to 2 bytes; one write of rows 1..299
+  // leaves two live ordinals, and the ticks on row 0 that follow outgrow the table (4096
+  // entries): the compaction keeps three ordinals and narrows the stamps back to 1 byte. Every
+  // row must still read back with its exact last change.
+  Stage s(host_execution());
+  kstage_token_t a = s.token("a");
+  constexpr size_t kRows = 300;
+  auto p = s.paths("/n", kRows);
+  kstage_query_t all = s.query(p);
+  KS_OK(try_write(s, all, a, 1, std::vector<float>(kRows, 0.0f)));
+  s.seal(1);
+  uint64_t ordinal = 1;
+  for (size_t t = 0; t < kRows; ++t) {
+    KS_OK(try_write(s, s.query({p[t]}), a, ++ordinal, {float(t)}));
+    s.seal(ordinal);
+  }
+  const uint64_t rest_at = ++ordinal;
+  KS_OK(try_write(s, s.query(std::vector<kstage_path_t>(p.begin() + 1, p.end())), a, rest_at,
+                  std::vector<float>(kRows - 1, -1.0f)));
+  s.seal(rest_at);
+  kstage_query_t first = s.query({p[0]});
+  for (int k = 0; k < 4200; ++k) {
+    ++ordinal;
+    KS_OK(try_write(s, first, a, ordinal, {float(ordinal)}));
+    s.seal(ordinal);
+  }
+  kstage_read_desc_t d = range(rest_at, rest_at);
+  auto g = s.read(s.query(std::vector<kstage_path_t>(p.begin() + 1, p.end())), {a}, &d);
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>(p.begin() + 1, p.end()));
+  REQUIRE(floats_of(g[0]) == std::vector<float>(kRows - 1, -1.0f));
+  d = range(ordinal, ordinal);
+  g = s.read(all, {a}, &d);
+  REQUIRE(g.size() == 1);
+  REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[0]});
+  REQUIRE(floats_of(g[0]) == std::vector<float>{float(ordinal)});
+  d = range(rest_at + 1, ordinal - 1);
+  g = s.read(s.query(std::vector<kstage_path_t>(p.begin() + 1, p.end())), {a}, &d);
+  REQUIRE(g.empty());
+}
+
 TEST_CASE("change-range reads after sparse ticks", "[read][change_range]") {
   // When one sparse write is the only change since the range's beginning and
   // the query is the column in row order, the read answers from that write's
