@@ -44,7 +44,9 @@ static_assert(sizeof(kstage_config_t) ==
 static_assert(sizeof(kstage_write_data_t) ==
               offsetof(kstage_write_data_t, residency) + sizeof(DLDevice));
 static_assert(sizeof(kstage_read_desc_t) ==
-              offsetof(kstage_read_desc_t, device_sync) + sizeof(kstage_device_sync_t));
+              offsetof(kstage_read_desc_t, max_group_prims) + sizeof(uint64_t));
+static_assert(offsetof(kstage_read_desc_t, max_group_prims) == Layout<kstage_read_desc_t>::first,
+              "max_group_prims was appended to the first layout");
 static_assert(sizeof(kstage_map_desc_t) ==
               offsetof(kstage_map_desc_t, reserved) + sizeof(kstage_map_desc_t::reserved));
 static_assert(Layout<kstage_write_data_t>::first <= sizeof(kstage_write_data_t));

@@ -70,7 +70,7 @@ struct Read {
 struct StageEntry {
   std::unique_ptr<core::Stage> engine;
   HandleTable<PathList> path_lists;
-  HandleTable<const std::vector<uint64_t>> queries;
+  HandleTable<const core::PrimSeq> queries;
   HandleTable<Read> reads;
   HandleTable<core::ReadGroup> groups;
   HandleTable<core::Op> ops;

@@ -57,7 +57,9 @@ kstage_status_t kstage_fetch_map_next(kstage_stage_t stage, kstage_map_t map, ui
     std::lock_guard lock(m->mutex);
     if (m->ended || m->next_fetch >= m->groups.size())
       return error(KSTAGE_END_OF_ITERATION, "map %llu has no more groups", (unsigned long long)map);
-    core::MapGroup& g = *m->groups[m->next_fetch++];
+    core::MapGroup& g = *m->groups[m->next_fetch];
+    g.publish_prims();  // first: may run out of memory, and then nothing changed
+    ++m->next_fetch;
     g.state = core::MapGroup::State::Fetched;
     g.desc.handle = new_handle(Kind::MapGroup);
     *group = g.desc;

@@ -48,6 +48,7 @@ kstage_status_t kstage_fetch_read_next(kstage_stage_t stage, kstage_read_t read,
       if (r->groups.empty())
         return error(KSTAGE_END_OF_ITERATION, "read %llu has no more groups",
                      (unsigned long long)read);
+      r->groups.front()->publish_prims();  // first: may run out of memory, and then nothing changed
       g = std::move(r->groups.front());
       r->groups.pop_front();
     }

@@ -62,15 +62,19 @@ void Column::compact_stamps() {
   compacted_to_ = stamp_ordinals_.size();
 }
 
-RowMap Column::row_map(const std::shared_ptr<const std::vector<uint64_t>>& prims, size_t n) {
+RowMap Column::row_map(const PrimList& prims, size_t n) {
   for (const CachedRowMap& c : cache_)
     if (c.key == prims.get() && c.n == n && c.structure == structure_ && !c.prims.expired())
       return c.map;
   RowMap m;
   if (affine_rows_ != 0 && n == affine_rows_) {  // prim i is row i? then no table at all
-    const uint64_t* p = prims->data();
-    bool identity = true;
-    for (size_t i = 0; identity && i < n; ++i) identity = p[i] == affine_first_ + i;
+    bool identity;
+    if (const uint64_t* p = prims->data()) {
+      identity = true;
+      for (size_t i = 0; identity && i < n; ++i) identity = p[i] == affine_first_ + i;
+    } else {  // a range query: O(1)
+      identity = prims->first() == affine_first_ && (prims->stride() == 1 || n == 1);
+    }
     if (identity) {
       m.all_present = m.identity = true;
       CachedRowMap& slot = cache_[cache_next_++ % 4];
@@ -81,12 +85,19 @@ RowMap Column::row_map(const std::shared_ptr<const std::vector<uint64_t>>& prims
   auto rows = std::make_shared<std::vector<uint32_t>>(n);
   m.all_present = true;
   m.identity = n == row_space() && n == live_rows_;
-  const uint64_t* p = prims->data();
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t r = row_of(p[i]);
-    (*rows)[i] = r;
-    m.all_present = m.all_present && r != kNoRow;
-    m.identity = m.identity && r == i;
+  auto fill = [&](auto prim) {
+    for (size_t i = 0; i < n; ++i) {
+      const uint32_t r = row_of(prim(i));
+      (*rows)[i] = r;
+      m.all_present = m.all_present && r != kNoRow;
+      m.identity = m.identity && r == i;
+    }
+  };
+  if (const uint64_t* p = prims->data()) {
+    fill([p](size_t i) { return p[i]; });
+  } else {
+    const PrimSeq& s = *prims;
+    fill([&s](size_t i) { return s[i]; });
   }
   m.identity = m.identity && m.all_present;
   m.rows = std::move(rows);
@@ -124,13 +135,18 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
   // order takes the affine form: no per-prim bookkeeping at all.
   if (!schema_.is_array && row_space() == 0 && rows.subset == nullptr && rows.n > 0 &&
       rows.n < kNoRow && (*rows.prims)[0] != 0) {
-    const uint64_t* p = rows.prims->data();
-    bool consecutive = p[0] <= UINT64_MAX - rows.n;
-    for (size_t i = 1; consecutive && i < rows.n; ++i) consecutive = p[i] == p[0] + i;
+    const PrimSeq& s = *rows.prims;
+    const uint64_t first = s[0];
+    bool consecutive = first <= UINT64_MAX - rows.n;
+    if (const uint64_t* p = s.data()) {
+      for (size_t i = 1; consecutive && i < rows.n; ++i) consecutive = p[i] == first + i;
+    } else {  // a range query: O(1)
+      consecutive = consecutive && (s.stride() == 1 || rows.n == 1);
+    }
     if (consecutive) {
-      new_prims.run_first = p[0];
+      new_prims.run_first = first;
       new_prims.run_count = rows.n;
-      affine_first_ = p[0];
+      affine_first_ = first;
       affine_rows_ = rows.n;
       live_rows_ = rows.n;
       stamps_.clear();
@@ -382,7 +398,7 @@ Status Column::apply_array(const StagedRows& rows, const TargetRows& map) {
   return Status::OK();
 }
 
-void Column::apply_delete(const uint64_t* prims, size_t n, uint64_t ordinal,
+void Column::apply_delete(const PrimSeq& prims, size_t n, uint64_t ordinal,
                           std::vector<uint64_t>& removed) {
   const size_t before = removed.size();
   for (size_t i = 0; i < n; ++i) {

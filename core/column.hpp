@@ -14,6 +14,7 @@
 #include "core/backend.hpp"
 #include "core/buffer.hpp"
 #include "core/paged_array.hpp"
+#include "core/prim_seq.hpp"
 #include "core/stamp_table.hpp"
 
 #include <algorithm>
@@ -33,7 +34,7 @@ struct Schema {
 // or, for a masked write, prims[subset[j]] for j in [0, n): the query's prim
 // list is shared, not copied, and only the selected positions are stored.
 struct StagedRows {
-  std::shared_ptr<const std::vector<uint64_t>> prims;
+  PrimList prims;
   size_t n = 0;
   BufferPtr subset;  // host memory, n uint32 ascending, each < span; null: prims[0, n)
   size_t span = 0;   // with subset: the prefix of prims it selects from (the write's count)
@@ -138,7 +139,7 @@ class Column {
   uint64_t row_length(uint32_t row) const { return array_length_[row]; }
 
   // Rows of prims[0, n) (cached while the column's rows do not change).
-  RowMap row_map(const std::shared_ptr<const std::vector<uint64_t>>& prims, size_t n);
+  RowMap row_map(const PrimList& prims, size_t n);
   // Whether the column's kernels read host arrays where they are (else
   // index arrays go to the device: see resident_rows).
   bool reads_host() const { return backend_->can_access(DLDevice{kDLCPU, 0}); }
@@ -150,8 +151,8 @@ class Column {
   // Applies a staged write at `ordinal`. `new_prims` collects prims that gain
   // this attribute. On failure (OUT_OF_MEMORY) the column is unchanged.
   Status apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& new_prims);
-  // Removes `prims` (those present) at `ordinal`; collects them in `removed`.
-  void apply_delete(const uint64_t* prims, size_t n, uint64_t ordinal,
+  // Removes prims[0, n) (those present) at `ordinal`; collects them in `removed`.
+  void apply_delete(const PrimSeq& prims, size_t n, uint64_t ordinal,
                     std::vector<uint64_t>& removed);
 
  private:
@@ -217,8 +218,8 @@ class Column {
   RecentWrite recent_;
   uint64_t structure_ = 0;  // bumped whenever rows are assigned or freed
   struct CachedRowMap {
-    std::weak_ptr<const std::vector<uint64_t>> prims;
-    const std::vector<uint64_t>* key = nullptr;
+    std::weak_ptr<const PrimSeq> prims;
+    const PrimSeq* key = nullptr;
     size_t n = 0;
     uint64_t structure = 0;
     RowMap map;

@@ -19,12 +19,19 @@ struct MapGroup {
   kstage_map_group_info_t desc{};
   // The group's prims (query order) and, for a whole-column map whose rows
   // are not in query order, prim i -> buffer row. Shared with the query and
-  // the column's row map, not copied.
-  std::shared_ptr<const std::vector<uint64_t>> prims;
+  // the column's row map, not copied. A range query's prims have no list:
+  // publish_prims() makes the group's in `prim_ids` when it is fetched.
+  PrimList prims;
+  std::vector<uint64_t> prim_ids;
   std::shared_ptr<const std::vector<uint32_t>> index_map;
   std::vector<DLTensor> tensors;
   std::vector<int64_t> shapes, strides;
   StagedRows rows;  // what unmap commits: the buffer and its target prims
+
+  void publish_prims() {
+    if (desc.prims == nullptr && desc.prim_count > 0)
+      desc.prims = prims->ids(0, desc.prim_count, prim_ids);
+  }
 };
 
 struct MapSession {

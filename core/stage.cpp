@@ -139,7 +139,6 @@ Column* Stage::column(uint64_t attribute) const {
 Result<PrimList> Stage::query_paths(const uint64_t* paths, uint64_t n) {
   if (n > 0 && paths == nullptr)
     return error(KSTAGE_INVALID_ARGUMENT, "paths is NULL but count is %llu", (unsigned long long)n);
-  auto list = std::make_shared<std::vector<uint64_t>>(paths, paths + n);
   for (uint64_t i = 0; i < n; ++i)
     if (!dictionary_.is_path(paths[i]))
       return error(KSTAGE_INVALID_ARGUMENT, "paths[%llu] = %llu is not a path of this stage",
@@ -166,7 +165,13 @@ Result<PrimList> Stage::query_paths(const uint64_t* paths, uint64_t n) {
     return error(KSTAGE_INVALID_ARGUMENT, "paths[%llu] ('%s') repeats paths[%llu]",
                  (unsigned long long)repeat, path_name(paths[repeat]).c_str(), (unsigned long long)first);
   }
-  return PrimList(std::move(list));
+  // Consecutive ids in order (paths interned one after another): kept as a
+  // progression, as a range query is -- no list.
+  bool consecutive = n > 1 && paths[0] <= UINT64_MAX - n;
+  for (uint64_t i = 1; consecutive && i < n; ++i) consecutive = paths[i] == paths[0] + i;
+  if (consecutive)
+    return PrimList(std::make_shared<const PrimSeq>(PrimSeq::progression(paths[0], n, 1)));
+  return PrimList(std::make_shared<const PrimSeq>(std::vector<uint64_t>(paths, paths + n)));
 }
 
 Result<PrimList> Stage::query_range(uint64_t first, uint64_t start, uint64_t count, uint64_t stride) {
@@ -185,9 +190,8 @@ Result<PrimList> Stage::query_range(uint64_t first, uint64_t start, uint64_t cou
                  "count %llu with stride %llu from %llu reaches beyond the range's %llu paths (at most %llu)",
                  (unsigned long long)count, (unsigned long long)stride, (unsigned long long)start,
                  (unsigned long long)r.count, (unsigned long long)available);
-  auto list = std::make_shared<std::vector<uint64_t>>(count);
-  for (uint64_t k = 0; k < count; ++k) (*list)[k] = first + start + k * stride;
-  return PrimList(std::move(list));
+  // No list: prim k is first + start + k * stride (the ids of a range are consecutive).
+  return PrimList(std::make_shared<const PrimSeq>(PrimSeq::progression(first + start, count, stride)));
 }
 
 Result<PrimList> Stage::query_filter(const kstage_filter_t& f, const std::vector<uint64_t>* path_in) {
@@ -203,7 +207,7 @@ Result<PrimList> Stage::query_filter(const kstage_filter_t& f, const std::vector
   std::vector<const Column*> has;
   for (uint64_t i = 0; i < f.has_attribute_count; ++i) {
     const Column* c = column(f.has_attributes[i]);
-    if (!c) return PrimList(std::make_shared<std::vector<uint64_t>>());  // nobody holds it
+    if (!c) return PrimList(std::make_shared<const PrimSeq>());  // nobody holds it
     has.push_back(c);
   }
   std::vector<uint64_t> candidates;
@@ -214,15 +218,15 @@ Result<PrimList> Stage::query_filter(const kstage_filter_t& f, const std::vector
   } else {
     prim_attribute_count_.for_each([&](uint64_t p) { candidates.push_back(p); });
   }
-  auto out = std::make_shared<std::vector<uint64_t>>();
+  std::vector<uint64_t> out;
   for (uint64_t p : candidates) {
     if (prim_attribute_count_.get(p) == 0) continue;
     bool keep = true;
     for (const Column* c : has) keep = keep && c->has(p);
-    if (keep) out->push_back(p);
+    if (keep) out.push_back(p);
   }
-  if (f.path_prefix != 0) dictionary_.keep_at_or_below(f.path_prefix, *out);
-  return PrimList(std::move(out));
+  if (f.path_prefix != 0) dictionary_.keep_at_or_below(f.path_prefix, out);
+  return PrimList(std::make_shared<const PrimSeq>(std::move(out)));
 }
 
 // ---------------------------------------------------------------------------
@@ -455,7 +459,7 @@ Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reach
       prim_attribute_count_.increment_run(added.run_first, added.run_count);
     } else {
       removed.clear();
-      c.apply_delete(m.rows.prims->data(), m.rows.n, m.ordinal, removed);
+      c.apply_delete(*m.rows.prims, m.rows.n, m.ordinal, removed);
       for (uint64_t p : removed) prim_attribute_count_.decrement(p);
     }
   }
@@ -517,19 +521,62 @@ Result<uint64_t> Stage::write_floor(uint64_t attribute) {
 
 namespace {
 
-void finish_desc(ReadGroup& g) {
-  const std::vector<uint64_t>& prims = g.shared_prims ? *g.shared_prims : g.prims;
-  g.desc.prims = prims.data();
-  g.desc.prim_count = prims.size();
-  g.desc.data.count = prims.size();
+// Points the descriptor at the group's own arrays. `count`: its prims.
+void finish_desc(ReadGroup& g, size_t count) {
+  g.desc.prims = count > 0 ? g.prims->data() : nullptr;  // null for a progression: publish_prims()
+  if (g.desc.prims) g.desc.prims += g.prim_from;
+  g.desc.prim_count = count;
+  g.desc.data.count = count;
   g.desc.data.tensors = g.tensors.empty() ? nullptr : g.tensors.data();
   g.desc.data.tensor_count = g.tensors.size();
-  g.desc.data.index_map = g.shared_index_map ? g.shared_index_map->data()
-                          : g.index_map.empty() ? nullptr
-                                                : g.index_map.data();
+  g.desc.data.index_map = g.index_map ? g.index_map->data() + g.index_from : nullptr;
   for (size_t i = 0; i < g.tensors.size(); ++i) {
     g.tensors[i].shape = &g.shapes[i];
     g.tensors[i].strides = &g.strides[i];
+  }
+}
+
+// Splits `g` into groups of at most `per` prims, in order (read_desc's
+// max_group_prims). They share its prims, index map and buffer; each has its
+// slice of them: a fixed-size column's tensor starts at the slice's first
+// row when the rows are in prim order, else stays whole with the slice of
+// the index map; an array column's tensors are one per prim.
+void split_group(std::unique_ptr<ReadGroup> g, size_t per, size_t row_bytes,
+                 std::vector<std::unique_ptr<ReadGroup>>& out) {
+  const size_t n = g->desc.prim_count;
+  if (per == 0 || n <= per) {
+    out.push_back(std::move(g));
+    return;
+  }
+  for (size_t from = 0; from < n; from += per) {
+    const size_t k = std::min(per, n - from);
+    auto c = std::make_unique<ReadGroup>();
+    c->desc = g->desc;
+    c->prims = g->prims;
+    c->prim_from = g->prim_from + from;
+    c->index_map = g->index_map;
+    c->index_from = g->index_from + from;
+    c->pinned = g->pinned;
+    c->owns_buffer = g->owns_buffer;
+    c->ready = g->ready;
+    c->device = g->device;
+    if (g->tensors.empty()) {
+      // A tombstone group: prims only.
+    } else if (g->desc.is_array) {
+      c->tensors.assign(g->tensors.begin() + from, g->tensors.begin() + from + k);
+      c->shapes.assign(g->shapes.begin() + from, g->shapes.begin() + from + k);
+      c->strides.assign(g->strides.begin() + from, g->strides.begin() + from + k);
+    } else {
+      c->tensors = g->tensors;
+      c->shapes = g->shapes;
+      c->strides = g->strides;
+      if (!g->index_map) {  // rows in prim order: the slice's rows
+        c->tensors[0].data = static_cast<std::byte*>(g->tensors[0].data) + from * row_bytes;
+        c->shapes[0] = int64_t(k);
+      }
+    }
+    finish_desc(*c, k);
+    out.push_back(std::move(c));
   }
 }
 
@@ -572,14 +619,16 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
   // cached row map when the group is the whole query, else collected here.
   const RowMap map = c.row_map(prims, prims->size());
   std::vector<uint32_t> own_rows;
+  std::vector<uint64_t> value_prims, tomb_prims;  // when not the query's own
   const uint32_t* rows = nullptr;
   size_t n = 0;
+  bool whole_query = false;  // the group's prims are the query's
   // A change range whose last write covered every row (a dense tick) selects
   // every prim of the query, as a latest read does.
   const bool dense_tick_in_range = desc.change_range && c.whole_change() >= desc.range_begin &&
                                    c.whole_change() <= desc.range_end;
   if (map.all_present && (!desc.change_range || dense_tick_in_range)) {
-    values->shared_prims = prims;
+    whole_query = true;
     rows = map.rows ? map.rows->data() : nullptr;  // null: the identity (prim i is row i)
     n = prims->size();
   } else if (const Column::RecentWrite* w =
@@ -592,12 +641,12 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
     own_rows.assign(w->rows, w->rows + w->n);
     if (!std::is_sorted(own_rows.begin(), own_rows.end()))
       std::sort(own_rows.begin(), own_rows.end());
-    values->prims.resize(own_rows.size());
-    for (size_t i = 0; i < own_rows.size(); ++i) values->prims[i] = (*prims)[own_rows[i]];
+    value_prims.resize(own_rows.size());
+    for (size_t i = 0; i < own_rows.size(); ++i) value_prims[i] = (*prims)[own_rows[i]];
     rows = own_rows.data();
     n = own_rows.size();
   } else {
-    const uint64_t* p = prims->data();
+    const PrimSeq& p = *prims;
     const uint32_t* r = map.rows ? map.rows->data() : nullptr;  // null: the identity
     const size_t count = prims->size();
     if (desc.change_range) {
@@ -615,11 +664,11 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
           const uint32_t row = row_of_element(i);
           if (row != Column::kNoRow) {
             if (!every_row && (stamp == nullptr || stamp[row] < first)) continue;
-            values->prims.push_back(p[i]);
+            value_prims.push_back(p[i]);
             own_rows.push_back(row);
           } else if (tombstones) {
             const uint64_t t = c.tombstone(p[i]);
-            if (t != 0 && begin <= t && t <= end) tombs->prims.push_back(p[i]);
+            if (t != 0 && begin <= t && t <= end) tomb_prims.push_back(p[i]);
           }
         }
       };
@@ -638,13 +687,14 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
     } else {
       for (size_t i = 0; i < count; ++i) {
         if (r[i] == Column::kNoRow) continue;
-        values->prims.push_back(p[i]);
+        value_prims.push_back(p[i]);
         own_rows.push_back(r[i]);
       }
     }
     rows = own_rows.data();
     n = own_rows.size();
   }
+  values->prims = whole_query ? prims : std::make_shared<const PrimSeq>(std::move(value_prims));
   const uint64_t floor = floor_of(c.attribute());
   for (ReadGroup* g : {values.get(), tombs.get()}) {
     g->desc.attribute = c.attribute();
@@ -663,7 +713,7 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
     g.owns_buffer = compact;
     if (!schema.is_array) {
       const size_t rb = c.row_bytes();
-      if (compact && g.shared_prims && map.identity) {
+      if (compact && whole_query && map.identity) {
         // Every row, in row order: one contiguous copy, no gather.
         KSTAGE_ASSIGN_OR_RETURN(g.pinned, backend.allocate(std::max<size_t>(n * rb, 1)));
         backend.copy_bytes(g.pinned->data(), c.values()->data(), n * rb);
@@ -678,7 +728,7 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
         k.src_index = rows;
         k.n = n;
         k.row_bytes = rb;
-        if (!c.reads_host() && g.shared_prims && rows == map.rows->data()) {
+        if (!c.reads_host() && whole_query && rows == map.rows->data()) {
           KSTAGE_ASSIGN_OR_RETURN(k.src_index, c.resident_rows(map.rows));
           k.indices_resident = true;
         }
@@ -687,12 +737,12 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
       } else {
         g.pinned = pin(c.values());
         g.shapes.push_back(int64_t(c.row_space()));
-        if (g.shared_prims) {
-          if (!map.identity) g.shared_index_map = map.rows;
+        if (whole_query) {
+          if (!map.identity) g.index_map = map.rows;
         } else {
           bool identity = n == c.row_space();
           for (size_t i = 0; identity && i < n; ++i) identity = rows[i] == i;
-          if (!identity) g.index_map = std::move(own_rows);
+          if (!identity) g.index_map = std::make_shared<const std::vector<uint32_t>>(std::move(own_rows));
         }
       }
       g.tensors.push_back(row_tensor(g.pinned->data(), device, schema.dtype));
@@ -734,11 +784,13 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
         g.strides.push_back(1);
       }
     }
-    finish_desc(g);
+    finish_desc(g, n);
     out.push_back(std::move(values));
   }
-  if (!tombs->prims.empty()) {
-    finish_desc(*tombs);
+  if (!tomb_prims.empty()) {
+    const size_t k = tomb_prims.size();
+    tombs->prims = std::make_shared<const PrimSeq>(std::move(tomb_prims));
+    finish_desc(*tombs, k);
     out.push_back(std::move(tombs));
   }
   return Status::OK();
@@ -808,10 +860,14 @@ Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prim
     Backend& home = c->backend();
     Backend& dest = target ? *target : home;
     const size_t first = groups.size();
-    if (Status st = build_groups(*c, prims, desc, groups); !st.ok()) return fail(st);
-    if (&dest != &home)
-      for (size_t k = first; k < groups.size(); ++k)
-        if (Status st = move_group(*groups[k], dest, home, olds); !st.ok()) return fail(st);
+    std::vector<std::unique_ptr<ReadGroup>> built;
+    if (Status st = build_groups(*c, prims, desc, built); !st.ok()) return fail(st);
+    // Moved whole (one copy per buffer), then split: the parts share it.
+    for (auto& g : built) {
+      if (&dest != &home)
+        if (Status st = move_group(*g, dest, home, olds); !st.ok()) return fail(st);
+      split_group(std::move(g), size_t(desc.max_group_prims), c->row_bytes(), groups);
+    }
     if (dest.synchronous()) continue;  // host data: complete, nothing to signal
     CompletionPtr ready = dest.record();
     for (size_t k = first; k < groups.size(); ++k) {
@@ -926,7 +982,7 @@ Result<std::unique_ptr<MapGroup>> make_map_group(const MapSession& s, PrimList p
   }
   kstage_map_group_info_t& d = g->desc;
   d.attribute = s.attribute;
-  d.prims = g->prims->data();
+  d.prims = g->prims->data();  // null for a progression: MapGroup::publish_prims()
   d.prim_count = n;
   d.ordinal = s.ordinal;
   d.data.tensors = g->tensors.empty() ? nullptr : g->tensors.data();
@@ -1034,9 +1090,9 @@ Result<std::shared_ptr<MapSession>> Stage::map(const PrimList& prims, const ksta
     PrimList row_prims = prims;
     std::shared_ptr<const std::vector<uint32_t>> index;
     if (!whole.identity) {
-      auto order = std::make_shared<std::vector<uint64_t>>(count);
-      for (size_t i = 0; i < count; ++i) (*order)[(*whole.rows)[i]] = (*prims)[i];
-      row_prims = std::move(order);
+      std::vector<uint64_t> order(count);
+      for (size_t i = 0; i < count; ++i) order[(*whole.rows)[i]] = (*prims)[i];
+      row_prims = std::make_shared<const PrimSeq>(std::move(order));
       index = whole.rows;
     }
     std::unique_ptr<MapGroup> g;
@@ -1048,8 +1104,7 @@ Result<std::shared_ptr<MapSession>> Stage::map(const PrimList& prims, const ksta
     const size_t last = std::min(count, first + per_group);
     PrimList chunk = (first == 0 && last == count)
                          ? prims
-                         : std::make_shared<const std::vector<uint64_t>>(prims->begin() + first,
-                                                                         prims->begin() + last);
+                         : std::make_shared<const PrimSeq>(prims->slice(first, last - first));
     std::unique_ptr<MapGroup> g;
     KSTAGE_ASSIGN_OR_RETURN(g, make_map_group(*s, chunk, chunk, nullptr,
                                               d.is_array ? counts + first : nullptr));

@@ -13,13 +13,12 @@
 #include "core/dictionary.hpp"
 #include "core/managed_tensors.hpp"
 #include "core/map.hpp"
+#include "core/prim_seq.hpp"
 
 #include <map>
 #include <mutex>
 
 namespace kstage::core {
-
-using PrimList = std::shared_ptr<const std::vector<uint64_t>>;
 
 // An op's outcome, and the device work it completes with (none: host work,
 // complete before the call that submitted it returned).
@@ -35,13 +34,18 @@ struct Op {
 // One read group with everything its descriptor points at.
 struct ReadGroup {
   kstage_read_group_t desc{};
-  // The prims and index_map: shared with the query and the column's row map
-  // when every prim of the query is in the group (no per-read copy), else
-  // owned here.
-  PrimList shared_prims;
-  std::shared_ptr<const std::vector<uint32_t>> shared_index_map;
-  std::vector<uint64_t> prims;
-  std::vector<uint32_t> index_map;
+  // The group's prims: prims[prim_from, prim_from + desc.prim_count), shared
+  // with the query (or with the other groups of a split read), never copied
+  // per group. A range query's prims are a progression with no list:
+  // publish_prims() makes this group's slice in `prim_ids` when the caller
+  // fetches the group.
+  PrimList prims;
+  size_t prim_from = 0;
+  std::vector<uint64_t> prim_ids;
+  // Prim i's row of tensors[0] is index_map[index_from + i]; null: row i.
+  // Shared with the column's cached row map when the group is the query.
+  std::shared_ptr<const std::vector<uint32_t>> index_map;
+  size_t index_from = 0;
   std::vector<DLTensor> tensors;
   std::vector<int64_t> shapes;   // one per tensor
   std::vector<int64_t> strides;  // one per tensor (always 1: compact)
@@ -49,6 +53,12 @@ struct ReadGroup {
   bool owns_buffer = false;      // compact: `pinned` is this reader's own copy
   CompletionPtr ready;           // device work producing the data (desc.device_sync)
   Backend* device = nullptr;     // the device backend that produces it (null: host data)
+
+  // Points desc.prims at the group's ids (made now for a progression).
+  void publish_prims() {
+    if (desc.prims == nullptr && desc.prim_count > 0)
+      desc.prims = prims->ids(prim_from, desc.prim_count, prim_ids);
+  }
 };
 
 class Stage {

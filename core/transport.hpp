@@ -25,7 +25,7 @@ struct WriteRequest {
   const kstage_write_data_t* data = nullptr;
   std::string attribute_name;  // for messages
   // The query's prims; the write addresses prims[0, count).
-  std::shared_ptr<const std::vector<uint64_t>> prims;
+  PrimList prims;
   const Schema* existing = nullptr;  // the column's schema if it exists
   Backend* existing_backend = nullptr;
   // Where a new column lives: the write's residency, else the stage's

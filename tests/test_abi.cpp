@@ -40,7 +40,8 @@ static_assert(offsetof(kstage_read_desc_t, range_begin) == 8);
 static_assert(offsetof(kstage_read_desc_t, range_end) == 16);
 static_assert(offsetof(kstage_read_desc_t, target_device) == 24);
 static_assert(offsetof(kstage_read_desc_t, device_sync) == 32);
-static_assert(sizeof(kstage_read_desc_t) == 48);
+static_assert(offsetof(kstage_read_desc_t, max_group_prims) == 48);
+static_assert(sizeof(kstage_read_desc_t) == 56);
 
 static_assert(offsetof(kstage_map_desc_t, struct_size) == 0);
 static_assert(offsetof(kstage_map_desc_t, semantic) == 4);
@@ -195,7 +196,7 @@ TEST_CASE("a newer caller's larger descriptor is read when the fields it adds ar
     REQUIRE(groups.size() == 1);
     REQUIRE(groups[0].prims == f.prims);
     r.added[0] = uint64_t(1) << 56;  // the last byte of the first added field
-    KS_FAILS(f.read(&r.known), KSTAGE_NOT_SUPPORTED, "desc sets byte 55 of its 64-byte");
+    KS_FAILS(f.read(&r.known), KSTAGE_NOT_SUPPORTED, "desc sets byte 63 of its 72-byte");
   }
   SECTION("map descriptor") {
     Newer<kstage_map_desc_t> m;
@@ -255,6 +256,20 @@ TEST_CASE("an older caller's smaller write descriptor: the fields it lacks are r
   kstage_op_t op = 0;
   KS_OK(kstage_write_attribute(f.s.stage, f.q, f.x, 3, &one, KSTAGE_PRIM_MODE_UPSERT, &op));
   KS_OK(kstage_release_op(f.s.stage, op));
+}
+
+TEST_CASE("an older caller's 48-byte read descriptor reads one group per attribute", "[abi]") {
+  // Before max_group_prims: whatever follows its 48 bytes is not read.
+  Fixture f;
+  kstage_read_desc_t r = kstage_read_desc_init();
+  r.struct_size = 48;
+  r.max_group_prims = 1;  // beyond its struct_size: never read
+  auto groups = f.s.read(f.q, {f.x}, &r);
+  REQUIRE(groups.size() == 1);
+  REQUIRE(groups[0].prims == f.prims);
+  r.struct_size = sizeof(kstage_read_desc_t);  // the same caller with this header: 3 groups
+  groups = f.s.read(f.q, {f.x}, &r);
+  REQUIRE(groups.size() == 3);
 }
 
 TEST_CASE("reserved bytes must be zero", "[abi][errors]") {

@@ -371,3 +371,80 @@ TEST_CASE("a column that starts with no per-prim tables behaves like any other",
   s.seal(8);
   expect(m, {{2, 3.f}, {7, 8.f}});
 }
+
+// A query over a range is a progression (no list of ids); the arrays a caller is handed
+// -- a group's prims, a map group's prims, kstage_query_get_paths -- are made for it.
+TEST_CASE("a range query reads in bounded groups, zero-copy, with each group's own prims",
+          "[ranges][groups]") {
+  Stage s(host_execution());
+  constexpr uint64_t kN = 1 << 20, kPer = 1 << 16;
+  const kstage_path_t first = range(s, "/big", "p", 0, kN);
+  kstage_query_t all = 0;
+  KS_OK(kstage_query_range(s.stage, first, 0, 0, 0, &all));
+  kstage_token_t x = s.token("x");
+  std::vector<float> v(kN);
+  for (uint64_t i = 0; i < kN; ++i) v[i] = float(i);
+  s.write_f32(all, x, 1, v);
+  s.seal(1);
+  kstage_read_desc_t d = kstage_read_desc_init();
+  d.max_group_prims = kPer;
+  kstage_read_t read = 0;
+  KS_OK(kstage_read_attributes(s.stage, all, &x, 1, &d, &read));
+  const unsigned char* base = nullptr;
+  for (uint64_t k = 0; k < kN / kPer; ++k) {
+    INFO("group " << k);
+    kstage_read_group_t g{};
+    KS_OK(kstage_fetch_read_next(s.stage, read, 0, &g));
+    REQUIRE(g.prim_count == kPer);
+    REQUIRE(g.prims[0] == first + k * kPer);
+    REQUIRE(g.prims[kPer - 1] == first + (k + 1) * kPer - 1);
+    REQUIRE(g.data.index_map == nullptr);  // the column in row order: no index map
+    REQUIRE(g.data.tensors[0].shape[0] == int64_t(kPer));
+    // Zero-copy: every group is a window of the same column buffer.
+    const unsigned char* data = static_cast<const unsigned char*>(g.data.tensors[0].data);
+    if (k == 0) base = data;
+    REQUIRE(data == base + k * kPer * sizeof(float));
+    const std::vector<float> got = group_floats(g, 0, 2);
+    REQUIRE(got == std::vector<float>{float(k * kPer), float(k * kPer + 1)});
+    KS_OK(kstage_release_group(s.stage, g.handle));
+  }
+  kstage_read_group_t end{};
+  REQUIRE(kstage_fetch_read_next(s.stage, read, 0, &end) == KSTAGE_END_OF_ITERATION);
+  KS_OK(kstage_release_read(s.stage, read));
+
+  // A strided sub-range: its own ids, in every group and in kstage_query_get_paths.
+  kstage_query_t odd = 0;
+  KS_OK(kstage_query_range(s.stage, first, 1, 5, 7, &odd));
+  REQUIRE(s.prims_of(odd) == std::vector<kstage_path_t>{first + 1, first + 8, first + 15, first + 22, first + 29});
+  d.max_group_prims = 2;
+  const auto groups = s.read(odd, {x}, &d);
+  REQUIRE(groups.size() == 3);
+  REQUIRE(groups[1].prims == std::vector<kstage_path_t>{first + 15, first + 22});
+  REQUIRE(as_floats(groups[1].values[1]) == std::vector<float>{22.f});
+  REQUIRE(groups[1].had_index_map);
+  // A map over it, in groups of two: each group's prims, committed to the right prims.
+  kstage_map_desc_t md = kstage_map_desc_init();
+  md.attribute = x;
+  md.dtype = f32();
+  md.max_group_prims = 2;
+  kstage_map_t map = 0;
+  KS_OK(kstage_map_attribute(s.stage, odd, &md, 2, nullptr, 0, &map));
+  for (uint64_t k = 0; k < 3; ++k) {
+    kstage_map_group_info_t g{};
+    KS_OK(kstage_fetch_map_next(s.stage, map, 0, &g));
+    REQUIRE(g.prim_count == (k < 2 ? 2u : 1u));
+    for (uint64_t i = 0; i < g.prim_count; ++i) {
+      REQUIRE(g.prims[i] == first + 1 + 7 * (2 * k + i));
+      const float value = -float(g.prims[i] - first);
+      host_write(static_cast<float*>(g.data.tensors[0].data) + i, &value, sizeof value, g.data.tensors[0].device);
+    }
+  }
+  kstage_op_t op = 0;
+  KS_OK(kstage_unmap_attribute(s.stage, map, kstage_device_sync_t{0, 0}, &op));
+  KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
+  KS_OK(kstage_release_op(s.stage, op));
+  s.seal(2);
+  const auto after = s.floats(odd, x);
+  REQUIRE(after.at(first + 29) == std::vector<float>{-29.f});
+  REQUIRE(s.floats(all, x).at(first + 30) == std::vector<float>{30.f});
+}

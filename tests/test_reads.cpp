@@ -823,3 +823,101 @@ TEST_CASE("a zero-copy read over a column with freed rows maps around them", "[r
   REQUIRE(cp.size() == 1);
   REQUIRE(cp[0].values == zc[0].values);
 }
+
+TEST_CASE("max_group_prims splits a read into groups of consecutive prims, the same data as one",
+          "[read][groups]") {
+  // Every kind of group: zero-copy in row order (the tensor starts at the
+  // group's first row), zero-copy through an index map (the group's slice of
+  // it), compact, array rows, change ranges with their tombstone groups, a
+  // read to the host. Concatenated, the parts are the unsplit read.
+  Stage s(host_execution());
+  kstage_token_t x = s.token("x"), r = s.token("r");
+  auto p = s.paths("/g", 10);
+  kstage_query_t in_order = s.query(p);  // consecutive ids: no list (a progression)
+  kstage_query_t shuffled = s.query({p[7], p[2], p[9], p[0], p[5], p[1], p[8], p[3], p[6], p[4]});
+  std::vector<float> v(10), w(10);
+  for (int i = 0; i < 10; ++i) v[i] = float(i), w[i] = float(100 + i);
+  s.write_f32(in_order, x, 1, v);
+  std::vector<std::vector<float>> rows;
+  for (int i = 0; i < 10; ++i) rows.push_back(std::vector<float>(size_t(i % 4), float(i)));
+  write_arrays(s, in_order, r, 1, rows);
+  s.seal(1);
+  s.write_f32(s.query({p[2], p[6], p[8]}), x, 2, {20, 60, 80});
+  KS_OK(s.remove(s.query({p[4], p[5]}), {x, r}, 2));
+  s.seal(2);
+
+  for (kstage_query_t q : {in_order, shuffled}) {
+    for (bool compact : {false, true}) {
+      for (int which = 0; which < 3; ++which) {
+        kstage_read_desc_t d = which == 0 ? kstage_read_desc_init() : range(which, 2);
+        d.compact = compact;
+        if (which == 2) d.target_device = DLDevice{kDLCPU, 0};
+        INFO("query " << (q == in_order ? "in order" : "shuffled") << ", compact " << compact
+                      << ", read " << which);
+        const std::vector<Group> whole = s.read(q, {x, r}, &d);
+        for (uint64_t per : {1, 3, 4, 10, 11}) {
+          INFO("max_group_prims " << per);
+          d.max_group_prims = per;
+          const std::vector<Group> parts = s.read(q, {x, r}, &d);
+          // Regroup the parts: consecutive parts of one kind (attribute, tombstone) make a whole.
+          // Every part but the last of a whole holds exactly `per` prims.
+          std::vector<Group> joined;
+          for (size_t k = 0; k < parts.size(); ++k) {
+            const Group& g = parts[k];
+            const bool continues = k + 1 < parts.size() && parts[k + 1].attribute == g.attribute &&
+                                   parts[k + 1].is_delete == g.is_delete;
+            REQUIRE(!g.prims.empty());
+            REQUIRE(g.prims.size() == (continues ? per : std::min<uint64_t>(g.prims.size(), per)));
+            if (k > 0 && parts[k - 1].attribute == g.attribute && parts[k - 1].is_delete == g.is_delete) {
+              Group& j = joined.back();
+              j.prims.insert(j.prims.end(), g.prims.begin(), g.prims.end());
+              j.values.insert(j.values.end(), g.values.begin(), g.values.end());
+            } else {
+              joined.push_back(g);
+            }
+          }
+          REQUIRE(joined.size() == whole.size());
+          for (size_t k = 0; k < whole.size(); ++k) {
+            REQUIRE(joined[k].attribute == whole[k].attribute);
+            REQUIRE(joined[k].is_delete == whole[k].is_delete);
+            REQUIRE(joined[k].ordinal == whole[k].ordinal);
+            REQUIRE(joined[k].prims == whole[k].prims);
+            REQUIRE(joined[k].values == whole[k].values);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("split read groups share one snapshot: later seals change none of them", "[read][groups]") {
+  Stage s(host_execution());
+  kstage_token_t x = s.token("x");
+  auto p = s.paths("/s", 6);
+  kstage_query_t q = s.query(p);
+  s.write_f32(q, x, 1, {0, 1, 2, 3, 4, 5});
+  s.seal(1);
+  kstage_read_desc_t d = kstage_read_desc_init();
+  d.max_group_prims = 4;
+  kstage_read_t read = 0;
+  KS_OK(kstage_read_attributes(s.stage, q, &x, 1, &d, &read));
+  kstage_read_group_t first{};
+  KS_OK(kstage_fetch_read_next(s.stage, read, 0, &first));
+  s.write_f32(q, x, 2, {9, 9, 9, 9, 9, 9});  // in place, were nobody holding the buffer
+  s.seal(2);
+  kstage_read_group_t second{};
+  KS_OK(kstage_fetch_read_next(s.stage, read, 0, &second));
+  kstage_read_group_t none{};
+  REQUIRE(kstage_fetch_read_next(s.stage, read, 0, &none) == KSTAGE_END_OF_ITERATION);
+  KS_OK(kstage_release_read(s.stage, read));
+  const Group a = Stage::copy_group(first), b = Stage::copy_group(second);
+  REQUIRE(a.prims == std::vector<kstage_path_t>(p.begin(), p.begin() + 4));
+  REQUIRE(b.prims == std::vector<kstage_path_t>(p.begin() + 4, p.end()));
+  REQUIRE(floats_of(a) == std::vector<float>{0, 1, 2, 3});
+  REQUIRE(floats_of(b) == std::vector<float>{4, 5});
+  REQUIRE(a.ordinal == 1);
+  REQUIRE(b.ordinal == 1);
+  KS_OK(kstage_release_group(s.stage, first.handle));
+  KS_OK(kstage_release_group(s.stage, second.handle));
+  REQUIRE(s.floats(q, x).at(p[5]) == std::vector<float>{9});
+}

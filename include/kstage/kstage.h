@@ -387,6 +387,13 @@ typedef struct kstage_read_desc_t {
   DLDevice target_device;
   /** Recorded after kstage's producing work when non-zero (device reads). */
   kstage_device_sync_t device_sync;
+  /** Split each attribute's prims into groups of at most this many, in query
+   * order (0: one group per attribute, plus its tombstone group). The groups
+   * share the snapshot; each carries its own slice of prims, index_map and
+   * tensors. A read of a path-range query makes each group's `prims` array
+   * when the group is fetched, so a bounded group size bounds that memory.
+   * (Added in 0.3: a caller whose kstage.h predates it reads one group.) */
+  uint64_t max_group_prims;
 } kstage_read_desc_t;
 
 /** \brief One group of a read. Valid until kstage_release_group(group.handle). */

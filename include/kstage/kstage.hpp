@@ -308,6 +308,8 @@ struct ReadOptions {
   /// Where the reader wants the data ({0, 0}: the column's residency); another device implies compact.
   DLDevice target_device{DLDeviceType(0), 0};
   kstage_device_sync_t device_sync{0, 0};
+  /// Groups of at most this many prims, in query order (0: one group per attribute).
+  uint64_t max_group_prims = 0;
 
   /// The changes sealed at ordinals in [begin, end].
   static ReadOptions changes(uint64_t begin, uint64_t end) {
@@ -1160,6 +1162,7 @@ class Stage {
     d.range_end = options.range_end;
     d.target_device = options.target_device;
     d.device_sync = options.device_sync;
+    d.max_group_prims = options.max_group_prims;
     kstage_read_t r = 0;
     if (!detail::check(kstage_read_attributes(stage_, query.handle(), attributes.data(),
                                               attributes.size(), &d, &r),

@@ -324,7 +324,7 @@ void register_read(nb::module_& m, nb::handle stage_class) {
 
   stage_class.attr("read") = nb::cpp_function(
       [](Stage& self, nb::handle query, nb::handle attrs, nb::handle range, bool compact, nb::handle device,
-         nb::handle stream) {
+         nb::handle stream, uint64_t max_group_prims) {
         const StageRef& stage = self.ref();
         QueryArg q = query_arg(stage, query);
         std::vector<kstage_token_t> tokens;
@@ -341,6 +341,7 @@ void register_read(nb::module_& m, nb::handle stage_class) {
           desc.range_end = end;
         }
         desc.compact = compact;
+        desc.max_group_prims = max_group_prims;
         desc.target_device = device_arg(device);
         if (!stream.is_none()) desc.device_sync.stream = stream_arg(stream, 0);
         kstage_read_t id = 0;
@@ -352,16 +353,17 @@ void register_read(nb::module_& m, nb::handle stage_class) {
         check(status);
         return Read(stage, id, compact ? 1 : desc.target_device.device_type == 0 ? 0 : -1);
       },
-      nb::sig("def read(self, query: Query | str | collections.abc.Sequence[str] | collections.abc.Sequence[int], attrs: str | int | collections.abc.Sequence[str | int], *, range: tuple[int, int] | None = None, compact: bool = False, device: typing.Any | None = None, stream: int | None = None) -> Read"),
+      nb::sig("def read(self, query: Query | str | collections.abc.Sequence[str] | collections.abc.Sequence[int], attrs: str | int | collections.abc.Sequence[str | int], *, range: tuple[int, int] | None = None, compact: bool = False, device: typing.Any | None = None, stream: int | None = None, max_group_prims: int = 0) -> Read"),
       nb::is_method(), nb::scope(stage_class), nb::arg("query"), nb::arg("attrs"), nb::kw_only(),
       nb::arg("range") = nb::none(), nb::arg("compact") = false, nb::arg("device") = nb::none(),
-      nb::arg("stream") = nb::none(),
+      nb::arg("stream") = nb::none(), nb::arg("max_group_prims") = 0,
       "Opens a read of `attrs` (a name or a list) for the query's prims (a Query, or paths) against "
       "the latest sealed state. range=(begin, end): only prims that changed at a sealed ordinal in "
       "[begin, end], plus tombstone groups. compact=True: rows gathered into buffers of the read's "
       "own, in prim order (writable exports). device: where the data should land (None: the "
       "column's residency; another device implies compact). stream: a consumer stream made to "
-      "wait for the read's device work.\n\n    for g in stage.read(q, [\"pos\"]):\n        "
+      "wait for the read's device work. max_group_prims: groups of at most this many prims, in "
+      "order (0: one group per attribute).\n\n    for g in stage.read(q, [\"pos\"]):\n        "
       "a = numpy.from_dlpack(g.tensor(0))");
 }
 

@@ -128,6 +128,26 @@ def test_write_and_read_over_a_strided_range(stage):
     assert len(stage.query(prefix="/w/parts")) == 90
 
 
+def test_read_a_range_in_bounded_groups(stage):
+    # max_group_prims: groups of at most that many prims, in order, each a zero-copy window of
+    # the column with its own prims (a range query has no list of ids: each group makes its own).
+    first = stage.intern_range("/w/big", "p", 0, 10_000)
+    q = stage.query_range(first)
+    stage.write("x", q, np.arange(10_000, dtype=np.float32), 1)
+    stage.seal(1)
+    with stage.read(q, "x", max_group_prims=4096) as r:
+        groups = list(r)
+        assert [len(g.prims) for g in groups] == [4096, 4096, 1808]
+        assert np.concatenate([g.prims for g in groups]).tolist() == list(range(first, first + 10_000))
+        assert all(g.index_map is None for g in groups)
+        arrays = [np.from_dlpack(g) for g in groups]
+        assert np.concatenate(arrays).tolist() == list(range(10_000))
+        # windows of one buffer: no copy
+        assert arrays[1].ctypes.data == arrays[0].ctypes.data + 4096 * 4
+    with pytest.raises(TypeError):
+        stage.read(q, "x", max_group_prims=-1)
+
+
 # ------------------------------------------------------------------------------------------------
 # Filter queries
 # ------------------------------------------------------------------------------------------------

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+// A query's prims, in query order: an explicit list of path ids, or the
+// progression first, first + stride, ... of a query over a path range, which
+// stores no list at all (a 1e8-prim range query is 32 bytes, not 800 MB).
+//
+// Everything that walks a query indexes it (operator[]) or asks for the
+// list (data(), null for a progression) when a loop over a plain array is
+// worth the branch. The few places that must hand an array of ids to a
+// caller -- a read or map group's `prims` -- make one for their own slice
+// (ids()), when the caller fetches the group.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <vector>
+
+namespace kstage::core {
+
+class PrimSeq {
+ public:
+  PrimSeq() = default;
+  explicit PrimSeq(std::vector<uint64_t> ids) : ids_(std::move(ids)), count_(ids_.size()) {}
+  static PrimSeq progression(uint64_t first, size_t count, uint64_t stride) {
+    PrimSeq s;
+    s.listed_ = false;
+    s.first_ = first;
+    s.count_ = count;
+    s.stride_ = stride;
+    return s;
+  }
+
+  size_t size() const { return count_; }
+  bool empty() const { return count_ == 0; }
+  uint64_t operator[](size_t i) const { return listed_ ? ids_[i] : first_ + i * stride_; }
+  // The ids as one array; null for a progression.
+  const uint64_t* data() const { return listed_ ? ids_.data() : nullptr; }
+  bool is_progression() const { return !listed_; }
+  // The list itself (empty for a progression).
+  const std::vector<uint64_t>& list() const { return ids_; }
+  // A progression's first id and step (meaningless for a list).
+  uint64_t first() const { return first_; }
+  uint64_t stride() const { return stride_; }
+  // Prims [from, from + n): a progression stays one.
+  PrimSeq slice(size_t from, size_t n) const {
+    if (!listed_) return progression(first_ + from * stride_, n, stride_);
+    return PrimSeq(std::vector<uint64_t>(ids_.begin() + from, ids_.begin() + from + n));
+  }
+  // Ids [from, from + n) as an array: the list itself, or `scratch` filled.
+  const uint64_t* ids(size_t from, size_t n, std::vector<uint64_t>& scratch) const {
+    if (listed_) return ids_.data() + from;
+    scratch.resize(n);
+    for (size_t k = 0; k < n; ++k) scratch[k] = first_ + (from + k) * stride_;
+    return scratch.data();
+  }
+
+  class iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = uint64_t;
+    using difference_type = std::ptrdiff_t;
+    using pointer = void;
+    using reference = uint64_t;
+    iterator(const PrimSeq* s, size_t i) : s_(s), i_(i) {}
+    uint64_t operator*() const { return (*s_)[i_]; }
+    iterator& operator++() {
+      ++i_;
+      return *this;
+    }
+    bool operator==(const iterator& o) const { return i_ == o.i_; }
+    bool operator!=(const iterator& o) const { return i_ != o.i_; }
+
+   private:
+    const PrimSeq* s_;
+    size_t i_;
+  };
+  iterator begin() const { return iterator(this, 0); }
+  iterator end() const { return iterator(this, count_); }
+
+ private:
+  bool listed_ = true;
+  std::vector<uint64_t> ids_;
+  uint64_t first_ = 0;
+  size_t count_ = 0;
+  uint64_t stride_ = 1;
+};
+
+using PrimList = std::shared_ptr<const PrimSeq>;
+
+}  // namespace kstage::core
