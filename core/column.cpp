@@ -49,12 +49,12 @@ void Column::compact_stamps() {
   // the table stays O(rows) however many ticks the column lives through.
   std::vector<uint64_t> kept{0};
   for (size_t r = 0; r < stamps_.size(); ++r)
-    if (prim_of_row(r) != 0) kept.push_back(stamp_ordinals_[stamps_.get(r)]);
+    if (row_live(r)) kept.push_back(stamp_ordinals_[stamps_.get(r)]);
   std::sort(kept.begin(), kept.end());
   kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
   // Renumbering only lowers stamps: the table's width still holds them.
   for (size_t r = 0; r < stamps_.size(); ++r) {
-    const uint64_t o = prim_of_row(r) != 0 ? stamp_ordinals_[stamps_.get(r)] : 0;
+    const uint64_t o = row_live(r) ? stamp_ordinals_[stamps_.get(r)] : 0;
     stamps_.set(r, uint32_t(std::lower_bound(kept.begin(), kept.end(), o) - kept.begin()));
   }
   stamp_ordinals_ = std::move(kept);
@@ -120,11 +120,10 @@ Result<const uint32_t*> Column::resident_rows(
 
 void Column::materialize_rows() {
   if (affine_rows_ == 0) return;
-  std::vector<uint64_t> prims(affine_rows_);
-  for (size_t r = 0; r < affine_rows_; ++r) prims[r] = affine_first_ + r;
+  std::vector<bool> live(affine_rows_, true);
   row_of_.reserve(affine_first_, affine_first_ + affine_rows_ - 1);  // every allocation first
   for (size_t r = 0; r < affine_rows_; ++r) row_of_.at(affine_first_ + r) = uint32_t(r);
-  prim_of_row_ = std::move(prims);
+  row_live_ = std::move(live);
   affine_rows_ = 0;
   ++structure_;
 }
@@ -196,8 +195,8 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
     if (ids[i] == kNoRow) ++missing;
   if (missing > 0) materialize_rows();  // new prims: the tables from here on
   if (missing > free_rows_.size()) {
-    const size_t grow = prim_of_row_.size() + (missing - free_rows_.size());
-    reserve_geometric(prim_of_row_, grow);
+    const size_t grow = row_live_.size() + (missing - free_rows_.size());
+    reserve_geometric(row_live_, grow);
     if (!stamps_.empty()) stamps_.reserve_geometric(grow);
     if (schema_.is_array) {
       reserve_geometric(array_offset_, grow);
@@ -216,8 +215,8 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
       r = free_rows_.back();
       free_rows_.pop_back();
     } else {
-      r = uint32_t(prim_of_row_.size());
-      prim_of_row_.push_back(0);
+      r = uint32_t(row_live_.size());
+      row_live_.push_back(false);
       if (!stamps_.empty()) stamps_.push_back_zero();
       if (schema_.is_array) {
         array_offset_.push_back(0);
@@ -225,7 +224,7 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
       }
     }
     row_of_.at(p) = r;
-    prim_of_row_[r] = p;
+    row_live_[r] = true;
     ++live_rows_;
     new_prims.list.push_back(p);
     ids[i] = r;
@@ -245,7 +244,7 @@ void Column::unassign_rows(const NewPrims& new_prims) {
   }
   for (uint64_t p : new_prims.list) {
     const uint32_t r = row_of_.get(p);
-    prim_of_row_[r] = 0;
+    row_live_[r] = false;
     row_of_.at(p) = kNoRow;
     free_rows_.push_back(r);
     --live_rows_;
@@ -328,7 +327,7 @@ Status Column::apply_array(const StagedRows& rows, const TargetRows& map) {
 
   uint64_t append = 0, live_after = 0;
   for (size_t r = 0; r < row_space(); ++r) {
-    if (prim_of_row(r) == 0) continue;
+    if (!row_live(r)) continue;
     const int64_t t = target_of_row[r];
     if (t < 0) {
       live_after += kernels::ragged_align_up(array_length_[r]);
@@ -362,7 +361,7 @@ Status Column::apply_array(const StagedRows& rows, const TargetRows& map) {
     uint64_t cursor = 0;
     std::vector<uint64_t> offset(row_space()), length(row_space());
     for (size_t r = 0; r < row_space(); ++r) {
-      if (prim_of_row(r) == 0) continue;
+      if (!row_live(r)) continue;
       const int64_t t = target_of_row[r];
       const uint64_t len = t < 0 ? array_length_[r] : new_len(size_t(t));
       add(t < 0 ? old + array_offset_[r] : staged + rows.starts[size_t(t)], cursor, len);
@@ -407,7 +406,7 @@ void Column::apply_delete(const PrimSeq& prims, size_t n, uint64_t ordinal,
     if (r == kNoRow) continue;
     materialize_rows();  // a hole: the tables from here on
     row_of_.at(p) = kNoRow;
-    prim_of_row_[r] = 0;
+    row_live_[r] = false;
     free_rows_.push_back(r);
     --live_rows_;
     if (schema_.is_array) {

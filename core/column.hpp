@@ -130,7 +130,7 @@ class Column {
                                                                                        : nullptr;
   }
   size_t live_rows() const { return live_rows_; }
-  size_t row_space() const { return affine_rows_ != 0 ? affine_rows_ : prim_of_row_.size(); }  // high-water mark of rows
+  size_t row_space() const { return affine_rows_ != 0 ? affine_rows_ : row_live_.size(); }  // high-water mark of rows
 
   // The buffer readers pin. Fixed: row r at r*row_bytes(). Array: see row_range.
   const BufferPtr& values() const { return values_; }
@@ -169,8 +169,8 @@ class Column {
   // Rows for the targets; allocates rows for new prims (bookkeeping only).
   TargetRows assign_rows(const StagedRows& rows, NewPrims& new_prims);
   void unassign_rows(const NewPrims& new_prims);
-  // The prim of row r (0: a free row).
-  uint64_t prim_of_row(size_t r) const { return affine_rows_ != 0 ? affine_first_ + r : prim_of_row_[r]; }
+  // Whether row r holds a prim (else it is a free row).
+  bool row_live(size_t r) const { return affine_rows_ != 0 || row_live_[r]; }
   // Leaves the affine form for the tables (any change but writes of its rows
   // needs them). May throw std::bad_alloc before changing anything.
   void materialize_rows();
@@ -203,7 +203,9 @@ class Column {
   uint64_t affine_first_ = 0;
   size_t affine_rows_ = 0;  // 0: the tables below
   PagedArray<uint32_t, UINT32_MAX> row_of_;  // indexed by path id; UINT32_MAX = kNoRow
-  std::vector<uint64_t> prim_of_row_;  // 0: free row
+  // Per row, whether a prim holds it (1 bit a row: which prim is row_of_'s
+  // to say, and nothing needs the reverse).
+  std::vector<bool> row_live_;
   // Per row, the last change as an index into stamp_ordinals_ (one entry per
   // distinct ordinal this column applied, increasing): a sparse seal stores 1-4
   // bytes per row (StampTable), not an 8-byte ordinal. See also all_changed_at_.

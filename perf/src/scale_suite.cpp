@@ -2,24 +2,35 @@
 // `kstage_perf --scale`: kstage at simulation scale (issue 16). For each prim count N, a fresh
 // stage runs the scale workload once, step by step:
 //   names        the prims: a path range /sim/particles/p[0, N) (kind "range"), or N explicit
-//                paths /sim/particles/p<i> in one kstage_intern_paths call (kind "explicit")
-//   query        kstage_query_range over the range in order, or kstage_query_paths
+//                paths /sim/particles/p<i> in one kstage_intern_paths call (kinds "explicit"
+//                and "shuffled")
+//   query        kstage_query_range over the range in order, or kstage_query_paths: of the
+//                paths in the order interned ("explicit": consecutive ids, which kstage keeps
+//                as a run, as for a range), or in a random order ("shuffled": a list of ids,
+//                and a column with per-prim row tables)
 //   write_seal   a dense float32 x 3 write of every prim + wait + seal (the column's first write)
 //   mask_seal    a 1% mask write + wait + seal
-//   read_latest  a zero-copy latest read: read + fetch + release
+//   read_latest  a zero-copy latest read in groups of 2^20 prims: read + fetch + release
 //   read_change  a change-range read of the mask tick: read + fetch + release
+//   adopt_seal   a first dense write of a second column from a managed tensor (ownership handed
+//                over: the stage adopts the buffer as the column, no copy) + wait + seal
 // and records each step's time and the stage's memory: the resident memory the process gained
 // since just before the stage was made (the source tensor and mask are made before that), and
-// its peak (VmHWM, reset with /proc/self/clear_refs). memcpy of the payload between warm buffers
-// is timed in the same run. Results: <out>/scale.csv; perf/report.py plots bytes and seconds per
+// its peak (VmHWM, reset with /proc/self/clear_refs); both are taken before adopt_seal, whose
+// buffer was the client's. memcpy of the payload is timed in the same run twice: between warm
+// buffers, and into freshly allocated memory -- the copy any first write of a client's array
+// must make (on this machine most of that time is the kernel's first touch of each page). Results: <out>/scale.csv; perf/report.py plots bytes and seconds per
 // prim against N and holds the 1e8-prim range to its targets (stage memory <= 1.5x the payload,
 // first dense write + seal >= 0.7x memcpy).
 #include "context.hpp"
+
+#include <malloc.h>
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 
 namespace kperf {
@@ -31,7 +42,7 @@ struct Row {
   uint64_t n = 0;
   double payload = 0;  // bytes of one float32 x 3 column
   double t_names = 0, t_query = 0, t_write_seal = 0, t_mask_seal = 0, t_read_latest = 0,
-         t_read_change = 0, t_memcpy = 0;
+         t_read_change = 0, t_adopt_seal = 0, t_memcpy = 0, t_memcpy_fresh = 0;
   double stage_bytes = 0, peak_bytes = 0;
   uint64_t changed = 0;
   std::string error;
@@ -50,7 +61,7 @@ Row run_one(const std::string& kind, uint64_t n, Exec exec) {
   const std::vector<uint64_t> mask = random_mask(n, 0.01, 0x5CA1E);
   PathNames names;
   std::vector<kstage_path_t> ids;
-  if (kind == "explicit") {
+  if (kind != "range") {
     names = path_names("/sim/particles/p", n);
     ids.resize(n);
   }
@@ -60,7 +71,30 @@ Row run_one(const std::string& kind, uint64_t n, Exec exec) {
     std::memcpy(copy.p, src.p, src.bytes);
     row.t_memcpy = seconds_since(t0);
   }
+  {  // memcpy into fresh memory: what a plain copy of a first write costs
+    const auto t0 = Clock::now();
+    HostBuf fresh(src.bytes);
+    std::memcpy(fresh.p, src.p, src.bytes);
+    row.t_memcpy_fresh = seconds_since(t0);
+  }
+  // A second column's data, handed over as a managed tensor (the stage deletes it).
+  struct Owned {
+    HostBuf buf;
+    int64_t shape[1];
+    DLManagedTensorVersioned m{};
+  };
+  auto owned = std::make_unique<Owned>();
+  owned->buf = HostBuf(size_t(n) * 12);
+  fill_values(owned->buf.as<float>(), n, 3, 2);
+  owned->shape[0] = int64_t(n);
+  owned->m.version = {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
+  owned->m.manager_ctx = owned.get();
+  owned->m.deleter = [](DLManagedTensorVersioned* m) { delete static_cast<Owned*>(m->manager_ctx); };
+  owned->m.dl_tensor = make_tensor(owned->buf.p, DType::F32, 3, owned->shape);
 
+  // Free heap memory of earlier runs back to the system first: else the stage's allocations
+  // reuse it without growing the resident set, and its memory reads low.
+  malloc_trim(0);
   reset_peak_resident();
   const double base = resident_bytes(), base_peak = peak_resident_bytes();
   kstage_config_t c = kstage_config_init();
@@ -78,6 +112,10 @@ Row run_one(const std::string& kind, uint64_t n, Exec exec) {
     }
     row.t_names = seconds_since(t0);
     kstage_query_t q = 0;
+    if (kind == "shuffled") {
+      std::mt19937_64 rng(0x5EED);
+      std::shuffle(ids.begin(), ids.end(), rng);
+    }
     t0 = Clock::now();
     if (kind == "range")
       KP_CHECK(kstage_query_range(stage, first, 0, 0, 0, &q));
@@ -115,8 +153,11 @@ Row run_one(const std::string& kind, uint64_t n, Exec exec) {
       read_groups(stage, q, attr, desc, [&](const kstage_read_group_t& g) { prims += g.prim_count; });
       return prims;
     };
+    // Groups of at most 2^20 prims: a reader of 1e8 prims holds one group's prim ids at a time.
+    kstage_read_desc_t latest_desc = kstage_read_desc_init();
+    latest_desc.max_group_prims = uint64_t(1) << 20;
     t0 = Clock::now();
-    const uint64_t latest = read(nullptr);
+    const uint64_t latest = read(&latest_desc);
     row.t_read_latest = seconds_since(t0);
     kstage_read_desc_t desc = kstage_read_desc_init();
     desc.change_range = true;
@@ -132,6 +173,20 @@ Row run_one(const std::string& kind, uint64_t n, Exec exec) {
                   std::to_string(selected);
     row.stage_bytes = resident_bytes() - base;
     row.peak_bytes = peak_resident_bytes() - base_peak;
+
+    kstage_token_t velocity = 0;
+    KP_CHECK(kstage_intern_token(stage, "velocity", KSTAGE_NUL_TERMINATED, &velocity));
+    DLManagedTensorVersioned* handed = &owned.release()->m;  // the stage's from the call on
+    kstage_write_data_t a = kstage_write_data_init();
+    a.managed_tensors = &handed;
+    a.tensor_count = 1;
+    t0 = Clock::now();
+    kstage_op_t op = 0;
+    KP_CHECK(kstage_write_attribute(stage, q, velocity, 3, &a, KSTAGE_PRIM_MODE_UPSERT, &op));
+    KP_CHECK(kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE));
+    KP_CHECK(kstage_release_op(stage, op));
+    KP_CHECK(kstage_advance_write_floor(stage, 3, &velocity, 1));
+    row.t_adopt_seal = seconds_since(t0);
     KP_CHECK(kstage_query_release(stage, q));
   } catch (const KstageError& e) {
     row.error = e.what();
@@ -158,28 +213,33 @@ int run_scale_suite(const Options& o) {
   const std::string path = o.out_dir + "/scale.csv";
   std::ofstream csv(path);
   csv << "kind,n,exec,payload_bytes,stage_bytes,peak_bytes,bytes_per_prim,t_names,t_query,t_write_seal,"
-         "t_mask_seal,t_read_latest,t_read_change,t_memcpy,write_seal_vs_memcpy,error\n";
+         "t_mask_seal,t_read_latest,t_read_change,t_adopt_seal,t_memcpy,t_memcpy_fresh,write_seal_vs_memcpy,"
+         "write_seal_vs_fresh_memcpy,error\n";
   std::printf("kstage_perf --scale: %s host execution; stage memory = resident memory gained since the "
               "stage was made\n",
               exec_name(exec));
-  std::printf("  %-8s %10s %10s %10s %8s %9s %9s %9s %9s %9s %9s %7s\n", "kind", "prims", "payload",
+  std::printf("  %-8s %10s %10s %10s %8s %9s %9s %9s %9s %9s %9s %9s %7s %7s\n", "kind", "prims", "payload",
               "stage", "B/prim", "names s", "query s", "write+seal", "mask+seal", "latest s", "change s",
-              "vs cpy");
+              "adopt s", "vs cpy", "fresh");
   int failures = 0;
-  for (const std::string kind : {"explicit", "range"}) {
+  for (const std::string kind : {"explicit", "shuffled", "range"}) {
     for (uint64_t n : counts) {
-      if (kind == "explicit" && n > 10000000 && !o.rows_explicit) continue;  // ~5 GB of strings and ids
+      if (kind != "range" && n > 10000000 && !o.rows_explicit) continue;  // ~5 GB of strings and ids
+      if (kind == "shuffled" && n > 10000000) continue;  // the same dictionary as "explicit"
       const Row r = run_one(kind, n, exec);
       const double ratio = r.t_write_seal > 0 ? r.t_memcpy / r.t_write_seal : 0;
+      const double fresh_ratio = r.t_write_seal > 0 ? r.t_memcpy_fresh / r.t_write_seal : 0;
       const double bpp = (r.stage_bytes - r.payload) / double(n);
-      std::printf("  %-8s %10llu %8.1fMB %8.1fMB %8.1f %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %6.2fx%s%s\n",
+      std::printf("  %-8s %10llu %8.1fMB %8.1fMB %8.1f %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %9.6f %6.2fx %6.2fx%s%s\n",
                   kind.c_str(), (unsigned long long)n, r.payload / 1e6, r.stage_bytes / 1e6, bpp, r.t_names,
-                  r.t_query, r.t_write_seal, r.t_mask_seal, r.t_read_latest, r.t_read_change, ratio,
+                  r.t_query, r.t_write_seal, r.t_mask_seal, r.t_read_latest, r.t_read_change, r.t_adopt_seal,
+                  ratio, fresh_ratio,
                   r.error.empty() ? "" : "  FAILED: ", r.error.c_str());
       csv << kind << ',' << n << ',' << exec_name(exec) << ',' << r.payload << ',' << r.stage_bytes << ','
           << r.peak_bytes << ',' << bpp << ',' << r.t_names << ',' << r.t_query << ',' << r.t_write_seal
-          << ',' << r.t_mask_seal << ',' << r.t_read_latest << ',' << r.t_read_change << ',' << r.t_memcpy
-          << ',' << ratio << ',' << '"' << r.error << '"' << '\n';
+          << ',' << r.t_mask_seal << ',' << r.t_read_latest << ',' << r.t_read_change << ',' << r.t_adopt_seal
+          << ',' << r.t_memcpy << ',' << r.t_memcpy_fresh << ',' << ratio << ',' << fresh_ratio << ',' << '"'
+          << r.error << '"' << '\n';
       if (!r.error.empty()) ++failures;
     }
   }
