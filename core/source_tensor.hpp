@@ -37,4 +37,26 @@ kernels::StridedCopy strided_copy_of(const SourceTensor& s);
 // ("tensors[0]", "managed_tensors[2]").
 Status decode_source_tensor(const DLTensor* t, const char* kind, size_t index, SourceTensor& out);
 
+// The common row tensor of a ragged write, checked inline (a write of 1e6 rows checks 1e6 of
+// them): 1-D, compact, non-empty, with the `dtype` and `device` of the write's first tensor.
+// Sets `base` and `rows` and returns true for such a tensor; returns false for any other, which
+// decode_source_tensor then decodes in full (and names what is wrong with it).
+inline bool decode_compact_row(const DLTensor* t, DLDataType dtype, DLDevice device,
+                               size_t elem_bytes, const std::byte*& base, uint64_t& rows) {
+  if (t->ndim != 1 || t->shape == nullptr || t->data == nullptr) return false;
+  if (t->dtype.code != dtype.code || t->dtype.bits != dtype.bits || t->dtype.lanes != dtype.lanes ||
+      t->device.device_type != device.device_type || t->device.device_id != device.device_id)
+    return false;
+  const int64_t n = t->shape[0];
+  if (n <= 0 || (n > 1 && t->strides != nullptr && t->strides[0] != 1)) return false;
+  // The bytes read, [data + byte_offset, + n * elem_bytes), are addresses: no wrap.
+  const uintptr_t data = reinterpret_cast<uintptr_t>(t->data);
+  if (uint64_t(n) > (UINT64_MAX / 4) / elem_bytes || t->byte_offset > UINTPTR_MAX - data ||
+      uint64_t(n) * elem_bytes > UINTPTR_MAX - (data + uintptr_t(t->byte_offset)))
+    return false;
+  base = static_cast<const std::byte*>(t->data) + t->byte_offset;
+  rows = uint64_t(n);
+  return true;
+}
+
 }  // namespace kstage::core

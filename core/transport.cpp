@@ -230,7 +230,7 @@ struct ArrayRows {
 // Array rows: one source row per tensor (`rows`), or one packed tensor (`first`) cut evenly
 // into `packed_rows` rows.
 Result<StagedRows> stage_array(const SourceTensor& first, ArrayRows& rows,
-                               const std::vector<const DLTensor*>& tensors, const char* kind,
+                               const WriteTensors& tensors, const char* kind,
                                bool packed, uint64_t packed_rows, const Selection& sel,
                                Backend& backend) {
   // Source row of target i: through the index_map, the mask's selection, or i.
@@ -255,25 +255,46 @@ Result<StagedRows> stage_array(const SourceTensor& first, ArrayRows& rows,
   StagedRows out;
   const size_t n = sel.targets();
   out.n = n;
-  out.starts.resize(n);
-  out.lengths.resize(n);
-  std::vector<const std::byte*> from(n);
+  // Target i's source row, its length and where it goes. One tensor per target row in order
+  // (the common ragged write): the decoded rows are those arrays already, taken over, not
+  // copied; only the starts are new. Arrays are filled in order: reserved, not zeroed first.
+  const bool in_place = !packed && source_index == nullptr;
+  std::vector<const std::byte*> from;
+  if (in_place) {
+    from = std::move(rows.ptr);
+    out.lengths = std::move(rows.elems);  // elements, made bytes below
+  } else {
+    from.reserve(n);
+    out.lengths.reserve(n);
+  }
+  out.starts.reserve(n);
   uint64_t cursor = 0, align_bits = kernels::kRaggedRowAlign;
   // The staged buffer holds every target's row: an index_map may repeat a
   // long row many times, so the total is checked as it grows.
   constexpr uint64_t kMaxBytes = UINT64_MAX / 2;
   for (size_t i = 0; i < n; ++i) {
     const size_t s = source_index ? source_index[i] : i;
-    const uint64_t len = packed ? packed_row_bytes : rows.elems[s] * eb;
+    const uint64_t elems = packed ? 0 : in_place ? out.lengths[i] : rows.elems[s];
+    if (!packed && elems > kMaxBytes / eb)
+      return error(KSTAGE_INVALID_ARGUMENT,
+                   "the rows written add up to more than 2^63 bytes (at element %zu: source row "
+                   "%zu of %llu elements)",
+                   i, s, (unsigned long long)elems);
+    const uint64_t len = packed ? packed_row_bytes : elems * eb;
     if (len > kMaxBytes || kernels::ragged_align_up(len) > kMaxBytes - cursor)
       return error(KSTAGE_INVALID_ARGUMENT,
                    "the rows written add up to more than 2^63 bytes (at element %zu: source row "
                    "%zu of %llu bytes)",
                    i, s, (unsigned long long)len);
-    from[i] = packed ? (len ? packed_base + s * len : nullptr) : rows.ptr[s];
-    out.starts[i] = cursor;
-    out.lengths[i] = len;
-    align_bits |= reinterpret_cast<uintptr_t>(from[i]) | cursor | len;
+    const std::byte* src = packed ? (len ? packed_base + s * len : nullptr) : in_place ? from[i] : rows.ptr[s];
+    if (in_place) {
+      out.lengths[i] = len;
+    } else {
+      from.push_back(src);
+      out.lengths.push_back(len);
+    }
+    out.starts.push_back(cursor);
+    align_bits |= reinterpret_cast<uintptr_t>(src) | cursor | len;
     cursor += kernels::ragged_align_up(len);
   }
   KSTAGE_ASSIGN_OR_RETURN(out.data, backend.allocate(std::max<uint64_t>(cursor, 1)));
@@ -284,8 +305,7 @@ Result<StagedRows> stage_array(const SourceTensor& first, ArrayRows& rows,
 
 }  // namespace
 
-Result<std::vector<const DLTensor*>> write_tensors(const kstage_write_data_t& d,
-                                                   const char* attr) {
+Result<WriteTensors> write_tensors(const kstage_write_data_t& d, const char* attr) {
   if (sources(d) != 1) {
     std::string got;
     for (auto [set, name] : {std::pair{d.tensors != nullptr, "tensors"},
@@ -310,23 +330,15 @@ Result<std::vector<const DLTensor*>> write_tensors(const kstage_write_data_t& d,
                  "tensor_count %llu exceeds 2^32-1: an array write takes one tensor per source "
                  "row, and source rows are indexed by uint32",
                  (unsigned long long)d.tensor_count);
-  std::vector<const DLTensor*> out(d.tensor_count);
-  for (uint64_t i = 0; i < d.tensor_count; ++i) {
-    if (d.tensors) {
-      out[i] = &d.tensors[i];
-    } else if (d.managed_tensors) {
-      if (d.managed_tensors[i] == nullptr)
-        return error(KSTAGE_INVALID_ARGUMENT, "managed_tensors[%llu] is NULL",
-                     (unsigned long long)i);
-      out[i] = &d.managed_tensors[i]->dl_tensor;
-    } else {
-      if (d.legacy_managed_tensors[i] == nullptr)
-        return error(KSTAGE_INVALID_ARGUMENT, "legacy_managed_tensors[%llu] is NULL",
-                     (unsigned long long)i);
-      out[i] = &d.legacy_managed_tensors[i]->dl_tensor;
-    }
+  // Managed entries are checked here, once: afterwards every index is a tensor.
+  for (uint64_t i = 0; i < d.tensor_count && !d.tensors; ++i) {
+    if (d.managed_tensors && d.managed_tensors[i] == nullptr)
+      return error(KSTAGE_INVALID_ARGUMENT, "managed_tensors[%llu] is NULL", (unsigned long long)i);
+    if (d.legacy_managed_tensors && d.legacy_managed_tensors[i] == nullptr)
+      return error(KSTAGE_INVALID_ARGUMENT, "legacy_managed_tensors[%llu] is NULL",
+                   (unsigned long long)i);
   }
-  return out;
+  return WriteTensors{&d, size_t(d.tensor_count)};
 }
 
 Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
@@ -340,7 +352,7 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
       sources(d) == 1)
     KSTAGE_RETURN_NOT_OK(
         check_row_count(d, sel, d.tensor_count, "tensor_count, one tensor per row"));
-  std::vector<const DLTensor*> tensors;
+  WriteTensors tensors;
   KSTAGE_ASSIGN_OR_RETURN(tensors, write_tensors(d, attr));
 
   // Tensor 0 describes the write; an array write's other row tensors must agree with it.
@@ -350,11 +362,20 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   KSTAGE_RETURN_NOT_OK(decode_source_tensor(tensors[0], kind, 0, first));
   const size_t n_tensors = tensors.size();
   ArrayRows rows;
-  if (d.is_array) {
-    rows.ptr.resize(n_tensors);
-    rows.elems.resize(n_tensors);
+  if (d.is_array) {  // filled in order below: reserved, not zeroed first
+    rows.ptr.reserve(n_tensors);
+    rows.elems.reserve(n_tensors);
   }
   for (size_t i = 0; i < n_tensors; ++i) {
+    if (d.is_array && i > 0 && i + 1 < n_tensors) {  // the first and last are kept whole
+      const std::byte* base;
+      uint64_t elems;
+      if (decode_compact_row(tensors[i], first.dtype, first.device, first.row_bytes, base, elems)) {
+        rows.ptr.push_back(base);
+        rows.elems.push_back(elems);
+        continue;
+      }
+    }
     SourceTensor cur;
     const SourceTensor* s = &first;
     if (i > 0) {
@@ -371,8 +392,8 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
                      tensor_name(d, 0).c_str(), dtype_string(first.dtype).c_str());
     }
     if (d.is_array) {
-      rows.ptr[i] = s->base;
-      rows.elems[i] = s->rows;
+      rows.ptr.push_back(s->base);
+      rows.elems.push_back(s->rows);
       if (s->layout != SourceTensor::Layout::Compact) rows.strided.push_back(uint32_t(i));
     }
     if (i + 1 == n_tensors) last = *s;

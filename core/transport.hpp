@@ -47,8 +47,20 @@ struct StagedWrite {
 
 Result<StagedWrite> stage_write(const WriteRequest& request, BackendSet& backends);
 
-// The DLTensors of a write's data (client or managed), or an error naming the bad entry.
-Result<std::vector<const DLTensor*>> write_tensors(const kstage_write_data_t& data,
-                                                   const char* attr);
+// The DLTensors of a write's data, whichever array holds them (client, managed or legacy
+// managed): an index into it, not a list of pointers (a ragged write has one per row).
+struct WriteTensors {
+  const kstage_write_data_t* d = nullptr;
+  size_t n = 0;
+  size_t size() const { return n; }
+  const DLTensor* operator[](size_t i) const {
+    return d->tensors           ? &d->tensors[i]
+           : d->managed_tensors ? &d->managed_tensors[i]->dl_tensor
+                                : &d->legacy_managed_tensors[i]->dl_tensor;
+  }
+};
+
+// The tensors of a write's data, or an error naming the bad entry.
+Result<WriteTensors> write_tensors(const kstage_write_data_t& data, const char* attr);
 
 }  // namespace kstage::core

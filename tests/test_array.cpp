@@ -983,6 +983,57 @@ TEST_CASE("strided and offset per-row tensors read correctly", "[array][strided]
           expect_rows(prims, {{0, 2, 4, 6}, {8, 10, 12, 14}, {16, 18, 20, 22}}));
 }
 
+TEST_CASE("middle row tensors of every layout: the per-row fast check passes on what it cannot take",
+          "[array][strided]") {
+  // Rows between the first and the last are checked inline when they are 1-D, compact and
+  // non-empty; every other row takes the full decoding, which reads it or names its fault.
+  Stage s(host_execution());
+  auto prims = s.paths("/m", 7);
+  kstage_query_t q = s.query(prims);
+  kstage_token_t attr = s.token("a");
+  std::vector<float> b = iota_f(16, 0);
+  int64_t one[1] = {1}, two[1] = {2}, three[1] = {3}, zero[1] = {0};
+  int64_t by2[1] = {2}, back[1] = {-1}, odd[1] = {12345};
+  DLTensor t[7] = {tensor(b.data(), f32(), 1, two),
+                   tensor(b.data(), f32(), 1, three, by2),       // 0, 2, 4
+                   tensor(b.data() + 9, f32(), 1, three, back),  // 9, 8, 7
+                   tensor(b.data() + 5, f32(), 1, one, odd),     // extent 1: stride unused
+                   tensor(b.data(), f32(), 1, zero),             // empty
+                   tensor(b.data(), f32(), 1, two),              // + byte_offset below: 12, 13
+                   tensor(b.data() + 14, f32(), 1, two)};
+  t[5].byte_offset = 12 * sizeof(float);
+  KS_OK(s.write(q, attr, 1, write_data(t, 7, true)));
+  s.seal(1);
+  REQUIRE(rows_of(s, q, attr) ==
+          expect_rows(prims, {{0, 1}, {0, 2, 4}, {9, 8, 7}, {5}, {}, {12, 13}, {14, 15}}));
+
+  const std::string before = s.fingerprint(q, {attr});
+  {
+    DLTensor bad[7];
+    std::copy(t, t + 7, bad);
+    bad[2] = tensor(b.data(), f32(), 1, two);
+    bad[2].byte_offset = UINT64_MAX - 2;  // data + byte_offset wraps
+    KS_FAILS(s.write(q, attr, 2, write_data(bad, 7, true)), KSTAGE_INVALID_ARGUMENT,
+             "tensors[2]: byte_offset 18446744073709551613 overflows");
+  }
+  {
+    DLTensor bad[7];
+    std::copy(t, t + 7, bad);
+    int64_t huge[1] = {int64_t(1) << 62};  // x 4 bytes: more than 2^63
+    bad[3] = tensor(b.data(), f32(), 1, huge);
+    KS_FAILS(s.write(q, attr, 2, write_data(bad, 7, true)), KSTAGE_INVALID_ARGUMENT, "tensors[3]");
+  }
+  {
+    DLTensor bad[7];
+    std::copy(t, t + 7, bad);
+    bad[4] = tensor(b.data(), f32(), 1, two);
+    bad[4].dtype = f32(2);  // lanes differ
+    KS_FAILS(s.write(q, attr, 2, write_data(bad, 7, true)), KSTAGE_INVALID_ARGUMENT,
+             "tensors[4] has dtype float32x2 but tensors[0] has float32");
+  }
+  REQUIRE(s.fingerprint(q, {attr}) == before);
+}
+
 TEST_CASE("compact reads return the same rows", "[array][read][compact]") {
   Stage s(host_execution());
   auto prims = s.paths("/p", 6);

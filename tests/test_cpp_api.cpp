@@ -517,6 +517,17 @@ TEST_CASE("cpp: read Views alias the group's memory; compact reads are in prim o
   }
   // The same column storage again (zero-copy), as long as nothing was sealed.
   for (auto& g : s.read(q, {t})) REQUIRE(g.view<const float* [3]>(0).data() == storage);
+  // max_group_prims: windows of that storage, each with its own prims.
+  kstage::ReadOptions windows = host_read();
+  windows.max_group_prims = 3;
+  std::vector<uint64_t> sizes;
+  for (auto& g : s.read(q, {t}, windows)) {
+    auto view = g.view<const float* [3]>(0);
+    REQUIRE(view.data() == storage + 3 * 3 * sizes.size());
+    REQUIRE(g.prims()[0] == ids[3 * sizes.size()]);
+    sizes.push_back(view.extent(0));
+  }
+  REQUIRE(sizes == std::vector<uint64_t>{3, 1});
   // Compact: the group's own buffer, rows in prim order, no index map.
   kstage::ReadOptions compact;
   compact.compact = true;

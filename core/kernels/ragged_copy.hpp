@@ -7,6 +7,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <cstring>
+
 namespace kstage::core::kernels {
 namespace impl {
 
@@ -25,11 +27,30 @@ struct RaggedCopyFunctor {
   }
 };
 
+// Host execution: the C library's memcpy per row. Ragged rows are mostly short (a few
+// elements), where its size-dispatched copies beat a word loop the compiler must vectorise
+// for any length.
+struct HostRaggedCopyFunctor {
+  std::byte* dst;
+  const uint64_t* dst_offsets;
+  const std::byte* const* src_rows;
+  const uint64_t* bytes;
+
+  void operator()(const size_t i) const {
+    if (bytes[i] != 0) std::memcpy(dst + dst_offsets[i], src_rows[i], bytes[i]);
+  }
+};
+
 template <class Word, class Exec>
 void launch_ragged(const Exec& exec, const RaggedCopy& c) {
-  RaggedCopyFunctor<Word> f{c.dst, c.dst_offsets, c.src_rows, c.bytes};
-  Kokkos::parallel_for("kstage::ragged_copy",
-                       Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec, 0, c.n), f);
+  using Policy = Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>;
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible) {
+    Kokkos::parallel_for("kstage::ragged_copy", Policy(exec, 0, c.n),
+                         HostRaggedCopyFunctor{c.dst, c.dst_offsets, c.src_rows, c.bytes});
+  } else {
+    Kokkos::parallel_for("kstage::ragged_copy", Policy(exec, 0, c.n),
+                         RaggedCopyFunctor<Word>{c.dst, c.dst_offsets, c.src_rows, c.bytes});
+  }
 }
 
 }  // namespace impl
