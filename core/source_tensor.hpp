@@ -49,9 +49,11 @@ inline bool decode_compact_row(const DLTensor* t, DLDataType dtype, DLDevice dev
     return false;
   const int64_t n = t->shape[0];
   if (n <= 0 || (n > 1 && t->strides != nullptr && t->strides[0] != 1)) return false;
-  // The bytes read, [data + byte_offset, + n * elem_bytes), are addresses: no wrap.
+  // The bytes read, [data + byte_offset, + n * elem_bytes), are addresses: no wrap. An element
+  // is at most 255 lanes of 16 bytes (< 2^12), so below 2^50 rows n * elem_bytes < 2^62 (no
+  // division per row); larger rows take the full decoding.
   const uintptr_t data = reinterpret_cast<uintptr_t>(t->data);
-  if (uint64_t(n) > (UINT64_MAX / 4) / elem_bytes || t->byte_offset > UINTPTR_MAX - data ||
+  if (uint64_t(n) >= (uint64_t(1) << 50) || t->byte_offset > UINTPTR_MAX - data ||
       uint64_t(n) * elem_bytes > UINTPTR_MAX - (data + uintptr_t(t->byte_offset)))
     return false;
   base = static_cast<const std::byte*>(t->data) + t->byte_offset;
