@@ -266,8 +266,7 @@ Status Column::apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& n
   } else {
     const uint32_t stamp = stamp_for(ordinal);
     ensure_stamps();
-    stamps_.fit(stamp);
-    for (size_t j = 0; j < rows.n; ++j) stamps_.set(t.rows[j], stamp);
+    stamps_.set_rows(t.rows, rows.n, stamp);
   }
   if (!tombstones_.empty())
     for (size_t j = 0; j < rows.n; ++j) tombstones_.erase(rows.prim(j));

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 namespace kstage::core {
@@ -55,6 +56,20 @@ class StampTable {
   void set(size_t row, uint32_t stamp) {
     fit(stamp);
     set_unchecked(row, stamp);
+  }
+  // set() of rows[0, n) to one stamp (a sparse write's rows): one width dispatch per batch,
+  // then a loop of plain stores.
+  void set_rows(const uint32_t* rows, size_t n, uint32_t stamp) {
+    fit(stamp);
+    auto fill = [&](auto* p) {
+      using T = std::remove_pointer_t<decltype(p)>;
+      for (size_t j = 0; j < n; ++j) p[rows[j]] = T(stamp);
+    };
+    switch (width_) {
+      case 1: return fill(reinterpret_cast<uint8_t*>(bytes_.data()));
+      case 2: return fill(reinterpret_cast<uint16_t*>(bytes_.data()));
+      default: return fill(reinterpret_cast<uint32_t*>(bytes_.data()));
+    }
   }
   // Makes room for stamps up to `largest` (call before a batch of set() calls of it).
   void fit(uint32_t largest) {
