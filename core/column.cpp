@@ -100,7 +100,9 @@ RowMap Column::row_map(const PrimList& prims, size_t n) {
     fill([&s](size_t i) { return s[i]; });
   }
   m.identity = m.identity && m.all_present;
-  m.rows = std::move(rows);
+  // Prim i is row i (a column whose rows were assigned in this query's order): no table, as
+  // for an affine column -- an explicit-path column costs no 4 bytes per prim for it.
+  if (!m.identity) m.rows = std::move(rows);
   CachedRowMap& slot = cache_[cache_next_++ % 4];
   slot = CachedRowMap{prims, prims.get(), n, structure_, m};
   return m;
@@ -317,11 +319,11 @@ Status Column::apply_fixed(const StagedRows& rows, const TargetRows& map) {
 }
 
 Status Column::apply_array(const StagedRows& rows, const TargetRows& map) {
-  const uint32_t* row_ids = map.rows;
+  const uint32_t* row_ids = map.rows;  // null: the identity (target i is row i)
   const std::byte* staged = rows.data ? rows.data->data() : nullptr;
   // Target index per row (or -1), to know which rows the write replaces.
   std::vector<int64_t> target_of_row(row_space(), -1);
-  for (size_t i = 0; i < rows.n; ++i) target_of_row[row_ids[i]] = int64_t(i);
+  for (size_t i = 0; i < rows.n; ++i) target_of_row[row_ids ? row_ids[i] : i] = int64_t(i);
   auto new_len = [&](size_t i) { return rows.lengths[i]; };
 
   uint64_t append = 0, live_after = 0;
@@ -380,7 +382,7 @@ Status Column::apply_array(const StagedRows& rows, const TargetRows& map) {
   }
   // In place: same-length rows overwrite, others append after the used bytes.
   for (size_t i = 0; i < rows.n; ++i) {
-    const uint32_t r = row_ids[i];
+    const uint32_t r = row_ids ? row_ids[i] : uint32_t(i);
     const uint64_t len = new_len(i);
     if (len != array_length_[r]) {
       array_garbage_ += kernels::ragged_align_up(array_length_[r]);

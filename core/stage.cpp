@@ -749,6 +749,7 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
       g.strides.push_back(1);
     } else {
       const size_t eb = c.row_bytes();
+      auto row_at = [rows](size_t i) { return rows ? rows[i] : uint32_t(i); };  // null: the identity
       std::byte* base;
       std::vector<uint64_t> start(n);
       if (compact) {
@@ -759,8 +760,8 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
         std::vector<uint64_t> bytes(n);
         uint64_t cursor = 0, bits = kernels::kRaggedRowAlign;
         for (size_t i = 0; i < n; ++i) {
-          from[i] = src ? src + c.row_offset(rows[i]) : nullptr;
-          bytes[i] = c.row_length(rows[i]);
+          from[i] = src ? src + c.row_offset(row_at(i)) : nullptr;
+          bytes[i] = c.row_length(row_at(i));
           start[i] = cursor;
           bits |= reinterpret_cast<uintptr_t>(from[i]) | cursor | bytes[i];
           cursor += kernels::ragged_align_up(bytes[i]);
@@ -772,7 +773,7 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
       } else {
         g.pinned = pin(c.values());
         base = g.pinned ? g.pinned->data() : nullptr;
-        for (size_t i = 0; i < n; ++i) start[i] = c.row_offset(rows[i]);
+        for (size_t i = 0; i < n; ++i) start[i] = c.row_offset(row_at(i));
       }
       // One tensor per row (reserved once: no reallocation while filling).
       g.tensors.reserve(n);
@@ -780,7 +781,7 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
       g.strides.reserve(n);
       for (size_t i = 0; i < n; ++i) {
         g.tensors.push_back(row_tensor(base ? base + start[i] : nullptr, device, schema.dtype));
-        g.shapes.push_back(int64_t(c.row_length(rows[i]) / eb));
+        g.shapes.push_back(int64_t(c.row_length(row_at(i)) / eb));
         g.strides.push_back(1);
       }
     }
