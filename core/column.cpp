@@ -174,7 +174,7 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
     if (whole.all_present) return t;
   } else {
     const RowMap m = row_map(rows.prims, rows.n);
-    if (!m.rows) {  // the affine column in row order: every target present, row j is target j
+    if (!m.rows) {  // an identity map: every target present, row j is target j
       t.identity = true;
       return t;
     }

@@ -64,8 +64,9 @@ struct NewPrims {
 // column structure) and shared, so steady-state writes and reads of the same
 // query do no per-prim host work.
 struct RowMap {
-  // Per prim; kNoRow if absent. Null for an identity map of an affine column
-  // (prim i is row i): no 4 bytes per prim for the commonest map of all.
+  // Per prim; kNoRow if absent. Null for an identity map (prim i is row i, and
+  // those are all the rows), affine column or not: no 4 bytes per prim for the
+  // commonest map of all.
   std::shared_ptr<const std::vector<uint32_t>> rows;
   bool all_present = false;
   bool identity = false;  // all present, rows[i] == i, and they are all the rows

@@ -10,7 +10,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 namespace kstage::core {
@@ -61,14 +60,14 @@ class StampTable {
   // then a loop of plain stores.
   void set_rows(const uint32_t* rows, size_t n, uint32_t stamp) {
     fit(stamp);
-    auto fill = [&](auto* p) {
-      using T = std::remove_pointer_t<decltype(p)>;
-      for (size_t j = 0; j < n; ++j) p[rows[j]] = T(stamp);
+    auto fill = [&](auto width) {
+      using T = decltype(width);
+      for (size_t j = 0; j < n; ++j) store<T>(rows[j], T(stamp));
     };
     switch (width_) {
-      case 1: return fill(reinterpret_cast<uint8_t*>(bytes_.data()));
-      case 2: return fill(reinterpret_cast<uint16_t*>(bytes_.data()));
-      default: return fill(reinterpret_cast<uint32_t*>(bytes_.data()));
+      case 1: return fill(uint8_t{});
+      case 2: return fill(uint16_t{});
+      default: return fill(uint32_t{});
     }
   }
   // Makes room for stamps up to `largest` (call before a batch of set() calls of it).

@@ -286,7 +286,9 @@ Result<StagedRows> stage_array(const SourceTensor& first, ArrayRows& rows,
                    "the rows written add up to more than 2^63 bytes (at element %zu: source row "
                    "%zu of %llu bytes)",
                    i, s, (unsigned long long)len);
-    const std::byte* src = packed ? (len ? packed_base + s * len : nullptr) : in_place ? from[i] : rows.ptr[s];
+    const std::byte* src = packed     ? (len ? packed_base + s * len : nullptr)
+                           : in_place ? from[i]
+                                      : rows.ptr[s];
     if (in_place) {
       out.lengths[i] = len;
     } else {
@@ -370,7 +372,8 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
     if (d.is_array && i > 0 && i + 1 < n_tensors) {  // the first and last are kept whole
       const std::byte* base;
       uint64_t elems;
-      if (decode_compact_row(tensors[i], first.dtype, first.device, first.row_bytes, base, elems)) {
+      if (decode_compact_row(tensors[i], first.dtype, first.device, first.row_bytes, base,
+                             elems)) {
         rows.ptr.push_back(base);
         rows.elems.push_back(elems);
         continue;

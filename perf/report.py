@@ -358,12 +358,12 @@ def scale_section(outdir):
     else:
         r = max(big, key=lambda x: x["n"])
         mem = fnum(r["stage_bytes"]) / fnum(r["payload_bytes"])
-        speed = fnum(r["write_seal_vs_fresh_memcpy"])
+        speed = fnum(r.get("write_seal_vs_fresh_memcpy"))
         lines.append("%-4s  %s: memory %.2fx payload (%.2f GB for %.2f GB), write + seal %.2fx memcpy into "
                      "fresh memory (%.2fx memcpy between warm buffers); adopting a managed tensor %.3g s" % (
                          "PASS" if mem <= 1.5 and speed >= 0.7 else "FAIL", what, mem,
                          fnum(r["stage_bytes"]) / 1e9, fnum(r["payload_bytes"]) / 1e9, speed,
-                         fnum(r["write_seal_vs_memcpy"]), fnum(r["t_adopt_seal"])))
+                         fnum(r["write_seal_vs_memcpy"]), fnum(r.get("t_adopt_seal"))))
     md.append("## Scale (kstage_perf --scale)\n")
     md.append("| kind | prims | payload | stage memory | bytes per prim beyond payload | names | query | "
               "write + seal | mask + seal | latest read | change read | adopted write + seal | "
@@ -375,8 +375,8 @@ def scale_section(outdir):
                       r["kind"], rows_label(r["n"]), fnum(r["payload_bytes"]) / 1e6, fnum(r["stage_bytes"]) / 1e6,
                       fnum(r["bytes_per_prim"]), fnum(r["t_names"]), fnum(r["t_query"]), fnum(r["t_write_seal"]),
                       fnum(r["t_mask_seal"]), fnum(r["t_read_latest"]), fnum(r["t_read_change"]),
-                      fnum(r["t_adopt_seal"]), fnum(r["write_seal_vs_memcpy"]),
-                      fnum(r["write_seal_vs_fresh_memcpy"]), (" FAILED: " + r["error"]) if r["error"] else ""))
+                      fnum(r.get("t_adopt_seal")), fnum(r["write_seal_vs_memcpy"]),
+                      fnum(r.get("write_seal_vs_fresh_memcpy")), (" FAILED: " + r["error"]) if r["error"] else ""))
     md.append("")
     try:
         import matplotlib

@@ -8,6 +8,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstring>
+#include <type_traits>
 
 namespace kstage::core::kernels {
 namespace impl {
@@ -44,7 +45,8 @@ struct HostRaggedCopyFunctor {
 template <class Word, class Exec>
 void launch_ragged(const Exec& exec, const RaggedCopy& c) {
   using Policy = Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>;
-  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible) {
+  // Host execution spaces only (not a device whose memory the host can also read, as UVM).
+  if constexpr (std::is_same_v<typename Exec::memory_space, Kokkos::HostSpace>) {
     Kokkos::parallel_for("kstage::ragged_copy", Policy(exec, 0, c.n),
                          HostRaggedCopyFunctor{c.dst, c.dst_offsets, c.src_rows, c.bytes});
   } else {
