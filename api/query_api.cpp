@@ -79,8 +79,8 @@ kstage_status_t kstage_query_get_paths(kstage_stage_t stage, kstage_query_t quer
       // An immutable list: shared, not copied.
       l->paths = std::shared_ptr<const std::vector<uint64_t>>(prims, &prims->list());
     } else {  // a range query has no list: made for the caller
-      std::vector<uint64_t> ids(prims->size());
-      for (size_t i = 0; i < ids.size(); ++i) ids[i] = (*prims)[i];
+      std::vector<uint64_t> ids;
+      prims->ids(0, prims->size(), ids);
       l->paths = std::make_shared<const std::vector<uint64_t>>(std::move(ids));
     }
     *paths = s->path_lists.add(Kind::PathList, std::move(l));

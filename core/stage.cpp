@@ -524,12 +524,12 @@ namespace {
 // Points the descriptor at the group's own arrays. `count`: its prims.
 void finish_desc(ReadGroup& g, size_t count) {
   g.desc.prims = count > 0 ? g.prims->data() : nullptr;  // null for a progression: publish_prims()
-  if (g.desc.prims) g.desc.prims += g.prim_from;
+  if (g.desc.prims) g.desc.prims += g.from;
   g.desc.prim_count = count;
   g.desc.data.count = count;
   g.desc.data.tensors = g.tensors.empty() ? nullptr : g.tensors.data();
   g.desc.data.tensor_count = g.tensors.size();
-  g.desc.data.index_map = g.index_map ? g.index_map->data() + g.index_from : nullptr;
+  g.desc.data.index_map = g.index_map ? g.index_map->data() + g.from : nullptr;
   for (size_t i = 0; i < g.tensors.size(); ++i) {
     g.tensors[i].shape = &g.shapes[i];
     g.tensors[i].strides = &g.strides[i];
@@ -552,10 +552,9 @@ void split_group(std::unique_ptr<ReadGroup> g, size_t per, size_t row_bytes,
     const size_t k = std::min(per, n - from);
     auto c = std::make_unique<ReadGroup>();
     c->desc = g->desc;
+    c->from = g->from + from;
     c->prims = g->prims;
-    c->prim_from = g->prim_from + from;
     c->index_map = g->index_map;
-    c->index_from = g->index_from + from;
     c->pinned = g->pinned;
     c->owns_buffer = g->owns_buffer;
     c->ready = g->ready;

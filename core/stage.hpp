@@ -34,18 +34,16 @@ struct Op {
 // One read group with everything its descriptor points at.
 struct ReadGroup {
   kstage_read_group_t desc{};
-  // The group's prims: prims[prim_from, prim_from + desc.prim_count), shared
-  // with the query (or with the other groups of a split read), never copied
-  // per group. A range query's prims are a progression with no list:
-  // publish_prims() makes this group's slice in `prim_ids` when the caller
-  // fetches the group.
+  // The group is elements [from, from + desc.prim_count) of `prims` and
+  // `index_map`, which it shares with the query, the column's cached row map
+  // or the other groups of a split read: never copied per group.
+  size_t from = 0;
+  // A range query's prims are a progression with no list: publish_prims()
+  // makes this group's slice in `prim_ids` when the caller fetches the group.
   PrimList prims;
-  size_t prim_from = 0;
   std::vector<uint64_t> prim_ids;
-  // Prim i's row of tensors[0] is index_map[index_from + i]; null: row i.
-  // Shared with the column's cached row map when the group is the query.
+  // Prim i's row of tensors[0] is index_map[from + i]; null: row i.
   std::shared_ptr<const std::vector<uint32_t>> index_map;
-  size_t index_from = 0;
   std::vector<DLTensor> tensors;
   std::vector<int64_t> shapes;   // one per tensor
   std::vector<int64_t> strides;  // one per tensor (always 1: compact)
@@ -57,7 +55,7 @@ struct ReadGroup {
   // Points desc.prims at the group's ids (made now for a progression).
   void publish_prims() {
     if (desc.prims == nullptr && desc.prim_count > 0)
-      desc.prims = prims->ids(prim_from, desc.prim_count, prim_ids);
+      desc.prims = prims->ids(from, desc.prim_count, prim_ids);
   }
 };
 

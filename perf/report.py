@@ -256,14 +256,35 @@ def targets(kst, pending=None, omp=None):
 
 
 # ---- plots ------------------------------------------------------------------------------------
-def plots(outdir, kst, base, numpy_rows):
+def pyplot():
+    """matplotlib.pyplot on the Agg backend, or None when matplotlib is not installed."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+        return plt
     except ImportError:
+        return None
+
+
+def finish_axes(ax, xlabel, ylabel, legend_size=7):
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=legend_size)
+
+
+def save_figure(plt, fig, title, path):
+    fig.suptitle(title)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def plots(outdir, kst, base, numpy_rows):
+    plt = pyplot()
+    if plt is None:
         return "matplotlib is not installed (run scripts/setup.sh --perf); no plots"
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
     pdir = os.path.join(outdir, "plots")
     os.makedirs(pdir, exist_ok=True)
     loops = {(r["workload"],) + shape_key(r): r for r in base if r["impl"] == "serial_loop" and r["status"] == "ok"}
@@ -328,12 +349,10 @@ def plots(outdir, kst, base, numpy_rows):
             ax.legend(fontsize=7)
         for ax in list(axes.flat)[len(panels):]:
             ax.axis("off")
-        fig.suptitle(w, fontsize=12)
         # (no tight_layout: on log axes it costs ~0.7 s per figure)
         fig.subplots_adjust(left=0.08, right=0.98, bottom=0.14 / nrows, top=1 - 0.12 / nrows,
                             wspace=0.28, hspace=0.45)
-        fig.savefig(os.path.join(pdir, w + ".png"), dpi=80)
-        plt.close(fig)
+        save_figure(plt, fig, w, os.path.join(pdir, w + ".png"))
         made += 1
     return "%d plots in plots/" % made
 
@@ -378,10 +397,10 @@ def scale_section(outdir):
                       fnum(r.get("t_adopt_seal")), fnum(r["write_seal_vs_memcpy"]),
                       fnum(r.get("write_seal_vs_fresh_memcpy")), (" FAILED: " + r["error"]) if r["error"] else ""))
     md.append("")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        md.append("(no matplotlib: no scale plot)\n")
+    else:
         fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
         for kind, style in (("range", "o-"), ("explicit", "s--")):
             pts = sorted((r for r in rows if r["kind"] == kind and not r["error"]), key=lambda x: x["n"])
@@ -395,16 +414,9 @@ def scale_section(outdir):
         for ax, ylabel in ((a, "bytes per prim"), (b, "seconds per prim")):
             ax.set_xscale("log")
             ax.set_yscale("log")
-            ax.set_xlabel("prims")
-            ax.set_ylabel(ylabel)
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=7)
-        fig.suptitle("kstage at scale (float32 x 3 column)")
-        fig.savefig(os.path.join(outdir, "scale.png"), dpi=80)
-        plt.close(fig)
+            finish_axes(ax, "prims", ylabel)
+        save_figure(plt, fig, "kstage at scale (float32 x 3 column)", os.path.join(outdir, "scale.png"))
         md.append("![scale](scale.png)\n")
-    except ImportError:
-        md.append("(no matplotlib: no scale plot)\n")
     return lines, md
 
 
@@ -442,10 +454,10 @@ def threads_section(outdir):
         eff = ["%.0f%%" % (100 * v[t] / (t * one)) if t in v and one > 0 else "-" for t in counts if t > 1]
         md.append("| %s | %s | %s | %s |" % (w, impl, " | ".join(cells), " | ".join(eff)))
     md.append("")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+    plt = pyplot()
+    if plt is None:
+        md.append("(no matplotlib: no thread-scaling plot)\n")
+    else:
         fig, ax = plt.subplots(figsize=(7, 4))
         for (w, impl), v in sorted(gbps.items()):
             one = v.get(1, 0)
@@ -454,17 +466,11 @@ def threads_section(outdir):
             ts = sorted(v)
             ax.plot(ts, [v[t] / (t * one) for t in ts], "o-" if impl == "kstage" else "s:",
                     label="%s (%s)" % (w, impl), alpha=1.0 if impl == "kstage" else 0.6)
-        ax.set_xlabel("threads (--kokkos-threads)")
-        ax.set_ylabel("parallel efficiency")
         ax.set_xticks(counts)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=6)
-        fig.suptitle("kstage thread scaling (1e6 rows, float32 x 3)")
-        fig.savefig(os.path.join(outdir, "threads.png"), dpi=80)
-        plt.close(fig)
+        finish_axes(ax, "threads (--kokkos-threads)", "parallel efficiency", legend_size=6)
+        save_figure(plt, fig, "kstage thread scaling (1e6 rows, float32 x 3)",
+                    os.path.join(outdir, "threads.png"))
         md.append("![threads](threads.png)\n")
-    except ImportError:
-        md.append("(no matplotlib: no thread-scaling plot)\n")
     return md
 
 

@@ -27,6 +27,8 @@
 // write cannot reach it, see perf/README.md).
 #include "context.hpp"
 
+#include <kstage/dlpack.hpp>
+
 #include <malloc.h>
 
 #include <algorithm>
@@ -80,20 +82,10 @@ Row run_one(const std::string& kind, uint64_t n, Exec exec) {
     std::memcpy(fresh.p, src.p, src.bytes);
     row.t_memcpy_fresh = seconds_since(t0);
   }
-  // A second column's data, handed over as a managed tensor (the stage deletes it).
-  struct Owned {
-    HostBuf buf;
-    int64_t shape[1];
-    DLManagedTensorVersioned m{};
-  };
-  auto owned = std::make_unique<Owned>();
-  owned->buf = HostBuf(size_t(n) * 12);
-  fill_values(owned->buf.as<float>(), n, 3, 2);
-  owned->shape[0] = int64_t(n);
-  owned->m.version = {DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
-  owned->m.manager_ctx = owned.get();
-  owned->m.deleter = [](DLManagedTensorVersioned* m) { delete static_cast<Owned*>(m->manager_ctx); };
-  owned->m.dl_tensor = make_tensor(owned->buf.p, DType::F32, 3, owned->shape);
+  // A second column's data, a View handed over as a managed tensor at adopt_seal.
+  Kokkos::View<float* [3], Kokkos::HostSpace> velocity_data(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "scale::velocity"), n);
+  fill_values(velocity_data.data(), n, 3, 2);
 
   // Free heap memory of earlier runs back to the system first: else the stage's allocations
   // reuse it without growing the resident set, and its memory reads low.
@@ -179,7 +171,9 @@ Row run_one(const std::string& kind, uint64_t n, Exec exec) {
 
     kstage_token_t velocity = 0;
     KP_CHECK(kstage_intern_token(stage, "velocity", KSTAGE_NUL_TERMINATED, &velocity));
-    DLManagedTensorVersioned* handed = &owned.release()->m;  // the stage's from the call on
+    // The export holds the View from here on, and the stage the export from the call on.
+    DLManagedTensorVersioned* handed = kstage::export_dlpack_versioned(velocity_data);
+    velocity_data = {};
     kstage_write_data_t a = kstage_write_data_init();
     a.managed_tensors = &handed;
     a.tensor_count = 1;

@@ -198,15 +198,6 @@ def test_flat_one_lane_tensor_is_not_rows_of_width_3(stage, q4):
 # ------------------------------------------------------------------------------------------------
 # count, index_map, mask
 # ------------------------------------------------------------------------------------------------
-@pytest.fixture
-def filled(stage, q4):
-    """pos = rows 0..3 of arange(12).reshape(4, 3), sealed at 1."""
-    a = np.arange(12, dtype=np.float32).reshape(4, 3)
-    stage.write("pos", q4, a, 1)
-    stage.seal(1)
-    return a
-
-
 @pytest.mark.parametrize(
     "form",
     [
@@ -218,7 +209,7 @@ def filled(stage, q4):
     ],
     ids=["count=0", "index_map=[]", "index_map=empty-uint32", "mask=empty-bool", "mask=empty-words"],
 )
-def test_count_zero_is_refused_in_every_form(stage, q4, filled, form):
+def test_count_zero_is_refused_in_every_form(stage, q4, pos, form):
     with pytest.raises(ValueError) as info:
         stage.write("pos", q4, np.full((4, 3), -1, np.float32), 2, **form)
     assert isinstance(info.value, kstage.InvalidArgument)
@@ -226,12 +217,12 @@ def test_count_zero_is_refused_in_every_form(stage, q4, filled, form):
     assert "count=0" in str(info.value) or "empty" in str(info.value)
     # the stage is unchanged: nothing pending at 2 either
     stage.seal(2)
-    np.testing.assert_array_equal(read_values(stage, q4, "pos"), filled)
+    np.testing.assert_array_equal(read_values(stage, q4, "pos"), pos)
     # and ordinal 2 was never used: a write at 3 still works
     stage.write("pos", q4, np.zeros((4, 3), np.float32), 3)
 
 
-def test_index_map_picks_source_rows(stage, q4, filled):
+def test_index_map_picks_source_rows(stage, q4, pos):
     data = np.array([[10, 11, 12], [20, 21, 22]], np.float32)  # 2 source rows for 4 prims
     stage.write("pos", q4, data, 2, index_map=[0, 1, 1, 0])
     stage.seal(2)
@@ -239,23 +230,23 @@ def test_index_map_picks_source_rows(stage, q4, filled):
 
 
 @pytest.mark.parametrize("dtype", ["u4", "i8", "u2", "i4"])
-def test_index_map_integer_dtypes(stage, q4, filled, dtype):
+def test_index_map_integer_dtypes(stage, q4, pos, dtype):
     data = np.array([[10, 11, 12], [20, 21, 22], [30, 31, 32]], np.float32)
     stage.write("pos", q4, data, 2, index_map=np.array([2, 0, 1, 2], dtype))
     stage.seal(2)
     np.testing.assert_array_equal(read_values(stage, q4, "pos"), data[[2, 0, 1, 2]])
 
 
-def test_index_map_with_count_writes_the_leading_prims(stage, q4, filled):
+def test_index_map_with_count_writes_the_leading_prims(stage, q4, pos):
     data = np.array([[10, 11, 12], [20, 21, 22]], np.float32)
     stage.write("pos", q4, data, 2, index_map=[1, 0, 1, 1], count=2)
     stage.seal(2)
-    expected = filled.copy()
+    expected = pos.copy()
     expected[0], expected[1] = data[1], data[0]
     np.testing.assert_array_equal(read_values(stage, q4, "pos"), expected)
 
 
-def test_index_map_out_of_range_and_negative(stage, q4, filled):
+def test_index_map_out_of_range_and_negative(stage, q4, pos):
     with pytest.raises(kstage.InvalidArgument, match=r"index_map\[1\] = 9"):
         stage.write("pos", q4, np.zeros((4, 3), np.float32), 2, index_map=[0, 9, 0, 0])
     with pytest.raises(kstage.InvalidArgument, match=r"index_map\[0\] = -1"):
@@ -265,42 +256,42 @@ def test_index_map_out_of_range_and_negative(stage, q4, filled):
     with pytest.raises(kstage.InvalidArgument, match="exclusive"):
         stage.write("pos", q4, np.zeros((4, 3), np.float32), 2, index_map=[0, 1], mask=[True, True])
     stage.seal(2)
-    np.testing.assert_array_equal(read_values(stage, q4, "pos"), filled)
+    np.testing.assert_array_equal(read_values(stage, q4, "pos"), pos)
 
 
-def test_count_writes_the_leading_prims(stage, q4, filled):
+def test_count_writes_the_leading_prims(stage, q4, pos):
     stage.write("pos", q4, np.full((2, 3), -1, np.float32), 2, count=2)
     stage.seal(2)
-    expected = filled.copy()
+    expected = pos.copy()
     expected[:2] = -1
     np.testing.assert_array_equal(read_values(stage, q4, "pos"), expected)
 
 
-def test_bool_mask_writes_only_selected_prims(stage, q4, filled):
+def test_bool_mask_writes_only_selected_prims(stage, q4, pos):
     new = np.full((4, 3), -1, np.float32) - np.arange(4, dtype=np.float32)[:, None]
     stage.write("pos", q4, new, 2, mask=np.array([True, False, False, True]))
     stage.seal(2)
-    expected = filled.copy()
+    expected = pos.copy()
     expected[[0, 3]] = new[[0, 3]]  # source row i belongs to element i
     np.testing.assert_array_equal(read_values(stage, q4, "pos"), expected)
 
 
-def test_uint64_word_mask_needs_count(stage, q4, filled):
+def test_uint64_word_mask_needs_count(stage, q4, pos):
     new = np.full((4, 3), -7, np.float32)
     with pytest.raises(kstage.InvalidArgument, match="count="):
         stage.write("pos", q4, new, 2, mask=np.array([0b0110], np.uint64))
     stage.write("pos", q4, new, 2, mask=np.array([0b0110], np.uint64), count=4)
     stage.seal(2)
-    expected = filled.copy()
+    expected = pos.copy()
     expected[[1, 2]] = -7
     np.testing.assert_array_equal(read_values(stage, q4, "pos"), expected)
 
 
-def test_shorter_mask_covers_the_leading_prims(stage, q4, filled):
+def test_shorter_mask_covers_the_leading_prims(stage, q4, pos):
     new = np.full((2, 3), -5, np.float32)
     stage.write("pos", q4, new, 2, mask=[False, True])
     stage.seal(2)
-    expected = filled.copy()
+    expected = pos.copy()
     expected[1] = -5
     np.testing.assert_array_equal(read_values(stage, q4, "pos"), expected)
 
