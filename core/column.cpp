@@ -46,17 +46,25 @@ uint32_t Column::stamp_for(uint64_t ordinal) {
 
 void Column::compact_stamps() {
   // Keep only the ordinals some row still carries (at most one per row), so
-  // the table stays O(rows) however many ticks the column lives through.
-  std::vector<uint64_t> kept{0};
+  // the table stays O(rows) however many ticks the column lives through. The
+  // table is in increasing order, so marking the stamps in use and numbering
+  // the marked entries in table order keeps it sorted: O(rows + entries), no
+  // sort of one ordinal per row.
+  const size_t entries = stamp_ordinals_.size();
+  std::vector<uint32_t> renumber(entries, 0);  // 1 = in use, then its new stamp
+  renumber[0] = 1;
   for (size_t r = 0; r < stamps_.size(); ++r)
-    if (row_live(r)) kept.push_back(stamp_ordinals_[stamps_.get(r)]);
-  std::sort(kept.begin(), kept.end());
-  kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
-  // Renumbering only lowers stamps: the table's width still holds them.
-  for (size_t r = 0; r < stamps_.size(); ++r) {
-    const uint64_t o = row_live(r) ? stamp_ordinals_[stamps_.get(r)] : 0;
-    stamps_.set(r, uint32_t(std::lower_bound(kept.begin(), kept.end(), o) - kept.begin()));
+    if (row_live(r)) renumber[stamps_.get(r)] = 1;
+  std::vector<uint64_t> kept;
+  for (size_t e = 0; e < entries; ++e) {
+    if (renumber[e] == 0) continue;
+    renumber[e] = uint32_t(kept.size());
+    kept.push_back(stamp_ordinals_[e]);
   }
+  // Renumbering only lowers stamps: the table's width still holds them. A
+  // free row's stamp is 0.
+  for (size_t r = 0; r < stamps_.size(); ++r)
+    stamps_.set(r, row_live(r) ? renumber[stamps_.get(r)] : 0);
   stamp_ordinals_ = std::move(kept);
   stamps_.shrink_to(uint32_t(stamp_ordinals_.size() - 1));
   compacted_to_ = stamp_ordinals_.size();
@@ -130,6 +138,18 @@ void Column::materialize_rows() {
   ++structure_;
 }
 
+bool Column::affine_progression(const PrimSeq& prims, size_t n, size_t& first_row,
+                                size_t& row_step) const {
+  if (affine_rows_ == 0 || !prims.is_progression() || n == 0) return false;
+  const uint64_t first = prims.first(), step = prims.stride();
+  if (first < affine_first_ || first - affine_first_ >= affine_rows_) return false;
+  const uint64_t row = first - affine_first_;
+  if ((affine_rows_ - 1 - row) / step < n - 1) return false;  // the last one is a row too
+  first_row = size_t(row);
+  row_step = size_t(step);
+  return true;
+}
+
 Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_prims) {
   TargetRows t;
   // An empty fixed-size column whose first write targets consecutive new prims in
@@ -157,7 +177,32 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
     }
   }
   uint32_t* ids;
+  size_t first_row = 0, row_step = 0;
+  const bool progression = affine_progression(*rows.prims, rows.subset ? rows.span : rows.n,
+                                              first_row, row_step);
+  if (progression && !rows.subset) {
+    // Every target present, at rows first_row + j * row_step: no row map to
+    // make or read (the identity is the case of step 1 over all the rows).
+    if (first_row == 0 && (row_step == 1 || rows.n == 1) && rows.n == affine_rows_) {
+      t.identity = true;
+    } else {
+      t.first_row = first_row;
+      t.row_step = row_step;
+    }
+    return t;
+  }
   if (const uint32_t* subset = rows.subset_index()) {
+    if (progression) {  // a masked write through a progression query: rows computed
+      if (first_row == 0 && row_step == 1) {
+        t.rows = subset;
+        t.keep = rows.subset;
+        return t;
+      }
+      scratch_rows_.resize(rows.n);
+      for (size_t j = 0; j < rows.n; ++j) scratch_rows_[j] = uint32_t(first_row + subset[j] * row_step);
+      t.rows = scratch_rows_.data();
+      return t;
+    }
     // A masked write: its rows are a selection of the rows of the query's
     // prefix, whose row map is cached, so this is one gather.
     const RowMap whole = row_map(rows.prims, rows.span);
@@ -268,7 +313,10 @@ Status Column::apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& n
   } else {
     const uint32_t stamp = stamp_for(ordinal);
     ensure_stamps();
-    stamps_.set_rows(t.rows, rows.n, stamp);
+    if (t.row_step != 0)
+      stamps_.set_progression(t.first_row, t.row_step, rows.n, stamp);
+    else
+      stamps_.set_rows(t.rows, rows.n, stamp);
   }
   if (!tombstones_.empty())
     for (size_t j = 0; j < rows.n; ++j) tombstones_.erase(rows.prim(j));
@@ -303,9 +351,9 @@ Status Column::apply_fixed(const StagedRows& rows, const TargetRows& map) {
     values_ = std::move(fresh);
   }
   kernels::RowCopy c;
-  c.dst = values_->data();
-  c.dst_stride = int64_t(rb);
-  c.dst_index = map.identity ? nullptr : map.rows;
+  c.dst = values_->data() + map.first_row * rb;
+  c.dst_stride = int64_t(rb * (map.row_step != 0 ? map.row_step : 1));
+  c.dst_index = map.identity || map.row_step != 0 ? nullptr : map.rows;
   if (c.dst_index && map.row_map && !reads_host()) {
     KSTAGE_ASSIGN_OR_RETURN(c.dst_index, resident_rows(map.row_map));
     c.indices_resident = true;

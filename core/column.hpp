@@ -161,6 +161,9 @@ class Column {
   struct TargetRows {
     const uint32_t* rows = nullptr;
     bool identity = false;  // rows[j] == j and they are all the rows
+    // Target j is row first_row + j * row_step (an affine column written
+    // through a progression query, every k-th prim say): no table. 0: not so.
+    size_t row_step = 0, first_row = 0;
     std::shared_ptr<const void> keep;  // owns `rows`; null when scratch_rows_ holds them
     // Set when `rows` is a cached row map (kept on the device, not re-uploaded).
     std::shared_ptr<const std::vector<uint32_t>> row_map;
@@ -170,6 +173,9 @@ class Column {
   // Rows for the targets; allocates rows for new prims (bookkeeping only).
   TargetRows assign_rows(const StagedRows& rows, NewPrims& new_prims);
   void unassign_rows(const NewPrims& new_prims);
+  // For an affine column: whether prims[0, n) of `prims` are rows first_row +
+  // j * row_step of it (a progression query within the column's rows).
+  bool affine_progression(const PrimSeq& prims, size_t n, size_t& first_row, size_t& row_step) const;
   // Whether row r holds a prim (else it is a free row).
   bool row_live(size_t r) const { return affine_rows_ != 0 || row_live_[r]; }
   // Leaves the affine form for the tables (any change but writes of its rows

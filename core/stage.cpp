@@ -165,12 +165,16 @@ Result<PrimList> Stage::query_paths(const uint64_t* paths, uint64_t n) {
     return error(KSTAGE_INVALID_ARGUMENT, "paths[%llu] ('%s') repeats paths[%llu]",
                  (unsigned long long)repeat, path_name(paths[repeat]).c_str(), (unsigned long long)first);
   }
-  // Consecutive ids in order (paths interned one after another): kept as a
-  // progression, as a range query is -- no list.
-  bool consecutive = n > 1 && paths[0] <= UINT64_MAX - n;
-  for (uint64_t i = 1; consecutive && i < n; ++i) consecutive = paths[i] == paths[0] + i;
-  if (consecutive)
-    return PrimList(std::make_shared<const PrimSeq>(PrimSeq::progression(paths[0], n, 1)));
+  // Ids that step by one constant in order (paths interned one after another,
+  // or every k-th of them): kept as a progression, as a range query is -- no
+  // list. (The ids are distinct, checked above, so the step is never 0.)
+  if (n > 1 && paths[1] > paths[0]) {
+    const uint64_t step = paths[1] - paths[0];
+    bool progression = (UINT64_MAX - paths[0]) / step >= n - 1;
+    for (uint64_t i = 2; progression && i < n; ++i) progression = paths[i] == paths[0] + i * step;
+    if (progression)
+      return PrimList(std::make_shared<const PrimSeq>(PrimSeq::progression(paths[0], n, step)));
+  }
   return PrimList(std::make_shared<const PrimSeq>(std::vector<uint64_t>(paths, paths + n)));
 }
 

@@ -59,10 +59,24 @@ class StampTable {
   // set() of rows[0, n) to one stamp (a sparse write's rows): one width dispatch per batch,
   // then a loop of plain stores.
   void set_rows(const uint32_t* rows, size_t n, uint32_t stamp) {
+    set_each(n, stamp, [rows](size_t j) { return size_t(rows[j]); });
+  }
+  // The same for rows first, first + step, ... (n of them): no row list to read.
+  void set_progression(size_t first, size_t step, size_t n, uint32_t stamp) {
+    set_each(n, stamp, [first, step](size_t j) { return first + j * step; });
+  }
+  // set() of row_of(j), j in [0, n), to `stamp`.
+  template <class RowOf>
+  void set_each(size_t n, uint32_t stamp, RowOf row_of) {
     fit(stamp);
     auto fill = [&](auto width) {
       using T = decltype(width);
-      for (size_t j = 0; j < n; ++j) store<T>(rows[j], T(stamp));
+      // Locals: a byte store may alias anything in memory (the vector's pointer, the
+      // row function's captures), and reloading them per row halves the loop's speed.
+      std::uint8_t* const base = bytes_.data();
+      const RowOf row = row_of;
+      const T value = T(stamp);
+      for (size_t j = 0; j < n; ++j) std::memcpy(base + row(j) * sizeof(T), &value, sizeof(T));
     };
     switch (width_) {
       case 1: return fill(uint8_t{});

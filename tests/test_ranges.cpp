@@ -6,6 +6,8 @@
 // change ranges and maps.
 #include "support.hpp"
 
+#include <algorithm>
+
 using namespace kstage_test;
 
 namespace {
@@ -447,4 +449,158 @@ TEST_CASE("a range query reads in bounded groups, zero-copy, with each group's o
   const auto after = s.floats(odd, x);
   REQUIRE(after.at(first + 29) == std::vector<float>{-29.f});
   REQUIRE(s.floats(all, x).at(first + 30) == std::vector<float>{30.f});
+}
+
+// A query whose ids step by a constant (every k-th prim, from a range or from paths interned
+// one after another) is a progression too, and a write through it reaches the rows of an
+// affine column without a row table: each case is checked against a model of the column,
+// value by value, with the change range of its ordinal, including progressions that leave the
+// column's rows (new prims), start before them, or step down (a list).
+TEST_CASE("writes through strided queries land on the right rows", "[ranges][affine]") {
+  const bool from_range = GENERATE(true, false);
+  CAPTURE(from_range);
+  Stage s(host_execution());
+  constexpr uint64_t kN = 40;
+  std::vector<kstage_path_t> id(kN);
+  if (from_range) {
+    const kstage_path_t first = range(s, "/s", "p", 0, kN);
+    for (uint64_t i = 0; i < kN; ++i) id[i] = first + i;
+  } else {
+    id = s.paths("/s/q", kN);  // interned one after another: consecutive ids
+    for (uint64_t i = 1; i < kN; ++i) REQUIRE(id[i] == id[0] + i);
+  }
+  // Every k-th member from `start`, `count` of them, as an explicit query.
+  auto every = [&](uint64_t start, uint64_t k, uint64_t count) {
+    std::vector<kstage_path_t> p;
+    for (uint64_t j = 0; j < count; ++j) p.push_back(id[start + j * k]);
+    const kstage_query_t q = s.query(p);
+    REQUIRE(s.prims_of(q) == p);  // the query keeps its prims and their order
+    return std::make_pair(q, p);
+  };
+  const kstage_token_t t = s.token("t");
+  std::map<kstage_path_t, float> model;
+  uint64_t ordinal = 0;
+  // Seals `ordinal` and checks every value and the change range [ordinal, ordinal].
+  auto check = [&](const std::vector<kstage_path_t>& changed) {
+    s.seal(ordinal);
+    const auto all = every(0, 1, kN).first;
+    const auto got = scalars(s, all, t);
+    CAPTURE(ordinal);
+    REQUIRE(got.size() == model.size());
+    for (const auto& [path, value] : model) {
+      CAPTURE(path - id[0], value);
+      REQUIRE(got.count(path) == 1);
+      REQUIRE(got.at(path) == value);
+    }
+    kstage_read_desc_t d = kstage_read_desc_init();
+    d.change_range = true;
+    d.range_begin = d.range_end = ordinal;
+    std::vector<kstage_path_t> seen;
+    for (const Group& g : s.read(all, {t}, &d)) seen.insert(seen.end(), g.prims.begin(), g.prims.end());
+    std::vector<kstage_path_t> want = changed;
+    std::sort(seen.begin(), seen.end());
+    std::sort(want.begin(), want.end());
+    REQUIRE(seen == want);
+  };
+  auto write = [&](const std::vector<kstage_path_t>& p, kstage_query_t q, float base) {
+    std::vector<float> v(p.size());
+    for (size_t j = 0; j < p.size(); ++j) v[j] = model[p[j]] = base + float(j);
+    s.write_f32(q, t, ++ordinal, v);
+    check(p);
+  };
+  // The affine column: members 0..29 in order.
+  const auto [head, head_p] = every(0, 1, 30);
+  write(head_p, head, 0.f);
+  {  // every 3rd member from 1: rows 1, 4, ..., 28
+    const auto [q, p] = every(1, 3, 10);
+    write(p, q, 100.f);
+  }
+  {  // a step-1 run in the middle: rows 5..14
+    const auto [q, p] = every(5, 1, 10);
+    write(p, q, 200.f);
+  }
+  {  // one prim
+    const auto [q, p] = every(29, 1, 1);
+    write(p, q, 300.f);
+  }
+  {  // an index_map write through every 5th member from 2, source rows reversed
+    const auto [q, p] = every(2, 5, 6);
+    std::vector<float> src(6);
+    std::vector<uint32_t> map(6);
+    for (uint32_t j = 0; j < 6; ++j) src[j] = 400.f + float(j);
+    for (uint32_t j = 0; j < 6; ++j) {
+      map[j] = 5 - j;  // element j takes source row map[j]
+      model[p[j]] = src[map[j]];
+    }
+    int64_t shape[1] = {6};
+    DLTensor x = tensor(src.data(), f32(), 1, shape);
+    kstage_write_data_t w = write_data(&x);
+    w.count = 6;
+    w.index_map = map.data();
+    KS_OK(s.write(q, t, ++ordinal, w));
+    check(p);
+  }
+  // Masked writes through a stride-2 progression from 3 and through a prefix (step 1 from row 0).
+  for (const auto& [start, k] : {std::pair<uint64_t, uint64_t>{3, 2}, {0, 1}}) {
+    const auto [q, p] = every(start, k, 12);
+    std::vector<float> src(12);
+    uint64_t mask = 0;
+    std::vector<kstage_path_t> picked;
+    for (uint64_t j = 0; j < 12; ++j) {
+      src[j] = 500.f + float(j);
+      if (j % 3 != 1) continue;
+      mask |= uint64_t(1) << j;
+      model[p[j]] = src[j];
+      picked.push_back(p[j]);
+    }
+    int64_t shape[1] = {12};
+    DLTensor x = tensor(src.data(), f32(), 1, shape);
+    kstage_write_data_t w = write_data(&x);
+    w.count = 12;
+    w.mask = &mask;
+    KS_OK(s.write(q, t, ++ordinal, w));
+    check(picked);
+  }
+  {  // steps down: a list, not a progression
+    std::vector<kstage_path_t> p;
+    for (int j = 27; j >= 0; j -= 9) p.push_back(id[size_t(j)]);
+    write(p, s.query(p), 600.f);
+  }
+  {  // every 4th from 2 up to 38: beyond row 29, so new prims (the column takes its tables)
+    const auto [q, p] = every(2, 4, 10);
+    write(p, q, 700.f);
+  }
+  {  // and strided writes on the tables from here on
+    const auto [q, p] = every(0, 7, 6);
+    write(p, q, 800.f);
+  }
+}
+
+TEST_CASE("a strided query that starts before an affine column's rows adds its new prims",
+          "[ranges][affine]") {
+  Stage s(host_execution());
+  const kstage_path_t first = range(s, "/b", "p", 0, 30);
+  kstage_query_t tail = 0, strided = 0;
+  KS_OK(kstage_query_range(s.stage, first, 10, 20, 1, &tail));     // members 10..29
+  KS_OK(kstage_query_range(s.stage, first, 0, 6, 5, &strided));   // members 0, 5, ..., 25
+  const kstage_token_t t = s.token("t");
+  std::vector<float> v(20);
+  for (int i = 0; i < 20; ++i) v[size_t(i)] = float(10 + i);
+  s.write_f32(tail, t, 1, v);
+  s.write_f32(strided, t, 2, {-0.f, -5.f, -10.f, -15.f, -20.f, -25.f});
+  s.seal(2);
+  kstage_query_t all = 0;
+  KS_OK(kstage_query_range(s.stage, first, 0, 0, 0, &all));
+  const auto got = scalars(s, all, t);
+  REQUIRE(got.size() == 22);  // 10..29 and the new 0 and 5
+  for (uint64_t i = 0; i < 30; ++i) {
+    CAPTURE(i);
+    if (i % 5 == 0) {
+      REQUIRE(got.at(first + i) == -float(i));
+    } else if (i >= 10) {
+      REQUIRE(got.at(first + i) == float(i));
+    } else {
+      REQUIRE(got.count(first + i) == 0);
+    }
+  }
 }

@@ -315,6 +315,9 @@ const bool registered = [] {
             "", "copy", "copy", false, WriteKind::Dense, Timed::Seal);
   reg_write("seal_index_map_random", "seal alone after a random-permutation index_map write",
             "perm", "copy", "copy", false, WriteKind::IndexMapRandom, Timed::Seal);
+  reg_write("seal_index_map_local", "seal alone after a local (stride 4) index_map write (scatter)",
+            "stride=4", "gather_scatter_stride4", "gather_scatter_stride4", false,
+            WriteKind::IndexMapLocal, Timed::Seal);
   reg_write("seal_mask_05", "seal alone after a 5% mask write (scatter of the staged rows)",
             "p=0.05", "scatter_p05", "scatter_p05", false, WriteKind::Mask, Timed::Seal, 0.05);
   reg_read("read_latest", "latest read of every prim, zero-copy (column storage, no index_map)",
