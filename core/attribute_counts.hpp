@@ -1,26 +1,36 @@
 // SPDX-License-Identifier: Apache-2.0
 // How many attributes each prim holds (sealed): the stage's "does this prim
-// exist" table, one byte per prim id in use. A prim exists while it holds at
-// least one attribute. Counts from 255 on (a prim with hundreds of
-// attributes) live in a side map, so the common case stays one byte.
+// exist" table. A prim exists while it holds at least one attribute.
+//
+// One byte per prim id in use, in pages of 2^16 ids; counts from 255 on (a
+// prim with hundreds of attributes) live in a side map, so the common case
+// stays one byte. A page whose prims all hold the same count -- a path range's
+// members, which gain each attribute together when a whole-range write seals
+// -- is one byte for the page and no page at all: a first write of 1e8 range
+// prims neither faults in nor walks 100 MB of counts. Its bytes are made when
+// one of its prims changes on its own.
 #pragma once
 
 #include "core/paged_array.hpp"
+#include "core/prim_seq.hpp"
 
 #include <algorithm>
 #include <unordered_map>
+#include <vector>
 
 namespace kstage::core {
 
 class AttributeCounts {
  public:
   uint32_t get(uint64_t prim) const {
+    const uint64_t page = prim >> kPageBits;
+    if (!small_.has_page(page)) return page < uniform_.size() ? uniform_[page] : 0;
     const uint8_t b = small_.get(prim);
     return b == kBig ? big_.at(prim) : b;
   }
   // May throw std::bad_alloc, leaving the count as it was.
   void increment(uint64_t prim) {
-    uint8_t& b = small_.at(prim);
+    uint8_t& b = entry(prim);
     if (b < kBig - 1) {
       ++b;
     } else if (b == kBig - 1) {
@@ -30,22 +40,41 @@ class AttributeCounts {
       ++big_.at(prim);
     }
   }
-  // increment() of prims [first, first + count), a page at a time.
+  // increment() of prims [first, first + count): whole pages that hold one
+  // count for all their prims stay so (one byte each), the rest a page at a
+  // time. May throw std::bad_alloc part way (like a loop of increment()).
   void increment_run(uint64_t first, uint64_t count) {
     for (uint64_t p = first; p < first + count;) {
-      uint8_t* page = &small_.at(p);  // the page of p, from p on
-      const uint64_t in_page = std::min(count - (p - first), small_.kPage - (p & (small_.kPage - 1)));
-      for (uint64_t k = 0; k < in_page; ++k) {
-        if (page[k] < kBig - 1)
-          ++page[k];
-        else
-          increment(p + k);
+      const uint64_t page = p >> kPageBits, offset = p & (kPage - 1);
+      const uint64_t in_page = std::min(count - (p - first), kPage - offset);
+      if (in_page == kPage && !small_.has_page(page) && uniform(page) < kBig - 1) {
+        if (page >= uniform_.size()) uniform_.resize(page + 1, 0);
+        ++uniform_[page];
+      } else {
+        uint8_t* bytes = &entry(p);  // the page of p, from p on
+        for (uint64_t k = 0; k < in_page; ++k) {
+          if (bytes[k] < kBig - 1)
+            ++bytes[k];
+          else
+            increment(p + k);
+        }
       }
       p += in_page;
     }
   }
+  // Makes the bytes of prims[0, n) that share a page's count, so that
+  // decrement() of them cannot throw: call before the change that needs it.
+  // May throw std::bad_alloc, leaving the counts as they were.
+  void prepare_decrements(const PrimSeq& prims, size_t n) {
+    if (uniform_.empty()) return;
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t page = prims[i] >> kPageBits;
+      if (!small_.has_page(page) && uniform(page) != 0) entry(prims[i]);
+    }
+  }
+  // Does not throw for a prim of prepare_decrements() (or one incremented on its own).
   void decrement(uint64_t prim) {
-    uint8_t& b = small_.at(prim);
+    uint8_t& b = entry(prim);
     if (b != kBig) {
       --b;
       return;
@@ -56,15 +85,34 @@ class AttributeCounts {
       b = uint8_t(kBig - 1);
     }
   }
+  // Memory held (the byte pages and the per-page counts; not the side map).
+  size_t bytes() const { return small_.bytes() + uniform_.capacity(); }
   // Calls f(prim) for every prim holding an attribute, in increasing order.
   template <class F>
   void for_each(F&& f) const {
-    small_.for_each(f);
+    const uint64_t pages = std::max<uint64_t>(uniform_.size(), small_.page_count());
+    for (uint64_t page = 0; page < pages; ++page) {
+      const uint64_t base = page << kPageBits;
+      if (small_.has_page(page)) {
+        small_.for_each_in_page(page, f);
+      } else if (uniform(page) != 0) {
+        for (uint64_t k = 0; k < kPage; ++k) f(base | k);
+      }
+    }
   }
 
  private:
+  static constexpr unsigned kPageBits = 16;
+  static constexpr uint64_t kPage = uint64_t(1) << kPageBits;
   static constexpr uint8_t kBig = 255;  // the count is in big_
-  PagedArray<uint8_t, 0> small_;
+
+  uint8_t uniform(uint64_t page) const { return page < uniform_.size() ? uniform_[page] : 0; }
+  // The prim's own byte, its page made from the page's count if needed.
+  uint8_t& entry(uint64_t prim) { return small_.at(prim, uniform(prim >> kPageBits)); }
+
+  PagedArray<uint8_t, 0, kPageBits> small_;
+  // Per page without bytes: the count every prim of it holds (< kBig).
+  std::vector<uint8_t> uniform_;
   std::unordered_map<uint64_t, uint32_t> big_;
 };
 

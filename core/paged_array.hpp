@@ -23,17 +23,20 @@ class PagedArray {
     const uint64_t p = i >> kPageBits;
     return p < pages_.size() && pages_[p] ? pages_[p][i & (kPage - 1)] : Default;
   }
-  // The entry, making its page (filled with Default) if needed. May throw
-  // std::bad_alloc, leaving the table as it was.
-  T& at(uint64_t i) {
+  // The entry, making its page (filled with `fill`, Default unless said) if
+  // needed. May throw std::bad_alloc, leaving the table as it was.
+  T& at(uint64_t i, T fill = Default) {
     const uint64_t p = i >> kPageBits;
     if (p >= pages_.size()) pages_.resize(p + 1);
     if (!pages_[p]) {
-      pages_[p] = std::make_unique<T[]>(kPage);
-      for (uint64_t k = 0; k < kPage; ++k) pages_[p][k] = Default;
+      auto page = std::make_unique<T[]>(kPage);
+      for (uint64_t k = 0; k < kPage; ++k) page[k] = fill;
+      pages_[p] = std::move(page);
     }
     return pages_[p][i & (kPage - 1)];
   }
+  // Whether page `p` (ids [p * kPage, (p + 1) * kPage)) has been made.
+  bool has_page(uint64_t p) const { return p < pages_.size() && pages_[p]; }
   // Makes the pages of ids [first, last] (so that at() on them cannot throw).
   void reserve(uint64_t first, uint64_t last) {
     for (uint64_t p = first >> kPageBits; p <= (last >> kPageBits); ++p) at(p << kPageBits);
@@ -41,13 +44,18 @@ class PagedArray {
   // Calls f(id) for every id whose entry is not Default, in increasing order.
   template <class F>
   void for_each(F&& f) const {
-    for (uint64_t p = 0; p < pages_.size(); ++p) {
-      if (!pages_[p]) continue;
-      const T* page = pages_[p].get();
-      for (uint64_t k = 0; k < kPage; ++k)
-        if (page[k] != Default) f((p << kPageBits) | k);
-    }
+    for (uint64_t p = 0; p < pages_.size(); ++p) for_each_in_page(p, f);
   }
+  // The same for the ids of page `p` alone.
+  template <class F>
+  void for_each_in_page(uint64_t p, F&& f) const {
+    if (!has_page(p)) return;
+    const T* page = pages_[p].get();
+    for (uint64_t k = 0; k < kPage; ++k)
+      if (page[k] != Default) f((p << kPageBits) | k);
+  }
+  // One past the last page that may have been made.
+  uint64_t page_count() const { return pages_.size(); }
   size_t bytes() const {
     size_t b = pages_.capacity() * sizeof(void*);
     for (const auto& page : pages_)

@@ -463,6 +463,14 @@ Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reach
       prim_attribute_count_.increment_run(added.run_first, added.run_count);
     } else {
       removed.clear();
+      // The counts' bytes first: a delete that cannot record its prims' new
+      // counts must not happen at all.
+      try {
+        prim_attribute_count_.prepare_decrements(*m.rows.prims, m.rows.n);
+      } catch (const std::bad_alloc&) {
+        reached = m.ordinal - 1;
+        return Status(KSTAGE_OUT_OF_MEMORY, "no memory for the attribute counts of a delete's prims");
+      }
       c.apply_delete(*m.rows.prims, m.rows.n, m.ordinal, removed);
       for (uint64_t p : removed) prim_attribute_count_.decrement(p);
     }

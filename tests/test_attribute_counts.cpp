@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: Apache-2.0
+// The stage's per-prim attribute counts (core/attribute_counts.hpp), against
+// a plain map: pages that hold one count for all their prims (a whole-range
+// write) cost no bytes per prim, and behave like any other once a prim of
+// them changes on its own, above 255 attributes too.
+#include "core/attribute_counts.hpp"
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <vector>
+
+using kstage::core::AttributeCounts;
+using kstage::core::PrimSeq;
+
+namespace {
+constexpr uint64_t kPage = uint64_t(1) << 16;
+
+// Every prim of `m` and its count, and no other prim, from get() and for_each().
+void require_same(const AttributeCounts& c, const std::map<uint64_t, uint32_t>& m,
+                  const std::vector<uint64_t>& probes) {
+  std::vector<uint64_t> listed;
+  c.for_each([&](uint64_t p) { listed.push_back(p); });
+  std::vector<uint64_t> want;
+  for (const auto& [p, n] : m)
+    if (n > 0) want.push_back(p);
+  REQUIRE(listed == want);
+  for (uint64_t p : probes) {
+    CAPTURE(p);
+    const auto it = m.find(p);
+    REQUIRE(c.get(p) == (it == m.end() ? 0u : it->second));
+  }
+}
+}  // namespace
+
+TEST_CASE("whole pages of a run hold one count and no bytes", "[attribute_counts]") {
+  AttributeCounts c;
+  const uint64_t first = 3 * kPage;
+  c.increment_run(first, 100 * kPage);  // 100 whole pages
+  REQUIRE(c.bytes() < kPage);           // no page of bytes made
+  REQUIRE(c.get(first - 1) == 0);
+  REQUIRE(c.get(first) == 1);
+  REQUIRE(c.get(first + 100 * kPage - 1) == 1);
+  REQUIRE(c.get(first + 100 * kPage) == 0);
+  c.increment_run(first, 100 * kPage);  // a second attribute for all of them
+  REQUIRE(c.get(first + 5 * kPage + 7) == 2);
+  REQUIRE(c.bytes() < kPage);
+  // One prim on its own: its page gets bytes, from the page's count.
+  c.increment(first + 5 * kPage + 7);
+  REQUIRE(c.get(first + 5 * kPage + 7) == 3);
+  REQUIRE(c.get(first + 5 * kPage + 8) == 2);
+  REQUIRE(c.bytes() >= kPage);
+  REQUIRE(c.bytes() < 2 * kPage + 4096);
+  // A delete's prims: bytes made first, then decrement() of them.
+  PrimSeq gone = PrimSeq::progression(first + 50 * kPage + 3, 3, kPage);  // three pages
+  c.prepare_decrements(gone, gone.size());
+  for (uint64_t p : gone) c.decrement(p);
+  for (uint64_t p : gone) REQUIRE(c.get(p) == 1);
+  REQUIRE(c.get(first + 50 * kPage + 4) == 2);
+  uint64_t listed = 0;
+  c.for_each([&](uint64_t) { ++listed; });
+  REQUIRE(listed == 100 * kPage);
+}
+
+TEST_CASE("counts from 254 on leave the per-page count for the side map", "[attribute_counts]") {
+  AttributeCounts c;
+  for (int i = 0; i < 300; ++i) c.increment_run(0, 2 * kPage + 10);
+  for (uint64_t p : {uint64_t(0), kPage - 1, kPage, 2 * kPage + 9}) REQUIRE(c.get(p) == 300);
+  REQUIRE(c.get(2 * kPage + 10) == 0);
+  PrimSeq one = PrimSeq::progression(kPage + 1, 1, 1);
+  c.prepare_decrements(one, 1);
+  for (int i = 0; i < 60; ++i) c.decrement(kPage + 1);
+  REQUIRE(c.get(kPage + 1) == 240);
+  REQUIRE(c.get(kPage + 2) == 300);
+}
+
+TEST_CASE("any mix of runs, increments and decrements matches a plain map", "[attribute_counts]") {
+  std::mt19937_64 rng(GENERATE(1u, 2u, 3u));
+  AttributeCounts c;
+  std::map<uint64_t, uint32_t> m;
+  std::vector<uint64_t> probes;
+  auto pick = [&](uint64_t n) { return uint64_t(rng() % n); };
+  for (int step = 0; step < 150; ++step) {
+    switch (pick(4)) {
+      case 0: {  // a run, page-aligned or not, up to three pages
+        const uint64_t first = pick(6) * kPage + (pick(2) ? 0 : pick(kPage));
+        const uint64_t count = pick(2) ? kPage * (1 + pick(3)) : 1 + pick(2 * kPage);
+        c.increment_run(first, count);
+        for (uint64_t p = first; p < first + count; ++p) ++m[p];
+        probes.push_back(first);
+        probes.push_back(first + count - 1);
+        probes.push_back(first + count);
+        break;
+      }
+      case 1: {
+        const uint64_t p = pick(8 * kPage);
+        c.increment(p);
+        ++m[p];
+        probes.push_back(p);
+        break;
+      }
+      default: {  // decrements of prims that hold a count, a few at a time
+        if (m.empty()) break;
+        std::vector<uint64_t> ids;
+        for (int k = 0; k < 4; ++k) {
+          auto it = m.lower_bound(pick(8 * kPage));
+          if (it == m.end() || it->second == 0) continue;
+          if (std::find(ids.begin(), ids.end(), it->first) == ids.end()) ids.push_back(it->first);
+        }
+        if (ids.empty()) break;
+        const PrimSeq seq(ids);
+        c.prepare_decrements(seq, seq.size());
+        for (uint64_t p : ids) {
+          c.decrement(p);
+          --m[p];
+          probes.push_back(p);
+        }
+      }
+    }
+  }
+  require_same(c, m, probes);
+}
