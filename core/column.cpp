@@ -393,6 +393,11 @@ Status Column::apply_array(const StagedRows& rows, const TargetRows& map) {
   std::vector<const std::byte*> src_rows;
   std::vector<uint64_t> dst_offsets, bytes;
   uint64_t align_bits = kernels::kRaggedRowAlign;
+  // One entry per row moved: every live row for a rebuild, the written ones in place.
+  const size_t moves = rebuild ? live_rows_ : rows.n;
+  src_rows.reserve(moves);
+  dst_offsets.reserve(moves);
+  bytes.reserve(moves);
   auto add = [&](const std::byte* src, uint64_t dst, uint64_t len) {
     if (len == 0) return;
     src_rows.push_back(src);

@@ -178,6 +178,35 @@ TEMPLATE_LIST_TEST_CASE("ragged_copy packs variable-length rows", "[kernels][rag
     REQUIRE(std::memcmp(&dst[offsets[i]], from[i], bytes[i]) == 0);
 }
 
+// Every row length from 0 to 80 bytes (short rows are copied inline in overlapping blocks,
+// longer ones by memcpy), at odd addresses, with a sentinel gap after each row: each row
+// arrives whole and nothing outside it is written.
+TEMPLATE_LIST_TEST_CASE("ragged_copy moves rows of every short length exactly", "[kernels][ragged]",
+                        HostSpaces) {
+  const size_t rows = 81, gap = 3;
+  auto src = pattern(rows * 96);
+  std::vector<const std::byte*> from(rows);
+  std::vector<uint64_t> bytes(rows), offsets(rows);
+  uint64_t cursor = 1;  // odd: no row is aligned
+  for (size_t i = 0; i < rows; ++i) {
+    from[i] = src.data() + 1 + (rows - 1 - i) * 95;
+    bytes[i] = i;
+    offsets[i] = cursor;
+    cursor += bytes[i] + gap;
+  }
+  const std::byte sentinel{0xA5};
+  std::vector<std::byte> dst(cursor, sentinel);
+  RaggedCopy c{dst.data(), offsets.data(), from.data(), bytes.data(), rows};
+  ragged_copy(TestType(), c, 1);
+  TestType().fence();
+  REQUIRE(dst[0] == sentinel);
+  for (size_t i = 0; i < rows; ++i) {
+    CAPTURE(i);
+    REQUIRE(std::memcmp(&dst[offsets[i]], from[i], bytes[i]) == 0);
+    for (size_t g = 0; g < gap; ++g) REQUIRE(dst[offsets[i] + bytes[i] + g] == sentinel);
+  }
+}
+
 TEMPLATE_LIST_TEST_CASE("strided_copy compacts any strides", "[kernels][strided]", HostSpaces) {
   // A (5, 3) view into a (5, 8) float array: rows 8 apart, columns 2 apart.
   std::vector<float> base(5 * 8);
