@@ -24,6 +24,7 @@
 #include "core/kernels/copy_ops.hpp"
 #include "core/status.hpp"
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,15 @@ class Backend {
   virtual CompletionPtr record() = 0;
   // Waits for all work this backend enqueued.
   virtual void fence() = 0;
+
+  // --- host bookkeeping ----------------------------------------------------
+  // Calls body(begin, end) over [0, n) in chunks, every index in exactly one
+  // call, and returns when all are done: the engine's loops over host tables
+  // (a large seal's per-row stamps) run in parallel where this backend's host
+  // execution is. Device backends keep the default, one call on this thread.
+  virtual void host_for(size_t n, const std::function<void(size_t, size_t)>& body) {
+    if (n > 0) body(0, n);
+  }
 };
 
 // How a backend folder makes backends of its device type (backends/<name>/

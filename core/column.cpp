@@ -313,10 +313,14 @@ Status Column::apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& n
   } else {
     const uint32_t stamp = stamp_for(ordinal);
     ensure_stamps();
+    // On the host, in parallel where the stage's host execution is (one store per row).
+    auto host_loop = [this](size_t n, const std::function<void(size_t, size_t)>& body) {
+      backend_->host_for(n, body);
+    };
     if (t.row_step != 0)
-      stamps_.set_progression(t.first_row, t.row_step, rows.n, stamp);
+      stamps_.set_progression(t.first_row, t.row_step, rows.n, stamp, host_loop);
     else
-      stamps_.set_rows(t.rows, rows.n, stamp);
+      stamps_.set_rows(t.rows, rows.n, stamp, host_loop);
   }
   if (!tombstones_.empty())
     for (size_t j = 0; j < rows.n; ++j) tombstones_.erase(rows.prim(j));

@@ -57,26 +57,32 @@ class StampTable {
     set_unchecked(row, stamp);
   }
   // set() of rows[0, n) to one stamp (a sparse write's rows): one width dispatch per batch,
-  // then a loop of plain stores.
-  void set_rows(const uint32_t* rows, size_t n, uint32_t stamp) {
-    set_each(n, stamp, [rows](size_t j) { return size_t(rows[j]); });
+  // then loops of plain stores, run by `loop(n, body)`, which calls body(begin, end) over
+  // chunks of [0, n) (in parallel, say: the rows are distinct, each a store of its own).
+  template <class Loop>
+  void set_rows(const uint32_t* rows, size_t n, uint32_t stamp, Loop&& loop) {
+    set_each(n, stamp, [rows](size_t j) { return size_t(rows[j]); }, loop);
   }
   // The same for rows first, first + step, ... (n of them): no row list to read.
-  void set_progression(size_t first, size_t step, size_t n, uint32_t stamp) {
-    set_each(n, stamp, [first, step](size_t j) { return first + j * step; });
+  template <class Loop>
+  void set_progression(size_t first, size_t step, size_t n, uint32_t stamp, Loop&& loop) {
+    set_each(n, stamp, [first, step](size_t j) { return first + j * step; }, loop);
   }
   // set() of row_of(j), j in [0, n), to `stamp`.
-  template <class RowOf>
-  void set_each(size_t n, uint32_t stamp, RowOf row_of) {
-    fit(stamp);
+  template <class RowOf, class Loop>
+  void set_each(size_t n, uint32_t stamp, RowOf row_of, Loop&& loop) {
+    fit(stamp);  // before the stores: a widening moves the table
+    std::uint8_t* const base = bytes_.data();
     auto fill = [&](auto width) {
       using T = decltype(width);
-      // Locals: a byte store may alias anything in memory (the vector's pointer, the
-      // row function's captures), and reloading them per row halves the loop's speed.
-      std::uint8_t* const base = bytes_.data();
-      const RowOf row = row_of;
       const T value = T(stamp);
-      for (size_t j = 0; j < n; ++j) std::memcpy(base + row(j) * sizeof(T), &value, sizeof(T));
+      loop(n, [base, value, row_of](size_t begin, size_t end) {
+        // Locals: a byte store may alias anything in memory (the vector's pointer, the row
+        // function's captures), and reloading them per row halves the loop's speed.
+        std::uint8_t* const b = base;
+        const RowOf row = row_of;
+        for (size_t j = begin; j < end; ++j) std::memcpy(b + row(j) * sizeof(T), &value, sizeof(T));
+      });
     };
     switch (width_) {
       case 1: return fill(uint8_t{});

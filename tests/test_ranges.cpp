@@ -604,3 +604,52 @@ TEST_CASE("a strided query that starts before an affine column's rows adds its n
     }
   }
 }
+
+// A seal stamps a large write's rows in chunks, in parallel where the host execution is
+// (Backend::host_for): every row of the write carries the write's ordinal, no other row does.
+TEST_CASE("a large sparse write stamps exactly its rows", "[ranges][affine]") {
+  Stage s(host_execution());
+  constexpr uint64_t kN = 300000;  // several host_for chunks of 2^16 rows
+  const kstage_path_t first = range(s, "/big", "p", 0, kN);
+  kstage_query_t all = 0, every3 = 0;
+  KS_OK(kstage_query_range(s.stage, first, 0, 0, 0, &all));
+  KS_OK(kstage_query_range(s.stage, first, 1, 0, 3, &every3));  // members 1, 4, 7, ...
+  const kstage_token_t t = s.token("t");
+  s.write_f32(all, t, 1, std::vector<float>(kN, 0.f));
+  s.seal(1);
+  auto changed_at = [&](uint64_t begin, uint64_t end = 0) {
+    kstage_read_desc_t d = kstage_read_desc_init();
+    d.change_range = true;
+    d.range_begin = begin;
+    d.range_end = end ? end : begin;
+    std::vector<kstage_path_t> seen;
+    for (const Group& g : s.read(all, {t}, &d)) seen.insert(seen.end(), g.prims.begin(), g.prims.end());
+    std::sort(seen.begin(), seen.end());
+    return seen;
+  };
+  // Through a progression: rows 1, 4, 7, ...
+  const uint64_t m = (kN - 1 + 2) / 3;
+  s.write_f32(every3, t, 2, std::vector<float>(m, 2.f));
+  s.seal(2);
+  std::vector<kstage_path_t> want;
+  for (uint64_t i = 1; i < kN; i += 3) want.push_back(first + i);
+  REQUIRE(changed_at(2) == want);
+  // Through a mask over the whole range (a row list): every other row from 0.
+  std::vector<uint64_t> mask((kN + 63) / 64, 0x5555555555555555ull);
+  std::vector<float> src(kN, 3.f);
+  int64_t shape[1] = {int64_t(kN)};
+  DLTensor x = tensor(src.data(), f32(), 1, shape);
+  kstage_write_data_t w = write_data(&x);
+  w.count = kN;
+  w.mask = mask.data();
+  KS_OK(s.write(all, t, 3, w));
+  s.seal(3);
+  std::vector<kstage_path_t> even;
+  for (uint64_t i = 0; i < kN; i += 2) even.push_back(first + i);
+  REQUIRE(changed_at(3) == even);
+  // [2, 3]: the rows of either write, each once (rows 1, 4, 7, ... that are odd kept 2).
+  std::vector<kstage_path_t> either;
+  for (uint64_t i = 0; i < kN; ++i)
+    if (i % 2 == 0 || i % 3 == 1) either.push_back(first + i);
+  REQUIRE(changed_at(2, 3) == either);
+}

@@ -70,6 +70,10 @@ void dispatch_row_width(size_t word, size_t row_bytes, F&& f) {
   return f(uint8_t{}, integral_constant<int, 0>{});
 }
 
+// Work item k moves rows [k * chunk, (k + 1) * chunk): one row per work item
+// on a GPU (chunk 1); on host execution a chunk of rows in a loop over locals
+// (the compiler cannot keep the functor's members in registers across the
+// row stores, and reloading them per row halved a strided scatter's speed).
 template <class Word, int Words, bool DstIndexed, bool SrcIndexed>
 struct RowCopyFunctor {
   std::byte* dst;
@@ -79,21 +83,44 @@ struct RowCopyFunctor {
   int64_t src_stride;
   const uint32_t* src_index;
   size_t row_words;
+  size_t n, chunk;
 
-  KOKKOS_INLINE_FUNCTION void operator()(const size_t i) const {
-    const int64_t d = DstIndexed ? int64_t(dst_index[i]) : int64_t(i);
-    const int64_t s = SrcIndexed ? int64_t(src_index[i]) : int64_t(i);
-    copy_row<Word, Words>(dst + d * dst_stride, src + s * src_stride, row_words);
+  KOKKOS_INLINE_FUNCTION void operator()(const size_t k) const {
+    const size_t begin = k * chunk, end = begin + chunk < n ? begin + chunk : n;
+    std::byte* const d0 = dst;
+    const std::byte* const s0 = src;
+    const uint32_t* const di = dst_index;
+    const uint32_t* const si = src_index;
+    const int64_t ds = dst_stride, ss = src_stride;
+    const size_t words = row_words;
+    // A side that is not indexed walks a running pointer: no multiply per row.
+    std::byte* dp = d0 + (DstIndexed ? 0 : int64_t(begin) * ds);
+    const std::byte* sp = s0 + (SrcIndexed ? 0 : int64_t(begin) * ss);
+    for (size_t i = begin; i < end; ++i) {
+      std::byte* const out = DstIndexed ? d0 + int64_t(di[i]) * ds : dp;
+      const std::byte* const in = SrcIndexed ? s0 + int64_t(si[i]) * ss : sp;
+      copy_row<Word, Words>(out, in, words);
+      if (!DstIndexed) dp += ds;
+      if (!SrcIndexed) sp += ss;
+    }
   }
 };
 
+// Rows per work item: a chunk on host execution, one on a device.
+template <class Exec>
+constexpr size_t rows_per_item() {
+  return std::is_same_v<typename Exec::memory_space, Kokkos::HostSpace> ? 1024 : 1;
+}
+
 template <class Word, int Words, bool D, bool S, class Exec>
 void launch_row_copy(const Exec& exec, const RowCopy& c) {
+  constexpr size_t chunk = rows_per_item<Exec>();
   RowCopyFunctor<Word, Words, D, S> f{c.dst,        c.dst_stride, c.dst_index,
                                       c.src,        c.src_stride, c.src_index,
-                                      c.row_bytes / sizeof(Word)};
-  Kokkos::parallel_for("kstage::row_copy",
-                       Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec, 0, c.n), f);
+                                      c.row_bytes / sizeof(Word), c.n, chunk};
+  Kokkos::parallel_for(
+      "kstage::row_copy",
+      Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec, 0, (c.n + chunk - 1) / chunk), f);
 }
 
 template <class Word, int Words, class Exec>
@@ -132,13 +159,14 @@ struct CheckedGatherFunctor {
     const uint64_t rows = src_rows;
     const size_t words = row_words;
     size_t bad = first_bad;
-    for (size_t i = begin; i < end; ++i) {
+    std::byte* out = d + int64_t(begin) * ds;  // a running pointer: no multiply per row
+    for (size_t i = begin; i < end; ++i, out += ds) {
       const uint32_t s = index[i];
       if (s >= rows) {
         if (i < bad) bad = i;
         continue;
       }
-      copy_row<Word, Words>(d + int64_t(i) * ds, s0 + int64_t(s) * ss, words);
+      copy_row<Word, Words>(out, s0 + int64_t(s) * ss, words);
     }
     first_bad = bad;
   }
