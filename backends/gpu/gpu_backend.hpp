@@ -13,7 +13,9 @@
 //    has completed (their deleter must not run while a kernel still reads).
 // Index, mask and offset arrays come from the engine in host memory and are
 // uploaded once per call (core/backend.hpp); a column's cached row map is
-// uploaded once and stays on the device (indices_resident).
+// uploaded once and stays on the device (indices_resident). Calls whose status
+// is cast to (void) -- releases, device guards, fences -- have no caller to
+// report to; a sticky runtime error surfaces at the next checked call.
 //
 // Kokkos before 5 runs one GPU per process: a stage may use the device
 // Kokkos was initialised on (kstage initialises it on the ordinal of
@@ -54,12 +56,12 @@ class DeviceGuard {
  public:
   explicit DeviceGuard(int device) {
     if (RT::get_device(&previous_) != RT::success) previous_ = -1;
-    if (previous_ != device) RT::set_device(device);
+    if (previous_ != device) (void)RT::set_device(device);
   }
   ~DeviceGuard() {
     int now = -1;
     if (previous_ >= 0 && RT::get_device(&now) == RT::success && now != previous_)
-      RT::set_device(previous_);
+      (void)RT::set_device(previous_);
   }
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;
@@ -108,9 +110,9 @@ struct GpuShared {
       std::lock_guard lock(mutex);
       while (!retired.empty()) {
         Event e = retired.front().first;
-        if (all) RT::event_synchronize(e);
+        if (all) (void)RT::event_synchronize(e);
         else if (RT::event_query(e) == RT::not_ready) break;
-        RT::event_destroy(e);
+        (void)RT::event_destroy(e);
         done.push_back(std::move(retired.front().second));
         retired.pop_front();
       }
@@ -133,7 +135,7 @@ class GpuBuffer final : public core::DeviceBuffer {
         shared_(std::move(shared)) {}
   ~GpuBuffer() override {
     const DeviceGuard<RT> on_device(shared_->device);
-    RT::free_async(data(), shared_->stream);
+    (void)RT::free_async(data(), shared_->stream);
   }
 
  private:
@@ -145,7 +147,7 @@ class GpuCompletion final : public core::Completion {
  public:
   GpuCompletion(std::shared_ptr<GpuShared<RT>> shared, typename RT::Event event)
       : shared_(std::move(shared)), event_(event) {}
-  ~GpuCompletion() override { RT::event_destroy(event_); }
+  ~GpuCompletion() override { (void)RT::event_destroy(event_); }
   // Anything but "not ready" is done: after a device fault the event never
   // succeeds, and the next enqueue reports the fault (KSTAGE_DEVICE_ERROR).
   bool done() const override { return RT::event_query(event_) != RT::not_ready; }
@@ -340,7 +342,7 @@ class GpuBackend final : public DeviceBackend {
         KSTAGE_RETURN_NOT_OK(check(RT::event_record(e, s), field, ".stream"));
         return check(RT::stream_wait_event(shared_->stream, e), field, ".stream");
       }();
-      RT::event_destroy(e);  // released once the wait is resolved
+      (void)RT::event_destroy(e);  // released once the wait is resolved
       return st;
     }
     return Status::OK();
@@ -359,7 +361,7 @@ class GpuBackend final : public DeviceBackend {
         KSTAGE_RETURN_NOT_OK(check(RT::event_record(e, shared_->stream), field, ".stream"));
         return check(RT::stream_wait_event(stream_value(consumer.stream), e), field, ".stream");
       }();
-      RT::event_destroy(e);
+      (void)RT::event_destroy(e);
       return st;
     }
     return Status::OK();
@@ -374,7 +376,7 @@ class GpuBackend final : public DeviceBackend {
       return nullptr;
     }
     if (RT::event_record(e, shared_->stream) != RT::success) {
-      RT::event_destroy(e);
+      (void)RT::event_destroy(e);
       fence();
       return nullptr;
     }
@@ -383,7 +385,7 @@ class GpuBackend final : public DeviceBackend {
 
   void fence() override {
     const DeviceGuard<RT> on_device(shared_->device);
-    RT::stream_synchronize(shared_->stream);
+    (void)RT::stream_synchronize(shared_->stream);
     shared_->reap(false);
   }
 
