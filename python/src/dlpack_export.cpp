@@ -326,7 +326,7 @@ nb::object call_dlpack_impl(DlpackImpl impl, PyObject* self, PyObject* const* ar
     while (k < 5 && name != interned[k]) ++k;
     if (k == 5) {
       k = 0;
-      while (k < 5 && !_PyUnicode_EqualToASCIIString(name, names[k])) ++k;
+      while (k < 5 && PyUnicode_CompareWithASCIIString(name, names[k]) != 0) ++k;  // public API: 3.13 dropped the private one
     }
     if (k == 5) {
       PyErr_Format(PyExc_TypeError, "__dlpack__() got an unexpected keyword argument %R", name);

@@ -167,6 +167,17 @@ def test_versioned_capsule_of_a_compact_group(stage, q4, pos):
     assert not CapsuleView(g.tensor(0, readonly=False).__dlpack__(max_version=(1, 0))).read_only
 
 
+def test_dlpack_keywords_built_at_run_time_and_unknown_ones(stage, q4, pos):
+    # Keyword names that are not the interned strings (made at run time) take the text
+    # comparison; a name that is no keyword of __dlpack__ raises TypeError naming it.
+    g = one_group(stage, q4, "pos")
+    built = {"".join(["max_", "version"]): (1, 0), "".join(["str", "eam"]): None}
+    assert all(sys.intern(k) is not k for k in built)  # really not the interned objects
+    assert CapsuleView(g.tensor(0).__dlpack__(**built)).version[0] == 1
+    with pytest.raises(TypeError, match="unexpected keyword argument 'max_versions'"):
+        g.tensor(0).__dlpack__(max_versions=(1, 0))
+
+
 def test_legacy_request_for_a_read_only_tensor_is_refused(stage, q4, pos):
     g = one_group(stage, q4, "pos")
     for request in ({}, {"max_version": (0, 8)}, {"max_version": None}):
