@@ -107,11 +107,19 @@ class AttributeCounts {
   static constexpr uint8_t kBig = 255;  // the count is in big_
 
   uint8_t uniform(uint64_t page) const { return page < uniform_.size() ? uniform_[page] : 0; }
-  // The prim's own byte, its page made from the page's count if needed.
-  uint8_t& entry(uint64_t prim) { return small_.at(prim, uniform(prim >> kPageBits)); }
+  // The prim's own byte, its page made from the page's count if needed (which
+  // is then the page's bytes' to say: the per-page count goes back to 0).
+  uint8_t& entry(uint64_t prim) {
+    const uint64_t page = prim >> kPageBits;
+    if (small_.has_page(page)) return small_.at(prim);
+    uint8_t& b = small_.at(prim, uniform(page));
+    if (page < uniform_.size()) uniform_[page] = 0;
+    return b;
+  }
 
   PagedArray<uint8_t, 0, kPageBits> small_;
-  // Per page without bytes: the count every prim of it holds (< kBig).
+  // Per page without bytes: the count every prim of it holds (< kBig); 0 for
+  // a page with bytes.
   std::vector<uint8_t> uniform_;
   std::unordered_map<uint64_t, uint32_t> big_;
 };

@@ -24,7 +24,6 @@
 #include "core/kernels/copy_ops.hpp"
 #include "core/status.hpp"
 
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -106,12 +105,16 @@ class Backend {
   virtual void fence() = 0;
 
   // --- host bookkeeping ----------------------------------------------------
-  // Calls body(begin, end) over [0, n) in chunks, every index in exactly one
-  // call, and returns when all are done: the engine's loops over host tables
-  // (a large seal's per-row stamps) run in parallel where this backend's host
-  // execution is. Device backends keep the default, one call on this thread.
-  virtual void host_for(size_t n, const std::function<void(size_t, size_t)>& body) {
-    if (n > 0) body(0, n);
+  // Calls body(context, begin, end) over [0, n) in chunks, every index in
+  // exactly one call, and returns when all are done: the engine's loops over
+  // host tables (a large seal's per-row stamps) run in parallel where this
+  // backend's host execution is. A plain function and its context, not a
+  // std::function: nothing to allocate, so nothing can fail. Device backends
+  // keep the default, one call on this thread (their seals' kernels run on
+  // the device meanwhile).
+  using HostChunk = void (*)(const void* context, size_t begin, size_t end);
+  virtual void host_for(size_t n, HostChunk body, const void* context) {
+    if (n > 0) body(context, 0, n);
   }
 };
 

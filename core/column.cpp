@@ -4,6 +4,7 @@
 #include "core/dtype.hpp"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace kstage::core {
 
@@ -146,7 +147,7 @@ bool Column::affine_progression(const PrimSeq& prims, size_t n, size_t& first_ro
   const uint64_t row = first - affine_first_;
   if ((affine_rows_ - 1 - row) / step < n - 1) return false;  // the last one is a row too
   first_row = size_t(row);
-  row_step = size_t(step);
+  row_step = n == 1 ? 1 : size_t(step);  // one row: its step is never taken (and may be huge)
   return true;
 }
 
@@ -314,8 +315,12 @@ Status Column::apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& n
     const uint32_t stamp = stamp_for(ordinal);
     ensure_stamps();
     // On the host, in parallel where the stage's host execution is (one store per row).
-    auto host_loop = [this](size_t n, const std::function<void(size_t, size_t)>& body) {
-      backend_->host_for(n, body);
+    auto host_loop = [this](size_t n, const auto& body) {
+      using Body = std::decay_t<decltype(body)>;
+      backend_->host_for(
+          n,
+          [](const void* b, size_t begin, size_t end) { (*static_cast<const Body*>(b))(begin, end); },
+          &body);
     };
     if (t.row_step != 0)
       stamps_.set_progression(t.first_row, t.row_step, rows.n, stamp, host_loop);

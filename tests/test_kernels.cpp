@@ -13,8 +13,10 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <type_traits>
 #include <tuple>
 #include <vector>
 
@@ -31,6 +33,11 @@ std::vector<std::byte> pattern(size_t n) {
   std::vector<std::byte> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = std::byte((i * 7 + 3) & 0xff);
   return v;
+}
+// Calls f(Word{}, Words) as row_copy() dispatches `c`.
+template <class F>
+void dispatch_row_width_of(const RowCopy& c, F&& f) {
+  impl::dispatch_row_width(impl::row_word(c.row_bytes, impl::address_bits(c)), c.row_bytes, f);
 }
 }  // namespace
 
@@ -81,6 +88,57 @@ TEMPLATE_LIST_TEST_CASE("row_copy gathers and scatters every width", "[kernels][
     for (size_t i = 0; i < n; ++i)
       REQUIRE(std::memcmp(&dst[i * width], &src[(n - 1 - i) * width], width) == 0);
   }
+}
+
+// Many work items (host chunks of up to 1024 rows, a last chunk cut short) into a strided
+// destination, every indexing form, against a plain loop; and the device form of the same
+// functor (one row per work item), run here on the host, which no CPU build launches itself.
+TEMPLATE_LIST_TEST_CASE("row_copy over many chunks into strided rows, host and device forms",
+                        "[kernels][row_copy]", HostSpaces) {
+  const size_t width = GENERATE(4, 12, 8, 5);
+  const size_t n = GENERATE(1, 1023, 1025, 5000);
+  const int64_t gap = 3;  // destination rows `gap` row widths apart
+  auto src = pattern(n * width);
+  std::vector<uint32_t> perm(n);
+  for (size_t i = 0; i < n; ++i) perm[i] = uint32_t((i * 7919) % n);  // a permutation (7919 prime)
+  const bool dst_indexed = GENERATE(false, true), src_indexed = GENERATE(false, true);
+  std::vector<std::byte> dst(n * width * size_t(gap), std::byte{0xEE});
+  RowCopy c;
+  c.dst = dst.data();
+  c.dst_stride = gap * int64_t(width);
+  c.src = src.data();
+  c.src_stride = int64_t(width);
+  c.dst_index = dst_indexed ? perm.data() : nullptr;
+  c.src_index = src_indexed ? perm.data() : nullptr;
+  c.n = n;
+  c.row_bytes = width;
+  const bool device_form = GENERATE(false, true);
+  if (!device_form) {
+    row_copy(TestType(), c);
+  } else {  // what a GPU build launches: one row per work item
+    dispatch_row_width_of(c, [&](auto word, auto words) {
+      using Word = decltype(word);
+      auto launch = [&](auto d, auto s) {
+        impl::RowCopyFunctor<Word, decltype(words)::value, decltype(d)::value, decltype(s)::value> f{
+            c.dst, c.dst_stride, c.dst_index, c.src, c.src_stride, c.src_index,
+            c.row_bytes / sizeof(Word), c.n, 1};
+        Kokkos::parallel_for(Kokkos::RangePolicy<TestType, Kokkos::IndexType<size_t>>(0, c.n), f);
+      };
+      using T = std::true_type;
+      using F = std::false_type;
+      if (dst_indexed && src_indexed) launch(T{}, T{});
+      else if (dst_indexed) launch(T{}, F{});
+      else if (src_indexed) launch(F{}, T{});
+      else launch(F{}, F{});
+    });
+  }
+  TestType().fence();
+  std::vector<std::byte> want(dst.size(), std::byte{0xEE});
+  for (size_t i = 0; i < n; ++i) {
+    const size_t d = dst_indexed ? perm[i] : i, s = src_indexed ? perm[i] : i;
+    std::memcpy(&want[d * width * size_t(gap)], &src[s * width], width);
+  }
+  REQUIRE(dst == want);  // every row in place, nothing written between them
 }
 
 TEMPLATE_LIST_TEST_CASE("checked_gather copies in-range rows and reports the first bad index",
@@ -204,6 +262,31 @@ TEMPLATE_LIST_TEST_CASE("ragged_copy moves rows of every short length exactly", 
     CAPTURE(i);
     REQUIRE(std::memcmp(&dst[offsets[i]], from[i], bytes[i]) == 0);
     for (size_t g = 0; g < gap; ++g) REQUIRE(dst[offsets[i] + bytes[i] + g] == sentinel);
+  }
+}
+
+// The device form of the ragged copy (a word loop per row), run here on the host, which no CPU
+// build launches itself (host execution copies with memcpy and the inline short copy).
+TEMPLATE_LIST_TEST_CASE("ragged_copy's device form moves the same rows", "[kernels][ragged]", HostSpaces) {
+  const size_t rows = 70;
+  auto src = pattern(rows * 64 * 8);
+  std::vector<const std::byte*> from(rows);
+  std::vector<uint64_t> bytes(rows), offsets(rows);
+  uint64_t cursor = 0;
+  for (size_t i = 0; i < rows; ++i) {
+    from[i] = src.data() + (rows - 1 - i) * 64 * 8;
+    bytes[i] = (i % 9) * 8;
+    offsets[i] = cursor;
+    cursor += bytes[i] + 8;
+  }
+  std::vector<std::byte> dst(cursor, std::byte{0xA5});
+  impl::RaggedCopyFunctor<uint64_t> f{dst.data(), offsets.data(), from.data(), bytes.data()};
+  Kokkos::parallel_for(Kokkos::RangePolicy<TestType, Kokkos::IndexType<size_t>>(0, rows), f);
+  TestType().fence();
+  for (size_t i = 0; i < rows; ++i) {
+    CAPTURE(i);
+    REQUIRE(std::memcmp(&dst[offsets[i]], from[i], bytes[i]) == 0);
+    for (size_t g = 0; g < 8; ++g) REQUIRE(dst[offsets[i] + bytes[i] + g] == std::byte{0xA5});
   }
 }
 

@@ -523,6 +523,16 @@ TEST_CASE("writes through strided queries land on the right rows", "[ranges][aff
     const auto [q, p] = every(29, 1, 1);
     write(p, q, 300.f);
   }
+  {  // every 3rd from 2 ends exactly on the last row (29)
+    const auto [q, p] = every(2, 3, 10);
+    REQUIRE(p.back() == id[29]);
+    write(p, q, 350.f);
+  }
+  if (from_range) {  // one prim through a range query with a huge stride (the step is never taken)
+    kstage_query_t q = 0;
+    KS_OK(kstage_query_range(s.stage, id[0], 28, 1, uint64_t(1) << 62, &q));
+    write({id[28]}, q, 360.f);
+  }
   {  // an index_map write through every 5th member from 2, source rows reversed
     const auto [q, p] = every(2, 5, 6);
     std::vector<float> src(6);
@@ -566,9 +576,12 @@ TEST_CASE("writes through strided queries land on the right rows", "[ranges][aff
     for (int j = 27; j >= 0; j -= 9) p.push_back(id[size_t(j)]);
     write(p, s.query(p), 600.f);
   }
-  {  // every 4th from 2 up to 38: beyond row 29, so new prims (the column takes its tables)
-    const auto [q, p] = every(2, 4, 10);
-    write(p, q, 700.f);
+  {  // every 4th from 2 up to 30: one step past the last row (29), so one new prim and the
+     // column takes its tables; then up to 38
+    const auto [q, p] = every(2, 4, 8);
+    write(p, q, 650.f);
+    const auto [q2, p2] = every(2, 4, 10);
+    write(p2, q2, 700.f);
   }
   {  // and strided writes on the tables from here on
     const auto [q, p] = every(0, 7, 6);
@@ -609,7 +622,7 @@ TEST_CASE("a strided query that starts before an affine column's rows adds its n
 // (Backend::host_for): every row of the write carries the write's ordinal, no other row does.
 TEST_CASE("a large sparse write stamps exactly its rows", "[ranges][affine]") {
   Stage s(host_execution());
-  constexpr uint64_t kN = 300000;  // several host_for chunks of 2^16 rows
+  constexpr uint64_t kN = 140000;  // three host_for chunks of 2^16 rows
   const kstage_path_t first = range(s, "/big", "p", 0, kN);
   kstage_query_t all = 0, every3 = 0;
   KS_OK(kstage_query_range(s.stage, first, 0, 0, 0, &all));
@@ -652,4 +665,13 @@ TEST_CASE("a large sparse write stamps exactly its rows", "[ranges][affine]") {
   for (uint64_t i = 0; i < kN; ++i)
     if (i % 2 == 0 || i % 3 == 1) either.push_back(first + i);
   REQUIRE(changed_at(2, 3) == either);
+  // And the values: 3 where the mask wrote, else 2 on rows 1, 4, 7, ..., else 0.
+  const auto got = scalars(s, all, t);
+  REQUIRE(got.size() == kN);
+  size_t wrong = 0;
+  for (uint64_t i = 0; i < kN; ++i) {
+    const float want_value = i % 2 == 0 ? 3.f : i % 3 == 1 ? 2.f : 0.f;
+    wrong += got.at(first + i) != want_value;
+  }
+  REQUIRE(wrong == 0);
 }

@@ -163,15 +163,15 @@ class HostBackend final : public core::Backend {
   core::CompletionPtr record() override { return nullptr; }
   void fence() override { exec_.fence(); }
 
-  void host_for(size_t n, const std::function<void(size_t, size_t)>& body) override {
+  void host_for(size_t n, HostChunk body, const void* context) override {
     constexpr size_t kChunk = size_t(1) << 16;  // a parallel region only where it pays
     if (n <= kChunk || exec_.concurrency() == 1) {
-      if (n > 0) body(0, n);
+      if (n > 0) body(context, 0, n);
       return;
     }
     Kokkos::parallel_for("kstage::host_for",
                          Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec_, 0, (n + kChunk - 1) / kChunk),
-                         [&](const size_t k) { body(k * kChunk, std::min(n, (k + 1) * kChunk)); });
+                         [=](const size_t k) { body(context, k * kChunk, std::min(n, (k + 1) * kChunk)); });
     exec_.fence();
   }
 

@@ -29,8 +29,9 @@ struct RaggedCopyFunctor {
 };
 
 // Host execution: short rows (up to 64 bytes, the common ragged row of a few elements) are
-// copied inline as two overlapping blocks of the largest power of two not above their
-// length; longer ones through the C library's memcpy. A call to memcpy per short row costs
+// copied inline, a row of 4 to 64 bytes as two blocks of 4, 8, 16 or 32 bytes that overlap
+// where the length is not twice the block (shorter rows byte by byte); longer ones through
+// the C library's memcpy. A call to memcpy per short row costs
 // more than the row's copy (measured: perf/README.md, ragged writes).
 template <size_t N>
 inline void copy_block(std::byte* d, const std::byte* s) {

@@ -93,28 +93,38 @@ struct RowCopyFunctor {
     const uint32_t* const si = src_index;
     const int64_t ds = dst_stride, ss = src_stride;
     const size_t words = row_words;
-    // A side that is not indexed walks a running pointer: no multiply per row.
+    // A side that is not indexed walks a running pointer: no multiply per row
+    // (advanced between rows only, so never past the last row's address).
+    if (begin >= end) return;
     std::byte* dp = d0 + (DstIndexed ? 0 : int64_t(begin) * ds);
     const std::byte* sp = s0 + (SrcIndexed ? 0 : int64_t(begin) * ss);
-    for (size_t i = begin; i < end; ++i) {
+    for (size_t i = begin;;) {
       std::byte* const out = DstIndexed ? d0 + int64_t(di[i]) * ds : dp;
       const std::byte* const in = SrcIndexed ? s0 + int64_t(si[i]) * ss : sp;
       copy_row<Word, Words>(out, in, words);
+      if (++i == end) break;
       if (!DstIndexed) dp += ds;
       if (!SrcIndexed) sp += ss;
     }
   }
 };
 
-// Rows per work item: a chunk on host execution, one on a device.
+// Rows per work item: one on a device; on host execution up to 1024, and at
+// most an eighth of each thread's share (a few thousand rows still spread
+// over every core).
 template <class Exec>
-constexpr size_t rows_per_item() {
-  return std::is_same_v<typename Exec::memory_space, Kokkos::HostSpace> ? 1024 : 1;
+size_t rows_per_item(const Exec& exec, size_t n) {
+  if constexpr (!std::is_same_v<typename Exec::memory_space, Kokkos::HostSpace>) {
+    return 1;
+  } else {
+    const size_t share = n / (8 * size_t(exec.concurrency() > 0 ? exec.concurrency() : 1));
+    return share < 1 ? 1 : share > 1024 ? 1024 : share;
+  }
 }
 
 template <class Word, int Words, bool D, bool S, class Exec>
 void launch_row_copy(const Exec& exec, const RowCopy& c) {
-  constexpr size_t chunk = rows_per_item<Exec>();
+  const size_t chunk = rows_per_item(exec, c.n);
   RowCopyFunctor<Word, Words, D, S> f{c.dst,        c.dst_stride, c.dst_index,
                                       c.src,        c.src_stride, c.src_index,
                                       c.row_bytes / sizeof(Word), c.n, chunk};
@@ -159,14 +169,14 @@ struct CheckedGatherFunctor {
     const uint64_t rows = src_rows;
     const size_t words = row_words;
     size_t bad = first_bad;
-    std::byte* out = d + int64_t(begin) * ds;  // a running pointer: no multiply per row
+    int64_t out = int64_t(begin) * ds;  // a running offset: no multiply per row
     for (size_t i = begin; i < end; ++i, out += ds) {
       const uint32_t s = index[i];
       if (s >= rows) {
         if (i < bad) bad = i;
         continue;
       }
-      copy_row<Word, Words>(out, s0 + int64_t(s) * ss, words);
+      copy_row<Word, Words>(d + out, s0 + int64_t(s) * ss, words);
     }
     first_bad = bad;
   }
