@@ -4,6 +4,7 @@
 #include "core/dtype.hpp"
 
 #include <algorithm>
+#include <new>
 #include <type_traits>
 
 namespace kstage::core {
@@ -303,8 +304,22 @@ void Column::unassign_rows(const NewPrims& new_prims) {
 Status Column::apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& new_prims) {
   if (rows.n == 0) return Status::OK();
   NewPrims added;
-  const TargetRows t = assign_rows(rows, added);
-  Status st = schema_.is_array ? apply_array(rows, t) : apply_fixed(rows, t);
+  const TargetRows t = assign_rows(rows, added);  // may throw std::bad_alloc, changing nothing
+  // Every other allocation comes before the rows move (the stamp's table entry, the stamp
+  // table itself and its width; the move's own lists): a failure leaves the column as it was.
+  // An unused table entry is harmless: the retry of this ordinal takes it, a compaction drops it.
+  uint32_t stamp = 0;
+  Status st;
+  try {
+    if (!t.identity) {
+      stamp = stamp_for(ordinal);
+      ensure_stamps();
+      stamps_.fit(stamp);
+    }
+    st = schema_.is_array ? apply_array(rows, t) : apply_fixed(rows, t);
+  } catch (const std::bad_alloc&) {
+    st = error(KSTAGE_OUT_OF_MEMORY, "no host memory to seal a write of %zu rows", rows.n);
+  }
   if (!st.ok()) {
     unassign_rows(added);
     return st;
@@ -312,8 +327,6 @@ Status Column::apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& n
   if (t.identity) {
     all_changed_at_ = ordinal;  // every row changed: O(1), not one store per row
   } else {
-    const uint32_t stamp = stamp_for(ordinal);
-    ensure_stamps();
     // On the host, in parallel where the stage's host execution is (one store per row).
     auto host_loop = [this](size_t n, const auto& body) {
       using Body = std::decay_t<decltype(body)>;

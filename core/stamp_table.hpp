@@ -21,11 +21,12 @@ class StampTable {
   // Bytes per row (1, 2 or 4).
   size_t width() const { return width_; }
 
-  // `n` rows, every stamp 0, at the narrowest width.
+  // `n` rows, every stamp 0, at the narrowest width. May throw std::bad_alloc,
+  // leaving the table as it was.
   void assign_zeros(size_t n) {
+    bytes_.assign(n, 0);
     width_ = 1;
     n_ = n;
-    bytes_.assign(n, 0);
   }
   void clear() {
     bytes_.clear();
