@@ -129,3 +129,44 @@ TEST_CASE("a ragged seal that runs out of host memory changes nothing and succee
   }
   REQUIRE(wrong == 0);
 }
+
+// A range query's read group makes its `prims` array when it is fetched (8 bytes a prim). No
+// memory for it: the fetch fails with KSTAGE_OUT_OF_MEMORY and takes nothing off the read, and
+// the next fetch returns that same group.
+TEST_CASE("a fetch that cannot make its group's prims array takes nothing", "[oom]") {
+  Stage s(host_execution());
+  constexpr uint64_t kN = 100000;
+  kstage_path_t first = 0;
+  KS_OK(kstage_intern_path_range(s.stage, "/f", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0, kN,
+                                 &first));
+  kstage_query_t all = 0;
+  KS_OK(kstage_query_range(s.stage, first, 0, 0, 0, &all));
+  const kstage_token_t t = s.token("t");
+  std::vector<float> v(kN);
+  for (uint64_t i = 0; i < kN; ++i) v[i] = float(i);
+  s.write_f32(all, t, 1, v);
+  s.seal(1);
+  kstage_read_desc_t d = kstage_read_desc_init();
+  d.max_group_prims = kN / 2;  // two groups of 50000 prims: 400 KB of ids each
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, all, &t, 1, &d, &r));
+  kstage_read_group_t g{};
+  {
+    NoMemoryFrom guard(kN);
+    REQUIRE(kstage_fetch_read_next(s.stage, r, 0, &g) == KSTAGE_OUT_OF_MEMORY);
+  }
+  uint64_t seen = 0;
+  for (;;) {
+    const kstage_status_t st = kstage_fetch_read_next(s.stage, r, 0, &g);
+    if (st == KSTAGE_END_OF_ITERATION) break;
+    KS_OK(st);
+    REQUIRE(g.prim_count == kN / 2);
+    for (uint64_t k = 0; k < g.prim_count; ++k) REQUIRE(g.prims[k] == first + seen + k);
+    const std::vector<float> got = group_floats(g, 0, size_t(g.prim_count));
+    for (uint64_t k = 0; k < g.prim_count; ++k) REQUIRE(got[k] == float(seen + k));
+    seen += g.prim_count;
+    KS_OK(kstage_release_group(s.stage, g.handle));
+  }
+  REQUIRE(seen == kN);  // both groups, the first one included
+  KS_OK(kstage_release_read(s.stage, r));
+}
