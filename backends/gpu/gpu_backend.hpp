@@ -81,10 +81,10 @@ struct GpuShared {
   ~GpuShared() {
     if (!stream) return;
     const DeviceGuard<RT> on_device(device);
-    RT::stream_synchronize(stream);
+    (void)RT::stream_synchronize(stream);
     reap(/*all=*/true);
-    RT::stream_destroy(stream);
-    if (pool) RT::pool_trim(pool);  // hand unused cached memory back
+    (void)RT::stream_destroy(stream);
+    if (pool) (void)RT::pool_trim(pool);  // hand unused cached memory back
   }
 
   // An adopted buffer whose last holder let go: released once the work
@@ -93,9 +93,9 @@ struct GpuShared {
     const DeviceGuard<RT> on_device(device);
     Event e{};
     if (RT::event_create(&e) != RT::success || RT::event_record(e, stream) != RT::success) {
-      RT::stream_synchronize(stream);  // cannot track it: wait instead
+      (void)RT::stream_synchronize(stream);  // cannot track it: wait instead
       b.reset();
-      if (e) RT::event_destroy(e);
+      if (e) (void)RT::event_destroy(e);
       return;
     }
     {
