@@ -24,7 +24,7 @@ class AttributeCounts {
  public:
   uint32_t get(uint64_t prim) const {
     const uint64_t page = prim >> kPageBits;
-    if (!small_.has_page(page)) return page < uniform_.size() ? uniform_[page] : 0;
+    if (!small_.has_page(page)) return uniform(page);
     const uint8_t b = small_.get(prim);
     return b == kBig ? big_.at(prim) : b;
   }

@@ -14,6 +14,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <string>
@@ -253,13 +254,44 @@ class Stage {
     }
     return st;
   }
-  // Fixed-size float32 write of `values` (rows x lanes) to the query's prims.
+  // Fixed-size float32 write of `values` (rows x lanes) to the query's prims; with `mask`
+  // (bit i of word i / 64), a masked write of the rows whose bit is set.
   void write_f32(kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
-                 std::vector<float> values, uint16_t lanes = 1) {
+                 std::vector<float> values, uint16_t lanes = 1, const uint64_t* mask = nullptr) {
     int64_t shape[1] = {int64_t(values.size() / lanes)};
     DLTensor t = tensor(values.data(), f32(lanes), 1, shape);
     kstage_write_data_t w = write_data(&t);
+    if (mask) {
+      w.count = uint64_t(shape[0]);
+      w.mask = mask;
+    }
     KS_OK(write(q, attr, ordinal, w));
+  }
+  // The range <parent>/<prefix><begin> ... (count paths); its first id.
+  kstage_path_t range(const char* parent, const char* prefix, uint64_t begin, uint64_t count) {
+    kstage_path_t first = 0;
+    KS_OK(kstage_intern_path_range(stage, parent, KSTAGE_NUL_TERMINATED, prefix, KSTAGE_NUL_TERMINATED,
+                                   begin, count, &first));
+    REQUIRE(first != 0);
+    return first;
+  }
+  // The query over every path of the range whose first id is `first`, in order.
+  kstage_query_t range_query(kstage_path_t first) {
+    kstage_query_t q = 0;
+    KS_OK(kstage_query_range(stage, first, 0, 0, 0, &q));
+    return q;
+  }
+  // The prims of `q` whose `attr` changed in [begin, end] (a change-range read), sorted.
+  std::vector<kstage_path_t> changed(kstage_query_t q, kstage_token_t attr, uint64_t begin,
+                                     uint64_t end) {
+    kstage_read_desc_t d = kstage_read_desc_init();
+    d.change_range = true;
+    d.range_begin = begin;
+    d.range_end = end;
+    std::vector<kstage_path_t> seen;
+    for (const Group& g : read(q, {attr}, &d)) seen.insert(seen.end(), g.prims.begin(), g.prims.end());
+    std::sort(seen.begin(), seen.end());
+    return seen;
   }
   kstage_status_t remove(kstage_query_t q, std::vector<kstage_token_t> attrs, uint64_t ordinal) {
     kstage_op_t op = 0;

@@ -37,57 +37,49 @@ void operator delete[](void* p, size_t) noexcept { std::free(p); }
 
 using namespace kstage_test;
 
+namespace {
+// The seal of `attr` at `ordinal` (with nothing else pending below it) fails while requests of
+// `fail_at` bytes or more fail: KSTAGE_OUT_OF_MEMORY, the floor stays below the ordinal, the
+// stage reads exactly as before. Then, with memory back, the same seal succeeds.
+void require_seal_fails_then_succeeds(Stage& s, kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
+                                      size_t fail_at) {
+  const std::string before = s.fingerprint(q, {attr});
+  {
+    NoMemoryFrom guard(fail_at);
+    REQUIRE(kstage_advance_write_floor(s.stage, ordinal, &attr, 1) == KSTAGE_OUT_OF_MEMORY);
+  }
+  REQUIRE(s.floor(attr) == ordinal - 1);
+  REQUIRE(s.fingerprint(q, {attr}) == before);
+  s.seal(ordinal, {attr});
+  REQUIRE(s.floor(attr) == ordinal);
+}
+}  // namespace
+
 TEST_CASE("a seal that runs out of host memory changes nothing and succeeds later", "[oom]") {
   Stage s(host_execution());
   constexpr uint64_t kN = 200000;
-  kstage_path_t first = 0;
-  KS_OK(kstage_intern_path_range(s.stage, "/m", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0, kN,
-                                 &first));
-  kstage_query_t all = 0;
-  KS_OK(kstage_query_range(s.stage, first, 0, 0, 0, &all));
+  const kstage_path_t first = s.range("/m", "p", 0, kN);
+  const kstage_query_t all = s.range_query(first);
   const kstage_token_t t = s.token("t");
   s.write_f32(all, t, 1, std::vector<float>(kN, 1.f));
   s.seal(1);
   // A 50% mask write at 2: its seal makes the column's first stamp table (kN bytes).
-  std::vector<float> src(kN, 2.f);
-  std::vector<uint64_t> mask((kN + 63) / 64, 0xAAAAAAAAAAAAAAAAull);
-  int64_t shape[1] = {int64_t(kN)};
-  DLTensor x = tensor(src.data(), f32(), 1, shape);
-  kstage_write_data_t w = write_data(&x);
-  w.count = kN;
-  w.mask = mask.data();
-  KS_OK(s.write(all, t, 2, w));
-  const std::string before = s.fingerprint(all, {t});
-  {
-    NoMemoryFrom guard(kN / 2);
-    const kstage_status_t st = kstage_advance_write_floor(s.stage, 2, &t, 1);
-    REQUIRE(st == KSTAGE_OUT_OF_MEMORY);
-  }
-  REQUIRE(s.floor(t) == 1);
-  REQUIRE(s.fingerprint(all, {t}) == before);
-  // Memory is back: the same seal applies the write, stamps and all.
-  s.seal(2, {t});
-  REQUIRE(s.floor(t) == 2);
+  const std::vector<uint64_t> mask((kN + 63) / 64, 0xAAAAAAAAAAAAAAAAull);
+  s.write_f32(all, t, 2, std::vector<float>(kN, 2.f), 1, mask.data());
+  require_seal_fails_then_succeeds(s, all, t, 2, kN / 2);
+  // Applied, stamps and all.
   const auto got = scalars(s, all, t);
   size_t wrong = 0;
   for (uint64_t i = 0; i < kN; ++i) wrong += got.at(first + i) != (i % 2 ? 2.f : 1.f);
   REQUIRE(wrong == 0);
-  kstage_read_desc_t d = kstage_read_desc_init();
-  d.change_range = true;
-  d.range_begin = d.range_end = 2;
-  uint64_t changed = 0;
-  for (const Group& g : s.read(all, {t}, &d)) changed += g.prims.size();
-  REQUIRE(changed == kN / 2);
+  REQUIRE(s.changed(all, t, 2, 2).size() == kN / 2);
 }
 
 TEST_CASE("a ragged seal that runs out of host memory changes nothing and succeeds later", "[oom]") {
   Stage s(host_execution());
   constexpr uint64_t kN = 50000;
-  kstage_path_t first = 0;
-  KS_OK(kstage_intern_path_range(s.stage, "/r", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0, kN,
-                                 &first));
-  kstage_query_t all = 0;
-  KS_OK(kstage_query_range(s.stage, first, 0, 0, 0, &all));
+  const kstage_path_t first = s.range("/r", "p", 0, kN);
+  const kstage_query_t all = s.range_query(first);
   const kstage_token_t t = s.token("r");
   // Rows of 1-3 floats, one tensor each.
   auto write_rows = [&](uint64_t ordinal, float value, const uint64_t* mask) {
@@ -110,17 +102,9 @@ TEST_CASE("a ragged seal that runs out of host memory changes nothing and succee
   };
   write_rows(1, 1.f, nullptr);
   s.seal(1);
-  std::vector<uint64_t> mask((kN + 63) / 64, 0x00FF00FF00FF00FFull);
+  const std::vector<uint64_t> mask((kN + 63) / 64, 0x00FF00FF00FF00FFull);
   write_rows(2, 2.f, mask.data());
-  const std::string before = s.fingerprint(all, {t});
-  {
-    NoMemoryFrom guard(kN * 4);  // the seal's per-row tables are 8 bytes a row
-    REQUIRE(kstage_advance_write_floor(s.stage, 2, &t, 1) == KSTAGE_OUT_OF_MEMORY);
-  }
-  REQUIRE(s.floor(t) == 1);
-  REQUIRE(s.fingerprint(all, {t}) == before);
-  s.seal(2, {t});
-  REQUIRE(s.floor(t) == 2);
+  require_seal_fails_then_succeeds(s, all, t, 2, kN * 4);  // the seal's per-row tables: 8 B a row
   size_t wrong = 0;
   for (const auto& [p, v] : s.floats(all, t)) {
     const uint64_t i = p - first;
@@ -130,17 +114,40 @@ TEST_CASE("a ragged seal that runs out of host memory changes nothing and succee
   REQUIRE(wrong == 0);
 }
 
+// The prims of a whole-range write hold their attribute count one byte per page of 2^16
+// (core/attribute_counts.hpp); a delete of some of them makes their pages' bytes (64 KB each)
+// before it changes anything. No memory for that: the delete's seal fails and changes nothing.
+TEST_CASE("a delete whose attribute counts need memory changes nothing until it has it", "[oom]") {
+  Stage s(host_execution());
+  constexpr uint64_t kN = 3 << 16;  // three pages of ids
+  const kstage_path_t first = s.range("/d", "p", 0, kN);
+  const kstage_query_t all = s.range_query(first);
+  const kstage_token_t t = s.token("t");
+  s.write_f32(all, t, 1, std::vector<float>(kN, 1.f));
+  s.seal(1);
+  // A first delete (page 0), with memory: the column takes its per-prim tables, and page 0
+  // its bytes. What the next delete needs beyond small allocations is then the counts' pages.
+  REQUIRE(s.remove(s.query({first}), {t}, 2) == KSTAGE_OK);
+  s.seal(2);
+  kstage_query_t some = 0;
+  KS_OK(kstage_query_range(s.stage, first, (1 << 16) + 5, 2, 1 << 16, &some));  // pages 1 and 2
+  REQUIRE(s.remove(some, {t}, 3) == KSTAGE_OK);
+  require_seal_fails_then_succeeds(s, all, t, 3, 1 << 15);
+  REQUIRE(scalars(s, all, t).size() == kN - 3);
+  const kstage_filter_t every_prim{};  // every prim that holds an attribute: not the three
+  REQUIRE(s.filtered(every_prim).size() == kN - 3);
+  REQUIRE(s.changed(all, t, 3, 3) ==
+          std::vector<kstage_path_t>{first + (1 << 16) + 5, first + (2 << 16) + 5});
+}
+
 // A range query's read group makes its `prims` array when it is fetched (8 bytes a prim). No
 // memory for it: the fetch fails with KSTAGE_OUT_OF_MEMORY and takes nothing off the read, and
 // the next fetch returns that same group.
 TEST_CASE("a fetch that cannot make its group's prims array takes nothing", "[oom]") {
   Stage s(host_execution());
   constexpr uint64_t kN = 100000;
-  kstage_path_t first = 0;
-  KS_OK(kstage_intern_path_range(s.stage, "/f", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0, kN,
-                                 &first));
-  kstage_query_t all = 0;
-  KS_OK(kstage_query_range(s.stage, first, 0, 0, 0, &all));
+  const kstage_path_t first = s.range("/f", "p", 0, kN);
+  const kstage_query_t all = s.range_query(first);
   const kstage_token_t t = s.token("t");
   std::vector<float> v(kN);
   for (uint64_t i = 0; i < kN; ++i) v[i] = float(i);

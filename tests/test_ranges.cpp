@@ -12,14 +12,6 @@ using namespace kstage_test;
 
 namespace {
 
-kstage_path_t range(Stage& s, const char* parent, const char* prefix, uint64_t begin, uint64_t count) {
-  kstage_path_t first = 0;
-  KS_OK(kstage_intern_path_range(s.stage, parent, KSTAGE_NUL_TERMINATED, prefix, KSTAGE_NUL_TERMINATED, begin,
-                                 count, &first));
-  REQUIRE(first != 0);
-  return first;
-}
-
 kstage_status_t try_range(Stage& s, const char* parent, const char* prefix, uint64_t begin, uint64_t count) {
   kstage_path_t first = 0;
   return kstage_intern_path_range(s.stage, parent, KSTAGE_NUL_TERMINATED, prefix, KSTAGE_NUL_TERMINATED, begin,
@@ -31,14 +23,14 @@ kstage_status_t try_range(Stage& s, const char* parent, const char* prefix, uint
 
 TEST_CASE("a range's members have consecutive ids and their names on demand", "[ranges]") {
   Stage s(host_execution());
-  const kstage_path_t first = range(s, "/world/particles", "p", 0, 1000);
+  const kstage_path_t first = s.range("/world/particles", "p", 0, 1000);
   REQUIRE(s.path_string(first) == "/world/particles/p0");
   REQUIRE(s.path_string(first + 17) == "/world/particles/p17");
   REQUIRE(s.path_string(first + 999) == "/world/particles/p999");
   // The same string, the same id, however it is interned.
   REQUIRE(s.path("/world/particles/p17") == first + 17);
   REQUIRE(s.path("/world/particles/p0") == first);
-  REQUIRE(range(s, "/world/particles", "p", 0, 1000) == first);  // the same range again
+  REQUIRE(s.range("/world/particles", "p", 0, 1000) == first);  // the same range again
   const char* names[2] = {"/world/particles/p999", "/world/particles/p5"};
   kstage_path_t ids[2] = {0, 0};
   KS_OK(kstage_intern_paths(s.stage, names, nullptr, 2, ids));
@@ -65,12 +57,12 @@ TEST_CASE("a range's members have consecutive ids and their names on demand", "[
   KS_FAILS(kstage_path_range_member(s.stage, first, 1000, &m), KSTAGE_INVALID_ARGUMENT, "index 1000");
   KS_FAILS(kstage_path_range_member(s.stage, first + 1, 0, &m), KSTAGE_INVALID_ARGUMENT, "not the first path");
   // A range that does not start at 0, an empty prefix, top-level members.
-  const kstage_path_t offs = range(s, "/cells", "", 500, 10);
+  const kstage_path_t offs = s.range("/cells", "", 500, 10);
   REQUIRE(s.path_string(offs) == "/cells/500");
   REQUIRE(s.path("/cells/509") == offs + 9);
   KS_FAILS(kstage_path_range_info(s.stage, s.path("/cells/510"), nullptr, nullptr, nullptr), KSTAGE_NOT_FOUND,
            "not a member");  // one past the end: a path of its own
-  const kstage_path_t top = range(s, "/", "n", 0, 3);
+  const kstage_path_t top = s.range("/", "n", 0, 3);
   REQUIRE(s.path_string(top + 2) == "/n2");
   REQUIRE(s.path("/n1") == top + 1);
   // A member as a parent.
@@ -110,7 +102,7 @@ TEST_CASE("ranges that could name a path interned before are refused, naming it"
   KS_FAILS(try_range(s, "/w", "p", 0, 10), KSTAGE_ALREADY_EXISTS, "its member '/w/p5' was interned before");
   KS_FAILS(try_range(s, "/w", "p", 0, 100000), KSTAGE_ALREADY_EXISTS, "'/w/p5'");
   // Beyond it, or another prefix: fine.
-  const kstage_path_t after = range(s, "/w", "p", 6, 100);
+  const kstage_path_t after = s.range("/w", "p", 6, 100);
   REQUIRE(s.path("/w/p5") == p5);
   REQUIRE(s.path("/w/p6") == after);
   // An ancestor made for another path.
@@ -120,30 +112,30 @@ TEST_CASE("ranges that could name a path interned before are refused, naming it"
   KS_FAILS(try_range(s, "/w", "p", 100, 10), KSTAGE_ALREADY_EXISTS, "'/w/p[6..105]'");
   KS_FAILS(try_range(s, "/w", "p1", 0, 10), KSTAGE_ALREADY_EXISTS, "could be those of the range");
   // An empty prefix and "1": "1" 5 is "15", a number the empty prefix can make.
-  range(s, "/w", "", 0, 10);
+  s.range("/w", "", 0, 10);
   KS_FAILS(try_range(s, "/w", "1", 0, 10), KSTAGE_ALREADY_EXISTS, "could be those of the range '/w/[0..9]'");
   // Prefixes that can never name the same path are fine: "p" and "p0" (no leading zeros),
   // "p" and "px", "" and "p".
-  range(s, "/w", "p0", 0, 10);
-  range(s, "/w", "px", 0, 10);
-  const kstage_path_t disjoint = range(s, "/w", "p", 106, 10);
+  s.range("/w", "p0", 0, 10);
+  s.range("/w", "px", 0, 10);
+  const kstage_path_t disjoint = s.range("/w", "p", 106, 10);
   REQUIRE(s.path_string(disjoint) == "/w/p106");
-  const kstage_path_t q = range(s, "/w", "q", 0, 10);
+  const kstage_path_t q = s.range("/w", "q", 0, 10);
   REQUIRE(s.path("/w/q3") == q + 3);
   // The same check by lookups, one per member: chosen when the stage holds far more paths
   // than the range has members (here 1500 paths, 10 members).
   for (int i = 0; i < 1500; ++i) s.path("/lk/q" + std::to_string(i));
   s.path("/lk/p3");
   KS_FAILS(try_range(s, "/lk", "p", 0, 10), KSTAGE_ALREADY_EXISTS, "its member '/lk/p3' was interned before");
-  REQUIRE(s.path_string(range(s, "/lk", "p", 4, 10)) == "/lk/p4");
+  REQUIRE(s.path_string(s.range("/lk", "p", 4, 10)) == "/lk/p4");
   // A name that ends in a digit under another parent does not matter.
   s.path("/elsewhere/p1");
-  range(s, "/u", "p", 0, 10);
+  s.range("/u", "p", 0, 10);
 }
 
 TEST_CASE("a huge range costs nothing until used", "[ranges]") {
   Stage s(host_execution());
-  const kstage_path_t first = range(s, "/sim/particles", "p", 0, 100000000);
+  const kstage_path_t first = s.range("/sim/particles", "p", 0, 100000000);
   REQUIRE(s.path_string(first + 99999999) == "/sim/particles/p99999999");
   REQUIRE(s.path("/sim/particles/p12345678") == first + 12345678);
   kstage_query_t q = 0;
@@ -162,7 +154,7 @@ TEST_CASE("a huge range costs nothing until used", "[ranges]") {
   REQUIRE(got.at(first + 7 + 42 * 1000000ull) == std::vector<float>{42.f});
   // A prim at the end of a 4e9-id range: the column and the stage keep memory for the ids
   // written (pages of them), not for every id below the largest (that would be 32 GB here).
-  const kstage_path_t vast = range(s, "/vast", "v", 0, 4000000000ull);
+  const kstage_path_t vast = s.range("/vast", "v", 0, 4000000000ull);
   const kstage_path_t ends[2] = {vast, vast + 3999999999ull};
   kstage_query_t both = 0;
   KS_OK(kstage_query_paths(s.stage, ends, 2, &both));
@@ -191,7 +183,7 @@ TEST_CASE("a huge range costs nothing until used", "[ranges]") {
 
 TEST_CASE("range queries: sub-ranges, strides and their errors", "[ranges][queries]") {
   Stage s(host_execution());
-  const kstage_path_t first = range(s, "/r", "p", 0, 10);
+  const kstage_path_t first = s.range("/r", "p", 0, 10);
   kstage_query_t q = 0;
   KS_OK(kstage_query_range(s.stage, first, 0, 0, 0, &q));
   std::vector<kstage_path_t> all;
@@ -207,7 +199,7 @@ TEST_CASE("range queries: sub-ranges, strides and their errors", "[ranges][queri
   KS_FAILS(kstage_query_range(s.stage, s.path("/x"), 0, 0, 0, &q), KSTAGE_INVALID_ARGUMENT, "not the first path");
   KS_FAILS(kstage_query_range(s.stage, first, 0, 0, 0, nullptr), KSTAGE_INVALID_ARGUMENT, "query");
   // Duplicate detection between far-apart ids (a huge range between them).
-  const kstage_path_t huge = range(s, "/h", "p", 0, 4000000000ull);
+  const kstage_path_t huge = s.range("/h", "p", 0, 4000000000ull);
   const kstage_path_t far = s.path("/far");
   const kstage_path_t dup[3] = {first, far, first};
   KS_FAILS(kstage_query_paths(s.stage, dup, 3, &q), KSTAGE_INVALID_ARGUMENT, "paths[2] ('/r/p0') repeats paths[0]");
@@ -217,7 +209,7 @@ TEST_CASE("range queries: sub-ranges, strides and their errors", "[ranges][queri
 
 TEST_CASE("range members are ordinary prims: filters, deletes, change ranges, maps", "[ranges]") {
   Stage s(host_execution());
-  const kstage_path_t first = range(s, "/g/particles", "p", 0, 8);
+  const kstage_path_t first = s.range("/g/particles", "p", 0, 8);
   const kstage_path_t loose = s.path("/g/loose");
   kstage_query_t all = 0;
   KS_OK(kstage_query_range(s.stage, first, 0, 0, 0, &all));
@@ -288,7 +280,7 @@ TEST_CASE("range members are ordinary prims: filters, deletes, change ranges, ma
 // tables (the affine form) until a change needs them; everything reads the same either way.
 TEST_CASE("a column that starts with no per-prim tables behaves like any other", "[ranges][affine]") {
   Stage s(host_execution());
-  const kstage_path_t first = range(s, "/a", "p", 0, 12);
+  const kstage_path_t first = s.range("/a", "p", 0, 12);
   kstage_query_t ten = 0, all = 0;
   KS_OK(kstage_query_range(s.stage, first, 0, 10, 1, &ten));
   KS_OK(kstage_query_range(s.stage, first, 0, 0, 0, &all));
@@ -380,7 +372,7 @@ TEST_CASE("a range query reads in bounded groups, zero-copy, with each group's o
           "[ranges][groups]") {
   Stage s(host_execution());
   constexpr uint64_t kN = 1 << 20, kPer = 1 << 16;
-  const kstage_path_t first = range(s, "/big", "p", 0, kN);
+  const kstage_path_t first = s.range("/big", "p", 0, kN);
   kstage_query_t all = 0;
   KS_OK(kstage_query_range(s.stage, first, 0, 0, 0, &all));
   kstage_token_t x = s.token("x");
@@ -463,7 +455,7 @@ TEST_CASE("writes through strided queries land on the right rows", "[ranges][aff
   constexpr uint64_t kN = 40;
   std::vector<kstage_path_t> id(kN);
   if (from_range) {
-    const kstage_path_t first = range(s, "/s", "p", 0, kN);
+    const kstage_path_t first = s.range("/s", "p", 0, kN);
     for (uint64_t i = 0; i < kN; ++i) id[i] = first + i;
   } else {
     id = s.paths("/s/q", kN);  // interned one after another: consecutive ids
@@ -492,15 +484,9 @@ TEST_CASE("writes through strided queries land on the right rows", "[ranges][aff
       REQUIRE(got.count(path) == 1);
       REQUIRE(got.at(path) == value);
     }
-    kstage_read_desc_t d = kstage_read_desc_init();
-    d.change_range = true;
-    d.range_begin = d.range_end = ordinal;
-    std::vector<kstage_path_t> seen;
-    for (const Group& g : s.read(all, {t}, &d)) seen.insert(seen.end(), g.prims.begin(), g.prims.end());
     std::vector<kstage_path_t> want = changed;
-    std::sort(seen.begin(), seen.end());
     std::sort(want.begin(), want.end());
-    REQUIRE(seen == want);
+    REQUIRE(s.changed(all, t, ordinal, ordinal) == want);
   };
   auto write = [&](const std::vector<kstage_path_t>& p, kstage_query_t q, float base) {
     std::vector<float> v(p.size());
@@ -563,12 +549,7 @@ TEST_CASE("writes through strided queries land on the right rows", "[ranges][aff
       model[p[j]] = src[j];
       picked.push_back(p[j]);
     }
-    int64_t shape[1] = {12};
-    DLTensor x = tensor(src.data(), f32(), 1, shape);
-    kstage_write_data_t w = write_data(&x);
-    w.count = 12;
-    w.mask = &mask;
-    KS_OK(s.write(q, t, ++ordinal, w));
+    s.write_f32(q, t, ++ordinal, src, 1, &mask);
     check(picked);
   }
   {  // steps down: a list, not a progression
@@ -592,7 +573,7 @@ TEST_CASE("writes through strided queries land on the right rows", "[ranges][aff
 TEST_CASE("a strided query that starts before an affine column's rows adds its new prims",
           "[ranges][affine]") {
   Stage s(host_execution());
-  const kstage_path_t first = range(s, "/b", "p", 0, 30);
+  const kstage_path_t first = s.range("/b", "p", 0, 30);
   kstage_query_t tail = 0, strided = 0;
   KS_OK(kstage_query_range(s.stage, first, 10, 20, 1, &tail));     // members 10..29
   KS_OK(kstage_query_range(s.stage, first, 0, 6, 5, &strided));   // members 0, 5, ..., 25
@@ -623,48 +604,32 @@ TEST_CASE("a strided query that starts before an affine column's rows adds its n
 TEST_CASE("a large sparse write stamps exactly its rows", "[ranges][affine]") {
   Stage s(host_execution());
   constexpr uint64_t kN = 140000;  // three host_for chunks of 2^16 rows
-  const kstage_path_t first = range(s, "/big", "p", 0, kN);
-  kstage_query_t all = 0, every3 = 0;
-  KS_OK(kstage_query_range(s.stage, first, 0, 0, 0, &all));
+  const kstage_path_t first = s.range("/big", "p", 0, kN);
+  const kstage_query_t all = s.range_query(first);
+  kstage_query_t every3 = 0;
   KS_OK(kstage_query_range(s.stage, first, 1, 0, 3, &every3));  // members 1, 4, 7, ...
   const kstage_token_t t = s.token("t");
   s.write_f32(all, t, 1, std::vector<float>(kN, 0.f));
   s.seal(1);
-  auto changed_at = [&](uint64_t begin, uint64_t end = 0) {
-    kstage_read_desc_t d = kstage_read_desc_init();
-    d.change_range = true;
-    d.range_begin = begin;
-    d.range_end = end ? end : begin;
-    std::vector<kstage_path_t> seen;
-    for (const Group& g : s.read(all, {t}, &d)) seen.insert(seen.end(), g.prims.begin(), g.prims.end());
-    std::sort(seen.begin(), seen.end());
-    return seen;
-  };
   // Through a progression: rows 1, 4, 7, ...
   const uint64_t m = (kN - 1 + 2) / 3;
   s.write_f32(every3, t, 2, std::vector<float>(m, 2.f));
   s.seal(2);
   std::vector<kstage_path_t> want;
   for (uint64_t i = 1; i < kN; i += 3) want.push_back(first + i);
-  REQUIRE(changed_at(2) == want);
+  REQUIRE(s.changed(all, t, 2, 2) == want);
   // Through a mask over the whole range (a row list): every other row from 0.
-  std::vector<uint64_t> mask((kN + 63) / 64, 0x5555555555555555ull);
-  std::vector<float> src(kN, 3.f);
-  int64_t shape[1] = {int64_t(kN)};
-  DLTensor x = tensor(src.data(), f32(), 1, shape);
-  kstage_write_data_t w = write_data(&x);
-  w.count = kN;
-  w.mask = mask.data();
-  KS_OK(s.write(all, t, 3, w));
+  const std::vector<uint64_t> mask((kN + 63) / 64, 0x5555555555555555ull);
+  s.write_f32(all, t, 3, std::vector<float>(kN, 3.f), 1, mask.data());
   s.seal(3);
   std::vector<kstage_path_t> even;
   for (uint64_t i = 0; i < kN; i += 2) even.push_back(first + i);
-  REQUIRE(changed_at(3) == even);
+  REQUIRE(s.changed(all, t, 3, 3) == even);
   // [2, 3]: the rows of either write, each once (rows 1, 4, 7, ... that are odd kept 2).
   std::vector<kstage_path_t> either;
   for (uint64_t i = 0; i < kN; ++i)
     if (i % 2 == 0 || i % 3 == 1) either.push_back(first + i);
-  REQUIRE(changed_at(2, 3) == either);
+  REQUIRE(s.changed(all, t, 2, 3) == either);
   // And the values: 3 where the mask wrote, else 2 on rows 1, 4, 7, ..., else 0.
   const auto got = scalars(s, all, t);
   REQUIRE(got.size() == kN);

@@ -392,8 +392,9 @@ typedef struct kstage_read_desc_t {
    * share the snapshot; each carries its own slice of prims, and of index_map
    * or tensors: a zero-copy group whose rows are in prim order (no index_map)
    * is a window of the column, one read through an index_map keeps the whole
-   * column as its tensor and slices the map. A read of a path-range query makes each group's `prims` array
-   * when the group is fetched, so a bounded group size bounds that memory.
+   * column as its tensor and slices the map. A read of a path-range query
+   * makes each group's `prims` array when the group is fetched, so a bounded
+   * group size bounds that memory.
    * (Added in 0.3: a caller whose kstage.h predates it reads one group.) */
   uint64_t max_group_prims;
 } kstage_read_desc_t;
