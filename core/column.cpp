@@ -359,7 +359,7 @@ Status Column::apply_fixed(const StagedRows& rows, const TargetRows& map) {
   // A write of every row in row order replaces the storage outright: the
   // staged buffer becomes the column (zero-copy seal), and a reader holding
   // the old buffer keeps it.
-  if (map.identity && rows.data->size() >= need) {
+  if (map.identity && !rows.indexed_source && rows.data->size() >= need) {
     values_ = rows.data;
     return Status::OK();
   }
@@ -369,7 +369,9 @@ Status Column::apply_fixed(const StagedRows& rows, const TargetRows& map) {
     const size_t capacity = have < need ? std::max(need, have + have / 2) : have;
     BufferPtr fresh;
     KSTAGE_ASSIGN_OR_RETURN(fresh, backend_->allocate(capacity));
-    if (have > 0) backend_->copy_bytes(fresh->data(), values_->data(), std::min(have, need));
+    // (An adopted source written to every row in order leaves nothing of the old rows.)
+    if (have > 0 && !map.identity)
+      backend_->copy_bytes(fresh->data(), values_->data(), std::min(have, need));
     values_ = std::move(fresh);
   }
   kernels::RowCopy c;
@@ -382,6 +384,13 @@ Status Column::apply_fixed(const StagedRows& rows, const TargetRows& map) {
   }
   c.src = rows.data->data();
   c.src_stride = int64_t(rb);
+  if (rows.indexed_source) {  // an adopted sparse write: gathered and scattered in one pass
+    c.src_index = rows.source_rows();
+    if (!c.src_index) {
+      c.src += rows.source_first * rb;
+      c.src_stride = int64_t(rows.source_step * rb);
+    }
+  }
   c.n = rows.n;
   c.row_bytes = rb;
   backend_->row_copy(c);

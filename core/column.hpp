@@ -40,6 +40,16 @@ struct StagedRows {
   size_t span = 0;   // with subset: the prefix of prims it selects from (the write's count)
   BufferPtr data;
   std::vector<uint64_t> starts, lengths;  // array columns: per row, bytes into data
+  // A sparse write whose managed tensor was adopted (host columns): `data` is the producer's
+  // whole tensor, and staged row j is its row source_row(j), moved by the seal in the same
+  // pass as the scatter. Unset: staged row j is row j of `data` (a compact copy).
+  bool indexed_source = false;
+  BufferPtr source_index;  // host, n uint32 (the mask's selection, or a copied index_map)
+  size_t source_first = 0, source_step = 0;  // without source_index: row first + j * step
+
+  const uint32_t* source_rows() const {
+    return source_index ? reinterpret_cast<const uint32_t*>(source_index->data()) : nullptr;
+  }
 
   const uint32_t* subset_index() const {
     return subset ? reinterpret_cast<const uint32_t*>(subset->data()) : nullptr;

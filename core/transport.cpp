@@ -8,6 +8,7 @@
 #include "core/source_tensor.hpp"
 
 #include <algorithm>
+#include <atomic>
 
 namespace kstage::core {
 namespace {
@@ -135,6 +136,68 @@ bool adoptable(const SourceTensor& s, const Selection& sel, const Backend& backe
          reinterpret_cast<uintptr_t>(s.base) % align == 0;
 }
 
+// A sparse write's managed tensor can be kept as it is, its rows read by the
+// seal through the selection, when the column lives on the host (the seal's
+// kernel then reads the selection from host memory) and its rows are compact
+// and aligned.
+bool sparse_adoptable(const SourceTensor& s, const Selection& sel, const Backend& backend) {
+  const size_t align = s.dtype.bits / 8;
+  return (sel.mask || sel.index_map) && sel.targets() > 0 && s.rows > 0 &&
+         s.layout == SourceTensor::Layout::Compact && backend.synchronous() &&
+         backend.can_access(s.device) && reinterpret_cast<uintptr_t>(s.base) % align == 0;
+}
+
+// The source rows of an adopted index_map write, checked against the tensor's `rows`: a
+// progression (ascending or constant, as a local index_map often is) is kept as first and step;
+// any other map is copied (the caller's map is free once the op completes), checked as it is
+// copied, in parallel chunks on a parallel host.
+Status keep_index_map(const Selection& sel, uint64_t rows, const char* rows_from, Backend& host,
+                      StagedRows& out) {
+  const uint32_t* map = sel.index_map;
+  const size_t n = size_t(sel.count);
+  const uint64_t first = map[0];
+  const uint64_t step = n > 1 && map[1] >= map[0] ? map[1] - map[0] : 0;
+  size_t i = 1;
+  while (i < n && map[i] == first + i * step) ++i;
+  if (i == n) {
+    if (first + (n - 1) * step >= rows) {  // the progression's highest entry is its last
+      size_t bad = 0;
+      while (map[bad] < rows) ++bad;
+      return index_map_error(sel, bad, rows, rows_from);
+    }
+    out.source_first = size_t(first);
+    out.source_step = size_t(step);
+    return Status::OK();
+  }
+  KSTAGE_ASSIGN_OR_RETURN(out.source_index, host.allocate(n * sizeof(uint32_t)));
+  struct Copy {
+    const uint32_t* from;
+    uint32_t* to;
+    uint64_t rows;
+    std::atomic<size_t> first_bad;
+  } copy{map, reinterpret_cast<uint32_t*>(out.source_index->data()), rows, {n}};
+  host.host_for(
+      n,
+      [](const void* context, size_t begin, size_t end) {
+        auto& c = *static_cast<Copy*>(const_cast<void*>(context));
+        uint32_t high = 0;
+        for (size_t k = begin; k < end; ++k) {
+          c.to[k] = c.from[k];
+          high = std::max(high, c.from[k]);
+        }
+        if (high < c.rows) return;
+        size_t k = begin;
+        while (c.from[k] < c.rows) ++k;
+        size_t seen = c.first_bad.load();
+        while (k < seen && !c.first_bad.compare_exchange_weak(seen, k)) {
+        }
+      },
+      &copy);
+  const size_t bad = copy.first_bad.load();
+  if (bad < n) return index_map_error(sel, bad, rows, rows_from);
+  return Status::OK();
+}
+
 // Fixed-size rows: one pass from the source to the staged buffer (two for a
 // source whose rows are not contiguous: compacted first). A mask is resolved
 // and its rows gathered in the same kernel; an index_map is validated while
@@ -147,14 +210,25 @@ Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor&
   StagedRows out;
   const size_t n = sel.targets();
   out.n = n;
-  // Adoption is for dense writes only (the header promises a copy whenever an
-  // index_map or a mask is passed, even a mask with every bit set).
-  if (managed && !d.mask && adoptable(s, sel, backend)) {
+  // A managed tensor is adopted when staging would only copy it (a dense write), or when the
+  // seal can read it through the write's selection (a sparse write to a host column): no copy
+  // at write time, the seal moves each row once.
+  const bool dense = adoptable(s, sel, backend), sparse = !dense && sparse_adoptable(s, sel, backend);
+  if (managed && (dense || sparse)) {
     // Without a deleter nobody can say how long the memory lives: copy it.
     ManagedTensor m = managed->adopt_if_deletable(tensor);
     if (m.versioned || m.legacy) {
+      // Owned from here on: a failure below drops it, which runs its deleter (once).
       out.data = backend.adopt(std::make_unique<AdoptedBuffer>(
-          m, const_cast<std::byte*>(s.base), n * s.row_bytes, backend.device()));
+          m, const_cast<std::byte*>(s.base), s.rows * s.row_bytes, backend.device()));
+      if (dense) return out;
+      out.indexed_source = true;
+      if (sel.mask) {
+        KSTAGE_RETURN_NOT_OK(select_masked(sel, host));
+        out.source_index = sel.subset;  // element e's source row is row e
+      } else {
+        KSTAGE_RETURN_NOT_OK(keep_index_map(sel, s.rows, kRowsFrom, host, out));
+      }
       return out;
     }
   }

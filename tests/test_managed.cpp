@@ -133,12 +133,21 @@ std::map<kstage_path_t, std::vector<float>> sealed(Stage& s, kstage_query_t q, k
   return m;
 }
 
+// Sealed float values of `prims`, concatenated in their order.
+std::vector<float> in_order(Stage& s, const std::vector<kstage_path_t>& prims, kstage_query_t q,
+                            kstage_token_t a) {
+  auto m = s.floats(q, a);
+  std::vector<float> out;
+  for (kstage_path_t p : prims) out.insert(out.end(), m[p].begin(), m[p].end());
+  return out;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
 // Successful writes
 
-TEST_CASE("a managed write with a mask is copied, even when every bit is set", "[managed][mask]") {
+TEST_CASE("a managed write with every mask bit set is a dense write", "[managed][mask]") {
   ledger.reset();
   Stage s(host_execution());
   auto prims = s.paths("/fm", 4);
@@ -151,17 +160,176 @@ TEST_CASE("a managed write with a mask is copied, even when every bit is set", "
   w.count = 4;
   w.mask = &all;
   KS_OK(s.write(q, attr, 1, w));
-  REQUIRE(ledger.of(m.id) == 1);  // copied: deleted when the op completed
+  // A host column adopts it like a dense write; a device column copies it (deleted at once).
+  REQUIRE(ledger.of(m.id) == (kOnDevice ? 1 : 0));
   s.seal(1);
   kstage_read_t r = 0;
   KS_OK(kstage_read_attributes(s.stage, q, &attr, 1, nullptr, &r));
   kstage_read_group_t g{};
   KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
   REQUIRE(g.prim_count == 4);
+  if (!kOnDevice) REQUIRE(g.data.tensors[0].data == m.t->dl_tensor.data);
   const std::vector<float> v = group_floats(g, 0, 4);
   for (int i = 0; i < 4; ++i) REQUIRE(v[size_t(i)] == float(i));
   KS_OK(kstage_release_group(s.stage, g.handle));
   KS_OK(kstage_release_read(s.stage, r));
+  KS_OK(kstage_destroy(s.stage));
+  s.stage = 0;
+  REQUIRE(ledger.all_once());
+}
+
+// A sparse (index_map or mask) write of a managed tensor to a host column
+// keeps the tensor, not a copy: the seal reads its rows through the
+// selection, moving each row once, and then lets it go. A device column
+// copies it at write time, like any host source.
+TEST_CASE("a sparse managed write is kept until its seal, then deleted once", "[managed][sparse]") {
+  ledger.reset();
+  Stage s(host_execution());
+  auto prims = s.paths("/sp", 8);
+  kstage_query_t q = s.query(prims);
+  kstage_token_t attr = s.token("v");
+  std::vector<float> base(16);
+  for (size_t i = 0; i < 16; ++i) base[i] = -float(i);
+  s.write_f32(q, attr, 1, base, 2);
+  s.seal(1);
+  // The source: 6 rows of float32 x 2, row r = {10r, 10r + 1}.
+  std::vector<float> src(12);
+  for (size_t r = 0; r < 6; ++r) src[2 * r] = 10.f * r, src[2 * r + 1] = 10.f * r + 1;
+  auto expect = base;  // sealed values after the write, row-major per prim
+  auto put = [&](size_t prim, size_t row) {
+    expect[2 * prim] = src[2 * row];
+    expect[2 * prim + 1] = src[2 * row + 1];
+  };
+  Made m = managed_f32(src, 2);
+  DLManagedTensorVersioned* list[1] = {m.t};
+  kstage_write_data_t w = managed_data(list, 1);
+  std::vector<uint32_t> map;
+  uint64_t mask = 0;
+  SECTION("a random index_map") {
+    map = {5, 0, 3, 3, 1};
+    for (size_t i = 0; i < map.size(); ++i) put(i, map[i]);
+  }
+  SECTION("an index_map that is a progression") {
+    map = {1, 2, 3, 4, 5};
+    for (size_t i = 0; i < map.size(); ++i) put(i, map[i]);
+  }
+  SECTION("an index_map that broadcasts one row") {
+    map = {4, 4, 4};
+    for (size_t i = 0; i < map.size(); ++i) put(i, map[i]);
+  }
+  SECTION("a mask") {
+    mask = 0b101101;
+    for (size_t e = 0; e < 6; ++e)
+      if (mask >> e & 1) put(e, e);
+  }
+  if (mask) {
+    w.count = 6;
+    w.mask = &mask;
+  } else {
+    w.count = map.size();
+    w.index_map = map.data();
+  }
+  KS_OK(s.write(q, attr, 2, w));
+  REQUIRE(ledger.of(m.id) == (kOnDevice ? 1 : 0));
+  REQUIRE(in_order(s, prims, q, attr) == base);  // invisible until sealed
+  if (!kOnDevice) {
+    // Kept, not copied: the seal reads the tensor's memory as it is then (a producer hands it
+    // over; only this test still writes into it, to show that no copy was made).
+    auto* rows = static_cast<float*>(m.t->dl_tensor.data);
+    for (size_t i = 0; i < 12; ++i) rows[i] += 0.5f, src[i] += 0.5f;
+    expect = base;
+    if (mask) {
+      for (size_t e = 0; e < 6; ++e)
+        if (mask >> e & 1) put(e, e);
+    } else {
+      for (size_t i = 0; i < map.size(); ++i) put(i, map[i]);
+    }
+  }
+  s.seal(2);
+  REQUIRE(ledger.of(m.id) == 1);  // the seal moved its rows: released
+  REQUIRE(in_order(s, prims, q, attr) == expect);
+  KS_OK(kstage_destroy(s.stage));
+  s.stage = 0;
+  REQUIRE(ledger.all_once());
+}
+
+TEST_CASE("a large sparse managed write: its index_map is checked in chunks, the first bad entry named",
+          "[managed][sparse]") {
+  ledger.reset();
+  Stage s(host_execution());
+  const size_t n = 200000;  // several of the host's 2^16-entry chunks
+  auto prims = s.paths("/big", n);
+  kstage_query_t q = s.query(prims);
+  kstage_token_t attr = s.token("v");
+  std::vector<float> values(n);
+  for (size_t i = 0; i < n; ++i) values[i] = float(i);
+  std::vector<uint32_t> map(n);
+  for (size_t i = 0; i < n; ++i) map[i] = uint32_t((i * 7919) % n);  // a permutation
+  kstage_write_data_t w;
+  {
+    Made bad = managed_f32(values);
+    DLManagedTensorVersioned* list[1] = {bad.t};
+    auto broken = map;
+    broken[150000] = uint32_t(n + 5);
+    broken[70001] = uint32_t(n);
+    w = managed_data(list, 1);
+    w.count = n;
+    w.index_map = broken.data();
+    kstage_op_t op = 0;
+    KS_FAILS(kstage_write_attribute(s.stage, q, attr, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+             KSTAGE_INVALID_ARGUMENT, "index_map[70001] = 200000 references a source row outside");
+    REQUIRE(ledger.of(bad.id) == 1);
+  }
+  Made m = managed_f32(values);
+  DLManagedTensorVersioned* list[1] = {m.t};
+  w = managed_data(list, 1);
+  w.count = n;
+  w.index_map = map.data();
+  KS_OK(s.write(q, attr, 1, w));
+  s.seal(1);
+  REQUIRE(ledger.of(m.id) == 1);
+  auto got = s.floats(q, attr);
+  REQUIRE(got.size() == n);
+  for (size_t i = 0; i < n; i += 997) REQUIRE(got[prims[i]] == std::vector<float>{float(map[i])});
+}
+
+TEST_CASE("an adopted sparse write leaves a held group as it was", "[managed][sparse][pinned]") {
+  ledger.reset();
+  Stage s(host_execution());
+  auto prims = s.paths("/pin", 4);
+  kstage_query_t q = s.query(prims);
+  kstage_token_t attr = s.token("v");
+  s.write_f32(q, attr, 1, {1, 2, 3, 4});
+  s.seal(1);
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, q, &attr, 1, nullptr, &r));
+  kstage_read_group_t g{};
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+  // Every row, through a permutation: the seal gathers into the column's rows in order, which
+  // must not be the buffer the group holds.
+  Made m = managed_f32({10, 20, 30, 40});
+  DLManagedTensorVersioned* list[1] = {m.t};
+  kstage_write_data_t w = managed_data(list, 1);
+  const uint32_t map[4] = {3, 2, 1, 0};
+  w.count = 4;
+  w.index_map = map;
+  KS_OK(s.write(q, attr, 2, w));
+  s.seal(2);
+  REQUIRE(group_floats(g, 0, 4) == std::vector<float>{1, 2, 3, 4});
+  REQUIRE(in_order(s, prims, q, attr) == std::vector<float>{40, 30, 20, 10});
+  // And with nobody holding the storage, in place.
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  Made m2 = managed_f32({5, 6, 7, 8});
+  DLManagedTensorVersioned* list2[1] = {m2.t};
+  w = managed_data(list2, 1);
+  w.count = 4;
+  w.index_map = map;
+  KS_OK(s.write(q, attr, 3, w));
+  s.seal(3);
+  REQUIRE(in_order(s, prims, q, attr) == std::vector<float>{8, 7, 6, 5});
+  REQUIRE(ledger.of(m.id) == 1);
+  REQUIRE(ledger.of(m2.id) == 1);
 }
 
 // A dense fixed-size managed tensor is adopted without a copy: its deleter
@@ -395,6 +563,28 @@ TEST_CASE("an unsealed managed write is not deleted again when the stage is dest
   REQUIRE(ledger.total() == 1);
 }
 
+TEST_CASE("a pending sparse managed write is deleted once when the stage is destroyed",
+          "[managed][sparse]") {
+  ledger.reset();
+  Made m = managed_f32({1, 2, 3});
+  {
+    Stage s(host_execution());
+    kstage_query_t q = s.query(s.paths("/p", 2));
+    kstage_token_t a = s.token("a");
+    s.write_f32(q, a, 1, {0, 0});
+    s.seal(1);
+    DLManagedTensorVersioned* list[1] = {m.t};
+    kstage_write_data_t w = managed_data(list, 1);
+    const uint32_t map[2] = {2, 0};
+    w.count = 2;
+    w.index_map = map;
+    KS_OK(s.write(q, a, 5, w));
+    REQUIRE(ledger.of(m.id) == (kOnDevice ? 1 : 0));
+  }
+  REQUIRE(ledger.of(m.id) == 1);
+  REQUIRE(ledger.total() == 1);
+}
+
 // ---------------------------------------------------------------------------
 // Rejected calls
 
@@ -514,6 +704,14 @@ TEST_CASE("every rejected call deletes each managed tensor exactly once", "[mana
     KS_FAILS(kstage_write_attribute(s.stage, q, a, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
              KSTAGE_INVALID_ARGUMENT,
              "index_map[1] = 7 references a source row outside the transported row count 4");
+    // A progression (kept as first and step by a host column, not copied) is checked too.
+    DLManagedTensorVersioned* lp[1] = {four()};
+    w = managed_data(lp, 1);
+    const uint32_t progression[4] = {0, 2, 4, 6};
+    w.count = 4;
+    w.index_map = progression;
+    KS_FAILS(kstage_write_attribute(s.stage, q, a, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+             KSTAGE_INVALID_ARGUMENT, "index_map[2] = 4 references a source row outside");
     DLManagedTensorVersioned* l1[2] = {four(), four()};
     w = managed_data(l1, 2, true);
     const uint32_t map2[3] = {1, 2, 0};
@@ -970,7 +1168,7 @@ TEST_CASE("legacy producers: copied, rejected and array writes delete each exact
   auto prims = s.paths("/lc", 3);
   kstage_query_t q = s.query(prims);
   kstage_token_t a = s.token("a"), r = s.token("rows");
-  SECTION("an index_map write copies, and deletes at once") {
+  SECTION("an index_map write: kept by a host column until its seal (only read), copied by a device") {
     MadeLegacy m = legacy_f32({5, 6});
     DLManagedTensor* list[1] = {m.t};
     kstage_write_data_t w = legacy_data(list, 1);
@@ -978,8 +1176,9 @@ TEST_CASE("legacy producers: copied, rejected and array writes delete each exact
     w.count = 3;
     w.index_map = index_map;
     KS_OK(s.write(q, a, 1, w));
-    REQUIRE(ledger.of(m.id) == 1);
+    REQUIRE(ledger.of(m.id) == (kOnDevice ? 1 : 0));
     s.seal(1);
+    REQUIRE(ledger.of(m.id) == 1);
     REQUIRE(sealed(s, q, a) == std::map<kstage_path_t, std::vector<float>>{
                                    {prims[0], {6}}, {prims[1], {5}}, {prims[2], {6}}});
   }

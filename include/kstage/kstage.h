@@ -299,13 +299,18 @@ typedef struct kstage_write_data_t {
    * takes every entry of an array write, and entry 0 only of a fixed-size
    * write, whatever its tensor_count (any tensor_count but 1 is rejected;
    * entries after 0 are never read and stay the caller's). A
-   * fixed-size managed tensor that is compact, aligned to its element size,
-   * on the column's device and written densely (no index_map or mask) is
-   * adopted without a copy: its memory becomes the column's storage at seal
-   * when the write covers every row, and its deleter runs when the stage no
-   * longer needs it. A READ_ONLY one is never written in place; a writable
-   * one becomes the stage's to modify, so the producer must not keep using
-   * its memory (export it READ_ONLY to keep a view of it). */
+   * fixed-size managed tensor that is compact, aligned to its element size
+   * and on the column's device is adopted without a copy when it is written
+   * densely (no index_map, or a mask with every bit set): its memory becomes
+   * the column's storage at seal when the write covers every row. Written
+   * through an index_map or a mask to a column in host memory, it is adopted
+   * too: the seal reads the selected rows from it straight into the column
+   * (the index_map is checked at the call, and copied unless it is an
+   * arithmetic progression). An adopted tensor's deleter runs when the stage
+   * no longer needs it (a sparse one: once its write is sealed, or dropped
+   * by kstage_destroy). A READ_ONLY one is never written in place; a
+   * writable one becomes the stage's to modify, so the producer must not
+   * keep using its memory (export it READ_ONLY to keep a view of it). */
   struct DLManagedTensorVersioned* const* managed_tensors;
   /** Entries of `tensors` / `managed_tensors`: 1 for a fixed-size attribute
    * (checked before either array is read); for an array attribute, 1 (packed)

@@ -4,7 +4,8 @@
 // Client data is taken through DLPack and passed as client tensors, which the stage copies
 // (host columns: during the call); the caller's array stays the caller's. adopt=True hands it
 // over instead (managed tensors, marked read-only): a dense write then becomes the column's
-// storage with no copy, and the caller promises not to write to the array again.
+// storage with no copy, an index_map or mask write to a host column is read by its seal (no
+// copy at write time), and the caller promises not to write to the array again.
 #include "binding.hpp"
 
 #include <nanobind/stl/string.h>
@@ -451,8 +452,9 @@ void register_write(nb::module_& m, nb::handle stage_class) {
       "count: the leading `count` prims (None: all). count=0, an empty index_map and an empty mask "
       "are refused (ValueError): 0 would mean every prim.\n"
       "mode: \"upsert\", \"insert\" or \"update\". semantic: \"point\", \"color\", ... "
-      "adopt=True: hand the array over (no copy for a dense write; never written by the stage, "
-      "and the caller must not write to it again). residency: where a new column lives. stream: "
+      "adopt=True: hand the array over (no copy for a dense write, nor for an index_map or mask "
+      "write to a host column, whose seal reads it; never written by the stage, and the caller "
+      "must not write to it again). residency: where a new column lives. stream: "
       "the producer's CUDA/ROCm stream (None: the legacy default stream).\n"
       "Returns a kstage.Op.");
 

@@ -103,6 +103,26 @@ def test_collected_group_releases_its_pin(stage, q4, pos):
     assert sys.getrefcount(b) == before
 
 
+def test_adopted_sparse_write_is_held_until_its_seal(stage, q4):
+    # An index_map or mask write with adopt=True keeps the array (no copy) until the seal has read
+    # its rows, then hands it back.
+    stage.write("sp", q4, np.zeros((4, 3), np.float32), 1)
+    stage.seal(1)
+    b = np.arange(12, dtype=np.float32).reshape(4, 3)
+    before = sys.getrefcount(b)
+    stage.write("sp", q4, b, 2, index_map=np.array([3, 0], np.uint32), adopt=True)
+    assert sys.getrefcount(b) > before  # held by the pending write
+    m = np.array([True, False, False, True])
+    stage.write("sp", q4, b + 100, 3, mask=m, adopt=True)
+    stage.seal(3)
+    gc.collect()
+    assert sys.getrefcount(b) == before
+    (g,) = stage.read(q4, "sp", compact=True)
+    got = np.from_dlpack(g.tensor(0))
+    want = np.array([[100, 101, 102], [0, 1, 2], [0, 0, 0], [109, 110, 111]], np.float32)
+    np.testing.assert_array_equal(got, want)
+
+
 # ------------------------------------------------------------------------------------------------
 # Closing the stage
 # ------------------------------------------------------------------------------------------------
