@@ -147,35 +147,55 @@ bool sparse_adoptable(const SourceTensor& s, const Selection& sel, const Backend
          backend.can_access(s.device) && reinterpret_cast<uintptr_t>(s.base) % align == 0;
 }
 
-// The source rows of an adopted index_map write, checked against the tensor's `rows`: a
-// progression (ascending or constant, as a local index_map often is) is kept as first and step;
-// any other map is copied (the caller's map is free once the op completes), checked as it is
-// copied, in parallel chunks on a parallel host.
-Status keep_index_map(const Selection& sel, uint64_t rows, const char* rows_from, Backend& host,
-                      StagedRows& out) {
-  const uint32_t* map = sel.index_map;
-  const size_t n = size_t(sel.count);
-  const uint64_t first = map[0];
-  const uint64_t step = n > 1 && map[1] >= map[0] ? map[1] - map[0] : 0;
+// Whether an index_map is an arithmetic progression (ascending or constant, as a local
+// index_map often is, every entry below 2^32): then it is its first entry and step, and an
+// adopted write keeps those instead of a copy. The first entries answer for most maps that are
+// not; the rest is checked in parallel blocks (compares without branches: a block costs what
+// reading it does), each stopping once any block found a difference.
+bool index_map_progression(const uint32_t* map, size_t n, Backend& host, uint64_t& first,
+                           uint64_t& step) {
+  first = map[0];
+  step = n > 1 && map[1] >= map[0] ? map[1] - map[0] : 0;
+  if (first + (n - 1) * step > UINT32_MAX) return false;
   size_t i = 1;
-  while (i < n && map[i] == first + i * step) ++i;
-  if (i == n) {
-    if (first + (n - 1) * step >= rows) {  // the progression's highest entry is its last
-      size_t bad = 0;
-      while (map[bad] < rows) ++bad;
-      return index_map_error(sel, bad, rows, rows_from);
-    }
-    out.source_first = size_t(first);
-    out.source_step = size_t(step);
-    return Status::OK();
-  }
+  while (i < n && i < 64 && map[i] == first + i * step) ++i;
+  if (i < std::min<size_t>(n, 64)) return false;
+  if (n <= 64) return true;
+  struct Check {
+    const uint32_t* map;
+    uint64_t first, step;
+    std::atomic<bool> differs;
+  } check{map, first, step, {false}};
+  host.host_for(
+      n,
+      [](const void* context, size_t begin, size_t end) {
+        auto& c = *static_cast<Check*>(const_cast<void*>(context));
+        constexpr size_t kBlock = 4096;
+        for (size_t b = begin; b < end && !c.differs.load(std::memory_order_relaxed); b += kBlock) {
+          const size_t e = std::min(end, b + kBlock);
+          // (No entry of a candidate passes 2^32 - 1: the expected value never wraps.)
+          uint32_t diff = 0, expected = uint32_t(c.first + b * c.step);
+          const uint32_t inc = uint32_t(c.step);
+          for (size_t k = b; k < e; ++k, expected += inc) diff |= c.map[k] ^ expected;
+          if (diff != 0) c.differs.store(true, std::memory_order_relaxed);
+        }
+      },
+      &check);
+  return !check.differs.load();
+}
+
+// The index_map of an adopted write, checked against the tensor's `rows` as it is copied
+// (the caller's map is free once the op completes), in parallel chunks on a parallel host.
+Status copy_index_map(const Selection& sel, uint64_t rows, const char* rows_from, Backend& host,
+                      StagedRows& out) {
+  const size_t n = size_t(sel.count);
   KSTAGE_ASSIGN_OR_RETURN(out.source_index, host.allocate(n * sizeof(uint32_t)));
   struct Copy {
     const uint32_t* from;
     uint32_t* to;
     uint64_t rows;
     std::atomic<size_t> first_bad;
-  } copy{map, reinterpret_cast<uint32_t*>(out.source_index->data()), rows, {n}};
+  } copy{sel.index_map, reinterpret_cast<uint32_t*>(out.source_index->data()), rows, {n}};
   host.host_for(
       n,
       [](const void* context, size_t begin, size_t end) {
@@ -212,9 +232,16 @@ Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor&
   out.n = n;
   // A managed tensor is adopted when staging would only copy it (a dense write), or when the
   // seal can read it through the write's selection (a sparse write to a host column): no copy
-  // at write time, the seal moves each row once.
-  const bool dense = adoptable(s, sel, backend), sparse = !dense && sparse_adoptable(s, sel, backend);
-  if (managed && (dense || sparse)) {
+  // at write time, the seal moves each row once. An index_map that is not a progression must
+  // then be copied for the seal: for rows no wider than its 4-byte entries that costs what
+  // copying the rows does, so those are staged as usual.
+  const bool dense = managed && adoptable(s, sel, backend);
+  bool sparse = managed && !dense && sparse_adoptable(s, sel, backend);
+  uint64_t first = 0, step = 0;
+  const bool progression =
+      sparse && sel.index_map && index_map_progression(sel.index_map, n, host, first, step);
+  if (sparse && sel.index_map && !progression && s.row_bytes <= sizeof(uint32_t)) sparse = false;
+  if (dense || sparse) {
     // Without a deleter nobody can say how long the memory lives: copy it.
     ManagedTensor m = managed->adopt_if_deletable(tensor);
     if (m.versioned || m.legacy) {
@@ -226,8 +253,16 @@ Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor&
       if (sel.mask) {
         KSTAGE_RETURN_NOT_OK(select_masked(sel, host));
         out.source_index = sel.subset;  // element e's source row is row e
+      } else if (progression) {
+        if (first + (n - 1) * step >= s.rows) {  // its highest entry is its last
+          size_t bad = 0;
+          while (sel.index_map[bad] < s.rows) ++bad;
+          return index_map_error(sel, bad, s.rows, kRowsFrom);
+        }
+        out.source_first = size_t(first);
+        out.source_step = size_t(step);
       } else {
-        KSTAGE_RETURN_NOT_OK(keep_index_map(sel, s.rows, kRowsFrom, host, out));
+        KSTAGE_RETURN_NOT_OK(copy_index_map(sel, s.rows, kRowsFrom, host, out));
       }
       return out;
     }

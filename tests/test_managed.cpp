@@ -261,13 +261,13 @@ TEST_CASE("a large sparse managed write: its index_map is checked in chunks, the
   auto prims = s.paths("/big", n);
   kstage_query_t q = s.query(prims);
   kstage_token_t attr = s.token("v");
-  std::vector<float> values(n);
-  for (size_t i = 0; i < n; ++i) values[i] = float(i);
+  std::vector<float> values(2 * n);  // float32 x 2: wider than an index_map entry
+  for (size_t i = 0; i < 2 * n; ++i) values[i] = float(i);
   std::vector<uint32_t> map(n);
   for (size_t i = 0; i < n; ++i) map[i] = uint32_t((i * 7919) % n);  // a permutation
   kstage_write_data_t w;
   {
-    Made bad = managed_f32(values);
+    Made bad = managed_f32(values, 2);
     DLManagedTensorVersioned* list[1] = {bad.t};
     auto broken = map;
     broken[150000] = uint32_t(n + 5);
@@ -280,17 +280,51 @@ TEST_CASE("a large sparse managed write: its index_map is checked in chunks, the
              KSTAGE_INVALID_ARGUMENT, "index_map[70001] = 200000 references a source row outside");
     REQUIRE(ledger.of(bad.id) == 1);
   }
-  Made m = managed_f32(values);
+  Made m = managed_f32(values, 2);
   DLManagedTensorVersioned* list[1] = {m.t};
   w = managed_data(list, 1);
   w.count = n;
   w.index_map = map.data();
   KS_OK(s.write(q, attr, 1, w));
+  REQUIRE(ledger.of(m.id) == (kOnDevice ? 1 : 0));
   s.seal(1);
   REQUIRE(ledger.of(m.id) == 1);
   auto got = s.floats(q, attr);
   REQUIRE(got.size() == n);
-  for (size_t i = 0; i < n; i += 997) REQUIRE(got[prims[i]] == std::vector<float>{float(map[i])});
+  for (size_t i = 0; i < n; i += 997) REQUIRE(got[prims[i]] == std::vector<float>{float(2 * map[i]), float(2 * map[i] + 1)});
+}
+
+// Keeping the tensor means copying a map that is not a progression for the seal: for rows no
+// wider than its 4-byte entries that saves nothing, so those rows are copied as usual.
+TEST_CASE("4-byte rows: adopted through a progression, copied through any other index_map",
+          "[managed][sparse]") {
+  ledger.reset();
+  Stage s(host_execution());
+  auto prims = s.paths("/narrow", 4);
+  kstage_query_t q = s.query(prims);
+  kstage_token_t attr = s.token("v");
+  s.write_f32(q, attr, 1, {0, 0, 0, 0});
+  s.seal(1);
+  Made strided = managed_f32({10, 11, 12, 13, 14, 15, 16});
+  Made shuffled = managed_f32({20, 21, 22, 23});
+  const uint32_t every_other[4] = {0, 2, 4, 6}, reversed[4] = {3, 2, 1, 0};
+  DLManagedTensorVersioned* l1[1] = {strided.t};
+  kstage_write_data_t w = managed_data(l1, 1);
+  w.count = 4;
+  w.index_map = every_other;
+  KS_OK(s.write(q, attr, 2, w));
+  REQUIRE(ledger.of(strided.id) == (kOnDevice ? 1 : 0));
+  s.seal(2);
+  REQUIRE(in_order(s, prims, q, attr) == std::vector<float>{10, 12, 14, 16});
+  DLManagedTensorVersioned* l2[1] = {shuffled.t};
+  w = managed_data(l2, 1);
+  w.count = 4;
+  w.index_map = reversed;
+  KS_OK(s.write(q, attr, 3, w));
+  REQUIRE(ledger.of(shuffled.id) == 1);
+  s.seal(3);
+  REQUIRE(in_order(s, prims, q, attr) == std::vector<float>{23, 22, 21, 20});
+  REQUIRE(ledger.all_once());
 }
 
 TEST_CASE("an adopted sparse write leaves a held group as it was", "[managed][sparse][pinned]") {
@@ -299,7 +333,7 @@ TEST_CASE("an adopted sparse write leaves a held group as it was", "[managed][sp
   auto prims = s.paths("/pin", 4);
   kstage_query_t q = s.query(prims);
   kstage_token_t attr = s.token("v");
-  s.write_f32(q, attr, 1, {1, 2, 3, 4});
+  s.write_f32(q, attr, 1, {1, 2, 3, 4, 5, 6, 7, 8}, 2);
   s.seal(1);
   kstage_read_t r = 0;
   KS_OK(kstage_read_attributes(s.stage, q, &attr, 1, nullptr, &r));
@@ -307,27 +341,28 @@ TEST_CASE("an adopted sparse write leaves a held group as it was", "[managed][sp
   KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
   // Every row, through a permutation: the seal gathers into the column's rows in order, which
   // must not be the buffer the group holds.
-  Made m = managed_f32({10, 20, 30, 40});
+  Made m = managed_f32({10, 11, 20, 21, 30, 31, 40, 41}, 2);
   DLManagedTensorVersioned* list[1] = {m.t};
   kstage_write_data_t w = managed_data(list, 1);
   const uint32_t map[4] = {3, 2, 1, 0};
   w.count = 4;
   w.index_map = map;
   KS_OK(s.write(q, attr, 2, w));
+  REQUIRE(ledger.of(m.id) == (kOnDevice ? 1 : 0));
   s.seal(2);
-  REQUIRE(group_floats(g, 0, 4) == std::vector<float>{1, 2, 3, 4});
-  REQUIRE(in_order(s, prims, q, attr) == std::vector<float>{40, 30, 20, 10});
+  REQUIRE(group_floats(g, 0, 8) == std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8});
+  REQUIRE(in_order(s, prims, q, attr) == std::vector<float>{40, 41, 30, 31, 20, 21, 10, 11});
   // And with nobody holding the storage, in place.
   KS_OK(kstage_release_group(s.stage, g.handle));
   KS_OK(kstage_release_read(s.stage, r));
-  Made m2 = managed_f32({5, 6, 7, 8});
+  Made m2 = managed_f32({5, 6, 7, 8, 9, 10, 11, 12}, 2);
   DLManagedTensorVersioned* list2[1] = {m2.t};
   w = managed_data(list2, 1);
   w.count = 4;
   w.index_map = map;
   KS_OK(s.write(q, attr, 3, w));
   s.seal(3);
-  REQUIRE(in_order(s, prims, q, attr) == std::vector<float>{8, 7, 6, 5});
+  REQUIRE(in_order(s, prims, q, attr) == std::vector<float>{11, 12, 9, 10, 7, 8, 5, 6});
   REQUIRE(ledger.of(m.id) == 1);
   REQUIRE(ledger.of(m2.id) == 1);
 }
@@ -566,12 +601,12 @@ TEST_CASE("an unsealed managed write is not deleted again when the stage is dest
 TEST_CASE("a pending sparse managed write is deleted once when the stage is destroyed",
           "[managed][sparse]") {
   ledger.reset();
-  Made m = managed_f32({1, 2, 3});
+  Made m = managed_f32({1, 2, 3, 4, 5, 6}, 2);
   {
     Stage s(host_execution());
     kstage_query_t q = s.query(s.paths("/p", 2));
     kstage_token_t a = s.token("a");
-    s.write_f32(q, a, 1, {0, 0});
+    s.write_f32(q, a, 1, {0, 0, 0, 0}, 2);
     s.seal(1);
     DLManagedTensorVersioned* list[1] = {m.t};
     kstage_write_data_t w = managed_data(list, 1);
@@ -1168,7 +1203,7 @@ TEST_CASE("legacy producers: copied, rejected and array writes delete each exact
   auto prims = s.paths("/lc", 3);
   kstage_query_t q = s.query(prims);
   kstage_token_t a = s.token("a"), r = s.token("rows");
-  SECTION("an index_map write: kept by a host column until its seal (only read), copied by a device") {
+  SECTION("an index_map write of 4-byte rows, not a progression: copied, deleted at once") {
     MadeLegacy m = legacy_f32({5, 6});
     DLManagedTensor* list[1] = {m.t};
     kstage_write_data_t w = legacy_data(list, 1);
@@ -1176,9 +1211,8 @@ TEST_CASE("legacy producers: copied, rejected and array writes delete each exact
     w.count = 3;
     w.index_map = index_map;
     KS_OK(s.write(q, a, 1, w));
-    REQUIRE(ledger.of(m.id) == (kOnDevice ? 1 : 0));
-    s.seal(1);
     REQUIRE(ledger.of(m.id) == 1);
+    s.seal(1);
     REQUIRE(sealed(s, q, a) == std::map<kstage_path_t, std::vector<float>>{
                                    {prims[0], {6}}, {prims[1], {5}}, {prims[2], {6}}});
   }

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 
 namespace kperf {
 namespace {
@@ -85,8 +86,9 @@ class WriteInstance final : public FixedBase<T> {
   using B = FixedBase<T>;
 
  public:
-  WriteInstance(Context& cx, const Shape& s, WriteKind kind, Timed timed, double p = 0)
-      : B(cx, s), kind_(kind), timed_(timed), p_(p) {}
+  WriteInstance(Context& cx, const Shape& s, WriteKind kind, Timed timed, double p = 0,
+                bool adopt = false)
+      : B(cx, s), kind_(kind), timed_(timed), p_(p), adopt_(adopt) {}
 
   void prepare() override {
     B::write_dense_sealed(kSaltBase);
@@ -122,16 +124,23 @@ class WriteInstance final : public FixedBase<T> {
   }
   void before() override {
     ordinal_ = this->cx_.next_ordinal();
+    if (adopt_) hand_over();
     if (timed_ == Timed::Seal) this->cx_.write(query_, this->attr_, ordinal_, data_, mode_);
   }
   void run() override {
     if (timed_ != Timed::Seal) this->cx_.write(query_, this->attr_, ordinal_, data_, mode_);
     if (timed_ != Timed::Write) this->cx_.seal(ordinal_, this->attr_);
   }
+  std::string check() const {
+    return adopt_ && managed_.manager_ctx != nullptr
+               ? "the stage still holds the adopted source after its seal"
+               : std::string();
+  }
   void after() override {
     if (timed_ == Timed::Write) this->cx_.seal(ordinal_, this->attr_);
   }
   std::string verify() override {
+    if (std::string bad = check(); !bad.empty()) return bad;
     return B::verify_column([&](uint64_t k, int l) -> double {
       switch (kind_) {
         case WriteKind::Dense:
@@ -150,7 +159,25 @@ class WriteInstance final : public FixedBase<T> {
  private:
   WriteKind kind_;
   Timed timed_;
+  // The source handed over as a managed tensor (read-only: the stage never writes into it),
+  // its memory the instance's own: the deleter only marks it free for the next repetition.
+  void hand_over() {
+    if (managed_.manager_ctx != nullptr) throw std::runtime_error(check());
+    managed_ = DLManagedTensorVersioned{};
+    managed_.version.major = DLPACK_MAJOR_VERSION;
+    managed_.manager_ctx = this;
+    managed_.deleter = [](DLManagedTensorVersioned* self) { self->manager_ctx = nullptr; };
+    managed_.flags = DLPACK_FLAG_BITMASK_READ_ONLY;
+    managed_.dl_tensor = this->tensor_;
+    managed_list_[0] = &managed_;
+    data_.tensors = nullptr;
+    data_.managed_tensors = managed_list_;
+  }
+
   double p_;
+  bool adopt_;
+  DLManagedTensorVersioned managed_{};
+  DLManagedTensorVersioned* managed_list_[1] = {nullptr};
   kstage_prim_mode_t mode_ = KSTAGE_PRIM_MODE_UPSERT;
   kstage_write_data_t data_ = kstage_write_data_init();
   kstage_query_t query_ = 0;
@@ -255,7 +282,8 @@ double fixed_ws(const Shape& s) {
 }
 
 void reg_write(const char* name, const char* desc, const char* params, const char* loop,
-               const char* numpy, bool big, WriteKind kind, Timed timed, double p = 0) {
+               const char* numpy, bool big, WriteKind kind, Timed timed, double p = 0,
+               bool adopt = false) {
   WorkloadDef d;
   d.name = name;
   d.family = timed == Timed::Seal ? "seal" : "write";
@@ -265,7 +293,9 @@ void reg_write(const char* name, const char* desc, const char* params, const cha
   d.numpy_key = numpy;
   d.big_ok = big;
   d.working_set = fixed_ws;
-  d.make = [=](Context& cx, const Shape& s) { return make_fixed<WriteInstance>(cx, s, kind, timed, p); };
+  d.make = [=](Context& cx, const Shape& s) {
+    return make_fixed<WriteInstance>(cx, s, kind, timed, p, adopt);
+  };
   RegisterWorkload{std::move(d)};
 }
 
@@ -311,6 +341,20 @@ const bool registered = [] {
             "p=0.05", "masked_p05", "masked_p05", false, WriteKind::Mask, Timed::Write, 0.05);
   reg_write("write_mask_05_seal", "mask write, 5%: write + wait + seal", "p=0.05", "masked_p05",
             "masked_p05", false, WriteKind::Mask, Timed::WriteSeal, 0.05);
+  // Issue 12: the same sealed sparse writes of a managed tensor, which the write adopts (no copy
+  // at the call; the seal moves each selected row once).
+  reg_write("write_index_map_random_adopt_seal",
+            "index_map write of an adopted managed tensor, random permutation: write + wait + seal",
+            "perm,adopt", "gather_perm", "gather_perm", false, WriteKind::IndexMapRandom,
+            Timed::WriteSeal, 0, true);
+  reg_write("write_index_map_local_adopt_seal",
+            "index_map write of an adopted managed tensor, local (stride 4): write + wait + seal",
+            "stride=4,adopt", "gather_scatter_stride4", "gather_scatter_stride4", false,
+            WriteKind::IndexMapLocal, Timed::WriteSeal, 0, true);
+  reg_write("write_mask_50_adopt_seal", "mask write of an adopted managed tensor, 50%: write + wait + seal",
+            "p=0.5,adopt", "masked_p50", "masked_p50", false, WriteKind::Mask, Timed::WriteSeal, 0.5, true);
+  reg_write("write_mask_05_adopt_seal", "mask write of an adopted managed tensor, 5%: write + wait + seal",
+            "p=0.05,adopt", "masked_p05", "masked_p05", false, WriteKind::Mask, Timed::WriteSeal, 0.05, true);
   reg_write("seal_dense", "seal alone after a dense write (the staged buffer becomes the column)",
             "", "copy", "copy", false, WriteKind::Dense, Timed::Seal);
   reg_write("seal_index_map_random", "seal alone after a random-permutation index_map write",
