@@ -48,7 +48,8 @@ inline bool decode_compact_row(const DLTensor* t, DLDataType dtype, DLDevice dev
       t->device.device_type != device.device_type || t->device.device_id != device.device_id)
     return false;
   const int64_t n = t->shape[0];
-  if (n <= 0 || (n > 1 && t->strides != nullptr && t->strides[0] != 1)) return false;
+  // (strides first: almost always NULL, so no branch on the row's length, which varies.)
+  if (n <= 0 || (t->strides != nullptr && t->strides[0] != 1 && n > 1)) return false;
   // The bytes read, [data + byte_offset, + n * elem_bytes), are addresses: no wrap. An element
   // is at most 255 lanes of 16 bytes (< 2^12), so below 2^50 rows n * elem_bytes < 2^62 (no
   // division per row); larger rows take the full decoding.

@@ -334,7 +334,41 @@ struct ArrayRows {
   std::vector<const std::byte*> ptr;
   std::vector<uint64_t> elems;
   std::vector<uint32_t> strided;
+  // A write of one tensor per row in order (no index_map, mask or packing): the staged rows'
+  // lengths in bytes, offsets, total and address bits are made in the same pass as the
+  // decoding (instead of `elems`), so staging only allocates and copies.
+  bool in_order = false;
+  std::vector<uint64_t> bytes, starts;
+  uint64_t cursor = 0, align_bits = kernels::kRaggedRowAlign;
 };
+
+// The staged buffer holds every target's row: an index_map may repeat a long row many times,
+// so its total is checked as it grows.
+constexpr uint64_t kMaxStagedBytes = UINT64_MAX / 2;
+
+Status staged_bytes_error(size_t element, size_t source_row, uint64_t amount, const char* unit) {
+  return error(KSTAGE_INVALID_ARGUMENT,
+               "the rows written add up to more than 2^63 bytes (at element %zu: source row %zu "
+               "of %llu %s)",
+               element, source_row, (unsigned long long)amount, unit);
+}
+
+// Row i of an in-order write, `elems` elements of `eb` bytes at `base`. `Checked`: elems * eb
+// is known not to wrap (decode_compact_row's rows: below 2^62 bytes), no division.
+template <bool Checked = false>
+inline Status stage_in_order(ArrayRows& rows, size_t i, const std::byte* base, uint64_t elems,
+                             size_t eb) {
+  if (!Checked && elems > kMaxStagedBytes / eb) return staged_bytes_error(i, i, elems, "elements");
+  const uint64_t len = elems * eb;
+  if (kernels::ragged_align_up(len) > kMaxStagedBytes - rows.cursor)
+    return staged_bytes_error(i, i, len, "bytes");
+  rows.ptr.push_back(base);
+  rows.bytes.push_back(len);
+  rows.starts.push_back(rows.cursor);
+  rows.align_bits |= reinterpret_cast<uintptr_t>(base) | rows.cursor | len;
+  rows.cursor += kernels::ragged_align_up(len);
+  return Status::OK();
+}
 
 // Array rows: one source row per tensor (`rows`), or one packed tensor (`first`) cut evenly
 // into `packed_rows` rows.
@@ -359,51 +393,38 @@ Result<StagedRows> stage_array(const SourceTensor& first, ArrayRows& rows,
       SourceTensor s;
       KSTAGE_RETURN_NOT_OK(decode_source_tensor(tensors[i], kind, i, s));
       KSTAGE_ASSIGN_OR_RETURN(rows.ptr[i], contiguous_elements(s, backend, keep));
+      rows.align_bits |= reinterpret_cast<uintptr_t>(rows.ptr[i]);
     }
   }
   StagedRows out;
   const size_t n = sel.targets();
   out.n = n;
-  // Target i's source row, its length and where it goes. One tensor per target row in order
-  // (the common ragged write): the decoded rows are those arrays already, taken over, not
-  // copied; only the starts are new. Arrays are filled in order: reserved, not zeroed first.
-  const bool in_place = !packed && source_index == nullptr;
-  std::vector<const std::byte*> from;
-  if (in_place) {
-    from = std::move(rows.ptr);
-    out.lengths = std::move(rows.elems);  // elements, made bytes below
-  } else {
-    from.reserve(n);
-    out.lengths.reserve(n);
+  if (rows.in_order) {  // offsets made while decoding: allocate and copy
+    out.lengths = std::move(rows.bytes);
+    out.starts = std::move(rows.starts);
+    KSTAGE_ASSIGN_OR_RETURN(out.data, backend.allocate(std::max<uint64_t>(rows.cursor, 1)));
+    kernels::RaggedCopy c{out.data->data(), out.starts.data(), rows.ptr.data(), out.lengths.data(), n};
+    backend.ragged_copy(c, kernels::widest_word(rows.align_bits));
+    return out;
   }
+  // Otherwise target i's source row (through the index_map or the mask's selection, or cut
+  // from the packed tensor), its length and where it goes. Filled in order: reserved, not
+  // zeroed first.
+  std::vector<const std::byte*> from;
+  from.reserve(n);
+  out.lengths.reserve(n);
   out.starts.reserve(n);
   uint64_t cursor = 0, align_bits = kernels::kRaggedRowAlign;
-  // The staged buffer holds every target's row: an index_map may repeat a
-  // long row many times, so the total is checked as it grows.
-  constexpr uint64_t kMaxBytes = UINT64_MAX / 2;
   for (size_t i = 0; i < n; ++i) {
     const size_t s = source_index ? source_index[i] : i;
-    const uint64_t elems = packed ? 0 : in_place ? out.lengths[i] : rows.elems[s];
-    if (!packed && elems > kMaxBytes / eb)
-      return error(KSTAGE_INVALID_ARGUMENT,
-                   "the rows written add up to more than 2^63 bytes (at element %zu: source row "
-                   "%zu of %llu elements)",
-                   i, s, (unsigned long long)elems);
+    const uint64_t elems = packed ? 0 : rows.elems[s];
+    if (!packed && elems > kMaxStagedBytes / eb) return staged_bytes_error(i, s, elems, "elements");
     const uint64_t len = packed ? packed_row_bytes : elems * eb;
-    if (len > kMaxBytes || kernels::ragged_align_up(len) > kMaxBytes - cursor)
-      return error(KSTAGE_INVALID_ARGUMENT,
-                   "the rows written add up to more than 2^63 bytes (at element %zu: source row "
-                   "%zu of %llu bytes)",
-                   i, s, (unsigned long long)len);
-    const std::byte* src = packed     ? (len ? packed_base + s * len : nullptr)
-                           : in_place ? from[i]
-                                      : rows.ptr[s];
-    if (in_place) {
-      out.lengths[i] = len;
-    } else {
-      from.push_back(src);
-      out.lengths.push_back(len);
-    }
+    if (len > kMaxStagedBytes || kernels::ragged_align_up(len) > kMaxStagedBytes - cursor)
+      return staged_bytes_error(i, s, len, "bytes");
+    const std::byte* src = packed ? (len ? packed_base + s * len : nullptr) : rows.ptr[s];
+    from.push_back(src);
+    out.lengths.push_back(len);
     out.starts.push_back(cursor);
     align_bits |= reinterpret_cast<uintptr_t>(src) | cursor | len;
     cursor += kernels::ragged_align_up(len);
@@ -473,18 +494,28 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   KSTAGE_RETURN_NOT_OK(decode_source_tensor(tensors[0], kind, 0, first));
   const size_t n_tensors = tensors.size();
   ArrayRows rows;
+  rows.in_order = d.is_array && !d.index_map && !sel.mask && !(n_tensors == 1 && sel.count > 1);
   if (d.is_array) {  // filled in order below: reserved, not zeroed first
     rows.ptr.reserve(n_tensors);
-    rows.elems.reserve(n_tensors);
+    if (rows.in_order) {
+      rows.bytes.reserve(n_tensors);
+      rows.starts.reserve(n_tensors);
+    } else {
+      rows.elems.reserve(n_tensors);
+    }
   }
+  const size_t eb = first.row_bytes;  // an array write's bytes per element
   for (size_t i = 0; i < n_tensors; ++i) {
     if (d.is_array && i > 0 && i + 1 < n_tensors) {  // the first and last are kept whole
       const std::byte* base;
       uint64_t elems;
-      if (decode_compact_row(tensors[i], first.dtype, first.device, first.row_bytes, base,
-                             elems)) {
-        rows.ptr.push_back(base);
-        rows.elems.push_back(elems);
+      if (decode_compact_row(tensors[i], first.dtype, first.device, eb, base, elems)) {
+        if (rows.in_order) {
+          KSTAGE_RETURN_NOT_OK(stage_in_order<true>(rows, i, base, elems, eb));
+        } else {
+          rows.ptr.push_back(base);
+          rows.elems.push_back(elems);
+        }
         continue;
       }
     }
@@ -504,8 +535,12 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
                      tensor_name(d, 0).c_str(), dtype_string(first.dtype).c_str());
     }
     if (d.is_array) {
-      rows.ptr.push_back(s->base);
-      rows.elems.push_back(s->rows);
+      if (rows.in_order) {
+        KSTAGE_RETURN_NOT_OK(stage_in_order(rows, i, s->base, s->rows, eb));
+      } else {
+        rows.ptr.push_back(s->base);
+        rows.elems.push_back(s->rows);
+      }
       if (s->layout != SourceTensor::Layout::Compact) rows.strided.push_back(uint32_t(i));
     }
     if (i + 1 == n_tensors) last = *s;

@@ -272,4 +272,16 @@ TEST_CASE("an array write whose rows add up past 2^63 bytes is rejected before a
   const std::string before = s.fingerprint(q, {r});
   KS_FAILS(s.write(q, r, 1, w), KSTAGE_INVALID_ARGUMENT, "add up to more than 2^63 bytes");
   REQUIRE(s.fingerprint(q, {r}) == before);
+
+  // One tensor per row, in order (offsets made while the rows are decoded): two rows that claim
+  // 2^60 float32 each (2^62 bytes, never read) and a third make more than 2^63 bytes together;
+  // the message names the row where the total passed it.
+  int64_t big[1] = {int64_t(1) << 60};
+  int64_t one[1] = {1};
+  DLTensor rows[4] = {tensor(tiny, f32(), 1, one), tensor(tiny, f32(), 1, big),
+                      tensor(tiny, f32(), 1, big), tensor(tiny, f32(), 1, one)};
+  kstage_write_data_t per_row = write_data(rows, 4, true);
+  KS_FAILS(s.write(q, r, 1, per_row), KSTAGE_INVALID_ARGUMENT,
+           "add up to more than 2^63 bytes (at element 2: source row 2 of 4611686018427387904 bytes)");
+  REQUIRE(s.fingerprint(q, {r}) == before);
 }
