@@ -79,11 +79,12 @@ RowMap Column::row_map(const PrimList& prims, size_t n) {
   RowMap m;
   if (affine_rows_ != 0 && n == affine_rows_) {  // prim i is row i? then no table at all
     bool identity;
-    if (const uint64_t* p = prims->data()) {
+    if (prims->is_progression()) {  // O(1)
+      identity = prims->first() == affine_first_ && (prims->stride() == 1 || n == 1);
+    } else {
+      const uint64_t* p = prims->data();
       identity = true;
       for (size_t i = 0; identity && i < n; ++i) identity = p[i] == affine_first_ + i;
-    } else {  // a range query: O(1)
-      identity = prims->first() == affine_first_ && (prims->stride() == 1 || n == 1);
     }
     if (identity) {
       m.all_present = m.identity = true;
@@ -161,10 +162,11 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
     const PrimSeq& s = *rows.prims;
     const uint64_t first = s[0];
     bool consecutive = first <= UINT64_MAX - rows.n;
-    if (const uint64_t* p = s.data()) {
-      for (size_t i = 1; consecutive && i < rows.n; ++i) consecutive = p[i] == first + i;
-    } else {  // a range query: O(1)
+    if (s.is_progression()) {  // O(1)
       consecutive = consecutive && (s.stride() == 1 || rows.n == 1);
+    } else {
+      const uint64_t* p = s.data();
+      for (size_t i = 1; consecutive && i < rows.n; ++i) consecutive = p[i] == first + i;
     }
     if (consecutive) {
       new_prims.run_first = first;

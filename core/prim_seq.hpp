@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // A query's prims, in query order: an explicit list of path ids, or the
 // progression first, first + stride, ... of a query over a path range, which
-// stores no list at all (a 1e8-prim range query is 32 bytes, not 800 MB).
+// stores no list at all (a 1e8-prim range query is 32 bytes, not 800 MB), or
+// both: a caller's list whose ids step by a constant keeps its list (read and
+// map groups publish it as it is, no array made per fetch) and is known to be
+// a progression (writes through it compute their rows).
 //
 // Everything that walks a query indexes it (operator[]) or asks for the
 // list (data(), null for a progression) when a loop over a plain array is
@@ -25,8 +28,17 @@ class PrimSeq {
   static PrimSeq progression(uint64_t first, size_t count, uint64_t stride) {
     PrimSeq s;
     s.listed_ = false;
+    s.progression_ = true;
     s.first_ = first;
     s.count_ = count;
+    s.stride_ = stride;
+    return s;
+  }
+  // A list whose ids are ids[0] + i * stride: both forms.
+  static PrimSeq listed_progression(std::vector<uint64_t> ids, uint64_t stride) {
+    PrimSeq s(std::move(ids));
+    s.progression_ = s.count_ > 0;
+    s.first_ = s.count_ > 0 ? s.ids_[0] : 0;
     s.stride_ = stride;
     return s;
   }
@@ -34,18 +46,20 @@ class PrimSeq {
   size_t size() const { return count_; }
   bool empty() const { return count_ == 0; }
   uint64_t operator[](size_t i) const { return listed_ ? ids_[i] : first_ + i * stride_; }
-  // The ids as one array; null for a progression.
+  // The ids as one array; null for a progression without a list.
   const uint64_t* data() const { return listed_ ? ids_.data() : nullptr; }
-  bool is_progression() const { return !listed_; }
-  // The list itself (empty for a progression).
+  // first() + i * stride() for every i (with or without a list).
+  bool is_progression() const { return progression_; }
+  // The list itself (empty for a progression without one).
   const std::vector<uint64_t>& list() const { return ids_; }
-  // A progression's first id and step (meaningless for a list).
+  // A progression's first id and step (meaningless for a list that is not one).
   uint64_t first() const { return first_; }
   uint64_t stride() const { return stride_; }
   // Prims [from, from + n): a progression stays one.
   PrimSeq slice(size_t from, size_t n) const {
     if (!listed_) return progression(first_ + from * stride_, n, stride_);
-    return PrimSeq(std::vector<uint64_t>(ids_.begin() + from, ids_.begin() + from + n));
+    std::vector<uint64_t> part(ids_.begin() + from, ids_.begin() + from + n);
+    return progression_ ? listed_progression(std::move(part), stride_) : PrimSeq(std::move(part));
   }
   // Ids [from, from + n) as an array: the list itself, or `scratch` filled.
   const uint64_t* ids(size_t from, size_t n, std::vector<uint64_t>& scratch) const {
@@ -79,7 +93,7 @@ class PrimSeq {
   iterator end() const { return iterator(this, count_); }
 
  private:
-  bool listed_ = true;
+  bool listed_ = true, progression_ = false;
   std::vector<uint64_t> ids_;
   uint64_t first_ = 0;
   size_t count_ = 0;

@@ -166,16 +166,20 @@ Result<PrimList> Stage::query_paths(const uint64_t* paths, uint64_t n) {
                  (unsigned long long)repeat, path_name(paths[repeat]).c_str(), (unsigned long long)first);
   }
   // Ids that step by one constant in order (paths interned one after another,
-  // or every k-th of them): kept as a progression, as a range query is -- no
-  // list. (The ids are distinct, checked above, so the step is never 0.)
+  // or every k-th of them) are known to be a progression, as a range query is,
+  // so writes compute their rows; the list is kept too (8 bytes per prim, as
+  // any explicit query): read and map groups hand it out as it is, where a
+  // progression alone would make an array at every fetch. (The ids are
+  // distinct, checked above, so the step is never 0.)
+  std::vector<uint64_t> ids(paths, paths + n);
   if (n > 1 && paths[1] > paths[0]) {
     const uint64_t step = paths[1] - paths[0];
     bool progression = (UINT64_MAX - paths[0]) / step >= n - 1;
     for (uint64_t i = 2; progression && i < n; ++i) progression = paths[i] == paths[0] + i * step;
     if (progression)
-      return PrimList(std::make_shared<const PrimSeq>(PrimSeq::progression(paths[0], n, step)));
+      return PrimList(std::make_shared<const PrimSeq>(PrimSeq::listed_progression(std::move(ids), step)));
   }
-  return PrimList(std::make_shared<const PrimSeq>(std::vector<uint64_t>(paths, paths + n)));
+  return PrimList(std::make_shared<const PrimSeq>(std::move(ids)));
 }
 
 Result<PrimList> Stage::query_range(uint64_t first, uint64_t start, uint64_t count, uint64_t stride) {
