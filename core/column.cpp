@@ -362,7 +362,7 @@ Status Column::apply_fixed(const StagedRows& rows, const TargetRows& map) {
   // staged buffer becomes the column (zero-copy seal), and a reader holding
   // the old buffer keeps it.
   if (map.identity && !rows.indexed_source && rows.data->size() >= need) {
-    values_ = rows.data;
+    replace_values(rows.data);
     return Status::OK();
   }
   const size_t have = values_ ? values_->size() : 0;
@@ -374,7 +374,7 @@ Status Column::apply_fixed(const StagedRows& rows, const TargetRows& map) {
     // (An adopted source written to every row in order leaves nothing of the old rows.)
     if (have > 0 && !map.identity)
       backend_->copy_bytes(fresh->data(), values_->data(), std::min(have, need));
-    values_ = std::move(fresh);
+    replace_values(std::move(fresh));
   }
   kernels::RowCopy c;
   c.dst = values_->data() + map.first_row * rb;
@@ -459,7 +459,7 @@ Status Column::apply_array(const StagedRows& rows, const TargetRows& map) {
     kernels::RaggedCopy c{fresh->data(), dst_offsets.data(), src_rows.data(), bytes.data(),
                           src_rows.size()};
     backend_->ragged_copy(c, kernels::widest_word(align_bits));
-    values_ = std::move(fresh);
+    replace_values(std::move(fresh));
     array_offset_ = std::move(offset);
     array_length_ = std::move(length);
     array_used_ = cursor;

@@ -162,6 +162,12 @@ class Column {
   // Applies a staged write at `ordinal`. `new_prims` collects prims that gain
   // this attribute. On failure (OUT_OF_MEMORY) the column is unchanged.
   Status apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& new_prims);
+  // Storage the seals since the last call replaced, for the stage to release after its lock
+  // (an adopted buffer's deleter may call back into the stage).
+  void take_replaced(std::vector<BufferPtr>& into) {
+    for (BufferPtr& b : replaced_) into.push_back(std::move(b));
+    replaced_.clear();
+  }
   // Removes prims[0, n) (those present) at `ordinal`; collects them in `removed`.
   void apply_delete(const PrimSeq& prims, size_t n, uint64_t ordinal,
                     std::vector<uint64_t>& removed);
@@ -203,6 +209,10 @@ class Column {
   // else shares it, or it is not ours to write. The pin check comes first
   // and is an acquire: a reader's release of its pin happens-before an
   // in-place write that finds no pin (use_count() alone orders nothing).
+  void replace_values(BufferPtr b) {
+    if (values_) replaced_.push_back(std::move(values_));
+    values_ = std::move(b);
+  }
   bool pinned() const {
     return values_ && (values_->pinned() || values_.use_count() > 1 || values_->read_only());
   }
@@ -212,6 +222,7 @@ class Column {
   Backend* backend_;
 
   BufferPtr values_;
+  std::vector<BufferPtr> replaced_;  // see take_replaced()
   // The affine form: rows [0, affine_rows_) are prims affine_first_ + row, and
   // the column holds nothing else -- no per-prim tables at all. A column
   // takes it when its first write targets consecutive new prims in order (a

@@ -27,9 +27,14 @@ Stage::~Stage() {
     std::lock_guard lock(deferred_mutex_);
     deferred_.clear();
   }
-  std::lock_guard lock(mutex_);
-  pending_.clear();
-  columns_.clear();
+  // Released after the lock, as at a seal (deleters may take Python's GIL).
+  decltype(pending_) pending;
+  decltype(columns_) columns;
+  {
+    std::lock_guard lock(mutex_);
+    pending.swap(pending_);
+    columns.swap(columns_);
+  }
 }
 
 bool Op::done() const {
@@ -482,10 +487,10 @@ Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reach
   return Status::OK();
 }
 
-void Stage::collect_sealed_mutations() {
+void Stage::collect_sealed_mutations(std::vector<Mutation>& sealed) {
   const uint64_t global = global_floor();
   for (auto it = pending_.begin(); it != pending_.end();) {
-    const Mutation& m = it->second;
+    Mutation& m = it->second;
     bool done;
     if (m.kind == Mutation::Kind::DeletePrims) {
       done = m.ordinal <= global;
@@ -493,6 +498,7 @@ void Stage::collect_sealed_mutations() {
       done = true;
       for (uint64_t a : m.attributes) done = done && m.ordinal <= floor_of(a);
     }
+    if (done) sealed.push_back(std::move(m));
     it = done ? pending_.erase(it) : std::next(it);
   }
 }
@@ -501,6 +507,12 @@ Status Stage::advance_write_floor(uint64_t ordinal, const uint64_t* attributes, 
   if (n > 0 && attributes == nullptr)
     return error(KSTAGE_INVALID_ARGUMENT, "attributes is NULL but n is %llu", (unsigned long long)n);
   for (uint64_t i = 0; i < n; ++i) KSTAGE_RETURN_NOT_OK(check_token(attributes[i], "attributes", i));
+  // What the seal lets go of -- sealed writes (an adopted tensor among them) and storage the
+  // columns replaced -- is released after the lock (declared first, destroyed last): a
+  // producer's deleter may call back into the stage, or take Python's GIL, which another
+  // thread may hold while it waits for this stage.
+  std::vector<Mutation> sealed;
+  std::vector<BufferPtr> replaced;
   std::lock_guard lock(mutex_);
   std::vector<uint64_t> targets;
   if (n == 0) {
@@ -518,11 +530,12 @@ Status Stage::advance_write_floor(uint64_t ordinal, const uint64_t* attributes, 
     if (Column* c = column(attr)) {
       Status st = seal_column(*c, from, ordinal, reached);
       if (!st.ok() && result.ok()) result = st;
+      c->take_replaced(replaced);
     }
     floors_[attr] = reached;
   }
   if (n == 0 && result.ok()) default_floor_ = std::max(default_floor_, ordinal);
-  collect_sealed_mutations();
+  collect_sealed_mutations(sealed);
   return result;
 }
 

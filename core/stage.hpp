@@ -145,7 +145,9 @@ class Stage {
   // Applies the pending mutations of `c` in (from, to]; on failure returns
   // the ordinal to leave the floor at.
   Status seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reached);
-  void collect_sealed_mutations();
+  // Moves the mutations every target of which is sealed into `sealed` (released by the caller
+  // after the lock).
+  void collect_sealed_mutations(std::vector<Mutation>& sealed);
   Status build_groups(Column& c, const PrimList& prims, const kstage_read_desc_t& desc,
                       std::vector<std::unique_ptr<ReadGroup>>& out);
 

@@ -327,6 +327,82 @@ TEST_CASE("4-byte rows: adopted through a progression, copied through any other 
   REQUIRE(ledger.all_once());
 }
 
+TEST_CASE("large adopted index_maps: progressions found in parallel blocks, near-misses are not",
+          "[managed][sparse]") {
+  ledger.reset();
+  Stage s(host_execution());
+  const size_t n = 200000;
+  auto prims = s.paths("/blocks", n);
+  kstage_query_t q = s.query(prims);
+  kstage_token_t attr = s.token("v");
+  std::vector<float> source(2 * 2 * n);  // 2n rows of float32 x 2
+  for (size_t i = 0; i < source.size(); ++i) source[i] = float(i);
+  uint64_t ordinal = 0;
+  for (const bool near_miss : {true, false}) {
+    CAPTURE(near_miss);
+    std::vector<uint32_t> map(n);
+    for (size_t i = 0; i < n; ++i) map[i] = uint32_t(2 * i);  // every other source row
+    if (near_miss) map[150001] = 7;  // past the first 64 entries and the first 2^16-entry block
+    Made m = managed_f32(source, 2);
+    DLManagedTensorVersioned* list[1] = {m.t};
+    kstage_write_data_t w = managed_data(list, 1);
+    w.count = n;
+    w.index_map = map.data();
+    ++ordinal;
+    KS_OK(s.write(q, attr, ordinal, w));
+    REQUIRE(ledger.of(m.id) == (kOnDevice ? 1 : 0));
+    s.seal(ordinal);
+    REQUIRE(ledger.of(m.id) == 1);
+    auto got = s.floats(q, attr);
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; ++i)
+      wrong += got[prims[i]] != std::vector<float>{float(2 * map[i]), float(2 * map[i] + 1)};
+    REQUIRE(wrong == 0);
+  }
+}
+
+TEST_CASE("adopted sparse writes keep the rows they do not write, held or not, on any column",
+          "[managed][sparse][pinned]") {
+  ledger.reset();
+  Stage s(host_execution());
+  auto prims = s.paths("/keep", 6);
+  // Rows made in reverse prim order: not an affine column (rows come from its row map).
+  std::vector<kstage_path_t> reversed(prims.rbegin(), prims.rend());
+  kstage_query_t q = s.query(prims), back = s.query(reversed);
+  kstage_token_t attr = s.token("v");
+  s.write_f32(back, attr, 1, {60, 61, 50, 51, 40, 41, 30, 31, 20, 21, 10, 11}, 2);
+  s.seal(1);
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, q, &attr, 1, nullptr, &r));
+  kstage_read_group_t g{};
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+  const std::vector<float> held = in_order(s, prims, q, attr);
+  // An index_map write of two prims while the group is held.
+  Made a = managed_f32({1, 2, 3, 4, 5, 6}, 2);
+  DLManagedTensorVersioned* la[1] = {a.t};
+  kstage_write_data_t w = managed_data(la, 1);
+  const uint32_t map[2] = {2, 0};
+  w.count = 2;
+  w.index_map = map;
+  KS_OK(s.write(q, attr, 2, w));
+  s.seal(2);
+  REQUIRE(in_order(s, prims, q, attr) == std::vector<float>{5, 6, 1, 2, 30, 31, 40, 41, 50, 51, 60, 61});
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  REQUIRE(held == std::vector<float>{10, 11, 20, 21, 30, 31, 40, 41, 50, 51, 60, 61});
+  // A mask over the same column (its rows through the row map), nobody holding it.
+  Made b = managed_f32({0, 0, 0, 0, 7, 7, 0, 0, 0, 0, 8, 8}, 2);
+  DLManagedTensorVersioned* lb[1] = {b.t};
+  w = managed_data(lb, 1);
+  const uint64_t mask = 0b100100;
+  w.count = 6;
+  w.mask = &mask;
+  KS_OK(s.write(q, attr, 3, w));
+  s.seal(3);
+  REQUIRE(in_order(s, prims, q, attr) == std::vector<float>{5, 6, 1, 2, 7, 7, 40, 41, 50, 51, 8, 8});
+  REQUIRE(ledger.all_once());
+}
+
 TEST_CASE("an adopted sparse write leaves a held group as it was", "[managed][sparse][pinned]") {
   ledger.reset();
   Stage s(host_execution());
@@ -596,6 +672,51 @@ TEST_CASE("an unsealed managed write is not deleted again when the stage is dest
   }
   REQUIRE(ledger.of(m.id) == 1);
   REQUIRE(ledger.total() == 1);
+}
+
+// A producer's deleter may call back into the stage (Python's takes the GIL, which another
+// thread may hold while it waits for the stage): the seal releases what it lets go of -- a
+// sealed sparse write's adopted tensor, a column's replaced adopted storage -- after its lock.
+namespace {
+kstage_stage_t g_calling_stage = 0;
+std::atomic<int> g_callbacks{0};
+void calling_deleter(DLManagedTensorVersioned* self) {
+  uint64_t floor = 0;
+  if (kstage_get_write_floor(g_calling_stage, 0, &floor) == KSTAGE_OK) ++g_callbacks;
+  counting_deleter<DLManagedTensorVersioned>(self);
+}
+}  // namespace
+
+TEST_CASE("a deleter that calls the stage runs after the seal's lock", "[managed][sparse]") {
+  ledger.reset();
+  g_callbacks = 0;
+  Stage s(host_execution());
+  g_calling_stage = s.stage;
+  auto prims = s.paths("/cb", 2);
+  kstage_query_t q = s.query(prims);
+  kstage_token_t a = s.token("a");
+  // Dense: adopted as the column's storage, replaced by the sparse write's seal (which
+  // allocates fresh storage: the adopted buffer is read-only).
+  Made dense = managed_f32({1, 2, 3, 4}, 2);
+  dense.t->deleter = calling_deleter;
+  dense.t->flags = DLPACK_FLAG_BITMASK_READ_ONLY;
+  DLManagedTensorVersioned* l1[1] = {dense.t};
+  KS_OK(s.write(q, a, 1, managed_data(l1, 1)));
+  s.seal(1);
+  // Sparse: kept by the pending write, released once it is sealed.
+  Made sparse = managed_f32({7, 8, 9, 10}, 2);
+  sparse.t->deleter = calling_deleter;
+  DLManagedTensorVersioned* l2[1] = {sparse.t};
+  kstage_write_data_t w = managed_data(l2, 1);
+  const uint32_t map[1] = {1};
+  w.count = 1;
+  w.index_map = map;
+  KS_OK(s.write(q, a, 2, w));
+  s.seal(2);
+  REQUIRE(ledger.of(sparse.id) == 1);
+  REQUIRE(ledger.of(dense.id) == 1);  // (a device column copied both at their writes)
+  REQUIRE(g_callbacks == 2);
+  REQUIRE(in_order(s, prims, q, a) == std::vector<float>{9, 10, 3, 4});
 }
 
 TEST_CASE("a pending sparse managed write is deleted once when the stage is destroyed",

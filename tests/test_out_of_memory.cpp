@@ -75,6 +75,42 @@ TEST_CASE("a seal that runs out of host memory changes nothing and succeeds late
   REQUIRE(s.changed(all, t, 2, 2).size() == kN / 2);
 }
 
+TEST_CASE("an adopted sparse write whose seal runs out of memory keeps its tensor for the retry",
+          "[oom][managed]") {
+  Stage s(host_execution());
+  constexpr uint64_t kN = 200000;
+  const kstage_path_t first = s.range("/am", "p", 0, kN);
+  const kstage_query_t all = s.range_query(first);
+  const kstage_token_t t = s.token("t");
+  s.write_f32(all, t, 1, std::vector<float>(kN, 1.f));
+  s.seal(1);
+  // The source, handed over: a host column keeps it until the seal has read it.
+  static int deleted;
+  deleted = 0;
+  std::vector<float> values(kN);
+  for (uint64_t i = 0; i < kN; ++i) values[i] = float(i);
+  int64_t shape[1] = {int64_t(kN)};
+  DLManagedTensorVersioned m{};
+  m.version.major = DLPACK_MAJOR_VERSION;
+  m.deleter = [](DLManagedTensorVersioned*) { ++deleted; };
+  m.dl_tensor = tensor(values.data(), f32(), 1, shape);
+  DLManagedTensorVersioned* list[1] = {&m};
+  kstage_write_data_t w = kstage_write_data_init();
+  w.managed_tensors = list;
+  w.tensor_count = 1;
+  const std::vector<uint64_t> mask((kN + 63) / 64, 0xAAAAAAAAAAAAAAAAull);
+  w.count = kN;
+  w.mask = mask.data();
+  KS_OK(s.write(all, t, 2, w));
+  REQUIRE(deleted == (kOnDevice ? 1 : 0));
+  require_seal_fails_then_succeeds(s, all, t, 2, kN / 2);  // the column's first stamp table
+  REQUIRE(deleted == 1);
+  const auto got = scalars(s, all, t);
+  size_t wrong = 0;
+  for (uint64_t i = 0; i < kN; ++i) wrong += got.at(first + i) != (i % 2 ? float(i) : 1.f);
+  REQUIRE(wrong == 0);
+}
+
 TEST_CASE("a ragged seal that runs out of host memory changes nothing and succeeds later", "[oom]") {
   Stage s(host_execution());
   constexpr uint64_t kN = 50000;

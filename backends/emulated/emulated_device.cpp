@@ -3,6 +3,7 @@
 
 #include <sanitizer/asan_interface.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -71,7 +72,15 @@ void Arena::free(void* p) {
   size_t size = it->second.size;
   live_.erase(it);
   ASAN_UNPOISON_MEMORY_REGION(reinterpret_cast<void*>(start), size);
-  if (size >= (size_t(1) << 20)) madvise(reinterpret_cast<void*>(start), size, MADV_DONTNEED);
+  // A large block's memory goes back to the system -- only the whole pages inside it:
+  // MADV_DONTNEED zeroes every page it touches, and a block's first and last pages may be
+  // shared with live neighbours (it rounds its length up: a block of 1,600,000 bytes zeroed
+  // the first 1,536 bytes of the block after it).
+  if (size >= (size_t(1) << 20)) {
+    const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+    const uintptr_t from = (start + page - 1) & ~(page - 1), to = (start + size) & ~(page - 1);
+    if (to > from) madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+  }
   ASAN_POISON_MEMORY_REGION(reinterpret_cast<void*>(start), size);
   // Coalesce with the free neighbours.
   auto next = free_.lower_bound(start);

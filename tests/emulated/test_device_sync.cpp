@@ -827,3 +827,42 @@ TEST_CASE("host data a device produces: staging on the host waits for the produc
   kstage_emulated_event_destroy(done);
   kstage_emulated_stream_destroy(producer);
 }
+
+// Found by tests/test_managed.cpp's large index_map case: freeing a block of 1 MB or more gave
+// its pages back with MADV_DONTNEED over [start, start + size), which the kernel rounds up to
+// whole pages, so the first bytes of the next block (1,536 of them after a 1,600,000-byte
+// block) read as zeros -- a column written twice lost its first rows.
+TEST_CASE("freeing a large device block leaves its neighbours' bytes alone", "[device][arena]") {
+  for (const size_t bytes : {size_t(1600000), size_t(1120000), size_t(1) << 20, size_t(3) << 20}) {
+    CAPTURE(bytes);
+    auto* a = static_cast<unsigned char*>(kstage_emulated_malloc(0, bytes));
+    auto* b = static_cast<unsigned char*>(kstage_emulated_malloc(0, 8192));
+    REQUIRE(a != nullptr);
+    REQUIRE(b != nullptr);
+    std::vector<unsigned char> ones(8192, 1), back(8192, 0);
+    kstage_emulated_memcpy(b, ones.data(), ones.size());
+    kstage_emulated_free(a);
+    kstage_emulated_memcpy(back.data(), b, back.size());
+    REQUIRE(back == ones);
+    kstage_emulated_free(b);
+  }
+}
+
+TEST_CASE("a device column written twice keeps every row", "[device][arena]") {
+  DeviceStage s(kDev0);
+  const size_t n = 200000;  // float32 x 2: 1.6 MB per buffer, not a whole number of pages
+  const kstage_query_t q = s.query(n);
+  const kstage_token_t t = s.token("t");
+  for (uint64_t ordinal = 1; ordinal <= 3; ++ordinal) {
+    std::vector<float> v(2 * n);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = float(i + ordinal);
+    s.write_f32(q, t, ordinal, v, 2);
+    s.seal(ordinal);
+    const auto got = s.floats(q, t);
+    size_t wrong = 0;
+    for (size_t i = 0; i < n; ++i)
+      wrong += got.at(s.prims[i]) != std::vector<float>{v[2 * i], v[2 * i + 1]};
+    CAPTURE(ordinal);
+    REQUIRE(wrong == 0);
+  }
+}
