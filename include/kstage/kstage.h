@@ -304,13 +304,18 @@ typedef struct kstage_write_data_t {
    * densely (no index_map, or a mask with every bit set): its memory becomes
    * the column's storage at seal when the write covers every row. Written
    * through an index_map or a mask to a column in host memory, it is adopted
-   * too: the seal reads the selected rows from it straight into the column
-   * (the index_map is checked at the call, and copied unless it is an
-   * arithmetic progression). An adopted tensor's deleter runs when the stage
-   * no longer needs it (a sparse one: once its write is sealed, or dropped
-   * by kstage_destroy). A READ_ONLY one is never written in place; a
-   * writable one becomes the stage's to modify, so the producer must not
-   * keep using its memory (export it READ_ONLY to keep a view of it). */
+   * too, and kept whole until the write is sealed: the seal reads the
+   * selected rows from it straight into the column. The index_map is checked
+   * at the call and kept as first entry and step when it is an ascending or
+   * constant progression; any other map is copied, and rows of at most 4
+   * bytes are then copied instead (the map would cost as much). A tensor
+   * that is not compact, not aligned or has no deleter is copied. An adopted
+   * tensor's deleter runs when the stage no longer needs it (a sparse one:
+   * once its write is sealed, or dropped by kstage_destroy), never while the
+   * stage holds its lock, so a deleter may call the stage. A READ_ONLY one
+   * is never written in place; a writable one becomes the stage's to
+   * modify, so the producer must not keep using its memory (export it
+   * READ_ONLY to keep a view of it). */
   struct DLManagedTensorVersioned* const* managed_tensors;
   /** Entries of `tensors` / `managed_tensors`: 1 for a fixed-size attribute
    * (checked before either array is read); for an array attribute, 1 (packed)

@@ -452,9 +452,9 @@ void register_write(nb::module_& m, nb::handle stage_class) {
       "count: the leading `count` prims (None: all). count=0, an empty index_map and an empty mask "
       "are refused (ValueError): 0 would mean every prim.\n"
       "mode: \"upsert\", \"insert\" or \"update\". semantic: \"point\", \"color\", ... "
-      "adopt=True: hand the array over (no copy for a dense write, nor for an index_map or mask "
-      "write to a host column, whose seal reads it; never written by the stage, and the caller "
-      "must not write to it again). residency: where a new column lives. stream: "
+      "adopt=True: hand the array over (no copy for a dense write, nor, mostly, for an index_map "
+      "or mask write to a host column, which keeps it until its seal reads it; never written by "
+      "the stage, and the caller must not write to it again). residency: where a new column lives. stream: "
       "the producer's CUDA/ROCm stream (None: the legacy default stream).\n"
       "Returns a kstage.Op.");
 
