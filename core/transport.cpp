@@ -126,14 +126,18 @@ Status check_index_map(const Selection& sel, uint64_t rows, const char* rows_fro
   return Status::OK();
 }
 
-// A managed tensor can be the staged buffer itself when it already is what
-// staging would produce: the rows, compact, in order, where the column lives,
-// aligned for its elements.
-bool adoptable(const SourceTensor& s, const Selection& sel, const Backend& backend) {
+// Rows the stage can read where they are: compact, on a device the backend
+// reads, aligned for their elements.
+bool readable_in_place(const SourceTensor& s, const Backend& backend) {
   const size_t align = s.dtype.bits / 8;
-  return !sel.mask && !sel.index_map && s.rows == sel.count && s.rows > 0 &&
-         s.layout == SourceTensor::Layout::Compact && backend.can_access(s.device) &&
+  return s.rows > 0 && s.layout == SourceTensor::Layout::Compact && backend.can_access(s.device) &&
          reinterpret_cast<uintptr_t>(s.base) % align == 0;
+}
+
+// A managed tensor can be the staged buffer itself when it already is what
+// staging would produce: those rows, in order, one per target.
+bool adoptable(const SourceTensor& s, const Selection& sel, const Backend& backend) {
+  return !sel.mask && !sel.index_map && s.rows == sel.count && readable_in_place(s, backend);
 }
 
 // A sparse write's managed tensor can be kept as it is, its rows read by the
@@ -141,10 +145,8 @@ bool adoptable(const SourceTensor& s, const Selection& sel, const Backend& backe
 // kernel then reads the selection from host memory) and its rows are compact
 // and aligned.
 bool sparse_adoptable(const SourceTensor& s, const Selection& sel, const Backend& backend) {
-  const size_t align = s.dtype.bits / 8;
-  return (sel.mask || sel.index_map) && sel.targets() > 0 && s.rows > 0 &&
-         s.layout == SourceTensor::Layout::Compact && backend.synchronous() &&
-         backend.can_access(s.device) && reinterpret_cast<uintptr_t>(s.base) % align == 0;
+  return (sel.mask || sel.index_map) && sel.targets() > 0 && backend.synchronous() &&
+         readable_in_place(s, backend);
 }
 
 // Whether an index_map is an arithmetic progression (ascending or constant, as a local

@@ -179,34 +179,32 @@ struct CheckedGatherFunctor {
 
   KOKKOS_INLINE_FUNCTION void operator()(const size_t k, size_t& first_bad) const {
     const size_t begin = k * chunk, end = begin + chunk < n ? begin + chunk : n;
+    if constexpr (Words > 0) {
+      // Compact rows on both sides (the staging of a write always is): constant strides, as
+      // in the row copy's gather.
+      constexpr int64_t kRow = int64_t(Words * sizeof(Word));
+      if (src_stride == kRow && dst_stride == kRow) {
+        first_bad = gather<kRow>(begin, end, first_bad);
+        return;
+      }
+    }
+    first_bad = gather<0>(begin, end, first_bad);
+  }
+
+  // Rows [begin, end); returns the lowest bad index seen (`bad` if none). `Stride`: both
+  // strides, known at compile time; 0: the functor's.
+  template <int64_t Stride>
+  KOKKOS_FORCEINLINE_FUNCTION size_t gather(size_t begin, size_t end, size_t bad) const {
     // Locals, not members: the row stores could alias the functor as far as
     // the compiler knows, and reloading every member per row costs the loop
     // its memory-level parallelism.
     std::byte* const d = dst;
     const std::byte* const s0 = src;
     const uint32_t* const index = src_index;
-    const int64_t ds = dst_stride, ss = src_stride;
+    const int64_t ds = Stride != 0 ? Stride : dst_stride, ss = Stride != 0 ? Stride : src_stride;
     const uint64_t rows = src_rows;
     const size_t words = row_words;
-    size_t bad = first_bad;
     int64_t out = int64_t(begin) * ds;  // a running offset: no multiply per row
-    if constexpr (Words > 0) {
-      // Compact rows on both sides (the staging of a write always is): constant strides, as
-      // in the row copy's gather.
-      constexpr int64_t kRow = int64_t(Words * sizeof(Word));
-      if (ss == kRow && ds == kRow) {
-        for (size_t i = begin; i < end; ++i, out += kRow) {
-          const uint32_t s = index[i];
-          if (s >= rows) {
-            if (i < bad) bad = i;
-            continue;
-          }
-          copy_row<Word, Words>(d + out, s0 + int64_t(s) * kRow, words);
-        }
-        first_bad = bad;
-        return;
-      }
-    }
     for (size_t i = begin; i < end; ++i, out += ds) {
       const uint32_t s = index[i];
       if (s >= rows) {
@@ -215,7 +213,7 @@ struct CheckedGatherFunctor {
       }
       copy_row<Word, Words>(d + out, s0 + int64_t(s) * ss, words);
     }
-    first_bad = bad;
+    return bad;
   }
 };
 
