@@ -28,13 +28,14 @@ class AttributeCounts {
     const uint8_t b = small_.get(prim);
     return b == kBig ? big_.at(prim) : b;
   }
-  // May throw std::bad_alloc, leaving the count as it was.
+  // May throw std::bad_alloc, leaving the count as it was; does not throw for a prim of
+  // prepare_increments().
   void increment(uint64_t prim) {
     uint8_t& b = entry(prim);
     if (b < kBig - 1) {
       ++b;
     } else if (b == kBig - 1) {
-      big_.emplace(prim, uint32_t(kBig));
+      big_[prim] = kBig;  // an entry prepare_increments() made: no allocation
       b = kBig;
     } else {
       ++big_.at(prim);
@@ -47,7 +48,7 @@ class AttributeCounts {
     for (uint64_t p = first; p < first + count;) {
       const uint64_t page = p >> kPageBits, offset = p & (kPage - 1);
       const uint64_t in_page = std::min(count - (p - first), kPage - offset);
-      if (in_page == kPage && !small_.has_page(page) && uniform(page) < kBig - 1) {
+      if (takes_uniform(page, in_page)) {
         if (page >= uniform_.size()) uniform_.resize(page + 1, 0);
         ++uniform_[page];
       } else {
@@ -59,6 +60,25 @@ class AttributeCounts {
             increment(p + k);
         }
       }
+      p += in_page;
+    }
+  }
+  // Makes what increment() of `list` and increment_run(run_first, run_count) will need
+  // (pages' bytes, per-page counts, side-map entries for counts reaching kBig), so that they
+  // cannot throw: a seal calls this before it moves a write's rows, and counts the write's
+  // new prims after. May throw std::bad_alloc, leaving the counts as they were (what it made
+  // reads as before).
+  void prepare_increments(const std::vector<uint64_t>& list, uint64_t run_first,
+                          uint64_t run_count) {
+    for (uint64_t p : list) prepare_increment(p);
+    if (run_count == 0) return;
+    const uint64_t last_page = (run_first + run_count - 1) >> kPageBits;
+    if (last_page >= uniform_.size()) uniform_.resize(last_page + 1, 0);
+    for (uint64_t p = run_first; p < run_first + run_count;) {
+      const uint64_t page = p >> kPageBits, offset = p & (kPage - 1);
+      const uint64_t in_page = std::min(run_count - (p - run_first), kPage - offset);
+      if (!takes_uniform(page, in_page))
+        for (uint64_t k = 0; k < in_page; ++k) prepare_increment(p + k);
       p += in_page;
     }
   }
@@ -107,6 +127,13 @@ class AttributeCounts {
   static constexpr uint8_t kBig = 255;  // the count is in big_
 
   uint8_t uniform(uint64_t page) const { return page < uniform_.size() ? uniform_[page] : 0; }
+  // Whether a run of `in_page` prims of `page` is counted in the page's count (no bytes).
+  bool takes_uniform(uint64_t page, uint64_t in_page) const {
+    return in_page == kPage && !small_.has_page(page) && uniform(page) < kBig - 1;
+  }
+  void prepare_increment(uint64_t prim) {
+    if (entry(prim) == kBig - 1) big_.try_emplace(prim, uint32_t(kBig));
+  }
   // The prim's own byte, its page made from the page's count if needed (which
   // is then the page's bytes' to say: the per-page count goes back to 0).
   uint8_t& entry(uint64_t prim) {

@@ -303,16 +303,19 @@ void Column::unassign_rows(const NewPrims& new_prims) {
   ++structure_;
 }
 
-Status Column::apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& new_prims) {
+Status Column::apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& new_prims,
+                           const std::function<void(const NewPrims&)>& prepare) {
   if (rows.n == 0) return Status::OK();
   NewPrims added;
   const TargetRows t = assign_rows(rows, added);  // may throw std::bad_alloc, changing nothing
-  // Every other allocation comes before the rows move (the stamp's table entry, the stamp
-  // table itself and its width; the move's own lists): a failure leaves the column as it was.
+  // Every other allocation comes before the rows move (the caller's for the new prims, the
+  // stamp's table entry, the stamp table itself and its width; the move's own lists): a
+  // failure leaves the column as it was.
   // An unused table entry is harmless: the retry of this ordinal takes it, a compaction drops it.
   uint32_t stamp = 0;
   Status st;
   try {
+    prepare(added);
     if (!t.identity) {
       stamp = stamp_for(ordinal);
       ensure_stamps();

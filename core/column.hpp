@@ -18,6 +18,7 @@
 #include "core/stamp_table.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <unordered_map>
 #include <vector>
 
@@ -160,8 +161,11 @@ class Column {
 
   // --- sealing ------------------------------------------------------------
   // Applies a staged write at `ordinal`. `new_prims` collects prims that gain
-  // this attribute. On failure (OUT_OF_MEMORY) the column is unchanged.
-  Status apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& new_prims);
+  // this attribute. `prepare(new_prims)` runs before any row changes, so that
+  // what the caller does with them after cannot fail (it may throw
+  // std::bad_alloc). On failure (OUT_OF_MEMORY) the column is unchanged.
+  Status apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& new_prims,
+                     const std::function<void(const NewPrims&)>& prepare);
   // Storage the seals since the last call replaced, for the stage to release after its lock
   // (an adopted buffer's deleter may call back into the stage).
   void take_replaced(std::vector<BufferPtr>& into) {

@@ -461,7 +461,11 @@ Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reach
     if (!m.targets(attr)) continue;
     if (m.kind == Mutation::Kind::Write) {
       added.clear();
-      Status st = c.apply_write(m.rows, m.ordinal, added);
+      // The counts' memory for the new prims is made before the rows move: their count
+      // cannot then fail after the column took them (a retry would find them present).
+      Status st = c.apply_write(m.rows, m.ordinal, added, [this](const NewPrims& fresh) {
+        prim_attribute_count_.prepare_increments(fresh.list, fresh.run_first, fresh.run_count);
+      });
       if (!st.ok()) {
         // Stop below this ordinal; mutations already applied at it are
         // re-applied on the next seal, which gives the same result.
