@@ -284,10 +284,10 @@ std::vector<char> Stage::projected_existence(const StagedRows& t, Key key) const
 Status Stage::check_prim_mode(const StagedRows& rows, kstage_prim_mode_t mode, Key key, Column* c) {
   if (mode == KSTAGE_PRIM_MODE_UPSERT || rows.n == 0) return Status::OK();
   // Steady-state UPDATE ticks: with nothing pending before `key`, a target
-  // that holds the written attribute exists, and the column's cached row map
-  // of the query says whether all of them do.
+  // that holds the written attribute exists, and the column says whether all
+  // of them do (its cached row map of the query, or no map at all).
   if (mode == KSTAGE_PRIM_MODE_UPDATE && c && nothing_pending_before(key) &&
-      c->row_map(rows.prims, rows.subset ? rows.span : rows.n).all_present)
+      c->holds_all(rows.prims, rows.subset ? rows.span : rows.n))
     return Status::OK();
   std::vector<char> exists = projected_existence(rows, key);
   // Elements are numbered as the caller numbers them: in the query (a

@@ -636,6 +636,44 @@ TEST_CASE("a strided query that starts before an affine column's rows adds its n
   }
 }
 
+// An UPDATE tick through a strided range query of an affine column needs no row map to know
+// that its targets exist; one that reaches past the column's rows, or targets a prim deleted
+// by a pending delete before it, is refused, naming the first missing element.
+TEST_CASE("UPDATE writes through strided range queries check every target", "[ranges][affine]") {
+  Stage s(host_execution());
+  const kstage_path_t first = s.range("/u", "p", 0, 40);
+  kstage_query_t head = 0, inside = 0, past = 0;
+  KS_OK(kstage_query_range(s.stage, first, 0, 30, 1, &head));    // the column: members 0..29
+  KS_OK(kstage_query_range(s.stage, first, 0, 6, 5, &inside));   // 0, 5, ..., 25
+  KS_OK(kstage_query_range(s.stage, first, 10, 5, 5, &past));    // 10, ..., 25, 30 (no row)
+  const kstage_token_t t = s.token("t");
+  std::vector<float> v(30);
+  for (int i = 0; i < 30; ++i) v[size_t(i)] = float(i);
+  s.write_f32(head, t, 1, v);
+  s.seal(1);
+  auto update = [&](kstage_query_t q, uint64_t ordinal, std::vector<float> x) {
+    int64_t shape[1] = {int64_t(x.size())};
+    DLTensor tensor_ = tensor(x.data(), f32(), 1, shape);
+    return s.write(q, t, ordinal, write_data(&tensor_), KSTAGE_PRIM_MODE_UPDATE);
+  };
+  REQUIRE(update(inside, 2, {-0.f, -5.f, -10.f, -15.f, -20.f, -25.f}) == KSTAGE_OK);
+  KS_FAILS(update(past, 2, {1.f, 2.f, 3.f, 4.f, 5.f}), KSTAGE_NOT_FOUND, "/u/p30' (element 4)");
+  s.seal(2);
+  auto got = scalars(s, head, t);
+  REQUIRE(got.size() == 30);
+  for (uint64_t i = 0; i < 30; ++i) REQUIRE(got.at(first + i) == (i % 5 == 0 ? -float(i) : float(i)));
+  // A delete of member 5 pending before the update: the update is refused, naming it.
+  kstage_query_t five = 0;
+  KS_OK(kstage_query_range(s.stage, first, 5, 1, 1, &five));
+  REQUIRE(s.remove(five, {t}, 3) == KSTAGE_OK);
+  KS_FAILS(update(inside, 4, {1.f, 2.f, 3.f, 4.f, 5.f, 6.f}), KSTAGE_NOT_FOUND, "/u/p5' (element 1)");
+  s.seal(4);
+  got = scalars(s, head, t);
+  REQUIRE(got.size() == 29);
+  REQUIRE(got.count(first + 5) == 0);
+  REQUIRE(got.at(first + 10) == -10.f);
+}
+
 // A seal stamps a large write's rows in chunks, in parallel where the host execution is
 // (Backend::host_for): every row of the write carries the write's ordinal, no other row does.
 TEST_CASE("a large sparse write stamps exactly its rows", "[ranges][affine]") {
