@@ -237,12 +237,18 @@ Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor&
   // at write time, the seal moves each row once. An index_map that is not a progression must
   // then be copied for the seal: for rows no wider than its 4-byte entries that costs what
   // copying the rows does, so those are staged as usual.
-  const bool dense = managed && adoptable(s, sel, backend);
+  bool dense = managed && adoptable(s, sel, backend);
   bool sparse = managed && !dense && sparse_adoptable(s, sel, backend);
   uint64_t first = 0, step = 0;
   const bool progression =
       sparse && sel.index_map && index_map_progression(sel.index_map, n, host, first, step);
   if (sparse && sel.index_map && !progression && s.row_bytes <= sizeof(uint32_t)) sparse = false;
+  // An index_map 0, 1, ..., n - 1 over exactly n source rows selects the tensor as it is: a
+  // dense write (a seal of every row in order then takes the tensor as the column).
+  if (progression && first == 0 && (step == 1 || n == 1) && s.rows == n) {
+    dense = true;
+    sparse = false;
+  }
   if (dense || sparse) {
     // Without a deleter nobody can say how long the memory lives: copy it.
     ManagedTensor m = managed->adopt_if_deletable(tensor);

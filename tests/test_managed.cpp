@@ -327,6 +327,45 @@ TEST_CASE("4-byte rows: adopted through a progression, copied through any other 
   REQUIRE(ledger.all_once());
 }
 
+// An index_map 0, 1, ..., n-1 over a tensor of n rows writes the tensor as it is: adopted like
+// a dense write, so a write of every row takes the tensor itself as the column (zero-copy).
+TEST_CASE("an adopted identity index_map is a dense write", "[managed][sparse]") {
+  ledger.reset();
+  const uint64_t n = GENERATE(uint64_t(1), uint64_t(5), uint64_t(300));
+  CAPTURE(n);
+  Stage s(host_execution());
+  auto prims = s.paths("/ident", n);
+  kstage_query_t q = s.query(prims);
+  kstage_token_t attr = s.token("v");
+  std::vector<float> values(n), earlier(n, -1.f);
+  for (uint64_t i = 0; i < n; ++i) values[i] = float(i) + 0.5f;
+  s.write_f32(q, attr, 1, earlier);
+  s.seal(1);
+  Made m = managed_f32(values);
+  std::vector<uint32_t> identity(n);
+  for (uint64_t i = 0; i < n; ++i) identity[i] = uint32_t(i);
+  DLManagedTensorVersioned* list[1] = {m.t};
+  kstage_write_data_t w = managed_data(list, 1);
+  w.count = n;
+  w.index_map = identity.data();
+  KS_OK(s.write(q, attr, 2, w));
+  REQUIRE(ledger.of(m.id) == (kOnDevice ? 1 : 0));
+  s.seal(2);
+  REQUIRE(in_order(s, prims, q, attr) == values);
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, q, &attr, 1, nullptr, &r));
+  kstage_read_group_t g{};
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+  if (!kOnDevice) REQUIRE(g.data.tensors[0].data == m.t->dl_tensor.data);  // the tensor itself
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  // A later write replaces it; the tensor is deleted once.
+  s.write_f32(q, attr, 3, earlier);
+  s.seal(3);
+  REQUIRE(in_order(s, prims, q, attr) == earlier);
+  REQUIRE(ledger.all_once());
+}
+
 TEST_CASE("large adopted index_maps: progressions found in parallel blocks, near-misses are not",
           "[managed][sparse]") {
   ledger.reset();
