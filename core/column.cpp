@@ -155,6 +155,7 @@ bool Column::affine_progression(const PrimSeq& prims, size_t n, size_t& first_ro
 
 Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_prims) {
   TargetRows t;
+  t.row_space_before = row_space();
   // An empty fixed-size column whose first write targets consecutive new prims in
   // order takes the affine form: no per-prim bookkeeping at all.
   if (!schema_.is_array && row_space() == 0 && rows.subset == nullptr && rows.n > 0 &&
@@ -286,19 +287,28 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
   return t;
 }
 
-void Column::unassign_rows(const NewPrims& new_prims) {
+void Column::unassign_rows(const NewPrims& new_prims, size_t row_space_before) {
   if (new_prims.run_count != 0) {  // the write that made the column affine
     affine_rows_ = 0;
     live_rows_ = 0;
     ++structure_;
     return;
   }
+  // (No allocation: the pages exist, and free_rows_ gets back at most what assign_rows took.)
   for (uint64_t p : new_prims.list) {
     const uint32_t r = row_of_.get(p);
     row_live_[r] = false;
     row_of_.at(p) = kNoRow;
-    free_rows_.push_back(r);
+    if (r < row_space_before) free_rows_.push_back(r);
     --live_rows_;
+  }
+  if (row_live_.size() > row_space_before) {
+    row_live_.resize(row_space_before);
+    stamps_.truncate(row_space_before);
+    if (schema_.is_array) {
+      array_offset_.resize(row_space_before);
+      array_length_.resize(row_space_before);
+    }
   }
   ++structure_;
 }
@@ -326,7 +336,7 @@ Status Column::apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& n
     st = error(KSTAGE_OUT_OF_MEMORY, "no host memory to seal a write of %zu rows", rows.n);
   }
   if (!st.ok()) {
-    unassign_rows(added);
+    unassign_rows(added, t.row_space_before);
     return st;
   }
   if (t.identity) {

@@ -193,12 +193,15 @@ class Column {
     std::shared_ptr<const void> keep;  // owns `rows`; null when scratch_rows_ holds them
     // Set when `rows` is a cached row map (kept on the device, not re-uploaded).
     std::shared_ptr<const std::vector<uint32_t>> row_map;
+    size_t row_space_before = 0;  // row_space() before assign_rows added rows
   };
   Status apply_fixed(const StagedRows& rows, const TargetRows& t);
   Status apply_array(const StagedRows& rows, const TargetRows& t);
   // Rows for the targets; allocates rows for new prims (bookkeeping only).
   TargetRows assign_rows(const StagedRows& rows, NewPrims& new_prims);
-  void unassign_rows(const NewPrims& new_prims);
+  // Undoes assign_rows(): the new prims lose their rows, and rows it added past
+  // `row_space_before` go (a read's whole-column tensor must not outgrow the values).
+  void unassign_rows(const NewPrims& new_prims, size_t row_space_before);
   // For an affine column: whether prims[0, n) of `prims` are rows first_row +
   // j * row_step of it (a progression query within the column's rows).
   bool affine_progression(const PrimSeq& prims, size_t n, size_t& first_row, size_t& row_step) const;

@@ -40,6 +40,12 @@ class StampTable {
     const size_t need = rows * width_;
     if (need > bytes_.capacity()) bytes_.reserve(std::max(need, bytes_.capacity() + bytes_.capacity() / 2));
   }
+  // The first `n` rows (no allocation): undoes push_back_zero().
+  void truncate(size_t n) {
+    if (n >= n_) return;
+    bytes_.resize(n * width_);
+    n_ = n;
+  }
   void push_back_zero() {
     bytes_.resize(bytes_.size() + width_, 0);
     ++n_;

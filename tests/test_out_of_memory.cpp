@@ -220,6 +220,46 @@ TEST_CASE("a first write whose attribute counts need memory changes nothing unti
   REQUIRE(s.filtered(every_prim).empty());
 }
 
+// A seal that gives new prims rows past the column's last one, then runs out of memory, takes
+// those rows back: a zero-copy read's whole-column tensor is as long as the values it points
+// at (it was as long as the rows the failed seal had added, past the end of the buffer).
+TEST_CASE("a seal that runs out of memory after adding rows takes them back", "[oom]") {
+  Stage s(host_execution());
+  constexpr uint64_t kN = 200000;
+  std::vector<kstage_path_t> old = s.paths("/g/old", kN);
+  std::reverse(old.begin(), old.end());  // not in id order: the column keeps per-prim tables
+  const kstage_query_t olds = s.query(old);
+  const kstage_token_t t = s.token("t");
+  s.write_f32(olds, t, 1, std::vector<float>(kN, 1.f));
+  s.seal(1);
+  // Ten new prims: their seal adds ten rows, then needs the column's first stamp table (a byte
+  // per row), which fails.
+  const kstage_query_t news = s.query(s.paths("/g/new", 10));
+  s.write_f32(news, t, 2, std::vector<float>(10, 2.f));
+  auto column_rows = [&]() {  // rows of the zero-copy whole-column tensor a read returns
+    kstage_read_t r = 0;
+    KS_OK(kstage_read_attributes(s.stage, olds, &t, 1, nullptr, &r));
+    kstage_read_group_t g{};
+    KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+    REQUIRE(g.data.tensor_count == 1);  // the column itself (through an index_map or not)
+    const int64_t rows = g.data.tensors[0].shape[0];
+    KS_OK(kstage_release_group(s.stage, g.handle));
+    KS_OK(kstage_release_read(s.stage, r));
+    return rows;
+  };
+  {
+    NoMemoryFrom guard(kN / 2);
+    REQUIRE(kstage_advance_write_floor(s.stage, 2, &t, 1) == KSTAGE_OUT_OF_MEMORY);
+  }
+  REQUIRE(s.floor(t) == 1);
+  REQUIRE(column_rows() == int64_t(kN));
+  s.seal(2, {t});
+  REQUIRE(column_rows() == int64_t(kN + 10));
+  const auto got = scalars(s, news, t);
+  REQUIRE(got.size() == 10);
+  for (const auto& [prim, v] : got) REQUIRE(v == 2.f);
+}
+
 // A range query's read group makes its `prims` array when it is fetched (8 bytes a prim). No
 // memory for it: the fetch fails with KSTAGE_OUT_OF_MEMORY and takes nothing off the read, and
 // the next fetch returns that same group.
