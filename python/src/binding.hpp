@@ -145,7 +145,8 @@ kstage_token_t attribute_token(const StageRef& stage, nb::handle attribute);
 /// A DLDevice from None ({0, 0}), "cpu", "cuda", "cuda:1", a (type, id) pair, or an object
 /// with __dlpack_device__.
 DLDevice device_arg(nb::handle device);
-/// A kstage_device_sync_t stream from a Python array API stream value (None: `none_value`).
+/// A kstage_device_sync_t stream from a Python array API stream value (None: `none_value`;
+/// -1, "no synchronisation": 0).
 uintptr_t stream_arg(nb::handle stream, uintptr_t none_value);
 
 /// Memory the host reads directly (CPU, CUDA/ROCm pinned host memory): no stream applies.
@@ -265,6 +266,12 @@ using FastMethod = PyObject* (*)(PyObject* self, PyObject* const* args, Py_ssize
 void install_dlpack_method(nb::handle cls, FastMethod function);
 nb::object call_dlpack_impl(DlpackImpl impl, PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                             PyObject* kwnames);
+/// Raises TypeError unless `self`, a kstage instance, was made by its constructor: the C entry
+/// points that nanobind does not wrap must check what its bound methods do (Cls.__new__(Cls),
+/// or a subclass whose __init__ skips the base's, gives an instance with nothing in it).
+void require_ready(PyObject* self);
+/// Raises BufferError (what DLPack consumers catch for "cannot export this").
+[[noreturn]] void buffer_error(const std::string& message);
 /// Sets the Python error of the exception in flight (call it in a catch (...) block): the C
 /// entry points that nanobind does not wrap (vectorcall methods, tp_iternext) let nothing
 /// escape into CPython.
@@ -292,6 +299,7 @@ nb::object repeat_dlpack(TensorSource& source, uint64_t index, nb::handle stream
 template <class T>
 PyObject* iternext(PyObject* self) {
   try {
+    require_ready(self);
     nb::object next = nb::inst_ptr<T>(self)->next_or_none();
     return next.is_none() ? nullptr : next.release().ptr();
   } catch (...) {

@@ -10,6 +10,12 @@
 #include <cstring>
 
 namespace kstage_py {
+
+void buffer_error(const std::string& message) {
+  PyErr_SetString(PyExc_BufferError, message.c_str());
+  throw nb::python_error();
+}
+
 namespace {
 
 constexpr const char* kVersionedName = "dltensor_versioned";
@@ -35,11 +41,6 @@ bool truth(nb::handle value) {
   int t = PyObject_IsTrue(value.ptr());
   if (t < 0) throw nb::python_error();
   return t != 0;
-}
-
-[[noreturn]] void buffer_error(const std::string& message) {
-  PyErr_SetString(PyExc_BufferError, message.c_str());
-  throw nb::python_error();
 }
 
 // A host copy of an exported tensor (__dlpack__(copy=True)): its own buffer, writable.
@@ -308,6 +309,7 @@ nb::object make_tensor(std::shared_ptr<TensorSource> source, uint64_t index, nb:
 
 nb::object call_dlpack_impl(DlpackImpl impl, PyObject* self, PyObject* const* args, Py_ssize_t nargs,
                             PyObject* kwnames) {
+  require_ready(self);
   if (nargs != 0) {
     PyErr_SetString(PyExc_TypeError, "__dlpack__() takes keyword arguments only");
     throw nb::python_error();
@@ -358,8 +360,16 @@ uintptr_t stream_arg(nb::handle stream, uintptr_t none_value) {
   if (stream.is_none()) return none_value;
   long long v = PyLong_AsLongLong(stream.ptr());
   if (v == -1 && PyErr_Occurred()) throw nb::python_error();
+  if (v == -1) return 0;  // the array API's "no synchronisation": nothing to order
   if (v < 0) raise_invalid_argument("a stream is None, -1, 1, 2 or a stream handle, not " + std::to_string(v));
   return static_cast<uintptr_t>(v);
+}
+
+void require_ready(PyObject* self) {
+  if (nb::inst_ready(self)) return;
+  PyErr_Format(PyExc_TypeError, "this %s was not made by kstage (its __init__ never ran)",
+               Py_TYPE(self)->tp_name);
+  throw nb::python_error();
 }
 
 void register_tensor(nb::module_& m) {

@@ -96,8 +96,7 @@ class MapGroup {
   }
   nb::object dlpack(nb::handle stream, nb::handle max_version, nb::handle dl_device, nb::handle copy,
                     nb::handle readonly) {
-    if (alive().info.is_array)
-      raise_invalid_argument("an array map group has one tensor per prim: export group.tensor(i)");
+    if (alive().info.is_array) buffer_error("an array map group has one tensor per prim: export group.tensor(i)");
     return export_dlpack(*source_, 0, stream, max_version, dl_device, copy, readonly, false);
   }
   void commit(nb::handle stream) {
@@ -235,7 +234,7 @@ void register_map(nb::module_& m, nb::handle stage_class) {
       .def("__dlpack_device__", &MapGroup::device)
       .def("commit", &MapGroup::commit, nb::kw_only(), nb::arg("stream") = nb::none(),
            "Commits this group now (unmap; a write at the map's ordinal). stream: a device stream "
-           "whose work so far filled the buffers.");
+           "whose work so far filled the buffers (-1: nothing to wait for).");
 
   install_dlpack_method<&group_dlpack>(m.attr("MapGroup"));
 

@@ -201,9 +201,8 @@ class ReadGroup {
     // Our own reference: the export may release the GIL, and another thread release the group.
     std::shared_ptr<GroupPin> pin = pin_;
     const GroupPin& p = alive();
-    if (p.info.is_delete) raise_invalid_argument("a tombstone group has no tensors");
-    if (p.info.is_array)
-      raise_invalid_argument("an array group has one tensor per prim: export group.tensor(i)");
+    if (p.info.is_delete) buffer_error("a tombstone group has no tensors");
+    if (p.info.is_array) buffer_error("an array group has one tensor per prim: export group.tensor(i)");
     return export_dlpack(*pin, 0, stream, max_version, dl_device, copy, readonly, false);
   }
   std::string repr() const {
@@ -362,7 +361,7 @@ void register_read(nb::module_& m, nb::handle stage_class) {
       "[begin, end], plus tombstone groups. compact=True: rows gathered into buffers of the read's "
       "own, in prim order (writable exports). device: where the data should land (None: the "
       "column's residency; another device implies compact). stream: a consumer stream made to "
-      "wait for the read's device work. max_group_prims: groups of at most this many prims, in "
+      "wait for the read's device work (-1: none; __dlpack__(stream=...) orders each export). max_group_prims: groups of at most this many prims, in "
       "order (0: one group per attribute).\n\n    for g in stage.read(q, [\"pos\"]):\n        "
       "a = numpy.from_dlpack(g.tensor(0))");
 }

@@ -59,6 +59,8 @@ nb::object numpy_1d(nb::handle obj, const char* what) {
   static nb::handle ascontiguousarray = nb::object(nb::module_::import_("numpy").attr("ascontiguousarray")).release();
   nb::object a = ascontiguousarray(obj);
   if (nb::cast<int>(a.attr("ndim")) != 1) raise_invalid_argument(std::string(what) + " must be one-dimensional");
+  // Native byte order (a '>u4' index_map is integers too): nanobind's cast takes no other.
+  if (!nb::cast<bool>(a.attr("dtype").attr("isnative"))) a = a.attr("astype")(a.attr("dtype").attr("newbyteorder")("="));
   return a;
 }
 
@@ -231,18 +233,22 @@ void build_write(const WriteSpec& spec, Payload& payload, kstage_write_data_t& d
     }
     payload.row_shapes.resize(rows);
     payload.tensors.resize(rows);
+    // Row i starts `offset` elements in, which is before the first element's address for a
+    // negative stride (a[::-1]): each row's address is its own data pointer, byte_offset 0.
+    const uintptr_t base = reinterpret_cast<uintptr_t>(first.data) + uintptr_t(first.byte_offset);
     int64_t offset = 0;
     for (uint64_t i = 0; i < rows; ++i) {
       int64_t k = c.data()[i];
       if (k < 0) raise_invalid_argument("row_counts[" + std::to_string(i) + "] is negative");
-      if (offset + k > first.shape[0])
+      if (k > first.shape[0] - offset)  // (offset <= shape[0]: no overflow)
         raise_invalid_argument("row_counts add up to more than the packed tensor's " +
                                std::to_string(first.shape[0]) + " elements");
       payload.row_shapes[i].assign(first.shape, first.shape + first.ndim);
       payload.row_shapes[i][0] = k;
       DLTensor t = first;
       t.shape = payload.row_shapes[i].data();
-      t.byte_offset = first.byte_offset + static_cast<uint64_t>(offset * row_stride);
+      t.data = reinterpret_cast<void*>(base + uintptr_t(offset * row_stride));
+      t.byte_offset = 0;
       payload.tensors[i] = t;
       offset += k;
     }
@@ -455,15 +461,20 @@ void register_write(nb::module_& m, nb::handle stage_class) {
       "adopt=True: hand the array over (no copy for a dense write, nor, mostly, for an index_map "
       "or mask write to a host column, which keeps it until its seal reads it; never written by "
       "the stage, and the caller must not write to it again). residency: where a new column lives. stream: "
-      "the producer's CUDA/ROCm stream (None: the legacy default stream).\n"
+      "the producer's CUDA/ROCm stream (None: the legacy default stream; -1: the data is ready, nothing to "
+      "wait for).\n"
       "Returns a kstage.Op.");
 
   stage_class.attr("write_batch") = nb::cpp_function(
       [](Stage& self, nb::handle query, uint64_t ordinal, nb::dict writes, std::string_view mode) {
+        // The keys are held (not borrowed from the dict): converting the query runs Python code,
+        // which may change `writes`.
+        std::vector<nb::object> keys;
         std::vector<nb::handle> attrs;
         std::vector<WriteSpec> owned;
         owned.reserve(writes.size());
         for (auto [attr, value] : writes) {
+          keys.push_back(nb::borrow(attr));
           attrs.push_back(attr);
           if (nb::isinstance<WriteSpec>(value)) {
             owned.push_back(nb::cast<WriteSpec>(value));

@@ -100,6 +100,24 @@ def test_device_export_streams(dstage):
         g.__dlpack__(max_version=(1, 0), stream=12345)  # not a stream of the emulated device
 
 
+def test_stream_minus_one_means_nothing_to_order(dstage):
+    # The array API's -1 ("no synchronisation") is taken wherever a stream is: reads, device
+    # writes and map commits, as well as __dlpack__.
+    device_column(dstage)
+    (g,) = dstage.read(PATHS, "pos", stream=-1)
+    assert g.__dlpack_device__() == (EXT, 0)
+    assert dstage.write("pos2", PATHS, g, 2, stream=-1).wait(10)
+    m = dstage.map(PATHS, "m", 2, dtype="f4", lanes=3, residency=(EXT, 0))
+    for mg in m:
+        pass
+    m.commit(stream=-1)
+    dstage.seal(2)
+    (back,) = dstage.read(PATHS, "pos2", device="cpu", compact=True)
+    assert np.array_equal(np.from_dlpack(back.tensor(0)), DATA)
+    with pytest.raises(kstage.InvalidArgument, match="not -2"):
+        dstage.read(PATHS, "pos", stream=-2)
+
+
 def test_device_export_refusals(dstage):
     device_column(dstage)
     (g,) = dstage.read(PATHS, "pos")

@@ -4,6 +4,8 @@ and kstage_last_error()'s message naming the input; a failed call leaves the sta
 
 Checks whose failure mode is a crash of the interpreter run in a subprocess (ks_support.run_python),
 so that one crash fails one test instead of ending the run."""
+import textwrap
+
 import pytest
 
 np = pytest.importorskip("numpy", minversion="2.1")
@@ -397,3 +399,85 @@ def test_stream_too_large_for_cpu_data(stage, q4, pos):
         g.__dlpack__(max_version=(1, 0), stream=2**70)
     with pytest.raises(BufferError, match="stream"):
         g.__dlpack__(max_version=(1, 0), stream=-2)
+
+
+@pytest.mark.parametrize("case", ["Tensor", "MapGroup", "ReadGroup", "Map", "Read", "Map subclass"])
+def test_instances_kstage_did_not_make_raise_type_error(case):
+    # __dlpack__ and iteration are C entry points nanobind does not wrap: an instance made
+    # without its constructor (Cls.__new__(Cls), or a subclass whose __init__ skips the base's)
+    # must raise TypeError there as it does in the bound methods (it was a segfault).
+    code = {
+        "Tensor": "kstage.Tensor.__new__(kstage.Tensor).__dlpack__(max_version=(1, 0))",
+        "MapGroup": "kstage.MapGroup.__new__(kstage.MapGroup).__dlpack__()",
+        "ReadGroup": "kstage.ReadGroup.__new__(kstage.ReadGroup).__dlpack__()",
+        "Map": "next(kstage.Map.__new__(kstage.Map))",
+        "Read": "next(kstage.Read.__new__(kstage.Read))",
+        "Map subclass": "class M(kstage.Map):\n    def __init__(self): pass\nnext(M())",
+    }[case]
+    rc, out = run_python(f"""
+import kstage
+try:
+{textwrap.indent(code, '    ')}
+except TypeError as e:
+    print("TypeError:", e)
+""")
+    assert rc == 0, describe_exit(rc) + "\n" + out
+    assert "TypeError: this" in out and "was not made by kstage" in out, out
+
+
+def test_write_batch_holds_its_keys_while_the_query_runs_python(stage):
+    # Converting the query may run Python that changes the dict: the attribute names must
+    # still be the ones given (it was a use after free of the key strings).
+    rc, out = run_python("""
+import numpy as np, kstage
+s = kstage.Stage()
+writes = {"".join(["attr_", "12345"]): np.arange(3, dtype=np.float32)}
+def paths():
+    writes.clear()
+    junk = ["x" * 64 for _ in range(1000)]
+    yield from ("/p0", "/p1", "/p2")
+s.write_batch(paths(), 1, writes).wait()
+s.seal(1)
+(g,) = s.read(["/p0", "/p1", "/p2"], "attr_12345")
+print("values", np.from_dlpack(g).tolist())
+""")
+    assert rc == 0, describe_exit(rc) + "\n" + out
+    assert "values [0.0, 1.0, 2.0]" in out, out
+
+
+@pytest.mark.parametrize("order", [">", "<", "="])
+def test_index_map_of_any_byte_order(stage, order):
+    q = stage.query(["/a", "/b", "/c"])
+    stage.write("x", q, np.float32([1, 2, 3]), 1, index_map=np.array([2, 0, 1], dtype=order + "i4")).wait()
+    stage.seal(1)
+    (g,) = stage.read(q, "x")
+    assert values_in_prim_order(g).tolist() == [3.0, 1.0, 2.0]
+
+
+def test_packed_rows_of_a_view_with_a_negative_stride(stage):
+    q = stage.query([f"/p{i}" for i in range(4)])
+    packed = np.arange(12, dtype=np.float32).reshape(4, 3)[::-1]  # rows 3, 2, 1, 0
+    stage.write("arr", q, packed, 1, row_counts=[1, 2, 0, 1]).wait()
+    stage.seal(1)
+    got = {tuple(g.prims.tolist()): [np.from_dlpack(g.tensor(i)).tolist() for i in range(len(g))]
+           for g in stage.read(q, "arr")}
+    (rows,) = got.values()
+    assert rows == [[[9, 10, 11]], [[6, 7, 8], [3, 4, 5]], [], [[0, 1, 2]]]
+    # Counts whose sum overflows int64 are refused by the binding, naming the problem.
+    with pytest.raises(kstage.InvalidArgument, match="add up to more than"):
+        stage.write("arr2", q, np.arange(4, dtype=np.int8), 1,
+                    row_counts=np.array([4, 2**63 - 1, 2**63 - 1, 2], np.int64))
+
+
+def test_unexportable_groups_raise_buffer_error(stage, q4):
+    # The array API: a __dlpack__ that cannot export raises BufferError (what consumers catch).
+    stage.write("rag", q4, [np.ones(k, np.float32) for k in (1, 2, 3, 4)], 1).wait()
+    stage.seal(1)
+    (g,) = stage.read(q4, "rag")
+    with pytest.raises(BufferError, match="one tensor per prim"):
+        g.__dlpack__(max_version=(1, 0))
+    with pytest.raises(BufferError, match="one tensor per prim"):
+        np.from_dlpack(g)
+    m = stage.map(q4, "ragm", 2, dtype="f4", element_counts=[1, 1, 1, 1])
+    with pytest.raises(BufferError, match="one tensor per prim"):
+        next(iter(m)).__dlpack__()
