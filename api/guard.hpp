@@ -8,7 +8,13 @@
 
 namespace kstage::capi {
 
-kstage_status_t fail(kstage_status_t code, const std::string& message);
+// Records `message` + `detail` as the thread's last error (empty when there is no memory for
+// it) and returns `code`. Never throws: it runs in the handlers of out-of-memory failures,
+// where building a std::string for it could throw again.
+kstage_status_t fail(kstage_status_t code, const char* message, const char* detail = "") noexcept;
+inline kstage_status_t fail(kstage_status_t code, const std::string& message) noexcept {
+  return fail(code, message.c_str());
+}
 
 template <class Body>
 kstage_status_t guard(Body&& body) noexcept {
@@ -20,7 +26,7 @@ kstage_status_t guard(Body&& body) noexcept {
   } catch (const std::bad_alloc&) {
     return fail(KSTAGE_OUT_OF_MEMORY, "out of memory");
   } catch (const std::exception& e) {
-    return fail(KSTAGE_INTERNAL, std::string("internal error: ") + e.what());
+    return fail(KSTAGE_INTERNAL, "internal error: ", e.what());
   } catch (...) {
     return fail(KSTAGE_INTERNAL, "internal error: unknown exception");
   }

@@ -28,6 +28,32 @@ class HandleTable {
     items_.emplace(h, std::move(value));
     return h;
   }
+  // A handle whose entry is made before the work it will name (a write that is enqueued must
+  // not then fail to get its op's handle): fill() cannot fail, and a slot never filled is
+  // removed. Until filled the handle is not live.
+  class Slot {
+   public:
+    Slot(HandleTable& table, uint64_t h) : table_(&table), h_(h) {}
+    Slot(const Slot&) = delete;
+    Slot& operator=(const Slot&) = delete;
+    ~Slot() {
+      if (table_) table_->take(h_);
+    }
+    uint64_t fill(std::shared_ptr<T> value) noexcept {
+      {
+        std::lock_guard lock(table_->mutex_);
+        auto it = table_->items_.find(h_);
+        if (it != table_->items_.end()) it->second = std::move(value);  // (gone: the stage was destroyed)
+      }
+      table_ = nullptr;
+      return h_;
+    }
+
+   private:
+    HandleTable* table_;
+    uint64_t h_;
+  };
+  Slot reserve(Kind kind) { return Slot(*this, add(kind, nullptr)); }
   std::shared_ptr<T> find(uint64_t h) const {
     std::lock_guard lock(mutex_);
     auto it = items_.find(h);

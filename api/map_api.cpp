@@ -79,9 +79,10 @@ kstage_status_t kstage_unmap_group(kstage_stage_t stage, kstage_map_t map,
     std::lock_guard lock(m->mutex);
     core::MapGroup* g;
     KSTAGE_ASSIGN_OR_RETURN(g, fetched_group(*m, group));
+    auto slot = s->ops.reserve(Kind::Op);  // before the commit: nothing after it can fail
     std::shared_ptr<core::Op> o;
     KSTAGE_ASSIGN_OR_RETURN(o, s->engine->commit(*m, {g}, done_sync));
-    *op = s->ops.add(Kind::Op, std::move(o));
+    *op = slot.fill(std::move(o));
     return Status::OK();
   });
 }
@@ -99,10 +100,11 @@ kstage_status_t kstage_unmap_attribute(kstage_stage_t stage, kstage_map_t map,
       std::vector<core::MapGroup*> fetched;
       for (auto& g : m->groups)
         if (g->state == core::MapGroup::State::Fetched) fetched.push_back(g.get());
+      auto slot = s->ops.reserve(Kind::Op);  // before the commit: nothing after it can fail
       std::shared_ptr<core::Op> o;
       KSTAGE_ASSIGN_OR_RETURN(o, s->engine->commit(*m, fetched, done_sync));
       m->ended = true;
-      *op = s->ops.add(Kind::Op, std::move(o));
+      *op = slot.fill(std::move(o));
     }
     s->maps.take(map);  // the map ends; unfetched buffers are freed with it
     return Status::OK();

@@ -18,10 +18,10 @@ kstage_status_t write(kstage_stage_t stage, kstage_query_t query, const kstage_t
   // runs exactly once.
   std::vector<kstage_write_data_t> descs;
   Status layout;
-  std::unique_ptr<core::ManagedTensors> managed;
+  std::shared_ptr<core::ManagedTensors> managed;  // (shared now: deferring it cannot fail later)
   try {
     layout = read_write_descriptors(data, n, descs);
-    managed = std::make_unique<core::ManagedTensors>(descs.data(), descs.size());
+    managed = std::make_shared<core::ManagedTensors>(descs.data(), descs.size());
   } catch (...) {
     return fail(KSTAGE_OUT_OF_MEMORY, "out of memory taking the managed tensors");
   }
@@ -33,13 +33,14 @@ kstage_status_t write(kstage_stage_t stage, kstage_query_t query, const kstage_t
     KSTAGE_RETURN_NOT_OK(need(op, "op"));
     core::PrimList prims;
     KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s->queries, query, Kind::Query));
+    auto slot = s->ops.reserve(Kind::Op);  // before the write: nothing after it can fail
     std::shared_ptr<core::Op> o;
     KSTAGE_ASSIGN_OR_RETURN(o, s->engine->write(prims, attributes, data ? descs.data() : nullptr,
                                                 n, ordinal, prim_mode, managed.get()));
     // Tensors the stage did not adopt are released once the device has
     // copied them (at once for host work).
-    if (!o->done()) s->engine->defer(o->work, std::shared_ptr<core::ManagedTensors>(std::move(managed)));
-    *op = s->ops.add(Kind::Op, std::move(o));
+    if (!o->done()) s->engine->defer(o->work, std::move(managed));
+    *op = slot.fill(std::move(o));
     return Status::OK();
   });
 }
@@ -72,9 +73,10 @@ kstage_status_t kstage_delete_attributes(kstage_stage_t stage, kstage_query_t qu
     KSTAGE_RETURN_NOT_OK(need(op, "op"));
     core::PrimList prims;
     KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s->queries, query, Kind::Query));
+    auto slot = s->ops.reserve(Kind::Op);  // before the delete: nothing after it can fail
     std::shared_ptr<core::Op> o;
     KSTAGE_ASSIGN_OR_RETURN(o, s->engine->remove(prims, attributes, n, ordinal));
-    *op = s->ops.add(Kind::Op, std::move(o));
+    *op = slot.fill(std::move(o));
     return Status::OK();
   });
 }

@@ -13,9 +13,10 @@ namespace {
 thread_local std::string t_last_error;
 }
 
-kstage_status_t fail(kstage_status_t code, const std::string& message) {
+kstage_status_t fail(kstage_status_t code, const char* message, const char* detail) noexcept {
   try {
-    t_last_error = message;
+    t_last_error.assign(message);
+    t_last_error.append(detail);
   } catch (...) {
     t_last_error.clear();
   }

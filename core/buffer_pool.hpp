@@ -10,6 +10,7 @@
 
 #include <deque>
 #include <mutex>
+#include <vector>
 
 namespace kstage::core {
 
@@ -62,20 +63,27 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   // other (the staged write becomes the storage, the old storage stages the
   // next write): dropping that spare whenever a small buffer comes back would
   // make every tick allocate and page-fault the whole column again.
-  void put(std::unique_ptr<DeviceBuffer> b) {
-    std::deque<std::unique_ptr<DeviceBuffer>> evicted;  // destroyed outside the lock
-    std::lock_guard lock(mutex_);
-    free_bytes_ += b->size();
-    free_.push_back(std::move(b));
-    for (;;) {
-      auto largest = free_.begin();
-      for (auto it = free_.begin(); it != free_.end(); ++it)
-        if ((*it)->size() > (*largest)->size()) largest = it;
-      if (free_.size() <= kMaxBuffers && free_bytes_ - (*largest)->size() <= kMaxBytes) break;
-      auto victim = free_.begin() == largest ? std::next(free_.begin()) : free_.begin();
-      free_bytes_ -= (*victim)->size();
-      evicted.push_back(std::move(*victim));
-      free_.erase(victim);
+  //
+  // Runs in a buffer's deleter, so it never throws: with no memory to keep the buffer (or to
+  // evict one), the buffer is freed instead.
+  void put(std::unique_ptr<DeviceBuffer> b) noexcept {
+    std::vector<std::unique_ptr<DeviceBuffer>> evicted;  // destroyed outside the lock, as is b
+    try {
+      std::lock_guard lock(mutex_);
+      free_.push_back(std::move(b));  // (on failure b still holds it)
+      free_bytes_ += free_.back()->size();
+      for (;;) {
+        auto largest = free_.begin();
+        for (auto it = free_.begin(); it != free_.end(); ++it)
+          if ((*it)->size() > (*largest)->size()) largest = it;
+        if (free_.size() <= kMaxBuffers && free_bytes_ - (*largest)->size() <= kMaxBytes) break;
+        auto victim = free_.begin() == largest ? std::next(free_.begin()) : free_.begin();
+        const size_t bytes = (*victim)->size();
+        evicted.push_back(std::move(*victim));  // (on failure the victim stays in free_)
+        free_bytes_ -= bytes;
+        free_.erase(victim);
+      }
+    } catch (...) {
     }
   }
 

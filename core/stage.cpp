@@ -23,9 +23,10 @@ Stage::~Stage() {
   // managed tensors: let it finish, then release everything while Kokkos
   // lives (the backends, destroyed last, return memory in stream order).
   fence_devices();
+  decltype(deferred_) deferred;  // released after the lock, as below
   {
     std::lock_guard lock(deferred_mutex_);
-    deferred_.clear();
+    deferred.swap(deferred_);
   }
   // Released after the lock, as at a seal (deleters may take Python's GIL).
   decltype(pending_) pending;
@@ -63,12 +64,19 @@ void Stage::fence_devices() {
     if (!b->synchronous()) b->fence();
 }
 
-void Stage::defer(const std::vector<CompletionPtr>& work, std::shared_ptr<void> keep) {
+void Stage::defer(const std::vector<CompletionPtr>& work, std::shared_ptr<void> keep) noexcept {
   // No reaping here: callers may hold mutex_, and reaping runs producers'
   // deleters, which must never run under it. Calls that hold no lock reap.
-  Deferred d{work, std::move(keep)};
-  std::lock_guard lock(deferred_mutex_);
-  deferred_.push_back(std::move(d));
+  try {
+    Deferred d{work, keep};
+    std::lock_guard lock(deferred_mutex_);
+    deferred_.push_back(std::move(d));
+    return;
+  } catch (...) {
+  }
+  for (const CompletionPtr& w : work) w->wait(KSTAGE_TIMEOUT_INFINITE);
+  // `keep` is let go on return, the work done. (The one caller that holds mutex_, a read,
+  // keeps staging buffers: no producer's deleter runs under the lock.)
 }
 
 void Stage::reap_deferred() {
@@ -400,17 +408,29 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
                                           st.message()));
     }
   }
-  for (uint64_t i = 0; i < n; ++i) {
-    if (!column(attributes[i]))
-      columns_.emplace(attributes[i], std::make_unique<Column>(attributes[i], staged[i].schema,
-                                                               staged[i].backend));
-    Mutation m;
-    m.kind = Mutation::Kind::Write;
-    m.ordinal = ordinal;
-    m.attributes = {attributes[i]};
-    m.rows = std::move(staged[i].rows);
-    pending_.emplace(Key{ordinal, next_seq_++}, std::move(m));
+  // Every attribute or none: the new columns and the mutations are made aside (what may run
+  // out of memory), then moved in as they are (std::map::merge moves nodes, allocating nothing).
+  decltype(columns_) made;
+  decltype(pending_) batch;
+  try {
+    for (uint64_t i = 0; i < n; ++i) {
+      if (!column(attributes[i]))
+        made.emplace(attributes[i],
+                     std::make_unique<Column>(attributes[i], staged[i].schema, staged[i].backend));
+      Mutation m;
+      m.kind = Mutation::Kind::Write;
+      m.ordinal = ordinal;
+      m.attributes = {attributes[i]};
+      m.rows = std::move(staged[i].rows);
+      batch.emplace(Key{ordinal, next_seq_ + i}, std::move(m));
+    }
+  } catch (const std::bad_alloc&) {
+    return reject(error(KSTAGE_OUT_OF_MEMORY, "no host memory to enqueue a write of %llu attribute(s)",
+                        (unsigned long long)n));
   }
+  columns_.merge(made);
+  pending_.merge(batch);
+  next_seq_ += n;
   return op;
 }
 
@@ -937,10 +957,14 @@ Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prim
       return fail(st);
   }
   if (!olds.empty()) {
-    std::vector<CompletionPtr> work;
-    for (auto& [b, ready] : devices)
-      if (ready) work.push_back(ready);
-    defer(work, std::make_shared<std::vector<BufferPtr>>(std::move(olds)));
+    try {
+      std::vector<CompletionPtr> work;
+      for (auto& [b, ready] : devices)
+        if (ready) work.push_back(ready);
+      defer(work, std::make_shared<std::vector<BufferPtr>>(std::move(olds)));
+    } catch (const std::bad_alloc&) {
+      fence_devices();  // no memory to keep them for later: the work reading them ends first
+    }
   }
   // Explicit: nvcc (a CMAKE_CXX_COMPILER of nvcc_wrapper) does not move a local into a
   // converting constructor implicitly.

@@ -94,8 +94,9 @@ class Stage {
                                      const kstage_device_sync_t& done_sync);
 
   // Keeps `keep` (a write's managed tensors) until `work` is done: the
-  // device may still read them. Dropped at once when it already is.
-  void defer(const std::vector<CompletionPtr>& work, std::shared_ptr<void> keep);
+  // device may still read them. Dropped at once when it already is. Never
+  // throws: with no memory to keep it for later, it waits for the work here.
+  void defer(const std::vector<CompletionPtr>& work, std::shared_ptr<void> keep) noexcept;
   // Releases what deferred work no longer needs.
   void reap_deferred();
 

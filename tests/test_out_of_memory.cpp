@@ -22,10 +22,25 @@ struct NoMemoryFrom {
   NoMemoryFrom(const NoMemoryFrom&) = delete;
   NoMemoryFrom& operator=(const NoMemoryFrom&) = delete;
 };
+
+// This thread's requests after the first `allowed` fail while this lives (-1: none fail). Other
+// threads (the host execution's workers) are not touched.
+thread_local long countdown = -1;
+struct NoMemoryAfter {
+  explicit NoMemoryAfter(long allowed) { countdown = allowed; }
+  ~NoMemoryAfter() { countdown = -1; }
+  NoMemoryAfter(const NoMemoryAfter&) = delete;
+  NoMemoryAfter& operator=(const NoMemoryAfter&) = delete;
+};
+bool out_of_memory(size_t n) {
+  if (countdown == 0) return true;
+  if (countdown > 0) --countdown;
+  return n >= fail_at.load(std::memory_order_relaxed);
+}
 }  // namespace
 
 void* operator new(size_t n) {
-  if (n >= fail_at.load(std::memory_order_relaxed)) throw std::bad_alloc();
+  if (out_of_memory(n)) throw std::bad_alloc();
   if (void* p = std::malloc(n > 0 ? n : 1)) return p;
   throw std::bad_alloc();
 }
@@ -37,7 +52,7 @@ void operator delete[](void* p, size_t) noexcept { std::free(p); }
 // The nothrow forms too (std::stable_sort's temporary buffer uses them): everything this
 // program's deletes free must come from malloc.
 void* operator new(size_t n, const std::nothrow_t&) noexcept {
-  if (n >= fail_at.load(std::memory_order_relaxed)) return nullptr;
+  if (out_of_memory(n)) return nullptr;
   return std::malloc(n > 0 ? n : 1);
 }
 void* operator new[](size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
@@ -258,6 +273,76 @@ TEST_CASE("a seal that runs out of memory after adding rows takes them back", "[
   const auto got = scalars(s, news, t);
   REQUIRE(got.size() == 10);
   for (const auto& [prim, v] : got) REQUIRE(v == 2.f);
+}
+
+// A batch write enqueues every attribute or none, whichever allocation fails: with the
+// calling thread's allocations failing after the first k, for every k until the write goes
+// through, the call fails with KSTAGE_OUT_OF_MEMORY and leaves the stage as it was (no new
+// column, nothing pending), and the managed tensor among its sources is deleted once.
+TEST_CASE("a batch write that runs out of memory anywhere enqueues nothing", "[oom]") {
+  Stage s(host_execution());
+  constexpr uint64_t kN = 64;
+  const std::vector<kstage_path_t> prims = s.paths("/b", kN);
+  const kstage_query_t q = s.query(prims);
+  const kstage_token_t old_attr = s.token("old"), a = s.token("a"), b = s.token("b");
+  s.write_f32(q, old_attr, 1, std::vector<float>(kN, 1.f));
+  s.seal(1);
+  const std::vector<kstage_token_t> attrs{old_attr, a, b};
+  // The stage's contents (its floors aside: each attempt is sealed before the next).
+  auto contents = [&]() {
+    std::string c;
+    for (kstage_token_t attr : attrs) {
+      c += " attribute " + std::to_string(attr) + ":";
+      for (auto& [p, bytes] : s.values(q, attr)) {
+        c += " " + std::to_string(p) + "=";
+        for (unsigned char x : bytes) c += std::to_string(int(x)) + ",";
+      }
+    }
+    const std::string f = s.fingerprint(q, attrs);
+    return c + f.substr(f.find(" prims"));  // the prims that exist
+  };
+  const std::string before = contents();
+  std::vector<float> v0(kN, 2.f), v1(kN, 3.f), v2(kN * 3, 4.f);
+  int64_t shape[1] = {int64_t(kN)};
+  DLTensor t0 = tensor(v0.data(), f32(), 1, shape), t1 = tensor(v1.data(), f32(), 1, shape),
+           t2 = tensor(v2.data(), f32(3), 1, shape);
+  const kstage_write_data_t data[3] = {write_data(&t0), write_data(&t1), write_data(&t2)};
+  long k = 0;
+  uint64_t ordinal = 2;
+  for (;; ++k, ++ordinal) {
+    REQUIRE(k < 100000);
+    kstage_op_t op = 0;
+    kstage_status_t st;
+    {
+      NoMemoryAfter guard(k);
+      try {
+        st = kstage_write_attributes(s.stage, q, attrs.data(), data, 3, ordinal,
+                                     KSTAGE_PRIM_MODE_UPSERT, &op);
+      } catch (...) {
+        countdown = -1;
+        FAIL("kstage_write_attributes threw, its allocation " << k << " failing");
+      }
+    }
+    if (st == KSTAGE_OK) {
+      KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
+      KS_OK(kstage_release_op(s.stage, op));
+      break;
+    }
+    CAPTURE(k, kstage_last_error());
+    REQUIRE(st == KSTAGE_OUT_OF_MEMORY);
+    // Nothing enqueued: sealing the attempt's ordinal changes nothing.
+    s.seal(ordinal);
+    REQUIRE(contents() == before);
+  }
+  CAPTURE(k);
+  REQUIRE(k > 3);  // the sweep went through allocations of the call
+  s.seal(ordinal);
+  for (const auto& [attr, want] : {std::pair{old_attr, 2.f}, std::pair{a, 3.f}}) {
+    const auto got = scalars(s, q, attr);
+    REQUIRE(got.size() == kN);
+    for (const auto& [p, x] : got) REQUIRE(x == want);
+  }
+  REQUIRE(s.changed(q, b, ordinal, ordinal).size() == kN);
 }
 
 // A range query's read group makes its `prims` array when it is fetched (8 bytes a prim). No

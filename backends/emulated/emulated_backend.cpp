@@ -48,28 +48,33 @@ struct Shared {
     unregister_stream(stream_handle);
   }
 
-  void retire(std::unique_ptr<core::DeviceBuffer> b) {
+  // Runs in a buffer's deleter: never throws. With no memory to track it, it waits for the
+  // work in flight instead.
+  void retire(std::unique_ptr<core::DeviceBuffer> b) noexcept {
     // Its last holder let go, so no new work can use it: with nothing in
     // flight, nothing uses it now either.
-    if (stream->idle()) {
-      b.reset();
-      reap();
-      return;
+    if (!stream->idle()) {
+      try {
+        auto e = std::make_shared<Event>();
+        e->record(*stream);
+        std::lock_guard lock(mutex);
+        retired.emplace_back(std::move(e), std::move(b));  // (on failure b still holds it)
+      } catch (...) {
+        stream->synchronize();
+      }
     }
-    auto e = std::make_shared<Event>();
-    e->record(*stream);
-    {
-      std::lock_guard lock(mutex);
-      retired.emplace_back(std::move(e), std::move(b));
-    }
+    b.reset();
     reap();
   }
-  void reap() {
+  void reap() noexcept {
     std::vector<std::unique_ptr<core::DeviceBuffer>> done;  // freed outside the lock
-    std::lock_guard lock(mutex);
-    while (!retired.empty() && retired.front().first->query()) {
-      done.push_back(std::move(retired.front().second));
-      retired.pop_front();
+    try {
+      std::lock_guard lock(mutex);
+      while (!retired.empty() && retired.front().first->query()) {
+        done.push_back(std::move(retired.front().second));  // (on failure: left for later)
+        retired.pop_front();
+      }
+    } catch (...) {
     }
   }
 

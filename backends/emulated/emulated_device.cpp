@@ -38,7 +38,7 @@ Arena::Arena(int32_t ordinal) : ordinal_(ordinal) {
   }
   base_ = reinterpret_cast<uintptr_t>(p);
   size_ = kArenaBytes;
-  free_.emplace(base_, size_);
+  free_.emplace(base_, Block{size_});
 }
 
 Arena::~Arena() { munmap(reinterpret_cast<void*>(base_), size_); }
@@ -47,12 +47,13 @@ void* Arena::allocate(size_t bytes) {
   const size_t size = align_up(bytes == 0 ? 1 : bytes);
   std::lock_guard lock(mutex_);
   for (auto it = free_.begin(); it != free_.end(); ++it) {
-    if (it->second < size) continue;
+    if (it->second.size < size) continue;
     const uintptr_t start = it->first;
-    const size_t rest = it->second - size;
-    free_.erase(it);
-    if (rest) free_.emplace(start + size, rest);
-    live_.emplace(start, Block{size});
+    const size_t rest = it->second.size - size;
+    if (rest) free_.emplace(start + size, Block{rest});  // the one allocation: first (may throw)
+    auto block = free_.extract(it);
+    block.mapped() = Block{size};
+    live_.insert(std::move(block));
     ASAN_POISON_MEMORY_REGION(reinterpret_cast<void*>(start), size);
     return reinterpret_cast<void*>(start);
   }
@@ -70,7 +71,7 @@ void Arena::free(void* p) {
   }
   uintptr_t start = it->first;
   size_t size = it->second.size;
-  live_.erase(it);
+  auto block = live_.extract(it);
   ASAN_UNPOISON_MEMORY_REGION(reinterpret_cast<void*>(start), size);
   // A large block's memory goes back to the system -- only the whole pages inside it:
   // MADV_DONTNEED zeroes every page it touches, and a block's first and last pages may be
@@ -85,17 +86,18 @@ void Arena::free(void* p) {
   // Coalesce with the free neighbours.
   auto next = free_.lower_bound(start);
   if (next != free_.end() && next->first == start + size) {
-    size += next->second;
+    size += next->second.size;
     next = free_.erase(next);
   }
   if (next != free_.begin()) {
     auto prev = std::prev(next);
-    if (prev->first + prev->second == start) {
-      prev->second += size;
+    if (prev->first + prev->second.size == start) {
+      prev->second.size += size;
       return;
     }
   }
-  free_.emplace(start, size);
+  block.mapped() = Block{size};
+  free_.insert(std::move(block));
 }
 
 std::map<uintptr_t, Arena::Block>::iterator Arena::block_of(uintptr_t a) {

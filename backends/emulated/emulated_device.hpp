@@ -55,7 +55,9 @@ class Arena {
   uintptr_t base_ = 0;
   size_t size_ = 0;
   mutable std::mutex mutex_;
-  std::map<uintptr_t, size_t> free_;   // start -> size
+  // start -> size (opens 0). The same node type as live_'s: a block moves between the two
+  // maps as a node, so that free() (a deleter) allocates nothing.
+  std::map<uintptr_t, Block> free_;
   std::map<uintptr_t, Block> live_;    // start -> block
 };
 

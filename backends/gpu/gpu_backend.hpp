@@ -89,33 +89,40 @@ struct GpuShared {
 
   // An adopted buffer whose last holder let go: released once the work
   // enqueued so far has run.
-  void retire(std::unique_ptr<core::DeviceBuffer> b) {
+  // Runs in a buffer's deleter: never throws. What it cannot track (no event, no memory for
+  // the list) it waits for instead.
+  void retire(std::unique_ptr<core::DeviceBuffer> b) noexcept {
     const DeviceGuard<RT> on_device(device);
     Event e{};
-    if (RT::event_create(&e) != RT::success || RT::event_record(e, stream) != RT::success) {
-      (void)RT::stream_synchronize(stream);  // cannot track it: wait instead
+    if (RT::event_create(&e) == RT::success && RT::event_record(e, stream) == RT::success) {
+      try {
+        std::lock_guard lock(mutex);
+        retired.emplace_back(e, std::move(b));  // (on failure b still holds it)
+        e = Event{};
+      } catch (...) {
+      }
+    }
+    if (b) {  // cannot track it: wait instead
+      (void)RT::stream_synchronize(stream);
       b.reset();
       if (e) (void)RT::event_destroy(e);
       return;
     }
-    {
-      std::lock_guard lock(mutex);
-      retired.emplace_back(e, std::move(b));
-    }
     reap(false);
   }
-  void reap(bool all) {
+  void reap(bool all) noexcept {
     std::vector<std::unique_ptr<core::DeviceBuffer>> done;  // released outside the lock
-    {
+    try {
       std::lock_guard lock(mutex);
       while (!retired.empty()) {
         Event e = retired.front().first;
         if (all) (void)RT::event_synchronize(e);
         else if (RT::event_query(e) == RT::not_ready) break;
+        done.push_back(std::move(retired.front().second));  // (on failure: left for later)
         (void)RT::event_destroy(e);
-        done.push_back(std::move(retired.front().second));
         retired.pop_front();
       }
+    } catch (...) {
     }
   }
 
