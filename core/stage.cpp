@@ -425,8 +425,7 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
       batch.emplace(Key{ordinal, next_seq_ + i}, std::move(m));
     }
   } catch (const std::bad_alloc&) {
-    return reject(error(KSTAGE_OUT_OF_MEMORY, "no host memory to enqueue a write of %llu attribute(s)",
-                        (unsigned long long)n));
+    return reject(Status(KSTAGE_OUT_OF_MEMORY, "no host memory to enqueue the write"));
   }
   columns_.merge(made);
   pending_.merge(batch);
@@ -1190,17 +1189,31 @@ Result<std::shared_ptr<Op>> Stage::commit(MapSession& s, const std::vector<MapGr
   }
   const Key key{s.ordinal, next_seq_};
   for (MapGroup* g : groups) KSTAGE_RETURN_NOT_OK(check_prim_mode(g->rows, s.mode, key, c));
-  if (!c)
-    columns_.emplace(s.attribute, std::make_unique<Column>(s.attribute, s.schema, s.backend));
+  // Every group or none, as a write: the column and the mutations are made aside (what may
+  // run out of memory: the groups keep their rows for a retry), then the rows move in and
+  // everything is merged (moves and std::map::merge allocate nothing).
+  decltype(columns_) made;
+  decltype(pending_) batch;
+  try {
+    if (!c) made.emplace(s.attribute, std::make_unique<Column>(s.attribute, s.schema, s.backend));
+    for (size_t k = 0; k < groups.size(); ++k) {
+      Mutation m;
+      m.kind = Mutation::Kind::Write;
+      m.ordinal = s.ordinal;
+      m.attributes = {s.attribute};
+      batch.emplace(Key{s.ordinal, next_seq_ + k}, std::move(m));
+    }
+  } catch (const std::bad_alloc&) {
+    return Status(KSTAGE_OUT_OF_MEMORY, "no host memory to commit the map's groups");
+  }
+  auto m = batch.begin();
   for (MapGroup* g : groups) {
-    Mutation m;
-    m.kind = Mutation::Kind::Write;
-    m.ordinal = s.ordinal;
-    m.attributes = {s.attribute};
-    m.rows = std::move(g->rows);  // the group's buffer is the staged data: no copy
-    pending_.emplace(Key{s.ordinal, next_seq_++}, std::move(m));
+    (m++)->second.rows = std::move(g->rows);  // the group's buffer is the staged data: no copy
     g->state = MapGroup::State::Committed;
   }
+  columns_.merge(made);
+  pending_.merge(batch);
+  next_seq_ += groups.size();
   return op;
 }
 
