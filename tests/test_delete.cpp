@@ -304,6 +304,22 @@ TEST_CASE("prim modes: a pending delete at a later ordinal does not hide the pri
   REQUIRE(existing(s).empty());
 }
 
+// Prim modes see each attribute as sealed when its floor is past the write's ordinal (no
+// history is kept), and pending mutations only when they are ordered before the write.
+TEST_CASE("prim modes: an attribute sealed past the write's ordinal counts as it is",
+          "[delete][prim_mode]") {
+  Stage s(host_execution());
+  const kstage_token_t a = s.token("a"), b = s.token("b");
+  const kstage_query_t q = s.query({s.path("/late")});
+  KS_OK(try_write(s, q, a, 8, {8.f}));  // the prim gains a at 8, pending
+  KS_OK(try_write(s, q, b, 3, {3.f}, KSTAGE_PRIM_MODE_INSERT));  // at 3 it does not exist yet
+  KS_FAILS(try_write(s, q, b, 2, {2.f}, KSTAGE_PRIM_MODE_UPDATE), KSTAGE_NOT_FOUND, "'/late'");
+  s.seal(10, {a});  // a alone, past 3
+  const kstage_token_t c = s.token("c");
+  KS_FAILS(try_write(s, q, c, 3, {3.f}, KSTAGE_PRIM_MODE_INSERT), KSTAGE_ALREADY_EXISTS, "'/late'");
+  KS_OK(try_write(s, q, c, 3, {3.f}, KSTAGE_PRIM_MODE_UPDATE));
+}
+
 // The stage counts each prim's attributes in a byte, with counts from 255 on kept aside:
 // a prim with hundreds of attributes exists exactly until its last one goes.
 TEST_CASE("a prim with 300 attributes exists until its last attribute is deleted", "[delete][prims]") {

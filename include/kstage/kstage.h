@@ -650,8 +650,11 @@ KSTAGE_API kstage_status_t kstage_query_release(kstage_stage_t stage, kstage_que
  * The call validates everything and either rejects the write, leaving the stage
  * unchanged, or accepts it and returns an op. Prim mode and schema are checked
  * against the state the stage will have at `ordinal` given what has been
- * submitted so far. The write becomes visible to reads when the floor passes
- * `ordinal`.
+ * submitted so far: the sealed state and the pending mutations ordered before
+ * this one. An attribute sealed past `ordinal` (per-attribute floors) counts
+ * as sealed -- kstage keeps no history of which prims held it at `ordinal` --
+ * so a prim that gained it later already exists for INSERT and UPDATE. The
+ * write becomes visible to reads when the floor passes `ordinal`.
  */
 KSTAGE_API kstage_status_t kstage_write_attribute(kstage_stage_t stage, kstage_query_t query,
                                        kstage_token_t attribute, uint64_t ordinal,
