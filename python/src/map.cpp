@@ -199,7 +199,10 @@ DLDataType dtype_arg(nb::handle dtype, uint32_t lanes) {
   else if (kind == "c") t.code = kDLComplex;
   else if (kind == "b") t.code = kDLBool;
   else raise_invalid_argument("dtype " + text_of(d) + " has no DLPack equivalent");
-  t.bits = static_cast<uint8_t>(nb::cast<int>(d.attr("itemsize")) * 8);
+  const int bits = nb::cast<int>(d.attr("itemsize")) * 8;
+  if (bits > 255) raise_invalid_argument("dtype " + text_of(d) + " has " + std::to_string(bits) +
+                                         "-bit elements: DLPack's are at most 255 bits");
+  t.bits = static_cast<uint8_t>(bits);
   uint64_t total = sub_lanes * (lanes == 0 ? 1 : lanes);
   if (total > 65535) raise_invalid_argument("more than 65535 lanes");
   t.lanes = static_cast<uint16_t>(total);

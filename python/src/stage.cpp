@@ -60,6 +60,12 @@ std::vector<kstage_path_t> path_ids(const StageRef& stage, nb::handle paths) {
     check(kstage_intern_path(stage->id, s.data(), s.size(), &id));
     return {id};
   }
+  if (PyBytes_Check(paths.ptr()) || PyByteArray_Check(paths.ptr())) {
+    // A sequence of ints to Python, but never meant as path ids (b"/a" is not ids 47, 97).
+    PyErr_Format(PyExc_TypeError, "paths are str (or path ids), not %s: decode it first",
+                 Py_TYPE(paths.ptr())->tp_name);
+    throw nb::python_error();
+  }
   if (nb::hasattr(paths, "__array_interface__") && nb::hasattr(paths, "dtype")) {
     // An integer array of ids (numpy, ...): converted in one numpy call, not item by item.
     nb::object np = nb::module_::import_("numpy");

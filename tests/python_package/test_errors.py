@@ -481,3 +481,12 @@ def test_unexportable_groups_raise_buffer_error(stage, q4):
     m = stage.map(q4, "ragm", 2, dtype="f4", element_counts=[1, 1, 1, 1])
     with pytest.raises(BufferError, match="one tensor per prim"):
         next(iter(m)).__dlpack__()
+
+
+def test_bytes_are_not_paths(stage):
+    # bytes is a sequence of ints to Python: b"/a" must not become path ids 47 and 97.
+    for paths in (b"/a", bytearray(b"/a")):
+        with pytest.raises(TypeError, match="decode it first"):
+            stage.query(paths)
+        with pytest.raises(TypeError, match="decode it first"):
+            stage.write("x", paths, np.float32([1, 2]), 1)

@@ -231,3 +231,11 @@ def test_map_view_of_a_read(stage, q4):
     x = np.from_dlpack(rg)
     assert x.ctypes.data == buf.ctypes.data
     np.testing.assert_array_equal(values_in_prim_order(rg), np.full((4, 3), 7))
+
+
+def test_map_dtypes_without_a_dlpack_equivalent_are_refused(stage, q4):
+    with pytest.raises(kstage.InvalidArgument, match="no DLPack equivalent"):
+        stage.map(q4, "s", 1, dtype="U4")
+    if np.dtype(np.clongdouble).itemsize * 8 > 255:  # 256 bits on x86-64: too wide for DLPack
+        with pytest.raises(kstage.InvalidArgument, match="at most 255 bits"):
+            stage.map(q4, "c", 1, dtype=np.clongdouble)
