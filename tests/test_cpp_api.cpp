@@ -165,7 +165,7 @@ TEST_CASE("cpp: handles are released exactly once, and moves leave empty objects
   const kstage_op_t oph = op.handle();
   kstage::Op op2 = std::move(op);
   REQUIRE(!op);
-  REQUIRE(op2.wait(0));
+  REQUIRE(op2.wait(KSTAGE_TIMEOUT_INFINITE));  // (a device column copies after the call)
   op2.reset();
   REQUIRE(kstage_wait(raw, oph, 0) == KSTAGE_INVALID_HANDLE);
   s.seal(1);
@@ -831,6 +831,12 @@ TEST_CASE("cpp: option spans never bind to temporaries; argument lists take brac
   STATIC_REQUIRE(!std::is_constructible_v<kstage::span<const uint32_t>, std::vector<uint32_t>&&>);
   STATIC_REQUIRE(!std::is_constructible_v<kstage::span<const uint32_t>, std::initializer_list<uint32_t>>);
   STATIC_REQUIRE(std::is_constructible_v<kstage::span<const uint32_t>, std::vector<uint32_t>&>);
+  // A View temporary too (its memory goes with it); a named View is fine.
+  using HostIds = Kokkos::View<uint32_t*, Kokkos::HostSpace>;
+  STATIC_REQUIRE(!std::is_constructible_v<kstage::span<const uint32_t>, HostIds&&>);
+  STATIC_REQUIRE(!std::is_constructible_v<kstage::span<const uint32_t>, const HostIds&&>);
+  STATIC_REQUIRE(std::is_constructible_v<kstage::span<const uint32_t>, const HostIds&>);
+  STATIC_REQUIRE(!std::is_assignable_v<kstage::span<const uint32_t>&, HostIds>);
   STATIC_REQUIRE(std::is_constructible_v<kstage::array_ref<kstage_token_t>, std::initializer_list<kstage_token_t>>);
   kstage::Stage s = make_stage();
   const std::vector<kstage_path_t> ids = make_paths(s, "/l/p", 2);
@@ -883,6 +889,69 @@ TEST_CASE("cpp: a map group outliving its map is refused, not read", "[cpp]") {
   CPP_FAILS(k.view<float*>(0), KSTAGE_INVALID_HANDLE, "empty map group");
   s.seal(2);
   REQUIRE(read_floats(s, q, t) == std::vector<float>(3, 2.f));
+}
+
+// The C API reads `count` entries of an index_map and ceil(count / 64) words of a mask: the
+// C++ API knows the spans' sizes and refuses shorter ones (they were read past their end).
+TEST_CASE("cpp: index_map and mask spans shorter than count are refused", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/short/p", 100);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t t = s.token("t");
+  Kokkos::View<float*, Kokkos::HostSpace> v("v", 100);
+  const std::vector<uint32_t> two{0, 1};
+  const std::vector<uint64_t> one_word{~uint64_t(0)};
+  kstage::WriteOptions o;
+  o.index_map = two;
+  o.count = 3;
+  CPP_FAILS(s.write(t, q, v, 1, o), KSTAGE_INVALID_ARGUMENT,
+            "options.index_map has 2 entries but options.count is 3");
+  o = kstage::WriteOptions();
+  o.mask = one_word;
+  o.count = 65;
+  CPP_FAILS(s.write(t, q, v, 1, o), KSTAGE_INVALID_ARGUMENT, "options.mask has 1 words (64 prims)");
+  kstage::WriteBatch batch;
+  batch.add(t, v, o);
+  CPP_FAILS(s.write(q, batch, 1), KSTAGE_INVALID_ARGUMENT, "batch entry 0: options.mask");
+  Kokkos::View<float*, Kokkos::HostSpace> adopted("adopted", 100);
+  CPP_FAILS(s.write_managed(t, q, adopted, 1, o), KSTAGE_INVALID_ARGUMENT, "write_managed: options.mask");
+  o.count = 64;  // exactly one word's worth
+  Kokkos::View<float*, Kokkos::HostSpace> v64("v64", 64);
+  s.write(t, q, v64, 1, o).wait();
+  s.seal(1);
+  REQUIRE(s.write_floor(t) == 1);
+}
+
+// Self-move leaves a group as it was; a group whose stage was destroyed is refused.
+TEST_CASE("cpp: a map group survives self-move and is refused once its stage is gone", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/self/p", 2);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t t = s.token("t");
+  kstage::Map m = s.map(q, t, 1, kstage::dtype_of<float>());
+  kstage::MapGroup g;
+  REQUIRE(m.next(g));
+  kstage::MapGroup& same = g;
+  g = std::move(same);
+  REQUIRE(g);
+  REQUIRE(g.tensor(0).shape[0] == 2);
+  DLManagedTensorVersioned* e = g.export_dlpack(0);  // the group still names its live map
+  e->deleter(e);
+  q.reset();
+  s.reset();  // the map's buffers go with the stage, although `m` lives on
+  CPP_FAILS(g.view<float*>(0), KSTAGE_INVALID_HANDLE, "its stage was destroyed");
+  CPP_FAILS(g.export_dlpack(0), KSTAGE_INVALID_HANDLE, "");
+}
+
+TEST_CASE("cpp: packed row counts whose sum overflows are refused", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/ovf/p", 3);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t t = s.token("t");
+  Kokkos::View<float*, Kokkos::HostSpace> packed("packed", 6);
+  const std::vector<uint64_t> counts{UINT64_MAX / 2, UINT64_MAX / 2, 8};
+  CPP_FAILS(s.write_ragged(t, q, packed, counts, 1), KSTAGE_INVALID_ARGUMENT,
+            "row_counts add up to more than the packed View's 6 entries");
 }
 
 TEST_CASE("cpp: one View, or one row count, is one source row", "[cpp]") {

@@ -92,6 +92,8 @@ class span {
   template <size_t N>
   constexpr span(T (&array)[N]) noexcept : data_(array), size_(N) {}
   template <class V, class = std::enable_if_t<Kokkos::is_view<V>::value>, class = void>
+  span(const V&& view) = delete;  // a temporary View: its memory may go before the span is used
+  template <class V, class = std::enable_if_t<Kokkos::is_view<V>::value>, class = void>
   span(const V& view) noexcept : data_(view.data()), size_(view.size()) {
     static_assert(V::rank == 1, "a span is made from a rank-1 View");
     static_assert(!std::is_same_v<typename V::array_layout, Kokkos::LayoutStride>,
@@ -660,6 +662,7 @@ class MapGroup {
       : stage_(std::exchange(o.stage_, 0)), map_(std::exchange(o.map_, 0)), g_(std::exchange(o.g_, {})),
         alive_(std::move(o.alive_)) {}
   MapGroup& operator=(MapGroup&& o) noexcept {
+    if (this == &o) return *this;
     stage_ = std::exchange(o.stage_, 0);
     map_ = std::exchange(o.map_, 0);
     g_ = std::exchange(o.g_, {});
@@ -729,6 +732,12 @@ class MapGroup {
       st = Status(KSTAGE_INVALID_HANDLE, "map group " + std::to_string(g_.handle) +
                                              ": its map was committed, abandoned or destroyed, and its "
                                              "buffers with it");
+      return false;
+    }
+    uint64_t floor = 0;  // the stage destroyed under a live Map took the buffers too
+    if (kstage_get_write_floor(stage_, 0, &floor) != KSTAGE_OK) {
+      st = Status(KSTAGE_INVALID_HANDLE, "map group " + std::to_string(g_.handle) +
+                                             ": its stage was destroyed, and the map's buffers with it");
       return false;
     }
     return true;
@@ -869,6 +878,21 @@ class WriteBatch {
 };
 
 namespace detail {
+
+// The C API reads `count` index_map entries and ceil(count / 64) mask words: spans shorter
+// than that are refused here (the C API cannot see their sizes).
+inline bool check_selection(const WriteOptions& o, const std::string& where, Status& st) {
+  const uint64_t words = o.count / 64 + (o.count % 64 != 0);
+  std::string what;
+  if (!o.index_map.empty() && o.index_map.size() < o.count)
+    what = "options.index_map has " + std::to_string(o.index_map.size()) + " entries";
+  else if (!o.mask.empty() && o.mask.size() < words)
+    what = "options.mask has " + std::to_string(o.mask.size()) + " words (" +
+           std::to_string(o.mask.size() * 64) + " prims)";
+  if (what.empty()) return true;
+  st = Status(KSTAGE_INVALID_ARGUMENT, where + what + " but options.count is " + std::to_string(o.count));
+  return false;
+}
 
 inline kstage_write_data_t write_data(const WriteOptions& o) {
   kstage_write_data_t d = kstage_write_data_init();
@@ -1023,6 +1047,7 @@ class Stage {
                     "batch entry " + std::to_string(i) + ": a tensor of rank 1-3 is written");
         return {};
       }
+      if (!detail::check_selection(item.options, "batch entry " + std::to_string(i) + ": ", st)) return {};
       attributes[i] = item.attribute;
       tensors[i] = item.tensor;
       tensors[i].shape = item.tensor.shape ? const_cast<int64_t*>(item.shape) : nullptr;
@@ -1031,15 +1056,17 @@ class Stage {
       data[i].tensors = &tensors[i];
       data[i].tensor_count = 1;
     }
+    // What the Op keeps is made first: nothing may fail once the stage has the write.
+    std::vector<std::shared_ptr<void>> keep;
+    for (const WriteBatch::Item& item : batch.items_)
+      if (item.keep) keep.push_back(item.keep);
+    auto kept = keep.empty() ? nullptr : std::make_shared<decltype(keep)>(std::move(keep));
     kstage_op_t op = 0;
     if (!detail::check(kstage_write_attributes(stage_, query.handle(), attributes.data(), data.data(),
                                                data.size(), ordinal, batch.mode_, &op),
                        st))
       return {};
-    std::vector<std::shared_ptr<void>> keep;
-    for (const WriteBatch::Item& item : batch.items_)
-      if (item.keep) keep.push_back(item.keep);
-    return Op(stage_, op, keep.empty() ? nullptr : std::make_shared<decltype(keep)>(std::move(keep)));
+    return Op(stage_, op, std::move(kept));
   }
   /// An array attribute, one View per source row (any range of Views).
   template <class Rows, class = std::enable_if_t<!Kokkos::is_view<Rows>::value>>
@@ -1069,9 +1096,17 @@ class Stage {
       return {};
     const BorrowedTensor whole = borrow_dlpack(packed);
     const DLTensor& w = whole.tensor();
+    const uint64_t entries = uint64_t(w.shape[0]);
     uint64_t total = 0;
-    for (uint64_t c : row_counts) total += c;
-    if (total != uint64_t(w.shape[0])) {
+    for (uint64_t c : row_counts) {
+      if (c > entries - total) {  // (total <= entries: no overflow)
+        st = Status(KSTAGE_INVALID_ARGUMENT, "row_counts add up to more than the packed View's " +
+                                                 std::to_string(entries) + " entries");
+        return {};
+      }
+      total += c;
+    }
+    if (total != entries) {
       st = Status(KSTAGE_INVALID_ARGUMENT, "row_counts add up to " + std::to_string(total) +
                                                " entries, but the packed View has " +
                                                std::to_string(w.shape[0]));
@@ -1113,6 +1148,7 @@ class Stage {
                   "stage; write it with write() instead");
       return {};
     }
+    if (!detail::check_selection(options, "write_managed: ", st)) return {};
     ExportOptions eo;
     eo.read_only = view.use_count() > 1;
     DLManagedTensorVersioned* managed = export_dlpack_versioned(std::move(view), eo);
@@ -1301,6 +1337,7 @@ class Stage {
   Op submit(kstage_token_t attribute, const Query& query, const DLTensor* tensors, size_t n,
             bool is_array, uint64_t ordinal, const WriteOptions& options, Status& st,
             std::shared_ptr<void> keep) const {
+    if (!detail::check_selection(options, "", st)) return {};
     kstage_write_data_t d = detail::write_data(options);
     d.tensors = tensors;
     d.tensor_count = n;
