@@ -1455,6 +1455,21 @@ TEST_CASE("import: negative strides, misaligned data and malformed tensors are r
   DL_FAILS(import_dlpack<float*>(p.versioned(nodata)), KSTAGE_INVALID_ARGUMENT,
            "data is NULL for a non-empty tensor");
   REQUIRE(p.deleted == ++expected);
+  // Shapes and strides whose products overflow int64_t (a broken or hostile producer): refused,
+  // not multiplied (signed overflow is undefined behaviour).
+  DL_FAILS(import_dlpack<float**>(p.versioned(dense(f32(), {int64_t(1) << 40, int64_t(1) << 40}))),
+           KSTAGE_INVALID_ARGUMENT, "element count overflows");
+  REQUIRE(p.deleted == ++expected);
+  DL_FAILS(import_dlpack<float***>(p.versioned(dense(f32(3), {int64_t(1) << 62, 1}))),
+           KSTAGE_INVALID_ARGUMENT, "element count overflows");
+  REQUIRE(p.deleted == ++expected);
+  using StridedPairs = kstage::DLPackView<float**, Kokkos::HostSpace, Kokkos::LayoutStride>;
+  auto strided_pairs = [&](DLManagedTensorVersioned* t) -> StridedPairs {
+    return import_dlpack<float**, Kokkos::HostSpace, Kokkos::LayoutStride>(t);
+  };
+  DL_FAILS(strided_pairs(p.versioned(strided(f32(2), {2}, {int64_t(1) << 62}))),
+           KSTAGE_INVALID_ARGUMENT, "overflows int64_t in elements");
+  REQUIRE(p.deleted == ++expected);
 }
 
 TEST_CASE("import: a zero stride (broadcast) axis is viewed, not densified",

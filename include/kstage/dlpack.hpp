@@ -400,10 +400,15 @@ ViewRefusal check_viewable(const DLTensor& t, uint64_t flags, bool legacy,
     if (t.shape[d] < 0)
       return fail(KSTAGE_INVALID_ARGUMENT, "shape[" + std::to_string(d) + "] is negative");
     shape[d] = t.shape[d];
+    // (A producer's shapes are not trusted to multiply within int64_t.)
+    if (shape[d] != 0 && size > INT64_MAX / shape[d])
+      return fail(KSTAGE_INVALID_ARGUMENT, "the shape's element count overflows int64_t");
     size *= shape[d];
   }
   // Strides in View elements (a lane is one element).
   const int64_t lanes = t.dtype.lanes;
+  if (size > INT64_MAX / lanes)
+    return fail(KSTAGE_INVALID_ARGUMENT, "the shape's element count overflows int64_t");
   if (lane_axis) {
     shape[t.ndim] = lanes;
     strides[t.ndim] = 1;
@@ -429,6 +434,10 @@ ViewRefusal check_viewable(const DLTensor& t, uint64_t flags, bool legacy,
         return fail(KSTAGE_INVALID_ARGUMENT,
                     "strides[" + std::to_string(d) + "] = " + std::to_string(t.strides[d]) +
                         " is negative; Kokkos Views cannot express negative strides");
+      if (shape[d] > 1 && t.strides[d] > INT64_MAX / lanes)
+        return fail(KSTAGE_INVALID_ARGUMENT,
+                    "strides[" + std::to_string(d) + "] = " + std::to_string(t.strides[d]) +
+                        " overflows int64_t in elements");
       // Any stride of an extent-0/1 axis is fine; normalise it.
       strides[d] = shape[d] <= 1 ? 1 : t.strides[d] * lanes;
     }
