@@ -317,7 +317,12 @@ Status Column::apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& n
                            const std::function<void(const NewPrims&)>& prepare) {
   if (rows.n == 0) return Status::OK();
   NewPrims added;
-  const TargetRows t = assign_rows(rows, added);  // may throw std::bad_alloc, changing nothing
+  TargetRows t;
+  try {
+    t = assign_rows(rows, added);  // may throw std::bad_alloc, changing nothing
+  } catch (const std::bad_alloc&) {
+    return out_of_memory("no host memory for the rows of a write of %zu prims", rows.n);
+  }
   // Every other allocation comes before the rows move (the caller's for the new prims, the
   // stamp's table entry, the stamp table itself and its width; the move's own lists): a
   // failure leaves the column as it was.
@@ -333,7 +338,7 @@ Status Column::apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& n
     }
     st = schema_.is_array ? apply_array(rows, t) : apply_fixed(rows, t);
   } catch (const std::bad_alloc&) {
-    st = error(KSTAGE_OUT_OF_MEMORY, "no host memory to seal a write of %zu rows", rows.n);
+    st = out_of_memory("no host memory to seal a write of %zu rows", rows.n);
   }
   if (!st.ok()) {
     unassign_rows(added, t.row_space_before);
@@ -500,11 +505,21 @@ Status Column::apply_array(const StagedRows& rows, const TargetRows& map) {
 void Column::apply_delete(const PrimSeq& prims, size_t n, uint64_t ordinal,
                           std::vector<uint64_t>& removed) {
   const size_t before = removed.size();
+  // Every allocation first (a delete is applied whole or not at all): the tables, the lists'
+  // room and the tombstones' entries (0 reads as no tombstone until it is set below).
+  size_t present = 0;
+  for (size_t i = 0; i < n; ++i) present += row_of(prims[i]) != kNoRow;
+  if (present == 0) return;
+  materialize_rows();  // a hole: the tables from here on
+  free_rows_.reserve(free_rows_.size() + present);
+  removed.reserve(removed.size() + present);
+  tombstones_.reserve(tombstones_.size() + present);
+  for (size_t i = 0; i < n; ++i)
+    if (row_of(prims[i]) != kNoRow) tombstones_.try_emplace(prims[i], 0);
   for (size_t i = 0; i < n; ++i) {
     const uint64_t p = prims[i];
     const uint32_t r = row_of(p);
     if (r == kNoRow) continue;
-    materialize_rows();  // a hole: the tables from here on
     row_of_.at(p) = kNoRow;
     row_live_[r] = false;
     free_rows_.push_back(r);

@@ -174,11 +174,18 @@ class Column {
                      const std::function<void(const NewPrims&)>& prepare);
   // Storage the seals since the last call replaced, for the stage to release after its lock
   // (an adopted buffer's deleter may call back into the stage).
-  void take_replaced(std::vector<BufferPtr>& into) {
+  // Never throws: what `into` has no room for stays here, for the next call.
+  void take_replaced(std::vector<BufferPtr>& into) noexcept {
+    try {
+      into.reserve(into.size() + replaced_.size());
+    } catch (...) {
+      return;
+    }
     for (BufferPtr& b : replaced_) into.push_back(std::move(b));
     replaced_.clear();
   }
-  // Removes prims[0, n) (those present) at `ordinal`; collects them in `removed`.
+  // Removes prims[0, n) (those present) at `ordinal`; collects them in `removed`. May throw
+  // std::bad_alloc, changing nothing.
   void apply_delete(const PrimSeq& prims, size_t n, uint64_t ordinal,
                     std::vector<uint64_t>& removed);
 

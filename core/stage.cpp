@@ -425,7 +425,7 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
       batch.emplace(Key{ordinal, next_seq_ + i}, std::move(m));
     }
   } catch (const std::bad_alloc&) {
-    return reject(Status(KSTAGE_OUT_OF_MEMORY, "no host memory to enqueue the write"));
+    return reject(out_of_memory("no host memory to enqueue the write"));
   }
   columns_.merge(made);
   pending_.merge(batch);
@@ -501,16 +501,23 @@ Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reach
         prim_attribute_count_.prepare_decrements(*m.rows.prims, m.rows.n);
       } catch (const std::bad_alloc&) {
         reached = m.ordinal - 1;
-        return Status(KSTAGE_OUT_OF_MEMORY, "no memory for the attribute counts of a delete's prims");
+        return out_of_memory("no memory for the attribute counts of a delete's prims");
       }
-      c.apply_delete(*m.rows.prims, m.rows.n, m.ordinal, removed);
+      try {
+        c.apply_delete(*m.rows.prims, m.rows.n, m.ordinal, removed);  // all or nothing
+      } catch (const std::bad_alloc&) {
+        reached = m.ordinal - 1;
+        return out_of_memory("no host memory to delete %zu prims' attribute", m.rows.n);
+      }
       for (uint64_t p : removed) prim_attribute_count_.decrement(p);
     }
   }
   return Status::OK();
 }
 
-void Stage::collect_sealed_mutations(std::vector<Mutation>& sealed) {
+void Stage::collect_sealed_mutations(std::vector<Mutation>& sealed) noexcept {
+  // Sealed mutations are never applied again (a seal starts above each floor): those `sealed`
+  // has no room for stay pending, for a later call to collect.
   const uint64_t global = global_floor();
   for (auto it = pending_.begin(); it != pending_.end();) {
     Mutation& m = it->second;
@@ -521,7 +528,13 @@ void Stage::collect_sealed_mutations(std::vector<Mutation>& sealed) {
       done = true;
       for (uint64_t a : m.attributes) done = done && m.ordinal <= floor_of(a);
     }
-    if (done) sealed.push_back(std::move(m));
+    if (done) {
+      try {
+        sealed.push_back(std::move(m));  // (on failure m stays as it was)
+      } catch (...) {
+        return;
+      }
+    }
     it = done ? pending_.erase(it) : std::next(it);
   }
 }
@@ -545,6 +558,10 @@ Status Stage::advance_write_floor(uint64_t ordinal, const uint64_t* attributes, 
   } else {
     targets.assign(attributes, attributes + n);
   }
+  // Each target's floor entry is made before any column changes: a floor that cannot be
+  // recorded after its column took the writes would leave them visible below it. (An entry
+  // equal to floor_of(attr) changes no floor.)
+  for (uint64_t attr : targets) floors_.try_emplace(attr, floor_of(attr));
   Status result;
   for (uint64_t attr : targets) {
     const uint64_t from = floor_of(attr);
@@ -1204,7 +1221,7 @@ Result<std::shared_ptr<Op>> Stage::commit(MapSession& s, const std::vector<MapGr
       batch.emplace(Key{s.ordinal, next_seq_ + k}, std::move(m));
     }
   } catch (const std::bad_alloc&) {
-    return Status(KSTAGE_OUT_OF_MEMORY, "no host memory to commit the map's groups");
+    return out_of_memory("no host memory to commit the map's groups");
   }
   auto m = batch.begin();
   for (MapGroup* g : groups) {

@@ -148,7 +148,7 @@ class Stage {
   Status seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reached);
   // Moves the mutations every target of which is sealed into `sealed` (released by the caller
   // after the lock).
-  void collect_sealed_mutations(std::vector<Mutation>& sealed);
+  void collect_sealed_mutations(std::vector<Mutation>& sealed) noexcept;
   Status build_groups(Column& c, const PrimList& prims, const kstage_read_desc_t& desc,
                       std::vector<std::unique_ptr<ReadGroup>>& out);
 

@@ -32,6 +32,27 @@ std::string format(const char* fmt, ...) {
   return s;
 }
 
+Status Status::out_of_memory() noexcept {
+  // A short message (no allocation for the string), in static storage (none for the state).
+  static const State state{KSTAGE_OUT_OF_MEMORY, "out of memory"};
+  Status st;
+  st.state_ = std::shared_ptr<const State>(std::shared_ptr<const State>(), &state);
+  return st;
+}
+
+Status out_of_memory(const char* fmt, ...) noexcept {
+  va_list args;
+  va_start(args, fmt);
+  Status st;
+  try {
+    st = Status(KSTAGE_OUT_OF_MEMORY, vformat(fmt, args));
+  } catch (...) {
+    st = Status::out_of_memory();
+  }
+  va_end(args);
+  return st;
+}
+
 Status error(kstage_status_t code, const char* fmt, ...) {
   va_list args;
   va_start(args, fmt);

@@ -23,21 +23,19 @@ class DeviceFault : public std::runtime_error {
 };
 
 // OK is a null pointer (as in Arrow): making, passing and dropping an OK status
-// costs one word, which matters on paths that validate one DLTensor per row.
+// costs one word, which matters on paths that validate one DLTensor per row. An
+// error's state is shared and immutable: copying a status allocates nothing, so
+// out-of-memory paths can pass one along.
 class [[nodiscard]] Status {
  public:
   Status() noexcept = default;
   Status(kstage_status_t code, std::string message)
-      : state_(std::make_unique<State>(State{code, std::move(message)})) {}
-  Status(const Status& o) : state_(o.state_ ? std::make_unique<State>(*o.state_) : nullptr) {}
-  Status& operator=(const Status& o) {
-    if (this != &o) state_ = o.state_ ? std::make_unique<State>(*o.state_) : nullptr;
-    return *this;
-  }
-  Status(Status&&) noexcept = default;
-  Status& operator=(Status&&) noexcept = default;
+      : state_(std::make_shared<const State>(State{code, std::move(message)})) {}
 
   static Status OK() noexcept { return Status(); }
+  // KSTAGE_OUT_OF_MEMORY saying "out of memory", made without allocating (what an
+  // out-of-memory handler returns when it cannot build a better message).
+  static Status out_of_memory() noexcept;
   bool ok() const { return !state_ || state_->code == KSTAGE_OK; }
   kstage_status_t code() const { return state_ ? state_->code : KSTAGE_OK; }
   const std::string& message() const {
@@ -50,7 +48,7 @@ class [[nodiscard]] Status {
     kstage_status_t code;
     std::string message;
   };
-  std::unique_ptr<State> state_;
+  std::shared_ptr<const State> state_;
 };
 
 // printf-style message builders, so error sites can name the numbers
@@ -64,6 +62,9 @@ class [[nodiscard]] Status {
 
 std::string format(const char* fmt, ...) KSTAGE_PRINTF(1, 2);
 Status error(kstage_status_t code, const char* fmt, ...) KSTAGE_PRINTF(2, 3);
+// error(KSTAGE_OUT_OF_MEMORY, ...) for out-of-memory handlers: never throws (without memory
+// for the message, it is Status::out_of_memory()).
+Status out_of_memory(const char* fmt, ...) noexcept KSTAGE_PRINTF(1, 2);
 
 template <class T>
 class [[nodiscard]] Result {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <map>
 #include <new>
 
 namespace {
@@ -411,6 +412,114 @@ TEST_CASE("an unmap that runs out of memory anywhere commits nothing and can be 
   const auto got = scalars(s, q, a);
   REQUIRE(got.size() == 4);
   for (const auto& [p, x] : got) REQUIRE(x == float(p));
+}
+
+namespace {
+// The mutations of the seal sweep below, submitted to `s` (the same ids in every stage made so):
+// fixed-size "t" and ragged "r" over 60 prims -- first writes, new prims through an index_map,
+// a mask, deletes, rows re-added beside new ones -- at ordinals 1..5.
+struct SealSweep {
+  std::vector<kstage_path_t> all;
+  kstage_query_t every = 0;
+  kstage_token_t t = 0, r = 0;
+  static constexpr uint64_t kLast = 5;
+
+  explicit SealSweep(Stage& s) {
+    std::vector<kstage_path_t> base = s.paths("/ss/p", 40), fresh = s.paths("/ss/n", 10),
+                               later = s.paths("/ss/l", 10);
+    std::reverse(base.begin(), base.end());  // not in id order: per-prim tables from the start
+    all = base;
+    all.insert(all.end(), fresh.begin(), fresh.end());
+    all.insert(all.end(), later.begin(), later.end());
+    every = s.query(all);
+    t = s.token("t");
+    r = s.token("r");
+    const kstage_query_t q_base = s.query(base), q_fresh = s.query(fresh);
+    const kstage_query_t q_some = s.query({base[3], base[7], base[11], base[19], base[30]});
+    const kstage_query_t q_mixed =
+        s.query({base[7], later[0], base[19], later[1], later[2], base[30]});
+    auto f32s = [](size_t n, float v0) {
+      std::vector<float> v(n);
+      for (size_t i = 0; i < n; ++i) v[i] = v0 + float(i);
+      return v;
+    };
+    auto ragged = [&](kstage_query_t q, size_t n, uint64_t ordinal, float v0) {
+      std::vector<float> data;
+      std::vector<int64_t> shapes(n);
+      for (size_t i = 0; i < n; ++i) {
+        shapes[i] = int64_t(i % 4);
+        for (int64_t e = 0; e < shapes[i]; ++e) data.push_back(v0 + float(i) + 0.25f * float(e));
+      }
+      std::vector<DLTensor> rows(n);
+      size_t at = 0;
+      for (size_t i = 0; i < n; ++i) {
+        rows[i] = tensor(data.data() + at, f32(), 1, &shapes[i]);
+        at += size_t(shapes[i]);
+      }
+      KS_OK(s.write(q, r, ordinal, write_data(rows.data(), n, true)));
+    };
+    s.write_f32(q_base, t, 1, f32s(40, 100.f));
+    ragged(q_base, 40, 1, 1000.f);
+    {  // new prims through an index_map (source rows reversed)
+      std::vector<float> src = f32s(10, 200.f);
+      uint32_t map[10];
+      for (uint32_t i = 0; i < 10; ++i) map[i] = 9 - i;
+      int64_t shape[1] = {10};
+      DLTensor tensor_ = tensor(src.data(), f32(), 1, shape);
+      kstage_write_data_t w = write_data(&tensor_);
+      w.count = 10;
+      w.index_map = map;
+      KS_OK(s.write(q_fresh, t, 2, w));
+    }
+    ragged(q_fresh, 10, 2, 2000.f);
+    const uint64_t mask = 0x00F0F0F0F0F0F0F0ull;  // some of the 40
+    s.write_f32(q_base, t, 3, f32s(40, 300.f), 1, &mask);
+    REQUIRE(s.remove(q_some, {t, r}, 4) == KSTAGE_OK);
+    s.write_f32(q_mixed, t, 5, f32s(6, 500.f));
+    ragged(q_mixed, 6, 5, 5000.f);
+  }
+};
+}  // namespace
+
+// A seal applies its mutations one at a time; whichever allocation fails, the attribute's floor
+// stops below the mutation that failed, and the stage reads exactly what a stage sealed to that
+// floor without failures reads. With the calling thread's allocations failing after the first k,
+// for every k, until the seal goes through (fixed-size, then ragged).
+TEST_CASE("a seal that runs out of memory anywhere stops at a floor it has reached exactly", "[oom]") {
+  const kstage_host_execution_t exec = host_execution();
+  // What each attribute reads at each floor (the other one unsealed, then sealed to the end).
+  Stage ref(exec);
+  SealSweep rs(ref);
+  std::map<std::pair<kstage_token_t, uint64_t>, std::string> expect;
+  for (kstage_token_t a : {rs.t, rs.r})
+    for (uint64_t f = 0; f <= SealSweep::kLast; ++f) {
+      if (f > 0) ref.seal(f, {a});
+      expect[{a, f}] = ref.fingerprint(rs.every, {a});
+    }
+  Stage s(exec);
+  SealSweep ss(s);
+  REQUIRE(ss.t == rs.t);
+  REQUIRE(ss.all == rs.all);
+  for (kstage_token_t a : {ss.t, ss.r}) {
+    long k = 0;
+    for (;; ++k) {
+      REQUIRE(k < 100000);
+      kstage_status_t st;
+      {
+        NoMemoryAfter guard(k);
+        st = kstage_advance_write_floor(s.stage, SealSweep::kLast, &a, 1);
+      }
+      if (st == KSTAGE_OK) break;
+      CAPTURE(a, k, kstage_last_error());
+      REQUIRE(st == KSTAGE_OUT_OF_MEMORY);
+      const uint64_t f = s.floor(a);
+      REQUIRE(f < SealSweep::kLast);
+      REQUIRE(s.fingerprint(ss.every, {a}) == expect[{a, f}]);
+    }
+    CAPTURE(a, k);
+    REQUIRE(k > 3);
+    REQUIRE(s.fingerprint(ss.every, {a}) == expect[{a, SealSweep::kLast}]);
+  }
 }
 
 // A range query's read group makes its `prims` array when it is fetched (8 bytes a prim). No

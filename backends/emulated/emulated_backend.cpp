@@ -138,7 +138,7 @@ class EmulatedBackend final : public DeviceBackend {
     shared_->reap();
     void* p = shared_->arena.allocate(bytes);
     if (!p)
-      return error(KSTAGE_OUT_OF_MEMORY, "emulated device %d: allocation of %zu bytes failed",
+      return out_of_memory("emulated device %d: allocation of %zu bytes failed",
                    int(shared_->arena.ordinal()), bytes);
     return adopt(std::make_unique<EmulatedBuffer>(shared_->arena, static_cast<std::byte*>(p),
                                                   bytes));

@@ -261,7 +261,7 @@ class GpuBackend final : public DeviceBackend {
     if (typename RT::Error e =
             RT::malloc_async(&p, std::max<size_t>(bytes, 1), shared_->pool, shared_->stream);
         e != RT::success)
-      return error(KSTAGE_OUT_OF_MEMORY, "%s device %d: allocation of %zu bytes failed: %s",
+      return out_of_memory("%s device %d: allocation of %zu bytes failed: %s",
                    RT::kName, int(shared_->device), bytes, RT::error_string(e));
     // The allocator aligns to at least 256 bytes (kBufferAlignment holds).
     return core::BufferPtr(new GpuBuffer<RT>(shared_, static_cast<std::byte*>(p), bytes));

@@ -97,7 +97,7 @@ class HostBackend final : public core::Backend {
     } catch (const std::bad_alloc&) {
     } catch (const std::runtime_error&) {  // Kokkos reports allocation failure this way too
     }
-    return error(KSTAGE_OUT_OF_MEMORY, "host allocation of %zu bytes failed", bytes);
+    return out_of_memory("host allocation of %zu bytes failed", bytes);
   }
   core::BufferPtr adopt(std::unique_ptr<core::DeviceBuffer> foreign) override {
     return core::BufferPtr(std::move(foreign));  // nothing of ours is in flight
