@@ -511,9 +511,8 @@ void Column::apply_delete(const PrimSeq& prims, size_t n, uint64_t ordinal,
   for (size_t i = 0; i < n; ++i) present += row_of(prims[i]) != kNoRow;
   if (present == 0) return;
   materialize_rows();  // a hole: the tables from here on
-  free_rows_.reserve(free_rows_.size() + present);
-  removed.reserve(removed.size() + present);
-  tombstones_.reserve(tombstones_.size() + present);
+  reserve_geometric(free_rows_, free_rows_.size() + present);  // (not exact: deletes repeat)
+  reserve_geometric(removed, removed.size() + present);
   for (size_t i = 0; i < n; ++i)
     if (row_of(prims[i]) != kNoRow) tombstones_.try_emplace(prims[i], 0);
   for (size_t i = 0; i < n; ++i) {

@@ -177,7 +177,8 @@ class Column {
   // Never throws: what `into` has no room for stays here, for the next call.
   void take_replaced(std::vector<BufferPtr>& into) noexcept {
     try {
-      into.reserve(into.size() + replaced_.size());
+      const size_t need = into.size() + replaced_.size();
+      if (need > into.capacity()) into.reserve(std::max(need, 2 * into.capacity()));
     } catch (...) {
       return;
     }
