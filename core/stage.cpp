@@ -408,29 +408,35 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
                                           st.message()));
     }
   }
-  // Every attribute or none: the new columns and the mutations are made aside (what may run
-  // out of memory), then moved in as they are (std::map::merge moves nodes, allocating nothing).
-  decltype(columns_) made;
-  decltype(pending_) batch;
+  // Every attribute or none.
+  WriteBatch batch;
   try {
-    for (uint64_t i = 0; i < n; ++i) {
-      if (!column(attributes[i]))
-        made.emplace(attributes[i],
-                     std::make_unique<Column>(attributes[i], staged[i].schema, staged[i].backend));
-      Mutation m;
-      m.kind = Mutation::Kind::Write;
-      m.ordinal = ordinal;
-      m.attributes = {attributes[i]};
-      m.rows = std::move(staged[i].rows);
-      batch.emplace(Key{ordinal, next_seq_ + i}, std::move(m));
-    }
+    for (uint64_t i = 0; i < n; ++i)
+      add_write(batch, attributes[i], staged[i].schema, staged[i].backend, ordinal);
   } catch (const std::bad_alloc&) {
     return reject(out_of_memory("no host memory to enqueue the write"));
   }
-  columns_.merge(made);
-  pending_.merge(batch);
-  next_seq_ += n;
+  auto m = batch.writes.begin();
+  for (StagedWrite& w : staged) (m++)->second.rows = std::move(w.rows);
+  enqueue(batch);
   return op;
+}
+
+void Stage::add_write(WriteBatch& b, uint64_t attribute, const Schema& schema, Backend* backend,
+                      uint64_t ordinal) {
+  if (!column(attribute) && !b.columns.count(attribute))
+    b.columns.emplace(attribute, std::make_unique<Column>(attribute, schema, backend));
+  Mutation m;
+  m.kind = Mutation::Kind::Write;
+  m.ordinal = ordinal;
+  m.attributes = {attribute};
+  b.writes.emplace(Key{ordinal, next_seq_ + b.writes.size()}, std::move(m));
+}
+
+void Stage::enqueue(WriteBatch& b) noexcept {
+  next_seq_ += b.writes.size();
+  columns_.merge(b.columns);
+  pending_.merge(b.writes);
 }
 
 Result<std::shared_ptr<Op>> Stage::remove(const PrimList& prims, const uint64_t* attributes,
@@ -1206,31 +1212,20 @@ Result<std::shared_ptr<Op>> Stage::commit(MapSession& s, const std::vector<MapGr
   }
   const Key key{s.ordinal, next_seq_};
   for (MapGroup* g : groups) KSTAGE_RETURN_NOT_OK(check_prim_mode(g->rows, s.mode, key, c));
-  // Every group or none, as a write: the column and the mutations are made aside (what may
-  // run out of memory: the groups keep their rows for a retry), then the rows move in and
-  // everything is merged (moves and std::map::merge allocate nothing).
-  decltype(columns_) made;
-  decltype(pending_) batch;
+  // Every group or none, as a write (the groups keep their rows for a retry).
+  WriteBatch batch;
   try {
-    if (!c) made.emplace(s.attribute, std::make_unique<Column>(s.attribute, s.schema, s.backend));
-    for (size_t k = 0; k < groups.size(); ++k) {
-      Mutation m;
-      m.kind = Mutation::Kind::Write;
-      m.ordinal = s.ordinal;
-      m.attributes = {s.attribute};
-      batch.emplace(Key{s.ordinal, next_seq_ + k}, std::move(m));
-    }
+    for (size_t k = 0; k < groups.size(); ++k)
+      add_write(batch, s.attribute, s.schema, s.backend, s.ordinal);
   } catch (const std::bad_alloc&) {
     return out_of_memory("no host memory to commit the map's groups");
   }
-  auto m = batch.begin();
+  auto m = batch.writes.begin();
   for (MapGroup* g : groups) {
     (m++)->second.rows = std::move(g->rows);  // the group's buffer is the staged data: no copy
     g->state = MapGroup::State::Committed;
   }
-  columns_.merge(made);
-  pending_.merge(batch);
-  next_seq_ += groups.size();
+  enqueue(batch);
   return op;
 }
 

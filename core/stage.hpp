@@ -146,6 +146,16 @@ class Stage {
   // Applies the pending mutations of `c` in (from, to]; on failure returns
   // the ordinal to leave the floor at.
   Status seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reached);
+  // Writes made aside and enqueued all at once, so that a call running out of memory while
+  // making them changes nothing: add_write() may throw std::bad_alloc; enqueue() moves the
+  // nodes in (std::map::merge allocates nothing). Requires mutex_.
+  struct WriteBatch {
+    std::map<uint64_t, std::unique_ptr<Column>> columns;  // the new ones
+    std::map<Key, Mutation> writes;                        // rows moved in by the caller
+  };
+  void add_write(WriteBatch& b, uint64_t attribute, const Schema& schema, Backend* backend,
+                 uint64_t ordinal);
+  void enqueue(WriteBatch& b) noexcept;
   // Moves the mutations every target of which is sealed into `sealed` (released by the caller
   // after the lock).
   void collect_sealed_mutations(std::vector<Mutation>& sealed) noexcept;
