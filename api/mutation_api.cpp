@@ -113,7 +113,7 @@ kstage_status_t kstage_wait(kstage_stage_t stage, kstage_op_t op, uint64_t timeo
       return error(KSTAGE_TIMEOUT, "op %llu: its device work is still running after %llu ns",
                    (unsigned long long)op, (unsigned long long)timeout_ns);
     s->engine->reap_deferred();  // what the op's work read is released now
-    return Status(o->status, o->message);
+    return o->outcome();
   });
 }
 
@@ -124,6 +124,14 @@ kstage_status_t kstage_op_error(kstage_stage_t stage, kstage_op_t op, const char
     KSTAGE_RETURN_NOT_OK(need(message, "message"));
     std::shared_ptr<core::Op> o;
     KSTAGE_ASSIGN_OR_RETURN(o, lookup(s->ops, op, Kind::Op));
+    // The device's failure once the work is known to have failed (kept by the op).
+    if (o->status == KSTAGE_OK && o->done()) {
+      const Status st = o->outcome();
+      if (!st.ok()) {
+        *message = st.message().c_str();  // the op keeps `st`'s state
+        return Status::OK();
+      }
+    }
     *message = o->message.c_str();
     return Status::OK();
   });

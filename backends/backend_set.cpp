@@ -119,14 +119,14 @@ Status transfer(Backend& to, std::byte* dst, Backend& from, const std::byte* src
     to.copy_from_host(dst, src, bytes);  // host work is complete when enqueued
   } else if (to_host) {
     from.copy_to_host(dst, src, bytes);
-    from.fence();  // the host side reads it next
+    KSTAGE_RETURN_NOT_OK(from.finish());  // the host side reads it next
   } else {
     // Two devices: through host memory that lives until the second copy is done.
     std::vector<std::byte> bounce(bytes);
     from.copy_to_host(bounce.data(), src, bytes);
-    from.fence();
+    KSTAGE_RETURN_NOT_OK(from.finish());
     to.copy_from_host(dst, bounce.data(), bytes);
-    to.fence();
+    KSTAGE_RETURN_NOT_OK(to.finish());
   }
   return Status::OK();
 }

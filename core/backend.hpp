@@ -40,6 +40,9 @@ class Completion {
   // The {stream, event} a consumer orders itself after (its event signals
   // when the work is done). Valid while this object lives.
   virtual kstage_device_sync_t sync() const = 0;
+  // Once done: how the work ended. KSTAGE_DEVICE_ERROR naming the runtime's
+  // error when the device failed it (a fault in a kernel or copy).
+  virtual Status status() const { return Status::OK(); }
 };
 using CompletionPtr = std::shared_ptr<const Completion>;
 
@@ -59,6 +62,11 @@ class Backend {
                               const std::string& /*what*/) const {
     return Status::OK();
   }
+
+  // Whether a copy from the host memory at `host` (copy_from_host) may read
+  // it when the call is made rather than in stream order: a GPU runtime may
+  // stage pageable memory at the call, before any event its stream waits on.
+  virtual bool reads_host_at_call(const void* /*host*/) const { return false; }
 
   // Uninitialised memory; OUT_OF_MEMORY (never an exception) when it fails.
   // A buffer's memory is reused only after the work enqueued before its last
@@ -101,8 +109,15 @@ class Backend {
   virtual Status record_into(const kstage_device_sync_t& consumer, const char* field) = 0;
   // The completion of all work enqueued so far; null when it is complete.
   virtual CompletionPtr record() = 0;
-  // Waits for all work this backend enqueued.
+  // Waits for all work this backend enqueued. A device failure is not
+  // reported here (failure paths fence): it surfaces at the next checked call.
   virtual void fence() = 0;
+  // Waits for all work this backend enqueued, and reports a device failure
+  // (KSTAGE_DEVICE_ERROR): for callers that use the results next.
+  virtual Status finish() {
+    fence();
+    return Status::OK();
+  }
 
   // --- host bookkeeping ----------------------------------------------------
   // Calls body(context, begin, end) over [0, n) in chunks, every index in

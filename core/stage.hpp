@@ -29,6 +29,13 @@ struct Op {
   bool done() const;
   // True once every piece of work is done; false after `timeout_ns`.
   bool wait(uint64_t timeout_ns) const;
+  // Once done: the op's outcome -- `status`, or the device's failure of its
+  // work (KSTAGE_DEVICE_ERROR), kept so that its message stays valid.
+  Status outcome() const;
+
+ private:
+  mutable std::mutex failure_mutex_;
+  mutable Status failure_;
 };
 
 // One read group with everything its descriptor points at.

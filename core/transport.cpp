@@ -591,8 +591,11 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   // The source's memory is where its DLDevice says, where the backend can
   // tell (a GPU runtime knows each pointer's device; never assume device 0).
   // The first and last tensors: one runtime query each, not one per row.
+  // A tensor that addresses no byte (no rows, or rows of no bytes) is not checked: its
+  // pointer may be null or one past an allocation, as DLPack producers make empty tensors.
   for (auto [s, i] : {std::pair{&first, size_t(0)}, std::pair{&last, n_tensors - 1}})
-    if (s->base) KSTAGE_RETURN_NOT_OK(stager->check_memory(s->base, s->device, tensor_name(d, i)));
+    if (s->base && s->rows != 0 && s->row_bytes != 0)
+      KSTAGE_RETURN_NOT_OK(stager->check_memory(s->base, s->device, tensor_name(d, i)));
   // Checks that move no data come first, so that a rejected write queues nothing.
   uint64_t wanted = 0;
   bool packed = false;
@@ -631,6 +634,10 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
     out.rows.n = size_t(sel.count);
     const size_t bytes = out.rows.n * first.row_bytes;
     KSTAGE_ASSIGN_OR_RETURN(out.rows.data, out.backend->allocate(std::max<size_t>(bytes, 1)));
+    // A runtime may read pageable memory at the call, before the stream reaches the wait
+    // on the producer: then the producer is waited for here, on the host.
+    if (is_set(d.device_sync) && bytes != 0 && out.backend->reads_host_at_call(first.base))
+      if (CompletionPtr c = out.backend->record()) c->wait(KSTAGE_TIMEOUT_INFINITE);
     out.backend->copy_from_host(out.rows.data->data(), first.base, bytes);
     out.rows.prims = r.prims;
     return out;

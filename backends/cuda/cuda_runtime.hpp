@@ -7,6 +7,7 @@
 #include <cuda_runtime_api.h>
 #include <dlpack/dlpack.h>
 
+#include "backends/gpu/launch.hpp"
 #include "backends/gpu/memory_kind.hpp"
 
 namespace kstage::backends::cuda {
@@ -28,10 +29,33 @@ struct CudaRuntime {
   static constexpr Error not_ready = cudaErrorNotReady;
   static constexpr CopyKind kHostToDevice = cudaMemcpyHostToDevice;
   static constexpr CopyKind kDeviceToHost = cudaMemcpyDeviceToHost;
-  static constexpr CopyKind kDeviceToDevice = cudaMemcpyDeviceToDevice;
+  static constexpr CopyKind kDefault = cudaMemcpyDefault;  // from the pointers (UVA)
 
   static const char* error_string(Error e) { return cudaGetErrorString(e); }
-  static void clear_error() { (void)cudaGetLastError(); }
+  static Error take_error() { return cudaGetLastError(); }
+  static bool is_out_of_memory(Error e) { return e == cudaErrorMemoryAllocation; }
+  static bool is_not_supported(Error e) { return e == cudaErrorNotSupported; }
+  // The device failed (not the caller's arguments): the sticky faults that corrupt the
+  // context, and launches the device cannot run.
+  static bool is_device_fault(Error e) {
+    switch (e) {
+      case cudaErrorIllegalAddress:
+      case cudaErrorLaunchFailure:
+      case cudaErrorIllegalInstruction:
+      case cudaErrorMisalignedAddress:
+      case cudaErrorInvalidAddressSpace:
+      case cudaErrorInvalidPc:
+      case cudaErrorHardwareStackError:
+      case cudaErrorAssert:
+      case cudaErrorLaunchTimeout:
+      case cudaErrorLaunchOutOfResources:
+      case cudaErrorECCUncorrectable:
+      case cudaErrorUnknown:
+        return true;
+      default:
+        return false;
+    }
+  }
   static Error device_count(int* n) {
     Error e = cudaGetDeviceCount(n);
     if (e != cudaSuccess) cudaGetLastError();  // no driver / no device: not sticky
@@ -46,6 +70,12 @@ struct CudaRuntime {
   static Error stream_create(Stream* s) { return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking); }
   static Error stream_destroy(Stream s) { return cudaStreamDestroy(s); }
   static Error stream_synchronize(Stream s) { return cudaStreamSynchronize(s); }
+  // success: everything enqueued has run; not_ready: work in flight (not kept as an error).
+  static Error stream_query(Stream s) {
+    Error r = cudaStreamQuery(s);
+    if (r == cudaErrorNotReady) (void)cudaGetLastError();
+    return r;
+  }
   static Error stream_wait_event(Stream s, Event e) { return cudaStreamWaitEvent(s, e, 0); }
   static Stream legacy_stream() { return cudaStreamLegacy; }
   static Stream per_thread_stream() { return cudaStreamPerThread; }
@@ -74,11 +104,22 @@ struct CudaRuntime {
     uint64_t keep = UINT64_MAX;
     return cudaMemPoolSetAttribute(*pool, cudaMemPoolAttrReleaseThreshold, &keep);
   }
-  static Error pool_trim(Pool pool) { return cudaMemPoolTrimTo(pool, 0); }
+  static Error pool_usage(Pool pool, size_t* reserved, size_t* used) {
+    uint64_t r = 0, u = 0;
+    Error e = cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &r);
+    if (e == cudaSuccess) e = cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &u);
+    *reserved = size_t(r);
+    *used = size_t(u);
+    return e;
+  }
+  static Error pool_trim(Pool pool, size_t keep) { return cudaMemPoolTrimTo(pool, keep); }
   static Error malloc_async(void** p, size_t bytes, Pool pool, Stream s) {
     return pool ? cudaMallocFromPoolAsync(p, bytes, pool, s) : cudaMallocAsync(p, bytes, s);
   }
   static Error free_async(void* p, Stream s) { return cudaFreeAsync(p, s); }
+  // Plain allocations, where stream-ordered pools are unsupported.
+  static Error malloc(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
+  static Error free(void* p) { return cudaFree(p); }
   static Error memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind, Stream s) {
     return cudaMemcpyAsync(dst, src, bytes, kind, s);
   }
@@ -89,7 +130,7 @@ struct CudaRuntime {
     cudaPointerAttributes a{};
     Error e = cudaPointerGetAttributes(&a, p);
     if (e != cudaSuccess) {
-      cudaGetLastError();
+      (void)cudaGetLastError();
       return e;
     }
     *ordinal = a.device;
@@ -98,6 +139,15 @@ struct CudaRuntime {
                                                                               : MemoryKind::Pageable;
     return cudaSuccess;
   }
+
+  // The one place kernels are launched: on the stage's instance, then the
+  // launch checked (Kokkos 3.4 checks launches only in debug builds).
+  template <class Kernel>
+  static Error launch(const Exec& exec, Stream, const gpu::LaunchArgs&, Kernel&& kernel) {
+    kernel(exec);
+    return cudaGetLastError();
+  }
+  static void count(int, gpu::Transfer) {}
 };
 
 }  // namespace kstage::backends::cuda

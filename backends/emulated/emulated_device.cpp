@@ -12,10 +12,18 @@
 #include <cstring>
 #include <unordered_map>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define KSTAGE_EMULATED_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KSTAGE_EMULATED_ASAN 1
+#endif
+#endif
+
 namespace kstage::backends::emulated {
 namespace {
 
-// Address space per ordinal: reserved, not committed (pages appear on first touch).
+// Address space per arena: reserved, not committed (pages appear on first touch).
 constexpr size_t kArenaBytes = size_t(8) << 30;
 constexpr size_t kAlign = 64;
 
@@ -24,7 +32,64 @@ std::atomic<kstage_emulated_violation_fn> g_violation{nullptr};
 
 size_t align_up(size_t n) { return (n + kAlign - 1) & ~(kAlign - 1); }
 
+thread_local Error t_last_error = Error::success;
+thread_local int32_t t_device = 0;
+
 }  // namespace
+
+// ---------------------------------------------------------------------------
+// Errors, the current device, contexts
+
+const char* error_string(Error e) {
+  switch (e) {
+    case Error::success: return "no error";
+    case Error::not_ready: return "device not ready";
+    case Error::invalid_value: return "invalid argument";
+    case Error::invalid_device: return "invalid device ordinal";
+    case Error::invalid_handle: return "invalid resource handle";
+    case Error::memory_allocation: return "out of memory";
+    case Error::invalid_memcpy_direction: return "invalid copy direction for memcpy";
+    case Error::not_supported: return "operation not supported";
+    case Error::launch_out_of_resources: return "too many resources requested for launch";
+    case Error::illegal_address: return "an illegal memory access was encountered";
+  }
+  return "unknown error";
+}
+
+Error set_last_error(Error e) {
+  if (e != Error::success && e != Error::not_ready) t_last_error = e;
+  return e;
+}
+Error take_last_error() {
+  const Error e = t_last_error;
+  t_last_error = Error::success;
+  // As cudaGetLastError: a sticky fault is reported again and again.
+  const Error sticky = context(t_device).status();
+  return sticky != Error::success ? sticky : e;
+}
+Error peek_last_error() {
+  const Error sticky = context(t_device).status();
+  return sticky != Error::success ? sticky : t_last_error;
+}
+
+int32_t current_device() { return t_device; }
+Error set_current_device(int32_t ordinal) {
+  if (ordinal < 0 || ordinal >= kDeviceCount) return set_last_error(Error::invalid_device);
+  t_device = ordinal;
+  return Error::success;
+}
+
+Context& context(int32_t ordinal) {
+  static Context* contexts = new Context[kDeviceCount];  // never destroyed
+  return contexts[ordinal >= 0 && ordinal < kDeviceCount ? ordinal : 0];
+}
+
+bool fires(std::atomic<uint32_t>& counter) {
+  uint32_t n = counter.load();
+  while (n != 0 && !counter.compare_exchange_weak(n, n - 1)) {
+  }
+  return n == 1;
+}
 
 // ---------------------------------------------------------------------------
 // Arena
@@ -50,17 +115,21 @@ void* Arena::allocate(size_t bytes) {
     if (it->second.size < size) continue;
     const uintptr_t start = it->first;
     const size_t rest = it->second.size - size;
-    if (rest) free_.emplace(start + size, Block{rest});  // the one allocation: first (may throw)
+    try {
+      if (rest) free_.emplace(start + size, Block{rest});  // the one allocation: first
+    } catch (...) {
+      return nullptr;
+    }
     auto block = free_.extract(it);
     block.mapped() = Block{size};
     live_.insert(std::move(block));
-    ASAN_POISON_MEMORY_REGION(reinterpret_cast<void*>(start), size);
+    if (device()) ASAN_POISON_MEMORY_REGION(reinterpret_cast<void*>(start), size);
     return reinterpret_cast<void*>(start);
   }
   return nullptr;
 }
 
-void Arena::free(void* p) {
+void Arena::free(void* p) noexcept {
   if (!p) return;
   std::lock_guard lock(mutex_);
   auto it = live_.find(reinterpret_cast<uintptr_t>(p));
@@ -82,6 +151,7 @@ void Arena::free(void* p) {
     const uintptr_t from = (start + page - 1) & ~(page - 1), to = (start + size) & ~(page - 1);
     if (to > from) madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
   }
+  // Freed memory is poisoned in every arena: a use after free is reported.
   ASAN_POISON_MEMORY_REGION(reinterpret_cast<void*>(start), size);
   // Coalesce with the free neighbours.
   auto next = free_.lower_bound(start);
@@ -106,12 +176,18 @@ std::map<uintptr_t, Arena::Block>::iterator Arena::block_of(uintptr_t a) {
   --it;
   return a < it->first + it->second.size ? it : live_.end();
 }
+std::map<uintptr_t, Arena::Block>::const_iterator Arena::block_of(uintptr_t a) const {
+  auto it = live_.upper_bound(a);
+  if (it == live_.begin()) return live_.end();
+  --it;
+  return a < it->first + it->second.size ? it : live_.end();
+}
 
 bool Arena::open(const void* p) {
   std::lock_guard lock(mutex_);
   auto it = block_of(reinterpret_cast<uintptr_t>(p));
   if (it == live_.end()) return false;
-  if (it->second.opens++ == 0)
+  if (it->second.opens++ == 0 && device())
     ASAN_UNPOISON_MEMORY_REGION(reinterpret_cast<void*>(it->first), it->second.size);
   return true;
 }
@@ -120,8 +196,17 @@ void Arena::close(const void* p) {
   std::lock_guard lock(mutex_);
   auto it = block_of(reinterpret_cast<uintptr_t>(p));
   if (it == live_.end()) return;
-  if (--it->second.opens == 0)
+  if (--it->second.opens == 0 && device())
     ASAN_POISON_MEMORY_REGION(reinterpret_cast<void*>(it->first), it->second.size);
+}
+
+bool Arena::block(const void* p, uintptr_t* start, size_t* size) const {
+  std::lock_guard lock(mutex_);
+  auto it = block_of(reinterpret_cast<uintptr_t>(p));
+  if (it == live_.end()) return false;
+  *start = it->first;
+  *size = it->second.size;
+  return true;
 }
 
 size_t Arena::live_bytes() const {
@@ -137,10 +222,20 @@ Arena& arena(int32_t ordinal) {
   return *arenas[ordinal];
 }
 
+Arena& pinned_arena() {
+  static Arena* a = new Arena(Arena::kPinned);
+  return *a;
+}
+
 Arena* arena_holding(const void* p) {
   for (int32_t d = 0; d < kDeviceCount; ++d)
     if (arena(d).holds(p)) return &arena(d);
   return nullptr;
+}
+
+int32_t memory_of(const void* p) {
+  if (Arena* a = arena_holding(p)) return a->ordinal();
+  return pinned_arena().holds(p) ? kPinnedHost : kPageable;
 }
 
 // ---------------------------------------------------------------------------
@@ -173,12 +268,24 @@ void Stream::Gate::unlock() {
   cv.notify_all();
 }
 
-void Stream::enqueue(std::function<void()> work) {
+uint64_t Stream::enqueue(std::function<void()> work) {
+  uint64_t position;
   {
     std::lock_guard lock(mutex_);
     queue_.push_back(std::move(work));
+    position = ++enqueued_;
   }
   cv_.notify_all();
+  return position;
+}
+
+uint64_t Stream::enqueued() {
+  std::lock_guard lock(mutex_);
+  return enqueued_;
+}
+uint64_t Stream::completed() {
+  std::lock_guard lock(mutex_);
+  return completed_;
 }
 
 void Stream::run() {
@@ -188,24 +295,28 @@ void Stream::run() {
     if (queue_.empty()) return;  // stopping
     std::function<void()> work = std::move(queue_.front());
     queue_.pop_front();
-    busy_ = true;
     lock.unlock();
     work();
     work = nullptr;
     lock.lock();
-    busy_ = false;
+    ++completed_;
     cv_.notify_all();
   }
 }
 
 void Stream::synchronize() {
   std::unique_lock lock(mutex_);
-  cv_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  cv_.wait(lock, [&] { return completed_ == enqueued_; });
+}
+
+void Stream::wait_for(uint64_t position) {
+  std::unique_lock lock(mutex_);
+  cv_.wait(lock, [&] { return completed_ >= position; });
 }
 
 bool Stream::idle() {
   std::lock_guard lock(mutex_);
-  return queue_.empty() && !busy_;
+  return completed_ == enqueued_;
 }
 
 void Stream::hold() {
@@ -234,6 +345,7 @@ void Event::record(Stream& s) {
   {
     std::lock_guard lock(mutex_);
     generation = ++recorded_;
+    ordinal_ = s.ordinal();
   }
   s.enqueue([self = shared_from_this(), generation] { self->complete(generation); });
 }
@@ -277,12 +389,144 @@ bool Event::wait(uint64_t timeout_ns) {
 }
 
 // ---------------------------------------------------------------------------
+// Stream-ordered pools
+
+namespace {
+std::mutex g_pools_mutex;
+std::vector<Pool*>& pools() {
+  static auto* list = new std::vector<Pool*>;  // never destroyed
+  return *list;
+}
+
+// Fills [p, p + size) with the fresh-block marker, in stream order.
+void fill_fresh(Stream& s, void* p, size_t size) {
+  const int32_t ordinal = s.ordinal();
+  auto fill = [ordinal, p, size] {
+    Arena& a = arena(ordinal);
+    a.open(p);
+    std::memset(p, kFreshByte, size);
+    a.close(p);
+  };
+  try {
+    s.enqueue(fill);
+  } catch (...) {
+    s.synchronize();  // no memory to enqueue it: the stream has passed the allocation now
+    fill();
+  }
+}
+}  // namespace
+
+Pool::Pool(int32_t ordinal) : ordinal_(ordinal) {}
+
+Pool* make_pool(int32_t ordinal) {
+  auto* p = new Pool(ordinal);
+  std::lock_guard lock(g_pools_mutex);
+  pools().push_back(p);
+  return p;
+}
+
+Pool& default_pool(int32_t ordinal) {
+  static Pool* defaults[kDeviceCount] = {make_pool(0), make_pool(1)};
+  return *defaults[ordinal];
+}
+
+Pool* pool_owning(const void* p) {
+  std::lock_guard lock(g_pools_mutex);
+  for (Pool* pool : pools())
+    if (pool->owns(p)) return pool;
+  return nullptr;
+}
+
+bool Pool::owns(const void* p) {
+  std::lock_guard lock(mutex_);
+  return live_.count(reinterpret_cast<uintptr_t>(p)) != 0;
+}
+
+Error Pool::allocate(void** out, size_t bytes, const std::shared_ptr<Stream>& s) {
+  Context& c = context(ordinal_);
+  if (c.status() != Error::success) return set_last_error(c.status());
+  if (!c.pools_supported.load()) return set_last_error(Error::not_supported);
+  if (fires(c.fault_alloc)) return set_last_error(Error::memory_allocation);
+  const size_t size = align_up(bytes == 0 ? 1 : bytes);
+  std::shared_ptr<Stream> dropped;  // a cached block's stream, let go after the lock
+  void* p = nullptr;
+  {
+    std::lock_guard lock(mutex_);
+    // A block freed on this stream first (usable at once, in stream order), else one whose
+    // free another stream has passed.
+    auto pick = cached_.end();
+    for (auto it = cached_.begin(); it != cached_.end(); ++it) {
+      const Block& b = it->second;
+      if (b.size < size || b.size > 2 * size + 4096) continue;
+      if (b.stream == s) {
+        pick = it;
+        break;
+      }
+      if (pick == cached_.end() && b.stream->completed() >= b.freed_at) pick = it;
+    }
+    if (pick != cached_.end()) {
+      auto node = cached_.extract(pick);
+      dropped = std::move(node.mapped().stream);
+      p = reinterpret_cast<void*>(node.key());
+      used_ += node.mapped().size;
+      live_.insert(std::move(node));
+    } else {
+      p = arena(ordinal_).allocate(size);
+      if (!p) return set_last_error(Error::memory_allocation);
+      try {
+        live_.emplace(reinterpret_cast<uintptr_t>(p), Block{size, nullptr, 0});
+      } catch (...) {
+        arena(ordinal_).free(p);
+        return set_last_error(Error::memory_allocation);
+      }
+      reserved_ += size;
+      used_ += size;
+    }
+  }
+  fill_fresh(*s, p, size);
+  *out = p;
+  return Error::success;
+}
+
+void Pool::free(void* p, const std::shared_ptr<Stream>& s) noexcept {
+  const uint64_t position = s->enqueued();  // the free's place on the stream
+  std::lock_guard lock(mutex_);
+  auto it = live_.find(reinterpret_cast<uintptr_t>(p));
+  if (it == live_.end()) return;
+  auto node = live_.extract(it);
+  node.mapped().stream = s;  // a copy of a shared_ptr allocates nothing
+  node.mapped().freed_at = position;
+  used_ -= node.mapped().size;
+  cached_.insert(std::move(node));
+}
+
+void Pool::trim(size_t keep) {
+  std::vector<std::shared_ptr<Stream>> dropped;
+  std::lock_guard lock(mutex_);
+  for (auto it = cached_.begin(); it != cached_.end() && reserved_ > keep;) {
+    if (it->second.stream->completed() < it->second.freed_at) {
+      ++it;
+      continue;
+    }
+    arena(ordinal_).free(reinterpret_cast<void*>(it->first));
+    reserved_ -= it->second.size;
+    it = cached_.erase(it);
+  }
+}
+
+void Pool::usage(size_t* reserved, size_t* used) {
+  std::lock_guard lock(mutex_);
+  *reserved = reserved_;
+  *used = used_;
+}
+
+// ---------------------------------------------------------------------------
 // Handles
 
 namespace {
 // Handles are numbers from one counter, never addresses: a handle whose
 // object is gone stays unknown even when a new object takes its address.
-std::atomic<uintptr_t> g_next_handle{0x10000};  // far from 0 and 1 (none, the default stream)
+std::atomic<uintptr_t> g_next_handle{0x10000};  // far from 0, 1 and 2 (none, default streams)
 
 template <class T>
 class HandleTable {
@@ -330,7 +574,8 @@ Stream& default_stream(int32_t ordinal) {
 
 uintptr_t register_stream(std::shared_ptr<Stream> s) { return streams().add(std::move(s)); }
 std::shared_ptr<Stream> find_stream(uintptr_t handle) {
-  if (handle == 1) return std::shared_ptr<Stream>(&default_stream(0), [](Stream*) {});
+  if (handle == 1 || handle == 2)
+    return std::shared_ptr<Stream>(&default_stream(current_device()), [](Stream*) {});
   return streams().find(handle);
 }
 void unregister_stream(uintptr_t handle) { streams().remove(handle); }
@@ -339,7 +584,7 @@ std::shared_ptr<Event> find_event(uintptr_t handle) { return events().find(handl
 void unregister_event(uintptr_t handle) { events().remove(handle); }
 
 // ---------------------------------------------------------------------------
-// Launches
+// Launches and copies
 
 void kernel_delay() {
   if (const uint32_t us = g_delay_us.load(std::memory_order_relaxed))
@@ -355,27 +600,142 @@ void violation(const std::string& message) {
   std::abort();
 }
 
-void launch(Arena& arena, const char* what, const std::vector<const void*>& ptrs,
-            const std::function<void()>& kernel) {
-  kernel_delay();
-  size_t i = 0;
-  for (const void* p : ptrs) {
-    if (p && !arena.holds(p)) {
-      char buf[256];
-      std::snprintf(buf, sizeof buf,
-                    "%s: pointer %zu (%p) is not in device %d's arena (host memory handed to a "
-                    "device kernel)",
-                    what, i, p, int(arena.ordinal()));
-      violation(buf);
-      return;
+namespace {
+// Memory a kernel of `ordinal` may dereference: its own arena, or pinned host memory.
+Arena* reachable(int32_t ordinal, const void* p) {
+  if (arena(ordinal).holds(p)) return &arena(ordinal);
+  if (pinned_arena().holds(p)) return &pinned_arena();
+  return nullptr;
+}
+
+void refuse(const char* what, const char* which, size_t i, const void* p, int32_t ordinal) {
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "%s: %s %zu (%p) is not in device %d's arena (host memory handed to a device "
+                "kernel)",
+                what, which, i, p, int(ordinal));
+  violation(buf);
+}
+
+// Runs on the worker: the checks, then the kernel with its blocks open.
+void run_kernel(int32_t ordinal, const char* what, const LaunchPointers& ptrs,
+                const std::function<void()>& kernel) {
+  Arena& own = arena(ordinal);
+  for (size_t i = 0; i < ptrs.direct.size(); ++i)
+    if (ptrs.direct[i] && !reachable(ordinal, ptrs.direct[i]))
+      return refuse(what, "pointer", i, ptrs.direct[i], ordinal);
+  for (const void* p : ptrs.direct)
+    if (p) reachable(ordinal, p)->open(p);
+  bool rows_ok = true;
+  size_t opened_rows = 0;
+  for (; opened_rows < ptrs.n_rows; ++opened_rows) {
+    const std::byte* row = ptrs.rows[opened_rows];
+    if (ptrs.row_bytes[opened_rows] == 0) continue;
+    if (!own.holds(row)) {
+      rows_ok = false;
+      refuse(what, "source row", opened_rows, row, ordinal);
+      break;
     }
-    ++i;
+    own.open(row);
   }
-  for (const void* p : ptrs)
-    if (p) arena.open(p);
-  kernel();
-  for (const void* p : ptrs)
-    if (p) arena.close(p);
+  if (rows_ok) kernel();
+  for (size_t i = 0; i < opened_rows; ++i)
+    if (ptrs.row_bytes[i]) own.close(ptrs.rows[i]);
+  for (const void* p : ptrs.direct)
+    if (p) reachable(ordinal, p)->close(p);
+}
+}  // namespace
+
+Error launch(Stream& s, const char* what, LaunchPointers ptrs, std::function<void()> kernel) {
+  const int32_t ordinal = s.ordinal();
+  Context& c = context(ordinal);
+  if (c.status() != Error::success) return set_last_error(c.status());
+  if (fires(c.fault_launch)) return set_last_error(Error::launch_out_of_resources);
+  const bool fault = fires(c.fault_kernel);
+  try {
+    s.enqueue([ordinal, what, ptrs = std::move(ptrs), kernel = std::move(kernel), fault] {
+      kernel_delay();
+      Context& ctx = context(ordinal);
+      if (ctx.status() != Error::success) return;  // a faulty context runs nothing
+      if (fault) return ctx.fault(Error::illegal_address);
+      run_kernel(ordinal, what, ptrs, kernel);
+    });
+  } catch (...) {
+    return set_last_error(Error::memory_allocation);
+  }
+  return Error::success;
+}
+
+Error memcpy_async(Stream& s, void* dst, const void* src, size_t bytes, CopyKind kind) {
+  const int32_t ordinal = s.ordinal();
+  Context& c = context(ordinal);
+  if (c.status() != Error::success) return set_last_error(c.status());
+  if (bytes == 0) return Error::success;
+  const int32_t to = memory_of(dst), from = memory_of(src);
+  const bool to_device = to >= 0, from_device = from >= 0;
+  bool matches = true;
+  switch (kind) {
+    case CopyKind::HostToDevice: matches = to_device && !from_device; break;
+    case CopyKind::DeviceToHost: matches = from_device && !to_device; break;
+    case CopyKind::DeviceToDevice: matches = to_device && from_device; break;
+    case CopyKind::Default: break;
+  }
+  if (!matches) return set_last_error(Error::invalid_memcpy_direction);
+  const bool fault = fires(c.fault_copy);
+  auto body = [ordinal, fault](void* d, const void* sr, size_t n) {
+    kernel_delay();
+    Context& ctx = context(ordinal);
+    if (ctx.status() != Error::success) return;
+    if (fault) return ctx.fault(Error::illegal_address);
+    Arena* da = arena_holding(d);
+    Arena* sa = arena_holding(sr);
+    if (da) da->open(d);
+    if (sa) sa->open(sr);
+    std::memcpy(d, sr, n);
+    if (sa) sa->close(sr);
+    if (da) da->close(d);
+  };
+  try {
+    if (from == kPageable) {
+      // Staged at the call (the driver may copy pageable memory to its own buffer before
+      // returning); the source must still live until the copy completes.
+      auto staged = std::make_shared<std::vector<std::byte>>(
+          static_cast<const std::byte*>(src), static_cast<const std::byte*>(src) + bytes);
+      s.enqueue([body, dst, src, bytes, staged] {
+#if defined(KSTAGE_EMULATED_ASAN)
+        if (__asan_region_is_poisoned(const_cast<void*>(src), bytes)) {
+          char buf[200];
+          std::snprintf(buf, sizeof buf,
+                        "memcpy_async: the pageable source %p (%zu bytes) was freed before the "
+                        "copy completed",
+                        src, bytes);
+          violation(buf);
+        }
+#else
+        (void)src;
+#endif
+        body(dst, staged->data(), bytes);
+      });
+    } else if (to == kPageable) {
+      // To pageable memory: done when the call returns.
+      s.wait_for(s.enqueue([body, dst, src, bytes] { body(dst, src, bytes); }));
+    } else {
+      s.enqueue([body, dst, src, bytes] { body(dst, src, bytes); });
+    }
+  } catch (...) {
+    return set_last_error(Error::memory_allocation);
+  }
+  return Error::success;
+}
+
+Error launch_host_func(Stream& s, void (*fn)(void*), void* data) {
+  if (!fn) return set_last_error(Error::invalid_value);
+  try {
+    s.enqueue([fn, data] { fn(data); });
+  } catch (...) {
+    return set_last_error(Error::memory_allocation);
+  }
+  return Error::success;
 }
 
 }  // namespace kstage::backends::emulated
@@ -384,23 +744,6 @@ void launch(Arena& arena, const char* what, const std::vector<const void*>& ptrs
 // The test API (kstage_emulated.h)
 
 using namespace kstage::backends::emulated;
-
-namespace {
-// A copy on `s` between any two of the host and the arenas.
-void copy_on(Stream& s, void* dst, const void* src, size_t bytes) {
-  if (bytes == 0) return;
-  s.enqueue([dst, src, bytes] {
-    kernel_delay();
-    Arena* d = arena_holding(dst);
-    Arena* from = arena_holding(src);
-    if (d) d->open(dst);
-    if (from) from->open(src);
-    std::memcpy(dst, src, bytes);
-    if (from) from->close(src);
-    if (d) d->close(dst);
-  });
-}
-}  // namespace
 
 extern "C" {
 
@@ -413,6 +756,12 @@ void kstage_emulated_free(void* ptr) {
   if (Arena* a = arena_holding(ptr)) a->free(ptr);
 }
 
+void* kstage_emulated_host_malloc(size_t bytes) { return pinned_arena().allocate(bytes); }
+
+void kstage_emulated_host_free(void* ptr) {
+  if (pinned_arena().holds(ptr)) pinned_arena().free(ptr);
+}
+
 int32_t kstage_emulated_ordinal_of(const void* ptr) {
   Arena* a = arena_holding(ptr);
   return a ? a->ordinal() : -1;
@@ -423,6 +772,7 @@ size_t kstage_emulated_live_bytes(int32_t ordinal) {
 }
 
 void kstage_emulated_copy_counts(int32_t ordinal, uint64_t* h2d, uint64_t* d2h) {
+  if (ordinal < 0 || ordinal >= kDeviceCount) return;
   Arena& a = arena(ordinal);
   std::lock_guard lock(a.counts_mutex);
   if (h2d) *h2d = a.host_to_device;
@@ -458,16 +808,47 @@ void kstage_emulated_stream_wait_event(uintptr_t stream, uintptr_t event) {
   if (s && e) e->wait_on(*s);
 }
 
-void kstage_emulated_memcpy_async(uintptr_t stream, void* dst, const void* src, size_t bytes) {
-  if (auto s = find_stream(stream)) copy_on(*s, dst, src, bytes);
+int kstage_emulated_memcpy_async(uintptr_t stream, void* dst, const void* src, size_t bytes) {
+  auto s = find_stream(stream);
+  if (!s) return int(Error::invalid_handle);
+  const Error e = memcpy_async(*s, dst, src, bytes, CopyKind::Default);
+  (void)take_last_error();
+  return int(e);
 }
 
-void kstage_emulated_memcpy(void* dst, const void* src, size_t bytes) {
+int kstage_emulated_memcpy_kind_async(uintptr_t stream, void* dst, const void* src, size_t bytes,
+                                      kstage_emulated_copy_kind_t kind) {
+  auto s = find_stream(stream);
+  if (!s) return int(Error::invalid_handle);
+  CopyKind k = CopyKind::Default;
+  switch (kind) {
+    case KSTAGE_EMULATED_HOST_TO_DEVICE: k = CopyKind::HostToDevice; break;
+    case KSTAGE_EMULATED_DEVICE_TO_HOST: k = CopyKind::DeviceToHost; break;
+    case KSTAGE_EMULATED_DEVICE_TO_DEVICE: k = CopyKind::DeviceToDevice; break;
+    case KSTAGE_EMULATED_COPY_DEFAULT: break;
+    default: return int(Error::invalid_value);
+  }
+  const Error e = memcpy_async(*s, dst, src, bytes, k);
+  (void)take_last_error();
+  return int(e);
+}
+
+int kstage_emulated_memcpy(void* dst, const void* src, size_t bytes) {
   Arena* a = arena_holding(dst);
   if (!a) a = arena_holding(src);
   Stream& s = default_stream(a ? a->ordinal() : 0);
-  copy_on(s, dst, src, bytes);
+  const Error e = memcpy_async(s, dst, src, bytes, CopyKind::Default);
+  (void)take_last_error();
   s.synchronize();
+  return int(e);
+}
+
+int kstage_emulated_launch_host_func(uintptr_t stream, void (*fn)(void*), void* data) {
+  auto s = find_stream(stream);
+  if (!s) return int(Error::invalid_handle);
+  const Error e = launch_host_func(*s, fn, data);
+  (void)take_last_error();
+  return int(e);
 }
 
 uintptr_t kstage_emulated_event_create(void) { return register_event(std::make_shared<Event>()); }
@@ -489,6 +870,39 @@ void kstage_emulated_set_kernel_delay_us(uint32_t us) { g_delay_us.store(us); }
 
 kstage_emulated_violation_fn kstage_emulated_set_violation_handler(kstage_emulated_violation_fn f) {
   return g_violation.exchange(f);
+}
+
+int kstage_emulated_inject_fault(int32_t ordinal, kstage_emulated_fault_t fault, uint32_t nth) {
+  if (ordinal < 0 || ordinal >= kDeviceCount || nth == 0) return 0;
+  Context& c = context(ordinal);
+  switch (fault) {
+    case KSTAGE_EMULATED_FAULT_KERNEL: c.fault_kernel.store(nth); return 1;
+    case KSTAGE_EMULATED_FAULT_COPY: c.fault_copy.store(nth); return 1;
+    case KSTAGE_EMULATED_FAULT_LAUNCH: c.fault_launch.store(nth); return 1;
+    case KSTAGE_EMULATED_FAULT_ALLOC: c.fault_alloc.store(nth); return 1;
+  }
+  return 0;
+}
+
+int kstage_emulated_device_status(int32_t ordinal) {
+  if (ordinal < 0 || ordinal >= kDeviceCount) return 0;
+  return int(context(ordinal).status());
+}
+
+void kstage_emulated_device_reset(int32_t ordinal) {
+  if (ordinal < 0 || ordinal >= kDeviceCount) return;
+  Context& c = context(ordinal);
+  c.sticky.store(0);
+  c.fault_kernel.store(0);
+  c.fault_copy.store(0);
+  c.fault_launch.store(0);
+  c.fault_alloc.store(0);
+  c.pools_supported.store(true);
+}
+
+void kstage_emulated_set_pools_supported(int32_t ordinal, int supported) {
+  if (ordinal < 0 || ordinal >= kDeviceCount) return;
+  context(ordinal).pools_supported.store(supported != 0);
 }
 
 }  // extern "C"

@@ -1,29 +1,44 @@
 // SPDX-License-Identifier: Apache-2.0
-// One backend for the GPU runtimes (CUDA and HIP), written once against a
-// small runtime table (backends/cuda/cuda_runtime.hpp, backends/hip/hip_runtime.hpp),
-// as nanoarrow's device layer keeps one table of allocate / copy / event per
-// device. Each stage gets, per device:
-//  - one stream of its own (non-blocking) and the Kokkos execution-space
-//    instance on it; every kernel and copy is enqueued there, in call order;
+// One backend for the GPU runtimes, written once against a small runtime
+// table (backends/cuda/cuda_runtime.hpp, backends/hip/hip_runtime.hpp, and
+// the emulated device's backends/emulated/emulated_runtime.hpp, which is how
+// CI runs this code), as nanoarrow's device layer keeps one table of
+// allocate / copy / event per device. Each stage gets, per device:
+//  - a lane: one stream (non-blocking) and the Kokkos execution-space
+//    instance on it, taken from a per-device cache and given back when the
+//    stage lets go (making a Kokkos 3.4 instance synchronises the device,
+//    runs a probe kernel and allocates; destroying one synchronises it);
+//    every kernel and copy is enqueued there, in call order;
 //  - memory from the runtime's stream-ordered allocator on that stream, from
 //    a pool of kstage's per device that keeps freed blocks cached: a block is
 //    freed (cudaFreeAsync) after the work enqueued before its last holder let
-//    go, and may be reused by later work on the same stream at once;
-//  - adopted DLPack buffers released after an event recorded at release time
-//    has completed (their deleter must not run while a kernel still reads).
+//    go, and may be reused by later work on the same stream at once. Where
+//    pools are unsupported, plain allocations, freed after an event;
+//  - adopted DLPack buffers (and plain allocations) released after an event
+//    recorded at release time has completed (their deleter must not run
+//    while a kernel still reads).
+// Kernels are launched in one place, RT::launch, which checks the launch.
 // Index, mask and offset arrays come from the engine in host memory and are
 // uploaded once per call (core/backend.hpp); a column's cached row map is
-// uploaded once and stays on the device (indices_resident). Calls whose status
-// is cast to (void) -- releases, device guards, fences -- have no caller to
-// report to; a sticky runtime error surfaces at the next checked call.
+// uploaded once and stays on the device (indices_resident).
+//
+// Errors: a runtime call that fails takes the runtime's error at once (it
+// must not be left for the next launch check). Device faults -- a kernel's
+// illegal address, a failed launch, a faulty context -- are
+// KSTAGE_DEVICE_ERROR naming the runtime's error: on the op whose work
+// failed (kstage_wait, kstage_op_error), and on every later call that needs
+// the device. Calls whose status is cast to (void) -- releases, device
+// guards, fences on failure paths -- have no caller to report to.
 //
 // Kokkos before 5 runs one GPU per process: a stage may use the device
 // Kokkos was initialised on (kstage initialises it on the ordinal of
 // kstage_config_t.residency when it does so itself). Another ordinal is
-// NOT_SUPPORTED, naming both.
+// NOT_SUPPORTED, naming both. (The emulated runtime's kernels run on
+// Kokkos::Serial: both its ordinals work.)
 #pragma once
 
 #include "backends/device_backend.hpp"
+#include "backends/gpu/launch.hpp"
 #include "backends/gpu/memory_kind.hpp"
 #include "core/backend.hpp"
 #include "core/device_sync.hpp"
@@ -35,12 +50,15 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace kstage::backends::gpu {
@@ -70,67 +88,182 @@ class DeviceGuard {
   int previous_ = -1;
 };
 
+// kstage_device_sync_t carries streams and events as integers.
+template <class T>
+T from_handle(uintptr_t v) {
+  if constexpr (std::is_pointer_v<T>) return reinterpret_cast<T>(v);
+  else return T(v);
+}
+template <class T>
+uintptr_t to_handle(T v) {
+  if constexpr (std::is_pointer_v<T>) return reinterpret_cast<uintptr_t>(v);
+  else return uintptr_t(v);
+}
+
+// A stream and the Kokkos instance on it.
+template <class RT>
+struct Lane {
+  typename RT::Stream stream{};
+  typename RT::Exec exec;
+};
+
+// The lanes of every device no stage holds now, kept for the next stage and
+// destroyed when Kokkos finalises (an instance must not outlive it).
+template <class RT>
+class Lanes {
+ public:
+  static Result<std::unique_ptr<Lane<RT>>> take(int device) {
+    {
+      std::lock_guard lock(mutex());
+      auto& idle = lanes()[device];
+      if (!idle.empty()) {
+        std::unique_ptr<Lane<RT>> lane = std::move(idle.back());
+        idle.pop_back();
+        return lane;
+      }
+    }
+    typename RT::Stream s{};
+    if (typename RT::Error e = RT::stream_create(&s); e != RT::success) {
+      (void)RT::take_error();
+      return error(KSTAGE_DEVICE_ERROR, "%s device %d: stream creation failed: %s", RT::kName,
+                   device, RT::error_string(e));
+    }
+    register_finalize_hook();
+    return std::unique_ptr<Lane<RT>>(new Lane<RT>{s, RT::make_exec(s)});
+  }
+  // Given back by a stage; its work may still be running (the next stage orders after it).
+  static void give(int device, std::unique_ptr<Lane<RT>> lane) noexcept {
+    try {
+      std::lock_guard lock(mutex());
+      if (Kokkos::is_initialized()) {
+        lanes()[device].push_back(std::move(lane));
+        return;
+      }
+    } catch (...) {
+    }
+    destroy(std::move(lane));
+  }
+
+ private:
+  static void destroy(std::unique_ptr<Lane<RT>> lane) noexcept {
+    if (!lane) return;
+    const typename RT::Stream s = lane->stream;
+    (void)RT::stream_synchronize(s);
+    lane.reset();  // the instance first, then its stream
+    (void)RT::stream_destroy(s);
+    (void)RT::take_error();
+  }
+  static void register_finalize_hook() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+      Kokkos::push_finalize_hook([] {
+        std::map<int, std::vector<std::unique_ptr<Lane<RT>>>> all;
+        {
+          std::lock_guard lock(mutex());
+          all.swap(lanes());
+        }
+        for (auto& [device, list] : all) {
+          const DeviceGuard<RT> on_device(device);
+          for (auto& lane : list) destroy(std::move(lane));
+        }
+      });
+    });
+  }
+  static std::mutex& mutex() {
+    static auto* m = new std::mutex;  // never destroyed: stages may outlive statics
+    return *m;
+  }
+  static std::map<int, std::vector<std::unique_ptr<Lane<RT>>>>& lanes() {
+    static auto* l = new std::map<int, std::vector<std::unique_ptr<Lane<RT>>>>;
+    return *l;
+  }
+};
+
 // What outlives the backend while buffers, groups or ops still refer to it:
-// the stream (the allocator frees on it) and adopted buffers awaiting release.
+// the lane (the allocator frees on its stream) and what waits for an event
+// before it is released.
 template <class RT>
 struct GpuShared {
   using Stream = typename RT::Stream;
   using Event = typename RT::Event;
 
-  explicit GpuShared(int32_t ordinal) : device(ordinal) {}
+  GpuShared(int32_t ordinal, std::unique_ptr<Lane<RT>> l)
+      : device(ordinal), lane(std::move(l)), stream(lane->stream) {}
   ~GpuShared() {
-    if (!stream) return;
     const DeviceGuard<RT> on_device(device);
     (void)RT::stream_synchronize(stream);
     reap(/*all=*/true);
-    (void)RT::stream_destroy(stream);
-    if (pool) (void)RT::pool_trim(pool);  // hand unused cached memory back
+    // Hand back what this stage cached: at most its peak, never what others use.
+    size_t reserved = 0, used = 0;
+    if (pool && RT::pool_usage(pool, &reserved, &used) == RT::success) {
+      const size_t cached = reserved > used ? reserved - used : 0;
+      (void)RT::pool_trim(pool, reserved - std::min(cached, peak_bytes.load()));
+    }
+    (void)RT::take_error();
+    Lanes<RT>::give(device, std::move(lane));
   }
 
-  // An adopted buffer whose last holder let go: released once the work
-  // enqueued so far has run.
+  // Releases `b` (and `bytes`) once the work enqueued so far has run.
   // Runs in a buffer's deleter: never throws. What it cannot track (no event, no memory for
   // the list) it waits for instead.
-  void retire(std::unique_ptr<core::DeviceBuffer> b) noexcept {
+  void retire(std::unique_ptr<core::DeviceBuffer> b, std::vector<std::byte> bytes = {}) noexcept {
     const DeviceGuard<RT> on_device(device);
     Event e{};
+    bool tracked = false;
     if (RT::event_create(&e) == RT::success && RT::event_record(e, stream) == RT::success) {
       try {
         std::lock_guard lock(mutex);
-        retired.emplace_back(e, std::move(b));  // (on failure b still holds it)
-        e = Event{};
+        retired.push_back(Retired{e, std::move(b), std::move(bytes)});
+        tracked = true;
       } catch (...) {
       }
     }
-    if (b) {  // cannot track it: wait instead
+    if (!tracked) {  // cannot track it: wait instead
+      (void)RT::take_error();
       (void)RT::stream_synchronize(stream);
       b.reset();
       if (e) (void)RT::event_destroy(e);
+      (void)RT::take_error();
       return;
     }
     reap(false);
   }
   void reap(bool all) noexcept {
-    std::vector<std::unique_ptr<core::DeviceBuffer>> done;  // released outside the lock
+    std::vector<Retired> done;  // released outside the lock
     try {
       std::lock_guard lock(mutex);
       while (!retired.empty()) {
-        Event e = retired.front().first;
+        Event e = retired.front().event;
         if (all) (void)RT::event_synchronize(e);
         else if (RT::event_query(e) == RT::not_ready) break;
-        done.push_back(std::move(retired.front().second));  // (on failure: left for later)
+        done.push_back(std::move(retired.front()));  // (on failure: left for later)
         (void)RT::event_destroy(e);
         retired.pop_front();
       }
     } catch (...) {
     }
+    (void)RT::take_error();  // a faulty device reports it at the next checked call
+  }
+  void allocated(size_t bytes) noexcept {
+    const size_t now = live_bytes.fetch_add(bytes) + bytes;
+    size_t peak = peak_bytes.load();
+    while (now > peak && !peak_bytes.compare_exchange_weak(peak, now)) {
+    }
   }
 
+  struct Retired {
+    Event event;
+    std::unique_ptr<core::DeviceBuffer> buffer;
+    std::vector<std::byte> bytes;  // a pageable copy's source
+  };
   int32_t device;
-  Stream stream{};
-  typename RT::Pool pool{};  // null: the device's default pool
+  std::unique_ptr<Lane<RT>> lane;
+  Stream stream;
+  typename RT::Pool pool{};         // null: the device's default pool
+  std::atomic<bool> plain{false};   // pools unsupported: plain allocations
+  std::atomic<size_t> live_bytes{0}, peak_bytes{0};
   std::mutex mutex;
-  std::deque<std::pair<Event, std::unique_ptr<core::DeviceBuffer>>> retired;
+  std::deque<Retired> retired;
 };
 
 // Memory from the stream-ordered allocator, freed on the stage's stream.
@@ -139,14 +272,29 @@ class GpuBuffer final : public core::DeviceBuffer {
  public:
   GpuBuffer(std::shared_ptr<GpuShared<RT>> shared, std::byte* data, size_t size)
       : DeviceBuffer(data, size, DLDevice{DLDeviceType(RT::kDeviceType), shared->device}),
-        shared_(std::move(shared)) {}
+        shared_(std::move(shared)) {
+    shared_->allocated(size);
+  }
   ~GpuBuffer() override {
     const DeviceGuard<RT> on_device(shared_->device);
-    (void)RT::free_async(data(), shared_->stream);
+    shared_->live_bytes.fetch_sub(size());
+    if (RT::free_async(data(), shared_->stream) != RT::success) (void)RT::take_error();
   }
 
  private:
   std::shared_ptr<GpuShared<RT>> shared_;
+};
+
+// A plain allocation (where pools are unsupported): freed at once by its
+// destructor, which runs only after an event (GpuShared::retire).
+template <class RT>
+class PlainBuffer final : public core::DeviceBuffer {
+ public:
+  PlainBuffer(std::byte* data, size_t size, int32_t device)
+      : DeviceBuffer(data, size, DLDevice{DLDeviceType(RT::kDeviceType), device}) {}
+  ~PlainBuffer() override {
+    if (RT::free(data()) != RT::success) (void)RT::take_error();
+  }
 };
 
 template <class RT>
@@ -155,12 +303,18 @@ class GpuCompletion final : public core::Completion {
   GpuCompletion(std::shared_ptr<GpuShared<RT>> shared, typename RT::Event event)
       : shared_(std::move(shared)), event_(event) {}
   ~GpuCompletion() override { (void)RT::event_destroy(event_); }
-  // Anything but "not ready" is done: after a device fault the event never
-  // succeeds, and the next enqueue reports the fault (KSTAGE_DEVICE_ERROR).
-  bool done() const override { return RT::event_query(event_) != RT::not_ready; }
+  // An event that reports an error is done, and failed: a device fault.
+  bool done() const override {
+    const DeviceGuard<RT> on_device(shared_->device);
+    const typename RT::Error e = RT::event_query(event_);
+    if (e == RT::not_ready) return false;
+    note(e);
+    return true;
+  }
   bool wait(uint64_t timeout_ns) const override {
     if (timeout_ns == KSTAGE_TIMEOUT_INFINITE) {
-      if (RT::event_synchronize(event_) != RT::success) RT::clear_error();
+      const DeviceGuard<RT> on_device(shared_->device);
+      note(RT::event_synchronize(event_));
       return true;
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(timeout_ns);
@@ -170,13 +324,26 @@ class GpuCompletion final : public core::Completion {
     }
     return true;
   }
+  Status status() const override {
+    const int failed = failed_.load();
+    if (failed == 0) return Status::OK();
+    return error(KSTAGE_DEVICE_ERROR, "%s device %d: the op's device work failed: %s", RT::kName,
+                 int(shared_->device), RT::error_string(typename RT::Error(failed)));
+  }
   kstage_device_sync_t sync() const override {
-    return {reinterpret_cast<uintptr_t>(shared_->stream), reinterpret_cast<uintptr_t>(event_)};
+    return {to_handle(shared_->stream), to_handle(event_)};
   }
 
  private:
+  void note(typename RT::Error e) const {
+    if (e == RT::success) return;
+    (void)RT::take_error();
+    int none = 0;
+    (void)failed_.compare_exchange_strong(none, int(e));
+  }
   std::shared_ptr<GpuShared<RT>> shared_;
   typename RT::Event event_;
+  mutable std::atomic<int> failed_{0};
 };
 
 template <class RT>
@@ -184,11 +351,12 @@ class GpuBackend final : public DeviceBackend {
   using Exec = typename RT::Exec;
   using Stream = typename RT::Stream;
   using Event = typename RT::Event;
+  using Error = typename RT::Error;
 
  public:
   static Result<std::unique_ptr<core::Backend>> make(int32_t device_id, const kstage_config_t&) {
     const int kokkos_device = RT::kokkos_device();
-    if (device_id != kokkos_device)
+    if (kokkos_device >= 0 && device_id != kokkos_device)
       return error(KSTAGE_NOT_SUPPORTED,
                    "%s device %d: Kokkos runs on %s device %d in this process, and a Kokkos "
                    "execution space cannot use another (choose the device with "
@@ -196,13 +364,10 @@ class GpuBackend final : public DeviceBackend {
                    RT::kName, int(device_id), RT::kName, kokkos_device);
     // The stream and the Kokkos instance's scratch belong to the current device.
     const DeviceGuard<RT> on_device(device_id);
-    auto shared = std::make_shared<GpuShared<RT>>(device_id);
+    std::unique_ptr<Lane<RT>> lane;
+    KSTAGE_ASSIGN_OR_RETURN(lane, Lanes<RT>::take(device_id));
+    auto shared = std::make_shared<GpuShared<RT>>(device_id, std::move(lane));
     shared->pool = device_pool(device_id);
-    if (typename RT::Error e = RT::stream_create(&shared->stream); e != RT::success) {
-      RT::clear_error();
-      return error(KSTAGE_DEVICE_ERROR, "%s device %d: stream creation failed: %s", RT::kName,
-                   int(device_id), RT::error_string(e));
-    }
     return std::unique_ptr<core::Backend>(new GpuBackend(std::move(shared)));
   }
 
@@ -232,9 +397,11 @@ class GpuBackend final : public DeviceBackend {
     if (!device && claimed.device_type != RT::kHostPinnedType) return Status::OK();
     int ordinal = -1;
     MemoryKind kind = MemoryKind::Pageable;
-    if (typename RT::Error e = RT::pointer_kind(data, &ordinal, &kind); e != RT::success)
+    if (Error e = RT::pointer_kind(data, &ordinal, &kind); e != RT::success) {
+      (void)RT::take_error();
       return error(KSTAGE_INVALID_ARGUMENT, "%s: %s cannot tell where the data pointer is (%s)",
                    what.c_str(), RT::kName, RT::error_string(e));
+    }
     const char* type = core::device_type_name(claimed.device_type);
     if (!device) {
       if (kind == MemoryKind::PinnedHost) return Status::OK();
@@ -254,17 +421,37 @@ class GpuBackend final : public DeviceBackend {
     return Status::OK();
   }
 
+  // A pageable source may be staged by the driver when the copy is called,
+  // before the stream reaches it (so before any event the stream waits on).
+  bool reads_host_at_call(const void* host) const override {
+    int ordinal = -1;
+    MemoryKind kind = MemoryKind::Pageable;
+    if (RT::pointer_kind(host, &ordinal, &kind) != RT::success) {
+      (void)RT::take_error();
+      return true;
+    }
+    return kind == MemoryKind::Pageable;
+  }
+
   Result<core::BufferPtr> allocate(size_t bytes) override {
     const DeviceGuard<RT> on_device(shared_->device);
     shared_->reap(false);
     void* p = nullptr;
-    if (typename RT::Error e =
-            RT::malloc_async(&p, std::max<size_t>(bytes, 1), shared_->pool, shared_->stream);
-        e != RT::success)
-      return out_of_memory("%s device %d: allocation of %zu bytes failed: %s",
-                   RT::kName, int(shared_->device), bytes, RT::error_string(e));
-    // The allocator aligns to at least 256 bytes (kBufferAlignment holds).
-    return core::BufferPtr(new GpuBuffer<RT>(shared_, static_cast<std::byte*>(p), bytes));
+    if (!shared_->plain.load()) {
+      const Error e =
+          RT::malloc_async(&p, std::max<size_t>(bytes, 1), shared_->pool, shared_->stream);
+      if (e == RT::success)  // the allocator aligns to at least 256 bytes (kBufferAlignment)
+        return core::BufferPtr(new GpuBuffer<RT>(shared_, static_cast<std::byte*>(p), bytes));
+      (void)RT::take_error();  // never left for the next launch check
+      if (!RT::is_not_supported(e)) return allocation_failed(e, bytes);
+      shared_->plain.store(true);  // no stream-ordered pools here: plain allocations
+    }
+    if (const Error e = RT::malloc(&p, std::max<size_t>(bytes, 1)); e != RT::success) {
+      (void)RT::take_error();
+      return allocation_failed(e, bytes);
+    }
+    return adopt(std::make_unique<PlainBuffer<RT>>(static_cast<std::byte*>(p), bytes,
+                                                   shared_->device));
   }
 
   core::BufferPtr adopt(std::unique_ptr<core::DeviceBuffer> foreign) override {
@@ -278,33 +465,38 @@ class GpuBackend final : public DeviceBackend {
     const DeviceGuard<RT> on_device(shared_->device);
     core::BufferPtr b;
     KSTAGE_ASSIGN_OR_RETURN(b, allocate(bytes));
-    // From a pageable copy of our own: the runtime stages pageable memory
-    // before the call returns, so the caller may free `host` at once -- even
-    // pinned memory, which a direct asynchronous copy would read later.
-    const std::vector<std::byte> snapshot(static_cast<const std::byte*>(host),
-                                          static_cast<const std::byte*>(host) + bytes);
-    KSTAGE_RETURN_NOT_OK(check(RT::memcpy_async(b->data(), snapshot.data(), bytes,
-                                                RT::kHostToDevice, shared_->stream),
-                               "index upload"));
+    // From a copy of our own, which lives until the copy is done (the caller may free `host`
+    // at once, and the runtime may read a pageable source after the call returns).
+    std::vector<std::byte> snapshot(static_cast<const std::byte*>(host),
+                                    static_cast<const std::byte*>(host) + bytes);
+    KSTAGE_RETURN_NOT_OK(device_status(RT::memcpy_async(b->data(), snapshot.data(), bytes,
+                                                        RT::kHostToDevice, shared_->stream),
+                                       "index upload"));
+    shared_->retire(nullptr, std::move(snapshot));
     ++core::transfer_counts().index_uploads;
+    RT::count(shared_->device, Transfer::IndexUpload);
     return b;
   }
 
+  // Within this backend's memory, which includes pinned host and managed memory: the copy
+  // kind comes from the pointers (unified addressing).
   void copy_bytes(std::byte* dst, const std::byte* src, size_t bytes) override {
     const DeviceGuard<RT> on_device(shared_->device);
-    if (bytes) must(RT::memcpy_async(dst, src, bytes, RT::kDeviceToDevice, shared_->stream), "copy");
+    if (bytes) must(RT::memcpy_async(dst, src, bytes, RT::kDefault, shared_->stream), "copy");
   }
   void copy_from_host(std::byte* dst, const std::byte* src, size_t bytes) override {
     const DeviceGuard<RT> on_device(shared_->device);
     if (!bytes) return;
-    ++core::transfer_counts().host_to_device;
     must(RT::memcpy_async(dst, src, bytes, RT::kHostToDevice, shared_->stream), "copy to device");
+    ++core::transfer_counts().host_to_device;
+    RT::count(shared_->device, Transfer::HostToDevice);
   }
   void copy_to_host(std::byte* dst, const std::byte* src, size_t bytes) override {
     const DeviceGuard<RT> on_device(shared_->device);
     if (!bytes) return;
-    ++core::transfer_counts().device_to_host;
     must(RT::memcpy_async(dst, src, bytes, RT::kDeviceToHost, shared_->stream), "copy to host");
+    ++core::transfer_counts().device_to_host;
+    RT::count(shared_->device, Transfer::DeviceToHost);
   }
 
   void row_copy(const core::kernels::RowCopy& c) override {
@@ -316,7 +508,8 @@ class GpuBackend final : public DeviceBackend {
       if (c.dst_index) k.dst_index = upload_indices(c.dst_index, c.n, dst_index);
       if (c.src_index) k.src_index = upload_indices(c.src_index, c.n, src_index);
     }
-    core::kernels::row_copy(exec_, k);
+    launch(LaunchArgs{"row_copy", {k.dst, k.src, k.dst_index, k.src_index}},
+           [k](const Exec& exec) { core::kernels::row_copy(exec, k); });
   }
 
   void ragged_copy(const core::kernels::RaggedCopy& c, size_t word) override {
@@ -325,29 +518,32 @@ class GpuBackend final : public DeviceBackend {
     // One upload for the three per-row arrays.
     const std::vector<uint64_t> host = pack_ragged(c);
     core::BufferPtr arrays = upload_or_throw(host.data(), host.size() * sizeof(uint64_t));
-    core::kernels::ragged_copy(
-        exec_, with_packed(c, reinterpret_cast<const uint64_t*>(arrays->data())), word);
+    const core::kernels::RaggedCopy k =
+        with_packed(c, reinterpret_cast<const uint64_t*>(arrays->data()));
+    launch(LaunchArgs{"ragged_copy", {k.dst, k.dst_offsets}, k.src_rows, k.bytes, k.n},
+           [k, word](const Exec& exec) { core::kernels::ragged_copy(exec, k, word); });
   }
 
   void strided_copy(const core::kernels::StridedCopy& c) override {
     const DeviceGuard<RT> on_device(shared_->device);
-    core::kernels::strided_copy(exec_, c);
+    launch(LaunchArgs{"strided_copy", {c.dst, c.src}},
+           [c](const Exec& exec) { core::kernels::strided_copy(exec, c); });
   }
 
   Status order_after(const kstage_device_sync_t& producer, const char* field) override {
     const DeviceGuard<RT> on_device(shared_->device);
     if (producer.event != 0) {
-      return check(RT::stream_wait_event(shared_->stream, reinterpret_cast<Event>(producer.event)),
-                   field, ".event");
+      return check(RT::stream_wait_event(shared_->stream, from_handle<Event>(producer.event)),
+                   field, ".event", producer.event);
     }
     if (producer.stream != 0) {
       // Everything enqueued on that stream so far: an event recorded there now.
       Stream s = stream_value(producer.stream);
       Event e{};
-      KSTAGE_RETURN_NOT_OK(check(RT::event_create(&e), field, ".stream"));
+      KSTAGE_RETURN_NOT_OK(check(RT::event_create(&e), field, ".stream", producer.stream));
       const Status st = [&]() -> Status {
-        KSTAGE_RETURN_NOT_OK(check(RT::event_record(e, s), field, ".stream"));
-        return check(RT::stream_wait_event(shared_->stream, e), field, ".stream");
+        KSTAGE_RETURN_NOT_OK(check(RT::event_record(e, s), field, ".stream", producer.stream));
+        return check(RT::stream_wait_event(shared_->stream, e), field, ".stream", producer.stream);
       }();
       (void)RT::event_destroy(e);  // released once the wait is resolved
       return st;
@@ -359,14 +555,16 @@ class GpuBackend final : public DeviceBackend {
     const DeviceGuard<RT> on_device(shared_->device);
     if (consumer.event != 0)
       KSTAGE_RETURN_NOT_OK(check(
-          RT::event_record(reinterpret_cast<Event>(consumer.event), shared_->stream), field,
-          ".event"));
+          RT::event_record(from_handle<Event>(consumer.event), shared_->stream), field,
+          ".event", consumer.event));
     if (consumer.stream != 0) {
       Event e{};
-      KSTAGE_RETURN_NOT_OK(check(RT::event_create(&e), field, ".stream"));
+      KSTAGE_RETURN_NOT_OK(check(RT::event_create(&e), field, ".stream", consumer.stream));
       const Status st = [&]() -> Status {
-        KSTAGE_RETURN_NOT_OK(check(RT::event_record(e, shared_->stream), field, ".stream"));
-        return check(RT::stream_wait_event(stream_value(consumer.stream), e), field, ".stream");
+        KSTAGE_RETURN_NOT_OK(
+            check(RT::event_record(e, shared_->stream), field, ".stream", consumer.stream));
+        return check(RT::stream_wait_event(stream_value(consumer.stream), e), field, ".stream",
+                     consumer.stream);
       }();
       (void)RT::event_destroy(e);
       return st;
@@ -374,31 +572,43 @@ class GpuBackend final : public DeviceBackend {
     return Status::OK();
   }
 
+  // Null when the stream has run everything (the work is complete: {0, 0}).
   core::CompletionPtr record() override {
     const DeviceGuard<RT> on_device(shared_->device);
     shared_->reap(false);
+    if (const Error q = RT::stream_query(shared_->stream); q == RT::success) return nullptr;
+    else if (q != RT::not_ready) must(q, "stream query");
     Event e{};
-    if (RT::event_create(&e) != RT::success) {
-      fence();  // no event to hand out: complete the work instead
-      return nullptr;
-    }
-    if (RT::event_record(e, shared_->stream) != RT::success) {
+    must(RT::event_create(&e), "event creation");
+    if (const Error r = RT::event_record(e, shared_->stream); r != RT::success) {
       (void)RT::event_destroy(e);
-      fence();
-      return nullptr;
+      must(r, "event record");
     }
     return std::make_shared<GpuCompletion<RT>>(shared_, e);
   }
 
   void fence() override {
     const DeviceGuard<RT> on_device(shared_->device);
-    (void)RT::stream_synchronize(shared_->stream);
+    if (RT::stream_synchronize(shared_->stream) != RT::success) (void)RT::take_error();
     shared_->reap(false);
+  }
+  Status finish() override {
+    const DeviceGuard<RT> on_device(shared_->device);
+    const Error e = RT::stream_synchronize(shared_->stream);
+    shared_->reap(false);
+    return device_status(e, "stream synchronize");
   }
 
  private:
-  explicit GpuBackend(std::shared_ptr<GpuShared<RT>> shared)
-      : shared_(std::move(shared)), exec_(RT::make_exec(shared_->stream)) {}
+  explicit GpuBackend(std::shared_ptr<GpuShared<RT>> shared) : shared_(std::move(shared)) {}
+
+  // The one place kernels are launched: RT::launch enqueues the kernel on the
+  // lane's instance and returns the launch's error, which is a device fault.
+  template <class Kernel>
+  void launch(const LaunchArgs& args, Kernel&& kernel) {
+    must(RT::launch(shared_->lane->exec, shared_->stream, args, std::forward<Kernel>(kernel)),
+         args.what);
+  }
 
   // kstage's pool on `device`, made once per process and kept (null when the
   // runtime cannot make one: the default pool then).
@@ -410,7 +620,7 @@ class GpuBackend final : public DeviceBackend {
     if (it != pools.end()) return it->second;
     typename RT::Pool pool{};
     if (RT::pool_create(&pool, device) != RT::success) {
-      RT::clear_error();
+      (void)RT::take_error();
       pool = {};
     }
     return pools.emplace(device, pool).first->second;
@@ -421,27 +631,49 @@ class GpuBackend final : public DeviceBackend {
   static Stream stream_value(uintptr_t v) {
     if (v == 1) return RT::legacy_stream();
     if (v == 2) return RT::per_thread_stream();
-    return reinterpret_cast<Stream>(v);
+    return from_handle<Stream>(v);
   }
 
-  static Status check(typename RT::Error e, const char* field, const char* member = "") {
+  Status allocation_failed(Error e, size_t bytes) const {
+    if (RT::is_out_of_memory(e))
+      return out_of_memory("%s device %d: allocation of %zu bytes failed: %s", RT::kName,
+                           int(shared_->device), bytes, RT::error_string(e));
+    return error(KSTAGE_DEVICE_ERROR, "%s device %d: allocation of %zu bytes failed: %s",
+                 RT::kName, int(shared_->device), bytes, RT::error_string(e));
+  }
+  // A runtime's answer to a call with the caller's handles: a device fault is
+  // DEVICE_ERROR, anything else the caller's value (INVALID_ARGUMENT naming it).
+  static Status check(Error e, const char* field, const char* member, uintptr_t value) {
     if (e == RT::success) return Status::OK();
-    RT::clear_error();  // the caller's next runtime check must not see ours
-    return error(KSTAGE_INVALID_ARGUMENT, "%s%s: %s refused it: %s", field, member, RT::kName,
-                 RT::error_string(e));
+    (void)RT::take_error();  // the caller's next runtime check must not see ours
+    if (RT::is_device_fault(e))
+      return error(KSTAGE_DEVICE_ERROR, "%s%s 0x%llx: the %s device failed: %s", field, member,
+                   (unsigned long long)value, RT::kName, RT::error_string(e));
+    return error(KSTAGE_INVALID_ARGUMENT, "%s%s 0x%llx: %s refused it: %s", field, member,
+                 (unsigned long long)value, RT::kName, RT::error_string(e));
+  }
+  // A call with kstage's own valid handles and pointers: any failure is the device's.
+  static Status device_status(Error e, const char* what) {
+    if (e == RT::success) return Status::OK();
+    (void)RT::take_error();
+    if (RT::is_out_of_memory(e))
+      return out_of_memory("%s %s failed: %s", RT::kName, what, RT::error_string(e));
+    return error(KSTAGE_DEVICE_ERROR, "%s %s failed: %s", RT::kName, what, RT::error_string(e));
   }
   // Enqueueing failed with a valid stream and valid pointers: a device fault
   // (the engine's API guard turns the exception into KSTAGE_DEVICE_ERROR).
-  static void must(typename RT::Error e, const char* what) {
+  static void must(Error e, const char* what) {
     if (e != RT::success) {
-      RT::clear_error();
+      (void)RT::take_error();
+      if (RT::is_out_of_memory(e)) throw std::bad_alloc();
       throw DeviceFault(std::string(RT::kName) + " " + what + " failed: " + RT::error_string(e));
     }
   }
   core::BufferPtr upload_or_throw(const void* host, size_t bytes) {
     Result<core::BufferPtr> b = upload(host, bytes);
-    if (!b.ok()) throw std::bad_alloc();
-    return b.value();
+    if (b.ok()) return b.value();
+    if (b.status().code() == KSTAGE_OUT_OF_MEMORY) throw std::bad_alloc();
+    throw DeviceFault(b.status().message());
   }
   const uint32_t* upload_indices(const uint32_t* host, size_t n, core::BufferPtr& keep) {
     keep = upload_or_throw(host, n * sizeof(uint32_t));
@@ -449,7 +681,6 @@ class GpuBackend final : public DeviceBackend {
   }
 
   std::shared_ptr<GpuShared<RT>> shared_;
-  Exec exec_;
 };
 
 // The factory of a runtime's backend (backends/<name>/<name>_backend.cpp).

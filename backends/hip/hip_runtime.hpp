@@ -8,6 +8,7 @@
 #include <dlpack/dlpack.h>
 #include <hip/hip_runtime_api.h>
 
+#include "backends/gpu/launch.hpp"
 #include "backends/gpu/memory_kind.hpp"
 
 namespace kstage::backends::hip {
@@ -35,10 +36,26 @@ struct HipRuntime {
   static constexpr Error not_ready = hipErrorNotReady;
   static constexpr CopyKind kHostToDevice = hipMemcpyHostToDevice;
   static constexpr CopyKind kDeviceToHost = hipMemcpyDeviceToHost;
-  static constexpr CopyKind kDeviceToDevice = hipMemcpyDeviceToDevice;
+  static constexpr CopyKind kDefault = hipMemcpyDefault;  // from the pointers
 
   static const char* error_string(Error e) { return hipGetErrorString(e); }
-  static void clear_error() { (void)hipGetLastError(); }
+  static Error take_error() { return hipGetLastError(); }
+  static bool is_out_of_memory(Error e) { return e == hipErrorOutOfMemory; }
+  static bool is_not_supported(Error e) { return e == hipErrorNotSupported; }
+  static bool is_device_fault(Error e) {
+    switch (e) {
+      case hipErrorIllegalAddress:
+      case hipErrorLaunchFailure:
+      case hipErrorAssert:
+      case hipErrorLaunchTimeOut:
+      case hipErrorLaunchOutOfResources:
+      case hipErrorECCNotCorrectable:
+      case hipErrorUnknown:
+        return true;
+      default:
+        return false;
+    }
+  }
   static Error device_count(int* n) {
     Error e = hipGetDeviceCount(n);
     if (e != hipSuccess) (void)hipGetLastError();
@@ -52,6 +69,12 @@ struct HipRuntime {
   static Error stream_create(Stream* s) { return hipStreamCreateWithFlags(s, hipStreamNonBlocking); }
   static Error stream_destroy(Stream s) { return hipStreamDestroy(s); }
   static Error stream_synchronize(Stream s) { return hipStreamSynchronize(s); }
+  // success: everything enqueued has run; not_ready: work in flight (not kept as an error).
+  static Error stream_query(Stream s) {
+    Error r = hipStreamQuery(s);
+    if (r == hipErrorNotReady) (void)hipGetLastError();
+    return r;
+  }
   static Error stream_wait_event(Stream s, Event e) { return hipStreamWaitEvent(s, e, 0); }
   static Stream legacy_stream() { return nullptr; }  // HIP's null stream
   static Stream per_thread_stream() { return hipStreamPerThread; }
@@ -80,11 +103,21 @@ struct HipRuntime {
     uint64_t keep = UINT64_MAX;
     return hipMemPoolSetAttribute(*pool, hipMemPoolAttrReleaseThreshold, &keep);
   }
-  static Error pool_trim(Pool pool) { return hipMemPoolTrimTo(pool, 0); }
+  static Error pool_usage(Pool pool, size_t* reserved, size_t* used) {
+    uint64_t r = 0, u = 0;
+    Error e = hipMemPoolGetAttribute(pool, hipMemPoolAttrReservedMemCurrent, &r);
+    if (e == hipSuccess) e = hipMemPoolGetAttribute(pool, hipMemPoolAttrUsedMemCurrent, &u);
+    *reserved = size_t(r);
+    *used = size_t(u);
+    return e;
+  }
+  static Error pool_trim(Pool pool, size_t keep) { return hipMemPoolTrimTo(pool, keep); }
   static Error malloc_async(void** p, size_t bytes, Pool pool, Stream s) {
     return pool ? hipMallocFromPoolAsync(p, bytes, pool, s) : hipMallocAsync(p, bytes, s);
   }
   static Error free_async(void* p, Stream s) { return hipFreeAsync(p, s); }
+  static Error malloc(void** p, size_t bytes) { return hipMalloc(p, bytes); }
+  static Error free(void* p) { return hipFree(p); }
   static Error memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind, Stream s) {
     return hipMemcpyAsync(dst, src, bytes, kind, s);
   }
@@ -112,6 +145,14 @@ struct HipRuntime {
                                                        : MemoryKind::Pageable;
     return hipSuccess;
   }
+
+  // The one place kernels are launched: on the stage's instance, then checked.
+  template <class Kernel>
+  static Error launch(const Exec& exec, Stream, const gpu::LaunchArgs&, Kernel&& kernel) {
+    kernel(exec);
+    return hipGetLastError();
+  }
+  static void count(int, gpu::Transfer) {}
 };
 
 }  // namespace kstage::backends::hip

@@ -210,8 +210,17 @@ enum {
  *   complete), or {0, 0} when the data is already complete. Consumers of
  *   device data wait on it before touching the data; the event is valid
  *   until the group is released.
- * - Map groups come with {0, 0}: their buffers are fresh, with no work
- *   pending on them.
+ * - Map groups come with {0, 0}: kstage_map_attribute returns once the
+ *   stage's stream has passed the allocation of their device buffers (a
+ *   stream-ordered allocator may hand out a block freed on that stream with
+ *   work still queued before the free), so no kstage work is pending on them
+ *   and any stream or the host may fill them at once.
+ * - DLPack exports of device groups: kstage releases a group's memory in the
+ *   order of its own stream, which knows nothing of the consumer's. A
+ *   consumer that reads an export (or a group) on another stream must let
+ *   it go -- the export's deleter, kstage_release_group -- only once that
+ *   work has completed (synchronise its stream or event first); the memory
+ *   may be reused by kstage's next allocation at once.
  * - Work that stays on the host -- host data written to a host column, a
  *   read whose data lands on the host, host map buffers unmapped -- takes
  *   {0, 0} and gives {0, 0}: any other value there is KSTAGE_INVALID_ARGUMENT

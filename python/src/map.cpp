@@ -48,7 +48,7 @@ struct MapGroupSource final : TensorSource {
   DLManagedTensor* export_legacy(uint64_t index, bool readonly, bool) override {
     return legacy_of(export_versioned(index, readonly));
   }
-  void sync(uintptr_t) override {}  // map buffers are fresh: no work pending on them
+  void sync(uintptr_t) override {}  // map buffers are settled when handed out (kstage.h)
 };
 
 // Waits for a commit's op and releases it; raises its failure.

@@ -4,9 +4,7 @@
 // copies across sides, residency choices, lifetimes with work in flight,
 // and the emulated device's own checks. Every case runs once per host
 // execution space.
-#include "support.hpp"
-
-#include "backends/emulated/kstage_emulated.h"
+#include "emulated/device_support.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -18,77 +16,7 @@
 #include <thread>
 
 using namespace kstage_test;
-
-namespace {
-
-constexpr DLDevice kDev0 = {DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), 0};
-constexpr DLDevice kDev1 = {DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), 1};
-constexpr DLDevice kHost = {kDLCPU, 0};
-
-// A stage whose new columns live on `residency` ({0, 0}: where the data
-// lives), and the prims of its last query(n).
-struct DeviceStage : Stage {
-  explicit DeviceStage(DLDevice residency) : Stage(host_execution(), &residency) {}
-  kstage_query_t query(size_t n) {
-    prims = paths("/p", n);
-    return Stage::query(prims);
-  }
-  std::vector<kstage_path_t> prims;
-};
-
-// Device memory holding `values`, freed with the object.
-struct DeviceFloats {
-  DeviceFloats(int32_t ordinal, const std::vector<float>& values) : n(values.size()) {
-    p = static_cast<float*>(kstage_emulated_malloc(ordinal, n * sizeof(float)));
-    REQUIRE(p != nullptr);
-    kstage_emulated_memcpy(p, values.data(), n * sizeof(float));
-    shape[0] = int64_t(n);
-    t = tensor(p, f32(), 1, shape, nullptr, DLDevice{kDev0.device_type, ordinal});
-  }
-  ~DeviceFloats() { kstage_emulated_free(p); }
-  std::vector<float> get() const {
-    std::vector<float> out(n);
-    kstage_emulated_memcpy(out.data(), p, n * sizeof(float));
-    return out;
-  }
-  float* p = nullptr;
-  size_t n;
-  int64_t shape[1] = {0};
-  DLTensor t{};
-};
-
-// One fixed-size group of `a`, read with `desc`, copied to the host after its
-// event; also reports the group's device and sync.
-struct ReadBack {
-  std::vector<float> values;  // in prim order
-  DLDevice device{};
-  kstage_device_sync_t sync{};
-};
-ReadBack read_back(DeviceStage& s, kstage_query_t q, kstage_token_t a,
-                   kstage_read_desc_t desc = kstage_read_desc_init()) {
-  kstage_read_t r = 0;
-  KS_OK(kstage_read_attributes(s.stage, q, &a, 1, &desc, &r));
-  kstage_read_group_t g{};
-  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
-  ReadBack out;
-  out.device = g.data.tensors[0].device;
-  out.sync = g.data.device_sync;
-  const size_t rows = size_t(g.data.tensors[0].shape[0]) * g.dtype.lanes;
-  const std::vector<float> all = group_floats(g, 0, rows);
-  for (uint64_t i = 0; i < g.prim_count; ++i)
-    out.values.push_back(all[g.data.index_map ? g.data.index_map[i] : i]);
-  KS_OK(kstage_release_group(s.stage, g.handle));
-  KS_OK(kstage_release_read(s.stage, r));
-  return out;
-}
-
-// Restores the default kernel delay when a case ends, whatever happens.
-struct KernelDelay {
-  explicit KernelDelay(uint32_t us) { kstage_emulated_set_kernel_delay_us(us); }
-  ~KernelDelay() { kstage_emulated_set_kernel_delay_us(0); }
-};
-
-}  // namespace
+using namespace kstage_device_test;
 
 TEST_CASE("a write ordered after a producer event does not read its data before the event",
           "[device][sync]") {
@@ -150,10 +78,10 @@ TEST_CASE("device_sync handles the device does not know are INVALID_ARGUMENT nam
   w.device_sync = kstage_device_sync_t{0, 0xdead1};
   kstage_op_t op = 0;
   KS_FAILS(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
-           KSTAGE_INVALID_ARGUMENT, "device_sync.event 0xdead1 is not an event");
+           KSTAGE_INVALID_ARGUMENT, "device_sync.event 0xdead1: emulated refused it: invalid resource handle");
   w.device_sync = kstage_device_sync_t{0xbeef1, 0};
   KS_FAILS(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
-           KSTAGE_INVALID_ARGUMENT, "device_sync.stream 0xbeef1 is not a stream");
+           KSTAGE_INVALID_ARGUMENT, "device_sync.stream 0xbeef1: emulated refused it");
   finish(s, write_op(s, q, a, 1, src.t));
   s.seal(1);
   kstage_read_desc_t d = kstage_read_desc_init();
@@ -483,7 +411,7 @@ TEST_CASE("kstage_group_sync orders a consumer's stream and event after the grou
     REQUIRE(kstage_emulated_event_query(consumed) == 1);
     // A handle the device does not know is refused, naming the field.
     KS_FAILS(kstage_group_sync(s.stage, g.handle, kstage_device_sync_t{0, 0x7777}),
-             KSTAGE_INVALID_ARGUMENT, "consumer.event 0x7777 is not an event of the emulated device");
+             KSTAGE_INVALID_ARGUMENT, "consumer.event 0x7777: emulated refused it: invalid resource handle");
     KS_OK(kstage_release_group(s.stage, g.handle));
     KS_OK(kstage_release_read(s.stage, r));
   }
@@ -539,7 +467,7 @@ TEST_CASE("the emulated device checks its launches and poisons its memory", "[de
     kstage_write_data_t w = write_data(&liar);
     KS_FAILS(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
              KSTAGE_INVALID_ARGUMENT,
-             "DLDevice says emulated device 0 but the data pointer is not device memory");
+             "DLDevice says kDLExtDev:0 but the data pointer is host memory");
     // Device 1's memory labelled device 0 (never assumed to be device 0).
     DeviceFloats on1(1, host);
     on1.t.device = kDev0;
@@ -786,7 +714,14 @@ TEST_CASE("host data a device produces: staging on the host waits for the produc
   DeviceStage s(kDev0);
   kstage_query_t q = s.query(4);
   kstage_token_t a = s.token("a");
-  std::vector<float> host = {0, 0, 0, 0};  // pinned memory a device copy fills
+  // Pinned memory a device copy fills (a kDLCUDAHost tensor must be pinned: the emulated
+  // runtime knows, as CUDA's does).
+  struct Pinned {
+    float* p = static_cast<float*>(kstage_emulated_host_malloc(4 * sizeof(float)));
+    ~Pinned() { kstage_emulated_host_free(p); }
+    float* data() const { return p; }
+  } host;
+  std::fill(host.p, host.p + 4, 0.f);
   const std::vector<float> fresh = {1, 2, 3, 4};
   const uintptr_t producer = kstage_emulated_stream_create(0);
   const uintptr_t done = kstage_emulated_event_create();

@@ -1,0 +1,80 @@
+// SPDX-License-Identifier: Apache-2.0
+// What the emulated-device test programs share: stages on a device, device
+// memory holding values, reading a group back, slow kernels.
+#pragma once
+
+#include "support.hpp"
+
+#include "backends/emulated/kstage_emulated.h"
+
+namespace kstage_device_test {
+using namespace kstage_test;
+
+inline constexpr DLDevice kDev0 = {DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), 0};
+inline constexpr DLDevice kDev1 = {DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), 1};
+inline constexpr DLDevice kHost = {kDLCPU, 0};
+
+// A stage whose new columns live on `residency` ({0, 0}: where the data
+// lives), and the prims of its last query(n).
+struct DeviceStage : Stage {
+  explicit DeviceStage(DLDevice residency) : Stage(host_execution(), &residency) {}
+  kstage_query_t query(size_t n) {
+    prims = paths("/p", n);
+    return Stage::query(prims);
+  }
+  std::vector<kstage_path_t> prims;
+};
+
+// Device memory holding `values`, freed with the object.
+struct DeviceFloats {
+  DeviceFloats(int32_t ordinal, const std::vector<float>& values) : n(values.size()) {
+    p = static_cast<float*>(kstage_emulated_malloc(ordinal, n * sizeof(float)));
+    REQUIRE(p != nullptr);
+    kstage_emulated_memcpy(p, values.data(), n * sizeof(float));
+    shape[0] = int64_t(n);
+    t = tensor(p, f32(), 1, shape, nullptr, DLDevice{kDev0.device_type, ordinal});
+  }
+  ~DeviceFloats() { kstage_emulated_free(p); }
+  std::vector<float> get() const {
+    std::vector<float> out(n);
+    kstage_emulated_memcpy(out.data(), p, n * sizeof(float));
+    return out;
+  }
+  float* p = nullptr;
+  size_t n;
+  int64_t shape[1] = {0};
+  DLTensor t{};
+};
+
+// One fixed-size group of `a`, read with `desc`, copied to the host after its
+// event; also reports the group's device and sync.
+struct ReadBack {
+  std::vector<float> values;  // in prim order
+  DLDevice device{};
+  kstage_device_sync_t sync{};
+};
+inline ReadBack read_back(DeviceStage& s, kstage_query_t q, kstage_token_t a,
+                   kstage_read_desc_t desc = kstage_read_desc_init()) {
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, q, &a, 1, &desc, &r));
+  kstage_read_group_t g{};
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+  ReadBack out;
+  out.device = g.data.tensors[0].device;
+  out.sync = g.data.device_sync;
+  const size_t rows = size_t(g.data.tensors[0].shape[0]) * g.dtype.lanes;
+  const std::vector<float> all = group_floats(g, 0, rows);
+  for (uint64_t i = 0; i < g.prim_count; ++i)
+    out.values.push_back(all[g.data.index_map ? g.data.index_map[i] : i]);
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  return out;
+}
+
+// Restores the default kernel delay when a case ends, whatever happens.
+struct KernelDelay {
+  explicit KernelDelay(uint32_t us) { kstage_emulated_set_kernel_delay_us(us); }
+  ~KernelDelay() { kstage_emulated_set_kernel_delay_us(0); }
+};
+
+}  // namespace kstage_device_test

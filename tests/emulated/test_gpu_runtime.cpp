@@ -1,0 +1,439 @@
+// SPDX-License-Identifier: Apache-2.0
+// The emulated runtime is as strict as CUDA (kstage_emulated.h), and the GPU
+// backend (backends/gpu/gpu_backend.hpp, which the emulated device runs) is
+// correct under those rules: stream-ordered reuse, pageable copies, copy
+// kinds, asynchronous faults and launch failures, events across ordinals,
+// allocation failures and missing pools, empty tensors, and stage lanes.
+// Each rule has a case that fails on a runtime that breaks it, and each
+// backend defect it found a case that fails before its fix.
+#include "emulated/device_support.hpp"
+
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+
+using namespace kstage_test;
+using namespace kstage_device_test;
+
+namespace {
+
+// Resets ordinal 0 when a case ends: no fault or missing pool leaks into the next case.
+struct ResetDevice {
+  ~ResetDevice() {
+    kstage_emulated_device_reset(0);
+    kstage_emulated_device_reset(1);
+  }
+};
+
+// The violation handler's messages while a case runs.
+std::mutex g_violations_mutex;
+std::vector<std::string> g_violations;
+void record_violation(const char* message) {
+  std::lock_guard lock(g_violations_mutex);
+  g_violations.emplace_back(message);
+}
+struct CatchViolations {
+  CatchViolations() : previous(kstage_emulated_set_violation_handler(record_violation)) {
+    std::lock_guard lock(g_violations_mutex);
+    g_violations.clear();
+  }
+  ~CatchViolations() { kstage_emulated_set_violation_handler(previous); }
+  std::vector<std::string> seen() {
+    std::lock_guard lock(g_violations_mutex);
+    return g_violations;
+  }
+  kstage_emulated_violation_fn previous;
+};
+
+// A write of the device tensor `src` through an index_map (a gather kernel at the call).
+kstage_status_t gather_write(DeviceStage& s, kstage_query_t q, kstage_token_t a, uint64_t ordinal,
+                             const DLTensor& src, const std::vector<uint32_t>& index_map,
+                             kstage_op_t* op) {
+  kstage_write_data_t w = write_data(&src);
+  w.index_map = index_map.data();
+  w.count = index_map.size();
+  return kstage_write_attribute(s.stage, q, a, ordinal, &w, KSTAGE_PRIM_MODE_UPSERT, op);
+}
+
+std::string op_error(DeviceStage& s, kstage_op_t op) {
+  const char* message = nullptr;
+  KS_OK(kstage_op_error(s.stage, op, &message));
+  return message ? message : "";
+}
+
+}  // namespace
+
+TEST_CASE("emulated runtime: a pageable source is read at the call, pinned memory in stream order",
+          "[device][runtime]") {
+  DeviceFloats dev(0, {0, 0, 0, 0});
+  const uintptr_t stream = kstage_emulated_stream_create(0);
+  SECTION("pageable: the values at the call") {
+    std::vector<float> host = {1, 2, 3, 4};
+    kstage_emulated_stream_hold(stream);
+    REQUIRE(kstage_emulated_memcpy_async(stream, dev.p, host.data(), 16) == 0);
+    host = {9, 9, 9, 9};  // after the call, before the stream reaches the copy
+    kstage_emulated_stream_release(stream);
+    kstage_emulated_stream_synchronize(stream);
+    REQUIRE(dev.get() == std::vector<float>{1, 2, 3, 4});
+  }
+  SECTION("pinned: the values when the stream reaches the copy") {
+    auto* pinned = static_cast<float*>(kstage_emulated_host_malloc(16));
+    REQUIRE(pinned != nullptr);
+    std::fill(pinned, pinned + 4, 1.f);
+    kstage_emulated_stream_hold(stream);
+    REQUIRE(kstage_emulated_memcpy_async(stream, dev.p, pinned, 16) == 0);
+    std::fill(pinned, pinned + 4, 7.f);
+    kstage_emulated_stream_release(stream);
+    kstage_emulated_stream_synchronize(stream);
+    REQUIRE(dev.get() == std::vector<float>{7, 7, 7, 7});
+    kstage_emulated_host_free(pinned);
+  }
+  SECTION("to pageable memory: done when the call returns") {
+    DeviceFloats full(0, {5, 6, 7, 8});
+    KernelDelay slow(20000);
+    std::vector<float> host(4, 0.f);
+    REQUIRE(kstage_emulated_memcpy_async(stream, host.data(), full.p, 16) == 0);
+    REQUIRE(host == std::vector<float>{5, 6, 7, 8});  // no synchronisation in between
+  }
+  kstage_emulated_stream_destroy(stream);
+}
+
+TEST_CASE("emulated runtime: a copy whose kind contradicts its pointers fails and copies nothing",
+          "[device][runtime]") {
+  DeviceFloats a(0, {1, 2, 3, 4}), b(0, {0, 0, 0, 0});
+  std::vector<float> host = {5, 5, 5, 5};
+  const uintptr_t stream = kstage_emulated_stream_create(0);
+  REQUIRE(kstage_emulated_memcpy_kind_async(stream, b.p, a.p, 16, KSTAGE_EMULATED_HOST_TO_DEVICE) != 0);
+  REQUIRE(kstage_emulated_memcpy_kind_async(stream, b.p, host.data(), 16,
+                                            KSTAGE_EMULATED_DEVICE_TO_DEVICE) != 0);
+  REQUIRE(kstage_emulated_memcpy_kind_async(stream, host.data(), b.p, 16,
+                                            KSTAGE_EMULATED_HOST_TO_DEVICE) != 0);
+  kstage_emulated_stream_synchronize(stream);
+  REQUIRE(b.get() == std::vector<float>{0, 0, 0, 0});
+  REQUIRE(host == std::vector<float>{5, 5, 5, 5});
+  REQUIRE(kstage_emulated_memcpy_kind_async(stream, b.p, a.p, 16, KSTAGE_EMULATED_DEVICE_TO_DEVICE) == 0);
+  kstage_emulated_stream_synchronize(stream);
+  REQUIRE(b.get() == std::vector<float>{1, 2, 3, 4});
+  kstage_emulated_stream_destroy(stream);
+}
+
+TEST_CASE("emulated runtime: an event recorded on one ordinal orders a stream of the other",
+          "[device][runtime]") {
+  DeviceFloats on1(1, {0, 0, 0, 0});
+  const uintptr_t s0 = kstage_emulated_stream_create(0), s1 = kstage_emulated_stream_create(1);
+  const uintptr_t e = kstage_emulated_event_create();
+  std::atomic<int> ran{0};
+  kstage_emulated_stream_hold(s0);
+  kstage_emulated_event_record(e, s0);
+  kstage_emulated_stream_wait_event(s1, e);
+  REQUIRE(kstage_emulated_launch_host_func(s1, [](void* p) { static_cast<std::atomic<int>*>(p)->store(1); },
+                                           &ran) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(ran.load() == 0);
+  REQUIRE(kstage_emulated_event_query(e) == 0);
+  kstage_emulated_stream_release(s0);
+  kstage_emulated_stream_synchronize(s1);
+  REQUIRE(ran.load() == 1);
+  kstage_emulated_event_destroy(e);
+  kstage_emulated_stream_destroy(s0);
+  kstage_emulated_stream_destroy(s1);
+}
+
+// Defect 1: map buffers come from the stream-ordered allocator, usable only in the stage's
+// stream order; a map that handed them out at once let the host's fill be overwritten by the
+// allocator's fresh-block fill still queued behind the stage's work.
+TEST_CASE("gpu backend: map groups are safe to fill at once, from the host or any stream",
+          "[device][runtime][map]") {
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(64);
+  kstage_token_t a = s.token("a");
+  std::vector<float> v(64, 1.f);
+  int64_t shape[1] = {64};
+  DLTensor t = tensor(v.data(), f32(), 1, shape);
+  finish(s, write_op(s, q, a, 1, t));
+  s.seal(1);
+  KernelDelay slow(20000);  // the stage's stream has work queued when the map opens
+  kstage_op_t busy = write_op(s, q, a, 2, t);
+  s.seal(2);
+  kstage_map_desc_t d = kstage_map_desc_init();
+  d.attribute = a;
+  d.dtype = f32();
+  d.prim_mode = KSTAGE_PRIM_MODE_UPDATE;
+  kstage_map_t m = 0;
+  KS_OK(kstage_map_attribute(s.stage, q, &d, 3, nullptr, 0, &m));
+  kstage_map_group_info_t g{};
+  KS_OK(kstage_fetch_map_next(s.stage, m, 0, &g));
+  REQUIRE(g.data.device_sync.stream == 0);
+  REQUIRE(g.data.device_sync.event == 0);
+  std::vector<float> filled(64);
+  for (size_t i = 0; i < filled.size(); ++i) filled[i] = float(i);
+  kstage_emulated_memcpy(g.data.tensors[0].data, filled.data(), sizeof(float) * 64);
+  kstage_op_t op = 0;
+  KS_OK(kstage_unmap_group(s.stage, m, g.handle, kstage_device_sync_t{0, 0}, &op));
+  finish(s, op);
+  finish(s, busy);
+  KS_OK(kstage_release_map(s.stage, m));
+  kstage_emulated_set_kernel_delay_us(0);
+  s.seal(3);
+  std::vector<float> got = read_back(s, q, a).values;
+  std::vector<float> sorted = got;
+  std::sort(sorted.begin(), sorted.end());
+  REQUIRE(sorted == filled);  // every value the host wrote, none of the allocator's marker
+}
+
+// Defect 2: a fault in a kernel or copy was reported as success (the completion cleared the
+// error), and the calls after it went on as if the device were fine.
+TEST_CASE("gpu backend: a device fault fails its op with DEVICE_ERROR, and the calls after it",
+          "[device][runtime][fault]") {
+  ResetDevice reset;
+  kstage_query_t q = 0;
+  kstage_token_t a = 0;
+  SECTION("a copy that faults") {
+    DeviceStage s(kDev0);
+    q = s.query(4);
+    a = s.token("a");
+    DeviceFloats src(0, {1, 2, 3, 4});
+    REQUIRE(kstage_emulated_inject_fault(0, KSTAGE_EMULATED_FAULT_COPY, 1) == 1);
+    kstage_op_t op = write_op(s, q, a, 1, src.t);
+    REQUIRE(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE) == KSTAGE_DEVICE_ERROR);
+    REQUIRE(std::string(kstage_last_error()).find("an illegal memory access was encountered") !=
+            std::string::npos);
+    REQUIRE(op_error(s, op).find("illegal memory access") != std::string::npos);
+    KS_OK(kstage_release_op(s.stage, op));
+    REQUIRE(kstage_emulated_device_status(0) != 0);
+    // The context is faulty: the next call that needs the device says so.
+    kstage_op_t next = 0;
+    kstage_write_data_t w = write_data(&src.t);
+    KS_FAILS(kstage_write_attribute(s.stage, q, a, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &next),
+             KSTAGE_DEVICE_ERROR, "illegal memory access");
+  }
+  SECTION("a kernel that faults") {
+    DeviceStage s(kDev0);
+    q = s.query(4);
+    a = s.token("a");
+    DeviceFloats src(0, {1, 2, 3, 4});
+    REQUIRE(kstage_emulated_inject_fault(0, KSTAGE_EMULATED_FAULT_KERNEL, 1) == 1);
+    kstage_op_t op = 0;
+    KS_OK(gather_write(s, q, a, 1, src.t, {3, 2, 1, 0}, &op));
+    REQUIRE(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE) == KSTAGE_DEVICE_ERROR);
+    REQUIRE(op_error(s, op).find("emulated device 0") != std::string::npos);
+    KS_OK(kstage_release_op(s.stage, op));
+    kstage_read_desc_t d = kstage_read_desc_init();
+    kstage_read_t r = 0;
+    KS_FAILS(kstage_read_attributes(s.stage, q, &a, 1, &d, &r), KSTAGE_DEVICE_ERROR,
+             "illegal memory access");
+  }
+  kstage_emulated_device_reset(0);
+  // After a reset the device works again, for a new stage.
+  DeviceStage fresh(kDev0);
+  q = fresh.query(4);
+  a = fresh.token("a");
+  DeviceFloats src(0, {1, 2, 3, 4});
+  finish(fresh, write_op(fresh, q, a, 1, src.t));
+  fresh.seal(1);
+  REQUIRE(read_back(fresh, q, a).values == std::vector<float>{1, 2, 3, 4});
+}
+
+TEST_CASE("gpu backend: a launch refused at launch is DEVICE_ERROR and leaves the stage usable",
+          "[device][runtime][fault]") {
+  ResetDevice reset;
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(4);
+  kstage_token_t a = s.token("a");
+  DeviceFloats src(0, {1, 2, 3, 4});
+  REQUIRE(kstage_emulated_inject_fault(0, KSTAGE_EMULATED_FAULT_LAUNCH, 1) == 1);
+  kstage_op_t op = 0;
+  KS_FAILS(gather_write(s, q, a, 1, src.t, {3, 2, 1, 0}, &op), KSTAGE_DEVICE_ERROR,
+           "too many resources requested for launch");
+  REQUIRE(kstage_emulated_device_status(0) == 0);  // not sticky
+  KS_OK(gather_write(s, q, a, 1, src.t, {3, 2, 1, 0}, &op));
+  finish(s, op);
+  s.seal(1);
+  REQUIRE(read_back(s, q, a).values == std::vector<float>{4, 3, 2, 1});
+}
+
+// Defect 8: a failed allocation left the runtime's last error set, so the next launch check
+// reported it; and where pools are unsupported nothing could be allocated at all.
+TEST_CASE("gpu backend: a failed allocation leaves no error behind", "[device][runtime][memory]") {
+  ResetDevice reset;
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(4);
+  kstage_token_t a = s.token("a");
+  DeviceFloats src(0, {1, 2, 3, 4});
+  REQUIRE(kstage_emulated_inject_fault(0, KSTAGE_EMULATED_FAULT_ALLOC, 1) == 1);
+  kstage_write_data_t w = write_data(&src.t);
+  kstage_op_t op = 0;
+  KS_FAILS(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+           KSTAGE_OUT_OF_MEMORY, "emulated device 0: allocation of 16 bytes failed: out of memory");
+  // The next call launches a kernel: its launch check must not see the allocation's error.
+  KS_OK(gather_write(s, q, a, 1, src.t, {3, 2, 1, 0}, &op));
+  finish(s, op);
+  s.seal(1);
+  REQUIRE(read_back(s, q, a).values == std::vector<float>{4, 3, 2, 1});
+}
+
+TEST_CASE("gpu backend: without memory pools, plain allocations freed after their work",
+          "[device][runtime][memory]") {
+  ResetDevice reset;
+  const size_t before = kstage_emulated_live_bytes(0);
+  kstage_emulated_set_pools_supported(0, 0);
+  {
+    DeviceStage s(kDev0);
+    kstage_query_t q = s.query(4);
+    kstage_token_t a = s.token("a");
+    DeviceFloats src(0, {1, 2, 3, 4});
+    for (uint64_t ordinal = 1; ordinal <= 3; ++ordinal) {
+      kstage_op_t op = 0;
+      KS_OK(gather_write(s, q, a, ordinal, src.t, {3, 2, 1, 0}, &op));
+      finish(s, op);
+      s.seal(ordinal);
+    }
+    kstage_read_desc_t d = kstage_read_desc_init();
+    d.target_device = kDev0;
+    REQUIRE(read_back(s, q, a, d).values == std::vector<float>{4, 3, 2, 1});
+  }
+  REQUIRE(kstage_emulated_live_bytes(0) == before);  // every plain allocation freed
+}
+
+// Defect 7: a pageable host source with a producer event was copied up with only a stream
+// wait, but a runtime may read pageable memory at the call, before the producer ran.
+TEST_CASE("gpu backend: a pageable host source is read after its producer's event",
+          "[device][runtime][sync]") {
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(4);
+  kstage_token_t a = s.token("a");
+  std::vector<float> host = {0, 0, 0, 0};
+  const uintptr_t producer = kstage_emulated_stream_create(0);
+  const uintptr_t done = kstage_emulated_event_create();
+  kstage_emulated_stream_hold(producer);
+  REQUIRE(kstage_emulated_launch_host_func(
+              producer,
+              [](void* p) {
+                float* f = static_cast<float*>(p);
+                for (int i = 0; i < 4; ++i) f[i] = float(i + 1);
+              },
+              host.data()) == 0);
+  kstage_emulated_event_record(done, producer);
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    kstage_emulated_stream_release(producer);
+  });
+  int64_t shape[1] = {4};
+  DLTensor t = tensor(host.data(), f32(), 1, shape);
+  kstage_op_t op = write_op(s, q, a, 1, t, kstage_device_sync_t{producer, done});
+  releaser.join();
+  finish(s, op);
+  s.seal(1);
+  REQUIRE(read_back(s, q, a).values == std::vector<float>{1, 2, 3, 4});
+  kstage_emulated_event_destroy(done);
+  kstage_emulated_stream_destroy(producer);
+}
+
+// Defect 6: copies within the backend said device-to-device, while the backend reads pinned
+// host memory in place too.
+TEST_CASE("gpu backend: pinned host tensors are staged on the device with the right copy kind",
+          "[device][runtime]") {
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(4);
+  kstage_token_t a = s.token("a");
+  auto* pinned = static_cast<float*>(kstage_emulated_host_malloc(16));
+  REQUIRE(pinned != nullptr);
+  for (int i = 0; i < 4; ++i) pinned[i] = float(10 + i);
+  int64_t shape[1] = {4};
+  DLTensor t = tensor(pinned, f32(), 1, shape, nullptr, DLDevice{kDLCUDAHost, 0});
+  finish(s, write_op(s, q, a, 1, t));
+  s.seal(1);
+  REQUIRE(read_back(s, q, a).values == std::vector<float>{10, 11, 12, 13});
+  // Pageable memory labelled pinned is refused by name.
+  std::vector<float> pageable(4, 1.f);
+  t.data = pageable.data();
+  kstage_write_data_t w = write_data(&t);
+  kstage_op_t op = 0;
+  KS_FAILS(kstage_write_attribute(s.stage, q, a, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+           KSTAGE_INVALID_ARGUMENT, "DLDevice says kDLCUDAHost but the data pointer is not pinned");
+  kstage_emulated_host_free(pinned);
+}
+
+// Defect 10: zero-row device tensors were refused, their pointer (null or one past an
+// allocation) checked though no byte is addressed.
+TEST_CASE("gpu backend: an empty device tensor is not checked for its pointer", "[device][runtime]") {
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(0);
+  kstage_token_t a = s.token("a");
+  float host_byte = 0;
+  int64_t shape[1] = {0};
+  DLTensor t = tensor(&host_byte + 1, f32(), 1, shape, nullptr, kDev0);  // one past: not device
+  finish(s, write_op(s, q, a, 1, t));
+  s.seal(1);
+  kstage_query_t four = s.query(4);
+  std::vector<float> v = {1, 2, 3, 4};
+  int64_t four_rows[1] = {4};
+  DLTensor host = tensor(v.data(), f32(), 1, four_rows, nullptr, kDev0);
+  kstage_write_data_t w = write_data(&host);
+  kstage_op_t op = 0;
+  KS_FAILS(kstage_write_attribute(s.stage, four, a, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+           KSTAGE_INVALID_ARGUMENT, "DLDevice says kDLExtDev:0 but the data pointer is host memory");
+}
+
+// Defect 5: an index upload freed its host copy as soon as the asynchronous copy was
+// enqueued; the runtime may read a pageable source until the copy completes. The emulated
+// runtime checks that under AddressSanitizer (the asan preset).
+TEST_CASE("gpu backend: index uploads keep their host copy until the copy is done",
+          "[device][runtime][memory]") {
+  CatchViolations violations;
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(256);
+  kstage_token_t a = s.token("a");
+  std::vector<float> values(256);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = float(i);
+  DeviceFloats src(0, values);
+  std::vector<uint32_t> reversed(256);
+  for (size_t i = 0; i < reversed.size(); ++i) reversed[i] = uint32_t(255 - i);
+  KernelDelay slow(5000);  // the upload is still queued when the call returns
+  kstage_op_t op = 0;
+  KS_OK(gather_write(s, q, a, 1, src.t, reversed, &op));
+  finish(s, op);
+  kstage_emulated_set_kernel_delay_us(0);
+  s.seal(1);
+  std::vector<float> want(values.rbegin(), values.rend());
+  REQUIRE(read_back(s, q, a).values == want);
+  REQUIRE(violations.seen().empty());
+}
+
+// Defect 9: every stage made a stream and a Kokkos instance (a device-wide synchronisation on
+// CUDA with Kokkos 3.4) and destroyed them after; a device's lanes are now kept for reuse.
+TEST_CASE("gpu backend: a new stage reuses the lane an earlier stage gave back",
+          "[device][runtime]") {
+  auto stream_of = [](DeviceStage& s) {
+    kstage_query_t q = s.query(4);
+    kstage_token_t a = s.token("a");
+    std::vector<float> v = {1, 2, 3, 4};
+    int64_t shape[1] = {4};
+    DLTensor t = tensor(v.data(), f32(), 1, shape);
+    finish(s, write_op(s, q, a, 1, t));
+    s.seal(1);
+    KernelDelay slow(20000);  // the read's copy up is pending: the group carries the stream
+    kstage_read_desc_t d = kstage_read_desc_init();
+    d.target_device = kDev0;
+    kstage_read_t r = 0;
+    KS_OK(kstage_read_attributes(s.stage, q, &a, 1, &d, &r));
+    kstage_read_group_t g{};
+    KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+    const uintptr_t stream = g.data.device_sync.stream;
+    KS_OK(kstage_release_group(s.stage, g.handle));
+    KS_OK(kstage_release_read(s.stage, r));
+    return stream;
+  };
+  uintptr_t first = 0, second = 0;
+  {
+    DeviceStage s(kHost);
+    first = stream_of(s);
+  }
+  {
+    DeviceStage s(kHost);
+    second = stream_of(s);
+  }
+  REQUIRE(first != 0);
+  REQUIRE(second == first);
+}
