@@ -134,7 +134,9 @@ kstage_status_t kstage_map_group_export(kstage_stage_t stage, kstage_map_t map,
     std::lock_guard lock(m->mutex);
     core::MapGroup* g;
     KSTAGE_ASSIGN_OR_RETURN(g, fetched_group(*m, group));
-    core::ExportSource src{&g->tensors, g->rows.data, false, false};
+    core::ExportSource src;
+    src.tensors = &g->tensors;
+    src.buffer = g->rows.data;
     KSTAGE_ASSIGN_OR_RETURN(*tensor, core::export_group_versioned(src, index, flags));
     return Status::OK();
   });

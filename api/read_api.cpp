@@ -87,6 +87,32 @@ kstage_status_t kstage_release_read(kstage_stage_t stage, kstage_read_t read) {
 
 #include "core/group_export.hpp"
 
+namespace {
+// The export of a group to a consumer's stream: ordered after the group's data, released
+// after the consumer's work (host groups: stream 0 only, checked by sync_consumer).
+template <class Export, class Out>
+kstage_status_t export_on_stream(kstage_stage_t stage, kstage_group_t group, uint64_t index,
+                                 uint64_t flags, uintptr_t stream, Out** tensor, Export make) {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(tensor, "tensor"));
+    std::shared_ptr<core::ReadGroup> g;
+    KSTAGE_ASSIGN_OR_RETURN(g, lookup(s->groups, group, Kind::Group));
+    core::ExportSource source = core::export_source(*g);
+    if (stream != 0) {
+      KSTAGE_RETURN_NOT_OK(s->engine->sync_consumer(*g, kstage_device_sync_t{stream, 0}));
+      if (g->device) {
+        source.release = g->device->stream_release();
+        source.release_stream = stream;
+      }
+    }
+    KSTAGE_ASSIGN_OR_RETURN(*tensor, make(source, index, flags));
+    return Status::OK();
+  });
+}
+}  // namespace
+
 extern "C" {
 
 kstage_status_t kstage_group_export(kstage_stage_t stage, kstage_group_t group, uint64_t index,
@@ -114,6 +140,19 @@ kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, kstage_group_t 
     KSTAGE_ASSIGN_OR_RETURN(*tensor, core::export_group_legacy(core::export_source(*g), index, flags));
     return Status::OK();
   });
+}
+
+kstage_status_t kstage_group_export_on_stream(kstage_stage_t stage, kstage_group_t group,
+                                              uint64_t index, uint64_t flags, uintptr_t stream,
+                                              DLManagedTensorVersioned** tensor) {
+  return export_on_stream(stage, group, index, flags, stream, tensor,
+                          core::export_group_versioned);
+}
+
+kstage_status_t kstage_group_export_legacy_on_stream(kstage_stage_t stage, kstage_group_t group,
+                                                     uint64_t index, uint64_t flags,
+                                                     uintptr_t stream, DLManagedTensor** tensor) {
+  return export_on_stream(stage, group, index, flags, stream, tensor, core::export_group_legacy);
 }
 
 kstage_status_t kstage_group_sync(kstage_stage_t stage, kstage_group_t group,

@@ -46,6 +46,17 @@ class Completion {
 };
 using CompletionPtr = std::shared_ptr<const Completion>;
 
+// Releases memory after a consumer's stream: what an export made for a
+// consumer stream keeps, since its deleter may run after the stage is gone.
+class StreamRelease {
+ public:
+  virtual ~StreamRelease() = default;
+  // Drops `held` once the work enqueued on `stream` (a kstage_device_sync_t
+  // stream value) by now has completed. Runs in a deleter: never throws and
+  // never blocks, but where it cannot track the stream (then it waits).
+  virtual void release_after(BufferPtr held, uintptr_t stream) const noexcept = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -109,6 +120,9 @@ class Backend {
   virtual Status record_into(const kstage_device_sync_t& consumer, const char* field) = 0;
   // The completion of all work enqueued so far; null when it is complete.
   virtual CompletionPtr record() = 0;
+  // What orders the release of this backend's memory after a consumer's
+  // stream (null: nothing to order, host memory).
+  virtual std::shared_ptr<const StreamRelease> stream_release() { return nullptr; }
   // Waits for all work this backend enqueued. A device failure is not
   // reported here (failure paths fence): it surfaces at the next checked call.
   virtual void fence() = 0;

@@ -11,12 +11,15 @@ struct ExportContext {
   BufferPtr buffer;
   int64_t shape[2];
   int64_t strides[2];
+  std::shared_ptr<const StreamRelease> after;  // releases after the consumer's stream, when set
+  uintptr_t after_stream = 0;
 
   // The buffer is a Kokkos View underneath; after Kokkos::finalize it must
   // not be released any more, so a late deleter frees only the context's
   // storage (no destructors run) and leaks the buffer on purpose.
   static void release(ExportContext* ctx) {
     if (kokkos_is_running()) {
+      if (ctx->after) ctx->after->release_after(std::move(ctx->buffer), ctx->after_stream);
       delete ctx;
     } else {
       ::operator delete(static_cast<void*>(ctx));
@@ -44,6 +47,8 @@ std::unique_ptr<ExportContext> fill(const ExportSource& g, uint64_t index, DLTen
   const DLTensor& t = (*g.tensors)[index];
   auto ctx = std::make_unique<ExportContext>();
   ctx->buffer = g.buffer;
+  ctx->after = g.release;
+  ctx->after_stream = g.release_stream;
   const int64_t rows = t.shape[0];
   const int64_t lanes = t.dtype.lanes;
   out = t;
@@ -67,7 +72,12 @@ std::unique_ptr<ExportContext> fill(const ExportSource& g, uint64_t index, DLTen
 }  // namespace
 
 ExportSource export_source(const ReadGroup& g) {
-  return ExportSource{&g.tensors, g.pinned, !g.owns_buffer, g.desc.is_delete};
+  ExportSource s;
+  s.tensors = &g.tensors;
+  s.buffer = g.pinned;
+  s.shares_storage = !g.owns_buffer;
+  s.is_delete = g.desc.is_delete;
+  return s;
 }
 
 Result<DLManagedTensorVersioned*> export_group_versioned(const ExportSource& g, uint64_t index,

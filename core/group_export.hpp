@@ -14,6 +14,10 @@ struct ExportSource {
   BufferPtr buffer;
   bool shares_storage = false;  // a zero-copy read: the column's own storage
   bool is_delete = false;       // a tombstone group (no tensors)
+  // Set for an export to a consumer stream: the deleter releases `buffer` after the work
+  // enqueued on `release_stream` by then (kstage_group_export_on_stream).
+  std::shared_ptr<const StreamRelease> release;
+  uintptr_t release_stream = 0;
 };
 ExportSource export_source(const ReadGroup& group);
 

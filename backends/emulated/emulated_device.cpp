@@ -768,7 +768,19 @@ int32_t kstage_emulated_ordinal_of(const void* ptr) {
 }
 
 size_t kstage_emulated_live_bytes(int32_t ordinal) {
-  return ordinal >= 0 && ordinal < kDeviceCount ? arena(ordinal).live_bytes() : 0;
+  if (ordinal < 0 || ordinal >= kDeviceCount) return 0;
+  // Blocks a pool caches are free memory to its users: not counted.
+  size_t cached = 0;
+  {
+    std::lock_guard lock(g_pools_mutex);
+    for (Pool* pool : pools()) {
+      if (pool->ordinal() != ordinal) continue;
+      size_t reserved = 0, used = 0;
+      pool->usage(&reserved, &used);
+      cached += reserved - used;
+    }
+  }
+  return arena(ordinal).live_bytes() - cached;
 }
 
 void kstage_emulated_copy_counts(int32_t ordinal, uint64_t* h2d, uint64_t* d2h) {

@@ -89,7 +89,8 @@ KSTAGE_API void* kstage_emulated_host_malloc(size_t bytes);
 KSTAGE_API void kstage_emulated_host_free(void* ptr);
 /** The ordinal whose arena holds `ptr`, or -1. */
 KSTAGE_API int32_t kstage_emulated_ordinal_of(const void* ptr);
-/** Bytes allocated in `ordinal`'s arena (by kstage and by tests). */
+/** Bytes allocated in `ordinal`'s arena and in use (by kstage and by tests): blocks the
+ * stream-ordered pools cache after a free count as free. */
 KSTAGE_API size_t kstage_emulated_live_bytes(int32_t ordinal);
 /** Data copies between the host and `ordinal` enqueued by kstage's backend
  * (copy_from_host / copy_to_host; index uploads are not counted). */

@@ -193,11 +193,12 @@ struct GpuShared {
     const DeviceGuard<RT> on_device(device);
     (void)RT::stream_synchronize(stream);
     reap(/*all=*/true);
-    // Hand back what this stage cached: at most its peak, never what others use.
+    // Hand back what this stage can have cached -- at most what it allocated -- and never
+    // what other stages use (a short-lived stage does not empty a long-lived one's cache).
     size_t reserved = 0, used = 0;
     if (pool && RT::pool_usage(pool, &reserved, &used) == RT::success) {
       const size_t cached = reserved > used ? reserved - used : 0;
-      (void)RT::pool_trim(pool, reserved - std::min(cached, peak_bytes.load()));
+      (void)RT::pool_trim(pool, reserved - std::min(cached, allocated_bytes.load()));
     }
     (void)RT::take_error();
     Lanes<RT>::give(device, std::move(lane));
@@ -213,7 +214,7 @@ struct GpuShared {
     if (RT::event_create(&e) == RT::success && RT::event_record(e, stream) == RT::success) {
       try {
         std::lock_guard lock(mutex);
-        retired.push_back(Retired{e, std::move(b), std::move(bytes)});
+        retired.push_back(Retired{e, std::move(b), std::move(bytes), nullptr});
         tracked = true;
       } catch (...) {
       }
@@ -244,24 +245,42 @@ struct GpuShared {
     }
     (void)RT::take_error();  // a faulty device reports it at the next checked call
   }
-  void allocated(size_t bytes) noexcept {
-    const size_t now = live_bytes.fetch_add(bytes) + bytes;
-    size_t peak = peak_bytes.load();
-    while (now > peak && !peak_bytes.compare_exchange_weak(peak, now)) {
+  // Drops `held` once the work enqueued on the consumer's stream `s` so far has completed.
+  void release_after(core::BufferPtr held, Stream s) noexcept {
+    const DeviceGuard<RT> on_device(device);
+    Event e{};
+    if (RT::event_create(&e) == RT::success && RT::event_record(e, s) == RT::success) {
+      try {
+        std::lock_guard lock(mutex);
+        retired.push_back(Retired{e, nullptr, {}, std::move(held)});
+        return;
+      } catch (...) {
+      }
     }
+    (void)RT::take_error();  // cannot track it: wait for the consumer instead
+    if (e) {
+      (void)RT::event_destroy(e);
+      (void)RT::take_error();
+    }
+    (void)RT::stream_synchronize(s);
+    (void)RT::take_error();
+    held.reset();
   }
+  // Counted in the allocator's granularity (256 bytes).
+  void allocated(size_t bytes) noexcept { allocated_bytes.fetch_add((bytes + 255) & ~size_t(255)); }
 
   struct Retired {
     Event event;
     std::unique_ptr<core::DeviceBuffer> buffer;
     std::vector<std::byte> bytes;  // a pageable copy's source
+    core::BufferPtr held;          // an export's memory, after its consumer's stream
   };
   int32_t device;
   std::unique_ptr<Lane<RT>> lane;
   Stream stream;
   typename RT::Pool pool{};         // null: the device's default pool
   std::atomic<bool> plain{false};   // pools unsupported: plain allocations
-  std::atomic<size_t> live_bytes{0}, peak_bytes{0};
+  std::atomic<size_t> allocated_bytes{0};  // by this stage, ever
   std::mutex mutex;
   std::deque<Retired> retired;
 };
@@ -277,7 +296,6 @@ class GpuBuffer final : public core::DeviceBuffer {
   }
   ~GpuBuffer() override {
     const DeviceGuard<RT> on_device(shared_->device);
-    shared_->live_bytes.fetch_sub(size());
     if (RT::free_async(data(), shared_->stream) != RT::success) (void)RT::take_error();
   }
 
@@ -295,6 +313,22 @@ class PlainBuffer final : public core::DeviceBuffer {
   ~PlainBuffer() override {
     if (RT::free(data()) != RT::success) (void)RT::take_error();
   }
+};
+
+// An export's release after its consumer's stream (core::StreamRelease).
+template <class RT>
+class GpuStreamRelease final : public core::StreamRelease {
+ public:
+  explicit GpuStreamRelease(std::shared_ptr<GpuShared<RT>> shared) : shared_(std::move(shared)) {}
+  void release_after(core::BufferPtr held, uintptr_t stream) const noexcept override {
+    typename RT::Stream s = stream == 1   ? RT::legacy_stream()
+                            : stream == 2 ? RT::per_thread_stream()
+                                          : from_handle<typename RT::Stream>(stream);
+    shared_->release_after(std::move(held), s);
+  }
+
+ private:
+  std::shared_ptr<GpuShared<RT>> shared_;
 };
 
 template <class RT>
@@ -585,6 +619,10 @@ class GpuBackend final : public DeviceBackend {
       must(r, "event record");
     }
     return std::make_shared<GpuCompletion<RT>>(shared_, e);
+  }
+
+  std::shared_ptr<const core::StreamRelease> stream_release() override {
+    return std::make_shared<GpuStreamRelease<RT>>(shared_);
   }
 
   void fence() override {

@@ -215,12 +215,13 @@ enum {
  *   stream-ordered allocator may hand out a block freed on that stream with
  *   work still queued before the free), so no kstage work is pending on them
  *   and any stream or the host may fill them at once.
- * - DLPack exports of device groups: kstage releases a group's memory in the
- *   order of its own stream, which knows nothing of the consumer's. A
- *   consumer that reads an export (or a group) on another stream must let
- *   it go -- the export's deleter, kstage_release_group -- only once that
- *   work has completed (synchronise its stream or event first); the memory
- *   may be reused by kstage's next allocation at once.
+ * - Releases of device groups: kstage frees a group's memory in the order of
+ *   its own stream, which knows nothing of the consumer's, and may reuse it
+ *   for its next allocation at once. A consumer that reads a group (or an
+ *   export of it) on another stream lets it go -- kstage_release_group, an
+ *   export's deleter -- only once that work has completed (synchronise its
+ *   stream or event first), or exports with kstage_group_export_on_stream,
+ *   whose deleter orders the release after the consumer's stream itself.
  * - Work that stays on the host -- host data written to a host column, a
  *   read whose data lands on the host, host map buffers unmapped -- takes
  *   {0, 0} and gives {0, 0}: any other value there is KSTAGE_INVALID_ARGUMENT
@@ -770,6 +771,27 @@ KSTAGE_API kstage_status_t kstage_group_export(kstage_stage_t stage, kstage_grou
 KSTAGE_API kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, kstage_group_t group,
                                            uint64_t index, uint64_t flags,
                                            DLManagedTensor** tensor);
+/**
+ * \brief As kstage_group_export, for a consumer that uses the tensor on its
+ * device stream `stream` (kstage_device_sync_t's stream values; 0: exactly
+ * kstage_group_export). The stream is ordered after the group's data (as
+ * kstage_group_sync with {stream, 0}), and when the export's deleter runs,
+ * the group's memory is released only after the work enqueued on `stream` by
+ * then has completed (an event recorded there: the deleter never blocks).
+ * This is what a consumer that calls deleters without synchronising its
+ * stream needs (PyTorch, CuPy; Python's `__dlpack__(stream=...)` uses it). A
+ * host group takes 0 only (KSTAGE_INVALID_ARGUMENT otherwise); a stream the
+ * device does not know is KSTAGE_INVALID_ARGUMENT naming it.
+ */
+KSTAGE_API kstage_status_t kstage_group_export_on_stream(kstage_stage_t stage, kstage_group_t group,
+                                              uint64_t index, uint64_t flags, uintptr_t stream,
+                                              struct DLManagedTensorVersioned** tensor);
+/** \brief As kstage_group_export_on_stream, as a legacy DLManagedTensor
+ * (kstage_group_export_legacy's rules). */
+KSTAGE_API kstage_status_t kstage_group_export_legacy_on_stream(kstage_stage_t stage,
+                                                     kstage_group_t group, uint64_t index,
+                                                     uint64_t flags, uintptr_t stream,
+                                                     DLManagedTensor** tensor);
 /**
  * \brief Order a consumer after the work that produces a read group's data,
  * as a DLPack producer does for `__dlpack__(stream=...)`: `consumer.stream`

@@ -148,6 +148,10 @@ DLDevice device_arg(nb::handle device);
 /// A kstage_device_sync_t stream from a Python array API stream value (None: `none_value`;
 /// -1, "no synchronisation": 0).
 uintptr_t stream_arg(nb::handle stream, uintptr_t none_value);
+/// The stream a producer of device data filled it on, as writes and map commits take it (one
+/// rule, the array API's): None is the legacy default stream (1) for CUDA and ROCm data,
+/// nothing for host data; -1 nothing to order; else the handle.
+uintptr_t producer_stream(nb::handle stream, DLDevice device);
 
 /// Memory the host reads directly (CPU, CUDA/ROCm pinned host memory): no stream applies.
 inline bool is_host_memory(int device_type) {
@@ -235,11 +239,13 @@ struct TensorSource {
   /// Why a writable export is impossible ("" when it is possible): a zero-copy read group
   /// shares the column's storage.
   virtual const char* writable_refusal() const = 0;
-  virtual DLManagedTensorVersioned* export_versioned(uint64_t index, bool readonly) = 0;
+  /// An export for a consumer on `stream` (kstage_device_sync_t's values; 0: none): the
+  /// stream is ordered after the group's producing work, and the export's deleter releases
+  /// the memory after the consumer's work (kstage_group_export_on_stream).
+  virtual DLManagedTensorVersioned* export_versioned(uint64_t index, bool readonly, uintptr_t stream = 0) = 0;
   /// A legacy export; `readonly` only with `consumer_reads_only` (checked by the caller).
-  virtual DLManagedTensor* export_legacy(uint64_t index, bool readonly, bool consumer_reads_only) = 0;
-  /// Orders `stream` (kstage_device_sync_t's values) after the group's producing work.
-  virtual void sync(uintptr_t stream) = 0;
+  virtual DLManagedTensor* export_legacy(uint64_t index, bool readonly, bool consumer_reads_only,
+                                         uintptr_t stream = 0) = 0;
   /// Another read-only versioned export of tensor `index` when one was made before and
   /// nothing needs checking again (host data, alive), else nullptr: the hot path of
   /// np.from_dlpack in a loop.

@@ -233,6 +233,7 @@ nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream
 
   // The stream: the consumer's, to be ordered after the group's producing work (array API).
   const bool host = is_host_memory(device.device_type);
+  uintptr_t consumer = 0;  // the consumer's stream: ordered, and the release ordered after it
   // -1 (no synchronisation) and 0 (not allowed for CUDA) are told apart from handles here.
   int overflow = 0;
   bool is_int = !stream.is_none() && PyLong_Check(stream.ptr());
@@ -249,7 +250,7 @@ nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream
     // kstage_device_sync_t says 1 for both.
     uintptr_t s = stream_arg(stream, device.device_type == kDLExtDev ? 0 : 1);
     if (device.device_type == kDLROCM && is_int && overflow == 0 && value == 0) s = 1;
-    if (s != 0) source.sync(s);
+    consumer = s;
   }
 
   // The hot path (np.from_dlpack in a loop) parses with the C API, not nb::cast.
@@ -280,7 +281,7 @@ nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream
     return legacy_capsule(legacy_of(copied));
   }
   if (versioned) {
-    DLManagedTensorVersioned* t = source.export_versioned(index, readonly);
+    DLManagedTensorVersioned* t = source.export_versioned(index, readonly, consumer);
     if (!readonly && (t->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0) {
       t->deleter(t);
       buffer_error("this group's tensor shares the column's storage and exports read-only: read with "
@@ -293,7 +294,7 @@ nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream
         "a read-only tensor cannot go out as legacy DLPack (it cannot say read-only): the consumer must ask "
         "for max_version >= (1, 0), or take tensor(i, consumer_reads_only=True) for a consumer that never "
         "writes (JAX)");
-  return legacy_capsule(source.export_legacy(index, readonly, consumer_reads_only));
+  return legacy_capsule(source.export_legacy(index, readonly, consumer_reads_only, consumer));
 }
 
 nb::object make_tensor(std::shared_ptr<TensorSource> source, uint64_t index, nb::handle readonly,
@@ -363,6 +364,13 @@ uintptr_t stream_arg(nb::handle stream, uintptr_t none_value) {
   if (v == -1) return 0;  // the array API's "no synchronisation": nothing to order
   if (v < 0) raise_invalid_argument("a stream is None, -1, 1, 2 or a stream handle, not " + std::to_string(v));
   return static_cast<uintptr_t>(v);
+}
+
+uintptr_t producer_stream(nb::handle stream, DLDevice device) {
+  if (is_host_memory(device.device_type)) return stream_arg(stream, 0);  // the engine checks
+  // The array API's default: None is the legacy default stream (kstage_device_sync_t's 1) of
+  // CUDA and ROCm; the emulated device (tests) has no stream a producer uses by default.
+  return stream_arg(stream, device.device_type == kDLExtDev ? 0 : 1);
 }
 
 void require_ready(PyObject* self) {

@@ -15,6 +15,7 @@ struct MapState {
   StageRef stage;
   kstage_map_t id = 0;
   bool ended = false;
+  DLDevice device{kDLCPU, 0};  // of the groups fetched so far (one map, one device)
 };
 
 // One fetched group; the group's memory is valid until it is committed or the map ends.
@@ -34,7 +35,9 @@ struct MapGroupSource final : TensorSource {
   }
   bool default_readonly() const override { return false; }
   const char* writable_refusal() const override { return ""; }
-  DLManagedTensorVersioned* export_versioned(uint64_t index, bool readonly) override {
+  // Map buffers are settled when handed out (kstage.h) and committed, not released, by
+  // kstage: a consumer stream has nothing to order.
+  DLManagedTensorVersioned* export_versioned(uint64_t index, bool readonly, uintptr_t = 0) override {
     DLManagedTensorVersioned* t = nullptr;
     kstage_status_t status;
     {
@@ -45,10 +48,9 @@ struct MapGroupSource final : TensorSource {
     check(status);
     return t;
   }
-  DLManagedTensor* export_legacy(uint64_t index, bool readonly, bool) override {
+  DLManagedTensor* export_legacy(uint64_t index, bool readonly, bool, uintptr_t = 0) override {
     return legacy_of(export_versioned(index, readonly));
   }
-  void sync(uintptr_t) override {}  // map buffers are settled when handed out (kstage.h)
 };
 
 // Waits for a commit's op and releases it; raises its failure.
@@ -102,8 +104,10 @@ class MapGroup {
   void commit(nb::handle stream) {
     MapGroupSource& s = *source_;
     s.check_alive();
+    // The producer's stream, by the rule writes and __dlpack__ follow (None: the legacy
+    // default stream of a device; nothing on the host).
     kstage_device_sync_t done{};
-    if (!stream.is_none()) done.stream = stream_arg(stream, 0);
+    done.stream = producer_stream(stream, s.device());
     kstage_op_t op = 0;
     kstage_status_t status;
     {
@@ -140,12 +144,13 @@ class Map {
     }
     if (status == KSTAGE_END_OF_ITERATION) return nb::none();
     check(status);
+    state_->device = source->device();
     return nb::cast(MapGroup(std::move(source)));
   }
   void commit(nb::handle stream) {
     if (state_->ended) raise_error(KSTAGE_INVALID_HANDLE, "the map has ended (committed or abandoned)");
     kstage_device_sync_t done{};
-    if (!stream.is_none()) done.stream = stream_arg(stream, 0);
+    done.stream = producer_stream(stream, state_->device);
     kstage_op_t op = 0;
     kstage_status_t status;
     {

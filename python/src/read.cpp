@@ -69,7 +69,8 @@ struct GroupPin final : TensorSource {
                    : "a zero-copy read group shares the column's storage and exports read-only: read with "
                      "compact=True for tensors of your own, or export with copy=True";
   }
-  DLManagedTensorVersioned* export_versioned(uint64_t index, bool readonly) override {
+  DLManagedTensorVersioned* export_versioned(uint64_t index, bool readonly, uintptr_t stream = 0) override {
+    if (stream != 0) return export_from_stage(index, readonly, stream);  // this consumer's own
     if (!info.is_array) {
       SharedExport*& s = shared[readonly ? 0 : 1];
       if (s == nullptr) {
@@ -84,34 +85,28 @@ struct GroupPin final : TensorSource {
     }
     return export_from_stage(index, readonly);
   }
-  DLManagedTensorVersioned* export_from_stage(uint64_t index, bool readonly) {
+  DLManagedTensorVersioned* export_from_stage(uint64_t index, bool readonly, uintptr_t stream = 0) {
     DLManagedTensorVersioned* t = nullptr;
     kstage_status_t status;
     {
       ReleaseGil gil;
-      status = kstage_group_export(stage->id, info.handle, index, readonly ? KSTAGE_EXPORT_READ_ONLY : 0, &t);
+      status = kstage_group_export_on_stream(stage->id, info.handle, index,
+                                             readonly ? KSTAGE_EXPORT_READ_ONLY : 0, stream, &t);
     }
     check(status);
     return t;
   }
-  DLManagedTensor* export_legacy(uint64_t index, bool readonly, bool consumer_reads_only) override {
+  DLManagedTensor* export_legacy(uint64_t index, bool readonly, bool consumer_reads_only,
+                                 uintptr_t stream = 0) override {
     uint64_t flags = (readonly ? KSTAGE_EXPORT_READ_ONLY : 0) | (consumer_reads_only ? KSTAGE_EXPORT_CONSUMER_READS_ONLY : 0);
     DLManagedTensor* t = nullptr;
     kstage_status_t status;
     {
       ReleaseGil gil;
-      status = kstage_group_export_legacy(stage->id, info.handle, index, flags, &t);
+      status = kstage_group_export_legacy_on_stream(stage->id, info.handle, index, flags, stream, &t);
     }
     check(status);
     return t;
-  }
-  void sync(uintptr_t stream) override {
-    kstage_status_t status;
-    {
-      ReleaseGil gil;
-      status = kstage_group_sync(stage->id, info.handle, kstage_device_sync_t{stream, 0});
-    }
-    check(status);
   }
 };
 

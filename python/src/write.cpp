@@ -211,7 +211,7 @@ void build_write(const WriteSpec& spec, Payload& payload, kstage_write_data_t& d
     payload.imports.push_back(import_dlpack(spec.data, spec.stream));
   }
   const DLTensor& first = payload.imports.front().tensor();
-  if (!is_host_memory(first.device.device_type)) d.device_sync.stream = stream_arg(spec.stream, first.device.device_type == kDLExtDev ? 0 : 1);
+  if (!is_host_memory(first.device.device_type)) d.device_sync.stream = producer_stream(spec.stream, first.device);
 
   if (!spec.row_counts.is_none()) {
     if (spec.adopt) raise_invalid_argument("adopt=True takes whole tensors: not a packed tensor with row_counts");

@@ -18,6 +18,7 @@ inline constexpr DLDevice kHost = {kDLCPU, 0};
 // lives), and the prims of its last query(n).
 struct DeviceStage : Stage {
   explicit DeviceStage(DLDevice residency) : Stage(host_execution(), &residency) {}
+  DeviceStage(DLDevice residency, kstage_host_execution_t exec) : Stage(exec, &residency) {}
   kstage_query_t query(size_t n) {
     prims = paths("/p", n);
     return Stage::query(prims);

@@ -8,6 +8,8 @@
 // backend defect it found a case that fails before its fix.
 #include "emulated/device_support.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -182,19 +184,31 @@ TEST_CASE("gpu backend: map groups are safe to fill at once, from the host or an
   REQUIRE(sorted == filled);  // every value the host wrote, none of the allocator's marker
 }
 
+// After a reset, the device works again for a new stage.
+static void recovers(kstage_host_execution_t exec) {
+  kstage_emulated_device_reset(0);
+  DeviceStage fresh(kDev0, exec);
+  kstage_query_t q = fresh.query(4);
+  kstage_token_t a = fresh.token("a");
+  DeviceFloats src(0, {1, 2, 3, 4});
+  finish(fresh, write_op(fresh, q, a, 1, src.t));
+  fresh.seal(1);
+  REQUIRE(read_back(fresh, q, a).values == std::vector<float>{1, 2, 3, 4});
+}
+
 // Defect 2: a fault in a kernel or copy was reported as success (the completion cleared the
 // error), and the calls after it went on as if the device were fine.
-TEST_CASE("gpu backend: a device fault fails its op with DEVICE_ERROR, and the calls after it",
+TEST_CASE("gpu backend: a copy that faults fails its op with DEVICE_ERROR, and the calls after it",
           "[device][runtime][fault]") {
   ResetDevice reset;
-  kstage_query_t q = 0;
-  kstage_token_t a = 0;
-  SECTION("a copy that faults") {
-    DeviceStage s(kDev0);
-    q = s.query(4);
-    a = s.token("a");
+  const kstage_host_execution_t exec = host_execution();
+  {
+    DeviceStage s(kDev0, exec);
+    kstage_query_t q = s.query(4);
+    kstage_token_t a = s.token("a");
     DeviceFloats src(0, {1, 2, 3, 4});
     REQUIRE(kstage_emulated_inject_fault(0, KSTAGE_EMULATED_FAULT_COPY, 1) == 1);
+    KernelDelay slow(20000);  // the fault happens after the call has returned
     kstage_op_t op = write_op(s, q, a, 1, src.t);
     REQUIRE(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE) == KSTAGE_DEVICE_ERROR);
     REQUIRE(std::string(kstage_last_error()).find("an illegal memory access was encountered") !=
@@ -208,12 +222,20 @@ TEST_CASE("gpu backend: a device fault fails its op with DEVICE_ERROR, and the c
     KS_FAILS(kstage_write_attribute(s.stage, q, a, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &next),
              KSTAGE_DEVICE_ERROR, "illegal memory access");
   }
-  SECTION("a kernel that faults") {
-    DeviceStage s(kDev0);
-    q = s.query(4);
-    a = s.token("a");
+  recovers(exec);
+}
+
+TEST_CASE("gpu backend: a kernel that faults fails its op with DEVICE_ERROR, and the calls after it",
+          "[device][runtime][fault]") {
+  ResetDevice reset;
+  const kstage_host_execution_t exec = host_execution();
+  {
+    DeviceStage s(kDev0, exec);
+    kstage_query_t q = s.query(4);
+    kstage_token_t a = s.token("a");
     DeviceFloats src(0, {1, 2, 3, 4});
     REQUIRE(kstage_emulated_inject_fault(0, KSTAGE_EMULATED_FAULT_KERNEL, 1) == 1);
+    KernelDelay slow(20000);  // the fault happens after the call has returned
     kstage_op_t op = 0;
     KS_OK(gather_write(s, q, a, 1, src.t, {3, 2, 1, 0}, &op));
     REQUIRE(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE) == KSTAGE_DEVICE_ERROR);
@@ -224,15 +246,7 @@ TEST_CASE("gpu backend: a device fault fails its op with DEVICE_ERROR, and the c
     KS_FAILS(kstage_read_attributes(s.stage, q, &a, 1, &d, &r), KSTAGE_DEVICE_ERROR,
              "illegal memory access");
   }
-  kstage_emulated_device_reset(0);
-  // After a reset the device works again, for a new stage.
-  DeviceStage fresh(kDev0);
-  q = fresh.query(4);
-  a = fresh.token("a");
-  DeviceFloats src(0, {1, 2, 3, 4});
-  finish(fresh, write_op(fresh, q, a, 1, src.t));
-  fresh.seal(1);
-  REQUIRE(read_back(fresh, q, a).values == std::vector<float>{1, 2, 3, 4});
+  recovers(exec);
 }
 
 TEST_CASE("gpu backend: a launch refused at launch is DEVICE_ERROR and leaves the stage usable",
@@ -436,4 +450,69 @@ TEST_CASE("gpu backend: a new stage reuses the lane an earlier stage gave back",
   }
   REQUIRE(first != 0);
   REQUIRE(second == first);
+}
+
+// Defect 4: an export's memory was freed in kstage's stream order only, while PyTorch and CuPy
+// call DLPack deleters without synchronising their stream: the next allocation on kstage's
+// stream could reuse the memory while the consumer still read it.
+TEST_CASE("gpu backend: an export to a consumer stream is released after that stream's work",
+          "[device][runtime][dlpack]") {
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(64);
+  kstage_token_t a = s.token("a"), b = s.token("b");
+  std::vector<float> va(64), vb(64, -1.f);
+  for (size_t i = 0; i < va.size(); ++i) va[i] = float(i);
+  int64_t shape[1] = {64};
+  DLTensor ta = tensor(va.data(), f32(), 1, shape), tb = tensor(vb.data(), f32(), 1, shape);
+  finish(s, write_op(s, q, a, 1, ta));
+  finish(s, write_op(s, q, b, 1, tb));
+  s.seal(1);
+  auto compact_read = [&](kstage_token_t attr, kstage_read_t* r, kstage_read_group_t* g) {
+    kstage_read_desc_t d = kstage_read_desc_init();
+    d.compact = true;  // a buffer of the read's own, freed when its last holder lets go
+    KS_OK(kstage_read_attributes(s.stage, q, &attr, 1, &d, r));
+    KS_OK(kstage_fetch_read_next(s.stage, *r, 0, g));
+  };
+  const uintptr_t consumer = kstage_emulated_stream_create(0);
+  auto* out = static_cast<float*>(kstage_emulated_host_malloc(64 * sizeof(float)));
+  REQUIRE(out != nullptr);
+  kstage_read_t r = 0;
+  kstage_read_group_t g{};
+  compact_read(a, &r, &g);
+  DLManagedTensorVersioned* e = nullptr;
+  KS_OK(kstage_group_export_on_stream(s.stage, g.handle, 0, 0, consumer, &e));
+  // The consumer reads the export on its stream, held back, and lets it go at once.
+  kstage_emulated_stream_hold(consumer);
+  REQUIRE(kstage_emulated_memcpy_async(consumer, out, e->dl_tensor.data, 64 * sizeof(float)) == 0);
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  e->deleter(e);
+  // kstage's next allocations of that size on its stream: they must not get that memory yet.
+  kstage_read_t r2 = 0;
+  kstage_read_group_t g2{};
+  compact_read(b, &r2, &g2);
+  wait_for(g2.data.device_sync);
+  kstage_emulated_stream_release(consumer);
+  kstage_emulated_stream_synchronize(consumer);
+  REQUIRE(std::vector<float>(out, out + 64) == va);
+  KS_OK(kstage_release_group(s.stage, g2.handle));
+  KS_OK(kstage_release_read(s.stage, r2));
+  // A host group takes stream 0 only; a stream the device does not know is refused.
+  kstage_read_desc_t host = kstage_read_desc_init();
+  host.target_device = kHost;
+  kstage_read_t r3 = 0;
+  KS_OK(kstage_read_attributes(s.stage, q, &a, 1, &host, &r3));
+  kstage_read_group_t g3{};
+  KS_OK(kstage_fetch_read_next(s.stage, r3, 0, &g3));
+  KS_FAILS(kstage_group_export_on_stream(s.stage, g3.handle, 0, 0, consumer, &e),
+           KSTAGE_INVALID_ARGUMENT, "the group's data is host memory");
+  KS_OK(kstage_release_group(s.stage, g3.handle));
+  KS_OK(kstage_release_read(s.stage, r3));
+  compact_read(a, &r, &g);
+  KS_FAILS(kstage_group_export_on_stream(s.stage, g.handle, 0, 0, 0xbad0, &e),
+           KSTAGE_INVALID_ARGUMENT, "consumer.stream 0xbad0");
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  kstage_emulated_host_free(out);
+  kstage_emulated_stream_destroy(consumer);
 }
