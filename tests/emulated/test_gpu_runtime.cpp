@@ -155,9 +155,15 @@ TEST_CASE("gpu backend: map groups are safe to fill at once, from the host or an
   DLTensor t = tensor(v.data(), f32(), 1, shape);
   finish(s, write_op(s, q, a, 1, t));
   s.seal(1);
-  KernelDelay slow(20000);  // the stage's stream has work queued when the map opens
-  kstage_op_t busy = write_op(s, q, a, 2, t);
-  s.seal(2);
+  // The stage's stream waits on a producer held back for 30 ms when the map opens.
+  DeviceFloats src(0, v);
+  const uintptr_t producer = kstage_emulated_stream_create(0);
+  kstage_emulated_stream_hold(producer);
+  kstage_op_t busy = write_op(s, q, a, 2, src.t, kstage_device_sync_t{producer, 0});
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    kstage_emulated_stream_release(producer);
+  });
   kstage_map_desc_t d = kstage_map_desc_init();
   d.attribute = a;
   d.dtype = f32();
@@ -173,15 +179,15 @@ TEST_CASE("gpu backend: map groups are safe to fill at once, from the host or an
   kstage_emulated_memcpy(g.data.tensors[0].data, filled.data(), sizeof(float) * 64);
   kstage_op_t op = 0;
   KS_OK(kstage_unmap_group(s.stage, m, g.handle, kstage_device_sync_t{0, 0}, &op));
+  releaser.join();
   finish(s, op);
   finish(s, busy);
   KS_OK(kstage_release_map(s.stage, m));
-  kstage_emulated_set_kernel_delay_us(0);
   s.seal(3);
   std::vector<float> got = read_back(s, q, a).values;
-  std::vector<float> sorted = got;
-  std::sort(sorted.begin(), sorted.end());
-  REQUIRE(sorted == filled);  // every value the host wrote, none of the allocator's marker
+  std::sort(got.begin(), got.end());
+  REQUIRE(got == filled);  // every value the host wrote, none of the allocator's marker
+  kstage_emulated_stream_destroy(producer);
 }
 
 // After a reset, the device works again for a new stage.
@@ -370,23 +376,30 @@ TEST_CASE("gpu backend: pinned host tensors are staged on the device with the ri
 }
 
 // Defect 10: zero-row device tensors were refused, their pointer (null or one past an
-// allocation) checked though no byte is addressed.
+// allocation) checked though no byte is addressed: a ragged row of no elements, say.
 TEST_CASE("gpu backend: an empty device tensor is not checked for its pointer", "[device][runtime]") {
   DeviceStage s(kDev0);
-  kstage_query_t q = s.query(0);
+  kstage_query_t q = s.query(2);
   kstage_token_t a = s.token("a");
-  float host_byte = 0;
-  int64_t shape[1] = {0};
-  DLTensor t = tensor(&host_byte + 1, f32(), 1, shape, nullptr, kDev0);  // one past: not device
-  finish(s, write_op(s, q, a, 1, t));
-  s.seal(1);
-  kstage_query_t four = s.query(4);
-  std::vector<float> v = {1, 2, 3, 4};
-  int64_t four_rows[1] = {4};
-  DLTensor host = tensor(v.data(), f32(), 1, four_rows, nullptr, kDev0);
-  kstage_write_data_t w = write_data(&host);
+  float host_byte[1] = {0};
+  DeviceFloats row(0, {5, 6});
+  int64_t none[1] = {0};
+  // Row 0 has no elements and a pointer that is not device memory; row 1 is on the device.
+  DLTensor rows[2] = {tensor(host_byte + 1, f32(), 1, none, nullptr, kDev0), row.t};
+  kstage_write_data_t w = write_data(rows, 2, true);
   kstage_op_t op = 0;
-  KS_FAILS(kstage_write_attribute(s.stage, four, a, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+  KS_OK(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+  finish(s, op);
+  s.seal(1);
+  const auto values = s.floats(q, a);
+  REQUIRE(values.at(s.prims[0]).empty());
+  REQUIRE(values.at(s.prims[1]) == std::vector<float>{5, 6});
+  // A tensor that addresses bytes is still checked.
+  std::vector<float> host = {1, 2};
+  int64_t two[1] = {2};
+  DLTensor labelled[2] = {tensor(host.data(), f32(), 1, two, nullptr, kDev0), row.t};
+  kstage_write_data_t bad = write_data(labelled, 2, true);
+  KS_FAILS(kstage_write_attribute(s.stage, q, a, 2, &bad, KSTAGE_PRIM_MODE_UPSERT, &op),
            KSTAGE_INVALID_ARGUMENT, "DLDevice says kDLExtDev:0 but the data pointer is host memory");
 }
 
