@@ -15,6 +15,7 @@
 #include <catch2/generators/catch_generators.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -33,7 +34,16 @@ namespace kstage_test {
 // through the device (after the group's event) before the test looks at it.
 #if defined(KSTAGE_TEST_ON_EMULATED_DEVICE)
 constexpr bool kOnDevice = true;
-constexpr DLDevice kResidency = {DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), 0};
+// The emulated ordinal under test: KSTAGE_TEST_DEVICE_ORDINAL (0 or 1; default 0). The asan
+// test preset runs the emulated programs on ordinal 1, the others on 0.
+inline int32_t test_device_ordinal() {
+  static const int32_t ordinal = [] {
+    const char* e = std::getenv("KSTAGE_TEST_DEVICE_ORDINAL");
+    return e && std::atoi(e) == 1 ? 1 : 0;
+  }();
+  return ordinal;
+}
+inline const DLDevice kResidency = {DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), test_device_ordinal()};
 inline bool is_test_device(DLDevice d) { return d.device_type == KSTAGE_EMULATED_DEVICE_TYPE; }
 inline void device_memcpy(void* dst, const void* src, size_t bytes) {
   kstage_emulated_memcpy(dst, src, bytes);

@@ -166,14 +166,14 @@ class Event : public std::enable_shared_from_this<Event> {
   bool query();
   // True once done; false after `timeout_ns` (UINT64_MAX: forever).
   bool wait(uint64_t timeout_ns);
-  int32_t ordinal() const { return ordinal_; }  // of its last record (-1: never recorded)
+  int32_t ordinal() const { return ordinal_.load(); }  // of its last record (-1: never recorded)
 
  private:
   void complete(uint64_t generation);
   std::mutex mutex_;
   std::condition_variable cv_;
   uint64_t recorded_ = 0, completed_ = 0;
-  int32_t ordinal_ = -1;
+  std::atomic<int32_t> ordinal_{-1};
 };
 
 // A stream-ordered memory pool of one ordinal (cudaMemPool_t): a block freed on stream S

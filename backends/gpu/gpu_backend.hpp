@@ -119,7 +119,7 @@ class Lanes {
       if (!idle.empty()) {
         std::unique_ptr<Lane<RT>> lane = std::move(idle.back());
         idle.pop_back();
-        return lane;
+        return Result<std::unique_ptr<Lane<RT>>>(std::move(lane));  // explicit, for nvcc
       }
     }
     typename RT::Stream s{};

@@ -149,8 +149,8 @@ DLDevice device_arg(nb::handle device);
 /// -1, "no synchronisation": 0).
 uintptr_t stream_arg(nb::handle stream, uintptr_t none_value);
 /// The stream a producer of device data filled it on, as writes and map commits take it (one
-/// rule, the array API's): None is the legacy default stream (1) for CUDA and ROCm data,
-/// nothing for host data; -1 nothing to order; else the handle.
+/// rule, the array API's, as __dlpack__ takes a consumer's): None is the legacy default stream
+/// (1) for device data, nothing for host data; -1 nothing to order; else the handle.
 uintptr_t producer_stream(nb::handle stream, DLDevice device);
 
 /// Memory the host reads directly (CPU, CUDA/ROCm pinned host memory): no stream applies.

@@ -248,7 +248,7 @@ nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream
       buffer_error("__dlpack__(stream=0) is ambiguous for CUDA and not allowed (array API): use 1 or 2");
     // None: the legacy default stream (CUDA) or the default stream (ROCm, which also calls it 0);
     // kstage_device_sync_t says 1 for both.
-    uintptr_t s = stream_arg(stream, device.device_type == kDLExtDev ? 0 : 1);
+    uintptr_t s = stream_arg(stream, 1);
     if (device.device_type == kDLROCM && is_int && overflow == 0 && value == 0) s = 1;
     consumer = s;
   }
@@ -368,9 +368,8 @@ uintptr_t stream_arg(nb::handle stream, uintptr_t none_value) {
 
 uintptr_t producer_stream(nb::handle stream, DLDevice device) {
   if (is_host_memory(device.device_type)) return stream_arg(stream, 0);  // the engine checks
-  // The array API's default: None is the legacy default stream (kstage_device_sync_t's 1) of
-  // CUDA and ROCm; the emulated device (tests) has no stream a producer uses by default.
-  return stream_arg(stream, device.device_type == kDLExtDev ? 0 : 1);
+  // The array API's default: None is the legacy default stream (kstage_device_sync_t's 1).
+  return stream_arg(stream, 1);
 }
 
 void require_ready(PyObject* self) {

@@ -400,7 +400,14 @@ def emulated_api():
     L.kstage_emulated_set_kernel_delay_us.argtypes = [ctypes.c_uint32]
     L.kstage_emulated_set_kernel_delay_us.restype = None
     L.kstage_emulated_memcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-    L.kstage_emulated_memcpy.restype = None
+    L.kstage_emulated_memcpy.restype = ctypes.c_int
+    L.kstage_emulated_memcpy_async.argtypes = [ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
+                                               ctypes.c_size_t]
+    L.kstage_emulated_memcpy_async.restype = ctypes.c_int
+    L.kstage_emulated_stream_hold.argtypes = [ctypes.c_size_t]
+    L.kstage_emulated_stream_hold.restype = None
+    L.kstage_emulated_stream_release.argtypes = [ctypes.c_size_t]
+    L.kstage_emulated_stream_release.restype = None
     L.kstage_emulated_ordinal_of.argtypes = [ctypes.c_void_p]
     L.kstage_emulated_ordinal_of.restype = ctypes.c_int32
     L.kstage_emulated_copy_counts.argtypes = [ctypes.c_int32, ctypes.POINTER(ctypes.c_uint64),

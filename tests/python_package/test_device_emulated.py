@@ -92,7 +92,7 @@ def test_zero_copy_device_group_exports_on_the_device(dstage, emu):
 def test_device_export_streams(dstage):
     device_column(dstage)
     (g,) = dstage.read(PATHS, "pos")
-    # None: no synchronisation for ext_dev; 1: the ordinal-0 device's default stream; -1: none
+    # None and 1: the legacy default stream (the array API's rule); -1: none
     for stream in (None, 1, -1, 0):
         v = CapsuleView(g.__dlpack__(max_version=(1, 0), stream=stream))
         assert v.device == (EXT, 0)
@@ -327,3 +327,30 @@ def test_threads_with_device_columns(emulated, emu):
         emu.kstage_emulated_set_kernel_delay_us(0)
         s.close()
     assert not errors, "\n".join(errors)
+
+
+def test_map_commit_stream_none_is_the_legacy_default_stream(dstage, emu):
+    # One rule for writes, commits and __dlpack__ (the array API's): stream=None is the legacy
+    # default stream (1), so a commit is ordered after what a producer queued there.
+    m = dstage.map(PATHS, "m", 1, dtype="f4", lanes=3, residency=(EXT, 0))
+    (mg,) = list(m)
+    v = CapsuleView(mg.tensor(0).__dlpack__(max_version=(1, 0)))
+    rows = np.arange(64) if mg.index_map is None else np.asarray(mg.index_map)
+    src = np.empty_like(DATA)
+    src[rows] = DATA  # row r of the buffer holds prim index_map^-1(r)
+    emu.kstage_emulated_stream_hold(1)
+    try:
+        assert emu.kstage_emulated_memcpy_async(1, v.data, src.ctypes.data, src.nbytes) == 0
+        def release():
+            time.sleep(0.05)
+            emu.kstage_emulated_stream_release(1)
+
+        t = threading.Thread(target=release)
+        t.start()
+        m.commit()  # stream=None: waits (on the device) for the held default stream's copy
+        t.join()
+    finally:
+        emu.kstage_emulated_stream_release(1)
+    dstage.seal(1)
+    (back,) = dstage.read(PATHS, "m", device="cpu", compact=True)
+    assert np.array_equal(np.from_dlpack(back.tensor(0)), DATA)
