@@ -637,7 +637,10 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
     // A runtime may read pageable memory at the call, before the stream reaches the wait
     // on the producer: then the producer is waited for here, on the host.
     if (is_set(d.device_sync) && bytes != 0 && out.backend->reads_host_at_call(first.base))
-      if (CompletionPtr c = out.backend->record()) c->wait(KSTAGE_TIMEOUT_INFINITE);
+      if (CompletionPtr c = out.backend->record()) {
+        c->wait(KSTAGE_TIMEOUT_INFINITE);
+        KSTAGE_RETURN_NOT_OK(c->status());
+      }
     out.backend->copy_from_host(out.rows.data->data(), first.base, bytes);
     out.rows.prims = r.prims;
     return out;
@@ -645,7 +648,10 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   if (stager->synchronous() && !out.backend->synchronous() && is_set(d.device_sync)) {
     // Host code reads the source next (pinned memory a device may still be
     // filling): the host has no stream to wait with, so it waits here.
-    if (CompletionPtr c = out.backend->record()) c->wait(KSTAGE_TIMEOUT_INFINITE);
+    if (CompletionPtr c = out.backend->record()) {
+      c->wait(KSTAGE_TIMEOUT_INFINITE);
+      KSTAGE_RETURN_NOT_OK(c->status());  // the producer's device failed
+    }
   }
 
   // From here on a failure may leave copies queued that read the caller's
@@ -672,10 +678,20 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
     }
     return Status::OK();
   };
-  if (Status st = move_data(); !st.ok()) {
+  auto fence_both = [&] {
     if (!stager->synchronous()) stager->fence();
     if (!out.backend->synchronous()) out.backend->fence();
-    return st;
+  };
+  Status moved;
+  try {
+    moved = move_data();
+  } catch (...) {  // a device fault thrown by an enqueue: the queued copies finish first
+    fence_both();
+    throw;
+  }
+  if (!moved.ok()) {
+    fence_both();
+    return moved;
   }
   out.rows.prims = r.prims;
   if (sel.subset) {

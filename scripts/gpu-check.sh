@@ -164,12 +164,15 @@ run() {
   fi
   say "nvcc: $(command -v nvcc >/dev/null 2>&1 && nvcc --version | tail -n 2 | head -n 1 || echo none)"
   say "cmake: $(cmake --version 2>/dev/null | head -n 1 || echo none)"
-  local sm90="unknown (no cuobjdump)" lib
-  lib=$(ls "$dir"/lib/libkokkoscore.so* 2>/dev/null | head -n 1 || true)
-  if command -v cuobjdump >/dev/null 2>&1 && [ -n "$lib" ]; then
-    if cuobjdump --list-elf "$lib" 2>/dev/null | grep -q sm_90; then sm90=yes; else sm90=no; fi
+  local sm90="unknown (no cuobjdump)" lib cuobjdump
+  cuobjdump=$(command -v cuobjdump || echo "${CUDA_HOME:-/usr/local/cuda}/bin/cuobjdump")
+  lib=$(ls "$dir"/lib/libkstage.so* 2>/dev/null | head -n 1 || true)
+  if [ -x "$cuobjdump" ] && [ -n "$lib" ]; then
+    if "$cuobjdump" --list-elf "$lib" 2>/dev/null | grep -q sm_90; then sm90=yes; else sm90=no; fi
+  elif [ -n "$lib" ]; then  # the link options nvcc leaves in the fat binary
+    if grep -aq -- "-arch sm_90" "$lib"; then sm90="yes (-arch sm_90 in its fat binary)"; else sm90=no; fi
   fi
-  say "sm_90 machine code in the bundle's Kokkos: $sm90"
+  say "sm_90 machine code in the bundle's libkstage: $sm90"
 
   # 2. Programs that start.
   chmod +x "$dir"/bin/* "$dir"/gpu-check.sh 2>/dev/null || true

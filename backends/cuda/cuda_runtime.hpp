@@ -144,7 +144,12 @@ struct CudaRuntime {
   // launch checked (Kokkos 3.4 checks launches only in debug builds).
   template <class Kernel>
   static Error launch(const Exec& exec, Stream, const gpu::LaunchArgs&, Kernel&& kernel) {
-    kernel(exec);
+    try {
+      kernel(exec);
+    } catch (...) {  // Kokkos' own launch check threw: the error it saw, taken
+      const Error e = cudaGetLastError();
+      return e != cudaSuccess ? e : cudaErrorLaunchFailure;
+    }
     return cudaGetLastError();
   }
   static void count(int, gpu::Transfer) {}

@@ -305,8 +305,10 @@ void Stream::run() {
 }
 
 void Stream::synchronize() {
+  // What was enqueued before the call (work other threads add meanwhile is not waited for).
   std::unique_lock lock(mutex_);
-  cv_.wait(lock, [&] { return completed_ == enqueued_; });
+  const uint64_t target = enqueued_;
+  cv_.wait(lock, [&] { return completed_ >= target; });
 }
 
 void Stream::wait_for(uint64_t position) {
@@ -501,12 +503,17 @@ void Pool::free(void* p, const std::shared_ptr<Stream>& s) noexcept {
 }
 
 void Pool::trim(size_t keep) {
-  std::vector<std::shared_ptr<Stream>> dropped;
+  std::vector<std::shared_ptr<Stream>> dropped;  // let go after the lock (a stream may join)
   std::lock_guard lock(mutex_);
   for (auto it = cached_.begin(); it != cached_.end() && reserved_ > keep;) {
     if (it->second.stream->completed() < it->second.freed_at) {
       ++it;
       continue;
+    }
+    try {
+      dropped.push_back(it->second.stream);
+    } catch (...) {
+      return;  // no room to let the stream go later: trim no further
     }
     arena(ordinal_).free(reinterpret_cast<void*>(it->first));
     reserved_ -= it->second.size;
@@ -572,10 +579,20 @@ Stream& default_stream(int32_t ordinal) {
   return *streams[ordinal];
 }
 
+namespace {
+// The default streams as shared_ptrs, made once: a lookup of stream 1 or 2 allocates nothing
+// (deleters look them up).
+const std::shared_ptr<Stream>& shared_default_stream(int32_t ordinal) {
+  static const auto* shared = new std::shared_ptr<Stream>[kDeviceCount]{
+      std::shared_ptr<Stream>(&default_stream(0), [](Stream*) {}),
+      std::shared_ptr<Stream>(&default_stream(1), [](Stream*) {})};
+  return shared[ordinal];
+}
+}  // namespace
+
 uintptr_t register_stream(std::shared_ptr<Stream> s) { return streams().add(std::move(s)); }
 std::shared_ptr<Stream> find_stream(uintptr_t handle) {
-  if (handle == 1 || handle == 2)
-    return std::shared_ptr<Stream>(&default_stream(current_device()), [](Stream*) {});
+  if (handle == 1 || handle == 2) return shared_default_stream(current_device());
   return streams().find(handle);
 }
 void unregister_stream(uintptr_t handle) { streams().remove(handle); }
@@ -717,8 +734,9 @@ Error memcpy_async(Stream& s, void* dst, const void* src, size_t bytes, CopyKind
         body(dst, staged->data(), bytes);
       });
     } else if (to == kPageable) {
-      // To pageable memory: done when the call returns.
+      // To pageable memory: done when the call returns (and a fault meanwhile is its error).
       s.wait_for(s.enqueue([body, dst, src, bytes] { body(dst, src, bytes); }));
+      return set_last_error(c.status());
     } else {
       s.enqueue([body, dst, src, bytes] { body(dst, src, bytes); });
     }
@@ -780,7 +798,8 @@ size_t kstage_emulated_live_bytes(int32_t ordinal) {
       cached += reserved - used;
     }
   }
-  return arena(ordinal).live_bytes() - cached;
+  const size_t live = arena(ordinal).live_bytes();  // (a trim in between: never below 0)
+  return live > cached ? live - cached : 0;
 }
 
 void kstage_emulated_copy_counts(int32_t ordinal, uint64_t* h2d, uint64_t* d2h) {
@@ -803,7 +822,10 @@ uintptr_t kstage_emulated_stream_create(int32_t ordinal) {
   return register_stream(std::make_shared<Stream>(ordinal));
 }
 
-void kstage_emulated_stream_destroy(uintptr_t stream) { unregister_stream(stream); }
+void kstage_emulated_stream_destroy(uintptr_t stream) {
+  if (auto s = find_stream(stream)) s->synchronize();  // a pool may keep the object a while
+  unregister_stream(stream);
+}
 
 void kstage_emulated_stream_hold(uintptr_t stream) {
   if (auto s = find_stream(stream)) s->hold();

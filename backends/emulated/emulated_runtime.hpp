@@ -79,8 +79,9 @@ struct EmulatedRuntime {
   static Error stream_query(Stream s) {
     auto st = find_stream(s);
     if (!st) return set_last_error(Error::invalid_handle);
+    const bool idle = st->idle();  // first: a fault of the work that made it idle is seen
     if (Error f = context(st->ordinal()).status(); f != success) return set_last_error(f);
-    return st->idle() ? success : not_ready;
+    return idle ? success : not_ready;
   }
   static Error stream_wait_event(Stream s, Event e) {
     auto st = find_stream(s);

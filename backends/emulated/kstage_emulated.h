@@ -61,8 +61,10 @@
  *   handler (default: print and abort).
  *
  * Handles are integers like kstage_device_sync_t's: a stream or an event is
- * the value these functions return; stream 1 is the ordinal-0 device's
- * default stream. Functions that take a handle refuse one they did not make.
+ * the value these functions return; streams 1 and 2 (the legacy and the
+ * per-thread default streams) are the default stream of the calling thread's
+ * current device (ordinal 0 unless kstage's work set it). Functions that take
+ * a handle refuse one they did not make.
  */
 #ifndef KSTAGE_EMULATED_H_
 #define KSTAGE_EMULATED_H_

@@ -74,7 +74,7 @@ class DeviceGuard {
  public:
   explicit DeviceGuard(int device) {
     if (RT::get_device(&previous_) != RT::success) previous_ = -1;
-    if (previous_ != device) (void)RT::set_device(device);
+    if (previous_ != device && RT::set_device(device) != RT::success) (void)RT::take_error();
   }
   ~DeviceGuard() {
     int now = -1;
@@ -209,12 +209,12 @@ struct GpuShared {
   // the list) it waits for instead.
   void retire(std::unique_ptr<core::DeviceBuffer> b, std::vector<std::byte> bytes = {}) noexcept {
     const DeviceGuard<RT> on_device(device);
-    Event e{};
+    Retired r{Event{}, std::move(b), std::move(bytes), nullptr};
     bool tracked = false;
-    if (RT::event_create(&e) == RT::success && RT::event_record(e, stream) == RT::success) {
+    if (RT::event_create(&r.event) == RT::success && RT::event_record(r.event, stream) == RT::success) {
       try {
         std::lock_guard lock(mutex);
-        retired.push_back(Retired{e, std::move(b), std::move(bytes), nullptr});
+        retired.push_back(std::move(r));  // (on failure r still holds everything)
         tracked = true;
       } catch (...) {
       }
@@ -222,10 +222,9 @@ struct GpuShared {
     if (!tracked) {  // cannot track it: wait instead
       (void)RT::take_error();
       (void)RT::stream_synchronize(stream);
-      b.reset();
-      if (e) (void)RT::event_destroy(e);
+      if (r.event) (void)RT::event_destroy(r.event);
       (void)RT::take_error();
-      return;
+      return;  // r released here, the work done
     }
     reap(false);
   }
@@ -246,25 +245,25 @@ struct GpuShared {
     (void)RT::take_error();  // a faulty device reports it at the next checked call
   }
   // Drops `held` once the work enqueued on the consumer's stream `s` so far has completed.
+  // While the backend lives, an event recorded on `s` is queued for its reaping; once it is
+  // gone nothing would reap the queue (and `held` would keep this object), so the consumer's
+  // stream is waited for here instead.
   void release_after(core::BufferPtr held, Stream s) noexcept {
     const DeviceGuard<RT> on_device(device);
-    Event e{};
-    if (RT::event_create(&e) == RT::success && RT::event_record(e, s) == RT::success) {
+    Retired r{Event{}, nullptr, {}, std::move(held)};
+    if (backend_alive.load() && RT::event_create(&r.event) == RT::success &&
+        RT::event_record(r.event, s) == RT::success) {
       try {
         std::lock_guard lock(mutex);
-        retired.push_back(Retired{e, nullptr, {}, std::move(held)});
+        retired.push_back(std::move(r));  // (on failure r still holds everything)
         return;
       } catch (...) {
       }
     }
     (void)RT::take_error();  // cannot track it: wait for the consumer instead
-    if (e) {
-      (void)RT::event_destroy(e);
-      (void)RT::take_error();
-    }
+    if (r.event) (void)RT::event_destroy(r.event);
     (void)RT::stream_synchronize(s);
     (void)RT::take_error();
-    held.reset();
   }
   // Counted in the allocator's granularity (256 bytes).
   void allocated(size_t bytes) noexcept { allocated_bytes.fetch_add((bytes + 255) & ~size_t(255)); }
@@ -281,6 +280,7 @@ struct GpuShared {
   typename RT::Pool pool{};         // null: the device's default pool
   std::atomic<bool> plain{false};   // pools unsupported: plain allocations
   std::atomic<size_t> allocated_bytes{0};  // by this stage, ever
+  std::atomic<bool> backend_alive{true};     // false once ~GpuBackend began
   std::mutex mutex;
   std::deque<Retired> retired;
 };
@@ -320,10 +320,12 @@ template <class RT>
 class GpuStreamRelease final : public core::StreamRelease {
  public:
   explicit GpuStreamRelease(std::shared_ptr<GpuShared<RT>> shared) : shared_(std::move(shared)) {}
+  // The per-thread default stream (2) is the deleter's thread's, not the consumer's: an
+  // event on the legacy default stream instead follows every blocking stream's work, the
+  // per-thread default streams included.
   void release_after(core::BufferPtr held, uintptr_t stream) const noexcept override {
-    typename RT::Stream s = stream == 1   ? RT::legacy_stream()
-                            : stream == 2 ? RT::per_thread_stream()
-                                          : from_handle<typename RT::Stream>(stream);
+    typename RT::Stream s = stream == 1 || stream == 2 ? RT::legacy_stream()
+                                                       : from_handle<typename RT::Stream>(stream);
     shared_->release_after(std::move(held), s);
   }
 
@@ -352,9 +354,10 @@ class GpuCompletion final : public core::Completion {
       return true;
     }
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::nanoseconds(timeout_ns);
-    while (!done()) {
+    for (int polls = 0; !done(); ++polls) {
       if (std::chrono::steady_clock::now() >= deadline) return false;
-      std::this_thread::yield();
+      if (polls < 64) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(50));  // no core spent on a wait
     }
     return true;
   }
@@ -407,6 +410,7 @@ class GpuBackend final : public DeviceBackend {
 
   ~GpuBackend() override {
     const DeviceGuard<RT> on_device(shared_->device);
+    shared_->backend_alive.store(false);
     fence();
     shared_->reap(true);
   }

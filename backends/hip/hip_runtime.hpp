@@ -149,7 +149,12 @@ struct HipRuntime {
   // The one place kernels are launched: on the stage's instance, then checked.
   template <class Kernel>
   static Error launch(const Exec& exec, Stream, const gpu::LaunchArgs&, Kernel&& kernel) {
-    kernel(exec);
+    try {
+      kernel(exec);
+    } catch (...) {  // Kokkos' own launch check threw: the error it saw, taken
+      const Error e = hipGetLastError();
+      return e != hipSuccess ? e : hipErrorLaunchFailure;
+    }
     return hipGetLastError();
   }
   static void count(int, gpu::Transfer) {}

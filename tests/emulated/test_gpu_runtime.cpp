@@ -529,3 +529,36 @@ TEST_CASE("gpu backend: an export to a consumer stream is released after that st
   kstage_emulated_host_free(out);
   kstage_emulated_stream_destroy(consumer);
 }
+
+TEST_CASE("gpu backend: an export to a consumer stream may outlive its stage",
+          "[device][runtime][dlpack]") {
+  const size_t before = kstage_emulated_live_bytes(0);
+  const uintptr_t consumer = kstage_emulated_stream_create(0);
+  DLManagedTensorVersioned* e = nullptr;
+  {
+    DeviceStage s(kDev0);
+    kstage_query_t q = s.query(16);
+    kstage_token_t a = s.token("a");
+    std::vector<float> v(16, 3.f);
+    int64_t shape[1] = {16};
+    DLTensor t = tensor(v.data(), f32(), 1, shape);
+    finish(s, write_op(s, q, a, 1, t));
+    s.seal(1);
+    kstage_read_desc_t d = kstage_read_desc_init();
+    d.compact = true;
+    kstage_read_t r = 0;
+    KS_OK(kstage_read_attributes(s.stage, q, &a, 1, &d, &r));
+    kstage_read_group_t g{};
+    KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+    KS_OK(kstage_group_export_on_stream(s.stage, g.handle, 0, 0, consumer, &e));
+    KS_OK(kstage_release_group(s.stage, g.handle));
+    KS_OK(kstage_release_read(s.stage, r));
+  }
+  // The stage is gone; the consumer still reads the export, then lets it go.
+  std::vector<float> out(16, 0.f);
+  REQUIRE(kstage_emulated_memcpy_async(consumer, out.data(), e->dl_tensor.data, sizeof(float) * 16) == 0);
+  REQUIRE(out == std::vector<float>(16, 3.f));
+  e->deleter(e);  // waits for the consumer's stream (nothing reaps a queue any more): no leak
+  REQUIRE(kstage_emulated_live_bytes(0) == before);
+  kstage_emulated_stream_destroy(consumer);
+}
