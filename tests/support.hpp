@@ -353,16 +353,24 @@ class Stage {
     }
     const size_t tuple = size_t(g.dtype.bits / 8) * g.dtype.lanes;
     wait_for(g.data.device_sync);
+    // A fixed-size group's tensor comes to the host in one copy (one per row would be a
+    // device round trip per prim), then is cut into rows.
+    std::vector<unsigned char> whole;
+    if (!g.is_array && g.prim_count > 0) {
+      REQUIRE(g.data.tensor_count == 1);
+      const DLTensor& t = g.data.tensors[0];
+      whole = host_copy(static_cast<const unsigned char*>(t.data) + t.byte_offset,
+                        size_t(t.shape[0]) * tuple, t.device);
+    }
     for (uint64_t i = 0; i < g.prim_count; ++i) {
       if (!g.is_array) {
-        REQUIRE(g.data.tensor_count == 1);
         const DLTensor& t = g.data.tensors[0];
         REQUIRE(t.ndim == 1);
         REQUIRE(t.dtype.lanes == g.dtype.lanes);
         const uint64_t row = g.data.index_map ? g.data.index_map[i] : i;
         REQUIRE(int64_t(row) < t.shape[0]);
-        const unsigned char* p = static_cast<const unsigned char*>(t.data) + t.byte_offset + row * tuple;
-        c.values.push_back(host_copy(p, tuple, t.device));
+        c.values.emplace_back(whole.begin() + ptrdiff_t(row * tuple),
+                              whole.begin() + ptrdiff_t((row + 1) * tuple));
       } else {
         const uint64_t row = g.data.index_map ? g.data.index_map[i] : i;
         REQUIRE(row < g.data.tensor_count);

@@ -123,7 +123,10 @@ void* Arena::allocate(size_t bytes) {
     auto block = free_.extract(it);
     block.mapped() = Block{size};
     live_.insert(std::move(block));
+    // Device blocks stay poisoned outside kernels; pinned blocks are host memory (a freed
+    // one was poisoned by free()).
     if (device()) ASAN_POISON_MEMORY_REGION(reinterpret_cast<void*>(start), size);
+    else ASAN_UNPOISON_MEMORY_REGION(reinterpret_cast<void*>(start), size);
     return reinterpret_cast<void*>(start);
   }
   return nullptr;
@@ -409,6 +412,8 @@ void fill_fresh(Stream& s, void* p, size_t size) {
     std::memset(p, kFreshByte, size);
     a.close(p);
   };
+  // An idle stream has passed the allocation already: fill now (no round trip to its worker).
+  if (s.idle()) return fill();
   try {
     s.enqueue(fill);
   } catch (...) {
