@@ -347,10 +347,11 @@ def test_map_commit_stream_none_is_the_legacy_default_stream(dstage, emu):
 
         t = threading.Thread(target=release)
         t.start()
-        m.commit()  # stream=None: waits (on the device) for the held default stream's copy
+        m.commit()  # stream=None: kstage's work waits for the held default stream's copy
+        dstage.seal(1)
+        (back,) = dstage.read(PATHS, "m", device="cpu", compact=True)  # before the release
+        got = np.from_dlpack(back.tensor(0)).copy()
         t.join()
     finally:
         emu.kstage_emulated_stream_release(1)
-    dstage.seal(1)
-    (back,) = dstage.read(PATHS, "m", device="cpu", compact=True)
-    assert np.array_equal(np.from_dlpack(back.tensor(0)), DATA)
+    assert np.array_equal(got, DATA)
