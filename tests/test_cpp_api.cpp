@@ -997,11 +997,19 @@ TEST_CASE("cpp: group exports, group sync and map exports call through", "[cpp]"
     CPP_FAILS(g.export_dlpack(1), KSTAGE_INVALID_ARGUMENT, "");
     if (kOnDevice) {
       kstage_test::wait_for(g.device_sync());
+      // The legacy default stream as the consumer's: released after its work.
+      DLManagedTensorVersioned* d = g.export_dlpack_on_stream(0, 1);
+      REQUIRE(d->dl_tensor.data == g.tensor(0).data);
+      d->deleter(d);
     } else {
       REQUIRE(g.device_sync().stream == 0);
       REQUIRE(g.device_sync().event == 0);
       g.sync({0, 0});
       CPP_FAILS(g.sync({1, 0}), KSTAGE_INVALID_ARGUMENT, "consumer");
+      CPP_FAILS(g.export_dlpack_on_stream(0, 1), KSTAGE_INVALID_ARGUMENT, "consumer");
+      DLManagedTensorVersioned* h = g.export_dlpack_on_stream(0, 0);  // 0: a plain export
+      REQUIRE(h->dl_tensor.data == g.tensor(0).data);
+      h->deleter(h);
     }
   }
   kstage::MapOptions mo;

@@ -576,6 +576,15 @@ class ReadGroup {
     detail::check(kstage_group_export(h_.stage(), h_.get(), i, flags, &out), st);
     return out;
   }
+  /// Tensor i for a consumer on its device stream `stream` (kstage_group_export_on_stream): the
+  /// stream is ordered after the data, and the deleter releases the memory only after the work
+  /// queued on that stream (for consumers that call deleters without synchronising).
+  DLManagedTensorVersioned* export_dlpack_on_stream(uint64_t i, uintptr_t stream, uint64_t flags,
+                                                    Status& st) const {
+    DLManagedTensorVersioned* out = nullptr;
+    detail::check(kstage_group_export_on_stream(h_.stage(), h_.get(), i, flags, stream, &out), st);
+    return out;
+  }
   /// Orders a consumer's {stream, event} after the work producing the data (kstage_group_sync).
   void sync(kstage_device_sync_t consumer, Status& st) const {
     detail::check(kstage_group_sync(h_.stage(), h_.get(), consumer), st);
@@ -588,6 +597,10 @@ class ReadGroup {
   }
   DLManagedTensorVersioned* export_dlpack(uint64_t i, uint64_t flags = 0) const {
     return detail::throwing([&](Status& st) { return export_dlpack(i, flags, st); });
+  }
+  DLManagedTensorVersioned* export_dlpack_on_stream(uint64_t i, uintptr_t stream,
+                                                    uint64_t flags = 0) const {
+    return detail::throwing([&](Status& st) { return export_dlpack_on_stream(i, stream, flags, st); });
   }
   void sync(kstage_device_sync_t consumer) const {
     detail::throwing([&](Status& st) { sync(consumer, st); });
