@@ -88,8 +88,9 @@ kstage_status_t kstage_release_read(kstage_stage_t stage, kstage_read_t read) {
 #include "core/group_export.hpp"
 
 namespace {
-// The export of a group to a consumer's stream: ordered after the group's data, released
-// after the consumer's work (host groups: stream 0 only, checked by sync_consumer).
+// The export of a group, to a consumer's stream when `stream` is not 0: ordered after the
+// group's data, released after the consumer's work (host groups: stream 0 only, checked by
+// sync_consumer). The plain exports are stream 0.
 template <class Export, class Out>
 kstage_status_t export_on_stream(kstage_stage_t stage, kstage_group_t group, uint64_t index,
                                  uint64_t flags, uintptr_t stream, Out** tensor, Export make) {
@@ -117,29 +118,13 @@ extern "C" {
 
 kstage_status_t kstage_group_export(kstage_stage_t stage, kstage_group_t group, uint64_t index,
                                     uint64_t flags, struct DLManagedTensorVersioned** tensor) {
-  return guard([&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
-    KSTAGE_RETURN_NOT_OK(need(tensor, "tensor"));
-    std::shared_ptr<core::ReadGroup> g;
-    KSTAGE_ASSIGN_OR_RETURN(g, lookup(s->groups, group, Kind::Group));
-    KSTAGE_ASSIGN_OR_RETURN(*tensor, core::export_group_versioned(core::export_source(*g), index, flags));
-    return Status::OK();
-  });
+  return export_on_stream(stage, group, index, flags, 0, tensor, core::export_group_versioned);
 }
 
 kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, kstage_group_t group,
                                            uint64_t index, uint64_t flags,
                                            DLManagedTensor** tensor) {
-  return guard([&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
-    KSTAGE_RETURN_NOT_OK(need(tensor, "tensor"));
-    std::shared_ptr<core::ReadGroup> g;
-    KSTAGE_ASSIGN_OR_RETURN(g, lookup(s->groups, group, Kind::Group));
-    KSTAGE_ASSIGN_OR_RETURN(*tensor, core::export_group_legacy(core::export_source(*g), index, flags));
-    return Status::OK();
-  });
+  return export_on_stream(stage, group, index, flags, 0, tensor, core::export_group_legacy);
 }
 
 kstage_status_t kstage_group_export_on_stream(kstage_stage_t stage, kstage_group_t group,

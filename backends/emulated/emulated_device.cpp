@@ -67,10 +67,6 @@ Error take_last_error() {
   const Error sticky = context(t_device).status();
   return sticky != Error::success ? sticky : e;
 }
-Error peek_last_error() {
-  const Error sticky = context(t_device).status();
-  return sticky != Error::success ? sticky : t_last_error;
-}
 
 int32_t current_device() { return t_device; }
 Error set_current_device(int32_t ordinal) {
@@ -179,12 +175,6 @@ std::map<uintptr_t, Arena::Block>::iterator Arena::block_of(uintptr_t a) {
   --it;
   return a < it->first + it->second.size ? it : live_.end();
 }
-std::map<uintptr_t, Arena::Block>::const_iterator Arena::block_of(uintptr_t a) const {
-  auto it = live_.upper_bound(a);
-  if (it == live_.begin()) return live_.end();
-  --it;
-  return a < it->first + it->second.size ? it : live_.end();
-}
 
 bool Arena::open(const void* p) {
   std::lock_guard lock(mutex_);
@@ -203,14 +193,6 @@ void Arena::close(const void* p) {
     ASAN_POISON_MEMORY_REGION(reinterpret_cast<void*>(it->first), it->second.size);
 }
 
-bool Arena::block(const void* p, uintptr_t* start, size_t* size) const {
-  std::lock_guard lock(mutex_);
-  auto it = block_of(reinterpret_cast<uintptr_t>(p));
-  if (it == live_.end()) return false;
-  *start = it->first;
-  *size = it->second.size;
-  return true;
-}
 
 size_t Arena::live_bytes() const {
   std::lock_guard lock(mutex_);

@@ -46,10 +46,9 @@ const char* error_string(Error e);
 inline bool is_sticky(Error e) { return e == Error::illegal_address; }
 
 // The calling thread's last error, as cudaGetLastError: every failing call sets it, and it
-// stays set until taken. `take` returns and clears it, `peek` only returns it.
+// stays set until taken (`take` returns and clears it; a sticky fault is returned again).
 Error set_last_error(Error e);  // returns e; success leaves it unchanged
 Error take_last_error();
-Error peek_last_error();
 // The calling thread's current device (cudaGetDevice / cudaSetDevice).
 int32_t current_device();
 Error set_current_device(int32_t ordinal);
@@ -87,8 +86,6 @@ class Arena {
   // streams may touch one block). False when no live block holds `p`.
   bool open(const void* p);
   void close(const void* p);
-  // The live block holding `p`: its start and size (false when none).
-  bool block(const void* p, uintptr_t* start, size_t* size) const;
   size_t live_bytes() const;
   int32_t ordinal() const { return ordinal_; }
   bool device() const { return ordinal_ != kPinned; }
@@ -100,7 +97,6 @@ class Arena {
     size_t size;
     int opens = 0;
   };
-  std::map<uintptr_t, Block>::const_iterator block_of(uintptr_t a) const;
   std::map<uintptr_t, Block>::iterator block_of(uintptr_t a);
   int32_t ordinal_;
   uintptr_t base_ = 0;

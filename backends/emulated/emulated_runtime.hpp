@@ -96,11 +96,6 @@ struct EmulatedRuntime {
   }
   static Stream legacy_stream() { return 1; }
   static Stream per_thread_stream() { return 2; }
-  static Error launch_host_func(Stream s, void (*fn)(void*), void* data) {
-    auto st = find_stream(s);
-    if (!st) return set_last_error(Error::invalid_handle);
-    return emulated::launch_host_func(*st, fn, data);
-  }
 
   static Error event_create(Event* e) {
     try {

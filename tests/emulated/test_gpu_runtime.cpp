@@ -519,11 +519,20 @@ TEST_CASE("gpu backend: an export to a consumer stream is released after that st
   KS_OK(kstage_fetch_read_next(s.stage, r3, 0, &g3));
   KS_FAILS(kstage_group_export_on_stream(s.stage, g3.handle, 0, 0, consumer, &e),
            KSTAGE_INVALID_ARGUMENT, "the group's data is host memory");
+  DLManagedTensor* legacy = nullptr;
+  KS_FAILS(kstage_group_export_legacy_on_stream(s.stage, g3.handle, 0, 0, consumer, &legacy),
+           KSTAGE_INVALID_ARGUMENT, "the group's data is host memory");
+  REQUIRE(legacy == nullptr);
   KS_OK(kstage_release_group(s.stage, g3.handle));
   KS_OK(kstage_release_read(s.stage, r3));
   compact_read(a, &r, &g);
   KS_FAILS(kstage_group_export_on_stream(s.stage, g.handle, 0, 0, 0xbad0, &e),
            KSTAGE_INVALID_ARGUMENT, "consumer.stream 0xbad0");
+  // The legacy form: the same ordering, the same release.
+  KS_OK(kstage_group_export_legacy_on_stream(s.stage, g.handle, 0, 0, consumer, &legacy));
+  REQUIRE(legacy->dl_tensor.data == g.data.tensors[0].data);
+  REQUIRE(legacy->dl_tensor.device.device_type == kDev0.device_type);
+  legacy->deleter(legacy);
   KS_OK(kstage_release_group(s.stage, g.handle));
   KS_OK(kstage_release_read(s.stage, r));
   kstage_emulated_host_free(out);
