@@ -17,6 +17,11 @@
 #       catch_discover_tests() whose discovery and test runs get the kstage test environment
 #       (through a launcher: `env OMP_PROC_BIND=spread OMP_PLACES=threads <exe> ...`).
 #
+#   kstage_emulated_discover_tests(<target> PREFIX <prefix> [TEST_SPEC <spec>])
+#       the program's Catch2 tests registered once per emulated ordinal (0 and 1), as
+#       "<prefix>@<ordinal>: <test>", each run with KSTAGE_TEST_DEVICE_ORDINAL=<ordinal>
+#       (tests/support.hpp reads it): every emulated test runs on both ordinals in every preset.
+#
 #   KSTAGE_TEST_ENVIRONMENT   the list of VAR=value entries above
 #   KSTAGE_TEST_LAUNCHER      the launcher command (a list)
 
@@ -78,4 +83,24 @@ function(kstage_catch_discover_tests target)
     return()
   endif()
   catch_discover_tests(${target} ${ARGN})
+endfunction()
+
+function(kstage_emulated_discover_tests target)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "PREFIX;TEST_SPEC" "")
+  if(NOT arg_PREFIX OR arg_UNPARSED_ARGUMENTS)
+    message(FATAL_ERROR "kstage_emulated_discover_tests(${target}): PREFIX is required, got ${ARGN}")
+  endif()
+  set(spec "")
+  if(arg_TEST_SPEC)
+    set(spec TEST_SPEC "${arg_TEST_SPEC}")
+  endif()
+  foreach(ordinal 0 1)
+    # Catch's discovery files are named by a hash of the arguments that reach the program, not
+    # of the prefix: the suite name (Catch2's --name) differs per ordinal, so each registration
+    # gets its own files.
+    kstage_catch_discover_tests(${target} DISCOVERY_MODE PRE_TEST ${spec}
+                                TEST_PREFIX "${arg_PREFIX}@${ordinal}: "
+                                EXTRA_ARGS --name "${target}@${ordinal}"
+                                PROPERTIES ENVIRONMENT "KSTAGE_TEST_DEVICE_ORDINAL=${ordinal}")
+  endforeach()
 endfunction()

@@ -34,8 +34,8 @@ namespace kstage_test {
 // through the device (after the group's event) before the test looks at it.
 #if defined(KSTAGE_TEST_ON_EMULATED_DEVICE)
 constexpr bool kOnDevice = true;
-// The emulated ordinal under test: KSTAGE_TEST_DEVICE_ORDINAL (0 or 1; default 0). The asan
-// test preset runs the emulated programs on ordinal 1, the others on 0.
+// The emulated ordinal under test: KSTAGE_TEST_DEVICE_ORDINAL (0 or 1; default 0). ctest runs
+// every emulated program on both (kstage_emulated_discover_tests: "<prefix>@0:", "<prefix>@1:").
 inline int32_t test_device_ordinal() {
   static const int32_t ordinal = [] {
     const char* e = std::getenv("KSTAGE_TEST_DEVICE_ORDINAL");
