@@ -25,8 +25,9 @@ struct Layout<kstage_write_data_t> {
   static constexpr const char* name = "kstage_write_data_t";
   static constexpr size_t first = 80;
   // Where each released layout ends (0.1, 0.2 legacy_managed_tensors, 0.3
-  // residency): a best-effort read copies whole layouts, never half a field.
-  static constexpr size_t layouts[] = {80, 88, 96};
+  // residency, 0.4 selection_device): a best-effort read copies whole
+  // layouts, never half a field.
+  static constexpr size_t layouts[] = {80, 88, 96, 104};
 };
 template <>
 struct Layout<kstage_read_desc_t> {
@@ -42,7 +43,7 @@ struct Layout<kstage_map_desc_t> {
 static_assert(sizeof(kstage_config_t) ==
               offsetof(kstage_config_t, residency) + sizeof(DLDevice));
 static_assert(sizeof(kstage_write_data_t) ==
-              offsetof(kstage_write_data_t, residency) + sizeof(DLDevice));
+              offsetof(kstage_write_data_t, selection_device) + sizeof(DLDevice));
 static_assert(sizeof(kstage_read_desc_t) ==
               offsetof(kstage_read_desc_t, max_group_prims) + sizeof(uint64_t));
 static_assert(offsetof(kstage_read_desc_t, max_group_prims) == Layout<kstage_read_desc_t>::first,
@@ -50,7 +51,7 @@ static_assert(offsetof(kstage_read_desc_t, max_group_prims) == Layout<kstage_rea
 static_assert(sizeof(kstage_map_desc_t) ==
               offsetof(kstage_map_desc_t, reserved) + sizeof(kstage_map_desc_t::reserved));
 static_assert(Layout<kstage_write_data_t>::first <= sizeof(kstage_write_data_t));
-static_assert(Layout<kstage_write_data_t>::layouts[2] == sizeof(kstage_write_data_t),
+static_assert(Layout<kstage_write_data_t>::layouts[3] == sizeof(kstage_write_data_t),
               "a new kstage_write_data_t layout must be listed in Layout<>::layouts");
 static_assert(Layout<kstage_write_data_t>::layouts[1] ==
               offsetof(kstage_write_data_t, legacy_managed_tensors) + sizeof(void*));

@@ -46,6 +46,25 @@ class Completion {
 };
 using CompletionPtr = std::shared_ptr<const Completion>;
 
+// What a device found checking a device-resident index map as it gathered through it
+// (Backend::checked_gather_resident): read on the host once the device is done, so the op
+// that owns it reports a bad entry without the host ever reading the map.
+class IndexCheck {
+ public:
+  static constexpr uint64_t kNone = UINT64_MAX;
+  virtual ~IndexCheck() = default;
+  // Waits for the checking kernel, then kNone, or (i << 32) | index[i] for the lowest i whose
+  // entry was out of range. KSTAGE_DEVICE_ERROR when the device failed the work.
+  virtual Result<uint64_t> first_bad() const = 0;
+  // A check with nothing to check (no entries).
+  static std::shared_ptr<const IndexCheck> passed() {
+    struct Passed final : IndexCheck {
+      Result<uint64_t> first_bad() const override { return kNone; }
+    };
+    return std::make_shared<Passed>();
+  }
+};
+
 // Releases memory after a consumer's stream: what an export made for a
 // consumer stream keeps, since its deleter may run after the stage is gone.
 class StreamRelease {
@@ -105,6 +124,14 @@ class Backend {
   // when every index is in range and the gather is enqueued.
   virtual size_t checked_gather(const kernels::RowCopy& c, uint64_t src_rows) = 0;
   virtual void masked_gather(const kernels::MaskedGather& c) = 0;
+  // The gather of `c` whose src_index is already in this backend's memory (a write's device
+  // index map, read in place: indices_resident), every entry checked against `src_rows` on the
+  // device in the same pass (a min-reduction, nothing read back until first_bad() is asked).
+  // Rows with a bad entry are not copied. Device backends only: the host checks host maps.
+  virtual Result<std::shared_ptr<const IndexCheck>> checked_gather_resident(
+      const kernels::RowCopy& /*c*/, uint64_t /*src_rows*/) {
+    return error(KSTAGE_NOT_SUPPORTED, "this backend has no device to check an index map on");
+  }
   virtual void ragged_copy(const kernels::RaggedCopy& c, size_t word) = 0;
   virtual void strided_copy(const kernels::StridedCopy& c) = 0;
 

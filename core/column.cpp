@@ -121,14 +121,19 @@ RowMap Column::row_map(const PrimList& prims, size_t n) {
 
 Result<const uint32_t*> Column::resident_rows(
     const std::shared_ptr<const std::vector<uint32_t>>& rows) {
+  BufferPtr copy;
+  KSTAGE_ASSIGN_OR_RETURN(copy, resident_copy(rows));
+  return reinterpret_cast<const uint32_t*>(copy->data());
+}
+
+Result<BufferPtr> Column::resident_copy(const std::shared_ptr<const std::vector<uint32_t>>& rows) {
   for (const ResidentRows& r : resident_)
-    if (r.key == rows.get() && !r.rows.expired())
-      return reinterpret_cast<const uint32_t*>(r.copy->data());
+    if (r.key == rows.get() && !r.rows.expired()) return r.copy;
   BufferPtr copy;
   KSTAGE_ASSIGN_OR_RETURN(copy, backend_->upload(rows->data(), rows->size() * sizeof(uint32_t)));
   ResidentRows& slot = resident_[resident_next_++ % 4];
   slot = ResidentRows{rows, rows.get(), copy};
-  return reinterpret_cast<const uint32_t*>(copy->data());
+  return copy;
 }
 
 void Column::materialize_rows() {

@@ -48,6 +48,12 @@ struct StagedRows {
   BufferPtr source_index;  // host, n uint32 (the mask's selection, or a copied index_map)
   size_t source_first = 0, source_step = 0;  // without source_index: row first + j * step
 
+  // A device index_map's check, made by the gather that staged these rows (null: none, or a
+  // host map checked at the call), with the row count its entries were checked against.
+  std::shared_ptr<const IndexCheck> index_check;
+  uint64_t index_rows = 0;
+  const char* index_rows_from = "";
+
   const uint32_t* source_rows() const {
     return source_index ? reinterpret_cast<const uint32_t*>(source_index->data()) : nullptr;
   }
@@ -164,6 +170,9 @@ class Column {
   // A cached row map's copy on the column's device, uploaded the first time
   // it is used and then kept while the row map lives.
   Result<const uint32_t*> resident_rows(const std::shared_ptr<const std::vector<uint32_t>>& rows);
+  // The same copy itself, for a holder that outlives the cache slot (a read group's device
+  // index map).
+  Result<BufferPtr> resident_copy(const std::shared_ptr<const std::vector<uint32_t>>& rows);
 
   // --- sealing ------------------------------------------------------------
   // Applies a staged write at `ordinal`. `new_prims` collects prims that gain

@@ -66,6 +66,10 @@ Status Op::outcome() const {
     Status st = w->status();
     if (!st.ok()) return failure_ = std::move(st);
   }
+  if (check && status == KSTAGE_OK) {
+    Status st = check->status();
+    if (!st.ok()) return failure_ = std::move(st);
+  }
   return Status(status, message);
 }
 
@@ -388,6 +392,18 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
   }
   for (StagedWrite& w : staged)
     if (w.keep) defer(op->work, std::move(w.keep));
+  // Device index maps: checked by the device, reported by the op, and enforced by the seal.
+  std::shared_ptr<WriteCheck> check;
+  for (uint64_t i = 0; i < n; ++i) {
+    const StagedRows& rows = staged[i].rows;
+    if (!rows.index_check) continue;
+    if (!check) check = std::make_shared<WriteCheck>();
+    check->add(rows.index_check, rows.index_rows, rows.index_rows_from,
+               n == 1 ? std::string()
+                      : format("data[%llu] ('%s'): ", (unsigned long long)i,
+                               token_name(attributes[i]).c_str()));
+  }
+  op->check = check;
   // Phase 3 (locked): re-check against what other threads did meanwhile,
   // check prim modes, then enqueue every attribute or none. A rejection
   // waits for the staging copies: the caller frees the sources next.
@@ -427,7 +443,13 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
     return reject(out_of_memory("no host memory to enqueue the write"));
   }
   auto m = batch.writes.begin();
-  for (StagedWrite& w : staged) (m++)->second.rows = std::move(w.rows);
+  for (StagedWrite& w : staged) {
+    Mutation& mutation = (m++)->second;
+    mutation.rows = std::move(w.rows);
+    mutation.rows.index_check.reset();  // the call's WriteCheck holds it
+    mutation.check = check;
+    mutation.created_column = batch.columns.count(mutation.attributes[0]) != 0;
+  }
   enqueue(batch);
   return op;
 }
@@ -485,8 +507,10 @@ Result<std::shared_ptr<Op>> Stage::remove(const PrimList& prims, const uint64_t*
   return std::make_shared<Op>();
 }
 
-Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reached) {
+Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reached,
+                          bool& skipped_creator) {
   reached = to;
+  skipped_creator = false;
   NewPrims added;
   std::vector<uint64_t> removed;
   const uint64_t attr = c.attribute();
@@ -495,6 +519,19 @@ Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reach
     const Mutation& m = it->second;
     if (!m.targets(attr)) continue;
     if (m.kind == Mutation::Kind::Write) {
+      if (m.check) {
+        // A device index_map with a bad entry: the call's writes are never applied. Its check
+        // is the call's own work, so this waits for that, not for anything after it.
+        const Status checked = m.check->status();
+        if (checked.code() == KSTAGE_INVALID_ARGUMENT) {
+          skipped_creator = skipped_creator || m.created_column;
+          continue;
+        }
+        if (!checked.ok()) {
+          reached = m.ordinal - 1;
+          return checked;
+        }
+      }
       added.clear();
       // The counts' memory for the new prims is made before the rows move: their count
       // cannot then fail after the column took them (a retry would find them present).
@@ -584,9 +621,17 @@ Status Stage::advance_write_floor(uint64_t ordinal, const uint64_t* attributes, 
     if (ordinal <= from) continue;  // never backwards
     uint64_t reached = ordinal;
     if (Column* c = column(attr)) {
-      Status st = seal_column(*c, from, ordinal, reached);
+      bool skipped_creator = false;
+      Status st = seal_column(*c, from, ordinal, reached, skipped_creator);
       if (!st.ok() && result.ok()) result = st;
       c->take_replaced(replaced);
+      // The write that made the column was refused by its device check: unless something
+      // else wrote or will write it, the column goes too, as if that call had been refused.
+      if (skipped_creator && c->row_space() == 0 && !c->has_tombstones() &&
+          std::none_of(pending_.begin(), pending_.end(), [&](const auto& p) {
+            return p.second.ordinal > reached && p.second.targets(attr);
+          }))
+        columns_.erase(attr);
     }
     floors_[attr] = reached;
   }
@@ -614,7 +659,10 @@ void finish_desc(ReadGroup& g, size_t count) {
   g.desc.data.count = count;
   g.desc.data.tensors = g.tensors.empty() ? nullptr : g.tensors.data();
   g.desc.data.tensor_count = g.tensors.size();
-  g.desc.data.index_map = g.index_map ? g.index_map->data() + g.from : nullptr;
+  g.desc.data.index_map = g.device_index
+                              ? reinterpret_cast<const uint32_t*>(g.device_index->data()) + g.from
+                          : g.index_map ? g.index_map->data() + g.from
+                                        : nullptr;
   for (size_t i = 0; i < g.tensors.size(); ++i) {
     g.tensors[i].shape = &g.shapes[i];
     g.tensors[i].strides = &g.strides[i];
@@ -640,6 +688,7 @@ void split_group(std::unique_ptr<ReadGroup> g, size_t per, size_t row_bytes,
     c->from = g->from + from;
     c->prims = g->prims;
     c->index_map = g->index_map;
+    c->device_index = g->device_index;
     c->pinned = g->pinned;
     c->owns_buffer = g->owns_buffer;
     c->ready = g->ready;
@@ -827,6 +876,17 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
           bool identity = n == c.row_space();
           for (size_t i = 0; identity && i < n; ++i) identity = rows[i] == i;
           if (!identity) g.index_map = std::make_shared<const std::vector<uint32_t>>(std::move(own_rows));
+        }
+        // A GPU consumer's copy of the map on the column's device: the column's cached copy of
+        // a whole query's row map, else one upload (ordered before the group's event).
+        if (desc.device_index_map && g.index_map && !c.reads_host()) {
+          if (whole_query && g.index_map == map.rows) {
+            KSTAGE_ASSIGN_OR_RETURN(g.device_index, c.resident_copy(map.rows));
+          } else {
+            KSTAGE_ASSIGN_OR_RETURN(g.device_index,
+                                    backend.upload(g.index_map->data(),
+                                                   g.index_map->size() * sizeof(uint32_t)));
+          }
         }
       }
       g.tensors.push_back(row_tensor(g.pinned->data(), device, schema.dtype));

@@ -14,6 +14,7 @@
 #include "core/managed_tensors.hpp"
 #include "core/map.hpp"
 #include "core/prim_seq.hpp"
+#include "core/write_check.hpp"
 
 #include <map>
 #include <mutex>
@@ -26,11 +27,14 @@ struct Op {
   kstage_status_t status = KSTAGE_OK;
   std::string message;
   std::vector<CompletionPtr> work;
+  // A write with device index maps: their checks, reported once the work is done.
+  std::shared_ptr<const WriteCheck> check;
   bool done() const;
   // True once every piece of work is done; false after `timeout_ns`.
   bool wait(uint64_t timeout_ns) const;
   // Once done: the op's outcome -- `status`, or the device's failure of its
-  // work (KSTAGE_DEVICE_ERROR), kept so that its message stays valid.
+  // work (KSTAGE_DEVICE_ERROR), or a bad entry its device checks found
+  // (KSTAGE_INVALID_ARGUMENT), kept so that its message stays valid.
   Status outcome() const;
 
  private:
@@ -51,6 +55,9 @@ struct ReadGroup {
   std::vector<uint64_t> prim_ids;
   // Prim i's row of tensors[0] is index_map[from + i]; null: row i.
   std::shared_ptr<const std::vector<uint32_t>> index_map;
+  // The same map in the group's device memory, when the reader asked for it
+  // (kstage_read_desc_t::device_index_map): desc.data.index_map points here.
+  BufferPtr device_index;
   std::vector<DLTensor> tensors;
   std::vector<int64_t> shapes;   // one per tensor
   std::vector<int64_t> strides;  // one per tensor (always 1: compact)
@@ -121,6 +128,9 @@ class Stage {
     uint64_t ordinal = 0;
     std::vector<uint64_t> attributes;  // Write: one; DeleteAttributes: those named
     StagedRows rows;                   // targets (rows.prim(j), j < rows.n); data: Write only
+    // Write: the call's device checks (null: none); a seal skips the write unless they pass.
+    std::shared_ptr<const WriteCheck> check;
+    bool created_column = false;       // Write: the call made the column
     bool targets(uint64_t attribute) const;
   };
   using Key = std::pair<uint64_t, uint64_t>;  // (ordinal, submission sequence)
@@ -151,8 +161,10 @@ class Stage {
   Status check_floor(uint64_t attribute, uint64_t ordinal) const;  // requires mutex_
   Status check_schema(const Column& c, const Schema& s) const;
   // Applies the pending mutations of `c` in (from, to]; on failure returns
-  // the ordinal to leave the floor at.
-  Status seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reached);
+  // the ordinal to leave the floor at. `skipped_creator`: a write that made the column was
+  // skipped (its device check failed).
+  Status seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reached,
+                     bool& skipped_creator);
   // Writes made aside and enqueued all at once, so that a call running out of memory while
   // making them changes nothing: add_write() may throw std::bad_alloc; enqueue() moves the
   // nodes in (std::map::merge allocates nothing). Requires mutex_.

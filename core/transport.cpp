@@ -47,6 +47,8 @@ struct Selection {
   uint64_t count = 0;            // logical elements addressed: query prims [0, count)
   const uint64_t* mask = nullptr;  // set only when some of the first `count` bits are clear
   const uint32_t* index_map = nullptr;
+  // The index_map is device memory (selection_device): read and checked on the device only.
+  bool on_device = false;
   size_t selected = 0;           // mask: set bits among the first `count`
   // A mask with some bits clear: the selected element ids (host memory);
   // source row e feeds element e. A mask with every bit set selects like
@@ -74,6 +76,18 @@ Result<Selection> select(const kstage_write_data_t& d, uint64_t query_count) {
     return error(KSTAGE_INVALID_ARGUMENT, "count %llu exceeds 2^32-1 rows",
                  (unsigned long long)sel.count);
   sel.index_map = d.index_map;
+  const DLDevice where = d.selection_device;
+  sel.on_device = (d.index_map || d.mask) && where.device_type != 0 && where.device_type != kDLCPU;
+  if (sel.on_device && d.mask)
+    return error(KSTAGE_NOT_SUPPORTED,
+                 "mask in device memory (selection_device %s:%d) is not supported yet; pass a "
+                 "host mask",
+                 device_type_name(where.device_type), int(where.device_id));
+  if (sel.on_device && d.is_array)
+    return error(KSTAGE_NOT_SUPPORTED,
+                 "index_map in device memory (selection_device %s:%d) for an array attribute is "
+                 "not supported yet (fixed-size attributes take one); pass a host index_map",
+                 device_type_name(where.device_type), int(where.device_id));
   if (d.mask) {
     sel.selected = kernels::mask_popcount(d.mask, size_t(sel.count));
     if (sel.selected != sel.count) sel.mask = d.mask;
@@ -317,6 +331,12 @@ Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor&
     return out;
   }
   c.src_index = sel.index_map;
+  if (sel.on_device) {  // read in place, checked on the device: the op reports a bad entry
+    KSTAGE_ASSIGN_OR_RETURN(out.index_check, backend.checked_gather_resident(c, s.rows));
+    out.index_rows = s.rows;
+    out.index_rows_from = kRowsFrom;
+    return out;
+  }
   const size_t bad = backend.checked_gather(c, s.rows);
   if (bad < n) return index_map_error(sel, bad, s.rows, kRowsFrom);
   return out;
@@ -596,6 +616,26 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   for (auto [s, i] : {std::pair{&first, size_t(0)}, std::pair{&last, n_tensors - 1}})
     if (s->base && s->rows != 0 && s->row_bytes != 0)
       KSTAGE_RETURN_NOT_OK(stager->check_memory(s->base, s->device, tensor_name(d, i)));
+  // A device index_map lives with the tensors, on the column's device, where the gather reads
+  // it: what can be checked without reading it is checked here.
+  if (sel.on_device) {
+    const DLDevice where = d.selection_device, column = out.backend->device();
+    if (where.device_type != first.device.device_type || where.device_id != first.device.device_id)
+      return error(KSTAGE_INVALID_ARGUMENT,
+                   "selection_device is %s:%d but %s is on %s:%d: a device index_map must be "
+                   "on the tensors' device",
+                   device_type_name(where.device_type), int(where.device_id),
+                   tensor_name(d, 0).c_str(), device_type_name(first.device.device_type),
+                   int(first.device.device_id));
+    if (out.backend->synchronous() || !out.backend->can_access(where))
+      return error(KSTAGE_INVALID_ARGUMENT,
+                   "the index_map is on %s:%d (selection_device) but column '%s' lives on %s:%d, "
+                   "whose kernels cannot read it: a device index_map must be on the column's "
+                   "device",
+                   device_type_name(where.device_type), int(where.device_id), attr,
+                   device_type_name(column.device_type), int(column.device_id));
+    KSTAGE_RETURN_NOT_OK(out.backend->check_memory(d.index_map, where, "index_map"));
+  }
   // Checks that move no data come first, so that a rejected write queues nothing.
   uint64_t wanted = 0;
   bool packed = false;

@@ -416,6 +416,84 @@ TEST_CASE("cpp: index_map, mask, count and mode options", "[cpp]") {
   REQUIRE(read_floats(s, q, t) == std::vector<float>{-1, -2, 9, 0, 54});
 }
 
+// WriteOptions::device_index_map: a device_span (pointer, count, DLDevice, or a View) handed to
+// the C API as index_map with its selection_device. From a HostSpace View it is host memory (the
+// host path); on the emulated device, device memory read in place and checked on the device.
+TEST_CASE("cpp: device_index_map takes an index map where it lives", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/dm/p", 4);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t t = s.token("t");
+  Kokkos::View<float*, Kokkos::HostSpace> src("src", 3);
+  for (int i = 0; i < 3; ++i) src(i) = float(10 * (i + 1));
+  Kokkos::View<uint32_t*, Kokkos::HostSpace> host_map("host_map", 4);
+  const uint32_t entries[4] = {2, 2, 0, 1};
+  for (int i = 0; i < 4; ++i) host_map(i) = entries[i];
+  kstage::WriteOptions o;
+  o.device_index_map = host_map;
+  o.count = 4;
+  REQUIRE(o.device_index_map.device().device_type == kDLCPU);
+  s.write(t, q, src, 1, o).wait();
+  s.seal(1);
+  REQUIRE(read_floats(s, q, t) == std::vector<float>{30, 30, 10, 20});
+  // Both forms at once, and a span shorter than count, are refused before the C API.
+  kstage::WriteOptions both = o;
+  both.index_map = host_map;
+  CPP_FAILS(s.write(t, q, src, 2, both), KSTAGE_INVALID_ARGUMENT, "both set");
+  kstage::WriteOptions longer = o;
+  longer.count = 5;
+  CPP_FAILS(s.write(t, q, src, 2, longer), KSTAGE_INVALID_ARGUMENT,
+            "options.device_index_map has 4 entries but options.count is 5");
+#if defined(KSTAGE_TEST_ON_EMULATED_DEVICE)
+  // Device memory: the source and the map on the column's device, read in place.
+  float* dsrc = static_cast<float*>(kstage_emulated_malloc(kResidency.device_id, 3 * sizeof(float)));
+  uint32_t* dmap = static_cast<uint32_t*>(kstage_emulated_malloc(kResidency.device_id, 16));
+  const float values[3] = {1, 2, 3};
+  const uint32_t good[4] = {1, 0, 2, 2}, bad[4] = {0, 3, 1, 0};
+  kstage_emulated_memcpy(dsrc, values, sizeof values);
+  kstage_emulated_memcpy(dmap, good, sizeof good);
+  int64_t shape[1] = {3};
+  const DLTensor dt = kstage_test::tensor(dsrc, kstage_test::f32(), 1, shape, nullptr, kResidency);
+  kstage::WriteOptions dev;
+  dev.device_index_map = kstage::device_span<const uint32_t>(dmap, 4, kResidency);
+  dev.count = 4;
+  uint64_t uploads_before = 0, uploads_after = 0;
+  KS_OK(kstage_transfer_counts(nullptr, nullptr, &uploads_before));
+  s.write(t, q, dt, 2, dev).wait();
+  KS_OK(kstage_transfer_counts(nullptr, nullptr, &uploads_after));
+  REQUIRE(uploads_after == uploads_before);
+  s.seal(2);
+  REQUIRE(read_floats(s, q, t) == std::vector<float>{2, 1, 3, 3});
+  // A bad entry: the call succeeds, the op fails, the write is never applied.
+  kstage_emulated_memcpy(dmap, bad, sizeof bad);
+  kstage::Op op = s.write(t, q, dt, 3, dev);
+  CPP_FAILS(op.wait(), KSTAGE_INVALID_ARGUMENT, "index_map[1] = 3");
+  s.seal(3);
+  REQUIRE(read_floats(s, q, t) == std::vector<float>{2, 1, 3, 3});
+  kstage_emulated_free(dmap);
+  kstage_emulated_free(dsrc);
+#endif
+  // A read asking for device index maps: on a device column, the group's map is device memory
+  // (labelled with the group's device); on a host column, host memory.
+  std::vector<kstage_path_t> reversed(ids.rbegin(), ids.rend());
+  kstage::Query rq = s.query(reversed);
+  kstage::ReadOptions ro;
+  ro.device_index_map = true;
+  size_t groups = 0;
+  for (auto& g : s.read(rq, {t}, ro)) {
+    ++groups;
+    const kstage::device_span<const uint32_t> m = g.device_index_map();
+    REQUIRE(m.size() == 4);
+    REQUIRE(m.device().device_type == (kOnDevice ? kResidency.device_type : kDLCPU));
+#if defined(KSTAGE_TEST_ON_EMULATED_DEVICE)
+    REQUIRE(kstage_emulated_ordinal_of(m.data()) == kResidency.device_id);
+#else
+    REQUIRE(std::vector<uint32_t>(m.data(), m.data() + 4) == std::vector<uint32_t>{3, 2, 1, 0});
+#endif
+  }
+  REQUIRE(groups == 1);
+}
+
 TEST_CASE("cpp: a batch writes several attributes as one op", "[cpp]") {
   kstage::Stage s = make_stage();
   const std::vector<kstage_path_t> ids = make_paths(s, "/b/p", 3);

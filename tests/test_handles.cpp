@@ -597,7 +597,7 @@ TEST_CASE("kstage_status_string names every code; kstage_version matches the hea
     REQUIRE(std::string(kstage_status_string(c)) == "KSTAGE_UNKNOWN_STATUS");
   REQUIRE(kstage_version() ==
           uint32_t(KSTAGE_VERSION_MAJOR * 10000 + KSTAGE_VERSION_MINOR * 100 + KSTAGE_VERSION_PATCH));
-  REQUIRE(kstage_version() == 300);  // 0.3.0
+  REQUIRE(kstage_version() == 400);  // 0.4.0
 }
 
 TEST_CASE("kstage_create validates its config and out-parameter", "[handles][lifecycle][errors]") {

@@ -100,11 +100,14 @@ uintptr_t to_handle(T v) {
   else return uintptr_t(v);
 }
 
-// A stream and the Kokkos instance on it.
+// A stream and the Kokkos instance on it, and a second stream (made when first needed) for
+// reading back a few bytes that finished work produced, without waiting for later work on the
+// first (an index map's check report).
 template <class RT>
 struct Lane {
   typename RT::Stream stream{};
   typename RT::Exec exec;
+  typename RT::Stream side{};
 };
 
 // The lanes of every device no stage holds now, kept for the next stage and
@@ -147,10 +150,11 @@ class Lanes {
  private:
   static void destroy(std::unique_ptr<Lane<RT>> lane) noexcept {
     if (!lane) return;
-    const typename RT::Stream s = lane->stream;
+    const typename RT::Stream s = lane->stream, side = lane->side;
     (void)RT::stream_synchronize(s);
     lane.reset();  // the instance first, then its stream
     (void)RT::stream_destroy(s);
+    if (side) (void)RT::stream_destroy(side);
     (void)RT::take_error();
   }
   static void register_finalize_hook() {
@@ -264,6 +268,20 @@ struct GpuShared {
     if (r.event) (void)RT::event_destroy(r.event);
     (void)RT::stream_synchronize(s);
     (void)RT::take_error();
+  }
+  // The lane's side stream, made the first time it is asked for.
+  Result<Stream> side_stream() {
+    std::lock_guard lock(mutex);
+    if (!lane->side) {
+      Stream s{};
+      if (const typename RT::Error e = RT::stream_create(&s); e != RT::success) {
+        (void)RT::take_error();
+        return error(KSTAGE_DEVICE_ERROR, "%s device %d: stream creation failed: %s", RT::kName,
+                     int(device), RT::error_string(e));
+      }
+      lane->side = s;
+    }
+    return lane->side;
   }
   // Counted in the allocator's granularity (256 bytes).
   void allocated(size_t bytes) noexcept { allocated_bytes.fetch_add((bytes + 255) & ~size_t(255)); }
@@ -381,6 +399,54 @@ class GpuCompletion final : public core::Completion {
   std::shared_ptr<GpuShared<RT>> shared_;
   typename RT::Event event_;
   mutable std::atomic<int> failed_{0};
+};
+
+// A device index map's check (core::IndexCheck): the reduction's word in device memory and an
+// event recorded after the kernel that writes it. Read back once, on the lane's side stream
+// (the stage's stream may hold later work), after the event.
+template <class RT>
+class GpuIndexCheck final : public core::IndexCheck {
+ public:
+  GpuIndexCheck(std::shared_ptr<GpuShared<RT>> shared, core::BufferPtr report,
+                typename RT::Event event)
+      : shared_(std::move(shared)), report_(std::move(report)), event_(event) {}
+  ~GpuIndexCheck() override { (void)RT::event_destroy(event_); }
+
+  Result<uint64_t> first_bad() const override {
+    std::lock_guard lock(mutex_);
+    if (!read_) {
+      const DeviceGuard<RT> on_device(shared_->device);
+      KSTAGE_RETURN_NOT_OK(device_status(RT::event_synchronize(event_), "index map check"));
+      Result<typename RT::Stream> side = shared_->side_stream();
+      if (!side.ok()) return side.status();
+      uint64_t word = 0;
+      // To pageable memory: the copy has completed when the call returns.
+      KSTAGE_RETURN_NOT_OK(device_status(
+          RT::memcpy_async(&word, report_->data(), sizeof word, RT::kDeviceToHost, side.value()),
+          "index map check read-back"));
+      KSTAGE_RETURN_NOT_OK(device_status(RT::stream_synchronize(side.value()),
+                                         "index map check read-back"));
+      ++core::transfer_counts().device_to_host;
+      RT::count(shared_->device, Transfer::DeviceToHost);
+      value_ = word;
+      read_ = true;
+    }
+    return value_;
+  }
+
+ private:
+  Status device_status(typename RT::Error e, const char* what) const {
+    if (e == RT::success) return Status::OK();
+    (void)RT::take_error();
+    return error(KSTAGE_DEVICE_ERROR, "%s device %d: %s failed: %s", RT::kName,
+                 int(shared_->device), what, RT::error_string(e));
+  }
+  std::shared_ptr<GpuShared<RT>> shared_;
+  core::BufferPtr report_;
+  typename RT::Event event_;
+  mutable std::mutex mutex_;
+  mutable bool read_ = false;
+  mutable uint64_t value_ = 0;
 };
 
 template <class RT>
@@ -548,6 +614,29 @@ class GpuBackend final : public DeviceBackend {
     }
     launch(LaunchArgs{"row_copy", {k.dst, k.src, k.dst_index, k.src_index}},
            [k](const Exec& exec) { core::kernels::row_copy(exec, k); });
+  }
+
+  Result<std::shared_ptr<const core::IndexCheck>> checked_gather_resident(
+      const core::kernels::RowCopy& c, uint64_t src_rows) override {
+    const DeviceGuard<RT> on_device(shared_->device);
+    if (c.n == 0 || c.row_bytes == 0) return core::IndexCheck::passed();
+    core::BufferPtr report;
+    KSTAGE_ASSIGN_OR_RETURN(report, allocate(sizeof(uint64_t)));
+    auto* word = reinterpret_cast<uint64_t*>(report->data());
+    core::kernels::RowCopy k = c;
+    k.indices_resident = true;
+    launch(LaunchArgs{"checked_gather", {k.dst, k.src, k.src_index, word}},
+           [k, src_rows, word](const Exec& exec) {
+             core::kernels::checked_gather_report(exec, k, src_rows, word);
+           });
+    Event e{};
+    must(RT::event_create(&e), "event creation");
+    if (const Error r = RT::event_record(e, shared_->stream); r != RT::success) {
+      (void)RT::event_destroy(e);
+      must(r, "event record");
+    }
+    return std::shared_ptr<const core::IndexCheck>(
+        std::make_shared<GpuIndexCheck<RT>>(shared_, std::move(report), e));
   }
 
   void ragged_copy(const core::kernels::RaggedCopy& c, size_t word) override {

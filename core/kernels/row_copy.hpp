@@ -163,9 +163,11 @@ void launch_indexed(const Exec& exec, const RowCopy& c) {
 }
 
 // Gather that validates its index as it goes: rows whose src_index is out of
-// range are skipped and the lowest such i is the reduction's result. A work
-// item is a chunk of rows so that the reduction costs once per chunk and the
-// row loop keeps its running minimum in a register.
+// range are skipped, and the reduction's result is (i << 32) | src_index[i]
+// for the lowest such i (UINT64_MAX: none; n < 2^32), so that a device check
+// reports the bad value without reading the index again. A work item is a
+// chunk of rows so that the reduction costs once per chunk and the row loop
+// keeps its running minimum in a register.
 template <class Word, int Words>
 struct CheckedGatherFunctor {
   std::byte* dst;
@@ -177,7 +179,7 @@ struct CheckedGatherFunctor {
   size_t row_words;
   size_t n, chunk;
 
-  KOKKOS_INLINE_FUNCTION void operator()(const size_t k, size_t& first_bad) const {
+  KOKKOS_INLINE_FUNCTION void operator()(const size_t k, uint64_t& first_bad) const {
     const size_t begin = k * chunk, end = begin + chunk < n ? begin + chunk : n;
     if constexpr (Words > 0) {
       // Compact rows on both sides (the staging of a write always is): constant strides, as
@@ -191,10 +193,10 @@ struct CheckedGatherFunctor {
     first_bad = gather<0>(begin, end, first_bad);
   }
 
-  // Rows [begin, end); returns the lowest bad index seen (`bad` if none). `Stride`: both
-  // strides, known at compile time; 0: the functor's.
+  // Rows [begin, end); returns the lowest packed bad entry seen (`bad` if none). `Stride`:
+  // both strides, known at compile time; 0: the functor's.
   template <int64_t Stride>
-  KOKKOS_FORCEINLINE_FUNCTION size_t gather(size_t begin, size_t end, size_t bad) const {
+  KOKKOS_FORCEINLINE_FUNCTION uint64_t gather(size_t begin, size_t end, uint64_t bad) const {
     // Locals, not members: the row stores could alias the functor as far as
     // the compiler knows, and reloading every member per row costs the loop
     // its memory-level parallelism.
@@ -208,7 +210,8 @@ struct CheckedGatherFunctor {
     for (size_t i = begin; i < end; ++i, out += ds) {
       const uint32_t s = index[i];
       if (s >= rows) {
-        if (i < bad) bad = i;
+        const uint64_t packed = (uint64_t(i) << 32) | s;
+        if (packed < bad) bad = packed;
         continue;
       }
       copy_row<Word, Words>(d + out, s0 + int64_t(s) * ss, words);
@@ -216,6 +219,19 @@ struct CheckedGatherFunctor {
     return bad;
   }
 };
+
+template <class Word, int Words, class Exec, class Reducer>
+void launch_checked_gather(const Exec& exec, const RowCopy& c, uint64_t src_rows,
+                           const Reducer& into) {
+  const size_t chunk = rows_per_item(exec, c.n);
+  CheckedGatherFunctor<Word, Words> f{c.dst,    c.dst_stride,               c.src, c.src_stride,
+                                      c.src_index, src_rows, c.row_bytes / sizeof(Word), c.n,
+                                      chunk};
+  Kokkos::parallel_reduce(
+      "kstage::checked_gather",
+      Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec, 0, (c.n + chunk - 1) / chunk),
+      f, into);
+}
 
 inline uint64_t address_bits(const RowCopy& c) {
   return reinterpret_cast<uintptr_t>(c.dst) | reinterpret_cast<uintptr_t>(c.src) |
@@ -244,23 +260,30 @@ template <class Exec>
 size_t checked_gather(const Exec& exec, const RowCopy& c, uint64_t src_rows) {
   if (c.n == 0) return 0;
   using namespace impl;
-  const size_t chunk = rows_per_item(exec, c.n);
-  size_t first_bad = c.n;
+  uint64_t first_bad = UINT64_MAX;
   dispatch_row_width(row_word(c.row_bytes, address_bits(c)), c.row_bytes,
                      [&](auto word, auto words) {
-                       using Word = decltype(word);
-                       CheckedGatherFunctor<Word, decltype(words)::value> f{
-                           c.dst,    c.dst_stride, c.src, c.src_stride, c.src_index,
-                           src_rows, c.row_bytes / sizeof(Word), c.n, chunk};
-                       size_t bad = c.n;
-                       Kokkos::parallel_reduce(
-                           "kstage::checked_gather",
-                           Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(
-                               exec, 0, (c.n + chunk - 1) / chunk),
-                           f, Kokkos::Min<size_t>(bad));
-                       first_bad = bad;
+                       launch_checked_gather<decltype(word), decltype(words)::value>(
+                           exec, c, src_rows, Kokkos::Min<uint64_t>(first_bad));
                      });
-  return first_bad < c.n ? first_bad : c.n;
+  return first_bad == UINT64_MAX ? c.n : size_t(first_bad >> 32);
+}
+
+// The same gather with its index in `exec`'s memory (a device index map), enqueued: the
+// reduction's result -- UINT64_MAX, or (i << 32) | src_index[i] for the lowest bad i -- goes
+// to `*report`, one word of `exec`'s memory, when the kernel runs (a reduction into device
+// memory does not wait for it). c.n > 0 and < 2^32.
+template <class Exec>
+void checked_gather_report(const Exec& exec, const RowCopy& c, uint64_t src_rows,
+                           uint64_t* report) {
+  using namespace impl;
+  using Result = Kokkos::View<uint64_t, typename Exec::memory_space>;
+  dispatch_row_width(row_word(c.row_bytes, address_bits(c)), c.row_bytes,
+                     [&](auto word, auto words) {
+                       launch_checked_gather<decltype(word), decltype(words)::value>(
+                           exec, c, src_rows,
+                           Kokkos::Min<uint64_t, typename Exec::memory_space>(Result(report)));
+                     });
 }
 
 }  // namespace kstage::core::kernels

@@ -88,7 +88,7 @@ extern "C" {
 #define KSTAGE_BUFFER_ALIGNMENT 64
 
 #define KSTAGE_VERSION_MAJOR 0
-#define KSTAGE_VERSION_MINOR 3
+#define KSTAGE_VERSION_MINOR 4
 #define KSTAGE_VERSION_PATCH 0
 
 /* ------------------------------------------------------------------------- */
@@ -261,8 +261,10 @@ typedef struct kstage_config_t {
    * KSTAGE_NOT_SUPPORTED. Device tensors are checked against their pointer:
    * a DLDevice whose device_id is not the memory's own device, or device
    * memory that is host memory, is KSTAGE_INVALID_ARGUMENT naming both --
-   * kstage never assumes device 0. Index maps, masks and row counts are host
-   * memory, on every residency: a device backend uploads them once per call.
+   * kstage never assumes device 0. Index maps and masks are host memory
+   * unless a write names their device (kstage_write_data_t::selection_device);
+   * a device backend uploads host ones once per call. Row counts are host
+   * memory.
    */
   DLDevice residency;
 } kstage_config_t;
@@ -282,12 +284,27 @@ typedef struct kstage_config_t {
  * Source rows and logical elements: the write addresses the query's prims in
  * order; `count` = 0 means all of them, otherwise the leading `count`.
  * Without `index_map`, logical element i takes source row i, so the source row
- * count must equal the logical count. `index_map[i]` (host, `count` entries)
+ * count must equal the logical count. `index_map[i]` (`count` entries)
  * picks the source row for logical element i (gather, reorder, broadcast);
- * every entry must be < the source row count. `mask` (host, ceil(count/64)
- * words; bit i%64 of word i/64) picks which logical elements are written;
- * source row i belongs to element i; unselected prims keep their values.
+ * every entry must be < the source row count. `mask` (ceil(count/64) words;
+ * bit i%64 of word i/64) picks which logical elements are written; source
+ * row i belongs to element i; unselected prims keep their values.
  * `index_map` and `mask` are exclusive, and either requires `count` > 0.
+ * Both are host memory unless `selection_device` names a device.
+ *
+ * Device index maps (`selection_device`): the call checks what it can
+ * without reading the map -- the pointer against its device, the device
+ * against the tensors and the column, the count -- and the device checks
+ * every entry in the gather that reads it, on the stage's stream. A bad entry
+ * fails the op, not the call: kstage_wait returns KSTAGE_INVALID_ARGUMENT
+ * and kstage_op_error names the first bad position and value and the row
+ * count, as the call does for a host map. Such a write is never applied: a
+ * seal skips it (waiting for its check first), and the stage is exactly as
+ * if the call had been refused -- the one case where a write is refused after
+ * it was accepted. Every write of a batch call is skipped when any of its
+ * device maps has a bad entry. A later write's prim mode was checked with
+ * the failed write pending: a later UPDATE of prims that only the failed
+ * write would have created creates them.
  *
  * An extensible descriptor: start from kstage_write_data_init().
  */
@@ -354,6 +371,17 @@ typedef struct kstage_write_data_t {
    * data lives. Ignored for a column that exists (its residency never
    * changes; data elsewhere is copied to it). (Added in 0.3.) */
   DLDevice residency;
+  /** Where `index_map` and `mask` live: {0, 0} (the default) or kDLCPU =
+   * host memory, read by the call. Otherwise device memory of the write's
+   * source tensors' device (their device_type and device_id exactly), on
+   * which the column lives, ordered by `device_sync` like the tensors: the
+   * gather kernel reads the map in place and checks its entries on the
+   * device (see "Device index maps" above) -- no copy to the host, no
+   * upload. Another device than the tensors', or one the column does not
+   * live on, is KSTAGE_INVALID_ARGUMENT naming both. Fixed-size attributes
+   * only for now; an array attribute's device map, and a device mask, are
+   * KSTAGE_NOT_SUPPORTED. (Added in 0.4.) */
+  DLDevice selection_device;
 } kstage_write_data_t;
 
 /**
@@ -399,7 +427,14 @@ typedef struct kstage_read_desc_t {
    * to its row, zero-copy. true: rows are gathered into a new buffer in prim
    * order and index_map is NULL. */
   bool compact;
-  uint8_t reserved[2];
+  /** true: a zero-copy group of a column on a device hands out
+   * `data.index_map` in that device's memory (as the tensors: ordered by the
+   * group's device_sync, valid until the group is released), for a GPU
+   * consumer to gather through without an upload of its own. The stage
+   * uploads it once (a column's cached row map is shared). Groups of host
+   * data keep a host index_map. (Added in 0.4: a reserved byte before.) */
+  bool device_index_map;
+  uint8_t reserved[1];
   uint64_t range_begin;
   uint64_t range_end;
   /** Device the reader wants the data on; device_type 0 = the column's residency.

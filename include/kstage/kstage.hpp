@@ -115,6 +115,42 @@ class span {
 };
 
 /**
+ * \brief A view of `size()` contiguous elements in the memory of `device()`
+ * (a GPU's, for a device index map: kstage.h "Device index maps"), which
+ * someone else owns. Made from a pointer, a count and the DLPack device, or
+ * from a contiguous rank-1 Kokkos View in any space DLPack can describe (its
+ * memory must outlive the span; a temporary View is refused).
+ */
+template <class T>
+class device_span {
+ public:
+  constexpr device_span() noexcept = default;
+  constexpr device_span(T* data, size_t size, DLDevice device) noexcept
+      : data_(data), size_(size), device_(device) {}
+  template <class V, class = std::enable_if_t<Kokkos::is_view<V>::value>, class = void>
+  device_span(const V&& view) = delete;
+  template <class V, class = std::enable_if_t<Kokkos::is_view<V>::value>, class = void>
+  device_span(const V& view) noexcept
+      : data_(view.data()),
+        size_(view.size()),
+        device_(DLPackSpace<typename V::memory_space>::device(view.data())) {
+    static_assert(V::rank == 1, "a device_span is made from a rank-1 View");
+    static_assert(!std::is_same_v<typename V::array_layout, Kokkos::LayoutStride>,
+                  "a device_span needs contiguous memory: a LayoutRight or LayoutLeft View");
+  }
+
+  constexpr T* data() const noexcept { return data_; }
+  constexpr size_t size() const noexcept { return size_; }
+  constexpr bool empty() const noexcept { return size_ == 0; }
+  constexpr DLDevice device() const noexcept { return device_; }
+
+ private:
+  T* data_ = nullptr;
+  size_t size_ = 0;
+  DLDevice device_{DLDeviceType(0), 0};
+};
+
+/**
  * \brief A function argument of contiguous host elements: everything a span
  * takes, and a braced list (`stage.read(query, {position, velocity})`), which
  * lives until the end of the call's full expression. For parameters only:
@@ -297,6 +333,11 @@ struct WriteOptions {
   kstage_device_sync_t device_sync{0, 0};
   /// Where a column this write creates lives ({0, 0}: the stage's choice).
   DLDevice residency{DLDeviceType(0), 0};
+  /// Source row of logical element i in device memory (`count` entries, on the write's
+  /// device; exclusive with index_map): read in place by the device's gather and checked
+  /// there, a bad entry failing the op (kstage.h "Device index maps"). Host memory here
+  /// (a HostSpace View) is a host index_map.
+  device_span<const uint32_t> device_index_map;
 };
 
 /// \brief Options of a read (kstage_read_desc_t's fields): the latest sealed values, zero-copy.
@@ -312,6 +353,9 @@ struct ReadOptions {
   kstage_device_sync_t device_sync{0, 0};
   /// Groups of at most this many prims, in query order (0: one group per attribute).
   uint64_t max_group_prims = 0;
+  /// A zero-copy group on a device hands out its index map in device memory
+  /// (ReadGroup::device_index_map; kstage_read_desc_t::device_index_map).
+  bool device_index_map = false;
 
   /// The changes sealed at ordinals in [begin, end].
   static ReadOptions changes(uint64_t begin, uint64_t end) {
@@ -533,10 +577,12 @@ class GroupIterator {
 class ReadGroup {
  public:
   ReadGroup() = default;
-  ReadGroup(ReadGroup&& o) noexcept : h_(std::move(o.h_)), g_(std::exchange(o.g_, {})) {}
+  ReadGroup(ReadGroup&& o) noexcept
+      : h_(std::move(o.h_)), g_(std::exchange(o.g_, {})), device_map_(std::exchange(o.device_map_, false)) {}
   ReadGroup& operator=(ReadGroup&& o) noexcept {
     h_ = std::move(o.h_);
     g_ = std::exchange(o.g_, {});
+    device_map_ = std::exchange(o.device_map_, false);
     return *this;
   }
   kstage_group_t handle() const noexcept { return h_.get(); }
@@ -548,10 +594,20 @@ class ReadGroup {
   /// The attribute's write floor at the snapshot.
   uint64_t ordinal() const noexcept { return g_.ordinal; }
   span<const kstage_path_t> prims() const noexcept { return {g_.prims, size_t(g_.prim_count)}; }
-  /// Row of prim i (empty: row i, as for compact reads and array groups).
+  /// Row of prim i (empty: row i, as for compact reads and array groups). Host memory, unless
+  /// the read asked for ReadOptions::device_index_map and the group is on a device: then use
+  /// device_index_map().
   span<const uint32_t> index_map() const noexcept {
     return g_.data.index_map ? span<const uint32_t>(g_.data.index_map, size_t(g_.data.count))
                              : span<const uint32_t>();
+  }
+  /// The same map where it lives, labelled with the group's device: the device's memory for a
+  /// read with ReadOptions::device_index_map of a group on a device, else host memory.
+  device_span<const uint32_t> device_index_map() const noexcept {
+    if (!g_.data.index_map || g_.data.tensor_count == 0) return {};
+    const DLDevice d = g_.data.tensors[0].device;
+    const bool on_device = !is_host_memory(d.device_type) && device_map_;
+    return {g_.data.index_map, size_t(g_.data.count), on_device ? d : DLDevice{kDLCPU, 0}};
   }
   bool is_tombstone() const noexcept { return g_.is_delete; }
   bool is_array() const noexcept { return g_.is_array; }
@@ -610,12 +666,14 @@ class ReadGroup {
   void reset() noexcept {
     h_.reset();
     g_ = {};
+    device_map_ = false;
   }
 
  private:
   friend class Read;
   detail::UniqueHandle<kstage_release_group> h_;
   kstage_read_group_t g_{};
+  bool device_map_ = false;  // the read asked for device index maps
 };
 
 /// \brief An open read (kstage_read_t): iterate its groups.
@@ -635,6 +693,7 @@ class Read {
     if (!detail::check(code, st)) return false;
     group.h_ = detail::UniqueHandle<kstage_release_group>(h_.stage(), g.handle);
     group.g_ = g;
+    group.device_map_ = device_map_;
     return true;
   }
 #if KSTAGE_CPP_EXCEPTIONS
@@ -658,8 +717,9 @@ class Read {
   friend class Stage;
   template <class, class>
   friend class detail::GroupIterator;
-  Read(kstage_stage_t s, kstage_read_t h) : h_(s, h) {}
+  Read(kstage_stage_t s, kstage_read_t h, bool device_map) : h_(s, h), device_map_(device_map) {}
   detail::UniqueHandle<kstage_release_read> h_;
+  bool device_map_ = false;  // ReadOptions::device_index_map
   ReadGroup current_;  // the range-for group
 };
 
@@ -897,7 +957,14 @@ namespace detail {
 inline bool check_selection(const WriteOptions& o, const std::string& where, Status& st) {
   const uint64_t words = o.count / 64 + (o.count % 64 != 0);
   std::string what;
-  if (!o.index_map.empty() && o.index_map.size() < o.count)
+  if (!o.index_map.empty() && !o.device_index_map.empty()) {
+    st = Status(KSTAGE_INVALID_ARGUMENT,
+                where + "options.index_map and options.device_index_map are both set; pass one");
+    return false;
+  }
+  if (!o.device_index_map.empty() && o.device_index_map.size() < o.count)
+    what = "options.device_index_map has " + std::to_string(o.device_index_map.size()) + " entries";
+  else if (!o.index_map.empty() && o.index_map.size() < o.count)
     what = "options.index_map has " + std::to_string(o.index_map.size()) + " entries";
   else if (!o.mask.empty() && o.mask.size() < words)
     what = "options.mask has " + std::to_string(o.mask.size()) + " words (" +
@@ -912,6 +979,10 @@ inline kstage_write_data_t write_data(const WriteOptions& o) {
   d.semantic = o.semantic;
   d.count = o.count;
   d.index_map = o.index_map.empty() ? nullptr : o.index_map.data();
+  if (!o.device_index_map.empty()) {
+    d.index_map = o.device_index_map.data();
+    d.selection_device = o.device_index_map.device();
+  }
   d.mask = o.mask.empty() ? nullptr : o.mask.data();
   d.device_sync = o.device_sync;
   d.residency = o.residency;
@@ -1212,12 +1283,13 @@ class Stage {
     d.target_device = options.target_device;
     d.device_sync = options.device_sync;
     d.max_group_prims = options.max_group_prims;
+    d.device_index_map = options.device_index_map;
     kstage_read_t r = 0;
     if (!detail::check(kstage_read_attributes(stage_, query.handle(), attributes.data(),
                                               attributes.size(), &d, &r),
                        st))
       return {};
-    return Read(stage_, r);
+    return Read(stage_, r, options.device_index_map);
   }
   Map map(const Query& query, kstage_token_t attribute, uint64_t ordinal, DLDataType dtype,
           const MapOptions& options, Status& st) const {

@@ -87,6 +87,7 @@ struct Payload {
   std::vector<DLManagedTensorVersioned*> managed;
   std::vector<uint32_t> index_map;
   std::vector<uint64_t> mask;
+  std::vector<Imported> index_imports;  // a device index_map, read in place by the device
 };
 
 using HostArray = nb::ndarray<nb::ro, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
@@ -131,6 +132,32 @@ const uint32_t* index_map_arg(nb::handle obj, Payload& payload, uint64_t& length
     default: raise_invalid_argument("index_map: unsupported integer width");
   }
   return payload.index_map.data();
+}
+
+// A device index_map (a DLPack producer whose __dlpack_device__ is not host memory: torch,
+// cupy, a kstage device group): passed to the stage as it is, no copy, ordered on the write's
+// stream (the producer's, as for the data). kstage reads it as uint32 on the device and checks
+// it there: a bad entry fails the op (kstage.h "Device index maps"). Null when `obj` is host data.
+const uint32_t* device_index_map_arg(nb::handle obj, nb::handle stream, Payload& payload,
+                                     uint64_t& length, DLDevice& device) {
+  if (!nb::hasattr(obj, "__dlpack_device__") || !nb::hasattr(obj, "__dlpack__")) return nullptr;
+  nb::tuple where = nb::borrow<nb::tuple>(obj.attr("__dlpack_device__")());
+  if (nb::len(where) != 2 || is_host_memory(nb::cast<int>(where[0]))) return nullptr;
+  payload.index_imports.push_back(import_dlpack(obj, stream));
+  const DLTensor& t = payload.index_imports.back().tensor();
+  if (t.ndim != 1) raise_invalid_argument("index_map must be one-dimensional, not " + std::to_string(t.ndim) + "-D");
+  if (!((t.dtype.code == kDLInt || t.dtype.code == kDLUInt) && t.dtype.bits == 32 && t.dtype.lanes == 1))
+    raise_invalid_argument("a device index_map must hold 32-bit integers (uint32, or int32 read as uint32: a "
+                           "negative entry is out of range); convert it on its device first");
+  if (t.strides != nullptr && t.shape[0] > 1 && t.strides[0] != 1)
+    raise_invalid_argument("a device index_map must be contiguous (stride " + std::to_string(t.strides[0]) +
+                           "); make a contiguous copy on its device first");
+  length = uint64_t(t.shape[0]);
+  if (length == 0)
+    raise_invalid_argument("index_map is empty: an empty index map would mean count=0, which means every prim "
+                           "of the query; skip the write instead");
+  device = t.device;
+  return reinterpret_cast<const uint32_t*>(static_cast<const char*>(t.data) + t.byte_offset);
 }
 
 // mask: a bool array (one entry per logical element, packed here) or uint64 words (bit i%64 of
@@ -178,7 +205,8 @@ void build_write(const WriteSpec& spec, Payload& payload, kstage_write_data_t& d
     raise_invalid_argument("index_map and mask are exclusive");
   if (!spec.index_map.is_none()) {
     uint64_t length = 0;
-    d.index_map = index_map_arg(spec.index_map, payload, length);
+    d.index_map = device_index_map_arg(spec.index_map, spec.stream, payload, length, d.selection_device);
+    if (d.index_map == nullptr) d.index_map = index_map_arg(spec.index_map, payload, length);
     if (!has_count) count = length;
     else if (count > length)
       raise_invalid_argument("count=" + std::to_string(count) + " but index_map has " + std::to_string(length) +

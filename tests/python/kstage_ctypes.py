@@ -65,6 +65,7 @@ class kstage_write_data_t(ctypes.Structure):
         ("reserved", ctypes.c_uint8 * 7),
         ("legacy_managed_tensors", ctypes.POINTER(ctypes.POINTER(DLManagedTensor))),
         ("residency", DLDevice),
+        ("selection_device", DLDevice),
     ]
 
 
@@ -73,7 +74,8 @@ class kstage_read_desc_t(ctypes.Structure):
         ("struct_size", ctypes.c_uint32),
         ("change_range", ctypes.c_bool),
         ("compact", ctypes.c_bool),
-        ("reserved", ctypes.c_uint8 * 2),
+        ("device_index_map", ctypes.c_bool),
+        ("reserved", ctypes.c_uint8 * 1),
         ("range_begin", ctypes.c_uint64),
         ("range_end", ctypes.c_uint64),
         ("target_device", DLDevice),
@@ -133,9 +135,10 @@ def check_layouts():
         (kstage_write_data_t, "index_map"): 40, (kstage_write_data_t, "mask"): 48,
         (kstage_write_data_t, "device_sync"): 56, (kstage_write_data_t, "is_array"): 72,
         (kstage_write_data_t, "reserved"): 73, (kstage_write_data_t, "legacy_managed_tensors"): 80,
-        (kstage_write_data_t, "residency"): 88,
+        (kstage_write_data_t, "residency"): 88, (kstage_write_data_t, "selection_device"): 96,
         (kstage_read_desc_t, "struct_size"): 0, (kstage_read_desc_t, "change_range"): 4,
-        (kstage_read_desc_t, "compact"): 5, (kstage_read_desc_t, "reserved"): 6,
+        (kstage_read_desc_t, "compact"): 5, (kstage_read_desc_t, "device_index_map"): 6,
+        (kstage_read_desc_t, "reserved"): 7,
         (kstage_read_desc_t, "range_begin"): 8, (kstage_read_desc_t, "range_end"): 16,
         (kstage_read_desc_t, "target_device"): 24, (kstage_read_desc_t, "device_sync"): 32,
         (DLTensor, "data"): 0, (DLTensor, "device"): 8, (DLTensor, "ndim"): 16,

@@ -202,6 +202,38 @@ def test_device_map(dstage, emu):
     np.testing.assert_array_equal(np.from_dlpack(h), DATA)
 
 
+def test_device_index_map_is_read_in_place_and_checked_on_the_device(dstage, emu):
+    five = PATHS[:5]
+    # A uint32 device column, read as a device group: a DLPack index tensor on the device.
+    assert dstage.write("idx", five, np.array([3, 0, 2, 2, 1], np.uint32), 1, residency=(EXT, 0)).wait(10)
+    assert dstage.write("bad", five, np.array([0, 1, 9, 0, 0], np.uint32), 1, residency=(EXT, 0)).wait(10)
+    assert dstage.write("src", PATHS[:4], np.array([10, 20, 30, 40], np.float32), 1,
+                        residency=(EXT, 0)).wait(10)
+    dstage.seal(1)
+    (imap,) = dstage.read(five, "idx")
+    (bad,) = dstage.read(five, "bad")
+    (src,) = dstage.read(PATHS[:4], "src")
+    assert imap.device == (EXT, 0)
+    before = kstage.transfer_counts()
+    assert dstage.write("x", five, src, 2, index_map=imap).wait(10)
+    after = kstage.transfer_counts()
+    assert after[0] == before[0] and after[2] == before[2]  # nothing up: no copy, no upload
+    assert after[1] == before[1] + 1  # the check's 8-byte report
+    dstage.seal(2)
+    (h,) = dstage.read(five, "x", device="cpu")
+    np.testing.assert_array_equal(np.from_dlpack(h), [40, 10, 30, 30, 20])
+    # A bad entry: the call is accepted, the op fails, the write is never applied.
+    op = dstage.write("x", five, src, 3, index_map=bad)
+    with pytest.raises(kstage.InvalidArgument, match=r"index_map\[2\] = 9 references a source row outside"):
+        op.wait(10)
+    dstage.seal(3)
+    (h,) = dstage.read(five, "x", device="cpu")
+    np.testing.assert_array_equal(np.from_dlpack(h), [40, 10, 30, 30, 20])
+    # Only 32-bit integers are read on the device.
+    with pytest.raises(kstage.InvalidArgument, match="32-bit integers"):
+        dstage.write("x", PATHS[:4], src, 4, index_map=src)
+
+
 # ------------------------------------------------------------------------------------------------
 # Slow device work, lifetimes and deleters on the worker thread
 # ------------------------------------------------------------------------------------------------

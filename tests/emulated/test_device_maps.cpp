@@ -1,0 +1,344 @@
+// SPDX-License-Identifier: Apache-2.0
+// Index maps in device memory (kstage_write_data_t::selection_device, kstage.h "Device index
+// maps"): read in place by the gather kernel, with no upload and no copy of the map to the
+// host; checked on the device, a bad entry failing the op (not the call); a failed write never
+// applied, whatever is held, written after it or sealed in between; and every check the call
+// can make without reading the map. On the emulated device, whose poisoning reports any host
+// read of a device map (ASan) and whose launches refuse pointers outside its arena.
+#include "emulated/device_support.hpp"
+
+#include <string>
+
+using namespace kstage_test;
+using namespace kstage_device_test;
+
+namespace {
+
+const DLDevice kDev = kResidency;  // the emulated ordinal under test
+const DLDevice kOther = {kDev.device_type, kDev.device_id == 0 ? 1 : 0};
+
+// Device memory of `ordinal` holding `values` (an index map), freed with the object.
+struct DeviceIndex {
+  DeviceIndex(int32_t ordinal, const std::vector<uint32_t>& values) : n(values.size()) {
+    p = static_cast<uint32_t*>(kstage_emulated_malloc(ordinal, std::max<size_t>(n, 1) * 4));
+    REQUIRE(p != nullptr);
+    if (n) kstage_emulated_memcpy(p, values.data(), n * sizeof(uint32_t));
+  }
+  ~DeviceIndex() { kstage_emulated_free(p); }
+  uint32_t* p = nullptr;
+  size_t n;
+};
+
+// A write of `src` through the device index map `map` (count = its entries).
+kstage_write_data_t device_gather(const DLTensor& src, const DeviceIndex& map,
+                                  DLDevice where = kDev) {
+  kstage_write_data_t w = write_data(&src);
+  w.index_map = map.p;
+  w.count = map.n;
+  w.selection_device = where;
+  return w;
+}
+
+struct Counts {
+  uint64_t h2d = 0, d2h = 0, uploads = 0, emulated_uploads = 0, emulated_h2d = 0,
+           emulated_d2h = 0;
+  static Counts now() {
+    Counts c;
+    KS_OK(kstage_transfer_counts(&c.h2d, &c.d2h, &c.uploads));
+    c.emulated_uploads = kstage_emulated_upload_count(kDev.device_id);
+    kstage_emulated_copy_counts(kDev.device_id, &c.emulated_h2d, &c.emulated_d2h);
+    return c;
+  }
+};
+
+// A stage with column x (f32, on the device under test) holding 1..5 at ordinal 1, sealed.
+struct Sealed {
+  Sealed() : s(kDev), q(s.query(5)), x(s.token("x")) {
+    DeviceFloats init(kDev.device_id, {1, 2, 3, 4, 5});
+    REQUIRE(s.write(q, x, 1, write_data(&init.t)) == KSTAGE_OK);
+    s.seal(1);
+  }
+  std::vector<float> values() { return read_back(s, q, x).values; }
+  DeviceStage s;
+  kstage_query_t q;
+  kstage_token_t x;
+};
+
+}  // namespace
+
+TEST_CASE("a device index_map is read in place: gathered on the device, no upload, no host copy",
+          "[device_maps]") {
+  DeviceStage s(kDev);
+  kstage_query_t q = s.query(5);
+  kstage_token_t x = s.token("x");
+  DeviceFloats src(kDev.device_id, {10, 20, 30, 40});
+  DeviceIndex map(kDev.device_id, {3, 0, 2, 2, 1});  // reorder and broadcast
+  const Counts before = Counts::now();
+  kstage_op_t op = 0;
+  const kstage_write_data_t w = device_gather(src.t, map);
+  KS_OK(kstage_write_attribute(s.stage, q, x, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+  KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
+  const Counts after = Counts::now();
+  KS_OK(kstage_release_op(s.stage, op));
+  // Nothing went up (no map upload, no data copy: the source is device memory), and the one
+  // copy down is the check's 8-byte report, read once the op is done.
+  CHECK(after.uploads == before.uploads);
+  CHECK(after.emulated_uploads == before.emulated_uploads);
+  CHECK(after.h2d == before.h2d);
+  CHECK(after.emulated_h2d == before.emulated_h2d);
+  CHECK(after.d2h == before.d2h + 1);
+  CHECK(after.emulated_d2h == before.emulated_d2h + 1);
+  s.seal(1);
+  CHECK(read_back(s, q, x).values == std::vector<float>{40, 10, 30, 30, 20});
+  // kDLCPU names host memory, as {0, 0} does: the host path, which reads a host map.
+  std::vector<uint32_t> host_map = {0, 1, 2, 3, 3};
+  kstage_write_data_t h = write_data(&src.t);
+  h.index_map = host_map.data();
+  h.count = host_map.size();
+  h.selection_device = kHost;
+  REQUIRE(s.write(q, x, 2, h) == KSTAGE_OK);
+  s.seal(2);
+  CHECK(read_back(s, q, x).values == std::vector<float>{10, 20, 30, 40, 40});
+}
+
+TEST_CASE("a device index_map is ordered by the write's device_sync, like its tensors",
+          "[device_maps]") {
+  DeviceStage s(kDev);
+  kstage_query_t q = s.query(3);
+  kstage_token_t x = s.token("x");
+  DeviceFloats src(kDev.device_id, {10, 20, 30});
+  DeviceIndex map(kDev.device_id, {0, 0, 0});
+  // The producer fills the map on its own stream, which has not run yet.
+  const uintptr_t stream = kstage_emulated_stream_create(kDev.device_id);
+  const uintptr_t event = kstage_emulated_event_create();
+  kstage_emulated_stream_hold(stream);
+  const std::vector<uint32_t> filled = {2, 1, 0};
+  REQUIRE(kstage_emulated_memcpy_async(stream, map.p, filled.data(), 12) == 0);
+  kstage_emulated_event_record(event, stream);
+  kstage_write_data_t w = device_gather(src.t, map);
+  w.device_sync = {stream, event};
+  kstage_op_t op = 0;
+  KS_OK(kstage_write_attribute(s.stage, q, x, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+  CHECK(kstage_wait(s.stage, op, 0) == KSTAGE_TIMEOUT);  // behind the producer
+  kstage_emulated_stream_release(stream);
+  KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
+  KS_OK(kstage_release_op(s.stage, op));
+  s.seal(1);
+  CHECK(read_back(s, q, x).values == std::vector<float>{30, 20, 10});
+  kstage_emulated_event_destroy(event);
+  kstage_emulated_stream_destroy(stream);
+}
+
+TEST_CASE("a bad device index_map entry fails the op, not the call, and the write is never applied",
+          "[device_maps]") {
+  Sealed f;
+  // A group held across everything below keeps the sealed values.
+  kstage_read_desc_t desc = kstage_read_desc_init();
+  kstage_read_t held = 0;
+  KS_OK(kstage_read_attributes(f.s.stage, f.q, &f.x, 1, &desc, &held));
+  kstage_read_group_t g{};
+  KS_OK(kstage_fetch_read_next(f.s.stage, held, 0, &g));
+
+  DeviceFloats src(kDev.device_id, {10, 20, 30, 40});
+  DeviceIndex bad(kDev.device_id, {0, 1, 7, 2, 9});  // entries 2 and 4 are >= 4 rows
+  kstage_op_t op = 0;
+  const kstage_write_data_t w = device_gather(src.t, bad);
+  KS_OK(kstage_write_attribute(f.s.stage, f.q, f.x, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+  KS_FAILS(kstage_wait(f.s.stage, op, KSTAGE_TIMEOUT_INFINITE), KSTAGE_INVALID_ARGUMENT,
+           "index_map[2] = 7");
+  const char* message = nullptr;
+  KS_OK(kstage_op_error(f.s.stage, op, &message));
+  const std::string m = message;
+  CHECK(m.find("index_map[2] = 7 references a source row outside the transported row count 4 "
+               "(shape[0] of the tensor)") != std::string::npos);
+  CHECK(m.find("checked on the device") != std::string::npos);
+  // The same answer again: worked out once.
+  KS_FAILS(kstage_wait(f.s.stage, op, 0), KSTAGE_INVALID_ARGUMENT, "index_map[2] = 7");
+  KS_OK(kstage_release_op(f.s.stage, op));
+
+  // A seal in between skips it; a later write at the same ordinal is applied.
+  f.s.seal(1);
+  CHECK(f.values() == std::vector<float>{1, 2, 3, 4, 5});
+  DeviceIndex good(kDev.device_id, {3, 3});
+  REQUIRE(f.s.write(f.q, f.x, 2, device_gather(src.t, good)) == KSTAGE_OK);
+  f.s.seal(2);
+  CHECK(f.values() == std::vector<float>{40, 40, 3, 4, 5});
+  CHECK(f.s.floor(f.x) == 2);
+  // Only the applied write's prims changed at 2.
+  CHECK(f.s.changed(f.q, f.x, 2, 2) == std::vector<kstage_path_t>{f.s.prims[0], f.s.prims[1]});
+  // The held group never changed.
+  const size_t rows = size_t(g.data.tensors[0].shape[0]);
+  const std::vector<float> held_values = group_floats(g, 0, rows);
+  std::vector<float> in_order;
+  for (uint64_t i = 0; i < g.prim_count; ++i)
+    in_order.push_back(held_values[g.data.index_map ? g.data.index_map[i] : i]);
+  CHECK(in_order == std::vector<float>{1, 2, 3, 4, 5});
+  KS_OK(kstage_release_group(f.s.stage, g.handle));
+  KS_OK(kstage_release_read(f.s.stage, held));
+}
+
+TEST_CASE("a failed device-map write that made its column leaves no column behind",
+          "[device_maps]") {
+  Sealed f;
+  kstage_token_t y = f.s.token("y");
+  DeviceFloats src(kDev.device_id, {10, 20});
+  DeviceIndex bad(kDev.device_id, {0, 5});
+  kstage_op_t op = 0;
+  const kstage_write_data_t w = device_gather(src.t, bad);
+  KS_OK(kstage_write_attribute(f.s.stage, f.q, y, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+  KS_FAILS(kstage_wait(f.s.stage, op, KSTAGE_TIMEOUT_INFINITE), KSTAGE_INVALID_ARGUMENT,
+           "index_map[1] = 5");
+  KS_OK(kstage_release_op(f.s.stage, op));
+  f.s.seal(2);
+  // As if the call had been refused: y has no column, so a float64 y is a new column.
+  std::vector<double> d = {1, 2, 3, 4, 5};
+  int64_t shape[1] = {5};
+  DLTensor t64 = tensor(d.data(), f64(), 1, shape);
+  REQUIRE(f.s.write(f.q, y, 3, write_data(&t64)) == KSTAGE_OK);
+  f.s.seal(3);
+}
+
+TEST_CASE("a batch write with one bad device index_map applies none of its attributes",
+          "[device_maps]") {
+  Sealed f;
+  kstage_token_t v = f.s.token("v");
+  DeviceFloats src(kDev.device_id, {10, 20, 30});
+  DeviceIndex good(kDev.device_id, {0, 1, 2, 0, 1});
+  DeviceIndex bad(kDev.device_id, {0, 1, 2, 3, 1});
+  kstage_write_data_t data[2] = {device_gather(src.t, good), device_gather(src.t, bad)};
+  const kstage_token_t attrs[2] = {f.x, v};
+  kstage_op_t op = 0;
+  KS_OK(kstage_write_attributes(f.s.stage, f.q, attrs, data, 2, 2, KSTAGE_PRIM_MODE_UPSERT, &op));
+  KS_FAILS(kstage_wait(f.s.stage, op, KSTAGE_TIMEOUT_INFINITE), KSTAGE_INVALID_ARGUMENT,
+           "data[1] ('v'): index_map[3] = 3");
+  KS_OK(kstage_release_op(f.s.stage, op));
+  f.s.seal(2);
+  CHECK(f.values() == std::vector<float>{1, 2, 3, 4, 5});
+  CHECK(f.s.changed(f.q, f.x, 2, 2).empty());
+}
+
+TEST_CASE("what a call checks of a device index_map without reading it", "[device_maps]") {
+  Sealed f;
+  DeviceFloats src(kDev.device_id, {10, 20, 30, 40, 50});
+  DeviceIndex map(kDev.device_id, {4, 3, 2, 1, 0});
+  const Counts before = Counts::now();
+  kstage_op_t op = 0;
+  auto refused = [&](const kstage_write_data_t& w, kstage_status_t code, const char* needle) {
+    KS_FAILS(kstage_write_attribute(f.s.stage, f.q, f.x, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+             code, needle);
+  };
+  SECTION("on another device than the tensors: both named") {
+    refused(device_gather(src.t, map, kOther), KSTAGE_INVALID_ARGUMENT, "selection_device is");
+    CHECK(std::string(kstage_last_error()).find("tensors[0] is on") != std::string::npos);
+  }
+  SECTION("where the column does not live: both named") {
+    kstage_token_t h = f.s.token("h");
+    std::vector<float> host = {1, 2, 3, 4, 5};
+    int64_t shape[1] = {5};
+    DLTensor ht = tensor(host.data(), f32(), 1, shape);
+    kstage_write_data_t first = write_data(&ht);
+    first.residency = kHost;
+    REQUIRE(f.s.write(f.q, h, 2, first) == KSTAGE_OK);
+    const kstage_write_data_t w = device_gather(src.t, map);
+    KS_FAILS(kstage_write_attribute(f.s.stage, f.q, h, 3, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+             KSTAGE_INVALID_ARGUMENT, "column 'h' lives on kDLCPU:0");
+  }
+  SECTION("a host pointer said to be device memory") {
+    std::vector<uint32_t> host_map = {0, 1, 2, 3, 4};
+    kstage_write_data_t w = device_gather(src.t, map);
+    w.index_map = host_map.data();
+    refused(w, KSTAGE_INVALID_ARGUMENT, "index_map: DLDevice says");
+  }
+  SECTION("memory of the other ordinal") {
+    DeviceIndex elsewhere(kOther.device_id, {0, 1, 2, 3, 4});
+    kstage_write_data_t w = device_gather(src.t, elsewhere);
+    refused(w, KSTAGE_INVALID_ARGUMENT, "index_map: DLDevice says device_id");
+  }
+  SECTION("count past the query, and no count") {
+    kstage_write_data_t w = device_gather(src.t, map);
+    w.count = 6;
+    refused(w, KSTAGE_INVALID_ARGUMENT, "count 6 exceeds the query's 5 prims");
+    w.count = 0;
+    refused(w, KSTAGE_INVALID_ARGUMENT, "count must be non-zero");
+  }
+  SECTION("a device mask, and an array attribute's device map: not yet") {
+    kstage_write_data_t w = device_gather(src.t, map);
+    w.index_map = nullptr;
+    w.mask = reinterpret_cast<const uint64_t*>(map.p);
+    refused(w, KSTAGE_NOT_SUPPORTED, "mask in device memory");
+    kstage_token_t a = f.s.token("a");
+    kstage_write_data_t arr = device_gather(src.t, map);
+    arr.is_array = true;
+    KS_FAILS(kstage_write_attribute(f.s.stage, f.q, a, 2, &arr, KSTAGE_PRIM_MODE_UPSERT, &op),
+             KSTAGE_NOT_SUPPORTED, "for an array attribute");
+  }
+  // Nothing moved, nothing changed.
+  const Counts after = Counts::now();
+  CHECK(after.uploads == before.uploads);
+  CHECK(after.d2h == before.d2h);
+  f.s.seal(2);
+  CHECK(f.values() == std::vector<float>{1, 2, 3, 4, 5});
+}
+
+TEST_CASE("a read can hand out a device column's index_map in device memory", "[device_maps]") {
+  Sealed f;
+  // The query in reverse: a zero-copy group needs an index map (prim i is row 4 - i).
+  std::vector<kstage_path_t> reversed(f.s.prims.rbegin(), f.s.prims.rend());
+  kstage_query_t rq = f.s.Stage::query(reversed);
+  for (uint64_t per : {uint64_t(0), uint64_t(2)}) {  // whole, and split into groups of 2
+    INFO("max_group_prims " << per);
+    kstage_read_desc_t desc = kstage_read_desc_init();
+    desc.device_index_map = true;
+    desc.max_group_prims = per;
+    const Counts before = Counts::now();
+    kstage_read_t r = 0;
+    KS_OK(kstage_read_attributes(f.s.stage, rq, &f.x, 1, &desc, &r));
+    std::vector<uint32_t> rows;
+    for (;;) {
+      kstage_read_group_t g{};
+      const kstage_status_t st = kstage_fetch_read_next(f.s.stage, r, 0, &g);
+      if (st == KSTAGE_END_OF_ITERATION) break;
+      KS_OK(st);
+      REQUIRE(g.data.index_map != nullptr);
+      // On the group's device, ordered by its event like the tensor.
+      CHECK(kstage_emulated_ordinal_of(g.data.index_map) == kDev.device_id);
+      if (g.data.device_sync.event) kstage_emulated_event_synchronize(g.data.device_sync.event);
+      std::vector<uint32_t> part(g.data.count);
+      kstage_emulated_memcpy(part.data(), g.data.index_map, part.size() * sizeof(uint32_t));
+      rows.insert(rows.end(), part.begin(), part.end());
+      KS_OK(kstage_release_group(f.s.stage, g.handle));
+    }
+    KS_OK(kstage_release_read(f.s.stage, r));
+    CHECK(rows == std::vector<uint32_t>{4, 3, 2, 1, 0});
+    // One upload of the map (the column's cached copy once made is shared by later reads).
+    CHECK(Counts::now().uploads - before.uploads <= 1);
+  }
+  // Without the flag: a host map.
+  kstage_read_desc_t plain = kstage_read_desc_init();
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(f.s.stage, rq, &f.x, 1, &plain, &r));
+  kstage_read_group_t g{};
+  KS_OK(kstage_fetch_read_next(f.s.stage, r, 0, &g));
+  CHECK(kstage_emulated_ordinal_of(g.data.index_map) == -1);
+  CHECK(std::vector<uint32_t>(g.data.index_map, g.data.index_map + 5) ==
+        std::vector<uint32_t>{4, 3, 2, 1, 0});
+  KS_OK(kstage_release_group(f.s.stage, g.handle));
+  KS_OK(kstage_release_read(f.s.stage, r));
+  // A host column keeps a host map whatever the reader asks.
+  kstage_token_t h = f.s.token("h");
+  std::vector<float> host = {1, 2, 3, 4, 5};
+  int64_t shape[1] = {5};
+  DLTensor ht = tensor(host.data(), f32(), 1, shape);
+  kstage_write_data_t w = write_data(&ht);
+  w.residency = kHost;
+  REQUIRE(f.s.write(f.q, h, 2, w) == KSTAGE_OK);
+  f.s.seal(2);
+  kstage_read_desc_t desc = kstage_read_desc_init();
+  desc.device_index_map = true;
+  KS_OK(kstage_read_attributes(f.s.stage, rq, &h, 1, &desc, &r));
+  KS_OK(kstage_fetch_read_next(f.s.stage, r, 0, &g));
+  CHECK(kstage_emulated_ordinal_of(g.data.index_map) == -1);
+  CHECK(g.data.index_map[0] == 4);
+  KS_OK(kstage_release_group(f.s.stage, g.handle));
+  KS_OK(kstage_release_read(f.s.stage, r));
+}
