@@ -656,6 +656,8 @@ void usage() {
       "  --mem-cap-gib G  working-set cap (default 6)\n"
       "  --list           list the registered workloads and baselines\n"
       "  --device cuda    the GPU grid on CUDA columns instead (perf/src/device_suite.cpp; a CUDA build)\n"
+      "  --device emulated  the device-map writes on the emulated device, reported without targets\n"
+      "                   (perf/src/emulated_suite.cpp; a build with KSTAGE_EMULATED_DEVICE)\n"
       "  --scale          the scale workload at 1e3..1e8 prims, ranges and explicit paths (perf/src/scale_suite.cpp;\n"
       "                   --rows picks the counts, --exec the host execution; --smoke: 1e3 and 1e4)\n"
       "  -v               also print skipped cases\n"
@@ -802,7 +804,7 @@ int main(int argc, char** argv) {
   Kokkos::initialize(kargc, kokkos_args.data());
   int rc;
   if (!device.empty()) {
-    rc = run_device_suite(device, o);
+    rc = device == "emulated" ? run_emulated_suite(o) : run_device_suite(device, o);
   } else if (scale) {
     rc = run_scale_suite(o);
   } else {

@@ -202,6 +202,8 @@ const Options& options();
 // `--device NAME`: the GPU grid on that device's columns (perf/src/device_suite.cpp); Kokkos
 // is initialised. Returns the exit code.
 int run_device_suite(const std::string& device, const Options& o);
+// `--device emulated`: the device-map writes on the emulated device (perf/src/emulated_suite.cpp).
+int run_emulated_suite(const Options& o);
 // `--scale`: the scale workload at prim counts up to 1e8 (perf/src/scale_suite.cpp).
 int run_scale_suite(const Options& o);
 [[noreturn]] void die(const char* fmt, ...);

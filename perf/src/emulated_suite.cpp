@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+// `kstage_perf --device emulated`: the device-map forms of the GPU grid's sparse writes on the
+// emulated device (a test build's KSTAGE_EMULATED_DEVICE), to show that the paths run and what
+// they cost there. Reported, not held to a target: the emulated device is Kokkos::Serial on a
+// worker thread, not a GPU.
+//   write_index_map         random index_map write, the map in host memory (checked on the
+//                           host, uploaded) + wait + seal
+//   write_index_map_device  the same map already in device memory (read in place, checked on
+//                           the device, an 8-byte report read back) + wait + seal
+// Each sample's column is read back and checked against the gather. Results:
+// <out>/emulated_results.csv and a table on stdout.
+#include "harness.hpp"
+
+#include "context.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#if defined(KSTAGE_PERF_EMULATED)
+#include "backends/emulated/kstage_emulated.h"
+#endif
+
+namespace kperf {
+
+#if !defined(KSTAGE_PERF_EMULATED)
+
+int run_emulated_suite(const Options&) {
+  std::fprintf(stderr,
+               "kstage_perf: --device emulated: this build has no emulated device "
+               "(KSTAGE_EMULATED_DEVICE=ON builds it)\n");
+  return 2;
+}
+
+#else
+
+namespace {
+
+// Device memory of ordinal 0 holding `bytes` from `host`, freed with the object.
+struct DeviceCopy {
+  DeviceCopy(const void* host, size_t bytes) : p(kstage_emulated_malloc(0, std::max<size_t>(bytes, 1))) {
+    if (!p) die("emulated suite: no device memory for %zu bytes", bytes);
+    kstage_emulated_memcpy(p, host, bytes);
+  }
+  ~DeviceCopy() { kstage_emulated_free(p); }
+  DeviceCopy(const DeviceCopy&) = delete;
+  DeviceCopy& operator=(const DeviceCopy&) = delete;
+  void* p;
+};
+
+template <class F>
+double median_seconds(int reps, F&& f) {
+  f();  // warm-up
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    f();
+    t.push_back(seconds_since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int run_emulated_suite(const Options& o) {
+  const std::vector<uint64_t> grid = o.rows_explicit ? o.rows
+                                     : o.mode == Mode::Smoke ? std::vector<uint64_t>{10000}
+                                                             : std::vector<uint64_t>{100000, 1000000};
+  const int reps = o.mode == Mode::Smoke ? 1 : o.mode == Mode::Quick ? 5 : 11;
+  const int lanes = 3;
+  std::printf("emulated device suite: float32 x %d, %d reps (median); not a GPU: no targets\n",
+              lanes, reps);
+  struct Row {
+    const char* name;
+    uint64_t rows;
+    double seconds;
+  };
+  std::vector<Row> rows_out;
+  for (const uint64_t n : grid) {
+    const size_t elems = size_t(n) * lanes, bytes = elems * sizeof(float);
+    std::vector<float> h(elems);
+    fill_values(h.data(), n, lanes, 1);
+    const std::vector<uint32_t> perm = random_permutation(n, 7);
+    DeviceCopy src(h.data(), bytes), idx(perm.data(), n * sizeof(uint32_t));
+
+    kstage_config_t config = kstage_config_init();
+    config.residency = DLDevice{DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), 0};
+    kstage_stage_t stage = 0;
+    KP_CHECK(kstage_create(&config, &stage));
+    kstage_path_t first = 0;
+    KP_CHECK(kstage_intern_path_range(stage, "/p", KSTAGE_NUL_TERMINATED, "", KSTAGE_NUL_TERMINATED,
+                                      0, n, &first));
+    kstage_query_t all = 0;
+    KP_CHECK(kstage_query_range(stage, first, 0, 0, 0, &all));
+    kstage_token_t attr = 0;
+    KP_CHECK(kstage_intern_token(stage, "x", 1, &attr));
+    int64_t shape[1] = {int64_t(n)};
+    DLTensor t{};
+    t.data = src.p;
+    t.device = config.residency;
+    t.ndim = 1;
+    t.dtype = DLDataType{kDLFloat, 32, uint16_t(lanes)};
+    t.shape = shape;
+    uint64_t ordinal = 0;
+    auto write_seal = [&](const kstage_write_data_t& w) {
+      kstage_op_t op = 0;
+      KP_CHECK(kstage_write_attribute(stage, all, attr, ++ordinal, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+      KP_CHECK(kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE));
+      KP_CHECK(kstage_release_op(stage, op));
+      KP_CHECK(kstage_advance_write_floor(stage, ordinal, &attr, 1));
+    };
+    // The column after a gather through `perm`, read to the host and checked.
+    auto verify = [&](const char* what) {
+      kstage_read_desc_t d = kstage_read_desc_init();
+      d.target_device = DLDevice{kDLCPU, 0};
+      kstage_read_t rd = 0;
+      KP_CHECK(kstage_read_attributes(stage, all, &attr, 1, &d, &rd));
+      kstage_read_group_t g{};
+      KP_CHECK(kstage_fetch_read_next(stage, rd, 0, &g));
+      const float* v = static_cast<const float*>(g.data.tensors[0].data);
+      for (uint64_t i = 0; i < n; ++i)
+        for (int l = 0; l < lanes; ++l)
+          if (v[i * lanes + l] != h[size_t(perm[i]) * lanes + l])
+            die("emulated suite: %s: row %llu lane %d is %g, the gather gives %g", what,
+                (unsigned long long)i, l, double(v[i * lanes + l]),
+                double(h[size_t(perm[i]) * lanes + l]));
+      KP_CHECK(kstage_release_group(stage, g.handle));
+      KP_CHECK(kstage_release_read(stage, rd));
+    };
+    kstage_write_data_t host_map = kstage_write_data_init();
+    host_map.tensors = &t;
+    host_map.tensor_count = 1;
+    host_map.index_map = perm.data();
+    host_map.count = n;
+    rows_out.push_back({"write_index_map", n, median_seconds(reps, [&] { write_seal(host_map); })});
+    verify("write_index_map");
+    kstage_write_data_t device_map = host_map;
+    device_map.index_map = static_cast<const uint32_t*>(idx.p);
+    device_map.selection_device = config.residency;
+    rows_out.push_back(
+        {"write_index_map_device", n, median_seconds(reps, [&] { write_seal(device_map); })});
+    verify("write_index_map_device");
+    KP_CHECK(kstage_query_release(stage, all));
+    KP_CHECK(kstage_destroy(stage));
+  }
+  std::filesystem::create_directories(o.out_dir);
+  std::ofstream csv(o.out_dir + "/emulated_results.csv");
+  csv << "device,workload,rows,seconds\n";
+  std::printf("%-24s %10s %12s\n", "workload", "rows", "time");
+  for (const Row& r : rows_out) {
+    std::printf("%-24s %10llu %10.3f ms\n", r.name, (unsigned long long)r.rows, r.seconds * 1e3);
+    csv << "emulated," << r.name << ',' << r.rows << ',' << r.seconds << '\n';
+  }
+  std::printf("emulated device suite: %s/emulated_results.csv\n", o.out_dir.c_str());
+  return 0;
+}
+
+#endif  // KSTAGE_PERF_EMULATED
+
+}  // namespace kperf
