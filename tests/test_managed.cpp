@@ -1201,11 +1201,11 @@ TEST_CASE("a rejected descriptor layout still deletes each managed tensor exactl
     DLManagedTensorVersioned* l0[1] = {m0.t};
     DLManagedTensorVersioned* l1[1] = {m1.t};
     kstage_write_data_t data[2] = {managed_data(l0, 1), managed_data(l1, 1)};
-    data[1].struct_size = 104;
+    data[1].struct_size = 112;
     const kstage_token_t attrs[2] = {a, b};
     kstage_op_t op = 0;
     KS_FAILS(kstage_write_attributes(s.stage, q, attrs, data, 2, 1, KSTAGE_PRIM_MODE_UPSERT, &op),
-             KSTAGE_INVALID_ARGUMENT, "data[1].struct_size is 104");
+             KSTAGE_INVALID_ARGUMENT, "data[1].struct_size is 112");
     REQUIRE(ledger.of(m0.id) == 1);
     REQUIRE(ledger.of(m1.id) == 1);
   }

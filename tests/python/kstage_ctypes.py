@@ -150,7 +150,7 @@ def check_layouts():
         (kstage_read_group_t, "data"): 40, (kstage_read_group_t, "dtype"): 96,
         (kstage_read_group_t, "is_delete"): 100, (kstage_read_group_t, "semantic"): 104,
     }
-    sizes = {kstage_write_data_t: 96, kstage_read_desc_t: 48, kstage_device_sync_t: 16,
+    sizes = {kstage_write_data_t: 104, kstage_read_desc_t: 48, kstage_device_sync_t: 16,
              kstage_data_t: 56, kstage_read_group_t: 112, DLTensor: 48, DLManagedTensor: 64,
              DLManagedTensorVersioned: 80}
     bad = [f"offsetof({t.__name__}, {f}) = {off(t, f)}, expected {v}"
