@@ -46,6 +46,16 @@ class Completion {
 };
 using CompletionPtr = std::shared_ptr<const Completion>;
 
+// What a device mask selects, for the host's bookkeeping (which prims a write reaches):
+// the mask's words, copied on the device when the write was staged (the caller's mask may be
+// gone by the seal), read back the first time the host asks.
+class MaskSelection {
+ public:
+  virtual ~MaskSelection() = default;
+  // Waits for the copy, then ceil(n / 64) words. KSTAGE_DEVICE_ERROR when the device failed.
+  virtual Result<std::vector<uint64_t>> words() const = 0;
+};
+
 // What a device found checking a device-resident index map as it gathered through it
 // (Backend::checked_gather_resident): read on the host once the device is done, so the op
 // that owns it reports a bad entry without the host ever reading the map.
@@ -131,6 +141,14 @@ class Backend {
   virtual Result<std::shared_ptr<const IndexCheck>> checked_gather_resident(
       const kernels::RowCopy& /*c*/, uint64_t /*src_rows*/) {
     return error(KSTAGE_NOT_SUPPORTED, "this backend has no device to check an index map on");
+  }
+  // The masked gather of `c` whose mask is already in this backend's memory (a write's device
+  // mask, read in place): rows packed in element order into c.dst (room for c.n rows; the
+  // positions go to device scratch, c.selected unused), and the mask kept for the host's
+  // bookkeeping (MaskSelection). Device backends only.
+  virtual Result<std::shared_ptr<const MaskSelection>> masked_gather_resident(
+      const kernels::MaskedGather& /*c*/) {
+    return error(KSTAGE_NOT_SUPPORTED, "this backend has no device to read a mask on");
   }
   virtual void ragged_copy(const kernels::RaggedCopy& c, size_t word) = 0;
   virtual void strided_copy(const kernels::StridedCopy& c) = 0;

@@ -48,6 +48,10 @@ struct StagedRows {
   BufferPtr source_index;  // host, n uint32 (the mask's selection, or a copied index_map)
   size_t source_first = 0, source_step = 0;  // without source_index: row first + j * step
 
+  // A device mask's selection, not known on the host yet: the rows are packed in element order
+  // and `n` is the mask's bit count (`span`) until Stage::resolve_selection reads the mask back
+  // and sets `n` and `subset` as for a host mask.
+  std::shared_ptr<const MaskSelection> device_mask;
   // A device index_map's check, made by the gather that staged these rows (null: none, or a
   // host map checked at the call), with the row count its entries were checked against.
   std::shared_ptr<const IndexCheck> index_check;

@@ -303,14 +303,37 @@ std::vector<char> Stage::projected_existence(const StagedRows& t, Key key) const
   return exists;
 }
 
-Status Stage::check_prim_mode(const StagedRows& rows, kstage_prim_mode_t mode, Key key, Column* c) {
+Status Stage::resolve_selection(StagedRows& rows) {
+  if (!rows.device_mask) return Status::OK();
+  std::vector<uint64_t> words;
+  KSTAGE_ASSIGN_OR_RETURN(words, rows.device_mask->words());
+  const size_t count = rows.span;
+  const size_t k = kernels::mask_popcount(words.data(), count);
+  BufferPtr subset;
+  if (k != count) {  // (every bit set: prims[0, count), as a host mask with every bit set)
+    KSTAGE_ASSIGN_OR_RETURN(subset, backends_->host().allocate(std::max<size_t>(k, 1) * sizeof(uint32_t)));
+    kernels::select_mask_bits(words.data(), count, reinterpret_cast<uint32_t*>(subset->data()));
+  }
+  rows.subset = std::move(subset);
+  rows.n = k;
+  rows.device_mask.reset();
+  return Status::OK();
+}
+
+Status Stage::check_prim_mode(StagedRows& rows, kstage_prim_mode_t mode, Key key, Column* c) {
   if (mode == KSTAGE_PRIM_MODE_UPSERT || rows.n == 0) return Status::OK();
   // Steady-state UPDATE ticks: with nothing pending before `key`, a target
   // that holds the written attribute exists, and the column says whether all
-  // of them do (its cached row map of the query, or no map at all).
+  // of them do (its cached row map of the query, or no map at all). (A device mask's
+  // targets are among prims[0, span): no need to know which.)
   if (mode == KSTAGE_PRIM_MODE_UPDATE && c && nothing_pending_before(key) &&
-      c->holds_all(rows.prims, rows.subset ? rows.span : rows.n))
+      c->holds_all(rows.prims, rows.subset || rows.device_mask ? rows.span : rows.n))
     return Status::OK();
+  // Otherwise the targets themselves, and those of the writes pending before this one: device
+  // masks are read back here (the prim mode is checked at the call).
+  KSTAGE_RETURN_NOT_OK(resolve_selection(rows));
+  for (auto it = pending_.begin(); it != pending_.end() && it->first < key; ++it)
+    KSTAGE_RETURN_NOT_OK(resolve_selection(it->second.rows));
   std::vector<char> exists = projected_existence(rows, key);
   // Elements are numbered as the caller numbers them: in the query (a
   // masked write's i-th target is element subset[i]).
@@ -516,9 +539,13 @@ Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reach
   const uint64_t attr = c.attribute();
   for (auto it = pending_.upper_bound(Key{from, UINT64_MAX});
        it != pending_.end() && it->first.first <= to; ++it) {
-    const Mutation& m = it->second;
+    Mutation& m = it->second;
     if (!m.targets(attr)) continue;
     if (m.kind == Mutation::Kind::Write) {
+      if (Status st = resolve_selection(m.rows); !st.ok()) {  // a device mask's targets
+        reached = m.ordinal - 1;
+        return st;
+      }
       if (m.check) {
         // A device index_map with a bad entry: the call's writes are never applied. Its check
         // is the call's own work, so this waits for that, not for anything after it.

@@ -157,7 +157,10 @@ class Stage {
   }
   // `c`: the column written, if it exists (its cached row maps answer UPDATE
   // without a per-prim lookup when every target holds the attribute).
-  Status check_prim_mode(const StagedRows& rows, kstage_prim_mode_t mode, Key key, Column* c);
+  Status check_prim_mode(StagedRows& rows, kstage_prim_mode_t mode, Key key, Column* c);
+  // A device mask's selection made host bookkeeping (StagedRows::device_mask): waits for the
+  // mask's copy and reads it back. Requires mutex_.
+  Status resolve_selection(StagedRows& rows);
   Status check_floor(uint64_t attribute, uint64_t ordinal) const;  // requires mutex_
   Status check_schema(const Column& c, const Schema& s) const;
   // Applies the pending mutations of `c` in (from, to]; on failure returns

@@ -78,17 +78,18 @@ Result<Selection> select(const kstage_write_data_t& d, uint64_t query_count) {
   sel.index_map = d.index_map;
   const DLDevice where = d.selection_device;
   sel.on_device = (d.index_map || d.mask) && where.device_type != 0 && where.device_type != kDLCPU;
-  if (sel.on_device && d.mask)
-    return error(KSTAGE_NOT_SUPPORTED,
-                 "mask in device memory (selection_device %s:%d) is not supported yet; pass a "
-                 "host mask",
-                 device_type_name(where.device_type), int(where.device_id));
   if (sel.on_device && d.is_array)
     return error(KSTAGE_NOT_SUPPORTED,
-                 "index_map in device memory (selection_device %s:%d) for an array attribute is "
-                 "not supported yet (fixed-size attributes take one); pass a host index_map",
-                 device_type_name(where.device_type), int(where.device_id));
-  if (d.mask) {
+                 "%s in device memory (selection_device %s:%d) for an array attribute is not "
+                 "supported yet (fixed-size attributes take one); pass a host %s",
+                 d.mask ? "mask" : "index_map", device_type_name(where.device_type),
+                 int(where.device_id), d.mask ? "mask" : "index_map");
+  if (sel.on_device && d.mask) {
+    // Read on the device only: every element may be selected until the host learns the
+    // selection (MaskSelection), when the write is sealed or its prim mode is checked.
+    sel.mask = d.mask;
+    sel.selected = size_t(sel.count);
+  } else if (d.mask) {
     sel.selected = kernels::mask_popcount(d.mask, size_t(sel.count));
     if (sel.selected != sel.count) sel.mask = d.mask;
   }
@@ -246,6 +247,29 @@ Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor&
   StagedRows out;
   const size_t n = sel.targets();
   out.n = n;
+  if (sel.on_device && sel.mask) {
+    // A device mask: rows gathered on the device, the selection kept there for the host's
+    // bookkeeping (room for every element: how many are selected is not known here).
+    KSTAGE_ASSIGN_OR_RETURN(out.data, backend.allocate(std::max<size_t>(n * s.row_bytes, 1)));
+    const std::byte* src = s.base;
+    int64_t stride = s.row_stride_bytes;
+    BufferPtr compact;
+    if (s.layout == SourceTensor::Layout::Strided) {
+      KSTAGE_ASSIGN_OR_RETURN(compact, compact_copy(s, backend));
+      src = compact->data();
+      stride = int64_t(s.row_bytes);
+    }
+    kernels::MaskedGather g;
+    g.mask = sel.mask;
+    g.n = size_t(sel.count);
+    g.dst = out.data->data();
+    g.src = src;
+    g.src_stride = stride;
+    g.row_bytes = s.row_bytes;
+    KSTAGE_ASSIGN_OR_RETURN(out.device_mask, backend.masked_gather_resident(g));
+    out.span = size_t(sel.count);
+    return out;
+  }
   // A managed tensor is adopted when staging would only copy it (a dense write), or when the
   // seal can read it through the write's selection (a sparse write to a host column): no copy
   // at write time, the seal moves each row once. An index_map that is not a progression must
@@ -622,19 +646,22 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
     const DLDevice where = d.selection_device, column = out.backend->device();
     if (where.device_type != first.device.device_type || where.device_id != first.device.device_id)
       return error(KSTAGE_INVALID_ARGUMENT,
-                   "selection_device is %s:%d but %s is on %s:%d: a device index_map must be "
-                   "on the tensors' device",
+                   "selection_device is %s:%d but %s is on %s:%d: a device index_map or mask "
+                   "must be on the tensors' device",
                    device_type_name(where.device_type), int(where.device_id),
                    tensor_name(d, 0).c_str(), device_type_name(first.device.device_type),
                    int(first.device.device_id));
     if (out.backend->synchronous() || !out.backend->can_access(where))
       return error(KSTAGE_INVALID_ARGUMENT,
-                   "the index_map is on %s:%d (selection_device) but column '%s' lives on %s:%d, "
-                   "whose kernels cannot read it: a device index_map must be on the column's "
-                   "device",
-                   device_type_name(where.device_type), int(where.device_id), attr,
-                   device_type_name(column.device_type), int(column.device_id));
-    KSTAGE_RETURN_NOT_OK(out.backend->check_memory(d.index_map, where, "index_map"));
+                   "the %s is on %s:%d (selection_device) but column '%s' lives on %s:%d, "
+                   "whose kernels cannot read it: a device %s must be on the column's device",
+                   d.index_map ? "index_map" : "mask", device_type_name(where.device_type),
+                   int(where.device_id), attr,
+                   device_type_name(column.device_type), int(column.device_id),
+                   d.index_map ? "index_map" : "mask");
+    KSTAGE_RETURN_NOT_OK(out.backend->check_memory(d.index_map ? static_cast<const void*>(d.index_map)
+                                                                : static_cast<const void*>(d.mask),
+                                                   where, d.index_map ? "index_map" : "mask"));
   }
   // Checks that move no data come first, so that a rejected write queues nothing.
   uint64_t wanted = 0;

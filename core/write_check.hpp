@@ -3,7 +3,7 @@
 // device by the gather that reads it (Backend::checked_gather_resident), so a bad entry is
 // known only once that work has run. The call's op reports it (kstage_wait, kstage_op_error),
 // and a seal applies the call's writes only once every check passed: a failed call is never
-// applied (kstage.h, "Device index maps").
+// applied (kstage.h, "Device index maps and masks").
 #pragma once
 
 #include "core/backend.hpp"

@@ -470,6 +470,28 @@ TEST_CASE("cpp: device_index_map takes an index map where it lives", "[cpp]") {
   CPP_FAILS(op.wait(), KSTAGE_INVALID_ARGUMENT, "index_map[1] = 3");
   s.seal(3);
   REQUIRE(read_floats(s, q, t) == std::vector<float>{2, 1, 3, 3});
+  // A device mask: elements 0 and 3.
+  uint64_t* dmask = static_cast<uint64_t*>(kstage_emulated_malloc(kResidency.device_id, 8));
+  const uint64_t bits = 0b1001;
+  kstage_emulated_memcpy(dmask, &bits, sizeof bits);
+  int64_t four[1] = {4};
+  const float five[4] = {5, 6, 7, 8};
+  float* dfour = static_cast<float*>(kstage_emulated_malloc(kResidency.device_id, sizeof five));
+  kstage_emulated_memcpy(dfour, five, sizeof five);
+  const DLTensor d4 = kstage_test::tensor(dfour, kstage_test::f32(), 1, four, nullptr, kResidency);
+  kstage::WriteOptions masked;
+  masked.device_mask = kstage::device_span<const uint64_t>(dmask, 1, kResidency);
+  masked.count = 4;
+  s.write(t, q, d4, 4, masked).wait();
+  s.seal(4);
+  REQUIRE(read_floats(s, q, t) == std::vector<float>{5, 1, 3, 8});
+  kstage::WriteOptions both_masks = masked;
+  const std::vector<uint64_t> host_bits{bits};
+  both_masks.mask = host_bits;
+  CPP_FAILS(s.write(t, q, d4, 5, both_masks), KSTAGE_INVALID_ARGUMENT,
+            "options.mask and options.device_mask are both set");
+  kstage_emulated_free(dfour);
+  kstage_emulated_free(dmask);
   kstage_emulated_free(dmap);
   kstage_emulated_free(dsrc);
 #endif

@@ -43,6 +43,7 @@
 #include "core/backend.hpp"
 #include "core/device_sync.hpp"
 #include "core/dtype.hpp"
+#include "core/kernels/masked_gather.hpp"
 #include "core/kernels/ragged_copy.hpp"
 #include "core/kernels/row_copy.hpp"
 #include "core/kernels/strided_copy.hpp"
@@ -53,6 +54,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -401,52 +403,92 @@ class GpuCompletion final : public core::Completion {
   mutable std::atomic<int> failed_{0};
 };
 
-// A device index map's check (core::IndexCheck): the reduction's word in device memory and an
-// event recorded after the kernel that writes it. Read back once, on the lane's side stream
-// (the stage's stream may hold later work), after the event.
+// A few bytes of device memory that a kernel or copy writes, read on the host once: an event
+// recorded after that work, and a copy on the lane's side stream after it (the stage's stream
+// may hold later work). A device index map's check report, a device mask's words.
 template <class RT>
-class GpuIndexCheck final : public core::IndexCheck {
+class GpuReadBack {
  public:
-  GpuIndexCheck(std::shared_ptr<GpuShared<RT>> shared, core::BufferPtr report,
-                typename RT::Event event)
-      : shared_(std::move(shared)), report_(std::move(report)), event_(event) {}
-  ~GpuIndexCheck() override { (void)RT::event_destroy(event_); }
+  GpuReadBack(std::shared_ptr<GpuShared<RT>> shared, core::BufferPtr buffer, typename RT::Event event)
+      : shared_(std::move(shared)), buffer_(std::move(buffer)), event_(event) {}
+  ~GpuReadBack() { (void)RT::event_destroy(event_); }
+  GpuReadBack(const GpuReadBack&) = delete;
+  GpuReadBack& operator=(const GpuReadBack&) = delete;
 
-  Result<uint64_t> first_bad() const override {
+  // The buffer's first `bytes`, read once and kept.
+  Result<const std::vector<std::byte>*> bytes(size_t bytes, const char* what) const {
     std::lock_guard lock(mutex_);
     if (!read_) {
       const DeviceGuard<RT> on_device(shared_->device);
-      KSTAGE_RETURN_NOT_OK(device_status(RT::event_synchronize(event_), "index map check"));
+      KSTAGE_RETURN_NOT_OK(device_status(RT::event_synchronize(event_), what));
       Result<typename RT::Stream> side = shared_->side_stream();
       if (!side.ok()) return side.status();
-      uint64_t word = 0;
+      std::vector<std::byte> host(bytes);
       // To pageable memory: the copy has completed when the call returns.
       KSTAGE_RETURN_NOT_OK(device_status(
-          RT::memcpy_async(&word, report_->data(), sizeof word, RT::kDeviceToHost, side.value()),
-          "index map check read-back"));
-      KSTAGE_RETURN_NOT_OK(device_status(RT::stream_synchronize(side.value()),
-                                         "index map check read-back"));
+          RT::memcpy_async(host.data(), buffer_->data(), bytes, RT::kDeviceToHost, side.value()),
+          what));
+      KSTAGE_RETURN_NOT_OK(device_status(RT::stream_synchronize(side.value()), what));
       ++core::transfer_counts().device_to_host;
       RT::count(shared_->device, Transfer::DeviceToHost);
-      value_ = word;
+      value_ = std::move(host);
       read_ = true;
     }
-    return value_;
+    return &value_;
   }
 
  private:
   Status device_status(typename RT::Error e, const char* what) const {
     if (e == RT::success) return Status::OK();
     (void)RT::take_error();
-    return error(KSTAGE_DEVICE_ERROR, "%s device %d: %s failed: %s", RT::kName,
+    return error(KSTAGE_DEVICE_ERROR, "%s device %d: reading back the %s failed: %s", RT::kName,
                  int(shared_->device), what, RT::error_string(e));
   }
   std::shared_ptr<GpuShared<RT>> shared_;
-  core::BufferPtr report_;
+  core::BufferPtr buffer_;
   typename RT::Event event_;
   mutable std::mutex mutex_;
   mutable bool read_ = false;
-  mutable uint64_t value_ = 0;
+  mutable std::vector<std::byte> value_;
+};
+
+// A device index map's check (core::IndexCheck): the reduction's word.
+template <class RT>
+class GpuIndexCheck final : public core::IndexCheck {
+ public:
+  GpuIndexCheck(std::shared_ptr<GpuShared<RT>> shared, core::BufferPtr report,
+                typename RT::Event event)
+      : report_(std::move(shared), std::move(report), event) {}
+  Result<uint64_t> first_bad() const override {
+    const std::vector<std::byte>* b = nullptr;
+    KSTAGE_ASSIGN_OR_RETURN(b, report_.bytes(sizeof(uint64_t), "index map check"));
+    uint64_t word = 0;
+    std::memcpy(&word, b->data(), sizeof word);
+    return word;
+  }
+
+ private:
+  GpuReadBack<RT> report_;
+};
+
+// A device mask's words (core::MaskSelection), copied on the device when the write was staged.
+template <class RT>
+class GpuMaskSelection final : public core::MaskSelection {
+ public:
+  GpuMaskSelection(std::shared_ptr<GpuShared<RT>> shared, core::BufferPtr copy, size_t words,
+                   typename RT::Event event)
+      : words_(words), copy_(std::move(shared), std::move(copy), event) {}
+  Result<std::vector<uint64_t>> words() const override {
+    const std::vector<std::byte>* b = nullptr;
+    KSTAGE_ASSIGN_OR_RETURN(b, copy_.bytes(words_ * sizeof(uint64_t), "mask"));
+    std::vector<uint64_t> out(words_);
+    std::memcpy(out.data(), b->data(), words_ * sizeof(uint64_t));
+    return out;
+  }
+
+ private:
+  size_t words_;
+  GpuReadBack<RT> copy_;
 };
 
 template <class RT>
@@ -629,14 +671,26 @@ class GpuBackend final : public DeviceBackend {
            [k, src_rows, word](const Exec& exec) {
              core::kernels::checked_gather_report(exec, k, src_rows, word);
            });
-    Event e{};
-    must(RT::event_create(&e), "event creation");
-    if (const Error r = RT::event_record(e, shared_->stream); r != RT::success) {
-      (void)RT::event_destroy(e);
-      must(r, "event record");
-    }
     return std::shared_ptr<const core::IndexCheck>(
-        std::make_shared<GpuIndexCheck<RT>>(shared_, std::move(report), e));
+        std::make_shared<GpuIndexCheck<RT>>(shared_, std::move(report), record_event()));
+  }
+
+  Result<std::shared_ptr<const core::MaskSelection>> masked_gather_resident(
+      const core::kernels::MaskedGather& c) override {
+    const DeviceGuard<RT> on_device(shared_->device);
+    const size_t words = (c.n + 63) / 64;
+    core::BufferPtr copy, selected;
+    KSTAGE_ASSIGN_OR_RETURN(copy, allocate(std::max<size_t>(words, 1) * sizeof(uint64_t)));
+    KSTAGE_ASSIGN_OR_RETURN(selected, allocate(std::max<size_t>(c.n, 1) * sizeof(uint32_t)));
+    copy_bytes(copy->data(), reinterpret_cast<const std::byte*>(c.mask), words * sizeof(uint64_t));
+    core::kernels::MaskedGather k = c;
+    k.mask = reinterpret_cast<const uint64_t*>(copy->data());
+    k.selected = reinterpret_cast<uint32_t*>(selected->data());  // freed in stream order
+    if (k.n > 0)
+      launch(LaunchArgs{"masked_gather", {k.mask, k.selected, k.dst, k.src}},
+             [k](const Exec& exec) { core::kernels::masked_gather(exec, k); });
+    return std::shared_ptr<const core::MaskSelection>(
+        std::make_shared<GpuMaskSelection<RT>>(shared_, std::move(copy), words, record_event()));
   }
 
   void ragged_copy(const core::kernels::RaggedCopy& c, size_t word) override {
@@ -739,6 +793,17 @@ class GpuBackend final : public DeviceBackend {
   void launch(const LaunchArgs& args, Kernel&& kernel) {
     must(RT::launch(shared_->lane->exec, shared_->stream, args, std::forward<Kernel>(kernel)),
          args.what);
+  }
+
+  // An event recorded after all work enqueued so far (a device fault when it cannot be).
+  Event record_event() {
+    Event e{};
+    must(RT::event_create(&e), "event creation");
+    if (const Error r = RT::event_record(e, shared_->stream); r != RT::success) {
+      (void)RT::event_destroy(e);
+      must(r, "event record");
+    }
+    return e;
   }
 
   // kstage's pool on `device`, made once per process and kept (null when the

@@ -292,10 +292,18 @@ typedef struct kstage_config_t {
  * `index_map` and `mask` are exclusive, and either requires `count` > 0.
  * Both are host memory unless `selection_device` names a device.
  *
- * Device index maps (`selection_device`): the call checks what it can
- * without reading the map -- the pointer against its device, the device
- * against the tensors and the column, the count -- and the device checks
- * every entry in the gather that reads it, on the stage's stream. A bad entry
+ * Device index maps and masks (`selection_device`): the call checks what it
+ * can without reading them -- the pointer against its device, the device
+ * against the tensors and the column, the count and the source rows -- and
+ * the device reads them in place, in the gather of the rows, on the stage's
+ * stream. A device mask's words are copied on the device at the call and
+ * read back (ceil(count/64) words, once) when the host needs the selection
+ * for its tables: when the write is sealed, or when a prim mode other than
+ * UPSERT is checked (at the call: an UPDATE whose query's prims all hold
+ * the attribute, with nothing pending, needs no read-back; an INSERT does).
+ * A device index map's entries are checked on the device, in the gather that
+ * reads it, and the check's 8-byte report is read back when the op completes.
+ * A bad entry
  * fails the op, not the call: kstage_wait returns KSTAGE_INVALID_ARGUMENT
  * and kstage_op_error names the first bad position and value and the row
  * count, as the call does for a host map. Such a write is never applied: a
@@ -375,11 +383,11 @@ typedef struct kstage_write_data_t {
    * host memory, read by the call. Otherwise device memory of the write's
    * source tensors' device (their device_type and device_id exactly), on
    * which the column lives, ordered by `device_sync` like the tensors: the
-   * gather kernel reads the map in place and checks its entries on the
-   * device (see "Device index maps" above) -- no copy to the host, no
-   * upload. Another device than the tensors', or one the column does not
+   * gather kernel reads them in place -- no upload, and an index map's
+   * entries are checked on the device (see "Device index maps and masks"
+   * above). Another device than the tensors', or one the column does not
    * live on, is KSTAGE_INVALID_ARGUMENT naming both. Fixed-size attributes
-   * only for now; an array attribute's device map, and a device mask, are
+   * only for now: an array attribute's device index map or mask is
    * KSTAGE_NOT_SUPPORTED. (Added in 0.4.) */
   DLDevice selection_device;
 } kstage_write_data_t;

@@ -116,7 +116,7 @@ class span {
 
 /**
  * \brief A view of `size()` contiguous elements in the memory of `device()`
- * (a GPU's, for a device index map: kstage.h "Device index maps"), which
+ * (a GPU's, for a device index map: kstage.h "Device index maps and masks"), which
  * someone else owns. Made from a pointer, a count and the DLPack device, or
  * from a contiguous rank-1 Kokkos View in any space DLPack can describe (its
  * memory must outlive the span; a temporary View is refused).
@@ -335,9 +335,13 @@ struct WriteOptions {
   DLDevice residency{DLDeviceType(0), 0};
   /// Source row of logical element i in device memory (`count` entries, on the write's
   /// device; exclusive with index_map): read in place by the device's gather and checked
-  /// there, a bad entry failing the op (kstage.h "Device index maps"). Host memory here
+  /// there, a bad entry failing the op (kstage.h "Device index maps and masks"). Host memory here
   /// (a HostSpace View) is a host index_map.
   device_span<const uint32_t> device_index_map;
+  /// Mask words in device memory (ceil(count/64) words, on the write's device; exclusive with
+  /// mask): read in place by the device's gather; the host reads the words back when it needs
+  /// the selection (kstage.h "Device index maps and masks").
+  device_span<const uint64_t> device_mask;
 };
 
 /// \brief Options of a read (kstage_read_desc_t's fields): the latest sealed values, zero-copy.
@@ -957,13 +961,19 @@ namespace detail {
 inline bool check_selection(const WriteOptions& o, const std::string& where, Status& st) {
   const uint64_t words = o.count / 64 + (o.count % 64 != 0);
   std::string what;
-  if (!o.index_map.empty() && !o.device_index_map.empty()) {
+  if ((!o.index_map.empty() && !o.device_index_map.empty()) ||
+      (!o.mask.empty() && !o.device_mask.empty())) {
     st = Status(KSTAGE_INVALID_ARGUMENT,
-                where + "options.index_map and options.device_index_map are both set; pass one");
+                where + (o.mask.empty() ? "options.index_map and options.device_index_map"
+                                        : "options.mask and options.device_mask") +
+                    " are both set; pass one");
     return false;
   }
   if (!o.device_index_map.empty() && o.device_index_map.size() < o.count)
     what = "options.device_index_map has " + std::to_string(o.device_index_map.size()) + " entries";
+  else if (!o.device_mask.empty() && o.device_mask.size() < words)
+    what = "options.device_mask has " + std::to_string(o.device_mask.size()) + " words (" +
+           std::to_string(o.device_mask.size() * 64) + " prims)";
   else if (!o.index_map.empty() && o.index_map.size() < o.count)
     what = "options.index_map has " + std::to_string(o.index_map.size()) + " entries";
   else if (!o.mask.empty() && o.mask.size() < words)
@@ -984,6 +994,10 @@ inline kstage_write_data_t write_data(const WriteOptions& o) {
     d.selection_device = o.device_index_map.device();
   }
   d.mask = o.mask.empty() ? nullptr : o.mask.data();
+  if (!o.device_mask.empty()) {
+    d.mask = o.device_mask.data();
+    d.selection_device = o.device_mask.device();
+  }
   d.device_sync = o.device_sync;
   d.residency = o.residency;
   return d;

@@ -160,6 +160,29 @@ const uint32_t* device_index_map_arg(nb::handle obj, nb::handle stream, Payload&
   return reinterpret_cast<const uint32_t*>(static_cast<const char*>(t.data) + t.byte_offset);
 }
 
+// A device mask: uint64 words (bit i%64 of word i/64) on a device, passed through as a device
+// index_map is (a bool array would have to be packed on its device first). Null for host data.
+const uint64_t* device_mask_arg(nb::handle obj, nb::handle stream, Payload& payload,
+                                uint64_t& elements, DLDevice& device) {
+  if (!nb::hasattr(obj, "__dlpack_device__") || !nb::hasattr(obj, "__dlpack__")) return nullptr;
+  nb::tuple where = nb::borrow<nb::tuple>(obj.attr("__dlpack_device__")());
+  if (nb::len(where) != 2 || is_host_memory(nb::cast<int>(where[0]))) return nullptr;
+  payload.index_imports.push_back(import_dlpack(obj, stream));
+  const DLTensor& t = payload.index_imports.back().tensor();
+  if (t.ndim != 1 || !(t.dtype.code == kDLUInt && t.dtype.bits == 64 && t.dtype.lanes == 1))
+    raise_invalid_argument("a device mask must be one-dimensional uint64 words (bit i%64 of word i/64, with "
+                           "count=); pack a bool mask on its device first");
+  if (t.strides != nullptr && t.shape[0] > 1 && t.strides[0] != 1)
+    raise_invalid_argument("a device mask must be contiguous (stride " + std::to_string(t.strides[0]) +
+                           "); make a contiguous copy on its device first");
+  if (t.shape[0] == 0)
+    raise_invalid_argument("mask is empty: an empty mask would mean count=0, which means every prim of the query; "
+                           "skip the write instead");
+  elements = uint64_t(t.shape[0]) * 64;
+  device = t.device;
+  return reinterpret_cast<const uint64_t*>(static_cast<const char*>(t.data) + t.byte_offset);
+}
+
 // mask: a bool array (one entry per logical element, packed here) or uint64 words (bit i%64 of
 // word i/64; count required).
 // mask: a bool array (one entry per logical element, packed here) or uint64 words (bit i%64 of
@@ -215,7 +238,9 @@ void build_write(const WriteSpec& spec, Payload& payload, kstage_write_data_t& d
   if (!spec.mask.is_none()) {
     uint64_t elements = 0;
     bool words = false;
-    d.mask = mask_arg(spec.mask, payload, elements, words);
+    d.mask = device_mask_arg(spec.mask, spec.stream, payload, elements, d.selection_device);
+    if (d.mask != nullptr) words = true;
+    else d.mask = mask_arg(spec.mask, payload, elements, words);
     if (!has_count) {
       if (words) raise_invalid_argument("a mask of uint64 words needs count= (the number of prims it covers)");
       count = elements;

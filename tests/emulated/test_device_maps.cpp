@@ -29,6 +29,28 @@ struct DeviceIndex {
   size_t n;
 };
 
+// Device memory of `ordinal` holding mask words, freed with the object.
+struct DeviceWords {
+  DeviceWords(int32_t ordinal, const std::vector<uint64_t>& words) : n(words.size()) {
+    p = static_cast<uint64_t*>(kstage_emulated_malloc(ordinal, std::max<size_t>(n, 1) * 8));
+    REQUIRE(p != nullptr);
+    if (n) kstage_emulated_memcpy(p, words.data(), n * sizeof(uint64_t));
+  }
+  ~DeviceWords() { kstage_emulated_free(p); }
+  uint64_t* p = nullptr;
+  size_t n;
+};
+
+// A write of `src` (one row per element) through the device mask `mask` over `count` elements.
+kstage_write_data_t device_mask_write(const DLTensor& src, const DeviceWords& mask, uint64_t count,
+                                      DLDevice where = kDev) {
+  kstage_write_data_t w = write_data(&src);
+  w.mask = mask.p;
+  w.count = count;
+  w.selection_device = where;
+  return w;
+}
+
 // A write of `src` through the device index map `map` (count = its entries).
 kstage_write_data_t device_gather(const DLTensor& src, const DeviceIndex& map,
                                   DLDevice where = kDev) {
@@ -261,11 +283,15 @@ TEST_CASE("what a call checks of a device index_map without reading it", "[devic
     w.count = 0;
     refused(w, KSTAGE_INVALID_ARGUMENT, "count must be non-zero");
   }
-  SECTION("a device mask, and an array attribute's device map: not yet") {
-    kstage_write_data_t w = device_gather(src.t, map);
-    w.index_map = nullptr;
-    w.mask = reinterpret_cast<const uint64_t*>(map.p);
-    refused(w, KSTAGE_NOT_SUPPORTED, "mask in device memory");
+  SECTION("a device mask on the other ordinal, or in host memory") {
+    DeviceWords elsewhere(kOther.device_id, {0x1f});
+    kstage_write_data_t w = device_mask_write(src.t, elsewhere, 5);
+    refused(w, KSTAGE_INVALID_ARGUMENT, "mask: DLDevice says device_id");
+    const uint64_t host_words[1] = {0x1f};
+    w.mask = host_words;
+    refused(w, KSTAGE_INVALID_ARGUMENT, "mask: DLDevice says");
+  }
+  SECTION("an array attribute's device map or mask: not yet") {
     kstage_token_t a = f.s.token("a");
     kstage_write_data_t arr = device_gather(src.t, map);
     arr.is_array = true;
@@ -341,4 +367,85 @@ TEST_CASE("a read can hand out a device column's index_map in device memory", "[
   CHECK(g.data.index_map[0] == 4);
   KS_OK(kstage_release_group(f.s.stage, g.handle));
   KS_OK(kstage_release_read(f.s.stage, r));
+}
+
+TEST_CASE("a device mask is read in place: rows gathered on the device, the selection read back "
+          "once for the seal", "[device_maps]") {
+  Sealed f;
+  DeviceFloats src(kDev.device_id, {10, 20, 30, 40, 50});
+  DeviceWords mask(kDev.device_id, {0b10110});  // elements 1, 2 and 4
+  const Counts before = Counts::now();
+  kstage_op_t op = 0;
+  const kstage_write_data_t w = device_mask_write(src.t, mask, 5);
+  KS_OK(kstage_write_attribute(f.s.stage, f.q, f.x, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+  KS_OK(kstage_wait(f.s.stage, op, KSTAGE_TIMEOUT_INFINITE));
+  KS_OK(kstage_release_op(f.s.stage, op));
+  const Counts written = Counts::now();
+  CHECK(written.uploads == before.uploads);
+  CHECK(written.emulated_uploads == before.emulated_uploads);
+  CHECK(written.h2d == before.h2d);
+  CHECK(written.d2h == before.d2h);  // nothing read back by the write
+  f.s.seal(2);
+  // The seal reads the mask's one word back (the host's tables need the selection), once.
+  CHECK(Counts::now().d2h == before.d2h + 1);
+  CHECK(f.values() == std::vector<float>{1, 20, 30, 4, 50});
+  CHECK(f.s.changed(f.q, f.x, 2, 2) ==
+        std::vector<kstage_path_t>{f.s.prims[1], f.s.prims[2], f.s.prims[4]});
+  // A column made by a device mask holds the selected prims only; no bit set writes nothing.
+  kstage_token_t y = f.s.token("y");
+  DeviceWords some(kDev.device_id, {0b01001});
+  REQUIRE(f.s.write(f.q, y, 3, device_mask_write(src.t, some, 5)) == KSTAGE_OK);
+  DeviceWords none(kDev.device_id, {0});
+  REQUIRE(f.s.write(f.q, f.x, 3, device_mask_write(src.t, none, 5)) == KSTAGE_OK);
+  f.s.seal(3);
+  CHECK(f.s.changed(f.q, y, 3, 3) == std::vector<kstage_path_t>{f.s.prims[0], f.s.prims[3]});
+  CHECK(f.s.changed(f.q, f.x, 3, 3).empty());
+  CHECK(f.values() == std::vector<float>{1, 20, 30, 4, 50});
+  // A mask over more words than one, with bits past count ignored.
+  std::vector<float> many(70);
+  for (size_t i = 0; i < many.size(); ++i) many[i] = float(i);
+  DeviceFloats big(kDev.device_id, many);
+  DeviceStage wide(kDev);
+  kstage_query_t wq = wide.query(70);
+  kstage_token_t z = wide.token("z");
+  DeviceWords two(kDev.device_id, {uint64_t(1) << 63, ~uint64_t(0)});  // 63, 64..69 (+ past 70)
+  REQUIRE(wide.write(wq, z, 1, device_mask_write(big.t, two, 70)) == KSTAGE_OK);
+  wide.seal(1);
+  std::vector<kstage_path_t> expect = {wide.prims[63]};
+  for (size_t i = 64; i < 70; ++i) expect.push_back(wide.prims[i]);
+  CHECK(wide.changed(wq, z, 1, 1) == expect);
+}
+
+TEST_CASE("a device mask's prim mode: UPDATE of present prims needs no read-back, INSERT reads "
+          "the mask at the call", "[device_maps]") {
+  Sealed f;
+  DeviceFloats src(kDev.device_id, {10, 20, 30, 40, 50});
+  DeviceWords mask(kDev.device_id, {0b00101});
+  const Counts before = Counts::now();
+  REQUIRE(f.s.write(f.q, f.x, 2, device_mask_write(src.t, mask, 5), KSTAGE_PRIM_MODE_UPDATE) ==
+          KSTAGE_OK);
+  CHECK(Counts::now().d2h == before.d2h);  // every prim of the query holds x: no need to know
+  // INSERT of a prim that exists: refused at the call, naming it.
+  kstage_op_t op = 0;
+  const kstage_write_data_t w = device_mask_write(src.t, mask, 5);
+  KS_FAILS(kstage_write_attribute(f.s.stage, f.q, f.x, 2, &w, KSTAGE_PRIM_MODE_INSERT, &op),
+           KSTAGE_ALREADY_EXISTS, "(element 0) already exists");
+  // Prims that do not exist yet: INSERT of the selected ones (0 and 2), then UPDATEs behind it
+  // at the same ordinal, checked against the pending INSERT (its device mask read back).
+  const std::vector<kstage_path_t> fresh = f.s.paths("/fresh", 5);
+  kstage_query_t nq = f.s.Stage::query(fresh);
+  kstage_token_t y = f.s.token("y");
+  KS_FAILS(kstage_write_attribute(f.s.stage, nq, y, 2, &w, KSTAGE_PRIM_MODE_UPDATE, &op),
+           KSTAGE_NOT_FOUND, "(element 0) does not exist");
+  REQUIRE(f.s.write(nq, y, 2, device_mask_write(src.t, mask, 5), KSTAGE_PRIM_MODE_INSERT) ==
+          KSTAGE_OK);
+  REQUIRE(f.s.write(nq, y, 2, device_mask_write(src.t, mask, 5), KSTAGE_PRIM_MODE_UPDATE) ==
+          KSTAGE_OK);
+  DeviceWords other(kDev.device_id, {0b00110});  // element 1 was not inserted
+  const kstage_write_data_t w1 = device_mask_write(src.t, other, 5);
+  KS_FAILS(kstage_write_attribute(f.s.stage, nq, y, 2, &w1, KSTAGE_PRIM_MODE_UPDATE, &op),
+           KSTAGE_NOT_FOUND, "(element 1) does not exist");
+  f.s.seal(2);
+  CHECK(f.values() == std::vector<float>{10, 2, 30, 4, 5});
+  CHECK(f.s.changed(nq, y, 2, 2) == std::vector<kstage_path_t>{fresh[0], fresh[2]});
 }

@@ -234,6 +234,26 @@ def test_device_index_map_is_read_in_place_and_checked_on_the_device(dstage, emu
         dstage.write("x", PATHS[:4], src, 4, index_map=src)
 
 
+def test_device_mask_is_read_in_place(dstage, emu):
+    four = PATHS[:4]
+    assert dstage.write("src", four, np.array([10, 20, 30, 40], np.float32), 1, residency=(EXT, 0)).wait(10)
+    assert dstage.write("m", PATHS[:1], np.array([0b1010], np.uint64), 1, residency=(EXT, 0)).wait(10)
+    assert dstage.write("x", four, np.zeros(4, np.float32), 1, residency=(EXT, 0)).wait(10)
+    dstage.seal(1)
+    (src,) = dstage.read(four, "src")
+    (mask,) = dstage.read(PATHS[:1], "m")  # one uint64 word on the device: elements 1 and 3
+    before = kstage.transfer_counts()
+    assert dstage.write("x", four, src, 2, mask=mask, count=4).wait(10)
+    assert kstage.transfer_counts()[0] == before[0] and kstage.transfer_counts()[2] == before[2]
+    dstage.seal(2)
+    (h,) = dstage.read(four, "x", device="cpu")
+    np.testing.assert_array_equal(np.from_dlpack(h), [0, 20, 0, 40])
+    with pytest.raises(kstage.InvalidArgument, match="needs count="):
+        dstage.write("x", four, src, 3, mask=mask)
+    with pytest.raises(kstage.InvalidArgument, match="uint64 words"):
+        dstage.write("x", four, src, 3, mask=src, count=4)
+
+
 # ------------------------------------------------------------------------------------------------
 # Slow device work, lifetimes and deleters on the worker thread
 # ------------------------------------------------------------------------------------------------
