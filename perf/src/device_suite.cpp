@@ -15,13 +15,16 @@
 //   write_index_map_device  the same index already on the device (selection_device: read in
 //                       place, checked on the device) + wait + seal
 //   write_mask_50       50% mask write (host mask) + wait + seal
+//   write_mask_device   the same mask already on the device + wait + seal (the seal reads the
+//                       mask's words back for the host's tables)
 //   dlpack_roundtrip    export + import of a CudaSpace View, per tensor
 //   stage_create_destroy  kstage_create + kstage_destroy of a CUDA-resident stage after the
 //                       first (the device's stream and Kokkos instance reused)
 // Targets: write_dense, write_seal_dense and read_compact >= 0.8x memcpy_d2d bandwidth; the
 // sparse writes (index and mask from the host, as the C API takes them) >= 1x the Kokkos kernel
 // that uploads the same index or mask first (the _up baselines); the device index map >= 0.9x
-// kokkos_gather (the same gather, index on the device); dlpack_roundtrip <= 1 us;
+// kokkos_gather (the same gather, index on the device) and the device mask >= 0.9x kokkos_where;
+// dlpack_roundtrip <= 1 us;
 // stage_create_destroy <= 1 ms.
 // Results: <out>/device_results.csv and a table on stdout.
 #include "context.hpp"
@@ -263,6 +266,11 @@ int run_device_suite(const std::string& device, const Options& o) {
     masked.count = n;  // bits of the mask (the query's prims)
     rows_out.push_back({"write_mask_50", n, median_seconds(reps, [&] { write(masked); seal(); }),
                         double(bytes) / 2, "kokkos_where_up", 1.0});
+    kstage_write_data_t dmasked = masked;
+    dmasked.mask = dmask.data();
+    dmasked.selection_device = config.residency;
+    rows_out.push_back({"write_mask_device", n, median_seconds(reps, [&] { write(dmasked); seal(); }),
+                        double(bytes) / 2, "kokkos_where", 0.9});
 
     constexpr int kCalls = 1000;
     const double t_dl = median_seconds(reps, [&] {

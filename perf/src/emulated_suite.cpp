@@ -7,6 +7,8 @@
 //                           host, uploaded) + wait + seal
 //   write_index_map_device  the same map already in device memory (read in place, checked on
 //                           the device, an 8-byte report read back) + wait + seal
+//   write_mask_50           50% mask write, the mask in host memory + wait + seal
+//   write_mask_device       the same mask in device memory (its words read back by the seal)
 // Each sample's column is read back and checked against the gather. Results:
 // <out>/emulated_results.csv and a table on stdout.
 #include "harness.hpp"
@@ -83,7 +85,9 @@ int run_emulated_suite(const Options& o) {
     std::vector<float> h(elems);
     fill_values(h.data(), n, lanes, 1);
     const std::vector<uint32_t> perm = random_permutation(n, 7);
-    DeviceCopy src(h.data(), bytes), idx(perm.data(), n * sizeof(uint32_t));
+    const std::vector<uint64_t> mask = random_mask(n, 0.5, 9);
+    DeviceCopy src(h.data(), bytes), idx(perm.data(), n * sizeof(uint32_t)),
+        dmask(mask.data(), mask.size() * sizeof(uint64_t));
 
     kstage_config_t config = kstage_config_init();
     config.residency = DLDevice{DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), 0};
@@ -111,8 +115,9 @@ int run_emulated_suite(const Options& o) {
       KP_CHECK(kstage_release_op(stage, op));
       KP_CHECK(kstage_advance_write_floor(stage, ordinal, &attr, 1));
     };
-    // The column after a gather through `perm`, read to the host and checked.
-    auto verify = [&](const char* what) {
+    // The column after a gather through `perm` (then, `masked`, the mask's rows written over
+    // it), read to the host and checked.
+    auto verify = [&](const char* what, bool masked = false) {
       kstage_read_desc_t d = kstage_read_desc_init();
       d.target_device = DLDevice{kDLCPU, 0};
       kstage_read_t rd = 0;
@@ -120,12 +125,14 @@ int run_emulated_suite(const Options& o) {
       kstage_read_group_t g{};
       KP_CHECK(kstage_fetch_read_next(stage, rd, 0, &g));
       const float* v = static_cast<const float*>(g.data.tensors[0].data);
-      for (uint64_t i = 0; i < n; ++i)
+      for (uint64_t i = 0; i < n; ++i) {
+        const bool selected = masked && (mask[i / 64] >> (i % 64) & 1);
+        const size_t row = selected ? size_t(i) : size_t(perm[i]);
         for (int l = 0; l < lanes; ++l)
-          if (v[i * lanes + l] != h[size_t(perm[i]) * lanes + l])
-            die("emulated suite: %s: row %llu lane %d is %g, the gather gives %g", what,
-                (unsigned long long)i, l, double(v[i * lanes + l]),
-                double(h[size_t(perm[i]) * lanes + l]));
+          if (v[i * lanes + l] != h[row * lanes + l])
+            die("emulated suite: %s: row %llu lane %d is %g, expected %g", what,
+                (unsigned long long)i, l, double(v[i * lanes + l]), double(h[row * lanes + l]));
+      }
       KP_CHECK(kstage_release_group(stage, g.handle));
       KP_CHECK(kstage_release_read(stage, rd));
     };
@@ -142,6 +149,18 @@ int run_emulated_suite(const Options& o) {
     rows_out.push_back(
         {"write_index_map_device", n, median_seconds(reps, [&] { write_seal(device_map); })});
     verify("write_index_map_device");
+    kstage_write_data_t host_mask = kstage_write_data_init();
+    host_mask.tensors = &t;
+    host_mask.tensor_count = 1;
+    host_mask.mask = mask.data();
+    host_mask.count = n;
+    rows_out.push_back({"write_mask_50", n, median_seconds(reps, [&] { write_seal(host_mask); })});
+    verify("write_mask_50", true);
+    kstage_write_data_t device_mask = host_mask;
+    device_mask.mask = static_cast<const uint64_t*>(dmask.p);
+    device_mask.selection_device = config.residency;
+    rows_out.push_back({"write_mask_device", n, median_seconds(reps, [&] { write_seal(device_mask); })});
+    verify("write_mask_device", true);
     KP_CHECK(kstage_query_release(stage, all));
     KP_CHECK(kstage_destroy(stage));
   }
