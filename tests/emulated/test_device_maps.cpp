@@ -449,3 +449,33 @@ TEST_CASE("a device mask's prim mode: UPDATE of present prims needs no read-back
   CHECK(f.values() == std::vector<float>{10, 2, 30, 4, 5});
   CHECK(f.s.changed(nq, y, 2, 2) == std::vector<kstage_path_t>{fresh[0], fresh[2]});
 }
+
+TEST_CASE("a device fault in a device map's gather fails the op and the seal with DEVICE_ERROR, "
+          "a refused launch fails the call", "[device_maps]") {
+  struct Reset {
+    ~Reset() { kstage_emulated_device_reset(kDev.device_id); }
+  } reset;
+  {
+    DeviceStage s(kDev);
+    kstage_query_t q = s.query(4);
+    kstage_token_t x = s.token("x");
+    DeviceFloats src(kDev.device_id, {1, 2, 3, 4});
+    DeviceIndex map(kDev.device_id, {3, 2, 1, 0});
+    // A launch refused at launch time: the call fails, not sticky, nothing queued.
+    REQUIRE(kstage_emulated_inject_fault(kDev.device_id, KSTAGE_EMULATED_FAULT_LAUNCH, 1) == 1);
+    kstage_op_t op = 0;
+    const kstage_write_data_t w = device_gather(src.t, map);
+    KS_FAILS(kstage_write_attribute(s.stage, q, x, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+             KSTAGE_DEVICE_ERROR, "too many resources requested for launch");
+    // The gather itself faults when it runs: the op's outcome, and the seal's.
+    REQUIRE(kstage_emulated_inject_fault(kDev.device_id, KSTAGE_EMULATED_FAULT_KERNEL, 1) == 1);
+    KernelDelay slow(20000);  // the fault happens after the call has returned
+    KS_OK(kstage_write_attribute(s.stage, q, x, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+    KS_FAILS(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE), KSTAGE_DEVICE_ERROR,
+             "illegal memory access");
+    KS_OK(kstage_release_op(s.stage, op));
+    KS_FAILS(kstage_advance_write_floor(s.stage, 1, &x, 1), KSTAGE_DEVICE_ERROR,
+             "illegal memory access");
+    CHECK(s.floor(x) == 0);  // the write was not applied
+  }
+}
