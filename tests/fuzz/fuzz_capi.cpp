@@ -1397,7 +1397,10 @@ struct State {
       static const DLDevice devs[] = {{kDLCPU, 0}, {kDLCUDA, 0}, {kDLCPU, 2}, {kDLCUDAHost, 0}, {DLDeviceType(77), 1}};
       d.target_device = devs[in.ConsumeIntegralInRange<int>(0, 4)];
     }
-    if (chance(3)) d.reserved[in.ConsumeIntegralInRange<int>(0, 1)] = 1;
+    if (chance(3)) {  // the reserved byte (must be 0), or 0.4's device_index_map (host columns: no effect)
+      if (in.ConsumeIntegralInRange<int>(0, 1) == 0) d.reserved[0] = 1;
+      else d.device_index_map = true;
+    }
     if (chance(2)) d.device_sync.event = 1;
     uint32_t size = sizeof(d);
     if (chance(8)) {
