@@ -247,29 +247,6 @@ Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor&
   StagedRows out;
   const size_t n = sel.targets();
   out.n = n;
-  if (sel.on_device && sel.mask) {
-    // A device mask: rows gathered on the device, the selection kept there for the host's
-    // bookkeeping (room for every element: how many are selected is not known here).
-    KSTAGE_ASSIGN_OR_RETURN(out.data, backend.allocate(std::max<size_t>(n * s.row_bytes, 1)));
-    const std::byte* src = s.base;
-    int64_t stride = s.row_stride_bytes;
-    BufferPtr compact;
-    if (s.layout == SourceTensor::Layout::Strided) {
-      KSTAGE_ASSIGN_OR_RETURN(compact, compact_copy(s, backend));
-      src = compact->data();
-      stride = int64_t(s.row_bytes);
-    }
-    kernels::MaskedGather g;
-    g.mask = sel.mask;
-    g.n = size_t(sel.count);
-    g.dst = out.data->data();
-    g.src = src;
-    g.src_stride = stride;
-    g.row_bytes = s.row_bytes;
-    KSTAGE_ASSIGN_OR_RETURN(out.device_mask, backend.masked_gather_resident(g));
-    out.span = size_t(sel.count);
-    return out;
-  }
   // A managed tensor is adopted when staging would only copy it (a dense write), or when the
   // seal can read it through the write's selection (a sparse write to a host column): no copy
   // at write time, the seal moves each row once. An index_map that is not a progression must
@@ -313,10 +290,11 @@ Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor&
       return out;
     }
   }
-  if (sel.mask) {
+  if (sel.mask && !sel.on_device) {
     KSTAGE_ASSIGN_OR_RETURN(sel.subset,
                             host.allocate(std::max<size_t>(n * sizeof(uint32_t), 1)));
   }
+  // (A device mask: room for every element, since how many are selected is not known here.)
   KSTAGE_ASSIGN_OR_RETURN(out.data, backend.allocate(std::max<size_t>(n * s.row_bytes, 1)));
   if (sel.count == 0) return out;
   const std::byte* src = s.base;
@@ -331,11 +309,16 @@ Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor&
     kernels::MaskedGather g;
     g.mask = sel.mask;
     g.n = size_t(sel.count);
-    g.selected = reinterpret_cast<uint32_t*>(sel.subset->data());
     g.dst = out.data->data();
     g.src = src;
     g.src_stride = stride;
     g.row_bytes = s.row_bytes;
+    if (sel.on_device) {  // gathered on the device; the selection stays there for the seal
+      KSTAGE_ASSIGN_OR_RETURN(out.device_mask, backend.masked_gather_resident(g));
+      out.span = size_t(sel.count);
+      return out;
+    }
+    g.selected = reinterpret_cast<uint32_t*>(sel.subset->data());
     backend.masked_gather(g);
     return out;
   }

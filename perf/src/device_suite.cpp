@@ -61,20 +61,6 @@ void cuda_check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) die("%s: %s", what, cudaGetErrorString(e));
 }
 
-// Median of `reps` timed runs of f (each ends with the work complete).
-template <class F>
-double median_seconds(int reps, F&& f) {
-  f();  // warm-up
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    f();
-    t.push_back(seconds_since(t0));
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 // " (<= 1 us)", " (<= 1 ms)": a latency target as the table prints it.
 std::string latency(double seconds) {
   return seconds >= 1e-3 ? " (<= " + std::to_string(int(seconds * 1e3)) + " ms)"

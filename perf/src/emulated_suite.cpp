@@ -51,19 +51,6 @@ struct DeviceCopy {
   void* p;
 };
 
-template <class F>
-double median_seconds(int reps, F&& f) {
-  f();  // warm-up
-  std::vector<double> t;
-  for (int r = 0; r < reps; ++r) {
-    const auto t0 = Clock::now();
-    f();
-    t.push_back(seconds_since(t0));
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 }  // namespace
 
 int run_emulated_suite(const Options& o) {

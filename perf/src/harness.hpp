@@ -19,6 +19,7 @@
 
 #include <kstage/kstage.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -166,6 +167,19 @@ std::string ragged_params(const std::string& dist);
 using Clock = std::chrono::steady_clock;
 inline double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+// Median of `reps` timed runs of f (each ends with the work complete), after one warm-up.
+template <class F>
+double median_seconds(int reps, F&& f) {
+  f();
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = Clock::now();
+    f();
+    t.push_back(seconds_since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
 }
 
 // Aligned, untouched host memory that is freed with free().

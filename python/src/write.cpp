@@ -134,53 +134,58 @@ const uint32_t* index_map_arg(nb::handle obj, Payload& payload, uint64_t& length
   return payload.index_map.data();
 }
 
-// A device index_map (a DLPack producer whose __dlpack_device__ is not host memory: torch,
-// cupy, a kstage device group): passed to the stage as it is, no copy, ordered on the write's
-// stream (the producer's, as for the data). kstage reads it as uint32 on the device and checks
-// it there: a bad entry fails the op (kstage.h "Device index maps"). Null when `obj` is host data.
-const uint32_t* device_index_map_arg(nb::handle obj, nb::handle stream, Payload& payload,
-                                     uint64_t& length, DLDevice& device) {
+// A device index_map or mask (a DLPack producer whose __dlpack_device__ is not host memory:
+// torch, cupy, a kstage device group): imported and kept in `payload` as it is -- no copy --
+// ordered on the write's stream (the producer's, as for the data), and checked for what the
+// stage reads there: one contiguous, non-empty axis. Null when `obj` is host data.
+const DLTensor* device_selection_arg(nb::handle obj, nb::handle stream, Payload& payload, const char* what) {
   if (!nb::hasattr(obj, "__dlpack_device__") || !nb::hasattr(obj, "__dlpack__")) return nullptr;
   nb::tuple where = nb::borrow<nb::tuple>(obj.attr("__dlpack_device__")());
   if (nb::len(where) != 2 || is_host_memory(nb::cast<int>(where[0]))) return nullptr;
   payload.index_imports.push_back(import_dlpack(obj, stream));
   const DLTensor& t = payload.index_imports.back().tensor();
-  if (t.ndim != 1) raise_invalid_argument("index_map must be one-dimensional, not " + std::to_string(t.ndim) + "-D");
-  if (!((t.dtype.code == kDLInt || t.dtype.code == kDLUInt) && t.dtype.bits == 32 && t.dtype.lanes == 1))
-    raise_invalid_argument("a device index_map must hold 32-bit integers (uint32, or int32 read as uint32: a "
-                           "negative entry is out of range); convert it on its device first");
+  const std::string name = what;
+  if (t.ndim != 1) raise_invalid_argument(name + " must be one-dimensional, not " + std::to_string(t.ndim) + "-D");
   if (t.strides != nullptr && t.shape[0] > 1 && t.strides[0] != 1)
-    raise_invalid_argument("a device index_map must be contiguous (stride " + std::to_string(t.strides[0]) +
-                           "); make a contiguous copy on its device first");
-  length = uint64_t(t.shape[0]);
-  if (length == 0)
-    raise_invalid_argument("index_map is empty: an empty index map would mean count=0, which means every prim "
-                           "of the query; skip the write instead");
-  device = t.device;
-  return reinterpret_cast<const uint32_t*>(static_cast<const char*>(t.data) + t.byte_offset);
-}
-
-// A device mask: uint64 words (bit i%64 of word i/64) on a device, passed through as a device
-// index_map is (a bool array would have to be packed on its device first). Null for host data.
-const uint64_t* device_mask_arg(nb::handle obj, nb::handle stream, Payload& payload,
-                                uint64_t& elements, DLDevice& device) {
-  if (!nb::hasattr(obj, "__dlpack_device__") || !nb::hasattr(obj, "__dlpack__")) return nullptr;
-  nb::tuple where = nb::borrow<nb::tuple>(obj.attr("__dlpack_device__")());
-  if (nb::len(where) != 2 || is_host_memory(nb::cast<int>(where[0]))) return nullptr;
-  payload.index_imports.push_back(import_dlpack(obj, stream));
-  const DLTensor& t = payload.index_imports.back().tensor();
-  if (t.ndim != 1 || !(t.dtype.code == kDLUInt && t.dtype.bits == 64 && t.dtype.lanes == 1))
-    raise_invalid_argument("a device mask must be one-dimensional uint64 words (bit i%64 of word i/64, with "
-                           "count=); pack a bool mask on its device first");
-  if (t.strides != nullptr && t.shape[0] > 1 && t.strides[0] != 1)
-    raise_invalid_argument("a device mask must be contiguous (stride " + std::to_string(t.strides[0]) +
+    raise_invalid_argument("a device " + name + " must be contiguous (stride " + std::to_string(t.strides[0]) +
                            "); make a contiguous copy on its device first");
   if (t.shape[0] == 0)
-    raise_invalid_argument("mask is empty: an empty mask would mean count=0, which means every prim of the query; "
-                           "skip the write instead");
-  elements = uint64_t(t.shape[0]) * 64;
-  device = t.device;
-  return reinterpret_cast<const uint64_t*>(static_cast<const char*>(t.data) + t.byte_offset);
+    raise_invalid_argument(name + " is empty: an empty " + name +
+                           " would mean count=0, which means every prim of the query; skip the write instead");
+  return &t;
+}
+
+template <class T>
+const T* device_data(const DLTensor& t) {
+  return reinterpret_cast<const T*>(static_cast<const char*>(t.data) + t.byte_offset);
+}
+
+// A device index_map: kstage reads it as uint32 on the device and checks it there, a bad
+// entry failing the op (kstage.h "Device index maps and masks").
+const uint32_t* device_index_map_arg(nb::handle obj, nb::handle stream, Payload& payload,
+                                     uint64_t& length, DLDevice& device) {
+  const DLTensor* t = device_selection_arg(obj, stream, payload, "index_map");
+  if (t == nullptr) return nullptr;
+  if (!((t->dtype.code == kDLInt || t->dtype.code == kDLUInt) && t->dtype.bits == 32 && t->dtype.lanes == 1))
+    raise_invalid_argument("a device index_map must hold 32-bit integers (uint32, or int32 read as uint32: a "
+                           "negative entry is out of range); convert it on its device first");
+  length = uint64_t(t->shape[0]);
+  device = t->device;
+  return device_data<uint32_t>(*t);
+}
+
+// A device mask: uint64 words (bit i%64 of word i/64) on a device (a bool array would have to
+// be packed on its device first).
+const uint64_t* device_mask_arg(nb::handle obj, nb::handle stream, Payload& payload,
+                                uint64_t& elements, DLDevice& device) {
+  const DLTensor* t = device_selection_arg(obj, stream, payload, "mask");
+  if (t == nullptr) return nullptr;
+  if (!(t->dtype.code == kDLUInt && t->dtype.bits == 64 && t->dtype.lanes == 1))
+    raise_invalid_argument("a device mask must be uint64 words (bit i%64 of word i/64, with count=); pack a "
+                           "bool mask on its device first");
+  elements = uint64_t(t->shape[0]) * 64;
+  device = t->device;
+  return device_data<uint64_t>(*t);
 }
 
 // mask: a bool array (one entry per logical element, packed here) or uint64 words (bit i%64 of

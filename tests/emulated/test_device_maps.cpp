@@ -17,29 +17,22 @@ namespace {
 const DLDevice kDev = kResidency;  // the emulated ordinal under test
 const DLDevice kOther = {kDev.device_type, kDev.device_id == 0 ? 1 : 0};
 
-// Device memory of `ordinal` holding `values` (an index map), freed with the object.
-struct DeviceIndex {
-  DeviceIndex(int32_t ordinal, const std::vector<uint32_t>& values) : n(values.size()) {
-    p = static_cast<uint32_t*>(kstage_emulated_malloc(ordinal, std::max<size_t>(n, 1) * 4));
+// Device memory of `ordinal` holding `values` (an index map, mask words), freed with the object.
+template <class T>
+struct DeviceArray {
+  DeviceArray(int32_t ordinal, const std::vector<T>& values) : n(values.size()) {
+    p = static_cast<T*>(kstage_emulated_malloc(ordinal, std::max<size_t>(n, 1) * sizeof(T)));
     REQUIRE(p != nullptr);
-    if (n) kstage_emulated_memcpy(p, values.data(), n * sizeof(uint32_t));
+    if (n) kstage_emulated_memcpy(p, values.data(), n * sizeof(T));
   }
-  ~DeviceIndex() { kstage_emulated_free(p); }
-  uint32_t* p = nullptr;
+  ~DeviceArray() { kstage_emulated_free(p); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  T* p = nullptr;
   size_t n;
 };
-
-// Device memory of `ordinal` holding mask words, freed with the object.
-struct DeviceWords {
-  DeviceWords(int32_t ordinal, const std::vector<uint64_t>& words) : n(words.size()) {
-    p = static_cast<uint64_t*>(kstage_emulated_malloc(ordinal, std::max<size_t>(n, 1) * 8));
-    REQUIRE(p != nullptr);
-    if (n) kstage_emulated_memcpy(p, words.data(), n * sizeof(uint64_t));
-  }
-  ~DeviceWords() { kstage_emulated_free(p); }
-  uint64_t* p = nullptr;
-  size_t n;
-};
+using DeviceIndex = DeviceArray<uint32_t>;
+using DeviceWords = DeviceArray<uint64_t>;
 
 // A write of `src` (one row per element) through the device mask `mask` over `count` elements.
 kstage_write_data_t device_mask_write(const DLTensor& src, const DeviceWords& mask, uint64_t count,
