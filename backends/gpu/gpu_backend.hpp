@@ -759,13 +759,7 @@ class GpuBackend final : public DeviceBackend {
     shared_->reap(false);
     if (const Error q = RT::stream_query(shared_->stream); q == RT::success) return nullptr;
     else if (q != RT::not_ready) must(q, "stream query");
-    Event e{};
-    must(RT::event_create(&e), "event creation");
-    if (const Error r = RT::event_record(e, shared_->stream); r != RT::success) {
-      (void)RT::event_destroy(e);
-      must(r, "event record");
-    }
-    return std::make_shared<GpuCompletion<RT>>(shared_, e);
+    return std::make_shared<GpuCompletion<RT>>(shared_, record_event());
   }
 
   std::shared_ptr<const core::StreamRelease> stream_release() override {
