@@ -18,9 +18,15 @@
 #       (through a launcher: `env OMP_PROC_BIND=spread OMP_PLACES=threads <exe> ...`).
 #
 #   kstage_emulated_discover_tests(<target> PREFIX <prefix> [TEST_SPEC <spec>])
-#       the program's Catch2 tests registered once per emulated ordinal (0 and 1), as
-#       "<prefix>@<ordinal>: <test>", each run with KSTAGE_TEST_DEVICE_ORDINAL=<ordinal>
-#       (tests/support.hpp reads it): every emulated test runs on both ordinals in every preset.
+#       the program's Catch2 tests registered once per emulated ordinal in
+#       KSTAGE_TEST_EMULATED_ORDINALS, as "<prefix>@<ordinal>: <test>", each run with
+#       KSTAGE_TEST_EMULATED_ORDINAL=<ordinal> (tests/support.hpp reads it: the program's
+#       columns live on that emulated device).
+#
+#   KSTAGE_TEST_EMULATED_ORDINALS   the emulated ordinals every emulated test runs on (cache;
+#       default "0;1"). The sanitizer presets take "1" alone: a memory or thread error does not
+#       depend on which ordinal the columns are on, and ordinal 1 is the one that switches
+#       devices (DeviceGuard) on every call; the default preset runs both.
 #
 #   KSTAGE_TEST_ENVIRONMENT   the list of VAR=value entries above
 #   KSTAGE_TEST_LAUNCHER      the launcher command (a list)
@@ -28,6 +34,7 @@
 include_guard(GLOBAL)
 
 set(KSTAGE_TEST_ENVIRONMENT "OMP_PROC_BIND=spread" "OMP_PLACES=threads")
+set(KSTAGE_TEST_EMULATED_ORDINALS "0;1" CACHE STRING "Emulated device ordinals each emulated test runs on (0, 1)")
 
 find_program(KSTAGE_ENV_PROGRAM NAMES env DOC "env(1), used to launch tests with the kstage test environment")
 mark_as_advanced(KSTAGE_ENV_PROGRAM)
@@ -94,13 +101,16 @@ function(kstage_emulated_discover_tests target)
   if(arg_TEST_SPEC)
     set(spec TEST_SPEC "${arg_TEST_SPEC}")
   endif()
-  foreach(ordinal 0 1)
+  foreach(ordinal IN LISTS KSTAGE_TEST_EMULATED_ORDINALS)
+    if(NOT ordinal MATCHES "^[01]$")
+      message(FATAL_ERROR "KSTAGE_TEST_EMULATED_ORDINALS: ${ordinal} is not an emulated ordinal (0 or 1)")
+    endif()
     # Catch's discovery files are named by a hash of the arguments that reach the program, not
     # of the prefix: the suite name (Catch2's --name) differs per ordinal, so each registration
     # gets its own files.
     kstage_catch_discover_tests(${target} DISCOVERY_MODE PRE_TEST ${spec}
                                 TEST_PREFIX "${arg_PREFIX}@${ordinal}: "
                                 EXTRA_ARGS --name "${target}@${ordinal}"
-                                PROPERTIES ENVIRONMENT "KSTAGE_TEST_DEVICE_ORDINAL=${ordinal}")
+                                PROPERTIES ENVIRONMENT "KSTAGE_TEST_EMULATED_ORDINAL=${ordinal}")
   endforeach()
 endfunction()

@@ -5,10 +5,10 @@
 #pragma once
 
 #include <kstage/kstage.h>
-#if defined(KSTAGE_TEST_ON_EMULATED_DEVICE)
-#include "backends/emulated/kstage_emulated.h"
-#elif defined(KSTAGE_TEST_ON_CUDA_DEVICE)
+#if defined(KSTAGE_TEST_ON_CUDA_DEVICE)
 #include <cuda_runtime_api.h>
+#elif defined(KSTAGE_TEST_EMULATED_DEVICE)
+#include "backends/emulated/kstage_emulated.h"
 #endif
 
 #include <catch2/catch_test_macros.hpp>
@@ -23,27 +23,41 @@
 
 namespace kstage_test {
 
-// The residency under test. Each engine test program is built once per
-// residency the build has, in the spirit of Kokkos' per-backend test
-// category files: columns on the host (kstage_test_<concept>), on the
-// emulated device (kstage_test_<concept>_emulated,
-// KSTAGE_TEST_ON_EMULATED_DEVICE) and on a CUDA GPU
-// (kstage_test_<concept>_cuda, KSTAGE_TEST_ON_CUDA_DEVICE; run by
-// scripts/gpu-check.sh): the stage's config.residency puts every new column
-// there, host tensors are copied in, and group data is copied back out
-// through the device (after the group's event) before the test looks at it.
-#if defined(KSTAGE_TEST_ON_EMULATED_DEVICE)
-constexpr bool kOnDevice = true;
-// The emulated ordinal under test: KSTAGE_TEST_DEVICE_ORDINAL (0 or 1; default 0). ctest runs
-// every emulated program on both (kstage_emulated_discover_tests: "<prefix>@0:", "<prefix>@1:").
-inline int32_t test_device_ordinal() {
+// The residency under test, in the spirit of Kokkos' per-backend test
+// category files: columns on the host, on the emulated device, or on a CUDA
+// GPU. The stage's config.residency puts every new column there, host tensors
+// are copied in, and group data is copied back out through the device (after
+// the group's event) before the test looks at it.
+//
+// - A build with the emulated device (KSTAGE_TEST_EMULATED_DEVICE): one
+//   program per concept, on the host -- or on emulated device N when it runs
+//   with KSTAGE_TEST_EMULATED_ORDINAL=N (0 or 1). The emulated device is a
+//   runtime table of the GPU backend, so nothing needs a second build: ctest
+//   registers each program once on the host ("<concept>: ") and once per
+//   emulated ordinal ("emulated <concept>@N: ", kstage_emulated_discover_tests).
+//   tests/emulated programs (KSTAGE_TEST_ON_EMULATED_DEVICE) are always on the
+//   emulated device, at ordinal 0 unless the variable says 1.
+// - A CUDA build: kstage_test_<concept>_cuda (KSTAGE_TEST_ON_CUDA_DEVICE), on
+//   CUDA device 0, run by scripts/gpu-check.sh.
+#if defined(KSTAGE_TEST_EMULATED_DEVICE)
+// The emulated ordinal under test, or -1 for the host.
+inline int32_t test_emulated_ordinal() {
   static const int32_t ordinal = [] {
-    const char* e = std::getenv("KSTAGE_TEST_DEVICE_ORDINAL");
-    return e && std::atoi(e) == 1 ? 1 : 0;
+    const char* e = std::getenv("KSTAGE_TEST_EMULATED_ORDINAL");
+    if (e == nullptr || *e == 0) {
+#if defined(KSTAGE_TEST_ON_EMULATED_DEVICE)
+      return 0;
+#else
+      return -1;
+#endif
+    }
+    return std::atoi(e) == 1 ? 1 : 0;
   }();
   return ordinal;
 }
-inline const DLDevice kResidency = {DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), test_device_ordinal()};
+inline const bool kOnDevice = test_emulated_ordinal() >= 0;
+inline const DLDevice kResidency = kOnDevice ? DLDevice{DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), test_emulated_ordinal()}
+                                             : DLDevice{kDLCPU, 0};
 inline bool is_test_device(DLDevice d) { return d.device_type == KSTAGE_EMULATED_DEVICE_TYPE; }
 inline void device_memcpy(void* dst, const void* src, size_t bytes) {
   kstage_emulated_memcpy(dst, src, bytes);
@@ -67,7 +81,7 @@ constexpr DLDevice kResidency = {kDLCPU, 0};
 inline std::vector<unsigned char> host_copy(const void* p, size_t bytes, DLDevice device) {
   std::vector<unsigned char> out(bytes);
   if (bytes == 0) return out;
-#if defined(KSTAGE_TEST_ON_EMULATED_DEVICE) || defined(KSTAGE_TEST_ON_CUDA_DEVICE)
+#if defined(KSTAGE_TEST_EMULATED_DEVICE) || defined(KSTAGE_TEST_ON_CUDA_DEVICE)
   if (is_test_device(device)) {
     device_memcpy(out.data(), p, bytes);
     return out;
@@ -82,7 +96,7 @@ inline std::vector<unsigned char> host_copy(const void* p, size_t bytes, DLDevic
 // device memory, as a producer kernel would).
 inline void host_write(void* dst, const void* src, size_t bytes, DLDevice device) {
   if (bytes == 0) return;
-#if defined(KSTAGE_TEST_ON_EMULATED_DEVICE) || defined(KSTAGE_TEST_ON_CUDA_DEVICE)
+#if defined(KSTAGE_TEST_EMULATED_DEVICE) || defined(KSTAGE_TEST_ON_CUDA_DEVICE)
   if (is_test_device(device)) {
     device_memcpy(dst, src, bytes);
     return;
@@ -94,8 +108,8 @@ inline void host_write(void* dst, const void* src, size_t bytes, DLDevice device
 
 // Waits for a group's event (device data), as a consumer must.
 inline void wait_for(const kstage_device_sync_t& sync) {
-#if defined(KSTAGE_TEST_ON_EMULATED_DEVICE)
-  if (sync.event) kstage_emulated_event_synchronize(sync.event);
+#if defined(KSTAGE_TEST_EMULATED_DEVICE)
+  if (sync.event) kstage_emulated_event_synchronize(sync.event);  // host groups carry none
 #elif defined(KSTAGE_TEST_ON_CUDA_DEVICE)
   if (sync.event) cudaEventSynchronize(reinterpret_cast<cudaEvent_t>(sync.event));
 #else

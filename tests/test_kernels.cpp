@@ -208,6 +208,17 @@ TEMPLATE_LIST_TEST_CASE("masked_gather compacts set bits in order", "[kernels][m
     }
     REQUIRE(selected[want.size()] == 0xFFFFFFFFu);  // nothing written past the count
   }
+  SECTION("rows only (a device mask's gather: no positions)") {
+    g.selected = nullptr;
+    g.dst = dst.data();
+    g.src = src.data();
+    g.src_stride = int64_t(width);
+    g.row_bytes = width;
+    masked_gather(TestType(), g);
+    TestType().fence();
+    for (size_t j = 0; j < want.size(); ++j)
+      REQUIRE(std::memcmp(&dst[j * width], &src[want[j] * width], width) == 0);
+  }
   SECTION("positions only") {
     masked_gather(TestType(), g);
     TestType().fence();

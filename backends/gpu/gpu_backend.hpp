@@ -679,15 +679,14 @@ class GpuBackend final : public DeviceBackend {
       const core::kernels::MaskedGather& c) override {
     const DeviceGuard<RT> on_device(shared_->device);
     const size_t words = (c.n + 63) / 64;
-    core::BufferPtr copy, selected;
+    core::BufferPtr copy;
     KSTAGE_ASSIGN_OR_RETURN(copy, allocate(std::max<size_t>(words, 1) * sizeof(uint64_t)));
-    KSTAGE_ASSIGN_OR_RETURN(selected, allocate(std::max<size_t>(c.n, 1) * sizeof(uint32_t)));
     copy_bytes(copy->data(), reinterpret_cast<const std::byte*>(c.mask), words * sizeof(uint64_t));
     core::kernels::MaskedGather k = c;
     k.mask = reinterpret_cast<const uint64_t*>(copy->data());
-    k.selected = reinterpret_cast<uint32_t*>(selected->data());  // freed in stream order
+    k.selected = nullptr;  // rows only: the host reads the selection from the mask's copy
     if (k.n > 0)
-      launch(LaunchArgs{"masked_gather", {k.mask, k.selected, k.dst, k.src}},
+      launch(LaunchArgs{"masked_gather", {k.mask, k.dst, k.src}},
              [k](const Exec& exec) { core::kernels::masked_gather(exec, k); });
     return std::shared_ptr<const core::MaskSelection>(
         std::make_shared<GpuMaskSelection<RT>>(shared_, std::move(copy), words, record_event()));

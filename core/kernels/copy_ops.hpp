@@ -37,7 +37,8 @@ struct RowCopy {
 // with dst rows packed (row_bytes apart) and src row r at src + r*src_stride.
 // Bits at and above n in the last word are ignored. The mask and `selected`
 // are host memory (a device backend moves them); `selected` has room for
-// mask_popcount(mask, n) entries.
+// mask_popcount(mask, n) entries, or is null when dst is set and nothing needs
+// the positions (a device mask's gather: the host reads the mask itself).
 struct MaskedGather {
   const uint64_t* mask = nullptr;
   size_t n = 0;  // bits

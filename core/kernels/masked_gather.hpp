@@ -53,7 +53,7 @@ struct MaskedGatherFunctor {
       size_t j = offset;
       while (bits) {
         const size_t e = w * 64 + ctz64(bits);
-        out[j] = uint32_t(e);
+        if (!CopyRows || out != nullptr) out[j] = uint32_t(e);
         if constexpr (CopyRows)
           copy_row<Word, Words>(d + j * rb, s + int64_t(e) * stride, rb / sizeof(Word));
         ++j;
