@@ -22,35 +22,39 @@ namespace kstage::backends::host {
 namespace {
 
 using Space = Kokkos::HostSpace;
-using Bytes = Kokkos::View<unsigned char*, Space>;
 using UnmanagedBytes =
     Kokkos::View<unsigned char*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
-// Owns a HostSpace View; the DeviceBuffer base exposes `size` of its bytes
-// from `data` on (the View's start, or the first aligned byte in it).
+// Host memory the backend allocates itself, through the replaceable nothrow operator new (an
+// application's -- or a test's -- replacement sees it), and frees in its destructor. Not a
+// managed Kokkos::View: under a persistent out-of-memory, Kokkos 4.x's cleanup of a failed View
+// allocation allocates again from a destructor (SharedAllocationRecord -> HostSpace::deallocate)
+// and terminates the process, and kstage never aborts on out-of-memory. Kernels see the
+// memory through unmanaged Views, as every other buffer.
 class HostBuffer final : public core::DeviceBuffer {
  public:
-  HostBuffer(Bytes view, std::byte* data, size_t size)
-      : DeviceBuffer(data, size, DLPackSpace<Space>::device(data)), view_(std::move(view)) {}
+  HostBuffer(void* block, std::byte* data, size_t size)
+      : DeviceBuffer(data, size, DLPackSpace<Space>::device(data)), block_(block) {}
+  ~HostBuffer() override { ::operator delete(block_); }
 
  private:
-  Bytes view_;
+  void* block_;
 };
 
-// `bytes` of uninitialised host memory at a kBufferAlignment boundary.
-// Kokkos aligns its allocations to KOKKOS_MEMORY_ALIGNMENT (64 unless Kokkos
-// was configured otherwise): only a Kokkos with less pays for padding.
+// `bytes` of uninitialised host memory at a kBufferAlignment boundary, or null.
 std::unique_ptr<HostBuffer> allocate_aligned(size_t bytes) {
-  auto alloc = Kokkos::view_alloc(Kokkos::WithoutInitializing, "kstage::column");
-  Bytes view(alloc, bytes);
-  auto* data = reinterpret_cast<std::byte*>(view.data());
-  if (reinterpret_cast<uintptr_t>(data) % core::kBufferAlignment != 0) {
-    view = Bytes(alloc, bytes + core::kBufferAlignment - 1);
-    const uintptr_t p = reinterpret_cast<uintptr_t>(view.data());
-    data = reinterpret_cast<std::byte*>((p + core::kBufferAlignment - 1) &
-                                        ~uintptr_t(core::kBufferAlignment - 1));
+  constexpr size_t align = core::kBufferAlignment;
+  if (bytes > SIZE_MAX - align) return nullptr;
+  void* block = ::operator new(bytes + align - 1, std::nothrow);
+  if (block == nullptr) return nullptr;
+  const uintptr_t p = reinterpret_cast<uintptr_t>(block);
+  auto* data = reinterpret_cast<std::byte*>((p + align - 1) & ~uintptr_t(align - 1));
+  try {
+    return std::make_unique<HostBuffer>(block, data, bytes);
+  } catch (const std::bad_alloc&) {
+    ::operator delete(block);
+    return nullptr;
   }
-  return std::make_unique<HostBuffer>(std::move(view), data, bytes);
 }
 
 // Kokkos 3.x reductions and scans are not safe to launch from several
@@ -92,10 +96,11 @@ class HostBackend final : public core::Backend {
 
   Result<core::BufferPtr> allocate(size_t bytes) override {
     if (core::BufferPtr reused = pool_->take(bytes)) return reused;
+    std::unique_ptr<HostBuffer> buffer = allocate_aligned(bytes);
+    if (buffer == nullptr) return out_of_memory("host allocation of %zu bytes failed", bytes);
     try {
-      return pool_->wrap(allocate_aligned(bytes));
+      return pool_->wrap(std::move(buffer));
     } catch (const std::bad_alloc&) {
-    } catch (const std::runtime_error&) {  // Kokkos reports allocation failure this way too
     }
     return out_of_memory("host allocation of %zu bytes failed", bytes);
   }
