@@ -15,30 +15,47 @@ namespace {
 // padding, so that "every byte the library knows" is exact).
 template <class T>
 struct Layout;
+// `layouts` lists where each released layout ends: a caller's struct_size
+// between two of them holds the earlier one whole and part of the next
+// field, which is read as absent (copy_descriptor), never half-copied.
 template <>
 struct Layout<kstage_config_t> {
   static constexpr const char* name = "kstage_config_t";
-  static constexpr size_t first = 8;
+  static constexpr size_t layouts[] = {8, 16};  // 0.1; 0.3 residency
+  static constexpr size_t first = layouts[0];
 };
 template <>
 struct Layout<kstage_write_data_t> {
   static constexpr const char* name = "kstage_write_data_t";
-  static constexpr size_t first = 80;
-  // Where each released layout ends (0.1, 0.2 legacy_managed_tensors, 0.3
-  // residency, 0.4 selection_device): a best-effort read copies whole
-  // layouts, never half a field.
+  // 0.1; 0.2 legacy_managed_tensors; 0.3 residency; 0.4 selection_device.
   static constexpr size_t layouts[] = {80, 88, 96, 104};
+  static constexpr size_t first = layouts[0];
 };
 template <>
 struct Layout<kstage_read_desc_t> {
   static constexpr const char* name = "kstage_read_desc_t";
-  static constexpr size_t first = 48;
+  static constexpr size_t layouts[] = {48, 56};  // 0.1; 0.3 max_group_prims
+  static constexpr size_t first = layouts[0];
 };
 template <>
 struct Layout<kstage_map_desc_t> {
   static constexpr const char* name = "kstage_map_desc_t";
-  static constexpr size_t first = 48;
+  static constexpr size_t layouts[] = {48};
+  static constexpr size_t first = layouts[0];
 };
+
+// The largest released layout of T that `size` bytes hold whole.
+template <class T>
+constexpr size_t whole_layout(size_t size) {
+  size_t known = 0;
+  for (size_t end : Layout<T>::layouts)
+    if (end <= size) known = end;
+  return known;
+}
+template <class T>
+constexpr size_t last_layout() {
+  return whole_layout<T>(SIZE_MAX);
+}
 
 static_assert(sizeof(kstage_config_t) ==
               offsetof(kstage_config_t, residency) + sizeof(DLDevice));
@@ -50,17 +67,19 @@ static_assert(offsetof(kstage_read_desc_t, max_group_prims) == Layout<kstage_rea
               "max_group_prims was appended to the first layout");
 static_assert(sizeof(kstage_map_desc_t) ==
               offsetof(kstage_map_desc_t, reserved) + sizeof(kstage_map_desc_t::reserved));
-static_assert(Layout<kstage_write_data_t>::first <= sizeof(kstage_write_data_t));
-static_assert(Layout<kstage_write_data_t>::layouts[3] == sizeof(kstage_write_data_t),
+// Every released layout is listed, the last one being this header's struct.
+static_assert(last_layout<kstage_config_t>() == sizeof(kstage_config_t),
+              "a new kstage_config_t layout must be listed in Layout<>::layouts");
+static_assert(last_layout<kstage_write_data_t>() == sizeof(kstage_write_data_t),
               "a new kstage_write_data_t layout must be listed in Layout<>::layouts");
+static_assert(last_layout<kstage_read_desc_t>() == sizeof(kstage_read_desc_t),
+              "a new kstage_read_desc_t layout must be listed in Layout<>::layouts");
+static_assert(last_layout<kstage_map_desc_t>() == sizeof(kstage_map_desc_t),
+              "a new kstage_map_desc_t layout must be listed in Layout<>::layouts");
 static_assert(Layout<kstage_write_data_t>::layouts[1] ==
               offsetof(kstage_write_data_t, legacy_managed_tensors) + sizeof(void*));
-static_assert(Layout<kstage_read_desc_t>::first <= sizeof(kstage_read_desc_t));
-static_assert(Layout<kstage_map_desc_t>::first <= sizeof(kstage_map_desc_t));
-static_assert(Layout<kstage_config_t>::first <= sizeof(kstage_config_t));
-
-// A struct_size no real caller has: the struct would be over a page.
-constexpr size_t kMaxStructSize = 4096;
+static_assert(Layout<kstage_config_t>::layouts[1] ==
+              offsetof(kstage_config_t, residency) + sizeof(DLDevice));
 
 template <class T>
 Status check_size(uint32_t size, const char* what) {
@@ -70,24 +89,35 @@ Status check_size(uint32_t size, const char* what) {
                  "%s.struct_size is 0: start the %s from %.*s_init() (or set struct_size = "
                  "sizeof(%s))",
                  what, L::name, int(std::strlen(L::name) - 2), L::name, L::name);
-  // sizeof any version of the struct is a multiple of its alignment (which
-  // later versions never lower): other sizes would misalign arrays of it.
-  if (size < L::first || size > kMaxStructSize || size % alignof(T) != 0)
+  // kstage.h: any size from the first layout to KSTAGE_MAX_STRUCT_SIZE, aligned or not.
+  if (size < L::first || size > KSTAGE_MAX_STRUCT_SIZE)
     return error(KSTAGE_INVALID_ARGUMENT,
-                 "%s.struct_size is %u, which no kstage.h declares for %s (this library's is "
-                 "%zu; the first layout's was %zu)",
-                 what, unsigned(size), L::name, sizeof(T), L::first);
+                 "%s.struct_size is %u, which is outside what kstage.h accepts for %s: %zu (the "
+                 "first layout) to %u (KSTAGE_MAX_STRUCT_SIZE); this library's is %zu",
+                 what, unsigned(size), L::name, L::first, unsigned(KSTAGE_MAX_STRUCT_SIZE),
+                 sizeof(T));
   return Status::OK();
 }
 
-// Copies the caller's `size` bytes; a newer caller's extra bytes must be 0.
-// `what()` names the argument; it is only called for a message (a batch
-// write formats no name per descriptor unless one is rejected).
+// Reads the caller's `size` bytes (check_size passed): the released layouts
+// they hold whole are copied; a field that ends past them is absent (its zero
+// default), so its bytes inside the caller's struct must be 0; and a newer
+// caller's bytes past this struct must be 0. `what()` names the argument; it
+// is only called for a message (a batch write formats no name per descriptor
+// unless one is rejected).
 template <class T, class What>
 Status copy_descriptor(const T* in, uint32_t size, const What& what, T& out) {
   std::memset(&out, 0, sizeof(T));
-  std::memcpy(&out, in, std::min<size_t>(size, sizeof(T)));
+  const size_t whole = whole_layout<T>(size);
+  std::memcpy(&out, in, whole);
   const unsigned char* bytes = reinterpret_cast<const unsigned char*>(in);
+  for (size_t i = whole; i < std::min<size_t>(size, sizeof(T)); ++i)
+    if (bytes[i] != 0)
+      return error(KSTAGE_INVALID_ARGUMENT,
+                   "%s sets byte %zu of its %u-byte %s, part of a field that does not fit in "
+                   "it (a struct_size of %u holds the layout that ends at byte %zu whole: the "
+                   "fields after it are absent)",
+                   what().c_str(), i, unsigned(size), Layout<T>::name, unsigned(size), whole);
   for (size_t i = sizeof(T); i < size; ++i)
     if (bytes[i] != 0)
       return error(KSTAGE_NOT_SUPPORTED,
@@ -157,20 +187,16 @@ Status read_write_descriptors(const kstage_write_data_t* in, uint64_t n,
   };
   const uint32_t size = size_at(base);
   Status layout = check_size<T>(size, "data[0]");
-  // The stride is the caller's struct size whenever it claims a plausible
-  // one (even one rejected for its alignment), else this header's: either
-  // way every element is read, so that its managed tensors can be deleted,
-  // but never past one stride.
-  const bool plausible = size >= Layout<T>::first && size <= kMaxStructSize;
-  const size_t stride = plausible ? size : sizeof(T);
-  // What the best effort copies: whole fields only -- the largest released
-  // layout the caller's (plausible) size holds, else the first layout, which
-  // every caller has (a struct_size of 0 may come from any header). Its
-  // managed tensors are then all found and deleted.
-  size_t known = Layout<T>::first;
-  if (plausible)
-    for (size_t end : Layout<T>::layouts)
-      if (end <= stride) known = end;
+  // The stride is the caller's struct size whenever kstage.h accepts it, else
+  // this header's: either way every element is read, so that its managed
+  // tensors can be deleted, but never past one stride.
+  const bool accepted = layout.ok();
+  const size_t stride = accepted ? size : sizeof(T);
+  // What the best effort copies: whole fields only -- the released layouts
+  // the caller's size holds, or, for a size kstage.h rejects (which says
+  // nothing of the caller's struct), this header's struct. Every managed and
+  // legacy tensor whose field lies inside is then found and deleted.
+  const size_t known = accepted ? whole_layout<T>(size) : sizeof(T);
   out.resize(n);
   for (uint64_t i = 0; i < n; ++i) {
     const unsigned char* d = base + i * stride;

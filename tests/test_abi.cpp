@@ -118,13 +118,12 @@ TEST_CASE("the init functions set struct_size and zero every other field", "[abi
   REQUIRE(zero_after_size(&m, sizeof m));
 }
 
-TEST_CASE("a struct_size of 0, below the first layout, or absurd is INVALID_ARGUMENT",
-          "[abi][errors]") {
+TEST_CASE("a struct_size of 0, below the first layout, or past KSTAGE_MAX_STRUCT_SIZE is "
+          "INVALID_ARGUMENT", "[abi][errors]") {
   Fixture f;
   const std::string before = f.state();
-  // Sizes below every first layout (8 bytes for the config), or over a page:
-  // rejected before a byte past struct_size is read.
-  for (uint32_t size : {0u, 4u, 7u, 4097u, 1u << 20, UINT32_MAX}) {
+  // Sizes below every first layout (8 bytes for the config), or past the bound kstage.h states.
+  for (uint32_t size : {0u, 4u, 7u, uint32_t(KSTAGE_MAX_STRUCT_SIZE) + 1, 1u << 20, UINT32_MAX}) {
     INFO("struct_size " << size);
     const std::string needle = size == 0 ? "struct_size is 0" : "struct_size is " + std::to_string(size);
 
@@ -155,26 +154,55 @@ TEST_CASE("a struct_size of 0, below the first layout, or absurd is INVALID_ARGU
     KS_FAILS(f.write(&w, 1, 2), KSTAGE_INVALID_ARGUMENT, "data[0].struct_size is 79");
     kstage_read_desc_t r = kstage_read_desc_init();
     r.struct_size = 47;
-    KS_FAILS(f.read(&r), KSTAGE_INVALID_ARGUMENT, "the first layout's was 48");
+    KS_FAILS(f.read(&r), KSTAGE_INVALID_ARGUMENT, "accepts for kstage_read_desc_t: 48 (the first layout) to 65536");
     kstage_map_desc_t m = kstage_map_desc_init();
     m.struct_size = 40;
     KS_FAILS(f.map(&m), KSTAGE_INVALID_ARGUMENT, "desc.struct_size is 40");
-  }
-  // Not a multiple of the struct's alignment: no kstage.h declares it.
-  {
-    kstage_write_data_t w = write_data(&f.t);
-    w.struct_size = 81;
-    KS_FAILS(f.write(&w, 1, 2), KSTAGE_INVALID_ARGUMENT, "data[0].struct_size is 81");
-    kstage_config_t c = kstage_config_init();
-    c.struct_size = 10;
-    kstage_stage_t other = 0;
-    KS_FAILS(kstage_create(&c, &other), KSTAGE_INVALID_ARGUMENT, "config.struct_size is 10");
   }
   // The message says how to build the descriptor.
   kstage_read_desc_t r = kstage_read_desc_init();
   r.struct_size = 0;
   KS_FAILS(f.read(&r), KSTAGE_INVALID_ARGUMENT, "kstage_read_desc_init()");
   REQUIRE(f.state() == before);
+}
+
+TEST_CASE("a struct_size between two layouts is accepted: the field it cuts is absent, and "
+          "must be zero where the caller's struct holds part of it", "[abi]") {
+  Fixture f;
+  SECTION("config: 10 and 12 bytes hold the 0.1 layout and part of residency") {
+    for (uint32_t size : {10u, 12u, 15u}) {
+      INFO("struct_size " << size);
+      kstage_config_t c = kstage_config_init();
+      c.struct_size = size;
+      kstage_stage_t other = 0;
+      KS_OK(kstage_create(&c, &other));
+      KS_OK(kstage_destroy(other));
+      c.residency.device_type = kDLCUDA;  // bytes 8..11: part of a field the size cuts
+      other = 0;
+      KS_FAILS(kstage_create(&c, &other), KSTAGE_INVALID_ARGUMENT,
+               "config sets byte 8 of its " + std::to_string(size) + "-byte kstage_config_t");
+      REQUIRE(other == 0);
+    }
+  }
+  SECTION("read descriptor: 50 bytes, max_group_prims cut") {
+    kstage_read_desc_t r = kstage_read_desc_init();
+    r.struct_size = 50;
+    auto groups = f.s.read(f.q, {f.x}, &r);
+    REQUIRE(groups.size() == 1);
+    r.max_group_prims = 1;  // byte 48 is inside the caller's 50
+    KS_FAILS(f.read(&r), KSTAGE_INVALID_ARGUMENT, "desc sets byte 48 of its 50-byte");
+  }
+  SECTION("write descriptor: 81 bytes, legacy_managed_tensors cut") {
+    kstage_write_data_t w = write_data(&f.t);
+    w.struct_size = 81;
+    REQUIRE(f.write(&w, 1, 2) == KSTAGE_OK);
+    w.residency = DLDevice{kDLCPU, 0};  // past the caller's 81 bytes: never read
+    w.struct_size = 85;
+    REQUIRE(f.write(&w, 1, 3) == KSTAGE_OK);
+    DLManagedTensor* fake[1] = {nullptr};
+    w.legacy_managed_tensors = fake;  // bytes 80..87, five of them inside 85
+    KS_FAILS(f.write(&w, 1, 4), KSTAGE_INVALID_ARGUMENT, "data[0] sets byte 8");
+  }
 }
 
 TEST_CASE("a newer caller's larger descriptor is read when the fields it adds are zero",

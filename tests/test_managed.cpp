@@ -1188,12 +1188,12 @@ TEST_CASE("a rejected descriptor layout still deletes each managed tensor exactl
     KS_FAILS(s.write(q, a, 1, w), KSTAGE_INVALID_ARGUMENT, "struct_size is 0");
     REQUIRE(ledger.of(m.id) == 1);
   }
-  SECTION("struct_size 81: plausible but not a multiple of 8; the first layout is read") {
+  SECTION("struct_size 8: below the first layout, read as this header's struct") {
     Made m = managed_f32({1, 2});
     DLManagedTensorVersioned* list[1] = {m.t};
     kstage_write_data_t w = managed_data(list, 1);
-    w.struct_size = 81;
-    KS_FAILS(s.write(q, a, 1, w), KSTAGE_INVALID_ARGUMENT, "struct_size is 81");
+    w.struct_size = 8;
+    KS_FAILS(s.write(q, a, 1, w), KSTAGE_INVALID_ARGUMENT, "struct_size is 8");
     REQUIRE(ledger.of(m.id) == 1);
   }
   SECTION("a batch whose second descriptor has another struct_size") {
@@ -1303,6 +1303,87 @@ TEST_CASE("a 0.2-layout caller's rejected batch still deletes its legacy tensors
            KSTAGE_INVALID_ARGUMENT, "data[0].reserved[4] is 1");
   REQUIRE(ledger.of(m.id) == 1);
   REQUIRE(s.fingerprint(q, {attrs[0], attrs[1]}) == before);
+}
+
+TEST_CASE("every struct_size: kstage.h's rule, and each legacy tensor deleted exactly once",
+          "[managed][legacy][abi][errors]") {
+  // One legacy managed tensor per write, its descriptor at the start of an 8 KiB buffer of
+  // zeros with struct_size set as the row says (the rule: kstage.h, "Extensible descriptors").
+  ledger.reset();
+  Stage s(host_execution());
+  auto prims = s.paths("/sizes", 2);
+  kstage_query_t q = s.query(prims);
+  const kstage_token_t a = s.token("a");
+  std::vector<unsigned char> raw(8192);
+  auto write_sized = [&](uint32_t size, uint64_t ordinal, size_t poke = 0) {
+    MadeLegacy m = legacy_f32({float(ordinal), float(ordinal) + 0.5f});
+    DLManagedTensor* list[1] = {m.t};
+    kstage_write_data_t d = legacy_data(list, 1);
+    d.struct_size = size;
+    std::fill(raw.begin(), raw.end(), 0);
+    std::memcpy(raw.data(), &d, sizeof d);
+    if (poke) raw[poke] = 1;
+    kstage_op_t op = 0;
+    const kstage_status_t st = kstage_write_attribute(
+        s.stage, q, a, ordinal, reinterpret_cast<const kstage_write_data_t*>(raw.data()),
+        KSTAGE_PRIM_MODE_UPSERT, &op);
+    if (st == KSTAGE_OK) {
+      REQUIRE(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE) == KSTAGE_OK);
+      REQUIRE(kstage_release_op(s.stage, op) == KSTAGE_OK);
+      s.seal(ordinal);
+      REQUIRE(sealed(s, q, a)[prims[1]] == std::vector<float>{float(ordinal) + 0.5f});
+    }
+    return std::pair<kstage_status_t, int>(st, m.id);
+  };
+  // An accepted write's tensor may become the column's storage (adopted): its deleter runs
+  // when a later seal replaces it or the stage goes, counted at the end.
+  std::vector<int> accepted;
+  SECTION("accepted: a newer caller's 8192 bytes, zero past this struct") {
+    auto [st, id] = write_sized(8192, 1);
+    REQUIRE(st == KSTAGE_OK);
+    accepted.push_back(id);
+  }
+  SECTION("accepted: sizes that are no multiple of the alignment (89, 92, 97); the field "
+          "they cut is absent") {
+    uint64_t ordinal = 1;
+    for (uint32_t size : {89u, 92u, 97u, 100u, 103u, uint32_t(KSTAGE_MAX_STRUCT_SIZE) - 1}) {
+      INFO("struct_size " << size);
+      if (size > raw.size()) raw.resize(size);
+      auto [st, id] = write_sized(size, ordinal++);
+      INFO(kstage_last_error());
+      REQUIRE(st == KSTAGE_OK);
+      accepted.push_back(id);
+    }
+  }
+  SECTION("rejected, the tensor deleted once: 0, 8, 79, and past KSTAGE_MAX_STRUCT_SIZE") {
+    const std::string before = s.fingerprint(q, {a});
+    for (uint32_t size : {0u, 8u, 79u, uint32_t(KSTAGE_MAX_STRUCT_SIZE) + 1, UINT32_MAX}) {
+      INFO("struct_size " << size);
+      auto [st, id] = write_sized(size, 1);
+      REQUIRE(st == KSTAGE_INVALID_ARGUMENT);
+      REQUIRE(std::string(kstage_last_error()).find("struct_size is " + std::to_string(size)) !=
+              std::string::npos);
+      REQUIRE(ledger.of(id) == 1);
+    }
+    REQUIRE(s.fingerprint(q, {a}) == before);
+  }
+  SECTION("rejected, the tensor deleted once: a byte of a field the size cuts, or one past "
+          "this struct") {
+    const std::string before = s.fingerprint(q, {a});
+    auto [cut, cut_id] = write_sized(97, 1, 96);  // selection_device's first byte
+    REQUIRE(cut == KSTAGE_INVALID_ARGUMENT);
+    REQUIRE(std::string(kstage_last_error()).find("sets byte 96 of its 97-byte") != std::string::npos);
+    REQUIRE(ledger.of(cut_id) == 1);
+    auto [newer, newer_id] = write_sized(8192, 1, 5000);
+    REQUIRE(newer == KSTAGE_NOT_SUPPORTED);
+    REQUIRE(std::string(kstage_last_error()).find("sets byte 5000 of its 8192-byte") != std::string::npos);
+    REQUIRE(ledger.of(newer_id) == 1);
+    REQUIRE(s.fingerprint(q, {a}) == before);
+  }
+  KS_OK(kstage_destroy(s.stage));
+  s.stage = 0;
+  for (int id : accepted) REQUIRE(ledger.of(id) == 1);
+  REQUIRE(ledger.all_once());
 }
 
 TEST_CASE("a legacy producer's dense write is adopted, never written into, and deleted once",

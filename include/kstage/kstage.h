@@ -47,13 +47,23 @@
  * - Extensible descriptors begin with `uint32_t struct_size`, which the
  *   caller sets to sizeof the struct as its kstage.h declares it: use the
  *   kstage_*_init() functions below, which also zero every other field (zero
- *   is the default of every field). The library reads exactly struct_size
- *   bytes. A struct_size smaller than the library's struct means an older
- *   caller: the fields it lacks take their zero defaults. A larger one means
- *   a newer caller: accepted when every byte the library does not know is
- *   zero, else KSTAGE_NOT_SUPPORTED naming the first such byte. A
- *   struct_size of 0, or one below the first released layout, is
- *   KSTAGE_INVALID_ARGUMENT. Fields named `reserved` must be zero.
+ *   is the default of every field). struct_size may be any value from the
+ *   descriptor's first released layout (kstage_config_t 8 bytes,
+ *   kstage_write_data_t 80, kstage_read_desc_t and kstage_map_desc_t 48) to
+ *   KSTAGE_MAX_STRUCT_SIZE, a multiple of the struct's alignment or not; any
+ *   other (0 included) is KSTAGE_INVALID_ARGUMENT. The library reads exactly
+ *   struct_size bytes. A smaller struct than the library's means an older
+ *   caller: a field that does not lie wholly inside struct_size is absent and
+ *   takes its zero default -- so a byte of it that does lie inside must be 0
+ *   (else KSTAGE_INVALID_ARGUMENT naming the byte). A larger one means a
+ *   newer caller: accepted when every byte the library does not know is zero,
+ *   else KSTAGE_NOT_SUPPORTED naming the first such byte. Fields named
+ *   `reserved` must be zero.
+ * - Whatever a write call returns, each managed and legacy managed tensor it
+ *   was handed is deleted exactly once when its field lies inside the
+ *   caller's struct: wholly inside an accepted struct_size, or, for a
+ *   struct_size kstage.h rejects (which says nothing of the caller's struct),
+ *   inside this header's struct, which is then read whole.
  * - Arrays of descriptors (kstage_write_attributes) are laid out with the
  *   caller's struct size: element i starts struct_size * i bytes in, and
  *   every element must carry the same struct_size.
@@ -90,6 +100,10 @@ extern "C" {
 #define KSTAGE_VERSION_MAJOR 0
 #define KSTAGE_VERSION_MINOR 4
 #define KSTAGE_VERSION_PATCH 0
+
+/** The largest struct_size any extensible descriptor may have (see
+ * "Extensible descriptors" above): no kstage.h will declare a larger one. */
+#define KSTAGE_MAX_STRUCT_SIZE 65536u
 
 /* ------------------------------------------------------------------------- */
 /* Status codes                                                              */
@@ -327,10 +341,8 @@ typedef struct kstage_write_data_t {
   const DLTensor* tensors;
   /** Managed tensors: ownership passes to the stage with the call. Each
    * deleter is called exactly once, also when the call is rejected -- even
-   * for a bad struct_size: the descriptors are then read as far as they
-   * surely reach (this header's struct, or the first layout's 80 bytes when
-   * the struct_size claims less or is not plausible), so that their managed tensors can still be
-   * deleted. The stage
+   * for a bad struct_size (see "Extensible descriptors" at the top: a
+   * rejected struct_size is read as this header's struct). The stage
    * takes every entry of an array write, and entry 0 only of a fixed-size
    * write, whatever its tensor_count (any tensor_count but 1 is rejected;
    * entries after 0 are never read and stay the caller's). A
@@ -580,6 +592,27 @@ KSTAGE_API kstage_status_t kstage_destroy(kstage_stage_t stage);
  * path takes no detour through the host (compare before and after a call).
  * Any pointer may be NULL.
  */
+/**
+ * \brief How this library was built and what it runs on (the first thing to
+ * ask of an installation; the `kstage-info` command prints it): one
+ * "key: value" line per item, keys in this order --
+ *   - `kstage`: the library's version ("0.4.0");
+ *   - `kokkos_built`: the Kokkos version it was compiled against;
+ *   - `kokkos_running`: the version the loaded Kokkos reports, or
+ *     "not initialized" before the first kstage_create (or the application)
+ *     initialises Kokkos;
+ *   - `host_execution`: the default host execution of a stage
+ *     (KSTAGE_HOST_EXECUTION_DEFAULT's meaning in this build: "Serial", or
+ *     the parallel space's name, "OpenMP" or "Threads");
+ *   - `host_threads`: the parallel host space's thread count, or
+ *     "not initialized";
+ *   - `backends`: the backends compiled in, space-separated ("host cuda");
+ *   - `devices`: the devices of each that this process sees
+ *     ("host:1 cuda:4").
+ * `*text` is the library's, NUL-terminated, valid until this thread's next
+ * kstage_build_info call. (Added in 0.4.)
+ */
+KSTAGE_API kstage_status_t kstage_build_info(const char** text);
 KSTAGE_API kstage_status_t kstage_transfer_counts(uint64_t* host_to_device, uint64_t* device_to_host,
                                                   uint64_t* index_uploads);
 

@@ -310,9 +310,9 @@ struct WriteSpec {
 
 // kstage's first write-descriptor layout had 80 bytes (no legacy_managed_tensors).
 constexpr uint32_t kFirstWriteDataSize = 80;
-// A struct_size kstage reads the descriptor by (and strides an array by), even when it
-// rejects it for not being a multiple of the struct's alignment.
-bool valid_write_struct_size(uint32_t s) { return s >= kFirstWriteDataSize && s <= 4096; }
+// A struct_size kstage.h accepts, which kstage reads the descriptor by (and strides an array
+// by): from the first layout to KSTAGE_MAX_STRUCT_SIZE, aligned or not.
+bool valid_write_struct_size(uint32_t s) { return s >= kFirstWriteDataSize && s <= KSTAGE_MAX_STRUCT_SIZE; }
 // Where the 0.2 layout's legacy_managed_tensors ends: a caller whose struct reaches it has the field.
 constexpr size_t kLegacyFieldEnd = offsetof(kstage_write_data_t, legacy_managed_tensors) + sizeof(void*);
 
@@ -1117,20 +1117,16 @@ struct State {
     w.null_data = chance(2);
     uint32_t size = sizeof(kstage_write_data_t);
     if (chance(8)) {
-      // 80: the first layout; 88: 0.2's (legacy_managed_tensors); 96: 0.3's (residency); 104: newer.
-      static const uint32_t sizes[] = {0, 1, 8, 79, 81, 88, 96, 4096, 4097, UINT32_MAX, 80, 104};
-      size = sizes[in.ConsumeIntegralInRange<int>(0, 11)];
+      // 80: the first layout; 88: 0.2's (legacy_managed_tensors); 96: 0.3's (residency); 104:
+      // 0.4's; sizes between layouts (81, 89, 92, 97) cut a field; past 65536: rejected.
+      static const uint32_t sizes[] = {0,  1,  8,  79,   81,   88,    89,    92,         96,
+                                       97, 80, 104, 4097, 8192, 65536, 65537, UINT32_MAX};
+      size = sizes[in.ConsumeIntegralInRange<int>(0, int(std::size(sizes)) - 1)];
     }
     for (auto& d : w.descs) {
       d.struct_size = size;
       if (valid_write_struct_size(size) && size > sizeof(kstage_write_data_t) && chance(30))
         d.nonzero_extra = in.ConsumeIntegralInRange<size_t>(1, size - sizeof(kstage_write_data_t));
-    }
-    if (w.descs.size() > 1 && valid_write_struct_size(size) && size % 8 != 0) {
-      // A real struct_size is a multiple of the struct's alignment; an array of odd-sized
-      // descriptors would be misaligned by the caller, so only single descriptors get one.
-      size = uint32_t(sizeof(kstage_write_data_t));
-      for (auto& d : w.descs) { d.struct_size = size; d.nonzero_extra = 0; }
     }
     if (w.descs.size() > 1 && chance(5)) w.descs.back().struct_size = size + 8;  // mismatch
     w.stride_size = valid_write_struct_size(size) ? size : uint32_t(sizeof(kstage_write_data_t));
@@ -1191,12 +1187,12 @@ struct State {
           }
           box->has_deleter = !s.no_deleter;
           // A fixed-size write hands over entry 0 only; later entries are never read. A
-          // caller of the first layout (80 bytes) has no legacy_managed_tensors to pass.
-          // (kstage reads the legacy field only when data[0]'s struct_size is plausible and
-          // covers it: a bad one is read as the first layout.)
+          // caller whose struct_size cuts legacy_managed_tensors (80 to 87 bytes) has no such
+          // field to pass (kstage.h: a field not wholly inside struct_size is absent); a
+          // struct_size kstage.h rejects is read as this header's struct, field included.
           box->handed = !w.null_data && (d.is_array || j == 0) &&
-                        !(d.legacy && (w.stride_size < kLegacyFieldEnd ||
-                                       !valid_write_struct_size(w.descs[0].struct_size)));
+                        !(d.legacy && valid_write_struct_size(w.descs[0].struct_size) &&
+                          w.stride_size < kLegacyFieldEnd);
           // tensor_count beyond what the array holds: whether this entry counts as handed
           // over is up to kstage; it must not run the deleter twice, though.
           if (d.tensor_count != d.tensors.size()) box->expect_once = false;
@@ -1385,7 +1381,7 @@ struct State {
     uint64_t n = attrs.size();
     const bool null_attrs = chance(2);
     if (null_attrs && chance(50)) n = 1;
-    struct alignas(8) Raw { unsigned char b[4200]; } raw{};
+    struct alignas(8) Raw { unsigned char b[8200]; } raw{};
     kstage_read_desc_t d = kstage_read_desc_init();
     d.compact = chance(40);
     d.change_range = chance(30);
@@ -1404,12 +1400,12 @@ struct State {
     if (chance(2)) d.device_sync.event = 1;
     uint32_t size = sizeof(d);
     if (chance(8)) {
-      static const uint32_t sizes[] = {0, 4, 47, 49, 56, 64, 4096, 4097, UINT32_MAX};
-      size = sizes[in.ConsumeIntegralInRange<int>(0, 8)];
+      static const uint32_t sizes[] = {0, 4, 47, 49, 50, 56, 64, 4097, 8192, 65537, UINT32_MAX};
+      size = sizes[in.ConsumeIntegralInRange<int>(0, int(std::size(sizes)) - 1)];
     }
     d.struct_size = size;
-    std::memcpy(raw.b, &d, sizeof(d));
-    if (size > sizeof(d) && size <= 4096 && chance(40)) raw.b[in.ConsumeIntegralInRange<size_t>(sizeof(d), size - 1)] = 1;
+    std::memcpy(raw.b, &d, std::min<size_t>(sizeof(d), std::max<uint32_t>(size, 4)));  // the caller's bytes
+    if (size > sizeof(d) && size <= sizeof(raw.b) && chance(40)) raw.b[in.ConsumeIntegralInRange<size_t>(sizeof(d), size - 1)] = 1;
     const int dm = in.ConsumeIntegralInRange<int>(0, 9);
     const kstage_read_desc_t* desc = dm == 0 ? nullptr : reinterpret_cast<const kstage_read_desc_t*>(raw.b);
     kstage_read_t r = 0x55;
@@ -1595,13 +1591,13 @@ struct State {
     }
     uint32_t size = sizeof(d);
     if (chance(8)) {
-      static const uint32_t sizes[] = {0, 4, 47, 49, 56, 64, 4096, 4097};
-      size = sizes[in.ConsumeIntegralInRange<int>(0, 7)];
+      static const uint32_t sizes[] = {0, 4, 41, 47, 49, 56, 64, 4097, 8192, 65537};
+      size = sizes[in.ConsumeIntegralInRange<int>(0, int(std::size(sizes)) - 1)];
     }
     d.struct_size = size;
-    struct alignas(8) Raw { unsigned char b[4200]; } raw{};
+    struct alignas(8) Raw { unsigned char b[8200]; } raw{};
     std::memcpy(raw.b, &d, sizeof(d));
-    if (size > sizeof(d) && size <= 4096 && chance(40)) raw.b[in.ConsumeIntegralInRange<size_t>(sizeof(d), size - 1)] = 1;
+    if (size > sizeof(d) && size <= sizeof(raw.b) && chance(40)) raw.b[in.ConsumeIntegralInRange<size_t>(sizeof(d), size - 1)] = 1;
     const bool null_desc = chance(2);
     const auto* desc = null_desc ? nullptr : reinterpret_cast<const kstage_map_desc_t*>(raw.b);
     const uint64_t ordinal = this->ordinal();
@@ -1852,13 +1848,13 @@ struct State {
   }
 
   void op_create_config() {
-    struct alignas(8) Raw { unsigned char b[4200]; } raw{};
+    struct alignas(8) Raw { unsigned char b[8200]; } raw{};
     kstage_config_t c = kstage_config_init();
     c.host_execution = chance(70) ? in.ConsumeIntegralInRange<int>(0, 2) : in.ConsumeIntegral<int32_t>();
-    static const uint32_t sizes[] = {0, 4, 7, 8, 9, 16, 4096, 4097, UINT32_MAX};
-    c.struct_size = chance(30) ? uint32_t(sizeof(c)) : sizes[in.ConsumeIntegralInRange<int>(0, 8)];
+    static const uint32_t sizes[] = {0, 4, 7, 8, 9, 12, 16, 4097, 8192, 65537, UINT32_MAX};
+    c.struct_size = chance(30) ? uint32_t(sizeof(c)) : sizes[in.ConsumeIntegralInRange<int>(0, int(std::size(sizes)) - 1)];
     std::memcpy(raw.b, &c, sizeof(c));
-    if (c.struct_size > sizeof(c) && c.struct_size <= 4096 && chance(50))
+    if (c.struct_size > sizeof(c) && c.struct_size <= sizeof(raw.b) && chance(50))
       raw.b[in.ConsumeIntegralInRange<size_t>(sizeof(c), c.struct_size - 1)] = 1;
     kstage_stage_t s = 0x11;
     kstage_status_t st = CALL_A(kstage_create, reinterpret_cast<const kstage_config_t*>(raw.b), &s);
