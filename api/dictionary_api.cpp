@@ -51,7 +51,7 @@ kstage_status_t kstage_intern_path(kstage_stage_t stage, const char* str, size_t
 }
 kstage_status_t kstage_intern_paths(kstage_stage_t stage, const char* const* strings,
                                     const size_t* lengths, uint64_t count, kstage_path_t* paths) {
-  return guard([&]() -> Status {
+  return guard("kstage::intern_paths", [&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     return s->engine->dictionary().intern_paths(strings, lengths, count, paths);
@@ -60,7 +60,7 @@ kstage_status_t kstage_intern_paths(kstage_stage_t stage, const char* const* str
 kstage_status_t kstage_intern_path_range(kstage_stage_t stage, const char* parent, size_t parent_length,
                                          const char* prefix, size_t prefix_length, uint64_t begin,
                                          uint64_t count, kstage_path_t* first) {
-  return guard([&]() -> Status {
+  return guard("kstage::intern_path_range", [&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     KSTAGE_RETURN_NOT_OK(need(first, "first"));
@@ -112,7 +112,7 @@ kstage_status_t kstage_path_string(kstage_stage_t stage, kstage_path_t path, con
 
 kstage_status_t kstage_path_list_create(kstage_stage_t stage, const kstage_path_t* paths,
                                         uint64_t count, kstage_path_list_t* list) {
-  return guard([&]() -> Status {
+  return guard("kstage::path_list_create", [&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     KSTAGE_RETURN_NOT_OK(need(list, "list"));

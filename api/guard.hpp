@@ -4,7 +4,10 @@
 // exception into a status, so nothing ever crosses the C ABI.
 #pragma once
 
+#include "core/profiling_region.hpp"
 #include "core/status.hpp"
+
+#include <utility>
 
 namespace kstage::capi {
 
@@ -30,6 +33,14 @@ kstage_status_t guard(Body&& body) noexcept {
   } catch (...) {
     return fail(KSTAGE_INTERNAL, "internal error: unknown exception");
   }
+}
+
+// guard() inside the Kokkos Tools region `region` ("kstage::<operation>", core/profiling_region.hpp):
+// the entry points that do work.
+template <class Body>
+kstage_status_t guard(const char* region, Body&& body) noexcept {
+  core::ProfilingRegion scope(region);
+  return guard(std::forward<Body>(body));
 }
 
 // Out-parameter check shared by every entry point.

@@ -30,7 +30,7 @@ extern "C" {
 kstage_status_t kstage_map_attribute(kstage_stage_t stage, kstage_query_t query,
                                      const kstage_map_desc_t* desc, uint64_t ordinal,
                                      const uint64_t* element_counts, uint64_t n, kstage_map_t* map) {
-  return guard([&]() -> Status {
+  return guard("kstage::map_attribute", [&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     kstage_map_desc_t d;
@@ -48,7 +48,7 @@ kstage_status_t kstage_map_attribute(kstage_stage_t stage, kstage_query_t query,
 kstage_status_t kstage_fetch_map_next(kstage_stage_t stage, kstage_map_t map, uint64_t timeout_ns,
                                       kstage_map_group_info_t* group) {
   (void)timeout_ns;  // every group is allocated when the map opens
-  return guard([&]() -> Status {
+  return guard("kstage::fetch_map_next", [&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     KSTAGE_RETURN_NOT_OK(need(group, "group"));
@@ -70,7 +70,7 @@ kstage_status_t kstage_fetch_map_next(kstage_stage_t stage, kstage_map_t map, ui
 kstage_status_t kstage_unmap_group(kstage_stage_t stage, kstage_map_t map,
                                    kstage_map_group_t group, kstage_device_sync_t done_sync,
                                    kstage_op_t* op) {
-  return guard([&]() -> Status {
+  return guard("kstage::unmap_group", [&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     KSTAGE_RETURN_NOT_OK(need(op, "op"));
@@ -89,7 +89,7 @@ kstage_status_t kstage_unmap_group(kstage_stage_t stage, kstage_map_t map,
 
 kstage_status_t kstage_unmap_attribute(kstage_stage_t stage, kstage_map_t map,
                                        kstage_device_sync_t done_sync, kstage_op_t* op) {
-  return guard([&]() -> Status {
+  return guard("kstage::unmap_attribute", [&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     KSTAGE_RETURN_NOT_OK(need(op, "op"));
@@ -125,7 +125,7 @@ kstage_status_t kstage_release_map(kstage_stage_t stage, kstage_map_t map) {
 kstage_status_t kstage_map_group_export(kstage_stage_t stage, kstage_map_t map,
                                         kstage_map_group_t group, uint64_t index, uint64_t flags,
                                         struct DLManagedTensorVersioned** tensor) {
-  return guard([&]() -> Status {
+  return guard("kstage::map_group_export", [&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     KSTAGE_RETURN_NOT_OK(need(tensor, "tensor"));

@@ -10,9 +10,10 @@ using namespace kstage::capi;
 
 namespace {
 
-kstage_status_t write(kstage_stage_t stage, kstage_query_t query, const kstage_token_t* attributes,
-                      const kstage_write_data_t* data, uint64_t n, uint64_t ordinal,
-                      kstage_prim_mode_t prim_mode, kstage_op_t* op) {
+kstage_status_t write(const char* region, kstage_stage_t stage, kstage_query_t query,
+                      const kstage_token_t* attributes, const kstage_write_data_t* data, uint64_t n,
+                      uint64_t ordinal, kstage_prim_mode_t prim_mode, kstage_op_t* op) {
+  core::ProfilingRegion scope(region);  // the managed tensors' intake included
   // Owns the managed tensors from the first instruction: whatever is
   // rejected below (a bad descriptor layout included), each deleter still
   // runs exactly once.
@@ -53,7 +54,7 @@ kstage_status_t kstage_write_attribute(kstage_stage_t stage, kstage_query_t quer
                                        kstage_token_t attribute, uint64_t ordinal,
                                        const kstage_write_data_t* data, kstage_prim_mode_t prim_mode,
                                        kstage_op_t* op) {
-  return write(stage, query, &attribute, data, 1, ordinal, prim_mode, op);
+  return write("kstage::write_attribute", stage, query, &attribute, data, 1, ordinal, prim_mode, op);
 }
 
 kstage_status_t kstage_write_attributes(kstage_stage_t stage, kstage_query_t query,
@@ -61,13 +62,13 @@ kstage_status_t kstage_write_attributes(kstage_stage_t stage, kstage_query_t que
                                         const kstage_write_data_t* data, uint64_t n,
                                         uint64_t ordinal, kstage_prim_mode_t prim_mode,
                                         kstage_op_t* op) {
-  return write(stage, query, attributes, data, n, ordinal, prim_mode, op);
+  return write("kstage::write_attributes", stage, query, attributes, data, n, ordinal, prim_mode, op);
 }
 
 kstage_status_t kstage_delete_attributes(kstage_stage_t stage, kstage_query_t query,
                                          const kstage_token_t* attributes, uint64_t n,
                                          uint64_t ordinal, kstage_op_t* op) {
-  return guard([&]() -> Status {
+  return guard("kstage::delete_attributes", [&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     KSTAGE_RETURN_NOT_OK(need(op, "op"));
@@ -83,7 +84,7 @@ kstage_status_t kstage_delete_attributes(kstage_stage_t stage, kstage_query_t qu
 
 kstage_status_t kstage_advance_write_floor(kstage_stage_t stage, uint64_t ordinal,
                                            const kstage_token_t* attributes, uint64_t n) {
-  return guard([&]() -> Status {
+  return guard("kstage::advance_write_floor", [&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     return s->engine->advance_write_floor(ordinal, attributes, n);
@@ -102,7 +103,7 @@ kstage_status_t kstage_get_write_floor(kstage_stage_t stage, kstage_token_t attr
 }
 
 kstage_status_t kstage_wait(kstage_stage_t stage, kstage_op_t op, uint64_t timeout_ns) {
-  return guard([&]() -> Status {
+  return guard("kstage::wait", [&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     std::shared_ptr<core::Op> o;

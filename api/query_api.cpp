@@ -10,7 +10,7 @@ extern "C" {
 
 kstage_status_t kstage_query_paths(kstage_stage_t stage, const kstage_path_t* paths, uint64_t count,
                                    kstage_query_t* query) {
-  return guard([&]() -> Status {
+  return guard("kstage::query_paths", [&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     KSTAGE_RETURN_NOT_OK(need(query, "query"));
@@ -23,7 +23,7 @@ kstage_status_t kstage_query_paths(kstage_stage_t stage, const kstage_path_t* pa
 
 kstage_status_t kstage_query_range(kstage_stage_t stage, kstage_path_t first, uint64_t start,
                                    uint64_t count, uint64_t stride, kstage_query_t* query) {
-  return guard([&]() -> Status {
+  return guard("kstage::query_range", [&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     KSTAGE_RETURN_NOT_OK(need(query, "query"));
@@ -36,7 +36,7 @@ kstage_status_t kstage_query_range(kstage_stage_t stage, kstage_path_t first, ui
 
 kstage_status_t kstage_query_filter(kstage_stage_t stage, const kstage_filter_t* filter,
                                     kstage_query_t* query) {
-  return guard([&]() -> Status {
+  return guard("kstage::query_filter", [&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     KSTAGE_RETURN_NOT_OK(need(filter, "filter"));
@@ -68,7 +68,7 @@ kstage_status_t kstage_query_count(kstage_stage_t stage, kstage_query_t query, u
 
 kstage_status_t kstage_query_get_paths(kstage_stage_t stage, kstage_query_t query,
                                        kstage_path_list_t* paths) {
-  return guard([&]() -> Status {
+  return guard("kstage::query_get_paths", [&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     KSTAGE_RETURN_NOT_OK(need(paths, "paths"));

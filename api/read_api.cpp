@@ -12,7 +12,7 @@ extern "C" {
 kstage_status_t kstage_read_attributes(kstage_stage_t stage, kstage_query_t query,
                                        const kstage_token_t* attributes, uint64_t n,
                                        const kstage_read_desc_t* desc, kstage_read_t* read) {
-  return guard([&]() -> Status {
+  return guard("kstage::read_attributes", [&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     KSTAGE_RETURN_NOT_OK(need(read, "read"));
@@ -36,7 +36,7 @@ kstage_status_t kstage_fetch_read_next(kstage_stage_t stage, kstage_read_t read,
   // Never waits: groups are built when the read opens. Data that lands on the
   // host is complete by then; device data carries its event in device_sync.
   (void)timeout_ns;
-  return guard([&]() -> Status {
+  return guard("kstage::fetch_read_next", [&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     KSTAGE_RETURN_NOT_OK(need(group, "group"));
@@ -92,9 +92,10 @@ namespace {
 // group's data, released after the consumer's work (host groups: stream 0 only, checked by
 // sync_consumer). The plain exports are stream 0.
 template <class Export, class Out>
-kstage_status_t export_on_stream(kstage_stage_t stage, kstage_group_t group, uint64_t index,
-                                 uint64_t flags, uintptr_t stream, Out** tensor, Export make) {
-  return guard([&]() -> Status {
+kstage_status_t export_on_stream(const char* region, kstage_stage_t stage, kstage_group_t group,
+                                 uint64_t index, uint64_t flags, uintptr_t stream, Out** tensor,
+                                 Export make) {
+  return guard(region, [&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     KSTAGE_RETURN_NOT_OK(need(tensor, "tensor"));
@@ -118,31 +119,31 @@ extern "C" {
 
 kstage_status_t kstage_group_export(kstage_stage_t stage, kstage_group_t group, uint64_t index,
                                     uint64_t flags, struct DLManagedTensorVersioned** tensor) {
-  return export_on_stream(stage, group, index, flags, 0, tensor, core::export_group_versioned);
+  return export_on_stream("kstage::group_export", stage, group, index, flags, 0, tensor, core::export_group_versioned);
 }
 
 kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, kstage_group_t group,
                                            uint64_t index, uint64_t flags,
                                            DLManagedTensor** tensor) {
-  return export_on_stream(stage, group, index, flags, 0, tensor, core::export_group_legacy);
+  return export_on_stream("kstage::group_export_legacy", stage, group, index, flags, 0, tensor, core::export_group_legacy);
 }
 
 kstage_status_t kstage_group_export_on_stream(kstage_stage_t stage, kstage_group_t group,
                                               uint64_t index, uint64_t flags, uintptr_t stream,
                                               DLManagedTensorVersioned** tensor) {
-  return export_on_stream(stage, group, index, flags, stream, tensor,
+  return export_on_stream("kstage::group_export_on_stream", stage, group, index, flags, stream, tensor,
                           core::export_group_versioned);
 }
 
 kstage_status_t kstage_group_export_legacy_on_stream(kstage_stage_t stage, kstage_group_t group,
                                                      uint64_t index, uint64_t flags,
                                                      uintptr_t stream, DLManagedTensor** tensor) {
-  return export_on_stream(stage, group, index, flags, stream, tensor, core::export_group_legacy);
+  return export_on_stream("kstage::group_export_legacy_on_stream", stage, group, index, flags, stream, tensor, core::export_group_legacy);
 }
 
 kstage_status_t kstage_group_sync(kstage_stage_t stage, kstage_group_t group,
                                   kstage_device_sync_t consumer) {
-  return guard([&]() -> Status {
+  return guard("kstage::group_sync", [&]() -> Status {
     std::shared_ptr<StageEntry> s;
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     std::shared_ptr<core::ReadGroup> g;

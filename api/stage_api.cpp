@@ -3,6 +3,7 @@
 #include "api/descriptors.hpp"
 #include "api/guard.hpp"
 #include "api/handles.hpp"
+#include "core/backend.hpp"
 #include "core/transfer_counts.hpp"
 
 namespace kstage::capi {
@@ -11,6 +12,7 @@ void destroy_all_stages_at_exit();
 
 namespace {
 thread_local std::string t_last_error;
+thread_local std::string t_build_info;
 }
 
 kstage_status_t fail(kstage_status_t code, const char* message, const char* detail) noexcept {
@@ -65,8 +67,35 @@ kstage_status_t kstage_transfer_counts(uint64_t* host_to_device, uint64_t* devic
   return KSTAGE_OK;
 }
 
-kstage_status_t kstage_create(const kstage_config_t* config, kstage_stage_t* stage) {
+kstage_status_t kstage_build_info(const char** text) {
   return guard([&]() -> Status {
+    KSTAGE_RETURN_NOT_OK(need(text, "text"));
+    const core::KokkosInfo kokkos = core::kokkos_info();
+    std::string out = format("kstage: %d.%d.%d\n", KSTAGE_VERSION_MAJOR, KSTAGE_VERSION_MINOR,
+                             KSTAGE_VERSION_PATCH);
+    out += "kokkos_built: " + kokkos.built + "\n";
+    out += "kokkos_running: " + (kokkos.initialized ? kokkos.running : "not initialized") + "\n";
+#if defined(KSTAGE_DEFAULT_HOST_EXECUTION_SERIAL)
+    out += "host_execution: Serial\n";
+#else
+    out += "host_execution: " + kokkos.host_parallel + "\n";
+#endif
+    out += "host_threads: " + (kokkos.initialized ? std::to_string(kokkos.threads) : "not initialized") + "\n";
+    std::string backends, devices;
+    for (const core::BackendFactory* f : core::registered_backends()) {
+      backends += (backends.empty() ? "" : " ") + std::string(f->name);
+      devices += (devices.empty() ? "" : " ") + std::string(f->name) + ":" + std::to_string(f->device_count());
+    }
+    out += "backends: " + backends + "\n";
+    out += "devices: " + devices + "\n";
+    t_build_info = std::move(out);
+    *text = t_build_info.c_str();
+    return Status::OK();
+  });
+}
+
+kstage_status_t kstage_create(const kstage_config_t* config, kstage_stage_t* stage) {
+  return guard("kstage::create", [&]() -> Status {
     KSTAGE_RETURN_NOT_OK(need(stage, "stage"));
     kstage_config_t c = kstage_config_init();  // NULL: the defaults
     if (config) {
@@ -84,7 +113,7 @@ kstage_status_t kstage_create(const kstage_config_t* config, kstage_stage_t* sta
 }
 
 kstage_status_t kstage_destroy(kstage_stage_t stage) {
-  return guard([&]() -> Status {
+  return guard("kstage::destroy", [&]() -> Status {
     if (!unregister_stage(stage))
       return error(KSTAGE_INVALID_HANDLE, "stage handle %llu is not a live stage (already destroyed?)",
                    (unsigned long long)stage);

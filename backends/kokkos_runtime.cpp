@@ -5,13 +5,35 @@
 // ScopeGuard would do that), and finalise at exit only what we initialised,
 // after `before_finalize` has released every View we own.
 #include "core/backend.hpp"
+#include "core/profiling_region.hpp"
 
 #include <Kokkos_Core.hpp>
 
 #include <cstdlib>
 #include <mutex>
+#include <sstream>
+#include <string>
 
 namespace kstage::core {
+
+ProfilingRegion::ProfilingRegion(const char* name) noexcept : pushed_(false) {
+  // Kokkos::Profiling::pushRegion takes a std::string: build it only for a tool.
+  if (!Kokkos::Profiling::profileLibraryLoaded()) return;
+  try {
+    Kokkos::Profiling::pushRegion(name);
+    pushed_ = true;
+  } catch (...) {  // no memory for the name: the profile misses this region, the call goes on
+  }
+}
+
+ProfilingRegion::~ProfilingRegion() {
+  if (!pushed_) return;
+  try {
+    Kokkos::Profiling::popRegion();
+  } catch (...) {  // a destructor, and the C API never throws
+  }
+}
+
 namespace {
 bool g_we_initialized = false;
 void (*g_before_finalize)() = nullptr;
@@ -53,5 +75,28 @@ Status ensure_kokkos_initialized(void (*before_finalize)(), DLDevice residency) 
 }
 
 bool kokkos_is_running() { return Kokkos::is_initialized(); }
+
+KokkosInfo kokkos_info() {
+  KokkosInfo info;
+  info.built = std::to_string(KOKKOS_VERSION / 10000) + "." + std::to_string(KOKKOS_VERSION / 100 % 100) +
+               "." + std::to_string(KOKKOS_VERSION % 100);
+  info.host_parallel = Kokkos::DefaultHostExecutionSpace::name();
+  if (!kokkos_is_running()) return info;
+  info.initialized = true;
+  info.threads = Kokkos::DefaultHostExecutionSpace().concurrency();
+  // The loaded library's own version: the line its configuration report starts with (the
+  // header's KOKKOS_VERSION is what kstage was compiled against, which a newer shared Kokkos
+  // need not be).
+  std::ostringstream config;
+  Kokkos::print_configuration(config);
+  const std::string text = config.str();
+  const std::string key = "Kokkos Version: ";
+  const size_t at = text.find(key);
+  if (at != std::string::npos) {
+    const size_t from = at + key.size();
+    info.running = text.substr(from, text.find_first_of("\r\n", from) - from);
+  }
+  return info;
+}
 
 }  // namespace kstage::core

@@ -247,5 +247,16 @@ Status transfer(Backend& to, std::byte* dst, Backend& from, const std::byte* src
 Status ensure_kokkos_initialized(void (*before_finalize)(), DLDevice residency);
 // Whether Kokkos is initialised and not finalised: buffers (Views) may be released.
 bool kokkos_is_running();
+// The Kokkos kstage runs on, for kstage_build_info (backends/kokkos_runtime.cpp): the version
+// compiled against ("3.4.1"), and once Kokkos is initialised the version the loaded library
+// reports (its print_configuration's) and the thread count of its host parallel space.
+struct KokkosInfo {
+  std::string built;
+  std::string host_parallel;  // DefaultHostExecutionSpace's name: "OpenMP", "Threads", "Serial"
+  bool initialized = false;
+  std::string running;  // "" before initialisation
+  int threads = 0;      // 0 before initialisation
+};
+KokkosInfo kokkos_info();
 
 }  // namespace kstage::core

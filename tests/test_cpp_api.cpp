@@ -74,6 +74,16 @@ std::vector<float> read_floats(const kstage::Stage& s, const kstage::Query& q, k
 
 }  // namespace
 
+TEST_CASE("cpp: build_info is kstage_build_info's text", "[cpp]") {
+  const std::string info = kstage::build_info();
+  REQUIRE(info.rfind("kstage: " + std::to_string(KSTAGE_VERSION_MAJOR) + "." +
+                         std::to_string(KSTAGE_VERSION_MINOR) + ".", 0) == 0);
+  REQUIRE(info.find("\nbackends: host") != std::string::npos);
+  kstage::Status st;
+  REQUIRE(kstage::build_info(st) == info);
+  REQUIRE(st.ok());
+}
+
 TEST_CASE("cpp: the dictionary, path lists and queries call through", "[cpp]") {
   kstage::Stage s = make_stage();
   REQUIRE(s);

@@ -1453,6 +1453,19 @@ class Stage {
   bool owned_ = true;
 };
 
+/// How the library was built and what it runs on: kstage_build_info's "key: value" lines
+/// (kstage, kokkos_built, kokkos_running, host_execution, host_threads, backends, devices).
+inline std::string build_info(Status& st) {
+  const char* text = nullptr;
+  if (!detail::check(kstage_build_info(&text), st)) return {};
+  return text;
+}
+#if KSTAGE_CPP_EXCEPTIONS
+inline std::string build_info() {
+  return detail::throwing([&](Status& st) { return build_info(st); });
+}
+#endif
+
 }  // namespace kstage
 
 #endif  // KSTAGE_KSTAGE_HPP_

@@ -52,6 +52,7 @@ from ._kstage import (  # noqa: E402,F401
     Write,
     WriteFloorViolation,
     transfer_counts,
+    build_info,
     version,
 )
 
@@ -86,5 +87,6 @@ __all__ = [
     "Write",
     "WriteFloorViolation",
     "transfer_counts",
+    "build_info",
     "version",
 ]

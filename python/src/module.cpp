@@ -3,6 +3,9 @@
 // re-exports it as the `kstage` package.
 #include "binding.hpp"
 
+#include <algorithm>
+#include <string_view>
+
 namespace nb = nanobind;
 
 NB_MODULE(_kstage, m) {
@@ -23,4 +26,23 @@ NB_MODULE(_kstage, m) {
         return nb::make_tuple(up, down, index);
       },
       "(host_to_device, device_to_host, index_uploads) copies enqueued so far, process-wide.");
+  m.def(
+      "build_info",
+      [] {
+        const char* text = nullptr;
+        kstage_py::check(kstage_build_info(&text));
+        nb::dict info;  // the C text's "key: value" lines, in order
+        for (std::string_view rest = text; !rest.empty();) {
+          const size_t end = std::min(rest.find('\n'), rest.size());
+          const std::string_view line = rest.substr(0, end);
+          rest.remove_prefix(std::min(end + 1, rest.size()));
+          const size_t colon = line.find(": ");
+          if (colon == std::string_view::npos) continue;
+          info[nb::str(line.data(), colon)] = nb::str(line.data() + colon + 2, line.size() - colon - 2);
+        }
+        return info;
+      },
+      nb::sig("def build_info() -> dict[str, str]"),
+      "How libkstage was built and what it runs on (kstage_build_info): kstage, kokkos_built, "
+      "kokkos_running, host_execution, host_threads, backends, devices.");
 }

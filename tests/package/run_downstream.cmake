@@ -32,7 +32,8 @@ foreach(_variant c bridge)
   set(_cfg
     -S "${SOURCE_DIR}" -B "${_work}"
     "-DCMAKE_PREFIX_PATH=${_prefix_path}"
-    "-DKSTAGE_EXPECTED_VERSION=${EXPECTED_VERSION}")
+    "-DKSTAGE_EXPECTED_VERSION=${EXPECTED_VERSION}"
+    "-DKSTAGE_EXPECTED_BACKENDS=${EXPECTED_BACKENDS}")
   if(_variant STREQUAL "bridge")
     list(APPEND _cfg -DKSTAGE_DOWNSTREAM_BRIDGE=ON)
   endif()
@@ -71,4 +72,6 @@ foreach(_name c/kstage_downstream bridge/kstage_downstream_bridge)
   endif()
   _run("run ${_exe_name}" "${_exe}")
 endforeach()
+# The installed kstage-info runs from the prefix (its RUNPATH finds the installed libkstage).
+_run("run the installed kstage-info" "${INSTALL_PREFIX}/bin/kstage-info")
 message(STATUS "[package_downstream] OK")

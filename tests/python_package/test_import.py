@@ -28,6 +28,23 @@ def test_version_matches_project():
     assert ext.version() == major * 10000 + minor * 100 + patch
 
 
+def test_build_info():
+    """kstage.build_info(): kstage_build_info's lines as a dict, in the C order."""
+    import kstage
+
+    major, minor, patch = _project_version()
+    info = kstage.build_info()
+    assert list(info) == ["kstage", "kokkos_built", "kokkos_running", "host_execution", "host_threads",
+                          "backends", "devices"]
+    assert info["kstage"] == f"{major}.{minor}.{patch}"
+    assert info["backends"].split()[0] == "host"
+    assert info["devices"].split()[0] == "host:1"
+    kstage.Stage()  # Kokkos is initialised now: the running version and the threads are known
+    info = kstage.build_info()
+    assert info["kokkos_running"] == info["kokkos_built"]
+    assert int(info["host_threads"]) >= 1
+
+
 def test_distribution_version():
     """An installed kstage (pip) carries the project version as its distribution version."""
     import importlib.metadata
