@@ -45,8 +45,10 @@ namespace kstage {
 /// Thrown by the DLPack bridge; `status()` is the kstage_status_t it maps to.
 class DLPackError : public std::runtime_error {
  public:
+  /// An error of `status` whose what() is `what`.
   DLPackError(kstage_status_t status, const std::string& what)
       : std::runtime_error(what), status_(status) {}
+  /// The kstage_status_t the refusal maps to.
   kstage_status_t status() const noexcept { return status_; }
 
  private:
@@ -245,12 +247,16 @@ DLManagedTensor* export_dlpack_legacy(const View& view, const ExportOptions& opt
  */
 class BorrowedTensor {
  public:
+  /// Describes `view` (rank 0..8; LayoutRight, LayoutLeft or LayoutStride, checked at compile
+  /// time).
   template <class View, class = std::enable_if_t<Kokkos::is_view<View>::value>>
   explicit BorrowedTensor(const View& view) {
     impl::check_exportable<View>();
     impl::fill_tensor(tensor_, view, shape_, strides_);
   }
+  /// A copy with shape and strides arrays of its own.
   BorrowedTensor(const BorrowedTensor& other) noexcept { *this = other; }
+  /// Copies `other`'s description into this object's own shape and strides arrays.
   BorrowedTensor& operator=(const BorrowedTensor& other) noexcept {
     tensor_ = other.tensor_;
     for (int d = 0; d < 8; ++d) shape_[d] = other.shape_[d], strides_[d] = other.strides_[d];
@@ -258,6 +264,7 @@ class BorrowedTensor {
     tensor_.strides = other.tensor_.strides ? strides_ : nullptr;
     return *this;
   }
+  /// The DLTensor; its shape and strides point into this object, so it is valid while it lives.
   const DLTensor& tensor() const noexcept { return tensor_; }
 
  private:
@@ -289,17 +296,22 @@ BorrowedTensor borrow_dlpack(const View& view) {
 template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutStride>
 class DLPackView {
  public:
+  /// The unmanaged Kokkos View type of view().
   using view_type =
       Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  /// The View's value type (const when DataType's is).
   using value_type = typename view_type::value_type;
 
   /// An empty DLPackView (no producer). Note: this default-constructs a
   /// View, which GCC 12.2-12.5 miscompiles with the mdspan-based View of
   /// Kokkos >= 4.7 (Kokkos issue #8187); the bridge itself never does.
   DLPackView() = default;
+  /// The unmanaged View over the producer's memory (valid while a copy of this DLPackView lives).
   const view_type& view() const { return view_; }
-  /// The imported tensor's device and flags, as the producer gave them.
+  /// The imported tensor's device, as the producer gave it.
   DLDevice device() const { return device_; }
+  /// True when the tensor was imported with DLPACK_FLAG_BITMASK_READ_ONLY (never for a legacy
+  /// or borrowed tensor).
   bool read_only() const { return read_only_; }
   /// Number of DLPackView copies sharing the producer (0 for a default one).
   long use_count() const { return owner_.use_count(); }
@@ -482,6 +494,9 @@ typename View::array_layout empty_layout() {
 
 }  // namespace impl
 
+/// \brief The part of import_dlpack that every overload shares (call import_dlpack instead):
+/// views `t` as a DLPackView holding `owner`, or throws DLPackError; `flags` are the
+/// versioned tensor's, `legacy` true for a DLManagedTensor (which cannot say read-only).
 template <class DataType, class MemorySpace, class Layout>
 DLPackView<DataType, MemorySpace, Layout> import_impl(const DLTensor& t, uint64_t flags,
                                                       std::shared_ptr<impl::Adopted> owner,

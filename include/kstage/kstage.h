@@ -97,8 +97,12 @@ extern "C" {
 /** \brief The alignment in bytes of every buffer kstage allocates (see Conventions). */
 #define KSTAGE_BUFFER_ALIGNMENT 64
 
+/** \brief Major version of this header; kstage_version() gives the library's (see
+ * "Versioning and compatibility"). */
 #define KSTAGE_VERSION_MAJOR 0
+/** \brief Minor version of this header. */
 #define KSTAGE_VERSION_MINOR 4
+/** \brief Patch version of this header. */
 #define KSTAGE_VERSION_PATCH 0
 
 /** The largest struct_size any extensible descriptor may have (see
@@ -112,7 +116,7 @@ extern "C" {
 /** \brief Result of every call. Stored as int32_t so the ABI does not depend on enum size. */
 typedef int32_t kstage_status_t;
 enum {
-  KSTAGE_OK = 0,
+  KSTAGE_OK = 0,                    /**< success */
   KSTAGE_INVALID_ARGUMENT = 1,      /**< an input is malformed or inconsistent */
   KSTAGE_INVALID_HANDLE = 2,        /**< unknown, stale, released or wrong-kind handle */
   KSTAGE_NOT_FOUND = 3,             /**< UPDATE of a missing prim; unknown id */
@@ -121,7 +125,7 @@ enum {
   KSTAGE_NOT_SUPPORTED = 6,         /**< valid request this build cannot serve (device type, ...) */
   KSTAGE_END_OF_ITERATION = 7,      /**< no more groups; not an error */
   KSTAGE_TIMEOUT = 8,               /**< the wait ran out; the op or read is still pending */
-  KSTAGE_OUT_OF_MEMORY = 9,
+  KSTAGE_OUT_OF_MEMORY = 9,         /**< a host or device allocation failed */
   KSTAGE_OUT_OF_RANGE = 10,         /**< a change range cannot be answered (changed again after it) */
   KSTAGE_OP_FAILED = 11,            /**< an op failed for a reason with no code of its own */
   KSTAGE_DEVICE_ERROR = 12,         /**< the device runtime reported an error */
@@ -167,14 +171,14 @@ typedef uint64_t kstage_path_t;      /**< interned prim path; 0 is invalid */
 /** \brief What the bytes of a column mean; orthogonal to its dtype. */
 typedef int32_t kstage_semantic_t;
 enum {
-  KSTAGE_SEMANTIC_NONE = 0,
-  KSTAGE_SEMANTIC_POINT = 1,
-  KSTAGE_SEMANTIC_VECTOR = 2,
-  KSTAGE_SEMANTIC_NORMAL = 3,
-  KSTAGE_SEMANTIC_COLOR = 4,
+  KSTAGE_SEMANTIC_NONE = 0,       /**< no particular meaning */
+  KSTAGE_SEMANTIC_POINT = 1,      /**< a position */
+  KSTAGE_SEMANTIC_VECTOR = 2,     /**< a direction or displacement */
+  KSTAGE_SEMANTIC_NORMAL = 3,     /**< a surface normal */
+  KSTAGE_SEMANTIC_COLOR = 4,      /**< a colour */
   KSTAGE_SEMANTIC_QUATERNION = 5, /**< (x, y, z, w) */
   KSTAGE_SEMANTIC_MATRIX = 6,     /**< row-major */
-  KSTAGE_SEMANTIC_TEXCOORD = 7,
+  KSTAGE_SEMANTIC_TEXCOORD = 7,   /**< a texture coordinate */
   KSTAGE_SEMANTIC_TOKEN_ID = 8,   /**< uint64 lanes 1: kstage_token_t values */
   KSTAGE_SEMANTIC_PATH_ID = 9,    /**< uint64 lanes 1: kstage_path_t values */
   KSTAGE_SEMANTIC_STRING = 10     /**< array kind, 8-bit lanes 1: UTF-8 bytes */
@@ -246,7 +250,10 @@ enum {
  *   kstage_read_attributes. kstage_fetch_read_next never blocks.
  */
 typedef struct kstage_device_sync_t {
+  /** 0 (none), 1 (legacy default), 2 (per-thread default), or a
+   * cudaStream_t / hipStream_t of the data's device. */
   uintptr_t stream;
+  /** 0 (none), or a cudaEvent_t / hipEvent_t of the data's device. */
   uintptr_t event;
 } kstage_device_sync_t;
 
@@ -368,12 +375,22 @@ typedef struct kstage_write_data_t {
    * (checked before either array is read); for an array attribute, 1 (packed)
    * or one per source row (at most 2^32 - 1). */
   uint64_t tensor_count;
+  /** Logical elements: the leading `count` prims of the query; 0 = all of
+   * them (see "Source rows and logical elements" above). */
   uint64_t count;
+  /** `count` entries: the source row of logical element i; NULL = row i.
+   * Exclusive with `mask`; host memory unless `selection_device` names a device. */
   const uint32_t* index_map;
+  /** ceil(count/64) words; bit i%64 of word i/64 selects logical element i;
+   * NULL = all. Exclusive with `index_map`; host memory unless
+   * `selection_device` names a device. */
   const uint64_t* mask;
+  /** The producer's {stream, event}, after which kstage orders its work
+   * (see kstage_device_sync_t for the rules). */
   kstage_device_sync_t device_sync;
   /** Declares the column kind; never inferred. Must match an existing column. */
   bool is_array;
+  /** Must be zero. */
   uint8_t reserved[7];
   /** Legacy DLPack producers (DLManagedTensor, before DLPack 1.0; JAX and
    * older PyTorch and CuPy hand these out): used instead of tensors and
@@ -414,11 +431,21 @@ typedef struct kstage_write_data_t {
  * until the group is released.
  */
 typedef struct kstage_data_t {
+  /** `tensor_count` tensors on the group's device: one for a fixed-size
+   * attribute, one per prim for an array attribute, none in a tombstone group. */
   const DLTensor* tensors;
+  /** Entries of `tensors`. */
   uint64_t tensor_count;
+  /** Logical elements: the group's prims (its prim_count). */
   uint64_t count;
+  /** `count` entries: the row of the tensor that holds logical element i;
+   * NULL = row i. Host memory, unless the read asked for
+   * kstage_read_desc_t::device_index_map (see there). */
   const uint32_t* index_map;
+  /** NULL in read and map groups. */
   const uint64_t* mask;
+  /** The stage's {stream, event} to wait on before touching device data;
+   * {0, 0} when the data is complete (see kstage_device_sync_t). */
   kstage_device_sync_t device_sync;
 } kstage_data_t;
 
@@ -426,6 +453,7 @@ typedef struct kstage_data_t {
 typedef struct kstage_filter_t {
   /** Prims that hold every one of these attributes (sealed). May be NULL if count is 0. */
   const kstage_token_t* has_attributes;
+  /** Entries of `has_attributes` (0: no constraint). */
   uint64_t has_attribute_count;
   /** Prims whose path is in this list; 0 = no constraint. */
   kstage_path_list_t path_in;
@@ -454,8 +482,11 @@ typedef struct kstage_read_desc_t {
    * uploads it once (a column's cached row map is shared). Groups of host
    * data keep a host index_map. (Added in 0.4: a reserved byte before.) */
   bool device_index_map;
+  /** Must be zero. */
   uint8_t reserved[1];
+  /** First ordinal of the change range (inclusive; `change_range` only). */
   uint64_t range_begin;
+  /** Last ordinal of the change range (inclusive; >= range_begin). */
   uint64_t range_end;
   /** Device the reader wants the data on; device_type 0 = the column's residency.
    * A device other than the residency implies `compact`. */
@@ -476,18 +507,25 @@ typedef struct kstage_read_desc_t {
 
 /** \brief One group of a read. Valid until kstage_release_group(group.handle). */
 typedef struct kstage_read_group_t {
+  /** The group, for kstage_release_group and the exports. */
   kstage_group_t handle;
+  /** The attribute read. */
   kstage_token_t attribute;
   /** The prims (path ids) of this group, `prim_count` of them (== data.count). */
   const kstage_path_t* prims;
+  /** Entries of `prims`. */
   uint64_t prim_count;
   /** The attribute's write floor at the snapshot: everything <= it is sealed. */
   uint64_t ordinal;
+  /** The group's tensors (see kstage_data_t). */
   kstage_data_t data;
+  /** The column's dtype (lanes = tuple width). */
   DLDataType dtype;
   /** true: a tombstone group; `prims` lost the attribute in the range; no tensors. */
   bool is_delete;
+  /** true: an array attribute (one tensor per prim). */
   bool is_array;
+  /** The column's semantic. */
   kstage_semantic_t semantic;
 } kstage_read_group_t;
 
@@ -502,16 +540,21 @@ typedef struct kstage_map_desc_t {
   kstage_semantic_t semantic;
   /** The attribute; it may not exist yet. */
   kstage_token_t attribute;
+  /** The column's dtype (lanes = tuple width); must match an existing column. */
   DLDataType dtype;
   /** UPSERT creates missing prims; INSERT requires all to be missing; UPDATE
    * requires all to exist (checked at map and again at each unmap). */
   kstage_prim_mode_t prim_mode;
-  /** Where a new column's storage lives; device_type 0 = the host (kDLCPU).
+  /** Where a new column's storage lives; device_type 0 = the stage's
+   * config.residency, or the host (kDLCPU) when that is {0, 0} too.
    * Ignored for an existing column (its residency is fixed). */
   DLDevice residency;
   /** Split the prims into groups of at most this many (0: one group). */
   uint64_t max_group_prims;
+  /** true: an array attribute (kstage_map_attribute then takes
+   * element_counts); must match an existing column. */
   bool is_array;
+  /** Must be zero. */
   uint8_t reserved[7];
 } kstage_map_desc_t;
 
@@ -524,14 +567,22 @@ typedef struct kstage_map_desc_t {
  * is released.
  */
 typedef struct kstage_map_group_info_t {
+  /** The group, for kstage_unmap_group and kstage_map_group_export. */
   kstage_map_group_t handle;
+  /** The mapped attribute. */
   kstage_token_t attribute;
+  /** The prims (path ids) of this group, `prim_count` of them (== data.count). */
   const kstage_path_t* prims;
+  /** Entries of `prims`. */
   uint64_t prim_count;
   uint64_t ordinal; /**< the map's ordinal */
+  /** The buffers to fill (see kstage_data_t; device_sync is {0, 0}). */
   kstage_data_t data;
+  /** The column's dtype (lanes = tuple width). */
   DLDataType dtype;
+  /** true: an array attribute (one tensor per prim). */
   bool is_array;
+  /** The column's semantic. */
   kstage_semantic_t semantic;
 } kstage_map_group_info_t;
 
@@ -565,7 +616,7 @@ static inline kstage_read_desc_t kstage_read_desc_init(void) {
   d.struct_size = (uint32_t)sizeof(kstage_read_desc_t);
   return d;
 }
-/** \brief An empty map description (UPSERT, host residency, one group), struct_size set. */
+/** \brief An empty map description (UPSERT, the stage's residency, one group), struct_size set. */
 static inline kstage_map_desc_t kstage_map_desc_init(void) {
   kstage_map_desc_t d = KSTAGE_IMPL_ZERO;
   d.struct_size = (uint32_t)sizeof(kstage_map_desc_t);
@@ -580,18 +631,11 @@ static inline kstage_map_desc_t kstage_map_desc_init(void) {
  * \brief Create a stage. Initialises Kokkos if the application has not; kstage
  * then finalises it at process exit, after destroying any remaining stages.
  * \param[in] config may be NULL for defaults.
+ * \param[out] stage the new stage's handle, on success.
  */
 KSTAGE_API kstage_status_t kstage_create(const kstage_config_t* config, kstage_stage_t* stage);
 /** \brief Destroy a stage and everything it owns: handles become stale, pending managed tensors are deleted. */
 KSTAGE_API kstage_status_t kstage_destroy(kstage_stage_t stage);
-/**
- * \brief Copies between host and device memory that kstage has enqueued in
- * this process so far, summed over every stage and device backend: payload
- * copies host -> device and device -> host, and uploads of host index, mask
- * and offset arrays for device kernels. Monotonic; for checking that a data
- * path takes no detour through the host (compare before and after a call).
- * Any pointer may be NULL.
- */
 /**
  * \brief How this library was built and what it runs on (the first thing to
  * ask of an installation; the `kstage-info` command prints it): one
@@ -613,6 +657,14 @@ KSTAGE_API kstage_status_t kstage_destroy(kstage_stage_t stage);
  * kstage_build_info call. (Added in 0.4.)
  */
 KSTAGE_API kstage_status_t kstage_build_info(const char** text);
+/**
+ * \brief Copies between host and device memory that kstage has enqueued in
+ * this process so far, summed over every stage and device backend: payload
+ * copies host -> device and device -> host, and uploads of host index, mask
+ * and offset arrays for device kernels. Monotonic; for checking that a data
+ * path takes no detour through the host (compare before and after a call).
+ * Any pointer may be NULL.
+ */
 KSTAGE_API kstage_status_t kstage_transfer_counts(uint64_t* host_to_device, uint64_t* device_to_host,
                                                   uint64_t* index_uploads);
 
@@ -699,6 +751,7 @@ KSTAGE_API kstage_status_t kstage_path_list_create(kstage_stage_t stage, const k
 /** \brief The list's ids; valid while the caller holds a reference. */
 KSTAGE_API kstage_status_t kstage_path_list_get(kstage_stage_t stage, kstage_path_list_t list,
                                      const kstage_path_t** paths, uint64_t* count);
+/** \brief Add one reference to the list (each reference is dropped by one kstage_path_list_release). */
 KSTAGE_API kstage_status_t kstage_path_list_retain(kstage_stage_t stage, kstage_path_list_t list);
 /** \brief Drop one reference; the last one frees the list (its handle becomes stale). */
 KSTAGE_API kstage_status_t kstage_path_list_release(kstage_stage_t stage, kstage_path_list_t list);
@@ -721,10 +774,15 @@ KSTAGE_API kstage_status_t kstage_query_range(kstage_stage_t stage, kstage_path_
 /** \brief A query over the existing prims (latest sealed state) that match `filter`, in path-id order (see kstage_intern_path). */
 KSTAGE_API kstage_status_t kstage_query_filter(kstage_stage_t stage, const kstage_filter_t* filter,
                                     kstage_query_t* query);
+/** \brief The number of prims in the query. */
 KSTAGE_API kstage_status_t kstage_query_count(kstage_stage_t stage, kstage_query_t query, uint64_t* count);
 /** \brief The query's prims as a new path list (one reference, owned by the caller). */
 KSTAGE_API kstage_status_t kstage_query_get_paths(kstage_stage_t stage, kstage_query_t query,
                                        kstage_path_list_t* paths);
+/**
+ * \brief Release a query; its handle becomes stale. Reads, maps, ops and path
+ * lists already made from it are unaffected.
+ */
 KSTAGE_API kstage_status_t kstage_query_release(kstage_stage_t stage, kstage_query_t query);
 
 /* ------------------------------------------------------------------------- */
@@ -956,6 +1014,7 @@ KSTAGE_API kstage_status_t kstage_map_group_export(kstage_stage_t stage, kstage_
 KSTAGE_API kstage_status_t kstage_wait(kstage_stage_t stage, kstage_op_t op, uint64_t timeout_ns);
 /** \brief The op's failure message ("" if it did not fail); valid until the op is released. */
 KSTAGE_API kstage_status_t kstage_op_error(kstage_stage_t stage, kstage_op_t op, const char** message);
+/** \brief Release an op; its handle becomes stale. Its work is not cancelled (see kstage_wait). */
 KSTAGE_API kstage_status_t kstage_release_op(kstage_stage_t stage, kstage_op_t op);
 
 #ifdef __cplusplus

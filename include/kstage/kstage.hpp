@@ -57,6 +57,12 @@
 #include <utility>
 #include <vector>
 
+/**
+ * \def KSTAGE_CPP_EXCEPTIONS
+ * \brief 1 when the compiler has C++ exceptions enabled, else 0. kstage::Error
+ * and the throwing overloads are declared only when it is 1; the overloads
+ * taking a `Status&` always are.
+ */
 #if defined(__cpp_exceptions) || defined(__EXCEPTIONS)
 #define KSTAGE_CPP_EXCEPTIONS 1
 #else
@@ -77,22 +83,32 @@ namespace kstage {
 template <class T>
 class span {
  public:
+  /// The element type (const for a read-only span).
   using element_type = T;
+  /// The element type without const or volatile.
   using value_type = std::remove_cv_t<T>;
+  /// A plain pointer.
   using iterator = T*;
 
+  /// An empty span.
   constexpr span() noexcept = default;
+  /// The `size` elements starting at `data`.
   constexpr span(T* data, size_t size) noexcept : data_(data), size_(size) {}
+  /// The elements of `v`, which must outlive the span.
   template <class U, class A, class = std::enable_if_t<std::is_convertible_v<U (*)[], T (*)[]>>>
   span(const std::vector<U, A>& v) noexcept : data_(v.data()), size_(v.size()) {}
+  /// The elements of `v`, which must outlive the span.
   template <class U, class A, class = std::enable_if_t<std::is_convertible_v<U (*)[], T (*)[]>>>
   span(std::vector<U, A>& v) noexcept : data_(v.data()), size_(v.size()) {}
   template <class U, class A>
   span(std::vector<U, A>&& v) = delete;  // a temporary: gone before the span is used
+  /// The `N` elements of a built-in array.
   template <size_t N>
   constexpr span(T (&array)[N]) noexcept : data_(array), size_(N) {}
   template <class V, class = std::enable_if_t<Kokkos::is_view<V>::value>, class = void>
   span(const V&& view) = delete;  // a temporary View: its memory may go before the span is used
+  /// The elements of a contiguous rank-1 View in memory the host can read (checked at compile
+  /// time); its memory must outlive the span.
   template <class V, class = std::enable_if_t<Kokkos::is_view<V>::value>, class = void>
   span(const V& view) noexcept : data_(view.data()), size_(view.size()) {
     static_assert(V::rank == 1, "a span is made from a rank-1 View");
@@ -102,11 +118,17 @@ class span {
                   "index maps, masks and row counts are host memory (kstage.h)");
   }
 
+  /// Pointer to the first element.
   constexpr T* data() const noexcept { return data_; }
+  /// The number of elements.
   constexpr size_t size() const noexcept { return size_; }
+  /// True when size() is 0.
   constexpr bool empty() const noexcept { return size_ == 0; }
+  /// Element `i` (no bounds check).
   constexpr T& operator[](size_t i) const noexcept { return data_[i]; }
+  /// Pointer to the first element.
   constexpr T* begin() const noexcept { return data_; }
+  /// Pointer one past the last element.
   constexpr T* end() const noexcept { return data_ + size_; }
 
  private:
@@ -124,11 +146,14 @@ class span {
 template <class T>
 class device_span {
  public:
+  /// An empty span (device {0, 0}).
   constexpr device_span() noexcept = default;
+  /// The `size` elements starting at `data`, in the memory of `device`.
   constexpr device_span(T* data, size_t size, DLDevice device) noexcept
       : data_(data), size_(size), device_(device) {}
   template <class V, class = std::enable_if_t<Kokkos::is_view<V>::value>, class = void>
   device_span(const V&& view) = delete;
+  /// The elements of a contiguous rank-1 View, with the device of its memory space and pointer.
   template <class V, class = std::enable_if_t<Kokkos::is_view<V>::value>, class = void>
   device_span(const V& view) noexcept
       : data_(view.data()),
@@ -139,9 +164,13 @@ class device_span {
                   "a device_span needs contiguous memory: a LayoutRight or LayoutLeft View");
   }
 
+  /// Pointer to the first element (device memory for a device span).
   constexpr T* data() const noexcept { return data_; }
+  /// The number of elements.
   constexpr size_t size() const noexcept { return size_; }
+  /// True when size() is 0.
   constexpr bool empty() const noexcept { return size_ == 0; }
+  /// The DLPack device whose memory holds the elements.
   constexpr DLDevice device() const noexcept { return device_; }
 
  private:
@@ -160,15 +189,19 @@ template <class T>
 class array_ref : public span<const T> {
  public:
   using span<const T>::span;
+  /// The elements of `s`.
   array_ref(span<const T> s) noexcept : span<const T>(s) {}  // NOLINT: implicit on purpose
+  /// The elements of `v`.
   template <class U, class A>
   array_ref(const std::vector<U, A>& v) noexcept : span<const T>(v.data(), v.size()) {}
+  /// The elements of a temporary vector, which lives until the end of the call's full expression.
   template <class U, class A>
   array_ref(std::vector<U, A>&& v) noexcept : span<const T>(v.data(), v.size()) {}  // lives for the call
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Winit-list-lifetime"
 #endif
+  /// The elements of a braced list, which lives until the end of the call's full expression.
   array_ref(std::initializer_list<T> list) noexcept : span<const T>(list.begin(), list.size()) {}
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
@@ -180,10 +213,15 @@ class array_ref : public span<const T> {
 /// \brief The outcome of a non-throwing call: a kstage_status_t and its message.
 class Status {
  public:
+  /// OK, with no message.
   Status() = default;
+  /// A status of `code` with `message`.
   Status(kstage_status_t code, std::string message) : code_(code), message_(std::move(message)) {}
+  /// The call's kstage_status_t (KSTAGE_OK on success).
   kstage_status_t code() const noexcept { return code_; }
+  /// True when code() is KSTAGE_OK.
   bool ok() const noexcept { return code_ == KSTAGE_OK; }
+  /// ok().
   explicit operator bool() const noexcept { return ok(); }
   /// kstage_last_error() of the failed call ("" when ok).
   const std::string& message() const noexcept { return message_; }
@@ -199,8 +237,10 @@ class Status {
 /// \brief What the throwing calls throw: the C call's status and kstage_last_error().
 class Error : public std::runtime_error {
  public:
+  /// The error of a failed `status` (what() is status.to_string()).
   explicit Error(const Status& status)
       : std::runtime_error(status.to_string()), status_(status.code()), message_(status.message()) {}
+  /// The failed call's kstage_status_t.
   kstage_status_t status() const noexcept { return status_; }
   /// The message alone (what() is "<status name>: <message>").
   const std::string& message() const noexcept { return message_; }
@@ -328,6 +368,7 @@ struct WriteOptions {
   uint64_t count = 0;
   /// UPSERT, INSERT or UPDATE (a WriteBatch has its own).
   kstage_prim_mode_t mode = KSTAGE_PRIM_MODE_UPSERT;
+  /// Semantic of the column; must match an existing column's.
   kstage_semantic_t semantic = KSTAGE_SEMANTIC_NONE;
   /// The producer's {stream, event} for device data (kstage.h).
   kstage_device_sync_t device_sync{0, 0};
@@ -350,10 +391,14 @@ struct ReadOptions {
   bool compact = false;
   /// Only prims that changed at a sealed ordinal in [range_begin, range_end], plus tombstones.
   bool change_range = false;
+  /// First ordinal of the change range (inclusive).
   uint64_t range_begin = 0;
+  /// Last ordinal of the change range (inclusive).
   uint64_t range_end = 0;
   /// Where the reader wants the data ({0, 0}: the column's residency); another device implies compact.
   DLDevice target_device{DLDeviceType(0), 0};
+  /// The reader's {stream, event}: a non-zero event is recorded after the work that produces
+  /// the groups' data, a non-zero stream made to wait for it (kstage.h).
   kstage_device_sync_t device_sync{0, 0};
   /// Groups of at most this many prims, in query order (0: one group per attribute).
   uint64_t max_group_prims = 0;
@@ -373,14 +418,17 @@ struct ReadOptions {
 
 /// \brief Options of a map (kstage_map_desc_t's fields besides attribute and dtype).
 struct MapOptions {
+  /// Semantic of the column; must match an existing column's.
   kstage_semantic_t semantic = KSTAGE_SEMANTIC_NONE;
+  /// UPSERT, INSERT or UPDATE (kstage_map_desc_t::prim_mode).
   kstage_prim_mode_t mode = KSTAGE_PRIM_MODE_UPSERT;
-  /// Where a new column lives ({0, 0}: the host).
+  /// Where a new column lives ({0, 0}: the stage's config residency, or the host).
   DLDevice residency{DLDeviceType(0), 0};
   /// Groups of at most this many prims (0: one group).
   uint64_t max_group_prims = 0;
   /// An array attribute: element_counts[i] is prim i's new length.
   bool is_array = false;
+  /// An array map's new lengths, one per prim of the query (empty for a fixed-size map).
   span<const uint64_t> element_counts;
 };
 
@@ -392,8 +440,11 @@ class Map;
 /// \brief A refcounted, immutable array of path ids (kstage_path_list_t), one reference.
 class PathList {
  public:
+  /// An empty PathList.
   PathList() = default;
+  /// The C handle (0 when empty); this object still holds its reference.
   kstage_path_list_t handle() const noexcept { return h_.get(); }
+  /// True when the object holds a list.
   explicit operator bool() const noexcept { return bool(h_); }
   /// The ids (empty for an empty PathList).
   span<const kstage_path_t> paths() const noexcept {
@@ -402,6 +453,7 @@ class PathList {
     if (!h_ || kstage_path_list_get(h_.stage(), h_.get(), &p, &n) != KSTAGE_OK) return {};
     return {p, size_t(n)};
   }
+  /// Drops this object's reference now (kstage_path_list_release).
   void reset() noexcept { h_.reset(); }
 
  private:
@@ -411,9 +463,12 @@ class PathList {
   detail::UniqueHandle<kstage_path_list_release> h_;
 };
 
-/// \brief A fixed, ordered list of prims (kstage_query_t).
+/// \brief A fixed, ordered list of prims (kstage_query_t). Calls that can fail come in
+/// the two forms of the file comment (Errors): with a trailing `Status&`, which records a
+/// failure and returns an empty value, and without it, throwing kstage::Error.
 class Query {
  public:
+  /// An empty Query.
   Query() = default;
   /// A Query over a handle that C code owns and releases (never released here).
   static Query borrow(kstage_stage_t stage, kstage_query_t query) noexcept {
@@ -421,28 +476,37 @@ class Query {
     q.h_ = detail::UniqueHandle<kstage_query_release>(stage, query, false);
     return q;
   }
+  /// The C handle (0 when empty), still owned by this object (unless borrowed).
   kstage_query_t handle() const noexcept { return h_.get(); }
+  /// The stage the query belongs to (0 when empty).
   kstage_stage_t stage() const noexcept { return h_.stage(); }
+  /// True when the object holds a query.
   explicit operator bool() const noexcept { return bool(h_); }
 
+  /// The number of prims in the query (kstage_query_count); 0 on failure.
   uint64_t count(Status& st) const {
     uint64_t n = 0;
     detail::check(kstage_query_count(h_.stage(), h_.get(), &n), st);
     return n;
   }
+  /// The query's prims as a new PathList (kstage_query_get_paths); empty on failure.
   PathList paths(Status& st) const {
     kstage_path_list_t list = 0;
     if (!detail::check(kstage_query_get_paths(h_.stage(), h_.get(), &list), st)) return {};
     return PathList(h_.stage(), list);
   }
 #if KSTAGE_CPP_EXCEPTIONS
+  /// As count(Status&) const, throwing kstage::Error on failure.
   uint64_t count() const {
     return detail::throwing([&](Status& st) { return count(st); });
   }
+  /// As paths(Status&) const, throwing kstage::Error on failure.
   PathList paths() const {
     return detail::throwing([&](Status& st) { return paths(st); });
   }
 #endif
+  /// Releases the query now (kstage_query_release; nothing for a borrowed one). Reads, maps
+  /// and ops made from it are unaffected.
   void reset() noexcept { h_.reset(); }
 
  private:
@@ -463,8 +527,11 @@ class Query {
  */
 class Op {
  public:
+  /// An empty Op.
   Op() = default;
+  /// Takes `o`'s op and the Views it keeps; `o` is left empty.
   Op(Op&& o) noexcept = default;
+  /// Releases this op (see reset()), then takes `o`'s.
   Op& operator=(Op&& o) noexcept {
     if (this != &o) {
       reset();
@@ -474,7 +541,9 @@ class Op {
     return *this;
   }
   ~Op() { reset(); }
+  /// The C handle (0 when empty), still owned by this object.
   kstage_op_t handle() const noexcept { return h_.get(); }
+  /// True when the object holds an op.
   explicit operator bool() const noexcept { return bool(h_); }
 
   /// True once the op's work is done; false if `timeout_ns` ran out (KSTAGE_TIMEOUT is
@@ -493,8 +562,11 @@ class Op {
       st = Status(code, kstage_last_error());
     return false;
   }
+  /// Waits until the op's work is done: wait(KSTAGE_TIMEOUT_INFINITE, st).
   bool wait(Status& st) { return wait(KSTAGE_TIMEOUT_INFINITE, st); }
 #if KSTAGE_CPP_EXCEPTIONS
+  /// As wait(uint64_t, Status&), throwing kstage::Error when the op failed (a timeout is
+  /// still false, not an error).
   bool wait(uint64_t timeout_ns = KSTAGE_TIMEOUT_INFINITE) {
     return detail::throwing([&](Status& st) { return wait(timeout_ns, st); });
   }
@@ -577,26 +649,36 @@ class GroupIterator {
 
 }  // namespace detail
 
-/// \brief One group of a read (kstage_read_group_t), released on destruction.
+/// \brief One group of a read (kstage_read_group_t), released on destruction. Calls that
+/// can fail come in the two forms of the file comment (Errors): with a trailing `Status&`,
+/// which records a failure and returns an empty View or a null tensor, and without it,
+/// throwing kstage::Error.
 class ReadGroup {
  public:
+  /// An empty group.
   ReadGroup() = default;
+  /// Takes `o`'s group; `o` is left empty.
   ReadGroup(ReadGroup&& o) noexcept
       : h_(std::move(o.h_)), g_(std::exchange(o.g_, {})), device_map_(std::exchange(o.device_map_, false)) {}
+  /// Releases this group, then takes `o`'s.
   ReadGroup& operator=(ReadGroup&& o) noexcept {
     h_ = std::move(o.h_);
     g_ = std::exchange(o.g_, {});
     device_map_ = std::exchange(o.device_map_, false);
     return *this;
   }
+  /// The C handle (0 when empty), still owned by this object.
   kstage_group_t handle() const noexcept { return h_.get(); }
+  /// True when the object holds a group.
   explicit operator bool() const noexcept { return bool(h_); }
   /// The C descriptor (valid while this group lives).
   const kstage_read_group_t& raw() const noexcept { return g_; }
 
+  /// The attribute read.
   kstage_token_t attribute() const noexcept { return g_.attribute; }
   /// The attribute's write floor at the snapshot.
   uint64_t ordinal() const noexcept { return g_.ordinal; }
+  /// The group's prims (path ids); prim i is logical element i.
   span<const kstage_path_t> prims() const noexcept { return {g_.prims, size_t(g_.prim_count)}; }
   /// Row of prim i (empty: row i, as for compact reads and array groups). Host memory, unless
   /// the read asked for ReadOptions::device_index_map and the group is on a device: then use
@@ -613,13 +695,19 @@ class ReadGroup {
     const bool on_device = !is_host_memory(d.device_type) && device_map_;
     return {g_.data.index_map, size_t(g_.data.count), on_device ? d : DLDevice{kDLCPU, 0}};
   }
+  /// True for a tombstone group: prims() lost the attribute in the change range; no tensors.
   bool is_tombstone() const noexcept { return g_.is_delete; }
+  /// True for an array attribute: one tensor per prim.
   bool is_array() const noexcept { return g_.is_array; }
+  /// The column's dtype (lanes = tuple width).
   DLDataType dtype() const noexcept { return g_.dtype; }
+  /// The column's semantic.
   kstage_semantic_t semantic() const noexcept { return g_.semantic; }
   /// The stage's {stream, event} for device data ({0, 0}: complete).
   kstage_device_sync_t device_sync() const noexcept { return g_.data.device_sync; }
+  /// The number of tensors (see kstage_data_t::tensors).
   uint64_t tensor_count() const noexcept { return g_.data.tensor_count; }
+  /// Tensor `i` as the C API describes it (no bounds check: i < tensor_count()).
   const DLTensor& tensor(uint64_t i) const noexcept { return g_.data.tensors[i]; }
 
   /// Tensor i as an unmanaged View (const data: groups are read-only). See the file comment.
@@ -650,18 +738,23 @@ class ReadGroup {
     detail::check(kstage_group_sync(h_.stage(), h_.get(), consumer), st);
   }
 #if KSTAGE_CPP_EXCEPTIONS
+  /// As view(uint64_t, Status&) const, throwing kstage::Error when the tensor does not fit.
   template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutRight>
   Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view(
       uint64_t i) const {
     return detail::throwing([&](Status& st) { return view<DataType, MemorySpace, Layout>(i, st); });
   }
+  /// As export_dlpack(uint64_t, uint64_t, Status&) const, throwing kstage::Error on failure.
   DLManagedTensorVersioned* export_dlpack(uint64_t i, uint64_t flags = 0) const {
     return detail::throwing([&](Status& st) { return export_dlpack(i, flags, st); });
   }
+  /// As export_dlpack_on_stream(uint64_t, uintptr_t, uint64_t, Status&) const, throwing
+  /// kstage::Error on failure.
   DLManagedTensorVersioned* export_dlpack_on_stream(uint64_t i, uintptr_t stream,
                                                     uint64_t flags = 0) const {
     return detail::throwing([&](Status& st) { return export_dlpack_on_stream(i, stream, flags, st); });
   }
+  /// As sync(kstage_device_sync_t, Status&) const, throwing kstage::Error on failure.
   void sync(kstage_device_sync_t consumer) const {
     detail::throwing([&](Status& st) { sync(consumer, st); });
   }
@@ -680,11 +773,14 @@ class ReadGroup {
   bool device_map_ = false;  // the read asked for device index maps
 };
 
-/// \brief An open read (kstage_read_t): iterate its groups.
+/// \brief An open read (kstage_read_t): iterate its groups, with next() or range-for.
 class Read {
  public:
+  /// An empty Read.
   Read() = default;
+  /// The C handle (0 when empty), still owned by this object.
   kstage_read_t handle() const noexcept { return h_.get(); }
+  /// True when the object holds a read.
   explicit operator bool() const noexcept { return bool(h_); }
 
   /// The next group into `group` (releasing what it held): true, or false at the end
@@ -701,6 +797,8 @@ class Read {
     return true;
   }
 #if KSTAGE_CPP_EXCEPTIONS
+  /// As next(ReadGroup&, Status&, uint64_t), throwing kstage::Error on failure (false at
+  /// the end).
   bool next(ReadGroup& group, uint64_t timeout_ns = KSTAGE_TIMEOUT_INFINITE) {
     return detail::throwing([&](Status& st) { return next(group, st, timeout_ns); });
   }
@@ -708,7 +806,9 @@ class Read {
   /// Input iterator over the groups; each is released when the iterator moves on
   /// (move it out to keep it). Throws kstage::Error when a fetch fails.
   using iterator = detail::GroupIterator<Read, ReadGroup>;
+  /// An iterator at the first group (fetched here).
   iterator begin() { return iterator(this); }
+  /// The end iterator.
   iterator end() noexcept { return iterator(); }
 #endif
   /// Releases the read (groups already fetched stay valid until released).
@@ -734,10 +834,14 @@ class Read {
 /// accessors (tensor(), prims(), raw()) then point at freed memory.
 class MapGroup {
  public:
+  /// An empty group.
   MapGroup() = default;
+  /// Takes `o`'s group; `o` is left empty.
   MapGroup(MapGroup&& o) noexcept
       : stage_(std::exchange(o.stage_, 0)), map_(std::exchange(o.map_, 0)), g_(std::exchange(o.g_, {})),
         alive_(std::move(o.alive_)) {}
+  /// Takes `o`'s group; `o` is left empty. The group this object held stays mapped (its
+  /// Map owns it).
   MapGroup& operator=(MapGroup&& o) noexcept {
     if (this == &o) return *this;
     stage_ = std::exchange(o.stage_, 0);
@@ -746,18 +850,28 @@ class MapGroup {
     alive_ = std::move(o.alive_);
     return *this;
   }
+  /// The C handle of the group (0 when empty).
   kstage_map_group_t handle() const noexcept { return g_.handle; }
+  /// True when the object holds a group (not committed, moved from or never fetched).
   explicit operator bool() const noexcept { return g_.handle != 0; }
+  /// The C descriptor.
   const kstage_map_group_info_t& raw() const noexcept { return g_; }
+  /// The mapped attribute.
   kstage_token_t attribute() const noexcept { return g_.attribute; }
+  /// The map's ordinal, at which the group is committed.
   uint64_t ordinal() const noexcept { return g_.ordinal; }
+  /// The group's prims (path ids); prim i is logical element i.
   span<const kstage_path_t> prims() const noexcept { return {g_.prims, size_t(g_.prim_count)}; }
+  /// Row of prim i in a fixed-size group's tensor (empty: row i).
   span<const uint32_t> index_map() const noexcept {
     return g_.data.index_map ? span<const uint32_t>(g_.data.index_map, size_t(g_.data.count))
                              : span<const uint32_t>();
   }
+  /// The column's dtype (lanes = tuple width).
   DLDataType dtype() const noexcept { return g_.dtype; }
+  /// The number of tensors (1 for a fixed-size map, one per prim for an array map).
   uint64_t tensor_count() const noexcept { return g_.data.tensor_count; }
+  /// Tensor `i` as the C API describes it (no bounds check: i < tensor_count()).
   const DLTensor& tensor(uint64_t i) const noexcept { return g_.data.tensors[i]; }
 
   /// Tensor i as a writable unmanaged View (fill every row before committing).
@@ -785,14 +899,17 @@ class MapGroup {
     return Op(stage, op);
   }
 #if KSTAGE_CPP_EXCEPTIONS
+  /// As view(uint64_t, Status&) const, throwing kstage::Error on failure.
   template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutRight>
   Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view(
       uint64_t i) const {
     return detail::throwing([&](Status& st) { return view<DataType, MemorySpace, Layout>(i, st); });
   }
+  /// As export_dlpack(uint64_t, uint64_t, Status&) const, throwing kstage::Error on failure.
   DLManagedTensorVersioned* export_dlpack(uint64_t i, uint64_t flags = 0) const {
     return detail::throwing([&](Status& st) { return export_dlpack(i, flags, st); });
   }
+  /// As commit(kstage_device_sync_t, Status&), throwing kstage::Error on failure.
   Op commit(kstage_device_sync_t done_sync = {0, 0}) {
     return detail::throwing([&](Status& st) { return commit(done_sync, st); });
   }
@@ -826,11 +943,15 @@ class MapGroup {
 };
 
 /// \brief An open map (kstage_map_t). Destroyed without commit(), it is abandoned
-/// (kstage_release_map): nothing it handed out is written.
+/// (kstage_release_map): nothing it handed out is written. Calls that can fail come in the
+/// two forms of the file comment (Errors).
 class Map {
  public:
+  /// An empty Map.
   Map() = default;
+  /// The C handle (0 when empty), still owned by this object.
   kstage_map_t handle() const noexcept { return h_.get(); }
+  /// True when the object holds an open map.
   explicit operator bool() const noexcept { return bool(h_); }
 
   /// The next writable group: true, or false at the end (`st` ok) or on failure.
@@ -857,17 +978,23 @@ class Map {
     alive_.reset();
     return Op(stage, op);
   }
+  /// Commits with done_sync {0, 0}: commit({0, 0}, st).
   Op commit(Status& st) { return commit({0, 0}, st); }
 #if KSTAGE_CPP_EXCEPTIONS
+  /// As next(MapGroup&, Status&, uint64_t), throwing kstage::Error on failure (false at
+  /// the end).
   bool next(MapGroup& group, uint64_t timeout_ns = KSTAGE_TIMEOUT_INFINITE) {
     return detail::throwing([&](Status& st) { return next(group, st, timeout_ns); });
   }
+  /// As commit(kstage_device_sync_t, Status&), throwing kstage::Error on failure.
   Op commit(kstage_device_sync_t done_sync = {0, 0}) {
     return detail::throwing([&](Status& st) { return commit(done_sync, st); });
   }
   /// Input iterator over the groups (each stays mapped until committed).
   using iterator = detail::GroupIterator<Map, MapGroup>;
+  /// An iterator at the first group (fetched here).
   iterator begin() { return iterator(this); }
+  /// The end iterator.
   iterator end() noexcept { return iterator(); }
 #endif
   /// Abandons the map now (kstage_release_map).
@@ -890,7 +1017,9 @@ class Map {
 /// \brief A path range (kstage_intern_path_range): `count` paths with ids first, first + 1, ...
 struct PathRange {
   PathRange() noexcept {}  // not an aggregate: a braced list passed to query() is a path list
+  /// The id of member 0 (0 for an empty PathRange).
   kstage_path_t first = 0;
+  /// The number of members.
   uint64_t count = 0;
   /// Member i's id (no check: i < count).
   kstage_path_t operator[](uint64_t i) const noexcept { return first + i; }
@@ -915,7 +1044,9 @@ struct Filter {
  */
 class WriteBatch {
  public:
+  /// An empty batch whose writes use prim mode `mode`.
   explicit WriteBatch(kstage_prim_mode_t mode = KSTAGE_PRIM_MODE_UPSERT) : mode_(mode) {}
+  /// Adds a write of `attribute` from a View of rank 1-3 (a fixed-size attribute).
   template <class View, class = std::enable_if_t<detail::is_view_rank_1_to_3<View>::value>>
   WriteBatch& add(kstage_token_t attribute, const View& view, const WriteOptions& options = {}) {
     add(attribute, borrow_dlpack(view).tensor(), options);
@@ -936,7 +1067,9 @@ class WriteBatch {
     items_.push_back(item);
     return *this;
   }
+  /// The batch's prim mode.
   kstage_prim_mode_t mode() const noexcept { return mode_; }
+  /// The number of writes added.
   size_t size() const noexcept { return items_.size(); }
 
  private:
@@ -1005,7 +1138,15 @@ inline kstage_write_data_t write_data(const WriteOptions& o) {
 
 }  // namespace detail
 
-/// \brief A stage (kstage_stage_t), destroyed with the object.
+/**
+ * \brief A stage (kstage_stage_t), destroyed with the object.
+ *
+ * Each call names the C function it makes; kstage.h has the rules. Every call that can
+ * fail comes in the two forms of the file comment (Errors): the one with a trailing
+ * `Status&` records a failure there and returns an empty value (0, an empty handle
+ * object, an empty string or vector); the one without it throws kstage::Error and is
+ * declared only when KSTAGE_CPP_EXCEPTIONS is 1.
+ */
 class Stage {
  public:
   /// An empty Stage; use Stage::create.
@@ -1018,7 +1159,9 @@ class Stage {
     s.owned_ = false;
     return s;
   }
+  /// Takes `o`'s stage; `o` is left empty.
   Stage(Stage&& o) noexcept : stage_(std::exchange(o.stage_, 0)), owned_(o.owned_) {}
+  /// Destroys this object's stage (unless borrowed; see reset()), then takes `o`'s.
   Stage& operator=(Stage&& o) noexcept {
     if (this != &o) {
       reset();
@@ -1031,7 +1174,9 @@ class Stage {
   Stage& operator=(const Stage&) = delete;
   ~Stage() { reset(); }
 
+  /// The C handle (0 when empty), still owned by this object (unless borrowed).
   kstage_stage_t handle() const noexcept { return stage_; }
+  /// True when the object holds a stage.
   explicit operator bool() const noexcept { return stage_ != 0; }
   /// Destroys the stage now: every handle of it becomes stale.
   void reset() noexcept {
@@ -1039,6 +1184,7 @@ class Stage {
     stage_ = 0;
   }
 
+  /// A new stage with `config` (kstage_create).
   static Stage create(const kstage_config_t& config, Status& st) {
     Stage s;
     detail::check(kstage_create(&config, &s.stage_), st);
@@ -1046,11 +1192,13 @@ class Stage {
   }
 
   // --- dictionary -------------------------------------------------------------------------------
+  /// Interns an attribute name (kstage_intern_token).
   kstage_token_t token(std::string_view name, Status& st) const {
     kstage_token_t t = 0;
     detail::check(kstage_intern_token(stage_, name.data(), name.size(), &t), st);
     return t;
   }
+  /// Interns a prim path (kstage_intern_path).
   kstage_path_t path(std::string_view name, Status& st) const {
     kstage_path_t p = 0;
     detail::check(kstage_intern_path(stage_, name.data(), name.size(), &p), st);
@@ -1080,19 +1228,21 @@ class Stage {
       r.count = count;
     return r;
   }
-  /// The string of a token or a path (valid for the stage's lifetime).
+  /// The string of a token (kstage_token_string), valid for the stage's lifetime.
   std::string_view token_string(kstage_token_t token, Status& st) const {
     const char* s = nullptr;
     size_t n = 0;
     if (!detail::check(kstage_token_string(stage_, token, &s, &n), st)) return {};
     return {s, n};
   }
+  /// The string of a path (kstage_path_string), valid for the stage's lifetime.
   std::string_view path_string(kstage_path_t path, Status& st) const {
     const char* s = nullptr;
     size_t n = 0;
     if (!detail::check(kstage_path_string(stage_, path, &s, &n), st)) return {};
     return {s, n};
   }
+  /// A PathList holding a copy of `paths` (kstage_path_list_create).
   PathList path_list(array_ref<kstage_path_t> paths, Status& st) const {
     kstage_path_list_t list = 0;
     if (!detail::check(kstage_path_list_create(stage_, paths.data(), paths.size(), &list), st)) return {};
@@ -1100,17 +1250,22 @@ class Stage {
   }
 
   // --- queries ----------------------------------------------------------------------------------
+  /// A query over `paths`, in this order (kstage_query_paths); they may name prims that do
+  /// not exist yet.
   Query query(array_ref<kstage_path_t> paths, Status& st) const {
     kstage_query_t q = 0;
     if (!detail::check(kstage_query_paths(stage_, paths.data(), paths.size(), &q), st)) return {};
     return Query(stage_, q);
   }
-  /// Members start, start + stride, ... of `range` (count 0: to its end; stride 0: 1).
+  /// A query over members start, start + stride, ... of `range` (kstage_query_range; count 0:
+  /// to its end; stride 0: 1).
   Query query(const PathRange& range, uint64_t start, uint64_t count, uint64_t stride, Status& st) const {
     kstage_query_t q = 0;
     if (!detail::check(kstage_query_range(stage_, range.first, start, count, stride, &q), st)) return {};
     return Query(stage_, q);
   }
+  /// A query over the existing prims that match `filter` (kstage_query_filter), in path-id
+  /// order.
   Query query(const Filter& filter, Status& st) const {
     kstage_filter_t f{};
     f.has_attributes = filter.has.data();
@@ -1123,17 +1278,24 @@ class Stage {
   }
 
   // --- writes -----------------------------------------------------------------------------------
-  /// A fixed-size attribute from a View of rank 1-3 (or a borrowed DLTensor).
+  /// Writes `attribute` of the query's prims at `ordinal` from a View of rank 1-3, a
+  /// fixed-size attribute (kstage_write_attribute); the Op keeps a copy of the View until
+  /// the work is done (see Op).
   template <class View, class = std::enable_if_t<detail::is_view_rank_1_to_3<View>::value>>
   Op write(kstage_token_t attribute, const Query& query, const View& view, uint64_t ordinal,
            const WriteOptions& options, Status& st) const {
     return submit(attribute, query, &borrow_dlpack(view).tensor(), 1, false, ordinal, options, st,
                   std::make_shared<View>(view));
   }
+  /// Writes `attribute` of the query's prims at `ordinal` from a borrowed DLTensor, a
+  /// fixed-size attribute (kstage_write_attribute); the tensor must stay valid until the op
+  /// completes.
   Op write(kstage_token_t attribute, const Query& query, const DLTensor& tensor, uint64_t ordinal,
            const WriteOptions& options, Status& st) const {
     return submit(attribute, query, &tensor, 1, false, ordinal, options, st, nullptr);
   }
+  /// Writes every attribute of `batch` for the query's prims at `ordinal`, as one op with
+  /// the batch's prim mode (kstage_write_attributes): all are accepted or none is.
   Op write(const Query& query, const WriteBatch& batch, uint64_t ordinal, Status& st) const {
     std::vector<kstage_token_t> attributes(batch.items_.size());
     std::vector<DLTensor> tensors(batch.items_.size());
@@ -1166,7 +1328,8 @@ class Stage {
       return {};
     return Op(stage_, op, std::move(kept));
   }
-  /// An array attribute, one View per source row (any range of Views).
+  /// Writes an array attribute (kstage_write_attribute), one View per source row (any range
+  /// of Views); the Op keeps copies of the Views until the work is done.
   template <class Rows, class = std::enable_if_t<!Kokkos::is_view<Rows>::value>>
   Op write_ragged(kstage_token_t attribute, const Query& query, const Rows& rows, uint64_t ordinal,
                   const WriteOptions& options, Status& st) const {
@@ -1261,7 +1424,8 @@ class Stage {
       return {};
     return Op(stage_, op);
   }
-  /// Deletes `attributes` of the query's prims at `ordinal` (none: the prims themselves).
+  /// Deletes `attributes` of the query's prims at `ordinal` (none: the prims themselves;
+  /// kstage_delete_attributes).
   Op delete_attributes(const Query& query, array_ref<kstage_token_t> attributes, uint64_t ordinal,
                        Status& st) const {
     kstage_op_t op = 0;
@@ -1271,15 +1435,18 @@ class Stage {
       return {};
     return Op(stage_, op);
   }
+  /// Deletes the query's prims (every attribute they hold) at `ordinal`.
   Op delete_prims(const Query& query, uint64_t ordinal, Status& st) const {
     return delete_attributes(query, {}, ordinal, st);
   }
-  /// Advances the write floor of `attributes` (none: every attribute) to `ordinal`.
+  /// Seals: advances the write floor of `attributes` (none: every attribute) to `ordinal`
+  /// (kstage_advance_write_floor).
   void seal(uint64_t ordinal, array_ref<kstage_token_t> attributes, Status& st) const {
     detail::check(kstage_advance_write_floor(stage_, ordinal, attributes.data(), attributes.size()), st);
   }
+  /// Advances every attribute's write floor to `ordinal`.
   void seal(uint64_t ordinal, Status& st) const { seal(ordinal, {}, st); }
-  /// The write floor of `attribute` (0: the global floor).
+  /// The write floor of `attribute` (0: the global floor; kstage_get_write_floor).
   uint64_t write_floor(kstage_token_t attribute, Status& st) const {
     uint64_t f = 0;
     detail::check(kstage_get_write_floor(stage_, attribute, &f), st);
@@ -1287,6 +1454,8 @@ class Stage {
   }
 
   // --- reads and maps ---------------------------------------------------------------------------
+  /// Opens a read of `attributes` for the query's prims against the latest sealed state
+  /// (kstage_read_attributes).
   Read read(const Query& query, array_ref<kstage_token_t> attributes, const ReadOptions& options,
             Status& st) const {
     kstage_read_desc_t d = kstage_read_desc_init();
@@ -1305,6 +1474,8 @@ class Stage {
       return {};
     return Read(stage_, r, options.device_index_map);
   }
+  /// Maps the query's prims for `attribute` of `dtype` at `ordinal` (kstage_map_attribute):
+  /// writable groups to fill and commit.
   Map map(const Query& query, kstage_token_t attribute, uint64_t ordinal, DLDataType dtype,
           const MapOptions& options, Status& st) const {
     kstage_map_desc_t d = kstage_map_desc_init();
@@ -1327,57 +1498,75 @@ class Stage {
 
 #if KSTAGE_CPP_EXCEPTIONS
   // --- the throwing forms -----------------------------------------------------------------------
+  /// As create(const kstage_config_t&, Status&), throwing kstage::Error on failure.
   static Stage create(const kstage_config_t& config = kstage_config_init()) {
     return detail::throwing([&](Status& st) { return create(config, st); });
   }
+  /// As token(std::string_view, Status&) const, throwing kstage::Error on failure.
   kstage_token_t token(std::string_view name) const {
     return detail::throwing([&](Status& st) { return token(name, st); });
   }
+  /// As path(std::string_view, Status&) const, throwing kstage::Error on failure.
   kstage_path_t path(std::string_view name) const {
     return detail::throwing([&](Status& st) { return path(name, st); });
   }
+  /// As paths(array_ref<std::string_view>, Status&) const, throwing kstage::Error on failure.
   std::vector<kstage_path_t> paths(array_ref<std::string_view> names) const {
     return detail::throwing([&](Status& st) { return paths(names, st); });
   }
+  /// As path_range(std::string_view, std::string_view, uint64_t, uint64_t, Status&) const,
+  /// throwing kstage::Error on failure.
   PathRange path_range(std::string_view parent, std::string_view prefix, uint64_t begin, uint64_t count) const {
     return detail::throwing([&](Status& st) { return path_range(parent, prefix, begin, count, st); });
   }
+  /// As query(const PathRange&, uint64_t, uint64_t, uint64_t, Status&) const, throwing
+  /// kstage::Error on failure.
   Query query(const PathRange& range, uint64_t start = 0, uint64_t count = 0, uint64_t stride = 1) const {
     return detail::throwing([&](Status& st) { return query(range, start, count, stride, st); });
   }
+  /// As token_string(kstage_token_t, Status&) const, throwing kstage::Error on failure.
   std::string_view token_string(kstage_token_t token) const {
     return detail::throwing([&](Status& st) { return token_string(token, st); });
   }
+  /// As path_string(kstage_path_t, Status&) const, throwing kstage::Error on failure.
   std::string_view path_string(kstage_path_t path) const {
     return detail::throwing([&](Status& st) { return path_string(path, st); });
   }
+  /// As path_list(array_ref<kstage_path_t>, Status&) const, throwing kstage::Error on failure.
   PathList path_list(array_ref<kstage_path_t> paths) const {
     return detail::throwing([&](Status& st) { return path_list(paths, st); });
   }
+  /// As query(array_ref<kstage_path_t>, Status&) const, throwing kstage::Error on failure.
   Query query(array_ref<kstage_path_t> paths) const {
     return detail::throwing([&](Status& st) { return query(paths, st); });
   }
+  /// As query(const Filter&, Status&) const, throwing kstage::Error on failure.
   Query query(const Filter& filter) const {
     return detail::throwing([&](Status& st) { return query(filter, st); });
   }
+  /// As the write of a View taking a Status&, throwing kstage::Error on failure.
   template <class View, class = std::enable_if_t<detail::is_view_rank_1_to_3<View>::value>>
   Op write(kstage_token_t attribute, const Query& query, const View& view, uint64_t ordinal,
            const WriteOptions& options = {}) const {
     return detail::throwing([&](Status& st) { return write(attribute, query, view, ordinal, options, st); });
   }
+  /// As the write of a DLTensor taking a Status&, throwing kstage::Error on failure.
   Op write(kstage_token_t attribute, const Query& query, const DLTensor& tensor, uint64_t ordinal,
            const WriteOptions& options = {}) const {
     return detail::throwing([&](Status& st) { return write(attribute, query, tensor, ordinal, options, st); });
   }
+  /// As write(const Query&, const WriteBatch&, uint64_t, Status&) const, throwing kstage::Error on failure.
   Op write(const Query& query, const WriteBatch& batch, uint64_t ordinal) const {
     return detail::throwing([&](Status& st) { return write(query, batch, ordinal, st); });
   }
+  /// As the write_ragged of a range of Views taking a Status&, throwing kstage::Error on failure.
   template <class Rows, class = std::enable_if_t<!Kokkos::is_view<Rows>::value>>
   Op write_ragged(kstage_token_t attribute, const Query& query, const Rows& rows, uint64_t ordinal,
                   const WriteOptions& options = {}) const {
     return detail::throwing(
         [&](Status& st) { return write_ragged(attribute, query, rows, ordinal, options, st); });
   }
+  /// As the write_ragged of a packed View taking a Status&, throwing kstage::Error on failure.
   template <class View, class = std::enable_if_t<detail::is_view_rank_1_to_3<View>::value>>
   Op write_ragged(kstage_token_t attribute, const Query& query, const View& packed,
                   array_ref<uint64_t> row_counts, uint64_t ordinal, const WriteOptions& options = {}) const {
@@ -1385,6 +1574,7 @@ class Stage {
       return write_ragged(attribute, query, packed, row_counts, ordinal, options, st);
     });
   }
+  /// As the write_managed taking a Status&, throwing kstage::Error on failure.
   template <class View, class = std::enable_if_t<detail::is_view_rank_1_to_3<View>::value>>
   Op write_managed(kstage_token_t attribute, const Query& query, View view, uint64_t ordinal,
                    const WriteOptions& options = {}) const {
@@ -1392,22 +1582,31 @@ class Stage {
       return write_managed(attribute, query, std::move(view), ordinal, options, st);
     });
   }
+  /// As delete_attributes(const Query&, array_ref<kstage_token_t>, uint64_t, Status&) const,
+  /// throwing kstage::Error on failure.
   Op delete_attributes(const Query& query, array_ref<kstage_token_t> attributes, uint64_t ordinal) const {
     return detail::throwing([&](Status& st) { return delete_attributes(query, attributes, ordinal, st); });
   }
+  /// As delete_prims(const Query&, uint64_t, Status&) const, throwing kstage::Error on failure.
   Op delete_prims(const Query& query, uint64_t ordinal) const {
     return detail::throwing([&](Status& st) { return delete_prims(query, ordinal, st); });
   }
+  /// As seal(uint64_t, array_ref<kstage_token_t>, Status&) const, throwing kstage::Error on failure.
   void seal(uint64_t ordinal, array_ref<kstage_token_t> attributes = {}) const {
     detail::throwing([&](Status& st) { seal(ordinal, attributes, st); });
   }
+  /// As write_floor(kstage_token_t, Status&) const, throwing kstage::Error on failure.
   uint64_t write_floor(kstage_token_t attribute = 0) const {
     return detail::throwing([&](Status& st) { return write_floor(attribute, st); });
   }
+  /// As read(const Query&, array_ref<kstage_token_t>, const ReadOptions&, Status&) const,
+  /// throwing kstage::Error on failure.
   Read read(const Query& query, array_ref<kstage_token_t> attributes,
             const ReadOptions& options = {}) const {
     return detail::throwing([&](Status& st) { return read(query, attributes, options, st); });
   }
+  /// As map(const Query&, kstage_token_t, uint64_t, DLDataType, const MapOptions&, Status&)
+  /// const, throwing kstage::Error on failure.
   Map map(const Query& query, kstage_token_t attribute, uint64_t ordinal, DLDataType dtype,
           const MapOptions& options = {}) const {
     return detail::throwing([&](Status& st) { return map(query, attribute, ordinal, dtype, options, st); });
@@ -1461,6 +1660,7 @@ inline std::string build_info(Status& st) {
   return text;
 }
 #if KSTAGE_CPP_EXCEPTIONS
+/// As build_info(Status&), throwing kstage::Error on failure.
 inline std::string build_info() {
   return detail::throwing([&](Status& st) { return build_info(st); });
 }
