@@ -41,6 +41,9 @@
 #     when missing;
 #   - a Serial-only Kokkos (same source, g++, shared, C++17) in $KSTAGE_DEPS_DIR/kokkos-serial,
 #     so that clang never meets the g++ OpenMP runtime of the default Kokkos.
+# Optional (only with `--docs` or KSTAGE_SETUP_DOCS=1; scripts/test.sh passes it for the
+# `default` preset): Debian's doxygen, installed with apt-get when missing, for the API
+# reference (the docs target, cmake/kstageDocs.cmake; ctest docs_reference).
 # Optional (only with `--tsan` or KSTAGE_SETUP_TSAN=1): the ThreadSanitizer leg (preset `tsan`)
 #   - a Serial-only Kokkos built with g++ -fsanitize=thread in $KSTAGE_DEPS_DIR/kokkos-tsan, so
 #     that the reference counts of Kokkos Views are instrumented too.
@@ -66,6 +69,7 @@
 #   KSTAGE_SETUP_JAX  1 = also make the JAX test venv (same as --jax)
 #   KSTAGE_SETUP_PYTHON 1 = also get what the Python package's build needs (same as --python)
 #   KSTAGE_SETUP_FUZZ 1 = also get the fuzz leg's tools and Kokkos (same as --fuzz)
+#   KSTAGE_SETUP_DOCS 1 = also install doxygen for the docs target (same as --docs)
 #   KSTAGE_SETUP_TSAN 1 = also build the TSan Kokkos (same as --tsan)
 #   KSTAGE_SETUP_CUDA 1 = also build the CUDA Kokkos (same as --cuda)
 #   KSTAGE_SETUP_HIP  1 = also install hipcc and build the HIP Kokkos (same as --hip)
@@ -232,6 +236,17 @@ ensure_mpi() {
   fi
   mpi_present || die "Open MPI (mpicc, mpirun, libopenmpi-dev) is still missing"
   log "MPI: $(mpirun --version 2>/dev/null | head -n1)"
+}
+
+# The API reference's generator (the docs target, cmake/kstageDocs.cmake): Debian's doxygen.
+ensure_docs_tools() {
+  if ! command -v doxygen >/dev/null 2>&1; then
+    log "installing doxygen for the API reference (the docs target)"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -q update
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-install-recommends doxygen
+  fi
+  command -v doxygen >/dev/null 2>&1 || die "doxygen is still missing"
+  log "docs: doxygen $(doxygen --version)"
 }
 
 # The fuzz leg's compiler: Debian's clang 14 with libFuzzer and the sanitizer runtimes.
@@ -641,7 +656,7 @@ python_package_venv() {
 
 # --------------------------------------------------------------------------------------------
 main() {
-  local mpi=${KSTAGE_SETUP_MPI:-1} perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} python=${KSTAGE_SETUP_PYTHON:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} tsan=${KSTAGE_SETUP_TSAN:-0} cuda=${KSTAGE_SETUP_CUDA:-0} hip=${KSTAGE_SETUP_HIP:-0} arg
+  local mpi=${KSTAGE_SETUP_MPI:-1} perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} python=${KSTAGE_SETUP_PYTHON:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} docs=${KSTAGE_SETUP_DOCS:-0} tsan=${KSTAGE_SETUP_TSAN:-0} cuda=${KSTAGE_SETUP_CUDA:-0} hip=${KSTAGE_SETUP_HIP:-0} arg
   for arg in "$@"; do
     case $arg in
       --no-mpi) mpi=0 ;;
@@ -649,16 +664,18 @@ main() {
       --jax) jax=1 ;;
       --python) python=1 ;;
       --fuzz) fuzz=1 ;;
+      --docs) docs=1 ;;
       --tsan) tsan=1 ;;
       --cuda) cuda=1 ;;
       --hip) hip=1 ;;
       -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
-      *) die "unknown argument '$arg' (known: --no-mpi, --perf, --jax, --python, --fuzz, --tsan, --cuda, --hip)" ;;
+      *) die "unknown argument '$arg' (known: --no-mpi, --perf, --jax, --python, --fuzz, --docs, --tsan, --cuda, --hip)" ;;
     esac
   done
   ensure_tools
   if [ "$mpi" = 1 ]; then ensure_mpi; fi
   if [ "$fuzz" = 1 ]; then ensure_fuzz_tools; fi
+  if [ "$docs" = 1 ]; then ensure_docs_tools; fi
   if [ "$hip" = 1 ]; then ensure_hip_tools; fi
   if [ "$python" = 1 ]; then ensure_python_headers; fi
   mkdir -p "$DEPS_DIR" "$STAMP_DIR" "$DL_DIR" "$LOG_DIR"

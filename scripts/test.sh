@@ -28,7 +28,8 @@
 #   hip       the HIP build with Debian's hipcc 5.2 (`scripts/setup.sh --hip` installs hipcc and
 #             libamdhip64-dev with apt-get and builds its Kokkos): configure and build only, as
 #             no AMD GPU is reachable. Always in the default list.
-#   default   also builds the Python package in its tree with the emulated device and runs
+#   default   also builds the API reference (the docs target, Doxygen, warnings as errors: ctest
+#             docs_reference; `setup.sh --docs` installs doxygen) and builds the Python package in its tree with the emulated device and runs
 #             tests/python_package there (ctest python_package: the device tests a pip install
 #             skips), and the JAX interop tests of the C API (tests/python, ctest test
 #             python_jax_interop; not with KSTAGE_TEST_JAX=0), both with the venv that
@@ -73,7 +74,8 @@ TEST_JAX=${KSTAGE_TEST_JAX:-1}
 setup_args=()
 for preset in $PRESETS; do
   case $preset in
-    default|python) setup_args+=(--python) ;;
+    default) setup_args+=(--python --docs) ;;
+    python) setup_args+=(--python) ;;
     tsan) setup_args+=(--tsan) ;;
     fuzz) setup_args+=(--fuzz) ;;
   esac
@@ -179,7 +181,8 @@ for preset in $PRESETS; do
     # the emulated device, so that ctest's python_package runs the device tests of
     # tests/python_package, which a pip-installed package (no emulated device) skips.
     default)
-      configure_args=(-DKSTAGE_BUILD_PYTHON=ON -DPython_EXECUTABLE="$DEPS_DIR/python-venv/bin/python")
+      configure_args=(-DKSTAGE_BUILD_PYTHON=ON -DPython_EXECUTABLE="$DEPS_DIR/python-venv/bin/python"
+                      -DKSTAGE_REQUIRE_DOCS=ON)
       if [ "$TEST_JAX" = 1 ]; then
         configure_args+=(-DKSTAGE_JAX_PYTHON="$DEPS_DIR/python-venv/bin/python")
       else
