@@ -150,8 +150,37 @@ def targets(kst, pending=None, omp=None):
     # Issue 12: a sealed sparse write (write + wait + seal, parallel) at >= 0.7x the same loop
     # under OpenMP on the same data (the seal's second movement may cost one sequential pass);
     # a managed tensor adopted by the write needs no copy at the call: >= 0.9x.
+    # Issue 32 restated the sealed local index_map write's target: isolation until the seal needs
+    # a gather at the call and a scatter at the seal, which the one-pass loop does not; so it is
+    # held to the two-pass floor -- the same gather + scatter as OpenMP loops on the same data,
+    # same run -- at >= 0.8x, and its ratio to the one-pass loop is printed beside it.
+    local_seal = ["write_index_map_local_seal"]
+    title = ("sealed local index_map writes >= 0.8x the two-pass OpenMP loop (gather into a staging "
+             "buffer, then scatter), rows >= 1e6 [write_index_map_local_seal, parallel]")
+    vs_two, vs_one = [], []
+    for c in sel(local_seal, "parallel"):
+        shape = (c["rows"], c["lanes"], c["dtype"])
+        two = omp.get(("gather_scatter_stride4_two_pass",) + shape, 0)
+        one = omp.get((c["loop_key"],) + shape, 0)
+        if two > 0 and fnum(c["gbps"]) > 0:
+            vs_two.append((fnum(c["gbps"]) / two, c))
+        if one > 0 and fnum(c["gbps"]) > 0:
+            vs_one.append(fnum(c["gbps"]) / one)
+    if not vs_two:
+        line("n/a", title, "no two-pass OpenMP loop measured in this run")
+    else:
+        passed = sum(1 for v, _ in vs_two if v >= 0.8)
+        worst_v, worst_c = min(vs_two, key=lambda x: x[0])
+        d = "%d/%d cases; median %.2fx; worst %.2fx (%s %s %sx%s)" % (
+            passed, len(vs_two), statistics.median(v for v, _ in vs_two), worst_v, worst_c["workload"],
+            rows_label(worst_c["rows"]), short_dtype(worst_c["dtype"]), worst_c["lanes"])
+        if vs_one:
+            d += "; %.2fx the one-pass OpenMP loop (median; %.2f-%.2fx), reported" % (
+                statistics.median(vs_one), min(vs_one), max(vs_one))
+        line("PASS" if passed == len(vs_two) else "FAIL", title, d)
     for names, target, what in (
-            (sparse_seal, 0.7, "sealed index_map and mask writes"),
+            ([n for n in sparse_seal if n not in local_seal], 0.7,
+             "sealed index_map (random) and mask writes"),
             ([n + "_adopt_seal" for n in sparse], 0.9, "sealed index_map and mask writes of adopted tensors")):
         title = "%s >= %.1fx the OpenMP loop, rows >= 1e6 [write + wait + seal, parallel]" % (what, target)
         vs_omp = []

@@ -89,7 +89,11 @@ inline void copy_row(T* __restrict d, const T* __restrict s, int lanes) {
   }
 }
 
-enum class LoopKind { Copy, GatherPerm, Stride4, Masked, Scatter, ScanGather };
+// Stride4TwoPass: the stride-4 local write as a sealed write must move it, in two passes -- a
+// gather of the selected rows into a staging buffer (the write's isolation until the seal), then
+// a scatter of the staging buffer into the destination (the seal). The floor of the sealed
+// local index_map write; Stride4 is the one pass a user's loop needs without isolation.
+enum class LoopKind { Copy, GatherPerm, Stride4, Stride4TwoPass, Masked, Scatter, ScanGather };
 
 // `threads` > 1: the same loop under `#pragma omp parallel for` (static schedule), what a
 // user would write to use the machine's cores; it shows what 2 threads give on this machine
@@ -109,6 +113,11 @@ class LoopInstance final : public Instance {
     switch (kind_) {
       case LoopKind::GatherPerm: perm_ = random_permutation(n, 0x5EED0002); count_ = n; break;
       case LoopKind::Stride4: count_ = (n + 3) / 4; break;
+      case LoopKind::Stride4TwoPass:
+        count_ = (n + 3) / 4;
+        staged_ = HostBuf(count_ * s_.row_bytes());
+        std::memset(staged_.p, 0, count_ * s_.row_bytes());
+        break;
       case LoopKind::Masked:
         mask_ = random_mask(n, p_, p_ > 0.25 ? 0x5EED0050 : 0x5EED0005);
         for (uint64_t x : mask_) count_ += uint64_t(__builtin_popcountll(x));
@@ -150,6 +159,15 @@ class LoopInstance final : public Instance {
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
         for (uint64_t i = 0; i < n; i += 4) copy_row<T, L>(d + i * w, s + i * w, lanes);
         break;
+      case LoopKind::Stride4TwoPass: {
+        T* __restrict t = staged_.as<T>();
+        const uint64_t m = count_;
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+        for (uint64_t j = 0; j < m; ++j) copy_row<T, L>(t + j * w, s + 4 * j * w, lanes);
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+        for (uint64_t j = 0; j < m; ++j) copy_row<T, L>(d + 4 * j * w, t + j * w, lanes);
+        break;
+      }
       case LoopKind::Masked: {
         const uint64_t* m = mask_.data();
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
@@ -181,7 +199,8 @@ class LoopInstance final : public Instance {
       switch (kind_) {
         case LoopKind::Copy: ok = row_eq(i, i); break;
         case LoopKind::GatherPerm: ok = row_eq(i, perm_[i]); break;
-        case LoopKind::Stride4: ok = i % 4 ? d[i * w] == T(value_of(2, i, 0)) : row_eq(i, i); break;
+        case LoopKind::Stride4:
+        case LoopKind::Stride4TwoPass: ok = i % 4 ? d[i * w] == T(value_of(2, i, 0)) : row_eq(i, i); break;
         case LoopKind::Masked:
           ok = mask_bit(mask_.data(), i) ? row_eq(i, i) : d[i * w] == T(value_of(2, i, 0));
           break;
@@ -205,7 +224,7 @@ class LoopInstance final : public Instance {
   double p_;
   int threads_;
   uint64_t count_ = 0;
-  HostBuf src_, dst_;
+  HostBuf src_, dst_, staged_;
   std::vector<uint32_t> perm_, idx_;
   std::vector<uint64_t> mask_, changed_at_;
 };
@@ -386,6 +405,12 @@ KP_OMP_LOOP(reg_omp_gather_perm, "gather_perm", "the gather_perm loop under omp 
             LoopKind::GatherPerm, 0.0);
 KP_OMP_LOOP(reg_omp_stride4, "gather_scatter_stride4", "the stride-4 loop under omp parallel for",
             LoopKind::Stride4, 0.0);
+// The sealed local index_map write's floor (issue 32): the same rows gathered into a staging
+// buffer, then scattered into place, both passes under omp parallel for.
+KP_OMP_LOOP(reg_omp_stride4_two_pass, "gather_scatter_stride4_two_pass",
+            "the stride-4 rows gathered into a staging buffer, then scattered into place (two omp "
+            "parallel for passes: a sealed write's floor)",
+            LoopKind::Stride4TwoPass, 0.0);
 KP_OMP_LOOP(reg_omp_masked50, "masked_p50", "the masked_p50 loop under omp parallel for",
             LoopKind::Masked, 0.5);
 KP_OMP_LOOP(reg_omp_masked05, "masked_p05", "the masked_p05 loop under omp parallel for",
