@@ -390,6 +390,11 @@ const Measurement* Runner::loop_for(const std::string& key, const Shape& s,
   // that 2 threads give this machine now (reported next to kstage's parallel figures).
   if (const BaselineDef* p = find_baseline(key, "omp_loop", Exec::Parallel))
     measure_loop(*p, key, s, params);
+  // And its two-pass form where one is registered (a gather into a staging buffer, then a
+  // scatter: the floor of a sealed write, report.py).
+  const std::string two_pass = key + "_two_pass";
+  if (const BaselineDef* p = find_baseline(two_pass, "omp_loop", Exec::Parallel))
+    measure_loop(*p, two_pass, s, params);
   return &loops_.emplace(id, m).first->second;
 }
 
