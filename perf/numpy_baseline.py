@@ -5,7 +5,7 @@
 Reads the numpy_plan.csv that kstage_perf wrote (one line per baseline key and shape that a
 kstage measurement is compared with) and measures numpy's equivalent of each, writing
 numpy.csv with the same columns as results.csv (impl = numpy, exec = serial). perf/report.py
-merges the two. The bytes convention is the one of perf/README.md: payload bytes, i.e. the
+merges the two. The bytes convention is the one of docs/performance.md: payload bytes, i.e. the
 rows the operation delivers times the row size.
 
     numpy_baseline.py RESULTS_DIR [--quick | --smoke]

@@ -571,7 +571,7 @@ def main():
               "peak RSS %s MiB, working-set cap %s GiB. Every ratio compares numbers measured in this run "
               "at the same size: **memcpy** of the same payload bytes (warm buffers), **numpy** "
               "(perf/numpy_baseline.py) and the **plain serial C++ loop** doing the same "
-              "gather/scatter/masked copy. Bytes = payload bytes (perf/README.md).\n" % (
+              "gather/scatter/masked copy. Bytes = payload bytes (docs/performance.md).\n" % (
                   meta.get("finished", "?"), meta.get("host", "?"), meta.get("nproc", "?"),
                   meta.get("kokkos_host_concurrency", "?"), meta.get("seconds", "?"),
                   meta.get("peak_rss_mib", "?"), meta.get("mem_cap_gib", "?")))

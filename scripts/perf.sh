@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The kstage performance suite, in one command (perf/README.md explains what it measures):
+# The kstage performance suite, in one command (docs/performance.md explains what it measures):
 #
 #   scripts/perf.sh                 the full grid (rows 1e3..1e8, lanes 1/3/16, float32/float64)
 #   scripts/perf.sh --quick         the short grid; well under two minutes on the 2-core dev machine

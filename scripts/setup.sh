@@ -18,7 +18,7 @@
 # dpkg-deb -x into the cache, never installed into the system.
 #
 # Optional (only with `--perf` or KSTAGE_SETUP_PERF=1; the default setup never does it):
-#   - a Python virtual environment for the perf suite (perf/README.md) in $KSTAGE_DEPS_DIR/venv,
+#   - a Python virtual environment for the perf suite (docs/performance.md) in $KSTAGE_DEPS_DIR/venv,
 #     made with `python3 -m venv`, with numpy and matplotlib from the machine's configured pip
 #     index (Debian's python3-venv is installed with apt-get when the venv module is missing).
 # Optional (only with `--jax` or KSTAGE_SETUP_JAX=1; scripts/test.sh passes it for the
@@ -34,7 +34,7 @@
 #     numpy, pytest, nanobind, scikit-build-core, matplotlib and jax[cpu] (the pinned jax) from
 #     the machine's configured pip index: for a developer build of the extension
 #     (cmake -DKSTAGE_BUILD_PYTHON=ON -DPython_EXECUTABLE=$KSTAGE_DEPS_DIR/python-venv/bin/python)
-#     and for `pip install --no-build-isolation` (README.md, "Python").
+#     and for `pip install --no-build-isolation` (docs/python.md).
 #
 # Optional (only with `--fuzz` or KSTAGE_SETUP_FUZZ=1): the fuzz leg (tests/fuzz, preset `fuzz`)
 #   - clang-14 and libclang-rt-14-dev (libFuzzer, sanitizer runtimes), installed with apt-get

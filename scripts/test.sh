@@ -35,7 +35,7 @@
 #             python_jax_interop; not with KSTAGE_TEST_JAX=0), both with the venv that
 #             `scripts/setup.sh --python` makes (nanobind, numpy, pytest, jax[cpu], matplotlib
 #             from the machine's pip index; ~20 s the first time).
-#   python    the Python package (pyproject.toml, python/), installed as README.md tells users:
+#   python    the Python package (pyproject.toml, python/), installed as docs/python.md tells users:
 #             `scripts/setup.sh --python` (python3's headers), then a FRESH venv build/python-venv
 #             (python3 -m venv) and `pip install "<repo>[test]"` into it, with pip's build
 #             isolation (scikit-build-core and nanobind come from the pip index) and the
@@ -47,8 +47,9 @@
 #             (each skipped with a message if it does not exist). Not a CMake preset; about
 #             1.5 minutes on 2 cores (logs: build/test-logs/python-*.log).
 # The default (KSTAGE_TEST_PRESETS unset) is "default python asan tsan fuzz cuda hip". On 2 cores
-# it takes about 44 minutes with the dependencies cached (measured: default 423 s, python 103,
-# asan 714, tsan 664, fuzz 103, cuda 439, hip 169; see the timings printed at the end).
+# it takes about 40 minutes with the dependencies cached (measured 2026-12-02, every program
+# rebuilt: default 321 s, python 118, asan 658, tsan 420, fuzz 163, cuda about 440, hip 231;
+# see the timings printed at the end).
 #
 # Exits non-zero if any step of any preset fails.
 set -euo pipefail

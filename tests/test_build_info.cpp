@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // kstage_build_info: what the library was built with and runs on, checked against what CMake
 // knew when it configured this build (compile definitions from tests/CMakeLists.txt).
+#include "build_info_expected.h"  // KSTAGE_TEST_BACKENDS, ..._KOKKOS_VERSION, ..._HOST_EXECUTION
 #include "support.hpp"
 
 #include <map>
@@ -63,11 +64,20 @@ TEST_CASE("build info: the version, Kokkos, host execution, backends and devices
   REQUIRE(info.at("host_execution") == KSTAGE_TEST_HOST_EXECUTION);
   REQUIRE(std::stoi(info.at("host_threads")) >= 1);
   REQUIRE(info.at("backends") == KSTAGE_TEST_BACKENDS);
-  std::string devices = "host:1";
-#if defined(KSTAGE_TEST_EMULATED_DEVICE)
-  devices += " emulated:2";
-#endif
-  REQUIRE(info.at("devices") == devices);
+  // One "<backend>:<count>" per backend, in the backends' order: the host one, the emulated
+  // device two ordinals, a GPU backend what the process sees.
+  std::istringstream backends(info.at("backends")), devices(info.at("devices"));
+  std::string backend, device;
+  while (backends >> backend) {
+    REQUIRE(devices >> device);
+    INFO(device);
+    REQUIRE(device.rfind(backend + ":", 0) == 0);
+    const int count = std::stoi(device.substr(backend.size() + 1));
+    if (backend == "host") REQUIRE(count == 1);
+    else if (backend == "emulated") REQUIRE(count == 2);
+    else REQUIRE(count >= 0);
+  }
+  REQUIRE(!(devices >> device));
 }
 
 TEST_CASE("build info: the text is the calling thread's, until its next call", "[build_info][errors]") {

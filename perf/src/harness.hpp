@@ -82,7 +82,7 @@ class Instance {
   virtual void after() {}
   // "" when the data is right; otherwise what is wrong. Called once, after the first run.
   virtual std::string verify() = 0;
-  // Payload bytes one run() moves (the bandwidth convention of perf/README.md).
+  // Payload bytes one run() moves (the bandwidth convention of docs/performance.md).
   virtual double payload_bytes() const = 0;
   // Logical items one run() handles (rows, or ticks for particles); for the rate column.
   virtual double items() const { return 0; }
@@ -95,7 +95,7 @@ class Context;  // a stage with n prims, per (exec, rows); see context.hpp
 struct WorkloadDef {
   std::string name;        // "write_index_map_random"
   std::string family;      // write, seal, read, change, ragged, particles, map, dlpack
-  std::string description; // one line, for --list and perf/README.md
+  std::string description; // one line, for --list and docs/performance.md
   std::string params;      // e.g. "p=0.05", "stride=4", "len=uniform[1,7]"
   std::string loop_key;    // serial-loop baseline compared against ("" = none)
   std::string numpy_key;   // numpy baseline compared against ("" = none)

@@ -24,7 +24,7 @@
 // the 1e8-prim range to its targets: stage memory <= 1.5x the payload, and first dense write +
 // seal >= 0.7x memcpy, stated there against memcpy into fresh memory with the warm-buffer ratio
 // printed beside it (issue 16 asked for ">= 0.7x memcpy"; against warm buffers a copying first
-// write cannot reach it, see perf/README.md).
+// write cannot reach it, see docs/performance.md).
 #include "context.hpp"
 
 #include <kstage/dlpack.hpp>

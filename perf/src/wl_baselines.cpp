@@ -2,7 +2,7 @@
 // Baselines measured in the same run as kstage: memcpy (warm and into fresh memory),
 // Kokkos::deep_copy on the Serial and the OpenMP execution space, and the plain serial C++
 // loops a user would write instead of each kstage operation. Each loop moves the same payload
-// as the kstage workload that names its key (perf/README.md, "Bytes").
+// as the kstage workload that names its key (docs/performance.md, "Bytes").
 #include "harness.hpp"
 
 #include <Kokkos_Core.hpp>

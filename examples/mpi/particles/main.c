@@ -49,7 +49,7 @@
  * initialises Kokkos on that GPU. A GPU-aware MPI (--gpu-aware-mpi) is then
  * given the device buffers of the read and map groups; without one, reads
  * land on the host (target_device kDLCPU) and arrivals go in as host
- * managed tensors. See README.md, "In an MPI code".
+ * managed tensors. See docs/mpi.md.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 
