@@ -67,6 +67,11 @@ def read_meta(d):
     return meta
 
 
+def ratio(s):
+    v = fnum(s)
+    return "%.2fx" % v if v > 0 else "-"
+
+
 def shape_key(r):
     return (r["rows"], r["lanes"], r["dtype"])
 
@@ -388,6 +393,41 @@ def plots(outdir, kst, base, numpy_rows):
     return "%d plots in plots/" % made
 
 
+# ---- key figures (docs/performance.md, "Current figures") ------------------------------------------
+KEY_WORKLOADS = ["write_dense_seal", "write_index_map_random_seal", "write_index_map_local_seal",
+                 "write_mask_05_seal", "read_latest_compact", "read_shuffled_compact",
+                 "read_change_range_compact", "ragged_write_seal_mean4", "ragged_read_compact_mean4",
+                 "map_fill_unmap_seal_dense", "particles_tick"]
+
+
+def key_figures(kst):
+    """The one table of current figures docs/performance.md shows: per key workload and host
+    execution, the largest row count measured, float32 x 3 where measured (else the widest
+    float32 shape), GB/s, the ratios to memcpy and to the serial loop, and the median time."""
+    md = ["## Key figures\n",
+          "The table docs/performance.md shows (\"Current figures\"): per key workload and host execution, "
+          "the largest row count measured at float32 (3 lanes where measured).\n",
+          "| workload | exec | rows | lanes | GB/s | ratio to memcpy | ratio to serial loop | median |",
+          "|---|---|---:|---:|---:|---:|---:|---:|"]
+    any_row = False
+    for w in KEY_WORKLOADS:
+        for exec_ in ("serial", "parallel"):
+            cases = [r for r in kst if r["workload"] == w and r["exec"] == exec_ and r["dtype"] == "float32"]
+            if not cases:
+                continue
+            best = max(cases, key=lambda r: (int(r["rows"]), int(r["lanes"]) == 3, int(r["lanes"])))
+            med = fnum(best["median_s"])
+            med_s = "%.1f us" % (med * 1e6) if med < 1e-3 else "%.2f ms" % (med * 1e3)
+            md.append("| %s | %s | %s | %s | %.3f | %s | %s | %s |" % (
+                w, exec_, rows_label(best["rows"]), best["lanes"], fnum(best["gbps"]),
+                ratio(best["ratio_memcpy"]), ratio(best["ratio_loop"]), med_s))
+            any_row = True
+    if not any_row:
+        md.append("| (none of the key workloads was measured in this run) | | | | | | | |")
+    md.append("")
+    return md
+
+
 # ---- the scale workload (kstage_perf --scale: scale.csv) --------------------------------------------
 def scale_section(outdir):
     """Target lines, a plot and a markdown table from scale.csv ([], "" when there is none)."""
@@ -561,10 +601,6 @@ def main():
 
     plot_note = plots(outdir, kst, base, numpy_rows)
 
-    def ratio(s):
-        v = fnum(s)
-        return "%.2fx" % v if v > 0 else "-"
-
     md = []
     md.append("# kstage perf summary (%s mode)\n" % meta.get("mode", "?"))
     md.append("Run finished %s on `%s` (%s CPUs, Kokkos host concurrency %s), kstage_perf %s s, "
@@ -590,6 +626,10 @@ def main():
         for r in pending:
             md.append("- `%s`: SKIP (not implemented): %s" % (r["workload"], r["note"]))
         md.append("")
+    key_md = key_figures(kst)
+    md.extend(key_md)
+    with open(os.path.join(outdir, "key_figures.md"), "w") as f:
+        f.write("\n".join(key_md[2:]) + "\n")
     md.append("## kstage measurements\n")
     md.append("| workload | exec | rows | lanes | dtype | GB/s | ratio to memcpy | ratio to numpy | "
               "ratio to serial loop | median |")

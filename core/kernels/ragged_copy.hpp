@@ -32,7 +32,7 @@ struct RaggedCopyFunctor {
 // copied inline, a row of 4 to 64 bytes as two copies of 4, 8, 16 or 32 bytes that overlap
 // where the length is not twice that (shorter rows byte by byte); longer ones through the C
 // library's memcpy. A memcpy call per short row costs more than the row's copy (measured:
-// docs/perf-history.md, "Round 2, third part"); a memcpy of a constant size is plain moves.
+// CHANGELOG.md, 0.3.0, Performance); a memcpy of a constant size is plain moves.
 inline void copy_short_row(std::byte* d, const std::byte* s, size_t n) {
   if (n >= 32) {
     std::memcpy(d, s, 32);

@@ -150,7 +150,7 @@ void reg(const std::string& dist, RaggedOp op) {
   d.description = op_desc[int(op)];
   d.params = ragged_params(dist);
   d.loop_key = "ragged_pack_" + dist;
-  d.quick_max_rows = 100000;  // kstage's ragged writes cost ~0.5 us per row (docs/perf-history.md)
+  d.quick_max_rows = 100000;  // set when ragged writes cost ~0.5 us per row (CHANGELOG.md)
   d.max_rows = 1000000;
   d.numpy_key = d.loop_key;
   const double mean = mean_len(dist);
