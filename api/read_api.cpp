@@ -119,26 +119,29 @@ extern "C" {
 
 kstage_status_t kstage_group_export(kstage_stage_t stage, kstage_group_t group, uint64_t index,
                                     uint64_t flags, struct DLManagedTensorVersioned** tensor) {
-  return export_on_stream("kstage::group_export", stage, group, index, flags, 0, tensor, core::export_group_versioned);
+  return export_on_stream("kstage::group_export", stage, group, index, flags, 0, tensor,
+                          core::export_group_versioned);
 }
 
 kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, kstage_group_t group,
                                            uint64_t index, uint64_t flags,
                                            DLManagedTensor** tensor) {
-  return export_on_stream("kstage::group_export_legacy", stage, group, index, flags, 0, tensor, core::export_group_legacy);
+  return export_on_stream("kstage::group_export_legacy", stage, group, index, flags, 0, tensor,
+                          core::export_group_legacy);
 }
 
 kstage_status_t kstage_group_export_on_stream(kstage_stage_t stage, kstage_group_t group,
                                               uint64_t index, uint64_t flags, uintptr_t stream,
                                               DLManagedTensorVersioned** tensor) {
-  return export_on_stream("kstage::group_export_on_stream", stage, group, index, flags, stream, tensor,
-                          core::export_group_versioned);
+  return export_on_stream("kstage::group_export_on_stream", stage, group, index, flags, stream,
+                          tensor, core::export_group_versioned);
 }
 
 kstage_status_t kstage_group_export_legacy_on_stream(kstage_stage_t stage, kstage_group_t group,
                                                      uint64_t index, uint64_t flags,
                                                      uintptr_t stream, DLManagedTensor** tensor) {
-  return export_on_stream("kstage::group_export_legacy_on_stream", stage, group, index, flags, stream, tensor, core::export_group_legacy);
+  return export_on_stream("kstage::group_export_legacy_on_stream", stage, group, index, flags,
+                          stream, tensor, core::export_group_legacy);
 }
 
 kstage_status_t kstage_group_sync(kstage_stage_t stage, kstage_group_t group,

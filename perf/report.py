@@ -72,6 +72,11 @@ def ratio(s):
     return "%.2fx" % v if v > 0 else "-"
 
 
+def median_label(r):
+    med = fnum(r["median_s"])
+    return "%.1f us" % (med * 1e6) if med < 1e-3 else "%.2f ms" % (med * 1e3)
+
+
 def shape_key(r):
     return (r["rows"], r["lanes"], r["dtype"])
 
@@ -82,6 +87,12 @@ def evaluate(cases, ratio_field, threshold):
     vals = [(fnum(c[ratio_field]), c) for c in cases if fnum(c[ratio_field]) > 0]
     if not vals:
         return "n/a", "no measurement (baseline missing or filtered out)"
+    return judge(vals, threshold)
+
+
+def judge(vals, threshold):
+    """vals: non-empty [(ratio, kstage row)]; returns (verdict, detail): PASS when every ratio
+    reaches the threshold, with how many do, the median and the worst case."""
     passed = sum(1 for v, _ in vals if v >= threshold)
     worst_v, worst_c = min(vals, key=lambda x: x[0])
     med = statistics.median(v for v, _ in vals)
@@ -174,15 +185,11 @@ def targets(kst, pending=None, omp=None):
     if not vs_two:
         line("n/a", title, "no two-pass OpenMP loop measured in this run")
     else:
-        passed = sum(1 for v, _ in vs_two if v >= 0.8)
-        worst_v, worst_c = min(vs_two, key=lambda x: x[0])
-        d = "%d/%d cases; median %.2fx; worst %.2fx (%s %s %sx%s)" % (
-            passed, len(vs_two), statistics.median(v for v, _ in vs_two), worst_v, worst_c["workload"],
-            rows_label(worst_c["rows"]), short_dtype(worst_c["dtype"]), worst_c["lanes"])
+        v, d = judge(vs_two, 0.8)
         if vs_one:
             d += "; %.2fx the one-pass OpenMP loop (median; %.2f-%.2fx), reported" % (
                 statistics.median(vs_one), min(vs_one), max(vs_one))
-        line("PASS" if passed == len(vs_two) else "FAIL", title, d)
+        line(v, title, d)
     for names, target, what in (
             ([n for n in sparse_seal if n not in local_seal], 0.7,
              "sealed index_map (random) and mask writes"),
@@ -196,12 +203,8 @@ def targets(kst, pending=None, omp=None):
         if not vs_omp:
             line("n/a", title, "no OpenMP loop measured in this run")
             continue
-        passed = sum(1 for v, _ in vs_omp if v >= target)
-        worst_v, worst_c = min(vs_omp, key=lambda x: x[0])
-        line("PASS" if passed == len(vs_omp) else "FAIL", title,
-             "%d/%d cases; median %.2fx; worst %.2fx (%s %s %sx%s)" % (
-                 passed, len(vs_omp), statistics.median(v for v, _ in vs_omp), worst_v, worst_c["workload"],
-                 rows_label(worst_c["rows"]), short_dtype(worst_c["dtype"]), worst_c["lanes"]))
+        v, d = judge(vs_omp, target)
+        line(v, title, d)
     # Map: the cycle may cost the fill plus at most one copy of the payload:
     # t_cycle <= t_fill + t_memcpy, i.e. 1/gbps <= 1/fill_gbps + 1/memcpy_gbps; and the sealed
     # storage must be the map buffer itself (zero copies, recorded by the workload).
@@ -416,11 +419,9 @@ def key_figures(kst):
             if not cases:
                 continue
             best = max(cases, key=lambda r: (int(r["rows"]), int(r["lanes"]) == 3, int(r["lanes"])))
-            med = fnum(best["median_s"])
-            med_s = "%.1f us" % (med * 1e6) if med < 1e-3 else "%.2f ms" % (med * 1e3)
             md.append("| %s | %s | %s | %s | %.3f | %s | %s | %s |" % (
                 w, exec_, rows_label(best["rows"]), best["lanes"], fnum(best["gbps"]),
-                ratio(best["ratio_memcpy"]), ratio(best["ratio_loop"]), med_s))
+                ratio(best["ratio_memcpy"]), ratio(best["ratio_loop"]), median_label(best)))
             any_row = True
     if not any_row:
         md.append("| (none of the key workloads was measured in this run) | | | | | | | |")
@@ -635,8 +636,7 @@ def main():
               "ratio to serial loop | median |")
     md.append("|---|---|---:|---:|---|---:|---:|---:|---:|---:|")
     for r in kst:
-        med = fnum(r["median_s"])
-        med_s = "%.1f us" % (med * 1e6) if med < 1e-3 else "%.2f ms" % (med * 1e3)
+        med_s = median_label(r)
         if r["family"] == "particles" and fnum(r["rate"]) > 0:
             med_s += " (%.1f ticks/s)" % fnum(r["rate"])
         md.append("| %s | %s | %s | %s | %s | %.3f | %s | %s | %s | %s |" % (

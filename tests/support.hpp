@@ -5,6 +5,10 @@
 #pragma once
 
 #include <kstage/kstage.h>
+// A program always on the emulated device (tests/emulated) is a program of a build that has it.
+#if defined(KSTAGE_TEST_ON_EMULATED_DEVICE) && !defined(KSTAGE_TEST_EMULATED_DEVICE)
+#define KSTAGE_TEST_EMULATED_DEVICE 1
+#endif
 #if defined(KSTAGE_TEST_ON_CUDA_DEVICE)
 #include <cuda_runtime_api.h>
 #elif defined(KSTAGE_TEST_EMULATED_DEVICE)

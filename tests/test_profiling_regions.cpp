@@ -38,6 +38,19 @@ void on_kernel(const char*, const uint32_t, uint64_t* id) {
 }
 void on_kernel_end(const uint64_t) {}
 
+// The callbacks a tool would set, or none.
+void install(bool on) {
+  namespace T = Kokkos::Tools::Experimental;
+  T::set_push_region_callback(on ? on_push : nullptr);
+  T::set_pop_region_callback(on ? on_pop : nullptr);
+  T::set_begin_parallel_for_callback(on ? on_kernel : nullptr);
+  T::set_begin_parallel_reduce_callback(on ? on_kernel : nullptr);
+  T::set_begin_parallel_scan_callback(on ? on_kernel : nullptr);
+  T::set_end_parallel_for_callback(on ? on_kernel_end : nullptr);
+  T::set_end_parallel_reduce_callback(on ? on_kernel_end : nullptr);
+  T::set_end_parallel_scan_callback(on ? on_kernel_end : nullptr);
+}
+
 // Records regions and kernel launches while it lives.
 struct Recording {
   Recording() {
@@ -45,27 +58,9 @@ struct Recording {
     g_pushed.clear();
     g_unbalanced = 0;
     g_kernel_depths.clear();
-    namespace T = Kokkos::Tools::Experimental;
-    T::set_push_region_callback(on_push);
-    T::set_pop_region_callback(on_pop);
-    T::set_begin_parallel_for_callback(on_kernel);
-    T::set_begin_parallel_reduce_callback(on_kernel);
-    T::set_begin_parallel_scan_callback(on_kernel);
-    T::set_end_parallel_for_callback(on_kernel_end);
-    T::set_end_parallel_reduce_callback(on_kernel_end);
-    T::set_end_parallel_scan_callback(on_kernel_end);
+    install(true);
   }
-  ~Recording() {
-    namespace T = Kokkos::Tools::Experimental;
-    T::set_push_region_callback(nullptr);
-    T::set_pop_region_callback(nullptr);
-    T::set_begin_parallel_for_callback(nullptr);
-    T::set_begin_parallel_reduce_callback(nullptr);
-    T::set_begin_parallel_scan_callback(nullptr);
-    T::set_end_parallel_for_callback(nullptr);
-    T::set_end_parallel_reduce_callback(nullptr);
-    T::set_end_parallel_scan_callback(nullptr);
-  }
+  ~Recording() { install(false); }
   Recording(const Recording&) = delete;
   Recording& operator=(const Recording&) = delete;
   // The regions pushed since the last call, and no region open.
@@ -109,6 +104,13 @@ TEST_CASE("every operation pushes its kstage:: region and pops it, kernels insid
   kstage_query_t rq = 0;
   KS_OK(kstage_query_range(s.stage, first, 0, 4, 1, &rq));
   expect("kstage::query_range");
+  kstage_path_list_t list = 0;
+  KS_OK(kstage_query_get_paths(s.stage, q, &list));
+  expect("kstage::query_get_paths");
+  KS_OK(kstage_path_list_release(s.stage, list));
+  KS_OK(kstage_path_list_create(s.stage, paths, 3, &list));
+  expect("kstage::path_list_create");
+  KS_OK(kstage_path_list_release(s.stage, list));
 
   const kstage_token_t a = s.token("a"), b = s.token("b");
   std::vector<float> v = {1, 2, 3};
@@ -147,6 +149,12 @@ TEST_CASE("every operation pushes its kstage:: region and pops it, kernels insid
   DLManagedTensor* legacy = nullptr;
   KS_OK(kstage_group_export_legacy(s.stage, g.handle, 0, 0, &legacy));
   expect("kstage::group_export_legacy");
+  legacy->deleter(legacy);
+  KS_OK(kstage_group_export_on_stream(s.stage, g.handle, 0, KSTAGE_EXPORT_READ_ONLY, 0, &e));
+  expect("kstage::group_export_on_stream");
+  e->deleter(e);
+  KS_OK(kstage_group_export_legacy_on_stream(s.stage, g.handle, 0, 0, 0, &legacy));
+  expect("kstage::group_export_legacy_on_stream");
   legacy->deleter(legacy);
   KS_OK(kstage_group_sync(s.stage, g.handle, kstage_device_sync_t{0, 0}));
   expect("kstage::group_sync");

@@ -189,8 +189,6 @@ const uint64_t* device_mask_arg(nb::handle obj, nb::handle stream, Payload& payl
 }
 
 // mask: a bool array (one entry per logical element, packed here) or uint64 words (bit i%64 of
-// word i/64; count required).
-// mask: a bool array (one entry per logical element, packed here) or uint64 words (bit i%64 of
 // word i/64; count required), copied for the same reason as index_map.
 const uint64_t* mask_arg(nb::handle obj, Payload& payload, uint64_t& elements, bool& words) {
   nb::object a = numpy_1d(obj, "mask");
