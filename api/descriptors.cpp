@@ -27,8 +27,8 @@ struct Layout<kstage_config_t> {
 template <>
 struct Layout<kstage_write_data_t> {
   static constexpr const char* name = "kstage_write_data_t";
-  // 0.1; 0.2 legacy_managed_tensors; 0.3 residency; 0.4 selection_device.
-  static constexpr size_t layouts[] = {80, 88, 96, 104};
+  // 0.1; 0.2 legacy_managed_tensors; 0.3 residency; 0.4 selection_device, index_map64.
+  static constexpr size_t layouts[] = {80, 88, 96, 112};
   static constexpr size_t first = layouts[0];
 };
 template <>
@@ -60,7 +60,7 @@ constexpr size_t last_layout() {
 static_assert(sizeof(kstage_config_t) ==
               offsetof(kstage_config_t, residency) + sizeof(DLDevice));
 static_assert(sizeof(kstage_write_data_t) ==
-              offsetof(kstage_write_data_t, selection_device) + sizeof(DLDevice));
+              offsetof(kstage_write_data_t, index_map64) + sizeof(void*));
 static_assert(sizeof(kstage_read_desc_t) ==
               offsetof(kstage_read_desc_t, max_group_prims) + sizeof(uint64_t));
 static_assert(offsetof(kstage_read_desc_t, max_group_prims) == Layout<kstage_read_desc_t>::first,

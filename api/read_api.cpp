@@ -88,9 +88,9 @@ kstage_status_t kstage_release_read(kstage_stage_t stage, kstage_read_t read) {
 #include "core/group_export.hpp"
 
 namespace {
-// The export of a group, to a consumer's stream when `stream` is not 0: ordered after the
-// group's data, released after the consumer's work (host groups: stream 0 only, checked by
-// sync_consumer). The plain exports are stream 0.
+// The export of a group (`make(group, source, index, flags)`), to a consumer's stream when
+// `stream` is not 0: ordered after the group's data, released after the consumer's work (host
+// groups: stream 0 only, checked by sync_consumer). The plain exports are stream 0.
 template <class Export, class Out>
 kstage_status_t export_on_stream(const char* region, kstage_stage_t stage, kstage_group_t group,
                                  uint64_t index, uint64_t flags, uintptr_t stream, Out** tensor,
@@ -109,9 +109,15 @@ kstage_status_t export_on_stream(const char* region, kstage_stage_t stage, kstag
         source.release_stream = stream;
       }
     }
-    KSTAGE_ASSIGN_OR_RETURN(*tensor, make(source, index, flags));
+    KSTAGE_ASSIGN_OR_RETURN(*tensor, make(*g, source, index, flags));
     return Status::OK();
   });
+}
+// A tensor export as export_on_stream's `make`.
+template <class F>
+auto tensor_export(F export_tensor) {
+  return [export_tensor](const core::ReadGroup&, const core::ExportSource& source, uint64_t index,
+                         uint64_t flags) { return export_tensor(source, index, flags); };
 }
 }  // namespace
 
@@ -120,28 +126,36 @@ extern "C" {
 kstage_status_t kstage_group_export(kstage_stage_t stage, kstage_group_t group, uint64_t index,
                                     uint64_t flags, struct DLManagedTensorVersioned** tensor) {
   return export_on_stream("kstage::group_export", stage, group, index, flags, 0, tensor,
-                          core::export_group_versioned);
+                          tensor_export(core::export_group_versioned));
 }
 
 kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, kstage_group_t group,
                                            uint64_t index, uint64_t flags,
                                            DLManagedTensor** tensor) {
   return export_on_stream("kstage::group_export_legacy", stage, group, index, flags, 0, tensor,
-                          core::export_group_legacy);
+                          tensor_export(core::export_group_legacy));
 }
 
 kstage_status_t kstage_group_export_on_stream(kstage_stage_t stage, kstage_group_t group,
                                               uint64_t index, uint64_t flags, uintptr_t stream,
                                               DLManagedTensorVersioned** tensor) {
   return export_on_stream("kstage::group_export_on_stream", stage, group, index, flags, stream,
-                          tensor, core::export_group_versioned);
+                          tensor, tensor_export(core::export_group_versioned));
 }
 
 kstage_status_t kstage_group_export_legacy_on_stream(kstage_stage_t stage, kstage_group_t group,
                                                      uint64_t index, uint64_t flags,
                                                      uintptr_t stream, DLManagedTensor** tensor) {
   return export_on_stream("kstage::group_export_legacy_on_stream", stage, group, index, flags,
-                          stream, tensor, core::export_group_legacy);
+                          stream, tensor, tensor_export(core::export_group_legacy));
+}
+
+kstage_status_t kstage_group_export_index_map(kstage_stage_t stage, kstage_group_t group,
+                                              uintptr_t stream,
+                                              DLManagedTensorVersioned** tensor) {
+  return export_on_stream("kstage::group_export_index_map", stage, group, 0, 0, stream, tensor,
+                          [](const core::ReadGroup& g, const core::ExportSource& source, uint64_t,
+                             uint64_t) { return core::export_index_map(g, source); });
 }
 
 kstage_status_t kstage_group_sync(kstage_stage_t stage, kstage_group_t group,

@@ -62,14 +62,19 @@ class MaskSelection {
 class IndexCheck {
  public:
   static constexpr uint64_t kNone = UINT64_MAX;
+  // The lowest entry out of range (position kNone: none) and its value.
+  struct Bad {
+    uint64_t position = kNone;
+    int64_t value = 0;
+  };
   virtual ~IndexCheck() = default;
-  // Waits for the checking kernel, then kNone, or (i << 32) | index[i] for the lowest i whose
-  // entry was out of range. KSTAGE_DEVICE_ERROR when the device failed the work.
-  virtual Result<uint64_t> first_bad() const = 0;
+  // Waits for the checking kernel, then what it found. KSTAGE_DEVICE_ERROR when the device
+  // failed the work.
+  virtual Result<Bad> first_bad() const = 0;
   // A check with nothing to check (no entries).
   static std::shared_ptr<const IndexCheck> passed() {
     struct Passed final : IndexCheck {
-      Result<uint64_t> first_bad() const override { return kNone; }
+      Result<Bad> first_bad() const override { return Bad{}; }
     };
     return std::make_shared<Passed>();
   }

@@ -57,6 +57,7 @@ struct StagedRows {
   std::shared_ptr<const IndexCheck> index_check;
   uint64_t index_rows = 0;
   const char* index_rows_from = "";
+  const char* index_map_name = "index_map";  // or "index_map64": for the check's message
 
   const uint32_t* source_rows() const {
     return source_index ? reinterpret_cast<const uint32_t*>(source_index->data()) : nullptr;

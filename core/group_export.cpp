@@ -9,6 +9,7 @@ namespace {
 // What one export owns: the snapshot buffer and the shape/strides arrays.
 struct ExportContext {
   BufferPtr buffer;
+  std::shared_ptr<const std::vector<uint32_t>> host_index;  // an exported host index map
   int64_t shape[2];
   int64_t strides[2];
   std::shared_ptr<const StreamRelease> after;  // releases after the consumer's stream, when set
@@ -121,6 +122,41 @@ Result<DLManagedTensor*> export_group_legacy(const ExportSource& g, uint64_t ind
   auto ctx = fill(g, index, out->dl_tensor);
   out->manager_ctx = ctx.release();
   out->deleter = [](DLManagedTensor* self) {
+    ExportContext::release(static_cast<ExportContext*>(self->manager_ctx));
+    delete self;
+  };
+  return out.release();
+}
+
+Result<DLManagedTensorVersioned*> export_index_map(const ReadGroup& g, const ExportSource& group) {
+  if (g.desc.is_delete)
+    return error(KSTAGE_INVALID_ARGUMENT, "a tombstone group has no index_map to export");
+  if (g.desc.data.index_map == nullptr)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "the group has no index_map: its tensor's rows are its prims, in order");
+  auto out = std::make_unique<DLManagedTensorVersioned>();
+  auto ctx = std::make_unique<ExportContext>();
+  if (g.device_index) {
+    ctx->buffer = g.device_index;
+    ctx->after = group.release;
+    ctx->after_stream = group.release_stream;
+  } else {
+    ctx->host_index = g.index_map;
+  }
+  ctx->shape[0] = int64_t(g.desc.prim_count);
+  ctx->strides[0] = 1;
+  DLTensor& t = out->dl_tensor;
+  t.data = g.desc.prim_count > 0 ? const_cast<uint32_t*>(g.desc.data.index_map) : nullptr;
+  t.device = g.device_index ? g.tensors[0].device : DLDevice{kDLCPU, 0};
+  t.ndim = 1;
+  t.dtype = DLDataType{kDLUInt, 32, 1};
+  t.shape = ctx->shape;
+  t.strides = ctx->strides;
+  t.byte_offset = 0;
+  out->version = DLPackVersion{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
+  out->flags = DLPACK_FLAG_BITMASK_READ_ONLY;  // the column's row map, shared
+  out->manager_ctx = ctx.release();
+  out->deleter = [](DLManagedTensorVersioned* self) {
     ExportContext::release(static_cast<ExportContext*>(self->manager_ctx));
     delete self;
   };

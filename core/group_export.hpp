@@ -26,4 +26,11 @@ Result<DLManagedTensorVersioned*> export_group_versioned(const ExportSource& gro
 Result<DLManagedTensor*> export_group_legacy(const ExportSource& group, uint64_t index,
                                              uint64_t flags);
 
+// The group's index map (prim i's row of its tensor) as a read-only one-dimensional uint32
+// tensor of its prim count, in the memory that holds it: the group's device for a read that
+// asked for device index maps of a device column (ReadGroup::device_index), else the host. It
+// keeps the map alive until its deleter runs, released after `stream`'s work as `group` says
+// (kstage_group_export_index_map).
+Result<DLManagedTensorVersioned*> export_index_map(const ReadGroup& g, const ExportSource& group);
+
 }  // namespace kstage::core

@@ -167,7 +167,7 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
     const StagedRows& rows = staged[i].rows;
     if (!rows.index_check) continue;
     if (!check) check = std::make_shared<WriteCheck>();
-    check->add(rows.index_check, rows.index_rows, rows.index_rows_from,
+    check->add(rows.index_check, rows.index_map_name, rows.index_rows, rows.index_rows_from,
                n == 1 ? std::string()
                       : format("data[%llu] ('%s'): ", (unsigned long long)i,
                                token_name(attributes[i]).c_str()));

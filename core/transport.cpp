@@ -46,8 +46,18 @@ Result<BufferPtr> compact_copy(const SourceTensor& s, Backend& backend) {
 struct Selection {
   uint64_t count = 0;            // logical elements addressed: query prims [0, count)
   const uint64_t* mask = nullptr;  // set only when some of the first `count` bits are clear
+  // The index map as uint32 entries, read by the host's code and kernels: the caller's
+  // index_map, or a host index_map64 converted (`converted`). Null for a device index_map64,
+  // which only the device's gather reads.
   const uint32_t* index_map = nullptr;
-  // The index_map is device memory (selection_device): read and checked on the device only.
+  // The caller's index_map64: its values name bad entries; a device one is the gather's index.
+  const int64_t* index_map64 = nullptr;
+  // A host index_map64's entries as uint32, an entry outside [0, 2^32) as UINT32_MAX (out of
+  // range of every row count below 2^32); the first such entry is `first_wide`.
+  BufferPtr converted;
+  size_t first_wide = SIZE_MAX;
+  // The index map or mask is device memory (selection_device): read and checked on the device
+  // only.
   bool on_device = false;
   size_t selected = 0;           // mask: set bits among the first `count`
   // A mask with some bits clear: the selected element ids (host memory);
@@ -58,16 +68,64 @@ struct Selection {
     return subset ? reinterpret_cast<const uint32_t*>(subset->data()) : nullptr;
   }
   size_t targets() const { return mask ? selected : size_t(count); }
+  bool indexed() const { return index_map != nullptr || index_map64 != nullptr; }
+  const char* map_name() const { return index_map64 ? "index_map64" : "index_map"; }
 };
 
-Result<Selection> select(const kstage_write_data_t& d, uint64_t query_count) {
+// A host index_map64 as uint32 entries (Selection::converted), in parallel chunks on a parallel
+// host; an entry outside [0, 2^32) becomes UINT32_MAX, and the first one is `first_wide`.
+Status convert_index_map64(Selection& sel, Backend& host) {
+  const size_t n = size_t(sel.count);
+  KSTAGE_ASSIGN_OR_RETURN(sel.converted, host.allocate(std::max<size_t>(n * sizeof(uint32_t), 1)));
+  struct Convert {
+    const int64_t* from;
+    uint32_t* to;
+    std::atomic<size_t> first_wide;
+  } convert{sel.index_map64, reinterpret_cast<uint32_t*>(sel.converted->data()), {SIZE_MAX}};
+  host.host_for(
+      n,
+      [](const void* context, size_t begin, size_t end) {
+        auto& c = *static_cast<Convert*>(const_cast<void*>(context));
+        bool wide = false;
+        for (size_t k = begin; k < end; ++k) {
+          const uint64_t v = uint64_t(c.from[k]);  // a negative entry: above 2^63
+          wide |= v > UINT32_MAX;
+          c.to[k] = v > UINT32_MAX ? UINT32_MAX : uint32_t(v);
+        }
+        if (!wide) return;
+        size_t k = begin;
+        while (uint64_t(c.from[k]) <= UINT32_MAX) ++k;
+        size_t seen = c.first_wide.load();
+        while (k < seen && !c.first_wide.compare_exchange_weak(seen, k)) {
+        }
+      },
+      &convert);
+  sel.first_wide = convert.first_wide.load();
+  sel.index_map = reinterpret_cast<const uint32_t*>(sel.converted->data());
+  return Status::OK();
+}
+
+// An index_map64 entry no row count kstage takes can hold (below 0, or 2^32 and above).
+Status wide_entry_error(const Selection& sel) {
+  return error(KSTAGE_INVALID_ARGUMENT,
+               "index_map64[%zu] = %lld is not a source row kstage can address (0 <= row < 2^32)",
+               sel.first_wide, (long long)sel.index_map64[sel.first_wide]);
+}
+
+Result<Selection> select(const kstage_write_data_t& d, uint64_t query_count, Backend& host) {
   Selection sel;
-  if (d.index_map && d.mask)
-    return error(KSTAGE_INVALID_ARGUMENT, "index_map and mask are mutually exclusive; pass one");
-  if ((d.index_map || d.mask) && d.count == 0)
+  if (int(d.index_map != nullptr) + int(d.index_map64 != nullptr) + int(d.mask != nullptr) > 1)
+    return error(KSTAGE_INVALID_ARGUMENT, "%s are mutually exclusive; pass one",
+                 !d.mask              ? "index_map and index_map64"
+                 : d.index_map64 && d.index_map ? "index_map, index_map64 and mask"
+                 : d.index_map64      ? "index_map64 and mask"
+                                      : "index_map and mask");
+  const char* const map = d.index_map64 ? "index_map64" : "index_map";
+  if ((d.index_map || d.index_map64 || d.mask) && d.count == 0)
     return error(KSTAGE_INVALID_ARGUMENT,
-                 "count must be non-zero when index_map or mask is supplied (count = 0 means "
-                 "every prim of the query, which is never what a sparse write means)");
+                 "count must be non-zero when %s is supplied (count = 0 means every prim of the "
+                 "query, which is never what a sparse write means)",
+                 d.mask ? "a mask" : map);
   if (d.count > query_count)
     return error(KSTAGE_INVALID_ARGUMENT, "count %llu exceeds the query's %llu prims",
                  (unsigned long long)d.count, (unsigned long long)query_count);
@@ -76,14 +134,17 @@ Result<Selection> select(const kstage_write_data_t& d, uint64_t query_count) {
     return error(KSTAGE_INVALID_ARGUMENT, "count %llu exceeds 2^32-1 rows",
                  (unsigned long long)sel.count);
   sel.index_map = d.index_map;
+  sel.index_map64 = d.index_map64;
   const DLDevice where = d.selection_device;
-  sel.on_device = (d.index_map || d.mask) && where.device_type != 0 && where.device_type != kDLCPU;
+  sel.on_device = (d.index_map || d.index_map64 || d.mask) && where.device_type != 0 &&
+                  where.device_type != kDLCPU;
   if (sel.on_device && d.is_array)
     return error(KSTAGE_NOT_SUPPORTED,
                  "%s in device memory (selection_device %s:%d) for an array attribute is not "
                  "supported yet (fixed-size attributes take one); pass a host %s",
-                 d.mask ? "mask" : "index_map", device_type_name(where.device_type),
-                 int(where.device_id), d.mask ? "mask" : "index_map");
+                 d.mask ? "mask" : map, device_type_name(where.device_type),
+                 int(where.device_id), d.mask ? "mask" : map);
+  if (d.index_map64 && !sel.on_device) KSTAGE_RETURN_NOT_OK(convert_index_map64(sel, host));
   if (sel.on_device && d.mask) {
     // Read on the device only: every element may be selected until the host learns the
     // selection (MaskSelection), when the write is sealed or its prim mode is checked.
@@ -109,10 +170,11 @@ Status select_masked(Selection& sel, Backend& host) {
 }
 
 Status index_map_error(const Selection& sel, size_t i, uint64_t rows, const char* rows_from) {
+  const long long value = sel.index_map64 ? (long long)sel.index_map64[i] : (long long)sel.index_map[i];
   return error(KSTAGE_INVALID_ARGUMENT,
-               "index_map[%zu] = %u references a source row outside the transported row count "
-               "%llu (%s)",
-               i, sel.index_map[i], (unsigned long long)rows, rows_from);
+               "%s[%zu] = %lld references a source row outside the transported row count %llu "
+               "(%s)",
+               sel.map_name(), i, value, (unsigned long long)rows, rows_from);
 }
 
 // Without an index_map, source row i feeds target element i: the source must
@@ -129,9 +191,10 @@ Status check_row_count(const kstage_write_data_t& d, const Selection& sel, uint6
 }
 
 // Source rows the index_map requires: one past its highest entry.
-uint64_t index_map_rows(const kstage_write_data_t& d, uint64_t count) {
+uint64_t index_map_rows(const Selection& sel) {
   uint64_t hi = 0;
-  for (uint64_t i = 0; i < count; ++i) hi = std::max<uint64_t>(hi, uint64_t(d.index_map[i]) + 1);
+  for (uint64_t i = 0; i < sel.count; ++i)
+    hi = std::max<uint64_t>(hi, uint64_t(sel.index_map[i]) + 1);
   return hi;
 }
 
@@ -152,7 +215,7 @@ bool readable_in_place(const SourceTensor& s, const Backend& backend) {
 // A managed tensor can be the staged buffer itself when it already is what
 // staging would produce: those rows, in order, one per target.
 bool adoptable(const SourceTensor& s, const Selection& sel, const Backend& backend) {
-  return !sel.mask && !sel.index_map && s.rows == sel.count && readable_in_place(s, backend);
+  return !sel.mask && !sel.indexed() && s.rows == sel.count && readable_in_place(s, backend);
 }
 
 // A sparse write's managed tensor can be kept as it is, its rows read by the
@@ -160,7 +223,7 @@ bool adoptable(const SourceTensor& s, const Selection& sel, const Backend& backe
 // kernel then reads the selection from host memory) and its rows are compact
 // and aligned.
 bool sparse_adoptable(const SourceTensor& s, const Selection& sel, const Backend& backend) {
-  return (sel.mask || sel.index_map) && sel.targets() > 0 && backend.synchronous() &&
+  return (sel.mask || sel.indexed()) && sel.targets() > 0 && backend.synchronous() &&
          readable_in_place(s, backend);
 }
 
@@ -243,7 +306,7 @@ Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor&
                                Backend& backend, Backend& host, const DLTensor* tensor,
                                ManagedTensors* managed) {
   static const char* const kRowsFrom = "shape[0] of the tensor";
-  if (!sel.index_map) KSTAGE_RETURN_NOT_OK(check_row_count(d, sel, s.rows, kRowsFrom));
+  if (!sel.indexed()) KSTAGE_RETURN_NOT_OK(check_row_count(d, sel, s.rows, kRowsFrom));
   StagedRows out;
   const size_t n = sel.targets();
   out.n = n;
@@ -322,7 +385,7 @@ Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor&
     backend.masked_gather(g);
     return out;
   }
-  if (!sel.index_map && stride == int64_t(s.row_bytes)) {
+  if (!sel.indexed() && stride == int64_t(s.row_bytes)) {
     backend.copy_bytes(out.data->data(), src, n * s.row_bytes);
     return out;
   }
@@ -333,15 +396,17 @@ Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor&
   c.src_stride = stride;
   c.n = n;
   c.row_bytes = s.row_bytes;
-  if (!sel.index_map) {
+  if (!sel.indexed()) {
     backend.row_copy(c);
     return out;
   }
   c.src_index = sel.index_map;
-  if (sel.on_device) {  // read in place, checked on the device: the op reports a bad entry
+  if (sel.on_device) {
+    c.src_index64 = sel.index_map64;  // a device index_map64: read as int64  // read in place, checked on the device: the op reports a bad entry
     KSTAGE_ASSIGN_OR_RETURN(out.index_check, backend.checked_gather_resident(c, s.rows));
     out.index_rows = s.rows;
     out.index_rows_from = kRowsFrom;
+    out.index_map_name = sel.map_name();
     return out;
   }
   const size_t bad = backend.checked_gather(c, s.rows);
@@ -512,10 +577,10 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   const kstage_write_data_t& d = *r.data;
   const char* attr = r.attribute_name.c_str();
   Selection sel;
-  KSTAGE_ASSIGN_OR_RETURN(sel, select(d, r.prims->size()));
+  KSTAGE_ASSIGN_OR_RETURN(sel, select(d, r.prims->size(), backends.host()));
   // One tensor per source row and no index_map: exactly one per addressed
   // prim. More than that is refused before tensor_count sizes anything.
-  if (d.is_array && !d.index_map && d.tensor_count > std::max<uint64_t>(sel.count, 1) &&
+  if (d.is_array && !sel.indexed() && d.tensor_count > std::max<uint64_t>(sel.count, 1) &&
       sources(d) == 1)
     KSTAGE_RETURN_NOT_OK(
         check_row_count(d, sel, d.tensor_count, "tensor_count, one tensor per row"));
@@ -529,7 +594,7 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   KSTAGE_RETURN_NOT_OK(decode_source_tensor(tensors[0], kind, 0, first));
   const size_t n_tensors = tensors.size();
   ArrayRows rows;
-  rows.in_order = d.is_array && !d.index_map && !sel.mask && !(n_tensors == 1 && sel.count > 1);
+  rows.in_order = d.is_array && !sel.indexed() && !sel.mask && !(n_tensors == 1 && sel.count > 1);
   if (d.is_array) {  // filled in order below: reserved, not zeroed first
     rows.ptr.reserve(n_tensors);
     if (rows.in_order) {
@@ -627,6 +692,7 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   // it: what can be checked without reading it is checked here.
   if (sel.on_device) {
     const DLDevice where = d.selection_device, column = out.backend->device();
+    const char* const what = d.mask ? "mask" : sel.map_name();
     if (where.device_type != first.device.device_type || where.device_id != first.device.device_id)
       return error(KSTAGE_INVALID_ARGUMENT,
                    "selection_device is %s:%d but %s is on %s:%d: a device index_map or mask "
@@ -638,23 +704,26 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
       return error(KSTAGE_INVALID_ARGUMENT,
                    "the %s is on %s:%d (selection_device) but column '%s' lives on %s:%d, "
                    "whose kernels cannot read it: a device %s must be on the column's device",
-                   d.index_map ? "index_map" : "mask", device_type_name(where.device_type),
-                   int(where.device_id), attr,
-                   device_type_name(column.device_type), int(column.device_id),
-                   d.index_map ? "index_map" : "mask");
-    KSTAGE_RETURN_NOT_OK(out.backend->check_memory(d.index_map ? static_cast<const void*>(d.index_map)
-                                                                : static_cast<const void*>(d.mask),
-                                                   where, d.index_map ? "index_map" : "mask"));
+                   what, device_type_name(where.device_type), int(where.device_id), attr,
+                   device_type_name(column.device_type), int(column.device_id), what);
+    const void* selection = d.index_map     ? static_cast<const void*>(d.index_map)
+                            : d.index_map64 ? static_cast<const void*>(d.index_map64)
+                                            : static_cast<const void*>(d.mask);
+    KSTAGE_RETURN_NOT_OK(out.backend->check_memory(selection, where, what));
   }
   // Checks that move no data come first, so that a rejected write queues nothing.
   uint64_t wanted = 0;
   bool packed = false;
+  // A host index_map64 entry outside [0, 2^32) is out of range of every row count below 2^32,
+  // which the row checks then find; an array write's packed rows are counted from the entries.
+  if (sel.first_wide != SIZE_MAX && (d.is_array || first.rows > UINT32_MAX))
+    return wide_entry_error(sel);
   if (!d.is_array) {
-    if (!sel.index_map)
+    if (!sel.indexed())
       KSTAGE_RETURN_NOT_OK(check_row_count(d, sel, first.rows, "shape[0] of the tensor"));
   } else {
     // One tensor and more than one source row: a packed tensor, cut evenly.
-    wanted = d.index_map ? index_map_rows(d, sel.count) : sel.count;
+    wanted = sel.indexed() ? index_map_rows(sel) : sel.count;
     packed = n_tensors == 1 && wanted > 1;
     const uint64_t source_rows = packed ? wanted : n_tensors;
     const char* rows_from =
@@ -664,7 +733,9 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
                    "packed tensor of %llu elements does not divide evenly across %llu source "
                    "row(s) (%s)",
                    (unsigned long long)first.rows, (unsigned long long)wanted,
-                   d.index_map ? "from the highest index_map entry" : "from count");
+                   sel.index_map64 ? "from the highest index_map64 entry"
+                   : sel.index_map ? "from the highest index_map entry"
+                                   : "from count");
     KSTAGE_RETURN_NOT_OK(sel.index_map ? check_index_map(sel, source_rows, rows_from)
                                        : check_row_count(d, sel, source_rows, rows_from));
   }
@@ -675,7 +746,7 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   KSTAGE_RETURN_NOT_OK(ordered.order_after(d.device_sync, "device_sync"));
 
   const bool dense_to_device = !d.is_array && stager != out.backend && stager->synchronous() &&
-                               !d.mask && !d.index_map &&
+                               !d.mask && !sel.indexed() &&
                                first.layout == SourceTensor::Layout::Compact &&
                                first.rows == sel.count;
   if (dense_to_device) {

@@ -18,9 +18,10 @@ class WriteCheck {
  public:
   // `rows` and `rows_from`: the source row count the entries were checked against and where it
   // came from; `prefix` names the write in a batch call ("data[1] ('vel'): "), or is empty.
-  void add(std::shared_ptr<const IndexCheck> check, uint64_t rows, const char* rows_from,
-           std::string prefix) {
-    entries_.push_back(Entry{std::move(check), rows, rows_from, std::move(prefix)});
+  // `map`: "index_map" or "index_map64".
+  void add(std::shared_ptr<const IndexCheck> check, const char* map, uint64_t rows,
+           const char* rows_from, std::string prefix) {
+    entries_.push_back(Entry{std::move(check), map, rows, rows_from, std::move(prefix)});
   }
   bool empty() const { return entries_.empty(); }
 
@@ -39,20 +40,21 @@ class WriteCheck {
  private:
   struct Entry {
     std::shared_ptr<const IndexCheck> check;
+    const char* map;
     uint64_t rows;
     const char* rows_from;
     std::string prefix;
   };
   Status evaluate() const {
     for (const Entry& e : entries_) {
-      Result<uint64_t> bad = e.check->first_bad();
+      Result<IndexCheck::Bad> bad = e.check->first_bad();
       if (!bad.ok()) return Status(bad.status().code(), e.prefix + bad.status().message());
-      if (bad.value() == IndexCheck::kNone) continue;
+      if (bad.value().position == IndexCheck::kNone) continue;
       return error(KSTAGE_INVALID_ARGUMENT,
-                   "%sindex_map[%llu] = %u references a source row outside the transported row "
+                   "%s%s[%llu] = %lld references a source row outside the transported row "
                    "count %llu (%s); checked on the device: the write was not applied",
-                   e.prefix.c_str(), (unsigned long long)(bad.value() >> 32),
-                   unsigned(bad.value() & 0xffffffffu), (unsigned long long)e.rows, e.rows_from);
+                   e.prefix.c_str(), e.map, (unsigned long long)bad.value().position,
+                   (long long)bad.value().value, (unsigned long long)e.rows, e.rows_from);
     }
     return Status::OK();
   }

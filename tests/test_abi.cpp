@@ -30,9 +30,10 @@ static_assert(offsetof(kstage_write_data_t, reserved) == 73);
 // 0.2 appended legacy_managed_tensors after the first layout's 80 bytes.
 static_assert(offsetof(kstage_write_data_t, legacy_managed_tensors) == 80);
 static_assert(offsetof(kstage_write_data_t, residency) == 88);
-// 0.4 appended selection_device.
+// 0.4 appended selection_device and index_map64.
 static_assert(offsetof(kstage_write_data_t, selection_device) == 96);
-static_assert(sizeof(kstage_write_data_t) == 104);
+static_assert(offsetof(kstage_write_data_t, index_map64) == 104);
+static_assert(sizeof(kstage_write_data_t) == 112);
 
 static_assert(offsetof(kstage_read_desc_t, struct_size) == 0);
 static_assert(offsetof(kstage_read_desc_t, change_range) == 4);
@@ -252,11 +253,11 @@ TEST_CASE("a newer caller's larger descriptor is read when the fields it adds ar
                 {f.prims[0], {10}}, {f.prims[1], {20}}, {f.prims[2], {30}}});
     const std::string before = f.state();
     d[1].added[0] = 1;
-    KS_FAILS(f.write(&d[0].known, 2, 3), KSTAGE_NOT_SUPPORTED, "data[1] sets byte 104");
+    KS_FAILS(f.write(&d[0].known, 2, 3), KSTAGE_NOT_SUPPORTED, "data[1] sets byte 112");
     d[1].added[0] = 0;
     d[1].known.struct_size = sizeof(kstage_write_data_t);
     KS_FAILS(f.write(&d[0].known, 2, 3), KSTAGE_INVALID_ARGUMENT,
-             "data[1].struct_size is 104 but data[0].struct_size is 120");
+             "data[1].struct_size is 112 but data[0].struct_size is 128");
     REQUIRE(f.state() == before);
   }
 }

@@ -417,13 +417,86 @@ TEST_CASE("cpp: index_map, mask, count and mode options", "[cpp]") {
   s.seal(4);
   REQUIRE(read_floats(s, q, t) == std::vector<float>{-1, -2, 9, 0, 54});
 
-  // Bad options are the C API's errors.
+  // Two selections are refused before the C API, naming the options; bad entries are the C
+  // API's errors.
   kstage::WriteOptions both = gather;
   both.mask = bits;
-  CPP_FAILS(s.write(t, q, src, 5, both), KSTAGE_INVALID_ARGUMENT, "exclusive");
+  CPP_FAILS(s.write(t, q, src, 5, both), KSTAGE_INVALID_ARGUMENT,
+            "options.index_map and options.mask are both set");
   map(2) = 2;  // out of range
   CPP_FAILS(s.write(t, q, src, 5, gather), KSTAGE_INVALID_ARGUMENT, "index_map");
   REQUIRE(read_floats(s, q, t) == std::vector<float>{-1, -2, 9, 0, 54});
+}
+
+// WriteOptions::index_map64 and device_index_map64: int64 index maps (torch's, most codes'),
+// from a View or a span, handed to the C API as index_map64.
+TEST_CASE("cpp: index_map64 and device_index_map64 take int64 index maps", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/dm64/p", 4);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t t = s.token("t");
+  Kokkos::View<float*, Kokkos::HostSpace> src("src", 3);
+  for (int i = 0; i < 3; ++i) src(i) = float(10 * (i + 1));
+  Kokkos::View<int64_t*, Kokkos::HostSpace> host_map("host_map", 4);
+  const int64_t entries[4] = {2, 2, 0, 1};
+  for (int i = 0; i < 4; ++i) host_map(i) = entries[i];
+  kstage::WriteOptions o;
+  o.index_map64 = host_map;
+  o.count = 4;
+  s.write(t, q, src, 1, o).wait();
+  s.seal(1);
+  REQUIRE(read_floats(s, q, t) == std::vector<float>{30, 30, 10, 20});
+  kstage::WriteOptions through_device_form;
+  through_device_form.device_index_map64 = host_map;  // a HostSpace View: host memory
+  through_device_form.count = 4;
+  host_map(0) = 0;
+  s.write(t, q, src, 2, through_device_form).wait();
+  s.seal(2);
+  REQUIRE(read_floats(s, q, t) == std::vector<float>{10, 30, 10, 20});
+  host_map(3) = -1;
+  CPP_FAILS(s.write(t, q, src, 3, o), KSTAGE_INVALID_ARGUMENT, "index_map64[3] = -1 references");
+  // Two selections, and a span shorter than count, are refused before the C API.
+  kstage::WriteOptions both = o;
+  const std::vector<uint32_t> narrow{0, 1, 2, 0};
+  both.index_map = narrow;
+  CPP_FAILS(s.write(t, q, src, 3, both), KSTAGE_INVALID_ARGUMENT,
+            "options.index_map and options.index_map64 are both set");
+  both.device_index_map64 = host_map;
+  CPP_FAILS(s.write(t, q, src, 3, both), KSTAGE_INVALID_ARGUMENT,
+            "options.index_map and options.index_map64 and options.device_index_map64 are all set");
+  kstage::WriteOptions longer = o;
+  longer.count = 5;
+  CPP_FAILS(s.write(t, q, src, 3, longer), KSTAGE_INVALID_ARGUMENT,
+            "options.index_map64 has 4 entries but options.count is 5");
+  longer = through_device_form;
+  longer.count = 5;
+  CPP_FAILS(s.write(t, q, src, 3, longer), KSTAGE_INVALID_ARGUMENT,
+            "options.device_index_map64 has 4 entries but options.count is 5");
+#if defined(KSTAGE_TEST_EMULATED_DEVICE)
+  if (kOnDevice) {
+    float* dsrc = static_cast<float*>(kstage_emulated_malloc(kResidency.device_id, 3 * sizeof(float)));
+    int64_t* dmap = static_cast<int64_t*>(kstage_emulated_malloc(kResidency.device_id, 32));
+    const float values[3] = {1, 2, 3};
+    const int64_t good[4] = {1, 0, 2, 2}, bad[4] = {0, -7, 1, 0};
+    kstage_emulated_memcpy(dsrc, values, sizeof values);
+    kstage_emulated_memcpy(dmap, good, sizeof good);
+    int64_t shape[1] = {3};
+    const DLTensor dt = kstage_test::tensor(dsrc, kstage_test::f32(), 1, shape, nullptr, kResidency);
+    kstage::WriteOptions dev;
+    dev.device_index_map64 = kstage::device_span<const int64_t>(dmap, 4, kResidency);
+    dev.count = 4;
+    s.write(t, q, dt, 3, dev).wait();
+    s.seal(3);
+    REQUIRE(read_floats(s, q, t) == std::vector<float>{2, 1, 3, 3});
+    kstage_emulated_memcpy(dmap, bad, sizeof bad);
+    CPP_FAILS(s.write(t, q, dt, 4, dev).wait(), KSTAGE_INVALID_ARGUMENT,
+              "index_map64[1] = -7 references");
+    s.seal(4);
+    REQUIRE(read_floats(s, q, t) == std::vector<float>{2, 1, 3, 3});
+    kstage_emulated_free(dmap);
+    kstage_emulated_free(dsrc);
+  }
+#endif
 }
 
 // WriteOptions::device_index_map: a device_span (pointer, count, DLDevice, or a View) handed to

@@ -222,9 +222,25 @@ TEST_CASE("a sparse managed write is kept until its seal, then deleted once", "[
     for (size_t e = 0; e < 6; ++e)
       if (mask >> e & 1) put(e, e);
   }
+  // The same maps as int64 entries (index_map64): converted at the call, kept the same way.
+  bool wide = false;
+  SECTION("a random index_map64") {
+    map = {5, 0, 3, 3, 1};
+    wide = true;
+    for (size_t i = 0; i < map.size(); ++i) put(i, map[i]);
+  }
+  SECTION("an index_map64 that is a progression") {
+    map = {1, 2, 3, 4, 5};
+    wide = true;
+    for (size_t i = 0; i < map.size(); ++i) put(i, map[i]);
+  }
+  const std::vector<int64_t> map64(map.begin(), map.end());
   if (mask) {
     w.count = 6;
     w.mask = &mask;
+  } else if (wide) {
+    w.count = map64.size();
+    w.index_map64 = map64.data();
   } else {
     w.count = map.size();
     w.index_map = map.data();
@@ -1201,11 +1217,11 @@ TEST_CASE("a rejected descriptor layout still deletes each managed tensor exactl
     DLManagedTensorVersioned* l0[1] = {m0.t};
     DLManagedTensorVersioned* l1[1] = {m1.t};
     kstage_write_data_t data[2] = {managed_data(l0, 1), managed_data(l1, 1)};
-    data[1].struct_size = 112;
+    data[1].struct_size = 96;  // the 0.3 layout, not this header's
     const kstage_token_t attrs[2] = {a, b};
     kstage_op_t op = 0;
     KS_FAILS(kstage_write_attributes(s.stage, q, attrs, data, 2, 1, KSTAGE_PRIM_MODE_UPSERT, &op),
-             KSTAGE_INVALID_ARGUMENT, "data[1].struct_size is 112");
+             KSTAGE_INVALID_ARGUMENT, "data[1].struct_size is 96");
     REQUIRE(ledger.of(m0.id) == 1);
     REQUIRE(ledger.of(m1.id) == 1);
   }

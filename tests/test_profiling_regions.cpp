@@ -158,6 +158,10 @@ TEST_CASE("every operation pushes its kstage:: region and pops it, kernels insid
   legacy->deleter(legacy);
   KS_OK(kstage_group_sync(s.stage, g.handle, kstage_device_sync_t{0, 0}));
   expect("kstage::group_sync");
+  // (A compact group has no index map: refused, inside its region all the same.)
+  KS_FAILS(kstage_group_export_index_map(s.stage, g.handle, 0, &e), KSTAGE_INVALID_ARGUMENT,
+           "the group has no index_map");
+  expect("kstage::group_export_index_map");
   KS_OK(kstage_release_group(s.stage, g.handle));
   KS_OK(kstage_release_read(s.stage, r));
 

@@ -342,6 +342,65 @@ TEST_CASE("index_map and mask are validated", "[transport][errors]") {
   if (attr == r.fresh) r.fresh_has_no_column();
 }
 
+TEST_CASE("index_map64 is validated: negative and wide entries named with their value",
+          "[transport][errors]") {
+  Rig r(host_execution());
+  const bool existing = GENERATE(true, false);
+  const kstage_token_t attr = existing ? r.points : r.fresh;
+  CAPTURE(existing);
+  int64_t rows[1] = {4};
+  DLTensor t = tensor(r.f12.data(), f32(3), 1, rows);
+  kstage_write_data_t w = write_data(&t);
+  w.count = 4;
+  // A negative entry is out of range of every row count, named with its value.
+  const int64_t negative[4] = {0, 1, -3, 2};
+  w.index_map64 = negative;
+  std::string msg = r.rejects(attr, w, KSTAGE_INVALID_ARGUMENT,
+                              "index_map64[2] = -3 references a source row outside the "
+                              "transported row count 4 (shape[0] of the tensor)");
+  // The first bad entry is named, whether or not a later one is wider than 32 bits.
+  const int64_t first_wins[4] = {0, 4, -1, int64_t(1) << 40};
+  w.index_map64 = first_wins;
+  r.rejects(attr, w, KSTAGE_INVALID_ARGUMENT, "index_map64[1] = 4 references");
+  const int64_t wide[4] = {0, int64_t(1) << 40, 1, 2};
+  w.index_map64 = wide;
+  r.rejects(attr, w, KSTAGE_INVALID_ARGUMENT, "index_map64[1] = 1099511627776 references");
+  // 2^32 - 1 as int64 and as the uint32 it fits in: both out of range of 4 rows.
+  const int64_t top[4] = {0, int64_t(UINT32_MAX), 1, 2};
+  w.index_map64 = top;
+  r.rejects(attr, w, KSTAGE_INVALID_ARGUMENT, "index_map64[1] = 4294967295 references");
+
+  // Exclusive with index_map and mask, and requires count > 0.
+  const int64_t identity64[4] = {0, 1, 2, 3};
+  const uint32_t identity[4] = {0, 1, 2, 3};
+  const uint64_t mask[1] = {0xF};
+  w.index_map64 = identity64;
+  w.index_map = identity;
+  r.rejects(attr, w, KSTAGE_INVALID_ARGUMENT, "index_map and index_map64 are mutually exclusive");
+  w.index_map = nullptr;
+  w.mask = mask;
+  r.rejects(attr, w, KSTAGE_INVALID_ARGUMENT, "index_map64 and mask are mutually exclusive");
+  w.index_map = identity;
+  r.rejects(attr, w, KSTAGE_INVALID_ARGUMENT, "index_map, index_map64 and mask are mutually");
+  kstage_write_data_t im = write_data(&t);
+  im.index_map64 = identity64;
+  r.rejects(attr, im, KSTAGE_INVALID_ARGUMENT, "count must be non-zero when index_map64");
+
+  // An array write counts its packed rows from the entries: a wide entry is named first.
+  kstage_write_data_t a = write_data(&t);
+  a.is_array = true;
+  a.count = 2;
+  const int64_t wide_rows[2] = {0, -1};
+  a.index_map64 = wide_rows;
+  if (existing) {
+    r.rejects(attr, a, KSTAGE_INVALID_ARGUMENT, "is a fixed-size column");
+  } else {
+    msg = r.rejects(attr, a, KSTAGE_INVALID_ARGUMENT,
+                    "index_map64[1] = -1 is not a source row kstage can address");
+  }
+  if (attr == r.fresh) r.fresh_has_no_column();
+}
+
 TEST_CASE("a write must match the existing column's kind, dtype and semantic",
           "[transport][errors][schema]") {
   Rig r(host_execution());

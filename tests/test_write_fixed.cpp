@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <numeric>
 
 using namespace kstage_test;
@@ -370,6 +371,18 @@ TEST_CASE("count 0 writes every prim, count k only the leading k", "[write][fixe
 }
 
 TEST_CASE("index_map gathers, reorders and broadcasts source rows", "[write][fixed][index_map]") {
+  // Every case through index_map (uint32) and through index_map64 (int64): the same rows.
+  const bool wide = GENERATE(false, true);
+  CAPTURE(wide);
+  std::deque<std::vector<int64_t>> wide_maps;  // alive until the test ends
+  auto set_map = [&](kstage_write_data_t& w, const uint32_t* map, size_t n) {
+    if (!wide) {
+      w.index_map = map;
+      return;
+    }
+    wide_maps.emplace_back(map, map + n);
+    w.index_map64 = wide_maps.back().data();
+  };
   Stage s(host_execution());
   auto prims = s.paths("/g", 4);
   kstage_query_t q = s.query(prims);
@@ -382,7 +395,7 @@ TEST_CASE("index_map gathers, reorders and broadcasts source rows", "[write][fix
   const uint32_t gather[4] = {2, 0, 1, 2};
   kstage_write_data_t w = write_data(&t);
   w.count = 4;
-  w.index_map = gather;
+  set_map(w, gather, 4);
   KS_OK(submit(s, q, a, 1, w));
   s.seal(1);
   REQUIRE(s.floats(q, a) ==
@@ -395,7 +408,7 @@ TEST_CASE("index_map gathers, reorders and broadcasts source rows", "[write][fix
   const uint32_t zeros[4] = {0, 0, 0, 0};
   kstage_write_data_t wb = write_data(&t1);
   wb.count = 4;
-  wb.index_map = zeros;
+  set_map(wb, zeros, 4);
   KS_OK(submit(s, q, a, 2, wb));
   s.seal(2);
   REQUIRE(s.floats(q, a) == expect_rows(prims, {{7, 8, 9}, {7, 8, 9}, {7, 8, 9}, {7, 8, 9}}));
@@ -407,7 +420,7 @@ TEST_CASE("index_map gathers, reorders and broadcasts source rows", "[write][fix
   const uint32_t reverse[4] = {3, 2, 1, 0};
   kstage_write_data_t wr = write_data(&t4);
   wr.count = 4;
-  wr.index_map = reverse;
+  set_map(wr, reverse, 4);
   KS_OK(submit(s, q, a, 3, wr));
   s.seal(3);
   REQUIRE(s.floats(q, a) == expect_rows(prims, {{9, 10, 11}, {6, 7, 8}, {3, 4, 5}, {0, 1, 2}}));
@@ -419,7 +432,7 @@ TEST_CASE("index_map gathers, reorders and broadcasts source rows", "[write][fix
   const uint32_t pick[2] = {5, 3};
   kstage_write_data_t wp = write_data(&t6);
   wp.count = 2;
-  wp.index_map = pick;
+  set_map(wp, pick, 2);
   KS_OK(submit(s, q, a, 4, wp));
   s.seal(4);
   REQUIRE(s.floats(q, a) ==
@@ -430,7 +443,7 @@ TEST_CASE("index_map gathers, reorders and broadcasts source rows", "[write][fix
   const uint32_t pick1[1] = {4};
   kstage_write_data_t wf = write_data(&t6);
   wf.count = 1;
-  wf.index_map = pick1;
+  set_map(wf, pick1, 1);
   KS_OK(submit(s, q, b, 5, wf));
   s.seal(5);
   auto got = s.floats(q, b);

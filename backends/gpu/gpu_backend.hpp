@@ -456,18 +456,21 @@ class GpuReadBack {
 template <class RT>
 class GpuIndexCheck final : public core::IndexCheck {
  public:
+  // `wide`: the check of an int64 index (checked_gather_report's two words), else one word.
   GpuIndexCheck(std::shared_ptr<GpuShared<RT>> shared, core::BufferPtr report,
-                typename RT::Event event)
-      : report_(std::move(shared), std::move(report), event) {}
-  Result<uint64_t> first_bad() const override {
+                typename RT::Event event, bool wide)
+      : wide_(wide), report_(std::move(shared), std::move(report), event) {}
+  Result<Bad> first_bad() const override {
     const std::vector<std::byte>* b = nullptr;
-    KSTAGE_ASSIGN_OR_RETURN(b, report_.bytes(sizeof(uint64_t), "index map check"));
-    uint64_t word = 0;
-    std::memcpy(&word, b->data(), sizeof word);
-    return word;
+    uint64_t words[2] = {0, 0};
+    KSTAGE_ASSIGN_OR_RETURN(b, report_.bytes((wide_ ? 2 : 1) * sizeof(uint64_t), "index map check"));
+    std::memcpy(words, b->data(), b->size());
+    if (words[0] == kNone) return Bad{};
+    return Bad{words[0] >> 32, wide_ ? int64_t(words[1]) : int64_t(words[0] & 0xffffffffu)};
   }
 
  private:
+  bool wide_;
   GpuReadBack<RT> report_;
 };
 
@@ -662,17 +665,19 @@ class GpuBackend final : public DeviceBackend {
       const core::kernels::RowCopy& c, uint64_t src_rows) override {
     const DeviceGuard<RT> on_device(shared_->device);
     if (c.n == 0 || c.row_bytes == 0) return core::IndexCheck::passed();
+    const bool wide = c.src_index64 != nullptr;
     core::BufferPtr report;
-    KSTAGE_ASSIGN_OR_RETURN(report, allocate(sizeof(uint64_t)));
+    KSTAGE_ASSIGN_OR_RETURN(report, allocate((wide ? 2 : 1) * sizeof(uint64_t)));
     auto* word = reinterpret_cast<uint64_t*>(report->data());
     core::kernels::RowCopy k = c;
     k.indices_resident = true;
-    launch(LaunchArgs{"checked_gather", {k.dst, k.src, k.src_index, word}},
+    const void* index = wide ? static_cast<const void*>(k.src_index64) : k.src_index;
+    launch(LaunchArgs{"checked_gather", {k.dst, k.src, index, word}},
            [k, src_rows, word](const Exec& exec) {
              core::kernels::checked_gather_report(exec, k, src_rows, word);
            });
     return std::shared_ptr<const core::IndexCheck>(
-        std::make_shared<GpuIndexCheck<RT>>(shared_, std::move(report), record_event()));
+        std::make_shared<GpuIndexCheck<RT>>(shared_, std::move(report), record_event(), wide));
   }
 
   Result<std::shared_ptr<const core::MaskSelection>> masked_gather_resident(

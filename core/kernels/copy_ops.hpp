@@ -23,6 +23,9 @@ struct RowCopy {
   const std::byte* src = nullptr;
   int64_t src_stride = 0;
   const uint32_t* src_index = nullptr;
+  // A device index_map64 (checked_gather_report only): the source index as int64 entries,
+  // instead of src_index.
+  const int64_t* src_index64 = nullptr;
   size_t n = 0;
   size_t row_bytes = 0;
   // dst_index and src_index are already in the backend's memory (a column's

@@ -165,16 +165,18 @@ void launch_indexed(const Exec& exec, const RowCopy& c) {
 // Gather that validates its index as it goes: rows whose src_index is out of
 // range are skipped, and the reduction's result is (i << 32) | src_index[i]
 // for the lowest such i (UINT64_MAX: none; n < 2^32), so that a device check
-// reports the bad value without reading the index again. A work item is a
-// chunk of rows so that the reduction costs once per chunk and the row loop
-// keeps its running minimum in a register.
-template <class Word, int Words>
+// reports the bad value without reading the index again. An int64 index
+// (`Index`, a device index_map64) packs i << 32 only: its value does not fit,
+// and is fetched after (IndexValue). A work item is a chunk of rows so that
+// the reduction costs once per chunk and the row loop keeps its running
+// minimum in a register.
+template <class Word, int Words, class Index = uint32_t>
 struct CheckedGatherFunctor {
   std::byte* dst;
   int64_t dst_stride;
   const std::byte* src;
   int64_t src_stride;
-  const uint32_t* src_index;
+  const Index* src_index;
   uint64_t src_rows;
   size_t row_words;
   size_t n, chunk;
@@ -202,15 +204,17 @@ struct CheckedGatherFunctor {
     // its memory-level parallelism.
     std::byte* const d = dst;
     const std::byte* const s0 = src;
-    const uint32_t* const index = src_index;
+    const Index* const index = src_index;
     const int64_t ds = Stride != 0 ? Stride : dst_stride, ss = Stride != 0 ? Stride : src_stride;
     const uint64_t rows = src_rows;
     const size_t words = row_words;
     int64_t out = int64_t(begin) * ds;  // a running offset: no multiply per row
     for (size_t i = begin; i < end; ++i, out += ds) {
-      const uint32_t s = index[i];
+      // (A negative int64 entry is above 2^63 as unsigned: out of range.)
+      const uint64_t s = uint64_t(index[i]);
       if (s >= rows) {
-        const uint64_t packed = (uint64_t(i) << 32) | s;
+        const uint64_t packed =
+            (uint64_t(i) << 32) | (std::is_same_v<Index, uint32_t> ? s : uint64_t(0));
         if (packed < bad) bad = packed;
         continue;
       }
@@ -220,18 +224,28 @@ struct CheckedGatherFunctor {
   }
 };
 
-template <class Word, int Words, class Exec, class Reducer>
-void launch_checked_gather(const Exec& exec, const RowCopy& c, uint64_t src_rows,
-                           const Reducer& into) {
+template <class Word, int Words, class Index, class Exec, class Reducer>
+void launch_checked_gather(const Exec& exec, const RowCopy& c, const Index* index,
+                           uint64_t src_rows, const Reducer& into) {
   const size_t chunk = rows_per_item(exec, c.n);
-  CheckedGatherFunctor<Word, Words> f{c.dst,    c.dst_stride,               c.src, c.src_stride,
-                                      c.src_index, src_rows, c.row_bytes / sizeof(Word), c.n,
-                                      chunk};
+  CheckedGatherFunctor<Word, Words, Index> f{
+      c.dst, c.dst_stride, c.src, c.src_stride, index, src_rows, c.row_bytes / sizeof(Word),
+      c.n,   chunk};
   Kokkos::parallel_reduce(
       "kstage::checked_gather",
       Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec, 0, (c.n + chunk - 1) / chunk),
       f, into);
 }
+
+// After a checked gather through an int64 index: report[1] = index[i] for the bad i that
+// report[0] names (i << 32), so that the host reads the value with the report.
+struct IndexValue {
+  const int64_t* index;
+  uint64_t* report;
+  KOKKOS_INLINE_FUNCTION void operator()(const int) const {
+    if (report[0] != UINT64_MAX) report[1] = uint64_t(index[report[0] >> 32]);
+  }
+};
 
 inline uint64_t address_bits(const RowCopy& c) {
   return reinterpret_cast<uintptr_t>(c.dst) | reinterpret_cast<uintptr_t>(c.src) |
@@ -264,26 +278,35 @@ size_t checked_gather(const Exec& exec, const RowCopy& c, uint64_t src_rows) {
   dispatch_row_width(row_word(c.row_bytes, address_bits(c)), c.row_bytes,
                      [&](auto word, auto words) {
                        launch_checked_gather<decltype(word), decltype(words)::value>(
-                           exec, c, src_rows, Kokkos::Min<uint64_t>(first_bad));
+                           exec, c, c.src_index, src_rows, Kokkos::Min<uint64_t>(first_bad));
                      });
   return first_bad == UINT64_MAX ? c.n : size_t(first_bad >> 32);
 }
 
-// The same gather with its index in `exec`'s memory (a device index map), enqueued: the
-// reduction's result -- UINT64_MAX, or (i << 32) | src_index[i] for the lowest bad i -- goes
-// to `*report`, one word of `exec`'s memory, when the kernel runs (a reduction into device
-// memory does not wait for it). c.n > 0 and < 2^32.
+// The same gather with its index in `exec`'s memory (a device index map: src_index, or
+// src_index64), enqueued: the reduction's result -- UINT64_MAX, or (i << 32) | src_index[i]
+// for the lowest bad i -- goes to report[0], in `exec`'s memory, when the kernel runs (a
+// reduction into device memory does not wait for it). Through src_index64, report[0] is
+// i << 32 and report[1] the entry (two words: the value does not fit beside i).
+// c.n > 0 and < 2^32.
 template <class Exec>
 void checked_gather_report(const Exec& exec, const RowCopy& c, uint64_t src_rows,
                            uint64_t* report) {
   using namespace impl;
   using Result = Kokkos::View<uint64_t, typename Exec::memory_space>;
+  const Kokkos::Min<uint64_t, typename Exec::memory_space> into{Result(report)};
   dispatch_row_width(row_word(c.row_bytes, address_bits(c)), c.row_bytes,
                      [&](auto word, auto words) {
-                       launch_checked_gather<decltype(word), decltype(words)::value>(
-                           exec, c, src_rows,
-                           Kokkos::Min<uint64_t, typename Exec::memory_space>(Result(report)));
+                       using Word = decltype(word);
+                       constexpr int kWords = decltype(words)::value;
+                       if (c.src_index64)
+                         launch_checked_gather<Word, kWords>(exec, c, c.src_index64, src_rows, into);
+                       else
+                         launch_checked_gather<Word, kWords>(exec, c, c.src_index, src_rows, into);
                      });
+  if (c.src_index64)
+    Kokkos::parallel_for("kstage::index_value", Kokkos::RangePolicy<Exec>(exec, 0, 1),
+                         IndexValue{c.src_index64, report});
 }
 
 }  // namespace kstage::core::kernels

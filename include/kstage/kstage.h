@@ -310,8 +310,9 @@ typedef struct kstage_config_t {
  * every entry must be < the source row count. `mask` (ceil(count/64) words;
  * bit i%64 of word i/64) picks which logical elements are written; source
  * row i belongs to element i; unselected prims keep their values.
- * `index_map` and `mask` are exclusive, and either requires `count` > 0.
- * Both are host memory unless `selection_device` names a device.
+ * `index_map`, `index_map64` (the same with int64 entries) and `mask` are
+ * exclusive, and each requires `count` > 0. They are host memory unless
+ * `selection_device` names a device.
  *
  * Device index maps and masks (`selection_device`): the call checks what it
  * can without reading them -- the pointer against its device, the device
@@ -419,6 +420,15 @@ typedef struct kstage_write_data_t {
    * only for now: an array attribute's device index map or mask is
    * KSTAGE_NOT_SUPPORTED. (Added in 0.4.) */
   DLDevice selection_device;
+  /** `index_map` with int64 entries (PyTorch's and most codes' index type), where
+   * `selection_device` says, exactly as `index_map`: `count` entries, each a
+   * source row; a negative entry, or one above 2^32 - 1 (the rows kstage
+   * addresses), is out of range and reported as any other bad entry, with its
+   * position and value. Exclusive with
+   * `index_map` and `mask`. A device one is read in place by the gather, as
+   * an int64 map, and checked there; a host one is read by the call.
+   * (Added in 0.4, after selection_device.) */
+  const int64_t* index_map64;
 } kstage_write_data_t;
 
 /**
@@ -480,7 +490,8 @@ typedef struct kstage_read_desc_t {
    * group's device_sync, valid until the group is released), for a GPU
    * consumer to gather through without an upload of its own. The stage
    * uploads it once (a column's cached row map is shared). Groups of host
-   * data keep a host index_map. (Added in 0.4: a reserved byte before.) */
+   * data keep a host index_map. kstage_group_export_index_map hands it to a
+   * DLPack consumer. (Added in 0.4: a reserved byte before.) */
   bool device_index_map;
   /** Must be zero. */
   uint8_t reserved[1];
@@ -926,6 +937,22 @@ KSTAGE_API kstage_status_t kstage_group_export_legacy_on_stream(kstage_stage_t s
                                                      kstage_group_t group, uint64_t index,
                                                      uint64_t flags, uintptr_t stream,
                                                      DLManagedTensor** tensor);
+/**
+ * \brief Export a read group's `data.index_map` (prim i's row of its tensor)
+ * as an owning, read-only DLPack tensor: one axis of `prim_count` uint32
+ * entries, in the memory that holds it -- the group's device when the read
+ * asked for kstage_read_desc_t::device_index_map and the group is on a
+ * device, else host memory (kDLCPU). A GPU consumer then takes the map as it
+ * takes the rows, with no upload. It keeps the map alive after
+ * kstage_release_group until its deleter runs (exactly once), and `stream`
+ * orders it as kstage_group_export_on_stream does (0: no stream; a host group
+ * takes 0 only). Errors: INVALID_HANDLE (group), INVALID_ARGUMENT (a group
+ * without an index_map -- its rows are its prims in order --, a tombstone
+ * group, a stream the device does not know).
+ */
+KSTAGE_API kstage_status_t kstage_group_export_index_map(kstage_stage_t stage,
+                                                         kstage_group_t group, uintptr_t stream,
+                                                         struct DLManagedTensorVersioned** tensor);
 /**
  * \brief Order a consumer after the work that produces a read group's data,
  * as a DLPack producer does for `__dlpack__(stream=...)`: `consumer.stream`

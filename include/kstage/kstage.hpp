@@ -383,6 +383,12 @@ struct WriteOptions {
   /// mask): read in place by the device's gather; the host reads the words back when it needs
   /// the selection (kstage.h "Device index maps and masks").
   device_span<const uint64_t> device_mask;
+  /// index_map with int64 entries (host memory, `count` entries; exclusive with the other
+  /// index maps and masks): a negative entry is out of range.
+  span<const int64_t> index_map64;
+  /// device_index_map with int64 entries (a device View<int64_t*>, as torch's index tensors),
+  /// read in place as int64 by the device's gather and checked there.
+  device_span<const int64_t> device_index_map64;
 };
 
 /// \brief Options of a read (kstage_read_desc_t's fields): the latest sealed values, zero-copy.
@@ -1094,16 +1100,26 @@ namespace detail {
 inline bool check_selection(const WriteOptions& o, const std::string& where, Status& st) {
   const uint64_t words = o.count / 64 + (o.count % 64 != 0);
   std::string what;
-  if ((!o.index_map.empty() && !o.device_index_map.empty()) ||
-      (!o.mask.empty() && !o.device_mask.empty())) {
-    st = Status(KSTAGE_INVALID_ARGUMENT,
-                where + (o.mask.empty() ? "options.index_map and options.device_index_map"
-                                        : "options.mask and options.device_mask") +
-                    " are both set; pass one");
+  // The selections set, by name: the C API names index_map / mask clashes, these are the spans.
+  std::string set;
+  int n_set = 0;
+  for (auto [on, name] : {std::pair{!o.index_map.empty(), "options.index_map"},
+                          std::pair{!o.device_index_map.empty(), "options.device_index_map"},
+                          std::pair{!o.index_map64.empty(), "options.index_map64"},
+                          std::pair{!o.device_index_map64.empty(), "options.device_index_map64"},
+                          std::pair{!o.mask.empty(), "options.mask"},
+                          std::pair{!o.device_mask.empty(), "options.device_mask"}})
+    if (on) set += std::string(n_set++ == 0 ? "" : " and ") + name;
+  if (n_set > 1) {
+    st = Status(KSTAGE_INVALID_ARGUMENT, where + set + (n_set == 2 ? " are both set" : " are all set") + "; pass one");
     return false;
   }
   if (!o.device_index_map.empty() && o.device_index_map.size() < o.count)
     what = "options.device_index_map has " + std::to_string(o.device_index_map.size()) + " entries";
+  else if (!o.device_index_map64.empty() && o.device_index_map64.size() < o.count)
+    what = "options.device_index_map64 has " + std::to_string(o.device_index_map64.size()) + " entries";
+  else if (!o.index_map64.empty() && o.index_map64.size() < o.count)
+    what = "options.index_map64 has " + std::to_string(o.index_map64.size()) + " entries";
   else if (!o.device_mask.empty() && o.device_mask.size() < words)
     what = "options.device_mask has " + std::to_string(o.device_mask.size()) + " words (" +
            std::to_string(o.device_mask.size() * 64) + " prims)";
@@ -1125,6 +1141,11 @@ inline kstage_write_data_t write_data(const WriteOptions& o) {
   if (!o.device_index_map.empty()) {
     d.index_map = o.device_index_map.data();
     d.selection_device = o.device_index_map.device();
+  }
+  d.index_map64 = o.index_map64.empty() ? nullptr : o.index_map64.data();
+  if (!o.device_index_map64.empty()) {
+    d.index_map64 = o.device_index_map64.data();
+    d.selection_device = o.device_index_map64.device();
   }
   d.mask = o.mask.empty() ? nullptr : o.mask.data();
   if (!o.device_mask.empty()) {

@@ -7,6 +7,8 @@
 //                           host, uploaded) + wait + seal
 //   write_index_map_device  the same map already in device memory (read in place, checked on
 //                           the device, an 8-byte report read back) + wait + seal
+//   write_index_map64_device  the same map as int64 entries in device memory (index_map64,
+//                           torch's index dtype: read as int64, a 16-byte report) + wait + seal
 //   write_mask_50           50% mask write, the mask in host memory + wait + seal
 //   write_mask_device       the same mask in device memory (its words read back by the seal)
 // Each sample's column is read back and checked against the gather. Results:
@@ -73,8 +75,9 @@ int run_emulated_suite(const Options& o) {
     fill_values(h.data(), n, lanes, 1);
     const std::vector<uint32_t> perm = random_permutation(n, 7);
     const std::vector<uint64_t> mask = random_mask(n, 0.5, 9);
+    const std::vector<int64_t> perm64(perm.begin(), perm.end());
     DeviceCopy src(h.data(), bytes), idx(perm.data(), n * sizeof(uint32_t)),
-        dmask(mask.data(), mask.size() * sizeof(uint64_t));
+        idx64(perm64.data(), n * sizeof(int64_t)), dmask(mask.data(), mask.size() * sizeof(uint64_t));
 
     kstage_config_t config = kstage_config_init();
     config.residency = DLDevice{DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), 0};
@@ -136,6 +139,13 @@ int run_emulated_suite(const Options& o) {
     rows_out.push_back(
         {"write_index_map_device", n, median_seconds(reps, [&] { write_seal(device_map); })});
     verify("write_index_map_device");
+    kstage_write_data_t device_map64 = host_map;
+    device_map64.index_map = nullptr;
+    device_map64.index_map64 = static_cast<const int64_t*>(idx64.p);
+    device_map64.selection_device = config.residency;
+    rows_out.push_back(
+        {"write_index_map64_device", n, median_seconds(reps, [&] { write_seal(device_map64); })});
+    verify("write_index_map64_device");
     kstage_write_data_t host_mask = kstage_write_data_init();
     host_mask.tensors = &t;
     host_mask.tensor_count = 1;

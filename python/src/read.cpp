@@ -24,6 +24,9 @@ struct GroupPin final : TensorSource {
   // be the column's own: the first export without READ_ONLY tells, see is_compact).
   int compact = -1;
   bool released = false;  // by the caller; the C handle goes with the last holder
+  // The read asked for device index maps (device_index_map=True): a device group's
+  // info.data.index_map is device memory, handed out as a Tensor (IndexMapSource).
+  bool device_index_map = false;
 
   // Exports of a fixed-size group's tensor, read-only and writable (see SharedExport).
   SharedExport* shared[2] = {nullptr, nullptr};
@@ -110,6 +113,36 @@ struct GroupPin final : TensorSource {
   }
 };
 
+// A device group's index map for a DLPack consumer (a read with device_index_map=True): one
+// read-only uint32 tensor on the group's device, exported by kstage_group_export_index_map
+// (ordered on the consumer's stream, as the group's tensors are).
+struct IndexMapSource final : TensorSource {
+  explicit IndexMapSource(std::shared_ptr<GroupPin> p) : pin(std::move(p)) {}
+  std::shared_ptr<GroupPin> pin;
+  void check_alive() const override { pin->check_alive(); }
+  uint64_t tensor_count() const override { return 1; }
+  DLDevice device() const override { return pin->device(); }
+  bool default_readonly() const override { return true; }
+  const char* writable_refusal() const override {
+    return "a read group's index map is the column's row map and exports read-only: copy it on its "
+           "device for one of your own";
+  }
+  DLManagedTensorVersioned* export_versioned(uint64_t, bool, uintptr_t stream = 0) override {
+    DLManagedTensorVersioned* t = nullptr;
+    kstage_status_t status;
+    {
+      ReleaseGil gil;
+      status = kstage_group_export_index_map(pin->stage->id, pin->info.handle, stream, &t);
+    }
+    check(status);
+    return t;
+  }
+  // (Read-only: the caller lets a legacy export through only with consumer_reads_only.)
+  DLManagedTensor* export_legacy(uint64_t, bool, bool, uintptr_t stream = 0) override {
+    return legacy_of(export_versioned(0, true, stream));
+  }
+};
+
 // The numpy views' owner: one reference to the pin, which keeps the stage's memory (see
 // StageHandle) until the last view goes.
 nb::capsule pin_owner(const std::shared_ptr<GroupPin>& pin) {
@@ -162,6 +195,8 @@ class ReadGroup {
   nb::object index_map() const {
     const GroupPin& p = alive();
     if (p.info.data.index_map == nullptr) return nb::none();
+    if (p.device_index_map && !is_host_memory(p.device().device_type))
+      return make_tensor(std::make_shared<IndexMapSource>(pin_), 0, nb::none(), false);
     return uint32_view(p.info.data.index_map, p.info.data.count, pin_owner(pin_));
   }
   uint64_t ordinal() const { return alive().info.ordinal; }
@@ -217,9 +252,13 @@ class ReadGroup {
 
 class Read {
  public:
-  Read(StageRef stage, kstage_read_t id, int compact) : stage_(std::move(stage)), id_(id), compact_(compact) {}
+  Read(StageRef stage, kstage_read_t id, int compact, bool device_index_map)
+      : stage_(std::move(stage)), id_(id), compact_(compact), device_index_map_(device_index_map) {}
   Read(Read&& other) noexcept
-      : stage_(std::move(other.stage_)), id_(other.id_), compact_(other.compact_) {
+      : stage_(std::move(other.stage_)),
+        id_(other.id_),
+        compact_(other.compact_),
+        device_index_map_(other.device_index_map_) {
     other.id_ = 0;
   }
   Read(const Read&) = delete;
@@ -236,6 +275,7 @@ class Read {
     auto pin = std::make_shared<GroupPin>();
     pin->stage = stage_;
     pin->compact = compact_;
+    pin->device_index_map = device_index_map_;
     // Never blocks (kstage.h): keeps the GIL.
     kstage_status_t status = kstage_fetch_read_next(stage_->id, id_, KSTAGE_TIMEOUT_INFINITE, &pin->info);
     if (status == KSTAGE_END_OF_ITERATION) {
@@ -254,6 +294,7 @@ class Read {
   StageRef stage_;
   kstage_read_t id_;
   int compact_;  // GroupPin::compact of every group
+  bool device_index_map_;  // GroupPin::device_index_map of every group
 };
 
 nb::object group_dlpack(nb::handle self, nb::handle stream, nb::handle max_version, nb::handle dl_device,
@@ -272,9 +313,11 @@ void register_read(nb::module_& m, nb::handle stage_class) {
       .def_prop_ro("attribute_token", &ReadGroup::attribute_token)
       .def_prop_ro("prims", &ReadGroup::prims, nb::for_getter(nb::sig("def prims(self) -> numpy.ndarray")), "The prims' path ids (a read-only uint64 numpy view).")
       .def_prop_ro("paths", &ReadGroup::paths, "The prims' paths (strings, made on demand).")
-      .def_prop_ro("index_map", &ReadGroup::index_map, nb::for_getter(nb::sig("def index_map(self) -> numpy.ndarray | None")),
+      .def_prop_ro("index_map", &ReadGroup::index_map, nb::for_getter(nb::sig("def index_map(self) -> numpy.ndarray | Tensor | None")),
                    "None, or prim i's row in the tensor (a read-only uint32 numpy view): zero-copy "
-                   "groups share the column's storage, whose row order is the column's.")
+                   "groups share the column's storage, whose row order is the column's. A device "
+                   "group read with device_index_map=True: a read-only uint32 Tensor in the "
+                   "group's device memory (DLPack, ordered on the consumer's stream).")
       .def_prop_ro("ordinal", &ReadGroup::ordinal, "The attribute's write floor at the snapshot.")
       .def_prop_ro("is_tombstone", &ReadGroup::is_tombstone,
                    "A change-range tombstone group: these prims lost the attribute; no tensors.")
@@ -318,7 +361,7 @@ void register_read(nb::module_& m, nb::handle stage_class) {
 
   stage_class.attr("read") = nb::cpp_function(
       [](Stage& self, nb::handle query, nb::handle attrs, nb::handle range, bool compact, nb::handle device,
-         nb::handle stream, uint64_t max_group_prims) {
+         nb::handle stream, uint64_t max_group_prims, bool device_index_map) {
         const StageRef& stage = self.ref();
         QueryArg q = query_arg(stage, query);
         std::vector<kstage_token_t> tokens;
@@ -336,6 +379,7 @@ void register_read(nb::module_& m, nb::handle stage_class) {
         }
         desc.compact = compact;
         desc.max_group_prims = max_group_prims;
+        desc.device_index_map = device_index_map;
         desc.target_device = device_arg(device);
         if (!stream.is_none()) desc.device_sync.stream = stream_arg(stream, 0);
         kstage_read_t id = 0;
@@ -345,19 +389,20 @@ void register_read(nb::module_& m, nb::handle stage_class) {
           status = kstage_read_attributes(stage->id, q.id, tokens.data(), tokens.size(), &desc, &id);
         }
         check(status);
-        return Read(stage, id, compact ? 1 : desc.target_device.device_type == 0 ? 0 : -1);
+        return Read(stage, id, compact ? 1 : desc.target_device.device_type == 0 ? 0 : -1, device_index_map);
       },
-      nb::sig("def read(self, query: Query | str | collections.abc.Sequence[str] | collections.abc.Sequence[int], attrs: str | int | collections.abc.Sequence[str | int], *, range: tuple[int, int] | None = None, compact: bool = False, device: typing.Any | None = None, stream: int | None = None, max_group_prims: int = 0) -> Read"),
+      nb::sig("def read(self, query: Query | str | collections.abc.Sequence[str] | collections.abc.Sequence[int], attrs: str | int | collections.abc.Sequence[str | int], *, range: tuple[int, int] | None = None, compact: bool = False, device: typing.Any | None = None, stream: int | None = None, max_group_prims: int = 0, device_index_map: bool = False) -> Read"),
       nb::is_method(), nb::scope(stage_class), nb::arg("query"), nb::arg("attrs"), nb::kw_only(),
       nb::arg("range") = nb::none(), nb::arg("compact") = false, nb::arg("device") = nb::none(),
-      nb::arg("stream") = nb::none(), nb::arg("max_group_prims") = 0,
+      nb::arg("stream") = nb::none(), nb::arg("max_group_prims") = 0, nb::arg("device_index_map") = false,
       "Opens a read of `attrs` (a name or a list) for the query's prims (a Query, or paths) against "
       "the latest sealed state. range=(begin, end): only prims that changed at a sealed ordinal in "
       "[begin, end], plus tombstone groups. compact=True: rows gathered into buffers of the read's "
       "own, in prim order (writable exports). device: where the data should land (None: the "
       "column's residency; another device implies compact). stream: a consumer stream made to "
       "wait for the read's device work (-1: none; __dlpack__(stream=...) orders each export). max_group_prims: groups of at most this many prims, in "
-      "order (0: one group per attribute).\n\n    for g in stage.read(q, [\"pos\"]):\n        "
+      "order (0: one group per attribute). device_index_map=True: a device group's index_map is a "
+      "read-only Tensor in device memory (for torch.from_dlpack, cupy.from_dlpack), not a numpy view.\n\n    for g in stage.read(q, [\"pos\"]):\n        "
       "a = numpy.from_dlpack(g.tensor(0))");
 }
 

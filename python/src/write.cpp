@@ -92,8 +92,6 @@ struct Payload {
 
 using HostArray = nb::ndarray<nb::ro, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
-// index_map: source row of each logical element, as uint32 (the caller's array when it is
-// uint32 already).
 // index_map: source row of each logical element, copied as uint32 (always a copy: the engine
 // reads it with the GIL released, while another thread could change the caller's array between
 // the engine's bounds check and its gather).
@@ -160,18 +158,35 @@ const T* device_data(const DLTensor& t) {
   return reinterpret_cast<const T*>(static_cast<const char*>(t.data) + t.byte_offset);
 }
 
-// A device index_map: kstage reads it as uint32 on the device and checks it there, a bad
-// entry failing the op (kstage.h "Device index maps and masks").
-const uint32_t* device_index_map_arg(nb::handle obj, nb::handle stream, Payload& payload,
-                                     uint64_t& length, DLDevice& device) {
+// A DLPack dtype for a message: "int16", "uint64 x 2", "code 4, 16 bits".
+std::string dlpack_dtype_text(DLDataType t) {
+  const char* code = t.code == kDLInt ? "int" : t.code == kDLUInt ? "uint" : t.code == kDLFloat ? "float" : nullptr;
+  std::string text = code ? code + std::to_string(t.bits)
+                          : "code " + std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits";
+  return t.lanes > 1 ? text + " x " + std::to_string(t.lanes) : text;
+}
+
+// A device index_map, passed through as it is: 32-bit entries as kstage_write_data_t's
+// index_map (int32 read as uint32: a negative entry is out of range), int64 entries (torch's
+// and cupy's index dtype) as its index_map64. kstage reads it in place on the device and checks
+// it there, a bad entry failing the op (kstage.h "Device index maps and masks"). False when
+// `obj` is host data.
+bool device_index_map_arg(nb::handle obj, nb::handle stream, Payload& payload, uint64_t& length,
+                          kstage_write_data_t& d) {
   const DLTensor* t = device_selection_arg(obj, stream, payload, "index_map");
-  if (t == nullptr) return nullptr;
-  if (!((t->dtype.code == kDLInt || t->dtype.code == kDLUInt) && t->dtype.bits == 32 && t->dtype.lanes == 1))
-    raise_invalid_argument("a device index_map must hold 32-bit integers (uint32, or int32 read as uint32: a "
-                           "negative entry is out of range); convert it on its device first");
+  if (t == nullptr) return false;
+  const bool integer = (t->dtype.code == kDLInt || t->dtype.code == kDLUInt) && t->dtype.lanes == 1;
+  if (integer && t->dtype.bits == 32) {
+    d.index_map = device_data<uint32_t>(*t);
+  } else if (integer && t->dtype.bits == 64 && t->dtype.code == kDLInt) {
+    d.index_map64 = device_data<int64_t>(*t);
+  } else {
+    raise_invalid_argument("a device index_map must hold int64, int32 or uint32 entries, not " +
+                           dlpack_dtype_text(t->dtype) + "; convert it on its device first");
+  }
   length = uint64_t(t->shape[0]);
-  device = t->device;
-  return device_data<uint32_t>(*t);
+  d.selection_device = t->device;
+  return true;
 }
 
 // A device mask: uint64 words (bit i%64 of word i/64) on a device (a bool array would have to
@@ -231,8 +246,8 @@ void build_write(const WriteSpec& spec, Payload& payload, kstage_write_data_t& d
     raise_invalid_argument("index_map and mask are exclusive");
   if (!spec.index_map.is_none()) {
     uint64_t length = 0;
-    d.index_map = device_index_map_arg(spec.index_map, spec.stream, payload, length, d.selection_device);
-    if (d.index_map == nullptr) d.index_map = index_map_arg(spec.index_map, payload, length);
+    if (!device_index_map_arg(spec.index_map, spec.stream, payload, length, d))
+      d.index_map = index_map_arg(spec.index_map, payload, length);
     if (!has_count) count = length;
     else if (count > length)
       raise_invalid_argument("count=" + std::to_string(count) + " but index_map has " + std::to_string(length) +

@@ -32,6 +32,7 @@ struct DeviceArray {
   size_t n;
 };
 using DeviceIndex = DeviceArray<uint32_t>;
+using DeviceIndex64 = DeviceArray<int64_t>;
 using DeviceWords = DeviceArray<uint64_t>;
 
 // A write of `src` (one row per element) through the device mask `mask` over `count` elements.
@@ -49,6 +50,16 @@ kstage_write_data_t device_gather(const DLTensor& src, const DeviceIndex& map,
                                   DLDevice where = kDev) {
   kstage_write_data_t w = write_data(&src);
   w.index_map = map.p;
+  w.count = map.n;
+  w.selection_device = where;
+  return w;
+}
+
+// A write of `src` through the device index_map64 `map` (count = its entries).
+kstage_write_data_t device_gather64(const DLTensor& src, const DeviceIndex64& map,
+                                    DLDevice where = kDev) {
+  kstage_write_data_t w = write_data(&src);
+  w.index_map64 = map.p;
   w.count = map.n;
   w.selection_device = where;
   return w;
@@ -114,6 +125,57 @@ TEST_CASE("a device index_map is read in place: gathered on the device, no uploa
   REQUIRE(s.write(q, x, 2, h) == KSTAGE_OK);
   s.seal(2);
   CHECK(read_back(s, q, x).values == std::vector<float>{10, 20, 30, 40, 40});
+}
+
+TEST_CASE("a device index_map64 (int64 entries, as torch's) is read in place and checked on the "
+          "device, a bad entry named with its value",
+          "[device_maps]") {
+  Sealed f;
+  DeviceFloats src(kDev.device_id, {10, 20, 30, 40});
+  DeviceIndex64 map(kDev.device_id, {3, 0, 2, 2, 1});
+  const Counts before = Counts::now();
+  kstage_op_t op = 0;
+  const kstage_write_data_t w = device_gather64(src.t, map);
+  KS_OK(kstage_write_attribute(f.s.stage, f.q, f.x, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+  KS_OK(kstage_wait(f.s.stage, op, KSTAGE_TIMEOUT_INFINITE));
+  KS_OK(kstage_release_op(f.s.stage, op));
+  const Counts after = Counts::now();
+  // No upload and no conversion on the host: the one copy down is the check's report.
+  CHECK(after.uploads == before.uploads);
+  CHECK(after.emulated_uploads == before.emulated_uploads);
+  CHECK(after.h2d == before.h2d);
+  CHECK(after.emulated_h2d == before.emulated_h2d);
+  CHECK(after.d2h == before.d2h + 1);
+  f.s.seal(2);
+  CHECK(f.values() == std::vector<float>{40, 10, 30, 30, 20});
+
+  // Negative and wider-than-32-bit entries are out of range; the first bad one is named, with
+  // its value, whatever comes after it.
+  struct Case {
+    std::vector<int64_t> entries;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{0, 1, -2, 9, 0},
+       "index_map64[2] = -2 references a source row outside the transported row count 4 "
+       "(shape[0] of the tensor); checked on the device"},
+      {{0, int64_t(1) << 40, -1, 0, 0}, "index_map64[1] = 1099511627776 references"},
+      {{0, 1, 2, 3, 4}, "index_map64[4] = 4 references"},
+      {{INT64_MIN, 0, 0, 0, 0}, "index_map64[0] = -9223372036854775808 references"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.message);
+    DeviceIndex64 bad(kDev.device_id, c.entries);
+    const kstage_write_data_t b = device_gather64(src.t, bad);
+    KS_OK(kstage_write_attribute(f.s.stage, f.q, f.x, 3, &b, KSTAGE_PRIM_MODE_UPSERT, &op));
+    KS_FAILS(kstage_wait(f.s.stage, op, KSTAGE_TIMEOUT_INFINITE), KSTAGE_INVALID_ARGUMENT,
+             c.message);
+    KS_OK(kstage_release_op(f.s.stage, op));
+  }
+  // None of them was applied.
+  f.s.seal(3);
+  CHECK(f.values() == std::vector<float>{40, 10, 30, 30, 20});
+  CHECK(f.s.changed(f.q, f.x, 3, 3).empty());
 }
 
 TEST_CASE("a device index_map is ordered by the write's device_sync, like its tensors",
@@ -284,6 +346,26 @@ TEST_CASE("what a call checks of a device index_map without reading it", "[devic
     w.mask = host_words;
     refused(w, KSTAGE_INVALID_ARGUMENT, "mask: DLDevice says");
   }
+  SECTION("a device index_map64: the same checks, named as index_map64") {
+    DeviceIndex64 map64(kDev.device_id, {4, 3, 2, 1, 0});
+    refused(device_gather64(src.t, map64, kOther), KSTAGE_INVALID_ARGUMENT,
+            "selection_device is");
+    std::vector<int64_t> host_map = {0, 1, 2, 3, 4};
+    kstage_write_data_t w = device_gather64(src.t, map64);
+    w.index_map64 = host_map.data();
+    refused(w, KSTAGE_INVALID_ARGUMENT, "index_map64: DLDevice says");
+    DeviceIndex64 elsewhere(kOther.device_id, {0, 1, 2, 3, 4});
+    refused(device_gather64(src.t, elsewhere), KSTAGE_INVALID_ARGUMENT,
+            "index_map64: DLDevice says device_id");
+    w = device_gather64(src.t, map64);
+    w.index_map = map.p;
+    refused(w, KSTAGE_INVALID_ARGUMENT, "index_map and index_map64 are mutually exclusive");
+    kstage_token_t a = f.s.token("a");
+    kstage_write_data_t arr = device_gather64(src.t, map64);
+    arr.is_array = true;
+    KS_FAILS(kstage_write_attribute(f.s.stage, f.q, a, 2, &arr, KSTAGE_PRIM_MODE_UPSERT, &op),
+             KSTAGE_NOT_SUPPORTED, "index_map64 in device memory");
+  }
   SECTION("an array attribute's device map or mask: not yet") {
     kstage_token_t a = f.s.token("a");
     kstage_write_data_t arr = device_gather(src.t, map);
@@ -358,6 +440,108 @@ TEST_CASE("a read can hand out a device column's index_map in device memory", "[
   KS_OK(kstage_fetch_read_next(f.s.stage, r, 0, &g));
   CHECK(kstage_emulated_ordinal_of(g.data.index_map) == -1);
   CHECK(g.data.index_map[0] == 4);
+  KS_OK(kstage_release_group(f.s.stage, g.handle));
+  KS_OK(kstage_release_read(f.s.stage, r));
+}
+
+TEST_CASE("a read group's index_map exports as a DLPack tensor where it lives, outliving the group",
+          "[device_maps][dlpack]") {
+  Sealed f;
+  std::vector<kstage_path_t> reversed(f.s.prims.rbegin(), f.s.prims.rend());
+  kstage_query_t rq = f.s.Stage::query(reversed);
+  auto first_group = [&](kstage_read_desc_t desc, kstage_read_t* r, kstage_read_group_t* g) {
+    KS_OK(kstage_read_attributes(f.s.stage, rq, &f.x, 1, &desc, r));
+    KS_OK(kstage_fetch_read_next(f.s.stage, *r, 0, g));
+  };
+  kstage_read_desc_t on_device = kstage_read_desc_init();
+  on_device.device_index_map = true;
+  on_device.max_group_prims = 2;  // the second group's slice of the map: rows 2, 1
+  kstage_read_t r = 0;
+  kstage_read_group_t g{};
+  first_group(on_device, &r, &g);
+  kstage_read_group_t g2{};
+  KS_OK(kstage_fetch_read_next(f.s.stage, r, 0, &g2));
+  DLManagedTensorVersioned* e = nullptr;
+  KS_OK(kstage_group_export_index_map(f.s.stage, g2.handle, 0, &e));
+  CHECK(e->dl_tensor.data == g2.data.index_map);
+  CHECK(e->dl_tensor.device.device_type == kDev.device_type);
+  CHECK(e->dl_tensor.device.device_id == kDev.device_id);
+  CHECK(kstage_emulated_ordinal_of(e->dl_tensor.data) == kDev.device_id);
+  CHECK(e->dl_tensor.ndim == 1);
+  CHECK(e->dl_tensor.shape[0] == 2);
+  CHECK(e->dl_tensor.strides[0] == 1);
+  CHECK(e->dl_tensor.dtype.code == kDLUInt);
+  CHECK(e->dl_tensor.dtype.bits == 32);
+  CHECK(e->dl_tensor.dtype.lanes == 1);
+  CHECK(e->flags == DLPACK_FLAG_BITMASK_READ_ONLY);
+  if (g2.data.device_sync.event) kstage_emulated_event_synchronize(g2.data.device_sync.event);
+  KS_OK(kstage_release_group(f.s.stage, g.handle));
+  KS_OK(kstage_release_group(f.s.stage, g2.handle));
+  KS_OK(kstage_release_read(f.s.stage, r));
+  // The map outlives its group and read.
+  std::vector<uint32_t> part(2);
+  kstage_emulated_memcpy(part.data(), e->dl_tensor.data, 2 * sizeof(uint32_t));
+  CHECK(part == std::vector<uint32_t>{2, 1});
+  e->deleter(e);
+
+  // To a consumer stream: ordered after the group, released after the consumer's reads.
+  on_device.max_group_prims = 0;
+  first_group(on_device, &r, &g);
+  const uintptr_t consumer = kstage_emulated_stream_create(kDev.device_id);
+  KS_OK(kstage_group_export_index_map(f.s.stage, g.handle, consumer, &e));
+  kstage_emulated_stream_hold(consumer);
+  // (Pinned memory: a copy to pageable memory would wait for the held stream.)
+  auto* all = static_cast<uint32_t*>(kstage_emulated_host_malloc(5 * sizeof(uint32_t)));
+  REQUIRE(all != nullptr);
+  REQUIRE(kstage_emulated_memcpy_async(consumer, all, e->dl_tensor.data, 5 * 4) == 0);
+  KS_OK(kstage_release_group(f.s.stage, g.handle));
+  KS_OK(kstage_release_read(f.s.stage, r));
+  e->deleter(e);
+  kstage_emulated_stream_release(consumer);
+  kstage_emulated_stream_synchronize(consumer);
+  CHECK(std::vector<uint32_t>(all, all + 5) == std::vector<uint32_t>{4, 3, 2, 1, 0});
+  kstage_emulated_host_free(all);
+  // A stream the device does not know is refused, and nothing is exported.
+  first_group(on_device, &r, &g);
+  e = nullptr;
+  KS_FAILS(kstage_group_export_index_map(f.s.stage, g.handle, 0xbad0, &e), KSTAGE_INVALID_ARGUMENT,
+           "consumer.stream 0xbad0");
+  CHECK(e == nullptr);
+  KS_OK(kstage_release_group(f.s.stage, g.handle));
+  KS_OK(kstage_release_read(f.s.stage, r));
+  kstage_emulated_stream_destroy(consumer);
+
+  // A read that did not ask: the host map, exported as host memory, alive after the group.
+  first_group(kstage_read_desc_init(), &r, &g);
+  KS_OK(kstage_group_export_index_map(f.s.stage, g.handle, 0, &e));
+  CHECK(e->dl_tensor.device.device_type == kDLCPU);
+  KS_OK(kstage_release_group(f.s.stage, g.handle));
+  KS_OK(kstage_release_read(f.s.stage, r));
+  const uint32_t* host_rows = static_cast<const uint32_t*>(e->dl_tensor.data);
+  CHECK(std::vector<uint32_t>(host_rows, host_rows + 5) == std::vector<uint32_t>{4, 3, 2, 1, 0});
+  e->deleter(e);
+
+  // No map to export: a compact group (rows in prim order), a tombstone; and bad handles.
+  kstage_read_desc_t compact = kstage_read_desc_init();
+  compact.compact = true;
+  first_group(compact, &r, &g);
+  KS_FAILS(kstage_group_export_index_map(f.s.stage, g.handle, 0, &e), KSTAGE_INVALID_ARGUMENT,
+           "the group has no index_map");
+  KS_FAILS(kstage_group_export_index_map(f.s.stage, g.handle, 0, nullptr), KSTAGE_INVALID_ARGUMENT,
+           "tensor");
+  KS_OK(kstage_release_group(f.s.stage, g.handle));
+  KS_OK(kstage_release_read(f.s.stage, r));
+  KS_FAILS(kstage_group_export_index_map(f.s.stage, g.handle, 0, &e), KSTAGE_INVALID_HANDLE,
+           "group");
+  REQUIRE(f.s.remove(f.q, {f.x}, 2) == KSTAGE_OK);
+  f.s.seal(2);
+  kstage_read_desc_t range = kstage_read_desc_init();
+  range.change_range = true;
+  range.range_begin = range.range_end = 2;
+  first_group(range, &r, &g);
+  REQUIRE(g.is_delete);
+  KS_FAILS(kstage_group_export_index_map(f.s.stage, g.handle, 0, &e), KSTAGE_INVALID_ARGUMENT,
+           "a tombstone group has no index_map");
   KS_OK(kstage_release_group(f.s.stage, g.handle));
   KS_OK(kstage_release_read(f.s.stage, r));
 }

@@ -229,9 +229,80 @@ def test_device_index_map_is_read_in_place_and_checked_on_the_device(dstage, emu
     dstage.seal(3)
     (h,) = dstage.read(five, "x", device="cpu")
     np.testing.assert_array_equal(np.from_dlpack(h), [40, 10, 30, 30, 20])
-    # Only 32-bit integers are read on the device.
-    with pytest.raises(kstage.InvalidArgument, match="32-bit integers"):
+    # Only integers of 32 bits, or int64, are read on the device.
+    with pytest.raises(kstage.InvalidArgument, match="int64, int32 or uint32 entries, not float32"):
         dstage.write("x", PATHS[:4], src, 4, index_map=src)
+
+
+def test_device_int64_index_map_is_passed_through_and_checked_on_the_device(dstage, emu):
+    # torch's and cupy's index dtype: int64 on the device, read in place as index_map64.
+    five = PATHS[:5]
+    assert dstage.write("idx", five, np.array([3, 0, 2, 2, 1], np.int64), 1, residency=(EXT, 0)).wait(10)
+    assert dstage.write("neg", five, np.array([0, 1, -2, 0, 0], np.int64), 1, residency=(EXT, 0)).wait(10)
+    assert dstage.write("u16", five, np.array([0, 1, 2, 0, 0], np.uint16), 1, residency=(EXT, 0)).wait(10)
+    assert dstage.write("src", PATHS[:4], np.array([10, 20, 30, 40], np.float32), 1,
+                        residency=(EXT, 0)).wait(10)
+    dstage.seal(1)
+    (imap,) = dstage.read(five, "idx")
+    (neg,) = dstage.read(five, "neg")
+    (u16,) = dstage.read(five, "u16")
+    (src,) = dstage.read(PATHS[:4], "src")
+    before = kstage.transfer_counts()
+    assert dstage.write("x", five, src, 2, index_map=imap).wait(10)
+    after = kstage.transfer_counts()
+    assert after[0] == before[0] and after[2] == before[2]  # no conversion on the host, no upload
+    assert after[1] == before[1] + 1  # the check's report
+    dstage.seal(2)
+    (h,) = dstage.read(five, "x", device="cpu")
+    np.testing.assert_array_equal(np.from_dlpack(h), [40, 10, 30, 30, 20])
+    op = dstage.write("x", five, src, 3, index_map=neg)
+    with pytest.raises(kstage.InvalidArgument,
+                       match=r"index_map64\[2\] = -2 references a source row outside the transported row count 4"):
+        op.wait(10)
+    dstage.seal(3)
+    (h,) = dstage.read(five, "x", device="cpu")
+    np.testing.assert_array_equal(np.from_dlpack(h), [40, 10, 30, 30, 20])
+    with pytest.raises(kstage.InvalidArgument, match="int64, int32 or uint32 entries, not uint16"):
+        dstage.write("x", five, src, 4, index_map=u16)
+
+
+def test_a_read_hands_out_a_device_index_map_as_a_device_tensor(dstage, emu):
+    eight = PATHS[:8]
+    assert dstage.write("pos", eight, DATA[:8], 1, residency=(EXT, 0)).wait(10)
+    assert dstage.write("hpos", eight, DATA[:8], 1, residency="cpu").wait(10)
+    dstage.seal(1)
+    backwards = eight[::-1]  # a zero-copy group of these prims needs an index map
+    before = kstage.transfer_counts()
+    (g,) = dstage.read(backwards, "pos", device_index_map=True)
+    t = g.index_map
+    assert isinstance(t, kstage.Tensor)
+    assert t.__dlpack_device__() == (EXT, 0)
+    # Ordered on the device's default stream (1), which the emulated memcpy uses.
+    capsule = t.__dlpack__(max_version=(1, 0), stream=1)
+    cap = CapsuleView(capsule)
+    assert cap.device == (EXT, 0) and cap.shape == (8,) and cap.dtype == (1, 32, 1) and cap.read_only
+    assert emu.kstage_emulated_ordinal_of(cap.data) == 0
+    np.testing.assert_array_equal(host_copy(emu, cap, np.uint32, (8,)), np.arange(8)[::-1])
+    # No copy of the map down to the host; at most one upload of it (the column's cached copy).
+    after = kstage.transfer_counts()
+    assert after[1] == before[1] and after[2] - before[2] <= 1
+    # The export outlives the group; a writable one is refused.
+    g.release()
+    np.testing.assert_array_equal(host_copy(emu, cap, np.uint32, (8,)), np.arange(8)[::-1])
+    del cap, capsule
+    (g2,) = dstage.read(backwards, "pos", device_index_map=True)
+    with pytest.raises(BufferError, match="index map .* exports read-only"):
+        g2.index_map.__dlpack__(max_version=(1, 0), readonly=False)
+    g2.release()
+    with pytest.raises(kstage.InvalidHandle, match="released"):
+        t.__dlpack__(max_version=(1, 0))
+    # Without the flag, a host numpy view; a host column's map is host memory either way.
+    (h,) = dstage.read(backwards, "pos")
+    assert isinstance(h.index_map, np.ndarray)
+    np.testing.assert_array_equal(h.index_map, np.arange(8)[::-1])
+    (hh,) = dstage.read(backwards, "hpos", device_index_map=True)
+    assert isinstance(hh.index_map, np.ndarray)
+    np.testing.assert_array_equal(hh.index_map, np.arange(8)[::-1])
 
 
 def test_device_mask_is_read_in_place(dstage, emu):
