@@ -72,11 +72,20 @@ struct Selection {
   const char* map_name() const { return index_map64 ? "index_map64" : "index_map"; }
 };
 
+// Lowers `first` to `k` unless it already is lower: the first bad position that parallel chunks
+// of a check find.
+void lower_to(std::atomic<size_t>& first, size_t k) {
+  size_t seen = first.load();
+  while (k < seen && !first.compare_exchange_weak(seen, k)) {
+  }
+}
+
 // A host index_map64 as uint32 entries (Selection::converted), in parallel chunks on a parallel
 // host; an entry outside [0, 2^32) becomes UINT32_MAX, and the first one is `first_wide`.
 Status convert_index_map64(Selection& sel, Backend& host) {
   const size_t n = size_t(sel.count);
-  KSTAGE_ASSIGN_OR_RETURN(sel.converted, host.allocate(std::max<size_t>(n * sizeof(uint32_t), 1)));
+  KSTAGE_ASSIGN_OR_RETURN(sel.converted,
+                          host.allocate(std::max<size_t>(n * sizeof(uint32_t), 1)));
   struct Convert {
     const int64_t* from;
     uint32_t* to;
@@ -95,9 +104,7 @@ Status convert_index_map64(Selection& sel, Backend& host) {
         if (!wide) return;
         size_t k = begin;
         while (uint64_t(c.from[k]) <= UINT32_MAX) ++k;
-        size_t seen = c.first_wide.load();
-        while (k < seen && !c.first_wide.compare_exchange_weak(seen, k)) {
-        }
+        lower_to(c.first_wide, k);
       },
       &convert);
   sel.first_wide = convert.first_wide.load();
@@ -114,12 +121,14 @@ Status wide_entry_error(const Selection& sel) {
 
 Result<Selection> select(const kstage_write_data_t& d, uint64_t query_count, Backend& host) {
   Selection sel;
-  if (int(d.index_map != nullptr) + int(d.index_map64 != nullptr) + int(d.mask != nullptr) > 1)
-    return error(KSTAGE_INVALID_ARGUMENT, "%s are mutually exclusive; pass one",
-                 !d.mask              ? "index_map and index_map64"
-                 : d.index_map64 && d.index_map ? "index_map, index_map64 and mask"
-                 : d.index_map64      ? "index_map64 and mask"
-                                      : "index_map and mask");
+  std::string set;  // the selections the write sets, by name
+  int n_set = 0;
+  for (auto [on, name] : {std::pair{d.index_map != nullptr, "index_map"},
+                          std::pair{d.index_map64 != nullptr, "index_map64"},
+                          std::pair{d.mask != nullptr, "mask"}})
+    if (on) set += std::string(n_set++ == 0 ? "" : " and ") + name;
+  if (n_set > 1)
+    return error(KSTAGE_INVALID_ARGUMENT, "%s are mutually exclusive; pass one", set.c_str());
   const char* const map = d.index_map64 ? "index_map64" : "index_map";
   if ((d.index_map || d.index_map64 || d.mask) && d.count == 0)
     return error(KSTAGE_INVALID_ARGUMENT,
@@ -170,7 +179,8 @@ Status select_masked(Selection& sel, Backend& host) {
 }
 
 Status index_map_error(const Selection& sel, size_t i, uint64_t rows, const char* rows_from) {
-  const long long value = sel.index_map64 ? (long long)sel.index_map64[i] : (long long)sel.index_map[i];
+  const long long value =
+      sel.index_map64 ? (long long)sel.index_map64[i] : (long long)sel.index_map[i];
   return error(KSTAGE_INVALID_ARGUMENT,
                "%s[%zu] = %lld references a source row outside the transported row count %llu "
                "(%s)",
@@ -288,9 +298,7 @@ Status copy_index_map(const Selection& sel, uint64_t rows, const char* rows_from
         if (high < c.rows) return;
         size_t k = begin;
         while (c.from[k] < c.rows) ++k;
-        size_t seen = c.first_bad.load();
-        while (k < seen && !c.first_bad.compare_exchange_weak(seen, k)) {
-        }
+        lower_to(c.first_bad, k);
       },
       &copy);
   const size_t bad = copy.first_bad.load();
@@ -402,7 +410,9 @@ Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor&
   }
   c.src_index = sel.index_map;
   if (sel.on_device) {
-    c.src_index64 = sel.index_map64;  // a device index_map64: read as int64  // read in place, checked on the device: the op reports a bad entry
+    // Read in place (a device index_map64 as int64), checked on the device: the op reports a
+    // bad entry.
+    c.src_index64 = sel.index_map64;
     KSTAGE_ASSIGN_OR_RETURN(out.index_check, backend.checked_gather_resident(c, s.rows));
     out.index_rows = s.rows;
     out.index_rows_from = kRowsFrom;

@@ -381,10 +381,24 @@ TEST_CASE("index_map64 is validated: negative and wide entries named with their 
   w.mask = mask;
   r.rejects(attr, w, KSTAGE_INVALID_ARGUMENT, "index_map64 and mask are mutually exclusive");
   w.index_map = identity;
-  r.rejects(attr, w, KSTAGE_INVALID_ARGUMENT, "index_map, index_map64 and mask are mutually");
+  r.rejects(attr, w, KSTAGE_INVALID_ARGUMENT, "index_map and index_map64 and mask are mutually exclusive");
   kstage_write_data_t im = write_data(&t);
   im.index_map64 = identity64;
   r.rejects(attr, im, KSTAGE_INVALID_ARGUMENT, "count must be non-zero when index_map64");
+
+  // More than 2^32 source rows (a tensor never read: the entry is refused first): an entry of
+  // 2^32 is a row such a tensor has, but not one kstage addresses.
+  if (!existing) {
+    uint8_t byte = 0;
+    int64_t many[1] = {int64_t(1) << 33};
+    DLTensor huge = tensor(&byte, DLDataType{kDLUInt, 8, 1}, 1, many);
+    kstage_write_data_t h = write_data(&huge);
+    h.count = 1;
+    const int64_t past[1] = {int64_t(1) << 32};
+    h.index_map64 = past;
+    r.rejects(attr, h, KSTAGE_INVALID_ARGUMENT,
+              "index_map64[0] = 4294967296 is not a source row kstage can address");
+  }
 
   // An array write counts its packed rows from the entries: a wide entry is named first.
   kstage_write_data_t a = write_data(&t);

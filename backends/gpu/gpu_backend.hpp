@@ -463,7 +463,8 @@ class GpuIndexCheck final : public core::IndexCheck {
   Result<Bad> first_bad() const override {
     const std::vector<std::byte>* b = nullptr;
     uint64_t words[2] = {0, 0};
-    KSTAGE_ASSIGN_OR_RETURN(b, report_.bytes((wide_ ? 2 : 1) * sizeof(uint64_t), "index map check"));
+    KSTAGE_ASSIGN_OR_RETURN(b,
+                            report_.bytes((wide_ ? 2 : 1) * sizeof(uint64_t), "index map check"));
     std::memcpy(words, b->data(), b->size());
     if (words[0] == kNone) return Bad{};
     return Bad{words[0] >> 32, wide_ ? int64_t(words[1]) : int64_t(words[0] & 0xffffffffu)};

@@ -300,9 +300,11 @@ void checked_gather_report(const Exec& exec, const RowCopy& c, uint64_t src_rows
                        using Word = decltype(word);
                        constexpr int kWords = decltype(words)::value;
                        if (c.src_index64)
-                         launch_checked_gather<Word, kWords>(exec, c, c.src_index64, src_rows, into);
+                         launch_checked_gather<Word, kWords>(exec, c, c.src_index64, src_rows,
+                                                             into);
                        else
-                         launch_checked_gather<Word, kWords>(exec, c, c.src_index, src_rows, into);
+                         launch_checked_gather<Word, kWords>(exec, c, c.src_index, src_rows,
+                                                             into);
                      });
   if (c.src_index64)
     Kokkos::parallel_for("kstage::index_value", Kokkos::RangePolicy<Exec>(exec, 0, 1),

@@ -1100,7 +1100,7 @@ namespace detail {
 inline bool check_selection(const WriteOptions& o, const std::string& where, Status& st) {
   const uint64_t words = o.count / 64 + (o.count % 64 != 0);
   std::string what;
-  // The selections set, by name: the C API names index_map / mask clashes, these are the spans.
+  // The selections set, by the options' names (the C API would name its fields instead).
   std::string set;
   int n_set = 0;
   for (auto [on, name] : {std::pair{!o.index_map.empty(), "options.index_map"},
@@ -1111,7 +1111,8 @@ inline bool check_selection(const WriteOptions& o, const std::string& where, Sta
                           std::pair{!o.device_mask.empty(), "options.device_mask"}})
     if (on) set += std::string(n_set++ == 0 ? "" : " and ") + name;
   if (n_set > 1) {
-    st = Status(KSTAGE_INVALID_ARGUMENT, where + set + (n_set == 2 ? " are both set" : " are all set") + "; pass one");
+    st = Status(KSTAGE_INVALID_ARGUMENT,
+                where + set + (n_set == 2 ? " are both set" : " are all set") + "; pass one");
     return false;
   }
   if (!o.device_index_map.empty() && o.device_index_map.size() < o.count)

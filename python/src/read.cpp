@@ -137,7 +137,8 @@ struct IndexMapSource final : TensorSource {
     check(status);
     return t;
   }
-  // (Read-only: the caller lets a legacy export through only with consumer_reads_only.)
+  // (Not reached today: an index map is read-only and its Tensor is made without
+  // consumer_reads_only, so export_dlpack refuses a legacy export first.)
   DLManagedTensor* export_legacy(uint64_t, bool, bool, uintptr_t stream = 0) override {
     return legacy_of(export_versioned(0, true, stream));
   }

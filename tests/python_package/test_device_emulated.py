@@ -293,6 +293,8 @@ def test_a_read_hands_out_a_device_index_map_as_a_device_tensor(dstage, emu):
     (g2,) = dstage.read(backwards, "pos", device_index_map=True)
     with pytest.raises(BufferError, match="index map .* exports read-only"):
         g2.index_map.__dlpack__(max_version=(1, 0), readonly=False)
+    with pytest.raises(BufferError, match="cannot go out as legacy DLPack"):
+        g2.index_map.__dlpack__()  # a legacy consumer: it cannot be told read-only
     g2.release()
     with pytest.raises(kstage.InvalidHandle, match="released"):
         t.__dlpack__(max_version=(1, 0))
