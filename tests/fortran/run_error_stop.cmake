@@ -1,0 +1,15 @@
+# fortran_error_stop test (cmake -P -DPROGRAM=<error_stop>): the program must stop with a non-zero
+# exit status, printing the status and the message that name the failed call, and go no further.
+cmake_minimum_required(VERSION 3.25)
+execute_process(COMMAND "${PROGRAM}" RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
+set(_all "${_out}${_err}")
+if(_rc EQUAL 0)
+  message(FATAL_ERROR "error_stop exited with 0:\n${_all}")
+endif()
+if(NOT _all MATCHES "kstage: KSTAGE_INVALID_HANDLE: kstage_token\\(\"velocity\"\\): ")
+  message(FATAL_ERROR "error_stop did not print the status and the call:\n${_all}")
+endif()
+if(_all MATCHES "still running")
+  message(FATAL_ERROR "error_stop went on after the failure:\n${_all}")
+endif()
+message(STATUS "fortran_error_stop: exit ${_rc}: ${_all}")
