@@ -6,6 +6,9 @@
 #     Trilinos 13.2 source package -- skipped when Kokkos_ROOT is set in the environment;
 #   - DLPack >= 1.0 headers + CMake config, from Debian's libdlpack-dev (trixie);
 #   - Catch2 3 (static libs + CMake config), from Debian's libcatch2-dev (bookworm-backports).
+# The build tools it needs are installed with apt-get when missing: g++, gfortran (the Fortran
+# module, fortran/, on where a Fortran compiler is found), pkg-config (the Makefile consumer of
+# tests/package), cmake, make and the tools the cache is made with.
 # And, by default, into the system (small: ~55 MB installed, ~10 s):
 #   - Open MPI from Debian's libopenmpi-dev and openmpi-bin (mpicc, mpirun), installed with
 #     apt-get when missing, for the MPI example and its tests (examples/mpi, CMake option
@@ -201,8 +204,8 @@ as_root() {
 
 ensure_tools() {
   local missing=() pair cmd pkg
-  for pair in g++:g++ cmake:cmake make:make dpkg-source:dpkg-dev xz:xz-utils python3:python3 \
-              tar:tar gzip:gzip flock:util-linux; do
+  for pair in g++:g++ gfortran:gfortran pkg-config:pkg-config cmake:cmake make:make \
+              dpkg-source:dpkg-dev xz:xz-utils python3:python3 tar:tar gzip:gzip flock:util-linux; do
     cmd=${pair%%:*}; pkg=${pair#*:}
     command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
   done

@@ -27,7 +27,11 @@ _run("install" "${CMAKE_COMMAND}" --install "${KSTAGE_BINARY_DIR}" --prefix "${I
 # (b) configure and build the downstream project against it: the C program, then (in a project
 # of its own) the kokkos_bridge program
 string(REPLACE "|" ";" _prefix_path "${INSTALL_PREFIX}|${PREFIX_PATH}")
-foreach(_variant c bridge)
+set(_variants c bridge)
+if(FORTRAN)
+  list(APPEND _variants fortran)
+endif()
+foreach(_variant IN LISTS _variants)
   set(_work "${WORK_DIR}/${_variant}")
   set(_cfg
     -S "${SOURCE_DIR}" -B "${_work}"
@@ -36,6 +40,8 @@ foreach(_variant c bridge)
     "-DKSTAGE_EXPECTED_BACKENDS=${EXPECTED_BACKENDS}")
   if(_variant STREQUAL "bridge")
     list(APPEND _cfg -DKSTAGE_DOWNSTREAM_BRIDGE=ON)
+  elseif(_variant STREQUAL "fortran")
+    list(APPEND _cfg -DKSTAGE_DOWNSTREAM_FORTRAN=ON)
   endif()
   if(GENERATOR)
     list(APPEND _cfg -G "${GENERATOR}")
@@ -45,7 +51,8 @@ foreach(_variant c bridge)
   endif()
   foreach(_pair "Kokkos_DIR=Kokkos_DIR" "dlpack_DIR=dlpack_DIR"
                 "C_COMPILER=CMAKE_C_COMPILER" "CXX_COMPILER=CMAKE_CXX_COMPILER"
-                "C_FLAGS=CMAKE_C_FLAGS" "CXX_FLAGS=CMAKE_CXX_FLAGS"
+                "Fortran_COMPILER=CMAKE_Fortran_COMPILER"
+                "C_FLAGS=CMAKE_C_FLAGS" "CXX_FLAGS=CMAKE_CXX_FLAGS" "Fortran_FLAGS=CMAKE_Fortran_FLAGS"
                 "EXE_LINKER_FLAGS=CMAKE_EXE_LINKER_FLAGS")
     string(REPLACE "=" ";" _pair "${_pair}")
     list(GET _pair 0 _in)
@@ -58,12 +65,30 @@ foreach(_variant c bridge)
   _run("build downstream (${_variant})" "${CMAKE_COMMAND}" --build "${_work}" ${_config_args})
 endforeach()
 
+# (b') the same C (and Fortran) programs built by a plain Makefile with pkg-config's flags, the
+# way a code without CMake builds against kstage (tests/package/make)
+set(_make_out "${WORK_DIR}/make")
+file(MAKE_DIRECTORY "${_make_out}")
+set(_make_vars "PKG_CONFIG_PATH=${INSTALL_PREFIX}/${LIBDIR}/pkgconfig" "CC=${C_COMPILER}"
+               "CFLAGS=${C_FLAGS}" "LDFLAGS=${EXE_LINKER_FLAGS}")
+set(_make_args "OUT=${_make_out}" "PKG_CONFIG=${PKG_CONFIG}")
+if(FORTRAN)
+  list(APPEND _make_vars "FC=${Fortran_COMPILER}")
+  list(APPEND _make_args FORTRAN=1 "FFLAGS=${Fortran_FLAGS}")
+endif()
+_run("build with make and pkg-config" "${CMAKE_COMMAND}" -E env ${_make_vars}
+     "${MAKE_PROGRAM}" -f "${MAKE_DIR}/Makefile" ${_make_args})
+
 # (c) run them (not where they would need a GPU this machine lacks: RUN=OFF)
 if(DEFINED RUN AND NOT RUN)
   message(STATUS "[package_downstream] built, not run (RUN=OFF)")
   return()
 endif()
-foreach(_name c/kstage_downstream bridge/kstage_downstream_bridge)
+set(_programs c/kstage_downstream bridge/kstage_downstream_bridge make/kstage_make_c)
+if(FORTRAN)
+  list(APPEND _programs fortran/kstage_downstream_fortran make/kstage_make_fortran)
+endif()
+foreach(_name IN LISTS _programs)
   get_filename_component(_dir "${_name}" DIRECTORY)
   get_filename_component(_exe_name "${_name}" NAME)
   set(_exe "${WORK_DIR}/${_name}")
