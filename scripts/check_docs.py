@@ -26,6 +26,9 @@ The files checked are README.md, docs/*.md and perf/README.md. For each:
    tested program does not.
 4. README.md has the heading "### Python quick start" with a ```python block right after it
    (tests/python_package/test_readme.py runs that block).
+5. README.md's Fortran quick start (the ```fortran block under "## Fortran quick start") is
+   exactly examples/fortran/minimal/main.f90 without its leading comment lines: that program
+   runs as a test (example_fortran_minimal), so the README shows a program that works.
 
 Each problem is printed on its own line as "file:line: what is wrong"; the exit status is 1 if
 there is any, else 0. Python 3 standard library only.
@@ -268,6 +271,27 @@ def check_python_quick_start(readme, problems):
         problems.append("README.md: no ```python block right after '%s' (tests/python_package/test_readme.py runs it)" % heading)
 
 
+def check_fortran_quick_start(root, readme, problems):
+    heading = "## Fortran quick start"
+    program = os.path.join("examples", "fortran", "minimal", "main.f90")
+    number, block = block_under(readme, heading, "fortran")
+    if block is None:
+        problems.append("README.md: no ```fortran block right after '%s'" % heading)
+        return
+    with open(os.path.join(root, program), encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    while lines and lines[0].startswith("!"):
+        lines.pop(0)
+    expected = "\n".join(lines).strip("\n")
+    if block.strip("\n") != expected:
+        got = block.strip("\n").split("\n")
+        want = expected.split("\n")
+        at = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+        problems.append("README.md:%d: the Fortran quick start differs from %s (its line %d after "
+                        "the leading comments): %r" % (number + 1 + at, program, at + 1,
+                                                       want[at] if at < len(want) else "(end)"))
+
+
 def main(argv):
     root = os.path.abspath(argv[1] if len(argv) > 1 else os.path.join(os.path.dirname(__file__), ".."))
     if not os.path.exists(os.path.join(root, "README.md")):
@@ -291,6 +315,7 @@ def main(argv):
     readme = docs[0]
     check_c_quick_start(root, readme, problems)
     check_python_quick_start(readme, problems)
+    check_fortran_quick_start(root, readme, problems)
     for p in problems:
         print(p)
     if problems:
