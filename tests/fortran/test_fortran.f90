@@ -148,6 +148,7 @@ program test_fortran
   call test_maps()
   call test_errors()
   call test_names()
+  call test_device_columns()
 
   call kstage_close(stage)
   if (failures /= 0) then
@@ -524,6 +525,12 @@ contains
     call check(stat == KSTAGE_INVALID_ARGUMENT, 'rows: 2 rows for 3 prims')
     rows(1) = kstage_row_of(reshape([1, 2, 3, 4, 5, 6, 7, 8], [2, 2, 2]), stat=stat)
     call expect_failure(stat, KSTAGE_INVALID_ARGUMENT, 'rank 3', 'rows: rank 3')
+    call kstage_write_packed(stage, q3, nbrs, 23_int64, reshape(packed(1:6), [1, 2, 3]), &
+                             [1, 1, 1], stat=stat)
+    call expect_failure(stat, KSTAGE_INVALID_ARGUMENT, 'packed rows are rank 1', 'packed: rank 3')
+    call kstage_write_packed(stage, q3, nbrs, 23_int64, packed, [3.0, 4.0], stat=stat)
+    call expect_failure(stat, KSTAGE_INVALID_ARGUMENT, 'row_counts: not an integer array', &
+                        'packed: real row counts')
     call kstage_query_free(stage, q3)
   end subroutine
 
@@ -709,6 +716,47 @@ contains
     call kstage_seal(stage, 60_int64, stat=stat)
     call expect_ok(stat, 'stat is KSTAGE_OK after a success')
     call check(kstage_error_message() /= '', 'the last message stays until the next failure')
+  end subroutine
+
+  ! Columns on a device (the emulated one, in builds with KSTAGE_EMULATED_DEVICE: the test is
+  ! run with --emulated there): host arrays go up through the same writes; a group of device
+  ! memory gives no Fortran pointer, and host = .true. brings it down.
+  subroutine test_device_columns()
+    character(len=16) :: arg
+    type(kstage_config_t) :: config
+    integer(int64) :: dstage, dpos, dpaths(n), dq
+    character(len=16) :: dnames(n)
+    call get_command_argument(1, arg)
+    if (arg /= '--emulated') then
+      print '(a)', 'test_fortran: no emulated device in this build: device columns not tested'
+      return
+    end if
+    config = kstage_config_init()
+    config%residency = DLDevice(kDLExtDev, 0)
+    call check(kstage_create(config, dstage) == KSTAGE_OK, 'device: a stage on the emulated device')
+    call kstage_token(dstage, 'position', dpos)
+    do j = 1, n
+      write(dnames(j), '(a, i0)') '/d/p', j
+    end do
+    call kstage_paths(dstage, dnames, dpaths)
+    call kstage_query(dstage, dpaths, dq)
+    call kstage_write(dstage, dq, dpos, 1_int64, p, index_map=[(n + 1 - j, j = 1, n)])
+    call kstage_seal(dstage, 1_int64)
+    call kstage_read_open(dstage, dq, [dpos], read)
+    call check(kstage_read_next(dstage, read, group), 'device: a group')
+    call kstage_values(group, v2, stat=stat)
+    call expect_failure(stat, KSTAGE_NOT_SUPPORTED, 'host = .true.', 'device: no pointer')
+    call kstage_group_release(dstage, group)
+    call kstage_read_close(dstage, read)
+    call kstage_read_open(dstage, dq, [dpos], read, host=.true.)
+    call check(kstage_read_next(dstage, read, group), 'device: a host group')
+    call kstage_values(group, v2)
+    do j = 1, n
+      call check(all(v2(:, group%rows(j)) == p(:, n + 1 - j)), 'device: values read to the host')
+    end do
+    call kstage_group_release(dstage, group)
+    call kstage_read_close(dstage, read)
+    call kstage_close(dstage)
   end subroutine
 
   ! Names, ranges and queries of ranges.
