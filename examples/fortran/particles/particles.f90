@@ -174,6 +174,7 @@ program particles
   if (seen /= 2) error stop 'particles: the final read did not return two groups'
   call kstage_query_free(stage, all_particles)
   call kstage_close(stage)
+  deallocate(pos, vel, paths, perm, sorted, moved, names)
 
   print '(a, i0, ".", i0, ".", i0, a)', 'kstage ', KSTAGE_VERSION_MAJOR, KSTAGE_VERSION_MINOR, &
     KSTAGE_VERSION_PATCH, ' particles example (Fortran)'
