@@ -44,6 +44,13 @@ struct Layout<kstage_map_desc_t> {
   static constexpr size_t first = layouts[0];
 };
 
+template <>
+struct Layout<kstage_attribute_info_t> {
+  static constexpr const char* name = "kstage_attribute_info_t";
+  static constexpr size_t layouts[] = {48};  // 0.4
+  static constexpr size_t first = layouts[0];
+};
+
 // The largest released layout of T that `size` bytes hold whole.
 template <class T>
 constexpr size_t whole_layout(size_t size) {
@@ -67,6 +74,8 @@ static_assert(offsetof(kstage_read_desc_t, max_group_prims) == Layout<kstage_rea
               "max_group_prims was appended to the first layout");
 static_assert(sizeof(kstage_map_desc_t) ==
               offsetof(kstage_map_desc_t, reserved) + sizeof(kstage_map_desc_t::reserved));
+static_assert(sizeof(kstage_attribute_info_t) ==
+              offsetof(kstage_attribute_info_t, prim_count) + sizeof(uint64_t));
 // Every released layout is listed, the last one being this header's struct.
 static_assert(last_layout<kstage_config_t>() == sizeof(kstage_config_t),
               "a new kstage_config_t layout must be listed in Layout<>::layouts");
@@ -76,6 +85,8 @@ static_assert(last_layout<kstage_read_desc_t>() == sizeof(kstage_read_desc_t),
               "a new kstage_read_desc_t layout must be listed in Layout<>::layouts");
 static_assert(last_layout<kstage_map_desc_t>() == sizeof(kstage_map_desc_t),
               "a new kstage_map_desc_t layout must be listed in Layout<>::layouts");
+static_assert(last_layout<kstage_attribute_info_t>() == sizeof(kstage_attribute_info_t),
+              "a new kstage_attribute_info_t layout must be listed in Layout<>::layouts");
 static_assert(Layout<kstage_write_data_t>::layouts[1] ==
               offsetof(kstage_write_data_t, legacy_managed_tensors) + sizeof(void*));
 static_assert(Layout<kstage_config_t>::layouts[1] ==
@@ -170,6 +181,25 @@ Result<kstage_map_desc_t> read_descriptor(const kstage_map_desc_t* in, const cha
   KSTAGE_ASSIGN_OR_RETURN(out, read_one(in, what));
   KSTAGE_RETURN_NOT_OK(check_reserved(out.reserved, named(what)));
   return out;
+}
+
+Status write_descriptor(const kstage_attribute_info_t& info, kstage_attribute_info_t* out,
+                        const char* what) {
+  using T = kstage_attribute_info_t;
+  if (out == nullptr) return error(KSTAGE_INVALID_ARGUMENT, "%s is NULL", what);
+  uint32_t size;
+  std::memcpy(&size, out, sizeof size);  // bytes: a bad struct_size may mean a misaligned struct
+  KSTAGE_RETURN_NOT_OK(check_size<T>(size, what));
+  // The released layouts the caller's struct holds whole, then zeros: a field that does not
+  // fit is absent for that caller, and a newer caller's fields this library does not know
+  // take their zero default.
+  const size_t whole = whole_layout<T>(size);
+  unsigned char* bytes = reinterpret_cast<unsigned char*>(out);
+  T copy = info;
+  copy.struct_size = size;
+  std::memcpy(bytes, &copy, whole);
+  std::memset(bytes + whole, 0, size - whole);
+  return Status::OK();
 }
 
 Status read_write_descriptors(const kstage_write_data_t* in, uint64_t n,

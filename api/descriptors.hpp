@@ -17,6 +17,11 @@ Result<kstage_config_t> read_descriptor(const kstage_config_t* in, const char* w
 Result<kstage_read_desc_t> read_descriptor(const kstage_read_desc_t* in, const char* what);
 Result<kstage_map_desc_t> read_descriptor(const kstage_map_desc_t* in, const char* what);
 
+// A descriptor the library fills (kstage_attribute_info_t): exactly out->struct_size bytes,
+// the released layouts they hold whole from `info`, zeros after (kstage.h's rule).
+Status write_descriptor(const kstage_attribute_info_t& info, kstage_attribute_info_t* out,
+                        const char* what);
+
 // The `n` write descriptors at `in`, laid out with in[0]'s struct_size.
 // `out` is filled even when the layout is rejected (with this library's
 // struct size as the stride when in[0]'s is unusable), so that the caller can

@@ -98,6 +98,13 @@ class Stage {
   Status advance_write_floor(uint64_t ordinal, const uint64_t* attributes, uint64_t n);
   Result<uint64_t> write_floor(uint64_t attribute);
 
+  // --- describing the stage (kstage_list_attributes, kstage_attribute_info) ------
+  // The attributes that have a column, in token order.
+  std::vector<uint64_t> attributes() const;
+  // One attribute's column: schema, residency, write floor, sealed prim count (struct_size 0:
+  // the caller's is set by the C API). NOT_FOUND when it has no column.
+  Result<kstage_attribute_info_t> attribute_info(uint64_t attribute) const;
+
   // --- maps ------------------------------------------------------------------
   Result<std::shared_ptr<MapSession>> map(const PrimList& prims, const kstage_map_desc_t& desc,
                                           uint64_t ordinal, const uint64_t* element_counts,

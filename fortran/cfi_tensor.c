@@ -30,7 +30,7 @@
 /* The most axes a Fortran array may have here (kstage folds trailing axes into lanes). */
 #define KSTAGE_FORTRAN_MAX_RANK 15
 
-/* Axis d's extent. gfortran 12 states -1 for an empty array constructor (`[integer ::]`). */
+/* Axis d's extent (check_array refused an assumed-size array, whose last extent is -1). */
 static CFI_index_t extent_of(const CFI_cdesc_t* a, int d) {
   return a->dim[d].extent < 0 ? 0 : a->dim[d].extent;
 }
@@ -81,6 +81,10 @@ static kstage_status_t element_stride(const CFI_cdesc_t* a, int fortran_axis, co
                                       int64_t* stride) {
   const CFI_index_t sm = a->dim[fortran_axis].sm;
   const CFI_index_t elem = (CFI_index_t)a->elem_len;
+  if (a->dim[fortran_axis].extent <= 1) {  /* a stride never stepped is never used */
+    *stride = 1;
+    return KSTAGE_OK;
+  }
   if (sm % elem != 0) {
     return kstage_fortran_fail(KSTAGE_INVALID_ARGUMENT,
                                "%s: axis %d steps %lld bytes, not a whole number of its %lld-byte "
@@ -104,6 +108,12 @@ static kstage_status_t check_array(const CFI_cdesc_t* a, const char* what) {
   if (a->rank > KSTAGE_FORTRAN_MAX_RANK) {
     return kstage_fortran_fail(KSTAGE_INVALID_ARGUMENT, "%s: rank %d is more than %d", what,
                                (int)a->rank, KSTAGE_FORTRAN_MAX_RANK);
+  }
+  if (a->dim[a->rank - 1].extent == -1) {
+    return kstage_fortran_fail(KSTAGE_INVALID_ARGUMENT,
+                               "%s: an assumed-size array (its last extent is unknown): pass a "
+                               "section with that extent, a(..., :n)",
+                               what);
   }
   if (a->base_addr == NULL) {
     for (int d = 0; d < a->rank; ++d) {
@@ -235,12 +245,17 @@ kstage_status_t kstage_fortran_split_rows(const CFI_cdesc_t* values, const CFI_c
   int64_t start = 0;
   for (CFI_index_t i = 0; i < n; ++i) {
     const int64_t c = integer_at(counts, i);
-    if (c < 0 || c > elements - start) {
+    if (c < 0) {
+      return kstage_fortran_fail(KSTAGE_INVALID_ARGUMENT,
+                                 "%s(%lld) = %lld: a row count cannot be negative", counts_name,
+                                 (long long)(i + 1), (long long)c);
+    }
+    if (c > elements - start) {
       return kstage_fortran_fail(KSTAGE_INVALID_ARGUMENT,
                                  "%s(%lld) = %lld: rows 1 to %lld take %lld elements, more than "
                                  "the %lld that the values hold",
                                  counts_name, (long long)(i + 1), (long long)c, (long long)(i + 1),
-                                 (long long)(start + (c < 0 ? 0 : c)), (long long)elements);
+                                 (long long)(start + c), (long long)elements);
     }
     DLTensor* t = &tensors[i];
     memset(t, 0, sizeof *t);

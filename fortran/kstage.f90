@@ -58,12 +58,12 @@ module kstage_layer_c
     function fortran_tensor(array, unsigned_ints, what, what_length, tensor, shape, strides) &
         bind(C, name="kstage_fortran_tensor") result(status)
       import :: c_int32_t, c_int64_t, c_char, c_size_t, DLTensor
-      type(*), dimension(..), intent(in) :: array
+      type(*), dimension(..), intent(in), target :: array
       integer(c_int32_t), value :: unsigned_ints
       character(kind=c_char), intent(in) :: what(*)
       integer(c_size_t), value :: what_length
       type(DLTensor), intent(out) :: tensor
-      integer(c_int64_t), intent(out) :: shape(*), strides(*)
+      integer(c_int64_t), intent(out), target :: shape(*), strides(*)   ! the tensor points here
       integer(c_int32_t) :: status
     end function
     function fortran_index_map(map, rows, out, what, what_length) &
@@ -80,18 +80,19 @@ module kstage_layer_c
                                 shapes, strides) &
         bind(C, name="kstage_fortran_split_rows") result(status)
       import :: c_int32_t, c_int64_t, c_char, c_size_t, DLTensor
-      type(*), dimension(..), intent(in) :: values, counts
+      type(*), dimension(..), intent(in), target :: values
+      type(*), dimension(..), intent(in) :: counts
       integer(c_int32_t), value :: unsigned_ints
       character(kind=c_char), intent(in) :: what(*)
       integer(c_size_t), value :: what_length
-      type(DLTensor), intent(inout) :: tensors(*)
-      integer(c_int64_t), intent(out) :: shapes(*), strides(*)
+      type(DLTensor), intent(inout), target :: tensors(*)
+      integer(c_int64_t), intent(out), target :: shapes(*), strides(*)  ! the tensors point here
       integer(c_int32_t) :: status
     end function
     function fortran_row(array, unsigned_ints, what, what_length, row) &
         bind(C, name="kstage_fortran_row") result(status)
       import :: c_int32_t, c_char, c_size_t, kstage_row
-      type(*), dimension(..), intent(in) :: array
+      type(*), dimension(..), intent(in), target :: array
       integer(c_int32_t), value :: unsigned_ints
       character(kind=c_char), intent(in) :: what(*)
       integer(c_size_t), value :: what_length
@@ -103,8 +104,8 @@ module kstage_layer_c
       import :: c_int64_t, kstage_row, DLTensor
       type(kstage_row), intent(in) :: rows(*)
       integer(c_int64_t), value :: n
-      type(DLTensor), intent(inout) :: tensors(*)
-      integer(c_int64_t), intent(out) :: shapes(*), strides(*)
+      type(DLTensor), intent(inout), target :: tensors(*)
+      integer(c_int64_t), intent(out), target :: shapes(*), strides(*)  ! the tensors point here
     end subroutine
     subroutine fortran_set_error(str, length) bind(C, name="kstage_fortran_set_error")
       import :: c_char, c_size_t
@@ -157,6 +158,9 @@ module kstage
     logical :: is_array = .false.         ! an array (ragged) attribute: one row per prim
     type(kstage_data_t) :: data           ! the C view (kstage_data_t), 0-based
   end type
+
+  ! A valid address for Fortran pointers of zero size (c_f_pointer takes no NULL).
+  integer(c_int64_t), target, save, private :: nowhere = 0
 
   interface kstage_values
     module procedure values_real32_1, values_real32_2, values_real64_1, values_real64_2, &
@@ -212,7 +216,7 @@ contains
   ! After a failure whose message is set: report it through stat, or stop.
   subroutine failed(status, stat)
     integer(c_int32_t), intent(in) :: status
-    integer, intent(out), optional :: stat
+    integer, intent(inout), optional :: stat
     if (present(stat)) then
       stat = int(status)
     else
@@ -224,7 +228,7 @@ contains
   subroutine fail(status, message, stat)
     integer(c_int32_t), intent(in) :: status
     character(len=*), intent(in) :: message
-    integer, intent(out), optional :: stat
+    integer, intent(inout), optional :: stat
     call fortran_set_error(message, clen(message))
     call failed(status, stat)
   end subroutine
@@ -233,7 +237,7 @@ contains
   logical function ok(status, context, stat)
     integer(c_int32_t), intent(in) :: status
     character(len=*), intent(in) :: context
-    integer, intent(out), optional :: stat
+    integer, intent(inout), optional :: stat
     ok = status == KSTAGE_OK
     if (ok) return
     call fortran_keep_last_error(context, clen(context))
@@ -243,7 +247,7 @@ contains
   ! true if a call of the layer's C side (which sets its own message) succeeded; else fails.
   logical function shim_ok(status, stat)
     integer(c_int32_t), intent(in) :: status
-    integer, intent(out), optional :: stat
+    integer, intent(inout), optional :: stat
     shim_ok = status == KSTAGE_OK
     if (.not. shim_ok) call failed(status, stat)
   end function
@@ -275,16 +279,16 @@ contains
   subroutine wait_op(stage, op, context, stat)
     integer(int64), intent(in) :: stage, op
     character(len=*), intent(in) :: context
-    integer, intent(out), optional :: stat
+    integer, intent(inout), optional :: stat
     integer(c_int32_t) :: st, ignored
     type(c_ptr) :: message
     st = kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE)
     if (st /= KSTAGE_OK) then
+      call fortran_keep_last_error(context, clen(context))   ! kstage_wait's message, first
       if (kstage_op_error(stage, op, message) == KSTAGE_OK) then
-        call fortran_set_error(context // ': ' // kstage_string(message), &
-                               int(len(context) + 2, c_size_t) + c_strlen(message))
-      else
-        call fortran_keep_last_error(context, clen(context))
+        if (c_strlen(message) > 0) &
+          call fortran_set_error(context // ': ' // kstage_string(message), &
+                                 int(len(context) + 2, c_size_t) + c_strlen(message))
       end if
       ignored = kstage_release_op(stage, op)
       call failed(st, stat)
@@ -353,6 +357,10 @@ contains
     if (size(paths) /= size(names)) then
       call fail(KSTAGE_INVALID_ARGUMENT, 'kstage_paths: paths has room for different number '// &
                 'of ids than names has names', stat)
+      return
+    end if
+    if (len(names) == 0 .and. size(names) > 0) then
+      call fail(KSTAGE_INVALID_ARGUMENT, 'kstage_paths: the names are empty strings', stat)
       return
     end if
     allocate(strings(size(names)), lengths(size(names)))
@@ -490,8 +498,10 @@ contains
       ignored = kstage_path_list_release(stage, list)
       return
     end if
-    call c_f_pointer(ids, view, [n])
-    paths = view
+    if (n > 0) then
+      call c_f_pointer(ids, view, [n])
+      paths = view
+    end if
     if (.not. ok(kstage_path_list_release(stage, list), 'kstage_query_prims', stat)) return
   end subroutine
 
@@ -592,7 +602,7 @@ contains
     type(kstage_write_data_t) :: data
     integer(c_int64_t) :: n
     if (present(stat)) stat = KSTAGE_OK
-    n = max(0_int64, size(row_counts, kind=int64))   ! gfortran 12: -1 for [integer ::]
+    n = max(0_int64, size(row_counts, kind=int64))   ! SIZE of an assumed-rank [integer ::]: -1 (gfortran 12)
     if (n == 0) then
       call fail(KSTAGE_INVALID_ARGUMENT, context // ': row_counts is empty', stat)
       return
@@ -632,7 +642,7 @@ contains
     logical, intent(in), optional :: mask(:)
     integer(int64), intent(in), optional :: count
     integer, intent(in), optional :: mode, semantic
-    integer, intent(out), optional :: stat
+    integer, intent(inout), optional :: stat
     integer(c_int32_t), allocatable, target :: map0(:)
     integer(c_int64_t), allocatable, target :: words(:)
     integer(c_int32_t) :: prim_mode
@@ -651,7 +661,7 @@ contains
       data%count = count
     end if
     if (present(index_map)) then
-      n = max(0_int64, size(index_map, kind=int64))   ! gfortran 12: -1 for [integer ::]
+      n = max(0_int64, size(index_map, kind=int64))   ! SIZE of an assumed-rank [integer ::]: -1 (gfortran 12)
       if (present(count)) then
         if (n /= count) then
           write(text, '(a, i0, a, i0)') ': count is ', count, ' but index_map has ', n
@@ -698,29 +708,45 @@ contains
     call wait_op(stage, op, context, stat)
   end subroutine
 
-  ! Deletes `attributes` (absent or empty: every attribute, so the prims themselves) of the
-  ! query's prims at `ordinal`, and waits for the delete.
+  ! Deletes `attributes` (not empty) of the query's prims at `ordinal`, and waits for the
+  ! delete. A prim disappears with its last attribute; absent ones are ignored.
   subroutine kstage_delete(stage, query, ordinal, attributes, stat)
     integer(int64), intent(in) :: stage, query, ordinal
-    integer(int64), intent(in), optional :: attributes(:)
+    integer(int64), intent(in) :: attributes(:)
     integer, intent(out), optional :: stat
     integer(int64) :: op
     integer(int64), allocatable :: tokens(:)
     if (present(stat)) stat = KSTAGE_OK
-    op = 0
-    if (present(attributes)) then
-      call copy_ids(attributes, tokens)
-      if (.not. ok(kstage_delete_attributes(stage, query, tokens, int(size(attributes), &
-                                            c_int64_t), ordinal, op), 'kstage_delete', stat)) return
-    else
-      if (.not. ok(kstage_delete_attributes(stage, query, n=0_c_int64_t, ordinal=ordinal, op=op), &
-                   'kstage_delete', stat)) return
+    if (size(attributes) <= 0) then
+      call fail(KSTAGE_INVALID_ARGUMENT, 'kstage_delete: attributes is empty (kstage_delete_prims '// &
+                'deletes the prims themselves)', stat)
+      return
     end if
+    call copy_ids(attributes, tokens)
+    op = 0
+    if (.not. ok(kstage_delete_attributes(stage, query, tokens, int(size(attributes), c_int64_t), &
+                                          ordinal, op), 'kstage_delete', stat)) return
     call wait_op(stage, op, 'kstage_delete', stat)
   end subroutine
 
-  ! Seals: advances the write floor of `attributes` (absent or empty: every attribute) to
-  ! `ordinal` (kstage_advance_write_floor).
+  ! Deletes the query's prims -- every attribute they hold -- at `ordinal`, and waits for it.
+  ! (A routine of its own, not kstage_delete without attributes: gfortran passes an empty
+  ! array constructor to an optional argument as absent.)
+  subroutine kstage_delete_prims(stage, query, ordinal, stat)
+    integer(int64), intent(in) :: stage, query, ordinal
+    integer, intent(out), optional :: stat
+    integer(int64) :: op
+    if (present(stat)) stat = KSTAGE_OK
+    op = 0
+    if (.not. ok(kstage_delete_attributes(stage, query, n=0_c_int64_t, ordinal=ordinal, op=op), &
+                 'kstage_delete_prims', stat)) return
+    call wait_op(stage, op, 'kstage_delete_prims', stat)
+  end subroutine
+
+  ! Seals: advances the write floor of `attributes` (absent: every attribute; present, it may
+  ! not be empty) to `ordinal` (kstage_advance_write_floor). gfortran 12 passes an empty array
+  ! constructor (`[integer(int64) ::]`) as an absent argument: name a zero-sized variable to
+  ! have an empty list refused.
   subroutine kstage_seal(stage, ordinal, attributes, stat)
     integer(int64), intent(in) :: stage, ordinal
     integer(int64), intent(in), optional :: attributes(:)
@@ -728,6 +754,11 @@ contains
     integer(int64), allocatable :: tokens(:)
     if (present(stat)) stat = KSTAGE_OK
     if (present(attributes)) then
+      if (size(attributes) == 0) then
+        call fail(KSTAGE_INVALID_ARGUMENT, 'kstage_seal: attributes is empty; leave it out to '// &
+                  'seal every attribute', stat)
+        return
+      end if
       call copy_ids(attributes, tokens)
       if (.not. ok(kstage_advance_write_floor(stage, ordinal, tokens, &
                                               int(size(attributes), c_int64_t)), &
@@ -793,7 +824,8 @@ contains
   end subroutine
 
   ! The next group of a read: .true. with `group` set, or .false. at the end (or on failure,
-  ! with stat set). Release each group with kstage_group_release.
+  ! with stat set). Release each group with kstage_group_release before the next call: `group`
+  ! is overwritten, and a group never released stays pinned until kstage_close.
   logical function kstage_read_next(stage, read, group, stat) result(more)
     integer(int64), intent(in) :: stage, read
     type(kstage_group), intent(inout) :: group
@@ -848,7 +880,11 @@ contains
     group%attribute = attribute
     group%ordinal = ordinal
     group%prim_count = prim_count
-    if (prim_count > 0) call c_f_pointer(prims, group%prims, [prim_count])
+    if (prim_count > 0) then
+      call c_f_pointer(prims, group%prims, [prim_count])
+    else
+      call c_f_pointer(c_loc(nowhere), group%prims, [0])   ! size(group%prims) is 0
+    end if
     group%data = data
     group%dtype = dtype
     group%semantic = semantic
@@ -955,10 +991,11 @@ contains
     integer, intent(in) :: code, bits
     integer, intent(in), optional :: lanes
     type(DLDataType) :: dtype
-    dtype%code = int(code, c_int8_t)
-    dtype%bits = int(bits, c_int8_t)
+    ! uint8 and uint16 fields: their bits, as the signed integers of the same size hold them
+    dtype%code = int(merge(code - 256, code, code > 127), c_int8_t)
+    dtype%bits = int(merge(bits - 256, bits, bits > 127), c_int8_t)
     dtype%lanes = 1_c_int16_t
-    if (present(lanes)) dtype%lanes = int(lanes, c_int16_t)
+    if (present(lanes)) dtype%lanes = int(merge(lanes - 65536, lanes, lanes > 32767), c_int16_t)
   end function
 
   ! ==== values of groups =========================================================================
@@ -1084,6 +1121,7 @@ contains
       shape(2) = rows
     end if
     p = transfer(address, p)
+    if (shape(1) * max(shape(2), 1_int64) == 0 .or. .not. c_associated(p)) p = c_loc(nowhere)
     found = .true.
   end function
 

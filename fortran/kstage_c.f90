@@ -159,6 +159,18 @@ module kstage_c
     integer(c_int32_t) :: semantic = 0
   end type
 
+  type, bind(C) :: kstage_attribute_info_t
+    integer(c_int32_t) :: struct_size = 0
+    integer(c_int32_t) :: semantic = 0
+    integer(c_int64_t) :: attribute = 0
+    type(DLDataType) :: dtype
+    logical(c_bool) :: is_array = .false.
+    integer(c_int8_t) :: reserved(3) = 0
+    type(DLDevice) :: residency
+    integer(c_int64_t) :: write_floor = 0
+    integer(c_int64_t) :: prim_count = 0
+  end type
+
   ! ---- the functions of kstage.h ----------------------------------------------------------------
   interface
     ! Status codes
@@ -394,6 +406,24 @@ module kstage_c
       integer(c_int32_t) :: status
     end function
 
+    ! Describing a stage
+    function kstage_list_attributes(stage, attributes, capacity, count) &
+        bind(C, name="kstage_list_attributes") result(status)
+      import :: c_int32_t, c_int64_t
+      integer(c_int64_t), value :: stage
+      integer(c_int64_t), intent(out), optional :: attributes(*)
+      integer(c_int64_t), value :: capacity
+      integer(c_int64_t), intent(out) :: count
+      integer(c_int32_t) :: status
+    end function
+    function kstage_attribute_info(stage, attribute, info) bind(C, name="kstage_attribute_info") &
+        result(status)
+      import :: c_int32_t, c_int64_t, kstage_attribute_info_t
+      integer(c_int64_t), value :: stage, attribute
+      type(kstage_attribute_info_t), intent(inout) :: info   ! struct_size set by the caller
+      integer(c_int32_t) :: status
+    end function
+
     ! Reads
     function kstage_read_attributes(stage, query, attributes, n, desc, read) &
         bind(C, name="kstage_read_attributes") result(status)
@@ -554,6 +584,11 @@ contains
   function kstage_read_desc_init() result(desc)
     type(kstage_read_desc_t) :: desc
     desc%struct_size = int(c_sizeof(desc), c_int32_t)
+  end function
+
+  function kstage_attribute_info_init() result(info)
+    type(kstage_attribute_info_t) :: info
+    info%struct_size = int(c_sizeof(info), c_int32_t)
   end function
 
   function kstage_map_desc_init() result(desc)

@@ -141,6 +141,20 @@ TEST_CASE("cpp: the dictionary, path lists and queries call through", "[cpp]") {
   REQUIRE(s.query(in).count() == 2);
   REQUIRE(s.write_floor(pos) == 1);
   REQUIRE(s.write_floor() == 1);
+
+  // Describing the stage: the attributes with a column, and each one's column.
+  REQUIRE(s.attributes() == std::vector<kstage_token_t>{pos});
+  const kstage_attribute_info_t info = s.attribute_info(pos);
+  REQUIRE(info.attribute == pos);
+  REQUIRE(info.dtype.code == kDLFloat);
+  REQUIRE(info.dtype.lanes == 3);
+  REQUIRE(info.prim_count == 5);
+  REQUIRE(info.write_floor == 1);
+  REQUIRE(s.query(kstage::Filter{}).count() == 5);  // every existing prim
+  CPP_FAILS(s.attribute_info(s.token("velocity")), KSTAGE_NOT_FOUND, "'velocity' has no column");
+  kstage::Status st;
+  REQUIRE(s.attribute_info(s.token("velocity"), st).attribute == 0);
+  REQUIRE(st.code() == KSTAGE_NOT_FOUND);
 }
 
 TEST_CASE("cpp: handles are released exactly once, and moves leave empty objects", "[cpp]") {

@@ -38,9 +38,9 @@
  *   carries MAJOR.MINOR and each minor version may change the ABI.
  * - Within a major version: functions are only added; enumerations only gain
  *   values (treat a status you do not know as a failure); the *extensible
- *   descriptors* -- kstage_config_t, kstage_write_data_t, kstage_read_desc_t
- *   and kstage_map_desc_t -- only gain fields, appended at or after the end
- *   of the previous version's struct. Every other struct (kstage_data_t,
+ *   descriptors* -- kstage_config_t, kstage_write_data_t, kstage_read_desc_t,
+ *   kstage_map_desc_t and kstage_attribute_info_t -- only gain fields,
+ *   appended at or after the end of the previous version's struct. Every other struct (kstage_data_t,
  *   kstage_read_group_t, kstage_map_group_info_t, kstage_filter_t,
  *   kstage_device_sync_t) keeps its layout for the whole major version;
  *   what they cannot carry comes through new functions.
@@ -49,7 +49,8 @@
  *   kstage_*_init() functions below, which also zero every other field (zero
  *   is the default of every field). struct_size may be any value from the
  *   descriptor's first released layout (kstage_config_t 8 bytes,
- *   kstage_write_data_t 80, kstage_read_desc_t and kstage_map_desc_t 48) to
+ *   kstage_write_data_t 80, kstage_read_desc_t, kstage_map_desc_t and
+ *   kstage_attribute_info_t 48) to
  *   KSTAGE_MAX_STRUCT_SIZE, a multiple of the struct's alignment or not; any
  *   other (0 included) is KSTAGE_INVALID_ARGUMENT. The library reads exactly
  *   struct_size bytes. A smaller struct than the library's means an older
@@ -58,7 +59,10 @@
  *   (else KSTAGE_INVALID_ARGUMENT naming the byte). A larger one means a
  *   newer caller: accepted when every byte the library does not know is zero,
  *   else KSTAGE_NOT_SUPPORTED naming the first such byte. Fields named
- *   `reserved` must be zero.
+ *   `reserved` must be zero. A descriptor the library fills
+ *   (kstage_attribute_info_t) takes the same struct_size values: the library
+ *   writes exactly struct_size bytes, the fields it knows that lie wholly
+ *   inside and zeros for every other byte.
  * - Whatever a write call returns, each managed and legacy managed tensor it
  *   was handed is deleted exactly once when its field lies inside the
  *   caller's struct: wholly inside an accepted struct_size, or, for a
@@ -597,6 +601,34 @@ typedef struct kstage_map_group_info_t {
   kstage_semantic_t semantic;
 } kstage_map_group_info_t;
 
+/**
+ * \brief What a stage holds of one attribute (kstage_attribute_info fills it;
+ * an extensible descriptor written by the library: start from
+ * kstage_attribute_info_init(), which sets struct_size, and the library
+ * writes exactly struct_size bytes -- the fields its kstage.h knows that lie
+ * wholly inside, zeros for the rest). (Added in 0.4.)
+ */
+typedef struct kstage_attribute_info_t {
+  /** sizeof(kstage_attribute_info_t) as the caller's header declares it (set by the caller). */
+  uint32_t struct_size;
+  /** The column's semantic. */
+  kstage_semantic_t semantic;
+  /** The attribute. */
+  kstage_token_t attribute;
+  /** The column's dtype (lanes = tuple width; array attributes: of each element). */
+  DLDataType dtype;
+  /** true: an array attribute (one row of its own length per prim). */
+  bool is_array;
+  /** Zero. */
+  uint8_t reserved[3];
+  /** Where the column's storage lives. */
+  DLDevice residency;
+  /** The attribute's write floor: everything at or below it is sealed. */
+  uint64_t write_floor;
+  /** The prims that hold the attribute in the sealed state. */
+  uint64_t prim_count;
+} kstage_attribute_info_t;
+
 /* ------------------------------------------------------------------------- */
 /* Descriptor initialisers                                                   */
 /* ------------------------------------------------------------------------- */
@@ -625,6 +657,12 @@ static inline kstage_write_data_t kstage_write_data_init(void) {
 static inline kstage_read_desc_t kstage_read_desc_init(void) {
   kstage_read_desc_t d = KSTAGE_IMPL_ZERO;
   d.struct_size = (uint32_t)sizeof(kstage_read_desc_t);
+  return d;
+}
+/** \brief A kstage_attribute_info_t for kstage_attribute_info to fill, struct_size set. */
+static inline kstage_attribute_info_t kstage_attribute_info_init(void) {
+  kstage_attribute_info_t d = KSTAGE_IMPL_ZERO;
+  d.struct_size = (uint32_t)sizeof(kstage_attribute_info_t);
   return d;
 }
 /** \brief An empty map description (UPSERT, the stage's residency, one group), struct_size set. */
@@ -843,6 +881,38 @@ KSTAGE_API kstage_status_t kstage_advance_write_floor(kstage_stage_t stage, uint
 /** \brief The write floor of `attribute`, or the global floor (the minimum) for 0. */
 KSTAGE_API kstage_status_t kstage_get_write_floor(kstage_stage_t stage, kstage_token_t attribute,
                                        uint64_t* ordinal);
+
+/* ------------------------------------------------------------------------- */
+/* Describing a stage                                                        */
+/* ------------------------------------------------------------------------- */
+
+/*
+ * What a generic consumer -- a checkpoint writer, a viewer -- asks of a stage
+ * it did not fill itself. The prims go with a query: kstage_query_filter with
+ * an all-zero filter is every existing prim (sealed state), with
+ * has_attributes = {a} the prims that hold `a`.
+ */
+
+/**
+ * \brief The attributes that have a column, in token order: `*count` is
+ * how many there are, and the first min(capacity, *count) of them go into
+ * `attributes` (which may be NULL when capacity is 0: ask for the count,
+ * then for the tokens). A column exists from the first accepted write or map
+ * of its attribute -- its schema (kind, dtype, semantic, residency) is fixed
+ * from then on -- before that write is sealed, and stays when its prims are
+ * deleted (with prim_count 0). (Added in 0.4.)
+ */
+KSTAGE_API kstage_status_t kstage_list_attributes(kstage_stage_t stage, kstage_token_t* attributes,
+                                                  uint64_t capacity, uint64_t* count);
+/**
+ * \brief The schema, residency, write floor and sealed prim count of an
+ * attribute's column, in `*info` (the caller sets info->struct_size, see
+ * kstage_attribute_info_t). NOT_FOUND naming the attribute when it has no
+ * column; INVALID_ARGUMENT for a token the stage never interned or a bad
+ * struct_size. The fields are one consistent state of the stage. (Added in 0.4.)
+ */
+KSTAGE_API kstage_status_t kstage_attribute_info(kstage_stage_t stage, kstage_token_t attribute,
+                                                 kstage_attribute_info_t* info);
 
 /* ------------------------------------------------------------------------- */
 /* Reads                                                                     */

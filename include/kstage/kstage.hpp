@@ -1475,6 +1475,28 @@ class Stage {
     return f;
   }
 
+  // --- describing the stage ---------------------------------------------------------------------
+  /// The attributes that have a column, in token order (kstage_list_attributes).
+  std::vector<kstage_token_t> attributes(Status& st) const {
+    std::vector<kstage_token_t> out;
+    uint64_t n = 0;
+    // Another thread may create columns between the two calls: ask until the count holds.
+    for (;;) {
+      if (!detail::check(kstage_list_attributes(stage_, out.data(), out.size(), &n), st)) return {};
+      if (n <= out.size()) break;
+      out.resize(n);
+    }
+    out.resize(n);
+    return out;
+  }
+  /// An attribute's schema, residency, write floor and sealed prim count
+  /// (kstage_attribute_info).
+  kstage_attribute_info_t attribute_info(kstage_token_t attribute, Status& st) const {
+    kstage_attribute_info_t info = kstage_attribute_info_init();
+    if (!detail::check(kstage_attribute_info(stage_, attribute, &info), st)) return kstage_attribute_info_init();
+    return info;
+  }
+
   // --- reads and maps ---------------------------------------------------------------------------
   /// Opens a read of `attributes` for the query's prims against the latest sealed state
   /// (kstage_read_attributes).
@@ -1620,6 +1642,14 @@ class Stage {
   /// As write_floor(kstage_token_t, Status&) const, throwing kstage::Error on failure.
   uint64_t write_floor(kstage_token_t attribute = 0) const {
     return detail::throwing([&](Status& st) { return write_floor(attribute, st); });
+  }
+  /// As attributes(Status&) const, throwing kstage::Error on failure.
+  std::vector<kstage_token_t> attributes() const {
+    return detail::throwing([&](Status& st) { return attributes(st); });
+  }
+  /// As attribute_info(kstage_token_t, Status&) const, throwing kstage::Error on failure.
+  kstage_attribute_info_t attribute_info(kstage_token_t attribute) const {
+    return detail::throwing([&](Status& st) { return attribute_info(attribute, st); });
   }
   /// As read(const Query&, array_ref<kstage_token_t>, const ReadOptions&, Status&) const,
   /// throwing kstage::Error on failure.

@@ -127,6 +127,8 @@ class Stage {
   std::unique_ptr<Query> query_range(kstage_path_t first, uint64_t start, uint64_t count, uint64_t stride);
   void seal(uint64_t ordinal, nb::handle attributes);
   uint64_t write_floor(nb::handle attribute);
+  nb::list attributes();
+  nb::dict attribute_info(nb::handle attribute);
 
  private:
   StageRef handle_;

@@ -253,6 +253,37 @@ uint64_t Stage::write_floor(nb::handle attribute) {
   return ordinal;
 }
 
+// kstage_attribute_info as a dict (the names of kstage_attribute_info_t's fields).
+nb::dict Stage::attribute_info(nb::handle attribute) {
+  const kstage_token_t token = attribute_token(handle_, attribute);
+  kstage_attribute_info_t info = kstage_attribute_info_init();
+  check(kstage_attribute_info(handle_->id, token, &info));
+  nb::dict d;
+  d["name"] = token_name(token);
+  d["attribute"] = token;
+  d["is_array"] = info.is_array;
+  d["dtype"] = numpy_dtype(DLDataType{info.dtype.code, info.dtype.bits, 1});
+  d["lanes"] = info.dtype.lanes;
+  d["semantic"] = semantic_name(info.semantic);
+  d["residency"] = nb::make_tuple(int(info.residency.device_type), int(info.residency.device_id));
+  d["write_floor"] = info.write_floor;
+  d["prim_count"] = info.prim_count;
+  return d;
+}
+
+nb::list Stage::attributes() {
+  std::vector<kstage_token_t> tokens;
+  uint64_t n = 0;
+  for (;;) {  // another thread may make columns between the two calls
+    check(kstage_list_attributes(handle_->id, tokens.data(), tokens.size(), &n));
+    if (n <= tokens.size()) break;
+    tokens.resize(n);
+  }
+  tokens.resize(n);
+  nb::list out;
+  for (kstage_token_t t : tokens) out.append(attribute_info(nb::int_(t)));
+  return out;
+}
 
 StageHandle::~StageHandle() { destroy(); }
 
@@ -489,7 +520,18 @@ void register_stage(nb::module_& m) {
            "Advances the write floor of `attrs` (None: every attribute) to `ordinal`, applying "
            "their pending writes; never moves a floor backwards.")
       .def("write_floor", &Stage::write_floor, nb::arg("attr") = nb::none(),
-           "The write floor of `attr`, or the global floor (the minimum) for None.");
+           "The write floor of `attr`, or the global floor (the minimum) for None.")
+      .def("attributes", &Stage::attributes,
+           nb::sig("def attributes(self) -> list[dict[str, typing.Any]]"),
+           "Every attribute with a column, in token order, as attribute_info() describes it "
+           "(kstage_list_attributes). stage.query() is then every existing prim, "
+           "stage.query(has=name) the prims holding one.")
+      .def("attribute_info", &Stage::attribute_info, nb::arg("attr"),
+           nb::sig("def attribute_info(self, attr: str | int) -> dict[str, typing.Any]"),
+           "An attribute's column (kstage_attribute_info): name, attribute (its token), "
+           "is_array, dtype (numpy, without lanes), lanes, semantic, residency "
+           "((device_type, device_id)), write_floor and prim_count (the prims holding it, "
+           "sealed). kstage.NotFound (a KeyError) when it has no column.");
 
   nb::module_::import_("atexit").attr("register")(nb::cpp_function([] {
     // Destroy what is still open while Python runs: producers' deleters need it.

@@ -111,6 +111,15 @@ static struct {
     FIELD(kstage_map_group_info_t, dtype),
     FIELD(kstage_map_group_info_t, is_array),
     FIELD(kstage_map_group_info_t, semantic),
+    FIELD(kstage_attribute_info_t, struct_size),
+    FIELD(kstage_attribute_info_t, semantic),
+    FIELD(kstage_attribute_info_t, attribute),
+    FIELD(kstage_attribute_info_t, dtype),
+    FIELD(kstage_attribute_info_t, is_array),
+    FIELD(kstage_attribute_info_t, reserved),
+    FIELD(kstage_attribute_info_t, residency),
+    FIELD(kstage_attribute_info_t, write_floor),
+    FIELD(kstage_attribute_info_t, prim_count),
 };
 
 #define SIZE(s) {#s, sizeof(s)}
@@ -133,6 +142,7 @@ static const struct {
     SIZE(kstage_read_group_t),
     SIZE(kstage_map_desc_t),
     SIZE(kstage_map_group_info_t),
+    SIZE(kstage_attribute_info_t),
 };
 
 static int same(const char* a, const char* b, size_t length) {

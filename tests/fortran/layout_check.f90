@@ -78,6 +78,7 @@ contains
     type(kstage_read_group_t), target :: v13
     type(kstage_map_desc_t), target :: v14
     type(kstage_map_group_info_t), target :: v15
+    type(kstage_attribute_info_t), target :: v16
     call size_of(failures, "DLPackVersion", c_sizeof(v1))
     call field(failures, "DLPackVersion", "major", &
                c_loc(v1), c_loc(v1%major))
@@ -273,6 +274,25 @@ contains
                c_loc(v15), c_loc(v15%is_array))
     call field(failures, "kstage_map_group_info_t", "semantic", &
                c_loc(v15), c_loc(v15%semantic))
+    call size_of(failures, "kstage_attribute_info_t", c_sizeof(v16))
+    call field(failures, "kstage_attribute_info_t", "struct_size", &
+               c_loc(v16), c_loc(v16%struct_size))
+    call field(failures, "kstage_attribute_info_t", "semantic", &
+               c_loc(v16), c_loc(v16%semantic))
+    call field(failures, "kstage_attribute_info_t", "attribute", &
+               c_loc(v16), c_loc(v16%attribute))
+    call field(failures, "kstage_attribute_info_t", "dtype", &
+               c_loc(v16), c_loc(v16%dtype))
+    call field(failures, "kstage_attribute_info_t", "is_array", &
+               c_loc(v16), c_loc(v16%is_array))
+    call field(failures, "kstage_attribute_info_t", "reserved", &
+               c_loc(v16), c_loc(v16%reserved))
+    call field(failures, "kstage_attribute_info_t", "residency", &
+               c_loc(v16), c_loc(v16%residency))
+    call field(failures, "kstage_attribute_info_t", "write_floor", &
+               c_loc(v16), c_loc(v16%write_floor))
+    call field(failures, "kstage_attribute_info_t", "prim_count", &
+               c_loc(v16), c_loc(v16%prim_count))
     if (c_unchecked_fields() /= 0) failures = failures + 1
   end subroutine
 end module layout_check

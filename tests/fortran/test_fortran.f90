@@ -217,6 +217,7 @@ contains
 
     call read_float3(stage, qall, pos, got, seen)
     call check(seen == n, 'dense: every prim read')
+    call test_describe()
     call check(all(got == p), 'dense: pos(:, j) is row j')
 
     call kstage_read_open(stage, qall, [pos], read)
@@ -261,6 +262,25 @@ contains
     call check(all(w2(:, group%rows) == w), 'dense: int64 rank 2')
     call kstage_group_release(stage, group)
     call kstage_read_close(stage, read)
+  end subroutine
+
+  ! The C interfaces of kstage_list_attributes and kstage_attribute_info.
+  subroutine test_describe()
+    integer(int64) :: listed(8), count
+    type(kstage_attribute_info_t) :: info
+    call check(kstage_list_attributes(stage, listed, 8_int64, count) == KSTAGE_OK, &
+               'kstage_list_attributes')
+    call check(count == 3 .and. all(listed(1:3) == [pos, ids, mass]), &
+               'kstage_list_attributes: the columns, in token order')
+    call check(kstage_list_attributes(stage, capacity=0_int64, count=count) == KSTAGE_OK &
+               .and. count == 3, 'kstage_list_attributes: the count alone')
+    info = kstage_attribute_info_init()
+    call check(kstage_attribute_info(stage, pos, info) == KSTAGE_OK, 'kstage_attribute_info')
+    call check(info%dtype%code == kDLFloat .and. info%dtype%lanes == 3 .and. &
+               info%semantic == KSTAGE_SEMANTIC_POINT .and. info%write_floor == 1 .and. &
+               info%prim_count == n .and. .not. info%is_array, 'kstage_attribute_info: pos')
+    call check(kstage_attribute_info(stage, vel, info) == KSTAGE_NOT_FOUND, &
+               'kstage_attribute_info: no column')
   end subroutine
 
   ! Array sections with strides are written through their strides; a stride DLPack cannot
@@ -563,7 +583,7 @@ contains
     call kstage_delete(stage, q2, 31_int64, attributes=[pos])
     call kstage_query_free(stage, q2)
     call kstage_query(stage, [paths(2)], q2)
-    call kstage_delete(stage, q2, 32_int64)
+    call kstage_delete_prims(stage, q2, 32_int64)
     call kstage_seal(stage, 32_int64)
     call kstage_read_open(stage, qall, [pos], read, range=[31_int64, 32_int64])
     tombstones = 0
@@ -656,6 +676,7 @@ contains
   subroutine test_errors()
     integer(int64), pointer :: wrong(:)
     real(real64), pointer :: wrong2(:, :)
+    integer(int64) :: none(0)
     integer(int64) :: dead, t
     character(len=4), target :: chars(n)
     call kstage_write(stage, qall, pos, 50_int64, 1.0_real32, &
@@ -674,6 +695,13 @@ contains
     call kstage_write(stage, qall, pos, 50_int64, p(:, 1:3), &
                       semantic=KSTAGE_SEMANTIC_POINT, stat=stat)
     call check(stat == KSTAGE_INVALID_ARGUMENT, '3 rows for 10 prims')
+    call write_assumed_size(p, stat)
+    call expect_failure(stat, KSTAGE_INVALID_ARGUMENT, 'an assumed-size array', &
+                        'an assumed-size array')
+    call kstage_delete(stage, qall, 50_int64, none, stat=stat)
+    call expect_failure(stat, KSTAGE_INVALID_ARGUMENT, 'attributes is empty', 'delete of no attributes')
+    call kstage_seal(stage, 50_int64, attributes=none, stat=stat)
+    call expect_failure(stat, KSTAGE_INVALID_ARGUMENT, 'attributes is empty', 'seal of no attributes')
     call kstage_write(stage, 999_int64, pos, 50_int64, p, stat=stat)
     call expect_failure(stat, KSTAGE_INVALID_HANDLE, 'kstage_write', 'a stale query')
     call kstage_read_open(stage, qall, [integer(int64) ::], read, stat=stat)
@@ -757,6 +785,13 @@ contains
     call kstage_group_release(dstage, group)
     call kstage_read_close(dstage, read)
     call kstage_close(dstage)
+  end subroutine
+
+  ! An assumed-size dummy: its last extent is unknown, so it cannot be written.
+  subroutine write_assumed_size(a, st)
+    real(real32), intent(in), target :: a(3, *)
+    integer, intent(out) :: st
+    call kstage_write(stage, qall, pos, 50_int64, a, semantic=KSTAGE_SEMANTIC_POINT, stat=st)
   end subroutine
 
   ! Names, ranges and queries of ranges.

@@ -284,3 +284,31 @@ def test_change_range_of_a_ragged_attribute(stage, q4, paths4):
     (g,) = stage.read(q4, "nbr", range=(2, 2))
     assert g.is_array and g.paths == [paths4[2]] and g.tensor_count == 1
     assert np.from_dlpack(g.tensor(0)).tolist() == [9, 9]
+
+
+# ------------------------------------------------------------------------------------------------
+# Describing a stage (kstage_list_attributes, kstage_attribute_info)
+# ------------------------------------------------------------------------------------------------
+def test_attributes_describe_each_column(stage):
+    assert stage.attributes() == []
+    q = stage.query([f"/d/p{i}" for i in range(4)])
+    stage.write("pos", q, np.zeros((4, 3), np.float32), 1, semantic="point")
+    stage.write("nbrs", stage.query(["/d/p0", "/d/p1"]),
+                [np.arange(3, dtype=np.int32), np.arange(0, dtype=np.int32)], 1)
+    before = {a["name"]: a for a in stage.attributes()}
+    assert set(before) == {"pos", "nbrs"}
+    assert before["pos"]["prim_count"] == 0 and before["pos"]["write_floor"] == 0  # not sealed
+    stage.seal(1)
+    infos = stage.attributes()
+    assert [a["attribute"] for a in infos] == sorted(a["attribute"] for a in infos)  # token order
+    pos = stage.attribute_info("pos")
+    assert pos["dtype"] == np.float32 and pos["lanes"] == 3 and not pos["is_array"]
+    assert pos["semantic"] == "point" and pos["residency"] == (1, 0)
+    assert pos["write_floor"] == 1 and pos["prim_count"] == 4
+    nbrs = stage.attribute_info("nbrs")
+    assert nbrs["is_array"] and nbrs["dtype"] == np.int32 and nbrs["prim_count"] == 2
+    # What a generic consumer queries with it: every existing prim, the prims holding one.
+    assert len(stage.query()) == 4
+    assert len(stage.query(has="nbrs")) == nbrs["prim_count"]
+    with pytest.raises(kstage.NotFound, match="'vel' has no column"):
+        stage.attribute_info("vel")
