@@ -444,6 +444,15 @@ const std::string* PathTree::stable_path(uint64_t id) const {
   return slot.get();
 }
 
+const std::string* PathTree::stable_range_prefix(uint64_t first) const {
+  Range r;
+  if (!range_of(first, r) || r.first != first) return nullptr;
+  std::lock_guard lock(strings_mutex_);
+  auto& slot = range_prefixes_[first];
+  if (!slot) slot = std::make_unique<const std::string>(std::move(r.prefix));
+  return slot.get();
+}
+
 void PathTree::keep_at_or_below(uint64_t prefix, std::vector<uint64_t>& ids) const {
   std::shared_lock lock(mutex_);
   if (prefix == root_ && root_ != 0) return;  // "/" covers every path
@@ -463,6 +472,7 @@ size_t PathTree::memory_bytes() const {
   for (const Range& r : ranges_) b += sizeof(Range) + r.prefix.capacity() + 32;
   std::lock_guard strings(strings_mutex_);
   for (const auto& [id, s] : strings_) b += sizeof(std::string) + s->capacity() + 32;
+  for (const auto& [id, s] : range_prefixes_) b += sizeof(std::string) + s->capacity() + 32;
   return b;
 }
 

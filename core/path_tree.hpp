@@ -84,6 +84,9 @@ class PathTree {
                         uint64_t count, std::string& why);
   // The range `id` is a member of (false: none).
   bool range_of(uint64_t id, Range& out) const;
+  // The prefix of the range whose first id is `first`, kept for the tree's lifetime
+  // (kstage_path_range_definition); null if `first` is no range's first id.
+  const std::string* stable_range_prefix(uint64_t first) const;
 
   // Whether `id` is an interned path (hidden ancestors are not).
   bool contains(uint64_t id) const;
@@ -152,6 +155,7 @@ class PathTree {
 
   mutable std::mutex strings_mutex_;
   mutable std::unordered_map<uint64_t, std::unique_ptr<const std::string>> strings_;
+  mutable std::unordered_map<uint64_t, std::unique_ptr<const std::string>> range_prefixes_;
 };
 
 }  // namespace kstage::core

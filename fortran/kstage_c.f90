@@ -261,6 +261,16 @@ module kstage_c
       integer(c_int64_t), intent(out), optional :: first, count, index
       integer(c_int32_t) :: status
     end function
+    function kstage_path_range_definition(stage, first, parent, parent_length, prefix, &
+                                          prefix_length, begin) &
+        bind(C, name="kstage_path_range_definition") result(status)
+      import :: c_int32_t, c_int64_t, c_ptr, c_size_t
+      integer(c_int64_t), value :: stage, first
+      type(c_ptr), intent(out), optional :: parent, prefix   ! const char*
+      integer(c_size_t), intent(out), optional :: parent_length, prefix_length
+      integer(c_int64_t), intent(out), optional :: begin
+      integer(c_int32_t) :: status
+    end function
     function kstage_path_range_member(stage, first, index, path) &
         bind(C, name="kstage_path_range_member") result(status)
       import :: c_int32_t, c_int64_t

@@ -47,6 +47,13 @@
 # Optional (only with `--docs` or KSTAGE_SETUP_DOCS=1; scripts/test.sh passes it for the
 # `default` preset): Debian's doxygen, installed with apt-get when missing, for the API
 # reference (the docs target, cmake/kstageDocs.cmake; ctest docs_reference).
+# Optional (only with `--adios2` or KSTAGE_SETUP_ADIOS2=1; scripts/test.sh passes it for the
+# `default` preset): ADIOS2 for the bridge kstage::adios2 (adios2/, KSTAGE_WITH_ADIOS2)
+#   - a Python virtual environment in $KSTAGE_DEPS_DIR/adios2-venv, made as the others, with
+#     PyPI's `adios2` wheel (serial ADIOS2 2.12: its C++ library, headers and CMake config sit in
+#     site-packages/adios2, the libraries they need in site-packages/adios2.libs), numpy and
+#     matplotlib: the CMake package (ADIOS2_DIR=<site-packages>/adios2/cmake/adios2, which the
+#     top-level CMakeLists.txt finds by itself) and the Python reader of the tests.
 # Optional (only with `--tsan` or KSTAGE_SETUP_TSAN=1): the ThreadSanitizer leg (preset `tsan`)
 #   - a Serial-only Kokkos built with g++ -fsanitize=thread in $KSTAGE_DEPS_DIR/kokkos-tsan, so
 #     that the reference counts of Kokkos Views are instrumented too.
@@ -73,6 +80,7 @@
 #   KSTAGE_SETUP_PYTHON 1 = also get what the Python package's build needs (same as --python)
 #   KSTAGE_SETUP_FUZZ 1 = also get the fuzz leg's tools and Kokkos (same as --fuzz)
 #   KSTAGE_SETUP_DOCS 1 = also install doxygen for the docs target (same as --docs)
+#   KSTAGE_SETUP_ADIOS2 1 = also make the ADIOS2 venv (same as --adios2)
 #   KSTAGE_SETUP_TSAN 1 = also build the TSan Kokkos (same as --tsan)
 #   KSTAGE_SETUP_CUDA 1 = also build the CUDA Kokkos (same as --cuda)
 #   KSTAGE_SETUP_HIP  1 = also install hipcc and build the HIP Kokkos (same as --hip)
@@ -657,9 +665,22 @@ python_package_venv() {
     "numpy>=2.1" pytest "nanobind>=2.4" "scikit-build-core>=0.10" matplotlib "$JAX_PIN"
 }
 
+# ADIOS2 for the bridge (adios2/): PyPI's serial wheel, which ships the C++ library and its CMake
+# config. Pinned to the minor version the bridge was checked against.
+ADIOS2_PIN="adios2==2.12.*"
+adios2_venv() {
+  python_venv adios2-venv "$DEPS_DIR/adios2-venv" 1 \
+    'import adios2, numpy, matplotlib, os; d = os.path.dirname(adios2.__file__); assert os.path.isfile(os.path.join(d, "cmake", "adios2", "adios2-config.cmake")), d; print("adios2", adios2.__version__, "numpy", numpy.__version__)' \
+    "$ADIOS2_PIN" "numpy>=2.1" matplotlib
+}
+
+adios2_cmake_dir() {
+  "$DEPS_DIR/adios2-venv/bin/python" -c 'import adios2, os; print(os.path.join(os.path.dirname(adios2.__file__), "cmake", "adios2"))'
+}
+
 # --------------------------------------------------------------------------------------------
 main() {
-  local mpi=${KSTAGE_SETUP_MPI:-1} perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} python=${KSTAGE_SETUP_PYTHON:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} docs=${KSTAGE_SETUP_DOCS:-0} tsan=${KSTAGE_SETUP_TSAN:-0} cuda=${KSTAGE_SETUP_CUDA:-0} hip=${KSTAGE_SETUP_HIP:-0} arg
+  local mpi=${KSTAGE_SETUP_MPI:-1} perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} python=${KSTAGE_SETUP_PYTHON:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} docs=${KSTAGE_SETUP_DOCS:-0} adios2=${KSTAGE_SETUP_ADIOS2:-0} tsan=${KSTAGE_SETUP_TSAN:-0} cuda=${KSTAGE_SETUP_CUDA:-0} hip=${KSTAGE_SETUP_HIP:-0} arg
   for arg in "$@"; do
     case $arg in
       --no-mpi) mpi=0 ;;
@@ -668,11 +689,12 @@ main() {
       --python) python=1 ;;
       --fuzz) fuzz=1 ;;
       --docs) docs=1 ;;
+      --adios2) adios2=1 ;;
       --tsan) tsan=1 ;;
       --cuda) cuda=1 ;;
       --hip) hip=1 ;;
       -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
-      *) die "unknown argument '$arg' (known: --no-mpi, --perf, --jax, --python, --fuzz, --docs, --tsan, --cuda, --hip)" ;;
+      *) die "unknown argument '$arg' (known: --no-mpi, --perf, --jax, --python, --fuzz, --docs, --adios2, --tsan, --cuda, --hip)" ;;
     esac
   done
   ensure_tools
@@ -700,6 +722,7 @@ main() {
   if [ "$perf" = 1 ]; then perf_venv; fi
   if [ "$jax" = 1 ]; then jax_venv; fi
   if [ "$python" = 1 ]; then python_package_venv; fi
+  if [ "$adios2" = 1 ]; then adios2_venv; fi
   rmdir "$WORK_DIR" "$DL_DIR" 2>/dev/null || true
 
   local prefix_path
@@ -721,6 +744,9 @@ main() {
   fi
   if [ "$python" = 1 ]; then
     echo "Python_EXECUTABLE=$DEPS_DIR/python-venv/bin/python"
+  fi
+  if [ "$adios2" = 1 ]; then
+    echo "ADIOS2_DIR=$(adios2_cmake_dir)"
   fi
   if [ "$fuzz" = 1 ]; then
     echo "fuzz preset Kokkos_ROOT=$KOKKOS_SERIAL_PREFIX"

@@ -120,6 +120,12 @@ TEST_CASE("cpp: the dictionary, path lists and queries call through", "[cpp]") {
   REQUIRE(s.path("/world/cells/c7") == r[7]);
   REQUIRE(s.query(r).count() == 100);
   REQUIRE(s.query(r, 10, 0, 10).count() == 9);
+  const kstage::PathRangeDefinition def = s.path_range_definition(r.first);
+  REQUIRE(def.parent == "/world/cells");
+  REQUIRE(def.prefix == "c");
+  REQUIRE(def.begin == 0);
+  REQUIRE(def.count == 100);
+  CPP_FAILS(s.path_range_definition(r[1]), KSTAGE_INVALID_ARGUMENT, "not the first path");
   CPP_FAILS(s.path_range("/world/cells", "c", 50, 100), KSTAGE_ALREADY_EXISTS, "/world/cells/c[0..99]");
   CPP_FAILS(s.query(r, 100), KSTAGE_INVALID_ARGUMENT, "start 100");
 

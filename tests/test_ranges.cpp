@@ -6,6 +6,8 @@
 // change ranges and maps.
 #include "support.hpp"
 
+#include <cstring>
+
 #include <algorithm>
 
 using namespace kstage_test;
@@ -68,6 +70,48 @@ TEST_CASE("a range's members have consecutive ids and their names on demand", "[
   // A member as a parent.
   const kstage_path_t child = s.path("/world/particles/p5/velocity");
   REQUIRE(s.path_string(child) == "/world/particles/p5/velocity");
+}
+
+TEST_CASE("a range's definition makes the same range in another stage", "[ranges]") {
+  Stage s(host_execution());
+  struct Made {
+    const char* parent;
+    const char* prefix;
+    uint64_t begin, count;
+  };
+  // Prefixes that end in digits, no prefix, top level, a deep parent.
+  const Made made[] = {{"/world/particles", "p1", 5, 20}, {"/cells", "", 500, 10},
+                       {"/", "n", 0, 3}, {"/a/b/c", "x", 7, 1}};
+  std::vector<kstage_path_t> firsts;
+  for (const Made& m : made) firsts.push_back(s.range(m.parent, m.prefix, m.begin, m.count));
+  Stage other(host_execution());
+  for (size_t i = 0; i < firsts.size(); ++i) {
+    const char *parent = nullptr, *prefix = nullptr;
+    size_t parent_length = 0, prefix_length = 0;
+    uint64_t begin = 99;
+    KS_OK(kstage_path_range_definition(s.stage, firsts[i], &parent, &parent_length, &prefix,
+                                       &prefix_length, &begin));
+    CHECK(std::string(parent, parent_length) == made[i].parent);
+    CHECK(std::string(prefix) == made[i].prefix);  // NUL-terminated too
+    CHECK(prefix_length == std::strlen(made[i].prefix));
+    CHECK(begin == made[i].begin);
+    uint64_t count = 0;
+    KS_OK(kstage_path_range_info(s.stage, firsts[i], nullptr, &count, nullptr));
+    // The same arguments make the same paths elsewhere.
+    const kstage_path_t again = other.range(parent, prefix, begin, count);
+    for (uint64_t k : {uint64_t(0), count - 1})
+      CHECK(other.path_string(again + k) == s.path_string(firsts[i] + k));
+  }
+  KS_OK(kstage_path_range_definition(s.stage, firsts[0], nullptr, nullptr, nullptr, nullptr, nullptr));
+  const char* untouched = "untouched";
+  const char* parent = untouched;
+  KS_FAILS(kstage_path_range_definition(s.stage, firsts[0] + 1, &parent, nullptr, nullptr, nullptr, nullptr),
+           KSTAGE_INVALID_ARGUMENT, "not the first path of a path range");
+  CHECK(parent == untouched);
+  KS_FAILS(kstage_path_range_definition(s.stage, s.path("/plain"), &parent, nullptr, nullptr, nullptr, nullptr),
+           KSTAGE_INVALID_ARGUMENT, "not the first path");
+  KS_FAILS(kstage_path_range_definition(0, firsts[0], &parent, nullptr, nullptr, nullptr, nullptr),
+           KSTAGE_INVALID_HANDLE, "");
 }
 
 TEST_CASE("a range that is too big or badly named is refused and interns nothing", "[ranges][errors]") {

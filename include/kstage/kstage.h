@@ -784,6 +784,20 @@ KSTAGE_API kstage_status_t kstage_intern_path_range(kstage_stage_t stage, const 
 KSTAGE_API kstage_status_t kstage_path_range_info(kstage_stage_t stage, kstage_path_t path,
                                                   kstage_path_t* first, uint64_t* count,
                                                   uint64_t* index);
+/**
+ * \brief How the range whose first id is `first` was made: the arguments of its
+ * kstage_intern_path_range, so that another stage (a restart, a reader in
+ * another process) can make the same range. `*parent` is the parent path
+ * ("/" for top-level members) and `*prefix` the prefix ("" for none), each
+ * NUL-terminated and valid for the stage's lifetime, with their lengths;
+ * `*begin` is the number of the first member (its count comes from
+ * kstage_path_range_info). Any pointer may be NULL. INVALID_ARGUMENT naming
+ * `first` when it is not the first id of a range. (Added in 0.4.)
+ */
+KSTAGE_API kstage_status_t kstage_path_range_definition(kstage_stage_t stage, kstage_path_t first,
+                                                        const char** parent, size_t* parent_length,
+                                                        const char** prefix, size_t* prefix_length,
+                                                        uint64_t* begin);
 /** \brief Member `index` (0 <= index < count) of the range whose first id is `first`. */
 KSTAGE_API kstage_status_t kstage_path_range_member(kstage_stage_t stage, kstage_path_t first,
                                                     uint64_t index, kstage_path_t* path);

@@ -1031,6 +1031,15 @@ struct PathRange {
   kstage_path_t operator[](uint64_t i) const noexcept { return first + i; }
 };
 
+/// \brief How a path range was made (kstage_path_range_definition): kstage_intern_path_range's
+/// arguments. The strings are the stage's, valid for its lifetime.
+struct PathRangeDefinition {
+  std::string_view parent;  ///< the parent path ("/" for top-level members)
+  std::string_view prefix;  ///< the prefix ("" for none)
+  uint64_t begin = 0;       ///< the number of the first member
+  uint64_t count = 0;       ///< the number of members
+};
+
 /// \brief A filter over existing prims (kstage_filter_t): the AND of what is set.
 struct Filter {
   Filter() noexcept {}  // not an aggregate: a braced list passed to query() is a path list
@@ -1249,6 +1258,20 @@ class Stage {
                       st))
       r.count = count;
     return r;
+  }
+  /// How the range whose first id is range.first was made (kstage_path_range_definition).
+  PathRangeDefinition path_range_definition(kstage_path_t first, Status& st) const {
+    PathRangeDefinition d;
+    const char *parent = nullptr, *prefix = nullptr;
+    size_t parent_length = 0, prefix_length = 0;
+    if (!detail::check(kstage_path_range_definition(stage_, first, &parent, &parent_length, &prefix,
+                                                    &prefix_length, &d.begin),
+                       st) ||
+        !detail::check(kstage_path_range_info(stage_, first, nullptr, &d.count, nullptr), st))
+      return {};
+    d.parent = {parent, parent_length};
+    d.prefix = {prefix, prefix_length};
+    return d;
   }
   /// The string of a token (kstage_token_string), valid for the stage's lifetime.
   std::string_view token_string(kstage_token_t token, Status& st) const {
@@ -1562,6 +1585,10 @@ class Stage {
   /// throwing kstage::Error on failure.
   PathRange path_range(std::string_view parent, std::string_view prefix, uint64_t begin, uint64_t count) const {
     return detail::throwing([&](Status& st) { return path_range(parent, prefix, begin, count, st); });
+  }
+  /// As path_range_definition(kstage_path_t, Status&) const, throwing kstage::Error on failure.
+  PathRangeDefinition path_range_definition(kstage_path_t first) const {
+    return detail::throwing([&](Status& st) { return path_range_definition(first, st); });
   }
   /// As query(const PathRange&, uint64_t, uint64_t, uint64_t, Status&) const, throwing
   /// kstage::Error on failure.

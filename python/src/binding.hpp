@@ -123,6 +123,7 @@ class Stage {
   kstage_path_t intern_range(std::string_view parent, std::string_view prefix, uint64_t begin, uint64_t count);
   std::tuple<kstage_path_t, uint64_t, uint64_t> range_info(kstage_path_t path);
   kstage_path_t range_member(kstage_path_t first, uint64_t index);
+  std::tuple<std::string, std::string, uint64_t, uint64_t> range_definition(kstage_path_t first);
   std::unique_ptr<Query> query(nb::handle paths, nb::handle prefix, nb::handle has, nb::handle path_in);
   std::unique_ptr<Query> query_range(kstage_path_t first, uint64_t start, uint64_t count, uint64_t stride);
   void seal(uint64_t ordinal, nb::handle attributes);

@@ -184,6 +184,16 @@ kstage_path_t Stage::range_member(kstage_path_t first, uint64_t index) {
   return path;
 }
 
+std::tuple<std::string, std::string, uint64_t, uint64_t> Stage::range_definition(kstage_path_t first) {
+  const char *parent = nullptr, *prefix = nullptr;
+  size_t parent_length = 0, prefix_length = 0;
+  uint64_t begin = 0, count = 0;
+  check(kstage_path_range_definition(handle_->id, first, &parent, &parent_length, &prefix,
+                                     &prefix_length, &begin));
+  check(kstage_path_range_info(handle_->id, first, nullptr, &count, nullptr));
+  return {std::string(parent, parent_length), std::string(prefix, prefix_length), begin, count};
+}
+
 std::unique_ptr<Query> Stage::query(nb::handle paths, nb::handle prefix, nb::handle has, nb::handle path_in) {
   kstage_query_t q = 0;
   if (!paths.is_none()) {
@@ -504,6 +514,9 @@ void register_stage(nb::module_& m) {
            "(first, count, index) of the range `path` belongs to; NotFound if none.")
       .def("range_member", &Stage::range_member, nb::arg("first"), nb::arg("index"),
            "The path id of member `index` of the range whose first id is `first`.")
+      .def("range_definition", &Stage::range_definition, nb::arg("first"),
+           "(parent, prefix, begin, count): how the range whose first id is `first` was made "
+           "(kstage_path_range_definition), so that intern_range(*it) makes it again elsewhere.")
       .def("query", &Stage::query,
            nb::sig("def query(self, paths: str | collections.abc.Sequence[str] | collections.abc.Sequence[int] | None = None, *, prefix: str | int | None = None, has: str | int | collections.abc.Sequence[str | int] | None = None, path_in: collections.abc.Sequence[str] | collections.abc.Sequence[int] | None = None) -> Query"),
            nb::arg("paths") = nb::none(), nb::kw_only(), nb::arg("prefix") = nb::none(),

@@ -797,7 +797,8 @@ contains
   ! Names, ranges and queries of ranges.
   subroutine test_names()
     character(len=:), allocatable :: name
-    integer(int64) :: first, qr, member, prims(3)
+    integer(int64) :: first, qr, member, prims(3), begin
+    type(c_ptr) :: cparent, cprefix
     integer(int64), allocatable :: got_prims(:)
     call kstage_token_name(stage, pos, name)
     call check(name == 'position', 'kstage_token_name')
@@ -808,6 +809,11 @@ contains
     call check(name == '/cells/c42', 'kstage_path_range')
     call kstage_path(stage, '/cells/c7', member)
     call check(member == first + 7, 'a range member by its string')
+    call check(kstage_path_range_definition(stage, first, parent=cparent, prefix=cprefix, &
+                                            begin=begin) == KSTAGE_OK, &
+               'kstage_path_range_definition')
+    call check(kstage_string(cparent) == '/cells' .and. kstage_string(cprefix) == 'c' .and. &
+               begin == 0, 'kstage_path_range_definition: parent, prefix, begin')
     call kstage_query_of_range(stage, first, qr, start=10_int64, count=3_int64, stride=5_int64)
     call kstage_query_prims(stage, qr, got_prims)
     prims = [first + 10, first + 15, first + 20]

@@ -312,3 +312,14 @@ def test_attributes_describe_each_column(stage):
     assert len(stage.query(has="nbrs")) == nbrs["prim_count"]
     with pytest.raises(kstage.NotFound, match="'vel' has no column"):
         stage.attribute_info("vel")
+
+
+def test_range_definition_makes_the_same_range_elsewhere(stage):
+    first = stage.intern_range("/world/cells", "c1", 5, 20)
+    assert stage.range_definition(first) == ("/world/cells", "c1", 5, 20)
+    other = kstage.Stage()
+    again = other.intern_range(*stage.range_definition(first))
+    assert other.path(again + 19) == stage.path(first + 19) == "/world/cells/c124"
+    with pytest.raises(kstage.InvalidArgument, match="not the first path"):
+        stage.range_definition(first + 1)
+    other.close()

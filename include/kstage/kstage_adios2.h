@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/**
+ * \file kstage/kstage_adios2.h
+ * \brief kstage with ADIOS2: a stage's sealed state as ADIOS2 steps -- checkpoints and restarts
+ * in BP5 files, and streams to readers in other processes (SST) or the same one (Inline).
+ *
+ * The bridge is its own library, libkstage_adios2 (CMake: find_package(kstage COMPONENTS
+ * adios2), target kstage::adios2); libkstage never links ADIOS2. It writes and reads through
+ * ADIOS2's engines, chosen at run time by name, so one API gives files, streams and in-process
+ * coupling.
+ *
+ * A *step* holds, for a query's prims, the sealed values of some attributes: all of them (a
+ * full step, e.g. a checkpoint), or only what changed in a change range of ordinals, with the
+ * prims that lost an attribute (an incremental step). Reading a step into a stage interns its
+ * paths, makes the columns with the recorded schema, writes the values at the recorded write
+ * floors and seals them: a restart reads a checkpoint, then the incremental steps after it, in
+ * order. The layout of a step, for tools that read kstage files without kstage, is in
+ * docs/adios2.md.
+ *
+ * Conventions (those of kstage.h): every function returns a ::kstage_status_t; on failure
+ * kstage_adios2_last_error() gives the calling thread's message; out-parameters are written
+ * only on success; no function throws or aborts. Streams are uint64_t handles, 0 never valid.
+ * A call that fails leaves the stage exactly as it was: a step is checked whole -- its format,
+ * its dtypes, its schema against the stage's columns, its ordinals against the write floors --
+ * before anything of it is written.
+ */
+#ifndef KSTAGE_KSTAGE_ADIOS2_H_
+#define KSTAGE_KSTAGE_ADIOS2_H_
+
+#include <kstage/kstage.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** \brief An open ADIOS2 engine with the bridge's IO: a file or a stream, to write or to read. */
+typedef uint64_t kstage_adios2_stream_t;
+
+/** \brief What a stream does. */
+typedef int32_t kstage_adios2_mode_t;
+enum {
+  KSTAGE_ADIOS2_WRITE = 0, /**< write steps (a new file, or a stream's writer side) */
+  KSTAGE_ADIOS2_READ = 1   /**< read steps, in order */
+};
+
+/**
+ * \brief How kstage_adios2_open opens a stream (an extensible descriptor, as kstage.h's: start
+ * from kstage_adios2_open_desc_init()).
+ */
+typedef struct kstage_adios2_open_desc_t {
+  /** sizeof(kstage_adios2_open_desc_t) as the caller's header declares it. */
+  uint32_t struct_size;
+  /** KSTAGE_ADIOS2_WRITE (the default) or KSTAGE_ADIOS2_READ. */
+  kstage_adios2_mode_t mode;
+  /** ADIOS2's engine type ("BP5", "SST", "Inline", ...); NULL: "BP5". An engine this ADIOS2
+   * does not have is KSTAGE_NOT_SUPPORTED naming it. */
+  const char* engine;
+  /** Engine parameters as NULL-terminated {key, value, key, value, ..., NULL} (ADIOS2's
+   * IO::SetParameter; SST's "DataTransport", "NetworkInterface", ...); NULL: none. */
+  const char* const* parameters;
+  /** A reader of the Inline engine: the writer's stream, whose IO it must share (Inline couples
+   * a writer and a reader in one process); 0 otherwise. */
+  kstage_adios2_stream_t inline_writer;
+} kstage_adios2_open_desc_t;
+
+/** \brief What kstage_adios2_write_step writes (start from kstage_adios2_step_desc_init()). */
+typedef struct kstage_adios2_step_desc_t {
+  /** sizeof(kstage_adios2_step_desc_t) as the caller's header declares it. */
+  uint32_t struct_size;
+  /** false: a full step (every value of the attributes for the query's prims that hold them);
+   * true: an incremental step, the change range [range_begin, range_end] with its deletions. */
+  bool change_range;
+  /** Must be zero. */
+  uint8_t reserved[3];
+  /** First ordinal of the change range (inclusive; change_range only). */
+  uint64_t range_begin;
+  /** Last ordinal of the change range (inclusive). */
+  uint64_t range_end;
+} kstage_adios2_step_desc_t;
+
+/** \brief Defaults for kstage_adios2_open (write BP5), struct_size set. */
+static inline kstage_adios2_open_desc_t kstage_adios2_open_desc_init(void) {
+  kstage_adios2_open_desc_t d = KSTAGE_IMPL_ZERO;
+  d.struct_size = (uint32_t)sizeof(kstage_adios2_open_desc_t);
+  return d;
+}
+/** \brief A full step, struct_size set. */
+static inline kstage_adios2_step_desc_t kstage_adios2_step_desc_init(void) {
+  kstage_adios2_step_desc_t d = KSTAGE_IMPL_ZERO;
+  d.struct_size = (uint32_t)sizeof(kstage_adios2_step_desc_t);
+  return d;
+}
+
+/** \brief The calling thread's message for its last failed kstage_adios2_* call ("" if none). */
+KSTAGE_API const char* kstage_adios2_last_error(void);
+
+/**
+ * \brief Opens `name` (a file path for BP5, a stream name for SST and Inline) with the engine
+ * `desc` names. `desc` may be NULL for "write BP5". A reader of a file that is not a kstage
+ * file fails at its first step, not here (ADIOS2 opens any file).
+ */
+KSTAGE_API kstage_status_t kstage_adios2_open(const char* name, const kstage_adios2_open_desc_t* desc,
+                                              kstage_adios2_stream_t* stream);
+/** \brief Closes a stream (a writer's last step is complete when this returns). */
+KSTAGE_API kstage_status_t kstage_adios2_close(kstage_adios2_stream_t stream);
+
+/**
+ * \brief Writes one step: the sealed state of `attributes` (n of them, distinct; n = 0: every
+ * attribute with a column) for the query's prims, as `desc` says (NULL: a full step). Each
+ * attribute's values are read from the stage (zero-copy groups, put without a copy when their
+ * rows are in prim order; host reads of device columns) and held until the step ends. The
+ * step's ordinal is the highest write floor among the attributes written.
+ */
+KSTAGE_API kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t stream, kstage_stage_t stage,
+                                                    kstage_query_t query,
+                                                    const kstage_token_t* attributes, uint64_t n,
+                                                    const kstage_adios2_step_desc_t* desc);
+
+/**
+ * \brief Reads the next step into `stage`: its paths interned, its columns made with the
+ * recorded schema (or checked against the stage's), its values written and its deletions made
+ * at each attribute's recorded write floor, which is then sealed. `*ordinal` is the step's
+ * ordinal. KSTAGE_END_OF_ITERATION when the stream has no more steps; KSTAGE_TIMEOUT when a
+ * stream's next step is not ready within `timeout_ns` (KSTAGE_TIMEOUT_INFINITE waits). Errors:
+ * INVALID_ARGUMENT naming what does not fit -- not a kstage step, an unknown dtype, an
+ * attribute whose kind or dtype differs from the stage's column, an ordinal at or below the
+ * stage's write floor of that attribute; OP_FAILED for a file ADIOS2 cannot read (a truncated
+ * one). The stage is unchanged by a step that fails.
+ */
+KSTAGE_API kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream, kstage_stage_t stage,
+                                                   uint64_t timeout_ns, uint64_t* ordinal);
+
+/**
+ * \brief A checkpoint: every attribute of every existing prim of `stage`, as one full step of a
+ * new BP5 file at `path` (replaced if it exists).
+ */
+KSTAGE_API kstage_status_t kstage_adios2_checkpoint(kstage_stage_t stage, const char* path);
+/**
+ * \brief A restart: every step of the BP5 file at `path` read into `stage`, in order (a
+ * checkpoint and the incremental steps after it). `*ordinal` (may be NULL) is the last step's.
+ */
+KSTAGE_API kstage_status_t kstage_adios2_restart(kstage_stage_t stage, const char* path,
+                                                 uint64_t* ordinal);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* KSTAGE_KSTAGE_ADIOS2_H_ */
