@@ -93,17 +93,14 @@ kstage_status_t kstage_path_range_definition(kstage_stage_t stage, kstage_path_t
     KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
     core::Dictionary& d = s->engine->dictionary();
     core::PathTree::Range r;
-    const std::string* pre = d.stable_range_prefix(first);
-    if (pre == nullptr || !d.path_range(first, r))
+    const core::PathTree::RangeStrings* strings = d.stable_range_strings(first);
+    if (strings == nullptr || !d.path_range(first, r))
       return error(KSTAGE_INVALID_ARGUMENT, "range %llu is not the first path of a path range of this stage",
                    (unsigned long long)first);
-    static const std::string kRoot = "/";
-    const std::string* par = r.parent == 0 ? nullptr : d.stable_path(r.parent);
-    if (par == nullptr || par->empty()) par = &kRoot;  // top-level members
-    if (parent) *parent = par->c_str();
-    if (parent_length) *parent_length = par->size();
-    if (prefix) *prefix = pre->c_str();
-    if (prefix_length) *prefix_length = pre->size();
+    if (parent) *parent = strings->parent.c_str();
+    if (parent_length) *parent_length = strings->parent.size();
+    if (prefix) *prefix = strings->prefix.c_str();
+    if (prefix_length) *prefix_length = strings->prefix.size();
     if (begin) *begin = r.begin;
     return Status::OK();
   });

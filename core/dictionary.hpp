@@ -44,9 +44,10 @@ class Dictionary {
                                      size_t prefix_length, uint64_t begin, uint64_t count);
   // The range `path` is a member of (false: none).
   bool path_range(uint64_t path, PathTree::Range& out) const { return paths_.range_of(path, out); }
-  // The prefix of the range whose first id is `first`, kept for the stage's lifetime.
-  const std::string* stable_range_prefix(uint64_t first) const {
-    return paths_.stable_range_prefix(first);
+  // The parent and prefix of the range whose first id is `first`, kept for the stage's
+  // lifetime (null: no range starts there).
+  const PathTree::RangeStrings* stable_range_strings(uint64_t first) const {
+    return paths_.stable_range_strings(first);
   }
   const std::string* token(uint64_t id) const { return tokens_.find(id); }
   bool is_token(uint64_t id) const { return tokens_.contains(id); }

@@ -444,12 +444,18 @@ const std::string* PathTree::stable_path(uint64_t id) const {
   return slot.get();
 }
 
-const std::string* PathTree::stable_range_prefix(uint64_t first) const {
-  Range r;
-  if (!range_of(first, r) || r.first != first) return nullptr;
+const PathTree::RangeStrings* PathTree::stable_range_strings(uint64_t first) const {
+  RangeStrings made;
+  {
+    std::shared_lock lock(mutex_);
+    const Range* r = range_at(first);
+    if (!r || r->first != first) return nullptr;
+    made.parent = r->parent == 0 ? std::string("/") : path_locked(r->parent);
+    made.prefix = r->prefix;
+  }
   std::lock_guard lock(strings_mutex_);
-  auto& slot = range_prefixes_[first];
-  if (!slot) slot = std::make_unique<const std::string>(std::move(r.prefix));
+  auto& slot = range_strings_[first];
+  if (!slot) slot = std::make_unique<const RangeStrings>(std::move(made));
   return slot.get();
 }
 
@@ -472,7 +478,8 @@ size_t PathTree::memory_bytes() const {
   for (const Range& r : ranges_) b += sizeof(Range) + r.prefix.capacity() + 32;
   std::lock_guard strings(strings_mutex_);
   for (const auto& [id, s] : strings_) b += sizeof(std::string) + s->capacity() + 32;
-  for (const auto& [id, s] : range_prefixes_) b += sizeof(std::string) + s->capacity() + 32;
+  for (const auto& [id, s] : range_strings_)
+    b += sizeof(RangeStrings) + s->parent.capacity() + s->prefix.capacity() + 32;
   return b;
 }
 

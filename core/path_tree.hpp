@@ -84,9 +84,14 @@ class PathTree {
                         uint64_t count, std::string& why);
   // The range `id` is a member of (false: none).
   bool range_of(uint64_t id, Range& out) const;
-  // The prefix of the range whose first id is `first`, kept for the tree's lifetime
-  // (kstage_path_range_definition); null if `first` is no range's first id.
-  const std::string* stable_range_prefix(uint64_t first) const;
+  // The parent path ("/" for top-level members) and the prefix of the range whose first id is
+  // `first`, kept for the tree's lifetime (kstage_path_range_definition); null if `first` is
+  // no range's first id. The parent may be a reserved (never interned) ancestor.
+  struct RangeStrings {
+    std::string parent;
+    std::string prefix;
+  };
+  const RangeStrings* stable_range_strings(uint64_t first) const;
 
   // Whether `id` is an interned path (hidden ancestors are not).
   bool contains(uint64_t id) const;
@@ -155,7 +160,7 @@ class PathTree {
 
   mutable std::mutex strings_mutex_;
   mutable std::unordered_map<uint64_t, std::unique_ptr<const std::string>> strings_;
-  mutable std::unordered_map<uint64_t, std::unique_ptr<const std::string>> range_prefixes_;
+  mutable std::unordered_map<uint64_t, std::unique_ptr<const RangeStrings>> range_strings_;
 };
 
 }  // namespace kstage::core
