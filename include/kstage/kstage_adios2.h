@@ -59,7 +59,8 @@ typedef struct kstage_adios2_open_desc_t {
    * IO::SetParameter; SST's "DataTransport", "NetworkInterface", ...); NULL: none. */
   const char* const* parameters;
   /** A reader of the Inline engine: the writer's stream, whose IO it must share (Inline couples
-   * a writer and a reader in one process); 0 otherwise. */
+   * a writer and a reader in one process; the reader is opened under a name of its own); 0
+   * otherwise. */
   kstage_adios2_stream_t inline_writer;
 } kstage_adios2_open_desc_t;
 

@@ -1,6 +1,12 @@
-# cmake -DLIBRARY=<path of libkstage> -DOBJDUMP=<objdump> -P check_library_without_mpi.cmake
-# Fails if the kstage library itself names an MPI library among its dependencies (only the MPI
-# example and its tests may link MPI).
+# cmake -DLIBRARY=<path of libkstage> -DOBJDUMP=<objdump> -DWHAT=<name> -DFORBIDDEN=<regex>
+#       -P kstageCheckLibraryLinks.cmake
+# Fails if the library names a dependency matching FORBIDDEN (e.g. MPI, ADIOS2: only the MPI
+# example and the ADIOS2 bridge may link those, never libkstage itself).
+foreach(_v LIBRARY OBJDUMP WHAT FORBIDDEN)
+  if(NOT DEFINED ${_v})
+    message(FATAL_ERROR "kstageCheckLibraryLinks.cmake: -D${_v}=... is required")
+  endif()
+endforeach()
 if(NOT EXISTS "${LIBRARY}")
   message(FATAL_ERROR "no library at '${LIBRARY}'")
 endif()
@@ -16,8 +22,8 @@ endif()
 string(REGEX MATCHALL "NEEDED[ \t]+[^\n]+" _needed "${_out}")
 message(STATUS "${LIBRARY}: ${_needed}")
 foreach(_n IN LISTS _needed)
-  if(_n MATCHES "mpi|open-rte|open-pal|pmix")
-    message(FATAL_ERROR "the kstage library links MPI: ${_n}")
+  if(_n MATCHES "${FORBIDDEN}")
+    message(FATAL_ERROR "the kstage library links ${WHAT}: ${_n}")
   endif()
 endforeach()
-message(STATUS "the kstage library links no MPI")
+message(STATUS "the kstage library links no ${WHAT}")

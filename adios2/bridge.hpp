@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: Apache-2.0
+// The ADIOS2 bridge's internals: its errors, its streams, the dtypes it can put, and the names of
+// a step's variables and attributes (the file layout of docs/adios2.md, in one place).
+#pragma once
+
+#include <kstage/kstage_adios2.h>
+
+#include <adios2.h>
+
+#include <complex>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <vector>
+
+namespace kstage::adios2_bridge {
+
+// ---- errors ------------------------------------------------------------------------------------
+// A failure: its status and message (the C API's kstage_adios2_last_error).
+struct Failure {
+  kstage_status_t status;
+  std::string message;
+};
+[[noreturn]] void fail(kstage_status_t status, const char* format, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+// A kstage call's status: throws its failure, with kstage_last_error() after `what`.
+void check(kstage_status_t status, const char* what);
+// Runs `body`, turning every exception into a status and this thread's message.
+kstage_status_t guard(const std::function<void()>& body) noexcept;
+
+// ---- streams -----------------------------------------------------------------------------------
+struct Stream {
+  std::shared_ptr<adios2::ADIOS> adios;
+  adios2::IO io;
+  adios2::Engine engine;
+  kstage_adios2_mode_t mode = KSTAGE_ADIOS2_WRITE;
+  std::shared_ptr<Stream> inline_writer;  // an Inline reader keeps its writer's IO alive
+  std::mutex mutex;                       // one call at a time per stream
+  bool step_open = false;                 // a reader's BeginStep that returned NotReady retries
+  // Inline hands the reader the writer's own buffers: a step's data lives until the next step.
+  bool keeps_step_data = false;
+  std::shared_ptr<void> last_step_data;
+};
+std::shared_ptr<Stream> find_stream(kstage_adios2_stream_t handle);
+kstage_adios2_stream_t add_stream(std::shared_ptr<Stream> s);
+std::shared_ptr<Stream> remove_stream(kstage_adios2_stream_t handle);
+
+// ---- dtypes ------------------------------------------------------------------------------------
+// The C++ type a column's elements are put as: the dtype itself where ADIOS2 has it, else an
+// unsigned integer of the same size (bool: uint8; float16, bfloat16: uint16), the recorded
+// schema saying what the bits are. `f` is called with a value of that type; false if none.
+template <class F>
+bool with_element_type(DLDataType d, F&& f) {
+  switch (d.code) {
+    case kDLInt:
+      switch (d.bits) {
+        case 8: f(int8_t{}); return true;
+        case 16: f(int16_t{}); return true;
+        case 32: f(int32_t{}); return true;
+        case 64: f(int64_t{}); return true;
+      }
+      return false;
+    case kDLUInt:
+      switch (d.bits) {
+        case 8: f(uint8_t{}); return true;
+        case 16: f(uint16_t{}); return true;
+        case 32: f(uint32_t{}); return true;
+        case 64: f(uint64_t{}); return true;
+      }
+      return false;
+    case kDLFloat:
+      switch (d.bits) {
+        case 16: f(uint16_t{}); return true;
+        case 32: f(float{}); return true;
+        case 64: f(double{}); return true;
+      }
+      return false;
+    case kDLBfloat:
+      if (d.bits == 16) { f(uint16_t{}); return true; }
+      return false;
+    case kDLComplex:
+      switch (d.bits) {
+        case 64: f(std::complex<float>{}); return true;
+        case 128: f(std::complex<double>{}); return true;
+      }
+      return false;
+    case kDLBool:
+      if (d.bits == 8) { f(uint8_t{}); return true; }
+      return false;
+  }
+  return false;
+}
+// "float32 x 3", for messages.
+std::string dtype_name(DLDataType d);
+
+// ---- the layout of a step (docs/adios2.md) -----------------------------------------------------
+namespace layout {
+inline constexpr const char* kFormat = "kstage/format";                  // attribute: "kstage"
+inline constexpr const char* kFormatVersion = "kstage/format_version";   // attribute: uint32 1
+inline constexpr uint32_t kVersion = 1;
+// Per step (single values): the step's ordinal, 1 for an incremental step (and its range).
+inline constexpr const char* kOrdinal = "kstage/ordinal";
+inline constexpr const char* kIncremental = "kstage/incremental";
+inline constexpr const char* kRangeBegin = "kstage/range_begin";
+inline constexpr const char* kRangeEnd = "kstage/range_end";
+// The step's prims (P paths in path-id order): a run is explicit strings or consecutive members
+// of a range. segments: {kind, a, b, c} per run -- kind 0: explicit strings a .. a + b - 1;
+// kind 1: members b .. b + c - 1 of range a. Strings are a string table (chars + offsets).
+inline constexpr const char* kPathCount = "kstage/paths/count";
+inline constexpr const char* kPathSegments = "kstage/paths/segments";
+inline constexpr const char* kPathStrings = "kstage/paths/strings";
+// Ranges: {begin, count} per range, and a string table of {parent, prefix} per range.
+inline constexpr const char* kRangeNumbers = "kstage/ranges/numbers";
+inline constexpr const char* kRangeStrings = "kstage/ranges/strings";
+// The attributes the step carries (a string table of their names).
+inline constexpr const char* kStepAttributes = "kstage/step/attributes";
+// A string table <name>: <name>/chars (uint8) and <name>/offsets (uint64, count + 1).
+inline std::string chars(const std::string& table) { return table + "/chars"; }
+inline std::string offsets(const std::string& table) { return table + "/offsets"; }
+// Per attribute: "kstage/attr/<name>/..." -- schema attributes (dtype {code, bits, lanes},
+// kind "fixed" or "array", semantic) and per-step variables: floor, count (prims with values),
+// values ({count, lanes} or {count}; arrays: {elements, lanes} or {elements}), offsets (arrays:
+// count + 1, in elements), prims (positions in the step's paths; absent: all, in order), and
+// deleted (positions of the prims that lost it; incremental steps).
+inline std::string attr(const std::string& name, const char* what) {
+  return "kstage/attr/" + name + "/" + what;
+}
+}  // namespace layout
+
+// Makes or re-shapes a variable of the current step. ADIOS2 keeps a variable's definition
+// across steps: an existing one gets this step's shape and selection.
+template <class T>
+adios2::Variable<T> array_variable(adios2::IO& io, const std::string& name, adios2::Dims shape) {
+  adios2::Variable<T> v = io.InquireVariable<T>(name);
+  if (!v) return io.DefineVariable<T>(name, shape, adios2::Dims(shape.size(), 0), shape);
+  v.SetShape(shape);
+  v.SetSelection({adios2::Dims(shape.size(), 0), shape});
+  return v;
+}
+template <class T>
+adios2::Variable<T> value_variable(adios2::IO& io, const std::string& name) {
+  adios2::Variable<T> v = io.InquireVariable<T>(name);
+  return v ? v : io.DefineVariable<T>(name);
+}
+
+// A string table: the strings' bytes back to back, and n + 1 offsets.
+struct StringTable {
+  std::vector<uint8_t> chars;
+  std::vector<uint64_t> offsets{0};
+  void add(const char* s, size_t n) {
+    chars.insert(chars.end(), reinterpret_cast<const uint8_t*>(s), reinterpret_cast<const uint8_t*>(s) + n);
+    offsets.push_back(chars.size());
+  }
+  size_t size() const { return offsets.size() - 1; }
+  std::string at(size_t i) const {
+    return std::string(reinterpret_cast<const char*>(chars.data()) + offsets[i], offsets[i + 1] - offsets[i]);
+  }
+};
+
+}  // namespace kstage::adios2_bridge

@@ -1,0 +1,354 @@
+// SPDX-License-Identifier: Apache-2.0
+// kstage_adios2_write_step: a query's sealed state (or a change range of it) as one ADIOS2 step.
+//
+// Everything the step needs is gathered first -- the read groups, the step's paths as runs of
+// explicit strings and path ranges, each attribute's positions among them -- so that a failure
+// leaves no half-written step. Values are put from the read groups themselves when their rows
+// are the prims in order (a dense zero-copy group, an array column whose rows lie back to
+// back), else packed once; the groups are released after the step ends (ADIOS2 reads deferred
+// puts at EndStep).
+#include "adios2/bridge.hpp"
+
+#include <algorithm>
+
+namespace kstage::adios2_bridge {
+namespace {
+
+struct AttributeStep {
+  kstage_token_t token = 0;
+  std::string name;
+  kstage_attribute_info_t info{};
+  std::vector<kstage_path_t> prims;    // with values, in the groups' order
+  std::vector<kstage_path_t> deleted;  // lost the attribute (tombstone groups)
+  const void* values = nullptr;        // prims.size() rows (fixed) or `elements` (arrays)
+  uint64_t elements = 0;               // arrays: the elements of every row
+  std::vector<unsigned char> packed;   // the values, when the groups' memory is not in order
+  std::vector<uint64_t> offsets;       // arrays: prims.size() + 1, in elements
+  std::vector<uint64_t> positions;     // of prims in the step's paths (empty: all, in order)
+  std::vector<uint64_t> deleted_positions;
+};
+
+// The read and its groups, released when the step is done (or abandoned).
+struct Held {
+  kstage_stage_t stage = 0;
+  kstage_read_t read = 0;
+  std::vector<kstage_group_t> groups;
+  ~Held() {
+    for (kstage_group_t g : groups) kstage_release_group(stage, g);
+    if (read) kstage_release_read(stage, read);
+  }
+};
+
+size_t element_bytes(const kstage_attribute_info_t& info) {
+  return size_t(info.dtype.bits / 8) * info.dtype.lanes;  // one row (fixed) or one element (arrays)
+}
+
+const unsigned char* tensor_bytes(const DLTensor& t) {
+  return static_cast<const unsigned char*>(t.data) + t.byte_offset;
+}
+
+uint64_t row_length(const DLTensor* t) {
+  uint64_t n = 1;
+  for (int d = 0; d < t->ndim; ++d) n *= uint64_t(t->shape[d]);
+  return n;
+}
+
+// An attribute's values from its groups (one per attribute, as the read makes them): put in
+// place when the group's rows are its prims in order -- a fixed-size group without an index
+// map, an array group whose rows lie back to back -- else packed once, in prim order.
+void take_values(AttributeStep& a, const std::vector<kstage_read_group_t>& groups) {
+  const size_t elem = element_bytes(a.info);
+  std::vector<const DLTensor*> rows;  // arrays: prim order
+  bool in_place = groups.size() == 1;
+  for (const kstage_read_group_t& g : groups) {
+    a.prims.insert(a.prims.end(), g.prims, g.prims + g.prim_count);
+    if (a.info.is_array) {
+      for (uint64_t i = 0; i < g.prim_count; ++i)
+        rows.push_back(&g.data.tensors[g.data.index_map ? g.data.index_map[i] : i]);
+    } else if (g.data.index_map != nullptr || g.data.tensors[0].data == nullptr) {
+      in_place = false;
+    }
+  }
+  if (!a.info.is_array) {
+    if (in_place) {
+      a.values = tensor_bytes(groups[0].data.tensors[0]);
+      return;
+    }
+    a.packed.resize(a.prims.size() * elem);
+    unsigned char* out = a.packed.data();
+    for (const kstage_read_group_t& g : groups) {
+      const unsigned char* base = tensor_bytes(g.data.tensors[0]);
+      for (uint64_t i = 0; i < g.prim_count; ++i, out += elem)
+        std::memcpy(out, base + (g.data.index_map ? g.data.index_map[i] : i) * elem, elem);
+    }
+    return;
+  }
+  a.offsets.assign(1, 0);
+  const unsigned char* start = rows.empty() ? nullptr : tensor_bytes(*rows[0]);
+  for (const DLTensor* t : rows) {
+    const uint64_t n = row_length(t);
+    if (n > 0 && (t->data == nullptr || tensor_bytes(*t) != start + a.offsets.back() * elem)) in_place = false;
+    a.offsets.push_back(a.offsets.back() + n);
+  }
+  a.elements = a.offsets.back();
+  if (in_place && start != nullptr) {
+    a.values = start;
+    return;
+  }
+  a.packed.resize(a.elements * elem);
+  for (size_t i = 0; i < rows.size(); ++i)
+    if (a.offsets[i + 1] > a.offsets[i])
+      std::memcpy(a.packed.data() + a.offsets[i] * elem, tensor_bytes(*rows[i]), (a.offsets[i + 1] - a.offsets[i]) * elem);
+}
+
+// The step's paths as runs: consecutive members of one range, or explicit strings.
+struct PathRuns {
+  std::vector<uint64_t> segments;  // {kind, a, b, c} per run
+  StringTable strings;             // explicit paths
+  std::vector<uint64_t> range_numbers;  // {begin, count} per range
+  StringTable range_strings;            // {parent, prefix} per range
+};
+
+PathRuns path_runs(kstage_stage_t stage, const std::vector<kstage_path_t>& paths) {
+  PathRuns out;
+  std::vector<kstage_path_t> range_firsts;
+  size_t explicit_start = 0, explicit_run = 0;
+  auto close_explicit = [&] {
+    if (explicit_run == 0) return;
+    out.segments.insert(out.segments.end(), {0, explicit_start, explicit_run, 0});
+    explicit_run = 0;
+  };
+  for (size_t i = 0; i < paths.size();) {
+    kstage_path_t first = 0;
+    uint64_t count = 0, index = 0;
+    const kstage_status_t st = kstage_path_range_info(stage, paths[i], &first, &count, &index);
+    if (st == KSTAGE_NOT_FOUND) {
+      const char* s = nullptr;
+      size_t n = 0;
+      check(kstage_path_string(stage, paths[i], &s, &n), "kstage_adios2_write_step: a path's string");
+      if (explicit_run == 0) explicit_start = out.strings.size();
+      out.strings.add(s, n);
+      ++explicit_run;
+      ++i;
+      continue;
+    }
+    check(st, "kstage_adios2_write_step: a path's range");
+    close_explicit();
+    // The run: the following ids are the following members (ids are consecutive in a range).
+    size_t j = i + 1;
+    while (j < paths.size() && index + (j - i) < count && paths[j] == paths[i] + (j - i)) ++j;
+    auto it = std::find(range_firsts.begin(), range_firsts.end(), first);
+    const uint64_t r = uint64_t(it - range_firsts.begin());
+    if (it == range_firsts.end()) {
+      range_firsts.push_back(first);
+      const char *parent = nullptr, *prefix = nullptr;
+      size_t parent_length = 0, prefix_length = 0;
+      uint64_t begin = 0;
+      check(kstage_path_range_definition(stage, first, &parent, &parent_length, &prefix, &prefix_length, &begin),
+            "kstage_adios2_write_step: a path range");
+      out.range_numbers.insert(out.range_numbers.end(), {begin, count});
+      out.range_strings.add(parent, parent_length);
+      out.range_strings.add(prefix, prefix_length);
+    }
+    out.segments.insert(out.segments.end(), {1, r, index, uint64_t(j - i)});
+    i = j;
+  }
+  close_explicit();
+  return out;
+}
+
+// A single value of the step (copied by ADIOS2 at the call).
+template <class T>
+void put_value(adios2::IO& io, adios2::Engine& e, const std::string& name, T value) {
+  e.Put(value_variable<T>(io, name), value, adios2::Mode::Sync);
+}
+
+void put_table(adios2::IO& io, adios2::Engine& e, const std::string& name, const StringTable& t) {
+  if (!t.chars.empty())
+    e.Put(array_variable<uint8_t>(io, layout::chars(name), {t.chars.size()}), t.chars.data());
+  e.Put(array_variable<uint64_t>(io, layout::offsets(name), {t.offsets.size()}), t.offsets.data());
+}
+
+// The positions of `prims` in the sorted `paths` (empty when they are all of them, in order).
+std::vector<uint64_t> positions_of(const std::vector<kstage_path_t>& prims, const std::vector<kstage_path_t>& paths) {
+  if (prims == paths) return {};
+  std::vector<uint64_t> out(prims.size());
+  for (size_t i = 0; i < prims.size(); ++i)
+    out[i] = uint64_t(std::lower_bound(paths.begin(), paths.end(), prims[i]) - paths.begin());
+  return out;
+}
+
+// What a step's puts point into, alive until the step ends (or, for Inline, until the next).
+struct StepData {
+  Held held;
+  std::vector<AttributeStep> steps;
+  PathRuns runs;
+  StringTable names;
+  std::vector<kstage_path_t> paths;
+};
+
+kstage_adios2_step_desc_t read_step_desc(const kstage_adios2_step_desc_t* in) {
+  kstage_adios2_step_desc_t d = kstage_adios2_step_desc_init();
+  if (in == nullptr) return d;
+  if (in->struct_size < sizeof d || in->struct_size > KSTAGE_MAX_STRUCT_SIZE)
+    fail(KSTAGE_INVALID_ARGUMENT,
+         "desc.struct_size is %u: start from kstage_adios2_step_desc_init() (this library's is %zu)",
+         unsigned(in->struct_size), sizeof d);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(in);
+  for (size_t i = sizeof d; i < in->struct_size; ++i)
+    if (bytes[i] != 0) fail(KSTAGE_NOT_SUPPORTED, "desc sets byte %zu, a field this kstage_adios2 does not know", i);
+  std::memcpy(&d, in, sizeof d);
+  for (uint8_t r : d.reserved)
+    if (r != 0) fail(KSTAGE_INVALID_ARGUMENT, "desc.reserved must be zero");
+  if (d.change_range && d.range_end < d.range_begin)
+    fail(KSTAGE_INVALID_ARGUMENT, "desc: range_end %llu is below range_begin %llu",
+         (unsigned long long)d.range_end, (unsigned long long)d.range_begin);
+  return d;
+}
+
+}  // namespace
+}  // namespace kstage::adios2_bridge
+
+using namespace kstage::adios2_bridge;
+
+extern "C" kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t stream, kstage_stage_t stage,
+                                                    kstage_query_t query, const kstage_token_t* attributes,
+                                                    uint64_t n, const kstage_adios2_step_desc_t* desc) {
+  return guard([&] {
+    std::shared_ptr<Stream> s = find_stream(stream);
+    std::lock_guard lock(s->mutex);
+    if (s->mode != KSTAGE_ADIOS2_WRITE) fail(KSTAGE_INVALID_ARGUMENT, "stream %llu is a reader", (unsigned long long)stream);
+    const kstage_adios2_step_desc_t d = read_step_desc(desc);
+    if (n > 0 && attributes == nullptr) fail(KSTAGE_INVALID_ARGUMENT, "attributes is NULL but n is %llu", (unsigned long long)n);
+
+    // The attributes and their columns.
+    std::vector<kstage_token_t> tokens(attributes, attributes + n);
+    if (n == 0) {
+      uint64_t count = 0;
+      check(kstage_list_attributes(stage, nullptr, 0, &count), "kstage_adios2_write_step: the stage's attributes");
+      tokens.resize(count);
+      check(kstage_list_attributes(stage, tokens.data(), tokens.size(), &count), "kstage_adios2_write_step: the stage's attributes");
+      tokens.resize(std::min<uint64_t>(count, tokens.size()));
+    }
+    auto data = std::make_shared<StepData>();
+    std::vector<AttributeStep>& steps = data->steps;
+    steps.resize(tokens.size());
+    uint64_t ordinal = 0;
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      AttributeStep& a = steps[i];
+      a.token = tokens[i];
+      const char* name = nullptr;
+      size_t length = 0;
+      check(kstage_token_string(stage, a.token, &name, &length), "kstage_adios2_write_step: attributes");
+      a.name.assign(name, length);
+      a.info = kstage_attribute_info_init();
+      check(kstage_attribute_info(stage, a.token, &a.info), "kstage_adios2_write_step");
+      if (!with_element_type(a.info.dtype, [](auto) {}))
+        fail(KSTAGE_NOT_SUPPORTED, "kstage_adios2_write_step: attribute '%s' is %s, which ADIOS2 has no type for",
+             a.name.c_str(), dtype_name(a.info.dtype).c_str());
+      ordinal = std::max(ordinal, a.info.write_floor);
+    }
+
+    // The sealed state, on the host (device columns come down; ADIOS2 from PyPI takes host
+    // memory only).
+    Held& held = data->held;
+    held.stage = stage;
+    if (!tokens.empty()) {
+      kstage_read_desc_t rd = kstage_read_desc_init();
+      rd.change_range = d.change_range;
+      rd.range_begin = d.range_begin;
+      rd.range_end = d.range_end;
+      rd.target_device = DLDevice{kDLCPU, 0};
+      check(kstage_read_attributes(stage, query, tokens.data(), tokens.size(), &rd, &held.read),
+            "kstage_adios2_write_step: the read");
+      std::vector<std::vector<kstage_read_group_t>> groups(steps.size());
+      kstage_read_group_t g;
+      kstage_status_t st;
+      while ((st = kstage_fetch_read_next(stage, held.read, KSTAGE_TIMEOUT_INFINITE, &g)) == KSTAGE_OK) {
+        held.groups.push_back(g.handle);
+        auto it = std::find_if(steps.begin(), steps.end(), [&](const AttributeStep& a) { return a.token == g.attribute; });
+        if (it == steps.end()) fail(KSTAGE_INTERNAL, "a group of an attribute not read");
+        if (g.is_delete) {
+          it->deleted.insert(it->deleted.end(), g.prims, g.prims + g.prim_count);
+        } else {
+          groups[size_t(it - steps.begin())].push_back(g);
+        }
+      }
+      if (st != KSTAGE_END_OF_ITERATION) check(st, "kstage_adios2_write_step: the read's groups");
+      for (size_t i = 0; i < steps.size(); ++i)
+        if (!groups[i].empty()) take_values(steps[i], groups[i]);
+    }
+
+    // The step's paths: every prim with values or deletions, in path-id order.
+    std::vector<kstage_path_t>& paths = data->paths;
+    for (const AttributeStep& a : steps) {
+      paths.insert(paths.end(), a.prims.begin(), a.prims.end());
+      paths.insert(paths.end(), a.deleted.begin(), a.deleted.end());
+    }
+    std::sort(paths.begin(), paths.end());
+    paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
+    data->runs = path_runs(stage, paths);
+    const PathRuns& runs = data->runs;
+    StringTable& names = data->names;
+    for (AttributeStep& a : steps) {
+      a.positions = positions_of(a.prims, paths);
+      if (!a.deleted.empty()) {
+        a.deleted_positions = positions_of(a.deleted, paths);
+        if (a.deleted_positions.empty())  // all of them, in order: positions still written
+          for (uint64_t i = 0; i < paths.size(); ++i) a.deleted_positions.push_back(i);
+      }
+      names.add(a.name.data(), a.name.size());
+    }
+
+    // The step.
+    adios2::IO& io = s->io;
+    adios2::Engine& e = s->engine;
+    const uint64_t path_count = paths.size();
+    const uint8_t incremental = d.change_range ? 1 : 0;
+    e.BeginStep();
+    put_value<uint64_t>(io, e, layout::kOrdinal, ordinal);
+    put_value<uint8_t>(io, e, layout::kIncremental, incremental);
+    put_value<uint64_t>(io, e, layout::kRangeBegin, d.range_begin);
+    put_value<uint64_t>(io, e, layout::kRangeEnd, d.range_end);
+    put_value<uint64_t>(io, e, layout::kPathCount, path_count);
+    if (!runs.segments.empty())
+      e.Put(array_variable<uint64_t>(io, layout::kPathSegments, {runs.segments.size() / 4, 4}), runs.segments.data());
+    put_table(io, e, layout::kPathStrings, runs.strings);
+    if (!runs.range_numbers.empty())
+      e.Put(array_variable<uint64_t>(io, layout::kRangeNumbers, {runs.range_numbers.size() / 2, 2}),
+            runs.range_numbers.data());
+    put_table(io, e, layout::kRangeStrings, runs.range_strings);
+    put_table(io, e, layout::kStepAttributes, names);
+    for (AttributeStep& a : steps) {
+      const std::string kind = a.info.is_array ? "array" : "fixed";
+      if (!io.InquireAttribute<std::string>(layout::attr(a.name, "kind"))) {
+        const int32_t dtype[3] = {a.info.dtype.code, a.info.dtype.bits, a.info.dtype.lanes};
+        io.DefineAttribute<int32_t>(layout::attr(a.name, "dtype"), dtype, 3);
+        io.DefineAttribute<std::string>(layout::attr(a.name, "kind"), kind);
+        io.DefineAttribute<int32_t>(layout::attr(a.name, "semantic"), a.info.semantic);
+      }
+      put_value<uint64_t>(io, e, layout::attr(a.name, "floor"), a.info.write_floor);
+      put_value<uint64_t>(io, e, layout::attr(a.name, "count"), uint64_t(a.prims.size()));
+      put_value<uint64_t>(io, e, layout::attr(a.name, "deleted_count"), uint64_t(a.deleted.size()));
+      const uint64_t rows = a.info.is_array ? a.elements : a.prims.size();
+      const void* values = a.values ? a.values : a.packed.data();
+      if (rows > 0) {
+        const uint64_t lanes = a.info.dtype.lanes;
+        adios2::Dims shape = lanes > 1 ? adios2::Dims{rows, lanes} : adios2::Dims{rows};
+        with_element_type(a.info.dtype, [&](auto tag) {
+          using T = decltype(tag);
+          e.Put(array_variable<T>(io, layout::attr(a.name, "values"), shape), static_cast<const T*>(values));
+        });
+      }
+      if (a.info.is_array && !a.prims.empty())
+        e.Put(array_variable<uint64_t>(io, layout::attr(a.name, "offsets"), {a.offsets.size()}), a.offsets.data());
+      if (!a.positions.empty())
+        e.Put(array_variable<uint64_t>(io, layout::attr(a.name, "prims"), {a.positions.size()}), a.positions.data());
+      if (!a.deleted_positions.empty())
+        e.Put(array_variable<uint64_t>(io, layout::attr(a.name, "deleted"), {a.deleted_positions.size()}),
+              a.deleted_positions.data());
+    }
+    e.EndStep();  // the deferred puts are read here; `data` releases the groups after
+    if (s->keeps_step_data) s->last_step_data = std::move(data);  // Inline: the reader reads them
+  });
+}

@@ -1,0 +1,242 @@
+// SPDX-License-Identifier: Apache-2.0
+// The bridge's C API outside the steps: messages, the stream table, open and close, and the
+// checkpoint and restart that open a BP5 file themselves.
+#include "adios2/bridge.hpp"
+
+#include <cctype>
+#include <cstdarg>
+#include <cstdio>
+#include <stdexcept>
+#include <unordered_map>
+
+namespace kstage::adios2_bridge {
+namespace {
+
+thread_local std::string last_message;
+
+std::mutex table_mutex;
+std::unordered_map<kstage_adios2_stream_t, std::shared_ptr<Stream>>& table() {
+  static auto* t = new std::unordered_map<kstage_adios2_stream_t, std::shared_ptr<Stream>>();
+  return *t;  // never destroyed: streams still open at exit are not closed behind ADIOS2's back
+}
+kstage_adios2_stream_t next_handle = 1;
+
+}  // namespace
+
+void fail(kstage_status_t status, const char* format, ...) {
+  char buffer[2048];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buffer, sizeof buffer, format, args);
+  va_end(args);
+  throw Failure{status, buffer};
+}
+
+void check(kstage_status_t status, const char* what) {
+  if (status != KSTAGE_OK) fail(status, "%s: %s", what, kstage_last_error());
+}
+
+kstage_status_t guard(const std::function<void()>& body) noexcept {
+  try {
+    body();
+    return KSTAGE_OK;
+  } catch (const Failure& f) {
+    try { last_message = f.message; } catch (...) {}
+    return f.status;
+  } catch (const std::bad_alloc&) {
+    last_message = "out of memory";
+    return KSTAGE_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    // ADIOS2 reports with exceptions: a file it cannot read, an engine that fails.
+    try { last_message = std::string("ADIOS2: ") + e.what(); } catch (...) {}
+    return KSTAGE_OP_FAILED;
+  } catch (...) {
+    last_message = "an unknown exception";
+    return KSTAGE_INTERNAL;
+  }
+}
+
+std::string dtype_name(DLDataType d) {
+  const char* kind = nullptr;
+  switch (d.code) {
+    case kDLInt: kind = "int"; break;
+    case kDLUInt: kind = "uint"; break;
+    case kDLFloat: kind = "float"; break;
+    case kDLBfloat: kind = "bfloat"; break;
+    case kDLComplex: kind = "complex"; break;
+    case kDLBool: kind = "bool"; break;
+  }
+  if (kind == nullptr)
+    return "{code " + std::to_string(d.code) + ", " + std::to_string(d.bits) + " bits} x " + std::to_string(d.lanes);
+  return std::string(kind) + std::to_string(d.bits) + " x " + std::to_string(d.lanes);
+}
+
+std::shared_ptr<Stream> find_stream(kstage_adios2_stream_t handle) {
+  std::lock_guard lock(table_mutex);
+  auto it = table().find(handle);
+  if (it == table().end())
+    fail(KSTAGE_INVALID_HANDLE, "stream %llu is not an open kstage_adios2 stream", (unsigned long long)handle);
+  return it->second;
+}
+
+kstage_adios2_stream_t add_stream(std::shared_ptr<Stream> s) {
+  std::lock_guard lock(table_mutex);
+  const kstage_adios2_stream_t h = next_handle++;
+  table().emplace(h, std::move(s));
+  return h;
+}
+
+std::shared_ptr<Stream> remove_stream(kstage_adios2_stream_t handle) {
+  std::lock_guard lock(table_mutex);
+  auto it = table().find(handle);
+  if (it == table().end())
+    fail(KSTAGE_INVALID_HANDLE, "stream %llu is not an open kstage_adios2 stream (closed twice?)",
+         (unsigned long long)handle);
+  std::shared_ptr<Stream> s = std::move(it->second);
+  table().erase(it);
+  return s;
+}
+
+namespace {
+
+// desc's fields the bridge knows, by the struct_size rule of kstage.h (first layout: the
+// whole 0.4 struct).
+kstage_adios2_open_desc_t read_open_desc(const kstage_adios2_open_desc_t* in) {
+  kstage_adios2_open_desc_t d = kstage_adios2_open_desc_init();
+  if (in == nullptr) return d;
+  const uint32_t size = in->struct_size;
+  if (size < sizeof(kstage_adios2_open_desc_t) || size > KSTAGE_MAX_STRUCT_SIZE)
+    fail(KSTAGE_INVALID_ARGUMENT,
+         "desc.struct_size is %u: start from kstage_adios2_open_desc_init() (this library's is %zu)",
+         unsigned(size), sizeof(kstage_adios2_open_desc_t));
+  const auto* bytes = reinterpret_cast<const unsigned char*>(in);
+  for (size_t i = sizeof(kstage_adios2_open_desc_t); i < size; ++i)
+    if (bytes[i] != 0)
+      fail(KSTAGE_NOT_SUPPORTED, "desc sets byte %zu, a field this kstage_adios2 does not know", i);
+  std::memcpy(&d, in, sizeof d);
+  if (d.mode != KSTAGE_ADIOS2_WRITE && d.mode != KSTAGE_ADIOS2_READ)
+    fail(KSTAGE_INVALID_ARGUMENT, "desc.mode is %d: KSTAGE_ADIOS2_WRITE (0) or KSTAGE_ADIOS2_READ (1)", int(d.mode));
+  return d;
+}
+
+}  // namespace
+}  // namespace kstage::adios2_bridge
+
+using namespace kstage::adios2_bridge;
+
+extern "C" {
+
+const char* kstage_adios2_last_error(void) { return last_message.c_str(); }
+
+kstage_status_t kstage_adios2_open(const char* name, const kstage_adios2_open_desc_t* desc,
+                                   kstage_adios2_stream_t* stream) {
+  return guard([&] {
+    if (name == nullptr || *name == '\0') fail(KSTAGE_INVALID_ARGUMENT, "name is NULL or empty");
+    if (stream == nullptr) fail(KSTAGE_INVALID_ARGUMENT, "stream is NULL");
+    const kstage_adios2_open_desc_t d = read_open_desc(desc);
+    const std::string engine = d.engine ? d.engine : "BP5";
+    auto s = std::make_shared<Stream>();
+    s->mode = d.mode;
+    std::string lower = engine;
+    for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+    s->keeps_step_data = lower == "inline";
+    if (d.inline_writer != 0) {
+      if (d.mode != KSTAGE_ADIOS2_READ)
+        fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer is for a reader (desc.mode KSTAGE_ADIOS2_READ)");
+      s->inline_writer = find_stream(d.inline_writer);
+      if (s->inline_writer->mode != KSTAGE_ADIOS2_WRITE)
+        fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer %llu is a reader", (unsigned long long)d.inline_writer);
+      s->adios = s->inline_writer->adios;
+      s->io = s->inline_writer->io;
+      s->keeps_step_data = s->inline_writer->keeps_step_data;
+    } else {
+      s->adios = std::make_shared<adios2::ADIOS>();
+      s->io = s->adios->DeclareIO(std::string("kstage:") + name);
+      s->io.SetEngine(engine);
+      for (const char* const* p = d.parameters; p && *p; p += 2) {
+        if (p[1] == nullptr)
+          fail(KSTAGE_INVALID_ARGUMENT, "desc.parameters: key '%s' has no value (pairs, then NULL)", p[0]);
+        s->io.SetParameter(p[0], p[1]);
+      }
+    }
+    try {
+      s->engine = s->io.Open(name, d.mode == KSTAGE_ADIOS2_WRITE ? adios2::Mode::Write : adios2::Mode::Read);
+    } catch (const std::invalid_argument& e) {
+      // An engine type ADIOS2 does not know (or was not built with) is refused here.
+      fail(KSTAGE_NOT_SUPPORTED, "ADIOS2 cannot open '%s' with engine '%s': %s", name, engine.c_str(), e.what());
+    }
+    if (d.mode == KSTAGE_ADIOS2_WRITE) {
+      s->io.DefineAttribute<std::string>(layout::kFormat, "kstage");
+      s->io.DefineAttribute<uint32_t>(layout::kFormatVersion, layout::kVersion);
+    }
+    *stream = add_stream(std::move(s));
+  });
+}
+
+kstage_status_t kstage_adios2_close(kstage_adios2_stream_t stream) {
+  return guard([&] {
+    std::shared_ptr<Stream> s = remove_stream(stream);
+    std::lock_guard lock(s->mutex);
+    if (s->step_open) s->engine.EndStep();
+    s->engine.Close();
+    s->last_step_data.reset();
+  });
+}
+
+kstage_status_t kstage_adios2_checkpoint(kstage_stage_t stage, const char* path) {
+  return guard([&] {
+    if (path == nullptr || *path == '\0') fail(KSTAGE_INVALID_ARGUMENT, "path is NULL or empty");
+    kstage_filter_t all{};
+    kstage_query_t q = 0;
+    check(kstage_query_filter(stage, &all, &q), "kstage_adios2_checkpoint: the stage's prims");
+    kstage_adios2_stream_t s = 0;
+    kstage_status_t st = kstage_adios2_open(path, nullptr, &s);
+    if (st == KSTAGE_OK) st = kstage_adios2_write_step(s, stage, q, nullptr, 0, nullptr);
+    const std::string message = st == KSTAGE_OK ? "" : last_message;
+    if (s != 0) {
+      const kstage_status_t closed = kstage_adios2_close(s);
+      if (st == KSTAGE_OK) st = closed;
+    }
+    kstage_query_release(stage, q);
+    if (st != KSTAGE_OK) throw Failure{st, message.empty() ? last_message : message};
+  });
+}
+
+kstage_status_t kstage_adios2_restart(kstage_stage_t stage, const char* path, uint64_t* ordinal) {
+  return guard([&] {
+    if (path == nullptr || *path == '\0') fail(KSTAGE_INVALID_ARGUMENT, "path is NULL or empty");
+    kstage_adios2_open_desc_t d = kstage_adios2_open_desc_init();
+    d.mode = KSTAGE_ADIOS2_READ;
+    // A file cut short is not waited for (BP5 would wait for a writer to complete it).
+    const char* parameters[] = {"OpenTimeoutSecs", "0", nullptr};
+    d.parameters = parameters;
+    kstage_adios2_stream_t s = 0;
+    kstage_status_t st = kstage_adios2_open(path, &d, &s);
+    uint64_t last = 0, steps = 0;
+    while (st == KSTAGE_OK) {
+      uint64_t o = 0;
+      // A file's steps are all there: one that is not ready at once never will be (a file
+      // cut short, or one a writer still has open), so do not wait for it.
+      st = kstage_adios2_read_step(s, stage, 0, &o);
+      if (st == KSTAGE_TIMEOUT) {
+        st = KSTAGE_OP_FAILED;
+        last_message = std::string("kstage_adios2_restart: '") + path +
+                       "' ends in an incomplete step (the file was cut short, or a writer still has it open)";
+      }
+      if (st == KSTAGE_OK) {
+        last = o;
+        ++steps;
+      }
+    }
+    if (st == KSTAGE_END_OF_ITERATION && steps == 0) {
+      st = KSTAGE_INVALID_ARGUMENT;
+      last_message = std::string("kstage_adios2_restart: '") + path + "' has no steps";
+    }
+    const std::string message = st == KSTAGE_END_OF_ITERATION ? "" : last_message;
+    if (s != 0) kstage_adios2_close(s);
+    if (st != KSTAGE_END_OF_ITERATION) throw Failure{st, message};
+    if (ordinal) *ordinal = last;
+  });
+}
+
+}  // extern "C"

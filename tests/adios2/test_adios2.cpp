@@ -1,0 +1,409 @@
+// SPDX-License-Identifier: Apache-2.0
+// The ADIOS2 bridge (include/kstage/kstage_adios2.h): checkpoints and restarts of every kind of
+// column and path, incremental steps with deletions, the Inline engine, and every error a step
+// or a stream can meet -- each leaving the stage exactly as it was.
+#include <kstage/kstage_adios2.h>
+
+#include "support.hpp"
+
+#include <adios2.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+using namespace kstage_test;
+
+namespace {
+
+#define A2_OK(expr)                                                              \
+  do {                                                                           \
+    kstage_status_t st_ = (expr);                                                \
+    INFO(#expr << ": " << kstage_adios2_last_error());                           \
+    REQUIRE(st_ == KSTAGE_OK);                                                   \
+  } while (0)
+#define A2_FAILS(expr, code, needle)                                             \
+  do {                                                                           \
+    kstage_status_t st_ = (expr);                                                \
+    INFO(#expr << ": " << kstage_adios2_last_error());                           \
+    REQUIRE(st_ == (code));                                                      \
+    REQUIRE(std::string(kstage_adios2_last_error()).find(needle) != std::string::npos); \
+  } while (0)
+
+std::string scratch(const std::string& name) {
+  const auto dir = std::filesystem::temp_directory_path() / "kstage-adios2-tests";
+  std::filesystem::create_directories(dir);
+  const auto path = dir / name;
+  std::filesystem::remove_all(path);
+  return path.string();
+}
+
+// Everything a stage holds, by names: per attribute its schema, floor and each prim's bytes.
+struct Snapshot {
+  struct Column {
+    DLDataType dtype{};
+    bool is_array = false;
+    kstage_semantic_t semantic = 0;
+    uint64_t floor = 0;
+    std::map<std::string, std::vector<unsigned char>> values;  // by path
+    bool operator==(const Column& o) const {
+      return dtype.code == o.dtype.code && dtype.bits == o.dtype.bits && dtype.lanes == o.dtype.lanes &&
+             is_array == o.is_array && semantic == o.semantic && floor == o.floor && values == o.values;
+    }
+  };
+  std::map<std::string, Column> columns;
+  bool operator==(const Snapshot& o) const { return columns == o.columns; }
+};
+
+Snapshot snapshot(kstage_stage_t stage) {
+  Snapshot snap;
+  uint64_t n = 0;
+  KS_OK(kstage_list_attributes(stage, nullptr, 0, &n));
+  std::vector<kstage_token_t> tokens(n);
+  KS_OK(kstage_list_attributes(stage, tokens.data(), n, &n));
+  kstage_filter_t all{};
+  kstage_query_t q = 0;
+  KS_OK(kstage_query_filter(stage, &all, &q));
+  for (kstage_token_t t : tokens) {
+    const char* name = nullptr;
+    KS_OK(kstage_token_string(stage, t, &name, nullptr));
+    kstage_attribute_info_t info = kstage_attribute_info_init();
+    KS_OK(kstage_attribute_info(stage, t, &info));
+    Snapshot::Column& c = snap.columns[name];
+    c.dtype = info.dtype;
+    c.is_array = info.is_array;
+    c.semantic = info.semantic;
+    c.floor = info.write_floor;
+    kstage_read_desc_t d = kstage_read_desc_init();
+    d.compact = true;
+    d.target_device = DLDevice{kDLCPU, 0};
+    kstage_read_t r = 0;
+    KS_OK(kstage_read_attributes(stage, q, &t, 1, &d, &r));
+    kstage_read_group_t g;
+    while (kstage_fetch_read_next(stage, r, 0, &g) == KSTAGE_OK) {
+      const size_t elem = size_t(g.dtype.bits / 8) * g.dtype.lanes;
+      for (uint64_t i = 0; i < g.prim_count; ++i) {
+        const char* path = nullptr;
+        KS_OK(kstage_path_string(stage, g.prims[i], &path, nullptr));
+        const DLTensor& tensor = g.data.tensors[g.is_array ? i : 0];
+        const auto* base = static_cast<const unsigned char*>(tensor.data) + tensor.byte_offset;
+        const size_t rows = g.is_array ? size_t(tensor.shape[0]) : 1;
+        const unsigned char* at = g.is_array ? base : base + i * elem;
+        c.values[path].assign(at, at + rows * elem);
+      }
+      KS_OK(kstage_release_group(stage, g.handle));
+    }
+    KS_OK(kstage_release_read(stage, r));
+  }
+  KS_OK(kstage_query_release(stage, q));
+  return snap;
+}
+
+// A stage with every kind of thing a checkpoint must keep: a range and explicit paths, a
+// float32 x 3 POINT column, an int64 column, a ragged int32 column with an empty row, a
+// deleted prim, an attribute deleted from some prims, per-attribute floors.
+struct Filled {
+  Stage s{host_execution()};
+  kstage_token_t pos = s.token("position"), id = s.token("id"), nbrs = s.token("neighbours");
+  kstage_path_t first = s.range("/world/particles", "p", 0, 6);
+  kstage_path_t a = s.path("/world/walls/a"), b = s.path("/world/walls/b");
+  Filled() {
+    std::vector<kstage_path_t> prims;
+    for (int i = 0; i < 6; ++i) prims.push_back(first + i);
+    prims.push_back(a);
+    prims.push_back(b);
+    kstage_query_t q = s.query(prims);
+    std::vector<float> p(8 * 3);
+    for (size_t i = 0; i < p.size(); ++i) p[i] = float(i) * 0.5f;
+    int64_t shape[1] = {8};
+    DLTensor t = tensor(p.data(), f32(3), 1, shape);
+    kstage_write_data_t w = write_data(&t);
+    w.semantic = KSTAGE_SEMANTIC_POINT;
+    KS_OK(s.write(q, pos, 1, w));
+    std::vector<int64_t> ids = {10, 11, 12, 13, 14, 15, 16, 17};
+    DLTensor ti = tensor(ids.data(), DLDataType{kDLInt, 64, 1}, 1, shape);
+    KS_OK(s.write(q, id, 1, write_data(&ti)));
+    std::vector<std::vector<int32_t>> rows = {{1, 2}, {}, {3, 4, 5}};
+    std::vector<int64_t> shapes = {2, 0, 3};
+    std::vector<DLTensor> rt;
+    for (size_t i = 0; i < rows.size(); ++i)
+      rt.push_back(tensor(rows[i].empty() ? nullptr : rows[i].data(), DLDataType{kDLInt, 32, 1}, 1, &shapes[i]));
+    KS_OK(s.write(s.query({first + 1, first + 2, a}), nbrs, 1, write_data(rt.data(), rt.size(), true)));
+    s.seal(1);
+    KS_OK(s.remove(s.query({first + 3}), {}, 2));      // a prim deleted
+    KS_OK(s.remove(s.query({b}), {pos}, 2));           // an attribute deleted from one prim
+    s.seal(2, {pos});
+    s.seal(3, {id});  // floors differ: position 2, id 3, neighbours 1 (and the global floor)
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a checkpoint restarts into a fresh stage equal to the original", "[adios2]") {
+  Filled f;
+  const std::string path = scratch("checkpoint.bp");
+  A2_OK(kstage_adios2_checkpoint(f.s.stage, path.c_str()));
+  Stage fresh(host_execution());
+  uint64_t ordinal = 0;
+  A2_OK(kstage_adios2_restart(fresh.stage, path.c_str(), &ordinal));
+  CHECK(ordinal == 3);
+  const Snapshot original = snapshot(f.s.stage), restored = snapshot(fresh.stage);
+  REQUIRE(original.columns.size() == 3);
+  CHECK(original.columns.at("position").values.count("/world/particles/p3") == 0);  // deleted
+  CHECK(original.columns.at("position").values.count("/world/walls/b") == 0);
+  CHECK(restored == original);
+  // The range is a range again, with the same members.
+  kstage_path_t first = 0;
+  uint64_t count = 0, index = 0;
+  KS_OK(kstage_path_range_info(fresh.stage, fresh.path("/world/particles/p4"), &first, &count, &index));
+  CHECK(count == 6);
+  CHECK(index == 4);
+}
+
+TEST_CASE("incremental steps carry what changed, deletions included", "[adios2]") {
+  Stage s(host_execution());
+  const kstage_token_t x = s.token("x");
+  const kstage_path_t first = s.range("/", "c", 0, 100);
+  kstage_query_t all = s.range_query(first);
+  std::vector<float> v(100);
+  for (int i = 0; i < 100; ++i) v[i] = float(i);
+  s.write_f32(all, x, 1, v);
+  s.seal(1);
+  const std::string path = scratch("ticks.bp");
+  kstage_adios2_stream_t w = 0;
+  A2_OK(kstage_adios2_open(path.c_str(), nullptr, &w));
+  A2_OK(kstage_adios2_write_step(w, s.stage, all, &x, 1, nullptr));
+  Stage reader(host_execution());
+  for (uint64_t tick = 2; tick <= 4; ++tick) {
+    s.write_f32(s.query({first + tick, first + 50}), x, tick, {float(tick) * 100, float(tick) * 1000});
+    KS_OK(s.remove(s.query({first + 90 + tick}), {}, tick));
+    s.seal(tick);
+    kstage_adios2_step_desc_t d = kstage_adios2_step_desc_init();
+    d.change_range = true;
+    d.range_begin = d.range_end = tick;
+    A2_OK(kstage_adios2_write_step(w, s.stage, all, &x, 1, &d));
+  }
+  A2_OK(kstage_adios2_close(w));
+  // The file holds 4 steps; an incremental one lists only the changed and deleted prims.
+  {
+    adios2::ADIOS adios;
+    adios2::IO io = adios.DeclareIO("check");
+    adios2::Engine e = io.Open(path, adios2::Mode::Read);
+    int steps = 0;
+    while (e.BeginStep() == adios2::StepStatus::OK) {
+      uint64_t count = 0;
+      e.Get(io.InquireVariable<uint64_t>("kstage/paths/count"), count, adios2::Mode::Sync);
+      CHECK(count == (steps == 0 ? 100u : 3u));
+      e.EndStep();
+      ++steps;
+    }
+    e.Close();
+    CHECK(steps == 4);
+  }
+  kstage_adios2_open_desc_t d = kstage_adios2_open_desc_init();
+  d.mode = KSTAGE_ADIOS2_READ;
+  kstage_adios2_stream_t r = 0;
+  A2_OK(kstage_adios2_open(path.c_str(), &d, &r));
+  uint64_t ordinal = 0;
+  for (uint64_t expect = 1; expect <= 4; ++expect) {
+    A2_OK(kstage_adios2_read_step(r, reader.stage, KSTAGE_TIMEOUT_INFINITE, &ordinal));
+    CHECK(ordinal == expect);
+  }
+  A2_FAILS(kstage_adios2_read_step(r, reader.stage, KSTAGE_TIMEOUT_INFINITE, &ordinal), KSTAGE_END_OF_ITERATION,
+           "no more steps");
+  A2_OK(kstage_adios2_close(r));
+  CHECK(snapshot(reader.stage) == snapshot(s.stage));
+  kstage_filter_t none{};
+  CHECK(reader.filtered(none).size() == 97);  // three prims deleted
+}
+
+TEST_CASE("the Inline engine couples a writer and a reader in one process", "[adios2]") {
+  Filled f;
+  const char* params[] = {nullptr};
+  kstage_adios2_open_desc_t wd = kstage_adios2_open_desc_init();
+  wd.engine = "Inline";
+  wd.parameters = params;
+  kstage_adios2_stream_t w = 0, r = 0;
+  A2_OK(kstage_adios2_open("inline-coupling", &wd, &w));
+  kstage_adios2_open_desc_t rd = wd;
+  rd.mode = KSTAGE_ADIOS2_READ;
+  rd.inline_writer = w;
+  A2_OK(kstage_adios2_open("inline-coupling-reader", &rd, &r));  // Inline: a name of its own
+  kstage_filter_t all{};
+  kstage_query_t q = 0;
+  KS_OK(kstage_query_filter(f.s.stage, &all, &q));
+  Stage other(host_execution());
+  A2_OK(kstage_adios2_write_step(w, f.s.stage, q, nullptr, 0, nullptr));
+  uint64_t ordinal = 0;
+  A2_OK(kstage_adios2_read_step(r, other.stage, KSTAGE_TIMEOUT_INFINITE, &ordinal));
+  CHECK(snapshot(other.stage) == snapshot(f.s.stage));
+  A2_OK(kstage_adios2_close(r));
+  A2_OK(kstage_adios2_close(w));
+  KS_OK(kstage_query_release(f.s.stage, q));
+}
+
+TEST_CASE("steps that do not fit are refused and leave the stage as it was", "[adios2][errors]") {
+  Filled f;
+  const std::string path = scratch("fit.bp");
+  A2_OK(kstage_adios2_checkpoint(f.s.stage, path.c_str()));
+
+  SECTION("another kind or dtype for an existing column") {
+    Stage s(host_execution());
+    const kstage_token_t pos = s.token("position");
+    kstage_query_t q = s.query({s.path("/other")});
+    std::vector<double> v = {1, 2, 3};
+    int64_t shape[1] = {1};
+    DLTensor t = tensor(v.data(), DLDataType{kDLFloat, 64, 3}, 1, shape);
+    kstage_write_data_t w = write_data(&t);
+    w.semantic = KSTAGE_SEMANTIC_POINT;
+    KS_OK(s.write(q, pos, 1, w));
+    s.seal(1);
+    const Snapshot before = snapshot(s.stage);
+    A2_FAILS(kstage_adios2_restart(s.stage, path.c_str(), nullptr), KSTAGE_INVALID_ARGUMENT,
+             "attribute 'position' of the step is fixed float32 x 3 (semantic 1), the stage's column is fixed float64 x 3");
+    CHECK(snapshot(s.stage) == before);
+    kstage_filter_t all{};
+    CHECK(s.filtered(all).size() == 1);  // no path of the step became a prim
+  }
+  SECTION("a step at or below the stage's write floor (a restart into the same stage)") {
+    const Snapshot before = snapshot(f.s.stage);
+    A2_FAILS(kstage_adios2_restart(f.s.stage, path.c_str(), nullptr), KSTAGE_INVALID_ARGUMENT,
+             "not above the stage's write floor");
+    CHECK(snapshot(f.s.stage) == before);
+  }
+}
+
+TEST_CASE("files that are not kstage steps, unknown dtypes and truncated files", "[adios2][errors]") {
+  Stage s(host_execution());
+  s.write_f32(s.query({s.path("/keep")}), s.token("k"), 1, {7.f});
+  s.seal(1);
+  const Snapshot before = snapshot(s.stage);
+
+  SECTION("a BP5 file of another schema") {
+    const std::string path = scratch("foreign.bp");
+    {
+      adios2::ADIOS adios;
+      adios2::IO io = adios.DeclareIO("foreign");
+      adios2::Engine e = io.Open(path, adios2::Mode::Write);
+      std::vector<float> v(6, 1.f);
+      e.BeginStep();
+      e.Put(io.DefineVariable<float>("pos", {2, 3}, {0, 0}, {2, 3}), v.data());
+      e.EndStep();
+      e.Close();
+    }
+    A2_FAILS(kstage_adios2_restart(s.stage, path.c_str(), nullptr), KSTAGE_INVALID_ARGUMENT, "not a kstage step");
+  }
+  SECTION("an unknown dtype") {
+    const std::string path = scratch("dtype.bp");
+    Filled f;
+    A2_OK(kstage_adios2_checkpoint(f.s.stage, path.c_str()));
+    // Rewrite the file with the schema of 'id' naming a dtype code DLPack does not have.
+    const std::string bad = scratch("dtype-bad.bp");
+    {
+      adios2::ADIOS adios;
+      adios2::IO in = adios.DeclareIO("in");
+      adios2::Engine r = in.Open(path, adios2::Mode::Read);
+      adios2::IO out = adios.DeclareIO("out");
+      adios2::Engine w = out.Open(bad, adios2::Mode::Write);
+      r.BeginStep();
+      for (const auto& [name, info] : in.AvailableAttributes()) {
+        const std::string type = info.at("Type");
+        if (name == "kstage/attr/id/dtype") {
+          const int32_t code[3] = {99, 64, 1};
+          out.DefineAttribute<int32_t>(name, code, 3);
+        } else if (type == "string") {
+          out.DefineAttribute<std::string>(name, in.InquireAttribute<std::string>(name).Data().front());
+        } else if (type == "int32_t") {
+          const auto d = in.InquireAttribute<int32_t>(name).Data();
+          out.DefineAttribute<int32_t>(name, d.data(), d.size());
+        } else if (type == "uint32_t") {
+          out.DefineAttribute<uint32_t>(name, in.InquireAttribute<uint32_t>(name).Data().front());
+        }
+      }
+      w.BeginStep();
+      std::vector<std::vector<unsigned char>> keep;
+      for (const auto& [name, info] : in.AvailableVariables()) {
+        const std::string type = info.at("Type");
+        auto copy = [&](auto tag) {
+          using T = decltype(tag);
+          adios2::Variable<T> v = in.InquireVariable<T>(name);
+          std::vector<T> data;
+          r.Get(v, data, adios2::Mode::Sync);
+          if (v.Shape().empty()) {
+            w.Put(out.DefineVariable<T>(name), data.front(), adios2::Mode::Sync);
+          } else {
+            adios2::Variable<T> o = out.DefineVariable<T>(name, v.Shape(), adios2::Dims(v.Shape().size(), 0), v.Shape());
+            w.Put(o, data.data(), adios2::Mode::Sync);
+          }
+        };
+        if (type == "uint64_t") copy(uint64_t{});
+        else if (type == "uint8_t") copy(uint8_t{});
+        else if (type == "int64_t") copy(int64_t{});
+        else if (type == "int32_t") copy(int32_t{});
+        else if (type == "float") copy(float{});
+      }
+      w.EndStep();
+      r.EndStep();
+      w.Close();
+      r.Close();
+    }
+    A2_FAILS(kstage_adios2_restart(s.stage, bad.c_str(), nullptr), KSTAGE_INVALID_ARGUMENT,
+             "attribute 'id': dtype {code 99, 64 bits} x 1 (code 99) is not one kstage_adios2 knows");
+  }
+  SECTION("a truncated file") {
+    const std::string path = scratch("truncated.bp");
+    Filled f;
+    A2_OK(kstage_adios2_checkpoint(f.s.stage, path.c_str()));
+    for (const char* part : {"data.0", "md.0"}) {
+      const auto file = std::filesystem::path(path) / part;
+      std::filesystem::resize_file(file, std::filesystem::file_size(file) / 3);
+    }
+    const kstage_status_t st = kstage_adios2_restart(s.stage, path.c_str(), nullptr);
+    INFO(kstage_adios2_last_error());
+    CHECK(st != KSTAGE_OK);
+    CHECK(std::string(kstage_adios2_last_error()) != "");
+  }
+  CHECK(snapshot(s.stage) == before);
+}
+
+TEST_CASE("streams: engines, handles and modes", "[adios2][errors]") {
+  Stage s(host_execution());
+  kstage_adios2_open_desc_t d = kstage_adios2_open_desc_init();
+  d.engine = "NoSuchEngine";
+  kstage_adios2_stream_t h = 0;
+  A2_FAILS(kstage_adios2_open(scratch("none.bp").c_str(), &d, &h), KSTAGE_NOT_SUPPORTED, "NoSuchEngine");
+  CHECK(h == 0);
+  A2_FAILS(kstage_adios2_open(nullptr, nullptr, &h), KSTAGE_INVALID_ARGUMENT, "name is NULL");
+  A2_FAILS(kstage_adios2_open("x.bp", nullptr, nullptr), KSTAGE_INVALID_ARGUMENT, "stream is NULL");
+  d = kstage_adios2_open_desc_init();
+  d.struct_size = 8;
+  A2_FAILS(kstage_adios2_open("x.bp", &d, &h), KSTAGE_INVALID_ARGUMENT, "struct_size is 8");
+  d = kstage_adios2_open_desc_init();
+  d.mode = 7;
+  A2_FAILS(kstage_adios2_open("x.bp", &d, &h), KSTAGE_INVALID_ARGUMENT, "desc.mode is 7");
+  const char* odd[] = {"Threads", nullptr};
+  d = kstage_adios2_open_desc_init();
+  d.parameters = odd;
+  A2_FAILS(kstage_adios2_open(scratch("odd.bp").c_str(), &d, &h), KSTAGE_INVALID_ARGUMENT, "'Threads' has no value");
+
+  const std::string path = scratch("modes.bp");
+  A2_OK(kstage_adios2_open(path.c_str(), nullptr, &h));
+  uint64_t ordinal = 0;
+  A2_FAILS(kstage_adios2_read_step(h, s.stage, 0, &ordinal), KSTAGE_INVALID_ARGUMENT, "is a writer");
+  kstage_adios2_step_desc_t sd = kstage_adios2_step_desc_init();
+  sd.change_range = true;
+  sd.range_begin = 5;
+  sd.range_end = 4;
+  kstage_filter_t all{};
+  kstage_query_t q = 0;
+  KS_OK(kstage_query_filter(s.stage, &all, &q));
+  A2_FAILS(kstage_adios2_write_step(h, s.stage, q, nullptr, 0, &sd), KSTAGE_INVALID_ARGUMENT, "range_end 4 is below");
+  kstage_token_t ghost = s.token("ghost");
+  A2_FAILS(kstage_adios2_write_step(h, s.stage, q, &ghost, 1, nullptr), KSTAGE_NOT_FOUND, "'ghost' has no column");
+  A2_OK(kstage_adios2_close(h));
+  A2_FAILS(kstage_adios2_close(h), KSTAGE_INVALID_HANDLE, "closed twice");
+  A2_FAILS(kstage_adios2_write_step(h, s.stage, q, nullptr, 0, nullptr), KSTAGE_INVALID_HANDLE, "not an open");
+  A2_FAILS(kstage_adios2_checkpoint(s.stage, nullptr), KSTAGE_INVALID_ARGUMENT, "path is NULL");
+  A2_FAILS(kstage_adios2_restart(s.stage, "", nullptr), KSTAGE_INVALID_ARGUMENT, "path is NULL or empty");
+  KS_OK(kstage_query_release(s.stage, q));
+}
