@@ -354,14 +354,11 @@ TEST_CASE("files that are not kstage steps, unknown dtypes and truncated files",
     const std::string path = scratch("truncated.bp");
     Filled f;
     A2_OK(kstage_adios2_checkpoint(f.s.stage, path.c_str()));
-    for (const char* part : {"data.0", "md.0"}) {
-      const auto file = std::filesystem::path(path) / part;
-      std::filesystem::resize_file(file, std::filesystem::file_size(file) / 3);
-    }
-    const kstage_status_t st = kstage_adios2_restart(s.stage, path.c_str(), nullptr);
-    INFO(kstage_adios2_last_error());
-    CHECK(st != KSTAGE_OK);
-    CHECK(std::string(kstage_adios2_last_error()) != "");
+    // Its index cut after the header, as a crash while writing the first step leaves it. (BP5
+    // waits, tens of seconds, for a writer to complete a file whose metadata or data is cut
+    // inside a step it indexes: the test does not make ADIOS2 wait.)
+    std::filesystem::resize_file(std::filesystem::path(path) / "md.idx", 64);
+    A2_FAILS(kstage_adios2_restart(s.stage, path.c_str(), nullptr), KSTAGE_INVALID_ARGUMENT, "has no steps");
   }
   CHECK(snapshot(s.stage) == before);
 }
