@@ -160,6 +160,27 @@ TEST_CASE("a checkpoint restarts into a fresh stage equal to the original", "[ad
   CHECK(index == 4);
 }
 
+#if defined(KSTAGE_ADIOS2_TEST_EMULATED_DEVICE)
+TEST_CASE("columns on a device are checkpointed through a host read", "[adios2]") {
+  const DLDevice device{kDLExtDev, 1};  // the emulated device (backends/emulated)
+  Stage s(host_execution(), &device);
+  const kstage_token_t x = s.token("x");
+  kstage_query_t q = s.query(s.paths("/dev", 64));
+  std::vector<float> v(64 * 3);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float(i);
+  s.write_f32(q, x, 1, v, 3);
+  s.seal(1);
+  kstage_attribute_info_t info = kstage_attribute_info_init();
+  KS_OK(kstage_attribute_info(s.stage, x, &info));
+  REQUIRE(info.residency.device_type == kDLExtDev);
+  const std::string path = scratch("device.bp");
+  A2_OK(kstage_adios2_checkpoint(s.stage, path.c_str()));
+  Stage host(host_execution());
+  A2_OK(kstage_adios2_restart(host.stage, path.c_str(), nullptr));
+  CHECK(snapshot(host.stage) == snapshot(s.stage));
+}
+#endif
+
 TEST_CASE("incremental steps carry what changed, deletions included", "[adios2]") {
   Stage s(host_execution());
   const kstage_token_t x = s.token("x");
