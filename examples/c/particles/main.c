@@ -6,6 +6,7 @@
  * checks it against a host model of the simulation.
  *
  *   kstage_example_particles [-n N] [-t T] [-f PERCENT]
+ *                            [--checkpoint FILE --every K] [--restart FILE]
  *
  * Ordinal 1 holds the initial state (every particle, INSERT). Tick k = 1..T
  * moves about PERCENT % of the particles (default 5) and writes them at
@@ -21,10 +22,22 @@
  * all particles: exactly the moved ones must come back, with exactly the
  * producer's values. At the end every particle's latest position and
  * velocity are checked, and a report is printed.
+ *
+ * Every tick draws its random numbers from a generator seeded by the tick's number, so a run
+ * restarted at tick k continues exactly as the uninterrupted one would. Where kstage has its
+ * ADIOS2 bridge (KSTAGE_EXAMPLE_WITH_ADIOS2): --checkpoint FILE --every K writes the stage as
+ * a BP5 checkpoint after every K-th tick, to FILE.0 and FILE.1 in turn, and then names the
+ * complete one in FILE (a one-line file replaced atomically), so that a run killed at any
+ * moment keeps its last complete checkpoint; --restart FILE reads the checkpoint FILE names
+ * into a fresh stage and runs the ticks after it. The last line before the report is the
+ * FNV-1a checksum of the final positions and velocities.
  */
 #define _POSIX_C_SOURCE 199309L /* clock_gettime in strict C99 */
 
 #include <kstage/kstage.h>
+#ifdef KSTAGE_EXAMPLE_WITH_ADIOS2
+#include <kstage/kstage_adios2.h>
+#endif
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +69,13 @@ static uint64_t rng_next(void) {
   return rng_state * 0x2545F4914F6CDD1Dull;
 }
 static float rng_unit(void) { return (float)(rng_next() >> 40) / (float)(1u << 24); } /* [0, 1) */
+/* The generator of tick k (0: the initial state): a run restarted at a tick draws what the
+ * uninterrupted run drew. */
+static void rng_seed_tick(uint64_t k) {
+  rng_state = 0x9E3779B97F4A7C15ull ^ (k * 0xD1B54A32D192ED03ull);
+  if (rng_state == 0) rng_state = 1;
+  rng_next();
+}
 
 static void* xcalloc(size_t n, size_t size) {
   void* p = calloc(n ? n : 1, size);
@@ -86,8 +106,62 @@ static DLTensor float3_tensor(float* data, int64_t* shape) {
 }
 
 static void usage(const char* argv0) {
-  fprintf(stderr, "usage: %s [-n particles] [-t ticks] [-f percent moved per tick]\n", argv0);
+  fprintf(stderr,
+          "usage: %s [-n particles] [-t ticks] [-f percent moved per tick]\n"
+          "          [--checkpoint FILE --every K] [--restart FILE]\n",
+          argv0);
 }
+
+/* FNV-1a over bytes. */
+static uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
+  const unsigned char* b = (const unsigned char*)p;
+  size_t i;
+  for (i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+#ifdef KSTAGE_EXAMPLE_WITH_ADIOS2
+#define ACHECK(call)                                                                   \
+  do {                                                                                 \
+    kstage_status_t st_ = (call);                                                      \
+    if (st_ != KSTAGE_OK) {                                                            \
+      fprintf(stderr, "particles: %s failed: %s: %s\n", #call, kstage_status_string(st_), \
+              kstage_adios2_last_error());                                             \
+      exit(1);                                                                         \
+    }                                                                                  \
+  } while (0)
+
+/* Checkpoint number `count` of the run: the stage into FILE.<count % 2>, then FILE names it (a
+ * one-line file written aside and renamed over FILE: at every moment FILE names a complete
+ * checkpoint, or does not exist yet). */
+static void write_checkpoint(kstage_stage_t stage, const char* file, uint64_t count, uint64_t tick) {
+  char dir[4096], tmp[4096];
+  FILE* f;
+  snprintf(dir, sizeof dir, "%s.%d", file, (int)(count % 2));
+  snprintf(tmp, sizeof tmp, "%s.tmp", file);
+  ACHECK(kstage_adios2_checkpoint(stage, dir));
+  f = fopen(tmp, "w");
+  if (!f || fprintf(f, "%s\n", dir) < 0 || fclose(f) != 0 || rename(tmp, file) != 0) {
+    fprintf(stderr, "particles: cannot name the checkpoint in %s\n", file);
+    exit(1);
+  }
+  printf("particles: checkpoint at tick %llu in %s\n", (unsigned long long)tick, dir);
+  fflush(stdout);
+}
+
+/* The checkpoint FILE names. */
+static void checkpoint_named(const char* file, char* dir, size_t capacity) {
+  FILE* f = fopen(file, "r");
+  size_t len;
+  if (!f || !fgets(dir, (int)capacity, f)) {
+    fprintf(stderr, "particles: %s names no checkpoint\n", file);
+    exit(1);
+  }
+  fclose(f);
+  len = strlen(dir);
+  while (len > 0 && (dir[len - 1] == '\n' || dir[len - 1] == '\r')) dir[--len] = '\0';
+}
+#endif
 
 static int parse_count(const char* s, unsigned long long max, unsigned long long* out) {
   char* end = NULL;
@@ -115,12 +189,30 @@ int main(int argc, char** argv) {
   kstage_op_t op = 0;
   double t_write = 0, t_read = 0, t0;
   uint64_t rows_written = 0, rows_read = 0, mask_ticks = 0, map_ticks = 0;
+  unsigned long long every_arg = 0, tick_ms_arg = 0; /* --tick-ms: a pause per tick (tests) */
+  const char* checkpoint = NULL; /* --checkpoint FILE */
+  const char* restart = NULL;    /* --restart FILE */
+  uint64_t start_tick = 1, checksum = 1469598103934665603ull;
+  uint64_t* swaps;
   int a;
 
   for (a = 1; a < argc; ++a) {
     unsigned long long* target = NULL;
     unsigned long long max = 0;
+    if ((strcmp(argv[a], "--checkpoint") == 0 || strcmp(argv[a], "--restart") == 0) && a + 1 < argc) {
+#ifdef KSTAGE_EXAMPLE_WITH_ADIOS2
+      if (argv[a][2] == 'c') checkpoint = argv[a + 1];
+      else restart = argv[a + 1];
+      ++a;
+      continue;
+#else
+      fprintf(stderr, "particles: %s needs kstage's ADIOS2 bridge, which this build does not have\n", argv[a]);
+      return 2;
+#endif
+    }
     if (strcmp(argv[a], "-n") == 0) target = &n_arg, max = 0xFFFFFFFFull;
+    else if (strcmp(argv[a], "--every") == 0) target = &every_arg, max = 1000000ull;
+    else if (strcmp(argv[a], "--tick-ms") == 0) target = &tick_ms_arg, max = 10000ull;
     else if (strcmp(argv[a], "-t") == 0) target = &t_arg, max = 1000000ull;
     else if (strcmp(argv[a], "-f") == 0) target = &f_arg, max = 100ull;
     else if (strcmp(argv[a], "-h") == 0 || strcmp(argv[a], "--help") == 0) {
@@ -132,6 +224,10 @@ int main(int argc, char** argv) {
       return 2;
     }
     ++a;
+  }
+  if ((checkpoint != NULL) != (every_arg != 0)) {
+    fprintf(stderr, "particles: --checkpoint FILE and --every K go together\n");
+    return 2;
   }
   n = n_arg;
   ticks = t_arg;
@@ -149,11 +245,13 @@ int main(int argc, char** argv) {
   sorted = xcalloc(n, sizeof(uint32_t));
   index_map = xcalloc(n, sizeof(uint32_t));
   mask = xcalloc(words, sizeof(uint64_t));
+  swaps = xcalloc(moved_per_tick, sizeof(uint64_t));
 
   /* ---- the stage, the names, the initial state at ordinal 1 ---------------- */
   CHECK(kstage_create(NULL, &stage));
   CHECK(kstage_intern_token(stage, "position", KSTAGE_NUL_TERMINATED, &attrs[0]));
   CHECK(kstage_intern_token(stage, "velocity", KSTAGE_NUL_TERMINATED, &attrs[1]));
+  rng_seed_tick(0);
   for (i = 0; i < n; ++i) {
     char name[48];
     snprintf(name, sizeof name, "/particles/p%llu", (unsigned long long)i);
@@ -168,24 +266,60 @@ int main(int argc, char** argv) {
   }
   CHECK(kstage_query_paths(stage, paths, n, &all));
 
+  if (restart) {
+#ifdef KSTAGE_EXAMPLE_WITH_ADIOS2
+    /* The stage of the last checkpoint, and the model from it. */
+    char dir[4096];
+    uint64_t ordinal = 0, restored = 0;
+    kstage_read_t read = 0;
+    kstage_read_group_t group;
+    kstage_read_desc_t desc = kstage_read_desc_init();
+    checkpoint_named(restart, dir, sizeof dir);
+    ACHECK(kstage_adios2_restart(stage, dir, &ordinal));
+    start_tick = ordinal; /* tick k seals ordinal k + 1: the next tick is `ordinal` */
+    desc.compact = true;
+    desc.target_device.device_type = kDLCPU;
+    CHECK(kstage_read_attributes(stage, all, attrs, 2, &desc, &read));
+    while (kstage_fetch_read_next(stage, read, 0, &group) == KSTAGE_OK) {
+      float* model = group.attribute == attrs[0] ? pos : vel;
+      const DLTensor* t = &group.data.tensors[0];
+      if (group.prim_count != n) {
+        fprintf(stderr, "particles: the checkpoint in %s holds %llu particles, not %llu\n", dir,
+                (unsigned long long)group.prim_count, (unsigned long long)n);
+        return 1;
+      }
+      memcpy(model, (const char*)t->data + t->byte_offset, n * 3 * sizeof(float));
+      ++restored;
+      CHECK(kstage_release_group(stage, group.handle));
+    }
+    CHECK(kstage_release_read(stage, read));
+    if (restored != 2) {
+      fprintf(stderr, "particles: the checkpoint in %s lacks position or velocity\n", dir);
+      return 1;
+    }
+    printf("particles: restarted from %s at tick %llu\n", dir, (unsigned long long)start_tick);
+#endif
+  } else {
+    shape_all[0] = (int64_t)n;
+    data[0] = kstage_write_data_init();
+    data[1] = kstage_write_data_init();
+    tensors[0] = float3_tensor(pos, shape_all);
+    tensors[1] = float3_tensor(vel, shape_all);
+    data[0].tensors = &tensors[0];
+    data[0].tensor_count = 1;
+    data[0].semantic = KSTAGE_SEMANTIC_POINT;
+    data[1].tensors = &tensors[1];
+    data[1].tensor_count = 1;
+    data[1].semantic = KSTAGE_SEMANTIC_VECTOR;
+    CHECK(kstage_write_attributes(stage, all, attrs, data, 2, 1, KSTAGE_PRIM_MODE_INSERT, &op));
+    CHECK(kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE));
+    CHECK(kstage_release_op(stage, op));
+    CHECK(kstage_advance_write_floor(stage, 1, NULL, 0));
+  }
   shape_all[0] = (int64_t)n;
-  data[0] = kstage_write_data_init();
-  data[1] = kstage_write_data_init();
-  tensors[0] = float3_tensor(pos, shape_all);
-  tensors[1] = float3_tensor(vel, shape_all);
-  data[0].tensors = &tensors[0];
-  data[0].tensor_count = 1;
-  data[0].semantic = KSTAGE_SEMANTIC_POINT;
-  data[1].tensors = &tensors[1];
-  data[1].tensor_count = 1;
-  data[1].semantic = KSTAGE_SEMANTIC_VECTOR;
-  CHECK(kstage_write_attributes(stage, all, attrs, data, 2, 1, KSTAGE_PRIM_MODE_INSERT, &op));
-  CHECK(kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE));
-  CHECK(kstage_release_op(stage, op));
-  CHECK(kstage_advance_write_floor(stage, 1, NULL, 0));
 
   /* ---- the ticks -------------------------------------------------------------- */
-  for (k = 1; k <= ticks; ++k) {
+  for (k = start_tick; k <= ticks; ++k) {
     const uint64_t ordinal = k + 1;
     const uint64_t m = moved_per_tick;
     const int use_mask = (k % 2) == 1;
@@ -196,12 +330,16 @@ int main(int argc, char** argv) {
     kstage_status_t st;
     uint64_t seen = 0;
 
-    /* Pick m distinct particles (partial Fisher-Yates): perm[0..m). */
+    /* Pick m distinct particles (partial Fisher-Yates): perm[0..m); the swaps are undone at
+     * the end of the tick, so that every tick starts from the identity (a restarted run
+     * needs nothing of the ticks before). */
+    rng_seed_tick(k);
     for (i = 0; i < m; ++i) {
       const uint64_t j = i + rng_next() % (n - i);
       const uint32_t tmp = perm[i];
       perm[i] = perm[j];
       perm[j] = tmp;
+      swaps[i] = j;
     }
     /* Move them: a small kick to the velocity, then a step. */
     for (i = 0; i < m; ++i) {
@@ -316,6 +454,20 @@ int main(int argc, char** argv) {
               (unsigned long long)k, (unsigned long long)seen, (unsigned long long)m);
       return 1;
     }
+    for (i = m; i-- > 0;) { /* undo the swaps: perm is the identity again */
+      const uint32_t tmp = perm[i];
+      perm[i] = perm[swaps[i]];
+      perm[swaps[i]] = tmp;
+    }
+#ifdef KSTAGE_EXAMPLE_WITH_ADIOS2
+    if (checkpoint && k % every_arg == 0) write_checkpoint(stage, checkpoint, k / every_arg, k);
+#endif
+    if (tick_ms_arg) {
+      struct timespec pause;
+      pause.tv_sec = (time_t)(tick_ms_arg / 1000);
+      pause.tv_nsec = (long)(tick_ms_arg % 1000) * 1000000L;
+      nanosleep(&pause, NULL);
+    }
   }
 
   /* ---- the final state: every particle, both attributes ------------------- */
@@ -369,6 +521,10 @@ int main(int argc, char** argv) {
          (unsigned long long)rows_read, t_read, t_read > 0 ? (double)rows_read / t_read : 0.0);
   printf("  final state        %llu positions and velocities match the host model\n",
          (unsigned long long)n);
+  checksum = fnv1a(checksum, pos, n * 3 * sizeof(float));
+  checksum = fnv1a(checksum, vel, n * 3 * sizeof(float));
+  printf("  checksum           %016llx (FNV-1a of the final positions and velocities)\n",
+         (unsigned long long)checksum);
   printf("particles: OK\n");
 
   free(pos);
@@ -381,5 +537,6 @@ int main(int argc, char** argv) {
   free(sorted);
   free(index_map);
   free(mask);
+  free(swaps);
   return 0;
 }
