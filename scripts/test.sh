@@ -28,7 +28,9 @@
 #   hip       the HIP build with Debian's hipcc 5.2 (`scripts/setup.sh --hip` installs hipcc and
 #             libamdhip64-dev with apt-get and builds its Kokkos): configure and build only, as
 #             no AMD GPU is reachable. Always in the default list.
-#   default   also builds the API reference (the docs target, Doxygen, warnings as errors: ctest
+#   default   also builds and tests the ADIOS2 bridge (adios2/, tests/adios2: `setup.sh --adios2`
+#             caches PyPI's serial ADIOS2 wheel; KSTAGE_WITH_ADIOS2=ON here) and the Fortran
+#             module (fortran/, tests/fortran), and builds the API reference (the docs target, Doxygen, warnings as errors: ctest
 #             docs_reference; `setup.sh --docs` installs doxygen) and builds the Python package in its tree with the emulated device and runs
 #             tests/python_package there (ctest python_package: the device tests a pip install
 #             skips), and the JAX interop tests of the C API (tests/python, ctest test
