@@ -477,6 +477,8 @@ void register_stage(nb::module_& m) {
             return path_array(std::move(copy));
           },
           "The prims' path ids, in query order (a new uint64 numpy array).")
+      .def_prop_ro("handle", [](const Query& q) { return q.id; },
+                   "The C handle (kstage_query_t), for code that mixes in the C API.")
       .def("release", &Query::release, "Releases the query now (idempotent).")
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__", [](Query& q, nb::args) { q.release(); }, "Releases the query.")

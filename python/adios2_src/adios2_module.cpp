@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+// kstage._adios2: the ADIOS2 bridge (include/kstage/kstage_adios2.h) for Python, built where the
+// bridge is (python/CMakeLists.txt). Each call returns its status (and its out-value); the
+// Python layer, kstage/adios2.py, raises kstage's exception for it with last_error().
+#include <kstage/kstage_adios2.h>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace nb = nanobind;
+
+NB_MODULE(_adios2, m) {
+  m.doc() = "kstage's ADIOS2 bridge (kstage_adios2.h); use it through kstage.adios2.";
+  m.def("last_error", [] { return std::string(kstage_adios2_last_error()); },
+        "kstage_adios2_last_error(): this thread's message for its last failed call.");
+  m.def(
+      "open",
+      [](const std::string& name, int mode, const std::string& engine, const std::vector<std::string>& parameters,
+         uint64_t inline_writer) {
+        std::vector<const char*> p;
+        for (const std::string& s : parameters) p.push_back(s.c_str());
+        p.push_back(nullptr);
+        kstage_adios2_open_desc_t d = kstage_adios2_open_desc_init();
+        d.mode = mode;
+        d.engine = engine.c_str();
+        d.parameters = p.data();
+        d.inline_writer = inline_writer;
+        kstage_adios2_stream_t s = 0;
+        nb::gil_scoped_release gil;
+        const kstage_status_t st = kstage_adios2_open(name.c_str(), &d, &s);
+        return std::make_pair(int(st), s);
+      },
+      nb::arg("name"), nb::arg("mode"), nb::arg("engine"), nb::arg("parameters"), nb::arg("inline_writer"));
+  m.def("close", [](uint64_t stream) {
+    nb::gil_scoped_release gil;
+    return int(kstage_adios2_close(stream));
+  });
+  m.def(
+      "write_step",
+      [](uint64_t stream, uint64_t stage, uint64_t query, const std::vector<uint64_t>& attributes,
+         bool change_range, uint64_t begin, uint64_t end) {
+        kstage_adios2_step_desc_t d = kstage_adios2_step_desc_init();
+        d.change_range = change_range;
+        d.range_begin = begin;
+        d.range_end = end;
+        nb::gil_scoped_release gil;
+        return int(kstage_adios2_write_step(stream, stage, query, attributes.data(), attributes.size(), &d));
+      });
+  m.def("read_step", [](uint64_t stream, uint64_t stage, uint64_t timeout_ns) {
+    uint64_t ordinal = 0;
+    nb::gil_scoped_release gil;
+    const kstage_status_t st = kstage_adios2_read_step(stream, stage, timeout_ns, &ordinal);
+    return std::make_pair(int(st), ordinal);
+  });
+  m.def("checkpoint", [](uint64_t stage, const std::string& path) {
+    nb::gil_scoped_release gil;
+    return int(kstage_adios2_checkpoint(stage, path.c_str()));
+  });
+  m.def("restart", [](uint64_t stage, const std::string& path) {
+    uint64_t ordinal = 0;
+    nb::gil_scoped_release gil;
+    const kstage_status_t st = kstage_adios2_restart(stage, path.c_str(), &ordinal);
+    return std::make_pair(int(st), ordinal);
+  });
+}

@@ -1,0 +1,108 @@
+# SPDX-License-Identifier: Apache-2.0
+"""kstage with ADIOS2: checkpoints, restarts and streams of a stage's sealed state.
+
+    import kstage.adios2 as ka
+    ka.checkpoint(stage, "run.bp")                 # every attribute of every prim, one BP5 step
+    ordinal = ka.restart(fresh, "run.bp")          # the file's steps into a fresh stage
+    with ka.Stream("ticks.bp") as w:               # engine="BP5" | "SST" | "Inline", parameters={}
+        w.write_step(stage)                        # a full step of every existing prim
+        w.write_step(stage, change_range=(k, k))   # then what changed, with deletions
+    with ka.Stream("ticks.bp", "r") as r:
+        for ordinal in r.steps(other):             # each step read into `other`
+            ...
+
+The bridge's C API (kstage/kstage_adios2.h) underneath; docs/adios2.md has the file layout.
+Only where kstage was built with its ADIOS2 bridge (KSTAGE_WITH_ADIOS2): an import error says so
+otherwise.
+"""
+from __future__ import annotations
+
+import kstage
+
+try:
+    from . import _adios2
+except ImportError as e:  # pragma: no cover - depends on the build
+    raise ImportError(
+        "kstage.adios2: this kstage was built without its ADIOS2 bridge "
+        "(build it where ADIOS2 is found: scripts/setup.sh --adios2, or ADIOS2_ROOT)") from e
+
+_OK, _END_OF_ITERATION, _TIMEOUT = 0, 7, 8
+_CLASSES = {1: kstage.InvalidArgument, 2: kstage.InvalidHandle, 3: kstage.NotFound,
+            4: kstage.AlreadyExists, 5: kstage.WriteFloorViolation, 6: kstage.NotSupported,
+            8: kstage.Timeout, 9: kstage.OutOfMemory, 10: kstage.OutOfRange, 11: kstage.OpFailed,
+            12: kstage.DeviceError, 13: kstage.InternalError}
+_INFINITE = (1 << 64) - 1
+
+
+def _check(status):
+    if status != _OK:
+        raise _CLASSES.get(status, kstage.Error)(_adios2.last_error())
+
+
+def checkpoint(stage, path):
+    """Every attribute of every existing prim of `stage` as one full step of a new BP5 file."""
+    _check(_adios2.checkpoint(stage.handle, str(path)))
+
+
+def restart(stage, path):
+    """Every step of the BP5 file at `path` into `stage`, in order; the last step's ordinal."""
+    status, ordinal = _adios2.restart(stage.handle, str(path))
+    _check(status)
+    return ordinal
+
+
+class Stream:
+    """An ADIOS2 engine the bridge writes steps to (mode "w") or reads steps from ("r")."""
+
+    def __init__(self, name, mode="w", *, engine="BP5", parameters=None, inline_writer=None):
+        if mode not in ("w", "r"):
+            raise ValueError(f"mode must be 'w' or 'r', not {mode!r}")
+        pairs = []
+        for key, value in (parameters or {}).items():
+            pairs += [str(key), str(value)]
+        status, self._handle = _adios2.open(str(name), 0 if mode == "w" else 1, engine, pairs,
+                                            inline_writer._handle if inline_writer else 0)
+        _check(status)
+        self.mode = mode
+
+    def write_step(self, stage, query=None, attrs=None, *, change_range=None):
+        """One step: the sealed state of `attrs` (None: every attribute) for `query` (None: every
+        existing prim); change_range=(first, last) for an incremental step with deletions."""
+        tokens = [] if attrs is None else [stage.token(a) if isinstance(a, str) else int(a)
+                                            for a in ([attrs] if isinstance(attrs, (str, int)) else attrs)]
+        owned = query is None
+        q = stage.query() if owned else query
+        begin, end = change_range if change_range is not None else (0, 0)
+        try:
+            _check(_adios2.write_step(self._handle, stage.handle, q.handle, tokens,
+                                      change_range is not None, begin, end))
+        finally:
+            if owned:
+                q.release()
+
+    def read_step(self, stage, timeout=None):
+        """The next step into `stage`: its ordinal, or None at the end of the stream. `timeout`
+        in seconds (None: wait); kstage.Timeout when the step is not ready in time."""
+        ns = _INFINITE if timeout is None else max(0, int(timeout * 1e9))
+        status, ordinal = _adios2.read_step(self._handle, stage.handle, ns)
+        if status == _END_OF_ITERATION:
+            return None
+        _check(status)
+        return ordinal
+
+    def steps(self, stage, timeout=None):
+        """Reads every step into `stage`, yielding each one's ordinal."""
+        while (ordinal := self.read_step(stage, timeout)) is not None:
+            yield ordinal
+
+    def close(self):
+        """Closes the stream (idempotent)."""
+        if self._handle:
+            handle, self._handle = self._handle, 0
+            _check(_adios2.close(handle))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
