@@ -192,6 +192,17 @@ struct Query {
   kstage_stage_t stage;
   kstage_query_t q = 0;
   Query(kstage_stage_t s, const std::vector<kstage_path_t>& paths) : stage(s) {
+    // Consecutive members of one range (a checkpoint of a range's prims): a range query, O(1),
+    // instead of a list of every id.
+    kstage_path_t first = 0;
+    uint64_t count = 0, index = 0;
+    if (paths.size() > 1 && paths.back() - paths.front() == paths.size() - 1 &&
+        kstage_path_range_info(stage, paths.front(), &first, &count, &index) == KSTAGE_OK &&
+        index + paths.size() <= count && std::is_sorted(paths.begin(), paths.end()) &&
+        std::adjacent_find(paths.begin(), paths.end()) == paths.end()) {
+      check(kstage_query_range(stage, first, index, paths.size(), 1, &q), "kstage_adios2_read_step: a query");
+      return;
+    }
     check(kstage_query_paths(stage, paths.data(), paths.size(), &q), "kstage_adios2_read_step: a query");
   }
   ~Query() {

@@ -285,7 +285,8 @@ extern "C" kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t strea
       paths.insert(paths.end(), a.prims.begin(), a.prims.end());
       paths.insert(paths.end(), a.deleted.begin(), a.deleted.end());
     }
-    std::sort(paths.begin(), paths.end());
+    // One attribute's prims of a range query are in path-id order already: no sort then.
+    if (!std::is_sorted(paths.begin(), paths.end())) std::sort(paths.begin(), paths.end());
     paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
     data->runs = path_runs(stage, paths);
     const PathRuns& runs = data->runs;
