@@ -35,6 +35,22 @@ void check(kstage_status_t status, const char* what);
 // Runs `body`, turning every exception into a status and this thread's message.
 kstage_status_t guard(const std::function<void()>& body) noexcept;
 
+// A descriptor the caller fills (kstage_adios2_open_desc_t, kstage_adios2_step_desc_t), by
+// kstage.h's struct_size rule: its first released layout is this header's whole struct (0.4), so
+// a smaller size is refused, and a newer caller's bytes past it must be zero. `init` names the
+// initialiser for the message. NULL: the defaults `d` already holds.
+template <class T>
+void copy_descriptor(const T* in, T& d, const char* init) {
+  if (in == nullptr) return;
+  if (in->struct_size < sizeof(T) || in->struct_size > KSTAGE_MAX_STRUCT_SIZE)
+    fail(KSTAGE_INVALID_ARGUMENT, "desc.struct_size is %u: start from %s() (this library's is %zu)",
+         unsigned(in->struct_size), init, sizeof(T));
+  const auto* bytes = reinterpret_cast<const unsigned char*>(in);
+  for (size_t i = sizeof(T); i < in->struct_size; ++i)
+    if (bytes[i] != 0) fail(KSTAGE_NOT_SUPPORTED, "desc sets byte %zu, a field this kstage_adios2 does not know", i);
+  std::memcpy(&d, in, sizeof(T));
+}
+
 // ---- streams -----------------------------------------------------------------------------------
 struct Stream {
   std::shared_ptr<adios2::ADIOS> adios;

@@ -169,9 +169,11 @@ void put_table(adios2::IO& io, adios2::Engine& e, const std::string& name, const
   e.Put(array_variable<uint64_t>(io, layout::offsets(name), {t.offsets.size()}), t.offsets.data());
 }
 
-// The positions of `prims` in the sorted `paths` (empty when they are all of them, in order).
-std::vector<uint64_t> positions_of(const std::vector<kstage_path_t>& prims, const std::vector<kstage_path_t>& paths) {
-  if (prims == paths) return {};
+// The positions of `prims` in the sorted `paths`; empty when they are all of them, in order, and
+// `identity_empty` (the layout's "absent: all" for an attribute's prims).
+std::vector<uint64_t> positions_of(const std::vector<kstage_path_t>& prims, const std::vector<kstage_path_t>& paths,
+                                   bool identity_empty) {
+  if (identity_empty && prims == paths) return {};
   std::vector<uint64_t> out(prims.size());
   for (size_t i = 0; i < prims.size(); ++i)
     out[i] = uint64_t(std::lower_bound(paths.begin(), paths.end(), prims[i]) - paths.begin());
@@ -189,15 +191,7 @@ struct StepData {
 
 kstage_adios2_step_desc_t read_step_desc(const kstage_adios2_step_desc_t* in) {
   kstage_adios2_step_desc_t d = kstage_adios2_step_desc_init();
-  if (in == nullptr) return d;
-  if (in->struct_size < sizeof d || in->struct_size > KSTAGE_MAX_STRUCT_SIZE)
-    fail(KSTAGE_INVALID_ARGUMENT,
-         "desc.struct_size is %u: start from kstage_adios2_step_desc_init() (this library's is %zu)",
-         unsigned(in->struct_size), sizeof d);
-  const auto* bytes = reinterpret_cast<const unsigned char*>(in);
-  for (size_t i = sizeof d; i < in->struct_size; ++i)
-    if (bytes[i] != 0) fail(KSTAGE_NOT_SUPPORTED, "desc sets byte %zu, a field this kstage_adios2 does not know", i);
-  std::memcpy(&d, in, sizeof d);
+  copy_descriptor(in, d, "kstage_adios2_step_desc_init");
   for (uint8_t r : d.reserved)
     if (r != 0) fail(KSTAGE_INVALID_ARGUMENT, "desc.reserved must be zero");
   if (d.change_range && d.range_end < d.range_begin)
@@ -292,12 +286,8 @@ extern "C" kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t strea
     const PathRuns& runs = data->runs;
     StringTable& names = data->names;
     for (AttributeStep& a : steps) {
-      a.positions = positions_of(a.prims, paths);
-      if (!a.deleted.empty()) {
-        a.deleted_positions = positions_of(a.deleted, paths);
-        if (a.deleted_positions.empty())  // all of them, in order: positions still written
-          for (uint64_t i = 0; i < paths.size(); ++i) a.deleted_positions.push_back(i);
-      }
+      a.positions = positions_of(a.prims, paths, true);
+      a.deleted_positions = positions_of(a.deleted, paths, false);
       names.add(a.name.data(), a.name.size());
     }
 

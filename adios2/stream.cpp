@@ -99,21 +99,9 @@ std::shared_ptr<Stream> remove_stream(kstage_adios2_stream_t handle) {
 
 namespace {
 
-// desc's fields the bridge knows, by the struct_size rule of kstage.h (first layout: the
-// whole 0.4 struct).
 kstage_adios2_open_desc_t read_open_desc(const kstage_adios2_open_desc_t* in) {
   kstage_adios2_open_desc_t d = kstage_adios2_open_desc_init();
-  if (in == nullptr) return d;
-  const uint32_t size = in->struct_size;
-  if (size < sizeof(kstage_adios2_open_desc_t) || size > KSTAGE_MAX_STRUCT_SIZE)
-    fail(KSTAGE_INVALID_ARGUMENT,
-         "desc.struct_size is %u: start from kstage_adios2_open_desc_init() (this library's is %zu)",
-         unsigned(size), sizeof(kstage_adios2_open_desc_t));
-  const auto* bytes = reinterpret_cast<const unsigned char*>(in);
-  for (size_t i = sizeof(kstage_adios2_open_desc_t); i < size; ++i)
-    if (bytes[i] != 0)
-      fail(KSTAGE_NOT_SUPPORTED, "desc sets byte %zu, a field this kstage_adios2 does not know", i);
-  std::memcpy(&d, in, sizeof d);
+  copy_descriptor(in, d, "kstage_adios2_open_desc_init");
   if (d.mode != KSTAGE_ADIOS2_WRITE && d.mode != KSTAGE_ADIOS2_READ)
     fail(KSTAGE_INVALID_ARGUMENT, "desc.mode is %d: KSTAGE_ADIOS2_WRITE (0) or KSTAGE_ADIOS2_READ (1)", int(d.mode));
   return d;

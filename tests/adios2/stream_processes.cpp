@@ -9,6 +9,8 @@
 //     rebuilds a stage from the steps, in order, and checks that its checksum is the writer's.
 #include <kstage/kstage_adios2.h>
 
+#include "stage_state.hpp"
+
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
@@ -40,56 +42,15 @@ uint64_t checksum(kstage_stage_t s) {
   auto mix = [&](const void* p, size_t n) {
     for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
   };
-  uint64_t n = 0;
-  CHECK(kstage_list_attributes(s, nullptr, 0, &n));
-  std::vector<kstage_token_t> tokens(n);
-  CHECK(kstage_list_attributes(s, tokens.data(), n, &n));
-  std::map<std::string, kstage_token_t> by_name;
-  for (kstage_token_t t : tokens) {
-    const char* name = nullptr;
-    CHECK(kstage_token_string(s, t, &name, nullptr));
-    by_name[name] = t;
-  }
-  kstage_filter_t all{};
-  kstage_query_t q = 0;
-  CHECK(kstage_query_filter(s, &all, &q));
-  for (auto& [name, t] : by_name) {
-    kstage_attribute_info_t info = kstage_attribute_info_init();
-    CHECK(kstage_attribute_info(s, t, &info));
+  for (const auto& [name, c] : kstage_adios2_test::stage_state(s).columns) {
     mix(name.data(), name.size());
-    mix(&info.dtype, sizeof info.dtype);
-    mix(&info.write_floor, sizeof info.write_floor);
-    mix(&info.prim_count, sizeof info.prim_count);
-    if (std::getenv("KSTAGE_STREAM_DEBUG"))
-      std::fprintf(stderr, "%s: floor %llu, %llu prims, dtype %u/%u/%u\n", name.c_str(),
-                   (unsigned long long)info.write_floor, (unsigned long long)info.prim_count,
-                   unsigned(info.dtype.code), unsigned(info.dtype.bits), unsigned(info.dtype.lanes));
-    kstage_read_desc_t d = kstage_read_desc_init();
-    d.compact = true;
-    kstage_read_t r = 0;
-    CHECK(kstage_read_attributes(s, q, &t, 1, &d, &r));
-    std::map<std::string, std::vector<unsigned char>> rows;
-    kstage_read_group_t g;
-    while (kstage_fetch_read_next(s, r, 0, &g) == KSTAGE_OK) {
-      const size_t elem = size_t(g.dtype.bits / 8) * g.dtype.lanes;
-      for (uint64_t i = 0; i < g.prim_count; ++i) {
-        const char* path = nullptr;
-        CHECK(kstage_path_string(s, g.prims[i], &path, nullptr));
-        const DLTensor& tensor = g.data.tensors[g.is_array ? i : 0];
-        const auto* base = static_cast<const unsigned char*>(tensor.data) + tensor.byte_offset;
-        const size_t count = g.is_array ? size_t(tensor.shape[0]) : 1;
-        const unsigned char* at = g.is_array ? base : base + i * elem;
-        rows[path].assign(at, at + count * elem);
-      }
-      CHECK(kstage_release_group(s, g.handle));
-    }
-    CHECK(kstage_release_read(s, r));
-    for (auto& [path, bytes] : rows) {
+    mix(&c.dtype, sizeof c.dtype);
+    mix(&c.floor, sizeof c.floor);
+    for (const auto& [path, bytes] : c.values) {
       mix(path.data(), path.size());
       mix(bytes.data(), bytes.size());
     }
   }
-  CHECK(kstage_query_release(s, q));
   return h;
 }
 
@@ -209,9 +170,12 @@ int reader(const char* name, const char* checksum_file) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   if (argc == 5 && std::strcmp(argv[1], "writer") == 0) return writer(argv[2], std::atoi(argv[3]), argv[4]);
   if (argc == 4 && std::strcmp(argv[1], "reader") == 0) return reader(argv[2], argv[3]);
   std::fprintf(stderr, "usage: %s writer <name> <ticks> <checksum-file> | reader <name> <checksum-file>\n", argv[0]);
   return 2;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "stream_processes: %s\n", e.what());
+  return 1;
 }

@@ -4,6 +4,7 @@
 // or a stream can meet -- each leaving the stage exactly as it was.
 #include <kstage/kstage_adios2.h>
 
+#include "stage_state.hpp"
 #include "support.hpp"
 
 #include <adios2.h>
@@ -38,66 +39,8 @@ std::string scratch(const std::string& name) {
   return path.string();
 }
 
-// Everything a stage holds, by names: per attribute its schema, floor and each prim's bytes.
-struct Snapshot {
-  struct Column {
-    DLDataType dtype{};
-    bool is_array = false;
-    kstage_semantic_t semantic = 0;
-    uint64_t floor = 0;
-    std::map<std::string, std::vector<unsigned char>> values;  // by path
-    bool operator==(const Column& o) const {
-      return dtype.code == o.dtype.code && dtype.bits == o.dtype.bits && dtype.lanes == o.dtype.lanes &&
-             is_array == o.is_array && semantic == o.semantic && floor == o.floor && values == o.values;
-    }
-  };
-  std::map<std::string, Column> columns;
-  bool operator==(const Snapshot& o) const { return columns == o.columns; }
-};
-
-Snapshot snapshot(kstage_stage_t stage) {
-  Snapshot snap;
-  uint64_t n = 0;
-  KS_OK(kstage_list_attributes(stage, nullptr, 0, &n));
-  std::vector<kstage_token_t> tokens(n);
-  KS_OK(kstage_list_attributes(stage, tokens.data(), n, &n));
-  kstage_filter_t all{};
-  kstage_query_t q = 0;
-  KS_OK(kstage_query_filter(stage, &all, &q));
-  for (kstage_token_t t : tokens) {
-    const char* name = nullptr;
-    KS_OK(kstage_token_string(stage, t, &name, nullptr));
-    kstage_attribute_info_t info = kstage_attribute_info_init();
-    KS_OK(kstage_attribute_info(stage, t, &info));
-    Snapshot::Column& c = snap.columns[name];
-    c.dtype = info.dtype;
-    c.is_array = info.is_array;
-    c.semantic = info.semantic;
-    c.floor = info.write_floor;
-    kstage_read_desc_t d = kstage_read_desc_init();
-    d.compact = true;
-    d.target_device = DLDevice{kDLCPU, 0};
-    kstage_read_t r = 0;
-    KS_OK(kstage_read_attributes(stage, q, &t, 1, &d, &r));
-    kstage_read_group_t g;
-    while (kstage_fetch_read_next(stage, r, 0, &g) == KSTAGE_OK) {
-      const size_t elem = size_t(g.dtype.bits / 8) * g.dtype.lanes;
-      for (uint64_t i = 0; i < g.prim_count; ++i) {
-        const char* path = nullptr;
-        KS_OK(kstage_path_string(stage, g.prims[i], &path, nullptr));
-        const DLTensor& tensor = g.data.tensors[g.is_array ? i : 0];
-        const auto* base = static_cast<const unsigned char*>(tensor.data) + tensor.byte_offset;
-        const size_t rows = g.is_array ? size_t(tensor.shape[0]) : 1;
-        const unsigned char* at = g.is_array ? base : base + i * elem;
-        c.values[path].assign(at, at + rows * elem);
-      }
-      KS_OK(kstage_release_group(stage, g.handle));
-    }
-    KS_OK(kstage_release_read(stage, r));
-  }
-  KS_OK(kstage_query_release(stage, q));
-  return snap;
-}
+using Snapshot = kstage_adios2_test::StageState;
+inline Snapshot snapshot(kstage_stage_t stage) { return kstage_adios2_test::stage_state(stage); }
 
 // A stage with every kind of thing a checkpoint must keep: a range and explicit paths, a
 // float32 x 3 POINT column, an int64 column, a ragged int32 column with an empty row, a
@@ -418,8 +361,25 @@ TEST_CASE("streams: engines, handles and modes", "[adios2][errors]") {
   A2_FAILS(kstage_adios2_write_step(h, s.stage, q, nullptr, 0, &sd), KSTAGE_INVALID_ARGUMENT, "range_end 4 is below");
   kstage_token_t ghost = s.token("ghost");
   A2_FAILS(kstage_adios2_write_step(h, s.stage, q, &ghost, 1, nullptr), KSTAGE_NOT_FOUND, "'ghost' has no column");
+  A2_FAILS(kstage_adios2_write_step(h, s.stage, q, nullptr, 2, nullptr), KSTAGE_INVALID_ARGUMENT,
+           "attributes is NULL but n is 2");
+  sd = kstage_adios2_step_desc_init();
+  sd.struct_size = 4;
+  A2_FAILS(kstage_adios2_write_step(h, s.stage, q, nullptr, 0, &sd), KSTAGE_INVALID_ARGUMENT,
+           "start from kstage_adios2_step_desc_init()");
+  sd = kstage_adios2_step_desc_init();
+  sd.reserved[1] = 1;
+  A2_FAILS(kstage_adios2_write_step(h, s.stage, q, nullptr, 0, &sd), KSTAGE_INVALID_ARGUMENT, "reserved must be zero");
   A2_OK(kstage_adios2_close(h));
   A2_FAILS(kstage_adios2_close(h), KSTAGE_INVALID_HANDLE, "closed twice");
+  // A reader of the file just written: it reads, and writes nothing.
+  kstage_adios2_open_desc_t rd = kstage_adios2_open_desc_init();
+  rd.mode = KSTAGE_ADIOS2_READ;
+  kstage_adios2_stream_t reader = 0;
+  A2_OK(kstage_adios2_open(path.c_str(), &rd, &reader));
+  A2_FAILS(kstage_adios2_write_step(reader, s.stage, q, nullptr, 0, nullptr), KSTAGE_INVALID_ARGUMENT, "is a reader");
+  A2_FAILS(kstage_adios2_read_step(reader, s.stage, 0, nullptr), KSTAGE_INVALID_ARGUMENT, "ordinal is NULL");
+  A2_OK(kstage_adios2_close(reader));
   A2_FAILS(kstage_adios2_write_step(h, s.stage, q, nullptr, 0, nullptr), KSTAGE_INVALID_HANDLE, "not an open");
   A2_FAILS(kstage_adios2_checkpoint(s.stage, nullptr), KSTAGE_INVALID_ARGUMENT, "path is NULL");
   A2_FAILS(kstage_adios2_restart(s.stage, "", nullptr), KSTAGE_INVALID_ARGUMENT, "path is NULL or empty");
