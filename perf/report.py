@@ -547,6 +547,31 @@ def threads_section(outdir):
 
 
 # ---- main -------------------------------------------------------------------------------------
+# ---- the ADIOS2 bridge (kstage_perf_adios2: adios2.csv) -------------------------------------------
+def adios2_section(outdir):
+    """Target lines and a markdown table from adios2.csv ([], [] when there is none): the
+    bridge's checkpoint and restart against ADIOS2 used directly, held to >= 0.9x at 1e7 rows."""
+    rows = load(os.path.join(outdir, "adios2.csv"))
+    if not rows:
+        return [], []
+    lines = []
+    md = ["## ADIOS2 bridge (kstage_perf_adios2)\n",
+          "| workload | rows | kstage s | direct ADIOS2 s | ratio |", "|---|---|---|---|---|"]
+    for r in rows:
+        ratio = fnum(r["ratio"])
+        md.append("| %s | %s | %.4g | %.4g | %.2fx |" % (r["workload"], rows_label(r["rows"]), fnum(r["kstage_s"]),
+                                                      fnum(r["direct_s"]), ratio))
+        what = "ADIOS2 %s >= 0.9x ADIOS2 directly, float32 x 3, rows >= 1e7 [adios2]" % r["workload"]
+        if int(r["rows"]) < 10**7:
+            lines.append("%-4s  %s: only %s rows measured (%.2fx; kstage_perf_adios2 --full)" % (
+                "n/a", what, rows_label(r["rows"]), ratio))
+        else:
+            lines.append("%-4s  %s: %.2fx (%.3g s vs %.3g s)" % ("PASS" if ratio >= 0.9 else "FAIL", what, ratio,
+                                                              fnum(r["kstage_s"]), fnum(r["direct_s"])))
+    md.append("")
+    return lines, md
+
+
 def main():
     if len(sys.argv) != 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__)
@@ -586,7 +611,8 @@ def main():
                             r["dtype"], int(r["lanes"])))
     omp = {(r["workload"],) + shape_key(r): fnum(r["gbps"]) for r in base
            if r["impl"] == "omp_loop" and r["status"] == "ok" and fnum(r["gbps"]) > 0}
-    lines = targets(kst, {r["workload"]: r["note"] for r in pending}, omp) + scale_lines
+    adios2_lines, adios2_md = adios2_section(outdir)
+    lines = targets(kst, {r["workload"]: r["note"] for r in pending}, omp) + scale_lines + adios2_lines
 
     # summary.csv
     fields = ["workload", "family", "exec", "rows", "lanes", "dtype", "params", "payload_bytes",
@@ -644,6 +670,7 @@ def main():
             ratio(r["ratio_memcpy"]), ratio(r["ratio_numpy"]), ratio(r["ratio_loop"]), med_s))
     md.append("")
     md.extend(scale_md)
+    md.extend(adios2_md)
     md.extend(threads_section(outdir))
     md.append("## Baselines\n")
     md.append("| baseline | impl | exec | rows | lanes | dtype | GB/s | median |")

@@ -57,6 +57,10 @@ cmake --build "$BUILD" -j "$JOBS" --target kstage_perf
 EXAMPLE=$BUILD/examples/c/particles/kstage_example_particles
 cmake --build "$BUILD" -j "$JOBS" --target kstage_example_particles >/dev/null 2>&1 \
   || echo "perf.sh: the particles example did not build; its report is left out" >&2
+# The ADIOS2 bridge's checkpoint/restart against ADIOS2 directly, where the bridge is built
+# (setup.sh --adios2, or ADIOS2_ROOT).
+ADIOS2_PERF=$BUILD/perf/kstage_perf_adios2
+cmake --build "$BUILD" -j "$JOBS" --target kstage_perf_adios2 >/dev/null 2>&1 || true
 
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 OUT=${KSTAGE_PERF_OUT:-$ROOT/perf/results/$STAMP-$MODE}
@@ -117,6 +121,14 @@ if [ -x "$EXAMPLE" ]; then
     grep -E "producer|consumer" "$OUT/particles_example.txt" || true
   else
     echo "perf.sh: the particles example failed (see $OUT/particles_example.txt)" >&2
+    status=1
+  fi
+fi
+
+if [ -x "$ADIOS2_PERF" ]; then
+  echo "==== kstage perf ($MODE): kstage_perf_adios2 (checkpoint/restart vs ADIOS2 directly) ===="
+  if ! "$ADIOS2_PERF" "$mode_flag" --out "$OUT" 2>&1 | tee "$OUT/adios2.log"; then
+    echo "perf.sh: kstage_perf_adios2 failed (see $OUT/adios2.log)" >&2
     status=1
   fi
 fi
