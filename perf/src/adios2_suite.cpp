@@ -18,13 +18,13 @@
 // so that >= 1 means kstage is as fast); perf/report.py holds the ratios to >= 0.9x.
 //
 //   kstage_perf_adios2 [--smoke | --quick | --full] [--rows N] [--reps R] --out DIR [--dir DIR]
-#include <kstage/kstage.h>
+#include "harness.hpp"  // the suite's clock and deterministic data (its inline parts only)
+
 #include <kstage/kstage_adios2.h>
 
 #include <adios2.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -35,8 +35,8 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using kperf::Clock;
+using kperf::seconds_since;
 
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "kstage_perf_adios2: %s\n", what.c_str());
@@ -49,16 +49,13 @@ void check_bridge(kstage_status_t st, const char* call) {
   if (st != KSTAGE_OK) die(std::string(call) + ": " + kstage_adios2_last_error());
 }
 
-float value_of(uint64_t row, int lane) { return float((row * 3 + uint64_t(lane)) % 16777213u); }
-
 // The source state: a stage with the range and one sealed float32 x 3 column.
 struct Source {
   uint64_t n = 0;
   std::vector<float> values;  // also the direct writer's client memory
   kstage_stage_t stage = 0;
   explicit Source(uint64_t rows) : n(rows), values(size_t(rows) * 3) {
-    for (uint64_t r = 0; r < n; ++r)
-      for (int l = 0; l < 3; ++l) values[size_t(r) * 3 + size_t(l)] = value_of(r, l);
+    kperf::fill_values(values.data(), n, 3, 1);
     kstage_config_t c = kstage_config_init();
     check(kstage_create(&c, &stage), "kstage_create");
     kstage_path_t first = 0;
@@ -134,7 +131,8 @@ std::string verify_stage(kstage_stage_t stage, const Source& s) {
   std::string error;
   uint64_t seen = 0;
   kstage_read_group_t g;
-  while (kstage_fetch_read_next(stage, r, KSTAGE_TIMEOUT_INFINITE, &g) == KSTAGE_OK) {
+  kstage_status_t st;
+  while ((st = kstage_fetch_read_next(stage, r, KSTAGE_TIMEOUT_INFINITE, &g)) == KSTAGE_OK) {
     const DLTensor& t = g.data.tensors[0];
     const float* v = reinterpret_cast<const float*>(static_cast<const char*>(t.data) + t.byte_offset);
     for (uint64_t i = 0; i < g.prim_count && error.empty(); ++i) {
@@ -145,6 +143,7 @@ std::string verify_stage(kstage_stage_t stage, const Source& s) {
     seen += g.prim_count;
     kstage_release_group(stage, g.handle);
   }
+  if (st != KSTAGE_END_OF_ITERATION) check(st, "kstage_fetch_read_next");
   kstage_release_read(stage, r);
   kstage_query_release(stage, q);
   if (error.empty() && seen != s.n) error = "restart: " + std::to_string(seen) + " prims read, not " + std::to_string(s.n);
