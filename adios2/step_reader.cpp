@@ -1,11 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // kstage_adios2_read_step: the next ADIOS2 step into a stage.
 //
-// The step is read whole into memory and checked -- that it is a kstage step, that its dtypes
+// The step's tables are read and checked first -- that it is a kstage step, that its dtypes
 // are known, that each attribute fits the stage's column (kind, dtype, semantic) and comes
-// after its write floor, that its positions and offsets are in bounds -- before the stage is
-// touched. Then its paths are interned (ranges as ranges), each attribute's deletions and
-// values are written at its recorded write floor, and that floor is sealed.
+// after its write floor, that its positions, offsets and value counts are in bounds -- before
+// the stage is touched. Then its paths are interned (ranges as ranges). A fixed-size
+// attribute's values are read by ADIOS2 straight into memory the stage adopts (for a new host
+// column it becomes the column's storage, so a restart copies nothing); array attributes are
+// read into memory and written. Only when every value is in are the deletions and writes
+// committed at each attribute's recorded write floor, and
+// the floors sealed: a step that fails to read (an I/O error) commits nothing, leaving at most
+// its paths interned (which makes no prim).
 #include "adios2/bridge.hpp"
 
 #include <algorithm>
@@ -86,7 +91,8 @@ struct AttributeIn {
   bool is_array = false;
   kstage_semantic_t semantic = KSTAGE_SEMANTIC_NONE;
   uint64_t floor = 0, count = 0, deleted_count = 0;
-  std::vector<unsigned char> values;
+  std::vector<unsigned char> values;  // arrays (fixed-size values go to AdoptedValues)
+  uint64_t rows = 0;                  // fixed: rows of values; arrays: elements
   std::vector<uint64_t> offsets, prims, deleted;
 };
 
@@ -109,7 +115,6 @@ void read_attribute(Reader& r, AttributeIn& a, uint64_t path_count) {
   a.floor = get_value<uint64_t>(r, layout::attr(a.name, "floor"));
   a.count = get_value<uint64_t>(r, layout::attr(a.name, "count"));
   a.deleted_count = get_value<uint64_t>(r, layout::attr(a.name, "deleted_count"));
-  const size_t elem = size_t(a.dtype.bits / 8) * a.dtype.lanes;
   bool known = with_element_type(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     const std::string vn = layout::attr(a.name, "values");
@@ -124,15 +129,18 @@ void read_attribute(Reader& r, AttributeIn& a, uint64_t path_count) {
     if (total % a.dtype.lanes != 0)
       fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': %llu values are not whole rows of %u lanes", n,
            (unsigned long long)total, unsigned(a.dtype.lanes));
-    a.values.resize(total * sizeof(T));
-    read_whole(r, v, reinterpret_cast<T*>(a.values.data()), total);
+    a.rows = total / a.dtype.lanes;
+    if (a.is_array) {  // fixed-size values are read later, where they go
+      a.values.resize(total * sizeof(T));
+      read_whole(r, v, reinterpret_cast<T*>(a.values.data()), total);
+    }
   });
   if (!known)
     fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': dtype %s (code %u) is not one kstage_adios2 knows", n,
          dtype_name(a.dtype).c_str(), unsigned(a.dtype.code));
   a.prims = get_array<uint64_t>(r, layout::attr(a.name, "prims"));
   a.deleted = get_array<uint64_t>(r, layout::attr(a.name, "deleted"));
-  const uint64_t rows = a.values.size() / elem;
+  const uint64_t rows = a.rows;
   if (a.is_array) {
     a.offsets = get_array<uint64_t>(r, layout::attr(a.name, "offsets"));
     if (a.count > 0 && a.offsets.size() != a.count + 1)
@@ -191,6 +199,7 @@ void check_fits(kstage_stage_t stage, AttributeIn& a) {
 struct Query {
   kstage_stage_t stage;
   kstage_query_t q = 0;
+  Query(kstage_stage_t s, kstage_query_t query) : stage(s), q(query) {}
   Query(kstage_stage_t s, const std::vector<kstage_path_t>& paths) : stage(s) {
     // Consecutive members of one range (a checkpoint of a range's prims): a range query, O(1),
     // instead of a list of every id.
@@ -205,8 +214,55 @@ struct Query {
     }
     check(kstage_query_paths(stage, paths.data(), paths.size(), &q), "kstage_adios2_read_step: a query");
   }
+  Query(const Query&) = delete;
+  Query& operator=(const Query&) = delete;
+  kstage_query_t release() {  // the caller owns it now
+    const kstage_query_t out = q;
+    q = 0;
+    return out;
+  }
   ~Query() {
     if (q) kstage_query_release(stage, q);
+  }
+};
+
+// The step's paths, interned: its runs, and their ids in a list only when an attribute needs
+// them (positions, deletions, explicit strings) -- a step of one range's members, all of them
+// holding each attribute, is a range query per attribute and no list of ids.
+struct StepPaths {
+  kstage_stage_t stage = 0;
+  std::vector<uint64_t> segments;          // {kind, a, b, c} per run
+  std::vector<kstage_path_t> range_firsts;  // per range of the step
+  std::vector<kstage_path_t> explicit_ids;  // per explicit string
+  uint64_t count = 0;
+  std::vector<kstage_path_t> ids;  // every path, made on first use
+
+  const std::vector<kstage_path_t>& all() {
+    if (ids.size() == count) return ids;
+    ids.reserve(count);
+    for (size_t i = 0; i < segments.size(); i += 4) {
+      const uint64_t a = segments[i + 1], b = segments[i + 2], c = segments[i + 3];
+      if (segments[i] == 0) {
+        ids.insert(ids.end(), explicit_ids.begin() + a, explicit_ids.begin() + a + b);
+      } else {
+        for (uint64_t k = 0; k < c; ++k) ids.push_back(range_firsts[a] + b + k);
+      }
+    }
+    return ids;
+  }
+  // A query over the paths at `positions` (empty: all of them, in order).
+  kstage_query_t query(const std::vector<uint64_t>& positions) {
+    kstage_query_t q = 0;
+    if (positions.empty() && segments.size() == 4 && segments[0] == 1) {
+      check(kstage_query_range(stage, range_firsts[segments[1]], segments[2], segments[3], 1, &q),
+            "kstage_adios2_read_step: a query");
+      return q;
+    }
+    const std::vector<kstage_path_t>& every = all();
+    if (positions.empty()) return Query(stage, every).release();
+    std::vector<kstage_path_t> chosen(positions.size());
+    for (size_t i = 0; i < chosen.size(); ++i) chosen[i] = every[positions[i]];
+    return Query(stage, chosen).release();
   }
 };
 
@@ -222,45 +278,110 @@ void finish(kstage_stage_t stage, kstage_op_t op, const char* what) {
   check(st, what);
 }
 
-void apply(kstage_stage_t stage, const AttributeIn& a, const std::vector<kstage_path_t>& paths) {
+// A fixed-size attribute's values, read by ADIOS2 straight into memory the stage then adopts
+// (kstage_write_data_t.managed_tensors): a write of every row of a new column makes it the
+// column's storage, so a restart copies nothing and publishes no list of prims. Uninitialised
+// (ADIOS2 writes every byte), 64-byte aligned, freed by its deleter -- once, by the stage, or
+// by the owner if it is never handed over.
+struct AdoptedValues {
+  DLManagedTensorVersioned managed{};
+  int64_t shape[1] = {0};
+  void* block = nullptr;
+  static void deleter(DLManagedTensorVersioned* m) {
+    auto* self = static_cast<AdoptedValues*>(m->manager_ctx);
+    ::operator delete(self->block, std::align_val_t(64));
+    delete self;
+  }
+  static AdoptedValues* make(DLDataType dtype, uint64_t rows) {
+    auto* v = new AdoptedValues();
+    const size_t bytes = std::max<size_t>(size_t(rows) * (dtype.bits / 8) * dtype.lanes, 1);
+    try {
+      v->block = ::operator new(bytes, std::align_val_t(64));
+    } catch (...) {
+      delete v;
+      throw;
+    }
+    v->shape[0] = int64_t(rows);
+    v->managed.version = DLPackVersion{DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION};
+    v->managed.manager_ctx = v;
+    v->managed.deleter = &AdoptedValues::deleter;
+    v->managed.dl_tensor = DLTensor{v->block, DLDevice{kDLCPU, 0}, 1, dtype, v->shape, nullptr, 0};
+    return v;
+  }
+};
+
+// An attribute of the step on its way into the stage: its values read, nothing committed until
+// commit().
+struct Incoming {
+  kstage_stage_t stage = 0;
+  AttributeIn* a = nullptr;
+  kstage_query_t query = 0;         // its prims with values
+  AdoptedValues* values = nullptr;  // fixed-size: the values, until handed to the stage
+  ~Incoming() {
+    if (values) AdoptedValues::deleter(&values->managed);  // never handed over
+    if (query) kstage_query_release(stage, query);
+  }
+};
+
+void read_fixed_values(Reader& r, Incoming& in) {
+  AttributeIn& a = *in.a;
+  in.values = AdoptedValues::make(a.dtype, a.rows);
+  with_element_type(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    adios2::Variable<T> v = r.io.InquireVariable<T>(layout::attr(a.name, "values"));
+    read_whole(r, v, static_cast<T*>(in.values->block), a.rows * a.dtype.lanes);
+  });
+}
+
+// The attribute's deletions, then its values, at its recorded floor.
+void commit(Incoming& in, StepPaths& paths) {
+  const kstage_stage_t stage = in.stage;
+  const AttributeIn& a = *in.a;
   if (a.deleted_count > 0) {
-    std::vector<kstage_path_t> ids(a.deleted.size());
-    for (size_t i = 0; i < ids.size(); ++i) ids[i] = paths[a.deleted[i]];
-    Query q(stage, ids);
+    Query q(stage, paths.query(a.deleted));
     kstage_op_t op = 0;
     check(kstage_delete_attributes(stage, q.q, &a.token, 1, a.floor, &op), "kstage_adios2_read_step: a deletion");
     finish(stage, op, "kstage_adios2_read_step: a deletion");
   }
-  if (a.count > 0) {
-    std::vector<kstage_path_t> ids(a.count);
-    for (uint64_t i = 0; i < a.count; ++i) ids[i] = paths[a.prims.empty() ? i : a.prims[i]];
-    Query q(stage, ids);
-    const size_t elem = size_t(a.dtype.bits / 8) * a.dtype.lanes;
-    std::vector<DLTensor> tensors;
-    std::vector<int64_t> shapes;
-    if (a.is_array) {
-      tensors.resize(a.count);
-      shapes.resize(a.count);
-      for (uint64_t i = 0; i < a.count; ++i) {
-        shapes[i] = int64_t(a.offsets[i + 1] - a.offsets[i]);
-        tensors[i] = DLTensor{const_cast<unsigned char*>(a.values.data()) + a.offsets[i] * elem,
-                              DLDevice{kDLCPU, 0}, 1, a.dtype, &shapes[i], nullptr, 0};
-      }
-    } else {
-      shapes.assign(1, int64_t(a.count));
-      tensors.push_back(DLTensor{const_cast<unsigned char*>(a.values.data()), DLDevice{kDLCPU, 0}, 1, a.dtype,
-                                 shapes.data(), nullptr, 0});
-    }
+  if (a.count == 0) return;
+  if (in.values) {
     kstage_write_data_t w = kstage_write_data_init();
     w.semantic = a.semantic;
-    w.tensors = tensors.data();
-    w.tensor_count = tensors.size();
-    w.is_array = a.is_array;
+    DLManagedTensorVersioned* managed = &in.values->managed;
+    in.values = nullptr;  // the stage's now, also if the write is refused
+    w.managed_tensors = &managed;
+    w.tensor_count = 1;
     kstage_op_t op = 0;
-    check(kstage_write_attribute(stage, q.q, a.token, a.floor, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+    check(kstage_write_attribute(stage, in.query, a.token, a.floor, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
           "kstage_adios2_read_step: a write");
     finish(stage, op, "kstage_adios2_read_step: a write");
+    return;
   }
+  const size_t elem = size_t(a.dtype.bits / 8) * a.dtype.lanes;
+  std::vector<DLTensor> tensors;
+  std::vector<int64_t> shapes;
+  if (a.is_array) {
+    tensors.resize(a.count);
+    shapes.resize(a.count);
+    for (uint64_t i = 0; i < a.count; ++i) {
+      shapes[i] = int64_t(a.offsets[i + 1] - a.offsets[i]);
+      tensors[i] = DLTensor{const_cast<unsigned char*>(a.values.data()) + a.offsets[i] * elem,
+                            DLDevice{kDLCPU, 0}, 1, a.dtype, &shapes[i], nullptr, 0};
+    }
+  } else {
+    shapes.assign(1, int64_t(a.count));
+    tensors.push_back(DLTensor{const_cast<unsigned char*>(a.values.data()), DLDevice{kDLCPU, 0}, 1, a.dtype,
+                               shapes.data(), nullptr, 0});
+  }
+  kstage_write_data_t w = kstage_write_data_init();
+  w.semantic = a.semantic;
+  w.tensors = tensors.data();
+  w.tensor_count = tensors.size();
+  w.is_array = a.is_array;
+  kstage_op_t op = 0;
+  check(kstage_write_attribute(stage, in.query, a.token, a.floor, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+        "kstage_adios2_read_step: a write");
+  finish(stage, op, "kstage_adios2_read_step: a write");
 }
 
 }  // namespace
@@ -330,16 +451,19 @@ extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
       attrs[i].name = names.at(i);
       read_attribute(reader, attrs[i], path_count);
     }
-    s->step_open = false;
-    e.EndStep();  // everything is in memory now
     for (AttributeIn& a : attrs) check_fits(stage, a);
 
-    // The paths, then each attribute, then the floors.
-    std::vector<kstage_path_t> range_firsts(range_numbers.size() / 2);
-    for (size_t r = 0; r < range_firsts.size(); ++r) {
+    // The paths (ranges as ranges), then each attribute's values read where they go, then --
+    // every value in -- the deletions and values committed, then the floors.
+    StepPaths paths;
+    paths.stage = stage;
+    paths.segments = segments;
+    paths.count = path_count;
+    paths.range_firsts.resize(range_numbers.size() / 2);
+    for (size_t r = 0; r < paths.range_firsts.size(); ++r) {
       const std::string parent = range_strings.at(2 * r), prefix = range_strings.at(2 * r + 1);
       check(kstage_intern_path_range(stage, parent.data(), parent.size(), prefix.data(), prefix.size(),
-                                     range_numbers[2 * r], range_numbers[2 * r + 1], &range_firsts[r]),
+                                     range_numbers[2 * r], range_numbers[2 * r + 1], &paths.range_firsts[r]),
             "kstage_adios2_read_step: a path range");
     }
     std::vector<const char*> explicit_strings(strings.size());
@@ -348,21 +472,22 @@ extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
       explicit_strings[i] = reinterpret_cast<const char*>(strings.chars.data()) + strings.offsets[i];
       lengths[i] = strings.offsets[i + 1] - strings.offsets[i];
     }
-    std::vector<kstage_path_t> explicit_ids(strings.size());
+    paths.explicit_ids.resize(strings.size());
     if (strings.size() > 0)
-      check(kstage_intern_paths(stage, explicit_strings.data(), lengths.data(), strings.size(), explicit_ids.data()),
+      check(kstage_intern_paths(stage, explicit_strings.data(), lengths.data(), strings.size(), paths.explicit_ids.data()),
             "kstage_adios2_read_step: the step's paths");
-    std::vector<kstage_path_t> paths;
-    paths.reserve(path_count);
-    for (size_t i = 0; i < segments.size(); i += 4) {
-      const uint64_t a = segments[i + 1], b = segments[i + 2], c = segments[i + 3];
-      if (segments[i] == 0) {
-        paths.insert(paths.end(), explicit_ids.begin() + a, explicit_ids.begin() + a + b);
-      } else {
-        for (uint64_t k = 0; k < c; ++k) paths.push_back(range_firsts[a] + b + k);
-      }
+    std::vector<Incoming> incoming(attrs.size());
+    for (size_t i = 0; i < attrs.size(); ++i) {
+      Incoming& in = incoming[i];
+      in.stage = stage;
+      in.a = &attrs[i];
+      if (attrs[i].count == 0) continue;
+      in.query = paths.query(attrs[i].prims);
+      if (!attrs[i].is_array) read_fixed_values(reader, in);
     }
-    for (const AttributeIn& a : attrs) apply(stage, a, paths);
+    s->step_open = false;
+    e.EndStep();  // every value is in
+    for (Incoming& in : incoming) commit(in, paths);
     for (const AttributeIn& a : attrs)
       check(kstage_advance_write_floor(stage, a.floor, &a.token, 1), "kstage_adios2_read_step: sealing");
     *ordinal = step_ordinal;

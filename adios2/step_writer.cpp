@@ -18,7 +18,11 @@ struct AttributeStep {
   kstage_token_t token = 0;
   std::string name;
   kstage_attribute_info_t info{};
-  std::vector<kstage_path_t> prims;    // with values, in the groups' order
+  // The prims with values, in the groups' order: the group's own array when one group holds
+  // them all (no copy of 8 bytes per prim), else `prims_owned`.
+  const kstage_path_t* prims = nullptr;
+  uint64_t prim_count = 0;
+  std::vector<kstage_path_t> prims_owned;
   std::vector<kstage_path_t> deleted;  // lost the attribute (tombstone groups)
   const void* values = nullptr;        // prims.size() rows (fixed) or `elements` (arrays)
   uint64_t elements = 0;               // arrays: the elements of every row
@@ -60,8 +64,15 @@ void take_values(AttributeStep& a, const std::vector<kstage_read_group_t>& group
   const size_t elem = element_bytes(a.info);
   std::vector<const DLTensor*> rows;  // arrays: prim order
   bool in_place = groups.size() == 1;
+  if (groups.size() == 1) {
+    a.prims = groups[0].prims;
+    a.prim_count = groups[0].prim_count;
+  } else {
+    for (const kstage_read_group_t& g : groups) a.prims_owned.insert(a.prims_owned.end(), g.prims, g.prims + g.prim_count);
+    a.prims = a.prims_owned.data();
+    a.prim_count = a.prims_owned.size();
+  }
   for (const kstage_read_group_t& g : groups) {
-    a.prims.insert(a.prims.end(), g.prims, g.prims + g.prim_count);
     if (a.info.is_array) {
       for (uint64_t i = 0; i < g.prim_count; ++i)
         rows.push_back(&g.data.tensors[g.data.index_map ? g.data.index_map[i] : i]);
@@ -74,7 +85,7 @@ void take_values(AttributeStep& a, const std::vector<kstage_read_group_t>& group
       a.values = tensor_bytes(groups[0].data.tensors[0]);
       return;
     }
-    a.packed.resize(a.prims.size() * elem);
+    a.packed.resize(a.prim_count * elem);
     unsigned char* out = a.packed.data();
     for (const kstage_read_group_t& g : groups) {
       const unsigned char* base = tensor_bytes(g.data.tensors[0]);
@@ -101,6 +112,20 @@ void take_values(AttributeStep& a, const std::vector<kstage_read_group_t>& group
       std::memcpy(a.packed.data() + a.offsets[i] * elem, tensor_bytes(*rows[i]), (a.offsets[i + 1] - a.offsets[i]) * elem);
 }
 
+// A run of path ids in memory someone else owns (a read group's, or a vector of the step's).
+struct PathSpan {
+  const kstage_path_t* ids = nullptr;
+  size_t n = 0;
+  size_t size() const { return n; }
+  kstage_path_t operator[](size_t i) const { return ids[i]; }
+  const kstage_path_t* begin() const { return ids; }
+  const kstage_path_t* end() const { return ids + n; }
+  bool same_as(const PathSpan& o) const {
+    return n == o.n && (ids == o.ids || n == 0 || std::memcmp(ids, o.ids, n * sizeof(kstage_path_t)) == 0);
+  }
+};
+PathSpan span_of(const AttributeStep& a) { return PathSpan{a.prims, size_t(a.prim_count)}; }
+
 // The step's paths as runs: consecutive members of one range, or explicit strings.
 struct PathRuns {
   std::vector<uint64_t> segments;  // {kind, a, b, c} per run
@@ -109,7 +134,8 @@ struct PathRuns {
   StringTable range_strings;            // {parent, prefix} per range
 };
 
-PathRuns path_runs(kstage_stage_t stage, const std::vector<kstage_path_t>& paths) {
+// `paths` is strictly increasing (step_paths makes it so).
+PathRuns path_runs(kstage_stage_t stage, const PathSpan& paths) {
   PathRuns out;
   std::vector<kstage_path_t> range_firsts;
   size_t explicit_start = 0, explicit_run = 0;
@@ -134,9 +160,15 @@ PathRuns path_runs(kstage_stage_t stage, const std::vector<kstage_path_t>& paths
     }
     check(st, "kstage_adios2_write_step: a path's range");
     close_explicit();
-    // The run: the following ids are the following members (ids are consecutive in a range).
-    size_t j = i + 1;
-    while (j < paths.size() && index + (j - i) < count && paths[j] == paths[i] + (j - i)) ++j;
+    // The run: the following ids that are the following members (ids are consecutive in a
+    // range). The paths are strictly increasing, so paths[k] - paths[i] >= k - i, with equality
+    // on a prefix: the run's end is found by bisection, not by a look at each of its ids.
+    size_t lo = i + 1, hi = std::min<size_t>(paths.size(), i + (count - index));  // end in [lo, hi]
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo + 1) / 2;  // is paths[mid - 1] still in the run?
+      if (paths[mid - 1] - paths[i] == mid - 1 - i) lo = mid; else hi = mid - 1;
+    }
+    const size_t j = lo;
     auto it = std::find(range_firsts.begin(), range_firsts.end(), first);
     const uint64_t r = uint64_t(it - range_firsts.begin());
     if (it == range_firsts.end()) {
@@ -171,9 +203,8 @@ void put_table(adios2::IO& io, adios2::Engine& e, const std::string& name, const
 
 // The positions of `prims` in the sorted `paths`; empty when they are all of them, in order, and
 // `identity_empty` (the layout's "absent: all" for an attribute's prims).
-std::vector<uint64_t> positions_of(const std::vector<kstage_path_t>& prims, const std::vector<kstage_path_t>& paths,
-                                   bool identity_empty) {
-  if (identity_empty && prims == paths) return {};
+std::vector<uint64_t> positions_of(const PathSpan& prims, const PathSpan& paths, bool identity_empty) {
+  if (identity_empty && prims.same_as(paths)) return {};
   std::vector<uint64_t> out(prims.size());
   for (size_t i = 0; i < prims.size(); ++i)
     out[i] = uint64_t(std::lower_bound(paths.begin(), paths.end(), prims[i]) - paths.begin());
@@ -186,8 +217,34 @@ struct StepData {
   std::vector<AttributeStep> steps;
   PathRuns runs;
   StringTable names;
-  std::vector<kstage_path_t> paths;
+  std::vector<kstage_path_t> paths_owned;  // the step's paths when no attribute's prims are them
 };
+
+// The step's paths: every prim with values or deletions, in path-id order, without duplicates.
+// The common step -- every attribute held by the same prims, none deleted, in path-id order
+// (a filter query; a range query) -- is one attribute's prims as they are: a check, no copy.
+PathSpan step_paths(const std::vector<AttributeStep>& steps, std::vector<kstage_path_t>& owned) {
+  const AttributeStep* first = nullptr;
+  bool shared = true;
+  for (const AttributeStep& a : steps) {
+    if (!a.deleted.empty()) shared = false;
+    if (a.prim_count == 0) continue;
+    if (first == nullptr) first = &a;
+    else if (!span_of(a).same_as(span_of(*first))) shared = false;
+  }
+  if (first == nullptr && shared) return {};
+  if (shared) {
+    const PathSpan p = span_of(*first);
+    if (std::adjacent_find(p.begin(), p.end(), std::greater_equal<kstage_path_t>()) == p.end()) return p;
+  }
+  for (const AttributeStep& a : steps) {
+    owned.insert(owned.end(), a.prims, a.prims + a.prim_count);
+    owned.insert(owned.end(), a.deleted.begin(), a.deleted.end());
+  }
+  std::sort(owned.begin(), owned.end());
+  owned.erase(std::unique(owned.begin(), owned.end()), owned.end());
+  return PathSpan{owned.data(), owned.size()};
+}
 
 kstage_adios2_step_desc_t read_step_desc(const kstage_adios2_step_desc_t* in) {
   kstage_adios2_step_desc_t d = kstage_adios2_step_desc_init();
@@ -273,21 +330,13 @@ extern "C" kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t strea
         if (!groups[i].empty()) take_values(steps[i], groups[i]);
     }
 
-    // The step's paths: every prim with values or deletions, in path-id order.
-    std::vector<kstage_path_t>& paths = data->paths;
-    for (const AttributeStep& a : steps) {
-      paths.insert(paths.end(), a.prims.begin(), a.prims.end());
-      paths.insert(paths.end(), a.deleted.begin(), a.deleted.end());
-    }
-    // One attribute's prims of a range query are in path-id order already: no sort then.
-    if (!std::is_sorted(paths.begin(), paths.end())) std::sort(paths.begin(), paths.end());
-    paths.erase(std::unique(paths.begin(), paths.end()), paths.end());
+    const PathSpan paths = step_paths(steps, data->paths_owned);
     data->runs = path_runs(stage, paths);
     const PathRuns& runs = data->runs;
     StringTable& names = data->names;
     for (AttributeStep& a : steps) {
-      a.positions = positions_of(a.prims, paths, true);
-      a.deleted_positions = positions_of(a.deleted, paths, false);
+      a.positions = positions_of(span_of(a), paths, true);
+      a.deleted_positions = positions_of(PathSpan{a.deleted.data(), a.deleted.size()}, paths, false);
       names.add(a.name.data(), a.name.size());
     }
 
@@ -319,9 +368,9 @@ extern "C" kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t strea
         io.DefineAttribute<int32_t>(layout::attr(a.name, "semantic"), a.info.semantic);
       }
       put_value<uint64_t>(io, e, layout::attr(a.name, "floor"), a.info.write_floor);
-      put_value<uint64_t>(io, e, layout::attr(a.name, "count"), uint64_t(a.prims.size()));
+      put_value<uint64_t>(io, e, layout::attr(a.name, "count"), a.prim_count);
       put_value<uint64_t>(io, e, layout::attr(a.name, "deleted_count"), uint64_t(a.deleted.size()));
-      const uint64_t rows = a.info.is_array ? a.elements : a.prims.size();
+      const uint64_t rows = a.info.is_array ? a.elements : a.prim_count;
       const void* values = a.values ? a.values : a.packed.data();
       if (rows > 0) {
         const uint64_t lanes = a.info.dtype.lanes;
@@ -331,7 +380,7 @@ extern "C" kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t strea
           e.Put(array_variable<T>(io, layout::attr(a.name, "values"), shape), static_cast<const T*>(values));
         });
       }
-      if (a.info.is_array && !a.prims.empty())
+      if (a.info.is_array && a.prim_count > 0)
         e.Put(array_variable<uint64_t>(io, layout::attr(a.name, "offsets"), {a.offsets.size()}), a.offsets.data());
       if (!a.positions.empty())
         e.Put(array_variable<uint64_t>(io, layout::attr(a.name, "prims"), {a.positions.size()}), a.positions.data());

@@ -95,22 +95,44 @@ Result<PrimList> Stage::query_filter(const kstage_filter_t& f, const std::vector
     if (!c) return PrimList(std::make_shared<const PrimSeq>());  // nobody holds it
     has.push_back(c);
   }
-  std::vector<uint64_t> candidates;
   if (path_in) {
-    candidates = *path_in;
+    std::vector<uint64_t> candidates = *path_in;
     std::sort(candidates.begin(), candidates.end());
     candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
-  } else {
-    prim_attribute_count_.for_each([&](uint64_t p) { candidates.push_back(p); });
+    std::vector<uint64_t> out;
+    for (uint64_t p : candidates) {
+      if (prim_attribute_count_.get(p) == 0) continue;
+      bool keep = true;
+      for (const Column* c : has) keep = keep && c->has(p);
+      if (keep) out.push_back(p);
+    }
+    if (f.path_prefix != 0) dictionary_.keep_at_or_below(f.path_prefix, out);
+    return PrimList(std::make_shared<const PrimSeq>(std::move(out)));
   }
+  // Every existing prim: the counts' runs first (a path range's members are a few runs, not
+  // one look per prim), then one list of exactly their size -- no vector regrown, no second
+  // copy. A result that is one run (a whole range, prims interned one after another) is known
+  // to be a progression, as a range query is, so writes through it compute their rows.
+  std::vector<std::pair<uint64_t, uint64_t>> runs;
+  uint64_t total = 0;
+  prim_attribute_count_.for_each_run([&](uint64_t first, uint64_t count) {
+    if (!runs.empty() && runs.back().first + runs.back().second == first)
+      runs.back().second += count;
+    else
+      runs.emplace_back(first, count);
+    total += count;
+  });
   std::vector<uint64_t> out;
-  for (uint64_t p : candidates) {
-    if (prim_attribute_count_.get(p) == 0) continue;
-    bool keep = true;
-    for (const Column* c : has) keep = keep && c->has(p);
-    if (keep) out.push_back(p);
-  }
+  out.reserve(has.empty() ? total : 0);
+  for (const auto& [first, count] : runs)
+    for (uint64_t p = first; p < first + count; ++p) {
+      bool keep = true;
+      for (const Column* c : has) keep = keep && c->has(p);
+      if (keep) out.push_back(p);
+    }
   if (f.path_prefix != 0) dictionary_.keep_at_or_below(f.path_prefix, out);
+  if (out.size() > 1 && out.back() - out.front() == out.size() - 1)  // sorted, distinct: consecutive
+    return PrimList(std::make_shared<const PrimSeq>(PrimSeq::listed_progression(std::move(out), 1)));
   return PrimList(std::make_shared<const PrimSeq>(std::move(out)));
 }
 

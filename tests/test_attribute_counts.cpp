@@ -19,11 +19,26 @@ using kstage::core::PrimSeq;
 namespace {
 constexpr uint64_t kPage = uint64_t(1) << 16;
 
-// Every prim of `m` and its count, and no other prim, from get() and for_each().
+// The prims for_each_run() lists, checking that its runs are in order, not empty, and maximal
+// within a page (two runs of one page never touch).
+std::vector<uint64_t> listed_prims(const AttributeCounts& c) {
+  std::vector<uint64_t> listed;
+  uint64_t end = 0;
+  c.for_each_run([&](uint64_t first, uint64_t count) {
+    REQUIRE(count > 0);
+    REQUIRE((listed.empty() || first >= end));
+    if (!listed.empty() && first == end) REQUIRE(first % kPage == 0);  // joined only at a page edge
+    REQUIRE((first % kPage) + count <= kPage);                          // within one page
+    for (uint64_t p = first; p < first + count; ++p) listed.push_back(p);
+    end = first + count;
+  });
+  return listed;
+}
+
+// Every prim of `m` and its count, and no other prim, from get() and for_each_run().
 void require_same(const AttributeCounts& c, const std::map<uint64_t, uint32_t>& m,
                   const std::vector<uint64_t>& probes) {
-  std::vector<uint64_t> listed;
-  c.for_each([&](uint64_t p) { listed.push_back(p); });
+  const std::vector<uint64_t> listed = listed_prims(c);
   std::vector<uint64_t> want;
   for (const auto& [p, n] : m)
     if (n > 0) want.push_back(p);
@@ -60,9 +75,10 @@ TEST_CASE("whole pages of a run hold one count and no bytes", "[attribute_counts
   for (uint64_t p : gone) c.decrement(p);
   for (uint64_t p : gone) REQUIRE(c.get(p) == 1);
   REQUIRE(c.get(first + 50 * kPage + 4) == 2);
-  uint64_t listed = 0;
-  c.for_each([&](uint64_t) { ++listed; });
-  REQUIRE(listed == 100 * kPage);
+  REQUIRE(listed_prims(c).size() == 100 * kPage);
+  uint64_t runs = 0;
+  c.for_each_run([&](uint64_t, uint64_t) { ++runs; });
+  REQUIRE(runs == 100);  // one per page: the pages of bytes too hold no gap
 }
 
 TEST_CASE("counts from 254 on leave the per-page count for the side map", "[attribute_counts]") {

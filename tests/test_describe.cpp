@@ -189,3 +189,65 @@ TEST_CASE("a generic consumer's queries: every existing prim, the prims holding 
     CHECK(s.filtered(holding).size() == info_of(s, t).prim_count);
   }
 }
+
+TEST_CASE("every existing prim of whole ranges, gaps and explicit paths, in path-id order",
+          "[describe]") {
+  // kstage_query_filter walks the prim table by runs (a whole page of range members is one
+  // run, no look at its prims): the result must still be exactly the existing prims.
+  Stage s(host_execution());
+  const kstage_token_t a = s.token("a");
+  const uint64_t n = 2 * 65536 + 3;
+  const kstage_path_t first = s.range("/r", "p", 0, n);
+  kstage_query_t range = s.range_query(first);
+  s.write_f32(range, a, 1, std::vector<float>(n, 1.0f));
+  const std::vector<kstage_path_t> loose = s.paths("/loose", 3);
+  s.write_f32(s.query(loose), a, 1, {1, 2, 3});
+  s.seal(1);
+  std::vector<kstage_path_t> want;
+  for (uint64_t i = 0; i < n; ++i) want.push_back(first + i);
+  want.insert(want.end(), loose.begin(), loose.end());
+  std::sort(want.begin(), want.end());
+  kstage_filter_t all{};
+  CHECK(s.filtered(all) == want);
+  // A gap in a page of members (a deleted prim), and the last of a page: runs split there.
+  KS_OK(s.remove(s.query({first + 70000, first + 65535}), {}, 2));
+  s.seal(2);
+  want.erase(std::remove_if(want.begin(), want.end(),
+                            [&](kstage_path_t p) { return p == first + 70000 || p == first + 65535; }),
+             want.end());
+  CHECK(s.filtered(all) == want);
+  // Only the range's members left, and not all of them: still every one, in order, and a write
+  // through the query (one run: a progression) reaches exactly them.
+  KS_OK(s.remove(s.query(loose), {}, 3));
+  s.seal(3);
+  kstage_query_t q = 0;
+  KS_OK(kstage_query_filter(s.stage, &all, &q));
+  std::vector<kstage_path_t> members(want.begin(), want.end());
+  members.erase(std::remove_if(members.begin(), members.end(),
+                               [&](kstage_path_t p) { return p < first || p >= first + n; }),
+                members.end());
+  CHECK(s.prims_of(q) == members);
+  kstage_query_t tail = 0;
+  KS_OK(kstage_query_range(s.stage, first, 70001, 0, 0, &tail));  // p70001 .. the end: one run
+  const kstage_token_t b = s.token("b");
+  s.write_f32(tail, b, 4, std::vector<float>(n - 70001, 2.0f));
+  s.seal(4);
+  kstage_filter_t holding_b{};
+  holding_b.has_attributes = &b;
+  holding_b.has_attribute_count = 1;
+  kstage_query_t qb = 0;
+  KS_OK(kstage_query_filter(s.stage, &holding_b, &qb));
+  CHECK(s.prims_of(qb).size() == n - 70001);
+  s.write_f32(qb, b, 5, std::vector<float>(n - 70001, 3.0f));  // through the filter's query
+  s.seal(5);
+  uint64_t rows = 0;
+  for (const auto& g : s.read(tail, {b})) {
+    for (const auto& v : g.values) REQUIRE(as_floats(v) == std::vector<float>{3.0f});
+    rows += g.prims.size();
+  }
+  CHECK(rows == n - 70001);
+  KS_OK(kstage_query_release(s.stage, q));
+  KS_OK(kstage_query_release(s.stage, qb));
+  KS_OK(kstage_query_release(s.stage, tail));
+  KS_OK(kstage_query_release(s.stage, range));
+}
