@@ -6,7 +6,8 @@
  * checks it against a host model of the simulation.
  *
  *   kstage_example_particles [-n N] [-t T] [-f PERCENT]
- *                            [--checkpoint FILE --every K] [--restart FILE]
+ *                            [--checkpoint FILE --every K] [--restart FILE] [--stream NAME]
+ *   kstage_example_particles --receive NAME
  *
  * Ordinal 1 holds the initial state (every particle, INSERT). Tick k = 1..T
  * moves about PERCENT % of the particles (default 5) and writes them at
@@ -31,6 +32,14 @@
  * moment keeps its last complete checkpoint; --restart FILE reads the checkpoint FILE names
  * into a fresh stage and runs the ticks after it. The last line before the report is the
  * FNV-1a checksum of the final positions and velocities.
+ *
+ * Streaming (ADIOS2's SST engine, on loopback): --stream NAME sends the stage to another
+ * process as a full step, then one incremental step per tick (the tick's change range: only
+ * the moved particles' rows). With it, each tick also writes the checksum of the model's
+ * state as attribute "checksum" (uint64) of the prim /run, so that the state a receiver
+ * rebuilds can be checked against the sender's at every step. --receive NAME is that other
+ * process: it rebuilds a stage from the steps, in order, checks each step's state against its
+ * checksum, and prints the final checksum as the sender does.
  */
 #define _POSIX_C_SOURCE 199309L /* clock_gettime in strict C99 */
 
@@ -108,8 +117,9 @@ static DLTensor float3_tensor(float* data, int64_t* shape) {
 static void usage(const char* argv0) {
   fprintf(stderr,
           "usage: %s [-n particles] [-t ticks] [-f percent moved per tick]\n"
-          "          [--checkpoint FILE --every K] [--restart FILE]\n",
-          argv0);
+          "          [--checkpoint FILE --every K] [--restart FILE] [--stream NAME]\n"
+          "       %s --receive NAME\n",
+          argv0, argv0);
 }
 
 /* FNV-1a over bytes. */
@@ -161,6 +171,161 @@ static void checkpoint_named(const char* file, char* dir, size_t capacity) {
   len = strlen(dir);
   while (len > 0 && (dir[len - 1] == '\n' || dir[len - 1] == '\r')) dir[--len] = '\0';
 }
+
+/* SST on loopback only: the sockets (WAN) transport, control and data on lo. The sender waits
+ * (up to a minute) for its one receiver, and the receiver for its sender. */
+static const char* const sst_sender[] = {"DataTransport", "WAN", "ControlInterface", "lo",
+                                         "DataInterface", "lo", "RendezvousReaderCount", "1",
+                                         "OpenTimeoutSecs", "60", NULL};
+static const char* const sst_receiver[] = {"ControlInterface", "lo", "DataInterface", "lo",
+                                           "OpenTimeoutSecs", "60", NULL};
+
+/* The checksum of a state: FNV-1a of every position, then every velocity, in particle order. */
+static uint64_t state_checksum(const float* pos, const float* vel, uint64_t n) {
+  uint64_t h = 1469598103934665603ull;
+  h = fnv1a(h, pos, n * 3 * sizeof(float));
+  return fnv1a(h, vel, n * 3 * sizeof(float));
+}
+
+/* The sender's checksum of the state it seals at `ordinal`, as /run's "checksum". */
+static void write_state_checksum(kstage_stage_t stage, kstage_query_t run, kstage_token_t attr,
+                                 uint64_t ordinal, uint64_t value) {
+  int64_t shape[1] = {1};
+  DLTensor t;
+  kstage_write_data_t w = kstage_write_data_init();
+  kstage_op_t op = 0;
+  memset(&t, 0, sizeof t);
+  t.data = &value;
+  t.device.device_type = kDLCPU;
+  t.ndim = 1;
+  t.shape = shape;
+  t.dtype.code = kDLUInt;
+  t.dtype.bits = 64;
+  t.dtype.lanes = 1;
+  w.tensors = &t;
+  w.tensor_count = 1;
+  CHECK(kstage_write_attribute(stage, run, attr, ordinal, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+  CHECK(kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE));
+  CHECK(kstage_release_op(stage, op));
+}
+
+/* One step to the receiver: the full state, or the change range [ordinal, ordinal]. */
+static void send_step(kstage_adios2_stream_t stream, kstage_stage_t stage, kstage_query_t query,
+                      uint64_t ordinal, int incremental) {
+  kstage_adios2_step_desc_t d = kstage_adios2_step_desc_init();
+  d.change_range = incremental != 0;
+  d.range_begin = ordinal;
+  d.range_end = ordinal;
+  ACHECK(kstage_adios2_write_step(stream, stage, query, NULL, 0, &d));
+}
+
+/* The rows of `attr` over `query` (n prims, 3 lanes) into `out`, in query order. */
+static uint64_t read_float3(kstage_stage_t stage, kstage_query_t query, kstage_token_t attr, float* out,
+                            uint64_t n) {
+  kstage_read_desc_t desc = kstage_read_desc_init();
+  kstage_read_t read = 0;
+  kstage_read_group_t g;
+  kstage_status_t st;
+  uint64_t seen = 0, i;
+  desc.target_device.device_type = kDLCPU;
+  CHECK(kstage_read_attributes(stage, query, &attr, 1, &desc, &read));
+  while ((st = kstage_fetch_read_next(stage, read, KSTAGE_TIMEOUT_INFINITE, &g)) == KSTAGE_OK) {
+    const DLTensor* t = &g.data.tensors[0];
+    const float* base = (const float*)((const char*)t->data + t->byte_offset);
+    for (i = 0; i < g.prim_count && seen + i < n; ++i) {
+      const uint64_t row = g.data.index_map ? g.data.index_map[i] : i;
+      memcpy(out + 3 * (seen + i), base + 3 * row, 3 * sizeof(float));
+    }
+    seen += g.prim_count;
+    CHECK(kstage_release_group(stage, g.handle));
+  }
+  if (st != KSTAGE_END_OF_ITERATION) CHECK(st);
+  CHECK(kstage_release_read(stage, read));
+  return seen;
+}
+
+/* --receive NAME: a stage rebuilt from the sender's steps, each step's state checked. */
+static int receive(const char* name) {
+  kstage_stage_t stage = 0;
+  kstage_adios2_stream_t stream = 0;
+  kstage_adios2_open_desc_t d = kstage_adios2_open_desc_init();
+  kstage_token_t position = 0, velocity = 0, checksum_attr = 0;
+  kstage_path_t run = 0;
+  float *pos = NULL, *vel = NULL;
+  uint64_t steps = 0, n = 0, last = 0, checksum = 0;
+  kstage_status_t st;
+  CHECK(kstage_create(NULL, &stage));
+  CHECK(kstage_intern_token(stage, "position", KSTAGE_NUL_TERMINATED, &position));
+  CHECK(kstage_intern_token(stage, "velocity", KSTAGE_NUL_TERMINATED, &velocity));
+  CHECK(kstage_intern_token(stage, "checksum", KSTAGE_NUL_TERMINATED, &checksum_attr));
+  CHECK(kstage_intern_path(stage, "/run", KSTAGE_NUL_TERMINATED, &run));
+  d.mode = KSTAGE_ADIOS2_READ;
+  d.engine = "SST";
+  d.parameters = sst_receiver;
+  ACHECK(kstage_adios2_open(name, &d, &stream));
+  for (;;) {
+    uint64_t ordinal = 0, count = 0, sent = 0;
+    kstage_filter_t particles;
+    kstage_query_t q = 0, rq = 0;
+    kstage_read_t read = 0;
+    kstage_read_group_t g;
+    st = kstage_adios2_read_step(stream, stage, KSTAGE_TIMEOUT_INFINITE, &ordinal);
+    if (st == KSTAGE_END_OF_ITERATION) break;
+    ACHECK(st);
+    ++steps;
+    /* The particles: the prims holding a position, in path-id order (the sender's order). */
+    memset(&particles, 0, sizeof particles);
+    particles.has_attributes = &position;
+    particles.has_attribute_count = 1;
+    CHECK(kstage_query_filter(stage, &particles, &q));
+    CHECK(kstage_query_count(stage, q, &count));
+    if (count != n) {
+      free(pos);
+      free(vel);
+      n = count;
+      pos = xcalloc(n * 3, sizeof(float));
+      vel = xcalloc(n * 3, sizeof(float));
+    }
+    if (read_float3(stage, q, position, pos, n) != n || read_float3(stage, q, velocity, vel, n) != n) {
+      fprintf(stderr, "particles: receive: step at ordinal %llu: not every particle has both attributes\n",
+              (unsigned long long)ordinal);
+      return 1;
+    }
+    CHECK(kstage_query_release(stage, q));
+    checksum = state_checksum(pos, vel, n);
+    /* The sender's checksum of the same state. */
+    CHECK(kstage_query_paths(stage, &run, 1, &rq));
+    CHECK(kstage_read_attributes(stage, rq, &checksum_attr, 1, NULL, &read));
+    if (kstage_fetch_read_next(stage, read, KSTAGE_TIMEOUT_INFINITE, &g) != KSTAGE_OK || g.prim_count != 1) {
+      fprintf(stderr, "particles: receive: step at ordinal %llu carries no checksum\n", (unsigned long long)ordinal);
+      return 1;
+    }
+    memcpy(&sent, (const char*)g.data.tensors[0].data + g.data.tensors[0].byte_offset, sizeof sent);
+    CHECK(kstage_release_group(stage, g.handle));
+    CHECK(kstage_release_read(stage, read));
+    CHECK(kstage_query_release(stage, rq));
+    if (sent != checksum) {
+      fprintf(stderr, "particles: receive: step at ordinal %llu: state %016llx, the sender's %016llx\n",
+              (unsigned long long)ordinal, (unsigned long long)checksum, (unsigned long long)sent);
+      return 1;
+    }
+    last = ordinal;
+  }
+  ACHECK(kstage_adios2_close(stream));
+  CHECK(kstage_destroy(stage));
+  free(pos);
+  free(vel);
+  if (steps == 0) {
+    fprintf(stderr, "particles: receive: the stream ended before its first step\n");
+    return 1;
+  }
+  printf("particles: received %llu steps (last at ordinal %llu) of %llu particles, each equal to the sender's state\n",
+         (unsigned long long)steps, (unsigned long long)last, (unsigned long long)n);
+  printf("  checksum           %016llx (FNV-1a of the final positions and velocities)\n",
+         (unsigned long long)checksum);
+  printf("particles: receive OK\n");
+  return 0;
+}
 #endif
 
 static int parse_count(const char* s, unsigned long long max, unsigned long long* out) {
@@ -193,16 +358,27 @@ int main(int argc, char** argv) {
   const char* checkpoint = NULL; /* --checkpoint FILE */
   const char* restart = NULL;    /* --restart FILE */
   uint64_t start_tick = 1, checksum = 1469598103934665603ull;
+#ifdef KSTAGE_EXAMPLE_WITH_ADIOS2
+  const char* stream_name = NULL; /* --stream NAME */
+  kstage_adios2_stream_t stream = 0;
+  kstage_token_t checksum_attr = 0;
+  kstage_path_t run_path = 0;
+  kstage_query_t run = 0, streamed = 0; /* /run; the particles and /run */
+  int sent_full = 0;
+#endif
   uint64_t* swaps;
   int a;
 
   for (a = 1; a < argc; ++a) {
     unsigned long long* target = NULL;
     unsigned long long max = 0;
-    if ((strcmp(argv[a], "--checkpoint") == 0 || strcmp(argv[a], "--restart") == 0) && a + 1 < argc) {
+    if ((strcmp(argv[a], "--checkpoint") == 0 || strcmp(argv[a], "--restart") == 0 ||
+         strcmp(argv[a], "--stream") == 0 || strcmp(argv[a], "--receive") == 0) && a + 1 < argc) {
 #ifdef KSTAGE_EXAMPLE_WITH_ADIOS2
+      if (strcmp(argv[a], "--receive") == 0) return receive(argv[a + 1]);
       if (argv[a][2] == 'c') checkpoint = argv[a + 1];
-      else restart = argv[a + 1];
+      else if (argv[a][3] == 'e') restart = argv[a + 1];
+      else stream_name = argv[a + 1];
       ++a;
       continue;
 #else
@@ -265,6 +441,23 @@ int main(int argc, char** argv) {
     vel[3 * i + 2] = rng_unit() - 0.5f;
   }
   CHECK(kstage_query_paths(stage, paths, n, &all));
+#ifdef KSTAGE_EXAMPLE_WITH_ADIOS2
+  if (stream_name) {
+    kstage_adios2_open_desc_t d = kstage_adios2_open_desc_init();
+    kstage_path_t* both = xcalloc(n + 1, sizeof(kstage_path_t));
+    CHECK(kstage_intern_token(stage, "checksum", KSTAGE_NUL_TERMINATED, &checksum_attr));
+    CHECK(kstage_intern_path(stage, "/run", KSTAGE_NUL_TERMINATED, &run_path));
+    CHECK(kstage_query_paths(stage, &run_path, 1, &run));
+    memcpy(both, paths, n * sizeof(kstage_path_t));
+    both[n] = run_path;
+    CHECK(kstage_query_paths(stage, both, n + 1, &streamed));
+    free(both);
+    d.engine = "SST";
+    d.parameters = sst_sender;
+    ACHECK(kstage_adios2_open(stream_name, &d, &stream)); /* waits for the receiver */
+    printf("particles: streaming to %s\n", stream_name);
+  }
+#endif
 
   if (restart) {
 #ifdef KSTAGE_EXAMPLE_WITH_ADIOS2
@@ -314,7 +507,16 @@ int main(int argc, char** argv) {
     CHECK(kstage_write_attributes(stage, all, attrs, data, 2, 1, KSTAGE_PRIM_MODE_INSERT, &op));
     CHECK(kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE));
     CHECK(kstage_release_op(stage, op));
+#ifdef KSTAGE_EXAMPLE_WITH_ADIOS2
+    if (stream) write_state_checksum(stage, run, checksum_attr, 1, state_checksum(pos, vel, n));
+#endif
     CHECK(kstage_advance_write_floor(stage, 1, NULL, 0));
+#ifdef KSTAGE_EXAMPLE_WITH_ADIOS2
+    if (stream) {
+      send_step(stream, stage, streamed, 1, 0);
+      sent_full = 1;
+    }
+#endif
   }
   shape_all[0] = (int64_t)n;
 
@@ -404,8 +606,19 @@ int main(int argc, char** argv) {
     CHECK(kstage_write_attributes(stage, target, attrs, data, 2, ordinal, KSTAGE_PRIM_MODE_UPDATE, &op));
     CHECK(kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE));
     CHECK(kstage_release_op(stage, op));
+#ifdef KSTAGE_EXAMPLE_WITH_ADIOS2
+    if (stream) write_state_checksum(stage, run, checksum_attr, ordinal, state_checksum(pos, vel, n));
+#endif
     CHECK(kstage_advance_write_floor(stage, ordinal, NULL, 0));
     t_write += now_seconds() - t0;
+#ifdef KSTAGE_EXAMPLE_WITH_ADIOS2
+    /* The tick to the receiver: only what changed at it (the first step after a restart is
+     * the whole state). */
+    if (stream) {
+      send_step(stream, stage, streamed, ordinal, sent_full);
+      sent_full = 1;
+    }
+#endif
     rows_written += 2 * m;
     if (target != all) CHECK(kstage_query_release(stage, target));
 
@@ -506,6 +719,13 @@ int main(int argc, char** argv) {
   }
 
   CHECK(kstage_query_release(stage, all));
+#ifdef KSTAGE_EXAMPLE_WITH_ADIOS2
+  if (stream) {
+    ACHECK(kstage_adios2_close(stream)); /* the receiver's stream ends */
+    CHECK(kstage_query_release(stage, run));
+    CHECK(kstage_query_release(stage, streamed));
+  }
+#endif
   CHECK(kstage_destroy(stage));
 
   printf("kstage %u.%u.%u particles example\n", KSTAGE_VERSION_MAJOR, KSTAGE_VERSION_MINOR,
