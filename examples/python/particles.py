@@ -2,6 +2,7 @@
 """Particles, in Python: the work of examples/cpp/particles through the kstage package.
 
     python examples/python/particles.py [--particles N] [--ticks T] [--percent P] [--out FILE]
+                                        [--checkpoint FILE.bp]
 
 kstage is the simulation's state. Ordinal 1 holds every particle's "position" (float32 x 3,
 POINT) and "velocity" (float32 x 3, VECTOR), inserted as one batch. Each tick k = 1..T:
@@ -27,6 +28,12 @@ read across the write and checks that it still shows the old values (a read is a
 The plot (matplotlib, Agg; --out, default particles.png in the current directory) shows the
 particles from the side (x, z) coloured by the last tick they changed, as kstage's change-range
 reads reported it, and how many particles changed within the last w ticks.
+
+With --checkpoint FILE.bp (where kstage has its ADIOS2 bridge, ``kstage.adios2``) the final
+stage is written as a BP5 checkpoint, and -- where ADIOS2's own Python module ``adios2`` is
+installed too -- read back *without kstage*, by the file layout of docs/adios2.md: the positions
+must be the model's, and a second picture (FILE.png next to the plot: the file's particles from
+above and from the side, coloured by speed) is drawn from the file alone.
 
 Run it against a build tree with ``PYTHONPATH=<build>/python`` (configure with
 ``-DKSTAGE_BUILD_PYTHON=ON``), or after ``pip install .``; it needs numpy and matplotlib.
@@ -94,7 +101,61 @@ def changes_at(stage, query, first, ordinal, model_pos, what):
     return np.concatenate(seen) if seen else np.empty(0, np.int64)
 
 
-def run(n, ticks, percent, seed, out):
+def checkpoint(stage, path, model_pos, model_vel, picture):
+    """The final stage as a BP5 checkpoint, then read back with ADIOS2 alone and drawn."""
+    try:
+        import kstage.adios2 as ka
+    except ImportError as e:
+        print(f"  checkpoint: skipped ({e})")
+        return
+    ka.checkpoint(stage, path)
+    try:
+        import adios2
+    except ImportError:
+        print(f"  checkpoint: {path} (ADIOS2's Python module is not installed: not read back)")
+        return
+    n = len(model_pos)
+    with adios2.FileReader(path) as f:
+        # docs/adios2.md: the step's paths are runs; a whole path range is one run {1, r, 0, n} of
+        # range r = {begin, count}, named by {parent, prefix}; an attribute held by every path,
+        # in order, has no "prims" positions.
+        assert f.read_attribute("kstage/format") == "kstage"
+        segments = f.read("kstage/paths/segments").reshape(-1, 4)
+        numbers = f.read("kstage/ranges/numbers").reshape(-1, 2)
+        if segments.tolist() != [[1, 0, 0, n]] or numbers.tolist() != [[0, n]]:
+            raise Mismatch(f"{path}: the particles are not one range run ({segments.tolist()})")
+        for name in ("position", "velocity"):
+            if f"kstage/attr/{name}/prims" in f.available_variables():
+                raise Mismatch(f"{path}: {name} is not held by every particle in order")
+        pos = f.read("kstage/attr/position/values")
+        vel = f.read("kstage/attr/velocity/values")
+    if not (np.array_equal(pos, model_pos) and np.array_equal(vel, model_vel)):
+        raise Mismatch(f"{path}: the file's positions or velocities differ from the model")
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    speed = np.linalg.norm(vel, axis=1)
+    shown = np.random.default_rng(1).permutation(n)[:min(n, 6000)]
+    fig, (top, side) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for ax, (a, b), label in ((top, (0, 1), "y"), (side, (0, 2), "z")):
+        sc = ax.scatter(pos[shown, a], pos[shown, b], s=3, c=speed[shown], cmap="plasma")
+        ax.set_xlabel("x")
+        ax.set_ylabel(label)
+    top.set_title("from above (x, y)")
+    side.set_title("from the side (x, z)")
+    fig.colorbar(sc, ax=side, label="speed")
+    fig.suptitle(f"{len(shown)} of {n} particles, read from {path.rsplit('/', 1)[-1]} with ADIOS2 alone")
+    fig.tight_layout()
+    fig.savefig(picture, dpi=100)
+    plt.close(fig)
+    print(f"  checkpoint: {path}, read back with ADIOS2's own reader: {n} positions and velocities "
+          f"as the model's; picture {picture}")
+
+
+def run(n, ticks, percent, seed, out, checkpoint_path=None):
     rng = np.random.default_rng(seed)
     moved_per_tick = max(1, n * percent // 100)
 
@@ -225,6 +286,8 @@ def run(n, ticks, percent, seed, out):
     print(f"  position storage: read zero-copy every tick; it moved before ticks {moves or 'none'} "
           f"(a view of tick 1 was held across its write{', and kept its values' if snapshot_checked else ''})")
     print(f"  plot: {out}")
+    if checkpoint_path:
+        checkpoint(stage, checkpoint_path, model_pos, model_vel, checkpoint_path + ".png")
     print("python particles: OK")
 
 
@@ -268,11 +331,14 @@ def main(argv=None):
     parser.add_argument("--percent", "-f", type=int, default=5, help="percent of particles moved per tick (default 5)")
     parser.add_argument("--seed", type=int, default=7, help="random seed (default 7)")
     parser.add_argument("--out", default="particles.png", help="the plot (PNG; default particles.png)")
+    parser.add_argument("--checkpoint", metavar="FILE.bp",
+                        help="write the final stage as a BP5 checkpoint (kstage.adios2), read it back with "
+                             "ADIOS2's own reader and draw it to FILE.bp.png")
     args = parser.parse_args(argv)
     if not 1 <= args.particles < 2**32 or args.ticks < 1 or not 1 <= args.percent <= 100:
         parser.error("need 1 <= particles < 2^32, ticks >= 1 and 1 <= percent <= 100")
     try:
-        run(args.particles, args.ticks, args.percent, args.seed, args.out)
+        run(args.particles, args.ticks, args.percent, args.seed, args.out, args.checkpoint)
     except Mismatch as e:
         print(f"python particles: MISMATCH: {e}", file=sys.stderr)
         return 1
