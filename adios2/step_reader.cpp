@@ -333,6 +333,40 @@ void read_fixed_values(Reader& r, Incoming& in) {
   });
 }
 
+// A column the step records with no prim holding it (its prims deleted, or never sealed any):
+// made with its schema by a map of no prims at its floor, where the stage has no such column --
+// a restored stage accepts and refuses what the original did. (A floor of 0 has nothing sealed
+// to write at.)
+void make_empty_column(kstage_stage_t stage, const AttributeIn& a) {
+  kstage_attribute_info_t info = kstage_attribute_info_init();
+  const kstage_status_t st = kstage_attribute_info(stage, a.token, &info);
+  if (st == KSTAGE_OK || a.floor == 0) return;
+  if (st != KSTAGE_NOT_FOUND) check(st, "kstage_adios2_read_step");
+  // A map of no prims, its one (empty) group fetched and committed: a write of no rows, which
+  // a kstage_write_attribute of an array attribute cannot express (it takes a tensor per row).
+  static const kstage_path_t none = 0;
+  Query q(stage, kstage_query_t(0));
+  check(kstage_query_paths(stage, &none, 0, &q.q), "kstage_adios2_read_step: an empty query");
+  kstage_map_desc_t md = kstage_map_desc_init();
+  md.attribute = a.token;
+  md.dtype = a.dtype;
+  md.semantic = a.semantic;
+  md.is_array = a.is_array;
+  md.prim_mode = KSTAGE_PRIM_MODE_UPSERT;
+  kstage_map_t map = 0;
+  check(kstage_map_attribute(stage, q.q, &md, a.floor, nullptr, 0, &map), "kstage_adios2_read_step: an empty column");
+  kstage_map_group_info_t g{};
+  kstage_op_t op = 0;
+  kstage_status_t st2 = kstage_fetch_map_next(stage, map, KSTAGE_TIMEOUT_INFINITE, &g);
+  if (st2 == KSTAGE_OK) st2 = kstage_unmap_attribute(stage, map, kstage_device_sync_t{0, 0}, &op);
+  if (st2 != KSTAGE_OK) {
+    const std::string m = kstage_last_error();
+    kstage_release_map(stage, map);
+    fail(st2, "kstage_adios2_read_step: an empty column: %s", m.c_str());
+  }
+  finish(stage, op, "kstage_adios2_read_step: an empty column");
+}
+
 // The attribute's deletions, then its values, at its recorded floor.
 void commit(Incoming& in, StepPaths& paths) {
   const kstage_stage_t stage = in.stage;
@@ -343,7 +377,10 @@ void commit(Incoming& in, StepPaths& paths) {
     check(kstage_delete_attributes(stage, q.q, &a.token, 1, a.floor, &op), "kstage_adios2_read_step: a deletion");
     finish(stage, op, "kstage_adios2_read_step: a deletion");
   }
-  if (a.count == 0) return;
+  if (a.count == 0) {
+    make_empty_column(stage, a);
+    return;
+  }
   if (in.values) {
     kstage_write_data_t w = kstage_write_data_init();
     w.semantic = a.semantic;
