@@ -151,13 +151,19 @@ inline std::string attr(const std::string& name, const char* what) {
 }  // namespace layout
 
 // Makes or re-shapes a variable of the current step. ADIOS2 keeps a variable's definition
-// across steps: an existing one gets this step's shape and selection.
+// across steps: an existing one gets this step's shape and selection. Its memory space is stated
+// -- the bridge puts host memory (device columns come down through a host read) -- never left
+// to ADIOS2's "Detect".
 template <class T>
 adios2::Variable<T> array_variable(adios2::IO& io, const std::string& name, adios2::Dims shape) {
   adios2::Variable<T> v = io.InquireVariable<T>(name);
-  if (!v) return io.DefineVariable<T>(name, shape, adios2::Dims(shape.size(), 0), shape);
-  v.SetShape(shape);
-  v.SetSelection({adios2::Dims(shape.size(), 0), shape});
+  if (!v) {
+    v = io.DefineVariable<T>(name, shape, adios2::Dims(shape.size(), 0), shape);
+  } else {
+    v.SetShape(shape);
+    v.SetSelection({adios2::Dims(shape.size(), 0), shape});
+  }
+  v.SetMemorySpace(adios2::MemorySpace::Host);
   return v;
 }
 template <class T>

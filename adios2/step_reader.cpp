@@ -28,6 +28,7 @@ struct Reader {
 // The whole of array variable `v` into `out` (its element count).
 template <class T>
 void read_whole(Reader& r, adios2::Variable<T>& v, T* out, size_t count) {
+  v.SetMemorySpace(adios2::MemorySpace::Host);  // `out` is host memory: stated, not detected
   if (!r.is_inline) {
     r.e.Get(v, out, adios2::Mode::Sync);
     return;
