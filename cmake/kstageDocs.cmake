@@ -25,6 +25,7 @@ set(KSTAGE_DOCS_HEADERS
     "${PROJECT_SOURCE_DIR}/include/kstage/kstage.h"
     "${PROJECT_SOURCE_DIR}/include/kstage/kstage.hpp"
     "${PROJECT_SOURCE_DIR}/include/kstage/dlpack.hpp"
+    "${PROJECT_SOURCE_DIR}/include/kstage/kstage_arrow.h"
     ${KSTAGE_DOCS_EXTRA_HEADERS})
 
 set(DOXYGEN_PROJECT_NAME "kstage")

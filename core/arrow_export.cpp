@@ -1,0 +1,501 @@
+// SPDX-License-Identifier: Apache-2.0
+// A read group as an Arrow array (kstage/kstage_arrow.h).
+//
+// The export is built as a small tree of nodes first (type, length, buffers, children), then
+// handed out as C structs. Every ArrowArray node -- the parent and each child -- has its own
+// private data holding a reference to one Holder, which owns what the buffers point into: the
+// group's snapshot buffer (zero-copy values), the export's own buffers (offsets, gathered
+// values, path columns) and, for device groups, their uploaded copies and the event to wait on.
+// So a consumer may move children out and release them in any order (the specification's
+// "moving child arrays"); the data goes when the last node does. The schema is a separate tree
+// with its own release.
+#include "core/arrow_export.hpp"
+
+#include "core/backend.hpp"
+#include "core/dtype.hpp"
+#include "core/kernels/copy_ops.hpp"
+
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+#include <vector>
+
+namespace kstage::core {
+namespace {
+
+// ---- what the buffers point into -------------------------------------------------------------
+
+struct Holder {
+  BufferPtr group_buffer;                      // the group's snapshot (zero-copy values)
+  std::vector<std::vector<std::byte>> host;    // the export's own host buffers
+  std::vector<BufferPtr> device;               // their device copies (device groups)
+  CompletionPtr ready;                         // the work the consumer waits for (device)
+  uintptr_t event = 0;                         // ready's event: sync_event points here
+
+  // Device buffers are Kokkos memory underneath: after Kokkos::finalize they must not be
+  // released any more (as a late DLPack deleter does, the buffers are left to the process).
+  ~Holder() {
+    if (!kokkos_is_running()) {
+      new BufferPtr(std::move(group_buffer));
+      for (BufferPtr& b : device) new BufferPtr(std::move(b));
+      new CompletionPtr(std::move(ready));
+    }
+  }
+};
+
+// ---- the tree before it becomes C structs ----------------------------------------------------
+
+struct Node {
+  std::string format, name;
+  int64_t length = 0;
+  std::vector<const void*> buffers;
+  std::vector<std::unique_ptr<Node>> children;
+  std::unique_ptr<Node> dictionary;
+};
+
+const char* primitive_format(DLDataType d) {
+  switch (d.code) {
+    case kDLInt:
+      switch (d.bits) {
+        case 8: return "c";
+        case 16: return "s";
+        case 32: return "i";
+        case 64: return "l";
+      }
+      break;
+    case kDLUInt:
+      switch (d.bits) {
+        case 8: return "C";
+        case 16: return "S";
+        case 32: return "I";
+        case 64: return "L";
+      }
+      break;
+    case kDLFloat:
+      switch (d.bits) {
+        case 16: return "e";
+        case 32: return "f";
+        case 64: return "g";
+      }
+      break;
+    case kDLBool:
+      if (d.bits == 8) return "b";
+      break;
+  }
+  return nullptr;
+}
+
+// Builds the nodes; `device` (null: a host group) is where the export's own buffers must go.
+class Builder {
+ public:
+  Builder(const ReadGroup& g, Holder& h) : g_(g), h_(h), device_(g.device) {}
+
+  // A buffer of the export's own, in the group's memory: `bytes` host bytes, copied up for a
+  // device group. Empty buffers point at a static zero (never NULL where Arrow needs one).
+  Result<const void*> own(std::vector<std::byte> bytes) {
+    static const uint64_t zero = 0;
+    if (bytes.empty()) return static_cast<const void*>(&zero);
+    h_.host.push_back(std::move(bytes));
+    const std::vector<std::byte>& b = h_.host.back();
+    if (device_ == nullptr) return static_cast<const void*>(b.data());
+    BufferPtr up;
+    KSTAGE_ASSIGN_OR_RETURN(up, device_->upload(b.data(), b.size()));
+    h_.device.push_back(up);
+    uploaded_ = true;
+    return static_cast<const void*>(up->data());
+  }
+  template <class T>
+  Result<const void*> own_values(const std::vector<T>& v) {
+    std::vector<std::byte> bytes(v.size() * sizeof(T));
+    if (!v.empty()) std::memcpy(bytes.data(), v.data(), bytes.size());
+    return own(std::move(bytes));
+  }
+  bool uploaded() const { return uploaded_; }
+
+  // The column (named `name`).
+  Result<std::unique_ptr<Node>> column(const std::string& name) {
+    const kstage_read_group_t& d = g_.desc;
+    const DLDataType dt = d.dtype;
+    const char* prim = primitive_format(dt);
+    if (prim == nullptr)
+      return error(KSTAGE_NOT_SUPPORTED, "attribute '%s' is %s, which has no Arrow type", name.c_str(),
+                   dtype_string(dt).c_str());
+    const bool is_bool = dt.code == kDLBool;
+    if (is_bool && device_)
+      return error(KSTAGE_NOT_SUPPORTED,
+                   "attribute '%s' is bool on a device: Arrow's boolean is bit-packed, and the export "
+                   "packs bits on the host only (read it with target_device kDLCPU)",
+                   name.c_str());
+    return d.is_array ? ragged(name, prim, is_bool) : fixed(name, prim, is_bool);
+  }
+
+  // The prims as uint64 path ids, or dictionary-encoded path strings.
+  Result<std::unique_ptr<Node>> paths(bool strings, const ArrowNames& names) {
+    const uint64_t n = g_.desc.prim_count;
+    std::vector<uint64_t> ids(g_.desc.prims, g_.desc.prims + n);
+    auto node = std::make_unique<Node>();
+    node->name = "path";
+    node->length = int64_t(n);
+    if (!strings) {
+      node->format = "L";
+      const void* p;
+      KSTAGE_ASSIGN_OR_RETURN(p, own_values(ids));
+      node->buffers = {nullptr, p};
+      return node;
+    }
+    // Every prim of a group is distinct: indices 0 .. n-1 into a dictionary of their strings.
+    if (n > uint64_t(INT32_MAX))
+      return error(KSTAGE_NOT_SUPPORTED, "%llu prims do not fit int32 dictionary indices",
+                   (unsigned long long)n);
+    std::vector<int32_t> index(n);
+    std::vector<int64_t> offsets(n + 1, 0);
+    std::vector<std::byte> chars;
+    for (uint64_t i = 0; i < n; ++i) {
+      index[i] = int32_t(i);
+      const std::string s = names.path(ids[i]);
+      const auto* b = reinterpret_cast<const std::byte*>(s.data());
+      chars.insert(chars.end(), b, b + s.size());
+      offsets[i + 1] = int64_t(chars.size());
+    }
+    node->format = "i";
+    const void* p;
+    KSTAGE_ASSIGN_OR_RETURN(p, own_values(index));
+    node->buffers = {nullptr, p};
+    auto dict = std::make_unique<Node>();
+    dict->format = "U";
+    dict->length = int64_t(n);
+    const void *o, *c;
+    KSTAGE_ASSIGN_OR_RETURN(o, own_values(offsets));
+    KSTAGE_ASSIGN_OR_RETURN(c, own(std::move(chars)));
+    dict->buffers = {nullptr, o, c};
+    node->dictionary = std::move(dict);
+    return node;
+  }
+
+ private:
+  static const std::byte* bytes_of(const DLTensor& t) {
+    return static_cast<const std::byte*>(t.data) + t.byte_offset;
+  }
+  // `count` elements of `lanes` values each at `data` as a primitive node (a FixedSizeList of
+  // one when lanes > 1); bool is packed into bits here (host data).
+  Result<std::unique_ptr<Node>> elements(const std::string& name, const char* prim, bool is_bool,
+                                         const std::byte* data, uint64_t count, uint64_t lanes,
+                                         bool own_data, std::vector<std::byte>* owned) {
+    auto leaf = std::make_unique<Node>();
+    leaf->format = prim;
+    leaf->length = int64_t(count * lanes);
+    const void* values = data;
+    if (is_bool) {
+      std::vector<std::byte> bits((count * lanes + 7) / 8, std::byte{0});
+      for (uint64_t i = 0; i < count * lanes; ++i)
+        if (data[i] != std::byte{0}) bits[i / 8] |= std::byte(1u << (i % 8));
+      KSTAGE_ASSIGN_OR_RETURN(values, own(std::move(bits)));
+    } else if (own_data) {
+      KSTAGE_ASSIGN_OR_RETURN(values, own(std::move(*owned)));
+    } else if (count * lanes == 0) {
+      static const uint64_t zero = 0;
+      values = &zero;
+    }
+    leaf->buffers = {nullptr, values};
+    if (lanes == 1) {
+      leaf->name = name;
+      return leaf;
+    }
+    leaf->name = "item";
+    auto list = std::make_unique<Node>();
+    list->format = "+w:" + std::to_string(lanes);
+    list->name = name;
+    list->length = int64_t(count);
+    list->buffers = {nullptr};
+    list->children.push_back(std::move(leaf));
+    return list;
+  }
+
+  Result<std::unique_ptr<Node>> fixed(const std::string& name, const char* prim, bool is_bool) {
+    const kstage_read_group_t& d = g_.desc;
+    const uint64_t n = d.prim_count, lanes = d.dtype.lanes;
+    const size_t row = size_t(d.dtype.bits / 8) * lanes;
+    const std::byte* base = n > 0 ? bytes_of(g_.tensors[0]) : nullptr;
+    if (d.data.index_map == nullptr) return elements(name, prim, is_bool, base, n, lanes, false, nullptr);
+    if (device_) {  // prim i's row gathered on the device (one kernel, the host map uploaded)
+      BufferPtr out;
+      KSTAGE_ASSIGN_OR_RETURN(out, device_->allocate(std::max<size_t>(n * row, 1)));
+      kernels::RowCopy c;
+      c.dst = out->data();
+      c.dst_stride = int64_t(row);
+      c.src = base;
+      c.src_stride = int64_t(row);
+      c.src_index = g_.index_map->data() + g_.from;  // the host map (desc's may be the device's)
+      c.n = n;
+      c.row_bytes = row;
+      device_->row_copy(c);
+      h_.device.push_back(out);
+      uploaded_ = true;
+      return elements(name, prim, false, out->data(), n, lanes, false, nullptr);
+    }
+    std::vector<std::byte> gathered(n * row);  // prim i's row, in prim order
+    for (uint64_t i = 0; i < n; ++i) std::memcpy(gathered.data() + i * row, base + uint64_t(d.data.index_map[i]) * row, row);
+    if (is_bool) return elements(name, prim, true, gathered.data(), n, lanes, false, nullptr);
+    return elements(name, prim, false, nullptr, n, lanes, true, &gathered);
+  }
+
+  Result<std::unique_ptr<Node>> ragged(const std::string& name, const char* prim, bool is_bool) {
+    const kstage_read_group_t& d = g_.desc;
+    const uint64_t n = d.prim_count, lanes = d.dtype.lanes;
+    const size_t elem = size_t(d.dtype.bits / 8) * lanes;
+    std::vector<int64_t> offsets(n + 1, 0);
+    const std::byte* start = nullptr;
+    bool in_place = true;  // rows back to back, in prim order
+    std::vector<const DLTensor*> rows(n);
+    for (uint64_t i = 0; i < n; ++i) {
+      const DLTensor* t = &g_.tensors[d.data.index_map ? d.data.index_map[i] : i];
+      rows[i] = t;
+      const int64_t len = t->ndim > 0 ? t->shape[0] : 1;
+      if (len > 0) {
+        if (start == nullptr) start = bytes_of(*t) - offsets[i] * int64_t(elem);
+        if (bytes_of(*t) != start + offsets[i] * int64_t(elem)) in_place = false;
+      }
+      offsets[i + 1] = offsets[i] + len;
+    }
+    const uint64_t total = uint64_t(offsets[n]);
+    std::vector<std::byte> packed;
+    const std::byte* data = in_place ? start : nullptr;
+    if (!in_place && device_) {
+      // kstage starts ragged rows on 8-byte boundaries, Arrow's lists have none between rows:
+      // packed once on the device (one kernel, as a compact read packs).
+      std::vector<const std::byte*> from(n);
+      std::vector<uint64_t> at(n), bytes(n);
+      uint64_t bits = kernels::kRaggedRowAlign;
+      for (uint64_t i = 0; i < n; ++i) {
+        bytes[i] = uint64_t(offsets[i + 1] - offsets[i]) * elem;
+        from[i] = bytes[i] ? bytes_of(*rows[i]) : nullptr;
+        at[i] = uint64_t(offsets[i]) * elem;
+        bits |= reinterpret_cast<uintptr_t>(from[i]) | at[i] | bytes[i];
+      }
+      BufferPtr out;
+      KSTAGE_ASSIGN_OR_RETURN(out, device_->allocate(std::max<uint64_t>(total * elem, 1)));
+      kernels::RaggedCopy k{out->data(), at.data(), from.data(), bytes.data(), size_t(n)};
+      device_->ragged_copy(k, kernels::widest_word(bits));
+      h_.device.push_back(out);
+      uploaded_ = true;
+      data = out->data();
+      in_place = true;  // the packed rows are the values now
+    } else if (!in_place) {
+      packed.resize(total * elem);
+      for (uint64_t i = 0; i < n; ++i)
+        if (offsets[i + 1] > offsets[i])
+          std::memcpy(packed.data() + offsets[i] * int64_t(elem), bytes_of(*rows[i]),
+                      size_t(offsets[i + 1] - offsets[i]) * elem);
+      data = packed.data();
+    }
+    const void* offs;
+    KSTAGE_ASSIGN_OR_RETURN(offs, own_values(offsets));
+    auto list = std::make_unique<Node>();
+    list->name = name;
+    list->length = int64_t(n);
+    if (d.semantic == KSTAGE_SEMANTIC_STRING && lanes == 1 && d.dtype.bits == 8 && !is_bool) {
+      list->format = "U";  // the UTF-8 bytes themselves
+      const void* chars = data;
+      if (!in_place) {
+        KSTAGE_ASSIGN_OR_RETURN(chars, own(std::move(packed)));
+      } else if (total == 0) {
+        static const uint64_t zero = 0;
+        chars = &zero;
+      }
+      list->buffers = {nullptr, offs, chars};
+      return list;
+    }
+    list->format = "+L";
+    list->buffers = {nullptr, offs};
+    std::unique_ptr<Node> items;
+    if (is_bool || in_place) {
+      KSTAGE_ASSIGN_OR_RETURN(items, elements("item", prim, is_bool, data, total, lanes, false, nullptr));
+    } else {
+      KSTAGE_ASSIGN_OR_RETURN(items, elements("item", prim, false, nullptr, total, lanes, true, &packed));
+    }
+    list->children.push_back(std::move(items));
+    return list;
+  }
+
+  const ReadGroup& g_;
+  Holder& h_;
+  Backend* device_;
+  bool uploaded_ = false;
+};
+
+// ---- the C structs ---------------------------------------------------------------------------
+
+struct ArrayPrivate {
+  std::shared_ptr<Holder> holder;
+  std::vector<const void*> buffers;
+  std::vector<ArrowArray*> children;  // owned: each released by its own release (or moved out)
+  ArrowArray* dictionary = nullptr;
+};
+
+void release_array(ArrowArray* a) {
+  if (a == nullptr || a->release == nullptr) return;
+  auto* p = static_cast<ArrayPrivate*>(a->private_data);
+  for (ArrowArray* c : p->children) {
+    if (c->release) c->release(c);
+    delete c;
+  }
+  if (p->dictionary) {
+    if (p->dictionary->release) p->dictionary->release(p->dictionary);
+    delete p->dictionary;
+  }
+  delete p;
+  a->release = nullptr;  // released: the specification's mark
+}
+
+void fill_array(const Node& n, const std::shared_ptr<Holder>& holder, ArrowArray* out) {
+  auto p = std::make_unique<ArrayPrivate>();
+  p->holder = holder;
+  p->buffers = n.buffers;
+  p->children.reserve(n.children.size());
+  try {
+    for (const auto& c : n.children) {
+      auto child = std::make_unique<ArrowArray>();
+      fill_array(*c, holder, child.get());
+      p->children.push_back(child.release());
+    }
+    if (n.dictionary) {
+      auto dict = std::make_unique<ArrowArray>();
+      fill_array(*n.dictionary, holder, dict.get());
+      p->dictionary = dict.release();
+    }
+  } catch (...) {  // out of memory part way: what was made is released, nothing leaks
+    for (ArrowArray* c : p->children) {
+      release_array(c);
+      delete c;
+    }
+    throw;
+  }
+  out->length = n.length;
+  out->null_count = 0;
+  out->offset = 0;
+  out->n_buffers = int64_t(p->buffers.size());
+  out->n_children = int64_t(p->children.size());
+  out->buffers = p->buffers.data();
+  out->children = p->children.empty() ? nullptr : p->children.data();
+  out->dictionary = p->dictionary;
+  out->release = &release_array;
+  out->private_data = p.release();
+}
+
+struct SchemaPrivate {
+  std::string format, name;
+  std::vector<ArrowSchema*> children;
+  ArrowSchema* dictionary = nullptr;
+};
+
+void release_schema(ArrowSchema* s) {
+  if (s == nullptr || s->release == nullptr) return;
+  auto* p = static_cast<SchemaPrivate*>(s->private_data);
+  for (ArrowSchema* c : p->children) {
+    if (c->release) c->release(c);
+    delete c;
+  }
+  if (p->dictionary) {
+    if (p->dictionary->release) p->dictionary->release(p->dictionary);
+    delete p->dictionary;
+  }
+  delete p;
+  s->release = nullptr;
+}
+
+void fill_schema(const Node& n, ArrowSchema* out) {
+  auto p = std::make_unique<SchemaPrivate>();
+  p->format = n.format;
+  p->name = n.name;
+  p->children.reserve(n.children.size());
+  try {
+    for (const auto& c : n.children) {
+      auto child = std::make_unique<ArrowSchema>();
+      fill_schema(*c, child.get());
+      p->children.push_back(child.release());
+    }
+    if (n.dictionary) {
+      auto dict = std::make_unique<ArrowSchema>();
+      fill_schema(*n.dictionary, dict.get());
+      p->dictionary = dict.release();
+    }
+  } catch (...) {
+    for (ArrowSchema* c : p->children) {
+      release_schema(c);
+      delete c;
+    }
+    throw;
+  }
+  out->format = p->format.c_str();
+  out->name = p->name.c_str();
+  out->metadata = nullptr;
+  out->flags = 0;  // no nulls anywhere: not nullable
+  out->n_children = int64_t(p->children.size());
+  out->children = p->children.empty() ? nullptr : p->children.data();
+  out->dictionary = p->dictionary;
+  out->release = &release_schema;
+  out->private_data = p.release();
+}
+
+}  // namespace
+
+Status export_group_arrow(const ReadGroup& g, const ArrowNames& names, uint64_t flags,
+                          ArrowSchema* schema, ArrowDeviceArray* array) {
+  const uint64_t known = KSTAGE_ARROW_PATH_IDS | KSTAGE_ARROW_PATH_STRINGS;
+  if (flags & ~known)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "flags 0x%llx has unknown bits (only KSTAGE_ARROW_PATH_IDS and KSTAGE_ARROW_PATH_STRINGS)",
+                 (unsigned long long)flags);
+  if ((flags & KSTAGE_ARROW_PATH_IDS) && (flags & KSTAGE_ARROW_PATH_STRINGS))
+    return error(KSTAGE_INVALID_ARGUMENT, "flags: KSTAGE_ARROW_PATH_IDS or KSTAGE_ARROW_PATH_STRINGS, not both");
+  if (g.desc.is_delete)
+    return error(KSTAGE_INVALID_ARGUMENT, "a tombstone group has no values to export");
+  try {
+    auto holder = std::make_shared<Holder>();
+    holder->group_buffer = g.pinned;
+    Builder b(g, *holder);
+    std::unique_ptr<Node> root;
+    KSTAGE_ASSIGN_OR_RETURN(root, b.column(names.attribute));
+    if (flags & known) {
+      std::unique_ptr<Node> path;
+      KSTAGE_ASSIGN_OR_RETURN(path, b.paths((flags & KSTAGE_ARROW_PATH_STRINGS) != 0, names));
+      auto record = std::make_unique<Node>();
+      record->format = "+s";
+      record->name = "";
+      record->length = int64_t(g.desc.prim_count);
+      record->buffers = {nullptr};
+      record->children.push_back(std::move(path));
+      record->children.push_back(std::move(root));
+      root = std::move(record);
+    }
+    DLDevice where{kDLCPU, 0};
+    if (g.device) {
+      where = g.tensors.empty() ? g.device->device() : g.tensors[0].device;
+      // The consumer waits for the group's data and for the export's own uploads (after it on
+      // the device's stream): one event recorded now covers both.
+      holder->ready = b.uploaded() ? g.device->record() : g.ready;
+      if (holder->ready) holder->event = holder->ready->sync().event;
+    }
+    ArrowSchema s{};
+    ArrowDeviceArray a{};
+    fill_schema(*root, &s);
+    try {
+      fill_array(*root, holder, &a.array);
+    } catch (...) {
+      release_schema(&s);
+      throw;
+    }
+    a.device_type = ArrowDeviceType(where.device_type);
+    a.device_id = where.device_id;
+    a.sync_event = holder->event != 0 ? static_cast<void*>(&holder->event) : nullptr;
+    *schema = s;
+    *array = a;
+    return Status::OK();
+  } catch (const std::bad_alloc&) {
+    return out_of_memory("no host memory for an Arrow export of %llu prims",
+                         (unsigned long long)g.desc.prim_count);
+  }
+}
+
+}  // namespace kstage::core
