@@ -34,7 +34,8 @@
 #   - python3's C headers (Python.h): Debian's python3-dev, installed with apt-get when missing
 #     (a python3 that is not Debian's, e.g. pyenv's, must bring its own);
 #   - a Python virtual environment in $KSTAGE_DEPS_DIR/python-venv, made the same way, with
-#     numpy, pytest, nanobind, scikit-build-core, matplotlib and jax[cpu] (the pinned jax) from
+#     numpy, pytest, nanobind, scikit-build-core, matplotlib, jax[cpu] (the pinned jax), pyarrow,
+#     nanoarrow and polars (the Arrow tests) from
 #     the machine's configured pip index: for a developer build of the extension
 #     (cmake -DKSTAGE_BUILD_PYTHON=ON -DPython_EXECUTABLE=$KSTAGE_DEPS_DIR/python-venv/bin/python)
 #     and for `pip install --no-build-isolation` (docs/python.md).
@@ -659,10 +660,14 @@ ensure_python_headers() {
   python3_headers_present || die "python3-dev is installed but Python.h is still missing"
 }
 
+# The Arrow consumers tests/python_package/test_arrow.py checks kstage's export with (the PyCapsule
+# interface with device arrays: pyarrow >= 16, nanoarrow >= 0.6).
+ARROW_PINS="pyarrow>=16 nanoarrow>=0.6 polars>=1.0"
+
 python_package_venv() {
   python_venv python-venv "$DEPS_DIR/python-venv" 1 \
-    'import numpy, pytest, nanobind, scikit_build_core, matplotlib, jax; print("numpy", numpy.__version__, "nanobind", nanobind.__version__, "scikit-build-core", scikit_build_core.__version__, "jax", jax.__version__)' \
-    "numpy>=2.1" pytest "nanobind>=2.4" "scikit-build-core>=0.10" matplotlib "$JAX_PIN"
+    'import numpy, pytest, nanobind, scikit_build_core, matplotlib, jax, pyarrow, nanoarrow, polars; print("numpy", numpy.__version__, "nanobind", nanobind.__version__, "scikit-build-core", scikit_build_core.__version__, "jax", jax.__version__, "pyarrow", pyarrow.__version__)' \
+    "numpy>=2.1" pytest "nanobind>=2.4" "scikit-build-core>=0.10" matplotlib "$JAX_PIN" $ARROW_PINS
 }
 
 # ADIOS2 for the bridge (adios2/): PyPI's serial wheel, which ships the C++ library and its CMake

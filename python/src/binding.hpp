@@ -338,4 +338,9 @@ void register_read(nb::module_& m, nb::handle stage_class);   // kstage.Read, ks
 void register_map(nb::module_& m, nb::handle stage_class);    // kstage.Map, kstage.MapGroup
 void register_tensor(nb::module_& m);                         // kstage.Tensor
 
+// The Arrow PyCapsule interface of a read group (arrow_capsules.cpp): (schema, array) capsules
+// of kstage_group_export_arrow -- "arrow_array" (Host: host data only) or "arrow_device_array".
+enum class ArrowKind { Host, Device };
+nb::tuple arrow_capsules(kstage_stage_t stage, kstage_group_t group, uint64_t flags, ArrowKind kind);
+
 }  // namespace kstage_py

@@ -7,6 +7,8 @@
 // outlives the data it shows.
 #include "binding.hpp"
 
+#include <kstage/kstage_arrow.h>
+
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/string.h>
@@ -236,6 +238,14 @@ class ReadGroup {
     if (p.info.is_array) buffer_error("an array group has one tensor per prim: export group.tensor(i)");
     return export_dlpack(*pin, 0, stream, max_version, dl_device, copy, readonly, false);
   }
+  // The Arrow PyCapsule interface (arrow_capsules.cpp), with kstage_arrow.h's flags.
+  nb::tuple arrow(uint64_t flags, ArrowKind kind, nb::handle requested_schema) {
+    if (!requested_schema.is_none())
+      throw nb::type_error("kstage exports its own schema: requested_schema must be None");
+    std::shared_ptr<GroupPin> pin = pin_;  // the export releases the GIL
+    const GroupPin& p = alive();
+    return arrow_capsules(p.stage->id, p.info.handle, flags, kind);
+  }
   std::string repr() const {
     if (!pin_ || pin_->released) return "<kstage.ReadGroup (released)>";
     if (pin_->stage->id == 0) return "<kstage.ReadGroup (stage closed)>";
@@ -298,6 +308,26 @@ class Read {
   bool device_index_map_;  // GroupPin::device_index_map of every group
 };
 
+// A group with a path column for Arrow consumers: ReadGroup.arrow(paths=...).
+struct ArrowView {
+  nb::object group;  // the ReadGroup
+  uint64_t flags = 0;
+};
+
+uint64_t arrow_flags(nb::handle paths) {
+  if (paths.is_none()) return 0;
+  const std::string p = nb::cast<std::string>(paths);
+  if (p == "ids") return KSTAGE_ARROW_PATH_IDS;
+  if (p == "strings") return KSTAGE_ARROW_PATH_STRINGS;
+  throw nb::value_error("paths must be None, \"ids\" or \"strings\"");
+}
+
+void no_device_kwargs(const nb::kwargs& kwargs) {
+  for (auto [key, value] : kwargs)
+    if (!value.is_none())
+      throw nb::type_error(("__arrow_c_device_array__: kstage does not take " + nb::cast<std::string>(key)).c_str());
+}
+
 nb::object group_dlpack(nb::handle self, nb::handle stream, nb::handle max_version, nb::handle dl_device,
                         nb::handle copy, nb::handle readonly) {
   return nb::inst_ptr<ReadGroup>(self)->dlpack(stream, max_version, dl_device, copy, readonly);
@@ -306,7 +336,7 @@ nb::object group_dlpack(nb::handle self, nb::handle stream, nb::handle max_versi
 }  // namespace
 
 void register_read(nb::module_& m, nb::handle stage_class) {
-  nb::class_<ReadGroup>(m, "ReadGroup",
+  auto group_class = nb::class_<ReadGroup>(m, "ReadGroup",
                         "One group of a read: prims with the same column and device, and their "
                         "tensors (pinned snapshot data). A context manager: released on exit, or "
                         "when collected.")
@@ -348,6 +378,50 @@ void register_read(nb::module_& m, nb::handle stage_class) {
       .def("__repr__", &ReadGroup::repr);
 
   install_dlpack_method<&group_dlpack>(m.attr("ReadGroup"));
+
+  // Arrow (kstage/kstage_arrow.h): the group's column, zero-copy where its memory allows.
+  auto arrow_array = [](ReadGroup& g, nb::handle requested_schema, uint64_t flags) {
+    return g.arrow(flags, ArrowKind::Host, requested_schema);
+  };
+  auto arrow_device = [](ReadGroup& g, nb::handle requested_schema, uint64_t flags, const nb::kwargs& kw) {
+    no_device_kwargs(kw);
+    return g.arrow(flags, ArrowKind::Device, requested_schema);
+  };
+  group_class
+      .def("__arrow_c_array__",
+           [arrow_array](ReadGroup& g, nb::handle rs) { return arrow_array(g, rs, 0); },
+           nb::arg("requested_schema") = nb::none(),
+           "Arrow PyCapsules (schema, array) of the group's column (host data): pyarrow.array(group).")
+      .def("__arrow_c_device_array__",
+           [arrow_device](ReadGroup& g, nb::handle rs, nb::kwargs kw) { return arrow_device(g, rs, 0, kw); },
+           nb::arg("requested_schema") = nb::none(), nb::arg("kwargs"),
+           "Arrow PyCapsules (schema, device array) of the group's column, on its device.")
+      .def("__arrow_c_schema__",
+           [](ReadGroup& g) { return nb::object(g.arrow(0, ArrowKind::Device, nb::none())[0]); },
+           "The Arrow schema capsule of the group's column.")
+      .def("arrow",
+           [](nb::object self, nb::handle paths) {
+             ArrowView v;
+             v.group = self;
+             v.flags = arrow_flags(paths);
+             return v;
+           },
+           nb::arg("paths") = nb::none(),
+           "The group for an Arrow consumer with a path column: paths=\"ids\" (uint64) or "
+           "\"strings\" (dictionary-encoded) makes a struct of \"path\" and the column "
+           "(pyarrow.array(group.arrow(paths=\"strings\"))).");
+  nb::class_<ArrowView>(m, "ArrowView", "A read group with its prims as a path column, for Arrow consumers.")
+      .def("__arrow_c_array__",
+           [arrow_array](ArrowView& v, nb::handle rs) { return arrow_array(nb::cast<ReadGroup&>(v.group), rs, v.flags); },
+           nb::arg("requested_schema") = nb::none())
+      .def("__arrow_c_device_array__",
+           [arrow_device](ArrowView& v, nb::handle rs, nb::kwargs kw) {
+             return arrow_device(nb::cast<ReadGroup&>(v.group), rs, v.flags, kw);
+           },
+           nb::arg("requested_schema") = nb::none(), nb::arg("kwargs"))
+      .def("__arrow_c_schema__", [](ArrowView& v) {
+        return nb::object(nb::cast<ReadGroup&>(v.group).arrow(v.flags, ArrowKind::Device, nb::none())[0]);
+      });
 
   static PyType_Slot read_slots[] = {{Py_tp_iternext, reinterpret_cast<void*>(&iternext<Read>)}, {0, nullptr}};
   nb::class_<Read>(m, "Read",
