@@ -19,7 +19,8 @@
 #   fuzz      the `fuzz` preset (clang-14 + libFuzzer + ASan/UBSan; `setup.sh --fuzz` installs
 #             clang-14 and libclang-rt-14-dev with apt-get when missing): builds the fuzz target,
 #             replays the seed corpus (ctest --preset fuzz), then runs scripts/fuzz.sh for
-#             KSTAGE_FUZZ_SECONDS seconds (default 60; 0 skips the fuzzing run).
+#             KSTAGE_FUZZ_SECONDS seconds (default 30; 0 skips the fuzzing run; scripts/fuzz.sh alone
+#             fuzzes for as long as asked).
 #   cuda      the CUDA build (`scripts/setup.sh --cuda` builds its Kokkos with the machine's nvcc):
 #             configure and build only, test programs included. They need a GPU and run with
 #             scripts/gpu-check.sh; no GPU is needed here: the leg packs the GPU bundle and
@@ -71,7 +72,7 @@ else
   echo "kstage test.sh: no nvcc on this machine: the cuda leg (build only) is skipped"
 fi
 JOBS=${KSTAGE_JOBS:-2}
-FUZZ_SECONDS=${KSTAGE_FUZZ_SECONDS:-60}
+FUZZ_SECONDS=${KSTAGE_FUZZ_SECONDS:-30}
 TEST_JAX=${KSTAGE_TEST_JAX:-1}
 
 setup_args=()
