@@ -2,6 +2,7 @@
 // Arrow C Device Data Interface export of read groups (kstage/kstage_arrow.h).
 #include <kstage/kstage_arrow.h>
 
+#include "api/descriptors.hpp"
 #include "api/guard.hpp"
 #include "api/handles.hpp"
 #include "core/arrow_export.hpp"
@@ -25,5 +26,43 @@ extern "C" kstage_status_t kstage_group_export_arrow(kstage_stage_t stage, kstag
     names.attribute = attribute ? *attribute : std::to_string(g->desc.attribute);
     names.path = [&dictionary](uint64_t p) { return dictionary.path(p); };
     return core::export_group_arrow(*g, names, flags, schema, array);
+  });
+}
+
+extern "C" kstage_status_t kstage_read_export_arrow(kstage_stage_t stage, kstage_query_t query,
+                                                    const kstage_token_t* attributes, uint64_t n,
+                                                    const kstage_read_desc_t* desc, uint64_t flags,
+                                                    struct ArrowSchema* schema, struct ArrowDeviceArray* array) {
+  return guard("kstage::read_export_arrow", [&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    KSTAGE_RETURN_NOT_OK(need(schema, "schema"));
+    KSTAGE_RETURN_NOT_OK(need(array, "array"));
+    if (n == 0 || attributes == nullptr)
+      return error(KSTAGE_INVALID_ARGUMENT, "attributes is %s and n is %llu: a record batch needs at least one",
+                   attributes ? "set" : "NULL", (unsigned long long)n);
+    core::PrimList prims;
+    KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s->queries, query, Kind::Query));
+    kstage_read_desc_t d = kstage_read_desc_init();
+    if (desc) {
+      KSTAGE_ASSIGN_OR_RETURN(d, read_descriptor(desc, "desc"));
+    }
+    std::vector<std::unique_ptr<core::ReadGroup>> groups;
+    KSTAGE_ASSIGN_OR_RETURN(groups, s->engine->read(prims, attributes, n, d));
+    std::vector<const core::ReadGroup*> view;
+    for (auto& g : groups) {
+      g->publish_prims();
+      view.push_back(g.get());
+    }
+    core::Dictionary& dictionary = s->engine->dictionary();
+    std::vector<uint64_t> tokens(attributes, attributes + n);
+    std::vector<std::string> names;
+    for (uint64_t t : tokens) {
+      const std::string* name = dictionary.token(t);
+      names.push_back(name ? *name : std::to_string(t));
+    }
+    core::ArrowNames arrow_names;
+    arrow_names.path = [&dictionary](uint64_t p) { return dictionary.path(p); };
+    return core::export_read_arrow(*prims, view, tokens, names, arrow_names, flags, schema, array);
   });
 }

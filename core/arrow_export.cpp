@@ -18,7 +18,9 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace kstage::core {
@@ -27,7 +29,7 @@ namespace {
 // ---- what the buffers point into -------------------------------------------------------------
 
 struct Holder {
-  BufferPtr group_buffer;                      // the group's snapshot (zero-copy values)
+  std::vector<BufferPtr> group_buffers;        // the groups' snapshots (zero-copy values)
   std::vector<std::vector<std::byte>> host;    // the export's own host buffers
   std::vector<BufferPtr> device;               // their device copies (device groups)
   CompletionPtr ready;                         // the work the consumer waits for (device)
@@ -37,7 +39,7 @@ struct Holder {
   // released any more (as a late DLPack deleter does, the buffers are left to the process).
   ~Holder() {
     if (!kokkos_is_running()) {
-      new BufferPtr(std::move(group_buffer));
+      for (BufferPtr& b : group_buffers) new BufferPtr(std::move(b));
       for (BufferPtr& b : device) new BufferPtr(std::move(b));
       new CompletionPtr(std::move(ready));
     }
@@ -49,6 +51,8 @@ struct Holder {
 struct Node {
   std::string format, name;
   int64_t length = 0;
+  int64_t null_count = 0;  // > 0: buffers[0] is the validity bitmap
+  bool nullable = false;   // the field may hold nulls (a record batch's column)
   std::vector<const void*> buffers;
   std::vector<std::unique_ptr<Node>> children;
   std::unique_ptr<Node> dictionary;
@@ -89,7 +93,9 @@ const char* primitive_format(DLDataType d) {
 // Builds the nodes; `device` (null: a host group) is where the export's own buffers must go.
 class Builder {
  public:
-  Builder(const ReadGroup& g, Holder& h) : g_(g), h_(h), device_(g.device) {}
+  Builder(const ReadGroup& g, Holder& h) : g_(&g), h_(h), device_(g.device) {}
+  // Buffers of the export's own only (no group's column): in `device`'s memory, or the host.
+  Builder(Holder& h, Backend* device) : g_(nullptr), h_(h), device_(device) {}
 
   // A buffer of the export's own, in the group's memory: `bytes` host bytes, copied up for a
   // device group. Empty buffers point at a static zero (never NULL where Arrow needs one).
@@ -115,7 +121,7 @@ class Builder {
 
   // The column (named `name`).
   Result<std::unique_ptr<Node>> column(const std::string& name) {
-    const kstage_read_group_t& d = g_.desc;
+    const kstage_read_group_t& d = g_->desc;
     const DLDataType dt = d.dtype;
     const char* prim = primitive_format(dt);
     if (prim == nullptr)
@@ -130,10 +136,9 @@ class Builder {
     return d.is_array ? ragged(name, prim, is_bool) : fixed(name, prim, is_bool);
   }
 
-  // The prims as uint64 path ids, or dictionary-encoded path strings.
-  Result<std::unique_ptr<Node>> paths(bool strings, const ArrowNames& names) {
-    const uint64_t n = g_.desc.prim_count;
-    std::vector<uint64_t> ids(g_.desc.prims, g_.desc.prims + n);
+  // The prims `ids` as uint64 path ids, or dictionary-encoded path strings.
+  Result<std::unique_ptr<Node>> paths(const std::vector<uint64_t>& ids, bool strings, const ArrowNames& names) {
+    const uint64_t n = ids.size();
     auto node = std::make_unique<Node>();
     node->name = "path";
     node->length = int64_t(n);
@@ -173,7 +178,6 @@ class Builder {
     return node;
   }
 
- private:
   static const std::byte* bytes_of(const DLTensor& t) {
     return static_cast<const std::byte*>(t.data) + t.byte_offset;
   }
@@ -213,10 +217,10 @@ class Builder {
   }
 
   Result<std::unique_ptr<Node>> fixed(const std::string& name, const char* prim, bool is_bool) {
-    const kstage_read_group_t& d = g_.desc;
+    const kstage_read_group_t& d = g_->desc;
     const uint64_t n = d.prim_count, lanes = d.dtype.lanes;
     const size_t row = size_t(d.dtype.bits / 8) * lanes;
-    const std::byte* base = n > 0 ? bytes_of(g_.tensors[0]) : nullptr;
+    const std::byte* base = n > 0 ? bytes_of(g_->tensors[0]) : nullptr;
     if (d.data.index_map == nullptr) return elements(name, prim, is_bool, base, n, lanes, false, nullptr);
     if (device_) {  // prim i's row gathered on the device (one kernel, the host map uploaded)
       BufferPtr out;
@@ -226,7 +230,7 @@ class Builder {
       c.dst_stride = int64_t(row);
       c.src = base;
       c.src_stride = int64_t(row);
-      c.src_index = g_.index_map->data() + g_.from;  // the host map (desc's may be the device's)
+      c.src_index = g_->index_map->data() + g_->from;  // the host map (desc's may be the device's)
       c.n = n;
       c.row_bytes = row;
       device_->row_copy(c);
@@ -241,7 +245,7 @@ class Builder {
   }
 
   Result<std::unique_ptr<Node>> ragged(const std::string& name, const char* prim, bool is_bool) {
-    const kstage_read_group_t& d = g_.desc;
+    const kstage_read_group_t& d = g_->desc;
     const uint64_t n = d.prim_count, lanes = d.dtype.lanes;
     const size_t elem = size_t(d.dtype.bits / 8) * lanes;
     std::vector<int64_t> offsets(n + 1, 0);
@@ -249,7 +253,7 @@ class Builder {
     bool in_place = true;  // rows back to back, in prim order
     std::vector<const DLTensor*> rows(n);
     for (uint64_t i = 0; i < n; ++i) {
-      const DLTensor* t = &g_.tensors[d.data.index_map ? d.data.index_map[i] : i];
+      const DLTensor* t = &g_->tensors[d.data.index_map ? d.data.index_map[i] : i];
       rows[i] = t;
       const int64_t len = t->ndim > 0 ? t->shape[0] : 1;
       if (len > 0) {
@@ -318,7 +322,8 @@ class Builder {
     return list;
   }
 
-  const ReadGroup& g_;
+ private:
+  const ReadGroup* g_;  // null: a Builder of the export's own buffers only
   Holder& h_;
   Backend* device_;
   bool uploaded_ = false;
@@ -372,7 +377,7 @@ void fill_array(const Node& n, const std::shared_ptr<Holder>& holder, ArrowArray
     throw;
   }
   out->length = n.length;
-  out->null_count = 0;
+  out->null_count = n.null_count;
   out->offset = 0;
   out->n_buffers = int64_t(p->buffers.size());
   out->n_children = int64_t(p->children.size());
@@ -430,7 +435,7 @@ void fill_schema(const Node& n, ArrowSchema* out) {
   out->format = p->format.c_str();
   out->name = p->name.c_str();
   out->metadata = nullptr;
-  out->flags = 0;  // no nulls anywhere: not nullable
+  out->flags = n.nullable ? ARROW_FLAG_NULLABLE : 0;
   out->n_children = int64_t(p->children.size());
   out->children = p->children.empty() ? nullptr : p->children.data();
   out->dictionary = p->dictionary;
@@ -438,10 +443,119 @@ void fill_schema(const Node& n, ArrowSchema* out) {
   out->private_data = p.release();
 }
 
-}  // namespace
+// The tree as C structs, filled into `schema` and `array` only when all of it is made. A device
+// export's consumer waits for `ready` (the group's own event) or, when the export did device
+// work of its own (uploads, gathers), for an event recorded now, after it.
+Status hand_out(const Node& root, const std::shared_ptr<Holder>& holder, Backend* device, DLDevice where,
+                const CompletionPtr* ready, ArrowSchema* schema, ArrowDeviceArray* array) {
+  if (device) {
+    if (where.device_type == 0) where = device->device();
+    holder->ready = ready ? *ready : device->record();
+    if (holder->ready) holder->event = holder->ready->sync().event;
+  } else {
+    where = DLDevice{kDLCPU, 0};
+  }
+  ArrowSchema s{};
+  ArrowDeviceArray a{};
+  fill_schema(root, &s);
+  try {
+    fill_array(root, holder, &a.array);
+  } catch (...) {
+    release_schema(&s);
+    throw;
+  }
+  a.device_type = ArrowDeviceType(where.device_type);
+  a.device_id = where.device_id;
+  a.sync_event = holder->event != 0 ? static_cast<void*>(&holder->event) : nullptr;
+  *schema = s;
+  *array = a;
+  return Status::OK();
+}
 
-Status export_group_arrow(const ReadGroup& g, const ArrowNames& names, uint64_t flags,
-                          ArrowSchema* schema, ArrowDeviceArray* array) {
+// A record batch's column of attribute `name` from its groups `gs` (host data): row p is query
+// prim p, null where no group holds it. Built in memory of the export's own.
+Result<std::unique_ptr<Node>> gathered_column(Builder& b, const std::string& name,
+                                              const std::vector<const ReadGroup*>& gs,
+                                              const std::unordered_map<uint64_t, uint64_t>& row_of, uint64_t n) {
+  const kstage_read_group_t& d0 = gs.front()->desc;
+  const DLDataType dt = d0.dtype;
+  const char* prim = primitive_format(dt);
+  if (prim == nullptr)
+    return error(KSTAGE_NOT_SUPPORTED, "attribute '%s' is %s, which has no Arrow type", name.c_str(),
+                 dtype_string(dt).c_str());
+  const bool is_bool = dt.code == kDLBool;
+  const uint64_t lanes = dt.lanes;
+  const size_t elem = size_t(dt.bits / 8) * lanes;  // a fixed row, or one element of a ragged row
+  std::vector<std::byte> validity((n + 7) / 8, std::byte{0});
+  uint64_t filled = 0;
+  auto row_for = [&](uint64_t prim_id) {
+    const uint64_t p = row_of.at(prim_id);
+    validity[p / 8] |= std::byte(1u << (p % 8));
+    ++filled;
+    return p;
+  };
+  std::unique_ptr<Node> node;
+  if (!d0.is_array) {
+    std::vector<std::byte> values(n * elem, std::byte{0});
+    for (const ReadGroup* g : gs) {
+      const std::byte* base = g->desc.prim_count ? Builder::bytes_of(g->tensors[0]) : nullptr;
+      for (uint64_t i = 0; i < g->desc.prim_count; ++i) {
+        const uint64_t r = g->desc.data.index_map ? g->desc.data.index_map[i] : i;
+        std::memcpy(values.data() + row_for(g->desc.prims[i]) * elem, base + r * elem, elem);
+      }
+    }
+    if (is_bool) {
+      KSTAGE_ASSIGN_OR_RETURN(node, b.elements(name, prim, true, values.data(), n, lanes, false, nullptr));
+    } else {
+      KSTAGE_ASSIGN_OR_RETURN(node, b.elements(name, prim, false, nullptr, n, lanes, true, &values));
+    }
+  } else {
+    std::vector<const std::byte*> from(n, nullptr);
+    std::vector<uint64_t> length(n, 0);
+    for (const ReadGroup* g : gs)
+      for (uint64_t i = 0; i < g->desc.prim_count; ++i) {
+        const DLTensor& t = g->tensors[g->desc.data.index_map ? g->desc.data.index_map[i] : i];
+        const uint64_t p = row_for(g->desc.prims[i]);
+        length[p] = t.ndim > 0 ? uint64_t(t.shape[0]) : 1;
+        from[p] = Builder::bytes_of(t);
+      }
+    std::vector<int64_t> offsets(n + 1, 0);
+    for (uint64_t p = 0; p < n; ++p) offsets[p + 1] = offsets[p] + int64_t(length[p]);
+    std::vector<std::byte> packed(size_t(offsets[n]) * elem);
+    for (uint64_t p = 0; p < n; ++p)
+      if (length[p]) std::memcpy(packed.data() + offsets[p] * int64_t(elem), from[p], length[p] * elem);
+    const void* offs;
+    KSTAGE_ASSIGN_OR_RETURN(offs, b.own_values(offsets));
+    node = std::make_unique<Node>();
+    node->name = name;
+    node->length = int64_t(n);
+    if (d0.semantic == KSTAGE_SEMANTIC_STRING && lanes == 1 && dt.bits == 8 && !is_bool) {
+      node->format = "U";
+      const void* chars;
+      KSTAGE_ASSIGN_OR_RETURN(chars, b.own(std::move(packed)));
+      node->buffers = {nullptr, offs, chars};
+    } else {
+      node->format = "+L";
+      node->buffers = {nullptr, offs};
+      std::unique_ptr<Node> items;
+      const uint64_t total = uint64_t(offsets[n]);
+      if (is_bool) {
+        KSTAGE_ASSIGN_OR_RETURN(items, b.elements("item", prim, true, packed.data(), total, lanes, false, nullptr));
+      } else {
+        KSTAGE_ASSIGN_OR_RETURN(items, b.elements("item", prim, false, nullptr, total, lanes, true, &packed));
+      }
+      node->children.push_back(std::move(items));
+    }
+  }
+  node->nullable = true;
+  node->null_count = int64_t(n - filled);
+  if (node->null_count > 0) {
+    KSTAGE_ASSIGN_OR_RETURN(node->buffers[0], b.own(std::move(validity)));
+  }
+  return node;
+}
+
+Status check_flags(uint64_t flags) {
   const uint64_t known = KSTAGE_ARROW_PATH_IDS | KSTAGE_ARROW_PATH_STRINGS;
   if (flags & ~known)
     return error(KSTAGE_INVALID_ARGUMENT,
@@ -449,17 +563,27 @@ Status export_group_arrow(const ReadGroup& g, const ArrowNames& names, uint64_t 
                  (unsigned long long)flags);
   if ((flags & KSTAGE_ARROW_PATH_IDS) && (flags & KSTAGE_ARROW_PATH_STRINGS))
     return error(KSTAGE_INVALID_ARGUMENT, "flags: KSTAGE_ARROW_PATH_IDS or KSTAGE_ARROW_PATH_STRINGS, not both");
+  return Status::OK();
+}
+
+}  // namespace
+
+Status export_group_arrow(const ReadGroup& g, const ArrowNames& names, uint64_t flags,
+                          ArrowSchema* schema, ArrowDeviceArray* array) {
+  const uint64_t known = KSTAGE_ARROW_PATH_IDS | KSTAGE_ARROW_PATH_STRINGS;
+  KSTAGE_RETURN_NOT_OK(check_flags(flags));
   if (g.desc.is_delete)
     return error(KSTAGE_INVALID_ARGUMENT, "a tombstone group has no values to export");
   try {
     auto holder = std::make_shared<Holder>();
-    holder->group_buffer = g.pinned;
+    holder->group_buffers.push_back(g.pinned);
     Builder b(g, *holder);
     std::unique_ptr<Node> root;
     KSTAGE_ASSIGN_OR_RETURN(root, b.column(names.attribute));
     if (flags & known) {
       std::unique_ptr<Node> path;
-      KSTAGE_ASSIGN_OR_RETURN(path, b.paths((flags & KSTAGE_ARROW_PATH_STRINGS) != 0, names));
+      const std::vector<uint64_t> ids(g.desc.prims, g.desc.prims + g.desc.prim_count);
+      KSTAGE_ASSIGN_OR_RETURN(path, b.paths(ids, (flags & KSTAGE_ARROW_PATH_STRINGS) != 0, names));
       auto record = std::make_unique<Node>();
       record->format = "+s";
       record->name = "";
@@ -469,32 +593,98 @@ Status export_group_arrow(const ReadGroup& g, const ArrowNames& names, uint64_t 
       record->children.push_back(std::move(root));
       root = std::move(record);
     }
-    DLDevice where{kDLCPU, 0};
-    if (g.device) {
-      where = g.tensors.empty() ? g.device->device() : g.tensors[0].device;
-      // The consumer waits for the group's data and for the export's own uploads (after it on
-      // the device's stream): one event recorded now covers both.
-      holder->ready = b.uploaded() ? g.device->record() : g.ready;
-      if (holder->ready) holder->event = holder->ready->sync().event;
-    }
-    ArrowSchema s{};
-    ArrowDeviceArray a{};
-    fill_schema(*root, &s);
-    try {
-      fill_array(*root, holder, &a.array);
-    } catch (...) {
-      release_schema(&s);
-      throw;
-    }
-    a.device_type = ArrowDeviceType(where.device_type);
-    a.device_id = where.device_id;
-    a.sync_event = holder->event != 0 ? static_cast<void*>(&holder->event) : nullptr;
-    *schema = s;
-    *array = a;
-    return Status::OK();
+    return hand_out(*root, holder, g.device, g.tensors.empty() ? DLDevice{} : g.tensors[0].device,
+                    b.uploaded() ? nullptr : &g.ready, schema, array);
   } catch (const std::bad_alloc&) {
     return out_of_memory("no host memory for an Arrow export of %llu prims",
                          (unsigned long long)g.desc.prim_count);
+  }
+}
+
+Status export_read_arrow(const PrimSeq& query, const std::vector<const ReadGroup*>& groups,
+                         const std::vector<uint64_t>& attributes, const std::vector<std::string>& attribute_names,
+                         const ArrowNames& names, uint64_t flags, ArrowSchema* schema, ArrowDeviceArray* array) {
+  KSTAGE_RETURN_NOT_OK(check_flags(flags));
+  const uint64_t n = query.size();
+  // One device for the whole batch (an ArrowDeviceArray has one).
+  Backend* device = nullptr;
+  DLDevice where{};
+  bool seen = false;
+  for (const ReadGroup* g : groups) {
+    if (g->desc.is_delete || g->desc.prim_count == 0) continue;
+    const DLDevice d = g->tensors.empty() ? DLDevice{kDLCPU, 0} : g->tensors[0].device;
+    if (seen && (g->device != device || d.device_type != where.device_type || d.device_id != where.device_id))
+      return error(KSTAGE_NOT_SUPPORTED,
+                   "the attributes' columns are on different devices (%d:%d and %d:%d): an Arrow record batch "
+                   "is on one; read them to one (kstage_read_desc_t.target_device)",
+                   int(where.device_type), int(where.device_id), int(d.device_type), int(d.device_id));
+    device = g->device;
+    where = d;
+    seen = true;
+  }
+  try {
+    auto holder = std::make_shared<Holder>();
+    Builder own(*holder, device);
+    std::vector<uint64_t> ids(n);
+    for (uint64_t i = 0; i < n; ++i) ids[i] = query[i];
+    std::unordered_map<uint64_t, uint64_t> row_of;  // made when a column has nulls or another order
+    auto struct_node = std::make_unique<Node>();
+    struct_node->format = "+s";
+    struct_node->name = "";
+    struct_node->length = int64_t(n);
+    struct_node->buffers = {nullptr};
+    if (flags & (KSTAGE_ARROW_PATH_IDS | KSTAGE_ARROW_PATH_STRINGS)) {
+      std::unique_ptr<Node> path;
+      KSTAGE_ASSIGN_OR_RETURN(path, own.paths(ids, (flags & KSTAGE_ARROW_PATH_STRINGS) != 0, names));
+      struct_node->children.push_back(std::move(path));
+    }
+    bool device_work = own.uploaded();
+    int readies = 0;
+    const CompletionPtr* ready = nullptr;
+    for (size_t k = 0; k < attributes.size(); ++k) {
+      std::vector<const ReadGroup*> gs;
+      for (const ReadGroup* g : groups)
+        if (g->desc.attribute == attributes[k] && !g->desc.is_delete && g->desc.prim_count > 0) gs.push_back(g);
+      for (const ReadGroup* g : gs) {
+        holder->group_buffers.push_back(g->pinned);
+        if (g->ready) {
+          ++readies;
+          ready = &g->ready;
+        }
+      }
+      // The group's own column when it is the query's prims, in order: zero-copy as a group's.
+      const bool whole = gs.size() == 1 && gs[0]->desc.prim_count == n &&
+                         (n == 0 || std::memcmp(gs[0]->desc.prims, ids.data(), n * sizeof(uint64_t)) == 0);
+      std::unique_ptr<Node> column;
+      if (whole) {
+        Builder b(*gs[0], *holder);
+        KSTAGE_ASSIGN_OR_RETURN(column, b.column(attribute_names[k]));
+        device_work = device_work || b.uploaded();
+      } else if (device) {
+        return error(KSTAGE_NOT_SUPPORTED,
+                     "attribute '%s' is held by %s of the query's prims: a record batch with nulls is made on "
+                     "the host; read to the host (kstage_read_desc_t.target_device kDLCPU)",
+                     attribute_names[k].c_str(), gs.empty() ? "none" : "only some");
+      } else if (gs.empty()) {  // no prim holds it: a column of nulls (its type unknown: Arrow's null)
+        column = std::make_unique<Node>();
+        column->format = "n";
+        column->name = attribute_names[k];
+        column->length = int64_t(n);
+        column->null_count = int64_t(n);
+        column->nullable = true;
+      } else {
+        if (row_of.empty())
+          for (uint64_t i = 0; i < n; ++i) row_of.emplace(ids[i], i);
+        KSTAGE_ASSIGN_OR_RETURN(column, gathered_column(own, attribute_names[k], gs, row_of, n));
+      }
+      struct_node->children.push_back(std::move(column));
+    }
+    device_work = device_work || own.uploaded();
+    return hand_out(*struct_node, holder, device, where, device_work || readies > 1 ? nullptr : ready, schema, array);
+  } catch (const std::bad_alloc&) {
+    return out_of_memory("no host memory for an Arrow record batch of %llu prims", (unsigned long long)n);
+  } catch (const std::out_of_range&) {
+    return error(KSTAGE_INTERNAL, "a read group holds a prim that is not in its query");
   }
 }
 

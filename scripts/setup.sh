@@ -661,12 +661,13 @@ ensure_python_headers() {
 }
 
 # The Arrow consumers tests/python_package/test_arrow.py checks kstage's export with (the PyCapsule
-# interface with device arrays: pyarrow >= 16, nanoarrow >= 0.6).
-ARROW_PINS="pyarrow>=16 nanoarrow>=0.6 polars>=1.0"
+# interface with device arrays: pyarrow >= 16, nanoarrow >= 0.6), and DuckDB (the Python example
+# and the tests query kstage columns with it).
+ARROW_PINS="pyarrow>=16 nanoarrow>=0.6 polars>=1.0 duckdb>=1.1"
 
 python_package_venv() {
   python_venv python-venv "$DEPS_DIR/python-venv" 1 \
-    'import numpy, pytest, nanobind, scikit_build_core, matplotlib, jax, pyarrow, nanoarrow, polars; print("numpy", numpy.__version__, "nanobind", nanobind.__version__, "scikit-build-core", scikit_build_core.__version__, "jax", jax.__version__, "pyarrow", pyarrow.__version__)' \
+    'import numpy, pytest, nanobind, scikit_build_core, matplotlib, jax, pyarrow, nanoarrow, polars, duckdb; print("numpy", numpy.__version__, "nanobind", nanobind.__version__, "scikit-build-core", scikit_build_core.__version__, "jax", jax.__version__, "pyarrow", pyarrow.__version__)' \
     "numpy>=2.1" pytest "nanobind>=2.4" "scikit-build-core>=0.10" matplotlib "$JAX_PIN" $ARROW_PINS
 }
 

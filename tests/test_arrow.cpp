@@ -394,3 +394,94 @@ TEST_CASE("Arrow export errors name the input and leave the out-structs untouche
   KS_OK(kstage_release_group(s.stage, tg.handle));
   KS_OK(kstage_release_read(s.stage, r));
 }
+
+TEST_CASE("a read of several attributes is a record batch: the query's prims as rows, nulls where a prim "
+          "lacks an attribute", "[arrow][record_batch]") {
+  Stage s(host_execution());
+  const kstage_token_t x = s.token("x"), sparse = s.token("sparse"), nbrs = s.token("neighbours"),
+                       never = s.token("never");
+  const auto prims = s.paths("/p", 4);
+  const kstage_query_t q = ordered(s, prims);
+  s.write_f32(q, x, 1, {1, 2, 3, 4, 5, 6, 7, 8}, 2);
+  s.write_f32(ordered(s, {prims[0], prims[2]}), sparse, 1, {10, 30});
+  std::vector<std::vector<int32_t>> rows = {{1}, {2, 3}, {}, {4, 5, 6}};
+  std::vector<int64_t> shapes = {1, 2, 0, 3};
+  std::vector<DLTensor> rt;
+  for (size_t i = 0; i < rows.size(); ++i)
+    rt.push_back(tensor(rows[i].empty() ? nullptr : rows[i].data(), i32(), 1, &shapes[i]));
+  KS_OK(s.write(q, nbrs, 1, write_data(rt.data(), rt.size(), true)));
+  s.seal(1);
+  const kstage_token_t all3[3] = {x, sparse, nbrs};
+
+  kstage_read_desc_t to_host = kstage_read_desc_init();
+  to_host.target_device = DLDevice{kDLCPU, 0};
+  if (kOnDevice) {  // nulls are gathered on the host: a batch of device columns that needs them is refused
+    ArrowSchema schema{};
+    ArrowDeviceArray array{};
+    KS_FAILS(kstage_read_export_arrow(s.stage, q, all3, 3, nullptr, 0, &schema, &array), KSTAGE_NOT_SUPPORTED,
+             "'sparse'");
+    CHECK(array.array.release == nullptr);
+    // Whole columns stay on the device, zero-copy.
+    Exported e;
+    const kstage_token_t whole[1] = {x};
+    KS_OK(kstage_read_export_arrow(s.stage, q, whole, 1, nullptr, 0, &e.schema, &e.array));
+    CHECK(e.array.device_type == int32_t(kResidency.device_type));
+    CHECK(values<float>(e.array, *e.array.array.children[0]->children[0], 1, 8) ==
+          std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8});
+  }
+  Exported e;
+  KS_OK(kstage_read_export_arrow(s.stage, q, all3, 3, kOnDevice ? &to_host : nullptr, KSTAGE_ARROW_PATH_IDS,
+                                 &e.schema, &e.array));
+  CHECK(std::string(e.schema.format) == "+s");
+  REQUIRE(e.schema.n_children == 4);
+  CHECK(std::string(e.schema.children[0]->name) == "path");
+  CHECK(std::string(e.schema.children[1]->name) == "x");
+  CHECK(std::string(e.schema.children[1]->format) == "+w:2");
+  CHECK(e.schema.children[1]->flags == 0);  // every prim holds it: not nullable
+  CHECK(std::string(e.schema.children[2]->name) == "sparse");
+  CHECK((e.schema.children[2]->flags & ARROW_FLAG_NULLABLE) != 0);
+  CHECK(std::string(e.schema.children[3]->format) == "+L");
+  CHECK(e.array.device_type == ARROW_DEVICE_CPU);
+  const ArrowArray& a = e.array.array;
+  CHECK(a.length == 4);
+  REQUIRE(a.n_children == 4);
+  CHECK(values<uint64_t>(e.array, *a.children[0], 1, 4) == std::vector<uint64_t>(prims.begin(), prims.end()));
+  CHECK(values<float>(e.array, *a.children[1]->children[0], 1, 8) == std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8});
+  const ArrowArray& sp = *a.children[2];
+  CHECK(sp.null_count == 2);
+  REQUIRE(sp.buffers[0] != nullptr);
+  const auto valid = buffer(e.array, sp, 0, 1);
+  CHECK((valid[0] & 0x0f) == 0x05);  // prims 0 and 2
+  const auto sv = values<float>(e.array, sp, 1, 4);
+  CHECK(sv[0] == 10);
+  CHECK(sv[2] == 30);
+  const ArrowArray& nb = *a.children[3];
+  CHECK(values<int64_t>(e.array, nb, 1, 5) == std::vector<int64_t>{0, 1, 3, 3, 6});
+  CHECK(values<int32_t>(e.array, *nb.children[0], 1, 6) == std::vector<int32_t>{1, 2, 3, 4, 5, 6});
+
+  // A query in another order than the column (gathered), and an attribute no prim holds.
+  Exported r;
+  const kstage_token_t two[2] = {x, never};
+  KS_OK(kstage_read_export_arrow(s.stage, ordered(s, {prims[3], prims[1]}), two, 2, kOnDevice ? &to_host : nullptr,
+                                 0, &r.schema, &r.array));
+  REQUIRE(r.array.array.n_children == 2);
+  CHECK(values<float>(r.array, *r.array.array.children[0]->children[0], 1, 4) == std::vector<float>{7, 8, 3, 4});
+  CHECK(std::string(r.schema.children[1]->format) == "n");
+  CHECK(r.array.array.children[1]->null_count == 2);
+
+  // Errors: no attributes, bad flags, a stale query; the structs stay untouched.
+  ArrowSchema schema{};
+  ArrowDeviceArray array{};
+  KS_FAILS(kstage_read_export_arrow(s.stage, q, all3, 0, nullptr, 0, &schema, &array), KSTAGE_INVALID_ARGUMENT,
+           "at least one");
+  KS_FAILS(kstage_read_export_arrow(s.stage, q, nullptr, 2, nullptr, 0, &schema, &array), KSTAGE_INVALID_ARGUMENT,
+           "NULL");
+  KS_FAILS(kstage_read_export_arrow(s.stage, q, all3, 3, nullptr, 8, &schema, &array), KSTAGE_INVALID_ARGUMENT,
+           "unknown bits");
+  KS_FAILS(kstage_read_export_arrow(s.stage, q + 1000, all3, 3, nullptr, 0, &schema, &array), KSTAGE_INVALID_HANDLE,
+           "");
+  KS_FAILS(kstage_read_export_arrow(s.stage, q, all3, 3, nullptr, 0, nullptr, &array), KSTAGE_INVALID_ARGUMENT,
+           "schema");
+  CHECK(array.array.release == nullptr);
+  CHECK(schema.release == nullptr);
+}

@@ -35,6 +35,11 @@ installed too -- read back *without kstage*, by the file layout of docs/adios2.m
 must be the model's, and a second picture (FILE.png next to the plot: the file's particles from
 above and from the side, coloured by speed) is drawn from the file alone.
 
+Where pyarrow and DuckDB are installed, the final state also goes to DuckDB as an Arrow table
+(``stage.to_arrow``: the particles' paths, positions and velocities, without a copy of the
+columns), and a SQL query over it -- how many particles are above z = 1, their mean speed -- is
+checked against the model.
+
 Run it against a build tree with ``PYTHONPATH=<build>/python`` (configure with
 ``-DKSTAGE_BUILD_PYTHON=ON``), or after ``pip install .``; it needs numpy and matplotlib.
 """
@@ -153,6 +158,26 @@ def checkpoint(stage, path, model_pos, model_vel, picture):
     plt.close(fig)
     print(f"  checkpoint: {path}, read back with ADIOS2's own reader: {n} positions and velocities "
           f"as the model's; picture {picture}")
+
+
+def sql_over_arrow(stage, query, model_pos, model_vel):
+    """The final state as an Arrow table (stage.to_arrow), queried with DuckDB's SQL."""
+    try:
+        import duckdb
+        import pyarrow as pa
+    except ImportError as e:
+        print(f"  DuckDB: skipped ({e.name} is not installed)")
+        return
+    state = pa.table(stage.to_arrow(query, ["position", "velocity"], paths="strings"))  # noqa: F841 (SQL)
+    above, speed = duckdb.sql(
+        "SELECT count(*), avg(sqrt(velocity[1]*velocity[1] + velocity[2]*velocity[2] + velocity[3]*velocity[3])) "
+        "FROM state WHERE position[3] > 1").fetchall()[0]
+    high = model_pos[:, 2] > 1
+    want_speed = float(np.linalg.norm(model_vel[high].astype(np.float64), axis=1).mean()) if high.any() else None
+    if above != int(high.sum()) or (want_speed is not None and abs(speed - want_speed) > 1e-4 * max(1.0, want_speed)):
+        raise Mismatch(f"DuckDB over kstage's Arrow table: {above} particles above z = 1 (mean speed {speed}), "
+                       f"the model says {int(high.sum())} ({want_speed})")
+    print(f"  DuckDB: {above} particles above z = 1, mean speed {speed:.4f} (SQL over stage.to_arrow, as the model)")
 
 
 def run(n, ticks, percent, seed, out, checkpoint_path=None):
@@ -286,6 +311,7 @@ def run(n, ticks, percent, seed, out, checkpoint_path=None):
     print(f"  position storage: read zero-copy every tick; it moved before ticks {moves or 'none'} "
           f"(a view of tick 1 was held across its write{', and kept its values' if snapshot_checked else ''})")
     print(f"  plot: {out}")
+    sql_over_arrow(stage, everyone, model_pos, model_vel)
     if checkpoint_path:
         checkpoint(stage, checkpoint_path, model_pos, model_vel, checkpoint_path + ".png")
     print("python particles: OK")

@@ -181,6 +181,26 @@ KSTAGE_API kstage_status_t kstage_group_export_arrow(kstage_stage_t stage, kstag
                                                      uint64_t flags, struct ArrowSchema* schema,
                                                      struct ArrowDeviceArray* array);
 
+/**
+ * \brief Read `attributes` (n of them, distinct tokens) of `query`'s prims as one Arrow record
+ * batch: a struct array whose row i is query prim i, with a column per attribute, named by it,
+ * after a "path" column when `flags` asks for one (as kstage_group_export_arrow). `desc` is the
+ * read's (NULL: the latest sealed values; a change range leaves the prims that did not change
+ * null). A column is its read group's own memory, zero-copy as in kstage_group_export_arrow,
+ * when one group holds it for every query prim in query order; otherwise it is gathered into
+ * memory of the export's own, nullable, with a null for each prim that does not hold the
+ * attribute (a column no prim holds is Arrow's null type). Gathering happens on the host: a
+ * batch of device columns that would need it is NOT_SUPPORTED (read to the host with
+ * desc->target_device kDLCPU), as is a batch whose columns are on different devices. The read
+ * is the call's own: nothing needs releasing but the structs. Errors as kstage_read_attributes
+ * and kstage_group_export_arrow; INVALID_ARGUMENT when n is 0. (Added in 0.4.)
+ */
+KSTAGE_API kstage_status_t kstage_read_export_arrow(kstage_stage_t stage, kstage_query_t query,
+                                                    const kstage_token_t* attributes, uint64_t n,
+                                                    const kstage_read_desc_t* desc, uint64_t flags,
+                                                    struct ArrowSchema* schema,
+                                                    struct ArrowDeviceArray* array);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The Arrow PyCapsule interface (https://arrow.apache.org/docs/format/CDataInterface/PyCapsuleInterface.html)
-// over kstage_group_export_arrow: the capsules "arrow_schema", "arrow_array" and
+// over kstage_group_export_arrow and kstage_read_export_arrow: the capsules "arrow_schema", "arrow_array" and
 // "arrow_device_array" that pyarrow, polars, nanoarrow and DuckDB take without a copy.
 //
 // Each capsule owns its struct: its destructor releases what a consumer did not move out
@@ -42,7 +42,7 @@ nb::object capsule(void* p, const char* name, PyCapsule_Destructor free) {
 
 }  // namespace
 
-nb::tuple arrow_capsules(kstage_stage_t stage, kstage_group_t group, uint64_t flags, ArrowKind kind) {
+nb::tuple arrow_capsules(const ArrowExport& make, ArrowKind kind) {
   auto schema = std::make_unique<ArrowSchema>();
   auto device = std::make_unique<ArrowDeviceArray>();
   *schema = ArrowSchema{};
@@ -50,7 +50,7 @@ nb::tuple arrow_capsules(kstage_stage_t stage, kstage_group_t group, uint64_t fl
   kstage_status_t status;
   {
     ReleaseGil gil;  // a device export may wait for the device's queue
-    status = kstage_group_export_arrow(stage, group, flags, schema.get(), device.get());
+    status = make(schema.get(), device.get());
   }
   check(status);
   // From here the structs own kstage's release callbacks: each goes into its capsule at once.
@@ -64,7 +64,7 @@ nb::tuple arrow_capsules(kstage_stage_t stage, kstage_group_t group, uint64_t fl
   } guard{schema.get(), device.get()};
   if (kind == ArrowKind::Host && device->device_type != ARROW_DEVICE_CPU)
     raise_error(KSTAGE_INVALID_ARGUMENT,
-                "__arrow_c_array__: the group's data is on a device (Arrow device type " +
+                "__arrow_c_array__: the data is on a device (Arrow device type " +
                     std::to_string(device->device_type) + "): use __arrow_c_device_array__, or read it "
                     "with device=\"cpu\"");
   nb::object s = capsule(schema.get(), "arrow_schema", &schema_capsule_free);

@@ -8,6 +8,8 @@
 // engine's; nothing here re-implements one.
 #pragma once
 
+#include <functional>
+
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
@@ -21,6 +23,7 @@
 
 #include <dlpack/dlpack.h>
 #include <kstage/kstage.h>
+#include <kstage/kstage_arrow.h>
 
 namespace kstage_py {
 
@@ -338,9 +341,11 @@ void register_read(nb::module_& m, nb::handle stage_class);   // kstage.Read, ks
 void register_map(nb::module_& m, nb::handle stage_class);    // kstage.Map, kstage.MapGroup
 void register_tensor(nb::module_& m);                         // kstage.Tensor
 
-// The Arrow PyCapsule interface of a read group (arrow_capsules.cpp): (schema, array) capsules
-// of kstage_group_export_arrow -- "arrow_array" (Host: host data only) or "arrow_device_array".
+// The Arrow PyCapsule interface (arrow_capsules.cpp): (schema, array) capsules of an export
+// (`make`: kstage_group_export_arrow or kstage_read_export_arrow, called without the GIL) --
+// "arrow_array" (Host: host data only) or "arrow_device_array".
 enum class ArrowKind { Host, Device };
-nb::tuple arrow_capsules(kstage_stage_t stage, kstage_group_t group, uint64_t flags, ArrowKind kind);
+using ArrowExport = std::function<kstage_status_t(ArrowSchema*, ArrowDeviceArray*)>;
+nb::tuple arrow_capsules(const ArrowExport& make, ArrowKind kind);
 
 }  // namespace kstage_py

@@ -244,7 +244,11 @@ class ReadGroup {
       throw nb::type_error("kstage exports its own schema: requested_schema must be None");
     std::shared_ptr<GroupPin> pin = pin_;  // the export releases the GIL
     const GroupPin& p = alive();
-    return arrow_capsules(p.stage->id, p.info.handle, flags, kind);
+    const kstage_stage_t stage = p.stage->id;
+    const kstage_group_t group = p.info.handle;
+    return arrow_capsules(
+        [=](ArrowSchema* s, ArrowDeviceArray* a) { return kstage_group_export_arrow(stage, group, flags, s, a); },
+        kind);
   }
   std::string repr() const {
     if (!pin_ || pin_->released) return "<kstage.ReadGroup (released)>";
@@ -327,6 +331,28 @@ void no_device_kwargs(const nb::kwargs& kwargs) {
     if (!value.is_none())
       throw nb::type_error(("__arrow_c_device_array__: kstage does not take " + nb::cast<std::string>(key)).c_str());
 }
+
+// Stage.to_arrow: a record batch of a read, exported when a consumer takes it (each take is a
+// read of the latest sealed state, or of the change range, at that moment).
+struct ArrowBatch {
+  StageRef stage;
+  nb::object query;  // as given: paths or a Query, resolved at each take
+  std::vector<kstage_token_t> tokens;
+  kstage_read_desc_t desc = kstage_read_desc_init();
+  uint64_t flags = 0;
+  nb::tuple capsules(ArrowKind kind, nb::handle requested_schema) {
+    if (!requested_schema.is_none())
+      throw nb::type_error("kstage exports its own schema: requested_schema must be None");
+    QueryArg q = query_arg(stage, query);
+    const kstage_stage_t s = stage->id;
+    const kstage_query_t id = q.id;
+    return arrow_capsules(
+        [&](ArrowSchema* out_schema, ArrowDeviceArray* out_array) {
+          return kstage_read_export_arrow(s, id, tokens.data(), tokens.size(), &desc, flags, out_schema, out_array);
+        },
+        kind);
+  }
+};
 
 nb::object group_dlpack(nb::handle self, nb::handle stream, nb::handle max_version, nb::handle dl_device,
                         nb::handle copy, nb::handle readonly) {
@@ -433,6 +459,48 @@ void register_read(nb::module_& m, nb::handle stage_class) {
       .def("release", &Read::release)
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__", [](Read& r, nb::args) { r.release(); });
+
+  nb::class_<ArrowBatch>(m, "ArrowBatch",
+                         "Stage.to_arrow's record batch for Arrow consumers (the PyCapsule interface): "
+                         "each consumer's take reads the stage at that moment.")
+      .def("__arrow_c_array__", [](ArrowBatch& b, nb::handle rs) { return b.capsules(ArrowKind::Host, rs); },
+           nb::arg("requested_schema") = nb::none())
+      .def("__arrow_c_device_array__",
+           [](ArrowBatch& b, nb::handle rs, nb::kwargs kw) {
+             no_device_kwargs(kw);
+             return b.capsules(ArrowKind::Device, rs);
+           },
+           nb::arg("requested_schema") = nb::none(), nb::arg("kwargs"))
+      .def("__arrow_c_schema__", [](ArrowBatch& b) { return nb::object(b.capsules(ArrowKind::Device, nb::none())[0]); });
+
+  stage_class.attr("to_arrow") = nb::cpp_function(
+      [](Stage& self, nb::object query, nb::handle attrs, nb::handle paths, nb::handle range, nb::handle device) {
+        ArrowBatch b;
+        b.stage = self.ref();
+        b.query = std::move(query);
+        if (PyUnicode_Check(attrs.ptr()) || PyLong_Check(attrs.ptr())) {
+          b.tokens.push_back(attribute_token(b.stage, attrs));
+        } else {
+          for (nb::handle a : attrs) b.tokens.push_back(attribute_token(b.stage, a));
+        }
+        if (!range.is_none()) {
+          auto [begin, end] = uint_pair(range, "range");
+          b.desc.change_range = true;
+          b.desc.range_begin = begin;
+          b.desc.range_end = end;
+        }
+        b.desc.target_device = device_arg(device);
+        b.flags = arrow_flags(paths);
+        return b;
+      },
+      nb::sig("def to_arrow(self, query: Query | str | collections.abc.Sequence[str] | collections.abc.Sequence[int], attrs: str | int | collections.abc.Sequence[str | int], *, paths: str | None = None, range: tuple[int, int] | None = None, device: typing.Any | None = None) -> ArrowBatch"),
+      nb::is_method(), nb::scope(stage_class), nb::arg("query"), nb::arg("attrs"), nb::kw_only(),
+      nb::arg("paths") = nb::none(), nb::arg("range") = nb::none(), nb::arg("device") = nb::none(),
+      "The query's prims as an Arrow record batch (kstage_read_export_arrow): one row per prim, a "
+      "column per attribute (null where a prim does not hold it), after a path column with "
+      "paths=\"ids\" or \"strings\". pyarrow.record_batch(stage.to_arrow(q, [\"pos\", \"mass\"])), "
+      "pyarrow.table(...), polars.from_arrow(...). Zero-copy for a column one group holds for "
+      "every prim in query order. device=\"cpu\" reads device columns to the host.");
 
   stage_class.attr("read") = nb::cpp_function(
       [](Stage& self, nb::handle query, nb::handle attrs, nb::handle range, bool compact, nb::handle device,

@@ -1,7 +1,7 @@
 # The dynamic symbols of libkstage are exactly its C API (every function
-# kstage.h declares with KSTAGE_API, nothing else named kstage_) plus the three
+# kstage.h and kstage_arrow.h declare with KSTAGE_API, nothing else named kstage_) plus the three
 # C++ functions include/kstage/dlpack.hpp calls into the library.
-#   cmake -DLIBRARY=<libkstage.so> -DNM=<nm> -DHEADER=<kstage.h> -P check_exports.cmake
+#   cmake -DLIBRARY=<libkstage.so> -DNM=<nm> -DHEADER=<kstage.h> [-DMORE_HEADERS=<h>|<h>...] -P check_exports.cmake
 cmake_minimum_required(VERSION 3.25)
 foreach(var LIBRARY NM HEADER)
   if(NOT DEFINED ${var})
@@ -42,6 +42,14 @@ foreach(line IN LISTS lines)
 endforeach()
 
 file(STRINGS "${HEADER}" declarations REGEX "^KSTAGE_API ")
+# libkstage's other public headers (kstage_arrow.h), '|'-separated.
+if(DEFINED MORE_HEADERS AND NOT MORE_HEADERS STREQUAL "")
+  string(REPLACE "|" ";" _more "${MORE_HEADERS}")
+  foreach(h IN LISTS _more)
+    file(STRINGS "${h}" more_declarations REGEX "^KSTAGE_API ")
+    list(APPEND declarations ${more_declarations})
+  endforeach()
+endif()
 if(DEFINED TEST_HEADER AND NOT TEST_HEADER STREQUAL "")
   # The emulated device's test API (test builds only, never installed).
   file(STRINGS "${TEST_HEADER}" test_declarations REGEX "^KSTAGE_API ")

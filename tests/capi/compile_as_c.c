@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
-/* kstage.h is a C header: this file includes it as C99 and runs a write/seal/read. */
+/* kstage.h and kstage_arrow.h are C headers: this file includes them as C99 and runs a
+ * write/seal/read, and an Arrow record batch of it. */
 #include <kstage/kstage.h>
+#include <kstage/kstage_arrow.h>
 
 #include <stdio.h>
 #include <string.h>
@@ -60,6 +62,20 @@ int main(void) {
   CHECK(kstage_release_group(stage, group.handle));
   if (kstage_fetch_read_next(stage, read, 0, &group) != KSTAGE_END_OF_ITERATION) return 1;
   CHECK(kstage_release_read(stage, read));
+  {
+    struct ArrowSchema schema;
+    struct ArrowDeviceArray batch;
+    const float* mass;
+    CHECK(kstage_read_export_arrow(stage, query, &attr, 1, NULL, KSTAGE_ARROW_PATH_IDS, &schema, &batch));
+    mass = (const float*)batch.array.children[1]->buffers[1];
+    if (strcmp(schema.format, "+s") != 0 || batch.array.length != 2 || batch.device_type != ARROW_DEVICE_CPU ||
+        mass[1] != 2.5f) {
+      fprintf(stderr, "unexpected Arrow record batch\n");
+      return 1;
+    }
+    batch.array.release(&batch.array);
+    schema.release(&schema);
+  }
   CHECK(kstage_destroy(stage));
   printf("kstage %u from C: ok\n", kstage_version());
   return 0;

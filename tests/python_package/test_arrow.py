@@ -171,3 +171,50 @@ def test_device_groups_export_on_their_device(emulated):
         assert np.array_equal(np.asarray(validated(h).values).reshape(8, 3), data)
     finally:
         s.close()
+
+
+def test_stage_to_arrow_is_a_record_batch_with_nulls(stage, paths4, q4, ragged):
+    rows, words = ragged
+    pos = np.arange(12, dtype=np.float32).reshape(4, 3)
+    stage.write("pos", q4, pos, 2).wait()
+    stage.write("mass", paths4[1:3], np.array([2.0, 3.0]), 2).wait()
+    stage.seal(2)
+    batch = stage.to_arrow(q4, ["pos", "mass", "label", "neighbours"], paths="strings")
+    rb = pa.record_batch(batch)
+    rb.validate(full=True)
+    leaves_valid(na.c_array(batch))
+    assert rb.schema.names == ["path", "pos", "mass", "label", "neighbours"]
+    assert rb.column("path").to_pylist() == paths4
+    assert np.array_equal(np.asarray(rb.column("pos").values).reshape(4, 3), pos)
+    assert rb.column("mass").to_pylist() == [None, 2.0, 3.0, None]
+    assert rb.schema.field("mass").nullable and not rb.schema.field("pos").nullable
+    assert rb.column("label").to_pylist() == words
+    assert rb.column("neighbours").to_pylist() == [r.tolist() for r in rows]
+    # A table, and polars, from the same batch; each take reads the stage as it is then.
+    t = pa.table(stage.to_arrow(q4, ["pos", "mass"]))
+    assert t.num_rows == 4
+    df = pl.from_arrow(t)
+    assert df["mass"].to_list() == [None, 2.0, 3.0, None]
+    # The column one group holds for every prim, in order, is that group's memory.
+    (g,) = stage.read(q4, "pos")
+    assert pa.record_batch(stage.to_arrow(q4, "pos")).column("pos").values.buffers()[1].address == \
+        np.from_dlpack(g).ctypes.data
+    # A change range: the prims that did not change in it are null.
+    changed = pa.record_batch(stage.to_arrow(q4, "mass", range=(2, 2)))
+    assert changed.column("mass").to_pylist() == [None, 2.0, 3.0, None]
+    with pytest.raises(kstage.InvalidArgument, match="unknown attribute|token|never"):
+        pa.record_batch(stage.to_arrow(q4, 12345))
+
+
+def test_duckdb_queries_kstage_columns():
+    duckdb = pytest.importorskip("duckdb")
+    s = kstage.Stage()
+    try:
+        paths = [f"/p{i}" for i in range(6)]
+        s.write("mass", paths, np.arange(6, dtype=np.float64), 1).wait()
+        s.seal(1)
+        t = pa.table(s.to_arrow(paths, "mass", paths="strings"))
+        got = duckdb.sql("SELECT count(*), sum(mass) FROM t WHERE mass > 2").fetchall()
+        assert got == [(3, 12.0)]
+    finally:
+        s.close()
