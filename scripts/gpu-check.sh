@@ -23,8 +23,9 @@
 #         3. runs every test program, each under its own cap (KSTAGE_GPU_CHECK_PROGRAM_SECONDS,
 #            default 90), within the whole budget (KSTAGE_GPU_CHECK_SECONDS, default 540);
 #         4. the GPU perf grid (`kstage_perf --device cuda --quick`);
-#         5. the Python package's CUDA paths (torch and cupy writes, reads, __dlpack__(stream=))
-#            when python3 has torch or cupy: builds the package there against the bundle's
+#         5. the Python package's CUDA paths (torch and cupy writes, reads, __dlpack__(stream=);
+#            Warp kernels on read and map groups, tests/python_package/test_warp.py) when python3
+#            has torch, cupy or warp: builds the package there against the bundle's
 #            Kokkos, for that python3, and runs tests/python_package.
 #       OUT (default DIR/results) gets at most 4 files, none over 16 MiB: summary.txt,
 #       logs.tar.gz (every program's log), perf.csv, python.txt. Exit 0 only when every test
@@ -256,11 +257,11 @@ python_step() {
   local have
   have=$("$py" - <<'PY' 2>/dev/null || true
 import importlib.util as u
-print(" ".join(m for m in ("torch", "cupy", "jax", "nanobind", "pytest", "numpy") if u.find_spec(m)))
+print(" ".join(m for m in ("torch", "cupy", "warp", "jax", "nanobind", "pytest", "numpy") if u.find_spec(m)))
 PY
 )
   echo "python: $("$py" --version 2>&1) with: ${have:-nothing}"
-  case " $have " in *" torch "*|*" cupy "*) ;; *) echo "python: neither torch nor cupy: skipped"; return 0 ;; esac
+  case " $have " in *" torch "*|*" cupy "*|*" warp "*) ;; *) echo "python: none of torch, cupy, warp: skipped"; return 0 ;; esac
   case " $have " in *" nanobind "*) ;; *) echo "python: no nanobind to build the package: skipped"; return 0 ;; esac
   if [ "$dry" = 1 ]; then
     echo "python: (dry run) would build the package for $py and run tests/python_package"

@@ -35,7 +35,7 @@
 #     (a python3 that is not Debian's, e.g. pyenv's, must bring its own);
 #   - a Python virtual environment in $KSTAGE_DEPS_DIR/python-venv, made the same way, with
 #     numpy, pytest, nanobind, scikit-build-core, matplotlib, jax[cpu] (the pinned jax), pyarrow,
-#     nanoarrow and polars (the Arrow tests) from
+#     nanoarrow, polars, duckdb (the Arrow tests) and warp-lang (the Warp tests) from
 #     the machine's configured pip index: for a developer build of the extension
 #     (cmake -DKSTAGE_BUILD_PYTHON=ON -DPython_EXECUTABLE=$KSTAGE_DEPS_DIR/python-venv/bin/python)
 #     and for `pip install --no-build-isolation` (docs/python.md).
@@ -661,14 +661,14 @@ ensure_python_headers() {
 }
 
 # The Arrow consumers tests/python_package/test_arrow.py checks kstage's export with (the PyCapsule
-# interface with device arrays: pyarrow >= 16, nanoarrow >= 0.6), and DuckDB (the Python example
-# and the tests query kstage columns with it).
-ARROW_PINS="pyarrow>=16 nanoarrow>=0.6 polars>=1.0 duckdb>=1.1"
+# interface with device arrays: pyarrow >= 16, nanoarrow >= 0.6), DuckDB (the Python example and
+# the tests query kstage columns with it), and NVIDIA Warp (test_warp.py: kernels on its CPU device).
+INTEROP_PINS="pyarrow>=16 nanoarrow>=0.6 polars>=1.0 duckdb>=1.1 warp-lang>=1.5"
 
 python_package_venv() {
   python_venv python-venv "$DEPS_DIR/python-venv" 1 \
-    'import numpy, pytest, nanobind, scikit_build_core, matplotlib, jax, pyarrow, nanoarrow, polars, duckdb; print("numpy", numpy.__version__, "nanobind", nanobind.__version__, "scikit-build-core", scikit_build_core.__version__, "jax", jax.__version__, "pyarrow", pyarrow.__version__)' \
-    "numpy>=2.1" pytest "nanobind>=2.4" "scikit-build-core>=0.10" matplotlib "$JAX_PIN" $ARROW_PINS
+    'import numpy, pytest, nanobind, scikit_build_core, matplotlib, jax, pyarrow, nanoarrow, polars, duckdb, warp; print("numpy", numpy.__version__, "nanobind", nanobind.__version__, "scikit-build-core", scikit_build_core.__version__, "jax", jax.__version__, "pyarrow", pyarrow.__version__)' \
+    "numpy>=2.1" pytest "nanobind>=2.4" "scikit-build-core>=0.10" matplotlib "$JAX_PIN" $INTEROP_PINS
 }
 
 # ADIOS2 for the bridge (adios2/): PyPI's serial wheel, which ships the C++ library and its CMake
