@@ -38,17 +38,14 @@
 #             python_jax_interop; not with KSTAGE_TEST_JAX=0), both with the venv that
 #             `scripts/setup.sh --python` makes (nanobind, numpy, pytest, jax[cpu], matplotlib
 #             from the machine's pip index; ~20 s the first time).
-#   python    the Python package (pyproject.toml, python/), installed as docs/python.md tells users:
-#             `scripts/setup.sh --python` (python3's headers), then a FRESH venv build/python-venv
-#             (python3 -m venv) and `pip install "<repo>[test]"` into it, with pip's build
-#             isolation (scikit-build-core and nanobind come from the pip index) and the
-#             scikit-build build folder kept in build/python-wheel (-C build-dir=...; the
-#             extension's objects are reused, libkstage is recompiled: scikit-build-core clears
-#             the CMake cache when the isolated build environment changes). Then, from outside the
-#             source tree (so that the installed package is what imports): pytest
+#   python    the self-contained wheel of the Python package (docs/python.md, "A wheel that
+#             installs anywhere"): scripts/build-wheel.sh (`pip wheel .` with pip's build
+#             isolation -- the source build users run -- then auditwheel repair: libkstage, Kokkos
+#             and the OpenMP runtime inside, the manylinux tag this machine honestly has), then
+#             scripts/test-wheel.sh: a fresh venv, `pip install "<wheel>[test]"`, and
 #             tests/python_package, examples/python/particles.py and perf/python_bench.py --quick
-#             (each skipped with a message if it does not exist). Not a CMake preset; about
-#             1.5 minutes on 2 cores (logs: build/test-logs/python-*.log).
+#             from a copy outside the source tree, as user `nobody`, to whom the dependency cache
+#             and the build tree are not readable (logs: build/test-logs/python-*.log).
 # The default (KSTAGE_TEST_PRESETS unset) is "default python asan tsan fuzz cuda hip". On 2 cores
 # it takes about 40 minutes with the dependencies cached (measured 2026-12-02, every program
 # rebuilt: default 321 s, python 118, asan 658, tsan 420, fuzz 163, cuda about 440, hip 231;
@@ -98,58 +95,29 @@ total_failed=0
 
 # The `python` leg (see the header). Appends to failed_presets and the test totals.
 python_leg() {
-  local venv=$ROOT/build/python-venv py log=$LOG_DIR/python
-  py=$venv/bin/python
-  echo "==== python leg: fresh venv $venv"
-  rm -rf "$venv"
+  local log=$LOG_DIR/python wheel rc=0 summary n
   rm -f "$log"-*.log   # no log of an earlier run next to this one's
-  if ! python3 -m venv "$venv"; then
-    failed_presets+=("python(venv)"); return
-  fi
-  echo "==== python leg: pip install \"$ROOT[test]\" (log: $log-install.log)"
+  echo "==== python leg: scripts/build-wheel.sh (log: $log-wheel.log)"
   local t0=$SECONDS
-  if ! CMAKE_BUILD_PARALLEL_LEVEL=$JOBS "$py" -m pip install -v "$ROOT[test]" \
-      -C build-dir="$ROOT/build/python-wheel" >"$log-install.log" 2>&1; then
-    tail -n 60 "$log-install.log"
-    echo "==== python leg: pip install FAILED (log: $log-install.log)"
-    failed_presets+=("python(install)"); return
+  if ! KSTAGE_SKIP_SETUP=1 KSTAGE_JOBS=$JOBS bash "$ROOT/scripts/build-wheel.sh" "$ROOT/build/wheel/dist" \
+      >"$log-wheel.log" 2>&1; then
+    tail -n 40 "$log-wheel.log"
+    echo "==== python leg: the wheel build FAILED"
+    failed_presets+=("python(wheel)"); return
   fi
-  echo "==== python leg: $(tail -n 1 "$log-install.log") ($((SECONDS - t0)) s)"
-  # Run from inside the venv folder: neither the source tree nor its python/ is on sys.path.
-  local rc=0 where summary n
-  where=$(cd "$venv" && "$py" -c 'import kstage, os; print(os.path.dirname(os.path.realpath(kstage.__file__)))') || rc=$?
-  case $where in
-    "$venv"/*) echo "==== python leg: kstage imports from $where" ;;
-    *) echo "==== python leg: kstage does not import from the venv (${where:-import failed})"
-       failed_presets+=("python(import)"); return ;;
-  esac
-  (cd "$venv" && "$py" -m pytest "$ROOT/tests/python_package" -q -p no:cacheprovider) 2>&1 \
-    | tee "$log-pytest.log" || rc=$?
+  wheel=$(tail -n 1 "$log-wheel.log")
+  echo "==== python leg: $(basename "$wheel") ($((SECONDS - t0)) s); scripts/test-wheel.sh (log: $log-test.log)"
+  bash "$ROOT/scripts/test-wheel.sh" "$wheel" 2>&1 | tee "$log-test.log" || rc=$?
   # "N passed, M failed, ... in 1.23s"
-  summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed|error)' "$log-pytest.log" | tail -n1 || true)
+  summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed|error)' "$log-test.log" | tail -n1 || true)
   n=$( (grep -oE '[0-9]+ passed' <<<"$summary" || true) | awk '{s += $1} END {print s + 0}')
   total_passed=$((total_passed + n))
   n=$( (grep -oE '[0-9]+ (failed|errors?)' <<<"$summary" || true) | awk '{s += $1} END {print s + 0}')
   total_failed=$((total_failed + n))
   if [ "$rc" -ne 0 ] || [ -z "$summary" ]; then
-    echo "==== python leg: tests/python_package FAILED"
+    echo "==== python leg: the wheel's tests FAILED"
     failed_presets+=("python(test)")
   fi
-  local script args
-  for script in examples/python/particles.py "perf/python_bench.py --quick"; do
-    args=${script#* }; [ "$args" = "$script" ] && args=
-    script=${script%% *}
-    if [ ! -f "$ROOT/$script" ]; then
-      echo "==== python leg: $script does not exist yet: skipped"
-      continue
-    fi
-    echo "==== python leg: $script $args"
-    # shellcheck disable=SC2086
-    if ! (cd "$venv" && "$py" "$ROOT/$script" $args) 2>&1 | tee "$log-$(basename "$script" .py).log"; then
-      echo "==== python leg: $script FAILED"
-      failed_presets+=("python($(basename "$script" .py))")
-    fi
-  done
 }
 for preset in $PRESETS; do
   echo
