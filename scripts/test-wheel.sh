@@ -12,6 +12,8 @@
 # after); and every shared object of the installed package is checked to resolve its libraries
 # inside the venv (ldd), with no RPATH outside it (readelf). Not root: the same checks as the
 # calling user, with KSTAGE_DEPS_DIR, HOME and the build tree left visible -- and it says so.
+# KSTAGE_WHEEL_PYTHON: the Python of the venv (default: python3 on the system PATH, which for
+# `nobody` is Debian's); one `nobody` cannot run (a pyenv build under /root) runs as the caller.
 # Exits non-zero on any failure; the pytest summary is the last line but one.
 set -euo pipefail
 
@@ -37,7 +39,12 @@ find "$WORK/src" -name __pycache__ -prune -exec rm -rf {} +
 
 as_user=()
 restore_build=""
+VENV_PY=${KSTAGE_WHEEL_PYTHON:-python3}
+nobody_can=0
 if [ "$(id -u)" -eq 0 ] && command -v runuser >/dev/null 2>&1; then
+  runuser -u nobody -- env -i PATH=/usr/local/bin:/usr/bin:/bin "$VENV_PY" -c pass >/dev/null 2>&1 && nobody_can=1
+fi
+if [ "$nobody_can" = 1 ]; then
   chown -R nobody:nogroup "$WORK"
   as_user=(runuser -u nobody --)
   if [ -d "$ROOT/build" ]; then  # the build tree, unreadable to `nobody` for the run
@@ -47,7 +54,7 @@ if [ "$(id -u)" -eq 0 ] && command -v runuser >/dev/null 2>&1; then
   fi
   log "as user nobody (HOME=$WORK/home): root's home, with the dependency cache, and the build tree are not readable to it"
 else
-  log "not root: as $(id -un), who can see the dependency cache and the build tree (the ldd/readelf checks still run)"
+  log "as $(id -un) (not root, or $VENV_PY is not runnable by nobody), who can see the dependency cache and the build tree (the ldd/readelf checks still run)"
 fi
 # A clean environment: PATH, the new HOME, the threads and platform settings, and the machine's pip
 # configuration (PIP_* variables: its index, certificates, find-links).
@@ -58,7 +65,7 @@ run() { "${as_user[@]}" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$WORK/hom
           "${pip_env[@]}" "$@"; }
 
 py=$WORK/venv/bin/python
-run python3 -m venv "$WORK/venv"
+if [ "$nobody_can" = 1 ]; then run "$VENV_PY" -m venv "$WORK/venv"; else "$VENV_PY" -m venv "$WORK/venv"; fi
 log "pip install $(basename "$WHEEL")[test] into a fresh venv"
 run "$py" -m pip install -q "$WORK/$(basename "$WHEEL")[test]" >"$WORK/pip.log" 2>&1 \
   || { tail -n 30 "$WORK/pip.log"; die "pip install of the wheel failed"; }
