@@ -457,3 +457,13 @@ def values_in_prim_order(group):
     if m is None:
         return table[: len(group)].copy()
     return table[np.asarray(m)].copy()
+
+
+def kstage_has_cuda():
+    """Whether this kstage can put a column on CUDA device 0 (a CUDA build on a machine with a GPU)."""
+    with kstage.Stage() as s:
+        try:
+            s.write("probe", ["/probe"], np.zeros(1, np.float32), 1, residency=(2, 0)).wait(10)
+        except (kstage.NotSupported, kstage.InvalidArgument):
+            return False
+    return True

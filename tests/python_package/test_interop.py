@@ -13,6 +13,7 @@ from ks_support import (  # noqa: E402
     Counter,
     CountedLegacyExport,
     column_storage_address,
+    kstage_has_cuda,
     values_in_prim_order,
 )
 
@@ -23,15 +24,6 @@ def one(stage, attr, **kw):
     groups = list(stage.read(PATHS, attr, **kw))
     assert len(groups) == 1
     return groups[0]
-
-
-def kstage_has_cuda():
-    with kstage.Stage() as s:
-        try:
-            s.write("probe", ["/probe"], np.zeros(1, np.float32), 1, residency=(2, 0)).wait(10)
-        except (kstage.NotSupported, kstage.InvalidArgument):
-            return False
-    return True
 
 
 # ------------------------------------------------------------------------------------------------

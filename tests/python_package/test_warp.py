@@ -14,21 +14,13 @@ np = pytest.importorskip("numpy", minversion="2.1")
 wp = pytest.importorskip("warp")
 
 import kstage  # noqa: E402
+from ks_support import kstage_has_cuda  # noqa: E402
 
 PATHS = [f"/warp/p{i}" for i in range(16)]
 POS = np.arange(48, dtype=np.float32).reshape(16, 3)
 
 wp.config.quiet = True
 wp.init()
-
-
-def kstage_has_cuda():
-    with kstage.Stage() as s:
-        try:
-            s.write("probe", ["/probe"], np.zeros(1, np.float32), 1, residency=(2, 0)).wait(10)
-        except (kstage.NotSupported, kstage.InvalidArgument):
-            return False
-    return True
 
 
 def devices():
