@@ -86,16 +86,18 @@ KokkosInfo kokkos_info() {
   info.threads = Kokkos::DefaultHostExecutionSpace().concurrency();
   // The loaded library's own version: the line its configuration report starts with (the
   // header's KOKKOS_VERSION is what kstage was compiled against, which a newer shared Kokkos
-  // need not be).
-  std::ostringstream config;
-  Kokkos::print_configuration(config);
-  const std::string text = config.str();
-  const std::string key = "Kokkos Version: ";
-  const size_t at = text.find(key);
-  if (at != std::string::npos) {
+  // need not be). Read once: the loaded library does not change, and the report is long.
+  static const std::string running = [] {
+    std::ostringstream config;
+    Kokkos::print_configuration(config);
+    const std::string text = config.str();
+    const std::string key = "Kokkos Version: ";
+    const size_t at = text.find(key);
+    if (at == std::string::npos) return std::string();
     const size_t from = at + key.size();
-    info.running = text.substr(from, text.find_first_of("\r\n", from) - from);
-  }
+    return text.substr(from, text.find_first_of("\r\n", from) - from);
+  }();
+  info.running = running;
   return info;
 }
 

@@ -19,10 +19,12 @@
 #include <catch2/generators/catch_generators.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace kstage_test {
@@ -423,13 +425,66 @@ class Stage {
 
   // Everything a reader can observe: floors, and sealed values of `attrs`
   // for `q`, plus which prims exist.
+  // Everything a rejected call must leave as it was, as text: "global F;", " floor A=F;" per
+  // attribute followed by " prim:b,b,...," for each prim of `q` holding it (by prim), then
+  // " prims" and the existing prims. Built without a map or a string per value (the tests call
+  // this on 1e5-prim stages, under sanitizers, many times).
   std::string fingerprint(kstage_query_t q, const std::vector<kstage_token_t>& attrs) {
-    std::string s = "global " + std::to_string(floor(0)) + ";";
+    std::string s;
+    auto num = [&](uint64_t v) {
+      char buf[24];
+      const auto r = std::to_chars(buf, buf + sizeof buf, v);
+      s.append(buf, r.ptr);
+    };
+    s += "global ";
+    num(floor(0));
+    s += ';';
     for (kstage_token_t a : attrs) {
-      s += " floor " + std::to_string(a) + "=" + std::to_string(floor(a)) + ";";
-      for (auto& [p, bytes] : values(q, a)) {
-        s += " " + std::to_string(p) + ":";
-        for (unsigned char b : bytes) s += std::to_string(int(b)) + ",";
+      s += " floor ";
+      num(a);
+      s += '=';
+      num(floor(a));
+      s += ';';
+      // (prim, first byte, byte count) of every value, into one byte array.
+      std::vector<std::tuple<kstage_path_t, size_t, size_t>> rows;
+      std::vector<unsigned char> bytes;
+      kstage_read_t r = 0;
+      KS_OK(kstage_read_attributes(stage, q, &a, 1, nullptr, &r));
+      kstage_read_group_t g{};
+      while (kstage_fetch_read_next(stage, r, 0, &g) == KSTAGE_OK) {
+        wait_for(g.data.device_sync);
+        const size_t tuple = size_t(g.dtype.bits / 8) * g.dtype.lanes;
+        std::vector<unsigned char> whole;  // a fixed-size group's tensor, in one copy
+        if (!g.is_array && g.prim_count > 0) {
+          const DLTensor& t = g.data.tensors[0];
+          whole = host_copy(static_cast<const unsigned char*>(t.data) + t.byte_offset, size_t(t.shape[0]) * tuple,
+                            t.device);
+        }
+        for (uint64_t i = 0; i < g.prim_count; ++i) {
+          const uint64_t row = g.data.index_map ? g.data.index_map[i] : i;
+          const size_t at = bytes.size();
+          if (!g.is_array) {
+            bytes.insert(bytes.end(), whole.begin() + ptrdiff_t(row * tuple), whole.begin() + ptrdiff_t((row + 1) * tuple));
+          } else {
+            const DLTensor& t = g.data.tensors[row];
+            const auto v = host_copy(static_cast<const unsigned char*>(t.data) + t.byte_offset,
+                                     size_t(t.shape[0]) * tuple, t.device);
+            bytes.insert(bytes.end(), v.begin(), v.end());
+          }
+          rows.emplace_back(g.prims[i], at, bytes.size() - at);
+        }
+        KS_OK(kstage_release_group(stage, g.handle));
+      }
+      KS_OK(kstage_release_read(stage, r));
+      std::sort(rows.begin(), rows.end());
+      for (const auto& [p, at, n] : rows) {
+        s += ' ';
+        num(p);
+        s += ':';
+        for (size_t k = 0; k < n; ++k) {
+          num(bytes[at + k]);
+          s += ',';
+        }
       }
     }
     kstage_filter_t all{};
@@ -441,7 +496,10 @@ class Stage {
     uint64_t n = 0;
     KS_OK(kstage_path_list_get(stage, list, &ids, &n));
     s += " prims";
-    for (uint64_t i = 0; i < n; ++i) s += " " + std::to_string(ids[i]);
+    for (uint64_t i = 0; i < n; ++i) {
+      s += ' ';
+      num(ids[i]);
+    }
     KS_OK(kstage_path_list_release(stage, list));
     KS_OK(kstage_query_release(stage, existing));
     return s;

@@ -5,9 +5,12 @@
 // ones (Kokkos::Tools::Experimental::set_*_callback), set as a tool library would set them.
 #include <Kokkos_Core.hpp>
 
+#include <kstage/kstage_arrow.h>
+
 #include "support.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -158,6 +161,16 @@ TEST_CASE("every operation pushes its kstage:: region and pops it, kernels insid
   legacy->deleter(legacy);
   KS_OK(kstage_group_sync(s.stage, g.handle, kstage_device_sync_t{0, 0}));
   expect("kstage::group_sync");
+  ArrowSchema arrow_schema{};
+  ArrowDeviceArray arrow_array{};
+  KS_OK(kstage_group_export_arrow(s.stage, g.handle, KSTAGE_ARROW_PATH_IDS, &arrow_schema, &arrow_array));
+  expect("kstage::group_export_arrow");
+  arrow_array.array.release(&arrow_array.array);
+  arrow_schema.release(&arrow_schema);
+  KS_OK(kstage_read_export_arrow(s.stage, q, ab, 2, nullptr, 0, &arrow_schema, &arrow_array));
+  expect("kstage::read_export_arrow");
+  arrow_array.array.release(&arrow_array.array);
+  arrow_schema.release(&arrow_schema);
   // (A compact group has no index map: refused, inside its region all the same.)
   KS_FAILS(kstage_group_export_index_map(s.stage, g.handle, 0, &e), KSTAGE_INVALID_ARGUMENT,
            "the group has no index_map");
@@ -168,15 +181,22 @@ TEST_CASE("every operation pushes its kstage:: region and pops it, kernels insid
   kstage_map_desc_t m = kstage_map_desc_init();
   m.attribute = s.token("c");
   m.dtype = f32();
+  m.max_group_prims = 2;  // two groups: one committed on its own, the other by the unmap
   kstage_map_t map = 0;
   KS_OK(kstage_map_attribute(s.stage, q, &m, 3, nullptr, 0, &map));
   expect("kstage::map_attribute");
   kstage_map_group_info_t mg{};
   KS_OK(kstage_fetch_map_next(s.stage, map, KSTAGE_TIMEOUT_INFINITE, &mg));
   expect("kstage::fetch_map_next");
+  std::memset(mg.data.tensors[0].data, 0, size_t(mg.prim_count) * sizeof(float));
+  KS_OK(kstage_unmap_group(s.stage, map, mg.handle, kstage_device_sync_t{0, 0}, &op));
+  expect("kstage::unmap_group");
+  KS_OK(kstage_release_op(s.stage, op));
+  KS_OK(kstage_fetch_map_next(s.stage, map, KSTAGE_TIMEOUT_INFINITE, &mg));
   KS_OK(kstage_map_group_export(s.stage, map, mg.handle, 0, 0, &e));
   expect("kstage::map_group_export");
   e->deleter(e);
+  std::memset(mg.data.tensors[0].data, 0, size_t(mg.prim_count) * sizeof(float));
   KS_OK(kstage_unmap_attribute(s.stage, map, kstage_device_sync_t{0, 0}, &op));
   expect("kstage::unmap_attribute");
   KS_OK(kstage_release_op(s.stage, op));  // the unmap ended the map
