@@ -97,16 +97,18 @@ class Builder {
   // Buffers of the export's own only (no group's column): in `device`'s memory, or the host.
   Builder(Holder& h, Backend* device) : g_(nullptr), h_(h), device_(device) {}
 
-  // A buffer of the export's own, in the group's memory: `bytes` host bytes, copied up for a
-  // device group. Empty buffers point at a static zero (never NULL where Arrow needs one).
+  // A buffer of the export's own, in the group's memory: `bytes` host bytes, kept by the holder,
+  // or uploaded for a device group (Backend::upload copies its source: nothing kept on the
+  // host). Empty buffers point at a static zero (never NULL where Arrow needs one).
   Result<const void*> own(std::vector<std::byte> bytes) {
     static const uint64_t zero = 0;
     if (bytes.empty()) return static_cast<const void*>(&zero);
-    h_.host.push_back(std::move(bytes));
-    const std::vector<std::byte>& b = h_.host.back();
-    if (device_ == nullptr) return static_cast<const void*>(b.data());
+    if (device_ == nullptr) {
+      h_.host.push_back(std::move(bytes));
+      return static_cast<const void*>(h_.host.back().data());
+    }
     BufferPtr up;
-    KSTAGE_ASSIGN_OR_RETURN(up, device_->upload(b.data(), b.size()));
+    KSTAGE_ASSIGN_OR_RETURN(up, device_->upload(bytes.data(), bytes.size()));
     h_.device.push_back(up);
     uploaded_ = true;
     return static_cast<const void*>(up->data());
@@ -181,21 +183,23 @@ class Builder {
   static const std::byte* bytes_of(const DLTensor& t) {
     return static_cast<const std::byte*>(t.data) + t.byte_offset;
   }
-  // `count` elements of `lanes` values each at `data` as a primitive node (a FixedSizeList of
-  // one when lanes > 1); bool is packed into bits here (host data).
+  // `count` elements of `lanes` values each as a primitive node (in a FixedSizeList when
+  // lanes > 1): the values are `*owned`, taken into the export, or else lie at `data`; bool is
+  // packed into bits here (host data).
   Result<std::unique_ptr<Node>> elements(const std::string& name, const char* prim, bool is_bool,
-                                         const std::byte* data, uint64_t count, uint64_t lanes,
-                                         bool own_data, std::vector<std::byte>* owned) {
+                                         const std::byte* data, std::vector<std::byte>* owned, uint64_t count,
+                                         uint64_t lanes) {
     auto leaf = std::make_unique<Node>();
     leaf->format = prim;
     leaf->length = int64_t(count * lanes);
-    const void* values = data;
+    const std::byte* source = owned ? owned->data() : data;
+    const void* values = source;
     if (is_bool) {
       std::vector<std::byte> bits((count * lanes + 7) / 8, std::byte{0});
       for (uint64_t i = 0; i < count * lanes; ++i)
-        if (data[i] != std::byte{0}) bits[i / 8] |= std::byte(1u << (i % 8));
+        if (source[i] != std::byte{0}) bits[i / 8] |= std::byte(1u << (i % 8));
       KSTAGE_ASSIGN_OR_RETURN(values, own(std::move(bits)));
-    } else if (own_data) {
+    } else if (owned) {
       KSTAGE_ASSIGN_OR_RETURN(values, own(std::move(*owned)));
     } else if (count * lanes == 0) {
       static const uint64_t zero = 0;
@@ -221,7 +225,7 @@ class Builder {
     const uint64_t n = d.prim_count, lanes = d.dtype.lanes;
     const size_t row = size_t(d.dtype.bits / 8) * lanes;
     const std::byte* base = n > 0 ? bytes_of(g_->tensors[0]) : nullptr;
-    if (d.data.index_map == nullptr) return elements(name, prim, is_bool, base, n, lanes, false, nullptr);
+    if (d.data.index_map == nullptr) return elements(name, prim, is_bool, base, nullptr, n, lanes);
     if (device_) {  // prim i's row gathered on the device (one kernel, the host map uploaded)
       BufferPtr out;
       KSTAGE_ASSIGN_OR_RETURN(out, device_->allocate(std::max<size_t>(n * row, 1)));
@@ -236,12 +240,11 @@ class Builder {
       device_->row_copy(c);
       h_.device.push_back(out);
       uploaded_ = true;
-      return elements(name, prim, false, out->data(), n, lanes, false, nullptr);
+      return elements(name, prim, false, out->data(), nullptr, n, lanes);
     }
     std::vector<std::byte> gathered(n * row);  // prim i's row, in prim order
     for (uint64_t i = 0; i < n; ++i) std::memcpy(gathered.data() + i * row, base + uint64_t(d.data.index_map[i]) * row, row);
-    if (is_bool) return elements(name, prim, true, gathered.data(), n, lanes, false, nullptr);
-    return elements(name, prim, false, nullptr, n, lanes, true, &gathered);
+    return elements(name, prim, is_bool, nullptr, &gathered, n, lanes);
   }
 
   Result<std::unique_ptr<Node>> ragged(const std::string& name, const char* prim, bool is_bool) {
@@ -293,33 +296,38 @@ class Builder {
                       size_t(offsets[i + 1] - offsets[i]) * elem);
       data = packed.data();
     }
+    return list(name, prim, is_bool, d.semantic == KSTAGE_SEMANTIC_STRING, offsets, lanes, data,
+                in_place ? nullptr : &packed);
+  }
+
+  // A ragged column of offsets.size() - 1 rows: LargeString for STRING bytes, else a LargeList
+  // of the elements; the values are `*packed`, taken into the export, or else lie at `data`.
+  Result<std::unique_ptr<Node>> list(const std::string& name, const char* prim, bool is_bool, bool string,
+                                     const std::vector<int64_t>& offsets, uint64_t lanes, const std::byte* data,
+                                     std::vector<std::byte>* packed) {
+    const uint64_t total = uint64_t(offsets.back());
     const void* offs;
     KSTAGE_ASSIGN_OR_RETURN(offs, own_values(offsets));
-    auto list = std::make_unique<Node>();
-    list->name = name;
-    list->length = int64_t(n);
-    if (d.semantic == KSTAGE_SEMANTIC_STRING && lanes == 1 && d.dtype.bits == 8 && !is_bool) {
-      list->format = "U";  // the UTF-8 bytes themselves
-      const void* chars = data;
-      if (!in_place) {
-        KSTAGE_ASSIGN_OR_RETURN(chars, own(std::move(packed)));
-      } else if (total == 0) {
-        static const uint64_t zero = 0;
-        chars = &zero;
+    auto node = std::make_unique<Node>();
+    node->name = name;
+    node->length = int64_t(offsets.size() - 1);
+    const bool bytes = (prim[0] == 'C' || prim[0] == 'c') && prim[1] == '\0';  // 8-bit integers
+    if (string && lanes == 1 && bytes) {  // the UTF-8 bytes themselves
+      node->format = "U";
+      static const uint64_t zero = 0;
+      const void* chars = total == 0 ? static_cast<const void*>(&zero) : data;
+      if (packed) {
+        KSTAGE_ASSIGN_OR_RETURN(chars, own(std::move(*packed)));
       }
-      list->buffers = {nullptr, offs, chars};
-      return list;
+      node->buffers = {nullptr, offs, chars};
+      return node;
     }
-    list->format = "+L";
-    list->buffers = {nullptr, offs};
+    node->format = "+L";
+    node->buffers = {nullptr, offs};
     std::unique_ptr<Node> items;
-    if (is_bool || in_place) {
-      KSTAGE_ASSIGN_OR_RETURN(items, elements("item", prim, is_bool, data, total, lanes, false, nullptr));
-    } else {
-      KSTAGE_ASSIGN_OR_RETURN(items, elements("item", prim, false, nullptr, total, lanes, true, &packed));
-    }
-    list->children.push_back(std::move(items));
-    return list;
+    KSTAGE_ASSIGN_OR_RETURN(items, elements("item", prim, is_bool, data, packed, total, lanes));
+    node->children.push_back(std::move(items));
+    return node;
   }
 
  private:
@@ -331,24 +339,57 @@ class Builder {
 
 // ---- the C structs ---------------------------------------------------------------------------
 
+// An ArrowArray or ArrowSchema node's children and dictionary: made from the tree's nodes by
+// `fill` (all or none: on a throw part way, those made are released), and released with it.
+template <class T>
+struct OwnedNodes {
+  std::vector<T*> children;
+  T* dictionary = nullptr;
+
+  template <class Fill>
+  void make(const Node& n, Fill fill) {
+    children.reserve(n.children.size());
+    try {
+      for (const auto& c : n.children) {
+        auto child = std::make_unique<T>();
+        fill(*c, child.get());
+        children.push_back(child.release());
+      }
+      if (n.dictionary) {
+        auto dict = std::make_unique<T>();
+        fill(*n.dictionary, dict.get());
+        dictionary = dict.release();
+      }
+    } catch (...) {  // out of memory part way: what was made is released, nothing leaks
+      release();
+      throw;
+    }
+  }
+  // Each node not moved out by the consumer (release still set) is released, then freed.
+  void release() {
+    for (T* c : children) {
+      if (c->release) c->release(c);
+      delete c;
+    }
+    children.clear();
+    if (dictionary) {
+      if (dictionary->release) dictionary->release(dictionary);
+      delete dictionary;
+      dictionary = nullptr;
+    }
+  }
+};
+
 struct ArrayPrivate {
   std::shared_ptr<Holder> holder;
   std::vector<const void*> buffers;
-  std::vector<ArrowArray*> children;  // owned: each released by its own release (or moved out)
-  ArrowArray* dictionary = nullptr;
+  OwnedNodes<ArrowArray> nodes;
 };
 
 void release_array(ArrowArray* a) {
   if (a == nullptr || a->release == nullptr) return;
   auto* p = static_cast<ArrayPrivate*>(a->private_data);
-  for (ArrowArray* c : p->children) {
-    if (c->release) c->release(c);
-    delete c;
-  }
-  if (p->dictionary) {
-    if (p->dictionary->release) p->dictionary->release(p->dictionary);
-    delete p->dictionary;
-  }
+  p->nodes.release();
   delete p;
   a->release = nullptr;  // released: the specification's mark
 }
@@ -357,54 +398,28 @@ void fill_array(const Node& n, const std::shared_ptr<Holder>& holder, ArrowArray
   auto p = std::make_unique<ArrayPrivate>();
   p->holder = holder;
   p->buffers = n.buffers;
-  p->children.reserve(n.children.size());
-  try {
-    for (const auto& c : n.children) {
-      auto child = std::make_unique<ArrowArray>();
-      fill_array(*c, holder, child.get());
-      p->children.push_back(child.release());
-    }
-    if (n.dictionary) {
-      auto dict = std::make_unique<ArrowArray>();
-      fill_array(*n.dictionary, holder, dict.get());
-      p->dictionary = dict.release();
-    }
-  } catch (...) {  // out of memory part way: what was made is released, nothing leaks
-    for (ArrowArray* c : p->children) {
-      release_array(c);
-      delete c;
-    }
-    throw;
-  }
+  p->nodes.make(n, [&](const Node& c, ArrowArray* a) { fill_array(c, holder, a); });
   out->length = n.length;
   out->null_count = n.null_count;
   out->offset = 0;
   out->n_buffers = int64_t(p->buffers.size());
-  out->n_children = int64_t(p->children.size());
+  out->n_children = int64_t(p->nodes.children.size());
   out->buffers = p->buffers.data();
-  out->children = p->children.empty() ? nullptr : p->children.data();
-  out->dictionary = p->dictionary;
+  out->children = p->nodes.children.empty() ? nullptr : p->nodes.children.data();
+  out->dictionary = p->nodes.dictionary;
   out->release = &release_array;
   out->private_data = p.release();
 }
 
 struct SchemaPrivate {
   std::string format, name;
-  std::vector<ArrowSchema*> children;
-  ArrowSchema* dictionary = nullptr;
+  OwnedNodes<ArrowSchema> nodes;
 };
 
 void release_schema(ArrowSchema* s) {
   if (s == nullptr || s->release == nullptr) return;
   auto* p = static_cast<SchemaPrivate*>(s->private_data);
-  for (ArrowSchema* c : p->children) {
-    if (c->release) c->release(c);
-    delete c;
-  }
-  if (p->dictionary) {
-    if (p->dictionary->release) p->dictionary->release(p->dictionary);
-    delete p->dictionary;
-  }
+  p->nodes.release();
   delete p;
   s->release = nullptr;
 }
@@ -413,34 +428,25 @@ void fill_schema(const Node& n, ArrowSchema* out) {
   auto p = std::make_unique<SchemaPrivate>();
   p->format = n.format;
   p->name = n.name;
-  p->children.reserve(n.children.size());
-  try {
-    for (const auto& c : n.children) {
-      auto child = std::make_unique<ArrowSchema>();
-      fill_schema(*c, child.get());
-      p->children.push_back(child.release());
-    }
-    if (n.dictionary) {
-      auto dict = std::make_unique<ArrowSchema>();
-      fill_schema(*n.dictionary, dict.get());
-      p->dictionary = dict.release();
-    }
-  } catch (...) {
-    for (ArrowSchema* c : p->children) {
-      release_schema(c);
-      delete c;
-    }
-    throw;
-  }
+  p->nodes.make(n, [](const Node& c, ArrowSchema* sc) { fill_schema(c, sc); });
   out->format = p->format.c_str();
   out->name = p->name.c_str();
   out->metadata = nullptr;
   out->flags = n.nullable ? ARROW_FLAG_NULLABLE : 0;
-  out->n_children = int64_t(p->children.size());
-  out->children = p->children.empty() ? nullptr : p->children.data();
-  out->dictionary = p->dictionary;
+  out->n_children = int64_t(p->nodes.children.size());
+  out->children = p->nodes.children.empty() ? nullptr : p->nodes.children.data();
+  out->dictionary = p->nodes.dictionary;
   out->release = &release_schema;
   out->private_data = p.release();
+}
+
+// A struct ("+s") node of `length` rows; the caller adds its fields.
+std::unique_ptr<Node> struct_node(uint64_t length) {
+  auto node = std::make_unique<Node>();
+  node->format = "+s";
+  node->length = int64_t(length);
+  node->buffers = {nullptr};
+  return node;
 }
 
 // The tree as C structs, filled into `schema` and `array` only when all of it is made. A device
@@ -504,11 +510,7 @@ Result<std::unique_ptr<Node>> gathered_column(Builder& b, const std::string& nam
         std::memcpy(values.data() + row_for(g->desc.prims[i]) * elem, base + r * elem, elem);
       }
     }
-    if (is_bool) {
-      KSTAGE_ASSIGN_OR_RETURN(node, b.elements(name, prim, true, values.data(), n, lanes, false, nullptr));
-    } else {
-      KSTAGE_ASSIGN_OR_RETURN(node, b.elements(name, prim, false, nullptr, n, lanes, true, &values));
-    }
+    KSTAGE_ASSIGN_OR_RETURN(node, b.elements(name, prim, is_bool, nullptr, &values, n, lanes));
   } else {
     std::vector<const std::byte*> from(n, nullptr);
     std::vector<uint64_t> length(n, 0);
@@ -524,28 +526,8 @@ Result<std::unique_ptr<Node>> gathered_column(Builder& b, const std::string& nam
     std::vector<std::byte> packed(size_t(offsets[n]) * elem);
     for (uint64_t p = 0; p < n; ++p)
       if (length[p]) std::memcpy(packed.data() + offsets[p] * int64_t(elem), from[p], length[p] * elem);
-    const void* offs;
-    KSTAGE_ASSIGN_OR_RETURN(offs, b.own_values(offsets));
-    node = std::make_unique<Node>();
-    node->name = name;
-    node->length = int64_t(n);
-    if (d0.semantic == KSTAGE_SEMANTIC_STRING && lanes == 1 && dt.bits == 8 && !is_bool) {
-      node->format = "U";
-      const void* chars;
-      KSTAGE_ASSIGN_OR_RETURN(chars, b.own(std::move(packed)));
-      node->buffers = {nullptr, offs, chars};
-    } else {
-      node->format = "+L";
-      node->buffers = {nullptr, offs};
-      std::unique_ptr<Node> items;
-      const uint64_t total = uint64_t(offsets[n]);
-      if (is_bool) {
-        KSTAGE_ASSIGN_OR_RETURN(items, b.elements("item", prim, true, packed.data(), total, lanes, false, nullptr));
-      } else {
-        KSTAGE_ASSIGN_OR_RETURN(items, b.elements("item", prim, false, nullptr, total, lanes, true, &packed));
-      }
-      node->children.push_back(std::move(items));
-    }
+    KSTAGE_ASSIGN_OR_RETURN(node, b.list(name, prim, is_bool, d0.semantic == KSTAGE_SEMANTIC_STRING, offsets, lanes,
+                                         nullptr, &packed));
   }
   node->nullable = true;
   node->null_count = int64_t(n - filled);
@@ -584,11 +566,7 @@ Status export_group_arrow(const ReadGroup& g, const ArrowNames& names, uint64_t 
       std::unique_ptr<Node> path;
       const std::vector<uint64_t> ids(g.desc.prims, g.desc.prims + g.desc.prim_count);
       KSTAGE_ASSIGN_OR_RETURN(path, b.paths(ids, (flags & KSTAGE_ARROW_PATH_STRINGS) != 0, names));
-      auto record = std::make_unique<Node>();
-      record->format = "+s";
-      record->name = "";
-      record->length = int64_t(g.desc.prim_count);
-      record->buffers = {nullptr};
+      std::unique_ptr<Node> record = struct_node(g.desc.prim_count);
       record->children.push_back(std::move(path));
       record->children.push_back(std::move(root));
       root = std::move(record);
@@ -628,15 +606,11 @@ Status export_read_arrow(const PrimSeq& query, const std::vector<const ReadGroup
     std::vector<uint64_t> ids(n);
     for (uint64_t i = 0; i < n; ++i) ids[i] = query[i];
     std::unordered_map<uint64_t, uint64_t> row_of;  // made when a column has nulls or another order
-    auto struct_node = std::make_unique<Node>();
-    struct_node->format = "+s";
-    struct_node->name = "";
-    struct_node->length = int64_t(n);
-    struct_node->buffers = {nullptr};
+    std::unique_ptr<Node> batch = struct_node(n);
     if (flags & (KSTAGE_ARROW_PATH_IDS | KSTAGE_ARROW_PATH_STRINGS)) {
       std::unique_ptr<Node> path;
       KSTAGE_ASSIGN_OR_RETURN(path, own.paths(ids, (flags & KSTAGE_ARROW_PATH_STRINGS) != 0, names));
-      struct_node->children.push_back(std::move(path));
+      batch->children.push_back(std::move(path));
     }
     bool device_work = own.uploaded();
     int readies = 0;
@@ -677,10 +651,10 @@ Status export_read_arrow(const PrimSeq& query, const std::vector<const ReadGroup
           for (uint64_t i = 0; i < n; ++i) row_of.emplace(ids[i], i);
         KSTAGE_ASSIGN_OR_RETURN(column, gathered_column(own, attribute_names[k], gs, row_of, n));
       }
-      struct_node->children.push_back(std::move(column));
+      batch->children.push_back(std::move(column));
     }
     device_work = device_work || own.uploaded();
-    return hand_out(*struct_node, holder, device, where, device_work || readies > 1 ? nullptr : ready, schema, array);
+    return hand_out(*batch, holder, device, where, device_work || readies > 1 ? nullptr : ready, schema, array);
   } catch (const std::bad_alloc&) {
     return out_of_memory("no host memory for an Arrow record batch of %llu prims", (unsigned long long)n);
   } catch (const std::out_of_range&) {

@@ -469,9 +469,32 @@ TEST_CASE("a read of several attributes is a record batch: the query's prims as 
   CHECK(std::string(r.schema.children[1]->format) == "n");
   CHECK(r.array.array.children[1]->null_count == 2);
 
-  // Errors: no attributes, bad flags, a stale query; the structs stay untouched.
+  // Errors: no attributes, bad flags, a stale query, columns on two devices; the structs stay
+  // untouched.
   ArrowSchema schema{};
   ArrowDeviceArray array{};
+#if defined(KSTAGE_TEST_EMULATED_DEVICE)
+  if (!kOnDevice) {  // a column on the emulated device beside the host's: an Arrow batch is on one
+    kstage_map_desc_t md = kstage_map_desc_init();
+    md.attribute = s.token("on_device");
+    md.dtype = f32();
+    md.residency = DLDevice{DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), 0};
+    kstage_map_t map = 0;
+    KS_OK(kstage_map_attribute(s.stage, q, &md, 2, nullptr, 0, &map));
+    kstage_map_group_info_t mg{};
+    KS_OK(kstage_fetch_map_next(s.stage, map, 0, &mg));
+    const std::vector<float> four = {1, 2, 3, 4};
+    host_write(mg.data.tensors[0].data, four.data(), sizeof(float) * 4, mg.data.tensors[0].device);
+    kstage_op_t op = 0;
+    KS_OK(kstage_unmap_attribute(s.stage, map, kstage_device_sync_t{0, 0}, &op));
+    KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
+    KS_OK(kstage_release_op(s.stage, op));
+    s.seal(2, {md.attribute});
+    const kstage_token_t mixed[2] = {x, md.attribute};
+    KS_FAILS(kstage_read_export_arrow(s.stage, q, mixed, 2, nullptr, 0, &schema, &array), KSTAGE_NOT_SUPPORTED,
+             "different devices");
+  }
+#endif
   KS_FAILS(kstage_read_export_arrow(s.stage, q, all3, 0, nullptr, 0, &schema, &array), KSTAGE_INVALID_ARGUMENT,
            "at least one");
   KS_FAILS(kstage_read_export_arrow(s.stage, q, nullptr, 2, nullptr, 0, &schema, &array), KSTAGE_INVALID_ARGUMENT,

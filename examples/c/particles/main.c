@@ -100,19 +100,22 @@ static int cmp_u32(const void* a, const void* b) {
   return x < y ? -1 : x > y;
 }
 
-/* A canonical fixed-size float3 tensor: ndim 1, shape [rows], lanes 3. */
-static DLTensor float3_tensor(float* data, int64_t* shape) {
+/* A canonical fixed-size host tensor: ndim 1, shape [rows], the dtype's lanes = tuple width. */
+static DLTensor host_tensor(void* data, int64_t* shape, uint8_t code, uint8_t bits, uint16_t lanes) {
   DLTensor t;
   memset(&t, 0, sizeof t);
   t.data = data;
   t.device.device_type = kDLCPU;
   t.ndim = 1;
   t.shape = shape;
-  t.dtype.code = kDLFloat;
-  t.dtype.bits = 32;
-  t.dtype.lanes = 3;
+  t.dtype.code = code;
+  t.dtype.bits = bits;
+  t.dtype.lanes = lanes;
   return t;
 }
+
+/* float32 x 3 rows (positions, velocities). */
+static DLTensor float3_tensor(float* data, int64_t* shape) { return host_tensor(data, shape, kDLFloat, 32, 3); }
 
 static void usage(const char* argv0) {
   fprintf(stderr,
@@ -191,17 +194,9 @@ static uint64_t state_checksum(const float* pos, const float* vel, uint64_t n) {
 static void write_state_checksum(kstage_stage_t stage, kstage_query_t run, kstage_token_t attr,
                                  uint64_t ordinal, uint64_t value) {
   int64_t shape[1] = {1};
-  DLTensor t;
+  DLTensor t = host_tensor(&value, shape, kDLUInt, 64, 1);
   kstage_write_data_t w = kstage_write_data_init();
   kstage_op_t op = 0;
-  memset(&t, 0, sizeof t);
-  t.data = &value;
-  t.device.device_type = kDLCPU;
-  t.ndim = 1;
-  t.shape = shape;
-  t.dtype.code = kDLUInt;
-  t.dtype.bits = 64;
-  t.dtype.lanes = 1;
   w.tensors = &t;
   w.tensor_count = 1;
   CHECK(kstage_write_attribute(stage, run, attr, ordinal, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
