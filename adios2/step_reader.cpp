@@ -395,27 +395,20 @@ void commit(Incoming& in, StepPaths& paths) {
     finish(stage, op, "kstage_adios2_read_step: a write");
     return;
   }
+  // An array attribute (fixed-size ones went to the stage above): one tensor per row, in place.
   const size_t elem = size_t(a.dtype.bits / 8) * a.dtype.lanes;
-  std::vector<DLTensor> tensors;
-  std::vector<int64_t> shapes;
-  if (a.is_array) {
-    tensors.resize(a.count);
-    shapes.resize(a.count);
-    for (uint64_t i = 0; i < a.count; ++i) {
-      shapes[i] = int64_t(a.offsets[i + 1] - a.offsets[i]);
-      tensors[i] = DLTensor{const_cast<unsigned char*>(a.values.data()) + a.offsets[i] * elem,
-                            DLDevice{kDLCPU, 0}, 1, a.dtype, &shapes[i], nullptr, 0};
-    }
-  } else {
-    shapes.assign(1, int64_t(a.count));
-    tensors.push_back(DLTensor{const_cast<unsigned char*>(a.values.data()), DLDevice{kDLCPU, 0}, 1, a.dtype,
-                               shapes.data(), nullptr, 0});
+  std::vector<DLTensor> tensors(a.count);
+  std::vector<int64_t> shapes(a.count);
+  for (uint64_t i = 0; i < a.count; ++i) {
+    shapes[i] = int64_t(a.offsets[i + 1] - a.offsets[i]);
+    tensors[i] = DLTensor{const_cast<unsigned char*>(a.values.data()) + a.offsets[i] * elem, DLDevice{kDLCPU, 0}, 1,
+                          a.dtype, &shapes[i], nullptr, 0};
   }
   kstage_write_data_t w = kstage_write_data_init();
   w.semantic = a.semantic;
   w.tensors = tensors.data();
   w.tensor_count = tensors.size();
-  w.is_array = a.is_array;
+  w.is_array = true;
   kstage_op_t op = 0;
   check(kstage_write_attribute(stage, in.query, a.token, a.floor, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
         "kstage_adios2_read_step: a write");

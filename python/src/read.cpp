@@ -239,6 +239,7 @@ class ReadGroup {
     return export_dlpack(*pin, 0, stream, max_version, dl_device, copy, readonly, false);
   }
   // The Arrow PyCapsule interface (arrow_capsules.cpp), with kstage_arrow.h's flags.
+  nb::tuple capsules(ArrowKind kind, nb::handle requested_schema) { return arrow(0, kind, requested_schema); }
   nb::tuple arrow(uint64_t flags, ArrowKind kind, nb::handle requested_schema) {
     if (!requested_schema.is_none())
       throw nb::type_error("kstage exports its own schema: requested_schema must be None");
@@ -316,6 +317,9 @@ class Read {
 struct ArrowView {
   nb::object group;  // the ReadGroup
   uint64_t flags = 0;
+  nb::tuple capsules(ArrowKind kind, nb::handle requested_schema) {
+    return nb::cast<ReadGroup&>(group).arrow(flags, kind, requested_schema);
+  }
 };
 
 uint64_t arrow_flags(nb::handle paths) {
@@ -353,6 +357,23 @@ struct ArrowBatch {
         kind);
   }
 };
+
+// The Arrow PyCapsule interface on `cls`, whose C::capsules(kind, requested_schema) makes them.
+template <class C>
+void def_arrow_protocol(nb::class_<C>& cls) {
+  cls.def("__arrow_c_array__", [](C& c, nb::handle rs) { return c.capsules(ArrowKind::Host, rs); },
+          nb::arg("requested_schema") = nb::none(),
+          "Arrow PyCapsules (schema, array) of host data: pyarrow.array(obj), pyarrow.record_batch(obj).")
+      .def("__arrow_c_device_array__",
+           [](C& c, nb::handle rs, nb::kwargs kw) {
+             no_device_kwargs(kw);
+             return c.capsules(ArrowKind::Device, rs);
+           },
+           nb::arg("requested_schema") = nb::none(), nb::arg("kwargs"),
+           "Arrow PyCapsules (schema, device array), on the data's device.")
+      .def("__arrow_c_schema__", [](C& c) { return nb::object(c.capsules(ArrowKind::Device, nb::none())[0]); },
+           "The Arrow schema capsule.");
+}
 
 nb::object group_dlpack(nb::handle self, nb::handle stream, nb::handle max_version, nb::handle dl_device,
                         nb::handle copy, nb::handle readonly) {
@@ -406,48 +427,20 @@ void register_read(nb::module_& m, nb::handle stage_class) {
   install_dlpack_method<&group_dlpack>(m.attr("ReadGroup"));
 
   // Arrow (kstage/kstage_arrow.h): the group's column, zero-copy where its memory allows.
-  auto arrow_array = [](ReadGroup& g, nb::handle requested_schema, uint64_t flags) {
-    return g.arrow(flags, ArrowKind::Host, requested_schema);
-  };
-  auto arrow_device = [](ReadGroup& g, nb::handle requested_schema, uint64_t flags, const nb::kwargs& kw) {
-    no_device_kwargs(kw);
-    return g.arrow(flags, ArrowKind::Device, requested_schema);
-  };
-  group_class
-      .def("__arrow_c_array__",
-           [arrow_array](ReadGroup& g, nb::handle rs) { return arrow_array(g, rs, 0); },
-           nb::arg("requested_schema") = nb::none(),
-           "Arrow PyCapsules (schema, array) of the group's column (host data): pyarrow.array(group).")
-      .def("__arrow_c_device_array__",
-           [arrow_device](ReadGroup& g, nb::handle rs, nb::kwargs kw) { return arrow_device(g, rs, 0, kw); },
-           nb::arg("requested_schema") = nb::none(), nb::arg("kwargs"),
-           "Arrow PyCapsules (schema, device array) of the group's column, on its device.")
-      .def("__arrow_c_schema__",
-           [](ReadGroup& g) { return nb::object(g.arrow(0, ArrowKind::Device, nb::none())[0]); },
-           "The Arrow schema capsule of the group's column.")
-      .def("arrow",
-           [](nb::object self, nb::handle paths) {
-             ArrowView v;
-             v.group = self;
-             v.flags = arrow_flags(paths);
-             return v;
-           },
-           nb::arg("paths") = nb::none(),
-           "The group for an Arrow consumer with a path column: paths=\"ids\" (uint64) or "
-           "\"strings\" (dictionary-encoded) makes a struct of \"path\" and the column "
-           "(pyarrow.array(group.arrow(paths=\"strings\"))).");
-  nb::class_<ArrowView>(m, "ArrowView", "A read group with its prims as a path column, for Arrow consumers.")
-      .def("__arrow_c_array__",
-           [arrow_array](ArrowView& v, nb::handle rs) { return arrow_array(nb::cast<ReadGroup&>(v.group), rs, v.flags); },
-           nb::arg("requested_schema") = nb::none())
-      .def("__arrow_c_device_array__",
-           [arrow_device](ArrowView& v, nb::handle rs, nb::kwargs kw) {
-             return arrow_device(nb::cast<ReadGroup&>(v.group), rs, v.flags, kw);
-           },
-           nb::arg("requested_schema") = nb::none(), nb::arg("kwargs"))
-      .def("__arrow_c_schema__", [](ArrowView& v) {
-        return nb::object(nb::cast<ReadGroup&>(v.group).arrow(v.flags, ArrowKind::Device, nb::none())[0]);
-      });
+  def_arrow_protocol(group_class);
+  group_class.def("arrow",
+                  [](nb::object self, nb::handle paths) {
+                    ArrowView v;
+                    v.group = self;
+                    v.flags = arrow_flags(paths);
+                    return v;
+                  },
+                  nb::arg("paths") = nb::none(),
+                  "The group for an Arrow consumer with a path column: paths=\"ids\" (uint64) or "
+                  "\"strings\" (dictionary-encoded) makes a struct of \"path\" and the column "
+                  "(pyarrow.array(group.arrow(paths=\"strings\"))).");
+  nb::class_<ArrowView> view_class(m, "ArrowView", "A read group with its prims as a path column, for Arrow consumers.");
+  def_arrow_protocol(view_class);
 
   static PyType_Slot read_slots[] = {{Py_tp_iternext, reinterpret_cast<void*>(&iternext<Read>)}, {0, nullptr}};
   nb::class_<Read>(m, "Read",
@@ -460,18 +453,10 @@ void register_read(nb::module_& m, nb::handle stage_class) {
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__", [](Read& r, nb::args) { r.release(); });
 
-  nb::class_<ArrowBatch>(m, "ArrowBatch",
-                         "Stage.to_arrow's record batch for Arrow consumers (the PyCapsule interface): "
-                         "each consumer's take reads the stage at that moment.")
-      .def("__arrow_c_array__", [](ArrowBatch& b, nb::handle rs) { return b.capsules(ArrowKind::Host, rs); },
-           nb::arg("requested_schema") = nb::none())
-      .def("__arrow_c_device_array__",
-           [](ArrowBatch& b, nb::handle rs, nb::kwargs kw) {
-             no_device_kwargs(kw);
-             return b.capsules(ArrowKind::Device, rs);
-           },
-           nb::arg("requested_schema") = nb::none(), nb::arg("kwargs"))
-      .def("__arrow_c_schema__", [](ArrowBatch& b) { return nb::object(b.capsules(ArrowKind::Device, nb::none())[0]); });
+  nb::class_<ArrowBatch> batch_class(m, "ArrowBatch",
+                                     "Stage.to_arrow's record batch for Arrow consumers (the PyCapsule interface): "
+                                     "each consumer's take reads the stage at that moment.");
+  def_arrow_protocol(batch_class);
 
   stage_class.attr("to_arrow") = nb::cpp_function(
       [](Stage& self, nb::object query, nb::handle attrs, nb::handle paths, nb::handle range, nb::handle device) {
