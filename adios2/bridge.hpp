@@ -5,6 +5,8 @@
 
 #include <kstage/kstage_adios2.h>
 
+#include "adios2/collective.hpp"
+
 #include <adios2.h>
 
 #include <complex>
@@ -34,6 +36,8 @@ struct Failure {
 void check(kstage_status_t status, const char* what);
 // Runs `body`, turning every exception into a status and this thread's message.
 kstage_status_t guard(const std::function<void()>& body) noexcept;
+// The failure the exception being handled stands for (ADIOS2's own exceptions: OP_FAILED).
+Failure current_failure() noexcept;
 
 // A descriptor the caller fills (kstage_adios2_open_desc_t, kstage_adios2_step_desc_t), by
 // kstage.h's struct_size rule: its first released layout is this header's whole struct (0.4), so
@@ -58,6 +62,9 @@ struct Stream {
   adios2::Engine engine;
   kstage_adios2_mode_t mode = KSTAGE_ADIOS2_WRITE;
   std::shared_ptr<Stream> inline_writer;  // an Inline reader keeps its writer's IO alive
+  // The ranks that write (each its block of every global array) or read (each some of the
+  // writers' blocks) the stream's steps: this process alone, or an MPI communicator's.
+  std::shared_ptr<Collective> ranks = std::make_shared<Collective>();
   std::mutex mutex;                       // one call at a time per stream
   bool step_open = false;                 // a reader's BeginStep that returned NotReady retries
   // Inline hands the reader the writer's own buffers: a step's data lives until the next step.
@@ -120,7 +127,9 @@ std::string dtype_name(DLDataType d);
 namespace layout {
 inline constexpr const char* kFormat = "kstage/format";                  // attribute: "kstage"
 inline constexpr const char* kFormatVersion = "kstage/format_version";   // attribute: uint32 1
-inline constexpr uint32_t kVersion = 1;
+// 2: a step is one block per writing rank of each global array (kstage/blocks). Version 1
+// (one writer, no block tables) was never released.
+inline constexpr uint32_t kVersion = 2;
 // Per step (single values): the step's ordinal, 1 for an incremental step (and its range).
 inline constexpr const char* kOrdinal = "kstage/ordinal";
 inline constexpr const char* kIncremental = "kstage/incremental";
@@ -137,34 +146,62 @@ inline constexpr const char* kRangeNumbers = "kstage/ranges/numbers";
 inline constexpr const char* kRangeStrings = "kstage/ranges/strings";
 // The attributes the step carries (a string table of their names).
 inline constexpr const char* kStepAttributes = "kstage/step/attributes";
+// Where each writer's block starts: {writers + 1, kBlockColumns}, row w = the sums of the
+// blocks before writer w (row `writers`: the totals) of each of these.
+inline constexpr const char* kBlocks = "kstage/blocks";
+enum BlockColumn : size_t {
+  kBlockPaths,        // the step's paths
+  kBlockRuns,         // rows of kstage/paths/segments
+  kBlockStrings,      // entries of kstage/paths/strings
+  kBlockStringBytes,  // bytes of kstage/paths/strings/chars
+  kBlockRanges,       // rows of kstage/ranges/numbers
+  kBlockRangeBytes,   // bytes of kstage/ranges/strings/chars
+  kBlockColumns
+};
+// Per attribute, "kstage/attr/<name>/blocks": {writers + 1, kAttrBlockColumns}, as kstage/blocks,
+// and "kstage/attr/<name>/floors" {writers}, each writer's write floor of it.
+enum AttrBlockColumn : size_t {
+  kAttrPrims,     // prims with values (rows of prims; fixed: rows of values)
+  kAttrElements,  // arrays: elements of values (fixed: = kAttrPrims)
+  kAttrDeleted,   // entries of deleted
+  kAttrBlockColumns
+};
 // A string table <name>: <name>/chars (uint8) and <name>/offsets (uint64, count + 1).
 inline std::string chars(const std::string& table) { return table + "/chars"; }
 inline std::string offsets(const std::string& table) { return table + "/offsets"; }
 // Per attribute: "kstage/attr/<name>/..." -- schema attributes (dtype {code, bits, lanes},
 // kind "fixed" or "array", semantic) and per-step variables: floor, count (prims with values),
 // values ({count, lanes} or {count}; arrays: {elements, lanes} or {elements}), offsets (arrays:
-// count + 1, in elements), prims (positions in the step's paths; absent: all, in order), and
-// deleted (positions of the prims that lost it; incremental steps).
+// count + 1, in elements), prims (positions in the step's paths; absent: all, in order),
+// deleted (positions of the prims that lost it; incremental steps), blocks and floors (above).
+// Every array is the writers' blocks back to back, and every index in one -- a run's string or
+// range, a position, an offset -- is global, so that a reader of the whole file sees one step.
 inline std::string attr(const std::string& name, const char* what) {
   return "kstage/attr/" + name + "/" + what;
 }
 }  // namespace layout
 
-// Makes or re-shapes a variable of the current step. ADIOS2 keeps a variable's definition
-// across steps: an existing one gets this step's shape and selection. Its memory space is stated
-// -- the bridge puts host memory (device columns come down through a host read) -- never left
-// to ADIOS2's "Detect".
+// Makes or re-shapes a variable of the current step: this rank's block, `count` rows from
+// `start`, of a global array of `shape` (alone: the whole array). ADIOS2 keeps a variable's
+// definition across steps: an existing one gets this step's shape and selection. Its memory
+// space is stated -- the bridge puts host memory (device columns come down through a host
+// read) -- never left to ADIOS2's "Detect".
 template <class T>
-adios2::Variable<T> array_variable(adios2::IO& io, const std::string& name, adios2::Dims shape) {
+adios2::Variable<T> array_variable(adios2::IO& io, const std::string& name, adios2::Dims shape,
+                                   adios2::Dims start, adios2::Dims count) {
   adios2::Variable<T> v = io.InquireVariable<T>(name);
   if (!v) {
-    v = io.DefineVariable<T>(name, shape, adios2::Dims(shape.size(), 0), shape);
+    v = io.DefineVariable<T>(name, shape, start, count);
   } else {
     v.SetShape(shape);
-    v.SetSelection({adios2::Dims(shape.size(), 0), shape});
+    v.SetSelection({start, count});
   }
   v.SetMemorySpace(adios2::MemorySpace::Host);
   return v;
+}
+template <class T>
+adios2::Variable<T> array_variable(adios2::IO& io, const std::string& name, adios2::Dims shape) {
+  return array_variable<T>(io, name, shape, adios2::Dims(shape.size(), 0), shape);
 }
 template <class T>
 adios2::Variable<T> value_variable(adios2::IO& io, const std::string& name) {

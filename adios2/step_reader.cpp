@@ -11,12 +11,18 @@
 // committed at each attribute's recorded write floor, and
 // the floors sealed: a step that fails to read (an I/O error) commits nothing, leaving at most
 // its paths interned (which makes no prim).
+//
+// A step is one block per writer of each global array (kstage/blocks says where each starts).
+// A reader alone reads all of them; each of Q reading ranks (kstage_adios2_open_mpi) reads the
+// blocks of writers [W q / Q, W (q + 1) / Q) -- contiguous rows of every array -- into its own
+// stage, and the ranks agree that each could before any commits.
 #include "adios2/bridge.hpp"
 
 #include <algorithm>
 
 namespace kstage::adios2_bridge {
 namespace {
+using namespace layout;
 
 // The reader's engine: Inline hands out the writer's own block (a Get does not copy it there).
 struct Reader {
@@ -25,41 +31,71 @@ struct Reader {
   bool is_inline;
 };
 
-// The whole of array variable `v` into `out` (its element count).
+// The elements in one row of `v` (its shape past the first dimension).
 template <class T>
-void read_whole(Reader& r, adios2::Variable<T>& v, T* out, size_t count) {
-  v.SetMemorySpace(adios2::MemorySpace::Host);  // `out` is host memory: stated, not detected
-  if (!r.is_inline) {
-    r.e.Get(v, out, adios2::Mode::Sync);
-    return;
-  }
-  typename adios2::Variable<T>::Info info;
-  v.SetBlockSelection(0);
-  r.e.Get(v, info, adios2::Mode::Deferred);
-  r.e.PerformGets();
-  if (count > 0 && info.Data() == nullptr) fail(KSTAGE_OP_FAILED, "Inline: no data for '%s'", v.Name().c_str());
-  if (count > 0) std::memcpy(out, info.Data(), count * sizeof(T));
-}
-
-template <class T>
-size_t whole_count(const adios2::Variable<T>& v) {
-  size_t n = 1;
-  for (size_t d : v.Shape()) n *= d;
+uint64_t row_width(const adios2::Variable<T>& v) {
+  const adios2::Dims shape = v.Shape();
+  uint64_t n = 1;
+  for (size_t d = 1; d < shape.size(); ++d) n *= shape[d];
   return n;
 }
-
 template <class T>
-std::vector<T> get_array(Reader& r, const std::string& name) {
-  adios2::Variable<T> v = r.io.InquireVariable<T>(name);
-  std::vector<T> out;
-  if (!v) {
-    if (!r.io.VariableType(name).empty())
-      fail(KSTAGE_INVALID_ARGUMENT, "step variable '%s' is %s, not %s", name.c_str(),
-           r.io.VariableType(name).c_str(), adios2::GetType<T>().c_str());
-    return out;  // absent: empty
+uint64_t row_count(const adios2::Variable<T>& v) {
+  const adios2::Dims shape = v.Shape();
+  return shape.empty() ? 0 : shape[0];
+}
+
+// Rows [start, start + rows) of global array `v` into `out`.
+template <class T>
+void read_rows(Reader& r, adios2::Variable<T>& v, uint64_t start, uint64_t rows, T* out) {
+  if (rows == 0) return;
+  const uint64_t width = row_width(v);
+  if (v.Shape().empty() || start > row_count(v) || rows > row_count(v) - start)
+    fail(KSTAGE_INVALID_ARGUMENT, "step variable '%s' has %llu rows; its tables place rows %llu .. %llu in it",
+         v.Name().c_str(), (unsigned long long)row_count(v), (unsigned long long)start,
+         (unsigned long long)(start + rows - 1));
+  v.SetMemorySpace(adios2::MemorySpace::Host);  // `out` is host memory: stated, not detected
+  if (r.is_inline) {  // one writer, whose one block is the whole array
+    typename adios2::Variable<T>::Info info;
+    v.SetBlockSelection(0);
+    r.e.Get(v, info, adios2::Mode::Deferred);
+    r.e.PerformGets();
+    if (info.Data() == nullptr) fail(KSTAGE_OP_FAILED, "Inline: no data for '%s'", v.Name().c_str());
+    std::memcpy(out, info.Data() + start * width, rows * width * sizeof(T));
+    return;
   }
-  out.resize(whole_count(v));
-  read_whole(r, v, out.data(), out.size());
+  adios2::Dims first(v.Shape().size(), 0), count = v.Shape();
+  first[0] = start;
+  count[0] = rows;
+  v.SetSelection({first, count});
+  r.e.Get(v, out, adios2::Mode::Sync);
+}
+
+// Variable `name` of type T; absent: false. Present with another type: an error.
+template <class T>
+adios2::Variable<T> find_variable(Reader& r, const std::string& name) {
+  adios2::Variable<T> v = r.io.InquireVariable<T>(name);
+  if (!v && !r.io.VariableType(name).empty())
+    fail(KSTAGE_INVALID_ARGUMENT, "step variable '%s' is %s, not %s", name.c_str(), r.io.VariableType(name).c_str(),
+         adios2::GetType<T>().c_str());
+  return v;
+}
+
+// Rows [start, start + rows) of `name`, each of `width` elements; none: an empty vector (the
+// layout writes no block of an empty table).
+template <class T>
+std::vector<T> get_rows(Reader& r, const std::string& name, uint64_t start, uint64_t rows, uint64_t width = 1) {
+  std::vector<T> out;
+  if (rows == 0) return out;
+  adios2::Variable<T> v = find_variable<T>(r, name);
+  if (!v)
+    fail(KSTAGE_INVALID_ARGUMENT, "the step has no '%s', which its tables say holds %llu rows", name.c_str(),
+         (unsigned long long)(start + rows));
+  if (row_width(v) != width)
+    fail(KSTAGE_INVALID_ARGUMENT, "step variable '%s' has rows of %llu, not %llu", name.c_str(),
+         (unsigned long long)row_width(v), (unsigned long long)width);
+  out.resize(rows * width);
+  read_rows(r, v, start, rows, out.data());
   return out;
 }
 
@@ -73,16 +109,70 @@ T get_value(Reader& r, const std::string& name) {
   return out;
 }
 
-StringTable get_table(Reader& r, const std::string& name) {
-  StringTable t;
-  t.chars = get_array<uint8_t>(r, layout::chars(name));
-  t.offsets = get_array<uint64_t>(r, layout::offsets(name));
-  if (t.offsets.empty()) fail(KSTAGE_INVALID_ARGUMENT, "the step has no '%s'", layout::offsets(name).c_str());
-  for (size_t i = 0; i + 1 < t.offsets.size(); ++i)
-    if (t.offsets[i] > t.offsets[i + 1] || t.offsets[i + 1] > t.chars.size())
-      fail(KSTAGE_INVALID_ARGUMENT, "string table '%s': offset %zu is out of order or past its %zu bytes",
-           name.c_str(), i + 1, t.chars.size());
+// A block table {writers + 1, columns} (kstage/blocks, kstage/attr/<name>/blocks), checked:
+// from a row of zeros, each column's sums never decrease.
+std::vector<uint64_t> get_block_table(Reader& r, const std::string& name, size_t columns, uint64_t writers) {
+  adios2::Variable<uint64_t> v = find_variable<uint64_t>(r, name);
+  if (!v) fail(KSTAGE_INVALID_ARGUMENT, "the step has no '%s': not a kstage step of this format", name.c_str());
+  if (v.Shape().size() != 2 || v.Shape()[1] != columns || v.Shape()[0] < 2 ||
+      (writers != 0 && v.Shape()[0] != writers + 1))
+    fail(KSTAGE_INVALID_ARGUMENT, "step variable '%s' is not a table of %zu columns for %llu writers", name.c_str(),
+         columns, (unsigned long long)writers);
+  std::vector<uint64_t> t(row_count(v) * columns);
+  read_rows(r, v, 0, row_count(v), t.data());
+  for (size_t c = 0; c < columns; ++c) {
+    if (t[c] != 0) fail(KSTAGE_INVALID_ARGUMENT, "block table '%s' does not start at 0", name.c_str());
+    for (size_t w = 1; w < row_count(v); ++w)
+      if (t[w * columns + c] < t[(w - 1) * columns + c])
+        fail(KSTAGE_INVALID_ARGUMENT, "block table '%s': writer %zu's block starts before writer %zu's", name.c_str(),
+             w, w - 1);
+  }
   return t;
+}
+
+// The rows of a block table that the blocks [b0, b1) span: where they start, and how many.
+struct Span {
+  uint64_t start = 0, count = 0;
+};
+Span span(const std::vector<uint64_t>& table, size_t columns, size_t column, uint64_t b0, uint64_t b1) {
+  const uint64_t lo = table[b0 * columns + column];
+  return Span{lo, table[b1 * columns + column] - lo};
+}
+
+// Entries [entries.start, +count) of string table `name`, whose bytes are `bytes`: its offsets
+// made to count from the first entry's bytes (an offsets array has one entry more than its
+// table: each block's last is the next one's first).
+StringTable get_table(Reader& r, const std::string& name, Span entries, Span bytes) {
+  StringTable t;
+  t.offsets = get_rows<uint64_t>(r, offsets(name), entries.start, entries.count + 1);
+  t.chars = get_rows<uint8_t>(r, chars(name), bytes.start, bytes.count);
+  if (t.offsets.front() != bytes.start || t.offsets.back() != bytes.start + bytes.count)
+    fail(KSTAGE_INVALID_ARGUMENT, "string table '%s': its offsets do not span its blocks' %llu bytes", name.c_str(),
+         (unsigned long long)bytes.count);
+  for (uint64_t& o : t.offsets) o -= bytes.start;
+  for (size_t i = 0; i + 1 < t.offsets.size(); ++i)
+    if (t.offsets[i] > t.offsets[i + 1])
+      fail(KSTAGE_INVALID_ARGUMENT, "string table '%s': offset %zu is out of order", name.c_str(), i + 1);
+  return t;
+}
+// The whole of string table `name` (one every writer shares).
+StringTable get_whole_table(Reader& r, const std::string& name) {
+  adios2::Variable<uint64_t> v = find_variable<uint64_t>(r, offsets(name));
+  if (!v || row_count(v) == 0) fail(KSTAGE_INVALID_ARGUMENT, "the step has no '%s'", offsets(name).c_str());
+  adios2::Variable<uint8_t> c = find_variable<uint8_t>(r, chars(name));
+  return get_table(r, name, Span{0, row_count(v) - 1}, Span{0, c ? row_count(c) : 0});
+}
+
+// Positions among the step's paths (`prims`, `deleted`), made to count from this reader's first
+// path, each checked to be one of its `paths`.
+void rebase_positions(std::vector<uint64_t>& positions, Span paths, const char* attribute, const char* what) {
+  for (uint64_t& p : positions) {
+    if (p < paths.start || p - paths.start >= paths.count)
+      fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': %s position %llu is not among its blocks' paths %llu .. %llu",
+           attribute, what, (unsigned long long)p, (unsigned long long)paths.start,
+           (unsigned long long)(paths.start + paths.count));
+    p -= paths.start;
+  }
 }
 
 struct AttributeIn {
@@ -91,18 +181,25 @@ struct AttributeIn {
   DLDataType dtype{};
   bool is_array = false;
   kstage_semantic_t semantic = KSTAGE_SEMANTIC_NONE;
-  uint64_t floor = 0, count = 0, deleted_count = 0;
+  uint64_t floor = 0, count = 0, deleted_count = 0;  // this reader's blocks'
   std::vector<unsigned char> values;  // arrays (fixed-size values go to AdoptedValues)
   uint64_t rows = 0;                  // fixed: rows of values; arrays: elements
+  uint64_t first_row = 0;             // of the values, in the global array
   std::vector<uint64_t> offsets, prims, deleted;
 };
 
-void read_attribute(Reader& r, AttributeIn& a, uint64_t path_count) {
+// The blocks [b0, b1) of the step's `writers` this reader reads, and their paths.
+struct Blocks {
+  uint64_t writers = 1, b0 = 0, b1 = 1;
+  Span paths;
+};
+
+void read_attribute(Reader& r, AttributeIn& a, const Blocks& blocks) {
   adios2::IO& io = r.io;
   const char* n = a.name.c_str();
-  adios2::Attribute<int32_t> dtype = io.InquireAttribute<int32_t>(layout::attr(a.name, "dtype"));
-  adios2::Attribute<std::string> kind = io.InquireAttribute<std::string>(layout::attr(a.name, "kind"));
-  adios2::Attribute<int32_t> semantic = io.InquireAttribute<int32_t>(layout::attr(a.name, "semantic"));
+  adios2::Attribute<int32_t> dtype = io.InquireAttribute<int32_t>(attr(a.name, "dtype"));
+  adios2::Attribute<std::string> kind = io.InquireAttribute<std::string>(attr(a.name, "kind"));
+  adios2::Attribute<int32_t> semantic = io.InquireAttribute<int32_t>(attr(a.name, "semantic"));
   if (!dtype || !kind || !semantic || dtype.Data().size() != 3)
     fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s' of the step has no schema (kstage/attr/%s/dtype, kind, semantic)", n, n);
   const std::vector<int32_t> d = dtype.Data();
@@ -113,64 +210,68 @@ void read_attribute(Reader& r, AttributeIn& a, uint64_t path_count) {
   if (k != "fixed" && k != "array") fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': kind '%s' is neither fixed nor array", n, k.c_str());
   a.is_array = k == "array";
   a.semantic = semantic.Data().front();
-  a.floor = get_value<uint64_t>(r, layout::attr(a.name, "floor"));
-  a.count = get_value<uint64_t>(r, layout::attr(a.name, "count"));
-  a.deleted_count = get_value<uint64_t>(r, layout::attr(a.name, "deleted_count"));
-  bool known = with_element_type(a.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    const std::string vn = layout::attr(a.name, "values");
-    adios2::Variable<T> v = io.InquireVariable<T>(vn);
-    if (!v) {
-      if (!io.VariableType(vn).empty())
-        fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': its values are %s, its schema says %s", n,
-             io.VariableType(vn).c_str(), dtype_name(a.dtype).c_str());
-      return;
-    }
-    const uint64_t total = whole_count(v);
-    if (total % a.dtype.lanes != 0)
-      fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': %llu values are not whole rows of %u lanes", n,
-           (unsigned long long)total, unsigned(a.dtype.lanes));
-    a.rows = total / a.dtype.lanes;
-    if (a.is_array) {  // fixed-size values are read later, where they go
-      a.values.resize(total * sizeof(T));
-      read_whole(r, v, reinterpret_cast<T*>(a.values.data()), total);
-    }
-  });
-  if (!known)
+  if (!with_element_type(a.dtype, [](auto) {}))
     fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': dtype %s (code %u) is not one kstage_adios2 knows", n,
          dtype_name(a.dtype).c_str(), unsigned(a.dtype.code));
-  a.prims = get_array<uint64_t>(r, layout::attr(a.name, "prims"));
-  a.deleted = get_array<uint64_t>(r, layout::attr(a.name, "deleted"));
-  const uint64_t rows = a.rows;
-  if (a.is_array) {
-    a.offsets = get_array<uint64_t>(r, layout::attr(a.name, "offsets"));
-    if (a.count > 0 && a.offsets.size() != a.count + 1)
-      fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': %zu offsets for %llu rows", n, a.offsets.size(), (unsigned long long)a.count);
+
+  // This reader's blocks of it, and their write floor: the largest of its writers' (a reader
+  // of no blocks: the step's).
+  const std::vector<uint64_t> table = get_block_table(r, attr(a.name, "blocks"), kAttrBlockColumns, blocks.writers);
+  const Span prims = span(table, kAttrBlockColumns, kAttrPrims, blocks.b0, blocks.b1);
+  const Span elements = span(table, kAttrBlockColumns, kAttrElements, blocks.b0, blocks.b1);
+  const Span deleted = span(table, kAttrBlockColumns, kAttrDeleted, blocks.b0, blocks.b1);
+  const uint64_t total_prims = table[blocks.writers * kAttrBlockColumns + kAttrPrims];
+  const uint64_t total_elements = table[blocks.writers * kAttrBlockColumns + kAttrElements];
+  if (get_value<uint64_t>(r, attr(a.name, "count")) != total_prims ||
+      get_value<uint64_t>(r, attr(a.name, "deleted_count")) != table[blocks.writers * kAttrBlockColumns + kAttrDeleted] ||
+      (!a.is_array && (elements.start != prims.start || elements.count != prims.count)))
+    fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': its counts and its block table differ", n);
+  a.count = prims.count;
+  a.deleted_count = deleted.count;
+  if (blocks.b1 > blocks.b0) {
+    const std::vector<uint64_t> floors = get_rows<uint64_t>(r, attr(a.name, "floors"), blocks.b0, blocks.b1 - blocks.b0);
+    a.floor = *std::max_element(floors.begin(), floors.end());
+  } else {
+    a.floor = get_value<uint64_t>(r, attr(a.name, "floor"));
+  }
+
+  with_element_type(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const std::string vn = attr(a.name, "values");
+    adios2::Variable<T> v = io.InquireVariable<T>(vn);
+    if (!v && !io.VariableType(vn).empty())
+      fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': its values are %s, its schema says %s", n,
+           io.VariableType(vn).c_str(), dtype_name(a.dtype).c_str());
+    const uint64_t held = v ? row_count(v) * row_width(v) : 0;
+    if (held != total_elements * a.dtype.lanes || (v && row_width(v) != a.dtype.lanes))
+      fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': %llu values are not the %llu rows of %u lanes its blocks hold", n,
+           (unsigned long long)held, (unsigned long long)total_elements, unsigned(a.dtype.lanes));
+    a.rows = elements.count;
+    a.first_row = elements.start;
+    if (a.is_array && a.rows > 0) {  // fixed-size values are read later, where they go
+      a.values.resize(a.rows * a.dtype.lanes * sizeof(T));
+      read_rows(r, v, a.first_row, a.rows, reinterpret_cast<T*>(a.values.data()));
+    }
+  });
+  if (!io.VariableType(attr(a.name, "prims")).empty()) {
+    a.prims = get_rows<uint64_t>(r, attr(a.name, "prims"), prims.start, prims.count);
+    rebase_positions(a.prims, blocks.paths, n, "a");
+  } else if (a.count > 0 && a.count != blocks.paths.count) {
+    fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': %llu prims but no positions among the step's %llu paths", n,
+         (unsigned long long)a.count, (unsigned long long)blocks.paths.count);
+  }
+  a.deleted = get_rows<uint64_t>(r, attr(a.name, "deleted"), deleted.start, deleted.count);
+  rebase_positions(a.deleted, blocks.paths, n, "a deleted");
+  if (a.is_array && a.count > 0) {
+    a.offsets = get_rows<uint64_t>(r, attr(a.name, "offsets"), prims.start, prims.count + 1);
+    if (a.offsets.front() != elements.start || a.offsets.back() != elements.start + elements.count)
+      fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': its offsets do not span its blocks' %llu elements", n,
+           (unsigned long long)elements.count);
     for (size_t i = 0; i + 1 < a.offsets.size(); ++i)
       if (a.offsets[i] > a.offsets[i + 1])
         fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': offsets[%zu] is below offsets[%zu]", n, i + 1, i);
-    if (a.count > 0 && (a.offsets.front() != 0 || a.offsets.back() != rows))
-      fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': offsets end at %llu, the values hold %llu elements", n,
-           (unsigned long long)a.offsets.back(), (unsigned long long)rows);
-  } else if (rows != a.count) {
-    fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': %llu rows of values for %llu prims", n, (unsigned long long)rows,
-         (unsigned long long)a.count);
+    for (uint64_t& o : a.offsets) o -= elements.start;
   }
-  if (a.prims.empty() && a.count > 0) {
-    if (a.count != path_count)
-      fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': %llu prims but no positions among the step's %llu paths", n,
-           (unsigned long long)a.count, (unsigned long long)path_count);
-  } else if (a.prims.size() != a.count) {
-    fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': %zu positions for %llu prims", n, a.prims.size(), (unsigned long long)a.count);
-  }
-  if (a.deleted.size() != a.deleted_count)
-    fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': %zu deleted positions, %llu deleted prims", n, a.deleted.size(),
-         (unsigned long long)a.deleted_count);
-  for (const std::vector<uint64_t>* v : {&a.prims, &a.deleted})
-    for (uint64_t p : *v)
-      if (p >= path_count)
-        fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': position %llu is past the step's %llu paths", n,
-             (unsigned long long)p, (unsigned long long)path_count);
 }
 
 // Checks that `a` fits the stage's column (if it has one) and comes after its write floor.
@@ -238,6 +339,49 @@ struct StepPaths {
   uint64_t count = 0;
   std::vector<kstage_path_t> ids;  // every path, made on first use
 
+  // Interns the step's paths: its ranges as ranges, its explicit strings. A range the stage
+  // cannot make as a range -- it overlaps one the stage has, as ranges of the same paths that
+  // different writers made do when one reader reads their blocks -- has the members this step
+  // names interned by their strings (the same string is always the same path), and its runs
+  // become runs of those.
+  void intern(const StringTable& strings, const std::vector<uint64_t>& range_numbers, const StringTable& range_strings) {
+    std::vector<bool> by_strings(range_numbers.size() / 2, false);
+    range_firsts.assign(range_numbers.size() / 2, 0);
+    for (size_t r = 0; r < range_firsts.size(); ++r) {
+      const std::string parent = range_strings.at(2 * r), prefix = range_strings.at(2 * r + 1);
+      const kstage_status_t st = kstage_intern_path_range(stage, parent.data(), parent.size(), prefix.data(), prefix.size(),
+                                                          range_numbers[2 * r], range_numbers[2 * r + 1], &range_firsts[r]);
+      if (st == KSTAGE_ALREADY_EXISTS) by_strings[r] = true;
+      else check(st, "kstage_adios2_read_step: a path range");
+    }
+    std::vector<std::string> members;  // of the ranges made by their strings
+    std::vector<const char*> texts(strings.size());
+    std::vector<size_t> lengths(strings.size());
+    for (size_t i = 0; i < strings.size(); ++i) {
+      texts[i] = reinterpret_cast<const char*>(strings.chars.data()) + strings.offsets[i];
+      lengths[i] = strings.offsets[i + 1] - strings.offsets[i];
+    }
+    for (size_t i = 0; i < segments.size(); i += 4) {
+      const uint64_t r = segments[i + 1], b = segments[i + 2], c = segments[i + 3];
+      if (segments[i] != 1 || !by_strings[r]) continue;
+      const std::string parent = range_strings.at(2 * r), prefix = range_strings.at(2 * r + 1);
+      const std::string head = (parent == "/" ? "" : parent) + "/" + prefix;
+      segments[i] = 0;  // explicit strings from here on
+      segments[i + 1] = texts.size() + members.size();
+      segments[i + 2] = c;
+      segments[i + 3] = 0;
+      for (uint64_t k = 0; k < c; ++k) members.push_back(head + std::to_string(range_numbers[2 * r] + b + k));
+    }
+    for (const std::string& m : members) {
+      texts.push_back(m.data());
+      lengths.push_back(m.size());
+    }
+    explicit_ids.resize(texts.size());
+    if (!texts.empty())
+      check(kstage_intern_paths(stage, texts.data(), lengths.data(), texts.size(), explicit_ids.data()),
+            "kstage_adios2_read_step: the step's paths");
+  }
+
   const std::vector<kstage_path_t>& all() {
     if (ids.size() == count) return ids;
     ids.reserve(count);
@@ -251,6 +395,13 @@ struct StepPaths {
     }
     return ids;
   }
+  // The paths at `positions`.
+  std::vector<kstage_path_t> at(const std::vector<uint64_t>& positions) {
+    const std::vector<kstage_path_t>& every = all();
+    std::vector<kstage_path_t> chosen(positions.size());
+    for (size_t i = 0; i < chosen.size(); ++i) chosen[i] = every[positions[i]];
+    return chosen;
+  }
   // A query over the paths at `positions` (empty: all of them, in order).
   kstage_query_t query(const std::vector<uint64_t>& positions) {
     kstage_query_t q = 0;
@@ -259,11 +410,8 @@ struct StepPaths {
             "kstage_adios2_read_step: a query");
       return q;
     }
-    const std::vector<kstage_path_t>& every = all();
-    if (positions.empty()) return Query(stage, every).release();
-    std::vector<kstage_path_t> chosen(positions.size());
-    for (size_t i = 0; i < chosen.size(); ++i) chosen[i] = every[positions[i]];
-    return Query(stage, chosen).release();
+    if (positions.empty()) return Query(stage, all()).release();
+    return Query(stage, at(positions)).release();
   }
 };
 
@@ -330,7 +478,7 @@ void read_fixed_values(Reader& r, Incoming& in) {
   with_element_type(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     adios2::Variable<T> v = r.io.InquireVariable<T>(layout::attr(a.name, "values"));
-    read_whole(r, v, static_cast<T*>(in.values->block), a.rows * a.dtype.lanes);
+    read_rows(r, v, a.first_row, a.rows, static_cast<T*>(in.values->block));
   });
 }
 
@@ -368,12 +516,25 @@ void make_empty_column(kstage_stage_t stage, const AttributeIn& a) {
   finish(stage, op, "kstage_adios2_read_step: an empty column");
 }
 
-// The attribute's deletions, then its values, at its recorded floor.
-void commit(Incoming& in, StepPaths& paths) {
+// The attribute's deletions, then its values, at its recorded floor. Read from several
+// writers' blocks (`merged`), a prim can be deleted in one and written in another (it moved
+// between the writers in this step): it is written, not deleted.
+void commit(Incoming& in, StepPaths& paths, bool merged) {
   const kstage_stage_t stage = in.stage;
   const AttributeIn& a = *in.a;
-  if (a.deleted_count > 0) {
-    Query q(stage, paths.query(a.deleted));
+  std::vector<kstage_path_t> deleted;
+  if (a.deleted_count > 0 && merged && a.count > 0) {
+    std::vector<kstage_path_t> written = a.prims.empty() ? paths.all() : paths.at(a.prims);
+    std::sort(written.begin(), written.end());
+    deleted = paths.at(a.deleted);
+    deleted.erase(std::remove_if(deleted.begin(), deleted.end(),
+                                 [&](kstage_path_t p) { return std::binary_search(written.begin(), written.end(), p); }),
+                  deleted.end());
+  } else if (a.deleted_count > 0) {
+    deleted = paths.at(a.deleted);
+  }
+  if (!deleted.empty()) {
+    Query q(stage, deleted);
     kstage_op_t op = 0;
     check(kstage_delete_attributes(stage, q.q, &a.token, 1, a.floor, &op), "kstage_adios2_read_step: a deletion");
     finish(stage, op, "kstage_adios2_read_step: a deletion");
@@ -425,102 +586,105 @@ extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
   return guard([&] {
     std::shared_ptr<Stream> s = find_stream(stream);
     std::lock_guard lock(s->mutex);
-    if (s->mode != KSTAGE_ADIOS2_READ) fail(KSTAGE_INVALID_ARGUMENT, "stream %llu is a writer", (unsigned long long)stream);
-    if (ordinal == nullptr) fail(KSTAGE_INVALID_ARGUMENT, "ordinal is NULL");
+    Collective& ranks = *s->ranks;
     adios2::IO& io = s->io;
     adios2::Engine& e = s->engine;
-    const float timeout = timeout_ns == KSTAGE_TIMEOUT_INFINITE ? -1.0f : float(double(timeout_ns) * 1e-9);
-    const adios2::StepStatus status = e.BeginStep(adios2::StepMode::Read, timeout);
-    if (status == adios2::StepStatus::EndOfStream) fail(KSTAGE_END_OF_ITERATION, "the stream has no more steps");
-    if (status == adios2::StepStatus::NotReady) fail(KSTAGE_TIMEOUT, "the stream's next step is not ready");
-    if (status != adios2::StepStatus::OK) fail(KSTAGE_OP_FAILED, "ADIOS2 could not begin the step");
-    s->step_open = true;
-    struct EndStep {  // every step begun is ended, also when it does not fit
-      Stream& s;
-      ~EndStep() {
-        if (s.step_open) {
-          s.step_open = false;
-          try { s.engine.EndStep(); } catch (...) {}
-        }
-      }
-    } end{*s};
-
-    // The format, the step's ordinal and paths.
-    adios2::Attribute<std::string> format = io.InquireAttribute<std::string>(layout::kFormat);
-    if (!format || format.Data().empty() || format.Data().front() != "kstage")
-      fail(KSTAGE_INVALID_ARGUMENT, "not a kstage step: it has no '%s' attribute saying \"kstage\"", layout::kFormat);
-    adios2::Attribute<uint32_t> version = io.InquireAttribute<uint32_t>(layout::kFormatVersion);
-    if (!version || version.Data().empty() || version.Data().front() != layout::kVersion)
-      fail(KSTAGE_INVALID_ARGUMENT, "a kstage step of format version %u; this kstage_adios2 reads version %u",
-           version && !version.Data().empty() ? unsigned(version.Data().front()) : 0u, unsigned(layout::kVersion));
-    Reader reader{io, e, s->keeps_step_data};
-    const uint64_t step_ordinal = get_value<uint64_t>(reader, layout::kOrdinal);
-    const uint64_t path_count = get_value<uint64_t>(reader, layout::kPathCount);
-    const std::vector<uint64_t> segments = get_array<uint64_t>(reader, layout::kPathSegments);
-    const StringTable strings = get_table(reader, layout::kPathStrings);
-    const std::vector<uint64_t> range_numbers = get_array<uint64_t>(reader, layout::kRangeNumbers);
-    const StringTable range_strings = get_table(reader, layout::kRangeStrings);
-    const StringTable names = get_table(reader, layout::kStepAttributes);
-    if (segments.size() % 4 != 0 || range_numbers.size() % 2 != 0 ||
-        range_strings.size() != range_numbers.size())
-      fail(KSTAGE_INVALID_ARGUMENT, "the step's path tables do not fit together");
-    // Every run is checked before anything is interned.
-    uint64_t listed = 0;
-    for (size_t i = 0; i < segments.size(); i += 4) {
-      const uint64_t kind = segments[i], a = segments[i + 1], b = segments[i + 2], c = segments[i + 3];
-      if (kind == 0 ? (a > strings.size() || b > strings.size() - a)
-                    : kind != 1 || a >= range_numbers.size() / 2 || b > range_numbers[2 * a + 1] ||
-                          c > range_numbers[2 * a + 1] - b)
-        fail(KSTAGE_INVALID_ARGUMENT, "path run %zu of the step is out of its tables' bounds", i / 4);
-      listed += kind == 0 ? b : c;
-    }
-    if (listed != path_count)
-      fail(KSTAGE_INVALID_ARGUMENT, "the step's path runs hold %llu paths, its count says %llu",
-           (unsigned long long)listed, (unsigned long long)path_count);
-    std::vector<AttributeIn> attrs(names.size());
-    for (size_t i = 0; i < attrs.size(); ++i) {
-      attrs[i].name = names.at(i);
-      read_attribute(reader, attrs[i], path_count);
-    }
-    for (AttributeIn& a : attrs) check_fits(stage, a);
-
-    // The paths (ranges as ranges), then each attribute's values read where they go, then --
-    // every value in -- the deletions and values committed, then the floors.
+    uint64_t step_ordinal = 0;
+    Blocks blocks;
     StepPaths paths;
     paths.stage = stage;
-    paths.segments = segments;
-    paths.count = path_count;
-    paths.range_firsts.resize(range_numbers.size() / 2);
-    for (size_t r = 0; r < paths.range_firsts.size(); ++r) {
-      const std::string parent = range_strings.at(2 * r), prefix = range_strings.at(2 * r + 1);
-      check(kstage_intern_path_range(stage, parent.data(), parent.size(), prefix.data(), prefix.size(),
-                                     range_numbers[2 * r], range_numbers[2 * r + 1], &paths.range_firsts[r]),
-            "kstage_adios2_read_step: a path range");
-    }
-    std::vector<const char*> explicit_strings(strings.size());
-    std::vector<size_t> lengths(strings.size());
-    for (size_t i = 0; i < strings.size(); ++i) {
-      explicit_strings[i] = reinterpret_cast<const char*>(strings.chars.data()) + strings.offsets[i];
-      lengths[i] = strings.offsets[i + 1] - strings.offsets[i];
-    }
-    paths.explicit_ids.resize(strings.size());
-    if (strings.size() > 0)
-      check(kstage_intern_paths(stage, explicit_strings.data(), lengths.data(), strings.size(), paths.explicit_ids.data()),
-            "kstage_adios2_read_step: the step's paths");
-    std::vector<Incoming> incoming(attrs.size());
-    for (size_t i = 0; i < attrs.size(); ++i) {
-      Incoming& in = incoming[i];
-      in.stage = stage;
-      in.a = &attrs[i];
-      if (attrs[i].count == 0) continue;
-      in.query = paths.query(attrs[i].prims);
-      if (!attrs[i].is_array) read_fixed_values(reader, in);
-    }
-    s->step_open = false;
-    e.EndStep();  // every value is in
-    for (Incoming& in : incoming) commit(in, paths);
-    for (const AttributeIn& a : attrs)
-      check(kstage_advance_write_floor(stage, a.floor, &a.token, 1), "kstage_adios2_read_step: sealing");
+    std::vector<AttributeIn> attrs;
+    std::vector<Incoming> incoming;
+    // This rank's part, up to every value read; then, every rank ready, the commits.
+    agree(ranks, "kstage_adios2_read_step", [&] {
+      if (s->mode != KSTAGE_ADIOS2_READ) fail(KSTAGE_INVALID_ARGUMENT, "stream %llu is a writer", (unsigned long long)stream);
+      if (ordinal == nullptr) fail(KSTAGE_INVALID_ARGUMENT, "ordinal is NULL");
+      const float timeout = timeout_ns == KSTAGE_TIMEOUT_INFINITE ? -1.0f : float(double(timeout_ns) * 1e-9);
+      const adios2::StepStatus status = e.BeginStep(adios2::StepMode::Read, timeout);
+      if (status == adios2::StepStatus::EndOfStream) fail(KSTAGE_END_OF_ITERATION, "the stream has no more steps");
+      if (status == adios2::StepStatus::NotReady) fail(KSTAGE_TIMEOUT, "the stream's next step is not ready");
+      if (status != adios2::StepStatus::OK) fail(KSTAGE_OP_FAILED, "ADIOS2 could not begin the step");
+      s->step_open = true;
+      struct EndStep {  // every step begun is ended, also when it does not fit
+        Stream& s;
+        ~EndStep() {
+          if (s.step_open) {
+            s.step_open = false;
+            try { s.engine.EndStep(); } catch (...) {}
+          }
+        }
+      } end{*s};
+
+      // The format, the step's ordinal, the blocks this rank reads, their paths.
+      adios2::Attribute<std::string> format = io.InquireAttribute<std::string>(kFormat);
+      if (!format || format.Data().empty() || format.Data().front() != "kstage")
+        fail(KSTAGE_INVALID_ARGUMENT, "not a kstage step: it has no '%s' attribute saying \"kstage\"", kFormat);
+      adios2::Attribute<uint32_t> version = io.InquireAttribute<uint32_t>(kFormatVersion);
+      if (!version || version.Data().empty() || version.Data().front() != kVersion)
+        fail(KSTAGE_INVALID_ARGUMENT, "a kstage step of format version %u; this kstage_adios2 reads version %u",
+             version && !version.Data().empty() ? unsigned(version.Data().front()) : 0u, unsigned(kVersion));
+      Reader reader{io, e, s->keeps_step_data};
+      step_ordinal = get_value<uint64_t>(reader, kOrdinal);
+      const std::vector<uint64_t> table = get_block_table(reader, kBlocks, kBlockColumns, 0);
+      blocks.writers = table.size() / kBlockColumns - 1;
+      const uint64_t q = uint64_t(ranks.rank()), readers = uint64_t(ranks.size());
+      blocks.b0 = blocks.writers * q / readers;
+      blocks.b1 = blocks.writers * (q + 1) / readers;
+      auto part = [&](BlockColumn c) { return span(table, kBlockColumns, c, blocks.b0, blocks.b1); };
+      blocks.paths = part(kBlockPaths);
+      if (get_value<uint64_t>(reader, kPathCount) != table[blocks.writers * kBlockColumns + kBlockPaths])
+        fail(KSTAGE_INVALID_ARGUMENT, "the step's path count and its block table differ");
+      const Span runs = part(kBlockRuns), strings_in = part(kBlockStrings), ranges = part(kBlockRanges);
+      std::vector<uint64_t> segments = get_rows<uint64_t>(reader, kPathSegments, runs.start, runs.count, 4);
+      const StringTable strings = get_table(reader, kPathStrings, strings_in, part(kBlockStringBytes));
+      const std::vector<uint64_t> range_numbers = get_rows<uint64_t>(reader, kRangeNumbers, ranges.start, ranges.count, 2);
+      const StringTable range_strings =
+          get_table(reader, kRangeStrings, Span{2 * ranges.start, 2 * ranges.count}, part(kBlockRangeBytes));
+      const StringTable names = get_whole_table(reader, kStepAttributes);
+      // Every run is checked, and made to count from this rank's first string and range,
+      // before anything is interned.
+      uint64_t listed = 0;
+      for (size_t i = 0; i < segments.size(); i += 4) {
+        uint64_t& a = segments[i + 1];
+        const uint64_t kind = segments[i], b = segments[i + 2], c = segments[i + 3];
+        const Span& own = kind == 0 ? strings_in : ranges;
+        if (kind > 1 || a < own.start) fail(KSTAGE_INVALID_ARGUMENT, "path run %zu of the step is out of its tables' bounds", i / 4);
+        a -= own.start;
+        if (kind == 0 ? (a > strings.size() || b > strings.size() - a)
+                      : a >= range_numbers.size() / 2 || b > range_numbers[2 * a + 1] || c > range_numbers[2 * a + 1] - b)
+          fail(KSTAGE_INVALID_ARGUMENT, "path run %zu of the step is out of its tables' bounds", i / 4);
+        listed += kind == 0 ? b : c;
+      }
+      if (listed != blocks.paths.count)
+        fail(KSTAGE_INVALID_ARGUMENT, "the step's path runs hold %llu paths, its block table says %llu",
+             (unsigned long long)listed, (unsigned long long)blocks.paths.count);
+      attrs.resize(names.size());
+      for (size_t i = 0; i < attrs.size(); ++i) {
+        attrs[i].name = names.at(i);
+        read_attribute(reader, attrs[i], blocks);
+      }
+      for (AttributeIn& a : attrs) check_fits(stage, a);
+
+      // The paths (ranges as ranges), then each attribute's values read where they go.
+      paths.segments = std::move(segments);
+      paths.count = blocks.paths.count;
+      paths.intern(strings, range_numbers, range_strings);
+      incoming.resize(attrs.size());
+      for (size_t i = 0; i < attrs.size(); ++i) {
+        Incoming& in = incoming[i];
+        in.stage = stage;
+        in.a = &attrs[i];
+        if (attrs[i].count == 0) continue;
+        in.query = paths.query(attrs[i].prims);
+        if (!attrs[i].is_array) read_fixed_values(reader, in);
+      }
+      s->step_open = false;
+      e.EndStep();  // every value is in
+    });
+    // Every rank's values in: the deletions and values committed, then the floors.
+    for (Incoming& in : incoming) commit(in, paths, blocks.b1 - blocks.b0 > 1);
+    for (const AttributeIn& a : attrs)  // (floor 0: none of this rank's writers had a column of it)
+      if (a.floor > 0) check(kstage_advance_write_floor(stage, a.floor, &a.token, 1), "kstage_adios2_read_step: sealing");
     *ordinal = step_ordinal;
   });
 }

@@ -7,12 +7,20 @@
 // are the prims in order (a dense zero-copy group, an array column whose rows lie back to
 // back), else packed once; the groups are released after the step ends (ADIOS2 reads deferred
 // puts at EndStep).
+//
+// Written by several ranks (kstage_adios2_open_mpi), a step is collective: each rank prepares
+// its part, the ranks agree that every one of them could (else all fail), unite their
+// attributes, learn where each rank's block of every global array starts (an exscan of their
+// sizes), make their indices global, and put their blocks. Alone, the same code writes a step
+// of one block.
 #include "adios2/bridge.hpp"
 
 #include <algorithm>
+#include <deque>
 
 namespace kstage::adios2_bridge {
 namespace {
+using namespace layout;
 
 struct AttributeStep {
   kstage_token_t token = 0;
@@ -189,18 +197,6 @@ PathRuns path_runs(kstage_stage_t stage, const PathSpan& paths) {
   return out;
 }
 
-// A single value of the step (copied by ADIOS2 at the call).
-template <class T>
-void put_value(adios2::IO& io, adios2::Engine& e, const std::string& name, T value) {
-  e.Put(value_variable<T>(io, name), value, adios2::Mode::Sync);
-}
-
-void put_table(adios2::IO& io, adios2::Engine& e, const std::string& name, const StringTable& t) {
-  if (!t.chars.empty())
-    e.Put(array_variable<uint8_t>(io, layout::chars(name), {t.chars.size()}), t.chars.data());
-  e.Put(array_variable<uint64_t>(io, layout::offsets(name), {t.offsets.size()}), t.offsets.data());
-}
-
 // The positions of `prims` in the sorted `paths`; empty when they are all of them, in order, and
 // `identity_empty` (the layout's "absent: all" for an attribute's prims).
 std::vector<uint64_t> positions_of(const PathSpan& prims, const PathSpan& paths, bool identity_empty) {
@@ -218,6 +214,8 @@ struct StepData {
   PathRuns runs;
   StringTable names;
   std::vector<kstage_path_t> paths_owned;  // the step's paths when no attribute's prims are them
+  PathSpan paths;                          // the step's paths (this rank's)
+  std::deque<std::vector<uint64_t>> tables;  // the rows of the block tables this rank puts
 };
 
 // The step's paths: every prim with values or deletions, in path-id order, without duplicates.
@@ -257,6 +255,292 @@ kstage_adios2_step_desc_t read_step_desc(const kstage_adios2_step_desc_t* in) {
   return d;
 }
 
+// This rank's part of the step, everything its puts need gathered: the attributes' values held
+// in their read groups, the step's paths as runs, each attribute's positions among them.
+void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query, const kstage_token_t* attributes,
+             uint64_t n, const kstage_adios2_step_desc_t& d) {
+  // The attributes and their columns.
+  std::vector<kstage_token_t> tokens(attributes, attributes + n);
+  if (n == 0) {
+    uint64_t count = 0;
+    check(kstage_list_attributes(stage, nullptr, 0, &count), "kstage_adios2_write_step: the stage's attributes");
+    tokens.resize(count);
+    check(kstage_list_attributes(stage, tokens.data(), tokens.size(), &count), "kstage_adios2_write_step: the stage's attributes");
+    tokens.resize(std::min<uint64_t>(count, tokens.size()));
+  }
+  std::vector<AttributeStep>& steps = data.steps;
+  steps.resize(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    AttributeStep& a = steps[i];
+    a.token = tokens[i];
+    const char* name = nullptr;
+    size_t length = 0;
+    check(kstage_token_string(stage, a.token, &name, &length), "kstage_adios2_write_step: attributes");
+    a.name.assign(name, length);
+    a.info = kstage_attribute_info_init();
+    check(kstage_attribute_info(stage, a.token, &a.info), "kstage_adios2_write_step");
+    if (!with_element_type(a.info.dtype, [](auto) {}))
+      fail(KSTAGE_NOT_SUPPORTED, "kstage_adios2_write_step: attribute '%s' is %s, which ADIOS2 has no type for",
+           a.name.c_str(), dtype_name(a.info.dtype).c_str());
+  }
+
+  // The sealed state, on the host (device columns come down; ADIOS2 from PyPI takes host
+  // memory only).
+  Held& held = data.held;
+  held.stage = stage;
+  if (!tokens.empty()) {
+    kstage_read_desc_t rd = kstage_read_desc_init();
+    rd.change_range = d.change_range;
+    rd.range_begin = d.range_begin;
+    rd.range_end = d.range_end;
+    rd.target_device = DLDevice{kDLCPU, 0};
+    check(kstage_read_attributes(stage, query, tokens.data(), tokens.size(), &rd, &held.read),
+          "kstage_adios2_write_step: the read");
+    std::vector<std::vector<kstage_read_group_t>> groups(steps.size());
+    kstage_read_group_t g;
+    kstage_status_t st;
+    while ((st = kstage_fetch_read_next(stage, held.read, KSTAGE_TIMEOUT_INFINITE, &g)) == KSTAGE_OK) {
+      held.groups.push_back(g.handle);
+      auto it = std::find_if(steps.begin(), steps.end(), [&](const AttributeStep& a) { return a.token == g.attribute; });
+      if (it == steps.end()) fail(KSTAGE_INTERNAL, "a group of an attribute not read");
+      if (g.is_delete) {
+        it->deleted.insert(it->deleted.end(), g.prims, g.prims + g.prim_count);
+      } else {
+        groups[size_t(it - steps.begin())].push_back(g);
+      }
+    }
+    if (st != KSTAGE_END_OF_ITERATION) check(st, "kstage_adios2_write_step: the read's groups");
+    for (size_t i = 0; i < steps.size(); ++i)
+      if (!groups[i].empty()) take_values(steps[i], groups[i]);
+  }
+
+  data.paths = step_paths(steps, data.paths_owned);
+  data.runs = path_runs(stage, data.paths);
+  for (AttributeStep& a : steps) {
+    a.positions = positions_of(span_of(a), data.paths, true);
+    a.deleted_positions = positions_of(PathSpan{a.deleted.data(), a.deleted.size()}, data.paths, false);
+  }
+}
+
+// An attribute's schema as a rank sends it to the others: its name's length and bytes, kind,
+// dtype and semantic.
+void encode_schema(std::string& out, const AttributeStep& a) {
+  const uint32_t length = uint32_t(a.name.size());
+  const int32_t fields[5] = {a.info.is_array ? 1 : 0, a.info.dtype.code, a.info.dtype.bits, a.info.dtype.lanes,
+                             int32_t(a.info.semantic)};
+  out.append(reinterpret_cast<const char*>(&length), sizeof length);
+  out += a.name;
+  out.append(reinterpret_cast<const char*>(fields), sizeof fields);
+}
+std::string schema_text(const kstage_attribute_info_t& info) {
+  return std::string(info.is_array ? "array " : "fixed ") + dtype_name(info.dtype) + " (semantic " +
+         std::to_string(int(info.semantic)) + ")";
+}
+
+// The step's attributes over every rank: each rank's, in rank order (a rank that has no column
+// of another's attribute writes an empty block of it), checked to have one schema everywhere.
+// Every rank ends with the same attributes in the same order.
+void unite_attributes(Collective& ranks, std::vector<AttributeStep>& steps) {
+  std::string mine;
+  for (const AttributeStep& a : steps) encode_schema(mine, a);
+  const std::vector<std::string> all = ranks.allgather(mine);
+  std::vector<AttributeStep> united;
+  std::vector<int> first_rank;
+  for (size_t r = 0; r < all.size(); ++r) {
+    const std::string& b = all[r];
+    for (size_t at = 0; at < b.size();) {
+      uint32_t length = 0;
+      int32_t f[5] = {};
+      std::memcpy(&length, b.data() + at, sizeof length);
+      const std::string name = b.substr(at + sizeof length, length);
+      std::memcpy(f, b.data() + at + sizeof length + length, sizeof f);
+      at += sizeof length + length + sizeof f;
+      kstage_attribute_info_t info = kstage_attribute_info_init();
+      info.is_array = f[0] != 0;
+      info.dtype = DLDataType{uint8_t(f[1]), uint8_t(f[2]), uint16_t(f[3])};
+      info.semantic = kstage_semantic_t(f[4]);
+      auto it = std::find_if(united.begin(), united.end(), [&](const AttributeStep& u) { return u.name == name; });
+      if (it != united.end()) {
+        const kstage_attribute_info_t& u = it->info;
+        if (u.is_array != info.is_array || u.dtype.code != info.dtype.code || u.dtype.bits != info.dtype.bits ||
+            u.dtype.lanes != info.dtype.lanes || u.semantic != info.semantic)
+          fail(KSTAGE_INVALID_ARGUMENT, "kstage_adios2_write_step: attribute '%s' is %s on rank %d but %s on rank %zu",
+               name.c_str(), schema_text(u).c_str(), first_rank[size_t(it - united.begin())],
+               schema_text(info).c_str(), r);
+        continue;
+      }
+      AttributeStep a;
+      a.name = name;
+      a.info = info;
+      a.info.write_floor = 0;
+      united.push_back(std::move(a));
+      first_rank.push_back(int(r));
+    }
+  }
+  for (AttributeStep& u : united) {  // this rank's own, in the united order
+    auto it = std::find_if(steps.begin(), steps.end(), [&](const AttributeStep& a) { return a.name == u.name; });
+    if (it != steps.end()) u = std::move(*it);
+  }
+  steps = std::move(united);
+}
+
+// Where this rank's block of each of the step's global arrays starts (`before`) and how long
+// the arrays are (`total`): kBlockColumns for the paths' tables, then kAttrBlockColumns per
+// attribute; and the ranks' largest ordinal, floors, and whether an attribute needs its
+// positions on any rank.
+struct Placement {
+  std::vector<uint64_t> local, before, total, largest;
+  uint64_t at(const std::vector<uint64_t>& v, size_t attribute, size_t column) const {
+    return v[kBlockColumns + attribute * kAttrBlockColumns + column];
+  }
+};
+enum Largest : size_t { kLargestOrdinal, kChangeRange, kNoChangeRange, kBegin, kNotBegin, kEnd, kNotEnd, kLargestFixed };
+
+Placement place(Collective& ranks, StepData& data, const kstage_adios2_step_desc_t& d) {
+  Placement p;
+  const PathRuns& runs = data.runs;
+  p.local = {data.paths.size(), runs.segments.size() / 4, runs.strings.size(), runs.strings.chars.size(),
+             runs.range_numbers.size() / 2, runs.range_strings.chars.size()};
+  p.largest.assign(kLargestFixed, 0);
+  p.largest[kChangeRange] = d.change_range ? 1 : 0;
+  p.largest[kNoChangeRange] = d.change_range ? 0 : 1;
+  p.largest[kBegin] = d.range_begin;
+  p.largest[kNotBegin] = ~d.range_begin;
+  p.largest[kEnd] = d.range_end;
+  p.largest[kNotEnd] = ~d.range_end;
+  for (const AttributeStep& a : data.steps) {
+    p.local.insert(p.local.end(), {a.prim_count, a.info.is_array ? a.elements : a.prim_count, uint64_t(a.deleted.size())});
+    p.largest.insert(p.largest.end(), {a.info.write_floor, a.positions.empty() ? 0u : 1u});
+    p.largest[kLargestOrdinal] = std::max(p.largest[kLargestOrdinal], a.info.write_floor);
+  }
+  ranks.exscan(p.local, p.before, p.total);
+  ranks.max(p.largest);
+  if (p.largest[kChangeRange] != 0 && p.largest[kNoChangeRange] != 0)
+    fail(KSTAGE_INVALID_ARGUMENT, "kstage_adios2_write_step: some ranks write a change range and some a full step");
+  if (p.largest[kBegin] != ~p.largest[kNotBegin] || p.largest[kEnd] != ~p.largest[kNotEnd])
+    fail(KSTAGE_INVALID_ARGUMENT, "kstage_adios2_write_step: the ranks' change ranges differ");
+
+  // Every index this rank's blocks hold becomes global: its strings and ranges, positions and
+  // offsets count from where its blocks start.
+  const std::vector<uint64_t>& b = p.before;
+  std::vector<uint64_t>& segments = data.runs.segments;
+  for (size_t i = 0; i < segments.size(); i += 4)
+    segments[i + 1] += segments[i] == 0 ? b[kBlockStrings] : b[kBlockRanges];
+  for (uint64_t& o : data.runs.strings.offsets) o += b[kBlockStringBytes];
+  for (uint64_t& o : data.runs.range_strings.offsets) o += b[kBlockRangeBytes];
+  for (size_t i = 0; i < data.steps.size(); ++i) {
+    AttributeStep& a = data.steps[i];
+    // An attribute whose prims are not all the paths, in order, on some rank has its
+    // positions on every rank.
+    if (p.largest[kLargestFixed + 2 * i + 1] != 0 && a.positions.empty() && a.prim_count > 0)
+      a.positions = positions_of(span_of(a), data.paths, false);
+    for (uint64_t& x : a.positions) x += b[kBlockPaths];
+    for (uint64_t& x : a.deleted_positions) x += b[kBlockPaths];
+    for (uint64_t& x : a.offsets) x += p.at(b, i, kAttrElements);
+  }
+  return p;
+}
+
+// This rank's block of a global array of `total` rows of `width` (1: a 1-D array), from row
+// `before`, `rows` of them; nothing when it has none.
+template <class T>
+void put_block(adios2::IO& io, adios2::Engine& e, const std::string& name, const T* data, uint64_t before,
+               uint64_t rows, uint64_t total, uint64_t width = 1) {
+  if (rows == 0) return;
+  adios2::Variable<T> v = width > 1 ? array_variable<T>(io, name, {total, width}, {before, 0}, {rows, width})
+                                    : array_variable<T>(io, name, {total}, {before}, {rows});
+  e.Put(v, data);
+}
+
+// An offsets array of `total` + 1 entries (a string table's, an array attribute's): this rank's
+// `n` + 1 entries overlap the next rank's first, so rank 0 puts all of its entries and every
+// other rank all but its first.
+void put_offsets(adios2::IO& io, adios2::Engine& e, const std::string& name, const std::vector<uint64_t>& offsets,
+                 uint64_t before, uint64_t total, bool first_rank) {
+  const uint64_t n = offsets.size() - 1;
+  if (first_rank) put_block(io, e, name, offsets.data(), 0, n + 1, total + 1);
+  else put_block(io, e, name, offsets.data() + 1, before + 1, n, total + 1);
+}
+
+void put_table(adios2::IO& io, adios2::Engine& e, const std::string& name, const StringTable& t, uint64_t before,
+               uint64_t total, uint64_t before_bytes, uint64_t total_bytes, bool first_rank) {
+  put_block(io, e, layout::chars(name), t.chars.data(), before_bytes, t.chars.size(), total_bytes);
+  put_offsets(io, e, layout::offsets(name), t.offsets, before, total, first_rank);
+}
+
+// A single value of the step, the same on every rank: put by the first (copied at the call).
+template <class T>
+void put_value(adios2::IO& io, adios2::Engine& e, const std::string& name, T value, bool first_rank) {
+  if (first_rank) e.Put(value_variable<T>(io, name), value, adios2::Mode::Sync);
+}
+
+// The rows of a block table {writers + 1, columns} this rank puts: its own (its blocks'
+// starts), and the last rank the totals after them. `kept` holds them until the step ends.
+void put_block_table(adios2::IO& io, adios2::Engine& e, const std::string& name, const uint64_t* before,
+                     const uint64_t* total, uint64_t columns, const Collective& ranks,
+                     std::deque<std::vector<uint64_t>>& kept) {
+  std::vector<uint64_t>& rows = kept.emplace_back(before, before + columns);
+  const bool last = ranks.rank() == ranks.size() - 1;
+  if (last) rows.insert(rows.end(), total, total + columns);
+  put_block(io, e, name, rows.data(), uint64_t(ranks.rank()), last ? 2 : 1, uint64_t(ranks.size()) + 1, columns);
+}
+
+void put_step(Stream& s, StepData& data, const Placement& p, const kstage_adios2_step_desc_t& d) {
+  adios2::IO& io = s.io;
+  adios2::Engine& e = s.engine;
+  const Collective& ranks = *s.ranks;
+  const bool first = ranks.rank() == 0;
+  const std::vector<uint64_t>& b = p.before;
+  const std::vector<uint64_t>& t = p.total;
+  const PathRuns& runs = data.runs;
+  e.BeginStep();
+  put_value<uint64_t>(io, e, kOrdinal, p.largest[kLargestOrdinal], first);
+  put_value<uint8_t>(io, e, kIncremental, d.change_range ? 1 : 0, first);
+  put_value<uint64_t>(io, e, kRangeBegin, d.range_begin, first);
+  put_value<uint64_t>(io, e, kRangeEnd, d.range_end, first);
+  put_value<uint64_t>(io, e, kPathCount, t[kBlockPaths], first);
+  put_block_table(io, e, kBlocks, b.data(), t.data(), kBlockColumns, ranks, data.tables);
+  put_block(io, e, kPathSegments, runs.segments.data(), b[kBlockRuns], p.local[kBlockRuns], t[kBlockRuns], 4);
+  put_table(io, e, kPathStrings, runs.strings, b[kBlockStrings], t[kBlockStrings], b[kBlockStringBytes],
+            t[kBlockStringBytes], first);
+  put_block(io, e, kRangeNumbers, runs.range_numbers.data(), b[kBlockRanges], p.local[kBlockRanges],
+            t[kBlockRanges], 2);
+  put_table(io, e, kRangeStrings, runs.range_strings, 2 * b[kBlockRanges], 2 * t[kBlockRanges],
+            b[kBlockRangeBytes], t[kBlockRangeBytes], first);
+  if (first) put_table(io, e, kStepAttributes, data.names, 0, data.names.size(), 0, data.names.chars.size(), true);
+  for (size_t i = 0; i < data.steps.size(); ++i) {
+    AttributeStep& a = data.steps[i];
+    if (!io.InquireAttribute<std::string>(attr(a.name, "kind"))) {
+      const int32_t dtype[3] = {a.info.dtype.code, a.info.dtype.bits, a.info.dtype.lanes};
+      io.DefineAttribute<int32_t>(attr(a.name, "dtype"), dtype, 3);
+      io.DefineAttribute<std::string>(attr(a.name, "kind"), a.info.is_array ? "array" : "fixed");
+      io.DefineAttribute<int32_t>(attr(a.name, "semantic"), a.info.semantic);
+    }
+    const uint64_t prims = p.at(t, i, kAttrPrims), elements = p.at(t, i, kAttrElements);
+    put_value<uint64_t>(io, e, attr(a.name, "floor"), p.largest[kLargestFixed + 2 * i], first);
+    put_value<uint64_t>(io, e, attr(a.name, "count"), prims, first);
+    put_value<uint64_t>(io, e, attr(a.name, "deleted_count"), p.at(t, i, kAttrDeleted), first);
+    put_block_table(io, e, attr(a.name, "blocks"), &b[kBlockColumns + i * kAttrBlockColumns],
+                    &t[kBlockColumns + i * kAttrBlockColumns], kAttrBlockColumns, ranks, data.tables);
+    put_block(io, e, attr(a.name, "floors"), &a.info.write_floor, uint64_t(ranks.rank()), 1, uint64_t(ranks.size()));
+    const uint64_t rows = a.info.is_array ? a.elements : a.prim_count;
+    const void* values = a.values ? a.values : a.packed.data();
+    const uint64_t lanes = a.info.dtype.lanes;
+    with_element_type(a.info.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      put_block(io, e, attr(a.name, "values"), static_cast<const T*>(values), p.at(b, i, kAttrElements), rows,
+                elements, lanes);
+    });
+    if (a.info.is_array && prims > 0) {
+      if (a.offsets.empty()) a.offsets.assign(1, p.at(b, i, kAttrElements));  // no rows here
+      put_offsets(io, e, attr(a.name, "offsets"), a.offsets, p.at(b, i, kAttrPrims), prims, first);
+    }
+    put_block(io, e, attr(a.name, "prims"), a.positions.data(), p.at(b, i, kAttrPrims), a.positions.size(), prims);
+    put_block(io, e, attr(a.name, "deleted"), a.deleted_positions.data(), p.at(b, i, kAttrDeleted),
+              a.deleted_positions.size(), p.at(t, i, kAttrDeleted));
+  }
+  e.EndStep();  // the deferred puts are read here
+}
 }  // namespace
 }  // namespace kstage::adios2_bridge
 
@@ -268,127 +552,21 @@ extern "C" kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t strea
   return guard([&] {
     std::shared_ptr<Stream> s = find_stream(stream);
     std::lock_guard lock(s->mutex);
-    if (s->mode != KSTAGE_ADIOS2_WRITE) fail(KSTAGE_INVALID_ARGUMENT, "stream %llu is a reader", (unsigned long long)stream);
-    const kstage_adios2_step_desc_t d = read_step_desc(desc);
-    if (n > 0 && attributes == nullptr) fail(KSTAGE_INVALID_ARGUMENT, "attributes is NULL but n is %llu", (unsigned long long)n);
-
-    // The attributes and their columns.
-    std::vector<kstage_token_t> tokens(attributes, attributes + n);
-    if (n == 0) {
-      uint64_t count = 0;
-      check(kstage_list_attributes(stage, nullptr, 0, &count), "kstage_adios2_write_step: the stage's attributes");
-      tokens.resize(count);
-      check(kstage_list_attributes(stage, tokens.data(), tokens.size(), &count), "kstage_adios2_write_step: the stage's attributes");
-      tokens.resize(std::min<uint64_t>(count, tokens.size()));
-    }
+    Collective& ranks = *s->ranks;
     auto data = std::make_shared<StepData>();
-    std::vector<AttributeStep>& steps = data->steps;
-    steps.resize(tokens.size());
-    uint64_t ordinal = 0;
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      AttributeStep& a = steps[i];
-      a.token = tokens[i];
-      const char* name = nullptr;
-      size_t length = 0;
-      check(kstage_token_string(stage, a.token, &name, &length), "kstage_adios2_write_step: attributes");
-      a.name.assign(name, length);
-      a.info = kstage_attribute_info_init();
-      check(kstage_attribute_info(stage, a.token, &a.info), "kstage_adios2_write_step");
-      if (!with_element_type(a.info.dtype, [](auto) {}))
-        fail(KSTAGE_NOT_SUPPORTED, "kstage_adios2_write_step: attribute '%s' is %s, which ADIOS2 has no type for",
-             a.name.c_str(), dtype_name(a.info.dtype).c_str());
-      ordinal = std::max(ordinal, a.info.write_floor);
-    }
-
-    // The sealed state, on the host (device columns come down; ADIOS2 from PyPI takes host
-    // memory only).
-    Held& held = data->held;
-    held.stage = stage;
-    if (!tokens.empty()) {
-      kstage_read_desc_t rd = kstage_read_desc_init();
-      rd.change_range = d.change_range;
-      rd.range_begin = d.range_begin;
-      rd.range_end = d.range_end;
-      rd.target_device = DLDevice{kDLCPU, 0};
-      check(kstage_read_attributes(stage, query, tokens.data(), tokens.size(), &rd, &held.read),
-            "kstage_adios2_write_step: the read");
-      std::vector<std::vector<kstage_read_group_t>> groups(steps.size());
-      kstage_read_group_t g;
-      kstage_status_t st;
-      while ((st = kstage_fetch_read_next(stage, held.read, KSTAGE_TIMEOUT_INFINITE, &g)) == KSTAGE_OK) {
-        held.groups.push_back(g.handle);
-        auto it = std::find_if(steps.begin(), steps.end(), [&](const AttributeStep& a) { return a.token == g.attribute; });
-        if (it == steps.end()) fail(KSTAGE_INTERNAL, "a group of an attribute not read");
-        if (g.is_delete) {
-          it->deleted.insert(it->deleted.end(), g.prims, g.prims + g.prim_count);
-        } else {
-          groups[size_t(it - steps.begin())].push_back(g);
-        }
-      }
-      if (st != KSTAGE_END_OF_ITERATION) check(st, "kstage_adios2_write_step: the read's groups");
-      for (size_t i = 0; i < steps.size(); ++i)
-        if (!groups[i].empty()) take_values(steps[i], groups[i]);
-    }
-
-    const PathSpan paths = step_paths(steps, data->paths_owned);
-    data->runs = path_runs(stage, paths);
-    const PathRuns& runs = data->runs;
-    StringTable& names = data->names;
-    for (AttributeStep& a : steps) {
-      a.positions = positions_of(span_of(a), paths, true);
-      a.deleted_positions = positions_of(PathSpan{a.deleted.data(), a.deleted.size()}, paths, false);
-      names.add(a.name.data(), a.name.size());
-    }
-
-    // The step.
-    adios2::IO& io = s->io;
-    adios2::Engine& e = s->engine;
-    const uint64_t path_count = paths.size();
-    const uint8_t incremental = d.change_range ? 1 : 0;
-    e.BeginStep();
-    put_value<uint64_t>(io, e, layout::kOrdinal, ordinal);
-    put_value<uint8_t>(io, e, layout::kIncremental, incremental);
-    put_value<uint64_t>(io, e, layout::kRangeBegin, d.range_begin);
-    put_value<uint64_t>(io, e, layout::kRangeEnd, d.range_end);
-    put_value<uint64_t>(io, e, layout::kPathCount, path_count);
-    if (!runs.segments.empty())
-      e.Put(array_variable<uint64_t>(io, layout::kPathSegments, {runs.segments.size() / 4, 4}), runs.segments.data());
-    put_table(io, e, layout::kPathStrings, runs.strings);
-    if (!runs.range_numbers.empty())
-      e.Put(array_variable<uint64_t>(io, layout::kRangeNumbers, {runs.range_numbers.size() / 2, 2}),
-            runs.range_numbers.data());
-    put_table(io, e, layout::kRangeStrings, runs.range_strings);
-    put_table(io, e, layout::kStepAttributes, names);
-    for (AttributeStep& a : steps) {
-      const std::string kind = a.info.is_array ? "array" : "fixed";
-      if (!io.InquireAttribute<std::string>(layout::attr(a.name, "kind"))) {
-        const int32_t dtype[3] = {a.info.dtype.code, a.info.dtype.bits, a.info.dtype.lanes};
-        io.DefineAttribute<int32_t>(layout::attr(a.name, "dtype"), dtype, 3);
-        io.DefineAttribute<std::string>(layout::attr(a.name, "kind"), kind);
-        io.DefineAttribute<int32_t>(layout::attr(a.name, "semantic"), a.info.semantic);
-      }
-      put_value<uint64_t>(io, e, layout::attr(a.name, "floor"), a.info.write_floor);
-      put_value<uint64_t>(io, e, layout::attr(a.name, "count"), a.prim_count);
-      put_value<uint64_t>(io, e, layout::attr(a.name, "deleted_count"), uint64_t(a.deleted.size()));
-      const uint64_t rows = a.info.is_array ? a.elements : a.prim_count;
-      const void* values = a.values ? a.values : a.packed.data();
-      if (rows > 0) {
-        const uint64_t lanes = a.info.dtype.lanes;
-        adios2::Dims shape = lanes > 1 ? adios2::Dims{rows, lanes} : adios2::Dims{rows};
-        with_element_type(a.info.dtype, [&](auto tag) {
-          using T = decltype(tag);
-          e.Put(array_variable<T>(io, layout::attr(a.name, "values"), shape), static_cast<const T*>(values));
-        });
-      }
-      if (a.info.is_array && a.prim_count > 0)
-        e.Put(array_variable<uint64_t>(io, layout::attr(a.name, "offsets"), {a.offsets.size()}), a.offsets.data());
-      if (!a.positions.empty())
-        e.Put(array_variable<uint64_t>(io, layout::attr(a.name, "prims"), {a.positions.size()}), a.positions.data());
-      if (!a.deleted_positions.empty())
-        e.Put(array_variable<uint64_t>(io, layout::attr(a.name, "deleted"), {a.deleted_positions.size()}),
-              a.deleted_positions.data());
-    }
-    e.EndStep();  // the deferred puts are read here; `data` releases the groups after
+    kstage_adios2_step_desc_t d = kstage_adios2_step_desc_init();
+    // This rank's part; then, every rank ready, the step's attributes over all of them, where
+    // each rank's blocks go, and the puts.
+    agree(ranks, "kstage_adios2_write_step", [&] {
+      if (s->mode != KSTAGE_ADIOS2_WRITE) fail(KSTAGE_INVALID_ARGUMENT, "stream %llu is a reader", (unsigned long long)stream);
+      d = read_step_desc(desc);
+      if (n > 0 && attributes == nullptr) fail(KSTAGE_INVALID_ARGUMENT, "attributes is NULL but n is %llu", (unsigned long long)n);
+      prepare(*data, stage, query, attributes, n, d);
+    });
+    if (ranks.size() > 1) unite_attributes(ranks, data->steps);
+    for (const AttributeStep& a : data->steps) data->names.add(a.name.data(), a.name.size());
+    const Placement p = place(ranks, *data, d);
+    put_step(*s, *data, p, d);  // `data` releases the groups after
     if (s->keeps_step_data) s->last_step_data = std::move(data);  // Inline: the reader reads them
   });
 }

@@ -36,23 +36,59 @@ void check(kstage_status_t status, const char* what) {
   if (status != KSTAGE_OK) fail(status, "%s: %s", what, kstage_last_error());
 }
 
+Failure current_failure() noexcept {
+  try {
+    try {
+      throw;
+    } catch (const Failure& f) {
+      return f;
+    } catch (const std::bad_alloc&) {
+      return Failure{KSTAGE_OUT_OF_MEMORY, "out of memory"};
+    } catch (const std::exception& e) {
+      // ADIOS2 reports with exceptions: a file it cannot read, an engine that fails.
+      return Failure{KSTAGE_OP_FAILED, std::string("ADIOS2: ") + e.what()};
+    } catch (...) {
+      return Failure{KSTAGE_INTERNAL, "an unknown exception"};
+    }
+  } catch (...) {  // no memory for the message
+    return Failure{KSTAGE_OUT_OF_MEMORY, {}};
+  }
+}
+
 kstage_status_t guard(const std::function<void()>& body) noexcept {
   try {
     body();
     return KSTAGE_OK;
-  } catch (const Failure& f) {
-    try { last_message = f.message; } catch (...) {}
-    return f.status;
-  } catch (const std::bad_alloc&) {
-    last_message = "out of memory";
-    return KSTAGE_OUT_OF_MEMORY;
-  } catch (const std::exception& e) {
-    // ADIOS2 reports with exceptions: a file it cannot read, an engine that fails.
-    try { last_message = std::string("ADIOS2: ") + e.what(); } catch (...) {}
-    return KSTAGE_OP_FAILED;
   } catch (...) {
-    last_message = "an unknown exception";
-    return KSTAGE_INTERNAL;
+    Failure f = current_failure();
+    try { last_message = f.message.empty() && f.status == KSTAGE_OUT_OF_MEMORY ? "out of memory" : f.message; } catch (...) {}
+    return f.status;
+  }
+}
+
+void agree(Collective& ranks, const char* what, const std::function<void()>& local) {
+  if (ranks.size() == 1) {
+    local();
+    return;
+  }
+  Failure mine{KSTAGE_OK, {}};
+  try {
+    local();
+  } catch (...) {
+    mine = current_failure();
+  }
+  // Each rank's outcome: its status (4 bytes), then its message.
+  std::string outcome(sizeof(int32_t), '\0');
+  const int32_t status = mine.status;
+  std::memcpy(&outcome[0], &status, sizeof status);
+  outcome += mine.message;
+  const std::vector<std::string> all = ranks.allgather(outcome);
+  if (mine.status != KSTAGE_OK) throw mine;
+  for (size_t r = 0; r < all.size(); ++r) {
+    int32_t st = KSTAGE_OK;
+    if (all[r].size() >= sizeof st) std::memcpy(&st, all[r].data(), sizeof st);
+    if (st != KSTAGE_OK)
+      fail(st, "%s failed on rank %zu of %zu: %s", what, r, all.size(), all[r].c_str() + sizeof st);
   }
 }
 
