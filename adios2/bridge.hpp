@@ -74,6 +74,17 @@ struct Stream {
 std::shared_ptr<Stream> find_stream(kstage_adios2_stream_t handle);
 kstage_adios2_stream_t add_stream(std::shared_ptr<Stream> s);
 std::shared_ptr<Stream> remove_stream(kstage_adios2_stream_t handle);
+// Opens a stream as kstage_adios2_open says, its ADIOS object from `make_adios` (alone, or
+// over a communicator), its steps written or read by `ranks`; returns its handle.
+kstage_adios2_stream_t open_stream(const char* name, const kstage_adios2_open_desc_t* desc,
+                                   const std::function<std::shared_ptr<adios2::ADIOS>()>& make_adios,
+                                   std::shared_ptr<Collective> ranks);
+// kstage_adios2_open, or an MPI form of it: how checkpoint_with and restart_with open their file.
+using Opener = std::function<kstage_status_t(const char*, const kstage_adios2_open_desc_t*, kstage_adios2_stream_t*)>;
+// kstage_adios2_checkpoint and kstage_adios2_restart, with a file that `open` opens (the
+// checkpoint's query is made first, on every one of `ranks` or on none).
+void checkpoint_with(kstage_stage_t stage, const char* path, Collective& ranks, const Opener& open);
+void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, const Opener& open);
 
 // ---- dtypes ------------------------------------------------------------------------------------
 // The C++ type a column's elements are put as: the dtype itself where ADIOS2 has it, else an

@@ -516,25 +516,14 @@ void make_empty_column(kstage_stage_t stage, const AttributeIn& a) {
   finish(stage, op, "kstage_adios2_read_step: an empty column");
 }
 
-// The attribute's deletions, then its values, at its recorded floor. Read from several
-// writers' blocks (`merged`), a prim can be deleted in one and written in another (it moved
-// between the writers in this step): it is written, not deleted.
-void commit(Incoming& in, StepPaths& paths, bool merged) {
+// The attribute's deletions, then its values, at its recorded floor. (Read from several
+// writers' blocks, a prim that moved between them in this step is deleted in one block and
+// written in another: the write, submitted after the deletion at the same ordinal, wins.)
+void commit(Incoming& in, StepPaths& paths) {
   const kstage_stage_t stage = in.stage;
   const AttributeIn& a = *in.a;
-  std::vector<kstage_path_t> deleted;
-  if (a.deleted_count > 0 && merged && a.count > 0) {
-    std::vector<kstage_path_t> written = a.prims.empty() ? paths.all() : paths.at(a.prims);
-    std::sort(written.begin(), written.end());
-    deleted = paths.at(a.deleted);
-    deleted.erase(std::remove_if(deleted.begin(), deleted.end(),
-                                 [&](kstage_path_t p) { return std::binary_search(written.begin(), written.end(), p); }),
-                  deleted.end());
-  } else if (a.deleted_count > 0) {
-    deleted = paths.at(a.deleted);
-  }
-  if (!deleted.empty()) {
-    Query q(stage, deleted);
+  if (a.deleted_count > 0) {
+    Query q(stage, paths.query(a.deleted));
     kstage_op_t op = 0;
     check(kstage_delete_attributes(stage, q.q, &a.token, 1, a.floor, &op), "kstage_adios2_read_step: a deletion");
     finish(stage, op, "kstage_adios2_read_step: a deletion");
@@ -682,7 +671,7 @@ extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
       e.EndStep();  // every value is in
     });
     // Every rank's values in: the deletions and values committed, then the floors.
-    for (Incoming& in : incoming) commit(in, paths, blocks.b1 - blocks.b0 > 1);
+    for (Incoming& in : incoming) commit(in, paths);
     for (const AttributeIn& a : attrs)  // (floor 0: none of this rank's writers had a column of it)
       if (a.floor > 0) check(kstage_advance_write_floor(stage, a.floor, &a.token, 1), "kstage_adios2_read_step: sealing");
     *ordinal = step_ordinal;

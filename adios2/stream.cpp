@@ -144,6 +144,112 @@ kstage_adios2_open_desc_t read_open_desc(const kstage_adios2_open_desc_t* in) {
 }
 
 }  // namespace
+
+kstage_adios2_stream_t open_stream(const char* name, const kstage_adios2_open_desc_t* desc,
+                                   const std::function<std::shared_ptr<adios2::ADIOS>()>& make_adios,
+                                   std::shared_ptr<Collective> ranks) {
+  if (name == nullptr || *name == '\0') fail(KSTAGE_INVALID_ARGUMENT, "name is NULL or empty");
+  const kstage_adios2_open_desc_t d = read_open_desc(desc);
+  const std::string engine = d.engine ? d.engine : "BP5";
+  auto s = std::make_shared<Stream>();
+  s->mode = d.mode;
+  s->ranks = std::move(ranks);
+  std::string lower = engine;
+  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  s->keeps_step_data = lower == "inline";
+  if (d.inline_writer != 0) {
+    if (d.mode != KSTAGE_ADIOS2_READ)
+      fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer is for a reader (desc.mode KSTAGE_ADIOS2_READ)");
+    if (s->ranks->size() > 1)
+      fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer: an Inline reader is opened by one process (kstage_adios2_open)");
+    s->inline_writer = find_stream(d.inline_writer);
+    if (s->inline_writer->mode != KSTAGE_ADIOS2_WRITE)
+      fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer %llu is a reader", (unsigned long long)d.inline_writer);
+    s->adios = s->inline_writer->adios;
+    s->io = s->inline_writer->io;
+    s->keeps_step_data = s->inline_writer->keeps_step_data;
+  } else {
+    s->adios = make_adios();
+    s->io = s->adios->DeclareIO(std::string("kstage:") + name);
+    s->io.SetEngine(engine);
+    for (const char* const* p = d.parameters; p && *p; p += 2) {
+      if (p[1] == nullptr)
+        fail(KSTAGE_INVALID_ARGUMENT, "desc.parameters: key '%s' has no value (pairs, then NULL)", p[0]);
+      s->io.SetParameter(p[0], p[1]);
+    }
+  }
+  try {
+    s->engine = s->io.Open(name, d.mode == KSTAGE_ADIOS2_WRITE ? adios2::Mode::Write : adios2::Mode::Read);
+  } catch (const std::invalid_argument& e) {
+    // An engine type ADIOS2 does not know (or was not built with) is refused here.
+    fail(KSTAGE_NOT_SUPPORTED, "ADIOS2 cannot open '%s' with engine '%s': %s", name, engine.c_str(), e.what());
+  }
+  if (d.mode == KSTAGE_ADIOS2_WRITE) {
+    s->io.DefineAttribute<std::string>(layout::kFormat, "kstage");
+    s->io.DefineAttribute<uint32_t>(layout::kFormatVersion, layout::kVersion);
+  }
+  return add_stream(std::move(s));
+}
+
+void checkpoint_with(kstage_stage_t stage, const char* path, Collective& ranks, const Opener& open) {
+  struct Held {  // the query, released however this ends
+    kstage_stage_t stage;
+    kstage_query_t q = 0;
+    ~Held() {
+      if (q) kstage_query_release(stage, q);
+    }
+  } held{stage};
+  agree(ranks, "kstage_adios2_checkpoint", [&] {  // every rank's query, or none
+    if (path == nullptr || *path == '\0') fail(KSTAGE_INVALID_ARGUMENT, "path is NULL or empty");
+    kstage_filter_t all{};
+    check(kstage_query_filter(stage, &all, &held.q), "kstage_adios2_checkpoint: the stage's prims");
+  });
+  kstage_adios2_stream_t s = 0;
+  kstage_status_t st = open(path, nullptr, &s);
+  if (st == KSTAGE_OK) st = kstage_adios2_write_step(s, stage, held.q, nullptr, 0, nullptr);
+  const std::string message = st == KSTAGE_OK ? "" : last_message;
+  if (s != 0) {
+    const kstage_status_t closed = kstage_adios2_close(s);
+    if (st == KSTAGE_OK) st = closed;
+  }
+  if (st != KSTAGE_OK) throw Failure{st, message.empty() ? last_message : message};
+}
+
+void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, const Opener& open) {
+  if (path == nullptr || *path == '\0') fail(KSTAGE_INVALID_ARGUMENT, "path is NULL or empty");
+  kstage_adios2_open_desc_t d = kstage_adios2_open_desc_init();
+  d.mode = KSTAGE_ADIOS2_READ;
+  // A file cut short is not waited for (BP5 would wait for a writer to complete it).
+  const char* parameters[] = {"OpenTimeoutSecs", "0", nullptr};
+  d.parameters = parameters;
+  kstage_adios2_stream_t s = 0;
+  kstage_status_t st = open(path, &d, &s);
+  uint64_t last = 0, steps = 0;
+  while (st == KSTAGE_OK) {
+    uint64_t o = 0;
+    // A file's steps are all there: one that is not ready at once never will be (a file
+    // cut short, or one a writer still has open), so do not wait for it.
+    st = kstage_adios2_read_step(s, stage, 0, &o);
+    if (st == KSTAGE_TIMEOUT) {
+      st = KSTAGE_OP_FAILED;
+      last_message = std::string("kstage_adios2_restart: '") + path +
+                     "' ends in an incomplete step (the file was cut short, or a writer still has it open)";
+    }
+    if (st == KSTAGE_OK) {
+      last = o;
+      ++steps;
+    }
+  }
+  if (st == KSTAGE_END_OF_ITERATION && steps == 0) {
+    st = KSTAGE_INVALID_ARGUMENT;
+    last_message = std::string("kstage_adios2_restart: '") + path + "' has no steps";
+  }
+  const std::string message = st == KSTAGE_END_OF_ITERATION ? "" : last_message;
+  if (s != 0) kstage_adios2_close(s);
+  if (st != KSTAGE_END_OF_ITERATION) throw Failure{st, message};
+  if (ordinal) *ordinal = last;
+}
+
 }  // namespace kstage::adios2_bridge
 
 using namespace kstage::adios2_bridge;
@@ -155,45 +261,8 @@ const char* kstage_adios2_last_error(void) { return last_message.c_str(); }
 kstage_status_t kstage_adios2_open(const char* name, const kstage_adios2_open_desc_t* desc,
                                    kstage_adios2_stream_t* stream) {
   return guard([&] {
-    if (name == nullptr || *name == '\0') fail(KSTAGE_INVALID_ARGUMENT, "name is NULL or empty");
     if (stream == nullptr) fail(KSTAGE_INVALID_ARGUMENT, "stream is NULL");
-    const kstage_adios2_open_desc_t d = read_open_desc(desc);
-    const std::string engine = d.engine ? d.engine : "BP5";
-    auto s = std::make_shared<Stream>();
-    s->mode = d.mode;
-    std::string lower = engine;
-    for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
-    s->keeps_step_data = lower == "inline";
-    if (d.inline_writer != 0) {
-      if (d.mode != KSTAGE_ADIOS2_READ)
-        fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer is for a reader (desc.mode KSTAGE_ADIOS2_READ)");
-      s->inline_writer = find_stream(d.inline_writer);
-      if (s->inline_writer->mode != KSTAGE_ADIOS2_WRITE)
-        fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer %llu is a reader", (unsigned long long)d.inline_writer);
-      s->adios = s->inline_writer->adios;
-      s->io = s->inline_writer->io;
-      s->keeps_step_data = s->inline_writer->keeps_step_data;
-    } else {
-      s->adios = std::make_shared<adios2::ADIOS>();
-      s->io = s->adios->DeclareIO(std::string("kstage:") + name);
-      s->io.SetEngine(engine);
-      for (const char* const* p = d.parameters; p && *p; p += 2) {
-        if (p[1] == nullptr)
-          fail(KSTAGE_INVALID_ARGUMENT, "desc.parameters: key '%s' has no value (pairs, then NULL)", p[0]);
-        s->io.SetParameter(p[0], p[1]);
-      }
-    }
-    try {
-      s->engine = s->io.Open(name, d.mode == KSTAGE_ADIOS2_WRITE ? adios2::Mode::Write : adios2::Mode::Read);
-    } catch (const std::invalid_argument& e) {
-      // An engine type ADIOS2 does not know (or was not built with) is refused here.
-      fail(KSTAGE_NOT_SUPPORTED, "ADIOS2 cannot open '%s' with engine '%s': %s", name, engine.c_str(), e.what());
-    }
-    if (d.mode == KSTAGE_ADIOS2_WRITE) {
-      s->io.DefineAttribute<std::string>(layout::kFormat, "kstage");
-      s->io.DefineAttribute<uint32_t>(layout::kFormatVersion, layout::kVersion);
-    }
-    *stream = add_stream(std::move(s));
+    *stream = open_stream(name, desc, [] { return std::make_shared<adios2::ADIOS>(); }, std::make_shared<Collective>());
   });
 }
 
@@ -209,58 +278,13 @@ kstage_status_t kstage_adios2_close(kstage_adios2_stream_t stream) {
 
 kstage_status_t kstage_adios2_checkpoint(kstage_stage_t stage, const char* path) {
   return guard([&] {
-    if (path == nullptr || *path == '\0') fail(KSTAGE_INVALID_ARGUMENT, "path is NULL or empty");
-    kstage_filter_t all{};
-    kstage_query_t q = 0;
-    check(kstage_query_filter(stage, &all, &q), "kstage_adios2_checkpoint: the stage's prims");
-    kstage_adios2_stream_t s = 0;
-    kstage_status_t st = kstage_adios2_open(path, nullptr, &s);
-    if (st == KSTAGE_OK) st = kstage_adios2_write_step(s, stage, q, nullptr, 0, nullptr);
-    const std::string message = st == KSTAGE_OK ? "" : last_message;
-    if (s != 0) {
-      const kstage_status_t closed = kstage_adios2_close(s);
-      if (st == KSTAGE_OK) st = closed;
-    }
-    kstage_query_release(stage, q);
-    if (st != KSTAGE_OK) throw Failure{st, message.empty() ? last_message : message};
+    Collective alone;
+    checkpoint_with(stage, path, alone, kstage_adios2_open);
   });
 }
 
 kstage_status_t kstage_adios2_restart(kstage_stage_t stage, const char* path, uint64_t* ordinal) {
-  return guard([&] {
-    if (path == nullptr || *path == '\0') fail(KSTAGE_INVALID_ARGUMENT, "path is NULL or empty");
-    kstage_adios2_open_desc_t d = kstage_adios2_open_desc_init();
-    d.mode = KSTAGE_ADIOS2_READ;
-    // A file cut short is not waited for (BP5 would wait for a writer to complete it).
-    const char* parameters[] = {"OpenTimeoutSecs", "0", nullptr};
-    d.parameters = parameters;
-    kstage_adios2_stream_t s = 0;
-    kstage_status_t st = kstage_adios2_open(path, &d, &s);
-    uint64_t last = 0, steps = 0;
-    while (st == KSTAGE_OK) {
-      uint64_t o = 0;
-      // A file's steps are all there: one that is not ready at once never will be (a file
-      // cut short, or one a writer still has open), so do not wait for it.
-      st = kstage_adios2_read_step(s, stage, 0, &o);
-      if (st == KSTAGE_TIMEOUT) {
-        st = KSTAGE_OP_FAILED;
-        last_message = std::string("kstage_adios2_restart: '") + path +
-                       "' ends in an incomplete step (the file was cut short, or a writer still has it open)";
-      }
-      if (st == KSTAGE_OK) {
-        last = o;
-        ++steps;
-      }
-    }
-    if (st == KSTAGE_END_OF_ITERATION && steps == 0) {
-      st = KSTAGE_INVALID_ARGUMENT;
-      last_message = std::string("kstage_adios2_restart: '") + path + "' has no steps";
-    }
-    const std::string message = st == KSTAGE_END_OF_ITERATION ? "" : last_message;
-    if (s != 0) kstage_adios2_close(s);
-    if (st != KSTAGE_END_OF_ITERATION) throw Failure{st, message};
-    if (ordinal) *ordinal = last;
-  });
+  return guard([&] { restart_with(stage, path, ordinal, kstage_adios2_open); });
 }
 
 }  // extern "C"

@@ -1,0 +1,145 @@
+// SPDX-License-Identifier: Apache-2.0
+// The bridge on MPI ranks (include/kstage/kstage_adios2_mpi.h): a Collective over a
+// communicator, and the C API that opens streams, checkpoints and restarts over one. Built
+// where the ADIOS2 found has MPI (ADIOS2_HAVE_MPI).
+#include <kstage/kstage_adios2_mpi.h>
+
+#include "adios2/bridge.hpp"
+
+#include <climits>
+
+namespace kstage::adios2_bridge {
+namespace {
+
+// An MPI call's result: an error is this call's failure (the communicator returns errors
+// instead of aborting the job).
+void mpi_check(int result, const char* what) {
+  if (result == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  MPI_Error_string(result, text, &length);
+  fail(KSTAGE_OP_FAILED, "%s: %s", what, text);
+}
+
+// The ranks of a duplicate of the caller's communicator (so that the bridge's collectives
+// never match the application's messages).
+class MpiCollective final : public Collective {
+ public:
+  explicit MpiCollective(MPI_Comm comm) {
+    int initialised = 0, finalised = 0;
+    MPI_Initialized(&initialised);
+    MPI_Finalized(&finalised);
+    if (!initialised || finalised)
+      fail(KSTAGE_INVALID_ARGUMENT, "MPI is not initialised (or already finalised): call MPI_Init first");
+    if (comm == MPI_COMM_NULL) fail(KSTAGE_INVALID_ARGUMENT, "comm is MPI_COMM_NULL");
+    mpi_check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+  }
+  ~MpiCollective() override {
+    int finalised = 0;
+    MPI_Finalized(&finalised);
+    if (!finalised) MPI_Comm_free(&comm_);
+  }
+  MpiCollective(const MpiCollective&) = delete;
+  MpiCollective& operator=(const MpiCollective&) = delete;
+
+  MPI_Comm comm() const { return comm_; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void exscan(const std::vector<uint64_t>& local, std::vector<uint64_t>& before,
+              std::vector<uint64_t>& total) override {
+    const int n = count_of(local.size());
+    before.assign(local.size(), 0);
+    total.assign(local.size(), 0);
+    std::vector<uint64_t> in = local;  // MPI-3 takes const buffers; older MPIs do not
+    mpi_check(MPI_Exscan(in.data(), before.data(), n, MPI_UINT64_T, MPI_SUM, comm_), "MPI_Exscan");
+    if (rank_ == 0) std::fill(before.begin(), before.end(), 0);  // undefined there
+    mpi_check(MPI_Allreduce(in.data(), total.data(), n, MPI_UINT64_T, MPI_SUM, comm_), "MPI_Allreduce");
+  }
+  void max(std::vector<uint64_t>& values) override {
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, values.data(), count_of(values.size()), MPI_UINT64_T, MPI_MAX, comm_),
+              "MPI_Allreduce");
+  }
+  std::vector<std::string> allgather(const std::string& mine) override {
+    const int length = count_of(mine.size());
+    const size_t ranks = static_cast<size_t>(size_);
+    std::vector<int> lengths(ranks), starts(ranks, 0);
+    mpi_check(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm_), "MPI_Allgather");
+    long long bytes = 0;
+    for (int r = 0; r < size_; ++r) {
+      starts[size_t(r)] = int(bytes);
+      bytes += lengths[size_t(r)];
+    }
+    if (bytes > INT_MAX) fail(KSTAGE_NOT_SUPPORTED, "the ranks' schemas and messages exceed 2 GiB");
+    std::string all(size_t(bytes), '\0');
+    std::string in = mine;
+    mpi_check(MPI_Allgatherv(in.data(), length, MPI_BYTE, all.data(), lengths.data(), starts.data(), MPI_BYTE, comm_),
+              "MPI_Allgatherv");
+    std::vector<std::string> out(ranks);
+    for (int r = 0; r < size_; ++r) out[size_t(r)] = all.substr(size_t(starts[size_t(r)]), size_t(lengths[size_t(r)]));
+    return out;
+  }
+
+ private:
+  static int count_of(size_t n) {
+    if (n > size_t(INT_MAX)) fail(KSTAGE_NOT_SUPPORTED, "%zu entries are more than one MPI call sends", n);
+    return int(n);
+  }
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0, size_ = 1;
+};
+
+kstage_status_t open_on(const char* name, const kstage_adios2_open_desc_t* desc, MPI_Comm comm,
+                        kstage_adios2_stream_t* stream) {
+  return guard([&] {
+    auto ranks = std::make_shared<MpiCollective>(comm);
+    agree(*ranks, "kstage_adios2_open_mpi", [&] {  // the arguments, on every rank, before ADIOS2's collectives
+      if (stream == nullptr) fail(KSTAGE_INVALID_ARGUMENT, "stream is NULL");
+      if (name == nullptr || *name == '\0') fail(KSTAGE_INVALID_ARGUMENT, "name is NULL or empty");
+      if (desc != nullptr && desc->struct_size >= sizeof *desc && desc->inline_writer != 0)
+        fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer: an Inline reader is opened by one process (kstage_adios2_open)");
+    });
+    const MPI_Comm c = ranks->comm();
+    *stream = open_stream(name, desc, [c] { return std::make_shared<adios2::ADIOS>(c); }, ranks);
+  });
+}
+
+}  // namespace
+}  // namespace kstage::adios2_bridge
+
+using namespace kstage::adios2_bridge;
+
+extern "C" {
+
+kstage_status_t kstage_adios2_open_mpi(const char* name, const kstage_adios2_open_desc_t* desc, MPI_Comm comm,
+                                       kstage_adios2_stream_t* stream) {
+  return open_on(name, desc, comm, stream);
+}
+
+kstage_status_t kstage_adios2_checkpoint_mpi(kstage_stage_t stage, const char* path, MPI_Comm comm) {
+  return guard([&] {
+    MpiCollective ranks(comm);
+    checkpoint_with(stage, path, ranks, [comm](const char* name, const kstage_adios2_open_desc_t* desc,
+                                               kstage_adios2_stream_t* stream) {
+      return open_on(name, desc, comm, stream);
+    });
+  });
+}
+
+kstage_status_t kstage_adios2_restart_mpi(kstage_stage_t stage, const char* path, MPI_Comm comm, uint64_t* ordinal) {
+  return guard([&] {
+    MpiCollective ranks(comm);
+    agree(ranks, "kstage_adios2_restart_mpi", [&] {
+      if (path == nullptr || *path == '\0') fail(KSTAGE_INVALID_ARGUMENT, "path is NULL or empty");
+    });
+    restart_with(stage, path, ordinal, [comm](const char* name, const kstage_adios2_open_desc_t* desc,
+                                              kstage_adios2_stream_t* stream) {
+      return open_on(name, desc, comm, stream);
+    });
+  });
+}
+
+}  // extern "C"
