@@ -55,6 +55,14 @@
 #     site-packages/adios2, the libraries they need in site-packages/adios2.libs), numpy and
 #     matplotlib: the CMake package (ADIOS2_DIR=<site-packages>/adios2/cmake/adios2, which the
 #     top-level CMakeLists.txt finds by itself) and the Python reader of the tests.
+# Optional (only with `--adios2-mpi` or KSTAGE_SETUP_ADIOS2_MPI=1; scripts/test.sh passes it for
+# the `adios2-mpi` preset): an MPI build of ADIOS2 for the bridge's MPI form
+# (kstage/kstage_adios2_mpi.h), in $KSTAGE_DEPS_DIR/adios2-mpi (~4 min on 2 cores)
+#   - ADIOS2's source distribution from PyPI (the `adios2` sdist, the same version as the
+#     wheel), built with CMake against the Open MPI above: shared, Release, the C and C++
+#     bindings and the BP engines (SST, Python, Fortran, HDF5 and the compressors off);
+#     ADIOS2_DIR=$KSTAGE_DEPS_DIR/adios2-mpi/lib/cmake/adios2 (the adios2-mpi preset's).
+#     Needs Open MPI (not with --no-mpi); implies --adios2 (its venv's pip downloads the source).
 # Optional (only with `--tsan` or KSTAGE_SETUP_TSAN=1): the ThreadSanitizer leg (preset `tsan`)
 #   - a Serial-only Kokkos built with g++ -fsanitize=thread in $KSTAGE_DEPS_DIR/kokkos-tsan, so
 #     that the reference counts of Kokkos Views are instrumented too.
@@ -82,6 +90,7 @@
 #   KSTAGE_SETUP_FUZZ 1 = also get the fuzz leg's tools and Kokkos (same as --fuzz)
 #   KSTAGE_SETUP_DOCS 1 = also install doxygen for the docs target (same as --docs)
 #   KSTAGE_SETUP_ADIOS2 1 = also make the ADIOS2 venv (same as --adios2)
+#   KSTAGE_SETUP_ADIOS2_MPI 1 = also build the MPI ADIOS2 (same as --adios2-mpi)
 #   KSTAGE_SETUP_TSAN 1 = also build the TSan Kokkos (same as --tsan)
 #   KSTAGE_SETUP_CUDA 1 = also build the CUDA Kokkos (same as --cuda)
 #   KSTAGE_SETUP_HIP  1 = also install hipcc and build the HIP Kokkos (same as --hip)
@@ -680,13 +689,63 @@ adios2_venv() {
     "$ADIOS2_PIN" "numpy>=2.1" matplotlib
 }
 
+# The MPI ADIOS2: PyPI's source distribution of the wheel's version (pip downloads it from the
+# machine's configured index), built with Open MPI. Only what the bridge uses is enabled.
+ADIOS2_MPI_VERSION=2.12.1.1001
+ADIOS2_MPI_RECIPE=1
+ADIOS2_MPI_PREFIX=$DEPS_DIR/adios2-mpi
+ADIOS2_MPI_CMAKE_ARGS=(
+  -DCMAKE_BUILD_TYPE=Release
+  -DCMAKE_INSTALL_PREFIX="$ADIOS2_MPI_PREFIX"
+  -DCMAKE_INSTALL_LIBDIR=lib
+  -DBUILD_SHARED_LIBS=ON
+  -DBUILD_TESTING=OFF
+  -DADIOS2_BUILD_EXAMPLES=OFF
+  -DADIOS2_USE_MPI=ON
+)
+for _adios2_off in SST Python Fortran HDF5 HDF5_VOL BigWhoop Blosc2 BZip2 Caliper ZFP SZ SZ3 LIBPRESSIO \
+                   MGARD PRODM PNG DAOS DataMan DataSpaces MHS ZeroMQ IME SysVShMem UCX Profiling Sodium \
+                   Catalyst Campaign OpenSSL XRootD CURL; do
+  ADIOS2_MPI_CMAKE_ARGS+=("-DADIOS2_USE_$_adios2_off=OFF")
+done
+unset _adios2_off
+
+adios2_mpi_dep() {
+  local mpi_version key src
+  mpi_version=$(mpirun --version 2>/dev/null | head -n1 || echo none)
+  key="adios2-mpi version=$ADIOS2_MPI_VERSION recipe=$ADIOS2_MPI_RECIPE mpi=$mpi_version cxx=$(g++ --version | head -n1) args=${ADIOS2_MPI_CMAKE_ARGS[*]}"
+  if stamp_ok adios2-mpi "$key" "$ADIOS2_MPI_PREFIX/lib/cmake/adios2/adios2-config.cmake"; then
+    log "adios2-mpi: cached ($ADIOS2_MPI_PREFIX)"
+    return 0
+  fi
+  local start=$SECONDS pip=$DEPS_DIR/adios2-venv/bin/python
+  log "adios2-mpi: downloading ADIOS2 $ADIOS2_MPI_VERSION's source distribution"
+  rm -rf "$WORK_DIR/adios2-mpi" "$ADIOS2_MPI_PREFIX"
+  mkdir -p "$WORK_DIR/adios2-mpi"
+  "$pip" -m pip download -q --no-binary adios2 --no-deps -d "$WORK_DIR/adios2-mpi" \
+    "adios2==$ADIOS2_MPI_VERSION" >"$LOG_DIR/adios2-mpi.log" 2>&1 \
+    || { tail -n 20 "$LOG_DIR/adios2-mpi.log" >&2; die "adios2-mpi: pip download of the adios2 sdist failed"; }
+  tar -xzf "$WORK_DIR/adios2-mpi/adios2-$ADIOS2_MPI_VERSION.tar.gz" -C "$WORK_DIR/adios2-mpi"
+  src=$WORK_DIR/adios2-mpi/adios2-$ADIOS2_MPI_VERSION
+  log "adios2-mpi: building (MPI: $mpi_version; log: $LOG_DIR/adios2-mpi.log)"
+  { cmake -S "$src" -B "$WORK_DIR/adios2-mpi/build" "${ADIOS2_MPI_CMAKE_ARGS[@]}" \
+      && cmake --build "$WORK_DIR/adios2-mpi/build" -j "$JOBS" \
+      && cmake --install "$WORK_DIR/adios2-mpi/build"; } >>"$LOG_DIR/adios2-mpi.log" 2>&1 \
+    || { tail -n 30 "$LOG_DIR/adios2-mpi.log" >&2; die "adios2-mpi: the build failed (log: $LOG_DIR/adios2-mpi.log)"; }
+  grep -q 'set(ADIOS2_HAVE_MPI TRUE)' "$ADIOS2_MPI_PREFIX/lib/cmake/adios2/adios2-config-common.cmake" \
+    || die "adios2-mpi: the installed ADIOS2 has no MPI"
+  rm -rf "$WORK_DIR/adios2-mpi"
+  printf '%s\n%s\n' "$key" "ADIOS2 $ADIOS2_MPI_VERSION with $mpi_version" > "$STAMP_DIR/adios2-mpi.stamp"
+  log "adios2-mpi: ready in $((SECONDS - start))s"
+}
+
 adios2_cmake_dir() {
   "$DEPS_DIR/adios2-venv/bin/python" -c 'import adios2, os; print(os.path.join(os.path.dirname(adios2.__file__), "cmake", "adios2"))'
 }
 
 # --------------------------------------------------------------------------------------------
 main() {
-  local mpi=${KSTAGE_SETUP_MPI:-1} perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} python=${KSTAGE_SETUP_PYTHON:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} docs=${KSTAGE_SETUP_DOCS:-0} adios2=${KSTAGE_SETUP_ADIOS2:-0} tsan=${KSTAGE_SETUP_TSAN:-0} cuda=${KSTAGE_SETUP_CUDA:-0} hip=${KSTAGE_SETUP_HIP:-0} arg
+  local mpi=${KSTAGE_SETUP_MPI:-1} perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} python=${KSTAGE_SETUP_PYTHON:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} docs=${KSTAGE_SETUP_DOCS:-0} adios2=${KSTAGE_SETUP_ADIOS2:-0} adios2_mpi=${KSTAGE_SETUP_ADIOS2_MPI:-0} tsan=${KSTAGE_SETUP_TSAN:-0} cuda=${KSTAGE_SETUP_CUDA:-0} hip=${KSTAGE_SETUP_HIP:-0} arg
   for arg in "$@"; do
     case $arg in
       --no-mpi) mpi=0 ;;
@@ -696,14 +755,18 @@ main() {
       --fuzz) fuzz=1 ;;
       --docs) docs=1 ;;
       --adios2) adios2=1 ;;
+      --adios2-mpi) adios2_mpi=1 ;;
       --tsan) tsan=1 ;;
       --cuda) cuda=1 ;;
       --hip) hip=1 ;;
       -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
-      *) die "unknown argument '$arg' (known: --no-mpi, --perf, --jax, --python, --fuzz, --docs, --adios2, --tsan, --cuda, --hip)" ;;
+      *) die "unknown argument '$arg' (known: --no-mpi, --perf, --jax, --python, --fuzz, --docs, --adios2, --adios2-mpi, --tsan, --cuda, --hip)" ;;
     esac
   done
   ensure_tools
+  if [ "$adios2_mpi" = 1 ] && [ "$mpi" = 0 ]; then die "--adios2-mpi needs Open MPI (drop --no-mpi)"; fi
+  # The ADIOS2 venv's pip downloads the source, and its Python reads the MPI leg's files too.
+  if [ "$adios2_mpi" = 1 ]; then adios2=1; fi
   if [ "$mpi" = 1 ]; then ensure_mpi; fi
   if [ "$fuzz" = 1 ]; then ensure_fuzz_tools; fi
   if [ "$docs" = 1 ]; then ensure_docs_tools; fi
@@ -729,6 +792,7 @@ main() {
   if [ "$jax" = 1 ]; then jax_venv; fi
   if [ "$python" = 1 ]; then python_package_venv; fi
   if [ "$adios2" = 1 ]; then adios2_venv; fi
+  if [ "$adios2_mpi" = 1 ]; then adios2_mpi_dep; fi
   rmdir "$WORK_DIR" "$DL_DIR" 2>/dev/null || true
 
   local prefix_path
@@ -753,6 +817,9 @@ main() {
   fi
   if [ "$adios2" = 1 ]; then
     echo "ADIOS2_DIR=$(adios2_cmake_dir)"
+  fi
+  if [ "$adios2_mpi" = 1 ]; then
+    echo "adios2-mpi preset ADIOS2_DIR=$ADIOS2_MPI_PREFIX/lib/cmake/adios2"
   fi
   if [ "$fuzz" = 1 ]; then
     echo "fuzz preset Kokkos_ROOT=$KOKKOS_SERIAL_PREFIX"

@@ -6,6 +6,7 @@
 #                                   "tsan", the fuzz leg, then "cuda" and "hip" (built, not run)
 #   KSTAGE_TEST_PRESETS=python scripts/test.sh               only the Python package leg
 #   KSTAGE_TEST_PRESETS="default asan" scripts/test.sh        only these presets (no tsan/fuzz)
+#   KSTAGE_TEST_PRESETS=adios2-mpi scripts/test.sh            only the ADIOS2 bridge on MPI ranks
 #   KSTAGE_TEST_PRESETS="serial debug" scripts/test.sh
 #   KSTAGE_TEST_PRESETS="default asan tsan" scripts/test.sh   everything but the fuzz leg
 #   KSTAGE_FUZZ_SECONDS=0 scripts/test.sh                     fuzz leg: seed corpus replay only
@@ -38,6 +39,11 @@
 #             python_jax_interop; not with KSTAGE_TEST_JAX=0), both with the venv that
 #             `scripts/setup.sh --python` makes (nanobind, numpy, pytest, jax[cpu], matplotlib
 #             from the machine's pip index; ~20 s the first time).
+#   adios2-mpi  the ADIOS2 bridge built against an MPI ADIOS2 (`setup.sh --adios2-mpi` builds
+#             ADIOS2 from PyPI's source distribution with Open MPI, ~4 min once): the bridge and
+#             its MPI form, tests/adios2 (its serial tests against this ADIOS2, and the mpirun
+#             tests: 3 writing ranks read back by 1 to 4), the examples and the package test; no
+#             other test program (the default leg runs them).
 #   python    the self-contained wheel of the Python package (docs/python.md, "A wheel that
 #             installs anywhere"): scripts/build-wheel.sh (`pip wheel .` with pip's build
 #             isolation -- the source build users run -- then auditwheel repair: libkstage, Kokkos
@@ -46,7 +52,7 @@
 #             tests/python_package, examples/python/particles.py and perf/python_bench.py --quick
 #             from a copy outside the source tree, as user `nobody`, to whom the dependency cache
 #             and the build tree are not readable (logs: build/test-logs/python-*.log).
-# The default (KSTAGE_TEST_PRESETS unset) is "default python asan tsan fuzz cuda hip". On 2 cores
+# The default (KSTAGE_TEST_PRESETS unset) is "default python asan adios2-mpi tsan fuzz cuda hip". On 2 cores
 # it takes about 21 minutes with the dependencies cached (measured 2026-12-03, every program
 # rebuilt: default 217 s, python 84, asan 393, tsan 180, fuzz 89, cuda 257, hip 73; see the
 # timings printed at the end); a fresh CI machine adds the setup and runs about twice as long.
@@ -63,9 +69,9 @@ have_nvcc() {
 if [ -n "${KSTAGE_TEST_PRESETS:-}" ]; then
   PRESETS=$KSTAGE_TEST_PRESETS
 elif have_nvcc; then
-  PRESETS="default python asan tsan fuzz cuda hip"
+  PRESETS="default python asan adios2-mpi tsan fuzz cuda hip"
 else
-  PRESETS="default python asan tsan fuzz hip"
+  PRESETS="default python asan adios2-mpi tsan fuzz hip"
   echo "kstage test.sh: no nvcc on this machine: the cuda leg (build only) is skipped"
 fi
 JOBS=${KSTAGE_JOBS:-2}
@@ -77,6 +83,7 @@ for preset in $PRESETS; do
   case $preset in
     default) setup_args+=(--python --docs --adios2) ;;
     python) setup_args+=(--python) ;;
+    adios2-mpi) setup_args+=(--adios2-mpi) ;;
     tsan) setup_args+=(--tsan) ;;
     fuzz) setup_args+=(--fuzz) ;;
   esac
@@ -150,6 +157,7 @@ for preset in $PRESETS; do
     cuda) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-cuda" -DKSTAGE_WITH_ADIOS2=OFF) ;;
     hip) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-hip" -DKSTAGE_WITH_ADIOS2=OFF) ;;
     fuzz) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-serial" -DKSTAGE_WITH_ADIOS2=OFF) ;;
+    adios2-mpi) configure_args=(-DADIOS2_DIR="$DEPS_DIR/adios2-mpi/lib/cmake/adios2") ;;
     # The JAX interop tests (tests/python) run in this leg only: not under sanitizers.
     # The default leg also builds the Python package in its tree (KSTAGE_BUILD_PYTHON) with
     # the emulated device, so that ctest's python_package runs the device tests of

@@ -13,9 +13,9 @@
 //     the same for kstage_adios2_restart_mpi of the checkpoint;
 //   kstage_test_adios2_mpi serial <file> <writers> <ticks>     one process, the serial API
 //     reads the steps and restarts the checkpoint: one reader holds every writer's prims;
-//   kstage_test_adios2_mpi errors <dir>                 on 2 or more ranks
+//   kstage_test_adios2_mpi errors <dir>                 on 2 or 3 ranks
 //     a failure on one rank fails the call on every rank, naming the rank, and leaves every
-//     stage as it was.
+//     stage as it was; a prim two writers wrote fails its reader, naming it.
 //
 // The model: N particles "/particles/p<i>" (writer rank r interns the path range of p<lo_r> ..
 // p<N-1>, overlapping its neighbours' ranges: a reader of several writers' blocks meets ranges
@@ -516,9 +516,33 @@ int errors(const char* dir) {
   if (!(kstage_adios2_test::stage_state(target) == target_before)) die("errors (5)", "a stage changed");
   CHECK(kstage_destroy(target));
 
-  // (6) No MPI communicator.
+  // (6) A prim two writers both wrote (a ghost copy), read by one reader of both blocks (rank 0
+  // alone, with the serial API): the step fails naming the path, the stage gets no prim.
+  {
+    kstage_stage_t ghost = 0;
+    CHECK(kstage_create(nullptr, &ghost));
+    const Tokens gt(ghost);
+    std::vector<std::string> p = {"/shared/ghost"};
+    float xyz[3] = {1, 2, 3};
+    write_rows(ghost, p, gt.position, 1, xyz, {kDLFloat, 32, 3}, KSTAGE_SEMANTIC_POINT);
+    CHECK(kstage_advance_write_floor(ghost, 1, nullptr, 0));
+    const std::string file = base + "ghost.bp";
+    CHECK(kstage_adios2_checkpoint_mpi(ghost, file.c_str(), MPI_COMM_WORLD));
+    CHECK(kstage_destroy(ghost));
+    if (g_rank == 0) {
+      kstage_stage_t one = 0;
+      CHECK(kstage_create(nullptr, &one));
+      expect_failure(kstage_adios2_restart(one, file.c_str(), &ordinal), KSTAGE_INVALID_ARGUMENT,
+                     {"/shared/ghost", "repeats"}, "errors (6)");
+      if (!kstage_adios2_test::stage_state(one).columns.empty()) die("errors (6)", "the reader's stage has columns");
+      CHECK(kstage_destroy(one));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+
+  // (7) No MPI communicator.
   expect_failure(kstage_adios2_open_mpi((base + "x.bp").c_str(), nullptr, MPI_COMM_NULL, &w), KSTAGE_INVALID_ARGUMENT,
-                 {"MPI_COMM_NULL"}, "errors (6)");
+                 {"MPI_COMM_NULL"}, "errors (7)");
 
   CHECK(kstage_query_release(s, q));
   if (!(kstage_adios2_test::stage_state(s) == before)) die("errors", "the writers' stage changed");
