@@ -4,6 +4,7 @@
  *
  *   mpirun -n P kstage_example_mpi_particles [-n N] [-t T] [-f PERCENT] [-c C] [-v]
  *          [--residency cpu|cuda|rocm] [--gpu-aware-mpi auto|yes|no]
+ *          [--checkpoint FILE --every K] [--restart FILE]
  *
  * The box is [0, P) x [0, 1) x [0, 1), periodic; rank r owns the slab
  * x in [r, r + 1). Each rank starts with N particles (global ids r*N .. r*N+N-1,
@@ -50,10 +51,22 @@
  * given the device buffers of the read and map groups; without one, reads
  * land on the host (target_device kDLCPU) and arrivals go in as host
  * managed tensors. See docs/mpi.md.
+ *
+ * Checkpoints (where kstage's ADIOS2 bridge has its MPI form, KSTAGE_EXAMPLE_WITH_ADIOS2_MPI):
+ * --checkpoint FILE --every K writes every rank's stage after every K-th tick as one BP5 step,
+ * each rank its block (kstage_adios2_checkpoint_mpi), to FILE.0 and FILE.1 in turn; rank 0 then
+ * names the complete one in FILE (a one-line file renamed over FILE). --restart FILE reads it
+ * back on the same number of ranks (kstage_adios2_restart_mpi: each rank its own block), rebuilds
+ * the plain model from each rank's restored stage, and runs the ticks after the checkpoint's;
+ * moves and migrations are functions of (id, tick), so the restarted run ends where the
+ * uninterrupted one does.
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */
 
 #include <kstage/kstage.h>
+#ifdef KSTAGE_EXAMPLE_WITH_ADIOS2_MPI
+#include <kstage/kstage_adios2_mpi.h>
+#endif
 #include <mpi.h>
 #if defined(OPEN_MPI) && OPEN_MPI
 #include <mpi-ext.h> /* MPIX_Query_cuda_support (Open MPI) */
@@ -906,6 +919,78 @@ static void check_conservation(side_t* s, const model_t* m, uint64_t tick, uint6
            (unsigned long long)global[2]);
 }
 
+/* ---- checkpoints (the ADIOS2 bridge on MPI ranks) --------------------------------- */
+
+#ifdef KSTAGE_EXAMPLE_WITH_ADIOS2_MPI
+#define ACHECK(call)                                                                       \
+  do {                                                                                     \
+    kstage_status_t st_ = (call);                                                          \
+    if (st_ != KSTAGE_OK)                                                                  \
+      FAIL("%s failed (line %d): %s: %s", #call, __LINE__, kstage_status_string(st_),      \
+           kstage_adios2_last_error());                                                    \
+  } while (0)
+
+/* Checkpoint number `count`: every rank's stage into FILE.<count % 2>, then rank 0 names it in
+ * FILE (written aside and renamed over FILE: FILE always names a complete checkpoint). */
+static void write_checkpoint(side_t* s, const char* file, uint64_t count, uint64_t tick) {
+  char dir[4096], tmp[4096];
+  FILE* f;
+  snprintf(dir, sizeof dir, "%s.%d", file, (int)(count % 2));
+  snprintf(tmp, sizeof tmp, "%s.tmp", file);
+  ACHECK(kstage_adios2_checkpoint_mpi(s->stage, dir, MPI_COMM_WORLD));
+  if (g_rank == 0) {
+    f = fopen(tmp, "w");
+    if (!f || fprintf(f, "%s\n", dir) < 0 || fclose(f) != 0 || rename(tmp, file) != 0)
+      FAIL("cannot name the checkpoint in %s", file);
+    printf("  checkpoint at tick %llu in %s\n", (unsigned long long)tick, dir);
+    fflush(stdout);
+  }
+}
+
+/* The restart: the checkpoint FILE names into every rank's stage; the model from each rank's
+ * restored particles. Returns the checkpoint's tick. */
+static uint64_t restart_from(side_t* s, model_t* m, const char* file) {
+  const kstage_token_t attrs[3] = {s->t_gid, s->t_pos, s->t_vel};
+  const kstage_read_desc_t desc = host_read_desc(s);
+  char dir[4096] = {0};
+  FILE* f = fopen(file, "r");
+  uint64_t ordinal = 0, n, i;
+  size_t len;
+  view_t v[3];
+  kstage_read_t read;
+  int a;
+  if (!f || !fgets(dir, (int)sizeof dir, f)) FAIL("%s names no checkpoint", file);
+  fclose(f);
+  len = strlen(dir);
+  while (len > 0 && (dir[len - 1] == '\n' || dir[len - 1] == '\r')) dir[--len] = '\0';
+  ACHECK(kstage_adios2_restart_mpi(s->stage, dir, MPI_COMM_WORLD, &ordinal));
+  if (ordinal < 1 || ordinal % 2 == 0) FAIL("the checkpoint in %s is at ordinal %llu, not at the end of a tick", dir,
+                                            (unsigned long long)ordinal);
+  refresh_mine(s);
+  n = mine_count(s);
+  model_reserve(m, n);
+  m->n = n;
+  side_reserve(s, n);
+  if (n > 0) {
+    read = read_views(s, s->mine, attrs, 3, &desc, v);
+    for (a = 0; a < 3; ++a)
+      if (!v[a].present || v[a].g.prim_count != n) FAIL("the checkpoint in %s lacks an attribute of a particle", dir);
+    for (i = 0; i < n; ++i) {
+      memcpy(&m->gid[i], view_row(&v[0], i), sizeof(uint64_t));
+      memcpy(&m->pos[3 * i], view_row(&v[1], i), 3 * sizeof(float));
+      memcpy(&m->vel[3 * i], view_row(&v[2], i), 3 * sizeof(float));
+      /* Each rank gets its own block back only on the number of ranks that wrote it. */
+      if (owner_of(m->pos[3 * i]) != g_rank)
+        FAIL("particle %llu of the checkpoint in %s is not in rank %d's slab: restart on the number "
+             "of ranks that wrote it", (unsigned long long)m->gid[i], dir, g_rank);
+    }
+    release_views(s, read, v, 3);
+  }
+  if (g_rank == 0) printf("  restarted from %s at tick %llu\n", dir, (unsigned long long)((ordinal - 1) / 2));
+  return (ordinal - 1) / 2;
+}
+#endif
+
 /* ---- command line ------------------------------------------------------------------ */
 
 static void usage(const char* argv0) {
@@ -913,6 +998,7 @@ static void usage(const char* argv0) {
     fprintf(stderr,
             "usage: mpirun -n P %s [-n particles per rank] [-t ticks] [-f percent moving per tick]\n"
             "       [-c check every C ticks] [--residency cpu|cuda|rocm] [--gpu-aware-mpi auto|yes|no]\n"
+            "       [--checkpoint FILE --every K] [--restart FILE] (with the ADIOS2 bridge's MPI form)\n"
             "       [-v: where rank 0's migration time goes]\n",
             argv0);
 }
@@ -941,6 +1027,10 @@ int main(int argc, char** argv) {
   double f_arg = 5.0;
   const char* residency_arg = "cpu";
   const char* gpu_aware_arg = "auto";
+  const char* checkpoint_arg = NULL; /* --checkpoint FILE */
+  const char* restart_arg = NULL;    /* --restart FILE */
+  unsigned long long every_arg = 0;  /* --every K */
+  uint64_t first_tick = 1;
   int provided = 0, local_rank = 0, verbose = 0, a;
   MPI_Comm node;
   kstage_config_t config;
@@ -984,6 +1074,12 @@ int main(int argc, char** argv) {
     } else if (strcmp(opt, "--residency") == 0) {
       ok = ok && (strcmp(val, "cpu") == 0 || strcmp(val, "cuda") == 0 || strcmp(val, "rocm") == 0);
       residency_arg = val;
+    } else if (strcmp(opt, "--checkpoint") == 0) {
+      checkpoint_arg = val;
+    } else if (strcmp(opt, "--restart") == 0) {
+      restart_arg = val;
+    } else if (strcmp(opt, "--every") == 0) {
+      ok = ok && parse_u64(val, 1, 1000000ull, &every_arg);
     } else if (strcmp(opt, "--gpu-aware-mpi") == 0) {
       ok = ok && (strcmp(val, "auto") == 0 || strcmp(val, "yes") == 0 || strcmp(val, "no") == 0);
       gpu_aware_arg = val;
@@ -995,6 +1091,19 @@ int main(int argc, char** argv) {
     }
     ++a;
   }
+  if ((checkpoint_arg != NULL) != (every_arg != 0)) {
+    if (g_rank == 0) fprintf(stderr, "mpi-particles: --checkpoint FILE and --every K go together\n");
+    MPI_Finalize();
+    return 2;
+  }
+#ifndef KSTAGE_EXAMPLE_WITH_ADIOS2_MPI
+  if (checkpoint_arg || restart_arg) {
+    if (g_rank == 0)
+      fprintf(stderr, "mpi-particles: --checkpoint and --restart need kstage's ADIOS2 bridge with MPI (an MPI ADIOS2)\n");
+    MPI_Finalize();
+    return 2;
+  }
+#endif
   if ((unsigned long long)g_nranks * n_arg > 0xFFFFFFFFull)
     FAIL("%d ranks x %llu particles: at most 2^32 particles in all", g_nranks, n_arg);
   g_move_threshold = f_arg >= 100.0 ? UINT64_MAX : (uint64_t)(f_arg / 100.0 * 18446744073709551616.0);
@@ -1035,7 +1144,12 @@ int main(int argc, char** argv) {
     m.gid[i] = (uint64_t)g_rank * n_arg + i;
     initial_particle(m.gid[i], &m.pos[3 * i], &m.vel[3 * i]);
   }
-  side_init(&s, &m);
+#ifdef KSTAGE_EXAMPLE_WITH_ADIOS2_MPI
+  if (restart_arg)  /* the checkpoint's state instead of the initial one */
+    first_tick = restart_from(&s, &m, restart_arg) + 1;
+  else
+#endif
+    side_init(&s, &m);
   if (g_rank == 0) {
     printf("kstage %u.%u.%u MPI particles example: %d rank(s), %llu particles per rank, %llu ticks, "
            "%.3g%% moving per tick\n",
@@ -1046,11 +1160,11 @@ int main(int argc, char** argv) {
            provided, MPI_THREAD_FUNNELED, residency_arg, s.gpu_aware_mpi ? "used" : "not used",
            mpi_cuda_aware() ? "yes" : "no or unknown");
   }
-  check_conservation(&s, &m, 0, total);
+  check_conservation(&s, &m, first_tick - 1, total);
 
   MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
   t_start = now_seconds();
-  for (tick = 1; tick <= t_arg; ++tick) {
+  for (tick = first_tick; tick <= t_arg; ++tick) {
     uint64_t moved, sent, recvd, model_moved, model_sent, model_recvd;
     t0 = now_seconds();
     moved = side_move(&s, tick);
@@ -1078,6 +1192,9 @@ int main(int argc, char** argv) {
     sent_sum += sent;
     recv_sum += recvd;
     if (tick % c_arg == 0 || tick == t_arg) check_conservation(&s, &m, tick, total);
+#ifdef KSTAGE_EXAMPLE_WITH_ADIOS2_MPI
+    if (checkpoint_arg && tick % every_arg == 0) write_checkpoint(&s, checkpoint_arg, tick / every_arg, tick);
+#endif
   }
 
   /* The report: per rank, then the whole run. */
