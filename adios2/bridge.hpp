@@ -74,6 +74,8 @@ struct Stream {
 std::shared_ptr<Stream> find_stream(kstage_adios2_stream_t handle);
 kstage_adios2_stream_t add_stream(std::shared_ptr<Stream> s);
 std::shared_ptr<Stream> remove_stream(kstage_adios2_stream_t handle);
+// The caller's open descriptor, checked (struct_size, mode, parameter pairs), or the defaults.
+kstage_adios2_open_desc_t read_open_desc(const kstage_adios2_open_desc_t* in);
 // Opens a stream as kstage_adios2_open says, its ADIOS object from `make_adios` (alone, or
 // over a communicator), its steps written or read by `ranks`; returns its handle.
 kstage_adios2_stream_t open_stream(const char* name, const kstage_adios2_open_desc_t* desc,
@@ -81,10 +83,11 @@ kstage_adios2_stream_t open_stream(const char* name, const kstage_adios2_open_de
                                    std::shared_ptr<Collective> ranks);
 // kstage_adios2_open, or an MPI form of it: how checkpoint_with and restart_with open their file.
 using Opener = std::function<kstage_status_t(const char*, const kstage_adios2_open_desc_t*, kstage_adios2_stream_t*)>;
-// kstage_adios2_checkpoint and kstage_adios2_restart, with a file that `open` opens (the
-// checkpoint's query is made first, on every one of `ranks` or on none).
-void checkpoint_with(kstage_stage_t stage, const char* path, Collective& ranks, const Opener& open);
-void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, const Opener& open);
+// kstage_adios2_checkpoint and kstage_adios2_restart (or their MPI forms, `what`), with a file
+// that `open` opens; their own checks (the path, the checkpoint's query) agreed by `ranks`.
+void checkpoint_with(kstage_stage_t stage, const char* path, Collective& ranks, const char* what, const Opener& open);
+void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, Collective& ranks, const char* what,
+                  const Opener& open);
 
 // ---- dtypes ------------------------------------------------------------------------------------
 // The C++ type a column's elements are put as: the dtype itself where ADIOS2 has it, else an
@@ -134,10 +137,28 @@ bool with_element_type(DLDataType d, F&& f) {
 // "float32 x 3", for messages.
 std::string dtype_name(DLDataType d);
 
+// What a column is, as a step records it per attribute: its kind, dtype and semantic.
+struct Schema {
+  bool is_array = false;
+  DLDataType dtype{};
+  kstage_semantic_t semantic = KSTAGE_SEMANTIC_NONE;
+  static Schema of(const kstage_attribute_info_t& i) { return Schema{i.is_array, i.dtype, i.semantic}; }
+  bool operator==(const Schema& o) const {
+    return is_array == o.is_array && dtype.code == o.dtype.code && dtype.bits == o.dtype.bits &&
+           dtype.lanes == o.dtype.lanes && semantic == o.semantic;
+  }
+  bool operator!=(const Schema& o) const { return !(*this == o); }
+  // "fixed float32 x 3 (semantic 1)", for messages.
+  std::string text() const {
+    return std::string(is_array ? "array " : "fixed ") + dtype_name(dtype) + " (semantic " +
+           std::to_string(int(semantic)) + ")";
+  }
+};
+
 // ---- the layout of a step (docs/adios2.md) -----------------------------------------------------
 namespace layout {
 inline constexpr const char* kFormat = "kstage/format";                  // attribute: "kstage"
-inline constexpr const char* kFormatVersion = "kstage/format_version";   // attribute: uint32 1
+inline constexpr const char* kFormatVersion = "kstage/format_version";   // attribute: uint32 kVersion
 // 2: a step is one block per writing rank of each global array (kstage/blocks). Version 1
 // (one writer, no block tables) was never released.
 inline constexpr uint32_t kVersion = 2;

@@ -6,6 +6,7 @@
 
 #include "adios2/bridge.hpp"
 
+#include <cctype>
 #include <climits>
 
 namespace kstage::adios2_bridge {
@@ -49,20 +50,6 @@ class MpiCollective final : public Collective {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void exscan(const std::vector<uint64_t>& local, std::vector<uint64_t>& before,
-              std::vector<uint64_t>& total) override {
-    const int n = count_of(local.size());
-    before.assign(local.size(), 0);
-    total.assign(local.size(), 0);
-    std::vector<uint64_t> in = local;  // MPI-3 takes const buffers; older MPIs do not
-    mpi_check(MPI_Exscan(in.data(), before.data(), n, MPI_UINT64_T, MPI_SUM, comm_), "MPI_Exscan");
-    if (rank_ == 0) std::fill(before.begin(), before.end(), 0);  // undefined there
-    mpi_check(MPI_Allreduce(in.data(), total.data(), n, MPI_UINT64_T, MPI_SUM, comm_), "MPI_Allreduce");
-  }
-  void max(std::vector<uint64_t>& values) override {
-    mpi_check(MPI_Allreduce(MPI_IN_PLACE, values.data(), count_of(values.size()), MPI_UINT64_T, MPI_MAX, comm_),
-              "MPI_Allreduce");
-  }
   std::vector<std::string> allgather(const std::string& mine) override {
     const int length = count_of(mine.size());
     const size_t ranks = static_cast<size_t>(size_);
@@ -92,15 +79,22 @@ class MpiCollective final : public Collective {
   int rank_ = 0, size_ = 1;
 };
 
-kstage_status_t open_on(const char* name, const kstage_adios2_open_desc_t* desc, MPI_Comm comm,
-                        kstage_adios2_stream_t* stream) {
+// Opens a stream on `ranks` (collective): the arguments agreed on every rank before ADIOS2's
+// collective calls.
+kstage_status_t open_on(const std::shared_ptr<MpiCollective>& ranks, const char* name,
+                        const kstage_adios2_open_desc_t* desc, kstage_adios2_stream_t* stream) {
   return guard([&] {
-    auto ranks = std::make_shared<MpiCollective>(comm);
-    agree(*ranks, "kstage_adios2_open_mpi", [&] {  // the arguments, on every rank, before ADIOS2's collectives
+    agree(*ranks, "kstage_adios2_open_mpi", [&] {
       if (stream == nullptr) fail(KSTAGE_INVALID_ARGUMENT, "stream is NULL");
       if (name == nullptr || *name == '\0') fail(KSTAGE_INVALID_ARGUMENT, "name is NULL or empty");
-      if (desc != nullptr && desc->struct_size >= sizeof *desc && desc->inline_writer != 0)
+      const kstage_adios2_open_desc_t d = read_open_desc(desc);
+      if (d.inline_writer != 0)
         fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer: an Inline reader is opened by one process (kstage_adios2_open)");
+      std::string engine = d.engine ? d.engine : "BP5";
+      for (char& c : engine) c = char(std::tolower(static_cast<unsigned char>(c)));
+      if (engine == "inline" && ranks->size() > 1)
+        fail(KSTAGE_INVALID_ARGUMENT, "engine Inline couples a writer and a reader in one process, not %d ranks",
+             ranks->size());
     });
     const MPI_Comm c = ranks->comm();
     *stream = open_stream(name, desc, [c] { return std::make_shared<adios2::ADIOS>(c); }, ranks);
@@ -116,29 +110,28 @@ extern "C" {
 
 kstage_status_t kstage_adios2_open_mpi(const char* name, const kstage_adios2_open_desc_t* desc, MPI_Comm comm,
                                        kstage_adios2_stream_t* stream) {
-  return open_on(name, desc, comm, stream);
+  std::shared_ptr<MpiCollective> ranks;
+  const kstage_status_t st = guard([&] { ranks = std::make_shared<MpiCollective>(comm); });
+  return st == KSTAGE_OK ? open_on(ranks, name, desc, stream) : st;
 }
 
 kstage_status_t kstage_adios2_checkpoint_mpi(kstage_stage_t stage, const char* path, MPI_Comm comm) {
   return guard([&] {
-    MpiCollective ranks(comm);
-    checkpoint_with(stage, path, ranks, [comm](const char* name, const kstage_adios2_open_desc_t* desc,
-                                               kstage_adios2_stream_t* stream) {
-      return open_on(name, desc, comm, stream);
-    });
+    auto ranks = std::make_shared<MpiCollective>(comm);  // the checkpoint's, and its stream's
+    checkpoint_with(stage, path, *ranks, "kstage_adios2_checkpoint_mpi",
+                    [ranks](const char* name, const kstage_adios2_open_desc_t* desc, kstage_adios2_stream_t* stream) {
+                      return open_on(ranks, name, desc, stream);
+                    });
   });
 }
 
 kstage_status_t kstage_adios2_restart_mpi(kstage_stage_t stage, const char* path, MPI_Comm comm, uint64_t* ordinal) {
   return guard([&] {
-    MpiCollective ranks(comm);
-    agree(ranks, "kstage_adios2_restart_mpi", [&] {
-      if (path == nullptr || *path == '\0') fail(KSTAGE_INVALID_ARGUMENT, "path is NULL or empty");
-    });
-    restart_with(stage, path, ordinal, [comm](const char* name, const kstage_adios2_open_desc_t* desc,
-                                              kstage_adios2_stream_t* stream) {
-      return open_on(name, desc, comm, stream);
-    });
+    auto ranks = std::make_shared<MpiCollective>(comm);
+    restart_with(stage, path, ordinal, *ranks, "kstage_adios2_restart_mpi",
+                 [ranks](const char* name, const kstage_adios2_open_desc_t* desc, kstage_adios2_stream_t* stream) {
+                   return open_on(ranks, name, desc, stream);
+                 });
   });
 }
 

@@ -124,8 +124,7 @@ std::vector<uint64_t> get_block_table(Reader& r, const std::string& name, size_t
     if (t[c] != 0) fail(KSTAGE_INVALID_ARGUMENT, "block table '%s' does not start at 0", name.c_str());
     for (size_t w = 1; w < row_count(v); ++w)
       if (t[w * columns + c] < t[(w - 1) * columns + c])
-        fail(KSTAGE_INVALID_ARGUMENT, "block table '%s': writer %zu's block starts before writer %zu's", name.c_str(),
-             w, w - 1);
+        fail(KSTAGE_INVALID_ARGUMENT, "block table '%s': row %zu is below row %zu", name.c_str(), w, w - 1);
   }
   return t;
 }
@@ -168,7 +167,7 @@ StringTable get_whole_table(Reader& r, const std::string& name) {
 void rebase_positions(std::vector<uint64_t>& positions, Span paths, const char* attribute, const char* what) {
   for (uint64_t& p : positions) {
     if (p < paths.start || p - paths.start >= paths.count)
-      fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': %s position %llu is not among its blocks' paths %llu .. %llu",
+      fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': %s position %llu is not among its blocks' paths [%llu, %llu)",
            attribute, what, (unsigned long long)p, (unsigned long long)paths.start,
            (unsigned long long)(paths.start + paths.count));
     p -= paths.start;
@@ -279,14 +278,11 @@ void check_fits(kstage_stage_t stage, AttributeIn& a) {
   check(kstage_intern_token(stage, a.name.data(), a.name.size(), &a.token), "kstage_adios2_read_step: an attribute's name");
   kstage_attribute_info_t info = kstage_attribute_info_init();
   const kstage_status_t st = kstage_attribute_info(stage, a.token, &info);
+  const Schema step{a.is_array, a.dtype, a.semantic};
   if (st == KSTAGE_OK) {
-    const bool same_dtype = info.dtype.code == a.dtype.code && info.dtype.bits == a.dtype.bits &&
-                            info.dtype.lanes == a.dtype.lanes;
-    if (info.is_array != a.is_array || !same_dtype || info.semantic != a.semantic)
-      fail(KSTAGE_INVALID_ARGUMENT,
-           "attribute '%s' of the step is %s %s (semantic %d), the stage's column is %s %s (semantic %d)",
-           a.name.c_str(), a.is_array ? "array" : "fixed", dtype_name(a.dtype).c_str(), int(a.semantic),
-           info.is_array ? "array" : "fixed", dtype_name(info.dtype).c_str(), int(info.semantic));
+    if (Schema::of(info) != step)
+      fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s' of the step is %s, the stage's column is %s", a.name.c_str(),
+           step.text().c_str(), Schema::of(info).text().c_str());
   } else if (st != KSTAGE_NOT_FOUND) {
     check(st, "kstage_adios2_read_step");
   }
@@ -465,10 +461,12 @@ struct Incoming {
   kstage_stage_t stage = 0;
   AttributeIn* a = nullptr;
   kstage_query_t query = 0;         // its prims with values
+  kstage_query_t deletions = 0;     // the prims that lost it
   AdoptedValues* values = nullptr;  // fixed-size: the values, until handed to the stage
   ~Incoming() {
     if (values) AdoptedValues::deleter(&values->managed);  // never handed over
     if (query) kstage_query_release(stage, query);
+    if (deletions) kstage_query_release(stage, deletions);
   }
 };
 
@@ -519,13 +517,12 @@ void make_empty_column(kstage_stage_t stage, const AttributeIn& a) {
 // The attribute's deletions, then its values, at its recorded floor. (Read from several
 // writers' blocks, a prim that moved between them in this step is deleted in one block and
 // written in another: the write, submitted after the deletion at the same ordinal, wins.)
-void commit(Incoming& in, StepPaths& paths) {
+void commit(Incoming& in) {
   const kstage_stage_t stage = in.stage;
   const AttributeIn& a = *in.a;
-  if (a.deleted_count > 0) {
-    Query q(stage, paths.query(a.deleted));
+  if (in.deletions) {
     kstage_op_t op = 0;
-    check(kstage_delete_attributes(stage, q.q, &a.token, 1, a.floor, &op), "kstage_adios2_read_step: a deletion");
+    check(kstage_delete_attributes(stage, in.deletions, &a.token, 1, a.floor, &op), "kstage_adios2_read_step: a deletion");
     finish(stage, op, "kstage_adios2_read_step: a deletion");
   }
   if (a.count == 0) {
@@ -584,10 +581,13 @@ extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
     paths.stage = stage;
     std::vector<AttributeIn> attrs;
     std::vector<Incoming> incoming;
-    // This rank's part, up to every value read; then, every rank ready, the commits.
+    // The arguments, on every rank before ADIOS2's collective BeginStep; then this rank's part,
+    // up to every value read and every query made; then, every rank ready, the commits.
     agree(ranks, "kstage_adios2_read_step", [&] {
       if (s->mode != KSTAGE_ADIOS2_READ) fail(KSTAGE_INVALID_ARGUMENT, "stream %llu is a writer", (unsigned long long)stream);
       if (ordinal == nullptr) fail(KSTAGE_INVALID_ARGUMENT, "ordinal is NULL");
+    });
+    agree(ranks, "kstage_adios2_read_step", [&] {
       const float timeout = timeout_ns == KSTAGE_TIMEOUT_INFINITE ? -1.0f : float(double(timeout_ns) * 1e-9);
       const adios2::StepStatus status = e.BeginStep(adios2::StepMode::Read, timeout);
       if (status == adios2::StepStatus::EndOfStream) fail(KSTAGE_END_OF_ITERATION, "the stream has no more steps");
@@ -663,6 +663,7 @@ extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
         Incoming& in = incoming[i];
         in.stage = stage;
         in.a = &attrs[i];
+        if (attrs[i].deleted_count > 0) in.deletions = paths.query(attrs[i].deleted);
         if (attrs[i].count == 0) continue;
         in.query = paths.query(attrs[i].prims);
         if (!attrs[i].is_array) read_fixed_values(reader, in);
@@ -671,7 +672,7 @@ extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
       e.EndStep();  // every value is in
     });
     // Every rank's values in: the deletions and values committed, then the floors.
-    for (Incoming& in : incoming) commit(in, paths);
+    for (Incoming& in : incoming) commit(in);
     for (const AttributeIn& a : attrs)  // (floor 0: none of this rank's writers had a column of it)
       if (a.floor > 0) check(kstage_advance_write_floor(stage, a.floor, &a.token, 1), "kstage_adios2_read_step: sealing");
     *ordinal = step_ordinal;

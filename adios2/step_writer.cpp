@@ -10,7 +10,7 @@
 //
 // Written by several ranks (kstage_adios2_open_mpi), a step is collective: each rank prepares
 // its part, the ranks agree that every one of them could (else all fail), unite their
-// attributes, learn where each rank's block of every global array starts (an exscan of their
+// attributes, learn where each rank's block of every global array starts (from every rank's
 // sizes), make their indices global, and put their blocks. Alone, the same code writes a step
 // of one block.
 #include "adios2/bridge.hpp"
@@ -332,10 +332,6 @@ void encode_schema(std::string& out, const AttributeStep& a) {
   out += a.name;
   out.append(reinterpret_cast<const char*>(fields), sizeof fields);
 }
-std::string schema_text(const kstage_attribute_info_t& info) {
-  return std::string(info.is_array ? "array " : "fixed ") + dtype_name(info.dtype) + " (semantic " +
-         std::to_string(int(info.semantic)) + ")";
-}
 
 // The step's attributes over every rank: each rank's, in rank order (a rank that has no column
 // of another's attribute writes an empty block of it), checked to have one schema everywhere.
@@ -361,12 +357,10 @@ void unite_attributes(Collective& ranks, std::vector<AttributeStep>& steps) {
       info.semantic = kstage_semantic_t(f[4]);
       auto it = std::find_if(united.begin(), united.end(), [&](const AttributeStep& u) { return u.name == name; });
       if (it != united.end()) {
-        const kstage_attribute_info_t& u = it->info;
-        if (u.is_array != info.is_array || u.dtype.code != info.dtype.code || u.dtype.bits != info.dtype.bits ||
-            u.dtype.lanes != info.dtype.lanes || u.semantic != info.semantic)
+        if (Schema::of(it->info) != Schema::of(info))
           fail(KSTAGE_INVALID_ARGUMENT, "kstage_adios2_write_step: attribute '%s' is %s on rank %d but %s on rank %zu",
-               name.c_str(), schema_text(u).c_str(), first_rank[size_t(it - united.begin())],
-               schema_text(info).c_str(), r);
+               name.c_str(), Schema::of(it->info).text().c_str(), first_rank[size_t(it - united.begin())],
+               Schema::of(info).text().c_str(), r);
         continue;
       }
       AttributeStep a;
@@ -386,39 +380,56 @@ void unite_attributes(Collective& ranks, std::vector<AttributeStep>& steps) {
 
 // Where this rank's block of each of the step's global arrays starts (`before`) and how long
 // the arrays are (`total`): kBlockColumns for the paths' tables, then kAttrBlockColumns per
-// attribute; and the ranks' largest ordinal, floors, and whether an attribute needs its
-// positions on any rank.
+// attribute; the step's ordinal and each attribute's floor (the ranks' largest), and whether an
+// attribute needs its positions (some rank's prims of it are not all its paths, in order).
 struct Placement {
-  std::vector<uint64_t> local, before, total, largest;
+  std::vector<uint64_t> local, before, total;
+  uint64_t ordinal = 0;
+  std::vector<uint64_t> floors;
+  std::vector<bool> needs_positions;
   uint64_t at(const std::vector<uint64_t>& v, size_t attribute, size_t column) const {
     return v[kBlockColumns + attribute * kAttrBlockColumns + column];
   }
 };
-enum Largest : size_t { kLargestOrdinal, kChangeRange, kNoChangeRange, kBegin, kNotBegin, kEnd, kNotEnd, kLargestFixed };
 
 Placement place(Collective& ranks, StepData& data, const kstage_adios2_step_desc_t& d) {
   Placement p;
   const PathRuns& runs = data.runs;
+  const size_t n = data.steps.size();
   p.local = {data.paths.size(), runs.segments.size() / 4, runs.strings.size(), runs.strings.chars.size(),
              runs.range_numbers.size() / 2, runs.range_strings.chars.size()};
-  p.largest.assign(kLargestFixed, 0);
-  p.largest[kChangeRange] = d.change_range ? 1 : 0;
-  p.largest[kNoChangeRange] = d.change_range ? 0 : 1;
-  p.largest[kBegin] = d.range_begin;
-  p.largest[kNotBegin] = ~d.range_begin;
-  p.largest[kEnd] = d.range_end;
-  p.largest[kNotEnd] = ~d.range_end;
+  std::vector<uint64_t> floors, needs;
   for (const AttributeStep& a : data.steps) {
     p.local.insert(p.local.end(), {a.prim_count, a.info.is_array ? a.elements : a.prim_count, uint64_t(a.deleted.size())});
-    p.largest.insert(p.largest.end(), {a.info.write_floor, a.positions.empty() ? 0u : 1u});
-    p.largest[kLargestOrdinal] = std::max(p.largest[kLargestOrdinal], a.info.write_floor);
+    floors.push_back(a.info.write_floor);
+    needs.push_back(a.positions.empty() && a.prim_count == data.paths.size() ? 0 : 1);
   }
-  ranks.exscan(p.local, p.before, p.total);
-  ranks.max(p.largest);
-  if (p.largest[kChangeRange] != 0 && p.largest[kNoChangeRange] != 0)
-    fail(KSTAGE_INVALID_ARGUMENT, "kstage_adios2_write_step: some ranks write a change range and some a full step");
-  if (p.largest[kBegin] != ~p.largest[kNotBegin] || p.largest[kEnd] != ~p.largest[kNotEnd])
-    fail(KSTAGE_INVALID_ARGUMENT, "kstage_adios2_write_step: the ranks' change ranges differ");
+  // One exchange of every rank's sizes, floors, needs and change range.
+  std::vector<uint64_t> mine = p.local;
+  mine.insert(mine.end(), floors.begin(), floors.end());
+  mine.insert(mine.end(), needs.begin(), needs.end());
+  mine.insert(mine.end(), {d.change_range ? 1u : 0u, d.change_range ? d.range_begin : 0, d.change_range ? d.range_end : 0});
+  const std::vector<std::vector<uint64_t>> all = allgather_values(ranks, mine);
+  const size_t sizes = p.local.size();
+  p.before.assign(sizes, 0);
+  p.total.assign(sizes, 0);
+  p.floors.assign(n, 0);
+  p.needs_positions.assign(n, false);
+  for (size_t r = 0; r < all.size(); ++r) {
+    const std::vector<uint64_t>& theirs = all[r];
+    for (size_t k = 0; k < sizes; ++k) {
+      if (int(r) < ranks.rank()) p.before[k] += theirs[k];
+      p.total[k] += theirs[k];
+    }
+    for (size_t i = 0; i < n; ++i) {
+      p.floors[i] = std::max(p.floors[i], theirs[sizes + i]);
+      if (theirs[sizes + n + i] != 0) p.needs_positions[i] = true;
+    }
+    if (!std::equal(theirs.end() - 3, theirs.end(), mine.end() - 3))
+      fail(KSTAGE_INVALID_ARGUMENT, "kstage_adios2_write_step: the change range differs between rank %zu and rank %d "
+           "(every rank writes the same kind of step)", r, ranks.rank());
+  }
+  for (uint64_t f : p.floors) p.ordinal = std::max(p.ordinal, f);
 
   // Every index this rank's blocks hold becomes global: its strings and ranges, positions and
   // offsets count from where its blocks start.
@@ -432,7 +443,7 @@ Placement place(Collective& ranks, StepData& data, const kstage_adios2_step_desc
     AttributeStep& a = data.steps[i];
     // An attribute whose prims are not all the paths, in order, on some rank has its
     // positions on every rank.
-    if (p.largest[kLargestFixed + 2 * i + 1] != 0 && a.positions.empty() && a.prim_count > 0)
+    if (p.needs_positions[i] && a.positions.empty() && a.prim_count > 0)
       a.positions = positions_of(span_of(a), data.paths, false);
     for (uint64_t& x : a.positions) x += b[kBlockPaths];
     for (uint64_t& x : a.deleted_positions) x += b[kBlockPaths];
@@ -485,7 +496,8 @@ void put_block_table(adios2::IO& io, adios2::Engine& e, const std::string& name,
   put_block(io, e, name, rows.data(), uint64_t(ranks.rank()), last ? 2 : 1, uint64_t(ranks.size()) + 1, columns);
 }
 
-void put_step(Stream& s, StepData& data, const Placement& p, const kstage_adios2_step_desc_t& d) {
+// The step's variables and attributes: this rank's blocks of them (between BeginStep and EndStep).
+void put_blocks(Stream& s, StepData& data, const Placement& p, const kstage_adios2_step_desc_t& d) {
   adios2::IO& io = s.io;
   adios2::Engine& e = s.engine;
   const Collective& ranks = *s.ranks;
@@ -493,8 +505,7 @@ void put_step(Stream& s, StepData& data, const Placement& p, const kstage_adios2
   const std::vector<uint64_t>& b = p.before;
   const std::vector<uint64_t>& t = p.total;
   const PathRuns& runs = data.runs;
-  e.BeginStep();
-  put_value<uint64_t>(io, e, kOrdinal, p.largest[kLargestOrdinal], first);
+  put_value<uint64_t>(io, e, kOrdinal, p.ordinal, first);
   put_value<uint8_t>(io, e, kIncremental, d.change_range ? 1 : 0, first);
   put_value<uint64_t>(io, e, kRangeBegin, d.range_begin, first);
   put_value<uint64_t>(io, e, kRangeEnd, d.range_end, first);
@@ -517,7 +528,7 @@ void put_step(Stream& s, StepData& data, const Placement& p, const kstage_adios2
       io.DefineAttribute<int32_t>(attr(a.name, "semantic"), a.info.semantic);
     }
     const uint64_t prims = p.at(t, i, kAttrPrims), elements = p.at(t, i, kAttrElements);
-    put_value<uint64_t>(io, e, attr(a.name, "floor"), p.largest[kLargestFixed + 2 * i], first);
+    put_value<uint64_t>(io, e, attr(a.name, "floor"), p.floors[i], first);
     put_value<uint64_t>(io, e, attr(a.name, "count"), prims, first);
     put_value<uint64_t>(io, e, attr(a.name, "deleted_count"), p.at(t, i, kAttrDeleted), first);
     put_block_table(io, e, attr(a.name, "blocks"), &b[kBlockColumns + i * kAttrBlockColumns],
@@ -539,8 +550,39 @@ void put_step(Stream& s, StepData& data, const Placement& p, const kstage_adios2
     put_block(io, e, attr(a.name, "deleted"), a.deleted_positions.data(), p.at(b, i, kAttrDeleted),
               a.deleted_positions.size(), p.at(t, i, kAttrDeleted));
   }
-  e.EndStep();  // the deferred puts are read here
 }
+
+// A stream records each attribute's schema once, at its first step: a later step of another
+// schema (its column made again) is refused before the step begins. (The same on every rank:
+// the ranks record the same schemas.)
+void check_recorded_schemas(adios2::IO& io, const std::vector<AttributeStep>& steps) {
+  for (const AttributeStep& a : steps) {
+    adios2::Attribute<std::string> kind = io.InquireAttribute<std::string>(attr(a.name, "kind"));
+    adios2::Attribute<int32_t> dtype = io.InquireAttribute<int32_t>(attr(a.name, "dtype"));
+    adios2::Attribute<int32_t> semantic = io.InquireAttribute<int32_t>(attr(a.name, "semantic"));
+    if (!kind || !dtype || !semantic || dtype.Data().size() != 3) continue;
+    const std::vector<int32_t> d3 = dtype.Data();
+    const Schema recorded{kind.Data().front() == "array", DLDataType{uint8_t(d3[0]), uint8_t(d3[1]), uint16_t(d3[2])},
+                          kstage_semantic_t(semantic.Data().front())};
+    if (recorded != Schema::of(a.info))
+      fail(KSTAGE_INVALID_ARGUMENT, "kstage_adios2_write_step: attribute '%s' is %s, but this stream's earlier steps "
+           "recorded it as %s (a stream records an attribute's schema once: open a new stream)",
+           a.name.c_str(), Schema::of(a.info).text().c_str(), recorded.text().c_str());
+  }
+}
+
+void put_step(Stream& s, StepData& data, const Placement& p, const kstage_adios2_step_desc_t& d) {
+  check_recorded_schemas(s.io, data.steps);
+  s.engine.BeginStep();
+  try {
+    put_blocks(s, data, p, d);
+  } catch (...) {  // the step is ended (what it holds of this rank is incomplete), not left open
+    try { s.engine.EndStep(); } catch (...) {}
+    throw;
+  }
+  s.engine.EndStep();  // the deferred puts are read here
+}
+
 }  // namespace
 }  // namespace kstage::adios2_bridge
 

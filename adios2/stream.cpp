@@ -66,6 +66,18 @@ kstage_status_t guard(const std::function<void()>& body) noexcept {
   }
 }
 
+std::vector<std::vector<uint64_t>> allgather_values(Collective& ranks, const std::vector<uint64_t>& mine) {
+  const std::vector<std::string> all =
+      ranks.allgather(std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(uint64_t)));
+  std::vector<std::vector<uint64_t>> out(all.size(), std::vector<uint64_t>(mine.size()));
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].size() != mine.size() * sizeof(uint64_t))
+      fail(KSTAGE_INTERNAL, "rank %zu sent %zu bytes, not %zu", r, all[r].size(), mine.size() * sizeof(uint64_t));
+    std::memcpy(out[r].data(), all[r].data(), all[r].size());
+  }
+  return out;
+}
+
 void agree(Collective& ranks, const char* what, const std::function<void()>& local) {
   if (ranks.size() == 1) {
     local();
@@ -133,17 +145,15 @@ std::shared_ptr<Stream> remove_stream(kstage_adios2_stream_t handle) {
   return s;
 }
 
-namespace {
-
 kstage_adios2_open_desc_t read_open_desc(const kstage_adios2_open_desc_t* in) {
   kstage_adios2_open_desc_t d = kstage_adios2_open_desc_init();
   copy_descriptor(in, d, "kstage_adios2_open_desc_init");
   if (d.mode != KSTAGE_ADIOS2_WRITE && d.mode != KSTAGE_ADIOS2_READ)
     fail(KSTAGE_INVALID_ARGUMENT, "desc.mode is %d: KSTAGE_ADIOS2_WRITE (0) or KSTAGE_ADIOS2_READ (1)", int(d.mode));
+  for (const char* const* p = d.parameters; p && *p; p += 2)
+    if (p[1] == nullptr) fail(KSTAGE_INVALID_ARGUMENT, "desc.parameters: key '%s' has no value (pairs, then NULL)", p[0]);
   return d;
 }
-
-}  // namespace
 
 kstage_adios2_stream_t open_stream(const char* name, const kstage_adios2_open_desc_t* desc,
                                    const std::function<std::shared_ptr<adios2::ADIOS>()>& make_adios,
@@ -165,6 +175,9 @@ kstage_adios2_stream_t open_stream(const char* name, const kstage_adios2_open_de
     s->inline_writer = find_stream(d.inline_writer);
     if (s->inline_writer->mode != KSTAGE_ADIOS2_WRITE)
       fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer %llu is a reader", (unsigned long long)d.inline_writer);
+    if (s->inline_writer->ranks->size() > 1)
+      fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer %llu is written by %d MPI ranks: Inline couples one process's writer and reader",
+           (unsigned long long)d.inline_writer, s->inline_writer->ranks->size());
     s->adios = s->inline_writer->adios;
     s->io = s->inline_writer->io;
     s->keeps_step_data = s->inline_writer->keeps_step_data;
@@ -172,11 +185,7 @@ kstage_adios2_stream_t open_stream(const char* name, const kstage_adios2_open_de
     s->adios = make_adios();
     s->io = s->adios->DeclareIO(std::string("kstage:") + name);
     s->io.SetEngine(engine);
-    for (const char* const* p = d.parameters; p && *p; p += 2) {
-      if (p[1] == nullptr)
-        fail(KSTAGE_INVALID_ARGUMENT, "desc.parameters: key '%s' has no value (pairs, then NULL)", p[0]);
-      s->io.SetParameter(p[0], p[1]);
-    }
+    for (const char* const* p = d.parameters; p && *p; p += 2) s->io.SetParameter(p[0], p[1]);
   }
   try {
     s->engine = s->io.Open(name, d.mode == KSTAGE_ADIOS2_WRITE ? adios2::Mode::Write : adios2::Mode::Read);
@@ -191,7 +200,7 @@ kstage_adios2_stream_t open_stream(const char* name, const kstage_adios2_open_de
   return add_stream(std::move(s));
 }
 
-void checkpoint_with(kstage_stage_t stage, const char* path, Collective& ranks, const Opener& open) {
+void checkpoint_with(kstage_stage_t stage, const char* path, Collective& ranks, const char* what, const Opener& open) {
   struct Held {  // the query, released however this ends
     kstage_stage_t stage;
     kstage_query_t q = 0;
@@ -199,10 +208,10 @@ void checkpoint_with(kstage_stage_t stage, const char* path, Collective& ranks, 
       if (q) kstage_query_release(stage, q);
     }
   } held{stage};
-  agree(ranks, "kstage_adios2_checkpoint", [&] {  // every rank's query, or none
+  agree(ranks, what, [&] {  // every rank's query, or none
     if (path == nullptr || *path == '\0') fail(KSTAGE_INVALID_ARGUMENT, "path is NULL or empty");
     kstage_filter_t all{};
-    check(kstage_query_filter(stage, &all, &held.q), "kstage_adios2_checkpoint: the stage's prims");
+    check(kstage_query_filter(stage, &all, &held.q), (std::string(what) + ": the stage's prims").c_str());
   });
   kstage_adios2_stream_t s = 0;
   kstage_status_t st = open(path, nullptr, &s);
@@ -215,8 +224,11 @@ void checkpoint_with(kstage_stage_t stage, const char* path, Collective& ranks, 
   if (st != KSTAGE_OK) throw Failure{st, message.empty() ? last_message : message};
 }
 
-void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, const Opener& open) {
-  if (path == nullptr || *path == '\0') fail(KSTAGE_INVALID_ARGUMENT, "path is NULL or empty");
+void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, Collective& ranks, const char* what,
+                  const Opener& open) {
+  agree(ranks, what, [&] {
+    if (path == nullptr || *path == '\0') fail(KSTAGE_INVALID_ARGUMENT, "path is NULL or empty");
+  });
   kstage_adios2_open_desc_t d = kstage_adios2_open_desc_init();
   d.mode = KSTAGE_ADIOS2_READ;
   // A file cut short is not waited for (BP5 would wait for a writer to complete it).
@@ -232,7 +244,7 @@ void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, con
     st = kstage_adios2_read_step(s, stage, 0, &o);
     if (st == KSTAGE_TIMEOUT) {
       st = KSTAGE_OP_FAILED;
-      last_message = std::string("kstage_adios2_restart: '") + path +
+      last_message = std::string(what) + ": '" + path +
                      "' ends in an incomplete step (the file was cut short, or a writer still has it open)";
     }
     if (st == KSTAGE_OK) {
@@ -242,7 +254,7 @@ void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, con
   }
   if (st == KSTAGE_END_OF_ITERATION && steps == 0) {
     st = KSTAGE_INVALID_ARGUMENT;
-    last_message = std::string("kstage_adios2_restart: '") + path + "' has no steps";
+    last_message = std::string(what) + ": '" + path + "' has no steps";
   }
   const std::string message = st == KSTAGE_END_OF_ITERATION ? "" : last_message;
   if (s != 0) kstage_adios2_close(s);
@@ -279,12 +291,15 @@ kstage_status_t kstage_adios2_close(kstage_adios2_stream_t stream) {
 kstage_status_t kstage_adios2_checkpoint(kstage_stage_t stage, const char* path) {
   return guard([&] {
     Collective alone;
-    checkpoint_with(stage, path, alone, kstage_adios2_open);
+    checkpoint_with(stage, path, alone, "kstage_adios2_checkpoint", kstage_adios2_open);
   });
 }
 
 kstage_status_t kstage_adios2_restart(kstage_stage_t stage, const char* path, uint64_t* ordinal) {
-  return guard([&] { restart_with(stage, path, ordinal, kstage_adios2_open); });
+  return guard([&] {
+    Collective alone;
+    restart_with(stage, path, ordinal, alone, "kstage_adios2_restart", kstage_adios2_open);
+  });
 }
 
 }  // extern "C"

@@ -25,17 +25,20 @@
  *   A change range must be the same on every rank.
  * - kstage_adios2_read_step, on Q ranks of a step of W writers, reads into reading rank q's
  *   stage the blocks of writers [W q / Q, W (q + 1) / Q): Q = W gives each rank its own block
- *   back, Q < W merges neighbouring writers' blocks, Q > W leaves some ranks without blocks
- *   (their stages get the step's columns, empty, at the step's floors). Merged blocks are one
- *   step: a prim one writer deleted and another wrote in it (it moved between them) is
- *   written; a prim two of them wrote with values (a ghost copy) fails the step. Each
- *   attribute is written at the largest floor among the rank's writers.
+ *   back, Q < W merges neighbouring writers' blocks, Q > W leaves some ranks without blocks (for
+ *   W = 1, Q = 2: rank 0; their stages get every column of the step, empty, at the step's
+ *   floors). Merged blocks are one step: a prim one writer deleted and another wrote in it (it
+ *   moved between them) is written; a prim two of them wrote or deleted (a ghost copy) fails
+ *   the step, naming it. Each attribute is written at the largest floor among the rank's
+ *   writers; a rank none of whose writers had a column of an attribute gets none.
  * - Failures: a call that fails on one rank (a bad argument, a step that does not fit its
  *   stage) fails on every rank -- the others with the failing rank's number and message --
- *   before any stage is changed, so no rank waits forever in a collective call, and every
- *   stage is as it was. (A handle that is not an open stream on some rank fails there alone,
- *   before any collective: the communicator is the stream's.) An I/O failure inside ADIOS2's
- *   own collective calls is ADIOS2's to report.
+ *   before any prim of any stage changes (a step's paths may stay interned, which makes no
+ *   prim), so that no rank waits forever in a collective call. Not agreed, as with MPI's own
+ *   collectives, whose arguments must be valid on every rank: a handle that is not an open
+ *   stream on some rank (that rank fails alone, before the communicator is known, and the
+ *   others wait for it), and an I/O failure inside ADIOS2's own collective calls (ADIOS2's to
+ *   report).
  *
  * Build: an ADIOS2 with MPI (Spack's adios2+mpi, a module, or `scripts/setup.sh --adios2-mpi`,
  * which builds ADIOS2 from PyPI's source distribution with the machine's MPI); the same MPI

@@ -477,7 +477,7 @@ int errors(const char* dir) {
   kstage_adios2_step_desc_t d = kstage_adios2_step_desc_init();
   d.change_range = true;
   d.range_begin = d.range_end = failing ? 2 : 1;
-  expect_failure(kstage_adios2_write_step(w, s, q, nullptr, 0, &d), KSTAGE_INVALID_ARGUMENT, {"change ranges differ"},
+  expect_failure(kstage_adios2_write_step(w, s, q, nullptr, 0, &d), KSTAGE_INVALID_ARGUMENT, {"change range differs"},
                  "errors (3)");
   CHECK(kstage_adios2_close(w));
 
@@ -540,9 +540,53 @@ int errors(const char* dir) {
     MPI_Barrier(MPI_COMM_WORLD);
   }
 
-  // (7) No MPI communicator.
+  // (7) An attribute every prim of the last rank holds and no prim of the others: its blocks
+  // need positions on every rank (the last rank's alone would be "all of them, in order"), so a
+  // reader of all the blocks (rank 0, the serial API) pairs each value with its own prim.
+  {
+    kstage_stage_t part = 0;
+    CHECK(kstage_create(nullptr, &part));
+    const Tokens pt(part);
+    std::vector<std::string> p = {"/part/p" + std::to_string(g_rank)};
+    float value = float(g_rank) + 0.5f;
+    write_rows(part, p, failing ? pt.charge : pt.position, 1, &value, {kDLFloat, 32, 1}, KSTAGE_SEMANTIC_NONE);
+    CHECK(kstage_advance_write_floor(part, 1, nullptr, 0));
+    const std::string file = base + "part.bp";
+    CHECK(kstage_adios2_checkpoint_mpi(part, file.c_str(), MPI_COMM_WORLD));
+    CHECK(kstage_destroy(part));
+    if (g_rank == 0) {
+      kstage_stage_t one = 0;
+      CHECK(kstage_create(nullptr, &one));
+      CHECK(kstage_adios2_restart(one, file.c_str(), &ordinal));
+      const kstage_adios2_test::StageState got = kstage_adios2_test::stage_state(one);
+      auto value_of = [](const std::vector<unsigned char>& b) {
+        float f = 0;
+        std::memcpy(&f, b.data(), sizeof f);
+        return f;
+      };
+      const auto& charge = got.columns.at("charge").values;
+      const auto& position = got.columns.at("position").values;
+      const std::string last = "/part/p" + std::to_string(g_size - 1);
+      if (charge.size() != 1 || !charge.count(last) || value_of(charge.at(last)) != float(g_size - 1) + 0.5f)
+        die("errors (7)", "'charge' is not the last rank's one prim's");
+      if (position.size() != size_t(g_size - 1) || position.count(last))
+        die("errors (7)", "'position' is not on the other ranks' prims");
+      for (int r = 0; r + 1 < g_size; ++r)
+        if (value_of(position.at("/part/p" + std::to_string(r))) != float(r) + 0.5f) die("errors (7)", "a value moved");
+      CHECK(kstage_destroy(one));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+
+  // (8) Inline on several ranks; no MPI communicator.
+  {
+    kstage_adios2_open_desc_t inl = kstage_adios2_open_desc_init();
+    inl.engine = "Inline";
+    expect_failure(kstage_adios2_open_mpi((base + "inline").c_str(), &inl, MPI_COMM_WORLD, &w), KSTAGE_INVALID_ARGUMENT,
+                   {"Inline couples a writer and a reader in one process"}, "errors (8)");
+  }
   expect_failure(kstage_adios2_open_mpi((base + "x.bp").c_str(), nullptr, MPI_COMM_NULL, &w), KSTAGE_INVALID_ARGUMENT,
-                 {"MPI_COMM_NULL"}, "errors (7)");
+                 {"MPI_COMM_NULL"}, "errors (8)");
 
   CHECK(kstage_query_release(s, q));
   if (!(kstage_adios2_test::stage_state(s) == before)) die("errors", "the writers' stage changed");
