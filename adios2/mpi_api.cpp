@@ -96,6 +96,12 @@ kstage_status_t open_on(const std::shared_ptr<MpiCollective>& ranks, const char*
         fail(KSTAGE_INVALID_ARGUMENT, "engine Inline couples a writer and a reader in one process, not %d ranks",
              ranks->size());
     });
+    // One stream: the same name on every rank (else each rank's ADIOS2 would open its own).
+    const std::vector<std::string> names = ranks->allgather(name);
+    for (size_t r = 0; r < names.size(); ++r)
+      if (names[r] != names[0])
+        fail(KSTAGE_INVALID_ARGUMENT, "kstage_adios2_open_mpi: rank %zu opens '%s', rank 0 '%s' (one name on every rank)",
+             r, names[r].c_str(), names[0].c_str());
     const MPI_Comm c = ranks->comm();
     *stream = open_stream(name, desc, [c] { return std::make_shared<adios2::ADIOS>(c); }, ranks);
   });

@@ -578,7 +578,9 @@ int errors(const char* dir) {
     MPI_Barrier(MPI_COMM_WORLD);
   }
 
-  // (8) Inline on several ranks; no MPI communicator.
+  // (8) Names that differ between the ranks; Inline on several ranks; no MPI communicator.
+  expect_failure(kstage_adios2_open_mpi((base + (failing ? "other.bp" : "one.bp")).c_str(), nullptr, MPI_COMM_WORLD, &w),
+                 KSTAGE_INVALID_ARGUMENT, {"one name on every rank", "other.bp"}, "errors (8)");
   {
     kstage_adios2_open_desc_t inl = kstage_adios2_open_desc_init();
     inl.engine = "Inline";
