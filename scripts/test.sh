@@ -52,10 +52,11 @@
 #             tests/python_package, examples/python/particles.py and perf/python_bench.py --quick
 #             from a copy outside the source tree, as user `nobody`, to whom the dependency cache
 #             and the build tree are not readable (logs: build/test-logs/python-*.log).
-# The default (KSTAGE_TEST_PRESETS unset) is "default python asan adios2-mpi tsan fuzz cuda hip". On 2 cores
-# it takes about 21 minutes with the dependencies cached (measured 2026-12-03, every program
-# rebuilt: default 217 s, python 84, asan 393, tsan 180, fuzz 89, cuda 257, hip 73; see the
-# timings printed at the end); a fresh CI machine adds the setup and runs about twice as long.
+# The default (KSTAGE_TEST_PRESETS unset) is "default python asan adios2-mpi tsan fuzz cuda hip".
+# On 2 cores it takes about 23 minutes with the dependencies cached (measured 2026-12-03, every
+# program rebuilt: default 237 s, python 86, asan 362, adios2-mpi 67, tsan 178, fuzz 91, cuda
+# 264, hip 74; see the timings printed at the end); a fresh CI machine adds the setup (its
+# Kokkos builds, and ~4 min for the MPI ADIOS2).
 #
 # Exits non-zero if any step of any preset fails.
 set -euo pipefail
