@@ -114,3 +114,20 @@ function(kstage_emulated_discover_tests target)
                                 PROPERTIES ENVIRONMENT "KSTAGE_TEST_EMULATED_ORDINAL=${ordinal}")
   endforeach()
 endfunction()
+
+# The flags and environment of the tests' mpirun: Open MPI refuses to run as root without
+# --allow-run-as-root (CI runs as root) and more ranks than cores without --oversubscribe;
+# --bind-to none lets the ranks share the cores. Other MPIs (MPICH) get none of these flags. One
+# OpenMP thread per rank, unbound; Kokkos' warning about oversubscribed cores off; Open MPI's
+# shared-memory transport without CMA single copies (which containers often forbid).
+function(kstage_mpiexec_flags out_flags out_env)
+  execute_process(COMMAND "${MPIEXEC_EXECUTABLE}" --version OUTPUT_VARIABLE version ERROR_VARIABLE version
+                  RESULT_VARIABLE rc)
+  set(flags "")
+  if(version MATCHES "Open MPI|OpenRTE")
+    set(flags --oversubscribe --allow-run-as-root --bind-to none)
+  endif()
+  set(${out_flags} ${flags} PARENT_SCOPE)
+  set(${out_env} OMP_NUM_THREADS=1 OMP_PROC_BIND=false OMP_PLACES=cores KOKKOS_DISABLE_WARNINGS=1
+                 OMPI_MCA_btl_vader_single_copy_mechanism=none PARENT_SCOPE)
+endfunction()

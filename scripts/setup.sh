@@ -63,6 +63,8 @@
 #     bindings and the BP engines (SST, Python, Fortran, HDF5 and the compressors off);
 #     ADIOS2_DIR=$KSTAGE_DEPS_DIR/adios2-mpi/lib/cmake/adios2 (the adios2-mpi preset's).
 #     Needs Open MPI (not with --no-mpi); implies --adios2 (its venv's pip downloads the source).
+#   - with --python too: mpi4py (its wheel, which loads the machine's MPI at run time) for the
+#     python-venv's Python in $KSTAGE_DEPS_DIR/mpi4py, for the Python package's MPI test.
 # Optional (only with `--tsan` or KSTAGE_SETUP_TSAN=1): the ThreadSanitizer leg (preset `tsan`)
 #   - a Serial-only Kokkos built with g++ -fsanitize=thread in $KSTAGE_DEPS_DIR/kokkos-tsan, so
 #     that the reference counts of Kokkos Views are instrumented too.
@@ -739,6 +741,32 @@ adios2_mpi_dep() {
   log "adios2-mpi: ready in $((SECONDS - start))s"
 }
 
+# mpi4py for the Python package's MPI test (tests/python_package/mpi_adios2.py), for the Python of
+# the python-venv (--python), in $KSTAGE_DEPS_DIR/mpi4py (a folder for PYTHONPATH): its wheel,
+# which loads the machine's MPI library at run time.
+MPI4PY_PIN="mpi4py>=4.0"
+mpi4py_dep() {
+  local py=$DEPS_DIR/python-venv/bin/python pyver key
+  if [ ! -x "$py" ]; then
+    log "mpi4py: no python-venv (--python): skipped"
+    return 0
+  fi
+  pyver=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  key="mpi4py pin=$MPI4PY_PIN python=$pyver mpi=$(mpirun --version 2>/dev/null | head -n1)"
+  if stamp_ok mpi4py "$key" "$DEPS_DIR/mpi4py/mpi4py/__init__.py"; then
+    log "mpi4py: cached ($(sed -n 2p "$STAMP_DIR/mpi4py.stamp"))"
+    return 0
+  fi
+  rm -rf "$DEPS_DIR/mpi4py"
+  "$py" -m pip install -q --only-binary mpi4py --target "$DEPS_DIR/mpi4py" "$MPI4PY_PIN" >"$LOG_DIR/mpi4py.log" 2>&1 \
+    || { tail -n 20 "$LOG_DIR/mpi4py.log" >&2; die "mpi4py: pip install failed (log: $LOG_DIR/mpi4py.log)"; }
+  local have
+  have=$(PYTHONPATH=$DEPS_DIR/mpi4py "$py" -c 'import mpi4py; from mpi4py import MPI; print("mpi4py", mpi4py.__version__, "on", MPI.Get_library_version().split(",")[0])') \
+    || die "mpi4py: it does not import with this machine's MPI"
+  printf '%s\n%s\n' "$key" "$have" > "$STAMP_DIR/mpi4py.stamp"
+  log "mpi4py: ready ($have)"
+}
+
 adios2_cmake_dir() {
   "$DEPS_DIR/adios2-venv/bin/python" -c 'import adios2, os; print(os.path.join(os.path.dirname(adios2.__file__), "cmake", "adios2"))'
 }
@@ -792,7 +820,7 @@ main() {
   if [ "$jax" = 1 ]; then jax_venv; fi
   if [ "$python" = 1 ]; then python_package_venv; fi
   if [ "$adios2" = 1 ]; then adios2_venv; fi
-  if [ "$adios2_mpi" = 1 ]; then adios2_mpi_dep; fi
+  if [ "$adios2_mpi" = 1 ]; then adios2_mpi_dep; mpi4py_dep; fi
   rmdir "$WORK_DIR" "$DL_DIR" 2>/dev/null || true
 
   local prefix_path

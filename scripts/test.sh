@@ -42,7 +42,8 @@
 #   adios2-mpi  the ADIOS2 bridge built against an MPI ADIOS2 (`setup.sh --adios2-mpi` builds
 #             ADIOS2 from PyPI's source distribution with Open MPI, ~4 min once): the bridge and
 #             its MPI form, tests/adios2 (its serial tests against this ADIOS2, and the mpirun
-#             tests: 3 writing ranks read back by 1 to 4), the examples and the package test; no
+#             tests: 3 writing ranks read back by 1 to 4), the examples, the package test and the
+#             Python package with its MPI test (mpi4py from `setup.sh --adios2-mpi --python`); no
 #             other test program (the default leg runs them).
 #   python    the self-contained wheel of the Python package (docs/python.md, "A wheel that
 #             installs anywhere"): scripts/build-wheel.sh (`pip wheel .` with pip's build
@@ -84,7 +85,7 @@ for preset in $PRESETS; do
   case $preset in
     default) setup_args+=(--python --docs --adios2) ;;
     python) setup_args+=(--python) ;;
-    adios2-mpi) setup_args+=(--adios2-mpi) ;;
+    adios2-mpi) setup_args+=(--adios2-mpi --python) ;;
     tsan) setup_args+=(--tsan) ;;
     fuzz) setup_args+=(--fuzz) ;;
   esac
@@ -158,7 +159,10 @@ for preset in $PRESETS; do
     cuda) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-cuda" -DKSTAGE_WITH_ADIOS2=OFF) ;;
     hip) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-hip" -DKSTAGE_WITH_ADIOS2=OFF) ;;
     fuzz) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-serial" -DKSTAGE_WITH_ADIOS2=OFF) ;;
-    adios2-mpi) configure_args=(-DADIOS2_DIR="$DEPS_DIR/adios2-mpi/lib/cmake/adios2") ;;
+    # ... and the Python package against it, for kstage.adios2 on MPI ranks (mpi4py).
+    adios2-mpi) configure_args=(-DADIOS2_DIR="$DEPS_DIR/adios2-mpi/lib/cmake/adios2" -DKSTAGE_BUILD_PYTHON=ON
+                                -DPython_EXECUTABLE="$DEPS_DIR/python-venv/bin/python"
+                                -DKSTAGE_MPI4PY_DIR="$DEPS_DIR/mpi4py") ;;
     # The JAX interop tests (tests/python) run in this leg only: not under sanitizers.
     # The default leg also builds the Python package in its tree (KSTAGE_BUILD_PYTHON) with
     # the emulated device, so that ctest's python_package runs the device tests of

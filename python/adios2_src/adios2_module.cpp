@@ -2,7 +2,12 @@
 // kstage._adios2: the ADIOS2 bridge (include/kstage/kstage_adios2.h) for Python, built where the
 // bridge is (python/CMakeLists.txt). Each call returns its status (and its out-value); the
 // Python layer, kstage/adios2.py, raises kstage's exception for it with last_error().
+// Where the bridge has its MPI form (KSTAGE_PY_ADIOS2_MPI), the *_mpi calls take a communicator
+// as its Fortran handle (mpi4py's Comm.py2f()), which MPI_Comm_f2c turns back into an MPI_Comm.
 #include <kstage/kstage_adios2.h>
+#ifdef KSTAGE_PY_ADIOS2_MPI
+#include <kstage/kstage_adios2_mpi.h>
+#endif
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
@@ -19,10 +24,11 @@ NB_MODULE(_adios2, m) {
   m.doc() = "kstage's ADIOS2 bridge (kstage_adios2.h); use it through kstage.adios2.";
   m.def("last_error", [] { return std::string(kstage_adios2_last_error()); },
         "kstage_adios2_last_error(): this thread's message for its last failed call.");
+  // comm: -1 for this process alone (kstage_adios2_open), else a communicator's Fortran handle.
   m.def(
       "open",
       [](const std::string& name, int mode, const std::string& engine, const std::vector<std::string>& parameters,
-         uint64_t inline_writer) {
+         uint64_t inline_writer, int64_t comm) {
         std::vector<const char*> p;
         for (const std::string& s : parameters) p.push_back(s.c_str());
         p.push_back(nullptr);
@@ -33,10 +39,34 @@ NB_MODULE(_adios2, m) {
         d.inline_writer = inline_writer;
         kstage_adios2_stream_t s = 0;
         nb::gil_scoped_release gil;
+#ifdef KSTAGE_PY_ADIOS2_MPI
+        if (comm >= 0) {
+          const kstage_status_t st = kstage_adios2_open_mpi(name.c_str(), &d, MPI_Comm_f2c(MPI_Fint(comm)), &s);
+          return std::make_pair(int(st), s);
+        }
+#else
+        (void)comm;
+#endif
         const kstage_status_t st = kstage_adios2_open(name.c_str(), &d, &s);
         return std::make_pair(int(st), s);
       },
-      nb::arg("name"), nb::arg("mode"), nb::arg("engine"), nb::arg("parameters"), nb::arg("inline_writer"));
+      nb::arg("name"), nb::arg("mode"), nb::arg("engine"), nb::arg("parameters"), nb::arg("inline_writer"),
+      nb::arg("comm") = -1);
+#ifdef KSTAGE_PY_ADIOS2_MPI
+  m.attr("has_mpi") = true;
+  m.def("checkpoint_mpi", [](uint64_t stage, const std::string& path, int64_t comm) {
+    nb::gil_scoped_release gil;
+    return int(kstage_adios2_checkpoint_mpi(stage, path.c_str(), MPI_Comm_f2c(MPI_Fint(comm))));
+  });
+  m.def("restart_mpi", [](uint64_t stage, const std::string& path, int64_t comm) {
+    uint64_t ordinal = 0;
+    nb::gil_scoped_release gil;
+    const kstage_status_t st = kstage_adios2_restart_mpi(stage, path.c_str(), MPI_Comm_f2c(MPI_Fint(comm)), &ordinal);
+    return std::make_pair(int(st), ordinal);
+  });
+#else
+  m.attr("has_mpi") = false;
+#endif
   m.def("close", [](uint64_t stream) {
     nb::gil_scoped_release gil;
     return int(kstage_adios2_close(stream));

@@ -11,7 +11,16 @@
         for ordinal in r.steps(other):             # each step read into `other`
             ...
 
-The bridge's C API (kstage/kstage_adios2.h) underneath; docs/adios2.md has the file layout.
+On MPI ranks (where the bridge has its MPI form: an MPI ADIOS2), pass an mpi4py communicator:
+every rank writes its block, any number of ranks reads back (docs/adios2.md, "On MPI ranks"):
+
+    from mpi4py import MPI
+    ka.checkpoint(stage, "run.bp", comm=MPI.COMM_WORLD)
+    ordinal = ka.restart(fresh, "run.bp", comm=MPI.COMM_WORLD)
+    with ka.Stream("ticks.bp", comm=MPI.COMM_WORLD) as w: ...
+
+The bridge's C API (kstage/kstage_adios2.h, kstage_adios2_mpi.h) underneath; docs/adios2.md has
+the file layout.
 Only where kstage was built with its ADIOS2 bridge (KSTAGE_WITH_ADIOS2): an import error says so
 otherwise.
 """
@@ -39,14 +48,35 @@ def _check(status):
         raise _CLASSES.get(status, kstage.Error)(_adios2.last_error())
 
 
-def checkpoint(stage, path):
-    """Every attribute of every existing prim of `stage` as one full step of a new BP5 file."""
-    _check(_adios2.checkpoint(stage.handle, str(path)))
+def _fortran_comm(comm):
+    """A communicator (mpi4py's, or its Fortran handle as an int) for the MPI calls."""
+    if not getattr(_adios2, "has_mpi", False):
+        raise kstage.NotSupported("kstage.adios2: this kstage's ADIOS2 bridge has no MPI form "
+                                  "(build it against an MPI ADIOS2: scripts/setup.sh --adios2-mpi)")
+    handle = comm.py2f() if hasattr(comm, "py2f") else comm
+    if not isinstance(handle, int) or handle < 0:
+        raise TypeError(f"comm must be an mpi4py communicator (or its Fortran handle), not {comm!r}")
+    return handle
 
 
-def restart(stage, path):
-    """Every step of the BP5 file at `path` into `stage`, in order; the last step's ordinal."""
-    status, ordinal = _adios2.restart(stage.handle, str(path))
+def checkpoint(stage, path, comm=None):
+    """Every attribute of every existing prim of `stage` as one full step of a new BP5 file; on
+    the ranks of `comm` (collective), each rank's stage its block of the step."""
+    if comm is None:
+        _check(_adios2.checkpoint(stage.handle, str(path)))
+    else:
+        handle = _fortran_comm(comm)
+        _check(_adios2.checkpoint_mpi(stage.handle, str(path), handle))
+
+
+def restart(stage, path, comm=None):
+    """Every step of the BP5 file at `path` into `stage`, in order; the last step's ordinal. On
+    the ranks of `comm` (collective), each rank reads its share of the writers' blocks."""
+    if comm is None:
+        status, ordinal = _adios2.restart(stage.handle, str(path))
+    else:
+        handle = _fortran_comm(comm)
+        status, ordinal = _adios2.restart_mpi(stage.handle, str(path), handle)
     _check(status)
     return ordinal
 
@@ -54,14 +84,17 @@ def restart(stage, path):
 class Stream:
     """An ADIOS2 engine the bridge writes steps to (mode "w") or reads steps from ("r")."""
 
-    def __init__(self, name, mode="w", *, engine="BP5", parameters=None, inline_writer=None):
+    def __init__(self, name, mode="w", *, engine="BP5", parameters=None, inline_writer=None, comm=None):
+        """comm: an mpi4py communicator, whose ranks then write or read every step together."""
         if mode not in ("w", "r"):
             raise ValueError(f"mode must be 'w' or 'r', not {mode!r}")
         pairs = []
         for key, value in (parameters or {}).items():
             pairs += [str(key), str(value)]
+        self._handle = 0
         status, self._handle = _adios2.open(str(name), 0 if mode == "w" else 1, engine, pairs,
-                                            inline_writer._handle if inline_writer else 0)
+                                            inline_writer._handle if inline_writer else 0,
+                                            -1 if comm is None else _fortran_comm(comm))
         _check(status)
         self.mode = mode
 

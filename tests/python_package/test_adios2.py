@@ -74,3 +74,16 @@ def test_errors_name_the_input(tmp_path):
     w.close()  # idempotent
     with pytest.raises(kstage.InvalidHandle):
         w.write_step(s)
+
+
+def test_a_communicator_needs_the_mpi_form(tmp_path):
+    """comm= is for a bridge with its MPI form (tests/python_package/mpi_adios2.py runs that under
+    mpirun); without one it is NotSupported, naming what is missing."""
+    from kstage import _adios2
+    if _adios2.has_mpi:
+        pytest.skip("this bridge has its MPI form: mpi_adios2.py tests comm=")
+    s, _ = filled()
+    with pytest.raises(kstage.NotSupported, match="no MPI form"):
+        ka.checkpoint(s, tmp_path / "c.bp", comm=0)
+    with pytest.raises(kstage.NotSupported, match="no MPI form"):
+        ka.Stream(tmp_path / "s.bp", comm=0)
