@@ -16,7 +16,8 @@
 // kstage_s) and prints the ratios.
 //
 //   mpirun -n P kstage_perf_adios2_mpi [--smoke | --quick | --full] [--rows N] [--reps R] --out DIR
-#include "harness.hpp"  // the suite's clock and deterministic data (its inline parts only)
+#include "adios2_source.hpp"  // the source state, its check, medians
+#include "harness.hpp"         // the suite's clock (its inline parts only)
 
 #include <kstage/kstage_adios2_mpi.h>
 
@@ -39,54 +40,15 @@ using kperf::seconds_since;
 
 int g_rank = 0, g_size = 1;
 
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "kstage_perf_adios2_mpi: rank %d: %s\n", g_rank, what.c_str());
-  MPI_Abort(MPI_COMM_WORLD, 1);
-  std::exit(1);
-}
-void check(kstage_status_t st, const char* call) {
-  if (st != KSTAGE_OK) die(std::string(call) + ": " + kstage_last_error());
-}
+using kperf_adios2::check;
+using kperf_adios2::die;
+using kperf_adios2::median;
+using kperf_adios2::Source;
+using kperf_adios2::verify_stage;
+
 void check_bridge(kstage_status_t st, const char* call) {
   if (st != KSTAGE_OK) die(std::string(call) + ": " + kstage_adios2_last_error());
 }
-
-// This rank's source state: its range of prims and one sealed float32 x 3 column.
-struct Source {
-  uint64_t n = 0, first_row = 0;
-  std::vector<float> values;  // also the direct writer's client memory
-  kstage_stage_t stage = 0;
-  Source(uint64_t rows, uint64_t first) : n(rows), first_row(first), values(size_t(rows) * 3) {
-    kperf::fill_values(values.data(), n, 3, 1 + first);
-    kstage_config_t c = kstage_config_init();
-    check(kstage_create(&c, &stage), "kstage_create");
-    kstage_path_t p0 = 0;
-    check(kstage_intern_path_range(stage, "/sim", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, first, n, &p0),
-          "kstage_intern_path_range");
-    kstage_query_t q = 0;
-    check(kstage_query_range(stage, p0, 0, 0, 0, &q), "kstage_query_range");
-    kstage_token_t pos = 0;
-    check(kstage_intern_token(stage, "pos", KSTAGE_NUL_TERMINATED, &pos), "kstage_intern_token");
-    int64_t shape[1] = {int64_t(n)};
-    DLTensor t{};
-    t.data = values.data();
-    t.device = DLDevice{kDLCPU, 0};
-    t.ndim = 1;
-    t.dtype = DLDataType{kDLFloat, 32, 3};
-    t.shape = shape;
-    kstage_write_data_t d = kstage_write_data_init();
-    d.tensors = &t;
-    d.tensor_count = 1;
-    d.semantic = KSTAGE_SEMANTIC_POINT;
-    kstage_op_t op = 0;
-    check(kstage_write_attribute(stage, q, pos, 1, &d, KSTAGE_PRIM_MODE_UPSERT, &op), "kstage_write_attribute");
-    check(kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE), "kstage_wait");
-    check(kstage_release_op(stage, op), "kstage_release_op");
-    check(kstage_advance_write_floor(stage, 1, &pos, 1), "kstage_advance_write_floor");
-    check(kstage_query_release(stage, q), "kstage_query_release");
-  }
-  ~Source() { kstage_destroy(stage); }
-};
 
 void direct_write(adios2::ADIOS& ad, const std::string& file, const Source& s, uint64_t total, int run) {
   adios2::IO io = ad.DeclareIO("direct_write_" + std::to_string(run));
@@ -116,38 +78,6 @@ float* direct_read(adios2::ADIOS& ad, const std::string& file, const Source& s, 
   return out;
 }
 
-// The restarted stage holds this rank's prims, with its values (a compact host read).
-std::string verify_stage(kstage_stage_t stage, const Source& s) {
-  kstage_token_t pos = 0;
-  check(kstage_intern_token(stage, "pos", KSTAGE_NUL_TERMINATED, &pos), "kstage_intern_token");
-  kstage_attribute_info_t info = kstage_attribute_info_init();
-  check(kstage_attribute_info(stage, pos, &info), "kstage_attribute_info");
-  if (info.prim_count != s.n) return "restart: " + std::to_string(info.prim_count) + " prims, not " + std::to_string(s.n);
-  kstage_path_t first = 0;
-  check(kstage_intern_path_range(stage, "/sim", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, s.first_row, s.n,
-                                 &first),
-        "kstage_intern_path_range");
-  kstage_query_t q = 0;
-  check(kstage_query_range(stage, first, 0, 0, 0, &q), "kstage_query_range");
-  kstage_read_desc_t rd = kstage_read_desc_init();
-  rd.compact = 1;
-  kstage_read_t r = 0;
-  check(kstage_read_attributes(stage, q, &pos, 1, &rd, &r), "kstage_read_attributes");
-  std::string error;
-  kstage_read_group_t g;
-  while (kstage_fetch_read_next(stage, r, KSTAGE_TIMEOUT_INFINITE, &g) == KSTAGE_OK) {
-    const DLTensor& t = g.data.tensors[0];
-    const float* v = reinterpret_cast<const float*>(static_cast<const char*>(t.data) + t.byte_offset);
-    for (uint64_t i = 0; i < g.prim_count && error.empty(); ++i)
-      if (std::memcmp(v + i * 3, s.values.data() + (g.prims[i] - first) * 3, 12) != 0)
-        error = "restart: prim " + std::to_string(s.first_row + g.prims[i] - first) + " differs";
-    kstage_release_group(stage, g.handle);
-  }
-  kstage_release_read(stage, r);
-  kstage_query_release(stage, q);
-  return error;
-}
-
 // The slowest rank's time of `body`, from a barrier before it to a barrier after it.
 template <class F>
 double timed(F&& body) {
@@ -156,11 +86,6 @@ double timed(F&& body) {
   body();
   MPI_Barrier(MPI_COMM_WORLD);
   return seconds_since(t0);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 int run(int argc, char** argv) {
@@ -233,6 +158,12 @@ int run(int argc, char** argv) {
 }
 
 }  // namespace
+
+[[noreturn]] void kperf_adios2::die(const std::string& what) {
+  std::fprintf(stderr, "kstage_perf_adios2_mpi: rank %d: %s\n", g_rank, what.c_str());
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::exit(1);
+}
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);

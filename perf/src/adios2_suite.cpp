@@ -18,7 +18,8 @@
 // so that >= 1 means kstage is as fast); perf/report.py holds the ratios to >= 0.9x.
 //
 //   kstage_perf_adios2 [--smoke | --quick | --full] [--rows N] [--reps R] --out DIR [--dir DIR]
-#include "harness.hpp"  // the suite's clock and deterministic data (its inline parts only)
+#include "adios2_source.hpp"  // the source state, its check, medians
+#include "harness.hpp"         // the suite's clock (its inline parts only)
 
 #include <kstage/kstage_adios2.h>
 
@@ -38,53 +39,15 @@ namespace {
 using kperf::Clock;
 using kperf::seconds_since;
 
-[[noreturn]] void die(const std::string& what) {
-  std::fprintf(stderr, "kstage_perf_adios2: %s\n", what.c_str());
-  std::exit(1);
-}
-void check(kstage_status_t st, const char* call) {
-  if (st != KSTAGE_OK) die(std::string(call) + ": " + kstage_last_error());
-}
+using kperf_adios2::check;
+using kperf_adios2::die;
+using kperf_adios2::median;
+using kperf_adios2::Source;
+using kperf_adios2::verify_stage;
+
 void check_bridge(kstage_status_t st, const char* call) {
   if (st != KSTAGE_OK) die(std::string(call) + ": " + kstage_adios2_last_error());
 }
-
-// The source state: a stage with the range and one sealed float32 x 3 column.
-struct Source {
-  uint64_t n = 0;
-  std::vector<float> values;  // also the direct writer's client memory
-  kstage_stage_t stage = 0;
-  explicit Source(uint64_t rows) : n(rows), values(size_t(rows) * 3) {
-    kperf::fill_values(values.data(), n, 3, 1);
-    kstage_config_t c = kstage_config_init();
-    check(kstage_create(&c, &stage), "kstage_create");
-    kstage_path_t first = 0;
-    check(kstage_intern_path_range(stage, "/sim", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0, n, &first),
-          "kstage_intern_path_range");
-    kstage_query_t q = 0;
-    check(kstage_query_range(stage, first, 0, 0, 0, &q), "kstage_query_range");
-    kstage_token_t pos = 0;
-    check(kstage_intern_token(stage, "pos", KSTAGE_NUL_TERMINATED, &pos), "kstage_intern_token");
-    int64_t shape[1] = {int64_t(n)};
-    DLTensor t{};
-    t.data = values.data();
-    t.device = DLDevice{kDLCPU, 0};
-    t.ndim = 1;
-    t.dtype = DLDataType{kDLFloat, 32, 3};
-    t.shape = shape;
-    kstage_write_data_t d = kstage_write_data_init();
-    d.tensors = &t;
-    d.tensor_count = 1;
-    d.semantic = KSTAGE_SEMANTIC_POINT;
-    kstage_op_t op = 0;
-    check(kstage_write_attribute(stage, q, pos, 1, &d, KSTAGE_PRIM_MODE_UPSERT, &op), "kstage_write_attribute");
-    check(kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE), "kstage_wait");
-    check(kstage_release_op(stage, op), "kstage_release_op");
-    check(kstage_advance_write_floor(stage, 1, &pos, 1), "kstage_advance_write_floor");
-    check(kstage_query_release(stage, q), "kstage_query_release");
-  }
-  ~Source() { kstage_destroy(stage); }
-};
 
 // ADIOS2 used directly: one step with the {N, 3} array.
 void direct_write(adios2::ADIOS& ad, const std::string& file, const Source& s, int run) {
@@ -115,47 +78,12 @@ float* direct_read(adios2::ADIOS& ad, const std::string& file, uint64_t n, int r
   return out;
 }
 
-// The restarted stage's values equal the source's (a compact host read).
-std::string verify_stage(kstage_stage_t stage, const Source& s) {
-  kstage_token_t pos = 0;
-  check(kstage_intern_token(stage, "pos", KSTAGE_NUL_TERMINATED, &pos), "kstage_intern_token");
-  kstage_path_t first = 0;  // the restart interned the range: the same range again is it
-  check(kstage_intern_path_range(stage, "/sim", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0, s.n, &first),
-        "kstage_intern_path_range");
-  kstage_query_t q = 0;
-  check(kstage_query_range(stage, first, 0, 0, 0, &q), "kstage_query_range");
-  kstage_read_desc_t rd = kstage_read_desc_init();
-  rd.compact = 1;
-  kstage_read_t r = 0;
-  check(kstage_read_attributes(stage, q, &pos, 1, &rd, &r), "kstage_read_attributes");
-  std::string error;
-  uint64_t seen = 0;
-  kstage_read_group_t g;
-  kstage_status_t st;
-  while ((st = kstage_fetch_read_next(stage, r, KSTAGE_TIMEOUT_INFINITE, &g)) == KSTAGE_OK) {
-    const DLTensor& t = g.data.tensors[0];
-    const float* v = reinterpret_cast<const float*>(static_cast<const char*>(t.data) + t.byte_offset);
-    for (uint64_t i = 0; i < g.prim_count && error.empty(); ++i) {
-      const uint64_t row = g.prims[i] - first;
-      const uint64_t at = g.data.index_map ? g.data.index_map[i] : i;
-      if (std::memcmp(v + at * 3, s.values.data() + row * 3, 12) != 0) error = "restart: prim " + std::to_string(row) + " differs";
-    }
-    seen += g.prim_count;
-    kstage_release_group(stage, g.handle);
-  }
-  if (st != KSTAGE_END_OF_ITERATION) check(st, "kstage_fetch_read_next");
-  kstage_release_read(stage, r);
-  kstage_query_release(stage, q);
-  if (error.empty() && seen != s.n) error = "restart: " + std::to_string(seen) + " prims read, not " + std::to_string(s.n);
-  return error;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
 }  // namespace
+
+[[noreturn]] void kperf_adios2::die(const std::string& what) {
+  std::fprintf(stderr, "kstage_perf_adios2: %s\n", what.c_str());
+  std::exit(1);
+}
 
 int main(int argc, char** argv) {
   uint64_t rows = 10'000'000;
@@ -179,7 +107,7 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(dir);
   const std::string kfile = dir + "/kstage.bp", dfile = dir + "/direct.bp";
 
-  Source src(rows);
+  Source src(rows, 0);
   adios2::ADIOS ad;
   std::vector<double> t_ck, t_dw, t_rs, t_dr;
   std::string error;
