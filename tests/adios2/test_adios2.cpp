@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 
 using namespace kstage_test;
@@ -79,6 +80,61 @@ struct Filled {
     s.seal(3, {id});  // floors differ: position 2, id 3, neighbours 1 (and the global floor)
   }
 };
+
+// A copy of kstage file `path` (its one step) at `bad`, with the int32 attributes named in
+// `attributes` replaced and `change` applied to every uint64 array variable (name, data): a file
+// damaged in one place, for the reader's checks.
+void rewrite(const std::string& path, const std::string& bad,
+             const std::map<std::string, std::vector<int32_t>>& attributes,
+             const std::function<void(const std::string&, std::vector<uint64_t>&)>& change = {}) {
+  adios2::ADIOS adios;
+  adios2::IO in = adios.DeclareIO("in");
+  adios2::Engine r = in.Open(path, adios2::Mode::Read);
+  adios2::IO out = adios.DeclareIO("out");
+  adios2::Engine w = out.Open(bad, adios2::Mode::Write);
+  r.BeginStep();
+  for (const auto& [name, info] : in.AvailableAttributes()) {
+    const std::string type = info.at("Type");
+    if (attributes.count(name)) {
+      const std::vector<int32_t>& d = attributes.at(name);
+      out.DefineAttribute<int32_t>(name, d.data(), d.size());
+    } else if (type == "string") {
+      out.DefineAttribute<std::string>(name, in.InquireAttribute<std::string>(name).Data().front());
+    } else if (type == "int32_t") {
+      const auto d = in.InquireAttribute<int32_t>(name).Data();
+      out.DefineAttribute<int32_t>(name, d.data(), d.size());
+    } else if (type == "uint32_t") {
+      out.DefineAttribute<uint32_t>(name, in.InquireAttribute<uint32_t>(name).Data().front());
+    }
+  }
+  w.BeginStep();
+  for (const auto& [name, info] : in.AvailableVariables()) {
+    const std::string type = info.at("Type");
+    auto copy = [&](auto tag) {
+      using T = decltype(tag);
+      adios2::Variable<T> v = in.InquireVariable<T>(name);
+      std::vector<T> data;
+      r.Get(v, data, adios2::Mode::Sync);
+      if constexpr (std::is_same_v<T, uint64_t>)
+        if (change && !v.Shape().empty()) change(name, data);
+      if (v.Shape().empty()) {
+        w.Put(out.DefineVariable<T>(name), data.front(), adios2::Mode::Sync);
+      } else {
+        adios2::Variable<T> o = out.DefineVariable<T>(name, v.Shape(), adios2::Dims(v.Shape().size(), 0), v.Shape());
+        w.Put(o, data.data(), adios2::Mode::Sync);
+      }
+    };
+    if (type == "uint64_t") copy(uint64_t{});
+    else if (type == "uint8_t") copy(uint8_t{});
+    else if (type == "int64_t") copy(int64_t{});
+    else if (type == "int32_t") copy(int32_t{});
+    else if (type == "float") copy(float{});
+  }
+  w.EndStep();
+  r.EndStep();
+  w.Close();
+  r.Close();
+}
 
 }  // namespace
 
@@ -349,58 +405,51 @@ TEST_CASE("files that are not kstage steps, unknown dtypes and truncated files",
     const std::string path = scratch("dtype.bp");
     Filled f;
     A2_OK(kstage_adios2_checkpoint(f.s.stage, path.c_str()));
-    // Rewrite the file with the schema of 'id' naming a dtype code DLPack does not have.
+    // The file again, with the schema of 'id' naming a dtype code DLPack does not have.
     const std::string bad = scratch("dtype-bad.bp");
-    {
-      adios2::ADIOS adios;
-      adios2::IO in = adios.DeclareIO("in");
-      adios2::Engine r = in.Open(path, adios2::Mode::Read);
-      adios2::IO out = adios.DeclareIO("out");
-      adios2::Engine w = out.Open(bad, adios2::Mode::Write);
-      r.BeginStep();
-      for (const auto& [name, info] : in.AvailableAttributes()) {
-        const std::string type = info.at("Type");
-        if (name == "kstage/attr/id/dtype") {
-          const int32_t code[3] = {99, 64, 1};
-          out.DefineAttribute<int32_t>(name, code, 3);
-        } else if (type == "string") {
-          out.DefineAttribute<std::string>(name, in.InquireAttribute<std::string>(name).Data().front());
-        } else if (type == "int32_t") {
-          const auto d = in.InquireAttribute<int32_t>(name).Data();
-          out.DefineAttribute<int32_t>(name, d.data(), d.size());
-        } else if (type == "uint32_t") {
-          out.DefineAttribute<uint32_t>(name, in.InquireAttribute<uint32_t>(name).Data().front());
-        }
-      }
-      w.BeginStep();
-      std::vector<std::vector<unsigned char>> keep;
-      for (const auto& [name, info] : in.AvailableVariables()) {
-        const std::string type = info.at("Type");
-        auto copy = [&](auto tag) {
-          using T = decltype(tag);
-          adios2::Variable<T> v = in.InquireVariable<T>(name);
-          std::vector<T> data;
-          r.Get(v, data, adios2::Mode::Sync);
-          if (v.Shape().empty()) {
-            w.Put(out.DefineVariable<T>(name), data.front(), adios2::Mode::Sync);
-          } else {
-            adios2::Variable<T> o = out.DefineVariable<T>(name, v.Shape(), adios2::Dims(v.Shape().size(), 0), v.Shape());
-            w.Put(o, data.data(), adios2::Mode::Sync);
-          }
-        };
-        if (type == "uint64_t") copy(uint64_t{});
-        else if (type == "uint8_t") copy(uint8_t{});
-        else if (type == "int64_t") copy(int64_t{});
-        else if (type == "int32_t") copy(int32_t{});
-        else if (type == "float") copy(float{});
-      }
-      w.EndStep();
-      r.EndStep();
-      w.Close();
-      r.Close();
-    }
+    rewrite(path, bad, {{"kstage/attr/id/dtype", {99, 64, 1}}});
     A2_FAILS(kstage_adios2_restart(s.stage, bad.c_str(), nullptr), KSTAGE_INVALID_ARGUMENT,
              "attribute 'id': dtype {code 99, 64 bits} x 1 (code 99) is not one kstage_adios2 knows");
+  }
+  SECTION("values of another type than the schema says") {
+    const std::string path = scratch("values-type.bp"), bad = scratch("values-type-bad.bp");
+    Filled f;
+    A2_OK(kstage_adios2_checkpoint(f.s.stage, path.c_str()));
+    rewrite(path, bad, {{"kstage/attr/id/dtype", {kDLFloat, 64, 1}}});
+    A2_FAILS(kstage_adios2_restart(s.stage, bad.c_str(), nullptr), KSTAGE_INVALID_ARGUMENT,
+             "attribute 'id': its values are int64_t, its schema says float64 x 1");
+  }
+  SECTION("tables damaged in one place") {
+    const std::string path = scratch("tables.bp"), bad = scratch("tables-bad.bp");
+    Filled f;  // neighbours on 3 of its 8 prims: positions and offsets of its own
+    A2_OK(kstage_adios2_checkpoint(f.s.stage, path.c_str()));
+    struct Damage {
+      const char* variable;
+      std::function<void(std::vector<uint64_t>&)> change;
+      const char* message;
+    };
+    const std::vector<Damage> damages = {
+        {"kstage/blocks", [](std::vector<uint64_t>& d) { d[0] = 1; }, "block table 'kstage/blocks' does not start at 0"},
+        {"kstage/attr/neighbours/blocks", [](std::vector<uint64_t>& d) { d[3] = 7; },
+         "its counts and its block table differ"},
+        {"kstage/attr/neighbours/prims", [](std::vector<uint64_t>& d) { d[1] = 99; },
+         "attribute 'neighbours': a position 99 is not among its blocks' paths [0, 7)"},
+        {"kstage/attr/neighbours/offsets", [](std::vector<uint64_t>& d) { d[2] = 1; },  // {0, 2, 1, 5}
+         "attribute 'neighbours': offsets[2] is below offsets[1]"},
+        {"kstage/attr/neighbours/offsets", [](std::vector<uint64_t>& d) { d.back() += 1; },
+         "attribute 'neighbours': its offsets do not span its blocks' 5 elements"},
+        {"kstage/paths/segments", [](std::vector<uint64_t>& d) { d[2] += 50; }, "path run 0 of the step is out of its tables' bounds"},
+        {"kstage/paths/strings/offsets", [](std::vector<uint64_t>& d) { d.back() += 1; },
+         "string table 'kstage/paths/strings': its offsets do not span its blocks'"},
+    };
+    for (const Damage& damage : damages) {
+      INFO(damage.variable << ": " << damage.message);
+      rewrite(path, bad, {}, [&](const std::string& name, std::vector<uint64_t>& data) {
+        if (name == damage.variable) damage.change(data);
+      });
+      A2_FAILS(kstage_adios2_restart(s.stage, bad.c_str(), nullptr), KSTAGE_INVALID_ARGUMENT, damage.message);
+      CHECK(snapshot(s.stage) == before);
+    }
   }
   SECTION("a truncated file") {
     const std::string path = scratch("truncated.bp");
