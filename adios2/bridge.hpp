@@ -9,6 +9,7 @@
 
 #include <adios2.h>
 
+#include <cctype>
 #include <complex>
 #include <cstdint>
 #include <cstring>
@@ -71,6 +72,12 @@ struct Stream {
   bool keeps_step_data = false;
   std::shared_ptr<void> last_step_data;
 };
+// Whether an engine type names ADIOS2's Inline engine (ADIOS2 takes engine types in any case).
+inline bool is_inline_engine(const char* engine) {
+  std::string e = engine ? engine : "";  // NULL: BP5
+  for (char& c : e) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return e == "inline";
+}
 std::shared_ptr<Stream> find_stream(kstage_adios2_stream_t handle);
 kstage_adios2_stream_t add_stream(std::shared_ptr<Stream> s);
 std::shared_ptr<Stream> remove_stream(kstage_adios2_stream_t handle);

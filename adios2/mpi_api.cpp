@@ -6,7 +6,6 @@
 
 #include "adios2/bridge.hpp"
 
-#include <cctype>
 #include <climits>
 
 namespace kstage::adios2_bridge {
@@ -90,9 +89,7 @@ kstage_status_t open_on(const std::shared_ptr<MpiCollective>& ranks, const char*
       const kstage_adios2_open_desc_t d = read_open_desc(desc);
       if (d.inline_writer != 0)
         fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer: an Inline reader is opened by one process (kstage_adios2_open)");
-      std::string engine = d.engine ? d.engine : "BP5";
-      for (char& c : engine) c = char(std::tolower(static_cast<unsigned char>(c)));
-      if (engine == "inline" && ranks->size() > 1)
+      if (is_inline_engine(d.engine) && ranks->size() > 1)
         fail(KSTAGE_INVALID_ARGUMENT, "engine Inline couples a writer and a reader in one process, not %d ranks",
              ranks->size());
     });

@@ -431,20 +431,24 @@ Placement place(Collective& ranks, StepData& data, const kstage_adios2_step_desc
   }
   for (uint64_t f : p.floors) p.ordinal = std::max(p.ordinal, f);
 
+  // An attribute whose prims are not all the paths, in order, on some rank has its positions on
+  // every rank.
+  for (size_t i = 0; i < n; ++i) {
+    AttributeStep& a = data.steps[i];
+    if (p.needs_positions[i] && a.positions.empty() && a.prim_count > 0)
+      a.positions = positions_of(span_of(a), data.paths, false);
+  }
   // Every index this rank's blocks hold becomes global: its strings and ranges, positions and
-  // offsets count from where its blocks start.
+  // offsets count from where its blocks start. (Rank 0's, and a serial step's, start at 0.)
+  if (ranks.rank() == 0) return p;
   const std::vector<uint64_t>& b = p.before;
   std::vector<uint64_t>& segments = data.runs.segments;
   for (size_t i = 0; i < segments.size(); i += 4)
     segments[i + 1] += segments[i] == 0 ? b[kBlockStrings] : b[kBlockRanges];
   for (uint64_t& o : data.runs.strings.offsets) o += b[kBlockStringBytes];
   for (uint64_t& o : data.runs.range_strings.offsets) o += b[kBlockRangeBytes];
-  for (size_t i = 0; i < data.steps.size(); ++i) {
+  for (size_t i = 0; i < n; ++i) {
     AttributeStep& a = data.steps[i];
-    // An attribute whose prims are not all the paths, in order, on some rank has its
-    // positions on every rank.
-    if (p.needs_positions[i] && a.positions.empty() && a.prim_count > 0)
-      a.positions = positions_of(span_of(a), data.paths, false);
     for (uint64_t& x : a.positions) x += b[kBlockPaths];
     for (uint64_t& x : a.deleted_positions) x += b[kBlockPaths];
     for (uint64_t& x : a.offsets) x += p.at(b, i, kAttrElements);

@@ -3,7 +3,6 @@
 // checkpoint and restart that open a BP5 file themselves.
 #include "adios2/bridge.hpp"
 
-#include <cctype>
 #include <cstdarg>
 #include <cstdio>
 #include <stdexcept>
@@ -164,20 +163,13 @@ kstage_adios2_stream_t open_stream(const char* name, const kstage_adios2_open_de
   auto s = std::make_shared<Stream>();
   s->mode = d.mode;
   s->ranks = std::move(ranks);
-  std::string lower = engine;
-  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
-  s->keeps_step_data = lower == "inline";
-  if (d.inline_writer != 0) {
+  s->keeps_step_data = is_inline_engine(d.engine);
+  if (d.inline_writer != 0) {  // (kstage_adios2_open_mpi refuses Inline on several ranks)
     if (d.mode != KSTAGE_ADIOS2_READ)
       fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer is for a reader (desc.mode KSTAGE_ADIOS2_READ)");
-    if (s->ranks->size() > 1)
-      fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer: an Inline reader is opened by one process (kstage_adios2_open)");
     s->inline_writer = find_stream(d.inline_writer);
     if (s->inline_writer->mode != KSTAGE_ADIOS2_WRITE)
       fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer %llu is a reader", (unsigned long long)d.inline_writer);
-    if (s->inline_writer->ranks->size() > 1)
-      fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer %llu is written by %d MPI ranks: Inline couples one process's writer and reader",
-           (unsigned long long)d.inline_writer, s->inline_writer->ranks->size());
     s->adios = s->inline_writer->adios;
     s->io = s->inline_writer->io;
     s->keeps_step_data = s->inline_writer->keeps_step_data;

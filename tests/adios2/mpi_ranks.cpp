@@ -356,6 +356,21 @@ void expect_state(kstage_stage_t s, const Model& m, int readers, int reader, uin
                   "):" + describe(got, want));
 }
 
+// Every step of stream `r` into `s`, each checked against the model (as reading rank `reader`
+// of `readers`); the stream closed.
+void read_all(kstage_adios2_stream_t r, kstage_stage_t s, const Model& m, int readers, int reader, const char* what) {
+  uint64_t ordinal = 0, steps = 0;
+  kstage_status_t st;
+  while ((st = kstage_adios2_read_step(r, s, KSTAGE_TIMEOUT_INFINITE, &ordinal)) == KSTAGE_OK) {
+    if (ordinal != steps + 1) die(what, "step " + std::to_string(steps) + " has ordinal " + std::to_string(ordinal));
+    expect_state(s, m, readers, reader, steps, what);
+    ++steps;
+  }
+  if (st != KSTAGE_END_OF_ITERATION) CHECK(st);
+  if (steps != m.ticks + 1) die(what, std::to_string(steps) + " steps");
+  CHECK(kstage_adios2_close(r));
+}
+
 int read(const char* file, int writers, uint64_t ticks) {
   const Model m{writers, ticks};
   kstage_stage_t s = 0;
@@ -364,18 +379,9 @@ int read(const char* file, int writers, uint64_t ticks) {
   d.mode = KSTAGE_ADIOS2_READ;
   kstage_adios2_stream_t r = 0;
   CHECK(kstage_adios2_open_mpi(file, &d, MPI_COMM_WORLD, &r));
-  uint64_t ordinal = 0, steps = 0;
-  kstage_status_t st;
-  while ((st = kstage_adios2_read_step(r, s, KSTAGE_TIMEOUT_INFINITE, &ordinal)) == KSTAGE_OK) {
-    if (ordinal != steps + 1) die("read", "step " + std::to_string(steps) + " has ordinal " + std::to_string(ordinal));
-    expect_state(s, m, g_size, g_rank, steps, "read");
-    ++steps;
-  }
-  if (st != KSTAGE_END_OF_ITERATION) CHECK(st);
-  if (steps != ticks + 1) die("read", std::to_string(steps) + " steps");
-  CHECK(kstage_adios2_close(r));
+  read_all(r, s, m, g_size, g_rank, "read");
   CHECK(kstage_destroy(s));
-  if (g_rank == 0) std::printf("read: %d ranks read %llu steps of %d writers\n", g_size, (unsigned long long)steps, writers);
+  if (g_rank == 0) std::printf("read: %d ranks read %llu steps of %d writers\n", g_size, (unsigned long long)(ticks + 1), writers);
   return 0;
 }
 
@@ -401,19 +407,17 @@ int serial(const char* file, int writers, uint64_t ticks) {
   d.mode = KSTAGE_ADIOS2_READ;
   kstage_adios2_stream_t r = 0;
   CHECK(kstage_adios2_open(file, &d, &r));
-  uint64_t ordinal = 0, steps = 0;
-  while (kstage_adios2_read_step(r, s, KSTAGE_TIMEOUT_INFINITE, &ordinal) == KSTAGE_OK)
-    expect_state(s, m, 1, 0, steps++, "serial read");
-  CHECK(kstage_adios2_close(r));
-  if (steps != ticks + 1) die("serial", std::to_string(steps) + " steps");
+  read_all(r, s, m, 1, 0, "serial read");
   kstage_stage_t fresh = 0;
   CHECK(kstage_create(nullptr, &fresh));
+  uint64_t ordinal = 0;
   CHECK(kstage_adios2_restart(fresh, (std::string(file) + ".ckpt").c_str(), &ordinal));
+  if (ordinal != ticks + 1) die("serial restart", "ordinal " + std::to_string(ordinal));
   expect_state(fresh, m, 1, 0, ticks, "serial restart");
   CHECK(kstage_destroy(fresh));
   CHECK(kstage_destroy(s));
-  std::printf("serial: one process read %llu steps and the checkpoint of %d writers\n", (unsigned long long)steps,
-              writers);
+  std::printf("serial: one process read %llu steps and the checkpoint of %d writers\n",
+              (unsigned long long)(ticks + 1), writers);
   return 0;
 }
 
