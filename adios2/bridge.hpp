@@ -220,14 +220,47 @@ inline std::string attr(const std::string& name, const char* what) {
 }
 }  // namespace layout
 
+// The memory a put's or get's buffer is in, always stated to ADIOS2 -- never its "Detect".
+// `Device`: the memory of a GPU this ADIOS2 was built for (takes_device_memory).
+enum class Space { Host, Device };
+
+// Whether this ADIOS2 takes buffers in the memory of `device` (ADIOS2's MemorySpace::GPU): an
+// ADIOS2 built with CUDA (its own, or Kokkos') takes CUDA device memory, one built with Kokkos
+// for HIP takes ROCm device memory. Every other device -- and every device for an ADIOS2
+// without GPU support, as PyPI's -- is not: its columns go through a host read.
+#if defined(ADIOS2_HAVE_GPU_SUPPORT)
+constexpr bool kTakesDeviceMemory = true;
+#else
+constexpr bool kTakesDeviceMemory = false;
+#endif
+inline bool takes_device_memory(DLDevice device) {
+#if defined(ADIOS2_HAVE_CUDA) || defined(ADIOS2_HAVE_KOKKOS_CUDA)
+  if (device.device_type == kDLCUDA) return true;
+#endif
+#if defined(ADIOS2_HAVE_KOKKOS_HIP)
+  if (device.device_type == kDLROCM) return true;
+#endif
+  (void)device;
+  return false;
+}
+
+template <class T>
+void set_space(adios2::Variable<T>& v, Space space) {
+#if defined(ADIOS2_HAVE_GPU_SUPPORT)
+  v.SetMemorySpace(space == Space::Device ? adios2::MemorySpace::GPU : adios2::MemorySpace::Host);
+#else
+  if (space == Space::Device) fail(KSTAGE_INTERNAL, "device memory for an ADIOS2 without GPU support");
+  v.SetMemorySpace(adios2::MemorySpace::Host);
+#endif
+}
+
 // Makes or re-shapes a variable of the current step: this rank's block, `count` rows from
-// `start`, of a global array of `shape` (alone: the whole array). ADIOS2 keeps a variable's
-// definition across steps: an existing one gets this step's shape and selection. Its memory
-// space is stated -- the bridge puts host memory (device columns come down through a host
-// read) -- never left to ADIOS2's "Detect".
+// `start`, of a global array of `shape` (alone: the whole array), put from memory in `space`.
+// ADIOS2 keeps a variable's definition across steps: an existing one gets this step's shape,
+// selection and memory space.
 template <class T>
 adios2::Variable<T> array_variable(adios2::IO& io, const std::string& name, adios2::Dims shape,
-                                   adios2::Dims start, adios2::Dims count) {
+                                   adios2::Dims start, adios2::Dims count, Space space = Space::Host) {
   adios2::Variable<T> v = io.InquireVariable<T>(name);
   if (!v) {
     v = io.DefineVariable<T>(name, shape, start, count);
@@ -235,7 +268,7 @@ adios2::Variable<T> array_variable(adios2::IO& io, const std::string& name, adio
     v.SetShape(shape);
     v.SetSelection({start, count});
   }
-  v.SetMemorySpace(adios2::MemorySpace::Host);
+  set_space(v, space);
   return v;
 }
 template <class T>

@@ -6,10 +6,11 @@
 // after its write floor, that its positions, offsets and value counts are in bounds -- before
 // the stage is touched. Then its paths are interned (ranges as ranges). A fixed-size
 // attribute's values are read by ADIOS2 straight into memory the stage adopts (for a new host
-// column it becomes the column's storage, so a restart copies nothing); array attributes are
-// read into memory and written. Only when every value is in are the deletions and writes
-// committed at each attribute's recorded write floor, and
-// the floors sealed: a step that fails to read (an I/O error) commits nothing, leaving at most
+// column it becomes the column's storage, so a restart copies nothing) -- or, for a column on
+// a GPU this ADIOS2 takes memory of, by ADIOS2 into the GPU buffer of a map of the stage's
+// (MemorySpace::GPU); array attributes are read into host memory and written. Only when every
+// value is in are the deletions and writes committed at each attribute's recorded write floor,
+// and the floors sealed: a step that fails to read (an I/O error) commits nothing, leaving at most
 // its paths interned (which makes no prim).
 //
 // A step is one block per writer of each global array (kstage/blocks says where each starts).
@@ -45,17 +46,19 @@ uint64_t row_count(const adios2::Variable<T>& v) {
   return shape.empty() ? 0 : shape[0];
 }
 
-// Rows [start, start + rows) of global array `v` into `out`.
+// Rows [start, start + rows) of global array `v` into `out`, memory in `space` (Device: not
+// for Inline, whose blocks are the writer's host memory).
 template <class T>
-void read_rows(Reader& r, adios2::Variable<T>& v, uint64_t start, uint64_t rows, T* out) {
+void read_rows(Reader& r, adios2::Variable<T>& v, uint64_t start, uint64_t rows, T* out, Space space = Space::Host) {
   if (rows == 0) return;
   const uint64_t width = row_width(v);
   if (v.Shape().empty() || start > row_count(v) || rows > row_count(v) - start)
     fail(KSTAGE_INVALID_ARGUMENT, "step variable '%s' has %llu rows; its tables place rows %llu .. %llu in it",
          v.Name().c_str(), (unsigned long long)row_count(v), (unsigned long long)start,
          (unsigned long long)(start + rows - 1));
-  v.SetMemorySpace(adios2::MemorySpace::Host);  // `out` is host memory: stated, not detected
-  if (r.is_inline) {  // one writer, whose one block is the whole array
+  set_space(v, space);  // stated, never detected
+  if (r.is_inline) {
+    if (space == Space::Device) fail(KSTAGE_INTERNAL, "an Inline read into device memory");  // one writer, whose one block is the whole array
     typename adios2::Variable<T>::Info info;
     v.SetBlockSelection(0);
     r.e.Get(v, info, adios2::Mode::Deferred);
@@ -181,7 +184,9 @@ struct AttributeIn {
   bool is_array = false;
   kstage_semantic_t semantic = KSTAGE_SEMANTIC_NONE;
   uint64_t floor = 0, count = 0, deleted_count = 0;  // this reader's blocks'
-  std::vector<unsigned char> values;  // arrays (fixed-size values go to AdoptedValues)
+  std::vector<unsigned char> values;  // arrays (fixed-size values go to AdoptedValues or a map)
+  bool column_exists = false;         // the stage has a column of it (check_fits)
+  DLDevice residency{};               // ... on this device
   uint64_t rows = 0;                  // fixed: rows of values; arrays: elements
   uint64_t first_row = 0;             // of the values, in the global array
   std::vector<uint64_t> offsets, prims, deleted;
@@ -280,6 +285,8 @@ void check_fits(kstage_stage_t stage, AttributeIn& a) {
   const kstage_status_t st = kstage_attribute_info(stage, a.token, &info);
   const Schema step{a.is_array, a.dtype, a.semantic};
   if (st == KSTAGE_OK) {
+    a.column_exists = true;
+    a.residency = info.residency;
     if (Schema::of(info) != step)
       fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s' of the step is %s, the stage's column is %s", a.name.c_str(),
            step.text().c_str(), Schema::of(info).text().c_str());
@@ -463,14 +470,69 @@ struct Incoming {
   kstage_query_t query = 0;         // its prims with values
   kstage_query_t deletions = 0;     // the prims that lost it
   AdoptedValues* values = nullptr;  // fixed-size: the values, until handed to the stage
+  kstage_map_t map = 0;             // ... or a map of a GPU column, filled by ADIOS2, until unmapped
   ~Incoming() {
     if (values) AdoptedValues::deleter(&values->managed);  // never handed over
+    if (map) kstage_release_map(stage, map);               // never committed: nothing written
     if (query) kstage_query_release(stage, query);
     if (deletions) kstage_query_release(stage, deletions);
   }
 };
 
+// A map of the attribute's prims at its floor (a new column: where the stage makes it).
+kstage_map_t map_values(kstage_stage_t stage, kstage_query_t query, const AttributeIn& a) {
+  kstage_map_desc_t md = kstage_map_desc_init();
+  md.attribute = a.token;
+  md.dtype = a.dtype;
+  md.semantic = a.semantic;
+  md.is_array = a.is_array;
+  md.prim_mode = KSTAGE_PRIM_MODE_UPSERT;
+  kstage_map_t map = 0;
+  check(kstage_map_attribute(stage, query, &md, a.floor, nullptr, 0, &map), "kstage_adios2_read_step: a map");
+  return map;
+}
+
+// The device a fixed-size attribute's column is on: the existing column's, or -- asked with a
+// map of no prims, never committed -- where the stage makes a new one.
+DLDevice column_device(kstage_stage_t stage, const AttributeIn& a) {
+  if (a.column_exists) return a.residency;
+  static const kstage_path_t none = 0;
+  Query q(stage, kstage_query_t(0));
+  check(kstage_query_paths(stage, &none, 0, &q.q), "kstage_adios2_read_step: an empty query");
+  const kstage_map_t map = map_values(stage, q.q, a);
+  kstage_map_group_info_t g{};
+  const kstage_status_t st = kstage_fetch_map_next(stage, map, KSTAGE_TIMEOUT_INFINITE, &g);
+  const DLDevice device = st == KSTAGE_OK && g.data.count > 0 ? g.data.tensors[0].device : DLDevice{kDLCPU, 0};
+  kstage_release_map(stage, map);
+  return device;
+}
+
+// A fixed-size attribute's values read by ADIOS2 into the one GPU buffer of a map -- in prim
+// order, so no index map -- of a column on a GPU this ADIOS2 takes memory of; false (nothing
+// read, the map released) when the column is elsewhere or its map's rows are not in prim order.
+bool read_fixed_values_to_device(Reader& r, Incoming& in) {
+  AttributeIn& a = *in.a;
+  if (!kTakesDeviceMemory || r.is_inline || !takes_device_memory(column_device(in.stage, a))) return false;
+  in.map = map_values(in.stage, in.query, a);
+  kstage_map_group_info_t g{};
+  check(kstage_fetch_map_next(in.stage, in.map, KSTAGE_TIMEOUT_INFINITE, &g), "kstage_adios2_read_step: a map's group");
+  if (g.data.index_map != nullptr || g.data.count != 1 || g.prim_count != a.rows ||
+      !takes_device_memory(g.data.tensors[0].device)) {  // a whole column's rows in another order
+    kstage_release_map(in.stage, in.map);
+    in.map = 0;
+    return false;
+  }
+  void* out = static_cast<unsigned char*>(g.data.tensors[0].data) + g.data.tensors[0].byte_offset;
+  with_element_type(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    adios2::Variable<T> v = r.io.InquireVariable<T>(layout::attr(a.name, "values"));
+    read_rows(r, v, a.first_row, a.rows, static_cast<T*>(out), Space::Device);
+  });
+  return true;
+}
+
 void read_fixed_values(Reader& r, Incoming& in) {
+  if (read_fixed_values_to_device(r, in)) return;
   AttributeIn& a = *in.a;
   in.values = AdoptedValues::make(a.dtype, a.rows);
   with_element_type(a.dtype, [&](auto tag) {
@@ -527,6 +589,15 @@ void commit(Incoming& in) {
   }
   if (a.count == 0) {
     make_empty_column(stage, a);
+    return;
+  }
+  if (in.map) {
+    // ADIOS2 copied into the map's buffer on the legacy default stream: the stage's seal of it
+    // waits for that stream.
+    kstage_op_t op = 0;
+    check(kstage_unmap_attribute(stage, in.map, kstage_device_sync_t{1, 0}, &op), "kstage_adios2_read_step: a write");
+    in.map = 0;  // committed (on failure the map stays open: released with `in`)
+    finish(stage, op, "kstage_adios2_read_step: a write");
     return;
   }
   if (in.values) {

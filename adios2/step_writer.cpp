@@ -6,7 +6,9 @@
 // leaves no half-written step. Values are put from the read groups themselves when their rows
 // are the prims in order (a dense zero-copy group, an array column whose rows lie back to
 // back), else packed once; the groups are released after the step ends (ADIOS2 reads deferred
-// puts at EndStep).
+// puts at EndStep). A fixed-size column on a GPU that this ADIOS2 takes memory of is read
+// compact on that GPU and put from there (MemorySpace::GPU); every other column is read to
+// the host.
 //
 // Written by several ranks (kstage_adios2_open_mpi), a step is collective: each rank prepares
 // its part, the ranks agree that every one of them could (else all fail), unite their
@@ -33,6 +35,7 @@ struct AttributeStep {
   std::vector<kstage_path_t> prims_owned;
   std::vector<kstage_path_t> deleted;  // lost the attribute (tombstone groups)
   const void* values = nullptr;        // prims.size() rows (fixed) or `elements` (arrays)
+  bool on_device = false;              // `values` is GPU memory ADIOS2 takes (a compact read)
   uint64_t elements = 0;               // arrays: the elements of every row
   std::vector<unsigned char> packed;   // the values, when the groups' memory is not in order
   std::vector<uint64_t> offsets;       // arrays: prims.size() + 1, in elements
@@ -40,14 +43,15 @@ struct AttributeStep {
   std::vector<uint64_t> deleted_positions;
 };
 
-// The read and its groups, released when the step is done (or abandoned).
+// The reads (the host's, the device's) and their groups, released when the step is done (or
+// abandoned).
 struct Held {
   kstage_stage_t stage = 0;
-  kstage_read_t read = 0;
+  std::vector<kstage_read_t> reads;
   std::vector<kstage_group_t> groups;
   ~Held() {
     for (kstage_group_t g : groups) kstage_release_group(stage, g);
-    if (read) kstage_release_read(stage, read);
+    for (kstage_read_t r : reads) kstage_release_read(stage, r);
   }
 };
 
@@ -93,6 +97,8 @@ void take_values(AttributeStep& a, const std::vector<kstage_read_group_t>& group
       a.values = tensor_bytes(groups[0].data.tensors[0]);
       return;
     }
+    // (A compact device read is one group in prim order: never packed here, on the host.)
+    if (a.on_device) fail(KSTAGE_INTERNAL, "attribute '%s': a device read of %zu groups", a.name.c_str(), groups.size());
     a.packed.resize(a.prim_count * elem);
     unsigned char* out = a.packed.data();
     for (const kstage_read_group_t& g : groups) {
@@ -257,8 +263,9 @@ kstage_adios2_step_desc_t read_step_desc(const kstage_adios2_step_desc_t* in) {
 
 // This rank's part of the step, everything its puts need gathered: the attributes' values held
 // in their read groups, the step's paths as runs, each attribute's positions among them.
+// `device_puts`: device columns may be put from device memory (not for Inline).
 void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query, const kstage_token_t* attributes,
-             uint64_t n, const kstage_adios2_step_desc_t& d) {
+             uint64_t n, const kstage_adios2_step_desc_t& d, bool device_puts) {
   // The attributes and their columns.
   std::vector<kstage_token_t> tokens(attributes, attributes + n);
   if (n == 0) {
@@ -284,22 +291,40 @@ void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query, const k
            a.name.c_str(), dtype_name(a.info.dtype).c_str());
   }
 
-  // The sealed state, on the host (device columns come down; ADIOS2 from PyPI takes host
-  // memory only).
+  // The sealed state. Fixed-size columns on a GPU this ADIOS2 takes memory of (not for Inline,
+  // whose reader is handed the writer's buffers as host memory) are read compact, on their
+  // GPU: one block per attribute, in prim order, that ADIOS2 copies itself. ADIOS2 copies on
+  // the legacy default stream, which the read makes wait for the work that produces the data;
+  // its copies out are done when EndStep returns, before the groups are released. Every other
+  // column is read to the host (complete when the read returns).
   Held& held = data.held;
   held.stage = stage;
-  if (!tokens.empty()) {
+  std::vector<kstage_token_t> on_host, on_device;
+  for (AttributeStep& a : steps) {
+    a.on_device = device_puts && !a.info.is_array && takes_device_memory(a.info.residency);
+    (a.on_device ? on_device : on_host).push_back(a.token);
+  }
+  std::vector<std::vector<kstage_read_group_t>> groups(steps.size());
+  auto read = [&](const std::vector<kstage_token_t>& which, bool device) {
+    if (which.empty()) return;
     kstage_read_desc_t rd = kstage_read_desc_init();
     rd.change_range = d.change_range;
     rd.range_begin = d.range_begin;
     rd.range_end = d.range_end;
-    rd.target_device = DLDevice{kDLCPU, 0};
-    check(kstage_read_attributes(stage, query, tokens.data(), tokens.size(), &rd, &held.read),
-          "kstage_adios2_write_step: the read");
-    std::vector<std::vector<kstage_read_group_t>> groups(steps.size());
+    if (device) {
+      rd.compact = true;
+      rd.target_device = DLDevice{DLDeviceType(0), 0};  // each column's own GPU
+      rd.device_sync = kstage_device_sync_t{1, 0};      // the legacy default stream waits
+    } else {
+      rd.target_device = DLDevice{kDLCPU, 0};
+    }
+    kstage_read_t r = 0;
+    check(kstage_read_attributes(stage, query, which.data(), which.size(), &rd, &r),
+          device ? "kstage_adios2_write_step: the read of device columns" : "kstage_adios2_write_step: the read");
+    held.reads.push_back(r);
     kstage_read_group_t g;
     kstage_status_t st;
-    while ((st = kstage_fetch_read_next(stage, held.read, KSTAGE_TIMEOUT_INFINITE, &g)) == KSTAGE_OK) {
+    while ((st = kstage_fetch_read_next(stage, r, KSTAGE_TIMEOUT_INFINITE, &g)) == KSTAGE_OK) {
       held.groups.push_back(g.handle);
       auto it = std::find_if(steps.begin(), steps.end(), [&](const AttributeStep& a) { return a.token == g.attribute; });
       if (it == steps.end()) fail(KSTAGE_INTERNAL, "a group of an attribute not read");
@@ -310,9 +335,11 @@ void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query, const k
       }
     }
     if (st != KSTAGE_END_OF_ITERATION) check(st, "kstage_adios2_write_step: the read's groups");
-    for (size_t i = 0; i < steps.size(); ++i)
-      if (!groups[i].empty()) take_values(steps[i], groups[i]);
-  }
+  };
+  read(on_host, false);
+  read(on_device, true);
+  for (size_t i = 0; i < steps.size(); ++i)
+    if (!groups[i].empty()) take_values(steps[i], groups[i]);
 
   data.paths = step_paths(steps, data.paths_owned);
   data.runs = path_runs(stage, data.paths);
@@ -460,10 +487,10 @@ Placement place(Collective& ranks, StepData& data, const kstage_adios2_step_desc
 // `before`, `rows` of them; nothing when it has none.
 template <class T>
 void put_block(adios2::IO& io, adios2::Engine& e, const std::string& name, const T* data, uint64_t before,
-               uint64_t rows, uint64_t total, uint64_t width = 1) {
+               uint64_t rows, uint64_t total, uint64_t width = 1, Space space = Space::Host) {
   if (rows == 0) return;
-  adios2::Variable<T> v = width > 1 ? array_variable<T>(io, name, {total, width}, {before, 0}, {rows, width})
-                                    : array_variable<T>(io, name, {total}, {before}, {rows});
+  adios2::Variable<T> v = width > 1 ? array_variable<T>(io, name, {total, width}, {before, 0}, {rows, width}, space)
+                                    : array_variable<T>(io, name, {total}, {before}, {rows}, space);
   e.Put(v, data);
 }
 
@@ -544,7 +571,7 @@ void put_blocks(Stream& s, StepData& data, const Placement& p, const kstage_adio
     with_element_type(a.info.dtype, [&](auto tag) {
       using T = decltype(tag);
       put_block(io, e, attr(a.name, "values"), static_cast<const T*>(values), p.at(b, i, kAttrElements), rows,
-                elements, lanes);
+                elements, lanes, a.on_device ? Space::Device : Space::Host);
     });
     if (a.info.is_array && prims > 0) {
       if (a.offsets.empty()) a.offsets.assign(1, p.at(b, i, kAttrElements));  // no rows here
@@ -607,7 +634,7 @@ extern "C" kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t strea
       if (s->mode != KSTAGE_ADIOS2_WRITE) fail(KSTAGE_INVALID_ARGUMENT, "stream %llu is a reader", (unsigned long long)stream);
       d = read_step_desc(desc);
       if (n > 0 && attributes == nullptr) fail(KSTAGE_INVALID_ARGUMENT, "attributes is NULL but n is %llu", (unsigned long long)n);
-      prepare(*data, stage, query, attributes, n, d);
+      prepare(*data, stage, query, attributes, n, d, !s->keeps_step_data);
     });
     if (ranks.size() > 1) unite_attributes(ranks, data->steps);
     for (const AttributeStep& a : data->steps) data->names.add(a.name.data(), a.name.size());

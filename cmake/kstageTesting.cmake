@@ -17,7 +17,7 @@
 #       catch_discover_tests() whose discovery and test runs get the kstage test environment
 #       (through a launcher: `env OMP_PROC_BIND=spread OMP_PLACES=threads <exe> ...`).
 #
-#   kstage_emulated_discover_tests(<target> PREFIX <prefix> [TEST_SPEC <spec>])
+#   kstage_emulated_discover_tests(<target> PREFIX <prefix> [TEST_SPEC <spec>] [LABELS <label>])
 #       the program's Catch2 tests registered once per emulated ordinal in
 #       KSTAGE_TEST_EMULATED_ORDINALS, as "<prefix>@<ordinal>: <test>", each run with
 #       KSTAGE_TEST_EMULATED_ORDINAL=<ordinal> (tests/support.hpp reads it: the program's
@@ -93,13 +93,17 @@ function(kstage_catch_discover_tests target)
 endfunction()
 
 function(kstage_emulated_discover_tests target)
-  cmake_parse_arguments(PARSE_ARGV 1 arg "" "PREFIX;TEST_SPEC" "")
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "PREFIX;TEST_SPEC;LABELS" "")
   if(NOT arg_PREFIX OR arg_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "kstage_emulated_discover_tests(${target}): PREFIX is required, got ${ARGN}")
   endif()
   set(spec "")
   if(arg_TEST_SPEC)
     set(spec TEST_SPEC "${arg_TEST_SPEC}")
+  endif()
+  set(labels "")
+  if(arg_LABELS)
+    set(labels LABELS "${arg_LABELS}")
   endif()
   foreach(ordinal IN LISTS KSTAGE_TEST_EMULATED_ORDINALS)
     if(NOT ordinal MATCHES "^[01]$")
@@ -111,7 +115,7 @@ function(kstage_emulated_discover_tests target)
     kstage_catch_discover_tests(${target} DISCOVERY_MODE PRE_TEST ${spec}
                                 TEST_PREFIX "${arg_PREFIX}@${ordinal}: "
                                 EXTRA_ARGS --name "${target}@${ordinal}"
-                                PROPERTIES ENVIRONMENT "KSTAGE_TEST_EMULATED_ORDINAL=${ordinal}")
+                                PROPERTIES ENVIRONMENT "KSTAGE_TEST_EMULATED_ORDINAL=${ordinal}" ${labels})
   endforeach()
 endfunction()
 

@@ -65,6 +65,11 @@
 #     Needs Open MPI (not with --no-mpi); implies --adios2 (its venv's pip downloads the source).
 #   - with --python too: mpi4py (its wheel, which loads the machine's MPI at run time) for the
 #     python-venv's Python in $KSTAGE_DEPS_DIR/mpi4py, for the Python package's MPI test.
+# Optional (only with `--adios2-cuda` or KSTAGE_SETUP_ADIOS2_CUDA=1; scripts/test.sh passes it for
+# the `cuda` preset): a CUDA build of ADIOS2 (GPU-aware: puts and gets of device memory) for the
+# bridge's device path, in $KSTAGE_DEPS_DIR/adios2-cuda (~5 min on 2 cores)
+#   - the same source distribution and options as the MPI one, serial, with CUDA (the machine's
+#     nvcc, as for --cuda; sm_90; the shared CUDA runtime); implies --adios2.
 # Optional (only with `--tsan` or KSTAGE_SETUP_TSAN=1): the ThreadSanitizer leg (preset `tsan`)
 #   - a Serial-only Kokkos built with g++ -fsanitize=thread in $KSTAGE_DEPS_DIR/kokkos-tsan, so
 #     that the reference counts of Kokkos Views are instrumented too.
@@ -93,6 +98,7 @@
 #   KSTAGE_SETUP_DOCS 1 = also install doxygen for the docs target (same as --docs)
 #   KSTAGE_SETUP_ADIOS2 1 = also make the ADIOS2 venv (same as --adios2)
 #   KSTAGE_SETUP_ADIOS2_MPI 1 = also build the MPI ADIOS2 (same as --adios2-mpi)
+#   KSTAGE_SETUP_ADIOS2_CUDA 1 = also build the CUDA ADIOS2 (same as --adios2-cuda)
 #   KSTAGE_SETUP_TSAN 1 = also build the TSan Kokkos (same as --tsan)
 #   KSTAGE_SETUP_CUDA 1 = also build the CUDA Kokkos (same as --cuda)
 #   KSTAGE_SETUP_HIP  1 = also install hipcc and build the HIP Kokkos (same as --hip)
@@ -691,54 +697,78 @@ adios2_venv() {
     "$ADIOS2_PIN" "numpy>=2.1" matplotlib
 }
 
-# The MPI ADIOS2: PyPI's source distribution of the wheel's version (pip downloads it from the
-# machine's configured index), built with Open MPI. Only what the bridge uses is enabled.
-ADIOS2_MPI_VERSION=2.12.1.1001
+# ADIOS2 built from PyPI's source distribution of the wheel's version (pip downloads it from the
+# machine's configured index): the MPI ADIOS2, built with Open MPI, and the CUDA ADIOS2, built
+# with the machine's nvcc. Only what the bridge uses is enabled.
+ADIOS2_SOURCE_VERSION=2.12.1.1001
 ADIOS2_MPI_RECIPE=1
 ADIOS2_MPI_PREFIX=$DEPS_DIR/adios2-mpi
-ADIOS2_MPI_CMAKE_ARGS=(
+ADIOS2_CUDA_RECIPE=1
+ADIOS2_CUDA_PREFIX=$DEPS_DIR/adios2-cuda
+ADIOS2_SOURCE_CMAKE_ARGS=(
   -DCMAKE_BUILD_TYPE=Release
-  -DCMAKE_INSTALL_PREFIX="$ADIOS2_MPI_PREFIX"
   -DCMAKE_INSTALL_LIBDIR=lib
   -DBUILD_SHARED_LIBS=ON
   -DBUILD_TESTING=OFF
   -DADIOS2_BUILD_EXAMPLES=OFF
-  -DADIOS2_USE_MPI=ON
 )
 for _adios2_off in SST Python Fortran HDF5 HDF5_VOL BigWhoop Blosc2 BZip2 Caliper ZFP SZ SZ3 LIBPRESSIO \
                    MGARD PRODM PNG DAOS DataMan DataSpaces MHS ZeroMQ IME SysVShMem UCX Profiling Sodium \
-                   Catalyst Campaign OpenSSL XRootD CURL; do
-  ADIOS2_MPI_CMAKE_ARGS+=("-DADIOS2_USE_$_adios2_off=OFF")
+                   Catalyst Campaign OpenSSL XRootD CURL Kokkos; do
+  ADIOS2_SOURCE_CMAKE_ARGS+=("-DADIOS2_USE_$_adios2_off=OFF")
 done
 unset _adios2_off
 
-adios2_mpi_dep() {
-  local mpi_version key src
-  mpi_version=$(mpirun --version 2>/dev/null | head -n1 || echo none)
-  key="adios2-mpi version=$ADIOS2_MPI_VERSION recipe=$ADIOS2_MPI_RECIPE mpi=$mpi_version cxx=$(g++ --version | head -n1) args=${ADIOS2_MPI_CMAKE_ARGS[*]}"
-  if stamp_ok adios2-mpi "$key" "$ADIOS2_MPI_PREFIX/lib/cmake/adios2/adios2-config.cmake"; then
-    log "adios2-mpi: cached ($ADIOS2_MPI_PREFIX)"
+# adios2_source_dep NAME PREFIX WHAT CHECK CMAKE_ARGS...: ADIOS2's source built with the common
+# arguments and CMAKE_ARGS into PREFIX, unless its stamp (the arguments and WHAT) is current;
+# CHECK is a line the installed adios2-config-common.cmake must hold.
+adios2_source_dep() {
+  local name=$1 prefix=$2 what=$3 check=$4 key src
+  shift 4
+  local args=("${ADIOS2_SOURCE_CMAKE_ARGS[@]}" -DCMAKE_INSTALL_PREFIX="$prefix" "$@")
+  key="$name version=$ADIOS2_SOURCE_VERSION $what cxx=$(g++ --version | head -n1) args=${args[*]}"
+  if stamp_ok "$name" "$key" "$prefix/lib/cmake/adios2/adios2-config.cmake"; then
+    log "$name: cached ($prefix)"
     return 0
   fi
-  local start=$SECONDS pip=$DEPS_DIR/adios2-venv/bin/python
-  log "adios2-mpi: downloading ADIOS2 $ADIOS2_MPI_VERSION's source distribution"
-  rm -rf "$WORK_DIR/adios2-mpi" "$ADIOS2_MPI_PREFIX"
-  mkdir -p "$WORK_DIR/adios2-mpi"
-  "$pip" -m pip download -q --no-binary adios2 --no-deps -d "$WORK_DIR/adios2-mpi" \
-    "adios2==$ADIOS2_MPI_VERSION" >"$LOG_DIR/adios2-mpi.log" 2>&1 \
-    || { tail -n 20 "$LOG_DIR/adios2-mpi.log" >&2; die "adios2-mpi: pip download of the adios2 sdist failed"; }
-  tar -xzf "$WORK_DIR/adios2-mpi/adios2-$ADIOS2_MPI_VERSION.tar.gz" -C "$WORK_DIR/adios2-mpi"
-  src=$WORK_DIR/adios2-mpi/adios2-$ADIOS2_MPI_VERSION
-  log "adios2-mpi: building (MPI: $mpi_version; log: $LOG_DIR/adios2-mpi.log)"
-  { cmake -S "$src" -B "$WORK_DIR/adios2-mpi/build" "${ADIOS2_MPI_CMAKE_ARGS[@]}" \
-      && cmake --build "$WORK_DIR/adios2-mpi/build" -j "$JOBS" \
-      && cmake --install "$WORK_DIR/adios2-mpi/build"; } >>"$LOG_DIR/adios2-mpi.log" 2>&1 \
-    || { tail -n 30 "$LOG_DIR/adios2-mpi.log" >&2; die "adios2-mpi: the build failed (log: $LOG_DIR/adios2-mpi.log)"; }
-  grep -q 'set(ADIOS2_HAVE_MPI TRUE)' "$ADIOS2_MPI_PREFIX/lib/cmake/adios2/adios2-config-common.cmake" \
-    || die "adios2-mpi: the installed ADIOS2 has no MPI"
-  rm -rf "$WORK_DIR/adios2-mpi"
-  printf '%s\n%s\n' "$key" "ADIOS2 $ADIOS2_MPI_VERSION with $mpi_version" > "$STAMP_DIR/adios2-mpi.stamp"
-  log "adios2-mpi: ready in $((SECONDS - start))s"
+  local start=$SECONDS pip=$DEPS_DIR/adios2-venv/bin/python work=$WORK_DIR/$name
+  log "$name: downloading ADIOS2 $ADIOS2_SOURCE_VERSION's source distribution"
+  rm -rf "$work" "$prefix"
+  mkdir -p "$work"
+  "$pip" -m pip download -q --no-binary adios2 --no-deps -d "$work" \
+    "adios2==$ADIOS2_SOURCE_VERSION" >"$LOG_DIR/$name.log" 2>&1 \
+    || { tail -n 20 "$LOG_DIR/$name.log" >&2; die "$name: pip download of the adios2 sdist failed"; }
+  tar -xzf "$work/adios2-$ADIOS2_SOURCE_VERSION.tar.gz" -C "$work"
+  src=$work/adios2-$ADIOS2_SOURCE_VERSION
+  log "$name: building ($what; log: $LOG_DIR/$name.log)"
+  { cmake -S "$src" -B "$work/build" "${args[@]}" \
+      && cmake --build "$work/build" -j "$JOBS" \
+      && cmake --install "$work/build"; } >>"$LOG_DIR/$name.log" 2>&1 \
+    || { tail -n 30 "$LOG_DIR/$name.log" >&2; die "$name: the build failed (log: $LOG_DIR/$name.log)"; }
+  grep -q "$check" "$prefix/lib/cmake/adios2/adios2-config-common.cmake" \
+    || die "$name: the installed ADIOS2 lacks '$check'"
+  rm -rf "$work"
+  printf '%s\n%s\n' "$key" "ADIOS2 $ADIOS2_SOURCE_VERSION with $what" > "$STAMP_DIR/$name.stamp"
+  log "$name: ready in $((SECONDS - start))s"
+}
+
+adios2_mpi_dep() {
+  local mpi_version
+  mpi_version=$(mpirun --version 2>/dev/null | head -n1 || echo none)
+  adios2_source_dep adios2-mpi "$ADIOS2_MPI_PREFIX" "recipe=$ADIOS2_MPI_RECIPE MPI: $mpi_version" \
+    'set(ADIOS2_HAVE_MPI TRUE)' -DADIOS2_USE_MPI=ON
+}
+
+# The CUDA ADIOS2 (GPU-aware puts and gets, ADIOS2's MemorySpace::GPU) for the cuda preset's
+# bridge: serial, CUDA's shared runtime (the one kstage's CUDA backend loads), Hopper machine
+# code (the GPU machine's H200).
+adios2_cuda_dep() {
+  local nvcc
+  nvcc=$(find_nvcc)
+  adios2_source_dep adios2-cuda "$ADIOS2_CUDA_PREFIX" \
+    "recipe=$ADIOS2_CUDA_RECIPE CUDA: $("$nvcc" --version | tail -n1)" 'set(ADIOS2_HAVE_CUDA TRUE)' \
+    -DADIOS2_USE_MPI=OFF -DADIOS2_USE_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc" \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_RUNTIME_LIBRARY=Shared
 }
 
 # mpi4py for the Python package's MPI test (tests/python_package/mpi_adios2.py), for the Python of
@@ -773,7 +803,7 @@ adios2_cmake_dir() {
 
 # --------------------------------------------------------------------------------------------
 main() {
-  local mpi=${KSTAGE_SETUP_MPI:-1} perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} python=${KSTAGE_SETUP_PYTHON:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} docs=${KSTAGE_SETUP_DOCS:-0} adios2=${KSTAGE_SETUP_ADIOS2:-0} adios2_mpi=${KSTAGE_SETUP_ADIOS2_MPI:-0} tsan=${KSTAGE_SETUP_TSAN:-0} cuda=${KSTAGE_SETUP_CUDA:-0} hip=${KSTAGE_SETUP_HIP:-0} arg
+  local mpi=${KSTAGE_SETUP_MPI:-1} perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} python=${KSTAGE_SETUP_PYTHON:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} docs=${KSTAGE_SETUP_DOCS:-0} adios2=${KSTAGE_SETUP_ADIOS2:-0} adios2_mpi=${KSTAGE_SETUP_ADIOS2_MPI:-0} adios2_cuda=${KSTAGE_SETUP_ADIOS2_CUDA:-0} tsan=${KSTAGE_SETUP_TSAN:-0} cuda=${KSTAGE_SETUP_CUDA:-0} hip=${KSTAGE_SETUP_HIP:-0} arg
   for arg in "$@"; do
     case $arg in
       --no-mpi) mpi=0 ;;
@@ -784,17 +814,18 @@ main() {
       --docs) docs=1 ;;
       --adios2) adios2=1 ;;
       --adios2-mpi) adios2_mpi=1 ;;
+      --adios2-cuda) adios2_cuda=1 ;;
       --tsan) tsan=1 ;;
       --cuda) cuda=1 ;;
       --hip) hip=1 ;;
       -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
-      *) die "unknown argument '$arg' (known: --no-mpi, --perf, --jax, --python, --fuzz, --docs, --adios2, --adios2-mpi, --tsan, --cuda, --hip)" ;;
+      *) die "unknown argument '$arg' (known: --no-mpi, --perf, --jax, --python, --fuzz, --docs, --adios2, --adios2-mpi, --adios2-cuda, --tsan, --cuda, --hip)" ;;
     esac
   done
   ensure_tools
   if [ "$adios2_mpi" = 1 ] && [ "$mpi" = 0 ]; then die "--adios2-mpi needs Open MPI (drop --no-mpi)"; fi
   # The ADIOS2 venv's pip downloads the source, and its Python reads the MPI leg's files too.
-  if [ "$adios2_mpi" = 1 ]; then adios2=1; fi
+  if [ "$adios2_mpi" = 1 ] || [ "$adios2_cuda" = 1 ]; then adios2=1; fi
   if [ "$mpi" = 1 ]; then ensure_mpi; fi
   if [ "$fuzz" = 1 ]; then ensure_fuzz_tools; fi
   if [ "$docs" = 1 ]; then ensure_docs_tools; fi
@@ -821,6 +852,7 @@ main() {
   if [ "$python" = 1 ]; then python_package_venv; fi
   if [ "$adios2" = 1 ]; then adios2_venv; fi
   if [ "$adios2_mpi" = 1 ]; then adios2_mpi_dep; mpi4py_dep; fi
+  if [ "$adios2_cuda" = 1 ]; then adios2_cuda_dep; fi
   rmdir "$WORK_DIR" "$DL_DIR" 2>/dev/null || true
 
   local prefix_path

@@ -16,6 +16,11 @@
 
 using namespace kstage_test;
 
+// LeakSanitizer's suppressions for this program (the asan preset), as lsan-adios2.supp says for
+// the others: allocations ADIOS2's own libraries make and never free. A leak with a frame of
+// kstage's code and none of ADIOS2's is still reported.
+extern "C" const char* __lsan_default_suppressions() { return "leak:libadios2_\n"; }
+
 namespace {
 
 #define A2_OK(expr)                                                              \
@@ -159,30 +164,118 @@ TEST_CASE("a checkpoint restarts into a fresh stage equal to the original", "[ad
   CHECK(index == 4);
 }
 
-#if defined(KSTAGE_ADIOS2_TEST_EMULATED_DEVICE)
-TEST_CASE("columns on a device are checkpointed through a host read", "[adios2]") {
+// Copies kstage made between host and device memory (kstage_transfer_counts), for the tests of
+// where a device column's values travel. (ADIOS2's own copies are not counted.)
+struct Transfers {
+  uint64_t up = 0, down = 0;
+  static Transfers now() {
+    Transfers t;
+    KS_OK(kstage_transfer_counts(&t.up, &t.down, nullptr));
+    return t;
+  }
+  Transfers since(const Transfers& before) const { return Transfers{up - before.up, down - before.down}; }
+};
+
+#if defined(KSTAGE_TEST_EMULATED_DEVICE) || defined(KSTAGE_TEST_ON_CUDA_DEVICE)
+// Where a device column's values travel: an ADIOS2 with GPU support for the device (a CUDA
+// ADIOS2 and CUDA columns) puts them from device memory and gets them into device memory -- no
+// copy of kstage's between host and device; any other (PyPI's ADIOS2; the emulated device)
+// through a host read and a write to the device.
+TEST_CASE("columns on a device are checkpointed from device memory where ADIOS2 takes it, else through a host read", "[adios2]") {
+#if defined(KSTAGE_TEST_ON_CUDA_DEVICE)
+  const DLDevice device{kDLCUDA, 0};
+#if defined(ADIOS2_HAVE_CUDA) || defined(ADIOS2_HAVE_KOKKOS_CUDA)
+  const bool direct = true;
+#else
+  const bool direct = false;
+#endif
+#else
   const DLDevice device{kDLExtDev, 1};  // the emulated device (backends/emulated)
+  const bool direct = false;
+#endif
   Stage s(host_execution(), &device);
-  const kstage_token_t x = s.token("x");
+  const kstage_token_t x = s.token("x"), n = s.token("n");
   kstage_query_t q = s.query(s.paths("/dev", 64));
   std::vector<float> v(64 * 3);
   for (size_t i = 0; i < v.size(); ++i) v[i] = float(i);
   s.write_f32(q, x, 1, v, 3);
+  std::vector<std::vector<int32_t>> rows(64);
+  for (size_t i = 0; i < rows.size(); ++i) rows[i].assign(i % 4, int32_t(i));
+  std::vector<int64_t> shapes(64);
+  std::vector<DLTensor> rt;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    shapes[i] = int64_t(rows[i].size());
+    rt.push_back(tensor(rows[i].empty() ? nullptr : rows[i].data(), DLDataType{kDLInt, 32, 1}, 1, &shapes[i]));
+  }
+  KS_OK(s.write(q, n, 1, write_data(rt.data(), rt.size(), true)));  // an array column: always a host read
   s.seal(1);
   kstage_attribute_info_t info = kstage_attribute_info_init();
   KS_OK(kstage_attribute_info(s.stage, x, &info));
-  REQUIRE(info.residency.device_type == kDLExtDev);
+  REQUIRE(info.residency.device_type == device.device_type);
+  // Where the fixed-size column's values travel (kstage_transfer_counts counts copies): a step
+  // of it alone, written and read back.
+  {
+    const std::string alone = scratch("device-x.bp");
+    kstage_adios2_stream_t w = 0;
+    A2_OK(kstage_adios2_open(alone.c_str(), nullptr, &w));
+    const Transfers before_put = Transfers::now();
+    A2_OK(kstage_adios2_write_step(w, s.stage, q, &x, 1, nullptr));
+    const Transfers put = Transfers::now().since(before_put);
+    A2_OK(kstage_adios2_close(w));
+    CHECK(put.up == 0);
+    CHECK(put.down == (direct ? 0 : 1));  // ADIOS2's own copy, or kstage's host read
+    Stage dev(host_execution(), &device);
+    const Transfers before_get = Transfers::now();
+    A2_OK(kstage_adios2_restart(dev.stage, alone.c_str(), nullptr));
+    const Transfers got = Transfers::now().since(before_get);
+    CHECK(got.down == 0);
+    CHECK(got.up == (direct ? 0 : 1));  // ADIOS2's get into a map's device buffer, or kstage's write up
+    kstage_attribute_info_t xi = kstage_attribute_info_init();
+    KS_OK(kstage_attribute_info(dev.stage, x, &xi));
+    CHECK(xi.residency.device_type == device.device_type);
+    CHECK(snapshot(dev.stage).columns.at("x") == snapshot(s.stage).columns.at("x"));
+  }
+  // Every column, through a stage on the host and back onto the device.
   const std::string path = scratch("device.bp");
   A2_OK(kstage_adios2_checkpoint(s.stage, path.c_str()));
-  Stage host(host_execution());
+  const DLDevice cpu{kDLCPU, 0};
+  Stage host(host_execution(), &cpu);
   A2_OK(kstage_adios2_restart(host.stage, path.c_str(), nullptr));
   CHECK(snapshot(host.stage) == snapshot(s.stage));
-  // And back onto a device: the values a restart reads into host memory are copied up.
   Stage again(host_execution(), &device);
   A2_OK(kstage_adios2_restart(again.stage, path.c_str(), nullptr));
   info = kstage_attribute_info_init();
   KS_OK(kstage_attribute_info(again.stage, x, &info));
-  CHECK(info.residency.device_type == kDLExtDev);
+  CHECK(info.residency.device_type == device.device_type);
+  CHECK(info.residency.device_id == device.device_id);
+  CHECK(snapshot(again.stage) == snapshot(s.stage));
+  // An incremental step into the device columns: a subset of their rows (the map's rows are
+  // scattered at the seal), one deleted.
+  const std::string inc = scratch("device-increment.bp");
+  for (size_t i = 0; i < 3 * 8; ++i) v[i] = -float(i);
+  s.write_f32(s.query(s.paths("/dev", 8)), x, 2, std::vector<float>(v.begin(), v.begin() + 24), 3);
+  KS_OK(s.remove(s.query({s.path("/dev_9")}), {x}, 2));
+  s.seal(2);
+  kstage_adios2_stream_t w = 0;
+  A2_OK(kstage_adios2_open(inc.c_str(), nullptr, &w));
+  kstage_adios2_step_desc_t d = kstage_adios2_step_desc_init();
+  d.change_range = true;
+  d.range_begin = 2;
+  d.range_end = 2;
+  kstage_filter_t all{};
+  kstage_query_t every = 0;
+  KS_OK(kstage_query_filter(s.stage, &all, &every));
+  A2_OK(kstage_adios2_write_step(w, s.stage, every, nullptr, 0, &d));
+  KS_OK(kstage_query_release(s.stage, every));
+  A2_OK(kstage_adios2_close(w));
+  kstage_adios2_open_desc_t rd = kstage_adios2_open_desc_init();
+  rd.mode = KSTAGE_ADIOS2_READ;
+  kstage_adios2_stream_t r = 0;
+  A2_OK(kstage_adios2_open(inc.c_str(), &rd, &r));
+  uint64_t ordinal = 0;
+  A2_OK(kstage_adios2_read_step(r, again.stage, KSTAGE_TIMEOUT_INFINITE, &ordinal));
+  A2_OK(kstage_adios2_close(r));
+  CHECK(ordinal == 2);
   CHECK(snapshot(again.stage) == snapshot(s.stage));
 }
 #endif
