@@ -25,11 +25,13 @@ namespace kstage::adios2_bridge {
 namespace {
 using namespace layout;
 
-// The reader's engine: Inline hands out the writer's own block (a Get does not copy it there).
+// The reader's engine: Inline hands out the writer's own block (a Get does not copy it there); a
+// BP engine gets into GPU memory (device_memory).
 struct Reader {
   adios2::IO& io;
   adios2::Engine& e;
   bool is_inline;
+  bool device_memory;
 };
 
 // The elements in one row of `v` (its shape past the first dimension).
@@ -46,8 +48,8 @@ uint64_t row_count(const adios2::Variable<T>& v) {
   return shape.empty() ? 0 : shape[0];
 }
 
-// Rows [start, start + rows) of global array `v` into `out`, memory in `space` (Device: not
-// for Inline, whose blocks are the writer's host memory).
+// Rows [start, start + rows) of global array `v` into `out`, memory in `space` (Device: a BP
+// engine's).
 template <class T>
 void read_rows(Reader& r, adios2::Variable<T>& v, uint64_t start, uint64_t rows, T* out, Space space = Space::Host) {
   if (rows == 0) return;
@@ -512,7 +514,7 @@ DLDevice column_device(kstage_stage_t stage, const AttributeIn& a) {
 // read, the map released) when the column is elsewhere or its map's rows are not in prim order.
 bool read_fixed_values_to_device(Reader& r, Incoming& in) {
   AttributeIn& a = *in.a;
-  if (!kTakesDeviceMemory || r.is_inline || !takes_device_memory(column_device(in.stage, a))) return false;
+  if (!r.device_memory || !takes_device_memory(column_device(in.stage, a))) return false;
   in.map = map_values(in.stage, in.query, a);
   kstage_map_group_info_t g{};
   check(kstage_fetch_map_next(in.stage, in.map, KSTAGE_TIMEOUT_INFINITE, &g), "kstage_adios2_read_step: a map's group");
@@ -683,7 +685,7 @@ extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
       if (!version || version.Data().empty() || version.Data().front() != kVersion)
         fail(KSTAGE_INVALID_ARGUMENT, "a kstage step of format version %u; this kstage_adios2 reads version %u",
              version && !version.Data().empty() ? unsigned(version.Data().front()) : 0u, unsigned(kVersion));
-      Reader reader{io, e, s->keeps_step_data};
+      Reader reader{io, e, s->keeps_step_data, s->device_memory};
       step_ordinal = get_value<uint64_t>(reader, kOrdinal);
       const std::vector<uint64_t> table = get_block_table(reader, kBlocks, kBlockColumns, 0);
       blocks.writers = table.size() / kBlockColumns - 1;

@@ -263,7 +263,7 @@ kstage_adios2_step_desc_t read_step_desc(const kstage_adios2_step_desc_t* in) {
 
 // This rank's part of the step, everything its puts need gathered: the attributes' values held
 // in their read groups, the step's paths as runs, each attribute's positions among them.
-// `device_puts`: device columns may be put from device memory (not for Inline).
+// `device_puts`: device columns may be put from device memory (the stream's engine takes it).
 void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query, const kstage_token_t* attributes,
              uint64_t n, const kstage_adios2_step_desc_t& d, bool device_puts) {
   // The attributes and their columns.
@@ -291,8 +291,8 @@ void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query, const k
            a.name.c_str(), dtype_name(a.info.dtype).c_str());
   }
 
-  // The sealed state. Fixed-size columns on a GPU this ADIOS2 takes memory of (not for Inline,
-  // whose reader is handed the writer's buffers as host memory) are read compact, on their
+  // The sealed state. Fixed-size columns on a GPU this ADIOS2 takes memory of (with a BP engine;
+  // Inline's reader, say, is handed the writer's buffers as host memory) are read compact, on their
   // GPU: one block per attribute, in prim order, that ADIOS2 copies itself. ADIOS2 copies on
   // the legacy default stream, which the read makes wait for the work that produces the data;
   // its copies out are done when EndStep returns, before the groups are released. Every other
@@ -634,7 +634,7 @@ extern "C" kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t strea
       if (s->mode != KSTAGE_ADIOS2_WRITE) fail(KSTAGE_INVALID_ARGUMENT, "stream %llu is a reader", (unsigned long long)stream);
       d = read_step_desc(desc);
       if (n > 0 && attributes == nullptr) fail(KSTAGE_INVALID_ARGUMENT, "attributes is NULL but n is %llu", (unsigned long long)n);
-      prepare(*data, stage, query, attributes, n, d, !s->keeps_step_data);
+      prepare(*data, stage, query, attributes, n, d, s->device_memory);
     });
     if (ranks.size() > 1) unite_attributes(ranks, data->steps);
     for (const AttributeStep& a : data->steps) data->names.add(a.name.data(), a.name.size());

@@ -164,6 +164,7 @@ kstage_adios2_stream_t open_stream(const char* name, const kstage_adios2_open_de
   s->mode = d.mode;
   s->ranks = std::move(ranks);
   s->keeps_step_data = is_inline_engine(d.engine);
+  s->device_memory = kTakesDeviceMemory && is_bp_engine(d.engine);
   if (d.inline_writer != 0) {  // (kstage_adios2_open_mpi refuses Inline on several ranks)
     if (d.mode != KSTAGE_ADIOS2_READ)
       fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer is for a reader (desc.mode KSTAGE_ADIOS2_READ)");

@@ -7,10 +7,11 @@
 # be collected:
 #
 #   scripts/gpu-check.sh bundle [DIR]
-#       On the CPU machine (after `scripts/setup.sh --cuda`): builds the `cuda` preset's targets
-#       the run needs (incremental: a second call rebuilds nothing), then packs DIR (default
-#       build/gpu-bundle): bin/ (the engine test programs on CUDA columns, the CUDA-only cases,
-#       kstage_perf), lib/ (libkstage, Kokkos, the CUDA runtime, and the compiler runtimes the
+#       On the CPU machine (after `scripts/setup.sh --cuda --adios2-cuda`): builds the `cuda`
+#       preset's targets the run needs (incremental: a second call rebuilds nothing), then packs
+#       DIR (default build/gpu-bundle): bin/ (the engine test programs on CUDA columns, the
+#       CUDA-only cases, the ADIOS2 bridge's tests on CUDA columns with the CUDA ADIOS2, kstage_perf),
+#       lib/ (libkstage, libkstage_adios2 and ADIOS2's, Kokkos, the CUDA runtime, and the compiler runtimes the
 #       GPU machine's image may lack: libgomp, libstdc++, libgcc_s), deps/ (the Kokkos install and
 #       the DLPack / Catch2 prefix, for a rebuild or the Python build there) and this script.
 #       Says its size; fails over 60 MiB together with the repository.
@@ -53,7 +54,7 @@ absolute() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 programs_of() {
   local build=$1 p
   for p in "$build"/tests/kstage_test_*_cuda "$build/tests/kstage_test_cuda_device" \
-           "$build/perf/kstage_perf"; do
+           "$build"/tests/adios2/kstage_test_*_cuda "$build/perf/kstage_perf"; do
     [ -e "$p" ] && echo "$p"
   done
 }
@@ -67,7 +68,7 @@ bundle() {
   # host-only programs or the package tests).
   local targets
   targets=$(cmake --build --preset cuda --target help |
-            grep -owE 'kstage_test_[a-z_]+_cuda|kstage_test_cuda_device|kstage_perf' | sort -u)
+            grep -owE 'kstage_test_[a-z0-9_]+_cuda|kstage_test_cuda_device|kstage_perf' | sort -u)
   # shellcheck disable=SC2086
   cmake --build --preset cuda -j "$jobs" --target $targets
   rm -rf "$dir"

@@ -22,7 +22,8 @@
 #             replays the seed corpus (ctest --preset fuzz), then runs scripts/fuzz.sh for
 #             KSTAGE_FUZZ_SECONDS seconds (default 30; 0 skips the fuzzing run; scripts/fuzz.sh alone
 #             fuzzes for as long as asked).
-#   cuda      the CUDA build (`scripts/setup.sh --cuda` builds its Kokkos with the machine's nvcc):
+#   cuda      the CUDA build (`scripts/setup.sh --cuda` builds its Kokkos with the machine's nvcc,
+#             `--adios2-cuda` a CUDA ADIOS2 for the bridge's device path, ~5 min once):
 #             configure and build only, test programs included. They need a GPU and run with
 #             scripts/gpu-check.sh; no GPU is needed here: the leg packs the GPU bundle and
 #             checks the script with `gpu-check.sh run --dry-run`. In the default list only when nvcc is
@@ -145,7 +146,9 @@ for preset in $PRESETS; do
   # The GPU legs get their tools and Kokkos here, so that a failure there fails that leg only.
   case $preset in
     cuda|hip)
-      if ! bash "$ROOT/scripts/setup.sh" "--$preset"; then
+      gpu_setup=("--$preset")
+      [ "$preset" = cuda ] && gpu_setup+=(--adios2-cuda)
+      if ! bash "$ROOT/scripts/setup.sh" "${gpu_setup[@]}"; then
         echo "==== preset '$preset': setup FAILED"
         failed_presets+=("$preset(setup)"); continue
       fi ;;
@@ -156,7 +159,9 @@ for preset in $PRESETS; do
     # The ADIOS2 bridge is tested in the default and asan legs (the wheel's ADIOS2 is neither
     # ThreadSanitizer-instrumented nor built for these compilers).
     tsan) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-tsan" -DKSTAGE_WITH_ADIOS2=OFF) ;;
-    cuda) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-cuda" -DKSTAGE_WITH_ADIOS2=OFF) ;;
+    # The CUDA build's bridge: against the CUDA ADIOS2 (setup.sh --adios2-cuda), for its device path.
+    cuda) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-cuda" -DKSTAGE_WITH_ADIOS2=ON
+                          -DADIOS2_DIR="$DEPS_DIR/adios2-cuda/lib/cmake/adios2") ;;
     hip) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-hip" -DKSTAGE_WITH_ADIOS2=OFF) ;;
     fuzz) configure_args=(-DKokkos_ROOT="$DEPS_DIR/kokkos-serial" -DKSTAGE_WITH_ADIOS2=OFF) ;;
     # ... and the Python package against it, for kstage.adios2 on MPI ranks (mpi4py).

@@ -109,8 +109,10 @@ KSTAGE_API kstage_status_t kstage_adios2_close(kstage_adios2_stream_t stream);
  * \brief Writes one step: the sealed state of `attributes` (n of them, distinct; n = 0: every
  * attribute with a column) for the query's prims, as `desc` says (NULL: a full step). Each
  * attribute's values are read from the stage (zero-copy groups, put without a copy when their
- * rows are in prim order; host reads of device columns) and held until the step ends. The
- * step's ordinal is the highest write floor among the attributes written.
+ * rows are in prim order) and held until the step ends. A fixed-size column on a GPU is put
+ * from device memory where ADIOS2 takes it (an ADIOS2 with GPU support for that device, and a
+ * BP engine), else read to the host; the memory space is always stated. The step's ordinal is
+ * the highest write floor among the attributes written.
  */
 KSTAGE_API kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t stream, kstage_stage_t stage,
                                                     kstage_query_t query,
@@ -120,7 +122,9 @@ KSTAGE_API kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t strea
 /**
  * \brief Reads the next step into `stage`: its paths interned, its columns made with the
  * recorded schema (or checked against the stage's), its values written and its deletions made
- * at each attribute's recorded write floor, which is then sealed. `*ordinal` is the step's
+ * at each attribute's recorded write floor, which is then sealed. A fixed-size attribute whose
+ * column is on a GPU ADIOS2 takes memory of (as for kstage_adios2_write_step) is read by ADIOS2
+ * into device memory of the stage's (a map), else into host memory and written. `*ordinal` is the step's
  * ordinal. KSTAGE_END_OF_ITERATION when the stream has no more steps; KSTAGE_TIMEOUT when a
  * stream's next step is not ready within `timeout_ns` (KSTAGE_TIMEOUT_INFINITE waits). Errors:
  * INVALID_ARGUMENT naming what does not fit -- not a kstage step, an unknown dtype, an
