@@ -70,24 +70,22 @@ struct Stream {
   bool step_open = false;                 // a reader's BeginStep that returned NotReady retries
   // Inline hands the reader the writer's own buffers: a step's data lives until the next step.
   bool keeps_step_data = false;
-  // The engine puts and gets GPU memory (ADIOS2's BP engines do; SST, Inline and the others are
-  // not documented to): device columns may go from and to device memory.
+  // The engine puts and gets GPU memory (BP5 with an ADIOS2 that has GPU support): device columns
+  // may go from and to device memory.
   bool device_memory = false;
   std::shared_ptr<void> last_step_data;
 };
-// An engine type in lower case (ADIOS2 takes engine types in any case); NULL: BP5's.
-inline std::string engine_type(const char* engine) {
-  std::string e = engine ? engine : "bp5";
+// Whether an engine type names ADIOS2's Inline engine (ADIOS2 takes engine types in any case).
+inline bool is_inline_engine(const char* engine) {
+  std::string e = engine ? engine : "";  // NULL: BP5
   for (char& c : e) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return e;
+  return e == "inline";
 }
-// Whether an engine type names ADIOS2's Inline engine.
-inline bool is_inline_engine(const char* engine) { return engine_type(engine) == "inline"; }
-// Whether an engine type names one of the BP file engines, which take GPU buffers ("GPU-aware
-// I/O" in ADIOS2's user guide: BP4 and BP5; File and BPFile choose one of them).
-inline bool is_bp_engine(const char* engine) {
-  const std::string e = engine_type(engine);
-  return e == "bp5" || e == "bp4" || e == "file" || e == "bpfile";
+// Whether an opened engine (Engine::Type()) puts from and gets into GPU buffers: BP5's writer and
+// reader ("GPU-aware I/O" in ADIOS2's user guide; BP4's reader is not documented to, BP3 and
+// HDF5 -- which a "File" engine may turn out to be -- do not).
+inline bool takes_gpu_buffers(const std::string& engine) {
+  return engine == "BP5Writer" || engine == "BP5Reader";
 }
 std::shared_ptr<Stream> find_stream(kstage_adios2_stream_t handle);
 kstage_adios2_stream_t add_stream(std::shared_ptr<Stream> s);

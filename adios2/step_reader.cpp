@@ -475,7 +475,11 @@ struct Incoming {
   kstage_map_t map = 0;             // ... or a map of a GPU column, filled by ADIOS2, until unmapped
   ~Incoming() {
     if (values) AdoptedValues::deleter(&values->managed);  // never handed over
-    if (map) kstage_release_map(stage, map);               // never committed: nothing written
+    // Never committed: nothing written. ADIOS2's copies into the map's buffer may still be in
+    // flight on the legacy default stream (a copy from pageable memory returns once staged):
+    // the buffer is freed after them.
+    if (map && kstage_release_map_after(stage, map, kstage_device_sync_t{1, 0}) != KSTAGE_OK)
+      kstage_release_map(stage, map);
     if (query) kstage_query_release(stage, query);
     if (deletions) kstage_query_release(stage, deletions);
   }
@@ -504,7 +508,7 @@ DLDevice column_device(kstage_stage_t stage, const AttributeIn& a) {
   const kstage_map_t map = map_values(stage, q.q, a);
   kstage_map_group_info_t g{};
   const kstage_status_t st = kstage_fetch_map_next(stage, map, KSTAGE_TIMEOUT_INFINITE, &g);
-  const DLDevice device = st == KSTAGE_OK && g.data.count > 0 ? g.data.tensors[0].device : DLDevice{kDLCPU, 0};
+  const DLDevice device = st == KSTAGE_OK && g.data.tensor_count > 0 ? g.data.tensors[0].device : DLDevice{kDLCPU, 0};
   kstage_release_map(stage, map);
   return device;
 }
@@ -518,7 +522,7 @@ bool read_fixed_values_to_device(Reader& r, Incoming& in) {
   in.map = map_values(in.stage, in.query, a);
   kstage_map_group_info_t g{};
   check(kstage_fetch_map_next(in.stage, in.map, KSTAGE_TIMEOUT_INFINITE, &g), "kstage_adios2_read_step: a map's group");
-  if (g.data.index_map != nullptr || g.data.count != 1 || g.prim_count != a.rows ||
+  if (g.data.index_map != nullptr || g.data.tensor_count != 1 || g.prim_count != a.rows ||
       !takes_device_memory(g.data.tensors[0].device)) {  // a whole column's rows in another order
     kstage_release_map(in.stage, in.map);
     in.map = 0;

@@ -291,8 +291,8 @@ void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query, const k
            a.name.c_str(), dtype_name(a.info.dtype).c_str());
   }
 
-  // The sealed state. Fixed-size columns on a GPU this ADIOS2 takes memory of (with a BP engine;
-  // Inline's reader, say, is handed the writer's buffers as host memory) are read compact, on their
+  // The sealed state. Fixed-size columns on a GPU this ADIOS2 takes memory of (with BP5; Inline's
+  // reader, say, is handed the writer's buffers as host memory) are read compact, on their
   // GPU: one block per attribute, in prim order, that ADIOS2 copies itself. ADIOS2 copies on
   // the legacy default stream, which the read makes wait for the work that produces the data;
   // its copies out are done when EndStep returns, before the groups are released. Every other
@@ -328,6 +328,7 @@ void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query, const k
       held.groups.push_back(g.handle);
       auto it = std::find_if(steps.begin(), steps.end(), [&](const AttributeStep& a) { return a.token == g.attribute; });
       if (it == steps.end()) fail(KSTAGE_INTERNAL, "a group of an attribute not read");
+      it->info.write_floor = g.ordinal;  // the floor of the snapshot read (a seal may have come since)
       if (g.is_delete) {
         it->deleted.insert(it->deleted.end(), g.prims, g.prims + g.prim_count);
       } else {

@@ -164,7 +164,6 @@ kstage_adios2_stream_t open_stream(const char* name, const kstage_adios2_open_de
   s->mode = d.mode;
   s->ranks = std::move(ranks);
   s->keeps_step_data = is_inline_engine(d.engine);
-  s->device_memory = kTakesDeviceMemory && is_bp_engine(d.engine);
   if (d.inline_writer != 0) {  // (kstage_adios2_open_mpi refuses Inline on several ranks)
     if (d.mode != KSTAGE_ADIOS2_READ)
       fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer is for a reader (desc.mode KSTAGE_ADIOS2_READ)");
@@ -186,6 +185,9 @@ kstage_adios2_stream_t open_stream(const char* name, const kstage_adios2_open_de
     // An engine type ADIOS2 does not know (or was not built with) is refused here.
     fail(KSTAGE_NOT_SUPPORTED, "ADIOS2 cannot open '%s' with engine '%s': %s", name, engine.c_str(), e.what());
   }
+  // By the engine ADIOS2 opened (an engine type of "File" is chosen by the file's name and, to
+  // read, its format).
+  s->device_memory = kTakesDeviceMemory && takes_gpu_buffers(s->engine.Type());
   if (d.mode == KSTAGE_ADIOS2_WRITE) {
     s->io.DefineAttribute<std::string>(layout::kFormat, "kstage");
     s->io.DefineAttribute<uint32_t>(layout::kFormatVersion, layout::kVersion);

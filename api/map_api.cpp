@@ -122,6 +122,25 @@ kstage_status_t kstage_release_map(kstage_stage_t stage, kstage_map_t map) {
   });
 }
 
+kstage_status_t kstage_release_map_after(kstage_stage_t stage, kstage_map_t map,
+                                         kstage_device_sync_t producer) {
+  return guard("kstage::release_map_after", [&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    std::shared_ptr<core::MapSession> m;
+    KSTAGE_ASSIGN_OR_RETURN(m, lookup(s->maps, map, Kind::Map));
+    {
+      // The buffers are freed in the order of the stage's stream: it waits for the producer first.
+      std::lock_guard lock(m->mutex);
+      KSTAGE_RETURN_NOT_OK(m->backend->order_after(producer, "producer"));
+    }
+    if (!s->maps.take(map))
+      return error(KSTAGE_INVALID_HANDLE, "map handle %llu is not live (released or unmapped?)",
+                   (unsigned long long)map);
+    return Status::OK();
+  });
+}
+
 kstage_status_t kstage_map_group_export(kstage_stage_t stage, kstage_map_t map,
                                         kstage_map_group_t group, uint64_t index, uint64_t flags,
                                         struct DLManagedTensorVersioned** tensor) {

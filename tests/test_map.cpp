@@ -1410,6 +1410,34 @@ TEST_CASE("rejected map calls leave the stage unchanged", "[map][errors]") {
 // ---------------------------------------------------------------------------
 // Concurrency
 
+TEST_CASE("kstage_release_map_after checks the producer's sync and leaves the map open when it fails",
+          "[map][errors]") {
+  Stage s(host_execution());
+  const kstage_token_t a = s.token("a");
+  kstage_query_t q = s.query(s.paths("/m", 4));
+  kstage_map_desc_t d = kstage_map_desc_init();
+  d.attribute = a;
+  d.dtype = f32(1);
+  kstage_map_t m = 0;
+  KS_OK(kstage_map_attribute(s.stage, q, &d, 1, nullptr, 0, &m));
+  if (kOnDevice) {  // a handle the device runtime refuses
+    KS_FAILS(kstage_release_map_after(s.stage, m, kstage_device_sync_t{0, 0xdead1}), KSTAGE_INVALID_ARGUMENT,
+             "producer.event 0xdead1");
+  } else {  // a host map: {0, 0} only
+    KS_FAILS(kstage_release_map_after(s.stage, m, kstage_device_sync_t{7, 0}), KSTAGE_INVALID_ARGUMENT,
+             "producer is {stream 0x7, event 0x0}");
+  }
+  kstage_map_group_info_t g{};
+  KS_OK(kstage_fetch_map_next(s.stage, m, 0, &g));  // still open
+  KS_FAILS(kstage_release_map_after(s.stage, 0, kstage_device_sync_t{0, 0}), KSTAGE_INVALID_HANDLE, "not live");
+  KS_OK(kstage_release_map_after(s.stage, m, kstage_device_sync_t{0, 0}));
+  KS_FAILS(kstage_release_map_after(s.stage, m, kstage_device_sync_t{0, 0}), KSTAGE_INVALID_HANDLE, "not live");
+  KS_FAILS(kstage_release_map(s.stage, m), KSTAGE_INVALID_HANDLE, "not live");
+  // Nothing was written: no column.
+  kstage_attribute_info_t info = kstage_attribute_info_init();
+  REQUIRE(kstage_attribute_info(s.stage, a, &info) == KSTAGE_NOT_FOUND);
+}
+
 TEST_CASE("concurrent fetches of one map hand out each group once", "[map][threads]") {
   Stage s(host_execution());
   auto prims = s.paths("/p", 64);

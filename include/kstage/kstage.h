@@ -1097,6 +1097,18 @@ KSTAGE_API kstage_status_t kstage_unmap_attribute(kstage_stage_t stage, kstage_m
 /** \brief Abandon a map: its uncommitted buffers are freed; nothing more is written. */
 KSTAGE_API kstage_status_t kstage_release_map(kstage_stage_t stage, kstage_map_t map);
 /**
+ * \brief Abandon a map whose device buffers a producer may still be writing
+ * (work enqueued on its own stream, not yet complete): as kstage_release_map,
+ * but the stage frees the buffers only after `producer` -- after its event,
+ * or after everything enqueued on its stream so far when the event is 0 (as
+ * the unmaps' done_sync) -- stream waits, never a host block. A host map takes
+ * {0, 0}: anything else is KSTAGE_INVALID_ARGUMENT naming `producer`, as is a
+ * handle the device runtime refuses; on any failure the map stays open.
+ * Errors: INVALID_HANDLE (map). (Added in 0.4.)
+ */
+KSTAGE_API kstage_status_t kstage_release_map_after(kstage_stage_t stage, kstage_map_t map,
+                                                    kstage_device_sync_t producer);
+/**
  * \brief Export tensor `index` of a fetched, not yet unmapped map group as a
  * writable DLPack tensor (READ_ONLY with KSTAGE_EXPORT_READ_ONLY), so a
  * DLPack-speaking producer can fill it. Writing through it after the group

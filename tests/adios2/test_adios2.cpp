@@ -265,7 +265,10 @@ TEST_CASE("columns on a device are checkpointed from device memory where ADIOS2 
   kstage_filter_t all{};
   kstage_query_t every = 0;
   KS_OK(kstage_query_filter(s.stage, &all, &every));
+  const Transfers before_increment = Transfers::now();
   A2_OK(kstage_adios2_write_step(w, s.stage, every, nullptr, 0, &d));
+  const Transfers increment = Transfers::now().since(before_increment);
+  CHECK(increment.down == (direct ? 0 : 1));  // the changed rows of x (n did not change)
   KS_OK(kstage_query_release(s.stage, every));
   A2_OK(kstage_adios2_close(w));
   kstage_adios2_open_desc_t rd = kstage_adios2_open_desc_init();
@@ -273,7 +276,10 @@ TEST_CASE("columns on a device are checkpointed from device memory where ADIOS2 
   kstage_adios2_stream_t r = 0;
   A2_OK(kstage_adios2_open(inc.c_str(), &rd, &r));
   uint64_t ordinal = 0;
+  const Transfers before_apply = Transfers::now();
   A2_OK(kstage_adios2_read_step(r, again.stage, KSTAGE_TIMEOUT_INFINITE, &ordinal));
+  const Transfers applied = Transfers::now().since(before_apply);
+  CHECK(applied.up == (direct ? 0 : 1));  // 8 rows of x into the existing device column
   A2_OK(kstage_adios2_close(r));
   CHECK(ordinal == 2);
   CHECK(snapshot(again.stage) == snapshot(s.stage));

@@ -646,6 +646,49 @@ TEST_CASE("an unmap is ordered after the producer's event; device map buffers gi
   KS_OK(kstage_release_map(s.stage, m));
 }
 
+TEST_CASE("a map released after its producer frees its buffers only once the producer's work has run",
+          "[device][sync][map]") {
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(4);
+  const kstage_token_t a = s.token("a"), b = s.token("b");
+  DeviceFloats src(0, {1, 2, 3, 4});
+  finish(s, write_op(s, q, b, 1, src.t));
+  s.seal(1);
+  kstage_map_desc_t d = kstage_map_desc_init();
+  d.attribute = a;
+  d.dtype = f32();
+  kstage_map_t m = 0;
+  KS_OK(kstage_map_attribute(s.stage, q, &d, 2, nullptr, 0, &m));
+  kstage_map_group_info_t g{};
+  KS_OK(kstage_fetch_map_next(s.stage, m, 0, &g));
+  // A producer fills the buffer on its own stream, held back; then gives the map up.
+  const uintptr_t producer = kstage_emulated_stream_create(0);
+  const std::vector<float> values = {4, 3, 2, 1};
+  kstage_emulated_stream_hold(producer);
+  kstage_emulated_memcpy_async(producer, g.data.tensors[0].data, values.data(), 16);
+  KS_OK(kstage_release_map_after(s.stage, m, kstage_device_sync_t{producer, 0}));
+  // The stage's stream waits for the producer (a stream wait, not a host block): work the stage
+  // enqueues after the release -- a compact read of another column -- is not done while the
+  // producer is held, so the buffer's free (before it) is not either.
+  kstage_read_desc_t rd = kstage_read_desc_init();
+  rd.compact = true;
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, q, &b, 1, &rd, &r));
+  kstage_read_group_t rg{};
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &rg));
+  REQUIRE(rg.data.device_sync.event != 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  REQUIRE(kstage_emulated_event_query(rg.data.device_sync.event) == 0);
+  kstage_emulated_stream_release(producer);
+  kstage_emulated_event_synchronize(rg.data.device_sync.event);
+  REQUIRE(group_floats(rg, 0, 4) == std::vector<float>({1, 2, 3, 4}));
+  KS_OK(kstage_release_group(s.stage, rg.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  kstage_emulated_stream_destroy(producer);
+  kstage_attribute_info_t info = kstage_attribute_info_init();
+  REQUIRE(kstage_attribute_info(s.stage, a, &info) == KSTAGE_NOT_FOUND);  // nothing committed
+}
+
 TEST_CASE("one reader event covers every column of a read, on any device", "[device][sync]") {
   DeviceStage s(DLDevice{DLDeviceType(0), 0});
   kstage_query_t q = s.query(32);
