@@ -110,8 +110,8 @@ KSTAGE_API kstage_status_t kstage_adios2_close(kstage_adios2_stream_t stream);
  * attribute with a column) for the query's prims, as `desc` says (NULL: a full step). Each
  * attribute's values are read from the stage (zero-copy groups, put without a copy when their
  * rows are in prim order) and held until the step ends. A fixed-size column on a GPU is put
- * from device memory where ADIOS2 takes it (an ADIOS2 with GPU support for that device, and a
- * BP engine), else read to the host; the memory space is always stated. The step's ordinal is
+ * from device memory where ADIOS2 takes it (an ADIOS2 with GPU support for that device, and the
+ * BP5 engine), else read to the host; the memory space is always stated. The step's ordinal is
  * the highest write floor among the attributes written.
  */
 KSTAGE_API kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t stream, kstage_stage_t stage,
