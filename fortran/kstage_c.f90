@@ -551,6 +551,13 @@ module kstage_c
       integer(c_int64_t), value :: stage, map
       integer(c_int32_t) :: status
     end function
+    function kstage_release_map_after(stage, map, producer) &
+        bind(C, name="kstage_release_map_after") result(status)
+      import :: c_int32_t, c_int64_t, kstage_device_sync_t
+      integer(c_int64_t), value :: stage, map
+      type(kstage_device_sync_t), value :: producer
+      integer(c_int32_t) :: status
+    end function
     function kstage_map_group_export(stage, map, group, index, flags, tensor) &
         bind(C, name="kstage_map_group_export") result(status)
       import :: c_int32_t, c_int64_t, c_ptr
