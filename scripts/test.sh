@@ -55,10 +55,10 @@
 #             from a copy outside the source tree, as user `nobody`, to whom the dependency cache
 #             and the build tree are not readable (logs: build/test-logs/python-*.log).
 # The default (KSTAGE_TEST_PRESETS unset) is "default python asan adios2-mpi tsan fuzz cuda hip".
-# On 2 cores it takes about 23 minutes with the dependencies cached (measured 2026-12-03, every
-# program rebuilt: default 237 s, python 86, asan 362, adios2-mpi 67, tsan 178, fuzz 91, cuda
-# 264, hip 74; see the timings printed at the end); a fresh CI machine adds the setup (its
-# Kokkos builds, and ~4 min for the MPI ADIOS2).
+# On 2 cores it takes about 20 minutes with the dependencies cached (measured 2026-12-04, every
+# program rebuilt: default 193 s, python 72, asan 313, adios2-mpi 72, tsan 150, fuzz 82, cuda
+# 236, hip 63; see the timings printed at the end); a fresh CI machine adds the setup (its
+# Kokkos builds, and ~4 min each for the MPI and the CUDA ADIOS2).
 #
 # Exits non-zero if any step of any preset fails.
 set -euo pipefail
