@@ -897,6 +897,21 @@ TEST_CASE("cpp: maps hand out writable Views; commit unmaps, destruction abandon
                             size_t(g.tensor(0).shape[0]) * 3 * sizeof(float), g.tensor(0).device);
   }
   REQUIRE(kstage_release_map(s.handle(), abandoned) == KSTAGE_INVALID_HANDLE);
+  // ... as one abandoned after its producer (kstage_release_map_after): a refused sync leaves it
+  // open, {0, 0} (the producer's work done) releases it.
+  {
+    kstage::Map m = s.map(q, t, 2, kstage::dtype_of<float[3]>(), o);
+    kstage::Status st;
+    const kstage_device_sync_t bad = kstage_test::kOnDevice ? kstage_device_sync_t{0, 0xdead1}
+                                                            : kstage_device_sync_t{7, 0};
+    REQUIRE_FALSE(m.abandon_after(bad, st));
+    REQUIRE(st.code() == KSTAGE_INVALID_ARGUMENT);
+    REQUIRE(bool(m));
+    abandoned = m.handle();
+    m.abandon_after({0, 0});
+    REQUIRE(!m);
+  }
+  REQUIRE(kstage_release_map(s.handle(), abandoned) == KSTAGE_INVALID_HANDLE);
   s.seal(2);
   REQUIRE(read_floats(s, q, t) == want);
   // A group committed on its own.

@@ -986,7 +986,21 @@ class Map {
   }
   /// Commits with done_sync {0, 0}: commit({0, 0}, st).
   Op commit(Status& st) { return commit({0, 0}, st); }
+  /// Abandons the map once the work `producer` has queued so far has run
+  /// (kstage_release_map_after): for a producer that gives the map up with its writes into
+  /// device buffers still queued. On failure the map stays open.
+  bool abandon_after(kstage_device_sync_t producer, Status& st) {
+    if (!detail::check(kstage_release_map_after(h_.stage(), h_.get(), producer), st)) return false;
+    h_.release();  // released: nothing left to release
+    current_ = MapGroup();
+    alive_.reset();
+    return true;
+  }
 #if KSTAGE_CPP_EXCEPTIONS
+  /// As abandon_after(kstage_device_sync_t, Status&), throwing kstage::Error on failure.
+  void abandon_after(kstage_device_sync_t producer) {
+    detail::throwing([&](Status& st) { return abandon_after(producer, st); });
+  }
   /// As next(MapGroup&, Status&, uint64_t), throwing kstage::Error on failure (false at
   /// the end).
   bool next(MapGroup& group, uint64_t timeout_ns = KSTAGE_TIMEOUT_INFINITE) {

@@ -129,7 +129,7 @@ class Map {
   Map(Map&&) noexcept = default;  // the moved-from map holds no state
   Map(const Map&) = delete;
   ~Map() {
-    if (state_) abandon();
+    if (state_) abandon_now();
   }
 
   // The next group, or None at the end (see iternext).
@@ -161,7 +161,25 @@ class Map {
     state_->ended = true;
     finish_op(state_->stage->id, op);
   }
-  void abandon() {
+  // `stream` (not None): the producer's stream, whose writes into the buffers may still be
+  // queued -- the buffers are freed after them (kstage_release_map_after).
+  void abandon(nb::handle stream) {
+    if (state_->ended) return;
+    if (state_->stage->id != 0 && !stream.is_none()) {
+      kstage_device_sync_t after{};
+      after.stream = producer_stream(stream, state_->device);
+      kstage_status_t status;
+      {
+        ReleaseGil gil;
+        status = kstage_release_map_after(state_->stage->id, state_->id, after);
+      }
+      check(status);  // on failure the map stays open
+      state_->ended = true;
+      return;
+    }
+    abandon_now();
+  }
+  void abandon_now() {
     if (state_->ended) return;
     state_->ended = true;
     if (state_->stage->id != 0) {
@@ -175,7 +193,7 @@ class Map {
     if (type.is_none() && !state_->ended) {
       commit(nb::none());
     } else {
-      abandon();
+      abandon_now();
     }
     return false;
   }
@@ -255,7 +273,10 @@ void register_map(nb::module_& m, nb::handle stage_class) {
            nb::sig("def __iter__(self) -> collections.abc.Iterator[MapGroup]"))
       .def("commit", &Map::commit, nb::kw_only(), nb::arg("stream") = nb::none(),
            "Commits every fetched group not yet committed, and ends the map.")
-      .def("abandon", &Map::abandon, "Ends the map without committing what is left (idempotent).")
+      .def("abandon", &Map::abandon, nb::kw_only(), nb::arg("stream") = nb::none(),
+           "Ends the map without committing what is left (idempotent). stream: the producer's "
+           "stream when its writes into the buffers may still be queued there: the buffers are "
+           "freed after them (on failure, the map stays open).")
       .def_prop_ro("ended", &Map::ended)
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__",

@@ -480,3 +480,23 @@ def test_map_commit_stream_none_is_the_legacy_default_stream(dstage, emu):
     finally:
         emu.kstage_emulated_stream_release(1)
     assert np.array_equal(got, DATA)
+
+
+def test_abandon_after_the_producers_stream_on_the_device(dstage):
+    # A device map given up with the producer's stream: the buffers are freed after its work
+    # (None: the legacy default stream); a stream the device does not know is refused and the map
+    # stays open; nothing is committed.
+    for stream in (None, 1, -1):
+        m = dstage.map(PATHS, "given_up", 2, dtype="f4", lanes=3, residency=(EXT, 0))
+        for mg in m:
+            pass
+        if stream is None:
+            with pytest.raises(kstage.InvalidArgument, match="producer"):
+                m.abandon(stream=12345)
+            assert not m.ended
+            m.abandon(stream=1)
+        else:
+            m.abandon(stream=stream)
+        assert m.ended
+    dstage.seal(2)
+    assert dstage.query(has="given_up").paths.tolist() == []

@@ -149,6 +149,21 @@ def test_abandon_and_commit_are_final(stage, q4):
     assert read_compact(stage, q4, "pos") is None
 
 
+def test_abandon_after_the_producers_stream(stage, q4):
+    # A host map has no stream to wait for: a stream is refused, and the map stays open.
+    m = stage.map(q4, "abandoned", 1, dtype="f4")
+    g = next(iter(m))
+    with pytest.raises(kstage.InvalidArgument, match="producer"):
+        m.abandon(stream=7)
+    assert not m.ended
+    m.abandon(stream=0)
+    assert m.ended
+    with pytest.raises(kstage.InvalidHandle):
+        g.commit()
+    stage.seal(1)
+    assert read_compact(stage, q4, "abandoned") is None
+
+
 def test_array_map(stage, q4):
     counts = [1, 0, 2, 3]
     with stage.map(q4, "rag", 1, dtype="i4", element_counts=counts) as m:
