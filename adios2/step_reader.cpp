@@ -59,8 +59,8 @@ void read_rows(Reader& r, adios2::Variable<T>& v, uint64_t start, uint64_t rows,
          v.Name().c_str(), (unsigned long long)row_count(v), (unsigned long long)start,
          (unsigned long long)(start + rows - 1));
   set_space(v, space);  // stated, never detected
-  if (r.is_inline) {
-    if (space == Space::Device) fail(KSTAGE_INTERNAL, "an Inline read into device memory");  // one writer, whose one block is the whole array
+  if (r.is_inline) {  // one writer, whose one block is the whole array
+    if (space == Space::Device) fail(KSTAGE_INTERNAL, "an Inline read into device memory");
     typename adios2::Variable<T>::Info info;
     v.SetBlockSelection(0);
     r.e.Get(v, info, adios2::Mode::Deferred);
@@ -485,8 +485,17 @@ struct Incoming {
   }
 };
 
+// A query of no prims (the caller's to release: a Query).
+kstage_query_t empty_query(kstage_stage_t stage) {
+  static const kstage_path_t none = 0;
+  kstage_query_t q = 0;
+  check(kstage_query_paths(stage, &none, 0, &q), "kstage_adios2_read_step: an empty query");
+  return q;
+}
+
 // A map of the attribute's prims at its floor (a new column: where the stage makes it).
-kstage_map_t map_values(kstage_stage_t stage, kstage_query_t query, const AttributeIn& a) {
+kstage_map_t map_values(kstage_stage_t stage, kstage_query_t query, const AttributeIn& a,
+                        const char* what = "kstage_adios2_read_step: a map") {
   kstage_map_desc_t md = kstage_map_desc_init();
   md.attribute = a.token;
   md.dtype = a.dtype;
@@ -494,7 +503,7 @@ kstage_map_t map_values(kstage_stage_t stage, kstage_query_t query, const Attrib
   md.is_array = a.is_array;
   md.prim_mode = KSTAGE_PRIM_MODE_UPSERT;
   kstage_map_t map = 0;
-  check(kstage_map_attribute(stage, query, &md, a.floor, nullptr, 0, &map), "kstage_adios2_read_step: a map");
+  check(kstage_map_attribute(stage, query, &md, a.floor, nullptr, 0, &map), what);
   return map;
 }
 
@@ -502,9 +511,7 @@ kstage_map_t map_values(kstage_stage_t stage, kstage_query_t query, const Attrib
 // map of no prims, never committed -- where the stage makes a new one.
 DLDevice column_device(kstage_stage_t stage, const AttributeIn& a) {
   if (a.column_exists) return a.residency;
-  static const kstage_path_t none = 0;
-  Query q(stage, kstage_query_t(0));
-  check(kstage_query_paths(stage, &none, 0, &q.q), "kstage_adios2_read_step: an empty query");
+  const Query q(stage, empty_query(stage));
   const kstage_map_t map = map_values(stage, q.q, a);
   kstage_map_group_info_t g{};
   const kstage_status_t st = kstage_fetch_map_next(stage, map, KSTAGE_TIMEOUT_INFINITE, &g);
@@ -559,17 +566,8 @@ void make_empty_column(kstage_stage_t stage, const AttributeIn& a) {
   if (st != KSTAGE_NOT_FOUND) check(st, "kstage_adios2_read_step");
   // A map of no prims, its one (empty) group fetched and committed: a write of no rows, which
   // a kstage_write_attribute of an array attribute cannot express (it takes a tensor per row).
-  static const kstage_path_t none = 0;
-  Query q(stage, kstage_query_t(0));
-  check(kstage_query_paths(stage, &none, 0, &q.q), "kstage_adios2_read_step: an empty query");
-  kstage_map_desc_t md = kstage_map_desc_init();
-  md.attribute = a.token;
-  md.dtype = a.dtype;
-  md.semantic = a.semantic;
-  md.is_array = a.is_array;
-  md.prim_mode = KSTAGE_PRIM_MODE_UPSERT;
-  kstage_map_t map = 0;
-  check(kstage_map_attribute(stage, q.q, &md, a.floor, nullptr, 0, &map), "kstage_adios2_read_step: an empty column");
+  const Query q(stage, empty_query(stage));
+  const kstage_map_t map = map_values(stage, q.q, a, "kstage_adios2_read_step: an empty column");
   kstage_map_group_info_t g{};
   kstage_op_t op = 0;
   kstage_status_t st2 = kstage_fetch_map_next(stage, map, KSTAGE_TIMEOUT_INFINITE, &g);

@@ -111,17 +111,6 @@ kstage_status_t kstage_unmap_attribute(kstage_stage_t stage, kstage_map_t map,
   });
 }
 
-kstage_status_t kstage_release_map(kstage_stage_t stage, kstage_map_t map) {
-  return guard([&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
-    if (!s->maps.take(map))
-      return error(KSTAGE_INVALID_HANDLE, "map handle %llu is not live (released or unmapped?)",
-                   (unsigned long long)map);
-    return Status::OK();
-  });
-}
-
 kstage_status_t kstage_release_map_after(kstage_stage_t stage, kstage_map_t map,
                                          kstage_device_sync_t producer) {
   return guard("kstage::release_map_after", [&]() -> Status {
@@ -130,15 +119,20 @@ kstage_status_t kstage_release_map_after(kstage_stage_t stage, kstage_map_t map,
     std::shared_ptr<core::MapSession> m;
     KSTAGE_ASSIGN_OR_RETURN(m, lookup(s->maps, map, Kind::Map));
     {
-      // The buffers are freed in the order of the stage's stream: it waits for the producer first.
+      // The buffers are freed in the order of the stage's stream: it waits for the producer
+      // first ({0, 0}: nothing to wait for).
       std::lock_guard lock(m->mutex);
       KSTAGE_RETURN_NOT_OK(m->backend->order_after(producer, "producer"));
     }
-    if (!s->maps.take(map))
+    if (!s->maps.take(map))  // released by another thread meanwhile
       return error(KSTAGE_INVALID_HANDLE, "map handle %llu is not live (released or unmapped?)",
                    (unsigned long long)map);
     return Status::OK();
   });
+}
+
+kstage_status_t kstage_release_map(kstage_stage_t stage, kstage_map_t map) {
+  return kstage_release_map_after(stage, map, kstage_device_sync_t{0, 0});
 }
 
 kstage_status_t kstage_map_group_export(kstage_stage_t stage, kstage_map_t map,

@@ -164,20 +164,16 @@ class Map {
   // `stream` (not None): the producer's stream, whose writes into the buffers may still be
   // queued -- the buffers are freed after them (kstage_release_map_after).
   void abandon(nb::handle stream) {
-    if (state_->ended) return;
-    if (state_->stage->id != 0 && !stream.is_none()) {
-      kstage_device_sync_t after{};
-      after.stream = producer_stream(stream, state_->device);
-      kstage_status_t status;
-      {
-        ReleaseGil gil;
-        status = kstage_release_map_after(state_->stage->id, state_->id, after);
-      }
-      check(status);  // on failure the map stays open
-      state_->ended = true;
-      return;
+    if (stream.is_none() || state_->ended || state_->stage->id == 0) return abandon_now();
+    kstage_device_sync_t after{};
+    after.stream = producer_stream(stream, state_->device);
+    kstage_status_t status;
+    {
+      ReleaseGil gil;
+      status = kstage_release_map_after(state_->stage->id, state_->id, after);
     }
-    abandon_now();
+    check(status);  // on failure the map stays open
+    state_->ended = true;
   }
   void abandon_now() {
     if (state_->ended) return;

@@ -190,7 +190,8 @@ TEST_CASE("columns on a device are checkpointed from device memory where ADIOS2 
   const bool direct = false;
 #endif
 #else
-  const DLDevice device{kDLExtDev, 1};  // the emulated device (backends/emulated)
+  // The emulated device (backends/emulated): the ordinal under test, or 1 in the host program.
+  const DLDevice device = kOnDevice ? kResidency : DLDevice{kDLExtDev, 1};
   const bool direct = false;
 #endif
   Stage s(host_execution(), &device);
