@@ -484,11 +484,14 @@ kokkos_cuda13_compat() {
   local bld=$1 prefix=$2 config=$1/KokkosCore_config.h
   [ -f "$config" ] || die "kokkos-cuda: $config missing after configure"
   mkdir -p "$prefix/include"
+  # By name, from the folder the config header sits in (the build folder, then the installed
+  # include folder), so that a copy of the install (scripts/gpu-check.sh's bundle) works too.
+  cp "$CUDA_COMPAT_HEADER" "$bld/kstage_cuda13_compat.h"
   cp "$CUDA_COMPAT_HEADER" "$prefix/include/kstage_cuda13_compat.h"
   cat >> "$config" <<EOF
 
 /* Added by kstage scripts/setup.sh --cuda: the CUDA 13 runtime signatures Kokkos < 4.7 calls. */
-#include "$prefix/include/kstage_cuda13_compat.h"
+#include "kstage_cuda13_compat.h"
 EOF
 }
 

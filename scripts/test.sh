@@ -26,7 +26,7 @@
 #             `--adios2-cuda` a CUDA ADIOS2 for the bridge's device path, ~5 min once):
 #             configure and build only, test programs included. They need a GPU and run with
 #             scripts/gpu-check.sh; no GPU is needed here: the leg packs the GPU bundle and
-#             checks the script with `gpu-check.sh run --dry-run`. In the default list only when nvcc is
+#             checks the script with `gpu-check.sh bare-dry-run`. In the default list only when nvcc is
 #             found (KSTAGE_NVCC, PATH or /usr/local/cuda/bin); named explicitly it is required.
 #   hip       the HIP build with Debian's hipcc 5.2 (`scripts/setup.sh --hip` installs hipcc and
 #             libamdhip64-dev with apt-get and builds its Kokkos): configure and build only, as
@@ -201,9 +201,8 @@ for preset in $PRESETS; do
     # The GPU check script itself, before it meets a GPU: a bundle of this build, and a dry run.
     if [ "$preset" = cuda ]; then
       if bash "$ROOT/scripts/gpu-check.sh" bundle >"$LOG_DIR/gpu-check-bundle.log" 2>&1 &&
-         bash "$ROOT/scripts/gpu-check.sh" run --dry-run --out "$ROOT/build/gpu-dry-run" \
-           >"$LOG_DIR/gpu-check-dry-run.log" 2>&1; then
-        echo "==== preset 'cuda': scripts/gpu-check.sh bundle and run --dry-run OK" \
+         bash "$ROOT/scripts/gpu-check.sh" bare-dry-run >"$LOG_DIR/gpu-check-dry-run.log" 2>&1; then
+        echo "==== preset 'cuda': scripts/gpu-check.sh bundle and bare-dry-run OK" \
              "($(tail -n 1 "$LOG_DIR/gpu-check-bundle.log" | cut -c1-100))"
       else
         tail -n 30 "$LOG_DIR/gpu-check-bundle.log" "$LOG_DIR/gpu-check-dry-run.log" 2>/dev/null || true

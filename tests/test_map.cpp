@@ -1420,9 +1420,13 @@ TEST_CASE("kstage_release_map_after checks the producer's sync and leaves the ma
   d.dtype = f32(1);
   kstage_map_t m = 0;
   KS_OK(kstage_map_attribute(s.stage, q, &d, 1, nullptr, 0, &m));
-  if (kOnDevice) {  // a handle the device runtime refuses
+  if (kOnDevice) {
+#if defined(KSTAGE_TEST_EMULATED_DEVICE)
+    // A handle the emulated runtime refuses. Only there: CUDA and HIP do not check handles, and
+    // a made-up event is undefined behaviour on them (kstage.h, kstage_device_sync_t).
     KS_FAILS(kstage_release_map_after(s.stage, m, kstage_device_sync_t{0, 0xdead1}), KSTAGE_INVALID_ARGUMENT,
              "producer.event 0xdead1");
+#endif
   } else {  // a host map: {0, 0} only
     KS_FAILS(kstage_release_map_after(s.stage, m, kstage_device_sync_t{7, 0}), KSTAGE_INVALID_ARGUMENT,
              "producer is {stream 0x7, event 0x0}");

@@ -247,8 +247,11 @@ enum {
  * - Work that stays on the host -- host data written to a host column, a
  *   read whose data lands on the host, host map buffers unmapped -- takes
  *   {0, 0} and gives {0, 0}: any other value there is KSTAGE_INVALID_ARGUMENT
- *   naming the field (`device_sync`, `desc.device_sync`, `done_sync`). A
- *   handle the device backend does not know is INVALID_ARGUMENT too.
+ *   naming the field (`device_sync`, `desc.device_sync`, `done_sync`). On
+ *   CUDA and HIP a stream or event handle that is not live is undefined
+ *   behaviour (the runtimes do not check handles); the emulated device's
+ *   runtime refuses one it does not know with INVALID_ARGUMENT, as a
+ *   courtesy to tests, not as a promise of the other backends.
  * - Reads that land on the host (a host column, or target_device = CPU)
  *   return complete data: the copy down is waited for inside
  *   kstage_read_attributes. kstage_fetch_read_next never blocks.
