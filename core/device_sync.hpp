@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// kstage_device_sync_t rules that do not depend on a backend (DESIGN.md,
+// kstage_device_sync_t rules that do not depend on a backend (docs/design.md,
 // "Synchronisation"): work that stays on the host has nothing to order, so
 // its sync is {0, 0} both ways, and anything else is a caller's mistake (a
 // CUDA event handed to a host write would otherwise be silently ignored).

@@ -110,7 +110,7 @@ class Stage {
                                           uint64_t ordinal, const uint64_t* element_counts,
                                           uint64_t n);
   // Commits `groups` of `session` as one op: all are enqueued or none is.
-  // `done_sync` is the producer's (DESIGN.md "Synchronisation"; host maps: {0, 0}).
+  // `done_sync` is the producer's (docs/design.md "Synchronisation"; host maps: {0, 0}).
   Result<std::shared_ptr<Op>> commit(MapSession& session, const std::vector<MapGroup*>& groups,
                                      const kstage_device_sync_t& done_sync);
 

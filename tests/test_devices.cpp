@@ -2,7 +2,7 @@
 // Device types and kstage_device_sync_t where every column lives on the
 // host: pinned host memory (kDLCUDAHost, kDLROCMHost) is host memory, and
 // host work takes {0, 0} and gives {0, 0} -- any other sync is rejected,
-// naming the field, and leaves the stage as it was (DESIGN.md,
+// naming the field, and leaves the stage as it was (docs/design.md,
 // "Synchronisation").
 #include "support.hpp"
 

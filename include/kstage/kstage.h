@@ -219,7 +219,7 @@ enum {
  * kstage cannot check a handle it is given: a value that is not a live stream
  * or event of that device is undefined behaviour, as it is for the runtime.
  *
- * The rules (DESIGN.md "Synchronisation"):
+ * The rules (also in docs/gpus.md, "Streams and events"):
  * - Write and unmap (`device_sync`, `done_sync`): kstage orders its own work
  *   after the producer's `event` -- or, with event 0, after all work enqueued
  *   on `stream` so far -- with a stream wait, never a host block. The call
