@@ -3,7 +3,7 @@
 // its kernel templates). Kokkos lifetime for a library without main(): initialise only if the
 // application has not (Kokkos 4+ aborts on double initialisation, and a
 // ScopeGuard would do that), and finalise at exit only what we initialised,
-// after `before_finalize` has released every View we own.
+// after `before_finalize` has released every buffer we own.
 #include "core/backend.hpp"
 #include "core/profiling_region.hpp"
 

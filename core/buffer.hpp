@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// A block of bytes in one memory space, owned by a backend (a Kokkos View
-// underneath). Shared ownership is how snapshots stay alive: a read group
+// A block of bytes in one memory space, owned by the backend that allocated
+// or adopted it (not a Kokkos View). Shared ownership is how snapshots stay alive: a read group
 // holds a pinned BufferPtr (see pin()), and the sealing code copies on write
 // when a buffer it wants to modify is pinned or held by anyone else.
 #pragma once

@@ -15,7 +15,7 @@ struct ExportContext {
   std::shared_ptr<const StreamRelease> after;  // releases after the consumer's stream, when set
   uintptr_t after_stream = 0;
 
-  // The buffer is a Kokkos View underneath; after Kokkos::finalize it must
+  // A buffer is released only while Kokkos runs; after Kokkos::finalize it must
   // not be released any more, so a late deleter frees only the context's
   // storage (no destructors run) and leaks the buffer on purpose.
   static void release(ExportContext* ctx) {
