@@ -1,0 +1,193 @@
+// SPDX-License-Identifier: Apache-2.0
+// The GPU backend's shared state and its buffers (backends/gpu/gpu_backend.hpp): GpuShared,
+// which outlives the backend while buffers, groups or ops still refer to it, and releases
+// what must wait for the device (retire, release_after); the allocator's buffers and plain
+// ones; an export's release after its consumer's stream.
+#pragma once
+
+#include "backends/gpu/lanes.hpp"
+#include "core/backend.hpp"
+#include "core/buffer.hpp"
+#include "core/status.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+namespace kstage::backends::gpu {
+
+// What outlives the backend while buffers, groups or ops still refer to it:
+// the lane (the allocator frees on its stream) and what waits for an event
+// before it is released.
+template <class RT>
+struct GpuShared {
+  using Stream = typename RT::Stream;
+  using Event = typename RT::Event;
+
+  GpuShared(int32_t ordinal, std::unique_ptr<Lane<RT>> l)
+      : device(ordinal), lane(std::move(l)), stream(lane->stream) {}
+  ~GpuShared() {
+    const DeviceGuard<RT> on_device(device);
+    (void)RT::stream_synchronize(stream);
+    reap(/*all=*/true);
+    // Hand back what this stage can have cached -- at most what it allocated -- and never
+    // what other stages use (a short-lived stage does not empty a long-lived one's cache).
+    size_t reserved = 0, used = 0;
+    if (pool && RT::pool_usage(pool, &reserved, &used) == RT::success) {
+      const size_t cached = reserved > used ? reserved - used : 0;
+      (void)RT::pool_trim(pool, reserved - std::min(cached, allocated_bytes.load()));
+    }
+    (void)RT::take_error();
+    Lanes<RT>::give(device, std::move(lane));
+  }
+
+  // Releases `b` (and `bytes`) once the work enqueued so far has run.
+  // Runs in a buffer's deleter: never throws. What it cannot track (no event, no memory for
+  // the list) it waits for instead.
+  void retire(std::unique_ptr<core::DeviceBuffer> b, std::vector<std::byte> bytes = {}) noexcept {
+    const DeviceGuard<RT> on_device(device);
+    Retired r{Event{}, std::move(b), std::move(bytes), nullptr};
+    bool tracked = false;
+    if (RT::event_create(&r.event) == RT::success && RT::event_record(r.event, stream) == RT::success) {
+      try {
+        std::lock_guard lock(mutex);
+        retired.push_back(std::move(r));  // (on failure r still holds everything)
+        tracked = true;
+      } catch (...) {
+      }
+    }
+    if (!tracked) {  // cannot track it: wait instead
+      (void)RT::take_error();
+      (void)RT::stream_synchronize(stream);
+      if (r.event) (void)RT::event_destroy(r.event);
+      (void)RT::take_error();
+      return;  // r released here, the work done
+    }
+    reap(false);
+  }
+  void reap(bool all) noexcept {
+    std::vector<Retired> done;  // released outside the lock
+    try {
+      std::lock_guard lock(mutex);
+      while (!retired.empty()) {
+        Event e = retired.front().event;
+        if (all) (void)RT::event_synchronize(e);
+        else if (RT::event_query(e) == RT::not_ready) break;
+        done.push_back(std::move(retired.front()));  // (on failure: left for later)
+        (void)RT::event_destroy(e);
+        retired.pop_front();
+      }
+    } catch (...) {
+    }
+    (void)RT::take_error();  // a faulty device reports it at the next checked call
+  }
+  // Drops `held` once the work enqueued on the consumer's stream `s` so far has completed.
+  // While the backend lives, an event recorded on `s` is queued for its reaping; once it is
+  // gone nothing would reap the queue (and `held` would keep this object), so the consumer's
+  // stream is waited for here instead.
+  void release_after(core::BufferPtr held, Stream s) noexcept {
+    const DeviceGuard<RT> on_device(device);
+    Retired r{Event{}, nullptr, {}, std::move(held)};
+    if (backend_alive.load() && RT::event_create(&r.event) == RT::success &&
+        RT::event_record(r.event, s) == RT::success) {
+      try {
+        std::lock_guard lock(mutex);
+        retired.push_back(std::move(r));  // (on failure r still holds everything)
+        return;
+      } catch (...) {
+      }
+    }
+    (void)RT::take_error();  // cannot track it: wait for the consumer instead
+    if (r.event) (void)RT::event_destroy(r.event);
+    (void)RT::stream_synchronize(s);
+    (void)RT::take_error();
+  }
+  // The lane's side stream, made the first time it is asked for.
+  Result<Stream> side_stream() {
+    std::lock_guard lock(mutex);
+    if (!lane->side) {
+      Stream s{};
+      if (const typename RT::Error e = RT::stream_create(&s); e != RT::success) {
+        (void)RT::take_error();
+        return error(KSTAGE_DEVICE_ERROR, "%s device %d: stream creation failed: %s", RT::kName,
+                     int(device), RT::error_string(e));
+      }
+      lane->side = s;
+    }
+    return lane->side;
+  }
+  // Counted in the allocator's granularity (256 bytes).
+  void allocated(size_t bytes) noexcept { allocated_bytes.fetch_add((bytes + 255) & ~size_t(255)); }
+
+  struct Retired {
+    Event event;
+    std::unique_ptr<core::DeviceBuffer> buffer;
+    std::vector<std::byte> bytes;  // a pageable copy's source
+    core::BufferPtr held;          // an export's memory, after its consumer's stream
+  };
+  int32_t device;
+  std::unique_ptr<Lane<RT>> lane;
+  Stream stream;
+  typename RT::Pool pool{};         // null: the device's default pool
+  std::atomic<bool> plain{false};   // pools unsupported: plain allocations
+  std::atomic<size_t> allocated_bytes{0};  // by this stage, ever
+  std::atomic<bool> backend_alive{true};     // false once ~GpuBackend began
+  std::mutex mutex;
+  std::deque<Retired> retired;
+};
+
+// Memory from the stream-ordered allocator, freed on the stage's stream.
+template <class RT>
+class GpuBuffer final : public core::DeviceBuffer {
+ public:
+  GpuBuffer(std::shared_ptr<GpuShared<RT>> shared, std::byte* data, size_t size)
+      : DeviceBuffer(data, size, DLDevice{DLDeviceType(RT::kDeviceType), shared->device}),
+        shared_(std::move(shared)) {
+    shared_->allocated(size);
+  }
+  ~GpuBuffer() override {
+    const DeviceGuard<RT> on_device(shared_->device);
+    if (RT::free_async(data(), shared_->stream) != RT::success) (void)RT::take_error();
+  }
+
+ private:
+  std::shared_ptr<GpuShared<RT>> shared_;
+};
+
+// A plain allocation (where pools are unsupported): freed at once by its
+// destructor, which runs only after an event (GpuShared::retire).
+template <class RT>
+class PlainBuffer final : public core::DeviceBuffer {
+ public:
+  PlainBuffer(std::byte* data, size_t size, int32_t device)
+      : DeviceBuffer(data, size, DLDevice{DLDeviceType(RT::kDeviceType), device}) {}
+  ~PlainBuffer() override {
+    if (RT::free(data()) != RT::success) (void)RT::take_error();
+  }
+};
+
+// An export's release after its consumer's stream (core::StreamRelease).
+template <class RT>
+class GpuStreamRelease final : public core::StreamRelease {
+ public:
+  explicit GpuStreamRelease(std::shared_ptr<GpuShared<RT>> shared) : shared_(std::move(shared)) {}
+  // The per-thread default stream (2) is the deleter's thread's, not the consumer's: an
+  // event on the legacy default stream instead follows every blocking stream's work, the
+  // per-thread default streams included.
+  void release_after(core::BufferPtr held, uintptr_t stream) const noexcept override {
+    typename RT::Stream s = stream == 1 || stream == 2 ? RT::legacy_stream()
+                                                       : from_handle<typename RT::Stream>(stream);
+    shared_->release_after(std::move(held), s);
+  }
+
+ private:
+  std::shared_ptr<GpuShared<RT>> shared_;
+};
+
+}  // namespace kstage::backends::gpu
