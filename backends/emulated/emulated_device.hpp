@@ -5,6 +5,9 @@
 // an ordinal's sticky fault) and injected faults. The runtime table
 // (emulated_runtime.hpp) and the test API (kstage_emulated.h) are built on
 // it; kstage_emulated.h says what it promises.
+// Implemented in emulated_device.cpp (errors, contexts), emulated_arena.cpp,
+// emulated_stream.cpp (streams, events, handles), emulated_pool.cpp and
+// emulated_launch.cpp (launches, copies); the test API in emulated_test_api.cpp.
 #pragma once
 
 #include "backends/emulated/kstage_emulated.h"
