@@ -7,7 +7,8 @@
 # default leg runs it with KSTAGE_REQUIRE_DOCS=ON, so a missing doxygen fails there too).
 # kstage::detail, kstage::impl and KSTAGE_IMPL_* are implementation, not reference.
 #
-# Headers: include/kstage/kstage.h, kstage.hpp and dlpack.hpp -- and any header listed in
+# Headers: include/kstage/kstage.h, kstage.hpp and the parts it includes (kstage/hpp/*.hpp,
+# where the C++ API's classes are), dlpack.hpp -- and any header listed in
 # KSTAGE_DOCS_EXTRA_HEADERS (a bridge's own header, once it exists).
 include_guard(GLOBAL)
 
@@ -21,9 +22,11 @@ if(NOT DOXYGEN_FOUND)
   return()
 endif()
 
+file(GLOB _kstage_cpp_parts CONFIGURE_DEPENDS "${PROJECT_SOURCE_DIR}/include/kstage/hpp/*.hpp")
 set(KSTAGE_DOCS_HEADERS
     "${PROJECT_SOURCE_DIR}/include/kstage/kstage.h"
     "${PROJECT_SOURCE_DIR}/include/kstage/kstage.hpp"
+    ${_kstage_cpp_parts}
     "${PROJECT_SOURCE_DIR}/include/kstage/dlpack.hpp"
     "${PROJECT_SOURCE_DIR}/include/kstage/kstage_arrow.h"
     ${KSTAGE_DOCS_EXTRA_HEADERS})
