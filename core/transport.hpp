@@ -63,4 +63,7 @@ struct WriteTensors {
 // The tensors of a write's data, or an error naming the bad entry.
 Result<WriteTensors> write_tensors(const kstage_write_data_t& data, const char* attr);
 
+// Tensor i of a write's data as messages name it: "tensors[0]", "managed_tensors[2]".
+std::string tensor_name(const kstage_write_data_t& data, size_t i);
+
 }  // namespace kstage::core
