@@ -296,69 +296,48 @@ Result<StagedRows> stage_array(const SourceTensor& first, ArrayRows& rows,
   return out;
 }
 
-}  // namespace
+// --- the phases of stage_write ------------------------------------------------------------
 
-std::string tensor_name(const kstage_write_data_t& d, size_t i) {
-  return format("%s[%zu]", source_kind(d), i);
-}
+// What one write's phases work out, each phase filling its part for the next.
+struct WritePlan {
+  Selection sel;  // decode_selection
+  // decode_tensors: the tensors and which array of the descriptor holds them, tensor 0 (which
+  // describes the write) and the last one (resolve_residency checks the memory of both), and an
+  // array write's rows.
+  WriteTensors tensors;
+  const char* kind = nullptr;
+  SourceTensor first, last;
+  ArrayRows rows;
+  // resolve_residency: the backend that stages the rows, the column's (StagedWrite::backend)
+  // or, when that one cannot read the source, the source's own.
+  Backend* stager = nullptr;
+  // check_rows: an array write's source row count, and whether one packed tensor holds them.
+  uint64_t wanted = 0;
+  bool packed = false;
+};
 
-Result<WriteTensors> write_tensors(const kstage_write_data_t& d, const char* attr) {
-  if (sources(d) != 1) {
-    std::string got;
-    for (auto [set, name] : {std::pair{d.tensors != nullptr, "tensors"},
-                             std::pair{d.managed_tensors != nullptr, "managed_tensors"},
-                             std::pair{d.legacy_managed_tensors != nullptr, "legacy_managed_tensors"}})
-      if (set) got += std::string(got.empty() ? "" : " and ") + name;
-    return error(KSTAGE_INVALID_ARGUMENT,
-                 "exactly one of tensors, managed_tensors and legacy_managed_tensors must be "
-                 "non-NULL (got %s)",
-                 got.empty() ? "none" : got.c_str());
-  }
-  // tensor_count is checked before anything is sized by it or read through it.
-  if (d.tensor_count == 0)
-    return error(KSTAGE_INVALID_ARGUMENT, "tensor_count is 0; a write needs at least one tensor");
-  if (!d.is_array && d.tensor_count != 1)
-    return error(KSTAGE_INVALID_ARGUMENT,
-                 "'%s' is fixed-size (is_array = false): it takes exactly 1 tensor, got "
-                 "tensor_count %llu",
-                 attr, (unsigned long long)d.tensor_count);
-  if (d.tensor_count > UINT32_MAX)
-    return error(KSTAGE_INVALID_ARGUMENT,
-                 "tensor_count %llu exceeds 2^32-1: an array write takes one tensor per source "
-                 "row, and source rows are indexed by uint32",
-                 (unsigned long long)d.tensor_count);
-  // Managed entries are checked here, once: afterwards every index is a tensor.
-  for (uint64_t i = 0; i < d.tensor_count && !d.tensors; ++i) {
-    if (d.managed_tensors && d.managed_tensors[i] == nullptr)
-      return error(KSTAGE_INVALID_ARGUMENT, "managed_tensors[%llu] is NULL", (unsigned long long)i);
-    if (d.legacy_managed_tensors && d.legacy_managed_tensors[i] == nullptr)
-      return error(KSTAGE_INVALID_ARGUMENT, "legacy_managed_tensors[%llu] is NULL",
-                   (unsigned long long)i);
-  }
-  return WriteTensors{&d, size_t(d.tensor_count)};
-}
-
-Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
+// The write's tensors, decoded before the column is looked at: tensor 0 describes the write
+// (dtype, device, rows), which the later phases resolve the column and the stager from, and an
+// array write's other row tensors must agree with it. Each is decoded once, an array write's
+// rows into 16 bytes each (ArrayRows): a ragged write may have a million. Hands on `tensors`,
+// `kind`, `first`, `last` and `rows`.
+Status decode_tensors(const WriteRequest& r, WritePlan& w) {
   const kstage_write_data_t& d = *r.data;
-  const char* attr = r.attribute_name.c_str();
-  Selection sel;
-  KSTAGE_ASSIGN_OR_RETURN(sel, decode_selection(d, r.prims->size(), backends.host()));
+  const Selection& sel = w.sel;
   // One tensor per source row and no index_map: exactly one per addressed
   // prim. More than that is refused before tensor_count sizes anything.
   if (d.is_array && !sel.indexed() && d.tensor_count > std::max<uint64_t>(sel.count, 1) &&
       sources(d) == 1)
     KSTAGE_RETURN_NOT_OK(
         check_row_count(d, sel, d.tensor_count, "tensor_count, one tensor per row"));
-  WriteTensors tensors;
-  KSTAGE_ASSIGN_OR_RETURN(tensors, write_tensors(d, attr));
+  KSTAGE_ASSIGN_OR_RETURN(w.tensors, write_tensors(d, r.attribute_name.c_str()));
+  const WriteTensors& tensors = w.tensors;
 
-  // Tensor 0 describes the write; an array write's other row tensors must agree with it.
-  // They are decoded here, once each, into 16 bytes per row (ArrayRows).
-  const char* kind = source_kind(d);
-  SourceTensor first, last;
+  const char* kind = w.kind = source_kind(d);
+  SourceTensor& first = w.first;
   KSTAGE_RETURN_NOT_OK(decode_source_tensor(tensors[0], kind, 0, first));
   const size_t n_tensors = tensors.size();
-  ArrayRows rows;
+  ArrayRows& rows = w.rows;
   rows.in_order = d.is_array && !sel.indexed() && !sel.mask && !(n_tensors == 1 && sel.count > 1);
   if (d.is_array) {  // filled in order below: reserved, not zeroed first
     rows.ptr.reserve(n_tensors);
@@ -408,10 +387,20 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
       }
       if (s->layout != SourceTensor::Layout::Compact) rows.strided.push_back(uint32_t(i));
     }
-    if (i + 1 == n_tensors) last = *s;
+    if (i + 1 == n_tensors) w.last = *s;
   }
+  return Status::OK();
+}
 
-  StagedWrite out;
+// The column the write goes to and who stages for it: the write's schema against an existing
+// column's, the backend the column lives on (StagedWrite::backend) and the one that can read
+// the source (WritePlan::stager). The source's memory, and a device selection's, are checked
+// against those devices here, before any row count is looked at.
+Status resolve_residency(const WriteRequest& r, BackendSet& backends, WritePlan& w,
+                         StagedWrite& out) {
+  const kstage_write_data_t& d = *r.data;
+  const char* attr = r.attribute_name.c_str();
+  const SourceTensor& first = w.first;
   out.schema = Schema{d.is_array, first.dtype, d.semantic};
   if (r.existing) {
     const Schema& e = *r.existing;
@@ -438,26 +427,33 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   }
   // Stage where the source can be read: on the column's backend, or on the
   // source's and then transferred (host <-> device, device <-> device).
-  Backend* stager = out.backend;
+  w.stager = out.backend;
   if (!out.backend->can_access(first.device)) {
     Result<Backend*> b = backends.residency_for(first.device);
     if (!b.ok())
       return Status(b.status().code(), tensor_name(d, 0) + ": " + b.status().message());
-    stager = b.value();
+    w.stager = b.value();
   }
   // The source's memory is where its DLDevice says, where the backend can
   // tell (a GPU runtime knows each pointer's device; never assume device 0).
   // The first and last tensors: one runtime query each, not one per row.
   // A tensor that addresses no byte (no rows, or rows of no bytes) is not checked: its
   // pointer may be null or one past an allocation, as DLPack producers make empty tensors.
-  for (auto [s, i] : {std::pair{&first, size_t(0)}, std::pair{&last, n_tensors - 1}})
+  for (auto [s, i] : {std::pair{&w.first, size_t(0)}, std::pair{&w.last, w.tensors.size() - 1}})
     if (s->base && s->rows != 0 && s->row_bytes != 0)
-      KSTAGE_RETURN_NOT_OK(stager->check_memory(s->base, s->device, tensor_name(d, i)));
-  if (sel.on_device)
-    KSTAGE_RETURN_NOT_OK(check_device_selection(d, sel, first.device, *out.backend, attr));
-  // Checks that move no data come first, so that a rejected write queues nothing.
-  uint64_t wanted = 0;
-  bool packed = false;
+      KSTAGE_RETURN_NOT_OK(w.stager->check_memory(s->base, s->device, tensor_name(d, i)));
+  if (w.sel.on_device)
+    return check_device_selection(d, w.sel, first.device, *out.backend, attr);
+  return Status::OK();
+}
+
+// The rows the selection addresses against the rows the tensors hold (a fixed-size tensor's
+// shape[0]; an array write's tensors, or its one packed tensor cut evenly), and a host
+// index_map of an array write against those rows. Checks that move no data come first, so that
+// a rejected write queues nothing. Hands move_rows an array write's `wanted` and `packed`.
+Status check_rows(const kstage_write_data_t& d, WritePlan& w) {
+  const Selection& sel = w.sel;
+  const SourceTensor& first = w.first;
   // A host index_map64 entry outside [0, 2^32) is out of range of every row count below 2^32,
   // which the row checks then find; an array write's packed rows are counted from the entries.
   if (sel.first_wide != SIZE_MAX && (d.is_array || first.rows > UINT32_MAX))
@@ -465,91 +461,110 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   if (!d.is_array) {
     if (!sel.indexed())
       KSTAGE_RETURN_NOT_OK(check_row_count(d, sel, first.rows, "shape[0] of the tensor"));
-  } else {
-    // One tensor and more than one source row: a packed tensor, cut evenly.
-    wanted = sel.indexed() ? index_map_rows(sel) : sel.count;
-    packed = n_tensors == 1 && wanted > 1;
-    const uint64_t source_rows = packed ? wanted : n_tensors;
-    const char* rows_from =
-        packed ? "rows of the packed tensor" : "tensor_count, one tensor per row";
-    if (packed && first.rows % wanted != 0)
-      return error(KSTAGE_INVALID_ARGUMENT,
-                   "packed tensor of %llu elements does not divide evenly across %llu source "
-                   "row(s) (%s)",
-                   (unsigned long long)first.rows, (unsigned long long)wanted,
-                   sel.index_map64 ? "from the highest index_map64 entry"
-                   : sel.index_map ? "from the highest index_map entry"
-                                   : "from count");
-    KSTAGE_RETURN_NOT_OK(sel.index_map ? check_index_map(sel, source_rows, rows_from)
-                                       : check_row_count(d, sel, source_rows, rows_from));
+    return Status::OK();
   }
+  // One tensor and more than one source row: a packed tensor, cut evenly.
+  const uint64_t wanted = w.wanted = sel.indexed() ? index_map_rows(sel) : sel.count;
+  const bool packed = w.packed = w.tensors.size() == 1 && wanted > 1;
+  const uint64_t source_rows = packed ? wanted : w.tensors.size();
+  const char* rows_from = packed ? "rows of the packed tensor" : "tensor_count, one tensor per row";
+  if (packed && first.rows % wanted != 0)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "packed tensor of %llu elements does not divide evenly across %llu source "
+                 "row(s) (%s)",
+                 (unsigned long long)first.rows, (unsigned long long)wanted,
+                 sel.index_map64 ? "from the highest index_map64 entry"
+                 : sel.index_map ? "from the highest index_map entry"
+                                 : "from count");
+  return sel.index_map ? check_index_map(sel, source_rows, rows_from)
+                       : check_row_count(d, sel, source_rows, rows_from);
+}
 
-  // The producer's work comes first: a stream wait on whichever side is a
-  // device (host work on host data takes {0, 0}, and says so).
-  Backend& ordered = stager->synchronous() ? *out.backend : *stager;
+// Dense host rows to a device column need no staging: copy_dense_to_device moves them in one
+// copy from the caller's tensor, which stays valid until the op completes.
+bool dense_host_to_device(const kstage_write_data_t& d, const WritePlan& w,
+                          const Backend& column) {
+  return !d.is_array && w.stager != &column && w.stager->synchronous() && !d.mask &&
+         !w.sel.indexed() && w.first.layout == SourceTensor::Layout::Compact &&
+         w.first.rows == w.sel.count;
+}
+
+// Nothing may read the source before the producer's work (device_sync) is done: a stream wait
+// on whichever side is a device (host work on host data takes {0, 0}, and says so), and a wait
+// on the host when host code reads the source next. A `dense` copy to a device column reads it
+// on the device's stream, and waits on the host only where its runtime reads at the call
+// (copy_dense_to_device).
+Status order_producer(const kstage_write_data_t& d, const WritePlan& w, Backend& column,
+                      bool dense) {
+  Backend& ordered = w.stager->synchronous() ? column : *w.stager;
   KSTAGE_RETURN_NOT_OK(ordered.order_after(d.device_sync, "device_sync"));
-
-  const bool dense_to_device = !d.is_array && stager != out.backend && stager->synchronous() &&
-                               !d.mask && !sel.indexed() &&
-                               first.layout == SourceTensor::Layout::Compact &&
-                               first.rows == sel.count;
-  if (dense_to_device) {
-    // Dense host rows to a device column: one copy from the caller's tensor,
-    // which stays valid until the op completes (and is read after the wait).
-    out.rows.n = size_t(sel.count);
-    const size_t bytes = out.rows.n * first.row_bytes;
-    KSTAGE_ASSIGN_OR_RETURN(out.rows.data, out.backend->allocate(std::max<size_t>(bytes, 1)));
-    // A runtime may read pageable memory at the call, before the stream reaches the wait
-    // on the producer: then the producer is waited for here, on the host.
-    if (is_set(d.device_sync) && bytes != 0 && out.backend->reads_host_at_call(first.base))
-      if (CompletionPtr c = out.backend->record()) {
-        c->wait(KSTAGE_TIMEOUT_INFINITE);
-        KSTAGE_RETURN_NOT_OK(c->status());
-      }
-    out.backend->copy_from_host(out.rows.data->data(), first.base, bytes);
-    out.rows.prims = r.prims;
-    return out;
-  }
-  if (stager->synchronous() && !out.backend->synchronous() && is_set(d.device_sync)) {
+  if (!dense && w.stager->synchronous() && !column.synchronous() && is_set(d.device_sync)) {
     // Host code reads the source next (pinned memory a device may still be
     // filling): the host has no stream to wait with, so it waits here.
-    if (CompletionPtr c = out.backend->record()) {
+    if (CompletionPtr c = column.record()) {
       c->wait(KSTAGE_TIMEOUT_INFINITE);
       KSTAGE_RETURN_NOT_OK(c->status());  // the producer's device failed
     }
   }
+  return Status::OK();
+}
 
-  // From here on a failure may leave copies queued that read the caller's
-  // memory, which the caller may free once the call returns: wait for them.
-  auto move_data = [&]() -> Status {
-    if (!d.is_array) {
-      KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_fixed(d, first, sel, *stager, backends.host(),
-                                                    tensors[0],
-                                                    d.tensors || stager != out.backend
-                                                        ? nullptr
-                                                        : r.managed));
-    } else {
-      if (sel.mask) KSTAGE_RETURN_NOT_OK(select_masked(sel, backends.host()));
-      KSTAGE_ASSIGN_OR_RETURN(out.rows,
-                              stage_array(first, rows, tensors, kind, packed, wanted, sel, *stager));
+// The rows of a dense_host_to_device write: one copy from the caller's tensor, read after the
+// wait on the producer.
+Status copy_dense_to_device(const kstage_write_data_t& d, const WritePlan& w, StagedWrite& out) {
+  const SourceTensor& first = w.first;
+  out.rows.n = size_t(w.sel.count);
+  const size_t bytes = out.rows.n * first.row_bytes;
+  KSTAGE_ASSIGN_OR_RETURN(out.rows.data, out.backend->allocate(std::max<size_t>(bytes, 1)));
+  // A runtime may read pageable memory at the call, before the stream reaches the wait
+  // on the producer: then the producer is waited for here, on the host.
+  if (is_set(d.device_sync) && bytes != 0 && out.backend->reads_host_at_call(first.base))
+    if (CompletionPtr c = out.backend->record()) {
+      c->wait(KSTAGE_TIMEOUT_INFINITE);
+      KSTAGE_RETURN_NOT_OK(c->status());
     }
-    if (stager != out.backend && out.rows.data) {
-      BufferPtr moved;
-      KSTAGE_ASSIGN_OR_RETURN(moved, out.backend->allocate(out.rows.data->size()));
-      KSTAGE_RETURN_NOT_OK(transfer(*out.backend, moved->data(), *stager, out.rows.data->data(),
-                                    out.rows.data->size()));
-      if (stager->synchronous()) out.keep = out.rows.data;  // read by the device later
-      out.rows.data = std::move(moved);
-    }
-    return Status::OK();
-  };
+  out.backend->copy_from_host(out.rows.data->data(), first.base, bytes);
+  return Status::OK();
+}
+
+// The rows staged on the stager in logical order (fixed-size: stage_fixed; array: stage_array)
+// and, when the stager is not the column's backend, moved to the column's device.
+Status stage_rows(const WriteRequest& r, BackendSet& backends, WritePlan& w, StagedWrite& out) {
+  const kstage_write_data_t& d = *r.data;
+  Backend* stager = w.stager;
+  if (!d.is_array) {
+    KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_fixed(d, w.first, w.sel, *stager, backends.host(),
+                                                  w.tensors[0],
+                                                  d.tensors || stager != out.backend
+                                                      ? nullptr
+                                                      : r.managed));
+  } else {
+    if (w.sel.mask) KSTAGE_RETURN_NOT_OK(select_masked(w.sel, backends.host()));
+    KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_array(w.first, w.rows, w.tensors, w.kind, w.packed,
+                                                  w.wanted, w.sel, *stager));
+  }
+  if (stager != out.backend && out.rows.data) {
+    BufferPtr moved;
+    KSTAGE_ASSIGN_OR_RETURN(moved, out.backend->allocate(out.rows.data->size()));
+    KSTAGE_RETURN_NOT_OK(transfer(*out.backend, moved->data(), *stager, out.rows.data->data(),
+                                  out.rows.data->size()));
+    if (stager->synchronous()) out.keep = out.rows.data;  // read by the device later
+    out.rows.data = std::move(moved);
+  }
+  return Status::OK();
+}
+
+// stage_rows with its failures contained: from here on a failure may leave copies queued that
+// read the caller's memory, which the caller may free once the call returns, so every failure
+// waits for them. Hands stage_write the rows in `out`, with a mask's selection.
+Status move_rows(const WriteRequest& r, BackendSet& backends, WritePlan& w, StagedWrite& out) {
   auto fence_both = [&] {
-    if (!stager->synchronous()) stager->fence();
+    if (!w.stager->synchronous()) w.stager->fence();
     if (!out.backend->synchronous()) out.backend->fence();
   };
   Status moved;
   try {
-    moved = move_data();
+    moved = stage_rows(r, backends, w, out);
   } catch (...) {  // a device fault thrown by an enqueue: the queued copies finish first
     fence_both();
     throw;
@@ -558,11 +573,69 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
     fence_both();
     return moved;
   }
-  out.rows.prims = r.prims;
-  if (sel.subset) {
-    out.rows.subset = std::move(sel.subset);
-    out.rows.span = size_t(sel.count);
+  if (w.sel.subset) {
+    out.rows.subset = std::move(w.sel.subset);
+    out.rows.span = size_t(w.sel.count);
   }
+  return Status::OK();
+}
+
+}  // namespace
+
+std::string tensor_name(const kstage_write_data_t& d, size_t i) {
+  return format("%s[%zu]", source_kind(d), i);
+}
+
+Result<WriteTensors> write_tensors(const kstage_write_data_t& d, const char* attr) {
+  if (sources(d) != 1) {
+    std::string got;
+    for (auto [set, name] : {std::pair{d.tensors != nullptr, "tensors"},
+                             std::pair{d.managed_tensors != nullptr, "managed_tensors"},
+                             std::pair{d.legacy_managed_tensors != nullptr, "legacy_managed_tensors"}})
+      if (set) got += std::string(got.empty() ? "" : " and ") + name;
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "exactly one of tensors, managed_tensors and legacy_managed_tensors must be "
+                 "non-NULL (got %s)",
+                 got.empty() ? "none" : got.c_str());
+  }
+  // tensor_count is checked before anything is sized by it or read through it.
+  if (d.tensor_count == 0)
+    return error(KSTAGE_INVALID_ARGUMENT, "tensor_count is 0; a write needs at least one tensor");
+  if (!d.is_array && d.tensor_count != 1)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "'%s' is fixed-size (is_array = false): it takes exactly 1 tensor, got "
+                 "tensor_count %llu",
+                 attr, (unsigned long long)d.tensor_count);
+  if (d.tensor_count > UINT32_MAX)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "tensor_count %llu exceeds 2^32-1: an array write takes one tensor per source "
+                 "row, and source rows are indexed by uint32",
+                 (unsigned long long)d.tensor_count);
+  // Managed entries are checked here, once: afterwards every index is a tensor.
+  for (uint64_t i = 0; i < d.tensor_count && !d.tensors; ++i) {
+    if (d.managed_tensors && d.managed_tensors[i] == nullptr)
+      return error(KSTAGE_INVALID_ARGUMENT, "managed_tensors[%llu] is NULL", (unsigned long long)i);
+    if (d.legacy_managed_tensors && d.legacy_managed_tensors[i] == nullptr)
+      return error(KSTAGE_INVALID_ARGUMENT, "legacy_managed_tensors[%llu] is NULL",
+                   (unsigned long long)i);
+  }
+  return WriteTensors{&d, size_t(d.tensor_count)};
+}
+
+// The phases in the order of their checks (tests assert which error wins), each handing the
+// next what it worked out (WritePlan). Nothing reads the source's rows before order_producer.
+Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
+  const kstage_write_data_t& d = *r.data;
+  WritePlan w;
+  KSTAGE_ASSIGN_OR_RETURN(w.sel, decode_selection(d, r.prims->size(), backends.host()));
+  KSTAGE_RETURN_NOT_OK(decode_tensors(r, w));
+  StagedWrite out;
+  KSTAGE_RETURN_NOT_OK(resolve_residency(r, backends, w, out));
+  KSTAGE_RETURN_NOT_OK(check_rows(d, w));
+  const bool dense = dense_host_to_device(d, w, *out.backend);
+  KSTAGE_RETURN_NOT_OK(order_producer(d, w, *out.backend, dense));
+  KSTAGE_RETURN_NOT_OK(dense ? copy_dense_to_device(d, w, out) : move_rows(r, backends, w, out));
+  out.rows.prims = r.prims;
   return out;
 }
 

@@ -12,6 +12,10 @@
 // bounds. The data is then copied ("staged") into a compact buffer on the
 // column's residency, in logical order, so the caller's tensors are free as
 // soon as the op completes and sealing is a single scatter (or no copy).
+//
+// stage_write runs as named phases (core/transport.cpp: decode the selection and the tensors,
+// resolve residency, check rows, order the producer, move rows); the selection's decoding,
+// checks and conversions are core/write_selection.hpp.
 #pragma once
 
 #include "core/column.hpp"
