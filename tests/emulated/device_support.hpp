@@ -1,11 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 // What the emulated-device test programs share: stages on a device, device
-// memory holding values, reading a group back, slow kernels.
+// memory holding values, reading a group back, slow kernels, and the device-sync
+// scenario (an op ordered after a held producer).
 #pragma once
 
 #include "support.hpp"
 
 #include "backends/emulated/kstage_emulated.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
 
 namespace kstage_device_test {
 using namespace kstage_test;
@@ -77,5 +82,53 @@ struct KernelDelay {
   explicit KernelDelay(uint32_t us) { kstage_emulated_set_kernel_delay_us(us); }
   ~KernelDelay() { kstage_emulated_set_kernel_delay_us(0); }
 };
+
+// A producer's stream on `ordinal`, held back from the start until release() -- or the end of
+// its scope, so that a failed check leaves no stage waiting on it -- and an event of its own.
+struct HeldProducer {
+  explicit HeldProducer(int32_t ordinal)
+      : stream(kstage_emulated_stream_create(ordinal)), event(kstage_emulated_event_create()) {
+    kstage_emulated_stream_hold(stream);
+  }
+  ~HeldProducer() {
+    release();
+    kstage_emulated_event_destroy(event);
+    kstage_emulated_stream_destroy(stream);
+  }
+  HeldProducer(const HeldProducer&) = delete;
+  HeldProducer& operator=(const HeldProducer&) = delete;
+  void release() {
+    if (held) kstage_emulated_stream_release(stream);
+    held = false;
+  }
+  uintptr_t stream, event;
+  bool held = true;
+};
+
+// The device-sync scenario: a producer on a held stream of `ordinal` copies `bytes` from
+// `values` to the device memory `dst` and records its event; `submit(sync)` hands the stage an
+// op ordered after it (sync = {stream, event}) and returns the op. While the producer is held
+// the op is not done -- the stage waits on the device, the call does not block the host --
+// and `while_held(op, sync)` may check more; released, the op is finished. The caller then
+// checks that what it reads back is the producer's values, never what `dst` held before.
+template <class Submit, class WhileHeld>
+void finish_after_held_producer(Stage& s, int32_t ordinal, void* dst, const void* values,
+                                size_t bytes, Submit&& submit, WhileHeld&& while_held) {
+  HeldProducer producer(ordinal);
+  REQUIRE(kstage_emulated_memcpy_async(producer.stream, dst, values, bytes) == 0);
+  kstage_emulated_event_record(producer.event, producer.stream);
+  const kstage_device_sync_t sync{producer.stream, producer.event};
+  const kstage_op_t op = submit(sync);
+  REQUIRE(kstage_wait(s.stage, op, 0) == KSTAGE_TIMEOUT);
+  while_held(op, sync);
+  producer.release();
+  finish(s, op);
+}
+template <class Submit>
+void finish_after_held_producer(Stage& s, int32_t ordinal, void* dst, const void* values,
+                                size_t bytes, Submit&& submit) {
+  finish_after_held_producer(s, ordinal, dst, values, bytes, std::forward<Submit>(submit),
+                             [](kstage_op_t, kstage_device_sync_t) {});
+}
 
 }  // namespace kstage_device_test

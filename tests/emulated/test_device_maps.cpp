@@ -185,25 +185,19 @@ TEST_CASE("a device index_map is ordered by the write's device_sync, like its te
   kstage_token_t x = s.token("x");
   DeviceFloats src(kDev.device_id, {10, 20, 30});
   DeviceIndex map(kDev.device_id, {0, 0, 0});
-  // The producer fills the map on its own stream, which has not run yet.
-  const uintptr_t stream = kstage_emulated_stream_create(kDev.device_id);
-  const uintptr_t event = kstage_emulated_event_create();
-  kstage_emulated_stream_hold(stream);
+  // The producer fills the map on its own stream, which has not run yet: the write is behind it.
   const std::vector<uint32_t> filled = {2, 1, 0};
-  REQUIRE(kstage_emulated_memcpy_async(stream, map.p, filled.data(), 12) == 0);
-  kstage_emulated_event_record(event, stream);
-  kstage_write_data_t w = device_gather(src.t, map);
-  w.device_sync = {stream, event};
-  kstage_op_t op = 0;
-  KS_OK(kstage_write_attribute(s.stage, q, x, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
-  CHECK(kstage_wait(s.stage, op, 0) == KSTAGE_TIMEOUT);  // behind the producer
-  kstage_emulated_stream_release(stream);
-  KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
-  KS_OK(kstage_release_op(s.stage, op));
+  finish_after_held_producer(s, kDev.device_id, map.p, filled.data(), 12,
+                             [&](kstage_device_sync_t sync) {
+                               kstage_write_data_t w = device_gather(src.t, map);
+                               w.device_sync = sync;
+                               kstage_op_t op = 0;
+                               KS_OK(kstage_write_attribute(s.stage, q, x, 1, &w,
+                                                            KSTAGE_PRIM_MODE_UPSERT, &op));
+                               return op;
+                             });
   s.seal(1);
   CHECK(read_back(s, q, x).values == std::vector<float>{30, 20, 10});
-  kstage_emulated_event_destroy(event);
-  kstage_emulated_stream_destroy(stream);
 }
 
 TEST_CASE("a bad device index_map entry fails the op, not the call, and the write is never applied",

@@ -25,29 +25,21 @@ TEST_CASE("a write ordered after a producer event does not read its data before 
   kstage_token_t a = s.token("a");
   DeviceFloats src(0, {1, 1, 1, 1});
   // The producer: a held stream that will overwrite the source, then record.
-  const uintptr_t producer = kstage_emulated_stream_create(0);
-  const uintptr_t produced = kstage_emulated_event_create();
   const std::vector<float> fresh = {5, 6, 7, 8};
-  kstage_emulated_stream_hold(producer);
-  kstage_emulated_memcpy_async(producer, src.p, fresh.data(), 4 * sizeof(float));
-  kstage_emulated_event_record(produced, producer);
-
-  kstage_op_t op = write_op(s, q, a, 1, src.t, kstage_device_sync_t{producer, produced});
-  // A stream wait, not a host block: the call returned, the op is not done.
-  REQUIRE(kstage_wait(s.stage, op, 0) == KSTAGE_TIMEOUT);
-  REQUIRE(std::string(kstage_last_error()).find("still running") != std::string::npos);
-  std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  REQUIRE(kstage_wait(s.stage, op, 1000000) == KSTAGE_TIMEOUT);
-  const char* message = nullptr;
-  KS_OK(kstage_op_error(s.stage, op, &message));  // an op in flight answers too
-  REQUIRE(kstage_emulated_event_query(produced) == 0);
-
-  kstage_emulated_stream_release(producer);
-  finish(s, op);
+  finish_after_held_producer(
+      s, 0, src.p, fresh.data(), 4 * sizeof(float),
+      [&](kstage_device_sync_t sync) { return write_op(s, q, a, 1, src.t, sync); },
+      [&](kstage_op_t op, kstage_device_sync_t sync) {
+        // A stream wait, not a host block: the call returned, the op is not done.
+        REQUIRE(std::string(kstage_last_error()).find("still running") != std::string::npos);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        REQUIRE(kstage_wait(s.stage, op, 1000000) == KSTAGE_TIMEOUT);
+        const char* message = nullptr;
+        KS_OK(kstage_op_error(s.stage, op, &message));  // an op in flight answers too
+        REQUIRE(kstage_emulated_event_query(sync.event) == 0);
+      });
   s.seal(1);
   REQUIRE(read_back(s, q, a).values == fresh);  // the data after the event, never before
-  kstage_emulated_event_destroy(produced);
-  kstage_emulated_stream_destroy(producer);
 }
 
 TEST_CASE("a producer stream alone orders the write after all its work", "[device][sync]") {
@@ -628,21 +620,18 @@ TEST_CASE("an unmap is ordered after the producer's event; device map buffers gi
   REQUIRE(g.data.device_sync.stream == 0);
   REQUIRE(g.data.device_sync.event == 0);
   // The producer fills the buffer on its own stream, held back for now.
-  const uintptr_t producer = kstage_emulated_stream_create(0);
-  const uintptr_t filled = kstage_emulated_event_create();
   const std::vector<float> values = {4, 3, 2, 1};
-  kstage_emulated_stream_hold(producer);
-  kstage_emulated_memcpy_async(producer, g.data.tensors[0].data, values.data(), 16);
-  kstage_emulated_event_record(filled, producer);
-  kstage_op_t op = 0;
-  KS_OK(kstage_unmap_group(s.stage, m, g.handle, kstage_device_sync_t{producer, filled}, &op));
-  REQUIRE(kstage_wait(s.stage, op, 0) == KSTAGE_TIMEOUT);
-  s.seal(1);  // the seal's kernels queue behind the producer too
-  kstage_emulated_stream_release(producer);
-  finish(s, op);
+  finish_after_held_producer(
+      s, 0, g.data.tensors[0].data, values.data(), 16,
+      [&](kstage_device_sync_t sync) {
+        kstage_op_t op = 0;
+        KS_OK(kstage_unmap_group(s.stage, m, g.handle, sync, &op));
+        return op;
+      },
+      [&](kstage_op_t, kstage_device_sync_t) {
+        s.seal(1);  // the seal's kernels queue behind the producer too
+      });
   REQUIRE(read_back(s, q, a).values == values);
-  kstage_emulated_event_destroy(filled);
-  kstage_emulated_stream_destroy(producer);
   KS_OK(kstage_release_map(s.stage, m));
 }
 
