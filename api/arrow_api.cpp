@@ -13,14 +13,12 @@ using namespace kstage::capi;
 extern "C" kstage_status_t kstage_group_export_arrow(kstage_stage_t stage, kstage_group_t group,
                                                      uint64_t flags, struct ArrowSchema* schema,
                                                      struct ArrowDeviceArray* array) {
-  return guard("kstage::group_export_arrow", [&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+  return with_stage("kstage::group_export_arrow", stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(schema, "schema"));
     KSTAGE_RETURN_NOT_OK(need(array, "array"));
     std::shared_ptr<core::ReadGroup> g;
-    KSTAGE_ASSIGN_OR_RETURN(g, lookup(s->groups, group, Kind::Group));
-    core::Dictionary& dictionary = s->engine->dictionary();
+    KSTAGE_ASSIGN_OR_RETURN(g, lookup(s.groups, group, Kind::Group));
+    core::Dictionary& dictionary = s.engine->dictionary();
     core::ArrowNames names;
     const std::string* attribute = dictionary.token(g->desc.attribute);
     names.attribute = attribute ? *attribute : std::to_string(g->desc.attribute);
@@ -33,28 +31,26 @@ extern "C" kstage_status_t kstage_read_export_arrow(kstage_stage_t stage, kstage
                                                     const kstage_token_t* attributes, uint64_t n,
                                                     const kstage_read_desc_t* desc, uint64_t flags,
                                                     struct ArrowSchema* schema, struct ArrowDeviceArray* array) {
-  return guard("kstage::read_export_arrow", [&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+  return with_stage("kstage::read_export_arrow", stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(schema, "schema"));
     KSTAGE_RETURN_NOT_OK(need(array, "array"));
     if (n == 0 || attributes == nullptr)
       return error(KSTAGE_INVALID_ARGUMENT, "attributes is %s and n is %llu: a record batch needs at least one",
                    attributes ? "set" : "NULL", (unsigned long long)n);
     core::PrimList prims;
-    KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s->queries, query, Kind::Query));
+    KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s.queries, query, Kind::Query));
     kstage_read_desc_t d = kstage_read_desc_init();
     if (desc) {
       KSTAGE_ASSIGN_OR_RETURN(d, read_descriptor(desc, "desc"));
     }
     std::vector<std::unique_ptr<core::ReadGroup>> groups;
-    KSTAGE_ASSIGN_OR_RETURN(groups, s->engine->read(prims, attributes, n, d));
+    KSTAGE_ASSIGN_OR_RETURN(groups, s.engine->read(prims, attributes, n, d));
     std::vector<const core::ReadGroup*> view;
     for (auto& g : groups) {
       g->publish_prims();
       view.push_back(g.get());
     }
-    core::Dictionary& dictionary = s->engine->dictionary();
+    core::Dictionary& dictionary = s.engine->dictionary();
     std::vector<uint64_t> tokens(attributes, attributes + n);
     std::vector<std::string> names;
     for (uint64_t t : tokens) {

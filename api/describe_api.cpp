@@ -14,14 +14,12 @@ extern "C" {
 
 kstage_status_t kstage_list_attributes(kstage_stage_t stage, kstage_token_t* attributes,
                                        uint64_t capacity, uint64_t* count) {
-  return guard([&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+  return with_stage(stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(count, "count"));
     if (capacity > 0 && attributes == nullptr)
       return error(KSTAGE_INVALID_ARGUMENT, "attributes is NULL but capacity is %llu",
                    (unsigned long long)capacity);
-    const std::vector<uint64_t> all = s->engine->attributes();
+    const std::vector<uint64_t> all = s.engine->attributes();
     std::copy_n(all.begin(), std::min<uint64_t>(capacity, all.size()), attributes);
     *count = all.size();
     return Status::OK();
@@ -30,12 +28,10 @@ kstage_status_t kstage_list_attributes(kstage_stage_t stage, kstage_token_t* att
 
 kstage_status_t kstage_attribute_info(kstage_stage_t stage, kstage_token_t attribute,
                                       kstage_attribute_info_t* info) {
-  return guard([&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+  return with_stage(stage, [&](StageEntry& s) -> Status {
     if (info == nullptr) return error(KSTAGE_INVALID_ARGUMENT, "info is NULL");
     kstage_attribute_info_t found;
-    KSTAGE_ASSIGN_OR_RETURN(found, s->engine->attribute_info(attribute));
+    KSTAGE_ASSIGN_OR_RETURN(found, s.engine->attribute_info(attribute));
     return write_descriptor(found, info, "info");
   });
 }

@@ -4,6 +4,7 @@
 // exception into a status, so nothing ever crosses the C ABI.
 #pragma once
 
+#include "api/handles.hpp"
 #include "core/profiling_region.hpp"
 #include "core/status.hpp"
 
@@ -41,6 +42,25 @@ template <class Body>
 kstage_status_t guard(const char* region, Body&& body) noexcept {
   core::ProfilingRegion scope(region);
   return guard(std::forward<Body>(body));
+}
+
+// How the entry points that name a stage open: guard() (inside `region` for the calls that do
+// work), then the stage's lookup -- the call's first check, so a stage that is not live is
+// reported before anything else -- then `body(StageEntry&)`. (The writes alone judge their
+// descriptors first: mutation_api.cpp.) The lookup's reference keeps the stage and the handles
+// it issued alive while the body runs, even if another thread destroys the stage meanwhile.
+template <class Body>
+kstage_status_t with_stage(kstage_stage_t stage, Body&& body) noexcept {
+  return guard([&]() -> Status {
+    std::shared_ptr<StageEntry> s;
+    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+    return body(*s);
+  });
+}
+template <class Body>
+kstage_status_t with_stage(const char* region, kstage_stage_t stage, Body&& body) noexcept {
+  core::ProfilingRegion scope(region);
+  return with_stage(stage, std::forward<Body>(body));
 }
 
 // Out-parameter check shared by every entry point.

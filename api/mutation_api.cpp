@@ -26,6 +26,7 @@ kstage_status_t write(const char* region, kstage_stage_t stage, kstage_query_t q
   } catch (...) {
     return fail(KSTAGE_OUT_OF_MEMORY, "out of memory taking the managed tensors");
   }
+  // Not with_stage(): a bad descriptor layout is reported before a stage that is not live.
   return guard([&]() -> Status {
     KSTAGE_RETURN_NOT_OK(layout);
     KSTAGE_RETURN_NOT_OK(managed->check());
@@ -68,15 +69,13 @@ kstage_status_t kstage_write_attributes(kstage_stage_t stage, kstage_query_t que
 kstage_status_t kstage_delete_attributes(kstage_stage_t stage, kstage_query_t query,
                                          const kstage_token_t* attributes, uint64_t n,
                                          uint64_t ordinal, kstage_op_t* op) {
-  return guard("kstage::delete_attributes", [&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+  return with_stage("kstage::delete_attributes", stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(op, "op"));
     core::PrimList prims;
-    KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s->queries, query, Kind::Query));
-    auto slot = s->ops.reserve(Kind::Op);  // before the delete: nothing after it can fail
+    KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s.queries, query, Kind::Query));
+    auto slot = s.ops.reserve(Kind::Op);  // before the delete: nothing after it can fail
     std::shared_ptr<core::Op> o;
-    KSTAGE_ASSIGN_OR_RETURN(o, s->engine->remove(prims, attributes, n, ordinal));
+    KSTAGE_ASSIGN_OR_RETURN(o, s.engine->remove(prims, attributes, n, ordinal));
     *op = slot.fill(std::move(o));
     return Status::OK();
   });
@@ -84,47 +83,39 @@ kstage_status_t kstage_delete_attributes(kstage_stage_t stage, kstage_query_t qu
 
 kstage_status_t kstage_advance_write_floor(kstage_stage_t stage, uint64_t ordinal,
                                            const kstage_token_t* attributes, uint64_t n) {
-  return guard("kstage::advance_write_floor", [&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
-    return s->engine->advance_write_floor(ordinal, attributes, n);
+  return with_stage("kstage::advance_write_floor", stage, [&](StageEntry& s) -> Status {
+    return s.engine->advance_write_floor(ordinal, attributes, n);
   });
 }
 
 kstage_status_t kstage_get_write_floor(kstage_stage_t stage, kstage_token_t attribute,
                                        uint64_t* ordinal) {
-  return guard([&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+  return with_stage(stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(ordinal, "ordinal"));
-    KSTAGE_ASSIGN_OR_RETURN(*ordinal, s->engine->write_floor(attribute));
+    KSTAGE_ASSIGN_OR_RETURN(*ordinal, s.engine->write_floor(attribute));
     return Status::OK();
   });
 }
 
 kstage_status_t kstage_wait(kstage_stage_t stage, kstage_op_t op, uint64_t timeout_ns) {
-  return guard("kstage::wait", [&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+  return with_stage("kstage::wait", stage, [&](StageEntry& s) -> Status {
     std::shared_ptr<core::Op> o;
-    KSTAGE_ASSIGN_OR_RETURN(o, lookup(s->ops, op, Kind::Op));
+    KSTAGE_ASSIGN_OR_RETURN(o, lookup(s.ops, op, Kind::Op));
     // The lookup's reference keeps the op (and its completions) alive even
     // if another thread releases the handle meanwhile.
     if (!o->wait(timeout_ns))
       return error(KSTAGE_TIMEOUT, "op %llu: its device work is still running after %llu ns",
                    (unsigned long long)op, (unsigned long long)timeout_ns);
-    s->engine->reap_deferred();  // what the op's work read is released now
+    s.engine->reap_deferred();  // what the op's work read is released now
     return o->outcome();
   });
 }
 
 kstage_status_t kstage_op_error(kstage_stage_t stage, kstage_op_t op, const char** message) {
-  return guard([&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+  return with_stage(stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(message, "message"));
     std::shared_ptr<core::Op> o;
-    KSTAGE_ASSIGN_OR_RETURN(o, lookup(s->ops, op, Kind::Op));
+    KSTAGE_ASSIGN_OR_RETURN(o, lookup(s.ops, op, Kind::Op));
     // The device's failure once the work is known to have failed (kept by the op).
     if (o->status == KSTAGE_OK && o->done()) {
       const Status st = o->outcome();
@@ -139,10 +130,8 @@ kstage_status_t kstage_op_error(kstage_stage_t stage, kstage_op_t op, const char
 }
 
 kstage_status_t kstage_release_op(kstage_stage_t stage, kstage_op_t op) {
-  return guard([&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
-    if (!s->ops.take(op))
+  return with_stage(stage, [&](StageEntry& s) -> Status {
+    if (!s.ops.take(op))
       return error(KSTAGE_INVALID_HANDLE, "op handle %llu is not live (double release?)",
                    (unsigned long long)op);
     return Status::OK();

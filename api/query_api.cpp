@@ -10,57 +10,49 @@ extern "C" {
 
 kstage_status_t kstage_query_paths(kstage_stage_t stage, const kstage_path_t* paths, uint64_t count,
                                    kstage_query_t* query) {
-  return guard("kstage::query_paths", [&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+  return with_stage("kstage::query_paths", stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(query, "query"));
     core::PrimList prims;
-    KSTAGE_ASSIGN_OR_RETURN(prims, s->engine->query_paths(paths, count));
-    *query = s->queries.add(Kind::Query, std::move(prims));
+    KSTAGE_ASSIGN_OR_RETURN(prims, s.engine->query_paths(paths, count));
+    *query = s.queries.add(Kind::Query, std::move(prims));
     return Status::OK();
   });
 }
 
 kstage_status_t kstage_query_range(kstage_stage_t stage, kstage_path_t first, uint64_t start,
                                    uint64_t count, uint64_t stride, kstage_query_t* query) {
-  return guard("kstage::query_range", [&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+  return with_stage("kstage::query_range", stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(query, "query"));
     core::PrimList prims;
-    KSTAGE_ASSIGN_OR_RETURN(prims, s->engine->query_range(first, start, count, stride));
-    *query = s->queries.add(Kind::Query, std::move(prims));
+    KSTAGE_ASSIGN_OR_RETURN(prims, s.engine->query_range(first, start, count, stride));
+    *query = s.queries.add(Kind::Query, std::move(prims));
     return Status::OK();
   });
 }
 
 kstage_status_t kstage_query_filter(kstage_stage_t stage, const kstage_filter_t* filter,
                                     kstage_query_t* query) {
-  return guard("kstage::query_filter", [&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+  return with_stage("kstage::query_filter", stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(filter, "filter"));
     KSTAGE_RETURN_NOT_OK(need(query, "query"));
     std::shared_ptr<const std::vector<uint64_t>> in;
     if (filter->path_in != 0) {
       std::shared_ptr<PathList> l;
-      KSTAGE_ASSIGN_OR_RETURN(l, lookup(s->path_lists, filter->path_in, Kind::PathList));
+      KSTAGE_ASSIGN_OR_RETURN(l, lookup(s.path_lists, filter->path_in, Kind::PathList));
       in = l->paths;
     }
     core::PrimList prims;
-    KSTAGE_ASSIGN_OR_RETURN(prims, s->engine->query_filter(*filter, in.get()));
-    *query = s->queries.add(Kind::Query, std::move(prims));
+    KSTAGE_ASSIGN_OR_RETURN(prims, s.engine->query_filter(*filter, in.get()));
+    *query = s.queries.add(Kind::Query, std::move(prims));
     return Status::OK();
   });
 }
 
 kstage_status_t kstage_query_count(kstage_stage_t stage, kstage_query_t query, uint64_t* count) {
-  return guard([&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+  return with_stage(stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(count, "count"));
     core::PrimList prims;
-    KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s->queries, query, Kind::Query));
+    KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s.queries, query, Kind::Query));
     *count = prims->size();
     return Status::OK();
   });
@@ -68,12 +60,10 @@ kstage_status_t kstage_query_count(kstage_stage_t stage, kstage_query_t query, u
 
 kstage_status_t kstage_query_get_paths(kstage_stage_t stage, kstage_query_t query,
                                        kstage_path_list_t* paths) {
-  return guard("kstage::query_get_paths", [&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+  return with_stage("kstage::query_get_paths", stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(paths, "paths"));
     core::PrimList prims;
-    KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s->queries, query, Kind::Query));
+    KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s.queries, query, Kind::Query));
     auto l = std::make_shared<PathList>();
     if (prims->data()) {
       // An immutable list: shared, not copied.
@@ -83,16 +73,14 @@ kstage_status_t kstage_query_get_paths(kstage_stage_t stage, kstage_query_t quer
       prims->ids(0, prims->size(), ids);
       l->paths = std::make_shared<const std::vector<uint64_t>>(std::move(ids));
     }
-    *paths = s->path_lists.add(Kind::PathList, std::move(l));
+    *paths = s.path_lists.add(Kind::PathList, std::move(l));
     return Status::OK();
   });
 }
 
 kstage_status_t kstage_query_release(kstage_stage_t stage, kstage_query_t query) {
-  return guard([&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
-    if (!s->queries.take(query))
+  return with_stage(stage, [&](StageEntry& s) -> Status {
+    if (!s.queries.take(query))
       return error(KSTAGE_INVALID_HANDLE, "query handle %llu is not live (double release?)",
                    (unsigned long long)query);
     return Status::OK();
