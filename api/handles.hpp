@@ -5,9 +5,10 @@
 // gives KSTAGE_INVALID_HANDLE.
 #pragma once
 
+#include "core/map_session.hpp"
+#include "core/read_session.hpp"
 #include "core/stage.hpp"
 
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -87,17 +88,12 @@ struct PathList {
   std::shared_ptr<const std::vector<uint64_t>> paths;
 };
 
-struct Read {
-  std::mutex mutex;
-  std::deque<std::unique_ptr<core::ReadGroup>> groups;
-};
-
 // A stage and every handle it issued; destroying it frees them all.
 struct StageEntry {
   std::unique_ptr<core::Stage> engine;
   HandleTable<PathList> path_lists;
   HandleTable<const core::PrimSeq> queries;
-  HandleTable<Read> reads;
+  HandleTable<core::ReadSession> reads;
   HandleTable<core::ReadGroup> groups;
   HandleTable<core::Op> ops;
   HandleTable<core::MapSession> maps;

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Reads and read groups.
+// Reads and read groups. The read session is the engine's (core/read_session.hpp); these calls
+// name reads and their groups and copy descriptors out.
 #include "api/descriptors.hpp"
 #include "api/guard.hpp"
 #include "api/handles.hpp"
@@ -12,58 +13,41 @@ extern "C" {
 kstage_status_t kstage_read_attributes(kstage_stage_t stage, kstage_query_t query,
                                        const kstage_token_t* attributes, uint64_t n,
                                        const kstage_read_desc_t* desc, kstage_read_t* read) {
-  return guard("kstage::read_attributes", [&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+  return with_stage("kstage::read_attributes", stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(read, "read"));
     core::PrimList prims;
-    KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s->queries, query, Kind::Query));
+    KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s.queries, query, Kind::Query));
     kstage_read_desc_t d = kstage_read_desc_init();  // NULL: the latest values
     if (desc) {
       KSTAGE_ASSIGN_OR_RETURN(d, read_descriptor(desc, "desc"));
     }
-    auto r = std::make_shared<Read>();
-    std::vector<std::unique_ptr<core::ReadGroup>> groups;
-    KSTAGE_ASSIGN_OR_RETURN(groups, s->engine->read(prims, attributes, n, d));
-    for (auto& g : groups) r->groups.push_back(std::move(g));
-    *read = s->reads.add(Kind::Read, std::move(r));
+    std::shared_ptr<core::ReadSession> r;
+    KSTAGE_ASSIGN_OR_RETURN(r, s.engine->open_read(prims, attributes, n, d));
+    *read = s.reads.add(Kind::Read, std::move(r));
     return Status::OK();
   });
 }
 
 kstage_status_t kstage_fetch_read_next(kstage_stage_t stage, kstage_read_t read, uint64_t timeout_ns,
                                        kstage_read_group_t* group) {
-  // Never waits: groups are built when the read opens. Data that lands on the
-  // host is complete by then; device data carries its event in device_sync.
-  (void)timeout_ns;
-  return guard("kstage::fetch_read_next", [&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+  (void)timeout_ns;  // never waits: the groups are built when the read opens
+  return with_stage("kstage::fetch_read_next", stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(group, "group"));
-    std::shared_ptr<Read> r;
-    KSTAGE_ASSIGN_OR_RETURN(r, lookup(s->reads, read, Kind::Read));
-    std::unique_ptr<core::ReadGroup> g;
-    {
-      std::lock_guard lock(r->mutex);
-      if (r->groups.empty())
-        return error(KSTAGE_END_OF_ITERATION, "read %llu has no more groups",
-                     (unsigned long long)read);
-      r->groups.front()->publish_prims();  // first: may run out of memory, and then nothing changed
-      g = std::move(r->groups.front());
-      r->groups.pop_front();
-    }
-    std::shared_ptr<core::ReadGroup> shared(std::move(g));
-    shared->desc.handle = s->groups.add(Kind::Group, shared);
-    *group = shared->desc;
+    std::shared_ptr<core::ReadSession> r;
+    KSTAGE_ASSIGN_OR_RETURN(r, lookup(s.reads, read, Kind::Read));
+    std::shared_ptr<core::ReadGroup> g = r->next();
+    if (!g)
+      return error(KSTAGE_END_OF_ITERATION, "read %llu has no more groups",
+                   (unsigned long long)read);
+    g->desc.handle = s.groups.add(Kind::Group, g);
+    *group = g->desc;
     return Status::OK();
   });
 }
 
 kstage_status_t kstage_release_group(kstage_stage_t stage, kstage_group_t group) {
-  return guard([&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
-    if (!s->groups.take(group))
+  return with_stage(stage, [&](StageEntry& s) -> Status {
+    if (!s.groups.take(group))
       return error(KSTAGE_INVALID_HANDLE, "group handle %llu is not live (double release?)",
                    (unsigned long long)group);
     return Status::OK();
@@ -71,10 +55,8 @@ kstage_status_t kstage_release_group(kstage_stage_t stage, kstage_group_t group)
 }
 
 kstage_status_t kstage_release_read(kstage_stage_t stage, kstage_read_t read) {
-  return guard([&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
-    if (!s->reads.take(read))
+  return with_stage(stage, [&](StageEntry& s) -> Status {
+    if (!s.reads.take(read))
       return error(KSTAGE_INVALID_HANDLE, "read handle %llu is not live (double release?)",
                    (unsigned long long)read);
     return Status::OK();
@@ -95,15 +77,13 @@ template <class Export, class Out>
 kstage_status_t export_on_stream(const char* region, kstage_stage_t stage, kstage_group_t group,
                                  uint64_t index, uint64_t flags, uintptr_t stream, Out** tensor,
                                  Export make) {
-  return guard(region, [&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+  return with_stage(region, stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(tensor, "tensor"));
     std::shared_ptr<core::ReadGroup> g;
-    KSTAGE_ASSIGN_OR_RETURN(g, lookup(s->groups, group, Kind::Group));
+    KSTAGE_ASSIGN_OR_RETURN(g, lookup(s.groups, group, Kind::Group));
     core::ExportSource source = core::export_source(*g);
     if (stream != 0) {
-      KSTAGE_RETURN_NOT_OK(s->engine->sync_consumer(*g, kstage_device_sync_t{stream, 0}));
+      KSTAGE_RETURN_NOT_OK(s.engine->sync_consumer(*g, kstage_device_sync_t{stream, 0}));
       if (g->device) {
         source.release = g->device->stream_release();
         source.release_stream = stream;
@@ -160,12 +140,10 @@ kstage_status_t kstage_group_export_index_map(kstage_stage_t stage, kstage_group
 
 kstage_status_t kstage_group_sync(kstage_stage_t stage, kstage_group_t group,
                                   kstage_device_sync_t consumer) {
-  return guard("kstage::group_sync", [&]() -> Status {
-    std::shared_ptr<StageEntry> s;
-    KSTAGE_ASSIGN_OR_RETURN(s, find_stage(stage));
+  return with_stage("kstage::group_sync", stage, [&](StageEntry& s) -> Status {
     std::shared_ptr<core::ReadGroup> g;
-    KSTAGE_ASSIGN_OR_RETURN(g, lookup(s->groups, group, Kind::Group));
-    return s->engine->sync_consumer(*g, consumer);
+    KSTAGE_ASSIGN_OR_RETURN(g, lookup(s.groups, group, Kind::Group));
+    return s.engine->sync_consumer(*g, consumer);
   });
 }
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Stage: lifecycle, deferred releases, and what every concern uses (tokens, floors, columns).
 // The concerns have a file each: stage_queries.cpp, stage_mutations.cpp (writes, deletes and
-// seals), stage_reads.cpp, stage_maps.cpp.
+// seals), stage_reads.cpp, stage_maps.cpp; the sessions that reads and maps hand out are objects
+// of their own (read_session.cpp, map_session.cpp).
 #include "core/stage.hpp"
 
 #include "core/device_sync.hpp"

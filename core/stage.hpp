@@ -12,7 +12,6 @@
 #include "core/column.hpp"
 #include "core/dictionary.hpp"
 #include "core/managed_tensors.hpp"
-#include "core/map.hpp"
 #include "core/prim_seq.hpp"
 #include "core/write_check.hpp"
 
@@ -20,6 +19,11 @@
 #include <mutex>
 
 namespace kstage::core {
+
+// The sessions a read or a map hands out (core/read_session.hpp, core/map_session.hpp).
+class ReadSession;
+class MapSession;
+struct MapGroup;
 
 // An op's outcome, and the device work it completes with (none: host work,
 // complete before the call that submitted it returned).
@@ -106,13 +110,10 @@ class Stage {
   Result<kstage_attribute_info_t> attribute_info(uint64_t attribute) const;
 
   // --- maps ------------------------------------------------------------------
-  Result<std::shared_ptr<MapSession>> map(const PrimList& prims, const kstage_map_desc_t& desc,
-                                          uint64_t ordinal, const uint64_t* element_counts,
-                                          uint64_t n);
-  // Commits `groups` of `session` as one op: all are enqueued or none is.
-  // `done_sync` is the producer's (docs/design.md "Synchronisation"; host maps: {0, 0}).
-  Result<std::shared_ptr<Op>> commit(MapSession& session, const std::vector<MapGroup*>& groups,
-                                     const kstage_device_sync_t& done_sync);
+  // A map session over `prims`: its groups planned and their buffers allocated now.
+  Result<std::shared_ptr<MapSession>> open_map(const PrimList& prims, const kstage_map_desc_t& desc,
+                                               uint64_t ordinal, const uint64_t* element_counts,
+                                               uint64_t n);
 
   // Keeps `keep` (a write's managed tensors) until `work` is done: the
   // device may still read them. Dropped at once when it already is. Never
@@ -122,14 +123,25 @@ class Stage {
   void reap_deferred();
 
   // --- reads -----------------------------------------------------------------
+  // Every group of the read, built now (data that lands on the host is complete on return).
   Result<std::vector<std::unique_ptr<ReadGroup>>> read(const PrimList& prims,
                                                        const uint64_t* attributes, uint64_t n,
                                                        const kstage_read_desc_t& desc);
+  // A read session handing out read()'s groups one at a time (kstage_read_attributes).
+  Result<std::shared_ptr<ReadSession>> open_read(const PrimList& prims, const uint64_t* attributes,
+                                                 uint64_t n, const kstage_read_desc_t& desc);
   // Orders a consumer's {stream, event} after the work producing `g`'s data
   // (kstage_group_sync): host data takes {0, 0} only.
   Status sync_consumer(const ReadGroup& g, const kstage_device_sync_t& consumer);
 
  private:
+  friend class MapSession;  // commits its groups
+
+  // Commits `groups` of `session` as one op: all are enqueued or none is.
+  // `done_sync` is the producer's (docs/design.md "Synchronisation"; host maps: {0, 0}).
+  Result<std::shared_ptr<Op>> commit(MapSession& session, const std::vector<MapGroup*>& groups,
+                                     const kstage_device_sync_t& done_sync);
+
   struct Mutation {
     enum class Kind { Write, DeleteAttributes, DeletePrims } kind;
     uint64_t ordinal = 0;

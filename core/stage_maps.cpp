@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Stage: maps -- writable groups handed out, committed at unmap.
+// Stage: maps -- planning a map's groups (open_map) and committing them as writes (commit). The
+// session that hands them out is core/map_session.hpp.
 #include "core/stage.hpp"
+
+#include "core/map_session.hpp"
 
 #include "core/device_sync.hpp"
 #include "core/dtype.hpp"
@@ -131,9 +134,9 @@ Status Stage::check_schema(const Column& c, const Schema& s) const {
   return Status::OK();
 }
 
-Result<std::shared_ptr<MapSession>> Stage::map(const PrimList& prims, const kstage_map_desc_t& d,
-                                               uint64_t ordinal, const uint64_t* counts,
-                                               uint64_t n) {
+Result<std::shared_ptr<MapSession>> Stage::open_map(const PrimList& prims,
+                                                    const kstage_map_desc_t& d, uint64_t ordinal,
+                                                    const uint64_t* counts, uint64_t n) {
   if (!dictionary_.is_token(d.attribute))
     return error(KSTAGE_INVALID_ARGUMENT, "desc.attribute = %llu is not a token of this stage",
                  (unsigned long long)d.attribute);
@@ -163,7 +166,7 @@ Result<std::shared_ptr<MapSession>> Stage::map(const PrimList& prims, const ksta
                              : residency_.device_type != 0 ? residency_
                                                             : DLDevice{kDLCPU, 0};
 
-  auto s = std::make_shared<MapSession>();
+  auto s = std::make_shared<MapSession>(*this);
   s->attribute = d.attribute;
   s->ordinal = ordinal;
   s->schema = Schema{d.is_array, d.dtype, d.semantic};

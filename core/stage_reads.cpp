@@ -3,6 +3,7 @@
 #include "core/stage.hpp"
 
 #include "core/device_sync.hpp"
+#include "core/read_session.hpp"
 #include "core/dtype.hpp"
 #include "core/transport.hpp"
 
@@ -425,6 +426,14 @@ Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prim
   // Explicit: nvcc (a CMAKE_CXX_COMPILER of nvcc_wrapper) does not move a local into a
   // converting constructor implicitly.
   return Result<std::vector<std::unique_ptr<ReadGroup>>>(std::move(groups));
+}
+
+Result<std::shared_ptr<ReadSession>> Stage::open_read(const PrimList& prims,
+                                                      const uint64_t* attributes, uint64_t n,
+                                                      const kstage_read_desc_t& desc) {
+  std::vector<std::unique_ptr<ReadGroup>> groups;
+  KSTAGE_ASSIGN_OR_RETURN(groups, read(prims, attributes, n, desc));
+  return std::make_shared<ReadSession>(std::move(groups));
 }
 
 }  // namespace kstage::core
