@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The emulated device's memory: an arena per ordinal and one of pinned host memory, handed
-// out first-fit and kept ASan-poisoned outside kernels (emulated_device.hpp, Arena).
+// out first-fit; a device arena's blocks are ASan-poisoned outside kernels (emulated_device.hpp,
+// Arena).
 #include "backends/emulated/emulated_device.hpp"
 #include "backends/emulated/emulated_internal.hpp"
 
