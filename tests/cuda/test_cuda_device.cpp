@@ -72,7 +72,7 @@ TEST_CASE("cuda: a device that does not exist, and a pointer on another device, 
            "device kDLCUDA:" + std::to_string(count) + " does not exist");
 
   Stage s(host_execution(), &kGpu);
-  kstage_query_t q = s.query(s.paths("p", 4));
+  kstage_query_t q = s.query(s.paths("/p", 4));
   kstage_token_t a = s.token("a");
   std::vector<float> host = {1, 2, 3, 4};
   int64_t shape[1] = {4};
@@ -98,7 +98,7 @@ TEST_CASE("cuda: a device that does not exist, and a pointer on another device, 
 TEST_CASE("cuda: device data stays on the device; host data crosses once each way", "[cuda]") {
   const std::vector<float> v = {1, 2, 3, 4, 5, 6};
   Stage s(host_execution(), &kGpu);
-  kstage_query_t q = s.query(s.paths("p", 6));
+  kstage_query_t q = s.query(s.paths("/p", 6));
   kstage_token_t a = s.token("a");
   GpuFloats dev(v);
   const Counts c0 = Counts::now();
@@ -141,7 +141,7 @@ TEST_CASE("cuda: device data stays on the device; host data crosses once each wa
 TEST_CASE("cuda: device data written into a host column is copied down once", "[cuda]") {
   const std::vector<float> v = {1, 2, 3};
   Stage s(host_execution(), &kHost);
-  kstage_query_t q = s.query(s.paths("p", 3));
+  kstage_query_t q = s.query(s.paths("/p", 3));
   kstage_token_t a = s.token("a");
   GpuFloats dev(v);
   const Counts c0 = Counts::now();
@@ -157,7 +157,7 @@ TEST_CASE("cuda: device data written into a host column is copied down once", "[
 TEST_CASE("cuda: a write waits for the producer's event; a read records the consumer's",
           "[cuda][sync]") {
   Stage s(host_execution(), &kGpu);
-  kstage_query_t q = s.query(s.paths("p", 1 << 20));
+  kstage_query_t q = s.query(s.paths("/p", 1 << 20));
   kstage_token_t a = s.token("a");
   const size_t n = size_t(1) << 20;
   GpuFloats src(std::vector<float>(n, 1.f));
@@ -196,7 +196,7 @@ TEST_CASE("cuda: a write waits for the producer's event; a read records the cons
 TEST_CASE("cuda: managed memory makes a column on the device of its ordinal", "[cuda]") {
   const DLDevice none{};
   Stage s(host_execution(), &none);  // no residency: the first write's data decides
-  kstage_query_t q = s.query(s.paths("p", 4));
+  kstage_query_t q = s.query(s.paths("/p", 4));
   kstage_token_t a = s.token("a");
   float* m = nullptr;
   REQUIRE(cudaMallocManaged(reinterpret_cast<void**>(&m), 4 * sizeof(float)) == cudaSuccess);
