@@ -35,6 +35,7 @@ class HandleTable {
   class Slot {
    public:
     Slot(HandleTable& table, uint64_t h) : table_(&table), h_(h) {}
+    Slot(HandleTable& table, Kind kind) : Slot(table, table.add(kind, nullptr)) {}
     Slot(const Slot&) = delete;
     Slot& operator=(const Slot&) = delete;
     ~Slot() {
@@ -54,7 +55,7 @@ class HandleTable {
     HandleTable* table_;
     uint64_t h_;
   };
-  Slot reserve(Kind kind) { return Slot(*this, add(kind, nullptr)); }
+  Slot reserve(Kind kind) { return Slot(*this, kind); }
   std::shared_ptr<T> find(uint64_t h) const {
     std::lock_guard lock(mutex_);
     auto it = items_.find(h);
@@ -120,6 +121,16 @@ Result<std::shared_ptr<T>> lookup(const HandleTable<T>& table, uint64_t h, Kind 
     return error(KSTAGE_INVALID_HANDLE, "%s handle %llu is not live on this stage (unknown, "
                  "released, or of another kind or stage)", kind_name(kind), (unsigned long long)h);
   return v;
+}
+
+// Drops handle `h` from `table` (the release calls of groups, reads, queries and ops): the
+// object goes with its last holder. INVALID_HANDLE naming the kind if `h` was not there.
+template <class T>
+Status release(HandleTable<T>& table, uint64_t h, Kind kind) {
+  if (!table.take(h))
+    return error(KSTAGE_INVALID_HANDLE, "%s handle %llu is not live (double release?)",
+                 kind_name(kind), (unsigned long long)h);
+  return Status::OK();
 }
 
 }  // namespace kstage::capi

@@ -5,6 +5,8 @@
 #include "api/guard.hpp"
 #include "api/handles.hpp"
 
+#include <optional>
+
 using namespace kstage;
 using namespace kstage::capi;
 
@@ -36,6 +38,10 @@ kstage_status_t kstage_fetch_map_next(kstage_stage_t stage, kstage_map_t map, ui
     const kstage_map_group_info_t* next = m->next([] { return new_handle(Kind::MapGroup); });
     if (!next)
       return error(KSTAGE_END_OF_ITERATION, "map %llu has no more groups", (unsigned long long)map);
+    // Copied out after next() let the session's lock go, and no concurrent call can tell: next()
+    // wrote the descriptor under the lock and nothing writes it again (a commit changes the
+    // group's state and rows, never its descriptor), and `m` keeps the session, and so the
+    // descriptor, alive.
     *group = *next;
     return Status::OK();
   });
@@ -48,10 +54,12 @@ kstage_status_t kstage_unmap_group(kstage_stage_t stage, kstage_map_t map,
     KSTAGE_RETURN_NOT_OK(need(op, "op"));
     std::shared_ptr<core::MapSession> m;
     KSTAGE_ASSIGN_OR_RETURN(m, lookup(s.maps, map, Kind::Map));
-    auto slot = s.ops.reserve(Kind::Op);  // before the commit: nothing after it can fail
+    // The op's handle is reserved once the group is found (a group that is not fetched is
+    // reported first) and before the commit: nothing after the commit can fail.
+    std::optional<HandleTable<core::Op>::Slot> slot;
     std::shared_ptr<core::Op> o;
-    KSTAGE_ASSIGN_OR_RETURN(o, m->commit(group, done_sync));
-    *op = slot.fill(std::move(o));
+    KSTAGE_ASSIGN_OR_RETURN(o, m->commit(group, done_sync, [&] { slot.emplace(s.ops, Kind::Op); }));
+    *op = slot->fill(std::move(o));
     return Status::OK();
   });
 }
@@ -62,10 +70,12 @@ kstage_status_t kstage_unmap_attribute(kstage_stage_t stage, kstage_map_t map,
     KSTAGE_RETURN_NOT_OK(need(op, "op"));
     std::shared_ptr<core::MapSession> m;
     KSTAGE_ASSIGN_OR_RETURN(m, lookup(s.maps, map, Kind::Map));
-    auto slot = s.ops.reserve(Kind::Op);  // before the commit: nothing after it can fail
+    // The op's handle is reserved under the session's lock, once the fetched groups are listed,
+    // and before the commit: nothing after the commit can fail.
+    std::optional<HandleTable<core::Op>::Slot> slot;
     std::shared_ptr<core::Op> o;
-    KSTAGE_ASSIGN_OR_RETURN(o, m->end(done_sync));
-    *op = slot.fill(std::move(o));
+    KSTAGE_ASSIGN_OR_RETURN(o, m->end(done_sync, [&] { slot.emplace(s.ops, Kind::Op); }));
+    *op = slot->fill(std::move(o));
     s.maps.take(map);  // the map ends; unfetched buffers are freed with it
     return Status::OK();
   });

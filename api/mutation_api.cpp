@@ -131,10 +131,7 @@ kstage_status_t kstage_op_error(kstage_stage_t stage, kstage_op_t op, const char
 
 kstage_status_t kstage_release_op(kstage_stage_t stage, kstage_op_t op) {
   return with_stage(stage, [&](StageEntry& s) -> Status {
-    if (!s.ops.take(op))
-      return error(KSTAGE_INVALID_HANDLE, "op handle %llu is not live (double release?)",
-                   (unsigned long long)op);
-    return Status::OK();
+    return release(s.ops, op, Kind::Op);
   });
 }
 

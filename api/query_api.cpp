@@ -80,10 +80,7 @@ kstage_status_t kstage_query_get_paths(kstage_stage_t stage, kstage_query_t quer
 
 kstage_status_t kstage_query_release(kstage_stage_t stage, kstage_query_t query) {
   return with_stage(stage, [&](StageEntry& s) -> Status {
-    if (!s.queries.take(query))
-      return error(KSTAGE_INVALID_HANDLE, "query handle %llu is not live (double release?)",
-                   (unsigned long long)query);
-    return Status::OK();
+    return release(s.queries, query, Kind::Query);
   });
 }
 

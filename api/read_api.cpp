@@ -47,19 +47,13 @@ kstage_status_t kstage_fetch_read_next(kstage_stage_t stage, kstage_read_t read,
 
 kstage_status_t kstage_release_group(kstage_stage_t stage, kstage_group_t group) {
   return with_stage(stage, [&](StageEntry& s) -> Status {
-    if (!s.groups.take(group))
-      return error(KSTAGE_INVALID_HANDLE, "group handle %llu is not live (double release?)",
-                   (unsigned long long)group);
-    return Status::OK();
+    return release(s.groups, group, Kind::Group);
   });
 }
 
 kstage_status_t kstage_release_read(kstage_stage_t stage, kstage_read_t read) {
   return with_stage(stage, [&](StageEntry& s) -> Status {
-    if (!s.reads.take(read))
-      return error(KSTAGE_INVALID_HANDLE, "read handle %llu is not live (double release?)",
-                   (unsigned long long)read);
-    return Status::OK();
+    return release(s.reads, read, Kind::Read);
   });
 }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Map sessions: handing groups out, committing them, ending or giving up the session. Planning
-// the groups and the commit's write are the stage's (stage_maps.cpp).
+// Map sessions: handing groups out, finding the fetched ones, giving up the session, exports.
+// commit() and end() are in the header (they call the C API's `reserve` under the mutex).
+// Planning the groups and the commit's write are the stage's (stage_maps.cpp).
 #include "core/map_session.hpp"
 
 #include "core/group_export.hpp"
@@ -30,23 +31,11 @@ const kstage_map_group_info_t* MapSession::next(uint64_t (*name)()) {
   return &g.desc;
 }
 
-Result<std::shared_ptr<Op>> MapSession::commit(uint64_t group,
-                                               const kstage_device_sync_t& done_sync) {
-  std::lock_guard lock(mutex_);
-  MapGroup* g;
-  KSTAGE_ASSIGN_OR_RETURN(g, fetched(group));
-  return stage_.commit(*this, {g}, done_sync);
-}
-
-Result<std::shared_ptr<Op>> MapSession::end(const kstage_device_sync_t& done_sync) {
-  std::lock_guard lock(mutex_);
+std::vector<MapGroup*> MapSession::fetched_groups() const {
   std::vector<MapGroup*> filled;
   for (auto& g : groups)
     if (g->state == MapGroup::State::Fetched) filled.push_back(g.get());
-  std::shared_ptr<Op> op;
-  KSTAGE_ASSIGN_OR_RETURN(op, stage_.commit(*this, filled, done_sync));
-  ended_ = true;
-  return op;
+  return filled;
 }
 
 Status MapSession::abandon_after(const kstage_device_sync_t& producer) {

@@ -63,11 +63,32 @@ class MapSession {
   // then nothing changed.
   const kstage_map_group_info_t* next(uint64_t (*name)());
   // Commits the fetched group named `group` as one op (kstage_unmap_group). A failed commit
-  // commits nothing: the group stays fetched, for a retry.
-  Result<std::shared_ptr<Op>> commit(uint64_t group, const kstage_device_sync_t& done_sync);
+  // commits nothing: the group stays fetched, for a retry. `reserve()` runs under the mutex once
+  // the group is found, just before the commit: there the C API reserves the op's handle, so that
+  // a group that is not fetched is reported before anything is reserved, and nothing after the
+  // commit can fail. It may throw (std::bad_alloc): then nothing was committed.
+  template <class Reserve>
+  Result<std::shared_ptr<Op>> commit(uint64_t group, const kstage_device_sync_t& done_sync,
+                                     Reserve&& reserve) {
+    std::lock_guard lock(mutex_);
+    MapGroup* g;
+    KSTAGE_ASSIGN_OR_RETURN(g, fetched(group));
+    reserve();
+    return stage_.commit(*this, {g}, done_sync);
+  }
   // Commits every fetched group as one op, then ends the session: next() hands out no more
   // (kstage_unmap_attribute). A failed commit commits nothing and leaves the session open.
-  Result<std::shared_ptr<Op>> end(const kstage_device_sync_t& done_sync);
+  // `reserve()` as for commit(): under the mutex, once the fetched groups are listed.
+  template <class Reserve>
+  Result<std::shared_ptr<Op>> end(const kstage_device_sync_t& done_sync, Reserve&& reserve) {
+    std::lock_guard lock(mutex_);
+    const std::vector<MapGroup*> filled = fetched_groups();
+    reserve();
+    std::shared_ptr<Op> op;
+    KSTAGE_ASSIGN_OR_RETURN(op, stage_.commit(*this, filled, done_sync));
+    ended_ = true;
+    return op;
+  }
   // Orders the frees of the session's buffers, in the order of the stage's stream, after
   // `producer` ({0, 0}: nothing to wait for): a map given up while a producer may still be
   // writing its buffers (kstage_release_map_after). The frees happen when the session is let go.
@@ -78,6 +99,8 @@ class MapSession {
  private:
   // The group named `group` if it was fetched and not committed. Requires mutex_.
   Result<MapGroup*> fetched(uint64_t group);
+  // Every group fetched and not committed, in order. Requires mutex_.
+  std::vector<MapGroup*> fetched_groups() const;
 
   Stage& stage_;  // outlives the session (api/handles.hpp: StageEntry drops maps first)
   size_t next_fetch_ = 0;

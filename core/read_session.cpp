@@ -5,9 +5,6 @@
 
 namespace kstage::core {
 
-ReadSession::ReadSession(std::vector<std::unique_ptr<ReadGroup>> groups)
-    : groups_(std::make_move_iterator(groups.begin()), std::make_move_iterator(groups.end())) {}
-
 std::unique_ptr<ReadGroup> ReadSession::next() {
   std::lock_guard lock(mutex_);
   if (groups_.empty()) return nullptr;

@@ -15,8 +15,6 @@ namespace kstage::core {
 // out (a group handed out lives on with its own holder).
 class ReadSession {
  public:
-  explicit ReadSession(std::vector<std::unique_ptr<ReadGroup>> groups);
-
   // The next group, its prims published (ReadGroup::publish_prims); null once every group was
   // handed out. Never waits: data that lands on the host was complete when the read opened,
   // device data carries its event in desc.data.device_sync. Making a range query's prims array
@@ -24,6 +22,8 @@ class ReadSession {
   std::unique_ptr<ReadGroup> next();
 
  private:
+  friend class Stage;  // Stage::open_read makes the session, then builds the groups into it
+
   std::mutex mutex_;
   std::deque<std::unique_ptr<ReadGroup>> groups_;
 };

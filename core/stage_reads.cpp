@@ -431,9 +431,12 @@ Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prim
 Result<std::shared_ptr<ReadSession>> Stage::open_read(const PrimList& prims,
                                                       const uint64_t* attributes, uint64_t n,
                                                       const kstage_read_desc_t& desc) {
+  // The session first: no memory for it, no read (nothing pinned, no copy enqueued).
+  auto session = std::make_shared<ReadSession>();
   std::vector<std::unique_ptr<ReadGroup>> groups;
   KSTAGE_ASSIGN_OR_RETURN(groups, read(prims, attributes, n, desc));
-  return std::make_shared<ReadSession>(std::move(groups));
+  for (auto& g : groups) session->groups_.push_back(std::move(g));
+  return Result<std::shared_ptr<ReadSession>>(std::move(session));
 }
 
 }  // namespace kstage::core

@@ -923,6 +923,33 @@ TEST_CASE("unmap_group commits one group; stale and foreign group handles", "[ma
   REQUIRE(s.read(q, {b}).empty());
 }
 
+TEST_CASE("an unmap of a group that is not fetched takes no op handle", "[map][handles]") {
+  // The op's handle is reserved only once the group is found: the rejected unmaps below take no
+  // handle number, so the next handle made (a group's) is the one after the op's.
+  Stage s(host_execution());
+  auto prims = s.paths("/p", 4);
+  kstage_query_t q = s.query(prims);
+  kstage_token_t a = s.token("a");
+  kstage_map_t m = open_map(s, q, map_desc(a, f32(3), KSTAGE_SEMANTIC_NONE, false, 2), 3);
+  kstage_map_group_info_t g0 = fetch(s, m);
+  fill_fixed(g0, 1.f);
+  kstage_op_t op = 0;
+  KS_OK(kstage_unmap_group(s.stage, m, g0.handle, kNoSync, &op));
+  kstage_op_t rejected = 0;
+  KS_FAILS(kstage_unmap_group(s.stage, m, g0.handle, kNoSync, &rejected), KSTAGE_INVALID_HANDLE,
+           "already unmapped");
+  KS_FAILS(kstage_unmap_group(s.stage, m, 0, kNoSync, &rejected), KSTAGE_INVALID_HANDLE,
+           "map group handle 0");
+  KS_FAILS(kstage_unmap_group(s.stage, m, g0.handle + 1000000, kNoSync, &rejected),
+           KSTAGE_INVALID_HANDLE, "not a fetched group");
+  REQUIRE(rejected == 0);
+  const kstage_map_group_info_t g1 = fetch(s, m);
+  constexpr uint64_t kNumber = (uint64_t(1) << 56) - 1;  // below the kind byte
+  REQUIRE((g1.handle & kNumber) == (op & kNumber) + 1);
+  wait_release(s, op);
+  KS_OK(kstage_release_map(s.stage, m));
+}
+
 TEST_CASE("unmap_attribute commits fetched groups and drops unfetched ones", "[map][handles]") {
   Stage s(host_execution());
   auto prims = s.paths("/p", 6);
