@@ -149,19 +149,18 @@ bundle_python() {
   mkdir -p "$dir/python"
   cp -a "$build/python/kstage" "$dir/python/kstage"
   find "$dir/python" -name __pycache__ -prune -exec rm -rf {} +
-  # Its own libkstage (the same sources as lib/'s, configured for the package).
-  mkdir -p "$dir/python/lib"
-  ldd "$dir"/python/kstage/_kstage*.so | awk '/libkstage[.]so/ {print $3}' | sort -u |
-    while read -r lib; do cp -L "$lib" "$dir/python/lib/$(basename "$lib")"; done
+  # The extension binds the C API alone, so it loads lib/'s libkstage (the same sources and
+  # Kokkos): no second copy in the bundle.
   strip --strip-unneeded "$dir"/python/kstage/*.so* 2>/dev/null || true
   "$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])' >"$dir/python/version"
 }
 
-# Whether the bundled programs start here (the loader finds every library they need).
+# Whether the bundled programs start here (the loader finds every library they need, with
+# the bundle's on their command line).
 programs_start() {
   local p out
   for p in "$1"/*; do
-    out=$("$p" --help 2>&1 >/dev/null) && continue
+    out=$(env LD_LIBRARY_PATH="$BUNDLED_LIBS" "$p" --help 2>&1 >/dev/null) && continue
     case $out in *"error while loading shared libraries"*|*"GLIBC"*|*"not found"*) echo "$p: $out"; return 1 ;; esac
   done
   return 0
@@ -261,10 +260,11 @@ run() {
   # 3. The test programs, the most telling first, each under its cap, inside the budget less
   # what the perf grid and the Python step keep (KSTAGE_GPU_CHECK_RESERVE).
   local passed=() failed=() t name rc left limit reserve=${KSTAGE_GPU_CHECK_RESERVE:-120}
-  local p ordered=()
+  local p ordered=() first
+  first=" $(echo $PRIORITY) "  # one space between the names
   for p in $PRIORITY; do [ -e "$dir/bin/$p" ] && ordered+=("$dir/bin/$p"); done
   for t in "$dir"/bin/kstage_test_*; do
-    case " $PRIORITY " in *" $(basename "$t") "*) ;; *) ordered+=("$t") ;; esac
+    case $first in *" $(basename "$t") "*) ;; *) ordered+=("$t") ;; esac
   done
   for t in "${ordered[@]}"; do
     name=$(basename "$t")
@@ -300,7 +300,7 @@ run() {
 
   # 5. Python's CUDA paths.
   python_step "$dir" "$dry" "$((budget - (SECONDS - start)))" >"$out/python.txt" 2>&1 || true
-  say "python: $(tail -n 1 "$out/python.txt")"
+  say "$(tail -n 1 "$out/python.txt")"
 
   say "gpu-check: ${#passed[@]} test programs passed, ${#failed[@]} failed${failed:+: ${failed[*]}}"
   say "gpu-check: $((SECONDS - start)) s"
@@ -344,7 +344,7 @@ PY
   [ "$left" -gt 20 ] || { echo "python: no time left: skipped"; return 0; }
   local rc=0 per_test=()
   case " $have " in *" pytest_timeout "*) per_test=(--timeout=60) ;; esac
-  (cd "$dir" && PYTHONPATH="$dir/python" LD_LIBRARY_PATH="$dir/python/lib:$dir/lib" \
+  (cd "$dir" && PYTHONPATH="$dir/python" LD_LIBRARY_PATH="$dir/lib" \
      timeout -k 5 "$left" "$py" -m pytest "$ROOT/tests/python_package" -q -p no:cacheprovider -rs \
      "${per_test[@]}" 2>&1 || exit $?) || rc=$?
   echo "python: tests/python_package $([ "$rc" -eq 0 ] && echo passed || echo "FAILED rc=$rc")"
