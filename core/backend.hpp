@@ -38,10 +38,11 @@
 // into KSTAGE_OUT_OF_MEMORY and any other exception into KSTAGE_INTERNAL, with the message as
 // the thread's last error. Before that, callers that must leave the stage unchanged catch
 // what they can handle: a seal (Column::apply_write) turns std::bad_alloc into
-// OUT_OF_MEMORY with the column as it was; staging a write (stage_write, core/transport.hpp)
-// fences the backends it enqueued on when an exception interrupts moving the rows, and
-// rethrows, so that no queued copy reads the caller's memory after the call returns. No entry
-// aborts the process (the emulated device's own checks, in test builds only, do by default).
+// OUT_OF_MEMORY with the column as it was; staging a write (stage_write, core/transport.hpp;
+// its move_rows phase, core/transport.cpp) fences the backends it enqueued on when an
+// exception interrupts moving the rows, and rethrows, so that no queued copy reads the
+// caller's memory after the call returns. No entry aborts the process (the emulated device's
+// own checks, in test builds only, do by default).
 #pragma once
 
 #include "core/buffer.hpp"

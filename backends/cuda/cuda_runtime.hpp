@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The CUDA runtime in the terms of backends/gpu/gpu_backend.hpp: the one
-// table of allocate / copy / stream / event calls the GPU backend uses.
+// The CUDA runtime in the terms of the GPU backend (backends/gpu/: gpu_backend.hpp and its
+// parts lanes.hpp, shared.hpp, completion.hpp): the one table of allocate / copy / stream /
+// event calls the GPU backend uses.
 #pragma once
 
 #include <Kokkos_Core.hpp>

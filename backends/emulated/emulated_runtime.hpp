@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The emulated device's driver (emulated_device.hpp) in the terms of
-// backends/gpu/gpu_backend.hpp: the table CudaRuntime and HipRuntime fill
+// The emulated device's driver (emulated_device.hpp) in the terms of the
+// GPU backend (backends/gpu/): the table CudaRuntime and HipRuntime fill
 // with their runtimes' calls. Streams and events are the driver's integer
 // handles (as kstage_device_sync_t carries them); kernels run on
 // Kokkos::Serial, later, on the stream's worker.

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The HIP runtime in the terms of backends/gpu/gpu_backend.hpp: the same
+// The HIP runtime in the terms of the GPU backend (backends/gpu/): the same
 // table as backends/cuda/cuda_runtime.hpp, on hip* calls and Kokkos' HIP
 // execution space (Kokkos::Experimental::HIP before Kokkos 4).
 #pragma once

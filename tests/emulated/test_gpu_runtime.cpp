@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The emulated runtime is as strict as CUDA (kstage_emulated.h), and the GPU
-// backend (backends/gpu/gpu_backend.hpp, which the emulated device runs) is
+// backend (backends/gpu/, which the emulated device runs) is
 // correct under those rules: stream-ordered reuse, pageable copies, copy
 // kinds, asynchronous faults and launch failures, events across ordinals,
 // allocation failures and missing pools, empty tensors, and stage lanes.
