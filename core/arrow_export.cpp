@@ -39,10 +39,18 @@ struct Holder {
   // released any more (as a late DLPack deleter does, the buffers are left to the process).
   ~Holder() {
     if (!kokkos_is_running()) {
-      for (BufferPtr& b : group_buffers) new BufferPtr(std::move(b));
-      for (BufferPtr& b : device) new BufferPtr(std::move(b));
-      new CompletionPtr(std::move(ready));
+      for (BufferPtr& b : group_buffers) leak(b);
+      for (BufferPtr& b : device) leak(b);
+      leak(ready);
     }
+  }
+
+  // Keeps `p`'s reference for the rest of the process without allocating (a destructor must
+  // not throw): the moved-to pointer lives in storage whose destructor never runs.
+  template <class P>
+  static void leak(P& p) noexcept {
+    alignas(P) unsigned char storage[sizeof(P)];
+    ::new (static_cast<void*>(storage)) P(std::move(p));
   }
 };
 

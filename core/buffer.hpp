@@ -73,7 +73,7 @@ class BufferPin {
 inline BufferPtr pin(const BufferPtr& buffer) {
   if (!buffer) return nullptr;
   auto holder = std::make_shared<BufferPin>(buffer);
-  return BufferPtr(std::move(holder), buffer.get());  // aliasing: owns the pin
+  return BufferPtr(holder, buffer.get());  // aliasing: owns the pin
 }
 
 }  // namespace kstage::core

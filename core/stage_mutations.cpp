@@ -295,7 +295,7 @@ Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reach
       if (m.check) {
         // A device index_map with a bad entry: the call's writes are never applied. Its check
         // is the call's own work, so this waits for that, not for anything after it.
-        const Status checked = m.check->status();
+        Status checked = m.check->status();
         if (checked.code() == KSTAGE_INVALID_ARGUMENT) {
           skipped_creator = skipped_creator || m.created_column;
           continue;

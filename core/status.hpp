@@ -91,6 +91,9 @@ class [[nodiscard]] Result {
     if (!_kstage_st.ok()) return _kstage_st;  \
   } while (0)
 
+// `tmp` is a name being declared and `lhs` may be a declaration (`auto x`): neither can be
+// parenthesised.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define KSTAGE_IMPL_ASSIGN_OR_RETURN(tmp, lhs, expr) \
   auto tmp = (expr);                                 \
   if (!tmp.ok()) return tmp.status();                \
@@ -98,3 +101,4 @@ class [[nodiscard]] Result {
 
 #define KSTAGE_ASSIGN_OR_RETURN(lhs, expr) \
   KSTAGE_IMPL_ASSIGN_OR_RETURN(KSTAGE_IMPL_CONCAT(_kstage_r_, __LINE__), lhs, expr)
+// NOLINTEND(bugprone-macro-parentheses)

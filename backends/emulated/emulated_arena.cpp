@@ -58,6 +58,7 @@ void* Arena::allocate(size_t bytes) {
     live_.insert(std::move(block));
     // Device blocks stay poisoned outside kernels; pinned blocks are host memory (a freed
     // one was poisoned by free()).
+    // NOLINTNEXTLINE(bugprone-branch-clone): the two macros differ under ASan only
     if (device()) ASAN_POISON_MEMORY_REGION(reinterpret_cast<void*>(start), size);
     else ASAN_UNPOISON_MEMORY_REGION(reinterpret_cast<void*>(start), size);
     return reinterpret_cast<void*>(start);

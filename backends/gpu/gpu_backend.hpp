@@ -303,7 +303,7 @@ class GpuBackend final : public DeviceBackend {
       Stream s = stream_value(producer.stream);
       Event e{};
       KSTAGE_RETURN_NOT_OK(check(RT::event_create(&e), field, ".stream", producer.stream));
-      const Status st = [&]() -> Status {
+      Status st = [&]() -> Status {
         KSTAGE_RETURN_NOT_OK(check(RT::event_record(e, s), field, ".stream", producer.stream));
         return check(RT::stream_wait_event(shared_->stream, e), field, ".stream", producer.stream);
       }();
@@ -322,7 +322,7 @@ class GpuBackend final : public DeviceBackend {
     if (consumer.stream != 0) {
       Event e{};
       KSTAGE_RETURN_NOT_OK(check(RT::event_create(&e), field, ".stream", consumer.stream));
-      const Status st = [&]() -> Status {
+      Status st = [&]() -> Status {
         KSTAGE_RETURN_NOT_OK(
             check(RT::event_record(e, shared_->stream), field, ".stream", consumer.stream));
         return check(RT::stream_wait_event(stream_value(consumer.stream), e), field, ".stream",

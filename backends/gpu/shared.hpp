@@ -65,6 +65,7 @@ struct GpuShared {
     if (!tracked) {  // cannot track it: wait instead
       (void)RT::take_error();
       (void)RT::stream_synchronize(stream);
+      // NOLINTNEXTLINE(bugprone-use-after-move): push_back threw, and its strong guarantee left r whole
       if (r.event) (void)RT::event_destroy(r.event);
       (void)RT::take_error();
       return;  // r released here, the work done

@@ -258,6 +258,7 @@ class BorrowedTensor {
   BorrowedTensor(const BorrowedTensor& other) noexcept { *this = other; }
   /// Copies `other`'s description into this object's own shape and strides arrays.
   BorrowedTensor& operator=(const BorrowedTensor& other) noexcept {
+    if (this == &other) return *this;
     tensor_ = other.tensor_;
     for (int d = 0; d < 8; ++d) shape_[d] = other.shape_[d], strides_[d] = other.strides_[d];
     tensor_.shape = other.tensor_.shape ? shape_ : nullptr;

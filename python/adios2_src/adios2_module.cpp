@@ -30,6 +30,7 @@ NB_MODULE(_adios2, m) {
       [](const std::string& name, int mode, const std::string& engine, const std::vector<std::string>& parameters,
          uint64_t inline_writer, int64_t comm) {
         std::vector<const char*> p;
+        p.reserve(parameters.size() + 1);
         for (const std::string& s : parameters) p.push_back(s.c_str());
         p.push_back(nullptr);
         kstage_adios2_open_desc_t d = kstage_adios2_open_desc_init();

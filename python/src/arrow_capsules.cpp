@@ -69,7 +69,7 @@ nb::tuple arrow_capsules(const ArrowExport& make, ArrowKind kind) {
                     "with device=\"cpu\"");
   nb::object s = capsule(schema.get(), "arrow_schema", &schema_capsule_free);
   guard.s = nullptr;
-  schema.release();
+  (void)schema.release();
   if (kind == ArrowKind::Host) {
     auto array = std::make_unique<ArrowArray>(device->array);  // the ArrowArray moved out
     device->array.release = nullptr;
@@ -81,12 +81,12 @@ nb::tuple arrow_capsules(const ArrowExport& make, ArrowKind kind) {
       array->release(array.get());
       throw;
     }
-    array.release();
+    (void)array.release();
     return nb::make_tuple(s, a);
   }
   nb::object a = capsule(device.get(), "arrow_device_array", &device_array_capsule_free);
   guard.a = nullptr;
-  device.release();
+  (void)device.release();
   return nb::make_tuple(s, a);
 }
 

@@ -117,6 +117,7 @@ const uint32_t* index_map_arg(nb::handle obj, Payload& payload, uint64_t& length
       if (v < 0 || static_cast<uint64_t>(v) > std::numeric_limits<uint32_t>::max())
         raise_invalid_argument("index_map[" + std::to_string(i) + "] = " + std::to_string(v) +
                                " is not a source row (0 <= row < 2^32)");
+      // NOLINTNEXTLINE(bugprone-signed-char-misuse): an int8 row number checked >= 0, not a char
       payload.index_map[i] = static_cast<uint32_t>(v);
     }
   };
@@ -456,6 +457,7 @@ Op submit(const StageRef& stage, nb::handle query, const std::vector<nb::handle>
   kstage_prim_mode_t prim_mode = mode_arg(mode);
   QueryArg q = query_arg(stage, query);
   std::vector<kstage_token_t> tokens;
+  tokens.reserve(attrs.size());
   for (nb::handle a : attrs) tokens.push_back(attribute_token(stage, a));
   std::vector<std::unique_ptr<Payload>> payloads;
   std::vector<kstage_write_data_t> data(specs.size());
@@ -556,6 +558,7 @@ void register_write(nb::module_& m, nb::handle stage_class) {
         }
         if (owned.empty()) raise_invalid_argument("write_batch needs at least one attribute");
         std::vector<const WriteSpec*> specs;
+        specs.reserve(owned.size());
         for (const WriteSpec& s : owned) specs.push_back(&s);
         return submit(self.ref(), query, attrs, specs, ordinal, mode);
       },
