@@ -52,7 +52,8 @@ void copy_descriptor(const T* in, T& d, const char* init) {
          unsigned(in->struct_size), init, sizeof(T));
   const auto* bytes = reinterpret_cast<const unsigned char*>(in);
   for (size_t i = sizeof(T); i < in->struct_size; ++i)
-    if (bytes[i] != 0) fail(KSTAGE_NOT_SUPPORTED, "desc sets byte %zu, a field this kstage_adios2 does not know", i);
+    if (bytes[i] != 0)
+      fail(KSTAGE_NOT_SUPPORTED, "desc sets byte %zu, a field this kstage_adios2 does not know", i);
   std::memcpy(&d, in, sizeof(T));
 }
 
@@ -66,8 +67,8 @@ struct Stream {
   // The ranks that write (each its block of every global array) or read (each some of the
   // writers' blocks) the stream's steps: this process alone, or an MPI communicator's.
   std::shared_ptr<Collective> ranks = std::make_shared<Collective>();
-  std::mutex mutex;                       // one call at a time per stream
-  bool step_open = false;                 // a reader's BeginStep that returned NotReady retries
+  std::mutex mutex;        // one call at a time per stream
+  bool step_open = false;  // a reader's BeginStep that returned NotReady retries
   // Inline hands the reader the writer's own buffers: a step's data lives until the next step.
   bool keeps_step_data = false;
   // The engine puts and gets GPU memory (BP5 with an ADIOS2 that has GPU support): device columns
@@ -94,16 +95,19 @@ std::shared_ptr<Stream> remove_stream(kstage_adios2_stream_t handle);
 kstage_adios2_open_desc_t read_open_desc(const kstage_adios2_open_desc_t* in);
 // Opens a stream as kstage_adios2_open says, its ADIOS object from `make_adios` (alone, or
 // over a communicator), its steps written or read by `ranks`; returns its handle.
-kstage_adios2_stream_t open_stream(const char* name, const kstage_adios2_open_desc_t* desc,
-                                   const std::function<std::shared_ptr<adios2::ADIOS>()>& make_adios,
-                                   std::shared_ptr<Collective> ranks);
+kstage_adios2_stream_t open_stream(
+    const char* name, const kstage_adios2_open_desc_t* desc,
+    const std::function<std::shared_ptr<adios2::ADIOS>()>& make_adios,
+    std::shared_ptr<Collective> ranks);
 // kstage_adios2_open, or an MPI form of it: how checkpoint_with and restart_with open their file.
-using Opener = std::function<kstage_status_t(const char*, const kstage_adios2_open_desc_t*, kstage_adios2_stream_t*)>;
+using Opener = std::function<kstage_status_t(const char*, const kstage_adios2_open_desc_t*,
+                                             kstage_adios2_stream_t*)>;
 // kstage_adios2_checkpoint and kstage_adios2_restart (or their MPI forms, `what`), with a file
 // that `open` opens; their own checks (the path, the checkpoint's query) agreed by `ranks`.
-void checkpoint_with(kstage_stage_t stage, const char* path, Collective& ranks, const char* what, const Opener& open);
-void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, Collective& ranks, const char* what,
-                  const Opener& open);
+void checkpoint_with(kstage_stage_t stage, const char* path, Collective& ranks, const char* what,
+                     const Opener& open);
+void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, Collective& ranks,
+                  const char* what, const Opener& open);
 
 // ---- dtypes ------------------------------------------------------------------------------------
 // The C++ type a column's elements are put as: the dtype itself where ADIOS2 has it, else an
@@ -136,7 +140,10 @@ bool with_element_type(DLDataType d, F&& f) {
       }
       return false;
     case kDLBfloat:
-      if (d.bits == 16) { f(uint16_t{}); return true; }
+      if (d.bits == 16) {
+        f(uint16_t{});
+        return true;
+      }
       return false;
     case kDLComplex:
       switch (d.bits) {
@@ -145,7 +152,10 @@ bool with_element_type(DLDataType d, F&& f) {
       }
       return false;
     case kDLBool:
-      if (d.bits == 8) { f(uint8_t{}); return true; }
+      if (d.bits == 8) {
+        f(uint8_t{});
+        return true;
+      }
       return false;
   }
   return false;
@@ -158,7 +168,9 @@ struct Schema {
   bool is_array = false;
   DLDataType dtype{};
   kstage_semantic_t semantic = KSTAGE_SEMANTIC_NONE;
-  static Schema of(const kstage_attribute_info_t& i) { return Schema{i.is_array, i.dtype, i.semantic}; }
+  static Schema of(const kstage_attribute_info_t& i) {
+    return Schema{i.is_array, i.dtype, i.semantic};
+  }
   bool operator==(const Schema& o) const {
     return is_array == o.is_array && dtype.code == o.dtype.code && dtype.bits == o.dtype.bits &&
            dtype.lanes == o.dtype.lanes && semantic == o.semantic;
@@ -173,8 +185,9 @@ struct Schema {
 
 // ---- the layout of a step (docs/adios2.md) -----------------------------------------------------
 namespace layout {
-inline constexpr const char* kFormat = "kstage/format";                  // attribute: "kstage"
-inline constexpr const char* kFormatVersion = "kstage/format_version";   // attribute: uint32 kVersion
+inline constexpr const char* kFormat = "kstage/format";  // attribute: "kstage"
+inline constexpr const char* kFormatVersion =
+    "kstage/format_version";  // attribute: uint32 kVersion
 // 2: a step is one block per writing rank of each global array (kstage/blocks). Version 1
 // (one writer, no block tables) was never released.
 inline constexpr uint32_t kVersion = 2;
@@ -258,7 +271,8 @@ void set_space(adios2::Variable<T>& v, Space space) {
 #if defined(ADIOS2_HAVE_GPU_SUPPORT)
   v.SetMemorySpace(space == Space::Device ? adios2::MemorySpace::GPU : adios2::MemorySpace::Host);
 #else
-  if (space == Space::Device) fail(KSTAGE_INTERNAL, "device memory for an ADIOS2 without GPU support");
+  if (space == Space::Device)
+    fail(KSTAGE_INTERNAL, "device memory for an ADIOS2 without GPU support");
   v.SetMemorySpace(adios2::MemorySpace::Host);
 #endif
 }
@@ -269,7 +283,8 @@ void set_space(adios2::Variable<T>& v, Space space) {
 // selection and memory space.
 template <class T>
 adios2::Variable<T> array_variable(adios2::IO& io, const std::string& name, adios2::Dims shape,
-                                   adios2::Dims start, adios2::Dims count, Space space = Space::Host) {
+                                   adios2::Dims start, adios2::Dims count,
+                                   Space space = Space::Host) {
   adios2::Variable<T> v = io.InquireVariable<T>(name);
   if (!v) {
     v = io.DefineVariable<T>(name, shape, start, count);
@@ -295,12 +310,14 @@ struct StringTable {
   std::vector<uint8_t> chars;
   std::vector<uint64_t> offsets{0};
   void add(const char* s, size_t n) {
-    chars.insert(chars.end(), reinterpret_cast<const uint8_t*>(s), reinterpret_cast<const uint8_t*>(s) + n);
+    chars.insert(chars.end(), reinterpret_cast<const uint8_t*>(s),
+                 reinterpret_cast<const uint8_t*>(s) + n);
     offsets.push_back(chars.size());
   }
   size_t size() const { return offsets.size() - 1; }
   std::string at(size_t i) const {
-    return std::string(reinterpret_cast<const char*>(chars.data()) + offsets[i], offsets[i + 1] - offsets[i]);
+    return std::string(reinterpret_cast<const char*>(chars.data()) + offsets[i],
+                       offsets[i + 1] - offsets[i]);
   }
 };
 

@@ -25,7 +25,8 @@ class Collective {
 };
 
 // Every rank's `mine` (the same length on every rank), in rank order: entry [r][i] is rank r's.
-std::vector<std::vector<uint64_t>> allgather_values(Collective& ranks, const std::vector<uint64_t>& mine);
+std::vector<std::vector<uint64_t>> allgather_values(Collective& ranks,
+                                                    const std::vector<uint64_t>& mine);
 
 // Runs `local`, this rank's part of a collective call, and agrees with the other ranks on how
 // it went: when it fails on any rank it fails on every rank -- the failing ones with their own

@@ -51,21 +51,24 @@ uint64_t row_count(const adios2::Variable<T>& v) {
 // Rows [start, start + rows) of global array `v` into `out`, memory in `space` (Device: a BP
 // engine's).
 template <class T>
-void read_rows(Reader& r, adios2::Variable<T>& v, uint64_t start, uint64_t rows, T* out, Space space = Space::Host) {
+void read_rows(Reader& r, adios2::Variable<T>& v, uint64_t start, uint64_t rows, T* out,
+               Space space = Space::Host) {
   if (rows == 0) return;
   const uint64_t width = row_width(v);
   if (v.Shape().empty() || start > row_count(v) || rows > row_count(v) - start)
-    fail(KSTAGE_INVALID_ARGUMENT, "step variable '%s' has %llu rows; its tables place rows %llu .. %llu in it",
+    fail(KSTAGE_INVALID_ARGUMENT,
+         "step variable '%s' has %llu rows; its tables place rows %llu .. %llu in it",
          v.Name().c_str(), (unsigned long long)row_count(v), (unsigned long long)start,
          (unsigned long long)(start + rows - 1));
   set_space(v, space);  // stated, never detected
-  if (r.is_inline) {  // one writer, whose one block is the whole array
+  if (r.is_inline) {    // one writer, whose one block is the whole array
     if (space == Space::Device) fail(KSTAGE_INTERNAL, "an Inline read into device memory");
     typename adios2::Variable<T>::Info info;
     v.SetBlockSelection(0);
     r.e.Get(v, info, adios2::Mode::Deferred);
     r.e.PerformGets();
-    if (info.Data() == nullptr) fail(KSTAGE_OP_FAILED, "Inline: no data for '%s'", v.Name().c_str());
+    if (info.Data() == nullptr)
+      fail(KSTAGE_OP_FAILED, "Inline: no data for '%s'", v.Name().c_str());
     std::memcpy(out, info.Data() + start * width, rows * width * sizeof(T));
     return;
   }
@@ -81,21 +84,22 @@ template <class T>
 adios2::Variable<T> find_variable(Reader& r, const std::string& name) {
   adios2::Variable<T> v = r.io.InquireVariable<T>(name);
   if (!v && !r.io.VariableType(name).empty())
-    fail(KSTAGE_INVALID_ARGUMENT, "step variable '%s' is %s, not %s", name.c_str(), r.io.VariableType(name).c_str(),
-         adios2::GetType<T>().c_str());
+    fail(KSTAGE_INVALID_ARGUMENT, "step variable '%s' is %s, not %s", name.c_str(),
+         r.io.VariableType(name).c_str(), adios2::GetType<T>().c_str());
   return v;
 }
 
 // Rows [start, start + rows) of `name`, each of `width` elements; none: an empty vector (the
 // layout writes no block of an empty table).
 template <class T>
-std::vector<T> get_rows(Reader& r, const std::string& name, uint64_t start, uint64_t rows, uint64_t width = 1) {
+std::vector<T> get_rows(Reader& r, const std::string& name, uint64_t start, uint64_t rows,
+                        uint64_t width = 1) {
   std::vector<T> out;
   if (rows == 0) return out;
   adios2::Variable<T> v = find_variable<T>(r, name);
   if (!v)
-    fail(KSTAGE_INVALID_ARGUMENT, "the step has no '%s', which its tables say holds %llu rows", name.c_str(),
-         (unsigned long long)(start + rows));
+    fail(KSTAGE_INVALID_ARGUMENT, "the step has no '%s', which its tables say holds %llu rows",
+         name.c_str(), (unsigned long long)(start + rows));
   if (row_width(v) != width)
     fail(KSTAGE_INVALID_ARGUMENT, "step variable '%s' has rows of %llu, not %llu", name.c_str(),
          (unsigned long long)row_width(v), (unsigned long long)width);
@@ -107,8 +111,9 @@ std::vector<T> get_rows(Reader& r, const std::string& name, uint64_t start, uint
 template <class T>
 T get_value(Reader& r, const std::string& name) {
   adios2::Variable<T> v = r.io.InquireVariable<T>(name);
-  if (!v) fail(KSTAGE_INVALID_ARGUMENT, "the step has no '%s' (%s): not a kstage step of this format", name.c_str(),
-               adios2::GetType<T>().c_str());
+  if (!v)
+    fail(KSTAGE_INVALID_ARGUMENT, "the step has no '%s' (%s): not a kstage step of this format",
+         name.c_str(), adios2::GetType<T>().c_str());
   T out{};
   r.e.Get(v, out, adios2::Mode::Sync);
   return out;
@@ -116,20 +121,26 @@ T get_value(Reader& r, const std::string& name) {
 
 // A block table {writers + 1, columns} (kstage/blocks, kstage/attr/<name>/blocks), checked:
 // from a row of zeros, each column's sums never decrease.
-std::vector<uint64_t> get_block_table(Reader& r, const std::string& name, size_t columns, uint64_t writers) {
+std::vector<uint64_t> get_block_table(Reader& r, const std::string& name, size_t columns,
+                                      uint64_t writers) {
   adios2::Variable<uint64_t> v = find_variable<uint64_t>(r, name);
-  if (!v) fail(KSTAGE_INVALID_ARGUMENT, "the step has no '%s': not a kstage step of this format", name.c_str());
+  if (!v)
+    fail(KSTAGE_INVALID_ARGUMENT, "the step has no '%s': not a kstage step of this format",
+         name.c_str());
   if (v.Shape().size() != 2 || v.Shape()[1] != columns || v.Shape()[0] < 2 ||
       (writers != 0 && v.Shape()[0] != writers + 1))
-    fail(KSTAGE_INVALID_ARGUMENT, "step variable '%s' is not a table of %zu columns for %llu writers", name.c_str(),
-         columns, (unsigned long long)writers);
+    fail(KSTAGE_INVALID_ARGUMENT,
+         "step variable '%s' is not a table of %zu columns for %llu writers", name.c_str(), columns,
+         (unsigned long long)writers);
   std::vector<uint64_t> t(row_count(v) * columns);
   read_rows(r, v, 0, row_count(v), t.data());
   for (size_t c = 0; c < columns; ++c) {
-    if (t[c] != 0) fail(KSTAGE_INVALID_ARGUMENT, "block table '%s' does not start at 0", name.c_str());
+    if (t[c] != 0)
+      fail(KSTAGE_INVALID_ARGUMENT, "block table '%s' does not start at 0", name.c_str());
     for (size_t w = 1; w < row_count(v); ++w)
       if (t[w * columns + c] < t[(w - 1) * columns + c])
-        fail(KSTAGE_INVALID_ARGUMENT, "block table '%s': row %zu is below row %zu", name.c_str(), w, w - 1);
+        fail(KSTAGE_INVALID_ARGUMENT, "block table '%s': row %zu is below row %zu", name.c_str(), w,
+             w - 1);
   }
   return t;
 }
@@ -138,7 +149,8 @@ std::vector<uint64_t> get_block_table(Reader& r, const std::string& name, size_t
 struct Span {
   uint64_t start = 0, count = 0;
 };
-Span span(const std::vector<uint64_t>& table, size_t columns, size_t column, uint64_t b0, uint64_t b1) {
+Span span(const std::vector<uint64_t>& table, size_t columns, size_t column, uint64_t b0,
+          uint64_t b1) {
   const uint64_t lo = table[b0 * columns + column];
   return Span{lo, table[b1 * columns + column] - lo};
 }
@@ -151,28 +163,33 @@ StringTable get_table(Reader& r, const std::string& name, Span entries, Span byt
   t.offsets = get_rows<uint64_t>(r, offsets(name), entries.start, entries.count + 1);
   t.chars = get_rows<uint8_t>(r, chars(name), bytes.start, bytes.count);
   if (t.offsets.front() != bytes.start || t.offsets.back() != bytes.start + bytes.count)
-    fail(KSTAGE_INVALID_ARGUMENT, "string table '%s': its offsets do not span its blocks' %llu bytes", name.c_str(),
+    fail(KSTAGE_INVALID_ARGUMENT,
+         "string table '%s': its offsets do not span its blocks' %llu bytes", name.c_str(),
          (unsigned long long)bytes.count);
   for (uint64_t& o : t.offsets) o -= bytes.start;
   for (size_t i = 0; i + 1 < t.offsets.size(); ++i)
     if (t.offsets[i] > t.offsets[i + 1])
-      fail(KSTAGE_INVALID_ARGUMENT, "string table '%s': offset %zu is out of order", name.c_str(), i + 1);
+      fail(KSTAGE_INVALID_ARGUMENT, "string table '%s': offset %zu is out of order", name.c_str(),
+           i + 1);
   return t;
 }
 // The whole of string table `name` (one every writer shares).
 StringTable get_whole_table(Reader& r, const std::string& name) {
   adios2::Variable<uint64_t> v = find_variable<uint64_t>(r, offsets(name));
-  if (!v || row_count(v) == 0) fail(KSTAGE_INVALID_ARGUMENT, "the step has no '%s'", offsets(name).c_str());
+  if (!v || row_count(v) == 0)
+    fail(KSTAGE_INVALID_ARGUMENT, "the step has no '%s'", offsets(name).c_str());
   adios2::Variable<uint8_t> c = find_variable<uint8_t>(r, chars(name));
   return get_table(r, name, Span{0, row_count(v) - 1}, Span{0, c ? row_count(c) : 0});
 }
 
 // Positions among the step's paths (`prims`, `deleted`), made to count from this reader's first
 // path, each checked to be one of its `paths`.
-void rebase_positions(std::vector<uint64_t>& positions, Span paths, const char* attribute, const char* what) {
+void rebase_positions(std::vector<uint64_t>& positions, Span paths, const char* attribute,
+                      const char* what) {
   for (uint64_t& p : positions) {
     if (p < paths.start || p - paths.start >= paths.count)
-      fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': %s position %llu is not among its blocks' paths [%llu, %llu)",
+      fail(KSTAGE_INVALID_ARGUMENT,
+           "attribute '%s': %s position %llu is not among its blocks' paths [%llu, %llu)",
            attribute, what, (unsigned long long)p, (unsigned long long)paths.start,
            (unsigned long long)(paths.start + paths.count));
     p -= paths.start;
@@ -207,35 +224,43 @@ void read_attribute(Reader& r, AttributeIn& a, const Blocks& blocks) {
   adios2::Attribute<std::string> kind = io.InquireAttribute<std::string>(attr(a.name, "kind"));
   adios2::Attribute<int32_t> semantic = io.InquireAttribute<int32_t>(attr(a.name, "semantic"));
   if (!dtype || !kind || !semantic || dtype.Data().size() != 3)
-    fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s' of the step has no schema (kstage/attr/%s/dtype, kind, semantic)", n, n);
+    fail(KSTAGE_INVALID_ARGUMENT,
+         "attribute '%s' of the step has no schema (kstage/attr/%s/dtype, kind, semantic)", n, n);
   const std::vector<int32_t> d = dtype.Data();
   if (d[0] < 0 || d[0] > 255 || d[1] <= 0 || d[1] > 255 || d[2] <= 0 || d[2] > 65535)
-    fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': dtype {%d, %d, %d} is not a DLPack dtype", n, d[0], d[1], d[2]);
+    fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': dtype {%d, %d, %d} is not a DLPack dtype", n,
+         d[0], d[1], d[2]);
   a.dtype = DLDataType{uint8_t(d[0]), uint8_t(d[1]), uint16_t(d[2])};
   const std::string k = kind.Data().front();
-  if (k != "fixed" && k != "array") fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': kind '%s' is neither fixed nor array", n, k.c_str());
+  if (k != "fixed" && k != "array")
+    fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': kind '%s' is neither fixed nor array", n,
+         k.c_str());
   a.is_array = k == "array";
   a.semantic = semantic.Data().front();
   if (!with_element_type(a.dtype, [](auto) {}))
-    fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': dtype %s (code %u) is not one kstage_adios2 knows", n,
+    fail(KSTAGE_INVALID_ARGUMENT,
+         "attribute '%s': dtype %s (code %u) is not one kstage_adios2 knows", n,
          dtype_name(a.dtype).c_str(), unsigned(a.dtype.code));
 
   // This reader's blocks of it, and their write floor: the largest of its writers' (a reader
   // of no blocks: the step's).
-  const std::vector<uint64_t> table = get_block_table(r, attr(a.name, "blocks"), kAttrBlockColumns, blocks.writers);
+  const std::vector<uint64_t> table =
+      get_block_table(r, attr(a.name, "blocks"), kAttrBlockColumns, blocks.writers);
   const Span prims = span(table, kAttrBlockColumns, kAttrPrims, blocks.b0, blocks.b1);
   const Span elements = span(table, kAttrBlockColumns, kAttrElements, blocks.b0, blocks.b1);
   const Span deleted = span(table, kAttrBlockColumns, kAttrDeleted, blocks.b0, blocks.b1);
   const uint64_t total_prims = table[blocks.writers * kAttrBlockColumns + kAttrPrims];
   const uint64_t total_elements = table[blocks.writers * kAttrBlockColumns + kAttrElements];
   if (get_value<uint64_t>(r, attr(a.name, "count")) != total_prims ||
-      get_value<uint64_t>(r, attr(a.name, "deleted_count")) != table[blocks.writers * kAttrBlockColumns + kAttrDeleted] ||
+      get_value<uint64_t>(r, attr(a.name, "deleted_count")) !=
+          table[blocks.writers * kAttrBlockColumns + kAttrDeleted] ||
       (!a.is_array && (elements.start != prims.start || elements.count != prims.count)))
     fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': its counts and its block table differ", n);
   a.count = prims.count;
   a.deleted_count = deleted.count;
   if (blocks.b1 > blocks.b0) {
-    const std::vector<uint64_t> floors = get_rows<uint64_t>(r, attr(a.name, "floors"), blocks.b0, blocks.b1 - blocks.b0);
+    const std::vector<uint64_t> floors =
+        get_rows<uint64_t>(r, attr(a.name, "floors"), blocks.b0, blocks.b1 - blocks.b0);
     a.floor = *std::max_element(floors.begin(), floors.end());
   } else {
     a.floor = get_value<uint64_t>(r, attr(a.name, "floor"));
@@ -250,7 +275,8 @@ void read_attribute(Reader& r, AttributeIn& a, const Blocks& blocks) {
            io.VariableType(vn).c_str(), dtype_name(a.dtype).c_str());
     const uint64_t held = v ? row_count(v) * row_width(v) : 0;
     if (held != total_elements * a.dtype.lanes || (v && row_width(v) != a.dtype.lanes))
-      fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': %llu values are not the %llu rows of %u lanes its blocks hold", n,
+      fail(KSTAGE_INVALID_ARGUMENT,
+           "attribute '%s': %llu values are not the %llu rows of %u lanes its blocks hold", n,
            (unsigned long long)held, (unsigned long long)total_elements, unsigned(a.dtype.lanes));
     a.rows = elements.count;
     a.first_row = elements.start;
@@ -263,7 +289,8 @@ void read_attribute(Reader& r, AttributeIn& a, const Blocks& blocks) {
     a.prims = get_rows<uint64_t>(r, attr(a.name, "prims"), prims.start, prims.count);
     rebase_positions(a.prims, blocks.paths, n, "a");
   } else if (a.count > 0 && a.count != blocks.paths.count) {
-    fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': %llu prims but no positions among the step's %llu paths", n,
+    fail(KSTAGE_INVALID_ARGUMENT,
+         "attribute '%s': %llu prims but no positions among the step's %llu paths", n,
          (unsigned long long)a.count, (unsigned long long)blocks.paths.count);
   }
   a.deleted = get_rows<uint64_t>(r, attr(a.name, "deleted"), deleted.start, deleted.count);
@@ -271,18 +298,21 @@ void read_attribute(Reader& r, AttributeIn& a, const Blocks& blocks) {
   if (a.is_array && a.count > 0) {
     a.offsets = get_rows<uint64_t>(r, attr(a.name, "offsets"), prims.start, prims.count + 1);
     if (a.offsets.front() != elements.start || a.offsets.back() != elements.start + elements.count)
-      fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': its offsets do not span its blocks' %llu elements", n,
+      fail(KSTAGE_INVALID_ARGUMENT,
+           "attribute '%s': its offsets do not span its blocks' %llu elements", n,
            (unsigned long long)elements.count);
     for (size_t i = 0; i + 1 < a.offsets.size(); ++i)
       if (a.offsets[i] > a.offsets[i + 1])
-        fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': offsets[%zu] is below offsets[%zu]", n, i + 1, i);
+        fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s': offsets[%zu] is below offsets[%zu]", n,
+             i + 1, i);
     for (uint64_t& o : a.offsets) o -= elements.start;
   }
 }
 
 // Checks that `a` fits the stage's column (if it has one) and comes after its write floor.
 void check_fits(kstage_stage_t stage, AttributeIn& a) {
-  check(kstage_intern_token(stage, a.name.data(), a.name.size(), &a.token), "kstage_adios2_read_step: an attribute's name");
+  check(kstage_intern_token(stage, a.name.data(), a.name.size(), &a.token),
+        "kstage_adios2_read_step: an attribute's name");
   kstage_attribute_info_t info = kstage_attribute_info_init();
   const kstage_status_t st = kstage_attribute_info(stage, a.token, &info);
   const Schema step{a.is_array, a.dtype, a.semantic};
@@ -290,8 +320,8 @@ void check_fits(kstage_stage_t stage, AttributeIn& a) {
     a.column_exists = true;
     a.residency = info.residency;
     if (Schema::of(info) != step)
-      fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s' of the step is %s, the stage's column is %s", a.name.c_str(),
-           step.text().c_str(), Schema::of(info).text().c_str());
+      fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s' of the step is %s, the stage's column is %s",
+           a.name.c_str(), step.text().c_str(), Schema::of(info).text().c_str());
   } else if (st != KSTAGE_NOT_FOUND) {
     check(st, "kstage_adios2_read_step");
   }
@@ -299,7 +329,8 @@ void check_fits(kstage_stage_t stage, AttributeIn& a) {
   check(kstage_get_write_floor(stage, a.token, &floor), "kstage_adios2_read_step");
   if ((a.count > 0 || a.deleted_count > 0) && a.floor <= floor)
     fail(KSTAGE_INVALID_ARGUMENT,
-         "attribute '%s' of the step is at ordinal %llu, not above the stage's write floor %llu (steps out of order?)",
+         "attribute '%s' of the step is at ordinal %llu, not above the stage's write floor %llu "
+         "(steps out of order?)",
          a.name.c_str(), (unsigned long long)a.floor, (unsigned long long)floor);
 }
 
@@ -316,10 +347,12 @@ struct Query {
         kstage_path_range_info(stage, paths.front(), &first, &count, &index) == KSTAGE_OK &&
         index + paths.size() <= count && std::is_sorted(paths.begin(), paths.end()) &&
         std::adjacent_find(paths.begin(), paths.end()) == paths.end()) {
-      check(kstage_query_range(stage, first, index, paths.size(), 1, &q), "kstage_adios2_read_step: a query");
+      check(kstage_query_range(stage, first, index, paths.size(), 1, &q),
+            "kstage_adios2_read_step: a query");
       return;
     }
-    check(kstage_query_paths(stage, paths.data(), paths.size(), &q), "kstage_adios2_read_step: a query");
+    check(kstage_query_paths(stage, paths.data(), paths.size(), &q),
+          "kstage_adios2_read_step: a query");
   }
   Query(const Query&) = delete;
   Query& operator=(const Query&) = delete;
@@ -338,7 +371,7 @@ struct Query {
 // holding each attribute, is a range query per attribute and no list of ids.
 struct StepPaths {
   kstage_stage_t stage = 0;
-  std::vector<uint64_t> segments;          // {kind, a, b, c} per run
+  std::vector<uint64_t> segments;           // {kind, a, b, c} per run
   std::vector<kstage_path_t> range_firsts;  // per range of the step
   std::vector<kstage_path_t> explicit_ids;  // per explicit string
   uint64_t count = 0;
@@ -349,13 +382,15 @@ struct StepPaths {
   // different writers made do when one reader reads their blocks -- has the members this step
   // names interned by their strings (the same string is always the same path), and its runs
   // become runs of those.
-  void intern(const StringTable& strings, const std::vector<uint64_t>& range_numbers, const StringTable& range_strings) {
+  void intern(const StringTable& strings, const std::vector<uint64_t>& range_numbers,
+              const StringTable& range_strings) {
     std::vector<bool> by_strings(range_numbers.size() / 2, false);
     range_firsts.assign(range_numbers.size() / 2, 0);
     for (size_t r = 0; r < range_firsts.size(); ++r) {
       const std::string parent = range_strings.at(2 * r), prefix = range_strings.at(2 * r + 1);
-      const kstage_status_t st = kstage_intern_path_range(stage, parent.data(), parent.size(), prefix.data(), prefix.size(),
-                                                          range_numbers[2 * r], range_numbers[2 * r + 1], &range_firsts[r]);
+      const kstage_status_t st = kstage_intern_path_range(
+          stage, parent.data(), parent.size(), prefix.data(), prefix.size(), range_numbers[2 * r],
+          range_numbers[2 * r + 1], &range_firsts[r]);
       if (st == KSTAGE_ALREADY_EXISTS) by_strings[r] = true;
       else check(st, "kstage_adios2_read_step: a path range");
     }
@@ -375,7 +410,8 @@ struct StepPaths {
       segments[i + 1] = texts.size() + members.size();
       segments[i + 2] = c;
       segments[i + 3] = 0;
-      for (uint64_t k = 0; k < c; ++k) members.push_back(head + std::to_string(range_numbers[2 * r] + b + k));
+      for (uint64_t k = 0; k < c; ++k)
+        members.push_back(head + std::to_string(range_numbers[2 * r] + b + k));
     }
     for (const std::string& m : members) {
       texts.push_back(m.data());
@@ -383,7 +419,8 @@ struct StepPaths {
     }
     explicit_ids.resize(texts.size());
     if (!texts.empty())
-      check(kstage_intern_paths(stage, texts.data(), lengths.data(), texts.size(), explicit_ids.data()),
+      check(kstage_intern_paths(stage, texts.data(), lengths.data(), texts.size(),
+                                explicit_ids.data()),
             "kstage_adios2_read_step: the step's paths");
   }
 
@@ -472,7 +509,7 @@ struct Incoming {
   kstage_query_t query = 0;         // its prims with values
   kstage_query_t deletions = 0;     // the prims that lost it
   AdoptedValues* values = nullptr;  // fixed-size: the values, until handed to the stage
-  kstage_map_t map = 0;             // ... or a map of a GPU column, filled by ADIOS2, until unmapped
+  kstage_map_t map = 0;  // ... or a map of a GPU column, filled by ADIOS2, until unmapped
   ~Incoming() {
     if (values) AdoptedValues::deleter(&values->managed);  // never handed over
     // Never committed: nothing written. ADIOS2's copies into the map's buffer may still be in
@@ -515,7 +552,8 @@ DLDevice column_device(kstage_stage_t stage, const AttributeIn& a) {
   const kstage_map_t map = map_values(stage, q.q, a);
   kstage_map_group_info_t g{};
   const kstage_status_t st = kstage_fetch_map_next(stage, map, KSTAGE_TIMEOUT_INFINITE, &g);
-  const DLDevice device = st == KSTAGE_OK && g.data.tensor_count > 0 ? g.data.tensors[0].device : DLDevice{kDLCPU, 0};
+  const DLDevice device =
+      st == KSTAGE_OK && g.data.tensor_count > 0 ? g.data.tensors[0].device : DLDevice{kDLCPU, 0};
   kstage_release_map(stage, map);
   return device;
 }
@@ -528,7 +566,8 @@ bool read_fixed_values_to_device(Reader& r, Incoming& in) {
   if (!r.device_memory || !takes_device_memory(column_device(in.stage, a))) return false;
   in.map = map_values(in.stage, in.query, a);
   kstage_map_group_info_t g{};
-  check(kstage_fetch_map_next(in.stage, in.map, KSTAGE_TIMEOUT_INFINITE, &g), "kstage_adios2_read_step: a map's group");
+  check(kstage_fetch_map_next(in.stage, in.map, KSTAGE_TIMEOUT_INFINITE, &g),
+        "kstage_adios2_read_step: a map's group");
   if (g.data.index_map != nullptr || g.data.tensor_count != 1 || g.prim_count != a.rows ||
       !takes_device_memory(g.data.tensors[0].device)) {  // a whole column's rows in another order
     kstage_release_map(in.stage, in.map);
@@ -588,7 +627,8 @@ void commit(Incoming& in) {
   const AttributeIn& a = *in.a;
   if (in.deletions) {
     kstage_op_t op = 0;
-    check(kstage_delete_attributes(stage, in.deletions, &a.token, 1, a.floor, &op), "kstage_adios2_read_step: a deletion");
+    check(kstage_delete_attributes(stage, in.deletions, &a.token, 1, a.floor, &op),
+          "kstage_adios2_read_step: a deletion");
     finish(stage, op, "kstage_adios2_read_step: a deletion");
   }
   if (a.count == 0) {
@@ -599,7 +639,8 @@ void commit(Incoming& in) {
     // ADIOS2 copied into the map's buffer on the legacy default stream: the stage's seal of it
     // waits for that stream.
     kstage_op_t op = 0;
-    check(kstage_unmap_attribute(stage, in.map, kstage_device_sync_t{1, 0}, &op), "kstage_adios2_read_step: a write");
+    check(kstage_unmap_attribute(stage, in.map, kstage_device_sync_t{1, 0}, &op),
+          "kstage_adios2_read_step: a write");
     in.map = 0;  // committed (on failure the map stays open: released with `in`)
     finish(stage, op, "kstage_adios2_read_step: a write");
     return;
@@ -612,8 +653,9 @@ void commit(Incoming& in) {
     w.managed_tensors = &managed;
     w.tensor_count = 1;
     kstage_op_t op = 0;
-    check(kstage_write_attribute(stage, in.query, a.token, a.floor, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
-          "kstage_adios2_read_step: a write");
+    check(
+        kstage_write_attribute(stage, in.query, a.token, a.floor, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+        "kstage_adios2_read_step: a write");
     finish(stage, op, "kstage_adios2_read_step: a write");
     return;
   }
@@ -623,8 +665,13 @@ void commit(Incoming& in) {
   std::vector<int64_t> shapes(a.count);
   for (uint64_t i = 0; i < a.count; ++i) {
     shapes[i] = int64_t(a.offsets[i + 1] - a.offsets[i]);
-    tensors[i] = DLTensor{const_cast<unsigned char*>(a.values.data()) + a.offsets[i] * elem, DLDevice{kDLCPU, 0}, 1,
-                          a.dtype, &shapes[i], nullptr, 0};
+    tensors[i] = DLTensor{const_cast<unsigned char*>(a.values.data()) + a.offsets[i] * elem,
+                          DLDevice{kDLCPU, 0},
+                          1,
+                          a.dtype,
+                          &shapes[i],
+                          nullptr,
+                          0};
   }
   kstage_write_data_t w = kstage_write_data_init();
   w.semantic = a.semantic;
@@ -642,8 +689,9 @@ void commit(Incoming& in) {
 
 using namespace kstage::adios2_bridge;
 
-extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream, kstage_stage_t stage,
-                                                   uint64_t timeout_ns, uint64_t* ordinal) {
+extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream,
+                                                   kstage_stage_t stage, uint64_t timeout_ns,
+                                                   uint64_t* ordinal) {
   return guard([&] {
     std::shared_ptr<Stream> s = find_stream(stream);
     std::lock_guard lock(s->mutex);
@@ -659,22 +707,30 @@ extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
     // The arguments, on every rank before ADIOS2's collective BeginStep; then this rank's part,
     // up to every value read and every query made; then, every rank ready, the commits.
     agree(ranks, "kstage_adios2_read_step", [&] {
-      if (s->mode != KSTAGE_ADIOS2_READ) fail(KSTAGE_INVALID_ARGUMENT, "stream %llu is a writer", (unsigned long long)stream);
+      if (s->mode != KSTAGE_ADIOS2_READ)
+        fail(KSTAGE_INVALID_ARGUMENT, "stream %llu is a writer", (unsigned long long)stream);
       if (ordinal == nullptr) fail(KSTAGE_INVALID_ARGUMENT, "ordinal is NULL");
     });
     agree(ranks, "kstage_adios2_read_step", [&] {
-      const float timeout = timeout_ns == KSTAGE_TIMEOUT_INFINITE ? -1.0f : float(double(timeout_ns) * 1e-9);
+      const float timeout =
+          timeout_ns == KSTAGE_TIMEOUT_INFINITE ? -1.0f : float(double(timeout_ns) * 1e-9);
       const adios2::StepStatus status = e.BeginStep(adios2::StepMode::Read, timeout);
-      if (status == adios2::StepStatus::EndOfStream) fail(KSTAGE_END_OF_ITERATION, "the stream has no more steps");
-      if (status == adios2::StepStatus::NotReady) fail(KSTAGE_TIMEOUT, "the stream's next step is not ready");
-      if (status != adios2::StepStatus::OK) fail(KSTAGE_OP_FAILED, "ADIOS2 could not begin the step");
+      if (status == adios2::StepStatus::EndOfStream)
+        fail(KSTAGE_END_OF_ITERATION, "the stream has no more steps");
+      if (status == adios2::StepStatus::NotReady)
+        fail(KSTAGE_TIMEOUT, "the stream's next step is not ready");
+      if (status != adios2::StepStatus::OK)
+        fail(KSTAGE_OP_FAILED, "ADIOS2 could not begin the step");
       s->step_open = true;
       struct EndStep {  // every step begun is ended, also when it does not fit
         Stream& s;
         ~EndStep() {
           if (s.step_open) {
             s.step_open = false;
-            try { s.engine.EndStep(); } catch (...) {}
+            try {
+              s.engine.EndStep();
+            } catch (...) {
+            }
           }
         }
       } end{*s};
@@ -682,11 +738,14 @@ extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
       // The format, the step's ordinal, the blocks this rank reads, their paths.
       adios2::Attribute<std::string> format = io.InquireAttribute<std::string>(kFormat);
       if (!format || format.Data().empty() || format.Data().front() != "kstage")
-        fail(KSTAGE_INVALID_ARGUMENT, "not a kstage step: it has no '%s' attribute saying \"kstage\"", kFormat);
+        fail(KSTAGE_INVALID_ARGUMENT,
+             "not a kstage step: it has no '%s' attribute saying \"kstage\"", kFormat);
       adios2::Attribute<uint32_t> version = io.InquireAttribute<uint32_t>(kFormatVersion);
       if (!version || version.Data().empty() || version.Data().front() != kVersion)
-        fail(KSTAGE_INVALID_ARGUMENT, "a kstage step of format version %u; this kstage_adios2 reads version %u",
-             version && !version.Data().empty() ? unsigned(version.Data().front()) : 0u, unsigned(kVersion));
+        fail(KSTAGE_INVALID_ARGUMENT,
+             "a kstage step of format version %u; this kstage_adios2 reads version %u",
+             version && !version.Data().empty() ? unsigned(version.Data().front()) : 0u,
+             unsigned(kVersion));
       Reader reader{io, e, s->keeps_step_data, s->device_memory};
       step_ordinal = get_value<uint64_t>(reader, kOrdinal);
       const std::vector<uint64_t> table = get_block_table(reader, kBlocks, kBlockColumns, 0);
@@ -694,16 +753,23 @@ extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
       const uint64_t q = uint64_t(ranks.rank()), readers = uint64_t(ranks.size());
       blocks.b0 = blocks.writers * q / readers;
       blocks.b1 = blocks.writers * (q + 1) / readers;
-      auto part = [&](BlockColumn c) { return span(table, kBlockColumns, c, blocks.b0, blocks.b1); };
+      auto part = [&](BlockColumn c) {
+        return span(table, kBlockColumns, c, blocks.b0, blocks.b1);
+      };
       blocks.paths = part(kBlockPaths);
-      if (get_value<uint64_t>(reader, kPathCount) != table[blocks.writers * kBlockColumns + kBlockPaths])
+      if (get_value<uint64_t>(reader, kPathCount) !=
+          table[blocks.writers * kBlockColumns + kBlockPaths])
         fail(KSTAGE_INVALID_ARGUMENT, "the step's path count and its block table differ");
-      const Span runs = part(kBlockRuns), strings_in = part(kBlockStrings), ranges = part(kBlockRanges);
-      std::vector<uint64_t> segments = get_rows<uint64_t>(reader, kPathSegments, runs.start, runs.count, 4);
-      const StringTable strings = get_table(reader, kPathStrings, strings_in, part(kBlockStringBytes));
-      const std::vector<uint64_t> range_numbers = get_rows<uint64_t>(reader, kRangeNumbers, ranges.start, ranges.count, 2);
-      const StringTable range_strings =
-          get_table(reader, kRangeStrings, Span{2 * ranges.start, 2 * ranges.count}, part(kBlockRangeBytes));
+      const Span runs = part(kBlockRuns), strings_in = part(kBlockStrings),
+                 ranges = part(kBlockRanges);
+      std::vector<uint64_t> segments =
+          get_rows<uint64_t>(reader, kPathSegments, runs.start, runs.count, 4);
+      const StringTable strings =
+          get_table(reader, kPathStrings, strings_in, part(kBlockStringBytes));
+      const std::vector<uint64_t> range_numbers =
+          get_rows<uint64_t>(reader, kRangeNumbers, ranges.start, ranges.count, 2);
+      const StringTable range_strings = get_table(
+          reader, kRangeStrings, Span{2 * ranges.start, 2 * ranges.count}, part(kBlockRangeBytes));
       const StringTable names = get_whole_table(reader, kStepAttributes);
       // Every run is checked, and made to count from this rank's first string and range,
       // before anything is interned.
@@ -712,15 +778,20 @@ extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
         uint64_t& a = segments[i + 1];
         const uint64_t kind = segments[i], b = segments[i + 2], c = segments[i + 3];
         const Span& own = kind == 0 ? strings_in : ranges;
-        if (kind > 1 || a < own.start) fail(KSTAGE_INVALID_ARGUMENT, "path run %zu of the step is out of its tables' bounds", i / 4);
+        if (kind > 1 || a < own.start)
+          fail(KSTAGE_INVALID_ARGUMENT, "path run %zu of the step is out of its tables' bounds",
+               i / 4);
         a -= own.start;
         if (kind == 0 ? (a > strings.size() || b > strings.size() - a)
-                      : a >= range_numbers.size() / 2 || b > range_numbers[2 * a + 1] || c > range_numbers[2 * a + 1] - b)
-          fail(KSTAGE_INVALID_ARGUMENT, "path run %zu of the step is out of its tables' bounds", i / 4);
+                      : a >= range_numbers.size() / 2 || b > range_numbers[2 * a + 1] ||
+                            c > range_numbers[2 * a + 1] - b)
+          fail(KSTAGE_INVALID_ARGUMENT, "path run %zu of the step is out of its tables' bounds",
+               i / 4);
         listed += kind == 0 ? b : c;
       }
       if (listed != blocks.paths.count)
-        fail(KSTAGE_INVALID_ARGUMENT, "the step's path runs hold %llu paths, its block table says %llu",
+        fail(KSTAGE_INVALID_ARGUMENT,
+             "the step's path runs hold %llu paths, its block table says %llu",
              (unsigned long long)listed, (unsigned long long)blocks.paths.count);
       attrs.resize(names.size());
       for (size_t i = 0; i < attrs.size(); ++i) {
@@ -749,7 +820,9 @@ extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
     // Every rank's values in: the deletions and values committed, then the floors.
     for (Incoming& in : incoming) commit(in);
     for (const AttributeIn& a : attrs)  // (floor 0: none of this rank's writers had a column of it)
-      if (a.floor > 0) check(kstage_advance_write_floor(stage, a.floor, &a.token, 1), "kstage_adios2_read_step: sealing");
+      if (a.floor > 0)
+        check(kstage_advance_write_floor(stage, a.floor, &a.token, 1),
+              "kstage_adios2_read_step: sealing");
     *ordinal = step_ordinal;
   });
 }

@@ -80,7 +80,8 @@ void take_values(AttributeStep& a, const std::vector<kstage_read_group_t>& group
     a.prims = groups[0].prims;
     a.prim_count = groups[0].prim_count;
   } else {
-    for (const kstage_read_group_t& g : groups) a.prims_owned.insert(a.prims_owned.end(), g.prims, g.prims + g.prim_count);
+    for (const kstage_read_group_t& g : groups)
+      a.prims_owned.insert(a.prims_owned.end(), g.prims, g.prims + g.prim_count);
     a.prims = a.prims_owned.data();
     a.prim_count = a.prims_owned.size();
   }
@@ -98,7 +99,9 @@ void take_values(AttributeStep& a, const std::vector<kstage_read_group_t>& group
       return;
     }
     // (A compact device read is one group in prim order: never packed here, on the host.)
-    if (a.on_device) fail(KSTAGE_INTERNAL, "attribute '%s': a device read of %zu groups", a.name.c_str(), groups.size());
+    if (a.on_device)
+      fail(KSTAGE_INTERNAL, "attribute '%s': a device read of %zu groups", a.name.c_str(),
+           groups.size());
     a.packed.resize(a.prim_count * elem);
     unsigned char* out = a.packed.data();
     for (const kstage_read_group_t& g : groups) {
@@ -112,7 +115,8 @@ void take_values(AttributeStep& a, const std::vector<kstage_read_group_t>& group
   const unsigned char* start = rows.empty() ? nullptr : tensor_bytes(*rows[0]);
   for (const DLTensor* t : rows) {
     const uint64_t n = row_length(t);
-    if (n > 0 && (t->data == nullptr || tensor_bytes(*t) != start + a.offsets.back() * elem)) in_place = false;
+    if (n > 0 && (t->data == nullptr || tensor_bytes(*t) != start + a.offsets.back() * elem))
+      in_place = false;
     a.offsets.push_back(a.offsets.back() + n);
   }
   a.elements = a.offsets.back();
@@ -123,7 +127,8 @@ void take_values(AttributeStep& a, const std::vector<kstage_read_group_t>& group
   a.packed.resize(a.elements * elem);
   for (size_t i = 0; i < rows.size(); ++i)
     if (a.offsets[i + 1] > a.offsets[i])
-      std::memcpy(a.packed.data() + a.offsets[i] * elem, tensor_bytes(*rows[i]), (a.offsets[i + 1] - a.offsets[i]) * elem);
+      std::memcpy(a.packed.data() + a.offsets[i] * elem, tensor_bytes(*rows[i]),
+                  (a.offsets[i + 1] - a.offsets[i]) * elem);
 }
 
 // A run of path ids in memory someone else owns (a read group's, or a vector of the step's).
@@ -135,15 +140,16 @@ struct PathSpan {
   const kstage_path_t* begin() const { return ids; }
   const kstage_path_t* end() const { return ids + n; }
   bool same_as(const PathSpan& o) const {
-    return n == o.n && (ids == o.ids || n == 0 || std::memcmp(ids, o.ids, n * sizeof(kstage_path_t)) == 0);
+    return n == o.n &&
+           (ids == o.ids || n == 0 || std::memcmp(ids, o.ids, n * sizeof(kstage_path_t)) == 0);
   }
 };
 PathSpan span_of(const AttributeStep& a) { return PathSpan{a.prims, size_t(a.prim_count)}; }
 
 // The step's paths as runs: consecutive members of one range, or explicit strings.
 struct PathRuns {
-  std::vector<uint64_t> segments;  // {kind, a, b, c} per run
-  StringTable strings;             // explicit paths
+  std::vector<uint64_t> segments;       // {kind, a, b, c} per run
+  StringTable strings;                  // explicit paths
   std::vector<uint64_t> range_numbers;  // {begin, count} per range
   StringTable range_strings;            // {parent, prefix} per range
 };
@@ -165,7 +171,8 @@ PathRuns path_runs(kstage_stage_t stage, const PathSpan& paths) {
     if (st == KSTAGE_NOT_FOUND) {
       const char* s = nullptr;
       size_t n = 0;
-      check(kstage_path_string(stage, paths[i], &s, &n), "kstage_adios2_write_step: a path's string");
+      check(kstage_path_string(stage, paths[i], &s, &n),
+            "kstage_adios2_write_step: a path's string");
       if (explicit_run == 0) explicit_start = out.strings.size();
       out.strings.add(s, n);
       ++explicit_run;
@@ -180,7 +187,8 @@ PathRuns path_runs(kstage_stage_t stage, const PathSpan& paths) {
     size_t lo = i + 1, hi = std::min<size_t>(paths.size(), i + (count - index));  // end in [lo, hi]
     while (lo < hi) {
       const size_t mid = lo + (hi - lo + 1) / 2;  // is paths[mid - 1] still in the run?
-      if (paths[mid - 1] - paths[i] == mid - 1 - i) lo = mid; else hi = mid - 1;
+      if (paths[mid - 1] - paths[i] == mid - 1 - i) lo = mid;
+      else hi = mid - 1;
     }
     const size_t j = lo;
     auto it = std::find(range_firsts.begin(), range_firsts.end(), first);
@@ -190,7 +198,8 @@ PathRuns path_runs(kstage_stage_t stage, const PathSpan& paths) {
       const char *parent = nullptr, *prefix = nullptr;
       size_t parent_length = 0, prefix_length = 0;
       uint64_t begin = 0;
-      check(kstage_path_range_definition(stage, first, &parent, &parent_length, &prefix, &prefix_length, &begin),
+      check(kstage_path_range_definition(stage, first, &parent, &parent_length, &prefix,
+                                         &prefix_length, &begin),
             "kstage_adios2_write_step: a path range");
       out.range_numbers.insert(out.range_numbers.end(), {begin, count});
       out.range_strings.add(parent, parent_length);
@@ -205,7 +214,8 @@ PathRuns path_runs(kstage_stage_t stage, const PathSpan& paths) {
 
 // The positions of `prims` in the sorted `paths`; empty when they are all of them, in order, and
 // `identity_empty` (the layout's "absent: all" for an attribute's prims).
-std::vector<uint64_t> positions_of(const PathSpan& prims, const PathSpan& paths, bool identity_empty) {
+std::vector<uint64_t> positions_of(const PathSpan& prims, const PathSpan& paths,
+                                   bool identity_empty) {
   if (identity_empty && prims.same_as(paths)) return {};
   std::vector<uint64_t> out(prims.size());
   for (size_t i = 0; i < prims.size(); ++i)
@@ -219,8 +229,8 @@ struct StepData {
   std::vector<AttributeStep> steps;
   PathRuns runs;
   StringTable names;
-  std::vector<kstage_path_t> paths_owned;  // the step's paths when no attribute's prims are them
-  PathSpan paths;                          // the step's paths (this rank's)
+  std::vector<kstage_path_t> paths_owned;    // the step's paths when no attribute's prims are them
+  PathSpan paths;                            // the step's paths (this rank's)
   std::deque<std::vector<uint64_t>> tables;  // the rows of the block tables this rank puts
 };
 
@@ -239,7 +249,8 @@ PathSpan step_paths(const std::vector<AttributeStep>& steps, std::vector<kstage_
   if (first == nullptr && shared) return {};
   if (shared) {
     const PathSpan p = span_of(*first);
-    if (std::adjacent_find(p.begin(), p.end(), std::greater_equal<kstage_path_t>()) == p.end()) return p;
+    if (std::adjacent_find(p.begin(), p.end(), std::greater_equal<kstage_path_t>()) == p.end())
+      return p;
   }
   for (const AttributeStep& a : steps) {
     owned.insert(owned.end(), a.prims, a.prims + a.prim_count);
@@ -264,15 +275,18 @@ kstage_adios2_step_desc_t read_step_desc(const kstage_adios2_step_desc_t* in) {
 // This rank's part of the step, everything its puts need gathered: the attributes' values held
 // in their read groups, the step's paths as runs, each attribute's positions among them.
 // `device_puts`: device columns may be put from device memory (the stream's engine takes it).
-void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query, const kstage_token_t* attributes,
-             uint64_t n, const kstage_adios2_step_desc_t& d, bool device_puts) {
+void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query,
+             const kstage_token_t* attributes, uint64_t n, const kstage_adios2_step_desc_t& d,
+             bool device_puts) {
   // The attributes and their columns.
   std::vector<kstage_token_t> tokens(attributes, attributes + n);
   if (n == 0) {
     uint64_t count = 0;
-    check(kstage_list_attributes(stage, nullptr, 0, &count), "kstage_adios2_write_step: the stage's attributes");
+    check(kstage_list_attributes(stage, nullptr, 0, &count),
+          "kstage_adios2_write_step: the stage's attributes");
     tokens.resize(count);
-    check(kstage_list_attributes(stage, tokens.data(), tokens.size(), &count), "kstage_adios2_write_step: the stage's attributes");
+    check(kstage_list_attributes(stage, tokens.data(), tokens.size(), &count),
+          "kstage_adios2_write_step: the stage's attributes");
     tokens.resize(std::min<uint64_t>(count, tokens.size()));
   }
   std::vector<AttributeStep>& steps = data.steps;
@@ -282,12 +296,14 @@ void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query, const k
     a.token = tokens[i];
     const char* name = nullptr;
     size_t length = 0;
-    check(kstage_token_string(stage, a.token, &name, &length), "kstage_adios2_write_step: attributes");
+    check(kstage_token_string(stage, a.token, &name, &length),
+          "kstage_adios2_write_step: attributes");
     a.name.assign(name, length);
     a.info = kstage_attribute_info_init();
     check(kstage_attribute_info(stage, a.token, &a.info), "kstage_adios2_write_step");
     if (!with_element_type(a.info.dtype, [](auto) {}))
-      fail(KSTAGE_NOT_SUPPORTED, "kstage_adios2_write_step: attribute '%s' is %s, which ADIOS2 has no type for",
+      fail(KSTAGE_NOT_SUPPORTED,
+           "kstage_adios2_write_step: attribute '%s' is %s, which ADIOS2 has no type for",
            a.name.c_str(), dtype_name(a.info.dtype).c_str());
   }
 
@@ -320,15 +336,18 @@ void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query, const k
     }
     kstage_read_t r = 0;
     check(kstage_read_attributes(stage, query, which.data(), which.size(), &rd, &r),
-          device ? "kstage_adios2_write_step: the read of device columns" : "kstage_adios2_write_step: the read");
+          device ? "kstage_adios2_write_step: the read of device columns"
+                 : "kstage_adios2_write_step: the read");
     held.reads.push_back(r);
     kstage_read_group_t g;
     kstage_status_t st;
     while ((st = kstage_fetch_read_next(stage, r, KSTAGE_TIMEOUT_INFINITE, &g)) == KSTAGE_OK) {
       held.groups.push_back(g.handle);
-      auto it = std::find_if(steps.begin(), steps.end(), [&](const AttributeStep& a) { return a.token == g.attribute; });
+      auto it = std::find_if(steps.begin(), steps.end(),
+                             [&](const AttributeStep& a) { return a.token == g.attribute; });
       if (it == steps.end()) fail(KSTAGE_INTERNAL, "a group of an attribute not read");
-      it->info.write_floor = g.ordinal;  // the floor of the snapshot read (a seal may have come since)
+      it->info.write_floor =
+          g.ordinal;  // the floor of the snapshot read (a seal may have come since)
       if (g.is_delete) {
         it->deleted.insert(it->deleted.end(), g.prims, g.prims + g.prim_count);
       } else {
@@ -346,7 +365,8 @@ void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query, const k
   data.runs = path_runs(stage, data.paths);
   for (AttributeStep& a : steps) {
     a.positions = positions_of(span_of(a), data.paths, true);
-    a.deleted_positions = positions_of(PathSpan{a.deleted.data(), a.deleted.size()}, data.paths, false);
+    a.deleted_positions =
+        positions_of(PathSpan{a.deleted.data(), a.deleted.size()}, data.paths, false);
   }
 }
 
@@ -354,8 +374,8 @@ void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query, const k
 // dtype and semantic.
 void encode_schema(std::string& out, const AttributeStep& a) {
   const uint32_t length = uint32_t(a.name.size());
-  const int32_t fields[5] = {a.info.is_array ? 1 : 0, a.info.dtype.code, a.info.dtype.bits, a.info.dtype.lanes,
-                             int32_t(a.info.semantic)};
+  const int32_t fields[5] = {a.info.is_array ? 1 : 0, a.info.dtype.code, a.info.dtype.bits,
+                             a.info.dtype.lanes, int32_t(a.info.semantic)};
   out.append(reinterpret_cast<const char*>(&length), sizeof length);
   out += a.name;
   out.append(reinterpret_cast<const char*>(fields), sizeof fields);
@@ -383,12 +403,14 @@ void unite_attributes(Collective& ranks, std::vector<AttributeStep>& steps) {
       info.is_array = f[0] != 0;
       info.dtype = DLDataType{uint8_t(f[1]), uint8_t(f[2]), uint16_t(f[3])};
       info.semantic = kstage_semantic_t(f[4]);
-      auto it = std::find_if(united.begin(), united.end(), [&](const AttributeStep& u) { return u.name == name; });
+      auto it = std::find_if(united.begin(), united.end(),
+                             [&](const AttributeStep& u) { return u.name == name; });
       if (it != united.end()) {
         if (Schema::of(it->info) != Schema::of(info))
-          fail(KSTAGE_INVALID_ARGUMENT, "kstage_adios2_write_step: attribute '%s' is %s on rank %d but %s on rank %zu",
-               name.c_str(), Schema::of(it->info).text().c_str(), first_rank[size_t(it - united.begin())],
-               Schema::of(info).text().c_str(), r);
+          fail(KSTAGE_INVALID_ARGUMENT,
+               "kstage_adios2_write_step: attribute '%s' is %s on rank %d but %s on rank %zu",
+               name.c_str(), Schema::of(it->info).text().c_str(),
+               first_rank[size_t(it - united.begin())], Schema::of(info).text().c_str(), r);
         continue;
       }
       AttributeStep a;
@@ -400,7 +422,8 @@ void unite_attributes(Collective& ranks, std::vector<AttributeStep>& steps) {
     }
   }
   for (AttributeStep& u : united) {  // this rank's own, in the united order
-    auto it = std::find_if(steps.begin(), steps.end(), [&](const AttributeStep& a) { return a.name == u.name; });
+    auto it = std::find_if(steps.begin(), steps.end(),
+                           [&](const AttributeStep& a) { return a.name == u.name; });
     if (it != steps.end()) u = std::move(*it);
   }
   steps = std::move(united);
@@ -424,11 +447,13 @@ Placement place(Collective& ranks, StepData& data, const kstage_adios2_step_desc
   Placement p;
   const PathRuns& runs = data.runs;
   const size_t n = data.steps.size();
-  p.local = {data.paths.size(), runs.segments.size() / 4, runs.strings.size(), runs.strings.chars.size(),
-             runs.range_numbers.size() / 2, runs.range_strings.chars.size()};
+  p.local = {
+      data.paths.size(),         runs.segments.size() / 4,      runs.strings.size(),
+      runs.strings.chars.size(), runs.range_numbers.size() / 2, runs.range_strings.chars.size()};
   std::vector<uint64_t> floors, needs;
   for (const AttributeStep& a : data.steps) {
-    p.local.insert(p.local.end(), {a.prim_count, a.info.is_array ? a.elements : a.prim_count, uint64_t(a.deleted.size())});
+    p.local.insert(p.local.end(), {a.prim_count, a.info.is_array ? a.elements : a.prim_count,
+                                   uint64_t(a.deleted.size())});
     floors.push_back(a.info.write_floor);
     needs.push_back(a.positions.empty() && a.prim_count == data.paths.size() ? 0 : 1);
   }
@@ -436,7 +461,8 @@ Placement place(Collective& ranks, StepData& data, const kstage_adios2_step_desc
   std::vector<uint64_t> mine = p.local;
   mine.insert(mine.end(), floors.begin(), floors.end());
   mine.insert(mine.end(), needs.begin(), needs.end());
-  mine.insert(mine.end(), {d.change_range ? 1u : 0u, d.change_range ? d.range_begin : 0, d.change_range ? d.range_end : 0});
+  mine.insert(mine.end(), {d.change_range ? 1u : 0u, d.change_range ? d.range_begin : 0,
+                           d.change_range ? d.range_end : 0});
   const std::vector<std::vector<uint64_t>> all = allgather_values(ranks, mine);
   const size_t sizes = p.local.size();
   p.before.assign(sizes, 0);
@@ -454,8 +480,10 @@ Placement place(Collective& ranks, StepData& data, const kstage_adios2_step_desc
       if (theirs[sizes + n + i] != 0) p.needs_positions[i] = true;
     }
     if (!std::equal(theirs.end() - 3, theirs.end(), mine.end() - 3))
-      fail(KSTAGE_INVALID_ARGUMENT, "kstage_adios2_write_step: the change range differs between rank %zu and rank %d "
-           "(every rank writes the same kind of step)", r, ranks.rank());
+      fail(KSTAGE_INVALID_ARGUMENT,
+           "kstage_adios2_write_step: the change range differs between rank %zu and rank %d "
+           "(every rank writes the same kind of step)",
+           r, ranks.rank());
   }
   for (uint64_t f : p.floors) p.ordinal = std::max(p.ordinal, f);
 
@@ -487,45 +515,51 @@ Placement place(Collective& ranks, StepData& data, const kstage_adios2_step_desc
 // This rank's block of a global array of `total` rows of `width` (1: a 1-D array), from row
 // `before`, `rows` of them; nothing when it has none.
 template <class T>
-void put_block(adios2::IO& io, adios2::Engine& e, const std::string& name, const T* data, uint64_t before,
-               uint64_t rows, uint64_t total, uint64_t width = 1, Space space = Space::Host) {
+void put_block(adios2::IO& io, adios2::Engine& e, const std::string& name, const T* data,
+               uint64_t before, uint64_t rows, uint64_t total, uint64_t width = 1,
+               Space space = Space::Host) {
   if (rows == 0) return;
-  adios2::Variable<T> v = width > 1 ? array_variable<T>(io, name, {total, width}, {before, 0}, {rows, width}, space)
-                                    : array_variable<T>(io, name, {total}, {before}, {rows}, space);
+  adios2::Variable<T> v =
+      width > 1 ? array_variable<T>(io, name, {total, width}, {before, 0}, {rows, width}, space)
+                : array_variable<T>(io, name, {total}, {before}, {rows}, space);
   e.Put(v, data);
 }
 
 // An offsets array of `total` + 1 entries (a string table's, an array attribute's): this rank's
 // `n` + 1 entries overlap the next rank's first, so rank 0 puts all of its entries and every
 // other rank all but its first.
-void put_offsets(adios2::IO& io, adios2::Engine& e, const std::string& name, const std::vector<uint64_t>& offsets,
-                 uint64_t before, uint64_t total, bool first_rank) {
+void put_offsets(adios2::IO& io, adios2::Engine& e, const std::string& name,
+                 const std::vector<uint64_t>& offsets, uint64_t before, uint64_t total,
+                 bool first_rank) {
   const uint64_t n = offsets.size() - 1;
   if (first_rank) put_block(io, e, name, offsets.data(), 0, n + 1, total + 1);
   else put_block(io, e, name, offsets.data() + 1, before + 1, n, total + 1);
 }
 
-void put_table(adios2::IO& io, adios2::Engine& e, const std::string& name, const StringTable& t, uint64_t before,
-               uint64_t total, uint64_t before_bytes, uint64_t total_bytes, bool first_rank) {
+void put_table(adios2::IO& io, adios2::Engine& e, const std::string& name, const StringTable& t,
+               uint64_t before, uint64_t total, uint64_t before_bytes, uint64_t total_bytes,
+               bool first_rank) {
   put_block(io, e, layout::chars(name), t.chars.data(), before_bytes, t.chars.size(), total_bytes);
   put_offsets(io, e, layout::offsets(name), t.offsets, before, total, first_rank);
 }
 
 // A single value of the step, the same on every rank: put by the first (copied at the call).
 template <class T>
-void put_value(adios2::IO& io, adios2::Engine& e, const std::string& name, T value, bool first_rank) {
+void put_value(adios2::IO& io, adios2::Engine& e, const std::string& name, T value,
+               bool first_rank) {
   if (first_rank) e.Put(value_variable<T>(io, name), value, adios2::Mode::Sync);
 }
 
 // The rows of a block table {writers + 1, columns} this rank puts: its own (its blocks'
 // starts), and the last rank the totals after them. `kept` holds them until the step ends.
-void put_block_table(adios2::IO& io, adios2::Engine& e, const std::string& name, const uint64_t* before,
-                     const uint64_t* total, uint64_t columns, const Collective& ranks,
-                     std::deque<std::vector<uint64_t>>& kept) {
+void put_block_table(adios2::IO& io, adios2::Engine& e, const std::string& name,
+                     const uint64_t* before, const uint64_t* total, uint64_t columns,
+                     const Collective& ranks, std::deque<std::vector<uint64_t>>& kept) {
   std::vector<uint64_t>& rows = kept.emplace_back(before, before + columns);
   const bool last = ranks.rank() == ranks.size() - 1;
   if (last) rows.insert(rows.end(), total, total + columns);
-  put_block(io, e, name, rows.data(), uint64_t(ranks.rank()), last ? 2 : 1, uint64_t(ranks.size()) + 1, columns);
+  put_block(io, e, name, rows.data(), uint64_t(ranks.rank()), last ? 2 : 1,
+            uint64_t(ranks.size()) + 1, columns);
 }
 
 // The step's variables and attributes: this rank's blocks of them (between BeginStep and EndStep).
@@ -543,14 +577,17 @@ void put_blocks(Stream& s, StepData& data, const Placement& p, const kstage_adio
   put_value<uint64_t>(io, e, kRangeEnd, d.range_end, first);
   put_value<uint64_t>(io, e, kPathCount, t[kBlockPaths], first);
   put_block_table(io, e, kBlocks, b.data(), t.data(), kBlockColumns, ranks, data.tables);
-  put_block(io, e, kPathSegments, runs.segments.data(), b[kBlockRuns], p.local[kBlockRuns], t[kBlockRuns], 4);
-  put_table(io, e, kPathStrings, runs.strings, b[kBlockStrings], t[kBlockStrings], b[kBlockStringBytes],
-            t[kBlockStringBytes], first);
+  put_block(io, e, kPathSegments, runs.segments.data(), b[kBlockRuns], p.local[kBlockRuns],
+            t[kBlockRuns], 4);
+  put_table(io, e, kPathStrings, runs.strings, b[kBlockStrings], t[kBlockStrings],
+            b[kBlockStringBytes], t[kBlockStringBytes], first);
   put_block(io, e, kRangeNumbers, runs.range_numbers.data(), b[kBlockRanges], p.local[kBlockRanges],
             t[kBlockRanges], 2);
   put_table(io, e, kRangeStrings, runs.range_strings, 2 * b[kBlockRanges], 2 * t[kBlockRanges],
             b[kBlockRangeBytes], t[kBlockRangeBytes], first);
-  if (first) put_table(io, e, kStepAttributes, data.names, 0, data.names.size(), 0, data.names.chars.size(), true);
+  if (first)
+    put_table(io, e, kStepAttributes, data.names, 0, data.names.size(), 0, data.names.chars.size(),
+              true);
   for (size_t i = 0; i < data.steps.size(); ++i) {
     AttributeStep& a = data.steps[i];
     if (!io.InquireAttribute<std::string>(attr(a.name, "kind"))) {
@@ -564,21 +601,25 @@ void put_blocks(Stream& s, StepData& data, const Placement& p, const kstage_adio
     put_value<uint64_t>(io, e, attr(a.name, "count"), prims, first);
     put_value<uint64_t>(io, e, attr(a.name, "deleted_count"), p.at(t, i, kAttrDeleted), first);
     put_block_table(io, e, attr(a.name, "blocks"), &b[kBlockColumns + i * kAttrBlockColumns],
-                    &t[kBlockColumns + i * kAttrBlockColumns], kAttrBlockColumns, ranks, data.tables);
-    put_block(io, e, attr(a.name, "floors"), &a.info.write_floor, uint64_t(ranks.rank()), 1, uint64_t(ranks.size()));
+                    &t[kBlockColumns + i * kAttrBlockColumns], kAttrBlockColumns, ranks,
+                    data.tables);
+    put_block(io, e, attr(a.name, "floors"), &a.info.write_floor, uint64_t(ranks.rank()), 1,
+              uint64_t(ranks.size()));
     const uint64_t rows = a.info.is_array ? a.elements : a.prim_count;
     const void* values = a.values ? a.values : a.packed.data();
     const uint64_t lanes = a.info.dtype.lanes;
     with_element_type(a.info.dtype, [&](auto tag) {
       using T = decltype(tag);
-      put_block(io, e, attr(a.name, "values"), static_cast<const T*>(values), p.at(b, i, kAttrElements), rows,
-                elements, lanes, a.on_device ? Space::Device : Space::Host);
+      put_block(io, e, attr(a.name, "values"), static_cast<const T*>(values),
+                p.at(b, i, kAttrElements), rows, elements, lanes,
+                a.on_device ? Space::Device : Space::Host);
     });
     if (a.info.is_array && prims > 0) {
       if (a.offsets.empty()) a.offsets.assign(1, p.at(b, i, kAttrElements));  // no rows here
       put_offsets(io, e, attr(a.name, "offsets"), a.offsets, p.at(b, i, kAttrPrims), prims, first);
     }
-    put_block(io, e, attr(a.name, "prims"), a.positions.data(), p.at(b, i, kAttrPrims), a.positions.size(), prims);
+    put_block(io, e, attr(a.name, "prims"), a.positions.data(), p.at(b, i, kAttrPrims),
+              a.positions.size(), prims);
     put_block(io, e, attr(a.name, "deleted"), a.deleted_positions.data(), p.at(b, i, kAttrDeleted),
               a.deleted_positions.size(), p.at(t, i, kAttrDeleted));
   }
@@ -594,10 +635,12 @@ void check_recorded_schemas(adios2::IO& io, const std::vector<AttributeStep>& st
     adios2::Attribute<int32_t> semantic = io.InquireAttribute<int32_t>(attr(a.name, "semantic"));
     if (!kind || !dtype || !semantic || dtype.Data().size() != 3) continue;
     const std::vector<int32_t> d3 = dtype.Data();
-    const Schema recorded{kind.Data().front() == "array", DLDataType{uint8_t(d3[0]), uint8_t(d3[1]), uint16_t(d3[2])},
+    const Schema recorded{kind.Data().front() == "array",
+                          DLDataType{uint8_t(d3[0]), uint8_t(d3[1]), uint16_t(d3[2])},
                           kstage_semantic_t(semantic.Data().front())};
     if (recorded != Schema::of(a.info))
-      fail(KSTAGE_INVALID_ARGUMENT, "kstage_adios2_write_step: attribute '%s' is %s, but this stream's earlier steps "
+      fail(KSTAGE_INVALID_ARGUMENT,
+           "kstage_adios2_write_step: attribute '%s' is %s, but this stream's earlier steps "
            "recorded it as %s (a stream records an attribute's schema once: open a new stream)",
            a.name.c_str(), Schema::of(a.info).text().c_str(), recorded.text().c_str());
   }
@@ -609,7 +652,10 @@ void put_step(Stream& s, StepData& data, const Placement& p, const kstage_adios2
   try {
     put_blocks(s, data, p, d);
   } catch (...) {  // the step is ended (what it holds of this rank is incomplete), not left open
-    try { s.engine.EndStep(); } catch (...) {}
+    try {
+      s.engine.EndStep();
+    } catch (...) {
+    }
     throw;
   }
   s.engine.EndStep();  // the deferred puts are read here
@@ -620,9 +666,10 @@ void put_step(Stream& s, StepData& data, const Placement& p, const kstage_adios2
 
 using namespace kstage::adios2_bridge;
 
-extern "C" kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t stream, kstage_stage_t stage,
-                                                    kstage_query_t query, const kstage_token_t* attributes,
-                                                    uint64_t n, const kstage_adios2_step_desc_t* desc) {
+extern "C" kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t stream,
+                                                    kstage_stage_t stage, kstage_query_t query,
+                                                    const kstage_token_t* attributes, uint64_t n,
+                                                    const kstage_adios2_step_desc_t* desc) {
   return guard([&] {
     std::shared_ptr<Stream> s = find_stream(stream);
     std::lock_guard lock(s->mutex);
@@ -632,9 +679,11 @@ extern "C" kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t strea
     // This rank's part; then, every rank ready, the step's attributes over all of them, where
     // each rank's blocks go, and the puts.
     agree(ranks, "kstage_adios2_write_step", [&] {
-      if (s->mode != KSTAGE_ADIOS2_WRITE) fail(KSTAGE_INVALID_ARGUMENT, "stream %llu is a reader", (unsigned long long)stream);
+      if (s->mode != KSTAGE_ADIOS2_WRITE)
+        fail(KSTAGE_INVALID_ARGUMENT, "stream %llu is a reader", (unsigned long long)stream);
       d = read_step_desc(desc);
-      if (n > 0 && attributes == nullptr) fail(KSTAGE_INVALID_ARGUMENT, "attributes is NULL but n is %llu", (unsigned long long)n);
+      if (n > 0 && attributes == nullptr)
+        fail(KSTAGE_INVALID_ARGUMENT, "attributes is NULL but n is %llu", (unsigned long long)n);
       prepare(*data, stage, query, attributes, n, d, s->device_memory);
     });
     if (ranks.size() > 1) unite_attributes(ranks, data->steps);

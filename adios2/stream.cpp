@@ -60,18 +60,24 @@ kstage_status_t guard(const std::function<void()>& body) noexcept {
     return KSTAGE_OK;
   } catch (...) {
     Failure f = current_failure();
-    try { last_message = f.message.empty() && f.status == KSTAGE_OUT_OF_MEMORY ? "out of memory" : f.message; } catch (...) {}
+    try {
+      last_message =
+          f.message.empty() && f.status == KSTAGE_OUT_OF_MEMORY ? "out of memory" : f.message;
+    } catch (...) {
+    }
     return f.status;
   }
 }
 
-std::vector<std::vector<uint64_t>> allgather_values(Collective& ranks, const std::vector<uint64_t>& mine) {
-  const std::vector<std::string> all =
-      ranks.allgather(std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(uint64_t)));
+std::vector<std::vector<uint64_t>> allgather_values(Collective& ranks,
+                                                    const std::vector<uint64_t>& mine) {
+  const std::vector<std::string> all = ranks.allgather(
+      std::string(reinterpret_cast<const char*>(mine.data()), mine.size() * sizeof(uint64_t)));
   std::vector<std::vector<uint64_t>> out(all.size(), std::vector<uint64_t>(mine.size()));
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r].size() != mine.size() * sizeof(uint64_t))
-      fail(KSTAGE_INTERNAL, "rank %zu sent %zu bytes, not %zu", r, all[r].size(), mine.size() * sizeof(uint64_t));
+      fail(KSTAGE_INTERNAL, "rank %zu sent %zu bytes, not %zu", r, all[r].size(),
+           mine.size() * sizeof(uint64_t));
     std::memcpy(out[r].data(), all[r].data(), all[r].size());
   }
   return out;
@@ -114,7 +120,8 @@ std::string dtype_name(DLDataType d) {
     case kDLBool: kind = "bool"; break;
   }
   if (kind == nullptr)
-    return "{code " + std::to_string(d.code) + ", " + std::to_string(d.bits) + " bits} x " + std::to_string(d.lanes);
+    return "{code " + std::to_string(d.code) + ", " + std::to_string(d.bits) + " bits} x " +
+           std::to_string(d.lanes);
   return std::string(kind) + std::to_string(d.bits) + " x " + std::to_string(d.lanes);
 }
 
@@ -122,7 +129,8 @@ std::shared_ptr<Stream> find_stream(kstage_adios2_stream_t handle) {
   std::lock_guard lock(table_mutex);
   auto it = table().find(handle);
   if (it == table().end())
-    fail(KSTAGE_INVALID_HANDLE, "stream %llu is not an open kstage_adios2 stream", (unsigned long long)handle);
+    fail(KSTAGE_INVALID_HANDLE, "stream %llu is not an open kstage_adios2 stream",
+         (unsigned long long)handle);
   return it->second;
 }
 
@@ -148,15 +156,19 @@ kstage_adios2_open_desc_t read_open_desc(const kstage_adios2_open_desc_t* in) {
   kstage_adios2_open_desc_t d = kstage_adios2_open_desc_init();
   copy_descriptor(in, d, "kstage_adios2_open_desc_init");
   if (d.mode != KSTAGE_ADIOS2_WRITE && d.mode != KSTAGE_ADIOS2_READ)
-    fail(KSTAGE_INVALID_ARGUMENT, "desc.mode is %d: KSTAGE_ADIOS2_WRITE (0) or KSTAGE_ADIOS2_READ (1)", int(d.mode));
+    fail(KSTAGE_INVALID_ARGUMENT,
+         "desc.mode is %d: KSTAGE_ADIOS2_WRITE (0) or KSTAGE_ADIOS2_READ (1)", int(d.mode));
   for (const char* const* p = d.parameters; p && *p; p += 2)
-    if (p[1] == nullptr) fail(KSTAGE_INVALID_ARGUMENT, "desc.parameters: key '%s' has no value (pairs, then NULL)", p[0]);
+    if (p[1] == nullptr)
+      fail(KSTAGE_INVALID_ARGUMENT, "desc.parameters: key '%s' has no value (pairs, then NULL)",
+           p[0]);
   return d;
 }
 
-kstage_adios2_stream_t open_stream(const char* name, const kstage_adios2_open_desc_t* desc,
-                                   const std::function<std::shared_ptr<adios2::ADIOS>()>& make_adios,
-                                   std::shared_ptr<Collective> ranks) {
+kstage_adios2_stream_t open_stream(
+    const char* name, const kstage_adios2_open_desc_t* desc,
+    const std::function<std::shared_ptr<adios2::ADIOS>()>& make_adios,
+    std::shared_ptr<Collective> ranks) {
   if (name == nullptr || *name == '\0') fail(KSTAGE_INVALID_ARGUMENT, "name is NULL or empty");
   const kstage_adios2_open_desc_t d = read_open_desc(desc);
   const std::string engine = d.engine ? d.engine : "BP5";
@@ -166,10 +178,12 @@ kstage_adios2_stream_t open_stream(const char* name, const kstage_adios2_open_de
   s->keeps_step_data = is_inline_engine(d.engine);
   if (d.inline_writer != 0) {  // (kstage_adios2_open_mpi refuses Inline on several ranks)
     if (d.mode != KSTAGE_ADIOS2_READ)
-      fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer is for a reader (desc.mode KSTAGE_ADIOS2_READ)");
+      fail(KSTAGE_INVALID_ARGUMENT,
+           "desc.inline_writer is for a reader (desc.mode KSTAGE_ADIOS2_READ)");
     s->inline_writer = find_stream(d.inline_writer);
     if (s->inline_writer->mode != KSTAGE_ADIOS2_WRITE)
-      fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer %llu is a reader", (unsigned long long)d.inline_writer);
+      fail(KSTAGE_INVALID_ARGUMENT, "desc.inline_writer %llu is a reader",
+           (unsigned long long)d.inline_writer);
     s->adios = s->inline_writer->adios;
     s->io = s->inline_writer->io;
     s->keeps_step_data = s->inline_writer->keeps_step_data;
@@ -180,10 +194,12 @@ kstage_adios2_stream_t open_stream(const char* name, const kstage_adios2_open_de
     for (const char* const* p = d.parameters; p && *p; p += 2) s->io.SetParameter(p[0], p[1]);
   }
   try {
-    s->engine = s->io.Open(name, d.mode == KSTAGE_ADIOS2_WRITE ? adios2::Mode::Write : adios2::Mode::Read);
+    s->engine =
+        s->io.Open(name, d.mode == KSTAGE_ADIOS2_WRITE ? adios2::Mode::Write : adios2::Mode::Read);
   } catch (const std::invalid_argument& e) {
     // An engine type ADIOS2 does not know (or was not built with) is refused here.
-    fail(KSTAGE_NOT_SUPPORTED, "ADIOS2 cannot open '%s' with engine '%s': %s", name, engine.c_str(), e.what());
+    fail(KSTAGE_NOT_SUPPORTED, "ADIOS2 cannot open '%s' with engine '%s': %s", name, engine.c_str(),
+         e.what());
   }
   // By the engine ADIOS2 opened (an engine type of "File" is chosen by the file's name and, to
   // read, its format).
@@ -195,7 +211,8 @@ kstage_adios2_stream_t open_stream(const char* name, const kstage_adios2_open_de
   return add_stream(std::move(s));
 }
 
-void checkpoint_with(kstage_stage_t stage, const char* path, Collective& ranks, const char* what, const Opener& open) {
+void checkpoint_with(kstage_stage_t stage, const char* path, Collective& ranks, const char* what,
+                     const Opener& open) {
   struct Held {  // the query, released however this ends
     kstage_stage_t stage;
     kstage_query_t q = 0;
@@ -206,7 +223,8 @@ void checkpoint_with(kstage_stage_t stage, const char* path, Collective& ranks, 
   agree(ranks, what, [&] {  // every rank's query, or none
     if (path == nullptr || *path == '\0') fail(KSTAGE_INVALID_ARGUMENT, "path is NULL or empty");
     kstage_filter_t all{};
-    check(kstage_query_filter(stage, &all, &held.q), (std::string(what) + ": the stage's prims").c_str());
+    check(kstage_query_filter(stage, &all, &held.q),
+          (std::string(what) + ": the stage's prims").c_str());
   });
   kstage_adios2_stream_t s = 0;
   kstage_status_t st = open(path, nullptr, &s);
@@ -219,8 +237,8 @@ void checkpoint_with(kstage_stage_t stage, const char* path, Collective& ranks, 
   if (st != KSTAGE_OK) throw Failure{st, message.empty() ? last_message : message};
 }
 
-void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, Collective& ranks, const char* what,
-                  const Opener& open) {
+void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, Collective& ranks,
+                  const char* what, const Opener& open) {
   agree(ranks, what, [&] {
     if (path == nullptr || *path == '\0') fail(KSTAGE_INVALID_ARGUMENT, "path is NULL or empty");
   });
@@ -239,8 +257,9 @@ void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, Col
     st = kstage_adios2_read_step(s, stage, 0, &o);
     if (st == KSTAGE_TIMEOUT) {
       st = KSTAGE_OP_FAILED;
-      last_message = std::string(what) + ": '" + path +
-                     "' ends in an incomplete step (the file was cut short, or a writer still has it open)";
+      last_message =
+          std::string(what) + ": '" + path +
+          "' ends in an incomplete step (the file was cut short, or a writer still has it open)";
     }
     if (st == KSTAGE_OK) {
       last = o;
@@ -269,7 +288,9 @@ kstage_status_t kstage_adios2_open(const char* name, const kstage_adios2_open_de
                                    kstage_adios2_stream_t* stream) {
   return guard([&] {
     if (stream == nullptr) fail(KSTAGE_INVALID_ARGUMENT, "stream is NULL");
-    *stream = open_stream(name, desc, [] { return std::make_shared<adios2::ADIOS>(); }, std::make_shared<Collective>());
+    *stream = open_stream(
+        name, desc, [] { return std::make_shared<adios2::ADIOS>(); },
+        std::make_shared<Collective>());
   });
 }
 

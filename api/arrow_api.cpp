@@ -30,12 +30,14 @@ extern "C" kstage_status_t kstage_group_export_arrow(kstage_stage_t stage, kstag
 extern "C" kstage_status_t kstage_read_export_arrow(kstage_stage_t stage, kstage_query_t query,
                                                     const kstage_token_t* attributes, uint64_t n,
                                                     const kstage_read_desc_t* desc, uint64_t flags,
-                                                    struct ArrowSchema* schema, struct ArrowDeviceArray* array) {
+                                                    struct ArrowSchema* schema,
+                                                    struct ArrowDeviceArray* array) {
   return with_stage("kstage::read_export_arrow", stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(schema, "schema"));
     KSTAGE_RETURN_NOT_OK(need(array, "array"));
     if (n == 0 || attributes == nullptr)
-      return error(KSTAGE_INVALID_ARGUMENT, "attributes is %s and n is %llu: a record batch needs at least one",
+      return error(KSTAGE_INVALID_ARGUMENT,
+                   "attributes is %s and n is %llu: a record batch needs at least one",
                    attributes ? "set" : "NULL", (unsigned long long)n);
     core::PrimList prims;
     KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s.queries, query, Kind::Query));

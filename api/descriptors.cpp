@@ -64,8 +64,7 @@ constexpr size_t last_layout() {
   return whole_layout<T>(SIZE_MAX);
 }
 
-static_assert(sizeof(kstage_config_t) ==
-              offsetof(kstage_config_t, residency) + sizeof(DLDevice));
+static_assert(sizeof(kstage_config_t) == offsetof(kstage_config_t, residency) + sizeof(DLDevice));
 static_assert(sizeof(kstage_write_data_t) ==
               offsetof(kstage_write_data_t, index_map64) + sizeof(void*));
 static_assert(sizeof(kstage_read_desc_t) ==

@@ -13,7 +13,8 @@ kstage_status_t intern(kstage_stage_t stage, const char* str, size_t length, uin
   return with_stage(stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(out, path ? "path" : "token"));
     auto& dict = s.engine->dictionary();
-    KSTAGE_ASSIGN_OR_RETURN(*out, path ? dict.intern_path(str, length) : dict.intern_token(str, length));
+    KSTAGE_ASSIGN_OR_RETURN(*out,
+                            path ? dict.intern_path(str, length) : dict.intern_token(str, length));
     return Status::OK();
   });
 }
@@ -51,18 +52,20 @@ kstage_status_t kstage_intern_paths(kstage_stage_t stage, const char* const* str
     return s.engine->dictionary().intern_paths(strings, lengths, count, paths);
   });
 }
-kstage_status_t kstage_intern_path_range(kstage_stage_t stage, const char* parent, size_t parent_length,
-                                         const char* prefix, size_t prefix_length, uint64_t begin,
-                                         uint64_t count, kstage_path_t* first) {
+kstage_status_t kstage_intern_path_range(kstage_stage_t stage, const char* parent,
+                                         size_t parent_length, const char* prefix,
+                                         size_t prefix_length, uint64_t begin, uint64_t count,
+                                         kstage_path_t* first) {
   return with_stage("kstage::intern_path_range", stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(first, "first"));
-    KSTAGE_ASSIGN_OR_RETURN(
-        *first, s.engine->dictionary().intern_path_range(parent, parent_length, prefix, prefix_length, begin, count));
+    KSTAGE_ASSIGN_OR_RETURN(*first,
+                            s.engine->dictionary().intern_path_range(parent, parent_length, prefix,
+                                                                     prefix_length, begin, count));
     return Status::OK();
   });
 }
-kstage_status_t kstage_path_range_info(kstage_stage_t stage, kstage_path_t path, kstage_path_t* first,
-                                       uint64_t* count, uint64_t* index) {
+kstage_status_t kstage_path_range_info(kstage_stage_t stage, kstage_path_t path,
+                                       kstage_path_t* first, uint64_t* count, uint64_t* index) {
   return with_stage(stage, [&](StageEntry& s) -> Status {
     core::PathTree::Range r;
     if (!s.engine->dictionary().path_range(path, r))
@@ -83,7 +86,8 @@ kstage_status_t kstage_path_range_definition(kstage_stage_t stage, kstage_path_t
     core::PathTree::Range r;
     const core::PathTree::RangeStrings* strings = d.stable_range_strings(first);
     if (strings == nullptr || !d.path_range(first, r))
-      return error(KSTAGE_INVALID_ARGUMENT, "range %llu is not the first path of a path range of this stage",
+      return error(KSTAGE_INVALID_ARGUMENT,
+                   "range %llu is not the first path of a path range of this stage",
                    (unsigned long long)first);
     if (parent) *parent = strings->parent.c_str();
     if (parent_length) *parent_length = strings->parent.size();
@@ -99,7 +103,8 @@ kstage_status_t kstage_path_range_member(kstage_stage_t stage, kstage_path_t fir
     KSTAGE_RETURN_NOT_OK(need(path, "path"));
     core::PathTree::Range r;
     if (!s.engine->dictionary().path_range(first, r) || r.first != first)
-      return error(KSTAGE_INVALID_ARGUMENT, "range %llu is not the first path of a path range of this stage",
+      return error(KSTAGE_INVALID_ARGUMENT,
+                   "range %llu is not the first path of a path range of this stage",
                    (unsigned long long)first);
     if (index >= r.count)
       return error(KSTAGE_INVALID_ARGUMENT, "index %llu is beyond the range's %llu paths",
@@ -122,7 +127,8 @@ kstage_status_t kstage_path_list_create(kstage_stage_t stage, const kstage_path_
   return with_stage("kstage::path_list_create", stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(list, "list"));
     if (count > 0 && paths == nullptr)
-      return error(KSTAGE_INVALID_ARGUMENT, "paths is NULL but count is %llu", (unsigned long long)count);
+      return error(KSTAGE_INVALID_ARGUMENT, "paths is NULL but count is %llu",
+                   (unsigned long long)count);
     for (uint64_t i = 0; i < count; ++i)
       if (!s.engine->dictionary().is_path(paths[i]))
         return error(KSTAGE_INVALID_ARGUMENT, "paths[%llu] = %llu is not a path of this stage",

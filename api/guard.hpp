@@ -36,8 +36,8 @@ kstage_status_t guard(Body&& body) noexcept {
   }
 }
 
-// guard() inside the Kokkos Tools region `region` ("kstage::<operation>", core/profiling_region.hpp):
-// the entry points that do work.
+// guard() inside the Kokkos Tools region `region` ("kstage::<operation>",
+// core/profiling_region.hpp): the entry points that do work.
 template <class Body>
 kstage_status_t guard(const char* region, Body&& body) noexcept {
   core::ProfilingRegion scope(region);

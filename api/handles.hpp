@@ -45,7 +45,8 @@ class HandleTable {
       {
         std::lock_guard lock(table_->mutex_);
         auto it = table_->items_.find(h_);
-        if (it != table_->items_.end()) it->second = std::move(value);  // (gone: the stage was destroyed)
+        if (it != table_->items_.end())
+          it->second = std::move(value);  // (gone: the stage was destroyed)
       }
       table_ = nullptr;
       return h_;
@@ -118,8 +119,10 @@ template <class T>
 Result<std::shared_ptr<T>> lookup(const HandleTable<T>& table, uint64_t h, Kind kind) {
   auto v = table.find(h);
   if (!v)
-    return error(KSTAGE_INVALID_HANDLE, "%s handle %llu is not live on this stage (unknown, "
-                 "released, or of another kind or stage)", kind_name(kind), (unsigned long long)h);
+    return error(KSTAGE_INVALID_HANDLE,
+                 "%s handle %llu is not live on this stage (unknown, "
+                 "released, or of another kind or stage)",
+                 kind_name(kind), (unsigned long long)h);
   return v;
 }
 

@@ -14,7 +14,8 @@ extern "C" {
 
 kstage_status_t kstage_map_attribute(kstage_stage_t stage, kstage_query_t query,
                                      const kstage_map_desc_t* desc, uint64_t ordinal,
-                                     const uint64_t* element_counts, uint64_t n, kstage_map_t* map) {
+                                     const uint64_t* element_counts, uint64_t n,
+                                     kstage_map_t* map) {
   return with_stage("kstage::map_attribute", stage, [&](StageEntry& s) -> Status {
     kstage_map_desc_t d;
     KSTAGE_ASSIGN_OR_RETURN(d, read_descriptor(desc, "desc"));
@@ -47,9 +48,8 @@ kstage_status_t kstage_fetch_map_next(kstage_stage_t stage, kstage_map_t map, ui
   });
 }
 
-kstage_status_t kstage_unmap_group(kstage_stage_t stage, kstage_map_t map,
-                                   kstage_map_group_t group, kstage_device_sync_t done_sync,
-                                   kstage_op_t* op) {
+kstage_status_t kstage_unmap_group(kstage_stage_t stage, kstage_map_t map, kstage_map_group_t group,
+                                   kstage_device_sync_t done_sync, kstage_op_t* op) {
   return with_stage("kstage::unmap_group", stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(op, "op"));
     std::shared_ptr<core::MapSession> m;

@@ -37,8 +37,8 @@ kstage_status_t write(const char* region, kstage_stage_t stage, kstage_query_t q
     KSTAGE_ASSIGN_OR_RETURN(prims, lookup(s->queries, query, Kind::Query));
     auto slot = s->ops.reserve(Kind::Op);  // before the write: nothing after it can fail
     std::shared_ptr<core::Op> o;
-    KSTAGE_ASSIGN_OR_RETURN(o, s->engine->write(prims, attributes, data ? descs.data() : nullptr,
-                                                n, ordinal, prim_mode, managed.get()));
+    KSTAGE_ASSIGN_OR_RETURN(o, s->engine->write(prims, attributes, data ? descs.data() : nullptr, n,
+                                                ordinal, prim_mode, managed.get()));
     // Tensors the stage did not adopt are released once the device has
     // copied them (at once for host work).
     if (!o->done()) s->engine->defer(o->work, std::move(managed));
@@ -53,9 +53,10 @@ extern "C" {
 
 kstage_status_t kstage_write_attribute(kstage_stage_t stage, kstage_query_t query,
                                        kstage_token_t attribute, uint64_t ordinal,
-                                       const kstage_write_data_t* data, kstage_prim_mode_t prim_mode,
-                                       kstage_op_t* op) {
-  return write("kstage::write_attribute", stage, query, &attribute, data, 1, ordinal, prim_mode, op);
+                                       const kstage_write_data_t* data,
+                                       kstage_prim_mode_t prim_mode, kstage_op_t* op) {
+  return write("kstage::write_attribute", stage, query, &attribute, data, 1, ordinal, prim_mode,
+               op);
 }
 
 kstage_status_t kstage_write_attributes(kstage_stage_t stage, kstage_query_t query,
@@ -63,7 +64,8 @@ kstage_status_t kstage_write_attributes(kstage_stage_t stage, kstage_query_t que
                                         const kstage_write_data_t* data, uint64_t n,
                                         uint64_t ordinal, kstage_prim_mode_t prim_mode,
                                         kstage_op_t* op) {
-  return write("kstage::write_attributes", stage, query, attributes, data, n, ordinal, prim_mode, op);
+  return write("kstage::write_attributes", stage, query, attributes, data, n, ordinal, prim_mode,
+               op);
 }
 
 kstage_status_t kstage_delete_attributes(kstage_stage_t stage, kstage_query_t query,
@@ -130,9 +132,7 @@ kstage_status_t kstage_op_error(kstage_stage_t stage, kstage_op_t op, const char
 }
 
 kstage_status_t kstage_release_op(kstage_stage_t stage, kstage_op_t op) {
-  return with_stage(stage, [&](StageEntry& s) -> Status {
-    return release(s.ops, op, Kind::Op);
-  });
+  return with_stage(stage, [&](StageEntry& s) -> Status { return release(s.ops, op, Kind::Op); });
 }
 
 }  // extern "C"

@@ -79,9 +79,8 @@ kstage_status_t kstage_query_get_paths(kstage_stage_t stage, kstage_query_t quer
 }
 
 kstage_status_t kstage_query_release(kstage_stage_t stage, kstage_query_t query) {
-  return with_stage(stage, [&](StageEntry& s) -> Status {
-    return release(s.queries, query, Kind::Query);
-  });
+  return with_stage(
+      stage, [&](StageEntry& s) -> Status { return release(s.queries, query, Kind::Query); });
 }
 
 }  // extern "C"

@@ -28,8 +28,8 @@ kstage_status_t kstage_read_attributes(kstage_stage_t stage, kstage_query_t quer
   });
 }
 
-kstage_status_t kstage_fetch_read_next(kstage_stage_t stage, kstage_read_t read, uint64_t timeout_ns,
-                                       kstage_read_group_t* group) {
+kstage_status_t kstage_fetch_read_next(kstage_stage_t stage, kstage_read_t read,
+                                       uint64_t timeout_ns, kstage_read_group_t* group) {
   (void)timeout_ns;  // never waits: the groups are built when the read opens
   return with_stage("kstage::fetch_read_next", stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(group, "group"));
@@ -46,15 +46,13 @@ kstage_status_t kstage_fetch_read_next(kstage_stage_t stage, kstage_read_t read,
 }
 
 kstage_status_t kstage_release_group(kstage_stage_t stage, kstage_group_t group) {
-  return with_stage(stage, [&](StageEntry& s) -> Status {
-    return release(s.groups, group, Kind::Group);
-  });
+  return with_stage(stage,
+                    [&](StageEntry& s) -> Status { return release(s.groups, group, Kind::Group); });
 }
 
 kstage_status_t kstage_release_read(kstage_stage_t stage, kstage_read_t read) {
-  return with_stage(stage, [&](StageEntry& s) -> Status {
-    return release(s.reads, read, Kind::Read);
-  });
+  return with_stage(stage,
+                    [&](StageEntry& s) -> Status { return release(s.reads, read, Kind::Read); });
 }
 
 }  // extern "C"
@@ -125,8 +123,7 @@ kstage_status_t kstage_group_export_legacy_on_stream(kstage_stage_t stage, kstag
 }
 
 kstage_status_t kstage_group_export_index_map(kstage_stage_t stage, kstage_group_t group,
-                                              uintptr_t stream,
-                                              DLManagedTensorVersioned** tensor) {
+                                              uintptr_t stream, DLManagedTensorVersioned** tensor) {
   return export_on_stream("kstage::group_export_index_map", stage, group, 0, 0, stream, tensor,
                           [](const core::ReadGroup& g, const core::ExportSource& source, uint64_t,
                              uint64_t) { return core::export_index_map(g, source); });

@@ -13,7 +13,7 @@ void destroy_all_stages_at_exit();
 namespace {
 thread_local std::string t_last_error;
 thread_local std::string t_build_info;
-}
+}  // namespace
 
 kstage_status_t fail(kstage_status_t code, const char* message, const char* detail) noexcept {
   try {
@@ -80,11 +80,13 @@ kstage_status_t kstage_build_info(const char** text) {
 #else
     out += "host_execution: " + kokkos.host_parallel + "\n";
 #endif
-    out += "host_threads: " + (kokkos.initialized ? std::to_string(kokkos.threads) : "not initialized") + "\n";
+    out += "host_threads: " +
+           (kokkos.initialized ? std::to_string(kokkos.threads) : "not initialized") + "\n";
     std::string backends, devices;
     for (const core::BackendFactory* f : core::registered_backends()) {
       backends += (backends.empty() ? "" : " ") + std::string(f->name);
-      devices += (devices.empty() ? "" : " ") + std::string(f->name) + ":" + std::to_string(f->device_count());
+      devices += (devices.empty() ? "" : " ") + std::string(f->name) + ":" +
+                 std::to_string(f->device_count());
     }
     out += "backends: " + backends + "\n";
     out += "devices: " + devices + "\n";
@@ -115,7 +117,8 @@ kstage_status_t kstage_create(const kstage_config_t* config, kstage_stage_t* sta
 kstage_status_t kstage_destroy(kstage_stage_t stage) {
   return guard("kstage::destroy", [&]() -> Status {
     if (!unregister_stage(stage))
-      return error(KSTAGE_INVALID_HANDLE, "stage handle %llu is not a live stage (already destroyed?)",
+      return error(KSTAGE_INVALID_HANDLE,
+                   "stage handle %llu is not a live stage (already destroyed?)",
                    (unsigned long long)stage);
     return Status::OK();
   });

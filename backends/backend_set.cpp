@@ -32,10 +32,9 @@ Result<const BackendFactory*> factory_for(DLDevice device) {
   }
   const int32_t count = factory->device_count();
   if (device.device_id < 0 || device.device_id >= count)
-    return error(KSTAGE_INVALID_ARGUMENT,
-                 "device %s:%d does not exist: the process has %d %s device(s)",
-                 device_type_name(device.device_type), int(device.device_id), int(count),
-                 factory->name);
+    return error(
+        KSTAGE_INVALID_ARGUMENT, "device %s:%d does not exist: the process has %d %s device(s)",
+        device_type_name(device.device_type), int(device.device_id), int(count), factory->name);
   return factory;
 }
 
@@ -100,7 +99,8 @@ Result<std::unique_ptr<BackendSet>> make_backend_set(const kstage_config_t& conf
   auto set = std::make_unique<StageBackends>(config, std::move(h));
   // A named residency must exist before the stage does (a bad one is the
   // caller's mistake, reported by kstage_create, not at the first write).
-  if (config.residency.device_type != 0) KSTAGE_RETURN_NOT_OK(set->for_device(config.residency).status());
+  if (config.residency.device_type != 0)
+    KSTAGE_RETURN_NOT_OK(set->for_device(config.residency).status());
   return std::unique_ptr<BackendSet>(std::move(set));
 }
 

@@ -78,8 +78,9 @@ bool kokkos_is_running() { return Kokkos::is_initialized(); }
 
 KokkosInfo kokkos_info() {
   KokkosInfo info;
-  info.built = std::to_string(KOKKOS_VERSION / 10000) + "." + std::to_string(KOKKOS_VERSION / 100 % 100) +
-               "." + std::to_string(KOKKOS_VERSION % 100);
+  info.built = std::to_string(KOKKOS_VERSION / 10000) + "." +
+               std::to_string(KOKKOS_VERSION / 100 % 100) + "." +
+               std::to_string(KOKKOS_VERSION % 100);
   info.host_parallel = Kokkos::DefaultHostExecutionSpace::name();
   if (!kokkos_is_running()) return info;
   info.initialized = true;

@@ -29,11 +29,11 @@ namespace {
 // ---- what the buffers point into -------------------------------------------------------------
 
 struct Holder {
-  std::vector<BufferPtr> group_buffers;        // the groups' snapshots (zero-copy values)
-  std::vector<std::vector<std::byte>> host;    // the export's own host buffers
-  std::vector<BufferPtr> device;               // their device copies (device groups)
-  CompletionPtr ready;                         // the work the consumer waits for (device)
-  uintptr_t event = 0;                         // ready's event: sync_event points here
+  std::vector<BufferPtr> group_buffers;      // the groups' snapshots (zero-copy values)
+  std::vector<std::vector<std::byte>> host;  // the export's own host buffers
+  std::vector<BufferPtr> device;             // their device copies (device groups)
+  CompletionPtr ready;                       // the work the consumer waits for (device)
+  uintptr_t event = 0;                       // ready's event: sync_event points here
 
   // Device buffers are Kokkos memory underneath: after Kokkos::finalize they must not be
   // released any more (as a late DLPack deleter does, the buffers are left to the process).
@@ -135,19 +135,21 @@ class Builder {
     const DLDataType dt = d.dtype;
     const char* prim = primitive_format(dt);
     if (prim == nullptr)
-      return error(KSTAGE_NOT_SUPPORTED, "attribute '%s' is %s, which has no Arrow type", name.c_str(),
-                   dtype_string(dt).c_str());
+      return error(KSTAGE_NOT_SUPPORTED, "attribute '%s' is %s, which has no Arrow type",
+                   name.c_str(), dtype_string(dt).c_str());
     const bool is_bool = dt.code == kDLBool;
     if (is_bool && device_)
-      return error(KSTAGE_NOT_SUPPORTED,
-                   "attribute '%s' is bool on a device: Arrow's boolean is bit-packed, and the export "
-                   "packs bits on the host only (read it with target_device kDLCPU)",
-                   name.c_str());
+      return error(
+          KSTAGE_NOT_SUPPORTED,
+          "attribute '%s' is bool on a device: Arrow's boolean is bit-packed, and the export "
+          "packs bits on the host only (read it with target_device kDLCPU)",
+          name.c_str());
     return d.is_array ? ragged(name, prim, is_bool) : fixed(name, prim, is_bool);
   }
 
   // The prims `ids` as uint64 path ids, or dictionary-encoded path strings.
-  Result<std::unique_ptr<Node>> paths(const std::vector<uint64_t>& ids, bool strings, const ArrowNames& names) {
+  Result<std::unique_ptr<Node>> paths(const std::vector<uint64_t>& ids, bool strings,
+                                      const ArrowNames& names) {
     const uint64_t n = ids.size();
     auto node = std::make_unique<Node>();
     node->name = "path";
@@ -195,8 +197,8 @@ class Builder {
   // lanes > 1): the values are `*owned`, taken into the export, or else lie at `data`; bool is
   // packed into bits here (host data).
   Result<std::unique_ptr<Node>> elements(const std::string& name, const char* prim, bool is_bool,
-                                         const std::byte* data, std::vector<std::byte>* owned, uint64_t count,
-                                         uint64_t lanes) {
+                                         const std::byte* data, std::vector<std::byte>* owned,
+                                         uint64_t count, uint64_t lanes) {
     auto leaf = std::make_unique<Node>();
     leaf->format = prim;
     leaf->length = int64_t(count * lanes);
@@ -251,7 +253,8 @@ class Builder {
       return elements(name, prim, false, out->data(), nullptr, n, lanes);
     }
     std::vector<std::byte> gathered(n * row);  // prim i's row, in prim order
-    for (uint64_t i = 0; i < n; ++i) std::memcpy(gathered.data() + i * row, base + uint64_t(d.data.index_map[i]) * row, row);
+    for (uint64_t i = 0; i < n; ++i)
+      std::memcpy(gathered.data() + i * row, base + uint64_t(d.data.index_map[i]) * row, row);
     return elements(name, prim, is_bool, nullptr, &gathered, n, lanes);
   }
 
@@ -310,8 +313,9 @@ class Builder {
 
   // A ragged column of offsets.size() - 1 rows: LargeString for STRING bytes, else a LargeList
   // of the elements; the values are `*packed`, taken into the export, or else lie at `data`.
-  Result<std::unique_ptr<Node>> list(const std::string& name, const char* prim, bool is_bool, bool string,
-                                     const std::vector<int64_t>& offsets, uint64_t lanes, const std::byte* data,
+  Result<std::unique_ptr<Node>> list(const std::string& name, const char* prim, bool is_bool,
+                                     bool string, const std::vector<int64_t>& offsets,
+                                     uint64_t lanes, const std::byte* data,
                                      std::vector<std::byte>* packed) {
     const uint64_t total = uint64_t(offsets.back());
     const void* offs;
@@ -460,8 +464,9 @@ std::unique_ptr<Node> struct_node(uint64_t length) {
 // The tree as C structs, filled into `schema` and `array` only when all of it is made. A device
 // export's consumer waits for `ready` (the group's own event) or, when the export did device
 // work of its own (uploads, gathers), for an event recorded now, after it.
-Status hand_out(const Node& root, const std::shared_ptr<Holder>& holder, Backend* device, DLDevice where,
-                const CompletionPtr* ready, ArrowSchema* schema, ArrowDeviceArray* array) {
+Status hand_out(const Node& root, const std::shared_ptr<Holder>& holder, Backend* device,
+                DLDevice where, const CompletionPtr* ready, ArrowSchema* schema,
+                ArrowDeviceArray* array) {
   if (device) {
     if (where.device_type == 0) where = device->device();
     holder->ready = ready ? *ready : device->record();
@@ -490,13 +495,14 @@ Status hand_out(const Node& root, const std::shared_ptr<Holder>& holder, Backend
 // prim p, null where no group holds it. Built in memory of the export's own.
 Result<std::unique_ptr<Node>> gathered_column(Builder& b, const std::string& name,
                                               const std::vector<const ReadGroup*>& gs,
-                                              const std::unordered_map<uint64_t, uint64_t>& row_of, uint64_t n) {
+                                              const std::unordered_map<uint64_t, uint64_t>& row_of,
+                                              uint64_t n) {
   const kstage_read_group_t& d0 = gs.front()->desc;
   const DLDataType dt = d0.dtype;
   const char* prim = primitive_format(dt);
   if (prim == nullptr)
-    return error(KSTAGE_NOT_SUPPORTED, "attribute '%s' is %s, which has no Arrow type", name.c_str(),
-                 dtype_string(dt).c_str());
+    return error(KSTAGE_NOT_SUPPORTED, "attribute '%s' is %s, which has no Arrow type",
+                 name.c_str(), dtype_string(dt).c_str());
   const bool is_bool = dt.code == kDLBool;
   const uint64_t lanes = dt.lanes;
   const size_t elem = size_t(dt.bits / 8) * lanes;  // a fixed row, or one element of a ragged row
@@ -533,9 +539,10 @@ Result<std::unique_ptr<Node>> gathered_column(Builder& b, const std::string& nam
     for (uint64_t p = 0; p < n; ++p) offsets[p + 1] = offsets[p] + int64_t(length[p]);
     std::vector<std::byte> packed(size_t(offsets[n]) * elem);
     for (uint64_t p = 0; p < n; ++p)
-      if (length[p]) std::memcpy(packed.data() + offsets[p] * int64_t(elem), from[p], length[p] * elem);
-    KSTAGE_ASSIGN_OR_RETURN(node, b.list(name, prim, is_bool, d0.semantic == KSTAGE_SEMANTIC_STRING, offsets, lanes,
-                                         nullptr, &packed));
+      if (length[p])
+        std::memcpy(packed.data() + offsets[p] * int64_t(elem), from[p], length[p] * elem);
+    KSTAGE_ASSIGN_OR_RETURN(node, b.list(name, prim, is_bool, d0.semantic == KSTAGE_SEMANTIC_STRING,
+                                         offsets, lanes, nullptr, &packed));
   }
   node->nullable = true;
   node->null_count = int64_t(n - filled);
@@ -548,11 +555,13 @@ Result<std::unique_ptr<Node>> gathered_column(Builder& b, const std::string& nam
 Status check_flags(uint64_t flags) {
   const uint64_t known = KSTAGE_ARROW_PATH_IDS | KSTAGE_ARROW_PATH_STRINGS;
   if (flags & ~known)
-    return error(KSTAGE_INVALID_ARGUMENT,
-                 "flags 0x%llx has unknown bits (only KSTAGE_ARROW_PATH_IDS and KSTAGE_ARROW_PATH_STRINGS)",
-                 (unsigned long long)flags);
+    return error(
+        KSTAGE_INVALID_ARGUMENT,
+        "flags 0x%llx has unknown bits (only KSTAGE_ARROW_PATH_IDS and KSTAGE_ARROW_PATH_STRINGS)",
+        (unsigned long long)flags);
   if ((flags & KSTAGE_ARROW_PATH_IDS) && (flags & KSTAGE_ARROW_PATH_STRINGS))
-    return error(KSTAGE_INVALID_ARGUMENT, "flags: KSTAGE_ARROW_PATH_IDS or KSTAGE_ARROW_PATH_STRINGS, not both");
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "flags: KSTAGE_ARROW_PATH_IDS or KSTAGE_ARROW_PATH_STRINGS, not both");
   return Status::OK();
 }
 
@@ -588,8 +597,9 @@ Status export_group_arrow(const ReadGroup& g, const ArrowNames& names, uint64_t 
 }
 
 Status export_read_arrow(const PrimSeq& query, const std::vector<const ReadGroup*>& groups,
-                         const std::vector<uint64_t>& attributes, const std::vector<std::string>& attribute_names,
-                         const ArrowNames& names, uint64_t flags, ArrowSchema* schema, ArrowDeviceArray* array) {
+                         const std::vector<uint64_t>& attributes,
+                         const std::vector<std::string>& attribute_names, const ArrowNames& names,
+                         uint64_t flags, ArrowSchema* schema, ArrowDeviceArray* array) {
   KSTAGE_RETURN_NOT_OK(check_flags(flags));
   const uint64_t n = query.size();
   // One device for the whole batch (an ArrowDeviceArray has one).
@@ -599,11 +609,14 @@ Status export_read_arrow(const PrimSeq& query, const std::vector<const ReadGroup
   for (const ReadGroup* g : groups) {
     if (g->desc.is_delete || g->desc.prim_count == 0) continue;
     const DLDevice d = g->tensors.empty() ? DLDevice{kDLCPU, 0} : g->tensors[0].device;
-    if (seen && (g->device != device || d.device_type != where.device_type || d.device_id != where.device_id))
+    if (seen && (g->device != device || d.device_type != where.device_type ||
+                 d.device_id != where.device_id))
       return error(KSTAGE_NOT_SUPPORTED,
-                   "the attributes' columns are on different devices (%d:%d and %d:%d): an Arrow record batch "
+                   "the attributes' columns are on different devices (%d:%d and %d:%d): an Arrow "
+                   "record batch "
                    "is on one; read them to one (kstage_read_desc_t.target_device)",
-                   int(where.device_type), int(where.device_id), int(d.device_type), int(d.device_id));
+                   int(where.device_type), int(where.device_id), int(d.device_type),
+                   int(d.device_id));
     device = g->device;
     where = d;
     seen = true;
@@ -617,7 +630,8 @@ Status export_read_arrow(const PrimSeq& query, const std::vector<const ReadGroup
     std::unique_ptr<Node> batch = struct_node(n);
     if (flags & (KSTAGE_ARROW_PATH_IDS | KSTAGE_ARROW_PATH_STRINGS)) {
       std::unique_ptr<Node> path;
-      KSTAGE_ASSIGN_OR_RETURN(path, own.paths(ids, (flags & KSTAGE_ARROW_PATH_STRINGS) != 0, names));
+      KSTAGE_ASSIGN_OR_RETURN(path,
+                              own.paths(ids, (flags & KSTAGE_ARROW_PATH_STRINGS) != 0, names));
       batch->children.push_back(std::move(path));
     }
     bool device_work = own.uploaded();
@@ -626,7 +640,8 @@ Status export_read_arrow(const PrimSeq& query, const std::vector<const ReadGroup
     for (size_t k = 0; k < attributes.size(); ++k) {
       std::vector<const ReadGroup*> gs;
       for (const ReadGroup* g : groups)
-        if (g->desc.attribute == attributes[k] && !g->desc.is_delete && g->desc.prim_count > 0) gs.push_back(g);
+        if (g->desc.attribute == attributes[k] && !g->desc.is_delete && g->desc.prim_count > 0)
+          gs.push_back(g);
       for (const ReadGroup* g : gs) {
         holder->group_buffers.push_back(g->pinned);
         if (g->ready) {
@@ -635,8 +650,9 @@ Status export_read_arrow(const PrimSeq& query, const std::vector<const ReadGroup
         }
       }
       // The group's own column when it is the query's prims, in order: zero-copy as a group's.
-      const bool whole = gs.size() == 1 && gs[0]->desc.prim_count == n &&
-                         (n == 0 || std::memcmp(gs[0]->desc.prims, ids.data(), n * sizeof(uint64_t)) == 0);
+      const bool whole =
+          gs.size() == 1 && gs[0]->desc.prim_count == n &&
+          (n == 0 || std::memcmp(gs[0]->desc.prims, ids.data(), n * sizeof(uint64_t)) == 0);
       std::unique_ptr<Node> column;
       if (whole) {
         Builder b(*gs[0], *holder);
@@ -644,10 +660,12 @@ Status export_read_arrow(const PrimSeq& query, const std::vector<const ReadGroup
         device_work = device_work || b.uploaded();
       } else if (device) {
         return error(KSTAGE_NOT_SUPPORTED,
-                     "attribute '%s' is held by %s of the query's prims: a record batch with nulls is made on "
+                     "attribute '%s' is held by %s of the query's prims: a record batch with nulls "
+                     "is made on "
                      "the host; read to the host (kstage_read_desc_t.target_device kDLCPU)",
                      attribute_names[k].c_str(), gs.empty() ? "none" : "only some");
-      } else if (gs.empty()) {  // no prim holds it: a column of nulls (its type unknown: Arrow's null)
+      } else if (gs.empty()) {  // no prim holds it: a column of nulls (its type unknown: Arrow's
+                                // null)
         column = std::make_unique<Node>();
         column->format = "n";
         column->name = attribute_names[k];
@@ -662,9 +680,11 @@ Status export_read_arrow(const PrimSeq& query, const std::vector<const ReadGroup
       batch->children.push_back(std::move(column));
     }
     device_work = device_work || own.uploaded();
-    return hand_out(*batch, holder, device, where, device_work || readies > 1 ? nullptr : ready, schema, array);
+    return hand_out(*batch, holder, device, where, device_work || readies > 1 ? nullptr : ready,
+                    schema, array);
   } catch (const std::bad_alloc&) {
-    return out_of_memory("no host memory for an Arrow record batch of %llu prims", (unsigned long long)n);
+    return out_of_memory("no host memory for an Arrow record batch of %llu prims",
+                         (unsigned long long)n);
   } catch (const std::out_of_range&) {
     return error(KSTAGE_INTERNAL, "a read group holds a prim that is not in its query");
   }

@@ -25,7 +25,8 @@ Status export_group_arrow(const ReadGroup& g, const ArrowNames& names, uint64_t 
 // A record batch (a struct array) of a read: row i is query prim i, one column per attribute
 // (named attribute_names[k]) after an optional path column; `groups` are the read's.
 Status export_read_arrow(const PrimSeq& query, const std::vector<const ReadGroup*>& groups,
-                         const std::vector<uint64_t>& attributes, const std::vector<std::string>& attribute_names,
-                         const ArrowNames& names, uint64_t flags, ArrowSchema* schema, ArrowDeviceArray* array);
+                         const std::vector<uint64_t>& attributes,
+                         const std::vector<std::string>& attribute_names, const ArrowNames& names,
+                         uint64_t flags, ArrowSchema* schema, ArrowDeviceArray* array);
 
 }  // namespace kstage::core

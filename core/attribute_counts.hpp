@@ -54,10 +54,8 @@ class AttributeCounts {
       } else {
         uint8_t* bytes = &entry(p);  // the page of p, from p on
         for (uint64_t k = 0; k < in_page; ++k) {
-          if (bytes[k] < kBig - 1)
-            ++bytes[k];
-          else
-            increment(p + k);
+          if (bytes[k] < kBig - 1) ++bytes[k];
+          else increment(p + k);
         }
       }
       p += in_page;

@@ -38,9 +38,10 @@ uint32_t Column::stamp_for(uint64_t ordinal) {
     // A compaction that kept half the limit or more is not repeated at it (one O(rows) pass
     // per new ordinal would follow): the stamps widen instead.
     const size_t entries = stamp_ordinals_.size();
-    const bool at_width_limit = !stamps_.empty() && (entries == 0x100 || entries == 0x10000) &&
-                                compacted_to_ < entries / 2;
-    if (entries > std::max<size_t>(2 * row_space(), kMinStampTable) || at_width_limit) compact_stamps();
+    const bool at_width_limit =
+        !stamps_.empty() && (entries == 0x100 || entries == 0x10000) && compacted_to_ < entries / 2;
+    if (entries > std::max<size_t>(2 * row_space(), kMinStampTable) || at_width_limit)
+      compact_stamps();
     stamp_ordinals_.push_back(ordinal);
   }
   return uint32_t(stamp_ordinals_.size() - 1);
@@ -188,8 +189,8 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
   }
   uint32_t* ids;
   size_t first_row = 0, row_step = 0;
-  const bool progression = affine_progression(*rows.prims, rows.subset ? rows.span : rows.n,
-                                              first_row, row_step);
+  const bool progression =
+      affine_progression(*rows.prims, rows.subset ? rows.span : rows.n, first_row, row_step);
   if (progression && !rows.subset) {
     // Every target present, at rows first_row + j * row_step: no row map to
     // make or read (the identity is the case of step 1 over all the rows).
@@ -209,7 +210,8 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
         return t;
       }
       scratch_rows_.resize(rows.n);
-      for (size_t j = 0; j < rows.n; ++j) scratch_rows_[j] = uint32_t(first_row + subset[j] * row_step);
+      for (size_t j = 0; j < rows.n; ++j)
+        scratch_rows_[j] = uint32_t(first_row + subset[j] * row_step);
       t.rows = scratch_rows_.data();
       return t;
     }
@@ -357,13 +359,13 @@ Status Column::apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& n
       using Body = std::decay_t<decltype(body)>;
       backend_->host_for(
           n,
-          [](const void* b, size_t begin, size_t end) { (*static_cast<const Body*>(b))(begin, end); },
+          [](const void* b, size_t begin, size_t end) {
+            (*static_cast<const Body*>(b))(begin, end);
+          },
           &body);
     };
-    if (t.row_step != 0)
-      stamps_.set_progression(t.first_row, t.row_step, rows.n, stamp, host_loop);
-    else
-      stamps_.set_rows(t.rows, rows.n, stamp, host_loop);
+    if (t.row_step != 0) stamps_.set_progression(t.first_row, t.row_step, rows.n, stamp, host_loop);
+    else stamps_.set_rows(t.rows, rows.n, stamp, host_loop);
   }
   if (!tombstones_.empty())
     for (size_t j = 0; j < rows.n; ++j) tombstones_.erase(rows.prim(j));
@@ -371,8 +373,7 @@ Status Column::apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& n
   // not scratch) and it is the first change at its ordinal.
   if (!t.identity && t.keep && ordinal > last_change_)
     recent_ = RecentWrite{ordinal, last_change_, t.rows, rows.n, t.keep};
-  else
-    recent_ = RecentWrite{};
+  else recent_ = RecentWrite{};
   last_change_ = std::max(last_change_, ordinal);
   new_prims = std::move(added);
   return Status::OK();
@@ -443,8 +444,8 @@ Status Column::apply_array(const StagedRows& rows, const TargetRows& map) {
     }
   }
   const uint64_t capacity = values_ ? values_->size() : 0;
-  const bool rebuild = pinned() || array_used_ + append > capacity ||
-                       array_garbage_ > array_used_ / 2 + (1u << 20);
+  const bool rebuild =
+      pinned() || array_used_ + append > capacity || array_garbage_ > array_used_ / 2 + (1u << 20);
 
   std::vector<const std::byte*> src_rows;
   std::vector<uint64_t> dst_offsets, bytes;
@@ -466,7 +467,8 @@ Status Column::apply_array(const StagedRows& rows, const TargetRows& map) {
     // Pack every live row into a new buffer: untouched rows from the old
     // storage, written rows from the staged data.
     BufferPtr fresh;
-    KSTAGE_ASSIGN_OR_RETURN(fresh, backend_->allocate(std::max<uint64_t>(live_after + live_after / 2, 64)));
+    KSTAGE_ASSIGN_OR_RETURN(
+        fresh, backend_->allocate(std::max<uint64_t>(live_after + live_after / 2, 64)));
     const std::byte* old = values_ ? values_->data() : nullptr;
     uint64_t cursor = 0;
     std::vector<uint64_t> offset(row_space()), length(row_space());
@@ -515,7 +517,7 @@ void Column::apply_delete(const PrimSeq& prims, size_t n, uint64_t ordinal,
   size_t present = 0;
   for (size_t i = 0; i < n; ++i) present += row_of(prims[i]) != kNoRow;
   if (present == 0) return;
-  materialize_rows();  // a hole: the tables from here on
+  materialize_rows();                                          // a hole: the tables from here on
   reserve_geometric(free_rows_, free_rows_.size() + present);  // (not exact: deletes repeat)
   reserve_geometric(removed, removed.size() + present);
   for (size_t i = 0; i < n; ++i)

@@ -117,7 +117,8 @@ class Column {
   }
   bool has(uint64_t prim) const { return row_of(prim) != kNoRow; }
   uint64_t changed_at(uint32_t row) const {
-    return stamps_.empty() ? all_changed_at_ : std::max(all_changed_at_, stamp_ordinals_[stamps_.get(row)]);
+    return stamps_.empty() ? all_changed_at_
+                           : std::max(all_changed_at_, stamp_ordinals_[stamps_.get(row)]);
   }
   // The parts of changed_at, for scans: a row's last change is the larger of
   // the ordinal of the last write of every row and the ordinal of its stamp.
@@ -153,7 +154,9 @@ class Column {
                                                                                        : nullptr;
   }
   size_t live_rows() const { return live_rows_; }
-  size_t row_space() const { return affine_rows_ != 0 ? affine_rows_ : row_live_.size(); }  // high-water mark of rows
+  size_t row_space() const {
+    return affine_rows_ != 0 ? affine_rows_ : row_live_.size();
+  }  // high-water mark of rows
 
   // The buffer readers pin. Fixed: row r at r*row_bytes(). Array: see row_range.
   const BufferPtr& values() const { return values_; }
@@ -226,7 +229,8 @@ class Column {
   void unassign_rows(const NewPrims& new_prims, size_t row_space_before);
   // For an affine column: whether prims[0, n) of `prims` are rows first_row +
   // j * row_step of it (a progression query within the column's rows).
-  bool affine_progression(const PrimSeq& prims, size_t n, size_t& first_row, size_t& row_step) const;
+  bool affine_progression(const PrimSeq& prims, size_t n, size_t& first_row,
+                          size_t& row_step) const;
   // Whether row r holds a prim (else it is a free row).
   bool row_live(size_t r) const { return affine_rows_ != 0 || row_live_[r]; }
   // Leaves the affine form for the tables (any change but writes of its rows
@@ -264,7 +268,7 @@ class Column {
   // path range's query, or paths interned one after another), and leaves it
   // (materialize_rows) at the first change that is not a write of its rows.
   uint64_t affine_first_ = 0;
-  size_t affine_rows_ = 0;  // 0: the tables below
+  size_t affine_rows_ = 0;                   // 0: the tables below
   PagedArray<uint32_t, UINT32_MAX> row_of_;  // indexed by path id; UINT32_MAX = kNoRow
   // Per row, whether a prim holds it (1 bit a row: which prim is row_of_'s
   // to say, and nothing needs the reverse).
@@ -305,8 +309,8 @@ class Column {
   std::unordered_map<uint64_t, uint64_t> tombstones_;  // prim -> ordinal
   // Array columns only.
   std::vector<uint64_t> array_offset_, array_length_;  // per row, bytes
-  uint64_t array_used_ = 0;     // bytes appended so far
-  uint64_t array_garbage_ = 0;  // bytes no row refers to any more
+  uint64_t array_used_ = 0;                            // bytes appended so far
+  uint64_t array_garbage_ = 0;                         // bytes no row refers to any more
 };
 
 }  // namespace kstage::core

@@ -63,8 +63,7 @@ Status check_path_syntax(std::string_view s) {
   if (s.size() > 1 && s.back() == '/')
     return error(KSTAGE_INVALID_ARGUMENT, "path '%s' ends with '/'", shown.c_str());
   if (s.find("//") != std::string_view::npos)
-    return error(KSTAGE_INVALID_ARGUMENT, "path '%s' has an empty component ('//')",
-                 shown.c_str());
+    return error(KSTAGE_INVALID_ARGUMENT, "path '%s' has an empty component ('//')", shown.c_str());
   return Status::OK();
 }
 
@@ -78,8 +77,8 @@ Result<uint64_t> Dictionary::intern_path(const char* str, size_t length) {
 }
 
 Result<uint64_t> Dictionary::intern_path_range(const char* parent, size_t parent_length,
-                                               const char* prefix, size_t prefix_length, uint64_t begin,
-                                               uint64_t count) {
+                                               const char* prefix, size_t prefix_length,
+                                               uint64_t begin, uint64_t count) {
   std::string_view under;
   KSTAGE_ASSIGN_OR_RETURN(under, checked_string("parent", parent, parent_length));
   if (Status st = check_path_syntax(under); !st.ok())
@@ -106,8 +105,8 @@ Result<uint64_t> Dictionary::intern_path_range(const char* parent, size_t parent
   std::string why;
   const uint64_t first = paths_.intern_range(under, lead, begin, count, why);
   if (first == 0) {
-    const std::string name = (under == "/" ? std::string() : std::string(under.substr(0, 64))) + "/" +
-                             std::string(lead.substr(0, 64));
+    const std::string name = (under == "/" ? std::string() : std::string(under.substr(0, 64))) +
+                             "/" + std::string(lead.substr(0, 64));
     return error(KSTAGE_ALREADY_EXISTS, "range '%s[%llu..%llu]': %s", name.c_str(),
                  (unsigned long long)begin, (unsigned long long)(begin + (count - 1)), why.c_str());
   }
@@ -117,7 +116,8 @@ Result<uint64_t> Dictionary::intern_path_range(const char* parent, size_t parent
 Status Dictionary::intern_paths(const char* const* strings, const size_t* lengths, uint64_t n,
                                 uint64_t* ids) {
   if (n > 0 && strings == nullptr)
-    return error(KSTAGE_INVALID_ARGUMENT, "strings is NULL but count is %llu", (unsigned long long)n);
+    return error(KSTAGE_INVALID_ARGUMENT, "strings is NULL but count is %llu",
+                 (unsigned long long)n);
   if (n > 0 && ids == nullptr)
     return error(KSTAGE_INVALID_ARGUMENT, "paths is NULL but count is %llu", (unsigned long long)n);
   std::vector<std::string_view> views(n);
@@ -126,7 +126,8 @@ Status Dictionary::intern_paths(const char* const* strings, const size_t* length
         checked_string("path", strings[i], lengths ? lengths[i] : KSTAGE_NUL_TERMINATED);
     Status st = r.ok() ? check_path_syntax(r.value()) : r.status();
     if (!st.ok())
-      return Status(st.code(), format("strings[%llu]: %s", (unsigned long long)i, st.message().c_str()));
+      return Status(st.code(),
+                    format("strings[%llu]: %s", (unsigned long long)i, st.message().c_str()));
     views[i] = r.value();
   }
   paths_.intern_many(views.data(), views.size(), ids);

@@ -27,9 +27,8 @@ std::string dtype_string(DLDataType t) {
 }
 
 const char* semantic_name(kstage_semantic_t s) {
-  static const char* names[] = {"NONE",     "POINT",    "VECTOR",   "NORMAL",
-                                "COLOR",    "QUATERNION", "MATRIX", "TEXCOORD",
-                                "TOKEN_ID", "PATH_ID",  "STRING"};
+  static const char* names[] = {"NONE",   "POINT",    "VECTOR",   "NORMAL",  "COLOR", "QUATERNION",
+                                "MATRIX", "TEXCOORD", "TOKEN_ID", "PATH_ID", "STRING"};
   if (s < 0 || s > KSTAGE_SEMANTIC_STRING) return "invalid";
   return names[s];
 }
@@ -66,8 +65,8 @@ Status validate_dtype(DLDataType t, const std::string& what) {
     case kDLComplex: ok_bits = t.bits == 64 || t.bits == 128; break;
     case kDLBool: ok_bits = t.bits == 8; break;
     default:
-      return error(KSTAGE_INVALID_ARGUMENT, "%s: unsupported dtype code %u (bits %u)",
-                   what.c_str(), unsigned(t.code), unsigned(t.bits));
+      return error(KSTAGE_INVALID_ARGUMENT, "%s: unsupported dtype code %u (bits %u)", what.c_str(),
+                   unsigned(t.code), unsigned(t.bits));
   }
   if (!ok_bits)
     return error(KSTAGE_INVALID_ARGUMENT, "%s: unsupported bit width %u for %s", what.c_str(),

@@ -38,7 +38,8 @@ Status check(const ExportSource& g, uint64_t index, uint64_t flags) {
   if (g.is_delete)
     return error(KSTAGE_INVALID_ARGUMENT, "a tombstone group has no tensors to export");
   if (index >= g.tensors->size())
-    return error(KSTAGE_INVALID_ARGUMENT, "tensor index %llu is out of range: the group has %zu tensor(s)",
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "tensor index %llu is out of range: the group has %zu tensor(s)",
                  (unsigned long long)index, g.tensors->size());
   return Status::OK();
 }

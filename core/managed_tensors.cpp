@@ -47,9 +47,9 @@ ManagedTensors::ManagedTensors(const kstage_write_data_t* data, uint64_t n) {
     if (!repeat[k]) owned_.push_back(listed[k].t);
   if (first_repeat < listed.size()) {
     const Listed& r = listed[first_repeat];
-    duplicate_ = format("data[%llu].%s[%llu] is listed more than once", (unsigned long long)r.i,
-                        r.legacy ? "legacy_managed_tensors" : "managed_tensors",
-                        (unsigned long long)r.j);
+    duplicate_ =
+        format("data[%llu].%s[%llu] is listed more than once", (unsigned long long)r.i,
+               r.legacy ? "legacy_managed_tensors" : "managed_tensors", (unsigned long long)r.j);
   }
 }
 

@@ -20,7 +20,9 @@ struct ManagedTensor {
 
   const DLTensor* tensor() const { return versioned ? &versioned->dl_tensor : &legacy->dl_tensor; }
   const void* pointer() const { return versioned ? static_cast<const void*>(versioned) : legacy; }
-  bool has_deleter() const { return versioned ? versioned->deleter != nullptr : legacy->deleter != nullptr; }
+  bool has_deleter() const {
+    return versioned ? versioned->deleter != nullptr : legacy->deleter != nullptr;
+  }
   // Whether the stage may write into the memory once it is adopted. A legacy
   // tensor cannot say, and its producer may count on it never changing.
   bool writable() const {

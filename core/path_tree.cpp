@@ -148,7 +148,8 @@ uint64_t PathTree::range_member(uint64_t parent, std::string_view leaf) const {
   for (auto it = lo; it != hi; ++it) {
     const Range& r = ranges_[it->second];
     uint64_t v = 0;
-    if (names_member(leaf, r.prefix, r.begin, r.begin + (r.count - 1), v)) return r.first + (v - r.begin);
+    if (names_member(leaf, r.prefix, r.begin, r.begin + (r.count - 1), v))
+      return r.first + (v - r.begin);
   }
   return 0;
 }
@@ -196,7 +197,8 @@ void PathTree::grow_index() {
 }
 
 uint64_t PathTree::insert(uint64_t parent, std::string_view leaf, uint32_t hash, bool visible) {
-  if (nodes_.size() >= 0xFFFFFFFEu || next_id_ >= kVisible) throw std::bad_alloc();  // 32-bit nodes in the index
+  if (nodes_.size() >= 0xFFFFFFFEu || next_id_ >= kVisible)
+    throw std::bad_alloc();  // 32-bit nodes in the index
   if (4 * (nodes_.size() + 1) > 3 * index_.size()) grow_index();
   // The leaf: LEB128 length, then the bytes, never across a chunk boundary.
   unsigned char len_bytes[10];
@@ -230,10 +232,8 @@ uint64_t PathTree::insert(uint64_t parent, std::string_view leaf, uint32_t hash,
   if (!leaf.empty()) std::memcpy(dst + nlen, leaf.data(), leaf.size());
   leaf_used_ += need;
   ++next_id_;
-  if (!runs_.empty() && runs_.back().first_id + runs_.back().count == id)
-    ++runs_.back().count;
-  else
-    runs_.push_back(Run{id, node, 1});
+  if (!runs_.empty() && runs_.back().first_id + runs_.back().count == id) ++runs_.back().count;
+  else runs_.push_back(Run{id, node, 1});
   const size_t mask = index_.size() - 1;
   size_t i = hash & mask;
   while (index_[i] != 0) i = (i + 1) & mask;
@@ -315,8 +315,8 @@ void PathTree::intern_many(const std::string_view* paths, size_t n, uint64_t* id
   for (size_t i = 0; i < n; ++i) ids[i] = intern_locked(paths[i]);
 }
 
-uint64_t PathTree::intern_range(std::string_view parent_path, std::string_view prefix, uint64_t begin,
-                                uint64_t count, std::string& why) {
+uint64_t PathTree::intern_range(std::string_view parent_path, std::string_view prefix,
+                                uint64_t begin, uint64_t count, std::string& why) {
   std::unique_lock lock(mutex_);
   uint64_t parent = 0;
   if (parent_path != "/") {
@@ -329,12 +329,15 @@ uint64_t PathTree::intern_range(std::string_view parent_path, std::string_view p
   auto [lo, hi] = ranges_by_parent_.equal_range(parent);
   for (auto it = lo; it != hi; ++it) {
     const Range& r = ranges_[it->second];
-    if (r.prefix == prefix && r.begin == begin && r.count == count) return r.first;  // the same range
+    if (r.prefix == prefix && r.begin == begin && r.count == count)
+      return r.first;  // the same range
     // Two prefixes name the same path only if the longer one is the shorter one
     // and digits that do not start with 0 ("p" 15 and "p1" 5): a member's number
     // is canonical decimal.
-    const std::string_view shorter = r.prefix.size() <= prefix.size() ? std::string_view(r.prefix) : prefix;
-    const std::string_view longer = r.prefix.size() <= prefix.size() ? prefix : std::string_view(r.prefix);
+    const std::string_view shorter =
+        r.prefix.size() <= prefix.size() ? std::string_view(r.prefix) : prefix;
+    const std::string_view longer =
+        r.prefix.size() <= prefix.size() ? prefix : std::string_view(r.prefix);
     bool meet = longer.compare(0, shorter.size(), shorter) == 0;
     if (meet && longer.size() > shorter.size()) {
       const std::string_view extra = longer.substr(shorter.size());
@@ -344,7 +347,8 @@ uint64_t PathTree::intern_range(std::string_view parent_path, std::string_view p
     }
     if (meet) {
       why = "its names could be those of the range '" + under + "/" + r.prefix + "[" +
-            std::to_string(r.begin) + ".." + std::to_string(r.begin + (r.count - 1)) + "]' interned before";
+            std::to_string(r.begin) + ".." + std::to_string(r.begin + (r.count - 1)) +
+            "]' interned before";
       return 0;
     }
   }

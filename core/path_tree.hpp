@@ -45,7 +45,9 @@ class ChunkedArray {
     if ((size_ & (kChunk - 1)) == 0) chunks_.push_back(std::make_unique<T[]>(kChunk));
     (*this)[size_++] = v;
   }
-  size_t bytes() const { return chunks_.size() * kChunk * sizeof(T) + chunks_.capacity() * sizeof(void*); }
+  size_t bytes() const {
+    return chunks_.size() * kChunk * sizeof(T) + chunks_.capacity() * sizeof(void*);
+  }
 
  private:
   std::vector<std::unique_ptr<T[]>> chunks_;
@@ -123,14 +125,14 @@ class PathTree {
 
   // Require mutex_ (shared or unique).
   std::string_view leaf_of(const Node& n) const;
-  uint64_t node_id(uint64_t node) const;                       // node index -> id
-  bool node_of(uint64_t id, uint64_t& node) const;             // id -> node index
-  const Range* range_at(uint64_t id) const;                    // the range holding `id`, or null
-  uint64_t parent_of(uint64_t id) const;                       // 0 at the top
+  uint64_t node_id(uint64_t node) const;            // node index -> id
+  bool node_of(uint64_t id, uint64_t& node) const;  // id -> node index
+  const Range* range_at(uint64_t id) const;         // the range holding `id`, or null
+  uint64_t parent_of(uint64_t id) const;            // 0 at the top
   uint64_t child(uint64_t parent, std::string_view leaf, uint32_t hash) const;  // 0: none
   uint64_t range_member(uint64_t parent, std::string_view leaf) const;          // 0: none
   uint64_t find_parent(std::string_view path) const;  // 0 if an ancestor is missing
-  std::string path_locked(uint64_t id) const;          // hidden nodes too
+  std::string path_locked(uint64_t id) const;         // hidden nodes too
   bool visible(uint64_t id) const;
   // Require mutex_ unique.
   uint64_t insert(uint64_t parent, std::string_view leaf, uint32_t hash, bool visible);
@@ -150,7 +152,7 @@ class PathTree {
   // Open addressing, linear probing: slot = hash << 32 | (node index + 1), 0 = empty.
   std::vector<uint64_t> index_;
   uint64_t next_id_ = 1;
-  uint64_t root_ = 0;  // the id of "/" once it exists
+  uint64_t root_ = 0;          // the id of "/" once it exists
   std::vector<Range> ranges_;  // by first id (allocated in increasing order)
   std::unordered_multimap<uint64_t, size_t> ranges_by_parent_;
   // Explicit children whose leaf ends in a digit, per parent: a range under a

@@ -20,9 +20,10 @@ Status decode(const DLTensor* t, SourceTensor& s) {
   if (t == nullptr) return error(KSTAGE_INVALID_ARGUMENT, "%s is NULL", w);
   if (!dtype_supported(t->dtype)) return validate_dtype(t->dtype, std::string(kName) + " dtype");
   if (t->ndim < 1)
-    return error(KSTAGE_INVALID_ARGUMENT,
-                 "%s: ndim %d; a tensor needs a leading row axis (canonical layout ndim=1, shape=[rows])",
-                 w, int(t->ndim));
+    return error(
+        KSTAGE_INVALID_ARGUMENT,
+        "%s: ndim %d; a tensor needs a leading row axis (canonical layout ndim=1, shape=[rows])", w,
+        int(t->ndim));
   if (t->ndim > kernels::StridedCopy::kMaxDims)
     return error(KSTAGE_INVALID_ARGUMENT, "%s: ndim %d exceeds the supported %d", w, int(t->ndim),
                  kernels::StridedCopy::kMaxDims);
@@ -41,7 +42,8 @@ Status decode(const DLTensor* t, SourceTensor& s) {
     if (d > 0) inner *= e;
   }
   if (inner == 0 && t->shape[0] != 0)
-    return error(KSTAGE_INVALID_ARGUMENT, "%s: a trailing axis has extent 0, so rows have no lanes", w);
+    return error(KSTAGE_INVALID_ARGUMENT, "%s: a trailing axis has extent 0, so rows have no lanes",
+                 w);
 
   s.tensor = t;
   s.device = t->device;

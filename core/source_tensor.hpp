@@ -20,9 +20,9 @@ struct SourceTensor {
 
   const std::byte* base = nullptr;  // data + byte_offset
   DLDevice device{};
-  DLDataType dtype{};     // folded: lanes = tuple width
-  uint64_t rows = 0;      // leading extent
-  size_t row_bytes = 0;   // bytes of one folded tuple
+  DLDataType dtype{};    // folded: lanes = tuple width
+  uint64_t rows = 0;     // leading extent
+  size_t row_bytes = 0;  // bytes of one folded tuple
   Layout layout = Layout::Compact;
   int64_t row_stride_bytes = 0;
   const DLTensor* tensor = nullptr;  // what it was decoded from (Layout::Strided reads its axes)

@@ -90,7 +90,8 @@ class Stage {
   // the range's end; stride 0: 1).
   Result<PrimList> query_range(uint64_t first, uint64_t start, uint64_t count, uint64_t stride);
   // `path_in` is the resolved path list of filter.path_in, or null.
-  Result<PrimList> query_filter(const kstage_filter_t& filter, const std::vector<uint64_t>* path_in);
+  Result<PrimList> query_filter(const kstage_filter_t& filter,
+                                const std::vector<uint64_t>* path_in);
 
   // --- mutations -------------------------------------------------------------
   // `managed` owns the call's managed tensors (may adopt some without a copy).
@@ -149,7 +150,7 @@ class Stage {
     StagedRows rows;                   // targets (rows.prim(j), j < rows.n); data: Write only
     // Write: the call's device checks (null: none); a seal skips the write unless they pass.
     std::shared_ptr<const WriteCheck> check;
-    bool created_column = false;       // Write: the call made the column
+    bool created_column = false;  // Write: the call made the column
     bool targets(uint64_t attribute) const;
   };
   using Key = std::pair<uint64_t, uint64_t>;  // (ordinal, submission sequence)
@@ -192,7 +193,7 @@ class Stage {
   // nodes in (std::map::merge allocates nothing). Requires mutex_.
   struct WriteBatch {
     std::map<uint64_t, std::unique_ptr<Column>> columns;  // the new ones
-    std::map<Key, Mutation> writes;                        // rows moved in by the caller
+    std::map<Key, Mutation> writes;                       // rows moved in by the caller
   };
   void add_write(WriteBatch& b, uint64_t attribute, const Schema& schema, Backend* backend,
                  uint64_t ordinal);

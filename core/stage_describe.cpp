@@ -9,7 +9,8 @@ std::vector<uint64_t> Stage::attributes() const {
   std::lock_guard lock(mutex_);
   std::vector<uint64_t> out;
   out.reserve(columns_.size());
-  for (const auto& [attribute, column] : columns_) out.push_back(attribute);  // std::map: token order
+  for (const auto& [attribute, column] : columns_)
+    out.push_back(attribute);  // std::map: token order
   return out;
 }
 

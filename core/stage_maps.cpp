@@ -18,13 +18,11 @@ namespace kstage::core {
 
 namespace {
 
-
 // Allocates one group's buffer and describes it. `rows_prims` are the prims
 // of the buffer's rows (row order), `prims` the group's prims (query order).
-Result<std::unique_ptr<MapGroup>> make_map_group(const MapSession& s, PrimList prims,
-                                                 PrimList rows_prims,
-                                                 std::shared_ptr<const std::vector<uint32_t>> index_map,
-                                                 const uint64_t* counts) {
+Result<std::unique_ptr<MapGroup>> make_map_group(
+    const MapSession& s, PrimList prims, PrimList rows_prims,
+    std::shared_ptr<const std::vector<uint32_t>> index_map, const uint64_t* counts) {
   auto g = std::make_unique<MapGroup>();
   g->prims = std::move(prims);
   g->index_map = std::move(index_map);
@@ -120,8 +118,8 @@ Status Stage::check_schema(const Column& c, const Schema& s) const {
   const Schema& e = c.schema();
   const std::string attr = token_name(c.attribute());
   if (e.is_array != s.is_array)
-    return error(KSTAGE_INVALID_ARGUMENT, "'%s' is %s but is_array = %s was declared",
-                 attr.c_str(), e.is_array ? "an array column" : "a fixed-size column",
+    return error(KSTAGE_INVALID_ARGUMENT, "'%s' is %s but is_array = %s was declared", attr.c_str(),
+                 e.is_array ? "an array column" : "a fixed-size column",
                  s.is_array ? "true" : "false");
   if (!same_dtype(e.dtype, s.dtype))
     return error(KSTAGE_INVALID_ARGUMENT,
@@ -156,23 +154,24 @@ Result<std::shared_ptr<MapSession>> Stage::open_map(const PrimList& prims,
   if (!d.is_array && (counts != nullptr || n != 0))
     return error(KSTAGE_INVALID_ARGUMENT,
                  "element_counts are for array attributes; a fixed-size map passes NULL and 0 "
-                 "(got %s and %llu)", counts ? "a pointer" : "NULL", (unsigned long long)n);
+                 "(got %s and %llu)",
+                 counts ? "a pointer" : "NULL", (unsigned long long)n);
   if (d.is_array && (n != count || (count > 0 && counts == nullptr)))
     return error(KSTAGE_INVALID_ARGUMENT,
                  "an array map needs one element count per prim: the query has %zu prims, "
                  "element_counts has %llu%s",
                  count, (unsigned long long)n, counts ? "" : " (NULL)");
-  const DLDevice residency = d.residency.device_type != 0 ? d.residency
+  const DLDevice residency = d.residency.device_type != 0  ? d.residency
                              : residency_.device_type != 0 ? residency_
-                                                            : DLDevice{kDLCPU, 0};
+                                                           : DLDevice{kDLCPU, 0};
 
   auto s = std::make_shared<MapSession>(*this);
   s->attribute = d.attribute;
   s->ordinal = ordinal;
   s->schema = Schema{d.is_array, d.dtype, d.semantic};
   s->mode = d.prim_mode;
-  const size_t per_group = d.max_group_prims == 0 ? std::max<size_t>(count, 1)
-                                                  : size_t(d.max_group_prims);
+  const size_t per_group =
+      d.max_group_prims == 0 ? std::max<size_t>(count, 1) : size_t(d.max_group_prims);
   // Plan the groups under the lock (row assignments), allocate outside it.
   RowMap whole;  // all_present: one group covering every row of the column
   {
@@ -216,8 +215,8 @@ Result<std::shared_ptr<MapSession>> Stage::open_map(const PrimList& prims,
                          ? prims
                          : std::make_shared<const PrimSeq>(prims->slice(first, last - first));
     std::unique_ptr<MapGroup> g;
-    KSTAGE_ASSIGN_OR_RETURN(g, make_map_group(*s, chunk, chunk, nullptr,
-                                              d.is_array ? counts + first : nullptr));
+    KSTAGE_ASSIGN_OR_RETURN(
+        g, make_map_group(*s, chunk, chunk, nullptr, d.is_array ? counts + first : nullptr));
     s->groups.push_back(std::move(g));
     if (count == 0) break;
   }
@@ -239,7 +238,8 @@ Result<std::shared_ptr<Op>> Stage::commit(MapSession& s, const std::vector<MapGr
   if (c) {
     KSTAGE_RETURN_NOT_OK(check_schema(*c, s.schema));
     if (&c->backend() != s.backend)
-      return error(KSTAGE_INVALID_ARGUMENT, "column '%s' was created on another device since the map opened",
+      return error(KSTAGE_INVALID_ARGUMENT,
+                   "column '%s' was created on another device since the map opened",
                    token_name(s.attribute).c_str());
   }
   const Key key{s.ordinal, next_seq_};

@@ -57,7 +57,8 @@ Status Stage::resolve_selection(StagedRows& rows) {
   const size_t k = kernels::mask_popcount(words.data(), count);
   BufferPtr subset;
   if (k != count) {  // (every bit set: prims[0, count), as a host mask with every bit set)
-    KSTAGE_ASSIGN_OR_RETURN(subset, backends_->host().allocate(std::max<size_t>(k, 1) * sizeof(uint32_t)));
+    KSTAGE_ASSIGN_OR_RETURN(subset,
+                            backends_->host().allocate(std::max<size_t>(k, 1) * sizeof(uint32_t)));
     kernels::select_mask_bits(words.data(), count, reinterpret_cast<uint32_t*>(subset->data()));
   }
   rows.subset = std::move(subset);
@@ -145,7 +146,8 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
       Status st = r.status();
       if (n == 1) return st;
       return Status(st.code(), format("data[%llu] ('%s'): ", (unsigned long long)i,
-                                      req.attribute_name.c_str()) + st.message());
+                                      req.attribute_name.c_str()) +
+                                   st.message());
     }
     staged[i] = std::move(r.value());
   }
@@ -243,8 +245,10 @@ void Stage::enqueue(WriteBatch& b) noexcept {
 Result<std::shared_ptr<Op>> Stage::remove(const PrimList& prims, const uint64_t* attributes,
                                           uint64_t n, uint64_t ordinal) {
   if (n > 0 && attributes == nullptr)
-    return error(KSTAGE_INVALID_ARGUMENT, "attributes is NULL but n is %llu", (unsigned long long)n);
-  for (uint64_t i = 0; i < n; ++i) KSTAGE_RETURN_NOT_OK(check_token(attributes[i], "attributes", i));
+    return error(KSTAGE_INVALID_ARGUMENT, "attributes is NULL but n is %llu",
+                 (unsigned long long)n);
+  for (uint64_t i = 0; i < n; ++i)
+    KSTAGE_RETURN_NOT_OK(check_token(attributes[i], "attributes", i));
   std::lock_guard lock(mutex_);
   if (n > 0) {
     for (uint64_t i = 0; i < n; ++i) KSTAGE_RETURN_NOT_OK(check_floor(attributes[i], ordinal));
@@ -367,8 +371,10 @@ void Stage::collect_sealed_mutations(std::vector<Mutation>& sealed) noexcept {
 
 Status Stage::advance_write_floor(uint64_t ordinal, const uint64_t* attributes, uint64_t n) {
   if (n > 0 && attributes == nullptr)
-    return error(KSTAGE_INVALID_ARGUMENT, "attributes is NULL but n is %llu", (unsigned long long)n);
-  for (uint64_t i = 0; i < n; ++i) KSTAGE_RETURN_NOT_OK(check_token(attributes[i], "attributes", i));
+    return error(KSTAGE_INVALID_ARGUMENT, "attributes is NULL but n is %llu",
+                 (unsigned long long)n);
+  for (uint64_t i = 0; i < n; ++i)
+    KSTAGE_RETURN_NOT_OK(check_token(attributes[i], "attributes", i));
   // What the seal lets go of -- sealed writes (an adopted tensor among them) and storage the
   // columns replaced -- is released after the lock (declared first, destroyed last): a
   // producer's deleter may call back into the stage, or take Python's GIL, which another

@@ -40,7 +40,8 @@ Result<PrimList> Stage::query_paths(const uint64_t* paths, uint64_t n) {
   if (repeat != n) {
     const uint64_t first = uint64_t(std::find(paths, paths + repeat, paths[repeat]) - paths);
     return error(KSTAGE_INVALID_ARGUMENT, "paths[%llu] ('%s') repeats paths[%llu]",
-                 (unsigned long long)repeat, path_name(paths[repeat]).c_str(), (unsigned long long)first);
+                 (unsigned long long)repeat, path_name(paths[repeat]).c_str(),
+                 (unsigned long long)first);
   }
   // Ids that step by one constant in order (paths interned one after another,
   // or every k-th of them) are known to be a progression, as a range query is,
@@ -54,15 +55,18 @@ Result<PrimList> Stage::query_paths(const uint64_t* paths, uint64_t n) {
     bool progression = (UINT64_MAX - paths[0]) / step >= n - 1;
     for (uint64_t i = 2; progression && i < n; ++i) progression = paths[i] == paths[0] + i * step;
     if (progression)
-      return PrimList(std::make_shared<const PrimSeq>(PrimSeq::listed_progression(std::move(ids), step)));
+      return PrimList(
+          std::make_shared<const PrimSeq>(PrimSeq::listed_progression(std::move(ids), step)));
   }
   return PrimList(std::make_shared<const PrimSeq>(std::move(ids)));
 }
 
-Result<PrimList> Stage::query_range(uint64_t first, uint64_t start, uint64_t count, uint64_t stride) {
+Result<PrimList> Stage::query_range(uint64_t first, uint64_t start, uint64_t count,
+                                    uint64_t stride) {
   PathTree::Range r;
   if (!dictionary_.path_range(first, r) || r.first != first)
-    return error(KSTAGE_INVALID_ARGUMENT, "range %llu is not the first path of a path range of this stage",
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "range %llu is not the first path of a path range of this stage",
                  (unsigned long long)first);
   if (stride == 0) stride = 1;
   if (start >= r.count)
@@ -72,16 +76,20 @@ Result<PrimList> Stage::query_range(uint64_t first, uint64_t start, uint64_t cou
   if (count == 0) count = available;
   if (count > available)
     return error(KSTAGE_INVALID_ARGUMENT,
-                 "count %llu with stride %llu from %llu reaches beyond the range's %llu paths (at most %llu)",
+                 "count %llu with stride %llu from %llu reaches beyond the range's %llu paths (at "
+                 "most %llu)",
                  (unsigned long long)count, (unsigned long long)stride, (unsigned long long)start,
                  (unsigned long long)r.count, (unsigned long long)available);
   // No list: prim k is first + start + k * stride (the ids of a range are consecutive).
-  return PrimList(std::make_shared<const PrimSeq>(PrimSeq::progression(first + start, count, stride)));
+  return PrimList(
+      std::make_shared<const PrimSeq>(PrimSeq::progression(first + start, count, stride)));
 }
 
-Result<PrimList> Stage::query_filter(const kstage_filter_t& f, const std::vector<uint64_t>* path_in) {
+Result<PrimList> Stage::query_filter(const kstage_filter_t& f,
+                                     const std::vector<uint64_t>* path_in) {
   if (f.has_attribute_count > 0 && f.has_attributes == nullptr)
-    return error(KSTAGE_INVALID_ARGUMENT, "filter.has_attributes is NULL but has_attribute_count is %llu",
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "filter.has_attributes is NULL but has_attribute_count is %llu",
                  (unsigned long long)f.has_attribute_count);
   for (uint64_t i = 0; i < f.has_attribute_count; ++i)
     KSTAGE_RETURN_NOT_OK(check_token(f.has_attributes[i], "filter.has_attributes", i));
@@ -118,8 +126,7 @@ Result<PrimList> Stage::query_filter(const kstage_filter_t& f, const std::vector
   prim_attribute_count_.for_each_run([&](uint64_t first, uint64_t count) {
     if (!runs.empty() && runs.back().first + runs.back().second == first)
       runs.back().second += count;
-    else
-      runs.emplace_back(first, count);
+    else runs.emplace_back(first, count);
     total += count;
   });
   std::vector<uint64_t> out;
@@ -131,8 +138,10 @@ Result<PrimList> Stage::query_filter(const kstage_filter_t& f, const std::vector
       if (keep) out.push_back(p);
     }
   if (f.path_prefix != 0) dictionary_.keep_at_or_below(f.path_prefix, out);
-  if (out.size() > 1 && out.back() - out.front() == out.size() - 1)  // sorted, distinct: consecutive
-    return PrimList(std::make_shared<const PrimSeq>(PrimSeq::listed_progression(std::move(out), 1)));
+  if (out.size() > 1 &&
+      out.back() - out.front() == out.size() - 1)  // sorted, distinct: consecutive
+    return PrimList(
+        std::make_shared<const PrimSeq>(PrimSeq::listed_progression(std::move(out), 1)));
   return PrimList(std::make_shared<const PrimSeq>(std::move(out)));
 }
 

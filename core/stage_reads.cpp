@@ -3,8 +3,8 @@
 #include "core/stage.hpp"
 
 #include "core/device_sync.hpp"
-#include "core/read_session.hpp"
 #include "core/dtype.hpp"
+#include "core/read_session.hpp"
 #include "core/transport.hpp"
 
 #include <algorithm>
@@ -88,8 +88,7 @@ Status move_group(ReadGroup& g, Backend& dest, Backend& home, std::vector<Buffer
   KSTAGE_ASSIGN_OR_RETURN(moved, dest.allocate(g.pinned->size()));
   KSTAGE_RETURN_NOT_OK(transfer(dest, moved->data(), home, g.pinned->data(), g.pinned->size()));
   for (DLTensor& t : g.tensors)
-    if (t.data)
-      t.data = moved->data() + (static_cast<std::byte*>(t.data) - g.pinned->data());
+    if (t.data) t.data = moved->data() + (static_cast<std::byte*>(t.data) - g.pinned->data());
   olds.push_back(std::move(g.pinned));
   g.pinned = std::move(moved);
   g.owns_buffer = true;
@@ -129,9 +128,9 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
     whole_query = true;
     rows = map.rows ? map.rows->data() : nullptr;  // null: the identity (prim i is row i)
     n = prims->size();
-  } else if (const Column::RecentWrite* w =
-                 desc.change_range && map.identity ? c.only_change_since(desc.range_begin)
-                                                   : nullptr) {
+  } else if (const Column::RecentWrite* w = desc.change_range && map.identity
+                                                ? c.only_change_since(desc.range_begin)
+                                                : nullptr) {
     // The query is the column in row order and one sparse write is the only
     // change in the range (a tick): its rows, in row order, are the answer.
     // O(changed), not O(query). (read() has checked the range end; no
@@ -172,7 +171,8 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
       };
       auto scan_rows = [&](const auto* stamp) {
         if (map.identity) {
-          scan(stamp, [](size_t i) { return uint32_t(i); });  // the query is the column in row order
+          scan(stamp,
+               [](size_t i) { return uint32_t(i); });  // the query is the column in row order
         } else {
           scan(stamp, [r](size_t i) { return r[i]; });
         }
@@ -240,7 +240,8 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
         } else {
           bool identity = n == c.row_space();
           for (size_t i = 0; identity && i < n; ++i) identity = rows[i] == i;
-          if (!identity) g.index_map = std::make_shared<const std::vector<uint32_t>>(std::move(own_rows));
+          if (!identity)
+            g.index_map = std::make_shared<const std::vector<uint32_t>>(std::move(own_rows));
         }
         // A GPU consumer's copy of the map on the column's device: the column's cached copy of
         // a whole query's row map, else one upload (ordered before the group's event).
@@ -248,9 +249,9 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
           if (whole_query && g.index_map == map.rows) {
             KSTAGE_ASSIGN_OR_RETURN(g.device_index, c.resident_copy(map.rows));
           } else {
-            KSTAGE_ASSIGN_OR_RETURN(g.device_index,
-                                    backend.upload(g.index_map->data(),
-                                                   g.index_map->size() * sizeof(uint32_t)));
+            KSTAGE_ASSIGN_OR_RETURN(
+                g.device_index,
+                backend.upload(g.index_map->data(), g.index_map->size() * sizeof(uint32_t)));
           }
         }
       }
@@ -258,7 +259,9 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
       g.strides.push_back(1);
     } else {
       const size_t eb = c.row_bytes();
-      auto row_at = [rows](size_t i) { return rows ? rows[i] : uint32_t(i); };  // null: the identity
+      auto row_at = [rows](size_t i) {
+        return rows ? rows[i] : uint32_t(i);
+      };  // null: the identity
       std::byte* base;
       std::vector<uint64_t> start(n);
       if (compact) {
@@ -341,7 +344,7 @@ Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prim
       for (size_t k = 0; k < prims->size(); ++k) {
         const uint64_t p = (*prims)[k];
         const uint32_t r = rows.row(k);
-        const uint64_t last = r != Column::kNoRow ? c->changed_at(r)
+        const uint64_t last = r != Column::kNoRow   ? c->changed_at(r)
                               : c->has_tombstones() ? c->tombstone(p)
                                                     : 0;
         if (last > desc.range_end)
@@ -400,15 +403,13 @@ Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prim
   // data is all on the host takes {0, 0}.
   if (devices.empty()) {
     if (!groups.empty())
-      if (Status st = backends_->host().record_into(desc.device_sync, "desc.device_sync");
-          !st.ok())
+      if (Status st = backends_->host().record_into(desc.device_sync, "desc.device_sync"); !st.ok())
         return fail(st);
   } else if (is_set(desc.device_sync)) {
     Backend& last = *devices.back().first;
     for (size_t k = 0; k + 1 < devices.size(); ++k)
       if (devices[k].second)
-        if (Status st = last.order_after(devices[k].second->sync(), "desc.device_sync");
-            !st.ok())
+        if (Status st = last.order_after(devices[k].second->sync(), "desc.device_sync"); !st.ok())
           return fail(st);
     if (Status st = last.record_into(desc.device_sync, "desc.device_sync"); !st.ok())
       return fail(st);

@@ -38,7 +38,8 @@ class StampTable {
   // push_back without a reallocation in the middle of a write).
   void reserve_geometric(size_t rows) {
     const size_t need = rows * width_;
-    if (need > bytes_.capacity()) bytes_.reserve(std::max(need, bytes_.capacity() + bytes_.capacity() / 2));
+    if (need > bytes_.capacity())
+      bytes_.reserve(std::max(need, bytes_.capacity() + bytes_.capacity() / 2));
   }
   // The first `n` rows (no allocation): undoes push_back_zero().
   void truncate(size_t n) {
@@ -68,12 +69,14 @@ class StampTable {
   // chunks of [0, n) (in parallel, say: the rows are distinct, each a store of its own).
   template <class Loop>
   void set_rows(const uint32_t* rows, size_t n, uint32_t stamp, Loop&& loop) {
-    set_each(n, stamp, [rows](size_t j) { return size_t(rows[j]); }, loop);
+    set_each(
+        n, stamp, [rows](size_t j) { return size_t(rows[j]); }, loop);
   }
   // The same for rows first, first + step, ... (n of them): no row list to read.
   template <class Loop>
   void set_progression(size_t first, size_t step, size_t n, uint32_t stamp, Loop&& loop) {
-    set_each(n, stamp, [first, step](size_t j) { return first + j * step; }, loop);
+    set_each(
+        n, stamp, [first, step](size_t j) { return first + j * step; }, loop);
   }
   // set() of row_of(j), j in [0, n), to `stamp`.
   template <class RowOf, class Loop>

@@ -69,7 +69,7 @@ Status out_of_memory(const char* fmt, ...) noexcept KSTAGE_PRINTF(1, 2);
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {}  // NOLINT
   bool ok() const { return v_.index() == 0; }
   T& value() { return std::get<0>(v_); }
@@ -85,10 +85,10 @@ class [[nodiscard]] Result {
 #define KSTAGE_IMPL_CONCAT2(a, b) a##b
 #define KSTAGE_IMPL_CONCAT(a, b) KSTAGE_IMPL_CONCAT2(a, b)
 
-#define KSTAGE_RETURN_NOT_OK(expr)            \
-  do {                                        \
-    ::kstage::Status _kstage_st = (expr);     \
-    if (!_kstage_st.ok()) return _kstage_st;  \
+#define KSTAGE_RETURN_NOT_OK(expr)           \
+  do {                                       \
+    ::kstage::Status _kstage_st = (expr);    \
+    if (!_kstage_st.ok()) return _kstage_st; \
   } while (0)
 
 // `tmp` is a name being declared and `lhs` may be a declaration (`auto x`): neither can be

@@ -113,8 +113,7 @@ Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor&
     }
   }
   if (sel.mask && !sel.on_device) {
-    KSTAGE_ASSIGN_OR_RETURN(sel.subset,
-                            host.allocate(std::max<size_t>(n * sizeof(uint32_t), 1)));
+    KSTAGE_ASSIGN_OR_RETURN(sel.subset, host.allocate(std::max<size_t>(n * sizeof(uint32_t), 1)));
   }
   // (A device mask: room for every element, since how many are selected is not known here.)
   KSTAGE_ASSIGN_OR_RETURN(out.data, backend.allocate(std::max<size_t>(n * s.row_bytes, 1)));
@@ -234,9 +233,8 @@ inline Status stage_in_order(ArrayRows& rows, size_t i, const std::byte* base, u
 // Array rows: one source row per tensor (`rows`), or one packed tensor (`first`) cut evenly
 // into `packed_rows` rows.
 Result<StagedRows> stage_array(const SourceTensor& first, ArrayRows& rows,
-                               const WriteTensors& tensors, const char* kind,
-                               bool packed, uint64_t packed_rows, const Selection& sel,
-                               Backend& backend) {
+                               const WriteTensors& tensors, const char* kind, bool packed,
+                               uint64_t packed_rows, const Selection& sel, Backend& backend) {
   // Source row of target i: through the index_map, the mask's selection, or i.
   const uint32_t* source_index = sel.index_map ? sel.index_map : sel.subset_index();
   const size_t eb = first.row_bytes;  // bytes per element
@@ -264,7 +262,8 @@ Result<StagedRows> stage_array(const SourceTensor& first, ArrayRows& rows,
     out.lengths = std::move(rows.bytes);
     out.starts = std::move(rows.starts);
     KSTAGE_ASSIGN_OR_RETURN(out.data, backend.allocate(std::max<uint64_t>(rows.cursor, 1)));
-    kernels::RaggedCopy c{out.data->data(), out.starts.data(), rows.ptr.data(), out.lengths.data(), n};
+    kernels::RaggedCopy c{out.data->data(), out.starts.data(), rows.ptr.data(), out.lengths.data(),
+                          n};
     backend.ragged_copy(c, kernels::widest_word(rows.align_bits));
     return out;
   }
@@ -368,7 +367,8 @@ Status decode_tensors(const WriteRequest& r, WritePlan& w) {
     if (i > 0) {
       KSTAGE_RETURN_NOT_OK(decode_source_tensor(tensors[i], kind, i, cur));
       s = &cur;
-      if (cur.device.device_type != first.device.device_type || cur.device.device_id != first.device.device_id)
+      if (cur.device.device_type != first.device.device_type ||
+          cur.device.device_id != first.device.device_id)
         return error(KSTAGE_INVALID_ARGUMENT, "%s is on device %s:%d but %s is on %s:%d",
                      tensor_name(d, i).c_str(), device_type_name(cur.device.device_type),
                      int(cur.device.device_id), tensor_name(d, 0).c_str(),
@@ -405,8 +405,8 @@ Status resolve_residency(const WriteRequest& r, BackendSet& backends, WritePlan&
   if (r.existing) {
     const Schema& e = *r.existing;
     if (e.is_array != d.is_array)
-      return error(KSTAGE_INVALID_ARGUMENT, "'%s' is %s but the write declares is_array = %s",
-                   attr, e.is_array ? "an array column" : "a fixed-size column",
+      return error(KSTAGE_INVALID_ARGUMENT, "'%s' is %s but the write declares is_array = %s", attr,
+                   e.is_array ? "an array column" : "a fixed-size column",
                    d.is_array ? "true" : "false");
     if (!same_dtype(e.dtype, first.dtype))
       return error(KSTAGE_INVALID_ARGUMENT,
@@ -430,8 +430,7 @@ Status resolve_residency(const WriteRequest& r, BackendSet& backends, WritePlan&
   w.stager = out.backend;
   if (!out.backend->can_access(first.device)) {
     Result<Backend*> b = backends.residency_for(first.device);
-    if (!b.ok())
-      return Status(b.status().code(), tensor_name(d, 0) + ": " + b.status().message());
+    if (!b.ok()) return Status(b.status().code(), tensor_name(d, 0) + ": " + b.status().message());
     w.stager = b.value();
   }
   // The source's memory is where its DLDevice says, where the backend can
@@ -442,8 +441,7 @@ Status resolve_residency(const WriteRequest& r, BackendSet& backends, WritePlan&
   for (auto [s, i] : {std::pair{&w.first, size_t(0)}, std::pair{&w.last, w.tensors.size() - 1}})
     if (s->base && s->rows != 0 && s->row_bytes != 0)
       KSTAGE_RETURN_NOT_OK(w.stager->check_memory(s->base, s->device, tensor_name(d, i)));
-  if (w.sel.on_device)
-    return check_device_selection(d, w.sel, first.device, *out.backend, attr);
+  if (w.sel.on_device) return check_device_selection(d, w.sel, first.device, *out.backend, attr);
   return Status::OK();
 }
 
@@ -482,8 +480,7 @@ Status check_rows(const kstage_write_data_t& d, WritePlan& w) {
 
 // Dense host rows to a device column need no staging: copy_dense_to_device moves them in one
 // copy from the caller's tensor, which stays valid until the op completes.
-bool dense_host_to_device(const kstage_write_data_t& d, const WritePlan& w,
-                          const Backend& column) {
+bool dense_host_to_device(const kstage_write_data_t& d, const WritePlan& w, const Backend& column) {
   return !d.is_array && w.stager != &column && w.stager->synchronous() && !d.mask &&
          !w.sel.indexed() && w.first.layout == SourceTensor::Layout::Compact &&
          w.first.rows == w.sel.count;
@@ -533,11 +530,9 @@ Status stage_rows(const WriteRequest& r, BackendSet& backends, WritePlan& w, Sta
   const kstage_write_data_t& d = *r.data;
   Backend* stager = w.stager;
   if (!d.is_array) {
-    KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_fixed(d, w.first, w.sel, *stager, backends.host(),
-                                                  w.tensors[0],
-                                                  d.tensors || stager != out.backend
-                                                      ? nullptr
-                                                      : r.managed));
+    KSTAGE_ASSIGN_OR_RETURN(out.rows,
+                            stage_fixed(d, w.first, w.sel, *stager, backends.host(), w.tensors[0],
+                                        d.tensors || stager != out.backend ? nullptr : r.managed));
   } else {
     if (w.sel.mask) KSTAGE_RETURN_NOT_OK(select_masked(w.sel, backends.host()));
     KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_array(w.first, w.rows, w.tensors, w.kind, w.packed,
@@ -589,9 +584,10 @@ std::string tensor_name(const kstage_write_data_t& d, size_t i) {
 Result<WriteTensors> write_tensors(const kstage_write_data_t& d, const char* attr) {
   if (sources(d) != 1) {
     std::string got;
-    for (auto [set, name] : {std::pair{d.tensors != nullptr, "tensors"},
-                             std::pair{d.managed_tensors != nullptr, "managed_tensors"},
-                             std::pair{d.legacy_managed_tensors != nullptr, "legacy_managed_tensors"}})
+    for (auto [set, name] :
+         {std::pair{d.tensors != nullptr, "tensors"},
+          std::pair{d.managed_tensors != nullptr, "managed_tensors"},
+          std::pair{d.legacy_managed_tensors != nullptr, "legacy_managed_tensors"}})
       if (set) got += std::string(got.empty() ? "" : " and ") + name;
     return error(KSTAGE_INVALID_ARGUMENT,
                  "exactly one of tensors, managed_tensors and legacy_managed_tensors must be "

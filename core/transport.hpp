@@ -41,7 +41,7 @@ struct WriteRequest {
 };
 
 struct StagedWrite {
-  Schema schema;          // as declared by the write (== existing schema if any)
+  Schema schema;               // as declared by the write (== existing schema if any)
   Backend* backend = nullptr;  // the column's residency
   StagedRows rows;
   // Host memory a copy to the column's device still reads: keep it until

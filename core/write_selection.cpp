@@ -22,8 +22,7 @@ void lower_to(std::atomic<size_t>& first, size_t k) {
 // host; an entry outside [0, 2^32) becomes UINT32_MAX, and the first one is `first_wide`.
 Status convert_index_map64(Selection& sel, Backend& host) {
   const size_t n = size_t(sel.count);
-  KSTAGE_ASSIGN_OR_RETURN(sel.converted,
-                          host.allocate(std::max<size_t>(n * sizeof(uint32_t), 1)));
+  KSTAGE_ASSIGN_OR_RETURN(sel.converted, host.allocate(std::max<size_t>(n * sizeof(uint32_t), 1)));
   struct Convert {
     const int64_t* from;
     uint32_t* to;
@@ -63,9 +62,9 @@ Result<Selection> decode_selection(const kstage_write_data_t& d, uint64_t query_
   Selection sel;
   std::string set;  // the selections the write sets, by name
   int n_set = 0;
-  for (auto [on, name] : {std::pair{d.index_map != nullptr, "index_map"},
-                          std::pair{d.index_map64 != nullptr, "index_map64"},
-                          std::pair{d.mask != nullptr, "mask"}})
+  for (auto [on, name] :
+       {std::pair{d.index_map != nullptr, "index_map"},
+        std::pair{d.index_map64 != nullptr, "index_map64"}, std::pair{d.mask != nullptr, "mask"}})
     if (on) set += std::string(n_set++ == 0 ? "" : " and ") + name;
   if (n_set > 1)
     return error(KSTAGE_INVALID_ARGUMENT, "%s are mutually exclusive; pass one", set.c_str());
@@ -91,8 +90,8 @@ Result<Selection> decode_selection(const kstage_write_data_t& d, uint64_t query_
     return error(KSTAGE_NOT_SUPPORTED,
                  "%s in device memory (selection_device %s:%d) for an array attribute is not "
                  "supported yet (fixed-size attributes take one); pass a host %s",
-                 d.mask ? "mask" : map, device_type_name(where.device_type),
-                 int(where.device_id), d.mask ? "mask" : map);
+                 d.mask ? "mask" : map, device_type_name(where.device_type), int(where.device_id),
+                 d.mask ? "mask" : map);
   if (d.index_map64 && !sel.on_device) KSTAGE_RETURN_NOT_OK(convert_index_map64(sel, host));
   if (sel.on_device && d.mask) {
     // Read on the device only: every element may be selected until the host learns the
@@ -106,8 +105,8 @@ Result<Selection> decode_selection(const kstage_write_data_t& d, uint64_t query_
   return sel;
 }
 
-Status check_device_selection(const kstage_write_data_t& d, const Selection& sel,
-                              DLDevice tensors, Backend& column, const char* attr) {
+Status check_device_selection(const kstage_write_data_t& d, const Selection& sel, DLDevice tensors,
+                              Backend& column, const char* attr) {
   const DLDevice where = d.selection_device, resident = column.device();
   const char* const what = d.mask ? "mask" : sel.map_name();
   if (where.device_type != tensors.device_type || where.device_id != tensors.device_id)

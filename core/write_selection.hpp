@@ -16,7 +16,7 @@ namespace kstage::core {
 // Validation of count against the query happens when the selection is decoded; index_map
 // entries are checked where they are used (fused into the gather for fixed-size rows).
 struct Selection {
-  uint64_t count = 0;            // logical elements addressed: query prims [0, count)
+  uint64_t count = 0;              // logical elements addressed: query prims [0, count)
   const uint64_t* mask = nullptr;  // set only when some of the first `count` bits are clear
   // The index map as uint32 entries, read by the host's code and kernels: the caller's
   // index_map, or a host index_map64 converted (`converted`). Null for a device index_map64,
@@ -31,7 +31,7 @@ struct Selection {
   // The index map or mask is device memory (selection_device): read and checked on the device
   // only.
   bool on_device = false;
-  size_t selected = 0;           // mask: set bits among the first `count`
+  size_t selected = 0;  // mask: set bits among the first `count`
   // A mask with some bits clear: the selected element ids (host memory);
   // source row e feeds element e. A mask with every bit set selects like
   // no mask at all, and leaves this null.
@@ -55,8 +55,8 @@ Result<Selection> decode_selection(const kstage_write_data_t& d, uint64_t query_
 // A device index_map or mask lives with the tensors, on the column's device, where the gather
 // reads it: what can be checked without reading it. `tensors` is tensor 0's device; `attr`
 // names the column.
-Status check_device_selection(const kstage_write_data_t& d, const Selection& sel,
-                              DLDevice tensors, Backend& column, const char* attr);
+Status check_device_selection(const kstage_write_data_t& d, const Selection& sel, DLDevice tensors,
+                              Backend& column, const char* attr);
 // An index_map64 entry no row count kstage takes can hold (below 0, or 2^32 and above).
 Status wide_entry_error(const Selection& sel);
 // Entry `i` of the index map is `rows` or more (`rows_from` says where that count came from).

@@ -22,9 +22,9 @@
 #include <kstage/kstage.h>
 
 #include <inttypes.h>
-#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 /* The most axes a Fortran array may have here (kstage folds trailing axes into lanes). */
@@ -81,7 +81,7 @@ static kstage_status_t element_stride(const CFI_cdesc_t* a, int fortran_axis, co
                                       int64_t* stride) {
   const CFI_index_t sm = a->dim[fortran_axis].sm;
   const CFI_index_t elem = (CFI_index_t)a->elem_len;
-  if (a->dim[fortran_axis].extent <= 1) {  /* a stride never stepped is never used */
+  if (a->dim[fortran_axis].extent <= 1) { /* a stride never stepped is never used */
     *stride = 1;
     return KSTAGE_OK;
   }
@@ -120,7 +120,8 @@ static kstage_status_t check_array(const CFI_cdesc_t* a, const char* what) {
       if (extent_of(a, d) == 0) return KSTAGE_OK; /* an empty array may have no address */
     }
     return kstage_fortran_fail(KSTAGE_INVALID_ARGUMENT,
-                               "%s: the array has no memory (not allocated or not associated)", what);
+                               "%s: the array has no memory (not allocated or not associated)",
+                               what);
   }
   return KSTAGE_OK;
 }
@@ -130,9 +131,9 @@ static kstage_status_t check_array(const CFI_cdesc_t* a, const char* what) {
  * each, the caller's) hold its axes in C order, with strides in elements. The tensor points into
  * the array's memory, on the host (kDLCPU).
  */
-kstage_status_t kstage_fortran_tensor(const CFI_cdesc_t* a, int32_t unsigned_ints,
-                                      const char* what, size_t what_length, DLTensor* tensor,
-                                      int64_t* shape, int64_t* strides) {
+kstage_status_t kstage_fortran_tensor(const CFI_cdesc_t* a, int32_t unsigned_ints, const char* what,
+                                      size_t what_length, DLTensor* tensor, int64_t* shape,
+                                      int64_t* strides) {
   char name[128];
   kstage_fortran_name(name, sizeof name, what, what_length);
   kstage_status_t st = check_array(a, name);
@@ -162,10 +163,26 @@ kstage_status_t kstage_fortran_tensor(const CFI_cdesc_t* a, int32_t unsigned_int
 static int64_t integer_at(const CFI_cdesc_t* a, CFI_index_t i) {
   const char* p = (const char*)a->base_addr + i * a->dim[0].sm;
   switch (a->elem_len) {
-    case 1: { int8_t v; memcpy(&v, p, 1); return v; }
-    case 2: { int16_t v; memcpy(&v, p, 2); return v; }
-    case 4: { int32_t v; memcpy(&v, p, 4); return v; }
-    default: { int64_t v; memcpy(&v, p, 8); return v; }
+    case 1: {
+      int8_t v;
+      memcpy(&v, p, 1);
+      return v;
+    }
+    case 2: {
+      int16_t v;
+      memcpy(&v, p, 2);
+      return v;
+    }
+    case 4: {
+      int32_t v;
+      memcpy(&v, p, 4);
+      return v;
+    }
+    default: {
+      int64_t v;
+      memcpy(&v, p, 8);
+      return v;
+    }
   }
 }
 
@@ -230,7 +247,8 @@ kstage_status_t kstage_fortran_split_rows(const CFI_cdesc_t* values, const CFI_c
   if (values->rank > 2) {
     return kstage_fortran_fail(KSTAGE_INVALID_ARGUMENT,
                                "%s: rank %d; packed rows are rank 1 (elements) or 2 (lanes, "
-                               "elements)", name, (int)values->rank);
+                               "elements)",
+                               name, (int)values->rank);
   }
   DLDataType dtype;
   st = element_dtype(values, unsigned_ints, name, &dtype);
@@ -259,9 +277,8 @@ kstage_status_t kstage_fortran_split_rows(const CFI_cdesc_t* values, const CFI_c
     }
     DLTensor* t = &tensors[i];
     memset(t, 0, sizeof *t);
-    t->data = values->base_addr == NULL
-                  ? NULL
-                  : (char*)values->base_addr + start * values->dim[last].sm;
+    t->data =
+        values->base_addr == NULL ? NULL : (char*)values->base_addr + start * values->dim[last].sm;
     t->device.device_type = kDLCPU;
     t->ndim = values->rank;
     t->dtype = dtype;

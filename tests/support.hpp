@@ -62,8 +62,9 @@ inline int32_t test_emulated_ordinal() {
   return ordinal;
 }
 inline const bool kOnDevice = test_emulated_ordinal() >= 0;
-inline const DLDevice kResidency = kOnDevice ? DLDevice{DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), test_emulated_ordinal()}
-                                             : DLDevice{kDLCPU, 0};
+inline const DLDevice kResidency =
+    kOnDevice ? DLDevice{DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), test_emulated_ordinal()}
+              : DLDevice{kDLCPU, 0};
 inline bool is_test_device(DLDevice d) { return d.device_type == KSTAGE_EMULATED_DEVICE_TYPE; }
 inline void device_memcpy(void* dst, const void* src, size_t bytes) {
   kstage_emulated_memcpy(dst, src, bytes);
@@ -127,8 +128,8 @@ inline void wait_for(const kstage_device_sync_t& sync) {
 inline std::vector<float> tensor_floats(const DLTensor& t, size_t n) {
   std::vector<float> f(n);
   if (n == 0) return f;
-  const auto bytes = host_copy(static_cast<const char*>(t.data) + t.byte_offset,
-                               n * sizeof(float), t.device);
+  const auto bytes =
+      host_copy(static_cast<const char*>(t.data) + t.byte_offset, n * sizeof(float), t.device);
   std::memcpy(f.data(), bytes.data(), bytes.size());
   return f;
 }
@@ -150,20 +151,20 @@ inline kstage_host_execution_t host_execution() {
 #endif
 }
 
-#define KS_OK(expr)                                                      \
-  do {                                                                   \
-    kstage_status_t _st = (expr);                                        \
+#define KS_OK(expr)                                                                    \
+  do {                                                                                 \
+    kstage_status_t _st = (expr);                                                      \
     INFO(#expr << " -> " << kstage_status_string(_st) << ": " << kstage_last_error()); \
-    REQUIRE(_st == KSTAGE_OK);                                           \
+    REQUIRE(_st == KSTAGE_OK);                                                         \
   } while (0)
 
 // Checks the status and that the thread's last error mentions `needle`.
-#define KS_FAILS(expr, code, needle)                                     \
-  do {                                                                   \
-    kstage_status_t _st = (expr);                                        \
+#define KS_FAILS(expr, code, needle)                                                   \
+  do {                                                                                 \
+    kstage_status_t _st = (expr);                                                      \
     INFO(#expr << " -> " << kstage_status_string(_st) << ": " << kstage_last_error()); \
-    REQUIRE(_st == (code));                                              \
-    REQUIRE(std::string(kstage_last_error()).find(needle) != std::string::npos); \
+    REQUIRE(_st == (code));                                                            \
+    REQUIRE(std::string(kstage_last_error()).find(needle) != std::string::npos);       \
   } while (0)
 
 inline DLTensor tensor(void* data, DLDataType dtype, int ndim, int64_t* shape,
@@ -185,7 +186,8 @@ constexpr DLDataType i32(uint16_t lanes = 1) { return DLDataType{kDLInt, 32, lan
 constexpr DLDataType u8(uint16_t lanes = 1) { return DLDataType{kDLUInt, 8, lanes}; }
 constexpr DLDataType u64(uint16_t lanes = 1) { return DLDataType{kDLUInt, 64, lanes}; }
 
-inline kstage_write_data_t write_data(const DLTensor* tensors, uint64_t n = 1, bool is_array = false) {
+inline kstage_write_data_t write_data(const DLTensor* tensors, uint64_t n = 1,
+                                      bool is_array = false) {
   kstage_write_data_t w = kstage_write_data_init();
   w.tensors = tensors;
   w.tensor_count = n;
@@ -291,8 +293,8 @@ class Stage {
   }
   // Fixed-size float32 write of `values` (rows x lanes) to the query's prims; with `mask`
   // (bit i of word i / 64), a masked write of the rows whose bit is set.
-  void write_f32(kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
-                 std::vector<float> values, uint16_t lanes = 1, const uint64_t* mask = nullptr) {
+  void write_f32(kstage_query_t q, kstage_token_t attr, uint64_t ordinal, std::vector<float> values,
+                 uint16_t lanes = 1, const uint64_t* mask = nullptr) {
     int64_t shape[1] = {int64_t(values.size() / lanes)};
     DLTensor t = tensor(values.data(), f32(lanes), 1, shape);
     kstage_write_data_t w = write_data(&t);
@@ -305,8 +307,8 @@ class Stage {
   // The range <parent>/<prefix><begin> ... (count paths); its first id.
   kstage_path_t range(const char* parent, const char* prefix, uint64_t begin, uint64_t count) {
     kstage_path_t first = 0;
-    KS_OK(kstage_intern_path_range(stage, parent, KSTAGE_NUL_TERMINATED, prefix, KSTAGE_NUL_TERMINATED,
-                                   begin, count, &first));
+    KS_OK(kstage_intern_path_range(stage, parent, KSTAGE_NUL_TERMINATED, prefix,
+                                   KSTAGE_NUL_TERMINATED, begin, count, &first));
     REQUIRE(first != 0);
     return first;
   }
@@ -324,13 +326,15 @@ class Stage {
     d.range_begin = begin;
     d.range_end = end;
     std::vector<kstage_path_t> seen;
-    for (const Group& g : read(q, {attr}, &d)) seen.insert(seen.end(), g.prims.begin(), g.prims.end());
+    for (const Group& g : read(q, {attr}, &d))
+      seen.insert(seen.end(), g.prims.begin(), g.prims.end());
     std::sort(seen.begin(), seen.end());
     return seen;
   }
   kstage_status_t remove(kstage_query_t q, std::vector<kstage_token_t> attrs, uint64_t ordinal) {
     kstage_op_t op = 0;
-    kstage_status_t st = kstage_delete_attributes(stage, q, attrs.data(), attrs.size(), ordinal, &op);
+    kstage_status_t st =
+        kstage_delete_attributes(stage, q, attrs.data(), attrs.size(), ordinal, &op);
     if (st == KSTAGE_OK) REQUIRE(kstage_release_op(stage, op) == KSTAGE_OK);
     return st;
   }
@@ -409,7 +413,8 @@ class Stage {
   }
 
   // Sealed values of `attr` per prim (prims without it are absent).
-  std::map<kstage_path_t, std::vector<unsigned char>> values(kstage_query_t q, kstage_token_t attr) {
+  std::map<kstage_path_t, std::vector<unsigned char>> values(kstage_query_t q,
+                                                             kstage_token_t attr) {
     std::map<kstage_path_t, std::vector<unsigned char>> m;
     for (const Group& g : read(q, {attr}))
       for (size_t i = 0; i < g.prims.size(); ++i) m[g.prims[i]] = g.values[i];
@@ -457,14 +462,15 @@ class Stage {
         std::vector<unsigned char> whole;  // a fixed-size group's tensor, in one copy
         if (!g.is_array && g.prim_count > 0) {
           const DLTensor& t = g.data.tensors[0];
-          whole = host_copy(static_cast<const unsigned char*>(t.data) + t.byte_offset, size_t(t.shape[0]) * tuple,
-                            t.device);
+          whole = host_copy(static_cast<const unsigned char*>(t.data) + t.byte_offset,
+                            size_t(t.shape[0]) * tuple, t.device);
         }
         for (uint64_t i = 0; i < g.prim_count; ++i) {
           const uint64_t row = g.data.index_map ? g.data.index_map[i] : i;
           const size_t at = bytes.size();
           if (!g.is_array) {
-            bytes.insert(bytes.end(), whole.begin() + ptrdiff_t(row * tuple), whole.begin() + ptrdiff_t((row + 1) * tuple));
+            bytes.insert(bytes.end(), whole.begin() + ptrdiff_t(row * tuple),
+                         whole.begin() + ptrdiff_t((row + 1) * tuple));
           } else {
             const DLTensor& t = g.data.tensors[row];
             const auto v = host_copy(static_cast<const unsigned char*>(t.data) + t.byte_offset,
@@ -507,7 +513,6 @@ class Stage {
 
   kstage_stage_t stage = 0;
 };
-
 
 // A stage with one float32 column "x" = {1, 2, 3} over the prims
 // "<prefix>_0..2" (query q), sealed at ordinal 1: the state that tests of

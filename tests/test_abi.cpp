@@ -119,14 +119,17 @@ TEST_CASE("the init functions set struct_size and zero every other field", "[abi
   REQUIRE(zero_after_size(&m, sizeof m));
 }
 
-TEST_CASE("a struct_size of 0, below the first layout, or past KSTAGE_MAX_STRUCT_SIZE is "
-          "INVALID_ARGUMENT", "[abi][errors]") {
+TEST_CASE(
+    "a struct_size of 0, below the first layout, or past KSTAGE_MAX_STRUCT_SIZE is "
+    "INVALID_ARGUMENT",
+    "[abi][errors]") {
   Fixture f;
   const std::string before = f.state();
   // Sizes below every first layout (8 bytes for the config), or past the bound kstage.h states.
   for (uint32_t size : {0u, 4u, 7u, uint32_t(KSTAGE_MAX_STRUCT_SIZE) + 1, 1u << 20, UINT32_MAX}) {
     INFO("struct_size " << size);
-    const std::string needle = size == 0 ? "struct_size is 0" : "struct_size is " + std::to_string(size);
+    const std::string needle =
+        size == 0 ? "struct_size is 0" : "struct_size is " + std::to_string(size);
 
     kstage_config_t c = kstage_config_init();
     c.struct_size = size;
@@ -155,7 +158,8 @@ TEST_CASE("a struct_size of 0, below the first layout, or past KSTAGE_MAX_STRUCT
     KS_FAILS(f.write(&w, 1, 2), KSTAGE_INVALID_ARGUMENT, "data[0].struct_size is 79");
     kstage_read_desc_t r = kstage_read_desc_init();
     r.struct_size = 47;
-    KS_FAILS(f.read(&r), KSTAGE_INVALID_ARGUMENT, "accepts for kstage_read_desc_t: 48 (the first layout) to 65536");
+    KS_FAILS(f.read(&r), KSTAGE_INVALID_ARGUMENT,
+             "accepts for kstage_read_desc_t: 48 (the first layout) to 65536");
     kstage_map_desc_t m = kstage_map_desc_init();
     m.struct_size = 40;
     KS_FAILS(f.map(&m), KSTAGE_INVALID_ARGUMENT, "desc.struct_size is 40");
@@ -167,8 +171,10 @@ TEST_CASE("a struct_size of 0, below the first layout, or past KSTAGE_MAX_STRUCT
   REQUIRE(f.state() == before);
 }
 
-TEST_CASE("a struct_size between two layouts is accepted: the field it cuts is absent, and "
-          "must be zero where the caller's struct holds part of it", "[abi]") {
+TEST_CASE(
+    "a struct_size between two layouts is accepted: the field it cuts is absent, and "
+    "must be zero where the caller's struct holds part of it",
+    "[abi]") {
   Fixture f;
   SECTION("config: 10 and 12 bytes hold the 0.1 layout and part of residency") {
     for (uint32_t size : {10u, 12u, 15u}) {
@@ -206,8 +212,7 @@ TEST_CASE("a struct_size between two layouts is accepted: the field it cuts is a
   }
 }
 
-TEST_CASE("a newer caller's larger descriptor is read when the fields it adds are zero",
-          "[abi]") {
+TEST_CASE("a newer caller's larger descriptor is read when the fields it adds are zero", "[abi]") {
   Fixture f;
   SECTION("config") {
     Newer<kstage_config_t> c;

@@ -56,8 +56,8 @@ TEST_CASE("column storage, compact reads and maps are 64-byte aligned", "[alignm
       DLTensor t = tensor(bytes.data() + 1, u8(lanes), 1, shape);
       KS_OK(s.write(q, a, ++ordinal, write_data(&t)));
       s.seal(ordinal);
-      REQUIRE(aligned(first_tensor(s, q, a, false)));  // zero-copy: the column's storage
-      REQUIRE(aligned(first_tensor(s, q, a, true)));   // compact, every row
+      REQUIRE(aligned(first_tensor(s, q, a, false)));    // zero-copy: the column's storage
+      REQUIRE(aligned(first_tensor(s, q, a, true)));     // compact, every row
       REQUIRE(aligned(first_tensor(s, some, a, true)));  // compact, a gather
 
       // A sparse write into it (in place or copy-on-write) keeps it aligned.
@@ -118,7 +118,8 @@ TEST_CASE("column storage, compact reads and maps are 64-byte aligned", "[alignm
   }
 }
 
-TEST_CASE("an adopted producer buffer keeps the producer's alignment", "[host_adoption][alignment][managed]") {
+TEST_CASE("an adopted producer buffer keeps the producer's alignment",
+          "[host_adoption][alignment][managed]") {
   Stage s(host_execution());
   auto prims = s.paths("/adopt", 4);
   kstage_query_t q = s.query(prims);

@@ -983,8 +983,9 @@ TEST_CASE("strided and offset per-row tensors read correctly", "[array][strided]
           expect_rows(prims, {{0, 2, 4, 6}, {8, 10, 12, 14}, {16, 18, 20, 22}}));
 }
 
-TEST_CASE("middle row tensors of every layout: the per-row fast check passes on what it cannot take",
-          "[array][strided]") {
+TEST_CASE(
+    "middle row tensors of every layout: the per-row fast check passes on what it cannot take",
+    "[array][strided]") {
   // Rows between the first and the last are checked inline when they are 1-D, compact and
   // non-empty; every other row takes the full decoding, which reads it or names its fault.
   Stage s(host_execution());

@@ -53,8 +53,10 @@ DLDevice device_of(const ArrowDeviceArray& a) {
 }
 
 // Buffer `i` of `a` (`bytes` of it), on the host, after the export's event.
-std::vector<unsigned char> buffer(const ArrowDeviceArray& top, const ArrowArray& a, int i, size_t bytes) {
-  if (top.sync_event) wait_for(kstage_device_sync_t{0, *static_cast<const uintptr_t*>(top.sync_event)});
+std::vector<unsigned char> buffer(const ArrowDeviceArray& top, const ArrowArray& a, int i,
+                                  size_t bytes) {
+  if (top.sync_event)
+    wait_for(kstage_device_sync_t{0, *static_cast<const uintptr_t*>(top.sync_event)});
   return host_copy(a.buffers[i], bytes, device_of(top));
 }
 template <class T>
@@ -69,7 +71,8 @@ kstage_query_t ordered(Stage& s, const std::vector<kstage_path_t>& p) { return s
 
 }  // namespace
 
-TEST_CASE("a fixed-size column is a FixedSizeList (lanes > 1) or a primitive, zero-copy", "[arrow]") {
+TEST_CASE("a fixed-size column is a FixedSizeList (lanes > 1) or a primitive, zero-copy",
+          "[arrow]") {
   Stage s(host_execution());
   const kstage_token_t pos = s.token("position"), id = s.token("id");
   const auto prims = s.paths("/p", 5);
@@ -131,9 +134,9 @@ TEST_CASE("every Arrow primitive kstage has, and bool packed into bits", "[arrow
     DLDataType dtype;
     const char* format;
   };
-  const Case cases[] = {{{kDLInt, 8, 1}, "c"},   {{kDLInt, 16, 1}, "s"},  {{kDLInt, 32, 1}, "i"},
-                        {{kDLInt, 64, 1}, "l"},  {{kDLUInt, 8, 1}, "C"},  {{kDLUInt, 16, 1}, "S"},
-                        {{kDLUInt, 32, 1}, "I"}, {{kDLUInt, 64, 1}, "L"}, {{kDLFloat, 16, 1}, "e"},
+  const Case cases[] = {{{kDLInt, 8, 1}, "c"},    {{kDLInt, 16, 1}, "s"},  {{kDLInt, 32, 1}, "i"},
+                        {{kDLInt, 64, 1}, "l"},   {{kDLUInt, 8, 1}, "C"},  {{kDLUInt, 16, 1}, "S"},
+                        {{kDLUInt, 32, 1}, "I"},  {{kDLUInt, 64, 1}, "L"}, {{kDLFloat, 16, 1}, "e"},
                         {{kDLFloat, 32, 1}, "f"}, {{kDLFloat, 64, 1}, "g"}};
   std::vector<unsigned char> bytes(10 * 8);
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = (unsigned char)(i * 7 + 1);
@@ -167,8 +170,8 @@ TEST_CASE("every Arrow primitive kstage has, and bool packed into bits", "[arrow
   OneGroup g(s, q, flag);
   Exported e;
   if (kOnDevice) {
-    KS_FAILS(kstage_group_export_arrow(s.stage, g.g.handle, 0, &e.schema, &e.array), KSTAGE_NOT_SUPPORTED,
-             "bit-packed");
+    KS_FAILS(kstage_group_export_arrow(s.stage, g.g.handle, 0, &e.schema, &e.array),
+             KSTAGE_NOT_SUPPORTED, "bit-packed");
     CHECK(e.array.array.release == nullptr);
     return;
   }
@@ -196,7 +199,8 @@ TEST_CASE("a group in column order is gathered into prim order, on its device to
 TEST_CASE("a ragged column is a LargeList, STRING a LargeString, with kstage's values in place",
           "[arrow]") {
   Stage s(host_execution());
-  const kstage_token_t nbrs = s.token("neighbours"), label = s.token("label"), pts = s.token("points");
+  const kstage_token_t nbrs = s.token("neighbours"), label = s.token("label"),
+                       pts = s.token("points");
   const auto prims = s.paths("/p", 3);
   const kstage_query_t q = ordered(s, prims);
   std::vector<std::vector<int32_t>> rows = {{1, 2}, {}, {3, 4, 5}};
@@ -216,7 +220,8 @@ TEST_CASE("a ragged column is a LargeList, STRING a LargeString, with kstage's v
   KS_OK(s.write(q, label, 1, ws));
   std::vector<float> p3 = {1, 2, 3, 4, 5, 6};  // rows of 2 and 0 and 0 points of 3 lanes
   std::vector<int64_t> pshape = {2, 0, 0};
-  std::vector<DLTensor> pt = {tensor(p3.data(), f32(3), 1, &pshape[0]), tensor(nullptr, f32(3), 1, &pshape[1]),
+  std::vector<DLTensor> pt = {tensor(p3.data(), f32(3), 1, &pshape[0]),
+                              tensor(nullptr, f32(3), 1, &pshape[1]),
                               tensor(nullptr, f32(3), 1, &pshape[2])};
   KS_OK(s.write(q, pts, 1, write_data(pt.data(), pt.size(), true)));
   s.seal(1);
@@ -290,7 +295,8 @@ TEST_CASE("the prims as a path column: ids, or dictionary-encoded strings", "[ar
   {
     OneGroup g(s, q, x);
     Exported e;
-    KS_OK(kstage_group_export_arrow(s.stage, g.g.handle, KSTAGE_ARROW_PATH_IDS, &e.schema, &e.array));
+    KS_OK(
+        kstage_group_export_arrow(s.stage, g.g.handle, KSTAGE_ARROW_PATH_IDS, &e.schema, &e.array));
     CHECK(std::string(e.schema.format) == "+s");
     REQUIRE(e.schema.n_children == 2);
     CHECK(std::string(e.schema.children[0]->name) == "path");
@@ -299,7 +305,8 @@ TEST_CASE("the prims as a path column: ids, or dictionary-encoded strings", "[ar
     const ArrowArray& a = e.array.array;
     CHECK(a.length == 3);
     REQUIRE(a.n_children == 2);
-    CHECK(values<uint64_t>(e.array, *a.children[0], 1, 3) == std::vector<uint64_t>(prims.begin(), prims.end()));
+    CHECK(values<uint64_t>(e.array, *a.children[0], 1, 3) ==
+          std::vector<uint64_t>(prims.begin(), prims.end()));
     CHECK(values<float>(e.array, *a.children[1], 1, 3) == std::vector<float>{7, 8, 9});
     // A child moved out lives on its own after the parent is released (the specification's
     // "moving child arrays"): the consumer releases it.
@@ -313,7 +320,8 @@ TEST_CASE("the prims as a path column: ids, or dictionary-encoded strings", "[ar
   {
     OneGroup g(s, q, x);
     Exported e;
-    KS_OK(kstage_group_export_arrow(s.stage, g.g.handle, KSTAGE_ARROW_PATH_STRINGS, &e.schema, &e.array));
+    KS_OK(kstage_group_export_arrow(s.stage, g.g.handle, KSTAGE_ARROW_PATH_STRINGS, &e.schema,
+                                    &e.array));
     const ArrowSchema& path = *e.schema.children[0];
     CHECK(std::string(path.format) == "i");
     REQUIRE(path.dictionary != nullptr);
@@ -324,7 +332,8 @@ TEST_CASE("the prims as a path column: ids, or dictionary-encoded strings", "[ar
     const auto offsets = values<int64_t>(e.array, *p.dictionary, 1, 4);
     const auto chars = buffer(e.array, *p.dictionary, 2, size_t(offsets[3]));
     for (size_t i = 0; i < 3; ++i)
-      CHECK(std::string(chars.begin() + offsets[i], chars.begin() + offsets[i + 1]) == s.path_string(prims[i]));
+      CHECK(std::string(chars.begin() + offsets[i], chars.begin() + offsets[i + 1]) ==
+            s.path_string(prims[i]));
   }
   {  // TOKEN_ID is uint64
     OneGroup g(s, q, owner);
@@ -335,7 +344,8 @@ TEST_CASE("the prims as a path column: ids, or dictionary-encoded strings", "[ar
   }
 }
 
-TEST_CASE("Arrow export errors name the input and leave the out-structs untouched", "[arrow][errors]") {
+TEST_CASE("Arrow export errors name the input and leave the out-structs untouched",
+          "[arrow][errors]") {
   Stage s(host_execution());
   const kstage_token_t x = s.token("x"), half = s.token("half");
   const auto prims = s.paths("/p", 2);
@@ -357,20 +367,25 @@ TEST_CASE("Arrow export errors name the input and leave the out-structs untouche
     const auto* b = reinterpret_cast<const unsigned char*>(&array);
     for (size_t i = 0; i < sizeof array; ++i) REQUIRE(b[i] == 0xab);
   };
-  KS_FAILS(kstage_group_export_arrow(s.stage, g.g.handle, 0, nullptr, &array), KSTAGE_INVALID_ARGUMENT, "schema");
-  KS_FAILS(kstage_group_export_arrow(s.stage, g.g.handle, 0, &schema, nullptr), KSTAGE_INVALID_ARGUMENT, "array");
-  KS_FAILS(kstage_group_export_arrow(s.stage, g.g.handle, 1u << 5, &schema, &array), KSTAGE_INVALID_ARGUMENT,
-           "unknown bits");
-  KS_FAILS(kstage_group_export_arrow(s.stage, g.g.handle, KSTAGE_ARROW_PATH_IDS | KSTAGE_ARROW_PATH_STRINGS,
-                                     &schema, &array),
-           KSTAGE_INVALID_ARGUMENT, "not both");
-  KS_FAILS(kstage_group_export_arrow(s.stage, g.g.handle + 1000, 0, &schema, &array), KSTAGE_INVALID_HANDLE, "");
-  KS_FAILS(kstage_group_export_arrow(s.stage + 99, g.g.handle, 0, &schema, &array), KSTAGE_INVALID_HANDLE, "");
+  KS_FAILS(kstage_group_export_arrow(s.stage, g.g.handle, 0, nullptr, &array),
+           KSTAGE_INVALID_ARGUMENT, "schema");
+  KS_FAILS(kstage_group_export_arrow(s.stage, g.g.handle, 0, &schema, nullptr),
+           KSTAGE_INVALID_ARGUMENT, "array");
+  KS_FAILS(kstage_group_export_arrow(s.stage, g.g.handle, 1u << 5, &schema, &array),
+           KSTAGE_INVALID_ARGUMENT, "unknown bits");
+  KS_FAILS(
+      kstage_group_export_arrow(s.stage, g.g.handle,
+                                KSTAGE_ARROW_PATH_IDS | KSTAGE_ARROW_PATH_STRINGS, &schema, &array),
+      KSTAGE_INVALID_ARGUMENT, "not both");
+  KS_FAILS(kstage_group_export_arrow(s.stage, g.g.handle + 1000, 0, &schema, &array),
+           KSTAGE_INVALID_HANDLE, "");
+  KS_FAILS(kstage_group_export_arrow(s.stage + 99, g.g.handle, 0, &schema, &array),
+           KSTAGE_INVALID_HANDLE, "");
   untouched();
   {
     OneGroup gb(s, q, half);
-    KS_FAILS(kstage_group_export_arrow(s.stage, gb.g.handle, 0, &schema, &array), KSTAGE_NOT_SUPPORTED,
-             "'half' is bfloat16");
+    KS_FAILS(kstage_group_export_arrow(s.stage, gb.g.handle, 0, &schema, &array),
+             KSTAGE_NOT_SUPPORTED, "'half' is bfloat16");
     untouched();
   }
   // A released group is a stale handle.
@@ -389,14 +404,17 @@ TEST_CASE("Arrow export errors name the input and leave the out-structs untouche
   kstage_read_group_t tg{};
   KS_OK(kstage_fetch_read_next(s.stage, r, 0, &tg));
   REQUIRE(tg.is_delete);
-  KS_FAILS(kstage_group_export_arrow(s.stage, tg.handle, 0, &schema, &array), KSTAGE_INVALID_ARGUMENT, "tombstone");
+  KS_FAILS(kstage_group_export_arrow(s.stage, tg.handle, 0, &schema, &array),
+           KSTAGE_INVALID_ARGUMENT, "tombstone");
   untouched();
   KS_OK(kstage_release_group(s.stage, tg.handle));
   KS_OK(kstage_release_read(s.stage, r));
 }
 
-TEST_CASE("a read of several attributes is a record batch: the query's prims as rows, nulls where a prim "
-          "lacks an attribute", "[arrow][record_batch]") {
+TEST_CASE(
+    "a read of several attributes is a record batch: the query's prims as rows, nulls where a prim "
+    "lacks an attribute",
+    "[arrow][record_batch]") {
   Stage s(host_execution());
   const kstage_token_t x = s.token("x"), sparse = s.token("sparse"), nbrs = s.token("neighbours"),
                        never = s.token("never");
@@ -415,11 +433,12 @@ TEST_CASE("a read of several attributes is a record batch: the query's prims as 
 
   kstage_read_desc_t to_host = kstage_read_desc_init();
   to_host.target_device = DLDevice{kDLCPU, 0};
-  if (kOnDevice) {  // nulls are gathered on the host: a batch of device columns that needs them is refused
+  if (kOnDevice) {  // nulls are gathered on the host: a batch of device columns that needs them is
+                    // refused
     ArrowSchema schema{};
     ArrowDeviceArray array{};
-    KS_FAILS(kstage_read_export_arrow(s.stage, q, all3, 3, nullptr, 0, &schema, &array), KSTAGE_NOT_SUPPORTED,
-             "'sparse'");
+    KS_FAILS(kstage_read_export_arrow(s.stage, q, all3, 3, nullptr, 0, &schema, &array),
+             KSTAGE_NOT_SUPPORTED, "'sparse'");
     CHECK(array.array.release == nullptr);
     // Whole columns stay on the device, zero-copy.
     Exported e;
@@ -430,8 +449,8 @@ TEST_CASE("a read of several attributes is a record batch: the query's prims as 
           std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8});
   }
   Exported e;
-  KS_OK(kstage_read_export_arrow(s.stage, q, all3, 3, kOnDevice ? &to_host : nullptr, KSTAGE_ARROW_PATH_IDS,
-                                 &e.schema, &e.array));
+  KS_OK(kstage_read_export_arrow(s.stage, q, all3, 3, kOnDevice ? &to_host : nullptr,
+                                 KSTAGE_ARROW_PATH_IDS, &e.schema, &e.array));
   CHECK(std::string(e.schema.format) == "+s");
   REQUIRE(e.schema.n_children == 4);
   CHECK(std::string(e.schema.children[0]->name) == "path");
@@ -445,8 +464,10 @@ TEST_CASE("a read of several attributes is a record batch: the query's prims as 
   const ArrowArray& a = e.array.array;
   CHECK(a.length == 4);
   REQUIRE(a.n_children == 4);
-  CHECK(values<uint64_t>(e.array, *a.children[0], 1, 4) == std::vector<uint64_t>(prims.begin(), prims.end()));
-  CHECK(values<float>(e.array, *a.children[1]->children[0], 1, 8) == std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8});
+  CHECK(values<uint64_t>(e.array, *a.children[0], 1, 4) ==
+        std::vector<uint64_t>(prims.begin(), prims.end()));
+  CHECK(values<float>(e.array, *a.children[1]->children[0], 1, 8) ==
+        std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8});
   const ArrowArray& sp = *a.children[2];
   CHECK(sp.null_count == 2);
   REQUIRE(sp.buffers[0] != nullptr);
@@ -462,10 +483,11 @@ TEST_CASE("a read of several attributes is a record batch: the query's prims as 
   // A query in another order than the column (gathered), and an attribute no prim holds.
   Exported r;
   const kstage_token_t two[2] = {x, never};
-  KS_OK(kstage_read_export_arrow(s.stage, ordered(s, {prims[3], prims[1]}), two, 2, kOnDevice ? &to_host : nullptr,
-                                 0, &r.schema, &r.array));
+  KS_OK(kstage_read_export_arrow(s.stage, ordered(s, {prims[3], prims[1]}), two, 2,
+                                 kOnDevice ? &to_host : nullptr, 0, &r.schema, &r.array));
   REQUIRE(r.array.array.n_children == 2);
-  CHECK(values<float>(r.array, *r.array.array.children[0]->children[0], 1, 4) == std::vector<float>{7, 8, 3, 4});
+  CHECK(values<float>(r.array, *r.array.array.children[0]->children[0], 1, 4) ==
+        std::vector<float>{7, 8, 3, 4});
   CHECK(std::string(r.schema.children[1]->format) == "n");
   CHECK(r.array.array.children[1]->null_count == 2);
 
@@ -491,20 +513,20 @@ TEST_CASE("a read of several attributes is a record batch: the query's prims as 
     KS_OK(kstage_release_op(s.stage, op));
     s.seal(2, {md.attribute});
     const kstage_token_t mixed[2] = {x, md.attribute};
-    KS_FAILS(kstage_read_export_arrow(s.stage, q, mixed, 2, nullptr, 0, &schema, &array), KSTAGE_NOT_SUPPORTED,
-             "different devices");
+    KS_FAILS(kstage_read_export_arrow(s.stage, q, mixed, 2, nullptr, 0, &schema, &array),
+             KSTAGE_NOT_SUPPORTED, "different devices");
   }
 #endif
-  KS_FAILS(kstage_read_export_arrow(s.stage, q, all3, 0, nullptr, 0, &schema, &array), KSTAGE_INVALID_ARGUMENT,
-           "at least one");
-  KS_FAILS(kstage_read_export_arrow(s.stage, q, nullptr, 2, nullptr, 0, &schema, &array), KSTAGE_INVALID_ARGUMENT,
-           "NULL");
-  KS_FAILS(kstage_read_export_arrow(s.stage, q, all3, 3, nullptr, 8, &schema, &array), KSTAGE_INVALID_ARGUMENT,
-           "unknown bits");
-  KS_FAILS(kstage_read_export_arrow(s.stage, q + 1000, all3, 3, nullptr, 0, &schema, &array), KSTAGE_INVALID_HANDLE,
-           "");
-  KS_FAILS(kstage_read_export_arrow(s.stage, q, all3, 3, nullptr, 0, nullptr, &array), KSTAGE_INVALID_ARGUMENT,
-           "schema");
+  KS_FAILS(kstage_read_export_arrow(s.stage, q, all3, 0, nullptr, 0, &schema, &array),
+           KSTAGE_INVALID_ARGUMENT, "at least one");
+  KS_FAILS(kstage_read_export_arrow(s.stage, q, nullptr, 2, nullptr, 0, &schema, &array),
+           KSTAGE_INVALID_ARGUMENT, "NULL");
+  KS_FAILS(kstage_read_export_arrow(s.stage, q, all3, 3, nullptr, 8, &schema, &array),
+           KSTAGE_INVALID_ARGUMENT, "unknown bits");
+  KS_FAILS(kstage_read_export_arrow(s.stage, q + 1000, all3, 3, nullptr, 0, &schema, &array),
+           KSTAGE_INVALID_HANDLE, "");
+  KS_FAILS(kstage_read_export_arrow(s.stage, q, all3, 3, nullptr, 0, nullptr, &array),
+           KSTAGE_INVALID_ARGUMENT, "schema");
   CHECK(array.array.release == nullptr);
   CHECK(schema.release == nullptr);
 }

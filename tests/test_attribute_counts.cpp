@@ -28,7 +28,7 @@ std::vector<uint64_t> listed_prims(const AttributeCounts& c) {
     REQUIRE(count > 0);
     REQUIRE((listed.empty() || first >= end));
     if (!listed.empty() && first == end) REQUIRE(first % kPage == 0);  // joined only at a page edge
-    REQUIRE((first % kPage) + count <= kPage);                          // within one page
+    REQUIRE((first % kPage) + count <= kPage);                         // within one page
     for (uint64_t p = first; p < first + count; ++p) listed.push_back(p);
     end = first + count;
   });

@@ -14,7 +14,8 @@ using namespace kstage_test;
 namespace {
 
 // The "key: value" lines, and the keys in their order.
-std::map<std::string, std::string> parse(const char* text, std::vector<std::string>* order = nullptr) {
+std::map<std::string, std::string> parse(const char* text,
+                                         std::vector<std::string>* order = nullptr) {
   std::map<std::string, std::string> out;
   std::istringstream in(text);
   std::string line;
@@ -36,8 +37,7 @@ std::map<std::string, std::string> build_info() {
 
 }  // namespace
 
-TEST_CASE("build info: the version, Kokkos, host execution, backends and devices",
-          "[build_info]") {
+TEST_CASE("build info: the version, Kokkos, host execution, backends and devices", "[build_info]") {
   // The program's first case (ctest runs each alone): nothing has initialised Kokkos yet, and
   // what is not known before says so.
   {
@@ -53,8 +53,9 @@ TEST_CASE("build info: the version, Kokkos, host execution, backends and devices
   KS_OK(kstage_build_info(&text));
   std::vector<std::string> order;
   const auto info = parse(text, &order);
-  REQUIRE(order == std::vector<std::string>{"kstage", "kokkos_built", "kokkos_running", "host_execution",
-                                            "host_threads", "backends", "devices"});
+  REQUIRE(order == std::vector<std::string>{"kstage", "kokkos_built", "kokkos_running",
+                                            "host_execution", "host_threads", "backends",
+                                            "devices"});
   REQUIRE(info.at("kstage") == std::to_string(KSTAGE_VERSION_MAJOR) + "." +
                                    std::to_string(KSTAGE_VERSION_MINOR) + "." +
                                    std::to_string(KSTAGE_VERSION_PATCH));
@@ -80,7 +81,8 @@ TEST_CASE("build info: the version, Kokkos, host execution, backends and devices
   REQUIRE(!(devices >> device));
 }
 
-TEST_CASE("build info: the text is the calling thread's, until its next call", "[build_info][errors]") {
+TEST_CASE("build info: the text is the calling thread's, until its next call",
+          "[build_info][errors]") {
   KS_FAILS(kstage_build_info(nullptr), KSTAGE_INVALID_ARGUMENT, "text is NULL");
   const char* mine = nullptr;
   KS_OK(kstage_build_info(&mine));

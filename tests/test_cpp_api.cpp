@@ -37,20 +37,20 @@ kstage::ReadOptions host_read(kstage::ReadOptions o = {}) {
 }
 
 // Catches the kstage::Error `expr` throws and checks its status and message.
-#define CPP_FAILS(expr, code, needle)                                                   \
-  do {                                                                                  \
-    bool _thrown = false;                                                               \
-    try {                                                                               \
-      (void)(expr);                                                                     \
-    } catch (const kstage::Error& e) {                                                  \
-      _thrown = true;                                                                   \
-      INFO(#expr << " threw " << e.what());                                             \
-      REQUIRE(e.status() == (code));                                                    \
-      REQUIRE(std::string(e.what()).find(needle) != std::string::npos);                 \
-      REQUIRE(std::string(e.what()).find(kstage_status_string(code)) == 0);             \
-    }                                                                                   \
-    INFO(#expr);                                                                        \
-    REQUIRE(_thrown);                                                                   \
+#define CPP_FAILS(expr, code, needle)                                       \
+  do {                                                                      \
+    bool _thrown = false;                                                   \
+    try {                                                                   \
+      (void)(expr);                                                         \
+    } catch (const kstage::Error& e) {                                      \
+      _thrown = true;                                                       \
+      INFO(#expr << " threw " << e.what());                                 \
+      REQUIRE(e.status() == (code));                                        \
+      REQUIRE(std::string(e.what()).find(needle) != std::string::npos);     \
+      REQUIRE(std::string(e.what()).find(kstage_status_string(code)) == 0); \
+    }                                                                       \
+    INFO(#expr);                                                            \
+    REQUIRE(_thrown);                                                       \
   } while (0)
 
 std::vector<kstage_path_t> make_paths(const kstage::Stage& s, const std::string& prefix, size_t n) {
@@ -60,7 +60,8 @@ std::vector<kstage_path_t> make_paths(const kstage::Stage& s, const std::string&
 }
 
 // Every float of every prim of `attr`, on the host, in prim order.
-std::vector<float> read_floats(const kstage::Stage& s, const kstage::Query& q, kstage_token_t attr) {
+std::vector<float> read_floats(const kstage::Stage& s, const kstage::Query& q,
+                               kstage_token_t attr) {
   std::vector<float> out;
   kstage::ReadOptions o = host_read();
   o.compact = true;
@@ -77,7 +78,8 @@ std::vector<float> read_floats(const kstage::Stage& s, const kstage::Query& q, k
 TEST_CASE("cpp: build_info is kstage_build_info's text", "[cpp]") {
   const std::string info = kstage::build_info();
   REQUIRE(info.rfind("kstage: " + std::to_string(KSTAGE_VERSION_MAJOR) + "." +
-                         std::to_string(KSTAGE_VERSION_MINOR) + ".", 0) == 0);
+                         std::to_string(KSTAGE_VERSION_MINOR) + ".",
+                     0) == 0);
   REQUIRE(info.find("\nbackends: host") != std::string::npos);
   kstage::Status st;
   REQUIRE(kstage::build_info(st) == info);
@@ -126,7 +128,8 @@ TEST_CASE("cpp: the dictionary, path lists and queries call through", "[cpp]") {
   REQUIRE(def.begin == 0);
   REQUIRE(def.count == 100);
   CPP_FAILS(s.path_range_definition(r[1]), KSTAGE_INVALID_ARGUMENT, "not the first path");
-  CPP_FAILS(s.path_range("/world/cells", "c", 50, 100), KSTAGE_ALREADY_EXISTS, "/world/cells/c[0..99]");
+  CPP_FAILS(s.path_range("/world/cells", "c", 50, 100), KSTAGE_ALREADY_EXISTS,
+            "/world/cells/c[0..99]");
   CPP_FAILS(s.query(r, 100), KSTAGE_INVALID_ARGUMENT, "start 100");
 
   // Filters: prims holding the attribute, under a prefix, in a list.
@@ -321,7 +324,8 @@ TEST_CASE("cpp: failures throw kstage::Error or fill a Status, and change nothin
   REQUIRE(s.write_floor(t) == 5);
 }
 
-TEST_CASE("cpp: writes take Views of rank 1 to 3 in any layout; trailing extents fold into lanes", "[cpp]") {
+TEST_CASE("cpp: writes take Views of rank 1 to 3 in any layout; trailing extents fold into lanes",
+          "[cpp]") {
   kstage::Stage s = make_stage();
   const std::vector<kstage_path_t> ids = make_paths(s, "/w/p", 6);
   kstage::Query q = s.query(ids);
@@ -494,14 +498,16 @@ TEST_CASE("cpp: index_map64 and device_index_map64 take int64 index maps", "[cpp
             "options.device_index_map64 has 4 entries but options.count is 5");
 #if defined(KSTAGE_TEST_EMULATED_DEVICE)
   if (kOnDevice) {
-    float* dsrc = static_cast<float*>(kstage_emulated_malloc(kResidency.device_id, 3 * sizeof(float)));
+    float* dsrc =
+        static_cast<float*>(kstage_emulated_malloc(kResidency.device_id, 3 * sizeof(float)));
     int64_t* dmap = static_cast<int64_t*>(kstage_emulated_malloc(kResidency.device_id, 32));
     const float values[3] = {1, 2, 3};
     const int64_t good[4] = {1, 0, 2, 2}, bad[4] = {0, -7, 1, 0};
     kstage_emulated_memcpy(dsrc, values, sizeof values);
     kstage_emulated_memcpy(dmap, good, sizeof good);
     int64_t shape[1] = {3};
-    const DLTensor dt = kstage_test::tensor(dsrc, kstage_test::f32(), 1, shape, nullptr, kResidency);
+    const DLTensor dt =
+        kstage_test::tensor(dsrc, kstage_test::f32(), 1, shape, nullptr, kResidency);
     kstage::WriteOptions dev;
     dev.device_index_map64 = kstage::device_span<const int64_t>(dmap, 4, kResidency);
     dev.count = 4;
@@ -550,14 +556,16 @@ TEST_CASE("cpp: device_index_map takes an index map where it lives", "[cpp]") {
 #if defined(KSTAGE_TEST_EMULATED_DEVICE)
   if (kOnDevice) {
     // Device memory: the source and the map on the column's device, read in place.
-    float* dsrc = static_cast<float*>(kstage_emulated_malloc(kResidency.device_id, 3 * sizeof(float)));
+    float* dsrc =
+        static_cast<float*>(kstage_emulated_malloc(kResidency.device_id, 3 * sizeof(float)));
     uint32_t* dmap = static_cast<uint32_t*>(kstage_emulated_malloc(kResidency.device_id, 16));
     const float values[3] = {1, 2, 3};
     const uint32_t good[4] = {1, 0, 2, 2}, bad[4] = {0, 3, 1, 0};
     kstage_emulated_memcpy(dsrc, values, sizeof values);
     kstage_emulated_memcpy(dmap, good, sizeof good);
     int64_t shape[1] = {3};
-    const DLTensor dt = kstage_test::tensor(dsrc, kstage_test::f32(), 1, shape, nullptr, kResidency);
+    const DLTensor dt =
+        kstage_test::tensor(dsrc, kstage_test::f32(), 1, shape, nullptr, kResidency);
     kstage::WriteOptions dev;
     dev.device_index_map = kstage::device_span<const uint32_t>(dmap, 4, kResidency);
     dev.count = 4;
@@ -582,7 +590,8 @@ TEST_CASE("cpp: device_index_map takes an index map where it lives", "[cpp]") {
     const float five[4] = {5, 6, 7, 8};
     float* dfour = static_cast<float*>(kstage_emulated_malloc(kResidency.device_id, sizeof five));
     kstage_emulated_memcpy(dfour, five, sizeof five);
-    const DLTensor d4 = kstage_test::tensor(dfour, kstage_test::f32(), 1, four, nullptr, kResidency);
+    const DLTensor d4 =
+        kstage_test::tensor(dfour, kstage_test::f32(), 1, four, nullptr, kResidency);
     kstage::WriteOptions masked;
     masked.device_mask = kstage::device_span<const uint64_t>(dmask, 1, kResidency);
     masked.count = 4;
@@ -653,7 +662,8 @@ TEST_CASE("cpp: a batch writes several attributes as one op", "[cpp]") {
   REQUIRE(read_floats(s, q, a) == std::vector<float>{0, 1, 2});
 }
 
-TEST_CASE("cpp: ragged attributes from a range of Views or a packed View with row counts", "[cpp]") {
+TEST_CASE("cpp: ragged attributes from a range of Views or a packed View with row counts",
+          "[cpp]") {
   kstage::Stage s = make_stage();
   const std::vector<kstage_path_t> ids = make_paths(s, "/r/p", 3);
   kstage::Query q = s.query(ids);
@@ -697,7 +707,8 @@ TEST_CASE("cpp: ragged attributes from a range of Views or a packed View with ro
   REQUIRE(got_packed == std::vector<std::vector<float>>{{0, 0}, {1, -1, 2, -2, 3, -3}, {}});
   // Row counts that are not the View's rows.
   const std::vector<uint64_t> wrong{1, 1};
-  CPP_FAILS(s.write_ragged(u, q, packed, wrong, 2), KSTAGE_INVALID_ARGUMENT, "row_counts add up to 2");
+  CPP_FAILS(s.write_ragged(u, q, packed, wrong, 2), KSTAGE_INVALID_ARGUMENT,
+            "row_counts add up to 2");
 }
 
 TEST_CASE("cpp: read Views alias the group's memory; compact reads are in prim order",
@@ -779,13 +790,15 @@ TEST_CASE("cpp: a View type that does not fit the tensor is refused, naming both
   if (kOnDevice) {
     // Device data is not host memory: viewing it in HostSpace is refused, never copied.
     for (auto& g : s.read(q, {t}))
-      CPP_FAILS(g.view<const float* [3]>(0), KSTAGE_NOT_SUPPORTED, "cannot be viewed in Kokkos::HostSpace");
+      CPP_FAILS(g.view<const float* [3]>(0), KSTAGE_NOT_SUPPORTED,
+                "cannot be viewed in Kokkos::HostSpace");
   }
 }
 
-TEST_CASE("cpp: write_managed hands the View to the stage: adopted without a copy, never written "
-          "behind the caller's back",
-          "[cpp][host_adoption]") {
+TEST_CASE(
+    "cpp: write_managed hands the View to the stage: adopted without a copy, never written "
+    "behind the caller's back",
+    "[cpp][host_adoption]") {
   kstage::Stage s = make_stage();
   const std::vector<kstage_path_t> ids = make_paths(s, "/a/p", 4);
   kstage::Query q = s.query(ids);
@@ -818,7 +831,8 @@ TEST_CASE("cpp: write_managed hands the View to the stage: adopted without a cop
 
   // An unmanaged View owns nothing to hand over.
   float raw[3] = {1, 2, 3};
-  Kokkos::View<float* [3], Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> unmanaged(raw, 1);
+  Kokkos::View<float* [3], Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> unmanaged(
+      raw, 1);
   CPP_FAILS(s.write_managed(t, first, unmanaged, 4), KSTAGE_INVALID_ARGUMENT, "unmanaged");
   // A rejected managed write still lets the View go (the deleter runs once).
   Kokkos::View<float* [3], Kokkos::HostSpace> refused("refused", 4);
@@ -866,7 +880,8 @@ TEST_CASE("cpp: maps hand out writable Views; commit unmaps, destruction abandon
         for (int c = 0; c < 3; ++c) rows[3 * row + c] = float(10 * prim + c);
       }
       if (kOnDevice) {
-        kstage_test::host_write(g.tensor(0).data, rows.data(), rows.size() * sizeof(float), g.tensor(0).device);
+        kstage_test::host_write(g.tensor(0).data, rows.data(), rows.size() * sizeof(float),
+                                g.tensor(0).device);
         CPP_FAILS(g.view<float* [3]>(0), KSTAGE_NOT_SUPPORTED, "cannot be viewed");
       } else {
         auto view = g.view<float* [3]>(0);
@@ -893,7 +908,8 @@ TEST_CASE("cpp: maps hand out writable Views; commit unmaps, destruction abandon
     abandoned = m.handle();
     kstage::MapGroup g;
     REQUIRE(m.next(g));
-    kstage_test::host_write(g.tensor(0).data, std::vector<float>(g.tensor(0).shape[0] * 3, -1.f).data(),
+    kstage_test::host_write(g.tensor(0).data,
+                            std::vector<float>(g.tensor(0).shape[0] * 3, -1.f).data(),
                             size_t(g.tensor(0).shape[0]) * 3 * sizeof(float), g.tensor(0).device);
   }
   REQUIRE(kstage_release_map(s.handle(), abandoned) == KSTAGE_INVALID_HANDLE);
@@ -902,8 +918,8 @@ TEST_CASE("cpp: maps hand out writable Views; commit unmaps, destruction abandon
   {
     kstage::Map m = s.map(q, t, 2, kstage::dtype_of<float[3]>(), o);
     kstage::Status st;
-    const kstage_device_sync_t bad = kstage_test::kOnDevice ? kstage_device_sync_t{0, 0xdead1}
-                                                            : kstage_device_sync_t{7, 0};
+    const kstage_device_sync_t bad =
+        kstage_test::kOnDevice ? kstage_device_sync_t{0, 0xdead1} : kstage_device_sync_t{7, 0};
     REQUIRE_FALSE(m.abandon_after(bad, st));
     REQUIRE(st.code() == KSTAGE_INVALID_ARGUMENT);
     REQUIRE(bool(m));
@@ -923,7 +939,8 @@ TEST_CASE("cpp: maps hand out writable Views; commit unmaps, destruction abandon
     kstage::MapGroup g;
     REQUIRE(m.next(g));
     std::vector<float> ones(size_t(g.tensor(0).shape[0]) * 3, 1.f);
-    kstage_test::host_write(g.tensor(0).data, ones.data(), ones.size() * sizeof(float), g.tensor(0).device);
+    kstage_test::host_write(g.tensor(0).data, ones.data(), ones.size() * sizeof(float),
+                            g.tensor(0).device);
     g.commit().wait();
     kstage::MapGroup none;
     REQUIRE(!m.next(none));
@@ -1050,9 +1067,11 @@ TEST_CASE("cpp: an Op keeps its write's Views until the work is done", "[cpp]") 
   REQUIRE(mine.use_count() == 1);
 }
 
-TEST_CASE("cpp: option spans never bind to temporaries; argument lists take braced lists", "[cpp]") {
+TEST_CASE("cpp: option spans never bind to temporaries; argument lists take braced lists",
+          "[cpp]") {
   STATIC_REQUIRE(!std::is_constructible_v<kstage::span<const uint32_t>, std::vector<uint32_t>&&>);
-  STATIC_REQUIRE(!std::is_constructible_v<kstage::span<const uint32_t>, std::initializer_list<uint32_t>>);
+  STATIC_REQUIRE(
+      !std::is_constructible_v<kstage::span<const uint32_t>, std::initializer_list<uint32_t>>);
   STATIC_REQUIRE(std::is_constructible_v<kstage::span<const uint32_t>, std::vector<uint32_t>&>);
   // A View temporary too (its memory goes with it); a named View is fine.
   using HostIds = Kokkos::View<uint32_t*, Kokkos::HostSpace>;
@@ -1060,7 +1079,8 @@ TEST_CASE("cpp: option spans never bind to temporaries; argument lists take brac
   STATIC_REQUIRE(!std::is_constructible_v<kstage::span<const uint32_t>, const HostIds&&>);
   STATIC_REQUIRE(std::is_constructible_v<kstage::span<const uint32_t>, const HostIds&>);
   STATIC_REQUIRE(!std::is_assignable_v<kstage::span<const uint32_t>&, HostIds>);
-  STATIC_REQUIRE(std::is_constructible_v<kstage::array_ref<kstage_token_t>, std::initializer_list<kstage_token_t>>);
+  STATIC_REQUIRE(std::is_constructible_v<kstage::array_ref<kstage_token_t>,
+                                         std::initializer_list<kstage_token_t>>);
   kstage::Stage s = make_stage();
   const std::vector<kstage_path_t> ids = make_paths(s, "/l/p", 2);
   kstage::Query q = s.query(ids);
@@ -1092,7 +1112,8 @@ TEST_CASE("cpp: a map group outliving its map is refused, not read", "[cpp]") {
     REQUIRE(m.next(g));
     REQUIRE(g.tensor(0).shape[0] == 3);
   }
-  CPP_FAILS(g.view<float*>(0), KSTAGE_INVALID_HANDLE, "its map was committed, abandoned or destroyed");
+  CPP_FAILS(g.view<float*>(0), KSTAGE_INVALID_HANDLE,
+            "its map was committed, abandoned or destroyed");
   CPP_FAILS(g.export_dlpack(0), KSTAGE_INVALID_HANDLE, "abandoned");
   CPP_FAILS(g.commit(), KSTAGE_INVALID_HANDLE, "abandoned");
   // After Map::commit, its groups are gone too; a group committed alone is empty.
@@ -1137,7 +1158,8 @@ TEST_CASE("cpp: index_map and mask spans shorter than count are refused", "[cpp]
   batch.add(t, v, o);
   CPP_FAILS(s.write(q, batch, 1), KSTAGE_INVALID_ARGUMENT, "batch entry 0: options.mask");
   Kokkos::View<float*, Kokkos::HostSpace> adopted("adopted", 100);
-  CPP_FAILS(s.write_managed(t, q, adopted, 1, o), KSTAGE_INVALID_ARGUMENT, "write_managed: options.mask");
+  CPP_FAILS(s.write_managed(t, q, adopted, 1, o), KSTAGE_INVALID_ARGUMENT,
+            "write_managed: options.mask");
   o.count = 64;  // exactly one word's worth
   Kokkos::View<float*, Kokkos::HostSpace> v64("v64", 64);
   s.write(t, q, v64, 1, o).wait();
@@ -1182,7 +1204,8 @@ TEST_CASE("cpp: one View, or one row count, is one source row", "[cpp]") {
   const std::vector<kstage_path_t> ids = make_paths(s, "/one/p", 3);
   kstage::Query q = s.query(ids);
   const kstage_token_t t = s.token("t");
-  std::vector<Kokkos::View<float*, Kokkos::HostSpace>> one{Kokkos::View<float*, Kokkos::HostSpace>("r", 6)};
+  std::vector<Kokkos::View<float*, Kokkos::HostSpace>> one{
+      Kokkos::View<float*, Kokkos::HostSpace>("r", 6)};
   CPP_FAILS(s.write_ragged(t, q, one, 1), KSTAGE_INVALID_ARGUMENT, "one View for 3 source rows");
   Kokkos::View<float*, Kokkos::HostSpace> packed("p", 6);
   CPP_FAILS(s.write_ragged(t, q, packed, {6}, 1), KSTAGE_INVALID_ARGUMENT,
@@ -1244,7 +1267,8 @@ TEST_CASE("cpp: group exports, group sync and map exports call through", "[cpp]"
     REQUIRE((e->flags & DLPACK_FLAG_BITMASK_READ_ONLY) == 0);  // a producer fills it
     REQUIRE(e->dl_tensor.data == g.tensor(0).data);
     std::vector<float> nines(size_t(g.tensor(0).shape[0]), 9.f);
-    kstage_test::host_write(e->dl_tensor.data, nines.data(), nines.size() * sizeof(float), e->dl_tensor.device);
+    kstage_test::host_write(e->dl_tensor.data, nines.data(), nines.size() * sizeof(float),
+                            e->dl_tensor.device);
     e->deleter(e);
   }
   m.commit().wait();

@@ -7,8 +7,6 @@ using namespace kstage_test;
 
 namespace {
 
-
-
 // Existing prims (latest sealed state), in path-id order.
 std::vector<kstage_path_t> existing(Stage& s) { return s.filtered(kstage_filter_t{}); }
 
@@ -34,8 +32,10 @@ TEST_CASE("deleting an attribute hides it after the seal; the last one takes the
   REQUIRE(existing(s) == prims);
 
   s.seal(2);
-  REQUIRE(scalars(s, all, mass) == std::map<kstage_path_t, float>{{prims[1], 2.f}, {prims[3], 4.f}});
-  REQUIRE(scalars(s, all, temp) == std::map<kstage_path_t, float>{{prims[0], 10.f}, {prims[1], 11.f}});
+  REQUIRE(scalars(s, all, mass) ==
+          std::map<kstage_path_t, float>{{prims[1], 2.f}, {prims[3], 4.f}});
+  REQUIRE(scalars(s, all, temp) ==
+          std::map<kstage_path_t, float>{{prims[0], 10.f}, {prims[1], 11.f}});
   // p_0 still exists (it holds temp); p_2 is gone.
   REQUIRE(existing(s) == std::vector<kstage_path_t>{prims[0], prims[1], prims[3]});
 
@@ -49,7 +49,8 @@ TEST_CASE("deleting an attribute hides it after the seal; the last one takes the
   KS_OK(try_write(s, q2, mass, 3, {7.f}, KSTAGE_PRIM_MODE_INSERT));
   s.seal(3);
   REQUIRE(scalars(s, all, mass) ==
-          std::map<kstage_path_t, float>{{prims[0], 5.f}, {prims[1], 2.f}, {prims[2], 7.f}, {prims[3], 4.f}});
+          std::map<kstage_path_t, float>{
+              {prims[0], 5.f}, {prims[1], 2.f}, {prims[2], 7.f}, {prims[3], 4.f}});
   REQUIRE(existing(s) == prims);
 }
 
@@ -91,11 +92,13 @@ TEST_CASE("n = 0 deletes the prims with every attribute", "[delete]") {
   REQUIRE(scalars(s, q, a) == std::map<kstage_path_t, float>{{prims[2], 3.f}});
   REQUIRE(scalars(s, q, b) == std::map<kstage_path_t, float>{{prims[2], 6.f}});
   REQUIRE(s.read(q, {c}).empty());
-  KS_FAILS(try_write(s, q01, a, 3, {0.f, 0.f}, KSTAGE_PRIM_MODE_UPDATE), KSTAGE_NOT_FOUND, "'/p_0'");
+  KS_FAILS(try_write(s, q01, a, 3, {0.f, 0.f}, KSTAGE_PRIM_MODE_UPDATE), KSTAGE_NOT_FOUND,
+           "'/p_0'");
   KS_OK(try_write(s, q01, a, 3, {8.f, 9.f}, KSTAGE_PRIM_MODE_INSERT));
   s.seal(3);
   REQUIRE(existing(s) == prims);
-  REQUIRE(scalars(s, q, b) == std::map<kstage_path_t, float>{{prims[2], 6.f}});  // b did not come back
+  REQUIRE(scalars(s, q, b) ==
+          std::map<kstage_path_t, float>{{prims[2], 6.f}});  // b did not come back
 }
 
 TEST_CASE("n = 0 with a scoped advance: each attribute loses the prims when it is sealed",
@@ -128,10 +131,10 @@ TEST_CASE("deleting absent prims or attributes is ignored", "[delete]") {
   kstage_query_t q = s.query(prims);
   KS_OK(try_write(s, q, a, 1, {1.f, 2.f}));
   s.seal(1);
-  KS_OK(s.remove(s.query({ghost}), {a}, 2));            // prim that never existed
-  KS_OK(s.remove(q, {never}, 2));                       // attribute no column has
-  KS_OK(s.remove(s.query({ghost, prims[1]}), {}, 3));   // mix: ghost ignored
-  KS_OK(s.remove(s.query({}), {a}, 3));                 // empty query
+  KS_OK(s.remove(s.query({ghost}), {a}, 2));           // prim that never existed
+  KS_OK(s.remove(q, {never}, 2));                      // attribute no column has
+  KS_OK(s.remove(s.query({ghost, prims[1]}), {}, 3));  // mix: ghost ignored
+  KS_OK(s.remove(s.query({}), {a}, 3));                // empty query
   s.seal(2);
   REQUIRE(existing(s) == prims);
   REQUIRE(s.read(q, {never}).empty());
@@ -311,7 +314,7 @@ TEST_CASE("prim modes: an attribute sealed past the write's ordinal counts as it
   Stage s(host_execution());
   const kstage_token_t a = s.token("a"), b = s.token("b");
   const kstage_query_t q = s.query({s.path("/late")});
-  KS_OK(try_write(s, q, a, 8, {8.f}));  // the prim gains a at 8, pending
+  KS_OK(try_write(s, q, a, 8, {8.f}));                           // the prim gains a at 8, pending
   KS_OK(try_write(s, q, b, 3, {3.f}, KSTAGE_PRIM_MODE_INSERT));  // at 3 it does not exist yet
   KS_FAILS(try_write(s, q, b, 2, {2.f}, KSTAGE_PRIM_MODE_UPDATE), KSTAGE_NOT_FOUND, "'/late'");
   s.seal(10, {a});  // a alone, past 3
@@ -322,7 +325,8 @@ TEST_CASE("prim modes: an attribute sealed past the write's ordinal counts as it
 
 // The stage counts each prim's attributes in a byte, with counts from 255 on kept aside:
 // a prim with hundreds of attributes exists exactly until its last one goes.
-TEST_CASE("a prim with 300 attributes exists until its last attribute is deleted", "[delete][prims]") {
+TEST_CASE("a prim with 300 attributes exists until its last attribute is deleted",
+          "[delete][prims]") {
   Stage s(host_execution());
   const kstage_path_t p = s.path("/many"), other = s.path("/other");
   kstage_query_t q = s.query({p});
@@ -336,7 +340,8 @@ TEST_CASE("a prim with 300 attributes exists until its last attribute is deleted
   // Delete all but one, in steps across the 255 boundary: the prim stays.
   uint64_t ordinal = 2;
   for (size_t from = 0; from < 299; from += 23) {
-    std::vector<kstage_token_t> some(attrs.begin() + long(from), attrs.begin() + long(std::min<size_t>(from + 23, 299)));
+    std::vector<kstage_token_t> some(attrs.begin() + long(from),
+                                     attrs.begin() + long(std::min<size_t>(from + 23, 299)));
     REQUIRE(s.remove(q, some, ordinal) == KSTAGE_OK);
     s.seal(ordinal++);
     REQUIRE(existing(s).size() == 2);

@@ -36,8 +36,8 @@ void write_rows(Stage& s, kstage_query_t q, kstage_token_t a, uint64_t ordinal,
   std::vector<DLTensor> tensors;
   for (size_t i = 0; i < rows.size(); ++i) {
     shapes[i] = int64_t(rows[i].size());
-    tensors.push_back(tensor(rows[i].empty() ? nullptr : rows[i].data(),
-                             DLDataType{kDLInt, 32, 1}, 1, &shapes[i]));
+    tensors.push_back(tensor(rows[i].empty() ? nullptr : rows[i].data(), DLDataType{kDLInt, 32, 1},
+                             1, &shapes[i]));
   }
   KS_OK(s.write(q, a, ordinal, write_data(tensors.data(), tensors.size(), true)));
 }
@@ -141,8 +141,9 @@ TEST_CASE("kstage_attribute_info: errors name the input and write nothing", "[de
            "not a token of this stage");
   KS_FAILS(kstage_attribute_info(s.stage, a, nullptr), KSTAGE_INVALID_ARGUMENT, "info is NULL");
   info.struct_size = 0;
-  KS_FAILS(kstage_attribute_info(s.stage, a, &info), KSTAGE_INVALID_ARGUMENT,
-           "info.struct_size is 0: start the kstage_attribute_info_t from kstage_attribute_info_init()");
+  KS_FAILS(
+      kstage_attribute_info(s.stage, a, &info), KSTAGE_INVALID_ARGUMENT,
+      "info.struct_size is 0: start the kstage_attribute_info_t from kstage_attribute_info_init()");
   info.struct_size = 47;
   KS_FAILS(kstage_attribute_info(s.stage, a, &info), KSTAGE_INVALID_ARGUMENT,
            "info.struct_size is 47");
@@ -212,9 +213,10 @@ TEST_CASE("every existing prim of whole ranges, gaps and explicit paths, in path
   // A gap in a page of members (a deleted prim), and the last of a page: runs split there.
   KS_OK(s.remove(s.query({first + 70000, first + 65535}), {}, 2));
   s.seal(2);
-  want.erase(std::remove_if(want.begin(), want.end(),
-                            [&](kstage_path_t p) { return p == first + 70000 || p == first + 65535; }),
-             want.end());
+  want.erase(
+      std::remove_if(want.begin(), want.end(),
+                     [&](kstage_path_t p) { return p == first + 70000 || p == first + 65535; }),
+      want.end());
   CHECK(s.filtered(all) == want);
   // Only the range's members left, and not all of them: still every one, in order, and a write
   // through the query (one run: a progression) reaches exactly them.

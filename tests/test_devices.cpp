@@ -40,13 +40,15 @@ TEST_CASE("pinned host memory is written as host memory, to new and existing col
     DLTensor t = tensor(first.data(), f32(), 1, shape, nullptr, DLDevice{type, 0});
     KS_OK(s.write(q, a, base, write_data(&t)));  // creates the column
     s.seal(base);
-    REQUIRE(s.floats(q, a) == std::map<kstage_path_t, std::vector<float>>{
-                                  {prims[0], {1}}, {prims[1], {2}}, {prims[2], {3}}, {prims[3], {4}}});
+    REQUIRE(s.floats(q, a) ==
+            std::map<kstage_path_t, std::vector<float>>{
+                {prims[0], {1}}, {prims[1], {2}}, {prims[2], {3}}, {prims[3], {4}}});
     t.data = second.data();
     KS_OK(s.write(q, a, base + 1, write_data(&t)));  // into the existing host column
     s.seal(base + 1);
-    REQUIRE(s.floats(q, a) == std::map<kstage_path_t, std::vector<float>>{
-                                  {prims[0], {5}}, {prims[1], {6}}, {prims[2], {7}}, {prims[3], {8}}});
+    REQUIRE(s.floats(q, a) ==
+            std::map<kstage_path_t, std::vector<float>>{
+                {prims[0], {5}}, {prims[1], {6}}, {prims[2], {7}}, {prims[3], {8}}});
     // Reads of a host column are on the CPU.
     kstage_read_t r = 0;
     KS_OK(kstage_read_attributes(s.stage, q, &a, 1, nullptr, &r));
@@ -79,9 +81,9 @@ TEST_CASE("a write of host data into a host column takes device_sync {0, 0}",
     batch[1].device_sync = sync;
     const kstage_token_t attrs[2] = {f.x, f.s.token("y")};
     kstage_op_t op = 0;
-    KS_FAILS(kstage_write_attributes(f.s.stage, f.q, attrs, batch, 2, 2, KSTAGE_PRIM_MODE_UPSERT,
-                                     &op),
-             KSTAGE_INVALID_ARGUMENT, "data[1] ('y'): device_sync is");
+    KS_FAILS(
+        kstage_write_attributes(f.s.stage, f.q, attrs, batch, 2, 2, KSTAGE_PRIM_MODE_UPSERT, &op),
+        KSTAGE_INVALID_ARGUMENT, "data[1] ('y'): device_sync is");
   }
   REQUIRE(f.state() == before);
   kstage_write_data_t w = write_data(&f.t);
@@ -148,8 +150,7 @@ TEST_CASE("unmapping host buffers takes done_sync {0, 0}; a rejected unmap keeps
     KS_FAILS(kstage_unmap_group(f.s.stage, m, g.handle, sync, &op), KSTAGE_INVALID_ARGUMENT,
              "done_sync is {stream " + hex(sync.stream) + ", event " + hex(sync.event) +
                  "} but the data is host memory");
-    KS_FAILS(kstage_unmap_attribute(f.s.stage, m, sync, &op), KSTAGE_INVALID_ARGUMENT,
-             "done_sync");
+    KS_FAILS(kstage_unmap_attribute(f.s.stage, m, sync, &op), KSTAGE_INVALID_ARGUMENT, "done_sync");
   }
   REQUIRE(op == 0);
   REQUIRE(f.state() == before);  // nothing was committed
@@ -166,7 +167,8 @@ TEST_CASE("the host is device 0: other CPU ordinals are refused, naming the devi
   kstage_config_t c = kstage_config_init();
   c.residency = DLDevice{kDLCPU, 1};
   kstage_stage_t st = 0;
-  KS_FAILS(kstage_create(&c, &st), KSTAGE_INVALID_ARGUMENT, "device kDLCPU:1: the host is device 0");
+  KS_FAILS(kstage_create(&c, &st), KSTAGE_INVALID_ARGUMENT,
+           "device kDLCPU:1: the host is device 0");
   REQUIRE(st == 0);
   Fixture f;
   const std::string before = f.state();

@@ -30,18 +30,26 @@ TEST_CASE("tokens and paths intern to stable non-zero ids", "[dictionary]") {
 TEST_CASE("empty strings and embedded NULs are rejected with a message", "[dictionary][errors]") {
   Stage s(host_execution());
   kstage_token_t t = 77;
-  KS_FAILS(kstage_intern_token(s.stage, "", KSTAGE_NUL_TERMINATED, &t), KSTAGE_INVALID_ARGUMENT, "empty");
+  KS_FAILS(kstage_intern_token(s.stage, "", KSTAGE_NUL_TERMINATED, &t), KSTAGE_INVALID_ARGUMENT,
+           "empty");
   KS_FAILS(kstage_intern_token(s.stage, "abc", 0, &t), KSTAGE_INVALID_ARGUMENT, "empty");
-  KS_FAILS(kstage_intern_token(s.stage, "ab\0c", 4, &t), KSTAGE_INVALID_ARGUMENT, "embedded NUL at byte 2");
+  KS_FAILS(kstage_intern_token(s.stage, "ab\0c", 4, &t), KSTAGE_INVALID_ARGUMENT,
+           "embedded NUL at byte 2");
   KS_FAILS(kstage_intern_token(s.stage, nullptr, 3, &t), KSTAGE_INVALID_ARGUMENT, "NULL");
   REQUIRE(t == 77);  // out-parameters are written only on success
   kstage_path_t p = 0;
-  KS_FAILS(kstage_intern_path(s.stage, "", KSTAGE_NUL_TERMINATED, &p), KSTAGE_INVALID_ARGUMENT, "empty");
-  KS_FAILS(kstage_intern_path(s.stage, "/a\0b", 4, &p), KSTAGE_INVALID_ARGUMENT, "embedded NUL at byte 2");
-  KS_FAILS(kstage_intern_path(s.stage, "world", KSTAGE_NUL_TERMINATED, &p), KSTAGE_INVALID_ARGUMENT, "not absolute");
-  KS_FAILS(kstage_intern_path(s.stage, "/a//b", KSTAGE_NUL_TERMINATED, &p), KSTAGE_INVALID_ARGUMENT, "empty component");
-  KS_FAILS(kstage_intern_path(s.stage, "/a/", KSTAGE_NUL_TERMINATED, &p), KSTAGE_INVALID_ARGUMENT, "ends with '/'");
-  KS_FAILS(kstage_intern_token(s.stage, "x", KSTAGE_NUL_TERMINATED, nullptr), KSTAGE_INVALID_ARGUMENT, "token is NULL");
+  KS_FAILS(kstage_intern_path(s.stage, "", KSTAGE_NUL_TERMINATED, &p), KSTAGE_INVALID_ARGUMENT,
+           "empty");
+  KS_FAILS(kstage_intern_path(s.stage, "/a\0b", 4, &p), KSTAGE_INVALID_ARGUMENT,
+           "embedded NUL at byte 2");
+  KS_FAILS(kstage_intern_path(s.stage, "world", KSTAGE_NUL_TERMINATED, &p), KSTAGE_INVALID_ARGUMENT,
+           "not absolute");
+  KS_FAILS(kstage_intern_path(s.stage, "/a//b", KSTAGE_NUL_TERMINATED, &p), KSTAGE_INVALID_ARGUMENT,
+           "empty component");
+  KS_FAILS(kstage_intern_path(s.stage, "/a/", KSTAGE_NUL_TERMINATED, &p), KSTAGE_INVALID_ARGUMENT,
+           "ends with '/'");
+  KS_FAILS(kstage_intern_token(s.stage, "x", KSTAGE_NUL_TERMINATED, nullptr),
+           KSTAGE_INVALID_ARGUMENT, "token is NULL");
   REQUIRE(p == 0);
 }
 
@@ -69,7 +77,8 @@ TEST_CASE("path lists are refcounted copies", "[dictionary][path_list]") {
   KS_OK(kstage_path_list_release(s.stage, list));
   KS_OK(kstage_path_list_get(s.stage, list, &got, &n));  // one reference left
   KS_OK(kstage_path_list_release(s.stage, list));
-  KS_FAILS(kstage_path_list_get(s.stage, list, &got, &n), KSTAGE_INVALID_HANDLE, "path list handle");
+  KS_FAILS(kstage_path_list_get(s.stage, list, &got, &n), KSTAGE_INVALID_HANDLE,
+           "path list handle");
   KS_FAILS(kstage_path_list_release(s.stage, list), KSTAGE_INVALID_HANDLE, "path list handle");
   KS_FAILS(kstage_path_list_retain(s.stage, list), KSTAGE_INVALID_HANDLE, "path list handle");
 }
@@ -124,15 +133,18 @@ TEST_CASE("long, deep and unusual paths round trip", "[dictionary][tree]") {
   for (int i = 0; i < 200; ++i) deep += "/d" + std::to_string(i);
   const kstage_path_t d = s.path(deep);
   REQUIRE(s.path_string(d) == deep);
-  const std::string long_leaf = "/big/" + std::string(3u << 20, 'x');  // beyond one 1 MiB leaf chunk
+  const std::string long_leaf =
+      "/big/" + std::string(3u << 20, 'x');  // beyond one 1 MiB leaf chunk
   const kstage_path_t l = s.path(long_leaf);
   REQUIRE(s.path_string(l) == long_leaf);
   REQUIRE(s.path(long_leaf) == l);
-  // Leaves of every length around the hash's 8-byte words, and bytes of every value but NUL and '/'.
+  // Leaves of every length around the hash's 8-byte words, and bytes of every value but NUL and
+  // '/'.
   std::map<kstage_path_t, std::string> made;
   for (size_t len = 1; len <= 20; ++len) {
     std::string leaf;
-    for (size_t k = 0; k < len; ++k) leaf += char(1 + (k * 37 + len) % 254 == '/' ? 1 : 1 + (k * 37 + len) % 254);
+    for (size_t k = 0; k < len; ++k)
+      leaf += char(1 + (k * 37 + len) % 254 == '/' ? 1 : 1 + (k * 37 + len) % 254);
     const std::string p = "/bytes/" + leaf;
     made[s.path(p)] = p;
   }
@@ -162,7 +174,8 @@ TEST_CASE("many paths keep their ids as the index grows", "[dictionary][tree]") 
   REQUIRE(ids.back() == ids.front() + 49999);  // siblings after the first: consecutive ids
 }
 
-TEST_CASE("kstage_intern_paths interns a batch, or nothing when a string is bad", "[dictionary][bulk]") {
+TEST_CASE("kstage_intern_paths interns a batch, or nothing when a string is bad",
+          "[dictionary][bulk]") {
   Stage s(host_execution());
   const kstage_path_t before = s.path("/probe/1");
   std::vector<std::string> strs;
@@ -191,19 +204,22 @@ TEST_CASE("kstage_intern_paths interns a batch, or nothing when a string is bad"
            "strings[2]: path 'relative' is not absolute");
   REQUIRE(out[0] == 7);
   const char* nul[2] = {"/fresh/c", nullptr};
-  KS_FAILS(kstage_intern_paths(s.stage, nul, nullptr, 2, out), KSTAGE_INVALID_ARGUMENT, "strings[1]");
+  KS_FAILS(kstage_intern_paths(s.stage, nul, nullptr, 2, out), KSTAGE_INVALID_ARGUMENT,
+           "strings[1]");
   const kstage_path_t after = s.path("/probe/2");
   REQUIRE(after == ids.back() + 1);  // "/fresh" was never made, not even hidden
-  KS_FAILS(kstage_intern_paths(s.stage, nullptr, nullptr, 2, out), KSTAGE_INVALID_ARGUMENT, "strings is NULL");
-  KS_FAILS(kstage_intern_paths(s.stage, bad, nullptr, 2, nullptr), KSTAGE_INVALID_ARGUMENT, "paths is NULL");
+  KS_FAILS(kstage_intern_paths(s.stage, nullptr, nullptr, 2, out), KSTAGE_INVALID_ARGUMENT,
+           "strings is NULL");
+  KS_FAILS(kstage_intern_paths(s.stage, bad, nullptr, 2, nullptr), KSTAGE_INVALID_ARGUMENT,
+           "paths is NULL");
   KS_OK(kstage_intern_paths(s.stage, nullptr, nullptr, 0, nullptr));
   KS_FAILS(kstage_intern_paths(0, bad, nullptr, 2, out), KSTAGE_INVALID_HANDLE, "stage");
 }
 
 TEST_CASE("prefix filters follow the tree", "[dictionary][tree][queries]") {
   Stage s(host_execution());
-  const auto a = s.path("/w/a"), ab = s.path("/w/a/b"), abc = s.path("/w/a/b/c"), wab = s.path("/w/ab"),
-             other = s.path("/v/a");
+  const auto a = s.path("/w/a"), ab = s.path("/w/a/b"), abc = s.path("/w/a/b/c"),
+             wab = s.path("/w/ab"), other = s.path("/v/a");
   kstage_token_t t = s.token("t");
   kstage_query_t all = s.query({a, ab, abc, wab, other});
   s.write_f32(all, t, 1, {1, 2, 3, 4, 5});

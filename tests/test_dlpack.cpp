@@ -169,19 +169,19 @@ void kokkos_via_kstage() {
 
 // Runs `expr`, which must throw kstage::DLPackError with `code` and a message
 // containing `needle`.
-#define DL_FAILS(expr, code, needle)                                              \
-  do {                                                                            \
-    std::optional<std::pair<kstage_status_t, std::string>> _err;                  \
-    try {                                                                         \
-      (void)(expr);                                                               \
-    } catch (const kstage::DLPackError& e) {                                      \
-      _err.emplace(e.status(), e.what());                                         \
-    }                                                                             \
-    INFO(#expr);                                                                  \
-    REQUIRE(_err.has_value());                                                    \
-    INFO("message: " << _err->second);                                            \
-    REQUIRE(_err->first == (code));                                               \
-    REQUIRE(_err->second.find(needle) != std::string::npos);                      \
+#define DL_FAILS(expr, code, needle)                             \
+  do {                                                           \
+    std::optional<std::pair<kstage_status_t, std::string>> _err; \
+    try {                                                        \
+      (void)(expr);                                              \
+    } catch (const kstage::DLPackError& e) {                     \
+      _err.emplace(e.status(), e.what());                        \
+    }                                                            \
+    INFO(#expr);                                                 \
+    REQUIRE(_err.has_value());                                   \
+    INFO("message: " << _err->second);                           \
+    REQUIRE(_err->first == (code));                              \
+    REQUIRE(_err->second.find(needle) != std::string::npos);     \
   } while (0)
 
 // ---------------------------------------------------------------------------
@@ -310,7 +310,8 @@ T element(const DLTensor& t, std::initializer_list<int64_t> idx) {
     off += index[size_t(d)] * stride;
     compact *= t.shape[d];
   }
-  const auto* p = static_cast<const unsigned char*>(t.data) + t.byte_offset + off * int64_t(sizeof(T));
+  const auto* p =
+      static_cast<const unsigned char*>(t.data) + t.byte_offset + off * int64_t(sizeof(T));
   const std::vector<unsigned char> bytes = host_copy(p, sizeof(T), t.device);  // device data too
   T v;
   std::memcpy(&v, bytes.data(), sizeof(T));
@@ -479,7 +480,8 @@ TEST_CASE("export: rank 0 to 3 Views in LayoutRight and LayoutLeft describe the 
     REQUIRE(m->dl_tensor.strides[1] == 1);
     REQUIRE((m->flags & DLPACK_FLAG_BITMASK_IS_COPIED) == 0);
     for (int i = 0; i < 3; ++i)
-      for (int j = 0; j < 4; ++j) REQUIRE(element<float>(m->dl_tensor, {i, j}) == float(10 * i + j));
+      for (int j = 0; j < 4; ++j)
+        REQUIRE(element<float>(m->dl_tensor, {i, j}) == float(10 * i + j));
     m->deleter(m);
   }
   SECTION("rank 2 LayoutLeft: column-major strides (1, rows)") {
@@ -491,7 +493,8 @@ TEST_CASE("export: rank 0 to 3 Views in LayoutRight and LayoutLeft describe the 
     REQUIRE(m->dl_tensor.strides[0] == 1);
     REQUIRE(m->dl_tensor.strides[1] == 3);
     for (int i = 0; i < 3; ++i)
-      for (int j = 0; j < 4; ++j) REQUIRE(element<double>(m->dl_tensor, {i, j}) == double(10 * i + j));
+      for (int j = 0; j < 4; ++j)
+        REQUIRE(element<double>(m->dl_tensor, {i, j}) == double(10 * i + j));
     // And back as a LayoutLeft View over the same memory.
     auto back = import_dlpack<double**, Kokkos::HostSpace, Kokkos::LayoutLeft>(m);
     REQUIRE(back.view().data() == v.data());
@@ -600,10 +603,10 @@ TEST_CASE("export: strided subviews give their real strides in elements", "[dlpa
 namespace {
 template <class T>
 struct Expected;
-#define KSTAGE_EXPECT_DTYPE(T, c, b)               \
-  template <>                                      \
-  struct Expected<T> {                             \
-    static constexpr uint8_t code = c, bits = b;   \
+#define KSTAGE_EXPECT_DTYPE(T, c, b)             \
+  template <>                                    \
+  struct Expected<T> {                           \
+    static constexpr uint8_t code = c, bits = b; \
   };
 KSTAGE_EXPECT_DTYPE(int8_t, kDLInt, 8)
 KSTAGE_EXPECT_DTYPE(int16_t, kDLInt, 16)
@@ -641,10 +644,11 @@ T value_for(int i) {
 }
 }  // namespace
 
-TEMPLATE_TEST_CASE("export: every mapped value type has the right dtype and round-trips without a copy",
-                   "[dlpack][export][import][dtype]", int8_t, int16_t, int32_t, int64_t, uint8_t,
-                   uint16_t, uint32_t, uint64_t, float, double, bool, Kokkos::complex<float>,
-                   Kokkos::complex<double>, std::complex<float>, std::complex<double>) {
+TEMPLATE_TEST_CASE(
+    "export: every mapped value type has the right dtype and round-trips without a copy",
+    "[dlpack][export][import][dtype]", int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t,
+    uint32_t, uint64_t, float, double, bool, Kokkos::complex<float>, Kokkos::complex<double>,
+    std::complex<float>, std::complex<double>) {
   kokkos_via_kstage();
   Kokkos::View<TestType*> v("values", 6);
   for (int i = 0; i < 6; ++i) v(i) = value_for<TestType>(i);
@@ -654,7 +658,8 @@ TEMPLATE_TEST_CASE("export: every mapped value type has the right dtype and roun
   REQUIRE(m->dl_tensor.dtype.bits == Expected<TestType>::bits);
   REQUIRE(m->dl_tensor.dtype.lanes == 1);
   check_describes(m->dl_tensor, v);
-  for (int i = 0; i < 6; ++i) REQUIRE(element<TestType>(m->dl_tensor, {i}) == value_for<TestType>(i));
+  for (int i = 0; i < 6; ++i)
+    REQUIRE(element<TestType>(m->dl_tensor, {i}) == value_for<TestType>(i));
   REQUIRE(v.use_count() == 2);  // the export holds a copy of the View
 
   {
@@ -698,7 +703,8 @@ TEST_CASE("export: Views of any host execution space, memory traits and rank up 
       "device", 3);
   Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::RandomAccess>> traits(
       "traits", 3);
-  Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Atomic>> atomic("atomic", 3);
+  Kokkos::View<double*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Atomic>> atomic("atomic",
+                                                                                        3);
   serial(1) = 1.0;
   dev(1) = 2.0;
   traits(1) = 3.0;
@@ -762,7 +768,8 @@ TEST_CASE("import: complex128 at an 8-byte boundary: std::complex yes, Kokkos::c
   REQUIRE(p.deleted == 2);
 }
 
-TEST_CASE("export: a zero-size View exports data NULL and imports back", "[dlpack][export][import]") {
+TEST_CASE("export: a zero-size View exports data NULL and imports back",
+          "[dlpack][export][import]") {
   kokkos_via_kstage();
   Kokkos::View<float*> empty("empty", 0);
   DLManagedTensorVersioned* m = export_dlpack_versioned(empty);
@@ -935,7 +942,8 @@ TEST_CASE("export: complex<long double> (256 bits) is not describable by an 8-bi
   // Checked at run time (not STATIC_REQUIRE) so the rest of this program
   // still builds while the bridge maps it: it must be refused, never
   // exported with a truncated width (256 -> 0).
-  INFO("std::complex<long double> exports with bits " << exported_bits<std::complex<long double>>());
+  INFO("std::complex<long double> exports with bits "
+       << exported_bits<std::complex<long double>>());
   CHECK(exported_bits<std::complex<long double>>() == -1);
   INFO("Kokkos::complex<long double> exports with bits "
        << exported_bits<Kokkos::complex<long double>>());
@@ -957,7 +965,8 @@ TEST_CASE("import: export -> import round trips share memory (versioned and lega
     for (int j = 0; j < 2; ++j) v(i, j) = float(i * 2 + j);
   const float* data = v.data();
 
-  auto a = import_dlpack<float**, Kokkos::HostSpace, Kokkos::LayoutRight>(export_dlpack_versioned(v));
+  auto a =
+      import_dlpack<float**, Kokkos::HostSpace, Kokkos::LayoutRight>(export_dlpack_versioned(v));
   auto b = import_dlpack<float**>(export_dlpack_legacy(v));
   REQUIRE(v.use_count() == 3);
   v = Kokkos::View<float**>();  // the producer's own View is gone
@@ -1313,7 +1322,8 @@ TEST_CASE("import: dtype mismatches are refused naming the dtype", "[dlpack][imp
   kokkos_via_kstage();
   Producer p(64);
   DL_FAILS(import_dlpack<float*>(p.versioned(dense(DLDataType{99, 32, 1}, {4}))),
-           KSTAGE_INVALID_ARGUMENT, "dtype code 99 bits 32 does not match the View's value type float32");
+           KSTAGE_INVALID_ARGUMENT,
+           "dtype code 99 bits 32 does not match the View's value type float32");
   REQUIRE(p.deleted == 1);
   DL_FAILS(import_dlpack<float*>(p.versioned(dense(f64(), {2}))), KSTAGE_INVALID_ARGUMENT,
            "dtype float64 does not match the View's value type float32");
@@ -1332,8 +1342,9 @@ TEST_CASE("import: dtype mismatches are refused naming the dtype", "[dlpack][imp
   // bool is 8 bits; complex<float> is 64 bits.
   DL_FAILS(import_dlpack<bool*>(p.versioned(dense(DLDataType{kDLBool, 1, 1}, {2}))),
            KSTAGE_INVALID_ARGUMENT, "bool1");
-  DL_FAILS(import_dlpack<std::complex<float>*>(p.versioned(dense(DLDataType{kDLComplex, 128, 1}, {2}))),
-           KSTAGE_INVALID_ARGUMENT, "complex128 does not match the View's value type complex64");
+  DL_FAILS(
+      import_dlpack<std::complex<float>*>(p.versioned(dense(DLDataType{kDLComplex, 128, 1}, {2}))),
+      KSTAGE_INVALID_ARGUMENT, "complex128 does not match the View's value type complex64");
   REQUIRE(p.deleted == 7);
 }
 
@@ -1371,20 +1382,19 @@ TEST_CASE("import: device types without a host view are refused, naming the devi
     int32_t type;
     const char* name;
   };
-  const Case cases[] = {{kDLCUDA, "kDLCUDA"},       {kDLOpenCL, "kDLOpenCL"},
-                        {kDLVulkan, "kDLVulkan"},   {kDLMetal, "kDLMetal"},
-                        {kDLOneAPI, "kDLOneAPI"},   {kDLCUDAManaged, "kDLCUDAManaged"},
-                        {kDLROCM, "kDLROCM"},       {kDLVPI, "kDLVPI"},
-                        {kDLExtDev, "kDLExtDev"},   {kDLWebGPU, "kDLWebGPU"},
-                        {kDLHexagon, "kDLHexagon"}, {kDLMAIA, "kDLMAIA"},
-                        {0, "unknown device type"}, {99, "unknown device type"}};
+  const Case cases[] = {
+      {kDLCUDA, "kDLCUDA"},       {kDLOpenCL, "kDLOpenCL"},   {kDLVulkan, "kDLVulkan"},
+      {kDLMetal, "kDLMetal"},     {kDLOneAPI, "kDLOneAPI"},   {kDLCUDAManaged, "kDLCUDAManaged"},
+      {kDLROCM, "kDLROCM"},       {kDLVPI, "kDLVPI"},         {kDLExtDev, "kDLExtDev"},
+      {kDLWebGPU, "kDLWebGPU"},   {kDLHexagon, "kDLHexagon"}, {kDLMAIA, "kDLMAIA"},
+      {0, "unknown device type"}, {99, "unknown device type"}};
   int expected = 0;
   for (const Case& c : cases) {
     INFO("device type " << c.type);
     Desc d = dense(f32(), {4});
     d.device = DLDevice{static_cast<DLDeviceType>(c.type), 0};
-    const std::string needle = std::string("device type ") + c.name + " (" + std::to_string(c.type) +
-                               ") cannot be viewed in Kokkos::HostSpace";
+    const std::string needle = std::string("device type ") + c.name + " (" +
+                               std::to_string(c.type) + ") cannot be viewed in Kokkos::HostSpace";
     DL_FAILS(import_dlpack<const float*>(p.versioned(d)), KSTAGE_NOT_SUPPORTED, needle);
     REQUIRE(p.deleted == ++expected);
     DL_FAILS(import_dlpack<float*>(p.legacy(d)), KSTAGE_NOT_SUPPORTED, "nothing is copied");
@@ -1494,8 +1504,7 @@ TEST_CASE("import: a zero stride (broadcast) axis is viewed, not densified",
   REQUIRE(p.deleted == 2);
 }
 
-TEST_CASE("import: rank mismatch is refused with both ranks in the message",
-          "[dlpack][import]") {
+TEST_CASE("import: rank mismatch is refused with both ranks in the message", "[dlpack][import]") {
   kokkos_via_kstage();
   Producer p(256);
   DL_FAILS(import_dlpack<float*>(p.versioned(dense(f32(), {2, 3}))), KSTAGE_INVALID_ARGUMENT,
@@ -1657,9 +1666,10 @@ TEST_CASE("group export: a zero-copy group exports READ_ONLY over the column sto
   }
 }
 
-TEST_CASE("legacy export of a zero-copy group with KSTAGE_EXPORT_CONSUMER_READS_ONLY shares the "
-          "column's storage",
-          "[dlpack][group_export][legacy]") {
+TEST_CASE(
+    "legacy export of a zero-copy group with KSTAGE_EXPORT_CONSUMER_READS_ONLY shares the "
+    "column's storage",
+    "[dlpack][group_export][legacy]") {
   Stage s(host_execution());
   auto prims = s.paths("/p", 4);
   kstage_query_t q = s.query(prims);
@@ -1693,8 +1703,8 @@ TEST_CASE("legacy export of a zero-copy group with KSTAGE_EXPORT_CONSUMER_READS_
     REQUIRE(v == nullptr);
     // Without the promise: refused, and the message names the opt-in.
     DLManagedTensor* refused = nullptr;
-    KS_FAILS(kstage_group_export_legacy(s.stage, r.g.handle, 0, 0, &refused),
-             KSTAGE_NOT_SUPPORTED, "KSTAGE_EXPORT_CONSUMER_READS_ONLY");
+    KS_FAILS(kstage_group_export_legacy(s.stage, r.g.handle, 0, 0, &refused), KSTAGE_NOT_SUPPORTED,
+             "KSTAGE_EXPORT_CONSUMER_READS_ONLY");
     REQUIRE(refused == nullptr);
   }
   // The exports outlive the group; a sparse seal does not write into the
@@ -1835,7 +1845,8 @@ TEST_CASE("group export: a compact group owns its buffer: writable, legacy allow
   l->deleter(l);
 }
 
-TEST_CASE("group export: array groups export one tensor per prim", "[host_bridge][dlpack][group_export][array]") {
+TEST_CASE("group export: array groups export one tensor per prim",
+          "[host_bridge][dlpack][group_export][array]") {
   Stage s(host_execution());
   auto prims = s.paths("/a", 3);
   kstage_query_t q = s.query(prims);
@@ -1845,7 +1856,8 @@ TEST_CASE("group export: array groups export one tensor per prim", "[host_bridge
   int64_t shapes[3] = {2, 0, 3};
   DLTensor ts[3];
   for (int i = 0; i < 3; ++i)
-    ts[i] = tensor(rows[size_t(i)].empty() ? nullptr : rows[size_t(i)].data(), f32(2), 1, &shapes[i]);
+    ts[i] =
+        tensor(rows[size_t(i)].empty() ? nullptr : rows[size_t(i)].data(), f32(2), 1, &shapes[i]);
   KS_OK(s.write(q, pairs, 1, write_data(ts, 3, true)));
   s.seal(1);
 
@@ -1966,7 +1978,8 @@ TEST_CASE("group export: invalid index, tombstone, flags, handles and NULL out a
   REQUIRE(lout == lsentinel);
 }
 
-TEST_CASE("group export: an export outlives the stage", "[host_bridge][dlpack][group_export][lifetime]") {
+TEST_CASE("group export: an export outlives the stage",
+          "[host_bridge][dlpack][group_export][lifetime]") {
   std::optional<Stage> s;
   s.emplace(host_execution());
   auto prims = s->paths("/p", 3);
@@ -2020,8 +2033,7 @@ TEST_CASE("round trip: a View exported into a column becomes its storage without
   {
     Kokkos::View<float**> v("positions", 6, 3);  // (N, 3): folds into lanes 3
     Kokkos::parallel_for(
-        "fill", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, 6),
-        KOKKOS_LAMBDA(int i) {
+        "fill", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, 6), KOKKOS_LAMBDA(int i) {
           for (int j = 0; j < 3; ++j) v(i, j) = float(10 * i + j);
         });
     Kokkos::fence();
@@ -2230,7 +2242,8 @@ TEST_CASE("round trip: a READ_ONLY tensor the producer owns is copied before a s
   REQUIRE(p.deleted == 1);  // exactly once, by the stage
 }
 
-TEST_CASE("round trip: a managed tensor without a deleter is copied", "[dlpack][round_trip][managed]") {
+TEST_CASE("round trip: a managed tensor without a deleter is copied",
+          "[dlpack][round_trip][managed]") {
   kokkos_via_kstage();
   Producer p(128);
   for (int i = 0; i < 4; ++i) p.as<float>()[i] = float(i) + 0.5f;
@@ -2315,9 +2328,8 @@ TEST_CASE("lifetime: deleters that run after Kokkos::finalize free only the DLPa
   // leak detection is off there.
   const char* asan = std::getenv("ASAN_OPTIONS");
   const std::string cmd = std::string("KSTAGE_DLPACK_CHILD=1 ASAN_OPTIONS='") +
-                          (asan ? std::string(asan) + ":" : std::string()) +
-                          "detect_leaks=0' '" + exe +
-                          "' 'lifetime child: deleters run after Kokkos::finalize' 2>&1";
+                          (asan ? std::string(asan) + ":" : std::string()) + "detect_leaks=0' '" +
+                          exe + "' 'lifetime child: deleters run after Kokkos::finalize' 2>&1";
   FILE* pipe = popen(cmd.c_str(), "r");
   REQUIRE(pipe != nullptr);
   std::string output;

@@ -6,11 +6,7 @@
 
 using namespace kstage_test;
 
-namespace {
-
-
-
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("floors start at 0 and only move forward", "[floors]") {
   Stage s(host_execution());
@@ -116,7 +112,8 @@ TEST_CASE("floor violations are per attribute and name the ordinal and the attri
     kstage_token_t attrs[2] = {b, a};
     kstage_op_t op = 0;
     KS_FAILS(kstage_write_attributes(s.stage, q, attrs, w, 2, 3, KSTAGE_PRIM_MODE_UPSERT, &op),
-             KSTAGE_WRITE_FLOOR_VIOLATION, "ordinal 3 is not above the write floor 5 of attribute 'velocity'");
+             KSTAGE_WRITE_FLOOR_VIOLATION,
+             "ordinal 3 is not above the write floor 5 of attribute 'velocity'");
     REQUIRE(op == 0);
   }
   REQUIRE(s.fingerprint(q, {a, b}) == before);

@@ -25,9 +25,9 @@ struct Live {
   kstage_token_t attr = 0;
   kstage_query_t query = 0;
   kstage_path_list_t list = 0;
-  kstage_read_t read = 0;       // one group left to fetch
-  kstage_group_t group = 0;     // fetched, held
-  kstage_op_t op = 0;           // a completed write, unreleased
+  kstage_read_t read = 0;    // one group left to fetch
+  kstage_group_t group = 0;  // fetched, held
+  kstage_op_t op = 0;        // a completed write, unreleased
   std::vector<float> data = std::vector<float>(12, 1.f);
   int64_t shape[1] = {4};
   DLTensor t{};
@@ -63,7 +63,8 @@ struct Live {
 // carrying each kind tag in the top byte (1..6) so the tag alone cannot make
 // them look live. Values equal to `live` handles are skipped.
 std::vector<uint64_t> bad_handles(const std::set<uint64_t>& live) {
-  std::vector<uint64_t> v = {0, UINT64_MAX, 1, uint64_t(1) << 56, (uint64_t(3) << 56) | 0xFFFFFFFFull};
+  std::vector<uint64_t> v = {0, UINT64_MAX, 1, uint64_t(1) << 56,
+                             (uint64_t(3) << 56) | 0xFFFFFFFFull};
   std::mt19937_64 rng(20240611);
   for (int i = 0; i < 40; ++i) v.push_back(rng());
   for (uint64_t tag = 0; tag <= 7; ++tag)
@@ -86,8 +87,10 @@ void expect_bad_query(Live& l, kstage_query_t q) {
   KS_BAD_HANDLE(kstage_query_count(st, q, &count), "query handle");
   KS_BAD_HANDLE(kstage_query_get_paths(st, q, &list), "query handle");
   KS_BAD_HANDLE(kstage_query_release(st, q), "query handle");
-  KS_BAD_HANDLE(kstage_write_attribute(st, q, l.attr, 7, &l.w, KSTAGE_PRIM_MODE_UPSERT, &op), "query handle");
-  KS_BAD_HANDLE(kstage_write_attributes(st, q, &l.attr, &l.w, 1, 7, KSTAGE_PRIM_MODE_UPSERT, &op), "query handle");
+  KS_BAD_HANDLE(kstage_write_attribute(st, q, l.attr, 7, &l.w, KSTAGE_PRIM_MODE_UPSERT, &op),
+                "query handle");
+  KS_BAD_HANDLE(kstage_write_attributes(st, q, &l.attr, &l.w, 1, 7, KSTAGE_PRIM_MODE_UPSERT, &op),
+                "query handle");
   KS_BAD_HANDLE(kstage_delete_attributes(st, q, &l.attr, 1, 7, &op), "query handle");
   KS_BAD_HANDLE(kstage_delete_attributes(st, q, nullptr, 0, 7, &op), "query handle");
   KS_BAD_HANDLE(kstage_read_attributes(st, q, &l.attr, 1, nullptr, &read), "query handle");
@@ -163,8 +166,12 @@ void expect_bad_stage(Live& l, kstage_stage_t bad) {
   KS_BAD_HANDLE(kstage_query_count(bad, l.query, &out), "stage handle");
   KS_BAD_HANDLE(kstage_query_get_paths(bad, l.query, &out), "stage handle");
   KS_BAD_HANDLE(kstage_query_release(bad, l.query), "stage handle");
-  KS_BAD_HANDLE(kstage_write_attribute(bad, l.query, l.attr, 7, &l.w, KSTAGE_PRIM_MODE_UPSERT, &out), "stage handle");
-  KS_BAD_HANDLE(kstage_write_attributes(bad, l.query, &l.attr, &l.w, 1, 7, KSTAGE_PRIM_MODE_UPSERT, &out), "stage handle");
+  KS_BAD_HANDLE(
+      kstage_write_attribute(bad, l.query, l.attr, 7, &l.w, KSTAGE_PRIM_MODE_UPSERT, &out),
+      "stage handle");
+  KS_BAD_HANDLE(
+      kstage_write_attributes(bad, l.query, &l.attr, &l.w, 1, 7, KSTAGE_PRIM_MODE_UPSERT, &out),
+      "stage handle");
   KS_BAD_HANDLE(kstage_delete_attributes(bad, l.query, nullptr, 0, 7, &out), "stage handle");
   KS_BAD_HANDLE(kstage_advance_write_floor(bad, 7, nullptr, 0), "stage handle");
   KS_BAD_HANDLE(kstage_get_write_floor(bad, 0, &out), "stage handle");
@@ -285,7 +292,8 @@ TEST_CASE("handles of another stage are refused", "[handles][errors]") {
   REQUIRE(b.fingerprint(lb.query, {lb.attr}) == before_b);
 }
 
-TEST_CASE("released handles are stale; a second release is an error, not a crash", "[handles][errors]") {
+TEST_CASE("released handles are stale; a second release is an error, not a crash",
+          "[handles][errors]") {
   Stage s(host_execution());
   Live l(s);
   // A second group of the open read, so a group can be released twice while the read lives.
@@ -332,7 +340,8 @@ TEST_CASE("released handles are stale; a second release is an error, not a crash
   REQUIRE(n == 4);
   REQUIRE(ids[0] == l.prims[0]);
   KS_OK(kstage_path_list_release(s.stage, from_query));
-  KS_FAILS(kstage_path_list_get(s.stage, from_query, &ids, &n), KSTAGE_INVALID_HANDLE, "path list handle");
+  KS_FAILS(kstage_path_list_get(s.stage, from_query, &ids, &n), KSTAGE_INVALID_HANDLE,
+           "path list handle");
 
   // Handles are never reused: new objects get new handles.
   kstage_query_t q2 = s.query(l.prims);
@@ -446,7 +455,8 @@ TEST_CASE("kstage_destroy frees every live handle; they all go stale", "[handles
     KS_FAILS(kstage_op_error(st, o, &msg), KSTAGE_INVALID_HANDLE, "stage handle");
     KS_FAILS(kstage_release_op(st, o), KSTAGE_INVALID_HANDLE, "stage handle");
   }
-  KS_FAILS(kstage_intern_token(st, "points", KSTAGE_NUL_TERMINATED, &out), KSTAGE_INVALID_HANDLE, "stage handle");
+  KS_FAILS(kstage_intern_token(st, "points", KSTAGE_NUL_TERMINATED, &out), KSTAGE_INVALID_HANDLE,
+           "stage handle");
   KS_FAILS(kstage_advance_write_floor(st, 9, nullptr, 0), KSTAGE_INVALID_HANDLE, "stage handle");
   KS_FAILS(kstage_get_write_floor(st, 0, &out), KSTAGE_INVALID_HANDLE, "stage handle");
   KS_FAILS(kstage_destroy(st), KSTAGE_INVALID_HANDLE, "stage handle");
@@ -538,31 +548,45 @@ TEST_CASE("NULL out-parameters are INVALID_ARGUMENT and consume nothing", "[hand
   const kstage_path_t* ids = nullptr;
   uint64_t n = 0;
   KS_FAILS(kstage_query_count(s.stage, l.query, nullptr), KSTAGE_INVALID_ARGUMENT, "count is NULL");
-  KS_FAILS(kstage_query_get_paths(s.stage, l.query, nullptr), KSTAGE_INVALID_ARGUMENT, "paths is NULL");
-  KS_FAILS(kstage_query_paths(s.stage, l.prims.data(), 4, nullptr), KSTAGE_INVALID_ARGUMENT, "query is NULL");
+  KS_FAILS(kstage_query_get_paths(s.stage, l.query, nullptr), KSTAGE_INVALID_ARGUMENT,
+           "paths is NULL");
+  KS_FAILS(kstage_query_paths(s.stage, l.prims.data(), 4, nullptr), KSTAGE_INVALID_ARGUMENT,
+           "query is NULL");
   kstage_filter_t all{};
   KS_FAILS(kstage_query_filter(s.stage, &all, nullptr), KSTAGE_INVALID_ARGUMENT, "query is NULL");
   KS_FAILS(kstage_query_filter(s.stage, nullptr, &n), KSTAGE_INVALID_ARGUMENT, "filter is NULL");
-  KS_FAILS(kstage_path_list_create(s.stage, l.prims.data(), 4, nullptr), KSTAGE_INVALID_ARGUMENT, "list is NULL");
-  KS_FAILS(kstage_path_list_get(s.stage, l.list, nullptr, &n), KSTAGE_INVALID_ARGUMENT, "paths is NULL");
-  KS_FAILS(kstage_path_list_get(s.stage, l.list, &ids, nullptr), KSTAGE_INVALID_ARGUMENT, "count is NULL");
+  KS_FAILS(kstage_path_list_create(s.stage, l.prims.data(), 4, nullptr), KSTAGE_INVALID_ARGUMENT,
+           "list is NULL");
+  KS_FAILS(kstage_path_list_get(s.stage, l.list, nullptr, &n), KSTAGE_INVALID_ARGUMENT,
+           "paths is NULL");
+  KS_FAILS(kstage_path_list_get(s.stage, l.list, &ids, nullptr), KSTAGE_INVALID_ARGUMENT,
+           "count is NULL");
   KS_FAILS(kstage_get_write_floor(s.stage, 0, nullptr), KSTAGE_INVALID_ARGUMENT, "ordinal is NULL");
-  KS_FAILS(kstage_write_attribute(s.stage, l.query, l.attr, 7, &l.w, KSTAGE_PRIM_MODE_UPSERT, nullptr),
+  KS_FAILS(
+      kstage_write_attribute(s.stage, l.query, l.attr, 7, &l.w, KSTAGE_PRIM_MODE_UPSERT, nullptr),
+      KSTAGE_INVALID_ARGUMENT, "op is NULL");
+  KS_FAILS(kstage_write_attributes(s.stage, l.query, &l.attr, &l.w, 1, 7, KSTAGE_PRIM_MODE_UPSERT,
+                                   nullptr),
            KSTAGE_INVALID_ARGUMENT, "op is NULL");
-  KS_FAILS(kstage_write_attributes(s.stage, l.query, &l.attr, &l.w, 1, 7, KSTAGE_PRIM_MODE_UPSERT, nullptr),
+  KS_FAILS(kstage_delete_attributes(s.stage, l.query, nullptr, 0, 7, nullptr),
            KSTAGE_INVALID_ARGUMENT, "op is NULL");
-  KS_FAILS(kstage_delete_attributes(s.stage, l.query, nullptr, 0, 7, nullptr), KSTAGE_INVALID_ARGUMENT, "op is NULL");
-  KS_FAILS(kstage_read_attributes(s.stage, l.query, &l.attr, 1, nullptr, nullptr), KSTAGE_INVALID_ARGUMENT, "read is NULL");
-  KS_FAILS(kstage_fetch_read_next(s.stage, l.read, 0, nullptr), KSTAGE_INVALID_ARGUMENT, "group is NULL");
+  KS_FAILS(kstage_read_attributes(s.stage, l.query, &l.attr, 1, nullptr, nullptr),
+           KSTAGE_INVALID_ARGUMENT, "read is NULL");
+  KS_FAILS(kstage_fetch_read_next(s.stage, l.read, 0, nullptr), KSTAGE_INVALID_ARGUMENT,
+           "group is NULL");
   KS_FAILS(kstage_op_error(s.stage, l.op, nullptr), KSTAGE_INVALID_ARGUMENT, "message is NULL");
-  KS_FAILS(kstage_token_string(s.stage, l.attr, nullptr, nullptr), KSTAGE_INVALID_ARGUMENT, "str is NULL");
-  KS_FAILS(kstage_path_string(s.stage, l.prims[0], nullptr, nullptr), KSTAGE_INVALID_ARGUMENT, "str is NULL");
-  KS_FAILS(kstage_intern_path(s.stage, "/x", KSTAGE_NUL_TERMINATED, nullptr), KSTAGE_INVALID_ARGUMENT, "path is NULL");
+  KS_FAILS(kstage_token_string(s.stage, l.attr, nullptr, nullptr), KSTAGE_INVALID_ARGUMENT,
+           "str is NULL");
+  KS_FAILS(kstage_path_string(s.stage, l.prims[0], nullptr, nullptr), KSTAGE_INVALID_ARGUMENT,
+           "str is NULL");
+  KS_FAILS(kstage_intern_path(s.stage, "/x", KSTAGE_NUL_TERMINATED, nullptr),
+           KSTAGE_INVALID_ARGUMENT, "path is NULL");
   // The failed fetch consumed no group: the read still has its one group.
   kstage_read_group_t g{};
   KS_OK(kstage_fetch_read_next(s.stage, l.read, 0, &g));
   REQUIRE(g.prim_count == 4);
-  KS_FAILS(kstage_fetch_read_next(s.stage, l.read, 0, &g), KSTAGE_END_OF_ITERATION, "no more groups");
+  KS_FAILS(kstage_fetch_read_next(s.stage, l.read, 0, &g), KSTAGE_END_OF_ITERATION,
+           "no more groups");
   KS_OK(kstage_release_group(s.stage, g.handle));
   // The writes rejected for a NULL op left nothing pending.
   s.seal(10);
@@ -571,7 +595,8 @@ TEST_CASE("NULL out-parameters are INVALID_ARGUMENT and consume nothing", "[hand
   REQUIRE(f.size() == 4);  // the rejected delete at 7 did not run
 }
 
-TEST_CASE("kstage_status_string names every code; kstage_version matches the header", "[handles][status]") {
+TEST_CASE("kstage_status_string names every code; kstage_version matches the header",
+          "[handles][status]") {
   const char* names[] = {"KSTAGE_OK",
                          "KSTAGE_INVALID_ARGUMENT",
                          "KSTAGE_INVALID_HANDLE",
@@ -591,12 +616,13 @@ TEST_CASE("kstage_status_string names every code; kstage_version matches the hea
     REQUIRE(kstage_status_string(c) != nullptr);
     REQUIRE(std::string(kstage_status_string(c)) == names[c]);
   }
-  REQUIRE(std::string(kstage_status_string(KSTAGE_WRITE_FLOOR_VIOLATION)) == "KSTAGE_WRITE_FLOOR_VIOLATION");
+  REQUIRE(std::string(kstage_status_string(KSTAGE_WRITE_FLOOR_VIOLATION)) ==
+          "KSTAGE_WRITE_FLOOR_VIOLATION");
   REQUIRE(std::string(kstage_status_string(KSTAGE_INTERNAL)) == "KSTAGE_INTERNAL");
   for (kstage_status_t c : {-1, 14, 15, 100, INT32_MAX, INT32_MIN})
     REQUIRE(std::string(kstage_status_string(c)) == "KSTAGE_UNKNOWN_STATUS");
-  REQUIRE(kstage_version() ==
-          uint32_t(KSTAGE_VERSION_MAJOR * 10000 + KSTAGE_VERSION_MINOR * 100 + KSTAGE_VERSION_PATCH));
+  REQUIRE(kstage_version() == uint32_t(KSTAGE_VERSION_MAJOR * 10000 + KSTAGE_VERSION_MINOR * 100 +
+                                       KSTAGE_VERSION_PATCH));
   REQUIRE(kstage_version() == 400);  // 0.4.0
 }
 

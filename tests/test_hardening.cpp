@@ -96,9 +96,9 @@ TEST_CASE("the stride of an extent-1 axis is never used, so any value is accepte
   // Multiplying it by the element size was undefined behaviour (UBSan).
   kstage_query_t one = f.s.query({f.prims[2]});
   uint64_t ordinal = 1;
-  for (int64_t stride : {(int64_t(1) << 61) + (int64_t(1) << 37),
-                         std::numeric_limits<int64_t>::max(),
-                         std::numeric_limits<int64_t>::min(), int64_t(0)}) {
+  for (int64_t stride :
+       {(int64_t(1) << 61) + (int64_t(1) << 37), std::numeric_limits<int64_t>::max(),
+        std::numeric_limits<int64_t>::min(), int64_t(0)}) {
     INFO("stride " << stride);
     ++ordinal;
     double value = double(ordinal) * 10;
@@ -175,8 +175,8 @@ TEST_CASE("a map of an existing column with another dtype names both dtypes",
   SECTION("a zero dtype (the descriptor left unset)") {
     kstage_map_desc_t d = kstage_map_desc_init();
     d.attribute = f.x;
-    KS_FAILS(kstage_map_attribute(f.s.stage, f.q, &d, 2, nullptr, 0, &map),
-             KSTAGE_INVALID_ARGUMENT, "does not match column 'x' dtype float64");
+    KS_FAILS(kstage_map_attribute(f.s.stage, f.q, &d, 2, nullptr, 0, &map), KSTAGE_INVALID_ARGUMENT,
+             "does not match column 'x' dtype float64");
     REQUIRE(std::string(kstage_last_error()).find("must match") != std::string::npos);
     REQUIRE(std::string(kstage_last_error()).find("bit width") == std::string::npos);
   }
@@ -184,8 +184,8 @@ TEST_CASE("a map of an existing column with another dtype names both dtypes",
     kstage_map_desc_t d = kstage_map_desc_init();
     d.attribute = f.x;
     d.dtype = f32();
-    KS_FAILS(kstage_map_attribute(f.s.stage, f.q, &d, 2, nullptr, 0, &map),
-             KSTAGE_INVALID_ARGUMENT, "dtype float32 does not match column 'x' dtype float64");
+    KS_FAILS(kstage_map_attribute(f.s.stage, f.q, &d, 2, nullptr, 0, &map), KSTAGE_INVALID_ARGUMENT,
+             "dtype float32 does not match column 'x' dtype float64");
   }
   REQUIRE(map == 0);
   REQUIRE(f.state() == before);
@@ -229,9 +229,10 @@ TEST_CASE("addresses are formed only for elements that exist, and never wrap",
   if (f.s.floor(f.x) == 1) REQUIRE(f.state() == before);  // the empty write's seal moved it
 }
 
-TEST_CASE("a packed array write picking one row of 2^32 empty source rows builds nothing per "
-          "source row",
-          "[hardening][array][packed]") {
+TEST_CASE(
+    "a packed array write picking one row of 2^32 empty source rows builds nothing per "
+    "source row",
+    "[hardening][array][packed]") {
   // index_map [2^32 - 1] over one packed tensor of 0 elements: 2^32 source
   // rows of 0 elements each. Building a pointer and a length per source row
   // took minutes and gigabytes; only the written rows cost anything now.
@@ -281,7 +282,8 @@ TEST_CASE("an array write whose rows add up past 2^63 bytes is rejected before a
   DLTensor rows[4] = {tensor(tiny, f32(), 1, one), tensor(tiny, f32(), 1, big),
                       tensor(tiny, f32(), 1, big), tensor(tiny, f32(), 1, one)};
   kstage_write_data_t per_row = write_data(rows, 4, true);
-  KS_FAILS(s.write(q, r, 1, per_row), KSTAGE_INVALID_ARGUMENT,
-           "add up to more than 2^63 bytes (at element 2: source row 2 of 4611686018427387904 bytes)");
+  KS_FAILS(
+      s.write(q, r, 1, per_row), KSTAGE_INVALID_ARGUMENT,
+      "add up to more than 2^63 bytes (at element 2: source row 2 of 4611686018427387904 bytes)");
   REQUIRE(s.fingerprint(q, {r}) == before);
 }

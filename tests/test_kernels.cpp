@@ -16,8 +16,8 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
-#include <type_traits>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 using namespace kstage::core::kernels;
@@ -41,7 +41,8 @@ void dispatch_row_width_of(const RowCopy& c, F&& f) {
 }
 }  // namespace
 
-TEMPLATE_LIST_TEST_CASE("row_copy gathers and scatters every width", "[kernels][row_copy]", HostSpaces) {
+TEMPLATE_LIST_TEST_CASE("row_copy gathers and scatters every width", "[kernels][row_copy]",
+                        HostSpaces) {
   const size_t width = GENERATE(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 36, 48, 64, 72, 128, 200);
   const size_t n = 257;
   auto src = pattern(n * width);
@@ -119,9 +120,16 @@ TEMPLATE_LIST_TEST_CASE("row_copy over many chunks into strided rows, host and d
     dispatch_row_width_of(c, [&](auto word, auto words) {
       using Word = decltype(word);
       auto launch = [&](auto d, auto s) {
-        impl::RowCopyFunctor<Word, decltype(words)::value, decltype(d)::value, decltype(s)::value> f{
-            c.dst, c.dst_stride, c.dst_index, c.src, c.src_stride, c.src_index,
-            c.row_bytes / sizeof(Word), c.n, 1};
+        impl::RowCopyFunctor<Word, decltype(words)::value, decltype(d)::value, decltype(s)::value>
+            f{c.dst,
+              c.dst_stride,
+              c.dst_index,
+              c.src,
+              c.src_stride,
+              c.src_index,
+              c.row_bytes / sizeof(Word),
+              c.n,
+              1};
         Kokkos::parallel_for(Kokkos::RangePolicy<TestType, Kokkos::IndexType<size_t>>(0, c.n), f);
       };
       using T = std::true_type;
@@ -246,8 +254,7 @@ TEMPLATE_LIST_TEST_CASE("ragged_copy packs variable-length rows", "[kernels][rag
   RaggedCopy c{dst.data(), offsets.data(), from.data(), bytes.data(), rows};
   ragged_copy(TestType(), c, word);
   TestType().fence();
-  for (size_t i = 0; i < rows; ++i)
-    REQUIRE(std::memcmp(&dst[offsets[i]], from[i], bytes[i]) == 0);
+  for (size_t i = 0; i < rows; ++i) REQUIRE(std::memcmp(&dst[offsets[i]], from[i], bytes[i]) == 0);
 }
 
 // Every row length from 0 to 80 bytes (short rows are copied inline in overlapping blocks,
@@ -281,7 +288,8 @@ TEMPLATE_LIST_TEST_CASE("ragged_copy moves rows of every short length exactly", 
 
 // The device form of the ragged copy (a word loop per row), run here on the host, which no CPU
 // build launches itself (host execution copies with memcpy and the inline short copy).
-TEMPLATE_LIST_TEST_CASE("ragged_copy's device form moves the same rows", "[kernels][ragged]", HostSpaces) {
+TEMPLATE_LIST_TEST_CASE("ragged_copy's device form moves the same rows", "[kernels][ragged]",
+                        HostSpaces) {
   const size_t rows = 70;
   auto src = pattern(rows * 64 * 8);
   std::vector<const std::byte*> from(rows);

@@ -269,8 +269,9 @@ TEST_CASE("a sparse managed write is kept until its seal, then deleted once", "[
   REQUIRE(ledger.all_once());
 }
 
-TEST_CASE("a large sparse managed write: its index_map is checked in chunks, the first bad entry named",
-          "[managed][sparse]") {
+TEST_CASE(
+    "a large sparse managed write: its index_map is checked in chunks, the first bad entry named",
+    "[managed][sparse]") {
   ledger.reset();
   Stage s(host_execution());
   const size_t n = 200000;  // several of the host's 2^16-entry chunks
@@ -307,7 +308,8 @@ TEST_CASE("a large sparse managed write: its index_map is checked in chunks, the
   REQUIRE(ledger.of(m.id) == 1);
   auto got = s.floats(q, attr);
   REQUIRE(got.size() == n);
-  for (size_t i = 0; i < n; i += 997) REQUIRE(got[prims[i]] == std::vector<float>{float(2 * map[i]), float(2 * map[i] + 1)});
+  for (size_t i = 0; i < n; i += 997)
+    REQUIRE(got[prims[i]] == std::vector<float>{float(2 * map[i]), float(2 * map[i] + 1)});
 }
 
 // Keeping the tensor means copying a map that is not a progression for the seal: for rows no
@@ -441,7 +443,8 @@ TEST_CASE("adopted sparse writes keep the rows they do not write, held or not, o
   w.index_map = map;
   KS_OK(s.write(q, attr, 2, w));
   s.seal(2);
-  REQUIRE(in_order(s, prims, q, attr) == std::vector<float>{5, 6, 1, 2, 30, 31, 40, 41, 50, 51, 60, 61});
+  REQUIRE(in_order(s, prims, q, attr) ==
+          std::vector<float>{5, 6, 1, 2, 30, 31, 40, 41, 50, 51, 60, 61});
   KS_OK(kstage_release_group(s.stage, g.handle));
   KS_OK(kstage_release_read(s.stage, r));
   REQUIRE(held == std::vector<float>{10, 11, 20, 21, 30, 31, 40, 41, 50, 51, 60, 61});
@@ -454,7 +457,8 @@ TEST_CASE("adopted sparse writes keep the rows they do not write, held or not, o
   w.mask = &mask;
   KS_OK(s.write(q, attr, 3, w));
   s.seal(3);
-  REQUIRE(in_order(s, prims, q, attr) == std::vector<float>{5, 6, 1, 2, 7, 7, 40, 41, 50, 51, 8, 8});
+  REQUIRE(in_order(s, prims, q, attr) ==
+          std::vector<float>{5, 6, 1, 2, 7, 7, 40, 41, 50, 51, 8, 8});
   REQUIRE(ledger.all_once());
 }
 
@@ -501,7 +505,8 @@ TEST_CASE("an adopted sparse write leaves a held group as it was", "[managed][sp
 // A dense fixed-size managed tensor is adopted without a copy: its deleter
 // runs when the stage no longer needs the memory (storage replaced, stage
 // destroyed), not when the op completes.
-TEST_CASE("a fixed-size write adopts its tensor and deletes it exactly once", "[host_adoption][managed]") {
+TEST_CASE("a fixed-size write adopts its tensor and deletes it exactly once",
+          "[host_adoption][managed]") {
   ledger.reset();
   Stage s(host_execution());
   auto prims = s.paths("/p", 4);
@@ -597,7 +602,8 @@ TEST_CASE("an array write with 5 per-row managed tensors deletes each once", "[m
   REQUIRE(ledger.all_once());
 }
 
-TEST_CASE("a batch write deletes the managed tensors of every entry once", "[host_adoption][managed][batch]") {
+TEST_CASE("a batch write deletes the managed tensors of every entry once",
+          "[host_adoption][managed][batch]") {
   ledger.reset();
   Stage s(host_execution());
   auto prims = s.paths("/p", 3);
@@ -985,7 +991,8 @@ TEST_CASE("every rejected call deletes each managed tensor exactly once", "[mana
     w.tensors = &client;
     KS_FAILS(kstage_write_attribute(s.stage, q, a, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
              KSTAGE_INVALID_ARGUMENT,
-             "exactly one of tensors, managed_tensors and legacy_managed_tensors must be non-NULL (got tensors and managed_tensors)");
+             "exactly one of tensors, managed_tensors and legacy_managed_tensors must be non-NULL "
+             "(got tensors and managed_tensors)");
     // The client tensor is untouched and still the caller's.
     REQUIRE(client.data == client_values.data());
     REQUIRE(client_values == std::vector<float>{5, 6, 7, 8});
@@ -1276,7 +1283,8 @@ MadeLegacy legacy_over(std::vector<float>& storage, uint16_t lanes) {
   return make_legacy(new_ctx(std::vector<float>{}), storage.data(), storage.size(), lanes);
 }
 
-kstage_write_data_t legacy_data(DLManagedTensor* const* tensors, uint64_t n, bool is_array = false) {
+kstage_write_data_t legacy_data(DLManagedTensor* const* tensors, uint64_t n,
+                                bool is_array = false) {
   kstage_write_data_t w = kstage_write_data_init();
   w.legacy_managed_tensors = tensors;
   w.tensor_count = n;
@@ -1359,8 +1367,9 @@ TEST_CASE("every struct_size: kstage.h's rule, and each legacy tensor deleted ex
     REQUIRE(st == KSTAGE_OK);
     accepted.push_back(id);
   }
-  SECTION("accepted: sizes that are no multiple of the alignment (89, 92, 97); the field "
-          "they cut is absent") {
+  SECTION(
+      "accepted: sizes that are no multiple of the alignment (89, 92, 97); the field "
+      "they cut is absent") {
     uint64_t ordinal = 1;
     for (uint32_t size : {89u, 92u, 97u, 100u, 103u, uint32_t(KSTAGE_MAX_STRUCT_SIZE) - 1}) {
       INFO("struct_size " << size);
@@ -1383,16 +1392,19 @@ TEST_CASE("every struct_size: kstage.h's rule, and each legacy tensor deleted ex
     }
     REQUIRE(s.fingerprint(q, {a}) == before);
   }
-  SECTION("rejected, the tensor deleted once: a byte of a field the size cuts, or one past "
-          "this struct") {
+  SECTION(
+      "rejected, the tensor deleted once: a byte of a field the size cuts, or one past "
+      "this struct") {
     const std::string before = s.fingerprint(q, {a});
     auto [cut, cut_id] = write_sized(97, 1, 96);  // selection_device's first byte
     REQUIRE(cut == KSTAGE_INVALID_ARGUMENT);
-    REQUIRE(std::string(kstage_last_error()).find("sets byte 96 of its 97-byte") != std::string::npos);
+    REQUIRE(std::string(kstage_last_error()).find("sets byte 96 of its 97-byte") !=
+            std::string::npos);
     REQUIRE(ledger.of(cut_id) == 1);
     auto [newer, newer_id] = write_sized(8192, 1, 5000);
     REQUIRE(newer == KSTAGE_NOT_SUPPORTED);
-    REQUIRE(std::string(kstage_last_error()).find("sets byte 5000 of its 8192-byte") != std::string::npos);
+    REQUIRE(std::string(kstage_last_error()).find("sets byte 5000 of its 8192-byte") !=
+            std::string::npos);
     REQUIRE(ledger.of(newer_id) == 1);
     REQUIRE(s.fingerprint(q, {a}) == before);
   }
@@ -1485,8 +1497,7 @@ TEST_CASE("legacy producers: copied, rejected and array writes delete each exact
     const std::string before = s.fingerprint(q, {a, r});
     MadeLegacy m = legacy_f32({1, 2});
     DLManagedTensor* list[1] = {m.t};
-    KS_FAILS(s.write(q, a, 1, legacy_data(list, 1)), KSTAGE_INVALID_ARGUMENT,
-             "2 source row(s)");
+    KS_FAILS(s.write(q, a, 1, legacy_data(list, 1)), KSTAGE_INVALID_ARGUMENT, "2 source row(s)");
     REQUIRE(ledger.of(m.id) == 1);
     DLManagedTensor* none[1] = {nullptr};
     KS_FAILS(s.write(q, a, 1, legacy_data(none, 1)), KSTAGE_INVALID_ARGUMENT,

@@ -8,8 +8,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <numeric>
 #include <mutex>
+#include <numeric>
 #include <set>
 #include <thread>
 
@@ -69,7 +69,9 @@ std::vector<kstage_map_group_info_t> fetch_all(Stage& s, kstage_map_t m) {
 }
 
 // The value a test writes for lane `lane` of `prim` (tag tells writes apart).
-float val(kstage_path_t prim, int lane, float tag) { return tag + float(prim) * 10.f + float(lane); }
+float val(kstage_path_t prim, int lane, float tag) {
+  return tag + float(prim) * 10.f + float(lane);
+}
 std::vector<float> vals(kstage_path_t prim, int lanes, float tag) {
   std::vector<float> v;
   for (int l = 0; l < lanes; ++l) v.push_back(val(prim, l, tag));
@@ -79,7 +81,9 @@ std::vector<float> vals(kstage_path_t prim, int lanes, float tag) {
 float* f32_base(const DLTensor& t) {
   return reinterpret_cast<float*>(static_cast<char*>(t.data) + t.byte_offset);
 }
-const void* tensor_ptr(const DLTensor& t) { return static_cast<const char*>(t.data) + t.byte_offset; }
+const void* tensor_ptr(const DLTensor& t) {
+  return static_cast<const char*>(t.data) + t.byte_offset;
+}
 
 // Fills a fixed-size float group: the group's prim i is row index_map[i] (or i).
 void fill_fixed(const kstage_map_group_info_t& g, float tag) {
@@ -114,7 +118,8 @@ void fill_array(const kstage_map_group_info_t& g, float tag) {
     const int lanes = t.dtype.lanes;
     std::vector<float> host(size_t(t.shape[0]) * lanes);
     for (int64_t e = 0; e < t.shape[0]; ++e)
-      for (int l = 0; l < lanes; ++l) host[e * lanes + l] = val(g.prims[i], int(e * lanes + l), tag);
+      for (int l = 0; l < lanes; ++l)
+        host[e * lanes + l] = val(g.prims[i], int(e * lanes + l), tag);
     host_write(f32_base(t), host.data(), host.size() * sizeof(float), t.device);
   }
 }
@@ -150,7 +155,8 @@ StorageView storage(Stage& s, kstage_query_t q, kstage_token_t attr) {
   kstage_read_group_t g{};
   KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
   REQUIRE(g.data.tensor_count == 1);
-  StorageView v{tensor_ptr(g.data.tensors[0]), g.data.index_map != nullptr, g.data.tensors[0].shape[0]};
+  StorageView v{tensor_ptr(g.data.tensors[0]), g.data.index_map != nullptr,
+                g.data.tensors[0].shape[0]};
   KS_OK(kstage_release_group(s.stage, g.handle));
   kstage_read_group_t more{};
   REQUIRE(kstage_fetch_read_next(s.stage, r, 0, &more) == KSTAGE_END_OF_ITERATION);
@@ -231,11 +237,13 @@ TEST_CASE("map a new float3 column in one group: prim order, zero-copy at seal",
   KS_FAILS(kstage_release_map(s.stage, m), KSTAGE_INVALID_HANDLE, "not live");
   kstage_op_t op = 0;
   KS_FAILS(kstage_unmap_attribute(s.stage, m, kNoSync, &op), KSTAGE_INVALID_HANDLE, "map handle");
-  KS_FAILS(kstage_unmap_group(s.stage, m, g.handle, kNoSync, &op), KSTAGE_INVALID_HANDLE, "map handle");
+  KS_FAILS(kstage_unmap_group(s.stage, m, g.handle, kNoSync, &op), KSTAGE_INVALID_HANDLE,
+           "map handle");
   REQUIRE(op == 0);
 }
 
-TEST_CASE("map every row of an existing column: row-order buffer becomes the storage", "[map][fixed]") {
+TEST_CASE("map every row of an existing column: row-order buffer becomes the storage",
+          "[map][fixed]") {
   Stage s(host_execution());
   auto prims = s.paths("/p", 6);
   kstage_query_t q = s.query(prims);
@@ -263,7 +271,8 @@ TEST_CASE("map every row of an existing column: row-order buffer becomes the sto
   }
 
   SECTION("query in another order: buffer in row order, index_map maps prim i to its row") {
-    std::vector<kstage_path_t> shuffled = {prims[3], prims[0], prims[5], prims[1], prims[4], prims[2]};
+    std::vector<kstage_path_t> shuffled = {prims[3], prims[0], prims[5],
+                                           prims[1], prims[4], prims[2]};
     kstage_query_t qs = s.query(shuffled);
     kstage_map_t m = open_map(s, qs, map_desc(pts, f32(3)), 2);
     kstage_map_group_info_t g = fetch(s, m);
@@ -304,8 +313,8 @@ TEST_CASE("map every row of an existing column: row-order buffer becomes the sto
   }
 
   SECTION("UPDATE mode maps the whole column the same way") {
-    kstage_map_t m = open_map(s, q, map_desc(pts, f32(3), KSTAGE_SEMANTIC_NONE, false, 0,
-                                             KSTAGE_PRIM_MODE_UPDATE), 5);
+    kstage_map_t m = open_map(
+        s, q, map_desc(pts, f32(3), KSTAGE_SEMANTIC_NONE, false, 0, KSTAGE_PRIM_MODE_UPDATE), 5);
     kstage_map_group_info_t g = fetch(s, m);
     const void* buffer = tensor_ptr(g.data.tensors[0]);
     fill_fixed(g, 3.f);
@@ -316,7 +325,8 @@ TEST_CASE("map every row of an existing column: row-order buffer becomes the sto
   }
 }
 
-TEST_CASE("sparse fixed-size maps are scattered at seal; other prims keep their values", "[map][fixed]") {
+TEST_CASE("sparse fixed-size maps are scattered at seal; other prims keep their values",
+          "[map][fixed]") {
   Stage s(host_execution());
   auto prims = s.paths("/p", 6);
   kstage_query_t q = s.query(prims);
@@ -495,7 +505,8 @@ TEST_CASE("array maps: one tensor per prim with its element count", "[map][array
     REQUIRE(s.floats(q, a) == want);
   };
 
-  kstage_map_t m = open_map(s, q, map_desc(a, f32(2), KSTAGE_SEMANTIC_TEXCOORD, true, max_group), 3, &counts);
+  kstage_map_t m =
+      open_map(s, q, map_desc(a, f32(2), KSTAGE_SEMANTIC_TEXCOORD, true, max_group), 3, &counts);
   auto groups = fetch_all(s, m);
   REQUIRE(groups.size() == (max_group == 0 ? 1u : 3u));
   size_t i = 0;
@@ -529,7 +540,8 @@ TEST_CASE("array maps: one tensor per prim with its element count", "[map][array
   // Map the existing column again with other lengths; a sparse array map.
   const std::vector<uint64_t> counts2 = {1, 4, 0};
   std::vector<kstage_path_t> sub = {prims[0], prims[1], prims[2]};
-  kstage_map_t m2 = open_map(s, s.query(sub), map_desc(a, f32(2), KSTAGE_SEMANTIC_TEXCOORD, true, max_group), 4, &counts2);
+  kstage_map_t m2 = open_map(
+      s, s.query(sub), map_desc(a, f32(2), KSTAGE_SEMANTIC_TEXCOORD, true, max_group), 4, &counts2);
   for (const auto& g : fetch_all(s, m2)) fill_array(g, 7.f);
   unmap_all(s, m2);
   s.seal(4);
@@ -734,7 +746,8 @@ TEST_CASE("map ordinals must be above the attribute's write floor", "[map][floor
   KS_OK(kstage_release_map(s.stage, mc));
 }
 
-TEST_CASE("unmap fails when the floor passed the map's ordinal; the map stays open", "[map][floor]") {
+TEST_CASE("unmap fails when the floor passed the map's ordinal; the map stays open",
+          "[map][floor]") {
   Stage s(host_execution());
   auto prims = s.paths("/p", 4);
   kstage_query_t q = s.query(prims);
@@ -749,7 +762,8 @@ TEST_CASE("unmap fails when the floor passed the map's ordinal; the map stays op
   const std::string before = s.fingerprint(q, {a});
   kstage_op_t op = 0;
   KS_FAILS(kstage_unmap_group(s.stage, m, groups[0].handle, kNoSync, &op),
-           KSTAGE_WRITE_FLOOR_VIOLATION, "ordinal 5 is not above the write floor 5 of attribute 'a'");
+           KSTAGE_WRITE_FLOOR_VIOLATION,
+           "ordinal 5 is not above the write floor 5 of attribute 'a'");
   KS_FAILS(kstage_unmap_attribute(s.stage, m, kNoSync, &op), KSTAGE_WRITE_FLOOR_VIOLATION,
            "ordinal 5 is not above the write floor 5");
   REQUIRE(op == 0);
@@ -778,13 +792,15 @@ TEST_CASE("prim modes are checked at map time against the projected state", "[ma
   const std::string before = s.fingerprint(q, {a, other});
   kstage_map_t m = 0;
 
-  kstage_map_desc_t ins = map_desc(a, f32(3), KSTAGE_SEMANTIC_NONE, false, 0, KSTAGE_PRIM_MODE_INSERT);
+  kstage_map_desc_t ins =
+      map_desc(a, f32(3), KSTAGE_SEMANTIC_NONE, false, 0, KSTAGE_PRIM_MODE_INSERT);
   KS_FAILS(kstage_map_attribute(s.stage, q, &ins, 2, nullptr, 0, &m), KSTAGE_ALREADY_EXISTS,
            "INSERT: prim '/p_0' (element 0) already exists");
   kstage_query_t q12 = s.query({prims[1], prims[2]});
   KS_FAILS(kstage_map_attribute(s.stage, q12, &ins, 4, nullptr, 0, &m), KSTAGE_ALREADY_EXISTS,
            "prim '/p_1'");
-  kstage_map_desc_t upd = map_desc(a, f32(3), KSTAGE_SEMANTIC_NONE, false, 0, KSTAGE_PRIM_MODE_UPDATE);
+  kstage_map_desc_t upd =
+      map_desc(a, f32(3), KSTAGE_SEMANTIC_NONE, false, 0, KSTAGE_PRIM_MODE_UPDATE);
   KS_FAILS(kstage_map_attribute(s.stage, q, &upd, 4, nullptr, 0, &m), KSTAGE_NOT_FOUND,
            "UPDATE: prim '/p_2' (element 2) does not exist");
   kstage_query_t q01 = s.query({prims[0], prims[1]});
@@ -821,8 +837,8 @@ TEST_CASE("prim modes are checked again at unmap", "[map][modes]") {
   kstage_token_t other = s.token("other");
 
   SECTION("INSERT: a prim created meanwhile, ordered before the unmap") {
-    kstage_map_t m = open_map(s, q, map_desc(a, f32(3), KSTAGE_SEMANTIC_NONE, false, 0,
-                                             KSTAGE_PRIM_MODE_INSERT), 5);
+    kstage_map_t m = open_map(
+        s, q, map_desc(a, f32(3), KSTAGE_SEMANTIC_NONE, false, 0, KSTAGE_PRIM_MODE_INSERT), 5);
     kstage_map_group_info_t g = fetch(s, m);
     fill_fixed(g, 1.f);
     // At ordinal 5 itself, submitted before the unmap: ordered before it.
@@ -831,7 +847,8 @@ TEST_CASE("prim modes are checked again at unmap", "[map][modes]") {
     kstage_op_t op = 0;
     KS_FAILS(kstage_unmap_attribute(s.stage, m, kNoSync, &op), KSTAGE_ALREADY_EXISTS,
              "INSERT: prim '/p_2'");
-    KS_FAILS(kstage_unmap_group(s.stage, m, g.handle, kNoSync, &op), KSTAGE_ALREADY_EXISTS, "'/p_2'");
+    KS_FAILS(kstage_unmap_group(s.stage, m, g.handle, kNoSync, &op), KSTAGE_ALREADY_EXISTS,
+             "'/p_2'");
     REQUIRE(op == 0);
     REQUIRE(s.fingerprint(q, {a, other}) == before);
     KS_OK(kstage_release_map(s.stage, m));
@@ -839,8 +856,8 @@ TEST_CASE("prim modes are checked again at unmap", "[map][modes]") {
     REQUIRE(s.read(q, {a}).empty());
   }
   SECTION("INSERT: a prim created at a later ordinal does not matter") {
-    kstage_map_t m = open_map(s, q, map_desc(a, f32(3), KSTAGE_SEMANTIC_NONE, false, 0,
-                                             KSTAGE_PRIM_MODE_INSERT), 5);
+    kstage_map_t m = open_map(
+        s, q, map_desc(a, f32(3), KSTAGE_SEMANTIC_NONE, false, 0, KSTAGE_PRIM_MODE_INSERT), 5);
     kstage_map_group_info_t g = fetch(s, m);
     fill_fixed(g, 1.f);
     write_tagged(s, s.query({prims[2]}), {prims[2]}, other, 6, 0.f);
@@ -851,8 +868,8 @@ TEST_CASE("prim modes are checked again at unmap", "[map][modes]") {
   SECTION("UPDATE: a prim deleted meanwhile at a lower ordinal") {
     write_tagged(s, q, prims, a, 1, 0.f);
     s.seal(1);
-    kstage_map_t m = open_map(s, q, map_desc(a, f32(3), KSTAGE_SEMANTIC_NONE, false, 2,
-                                             KSTAGE_PRIM_MODE_UPDATE), 5);
+    kstage_map_t m = open_map(
+        s, q, map_desc(a, f32(3), KSTAGE_SEMANTIC_NONE, false, 2, KSTAGE_PRIM_MODE_UPDATE), 5);
     auto groups = fetch_all(s, m);
     REQUIRE(groups.size() == 2);
     for (auto& g : groups) fill_fixed(g, 1.f);
@@ -891,15 +908,17 @@ TEST_CASE("unmap_group commits one group; stale and foreign group handles", "[ma
   // A group of another map, an unknown handle, and 0.
   KS_FAILS(kstage_unmap_group(s.stage, m, og.handle, kNoSync, &op), KSTAGE_INVALID_HANDLE,
            "not a fetched group of this map");
-  KS_FAILS(kstage_unmap_group(s.stage, m, 0, kNoSync, &op), KSTAGE_INVALID_HANDLE, "map group handle 0");
+  KS_FAILS(kstage_unmap_group(s.stage, m, 0, kNoSync, &op), KSTAGE_INVALID_HANDLE,
+           "map group handle 0");
   KS_FAILS(kstage_unmap_group(s.stage, m, groups[0].handle + 1000000, kNoSync, &op),
            KSTAGE_INVALID_HANDLE, "not a fetched group");
   // The map handle passed where a group is expected, and a group where a map is.
-  KS_FAILS(kstage_unmap_group(s.stage, m, m, kNoSync, &op), KSTAGE_INVALID_HANDLE, "map group handle");
+  KS_FAILS(kstage_unmap_group(s.stage, m, m, kNoSync, &op), KSTAGE_INVALID_HANDLE,
+           "map group handle");
   KS_FAILS(kstage_unmap_group(s.stage, groups[0].handle, groups[0].handle, kNoSync, &op),
            KSTAGE_INVALID_HANDLE, "map handle");
-  KS_FAILS(kstage_unmap_group(s.stage, m, groups[0].handle, kNoSync, nullptr), KSTAGE_INVALID_ARGUMENT,
-           "op is NULL");
+  KS_FAILS(kstage_unmap_group(s.stage, m, groups[0].handle, kNoSync, nullptr),
+           KSTAGE_INVALID_ARGUMENT, "op is NULL");
   REQUIRE(op == 0);
 
   unmap_group(s, m, groups[0].handle);
@@ -979,9 +998,11 @@ TEST_CASE("unmap_attribute commits fetched groups and drops unfetched ones", "[m
   kstage_map_group_info_t g{};
   KS_FAILS(kstage_fetch_map_next(s.stage, m, 0, &g), KSTAGE_INVALID_HANDLE, "map handle");
   KS_FAILS(kstage_unmap_attribute(s.stage, m, kNoSync, &op), KSTAGE_INVALID_HANDLE, "map handle");
-  KS_FAILS(kstage_unmap_group(s.stage, m, g0.handle, kNoSync, &op), KSTAGE_INVALID_HANDLE, "map handle");
+  KS_FAILS(kstage_unmap_group(s.stage, m, g0.handle, kNoSync, &op), KSTAGE_INVALID_HANDLE,
+           "map handle");
   DLManagedTensorVersioned* e = nullptr;
-  KS_FAILS(kstage_map_group_export(s.stage, m, g0.handle, 0, 0, &e), KSTAGE_INVALID_HANDLE, "map handle");
+  KS_FAILS(kstage_map_group_export(s.stage, m, g0.handle, 0, 0, &e), KSTAGE_INVALID_HANDLE,
+           "map handle");
   KS_FAILS(kstage_release_map(s.stage, m), KSTAGE_INVALID_HANDLE, "map handle");
   REQUIRE(op == 0);
   REQUIRE(e == nullptr);
@@ -1088,7 +1109,8 @@ TEST_CASE("destroying a stage with maps open frees everything", "[map][release]"
     kstage_map_t m2 = open_map(s, s.query({prims[3]}), map_desc(a, f32(3)), 3);
     (void)m2;
     std::vector<uint64_t> counts(50, 7);
-    kstage_map_t m3 = open_map(s, q, map_desc(r, f32(), KSTAGE_SEMANTIC_NONE, true, 25), 2, &counts);
+    kstage_map_t m3 =
+        open_map(s, q, map_desc(r, f32(), KSTAGE_SEMANTIC_NONE, true, 25), 2, &counts);
     auto groups = fetch_all(s, m3);
     for (auto& g : groups) fill_array(g, 1.f);
     unmap_group(s, m3, groups[0].handle);
@@ -1141,7 +1163,8 @@ TEST_CASE("map groups export as writable DLPack tensors", "[map][export]") {
   // Fill through the export, as a DLPack producer would.
   std::vector<float> out(12);
   for (int64_t r = 0; r < 4; ++r)
-    for (int64_t l = 0; l < 3; ++l) out[size_t(r * t.strides[0] + l * t.strides[1])] = val(g.prims[r], int(l), 8.f);
+    for (int64_t l = 0; l < 3; ++l)
+      out[size_t(r * t.strides[0] + l * t.strides[1])] = val(g.prims[r], int(l), 8.f);
   host_write(f32_base(t), out.data(), out.size() * sizeof(float), t.device);
   DLManagedTensorVersioned* ro = nullptr;
   KS_OK(kstage_map_group_export(s.stage, m, g.handle, 0, KSTAGE_EXPORT_READ_ONLY, &ro));
@@ -1155,18 +1178,21 @@ TEST_CASE("map groups export as writable DLPack tensors", "[map][export]") {
            "tensor index 1 is out of range");
   KS_FAILS(kstage_map_group_export(s.stage, m, g.handle, 0, 4, &bad), KSTAGE_INVALID_ARGUMENT,
            "unknown bits");
-  KS_FAILS(kstage_map_group_export(s.stage, m, g.handle, 0, KSTAGE_EXPORT_CONSUMER_READS_ONLY, &bad),
-           KSTAGE_INVALID_ARGUMENT, "is for kstage_group_export_legacy");
-  KS_FAILS(kstage_map_group_export(s.stage, m, g.handle + 999999, 0, 0, &bad), KSTAGE_INVALID_HANDLE,
-           "not a fetched group");
+  KS_FAILS(
+      kstage_map_group_export(s.stage, m, g.handle, 0, KSTAGE_EXPORT_CONSUMER_READS_ONLY, &bad),
+      KSTAGE_INVALID_ARGUMENT, "is for kstage_group_export_legacy");
+  KS_FAILS(kstage_map_group_export(s.stage, m, g.handle + 999999, 0, 0, &bad),
+           KSTAGE_INVALID_HANDLE, "not a fetched group");
   KS_FAILS(kstage_map_group_export(s.stage, m, g.handle, 0, 0, nullptr), KSTAGE_INVALID_ARGUMENT,
            "tensor is NULL");
-  KS_FAILS(kstage_map_group_export(s.stage, 0, g.handle, 0, 0, &bad), KSTAGE_INVALID_HANDLE, "map handle 0");
+  KS_FAILS(kstage_map_group_export(s.stage, 0, g.handle, 0, 0, &bad), KSTAGE_INVALID_HANDLE,
+           "map handle 0");
   REQUIRE(bad == nullptr);
 
   e->deleter(e);  // before unmap: writing after unmap is undefined
   unmap_all(s, m);
-  KS_FAILS(kstage_map_group_export(s.stage, m, g.handle, 0, 0, &bad), KSTAGE_INVALID_HANDLE, "map handle");
+  KS_FAILS(kstage_map_group_export(s.stage, m, g.handle, 0, 0, &bad), KSTAGE_INVALID_HANDLE,
+           "map handle");
   s.seal(1);
   REQUIRE(s.floats(q, pts) == expected(prims, 3, 8.f));
 
@@ -1213,7 +1239,8 @@ TEST_CASE("map groups export as writable DLPack tensors", "[map][export]") {
 // ---------------------------------------------------------------------------
 // Visibility and ordering
 
-TEST_CASE("nothing of a map is visible before unmap and seal; held reads keep old data", "[map][visibility]") {
+TEST_CASE("nothing of a map is visible before unmap and seal; held reads keep old data",
+          "[map][visibility]") {
   Stage s(host_execution());
   auto prims = s.paths("/p", 5);
   kstage_query_t q = s.query(prims);
@@ -1246,7 +1273,8 @@ TEST_CASE("nothing of a map is visible before unmap and seal; held reads keep ol
   // The held group still shows the old values.
   const Group held_after = Stage::copy_group(held);
   REQUIRE(held_after.values == held_before.values);
-  for (size_t i = 0; i < prims.size(); ++i) REQUIRE(as_floats(held_after.values[i]) == vals(prims[i], 3, 0.f));
+  for (size_t i = 0; i < prims.size(); ++i)
+    REQUIRE(as_floats(held_after.values[i]) == vals(prims[i], 3, 0.f));
   KS_OK(kstage_release_group(s.stage, held.handle));
   KS_OK(kstage_release_read(s.stage, r));
 }
@@ -1294,9 +1322,9 @@ TEST_CASE("writes and unmaps at the same ordinal apply in submission order", "[m
       kstage_map_t m = open_map(s, q, map_desc(a, f32(3), KSTAGE_SEMANTIC_NONE, false, 2), 3);
       auto groups = fetch_all(s, m);
       for (auto& g : groups) fill_fixed(g, 1.f);
-      unmap_group(s, m, groups[0].handle);  // prims 0, 1
+      unmap_group(s, m, groups[0].handle);   // prims 0, 1
       write_tagged(s, q, prims, a, 3, 2.f);  // all four
-      unmap_group(s, m, groups[1].handle);  // prims 2, 3
+      unmap_group(s, m, groups[1].handle);   // prims 2, 3
       KS_OK(kstage_release_map(s.stage, m));
       s.seal(3);
       Floats want = expected({prims[0], prims[1]}, 3, 2.f);
@@ -1305,8 +1333,10 @@ TEST_CASE("writes and unmaps at the same ordinal apply in submission order", "[m
     }
   }
   SECTION("two maps at the same ordinal: the later unmap wins") {
-    kstage_map_t m1 = open_map(s, q, map_desc(a, f32(3), KSTAGE_SEMANTIC_NONE, false, max_group), 3);
-    kstage_map_t m2 = open_map(s, q, map_desc(a, f32(3), KSTAGE_SEMANTIC_NONE, false, max_group), 3);
+    kstage_map_t m1 =
+        open_map(s, q, map_desc(a, f32(3), KSTAGE_SEMANTIC_NONE, false, max_group), 3);
+    kstage_map_t m2 =
+        open_map(s, q, map_desc(a, f32(3), KSTAGE_SEMANTIC_NONE, false, max_group), 3);
     for (auto& g : fetch_all(s, m1)) fill_fixed(g, 1.f);
     for (auto& g : fetch_all(s, m2)) fill_fixed(g, 2.f);
     unmap_all(s, m2);
@@ -1357,10 +1387,12 @@ TEST_CASE("rejected map calls leave the stage unchanged", "[map][errors]") {
   kstage_map_desc_t df = map_desc(fresh, f32(3));
   kstage_map_t m = 0;
 
-  KS_FAILS(kstage_map_attribute(0, q, &d, 2, nullptr, 0, &m), KSTAGE_INVALID_HANDLE, "stage handle 0");
+  KS_FAILS(kstage_map_attribute(0, q, &d, 2, nullptr, 0, &m), KSTAGE_INVALID_HANDLE,
+           "stage handle 0");
   KS_FAILS(kstage_map_attribute(s.stage + 12345, q, &d, 2, nullptr, 0, &m), KSTAGE_INVALID_HANDLE,
            "not a live stage");
-  KS_FAILS(kstage_map_attribute(s.stage, 0, &d, 2, nullptr, 0, &m), KSTAGE_INVALID_HANDLE, "query handle 0");
+  KS_FAILS(kstage_map_attribute(s.stage, 0, &d, 2, nullptr, 0, &m), KSTAGE_INVALID_HANDLE,
+           "query handle 0");
   KS_FAILS(kstage_map_attribute(s.stage, q + 99999, &df, 2, nullptr, 0, &m), KSTAGE_INVALID_HANDLE,
            "query handle");
   KS_FAILS(kstage_map_attribute(s.stage, s.stage, &df, 2, nullptr, 0, &m), KSTAGE_INVALID_HANDLE,
@@ -1406,7 +1438,8 @@ TEST_CASE("rejected map calls leave the stage unchanged", "[map][errors]") {
   // Calls on an open map with bad arguments.
   kstage_map_t open = open_map(s, q, d, 2);
   kstage_map_group_info_t g{};
-  KS_FAILS(kstage_fetch_map_next(s.stage, open, 0, nullptr), KSTAGE_INVALID_ARGUMENT, "group is NULL");
+  KS_FAILS(kstage_fetch_map_next(s.stage, open, 0, nullptr), KSTAGE_INVALID_ARGUMENT,
+           "group is NULL");
   KS_FAILS(kstage_fetch_map_next(s.stage, 0, 0, &g), KSTAGE_INVALID_HANDLE, "map handle 0");
   KS_FAILS(kstage_fetch_map_next(s.stage, q, 0, &g), KSTAGE_INVALID_HANDLE, "map handle");
   KS_FAILS(kstage_fetch_map_next(0, open, 0, &g), KSTAGE_INVALID_HANDLE, "stage handle 0");
@@ -1414,10 +1447,12 @@ TEST_CASE("rejected map calls leave the stage unchanged", "[map][errors]") {
   g = fetch(s, open);  // the group is still there
   fill_fixed(g, 7.f);
   kstage_op_t op = 0;
-  KS_FAILS(kstage_unmap_attribute(s.stage, open, kNoSync, nullptr), KSTAGE_INVALID_ARGUMENT, "op is NULL");
+  KS_FAILS(kstage_unmap_attribute(s.stage, open, kNoSync, nullptr), KSTAGE_INVALID_ARGUMENT,
+           "op is NULL");
   KS_FAILS(kstage_unmap_attribute(0, open, kNoSync, &op), KSTAGE_INVALID_HANDLE, "stage handle 0");
   KS_FAILS(kstage_unmap_attribute(s.stage, 0, kNoSync, &op), KSTAGE_INVALID_HANDLE, "map handle 0");
-  KS_FAILS(kstage_unmap_group(0, open, g.handle, kNoSync, &op), KSTAGE_INVALID_HANDLE, "stage handle 0");
+  KS_FAILS(kstage_unmap_group(0, open, g.handle, kNoSync, &op), KSTAGE_INVALID_HANDLE,
+           "stage handle 0");
   KS_FAILS(kstage_release_map(s.stage, 0), KSTAGE_INVALID_HANDLE, "map handle 0");
   KS_FAILS(kstage_release_map(s.stage, q), KSTAGE_INVALID_HANDLE, "map handle");
   KS_FAILS(kstage_release_map(0, open), KSTAGE_INVALID_HANDLE, "stage handle 0");
@@ -1437,8 +1472,9 @@ TEST_CASE("rejected map calls leave the stage unchanged", "[map][errors]") {
 // ---------------------------------------------------------------------------
 // Concurrency
 
-TEST_CASE("kstage_release_map_after checks the producer's sync and leaves the map open when it fails",
-          "[map][errors]") {
+TEST_CASE(
+    "kstage_release_map_after checks the producer's sync and leaves the map open when it fails",
+    "[map][errors]") {
   Stage s(host_execution());
   const kstage_token_t a = s.token("a");
   kstage_query_t q = s.query(s.paths("/m", 4));
@@ -1451,18 +1487,20 @@ TEST_CASE("kstage_release_map_after checks the producer's sync and leaves the ma
 #if defined(KSTAGE_TEST_EMULATED_DEVICE)
     // A handle the emulated runtime refuses. Only there: CUDA and HIP do not check handles, and
     // a made-up event is undefined behaviour on them (kstage.h, kstage_device_sync_t).
-    KS_FAILS(kstage_release_map_after(s.stage, m, kstage_device_sync_t{0, 0xdead1}), KSTAGE_INVALID_ARGUMENT,
-             "producer.event 0xdead1");
+    KS_FAILS(kstage_release_map_after(s.stage, m, kstage_device_sync_t{0, 0xdead1}),
+             KSTAGE_INVALID_ARGUMENT, "producer.event 0xdead1");
 #endif
   } else {  // a host map: {0, 0} only
-    KS_FAILS(kstage_release_map_after(s.stage, m, kstage_device_sync_t{7, 0}), KSTAGE_INVALID_ARGUMENT,
-             "producer is {stream 0x7, event 0x0}");
+    KS_FAILS(kstage_release_map_after(s.stage, m, kstage_device_sync_t{7, 0}),
+             KSTAGE_INVALID_ARGUMENT, "producer is {stream 0x7, event 0x0}");
   }
   kstage_map_group_info_t g{};
   KS_OK(kstage_fetch_map_next(s.stage, m, 0, &g));  // still open
-  KS_FAILS(kstage_release_map_after(s.stage, 0, kstage_device_sync_t{0, 0}), KSTAGE_INVALID_HANDLE, "not live");
+  KS_FAILS(kstage_release_map_after(s.stage, 0, kstage_device_sync_t{0, 0}), KSTAGE_INVALID_HANDLE,
+           "not live");
   KS_OK(kstage_release_map_after(s.stage, m, kstage_device_sync_t{0, 0}));
-  KS_FAILS(kstage_release_map_after(s.stage, m, kstage_device_sync_t{0, 0}), KSTAGE_INVALID_HANDLE, "not live");
+  KS_FAILS(kstage_release_map_after(s.stage, m, kstage_device_sync_t{0, 0}), KSTAGE_INVALID_HANDLE,
+           "not live");
   KS_FAILS(kstage_release_map(s.stage, m), KSTAGE_INVALID_HANDLE, "not live");
   // Nothing was written: no column.
   kstage_attribute_info_t info = kstage_attribute_info_init();
@@ -1484,13 +1522,22 @@ TEST_CASE("concurrent fetches of one map hand out each group once", "[map][threa
         kstage_map_group_info_t g{};
         kstage_status_t st = kstage_fetch_map_next(s.stage, m, 0, &g);
         if (st == KSTAGE_END_OF_ITERATION) break;
-        if (st != KSTAGE_OK) { ++failures; break; }
-        if (g.prim_count != 1) { ++failures; break; }
+        if (st != KSTAGE_OK) {
+          ++failures;
+          break;
+        }
+        if (g.prim_count != 1) {
+          ++failures;
+          break;
+        }
         const kstage_path_t prim = g.prims[0];  // the group is valid until unmapped
         const float value = float(prim);
         host_write(f32_base(g.data.tensors[0]), &value, sizeof value, g.data.tensors[0].device);
         kstage_op_t op = 0;
-        if (kstage_unmap_group(s.stage, m, g.handle, kNoSync, &op) != KSTAGE_OK) { ++failures; break; }
+        if (kstage_unmap_group(s.stage, m, g.handle, kNoSync, &op) != KSTAGE_OK) {
+          ++failures;
+          break;
+        }
         kstage_release_op(s.stage, op);
         got[size_t(t)].push_back(prim);
       }
@@ -1593,7 +1640,8 @@ TEST_CASE("concurrent mappers, a sealer and a reader see consistent values", "[m
               tensor_floats(g.data.tensors[0], size_t(g.data.tensors[0].shape[0]) * 2);
           for (uint64_t i = 0; i < g.prim_count; ++i) {
             const uint64_t row = g.data.index_map ? g.data.index_map[i] : i;
-            if (p[row * 2] != float(g.ordinal * 1000 + g.prims[i]) || p[row * 2 + 1] != float(g.ordinal))
+            if (p[row * 2] != float(g.ordinal * 1000 + g.prims[i]) ||
+                p[row * 2 + 1] != float(g.ordinal))
               return false;
           }
           return true;
@@ -1638,6 +1686,7 @@ TEST_CASE("concurrent mappers, a sealer and a reader see consistent values", "[m
     auto v = s.floats(q, attrs[t]);
     REQUIRE(v.size() == kPrims);
     const uint64_t k = committed[t];
-    for (kstage_path_t p : prims) REQUIRE(v[p] == std::vector<float>{float(k * 1000 + p), float(k)});
+    for (kstage_path_t p : prims)
+      REQUIRE(v[p] == std::vector<float>{float(k * 1000 + p), float(k)});
   }
 }

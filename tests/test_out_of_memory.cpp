@@ -66,8 +66,8 @@ namespace {
 // The seal of `attr` at `ordinal` (with nothing else pending below it) fails while requests of
 // `fail_at` bytes or more fail: KSTAGE_OUT_OF_MEMORY, the floor stays below the ordinal, the
 // stage reads exactly as before. Then, with memory back, the same seal succeeds.
-void require_seal_fails_then_succeeds(Stage& s, kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
-                                      size_t fail_at) {
+void require_seal_fails_then_succeeds(Stage& s, kstage_query_t q, kstage_token_t attr,
+                                      uint64_t ordinal, size_t fail_at) {
   const std::string before = s.fingerprint(q, {attr});
   {
     NoMemoryFrom guard(fail_at);
@@ -138,7 +138,8 @@ TEST_CASE("an adopted sparse write whose seal runs out of memory keeps its tenso
   REQUIRE(wrong == 0);
 }
 
-TEST_CASE("a ragged seal that runs out of host memory changes nothing and succeeds later", "[oom]") {
+TEST_CASE("a ragged seal that runs out of host memory changes nothing and succeeds later",
+          "[oom]") {
   Stage s(host_execution());
   constexpr uint64_t kN = 50000;
   const kstage_path_t first = s.range("/r", "p", 0, kN);
@@ -172,7 +173,8 @@ TEST_CASE("a ragged seal that runs out of host memory changes nothing and succee
   for (const auto& [p, v] : s.floats(all, t)) {
     const uint64_t i = p - first;
     const float want = (mask[i / 64] >> (i % 64)) & 1 ? 2.f : 1.f;
-    wrong += v.size() != size_t(1 + i % 3) || std::any_of(v.begin(), v.end(), [&](float f) { return f != want; });
+    wrong += v.size() != size_t(1 + i % 3) ||
+             std::any_of(v.begin(), v.end(), [&](float f) { return f != want; });
   }
   REQUIRE(wrong == 0);
 }
@@ -485,7 +487,8 @@ struct SealSweep {
 // stops below the mutation that failed, and the stage reads exactly what a stage sealed to that
 // floor without failures reads. With the calling thread's allocations failing after the first k,
 // for every k, until the seal goes through (fixed-size, then ragged).
-TEST_CASE("a seal that runs out of memory anywhere stops at a floor it has reached exactly", "[oom]") {
+TEST_CASE("a seal that runs out of memory anywhere stops at a floor it has reached exactly",
+          "[oom]") {
   const kstage_host_execution_t exec = host_execution();
   // What each attribute reads at each floor (the other one unsealed, then sealed to the end).
   Stage ref(exec);

@@ -18,9 +18,9 @@ using namespace kstage_test;
 
 namespace {
 
-std::vector<std::string> g_stack;   // open regions
-std::vector<std::string> g_pushed;  // every push, in order
-int g_unbalanced = 0;               // pops with no open region
+std::vector<std::string> g_stack;     // open regions
+std::vector<std::string> g_pushed;    // every push, in order
+int g_unbalanced = 0;                 // pops with no open region
 std::vector<size_t> g_kernel_depths;  // open kstage:: regions at each kernel launch
 
 size_t kstage_depth() {
@@ -82,8 +82,7 @@ bool has(const std::vector<std::string>& v, const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("every operation pushes its kstage:: region and pops it, kernels inside",
-          "[profiling]") {
+TEST_CASE("every operation pushes its kstage:: region and pops it, kernels inside", "[profiling]") {
   Stage s(host_execution());  // Kokkos is initialised before a tool's callbacks are set
   Recording rec;
   std::vector<std::string> all;
@@ -163,7 +162,8 @@ TEST_CASE("every operation pushes its kstage:: region and pops it, kernels insid
   expect("kstage::group_sync");
   ArrowSchema arrow_schema{};
   ArrowDeviceArray arrow_array{};
-  KS_OK(kstage_group_export_arrow(s.stage, g.handle, KSTAGE_ARROW_PATH_IDS, &arrow_schema, &arrow_array));
+  KS_OK(kstage_group_export_arrow(s.stage, g.handle, KSTAGE_ARROW_PATH_IDS, &arrow_schema,
+                                  &arrow_array));
   expect("kstage::group_export_arrow");
   arrow_array.array.release(&arrow_array.array);
   arrow_schema.release(&arrow_schema);
@@ -230,7 +230,8 @@ TEST_CASE("a failed call pushes and pops its region too", "[profiling][errors]")
   Recording rec;
   kstage_op_t op = 0;
   kstage_write_data_t w = kstage_write_data_init();
-  REQUIRE(kstage_write_attribute(0, 0, 0, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op) == KSTAGE_INVALID_HANDLE);
+  REQUIRE(kstage_write_attribute(0, 0, 0, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op) ==
+          KSTAGE_INVALID_HANDLE);
   REQUIRE(rec.take() == std::vector<std::string>{"kstage::write_attribute"});
   w.struct_size = 0;  // rejected before any handle is looked at
   REQUIRE(kstage_write_attributes(s.stage, 0, nullptr, &w, 1, 1, KSTAGE_PRIM_MODE_UPSERT, &op) ==

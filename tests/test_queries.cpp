@@ -8,7 +8,6 @@ using namespace kstage_test;
 
 namespace {
 
-
 // The prims of a query, through kstage_query_get_paths.
 std::vector<kstage_path_t> prims_of(Stage& s, kstage_query_t q) {
   kstage_path_list_t list = 0;
@@ -66,7 +65,8 @@ TEST_CASE("path queries keep their order and give their paths back", "[query]") 
   KS_OK(kstage_path_list_get(s.stage, list, &ids, &count));
   REQUIRE(std::vector<kstage_path_t>(ids, ids + count) == order);
   KS_OK(kstage_path_list_release(s.stage, list));
-  KS_FAILS(kstage_path_list_get(s.stage, list, &ids, &count), KSTAGE_INVALID_HANDLE, "path list handle");
+  KS_FAILS(kstage_path_list_get(s.stage, list, &ids, &count), KSTAGE_INVALID_HANDLE,
+           "path list handle");
   // Getting the paths again gives a new, live list.
   kstage_path_list_t again = 0;
   KS_OK(kstage_query_get_paths(s.stage, q, &again));
@@ -99,7 +99,8 @@ TEST_CASE("path queries reject duplicates, non-paths and NULL", "[query][errors]
   KS_FAILS(kstage_query_paths(s.stage, bad.data(), bad.size(), &q), KSTAGE_INVALID_ARGUMENT,
            "paths[1] = " + std::to_string(p[2] + 100) + " is not a path");
   std::vector<kstage_path_t> zero{0};
-  KS_FAILS(kstage_query_paths(s.stage, zero.data(), 1, &q), KSTAGE_INVALID_ARGUMENT, "paths[0] = 0");
+  KS_FAILS(kstage_query_paths(s.stage, zero.data(), 1, &q), KSTAGE_INVALID_ARGUMENT,
+           "paths[0] = 0");
   KS_FAILS(kstage_query_paths(s.stage, nullptr, 2, &q), KSTAGE_INVALID_ARGUMENT,
            "paths is NULL but count is 2");
   KS_FAILS(kstage_query_paths(s.stage, p.data(), p.size(), nullptr), KSTAGE_INVALID_ARGUMENT,
@@ -147,16 +148,16 @@ TEST_CASE("filter queries select existing prims in path-id order", "[query][filt
   kstage_token_t a = s.token("a"), b = s.token("b"), nobody = s.token("nobody");
   // Interning order decides path-id order.
   kstage_path_t world = s.path("/world"), deep = s.path("/world/a/b"), wide = s.path("/worldwide"),
-                other = s.path("/other"), sub = s.path("/world/c"), unsealed = s.path("/world/late"),
-                never = s.path("/never");
+                other = s.path("/other"), sub = s.path("/world/c"),
+                unsealed = s.path("/world/late"), never = s.path("/never");
   // Written in an order unlike the id order.
   KS_OK(try_write(s, s.query({other, deep, world}), a, 1, {1.f, 2.f, 3.f}));
   KS_OK(try_write(s, s.query({sub, wide, deep}), b, 1, {4.f, 5.f, 6.f}));
   s.seal(1);
   KS_OK(try_write(s, s.query({unsealed}), a, 2, {7.f}));  // not sealed: does not count
   KS_OK(try_write(s, s.query({unsealed}), b, 2, {7.f}));
-  KS_OK(try_write(s, s.query({world}), b, 2, {8.f}));      // world gains b only when sealed
-  KS_OK(s.remove(s.query({other}), {a}, 2));               // other loses a only when sealed
+  KS_OK(try_write(s, s.query({world}), b, 2, {8.f}));  // world gains b only when sealed
+  KS_OK(s.remove(s.query({other}), {a}, 2));           // other loses a only when sealed
 
   kstage_filter_t f{};
   REQUIRE(filter(s, f) == std::vector<kstage_path_t>{world, deep, wide, other, sub});

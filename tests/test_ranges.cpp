@@ -14,12 +14,12 @@ using namespace kstage_test;
 
 namespace {
 
-kstage_status_t try_range(Stage& s, const char* parent, const char* prefix, uint64_t begin, uint64_t count) {
+kstage_status_t try_range(Stage& s, const char* parent, const char* prefix, uint64_t begin,
+                          uint64_t count) {
   kstage_path_t first = 0;
-  return kstage_intern_path_range(s.stage, parent, KSTAGE_NUL_TERMINATED, prefix, KSTAGE_NUL_TERMINATED, begin,
-                                  count, &first);
+  return kstage_intern_path_range(s.stage, parent, KSTAGE_NUL_TERMINATED, prefix,
+                                  KSTAGE_NUL_TERMINATED, begin, count, &first);
 }
-
 
 }  // namespace
 
@@ -39,8 +39,9 @@ TEST_CASE("a range's members have consecutive ids and their names on demand", "[
   REQUIRE(ids[0] == first + 999);
   REQUIRE(ids[1] == first + 5);
   // Names that are not members: new paths of their own.
-  const kstage_path_t padded = s.path("/world/particles/p017"), beyond = s.path("/world/particles/p1000"),
-                     other = s.path("/world/particles/q1");
+  const kstage_path_t padded = s.path("/world/particles/p017"),
+                      beyond = s.path("/world/particles/p1000"),
+                      other = s.path("/world/particles/q1");
   for (kstage_path_t p : {padded, beyond, other}) REQUIRE((p < first || p >= first + 1000));
   // The next path after the range gets the next id.
   REQUIRE(s.path("/after") == first + 1000 + 3);  // after p017, p1000, q1
@@ -52,17 +53,21 @@ TEST_CASE("a range's members have consecutive ids and their names on demand", "[
   REQUIRE(count == 1000);
   REQUIRE(index == 42);
   KS_OK(kstage_path_range_info(s.stage, first + 1, nullptr, nullptr, nullptr));
-  KS_FAILS(kstage_path_range_info(s.stage, padded, &f, &count, &index), KSTAGE_NOT_FOUND, "not a member");
+  KS_FAILS(kstage_path_range_info(s.stage, padded, &f, &count, &index), KSTAGE_NOT_FOUND,
+           "not a member");
   kstage_path_t m = 0;
   KS_OK(kstage_path_range_member(s.stage, first, 123, &m));
   REQUIRE(m == first + 123);
-  KS_FAILS(kstage_path_range_member(s.stage, first, 1000, &m), KSTAGE_INVALID_ARGUMENT, "index 1000");
-  KS_FAILS(kstage_path_range_member(s.stage, first + 1, 0, &m), KSTAGE_INVALID_ARGUMENT, "not the first path");
+  KS_FAILS(kstage_path_range_member(s.stage, first, 1000, &m), KSTAGE_INVALID_ARGUMENT,
+           "index 1000");
+  KS_FAILS(kstage_path_range_member(s.stage, first + 1, 0, &m), KSTAGE_INVALID_ARGUMENT,
+           "not the first path");
   // A range that does not start at 0, an empty prefix, top-level members.
   const kstage_path_t offs = s.range("/cells", "", 500, 10);
   REQUIRE(s.path_string(offs) == "/cells/500");
   REQUIRE(s.path("/cells/509") == offs + 9);
-  KS_FAILS(kstage_path_range_info(s.stage, s.path("/cells/510"), nullptr, nullptr, nullptr), KSTAGE_NOT_FOUND,
+  KS_FAILS(kstage_path_range_info(s.stage, s.path("/cells/510"), nullptr, nullptr, nullptr),
+           KSTAGE_NOT_FOUND,
            "not a member");  // one past the end: a path of its own
   const kstage_path_t top = s.range("/", "n", 0, 3);
   REQUIRE(s.path_string(top + 2) == "/n2");
@@ -80,8 +85,10 @@ TEST_CASE("a range's definition makes the same range in another stage", "[ranges
     uint64_t begin, count;
   };
   // Prefixes that end in digits, no prefix, top level, a deep parent.
-  const Made made[] = {{"/world/particles", "p1", 5, 20}, {"/cells", "", 500, 10},
-                       {"/", "n", 0, 3}, {"/a/b/c", "x", 7, 1}};
+  const Made made[] = {{"/world/particles", "p1", 5, 20},
+                       {"/cells", "", 500, 10},
+                       {"/", "n", 0, 3},
+                       {"/a/b/c", "x", 7, 1}};
   std::vector<kstage_path_t> firsts;
   for (const Made& m : made) firsts.push_back(s.range(m.parent, m.prefix, m.begin, m.count));
   Stage other(host_execution());
@@ -102,48 +109,59 @@ TEST_CASE("a range's definition makes the same range in another stage", "[ranges
     for (uint64_t k : {uint64_t(0), count - 1})
       CHECK(other.path_string(again + k) == s.path_string(firsts[i] + k));
   }
-  KS_OK(kstage_path_range_definition(s.stage, firsts[0], nullptr, nullptr, nullptr, nullptr, nullptr));
+  KS_OK(kstage_path_range_definition(s.stage, firsts[0], nullptr, nullptr, nullptr, nullptr,
+                                     nullptr));
   const char* untouched = "untouched";
   const char* parent = untouched;
-  KS_FAILS(kstage_path_range_definition(s.stage, firsts[0] + 1, &parent, nullptr, nullptr, nullptr, nullptr),
+  KS_FAILS(kstage_path_range_definition(s.stage, firsts[0] + 1, &parent, nullptr, nullptr, nullptr,
+                                        nullptr),
            KSTAGE_INVALID_ARGUMENT, "not the first path of a path range");
   CHECK(parent == untouched);
-  KS_FAILS(kstage_path_range_definition(s.stage, s.path("/plain"), &parent, nullptr, nullptr, nullptr, nullptr),
+  KS_FAILS(kstage_path_range_definition(s.stage, s.path("/plain"), &parent, nullptr, nullptr,
+                                        nullptr, nullptr),
            KSTAGE_INVALID_ARGUMENT, "not the first path");
   KS_FAILS(kstage_path_range_definition(0, firsts[0], &parent, nullptr, nullptr, nullptr, nullptr),
            KSTAGE_INVALID_HANDLE, "");
 }
 
-TEST_CASE("a range that is too big or badly named is refused and interns nothing", "[ranges][errors]") {
+TEST_CASE("a range that is too big or badly named is refused and interns nothing",
+          "[ranges][errors]") {
   Stage s(host_execution());
   kstage_path_t first = 77;
-  KS_FAILS(kstage_intern_path_range(s.stage, "/a", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0, 0, &first),
+  KS_FAILS(kstage_intern_path_range(s.stage, "/a", KSTAGE_NUL_TERMINATED, "p",
+                                    KSTAGE_NUL_TERMINATED, 0, 0, &first),
            KSTAGE_INVALID_ARGUMENT, "count 0");
-  KS_FAILS(kstage_intern_path_range(s.stage, "/a", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0,
-                                    uint64_t(1) << 32, &first),
+  KS_FAILS(kstage_intern_path_range(s.stage, "/a", KSTAGE_NUL_TERMINATED, "p",
+                                    KSTAGE_NUL_TERMINATED, 0, uint64_t(1) << 32, &first),
            KSTAGE_INVALID_ARGUMENT, "2^32 - 1");
-  KS_FAILS(kstage_intern_path_range(s.stage, "/a", KSTAGE_NUL_TERMINATED, "p/q", KSTAGE_NUL_TERMINATED, 0, 5, &first),
+  KS_FAILS(kstage_intern_path_range(s.stage, "/a", KSTAGE_NUL_TERMINATED, "p/q",
+                                    KSTAGE_NUL_TERMINATED, 0, 5, &first),
            KSTAGE_INVALID_ARGUMENT, "prefix 'p' holds a '/' at byte 1");
-  KS_FAILS(kstage_intern_path_range(s.stage, "a", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0, 5, &first),
+  KS_FAILS(kstage_intern_path_range(s.stage, "a", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED,
+                                    0, 5, &first),
            KSTAGE_INVALID_ARGUMENT, "not absolute");
-  KS_FAILS(kstage_intern_path_range(s.stage, "/a", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, UINT64_MAX, 2,
-                                    &first),
+  KS_FAILS(kstage_intern_path_range(s.stage, "/a", KSTAGE_NUL_TERMINATED, "p",
+                                    KSTAGE_NUL_TERMINATED, UINT64_MAX, 2, &first),
            KSTAGE_INVALID_ARGUMENT, "overflows");
   KS_FAILS(kstage_intern_path_range(s.stage, "/a", KSTAGE_NUL_TERMINATED, nullptr, 3, 0, 5, &first),
            KSTAGE_INVALID_ARGUMENT, "prefix is NULL");
-  KS_FAILS(kstage_intern_path_range(s.stage, "/a", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0, 5, nullptr),
+  KS_FAILS(kstage_intern_path_range(s.stage, "/a", KSTAGE_NUL_TERMINATED, "p",
+                                    KSTAGE_NUL_TERMINATED, 0, 5, nullptr),
            KSTAGE_INVALID_ARGUMENT, "first");
-  KS_FAILS(kstage_intern_path_range(0, "/a", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0, 5, &first),
+  KS_FAILS(kstage_intern_path_range(0, "/a", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0,
+                                    5, &first),
            KSTAGE_INVALID_HANDLE, "stage");
   REQUIRE(first == 77);
   REQUIRE(s.path("/probe") == 1);  // nothing above took an id
 }
 
-TEST_CASE("ranges that could name a path interned before are refused, naming it", "[ranges][errors]") {
+TEST_CASE("ranges that could name a path interned before are refused, naming it",
+          "[ranges][errors]") {
   Stage s(host_execution());
   // An explicit member, checked by lookups (few members) or by a scan (many).
   const kstage_path_t p5 = s.path("/w/p5");
-  KS_FAILS(try_range(s, "/w", "p", 0, 10), KSTAGE_ALREADY_EXISTS, "its member '/w/p5' was interned before");
+  KS_FAILS(try_range(s, "/w", "p", 0, 10), KSTAGE_ALREADY_EXISTS,
+           "its member '/w/p5' was interned before");
   KS_FAILS(try_range(s, "/w", "p", 0, 100000), KSTAGE_ALREADY_EXISTS, "'/w/p5'");
   // Beyond it, or another prefix: fine.
   const kstage_path_t after = s.range("/w", "p", 6, 100);
@@ -151,13 +169,15 @@ TEST_CASE("ranges that could name a path interned before are refused, naming it"
   REQUIRE(s.path("/w/p6") == after);
   // An ancestor made for another path.
   s.path("/v/p3/x");
-  KS_FAILS(try_range(s, "/v", "p", 0, 10), KSTAGE_ALREADY_EXISTS, "'/v/p3' was interned before (as the ancestor");
+  KS_FAILS(try_range(s, "/v", "p", 0, 10), KSTAGE_ALREADY_EXISTS,
+           "'/v/p3' was interned before (as the ancestor");
   // Ranges whose names could meet: overlapping numbers, or one prefix starting the other.
   KS_FAILS(try_range(s, "/w", "p", 100, 10), KSTAGE_ALREADY_EXISTS, "'/w/p[6..105]'");
   KS_FAILS(try_range(s, "/w", "p1", 0, 10), KSTAGE_ALREADY_EXISTS, "could be those of the range");
   // An empty prefix and "1": "1" 5 is "15", a number the empty prefix can make.
   s.range("/w", "", 0, 10);
-  KS_FAILS(try_range(s, "/w", "1", 0, 10), KSTAGE_ALREADY_EXISTS, "could be those of the range '/w/[0..9]'");
+  KS_FAILS(try_range(s, "/w", "1", 0, 10), KSTAGE_ALREADY_EXISTS,
+           "could be those of the range '/w/[0..9]'");
   // Prefixes that can never name the same path are fine: "p" and "p0" (no leading zeros),
   // "p" and "px", "" and "p".
   s.range("/w", "p0", 0, 10);
@@ -170,7 +190,8 @@ TEST_CASE("ranges that could name a path interned before are refused, naming it"
   // than the range has members (here 1500 paths, 10 members).
   for (int i = 0; i < 1500; ++i) s.path("/lk/q" + std::to_string(i));
   s.path("/lk/p3");
-  KS_FAILS(try_range(s, "/lk", "p", 0, 10), KSTAGE_ALREADY_EXISTS, "its member '/lk/p3' was interned before");
+  KS_FAILS(try_range(s, "/lk", "p", 0, 10), KSTAGE_ALREADY_EXISTS,
+           "its member '/lk/p3' was interned before");
   REQUIRE(s.path_string(s.range("/lk", "p", 4, 10)) == "/lk/p4");
   // A name that ends in a digit under another parent does not matter.
   s.path("/elsewhere/p1");
@@ -222,7 +243,8 @@ TEST_CASE("a huge range costs nothing until used", "[ranges]") {
   int64_t shape[1] = {1};
   DLTensor tensor_ = tensor(x.data(), f32(), 1, shape);
   kstage_write_data_t w = write_data(&tensor_);
-  KS_FAILS(s.write(one, t, 4, w, KSTAGE_PRIM_MODE_UPDATE), KSTAGE_NOT_FOUND, "/sim/particles/p99999998");
+  KS_FAILS(s.write(one, t, 4, w, KSTAGE_PRIM_MODE_UPDATE), KSTAGE_NOT_FOUND,
+           "/sim/particles/p99999998");
 }
 
 TEST_CASE("range queries: sub-ranges, strides and their errors", "[ranges][queries]") {
@@ -239,14 +261,17 @@ TEST_CASE("range queries: sub-ranges, strides and their errors", "[ranges][queri
   REQUIRE(s.prims_of(q) == std::vector<kstage_path_t>{first + 9});
   KS_FAILS(kstage_query_range(s.stage, first, 10, 0, 0, &q), KSTAGE_INVALID_ARGUMENT, "start 10");
   KS_FAILS(kstage_query_range(s.stage, first, 1, 4, 3, &q), KSTAGE_INVALID_ARGUMENT, "at most 3");
-  KS_FAILS(kstage_query_range(s.stage, first + 1, 0, 0, 0, &q), KSTAGE_INVALID_ARGUMENT, "not the first path");
-  KS_FAILS(kstage_query_range(s.stage, s.path("/x"), 0, 0, 0, &q), KSTAGE_INVALID_ARGUMENT, "not the first path");
+  KS_FAILS(kstage_query_range(s.stage, first + 1, 0, 0, 0, &q), KSTAGE_INVALID_ARGUMENT,
+           "not the first path");
+  KS_FAILS(kstage_query_range(s.stage, s.path("/x"), 0, 0, 0, &q), KSTAGE_INVALID_ARGUMENT,
+           "not the first path");
   KS_FAILS(kstage_query_range(s.stage, first, 0, 0, 0, nullptr), KSTAGE_INVALID_ARGUMENT, "query");
   // Duplicate detection between far-apart ids (a huge range between them).
   const kstage_path_t huge = s.range("/h", "p", 0, 4000000000ull);
   const kstage_path_t far = s.path("/far");
   const kstage_path_t dup[3] = {first, far, first};
-  KS_FAILS(kstage_query_paths(s.stage, dup, 3, &q), KSTAGE_INVALID_ARGUMENT, "paths[2] ('/r/p0') repeats paths[0]");
+  KS_FAILS(kstage_query_paths(s.stage, dup, 3, &q), KSTAGE_INVALID_ARGUMENT,
+           "paths[2] ('/r/p0') repeats paths[0]");
   const kstage_path_t ok[3] = {first, huge + 3999999999ull, far};
   KS_OK(kstage_query_paths(s.stage, ok, 3, &q));
 }
@@ -309,7 +334,8 @@ TEST_CASE("range members are ordinary prims: filters, deletes, change ranges, ma
   kstage_map_group_info_t g{};
   KS_OK(kstage_fetch_map_next(s.stage, map, 0, &g));
   std::vector<float> ones(size_t(g.data.tensors[0].shape[0]), 1.f);
-  host_write(g.data.tensors[0].data, ones.data(), ones.size() * sizeof(float), g.data.tensors[0].device);
+  host_write(g.data.tensors[0].data, ones.data(), ones.size() * sizeof(float),
+             g.data.tensors[0].device);
   kstage_op_t op = 0;
   KS_OK(kstage_unmap_attribute(s.stage, map, kstage_device_sync_t{0, 0}, &op));
   KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
@@ -322,7 +348,8 @@ TEST_CASE("range members are ordinary prims: filters, deletes, change ranges, ma
 
 // A fixed-size column whose first write is consecutive new prims in order keeps no per-prim
 // tables (the affine form) until a change needs them; everything reads the same either way.
-TEST_CASE("a column that starts with no per-prim tables behaves like any other", "[ranges][affine]") {
+TEST_CASE("a column that starts with no per-prim tables behaves like any other",
+          "[ranges][affine]") {
   Stage s(host_execution());
   const kstage_path_t first = s.range("/a", "p", 0, 12);
   kstage_query_t ten = 0, all = 0;
@@ -370,7 +397,8 @@ TEST_CASE("a column that starts with no per-prim tables behaves like any other",
   s.seal(3);
   for (int i = 0; i < 12; ++i) want_t[i] = float(i);
   expect(t, want_t);
-  // A delete from a column still in the affine form (u): a hole, then a change range with its tombstone.
+  // A delete from a column still in the affine form (u): a hole, then a change range with its
+  // tombstone.
   kstage_query_t five = s.query({first + 5});
   REQUIRE(s.remove(five, {u}, 4) == KSTAGE_OK);
   s.seal(4);
@@ -388,7 +416,8 @@ TEST_CASE("a column that starts with no per-prim tables behaves like any other",
   s.seal(5);
   want_u[5] = 55.f;
   expect(u, want_u);
-  // Paths interned one after another take the affine form too; a write in another order works on it.
+  // Paths interned one after another take the affine form too; a write in another order works on
+  // it.
   std::vector<kstage_path_t> ps;
   for (int i = 0; i < 4; ++i) ps.push_back(s.path("/e/q" + std::to_string(i)));
   kstage_query_t fwd = s.query(ps), rev = s.query({ps[3], ps[2], ps[1], ps[0]});
@@ -453,7 +482,8 @@ TEST_CASE("a range query reads in bounded groups, zero-copy, with each group's o
   // A strided sub-range: its own ids, in every group and in kstage_query_get_paths.
   kstage_query_t odd = 0;
   KS_OK(kstage_query_range(s.stage, first, 1, 5, 7, &odd));
-  REQUIRE(s.prims_of(odd) == std::vector<kstage_path_t>{first + 1, first + 8, first + 15, first + 22, first + 29});
+  REQUIRE(s.prims_of(odd) ==
+          std::vector<kstage_path_t>{first + 1, first + 8, first + 15, first + 22, first + 29});
   d.max_group_prims = 2;
   const auto groups = s.read(odd, {x}, &d);
   REQUIRE(groups.size() == 3);
@@ -474,7 +504,8 @@ TEST_CASE("a range query reads in bounded groups, zero-copy, with each group's o
     for (uint64_t i = 0; i < g.prim_count; ++i) {
       REQUIRE(g.prims[i] == first + 1 + 7 * (2 * k + i));
       const float value = -float(g.prims[i] - first);
-      host_write(static_cast<float*>(g.data.tensors[0].data) + i, &value, sizeof value, g.data.tensors[0].device);
+      host_write(static_cast<float*>(g.data.tensors[0].data) + i, &value, sizeof value,
+                 g.data.tensors[0].device);
     }
   }
   kstage_op_t op = 0;
@@ -484,7 +515,8 @@ TEST_CASE("a range query reads in bounded groups, zero-copy, with each group's o
   s.seal(2);
   const auto after = s.floats(odd, x);
   REQUIRE(after.at(first + 29) == std::vector<float>{-29.f});
-  // (One prim's query, not a map of all 2^20: the rest of the column was read group by group above.)
+  // (One prim's query, not a map of all 2^20: the rest of the column was read group by group
+  // above.)
   kstage_query_t p30 = 0;
   KS_OK(kstage_query_range(s.stage, first, 30, 1, 1, &p30));
   REQUIRE(s.floats(p30, x).at(first + 30) == std::vector<float>{30.f});
@@ -659,8 +691,8 @@ TEST_CASE("a strided query that starts before an affine column's rows adds its n
   Stage s(host_execution());
   const kstage_path_t first = s.range("/b", "p", 0, 30);
   kstage_query_t tail = 0, strided = 0;
-  KS_OK(kstage_query_range(s.stage, first, 10, 20, 1, &tail));     // members 10..29
-  KS_OK(kstage_query_range(s.stage, first, 0, 6, 5, &strided));   // members 0, 5, ..., 25
+  KS_OK(kstage_query_range(s.stage, first, 10, 20, 1, &tail));   // members 10..29
+  KS_OK(kstage_query_range(s.stage, first, 0, 6, 5, &strided));  // members 0, 5, ..., 25
   const kstage_token_t t = s.token("t");
   std::vector<float> v(20);
   for (int i = 0; i < 20; ++i) v[size_t(i)] = float(10 + i);
@@ -690,9 +722,9 @@ TEST_CASE("UPDATE writes through strided range queries check every target", "[ra
   Stage s(host_execution());
   const kstage_path_t first = s.range("/u", "p", 0, 40);
   kstage_query_t head = 0, inside = 0, past = 0;
-  KS_OK(kstage_query_range(s.stage, first, 0, 30, 1, &head));    // the column: members 0..29
-  KS_OK(kstage_query_range(s.stage, first, 0, 6, 5, &inside));   // 0, 5, ..., 25
-  KS_OK(kstage_query_range(s.stage, first, 10, 5, 5, &past));    // 10, ..., 25, 30 (no row)
+  KS_OK(kstage_query_range(s.stage, first, 0, 30, 1, &head));   // the column: members 0..29
+  KS_OK(kstage_query_range(s.stage, first, 0, 6, 5, &inside));  // 0, 5, ..., 25
+  KS_OK(kstage_query_range(s.stage, first, 10, 5, 5, &past));   // 10, ..., 25, 30 (no row)
   const kstage_token_t t = s.token("t");
   std::vector<float> v(30);
   for (int i = 0; i < 30; ++i) v[size_t(i)] = float(i);
@@ -708,12 +740,14 @@ TEST_CASE("UPDATE writes through strided range queries check every target", "[ra
   s.seal(2);
   auto got = scalars(s, head, t);
   REQUIRE(got.size() == 30);
-  for (uint64_t i = 0; i < 30; ++i) REQUIRE(got.at(first + i) == (i % 5 == 0 ? -float(i) : float(i)));
+  for (uint64_t i = 0; i < 30; ++i)
+    REQUIRE(got.at(first + i) == (i % 5 == 0 ? -float(i) : float(i)));
   // A delete of member 5 pending before the update: the update is refused, naming it.
   kstage_query_t five = 0;
   KS_OK(kstage_query_range(s.stage, first, 5, 1, 1, &five));
   REQUIRE(s.remove(five, {t}, 3) == KSTAGE_OK);
-  KS_FAILS(update(inside, 4, {1.f, 2.f, 3.f, 4.f, 5.f, 6.f}), KSTAGE_NOT_FOUND, "/u/p5' (element 1)");
+  KS_FAILS(update(inside, 4, {1.f, 2.f, 3.f, 4.f, 5.f, 6.f}), KSTAGE_NOT_FOUND,
+           "/u/p5' (element 1)");
   s.seal(4);
   got = scalars(s, head, t);
   REQUIRE(got.size() == 29);

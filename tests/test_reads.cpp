@@ -10,8 +10,6 @@ using namespace kstage_test;
 
 namespace {
 
-
-
 // Array write: one float32 tensor per prim.
 void write_arrays(Stage& s, kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
                   std::vector<std::vector<float>> rows) {
@@ -126,7 +124,7 @@ TEST_CASE("change-range reads return the prims whose last change is in the range
   REQUIRE(g.size() == 1);
   REQUIRE_FALSE(g[0].is_delete);
   REQUIRE(g[0].prims == std::vector<kstage_path_t>{p[3], p[2], p[1]});  // query order
-  REQUIRE(floats_of(g[0]) == std::vector<float>{33.f, 32.f, 21.f});       // current values
+  REQUIRE(floats_of(g[0]) == std::vector<float>{33.f, 32.f, 21.f});     // current values
   REQUIRE(g[0].ordinal == 5);
 
   // [1, 1] is answerable only for prims that did not change after 1.
@@ -299,8 +297,8 @@ TEST_CASE("row stamps widen past 256 and 65536 live change ordinals", "[read][ch
     REQUIRE(g.size() <= 1);
     return g.empty() ? Group{} : g[0];
   };
-  for (size_t edge : {size_t(0), size_t(254), size_t(255), size_t(256), size_t(65534), size_t(65535),
-                      size_t(65536), kRows - 1}) {
+  for (size_t edge : {size_t(0), size_t(254), size_t(255), size_t(256), size_t(65534),
+                      size_t(65535), size_t(65536), kRows - 1}) {
     const size_t lo = edge == 0 ? 0 : edge - 1, hi = std::min(edge + 1, kRows - 1);
     auto g = rows_in(2 + lo, 2 + hi);
     std::vector<kstage_path_t> want(p.begin() + lo, p.begin() + hi + 1);
@@ -313,7 +311,8 @@ TEST_CASE("row stamps widen past 256 and 65536 live change ordinals", "[read][ch
   REQUIRE(rows_in(2 + kRows, 2 + kRows).prims.size() == 0);
 }
 
-TEST_CASE("row stamps narrow again when a compaction leaves few live ordinals", "[read][change_range]") {
+TEST_CASE("row stamps narrow again when a compaction leaves few live ordinals",
+          "[read][change_range]") {
   // 300 rows with distinct live ordinals widen the stamps to 2 bytes; one write of rows 1..299
   // leaves two live ordinals, and the ticks on row 0 that follow outgrow the table (4096
   // entries): the compaction keeps three ordinals and narrows the stamps back to 1 byte. Every
@@ -422,7 +421,8 @@ TEST_CASE("change-range reads after sparse ticks", "[read][change_range]") {
   REQUIRE(g[1].prims == std::vector<kstage_path_t>{p[7]});
 }
 
-TEST_CASE("change-range reads report deletions as tombstone groups", "[read][change_range][delete]") {
+TEST_CASE("change-range reads report deletions as tombstone groups",
+          "[read][change_range][delete]") {
   Stage s(host_execution());
   kstage_token_t a = s.token("a");
   auto p = s.paths("/t", 4);
@@ -461,7 +461,8 @@ TEST_CASE("change-range reads report deletions as tombstone groups", "[read][cha
     REQUIRE(t.attribute == a);
     REQUIRE(t.handle != v.handle);
     kstage_read_group_t none{};
-    KS_FAILS(kstage_fetch_read_next(s.stage, r, 0, &none), KSTAGE_END_OF_ITERATION, "no more groups");
+    KS_FAILS(kstage_fetch_read_next(s.stage, r, 0, &none), KSTAGE_END_OF_ITERATION,
+             "no more groups");
     KS_OK(kstage_release_group(s.stage, v.handle));
     KS_OK(kstage_release_group(s.stage, t.handle));
     KS_OK(kstage_release_read(s.stage, r));
@@ -610,7 +611,8 @@ TEST_CASE("two readers hold groups from different snapshots", "[read][lifetime]"
   REQUIRE(floats_of(Stage::copy_group(g2)) == std::vector<float>{1.f, 2.f, 1.f});
   KS_OK(kstage_release_group(s.stage, g2.handle));
   KS_OK(kstage_release_read(s.stage, r2));
-  REQUIRE(scalars(s, q, a) == std::map<kstage_path_t, float>{{p[0], 1.f}, {p[1], 4.f}, {p[2], 1.f}});
+  REQUIRE(scalars(s, q, a) ==
+          std::map<kstage_path_t, float>{{p[0], 1.f}, {p[1], 4.f}, {p[2], 1.f}});
 }
 
 TEST_CASE("groups outlive their read handle", "[read][lifetime]") {
@@ -655,9 +657,11 @@ TEST_CASE("reads onto a device this build lacks are refused", "[read][device]") 
 #endif
   d.target_device = DLDevice{absent[0].first, 0};
   kstage_read_t r = 0;
-  KS_FAILS(kstage_read_attributes(s.stage, q, &a, 1, &d, &r), KSTAGE_NOT_SUPPORTED, absent[0].second);
+  KS_FAILS(kstage_read_attributes(s.stage, q, &a, 1, &d, &r), KSTAGE_NOT_SUPPORTED,
+           absent[0].second);
   d.target_device = DLDevice{absent[1].first, 1};
-  KS_FAILS(kstage_read_attributes(s.stage, q, &a, 1, &d, &r), KSTAGE_NOT_SUPPORTED, absent[1].second);
+  KS_FAILS(kstage_read_attributes(s.stage, q, &a, 1, &d, &r), KSTAGE_NOT_SUPPORTED,
+           absent[1].second);
   REQUIRE(r == 0);
 
   d.target_device = DLDevice{kDLCPU, 0};
@@ -691,11 +695,14 @@ TEST_CASE("the read and group handle protocol", "[read][errors]") {
   kstage_read_group_t after{};
   after.prim_count = 99;
   for (int i = 0; i < 3; ++i)
-    KS_FAILS(kstage_fetch_read_next(s.stage, r, 0, &after), KSTAGE_END_OF_ITERATION, "no more groups");
+    KS_FAILS(kstage_fetch_read_next(s.stage, r, 0, &after), KSTAGE_END_OF_ITERATION,
+             "no more groups");
   REQUIRE(after.prim_count == 99);  // untouched
-  KS_FAILS(kstage_fetch_read_next(s.stage, r, 0, nullptr), KSTAGE_INVALID_ARGUMENT, "group is NULL");
+  KS_FAILS(kstage_fetch_read_next(s.stage, r, 0, nullptr), KSTAGE_INVALID_ARGUMENT,
+           "group is NULL");
   // A group handle is not a read handle and vice versa.
-  KS_FAILS(kstage_fetch_read_next(s.stage, g.handle, 0, &after), KSTAGE_INVALID_HANDLE, "read handle");
+  KS_FAILS(kstage_fetch_read_next(s.stage, g.handle, 0, &after), KSTAGE_INVALID_HANDLE,
+           "read handle");
   KS_FAILS(kstage_release_group(s.stage, r), KSTAGE_INVALID_HANDLE, "group handle");
   KS_FAILS(kstage_release_read(s.stage, g.handle), KSTAGE_INVALID_HANDLE, "read handle");
 
@@ -726,7 +733,8 @@ TEST_CASE("the read and group handle protocol", "[read][errors]") {
 
   // An attribute that no column has: a valid read with no groups.
   KS_OK(kstage_read_attributes(s.stage, q, &nocol, 1, nullptr, &r));
-  KS_FAILS(kstage_fetch_read_next(s.stage, r, 0, &after), KSTAGE_END_OF_ITERATION, "no more groups");
+  KS_FAILS(kstage_fetch_read_next(s.stage, r, 0, &after), KSTAGE_END_OF_ITERATION,
+           "no more groups");
   KS_OK(kstage_release_read(s.stage, r));
   auto groups = s.read(q, {nocol, a});
   REQUIRE(groups.size() == 1);
@@ -876,7 +884,8 @@ TEST_CASE("max_group_prims splits a read into groups of consecutive prims, the s
                                    parts[k + 1].is_delete == g.is_delete;
             REQUIRE(!g.prims.empty());
             REQUIRE(g.prims.size() == (continues ? per : std::min<uint64_t>(g.prims.size(), per)));
-            if (k > 0 && parts[k - 1].attribute == g.attribute && parts[k - 1].is_delete == g.is_delete) {
+            if (k > 0 && parts[k - 1].attribute == g.attribute &&
+                parts[k - 1].is_delete == g.is_delete) {
               Group& j = joined.back();
               j.prims.insert(j.prims.end(), g.prims.begin(), g.prims.end());
               j.values.insert(j.values.end(), g.values.begin(), g.values.end());
@@ -898,7 +907,8 @@ TEST_CASE("max_group_prims splits a read into groups of consecutive prims, the s
   }
 }
 
-TEST_CASE("split read groups share one snapshot: later seals change none of them", "[read][groups]") {
+TEST_CASE("split read groups share one snapshot: later seals change none of them",
+          "[read][groups]") {
   Stage s(host_execution());
   kstage_token_t x = s.token("x");
   auto p = s.paths("/s", 6);

@@ -53,8 +53,8 @@ void check_rows(Errors& errors, const char* who, const float* rows, const uint32
     for (int l = 0; l < kLanes; ++l)
       if (v[l] != value(k, i, l)) {
         CHECK_T(errors, v[l] == value(k, i, l),
-                who << ": prim " << i << " lane " << l << " at floor " << floor << " holds "
-                    << v[l] << ", the model " << value(k, i, l));
+                who << ": prim " << i << " lane " << l << " at floor " << floor << " holds " << v[l]
+                    << ", the model " << value(k, i, l));
         return;
       }
   }
@@ -240,8 +240,8 @@ TEST_CASE("writer, sealer, readers and a releaser: the sealed state matches the 
       const uint32_t i = prim_index(groups[0].prims[j]);
       const std::vector<float> got = as_floats(groups[0].values[j]);
       const uint64_t k = last_write(i, kOrdinals);
-      REQUIRE(got == std::vector<float>{value(k, i, 0), value(k, i, 1), value(k, i, 2),
-                                        value(k, i, 3)});
+      REQUIRE(got ==
+              std::vector<float>{value(k, i, 0), value(k, i, 1), value(k, i, 2), value(k, i, 3)});
     }
   }
 }

@@ -72,8 +72,8 @@ bool snapshot(const kstage_read_group_t& g, Snapshot& s, Errors& errors) {
   s.prims.assign(g.prims, g.prims + g.prim_count);
   s.values.clear();
   if (g.is_delete || g.is_array || g.data.tensor_count != 1 || g.data.count != g.prim_count) {
-    errors.add("unexpected group shape: is_delete " + std::to_string(g.is_delete) + " tensor_count " +
-               std::to_string(g.data.tensor_count));
+    errors.add("unexpected group shape: is_delete " + std::to_string(g.is_delete) +
+               " tensor_count " + std::to_string(g.data.tensor_count));
     return false;
   }
   const DLTensor& t = g.data.tensors[0];
@@ -82,7 +82,8 @@ bool snapshot(const kstage_read_group_t& g, Snapshot& s, Errors& errors) {
     errors.add("unexpected tensor layout");
     return false;
   }
-  const float* base = reinterpret_cast<const float*>(static_cast<const char*>(t.data) + t.byte_offset);
+  const float* base =
+      reinterpret_cast<const float*>(static_cast<const char*>(t.data) + t.byte_offset);
   for (uint64_t i = 0; i < g.prim_count; ++i) {
     const uint64_t row = g.data.index_map ? g.data.index_map[i] : i;
     if (int64_t(row) >= t.shape[0]) {
@@ -122,7 +123,8 @@ struct Scenario {
 
   void writer(int w) {
     kstage_query_t q = 0;
-    if (!errors.ok(kstage_query_paths(s.stage, owned[w].data(), owned[w].size(), &q), "query_paths"))
+    if (!errors.ok(kstage_query_paths(s.stage, owned[w].data(), owned[w].size(), &q),
+                   "query_paths"))
       return;
     const int n = kPrimsPerWriter;
     std::vector<float> pos(size_t(n) * 3), m(n);
@@ -133,15 +135,17 @@ struct Scenario {
       }
       // Alternate the canonical layout (N,) lanes 3 and the convenience (N,3).
       int64_t canon[1] = {n}, conv[2] = {n, 3}, mshape[1] = {n};
-      DLTensor tensors[2] = {t % 2 ? tensor(pos.data(), f32(3), 1, canon) : tensor(pos.data(), f32(), 2, conv),
-                             tensor(m.data(), f32(), 1, mshape)};
+      DLTensor tensors[2] = {
+          t % 2 ? tensor(pos.data(), f32(3), 1, canon) : tensor(pos.data(), f32(), 2, conv),
+          tensor(m.data(), f32(), 1, mshape)};
       kstage_write_data_t data[2] = {write_data(&tensors[0]), write_data(&tensors[1])};
       data[0].semantic = KSTAGE_SEMANTIC_POINT;
       const kstage_token_t attrs[2] = {points, mass};
       kstage_op_t op = 0;
       // INSERT the first time, UPDATE afterwards (the prims exist in the projected state).
       const kstage_prim_mode_t mode = t == 1 ? KSTAGE_PRIM_MODE_INSERT : KSTAGE_PRIM_MODE_UPDATE;
-      if (!errors.ok(kstage_write_attributes(s.stage, q, attrs, data, 2, t, mode, &op), "write_attributes"))
+      if (!errors.ok(kstage_write_attributes(s.stage, q, attrs, data, 2, t, mode, &op),
+                     "write_attributes"))
         break;
       errors.ok(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE), "wait");
       errors.ok(kstage_release_op(s.stage, op), "release_op");
@@ -161,7 +165,8 @@ struct Scenario {
           }
           std::this_thread::yield();
         }
-      if (!errors.ok(kstage_advance_write_floor(s.stage, f, nullptr, 0), "advance_write_floor")) break;
+      if (!errors.ok(kstage_advance_write_floor(s.stage, f, nullptr, 0), "advance_write_floor"))
+        break;
       sealed.store(f);
       if (f % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
@@ -173,7 +178,8 @@ struct Scenario {
                    uint64_t exact_tick) {
     const int lanes = g.attribute == points ? 3 : 1;
     CHECK_T(errors, g.dtype.lanes == lanes, "lanes " << g.dtype.lanes);
-    CHECK_T(errors, g.prim_count == all.size(), "prim_count " << g.prim_count << " ordinal " << g.ordinal);
+    CHECK_T(errors, g.prim_count == all.size(),
+            "prim_count " << g.prim_count << " ordinal " << g.ordinal);
     // The sealer publishes `sealed` just after its advance returns.
     CHECK_T(errors, g.ordinal <= sealed.load() + 1 && g.ordinal <= kTicks, "ordinal " << g.ordinal);
     for (size_t i = 0; i < snap.prims.size(); ++i) {
@@ -188,8 +194,8 @@ struct Scenario {
       if (g.attribute == points) {
         if (!decode(snap.values[i].data(), 3, d)) {
           errors.add("torn or foreign float3 at prim " + std::to_string(p) + ": " +
-                     std::to_string(snap.values[i][0]) + "," + std::to_string(snap.values[i][1]) + "," +
-                     std::to_string(snap.values[i][2]));
+                     std::to_string(snap.values[i][0]) + "," + std::to_string(snap.values[i][1]) +
+                     "," + std::to_string(snap.values[i][2]));
           continue;
         }
       } else {
@@ -199,13 +205,18 @@ struct Scenario {
         d.tick = uint64_t(base % 10000) / 10;
         CHECK_T(errors, v == encode(d.writer, d.tick, 9), "mass value " << v);
       }
-      CHECK_T(errors, d.writer == it->second, "prim " << p << " owned by " << it->second << " holds writer " << d.writer);
+      CHECK_T(errors, d.writer == it->second,
+              "prim " << p << " owned by " << it->second << " holds writer " << d.writer);
       // Never a value above the snapshot's floor (unsealed), never below the range.
-      CHECK_T(errors, d.tick <= g.ordinal, "tick " << d.tick << " above the group ordinal " << g.ordinal);
-      CHECK_T(errors, d.tick >= min_tick, "tick " << d.tick << " below the range begin " << min_tick);
+      CHECK_T(errors, d.tick <= g.ordinal,
+              "tick " << d.tick << " above the group ordinal " << g.ordinal);
+      CHECK_T(errors, d.tick >= min_tick,
+              "tick " << d.tick << " below the range begin " << min_tick);
       // Every prim is written at every tick, so the latest sealed value is the floor's.
-      CHECK_T(errors, d.tick == g.ordinal, "tick " << d.tick << " is not the group ordinal " << g.ordinal);
-      if (exact_tick) CHECK_T(errors, d.tick == exact_tick, "tick " << d.tick << " != " << exact_tick);
+      CHECK_T(errors, d.tick == g.ordinal,
+              "tick " << d.tick << " is not the group ordinal " << g.ordinal);
+      if (exact_tick)
+        CHECK_T(errors, d.tick == exact_tick, "tick " << d.tick << " != " << exact_tick);
     }
   }
 
@@ -219,7 +230,8 @@ struct Scenario {
       Held& h = held.front();
       Snapshot again;
       if (snapshot(h.g, again, errors))
-        CHECK_T(errors, again == h.snap, "a held group of ordinal " << h.g.ordinal << " changed while held");
+        CHECK_T(errors, again == h.snap,
+                "a held group of ordinal " << h.g.ordinal << " changed while held");
       errors.ok(kstage_release_group(s.stage, h.g.handle), "release_group");
       held_checked.fetch_add(1);
       held.pop_front();
@@ -258,7 +270,9 @@ struct Scenario {
         const std::string msg = kstage_last_error();
         uint64_t now = 0;
         errors.ok(kstage_get_write_floor(s.stage, points, &now), "get_write_floor");
-        CHECK_T(errors, now > floor, "OUT_OF_RANGE for [" << floor << "," << floor << "] but the floor is still " << now);
+        CHECK_T(
+            errors, now > floor,
+            "OUT_OF_RANGE for [" << floor << "," << floor << "] but the floor is still " << now);
         CHECK_T(errors, msg.find("changed again at ordinal") != std::string::npos, msg);
         out_of_range.fetch_add(1);
         continue;
@@ -274,9 +288,12 @@ struct Scenario {
         CHECK_T(errors, !g.is_delete, "a tombstone group without deletions");
         CHECK_T(errors, g.attribute == attrs[ordinals.size() < 2 ? ordinals.size() : 1],
                 "group order: attribute " << g.attribute);
-        CHECK_T(errors, g.ordinal >= floor, "group ordinal " << g.ordinal << " below the floor seen before " << floor);
-        CHECK_T(errors, g.ordinal >= last_ordinal, "ordinal went back from " << last_ordinal << " to " << g.ordinal);
-        if (exact) CHECK_T(errors, g.ordinal == exact, "exact range read has ordinal " << g.ordinal);
+        CHECK_T(errors, g.ordinal >= floor,
+                "group ordinal " << g.ordinal << " below the floor seen before " << floor);
+        CHECK_T(errors, g.ordinal >= last_ordinal,
+                "ordinal went back from " << last_ordinal << " to " << g.ordinal);
+        if (exact)
+          CHECK_T(errors, g.ordinal == exact, "exact range read has ordinal " << g.ordinal);
         ordinals.push_back(g.ordinal);
         Held h{g, {}};
         if (snapshot(g, h.snap, errors)) check_group(g, h.snap, min_tick, exact);
@@ -284,8 +301,11 @@ struct Scenario {
       }
       errors.ok(kstage_release_read(s.stage, r), "release_read");
       // Both attributes come from one snapshot: same ordinal, both or none.
-      if (floor > 0) CHECK_T(errors, ordinals.size() == 2, "groups: " << ordinals.size() << " at floor " << floor);
-      if (ordinals.size() == 2) CHECK_T(errors, ordinals[0] == ordinals[1], ordinals[0] << " vs " << ordinals[1]);
+      if (floor > 0)
+        CHECK_T(errors, ordinals.size() == 2,
+                "groups: " << ordinals.size() << " at floor " << floor);
+      if (ordinals.size() == 2)
+        CHECK_T(errors, ordinals[0] == ordinals[1], ordinals[0] << " vs " << ordinals[1]);
       if (!ordinals.empty()) last_ordinal = ordinals[0];
       // Keep a few groups pinned across later seals; check them on release.
       release_held(held, rng() % 7);
@@ -293,7 +313,8 @@ struct Scenario {
       if (iter % 4 == 0) std::this_thread::yield();
     }
     release_held(held, 0);
-    CHECK_T(errors, last_ordinal == kTicks || errors.count() > 0, "reader ended at ordinal " << last_ordinal);
+    CHECK_T(errors, last_ordinal == kTicks || errors.count() > 0,
+            "reader ended at ordinal " << last_ordinal);
     errors.ok(kstage_query_release(s.stage, q), "reader query release");
   }
 };
@@ -326,7 +347,8 @@ TEST_CASE("writers, a sealer and readers share one stage", "[threads][write][rea
   REQUIRE(mass.size() == sc.all.size());
   for (kstage_path_t p : sc.all) {
     const int w = sc.owner[p];
-    REQUIRE(pos[p] == std::vector<float>{encode(w, kTicks, 0), encode(w, kTicks, 1), encode(w, kTicks, 2)});
+    REQUIRE(pos[p] ==
+            std::vector<float>{encode(w, kTicks, 0), encode(w, kTicks, 1), encode(w, kTicks, 2)});
     REQUIRE(mass[p] == std::vector<float>{encode(w, kTicks, 9)});
   }
   // Exactly the last tick in the change range [T, T]; nothing after it.
@@ -435,8 +457,11 @@ TEST_CASE("threads interning the same strings get the same ids", "[threads][dict
       for (int round = 0; round < 3; ++round)
         for (int i : order) {
           uint64_t tok = 0, path = 0;
-          if (!errors.ok(kstage_intern_token(s.stage, tokens[i].c_str(), tokens[i].size(), &tok), "intern_token") ||
-              !errors.ok(kstage_intern_path(s.stage, paths[i].c_str(), KSTAGE_NUL_TERMINATED, &path), "intern_path"))
+          if (!errors.ok(kstage_intern_token(s.stage, tokens[i].c_str(), tokens[i].size(), &tok),
+                         "intern_token") ||
+              !errors.ok(
+                  kstage_intern_path(s.stage, paths[i].c_str(), KSTAGE_NUL_TERMINATED, &path),
+                  "intern_path"))
             return;
           if (round > 0) {
             CHECK_T(errors, tok == token_ids[t][i], "token id of '" << tokens[i] << "' changed");
@@ -494,8 +519,8 @@ TEST_CASE("threads interning names, batches and ranges at once agree on every id
       std::shuffle(order.begin(), order.end(), std::mt19937(uint32_t(t) * 7u + 3u));
       start.arrive();
       if (t == 0) {  // a range over the same names, racing the others: made, or refused by name
-        range_status = kstage_intern_path_range(s.stage, "/r", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED,
-                                                0, kNames, &range_first);
+        range_status = kstage_intern_path_range(s.stage, "/r", KSTAGE_NUL_TERMINATED, "p",
+                                                KSTAGE_NUL_TERMINATED, 0, kNames, &range_first);
         if (range_status != KSTAGE_OK && range_status != KSTAGE_ALREADY_EXISTS)
           errors.ok(range_status, "intern_path_range");
       }
@@ -503,14 +528,16 @@ TEST_CASE("threads interning names, batches and ranges at once agree on every id
         std::vector<const char*> ptrs;
         for (size_t i : order) ptrs.push_back(names[i].c_str());
         std::vector<kstage_path_t> got(ptrs.size());
-        if (!errors.ok(kstage_intern_paths(s.stage, ptrs.data(), nullptr, ptrs.size(), got.data()), "intern_paths"))
+        if (!errors.ok(kstage_intern_paths(s.stage, ptrs.data(), nullptr, ptrs.size(), got.data()),
+                       "intern_paths"))
           return;
         for (size_t k = 0; k < order.size(); ++k) ids[t][order[k]] = got[k];
         return;
       }
       for (size_t i : order) {
         uint64_t id = 0;
-        if (!errors.ok(kstage_intern_path(s.stage, names[i].c_str(), KSTAGE_NUL_TERMINATED, &id), "intern_path"))
+        if (!errors.ok(kstage_intern_path(s.stage, names[i].c_str(), KSTAGE_NUL_TERMINATED, &id),
+                       "intern_path"))
           return;
         ids[t][i] = id;
         const char* str = nullptr;
@@ -570,10 +597,12 @@ TEST_CASE("threads create and destroy separate stages concurrently", "[threads][
         kstage_token_t attr = 0;
         kstage_path_t paths[3];
         kstage_query_t q = 0;
-        bool ok = errors.ok(kstage_intern_token(st, "points", KSTAGE_NUL_TERMINATED, &attr), "intern");
+        bool ok =
+            errors.ok(kstage_intern_token(st, "points", KSTAGE_NUL_TERMINATED, &attr), "intern");
         for (int i = 0; ok && i < 3; ++i) {
           const std::string name = "/t" + std::to_string(t) + "/p" + std::to_string(i);
-          ok = errors.ok(kstage_intern_path(st, name.c_str(), KSTAGE_NUL_TERMINATED, &paths[i]), "intern_path");
+          ok = errors.ok(kstage_intern_path(st, name.c_str(), KSTAGE_NUL_TERMINATED, &paths[i]),
+                         "intern_path");
         }
         ok = ok && errors.ok(kstage_query_paths(st, paths, 3, &q), "query_paths");
         std::vector<float> v(9, value);
@@ -581,7 +610,9 @@ TEST_CASE("threads create and destroy separate stages concurrently", "[threads][
         DLTensor tn = tensor(v.data(), f32(3), 1, shape);
         kstage_write_data_t w = write_data(&tn);
         kstage_op_t op = 0;
-        ok = ok && errors.ok(kstage_write_attribute(st, q, attr, 1, &w, KSTAGE_PRIM_MODE_INSERT, &op), "write");
+        ok = ok &&
+             errors.ok(kstage_write_attribute(st, q, attr, 1, &w, KSTAGE_PRIM_MODE_INSERT, &op),
+                       "write");
         ok = ok && errors.ok(kstage_advance_write_floor(st, 1, nullptr, 0), "seal");
         kstage_read_t r = 0;
         kstage_read_group_t g{};
@@ -592,7 +623,8 @@ TEST_CASE("threads create and destroy separate stages concurrently", "[threads][
           if (snapshot(g, snap, errors)) {
             CHECK_T(errors, snap.values.size() == 3, "rows " << snap.values.size());
             for (const auto& row : snap.values)
-              CHECK_T(errors, row == std::vector<float>(3, value), "stage of thread " << t << " #" << k << " reads " << row[0]);
+              CHECK_T(errors, row == std::vector<float>(3, value),
+                      "stage of thread " << t << " #" << k << " reads " << row[0]);
           }
         }
         // Leave the op, the read and the group (every other time) to destroy.
@@ -604,10 +636,12 @@ TEST_CASE("threads create and destroy separate stages concurrently", "[threads][
         }
         errors.ok(kstage_destroy(st), "destroy");
         kstage_status_t again = kstage_destroy(st);
-        CHECK_T(errors, again == KSTAGE_INVALID_HANDLE, "second destroy -> " << kstage_status_string(again));
+        CHECK_T(errors, again == KSTAGE_INVALID_HANDLE,
+                "second destroy -> " << kstage_status_string(again));
         uint64_t f = 0;
         again = kstage_get_write_floor(st, 0, &f);
-        CHECK_T(errors, again == KSTAGE_INVALID_HANDLE, "use after destroy -> " << kstage_status_string(again));
+        CHECK_T(errors, again == KSTAGE_INVALID_HANDLE,
+                "use after destroy -> " << kstage_status_string(again));
       }
       finished.fetch_add(1);
     });
@@ -616,11 +650,13 @@ TEST_CASE("threads create and destroy separate stages concurrently", "[threads][
   while (finished.load() < kThreads) {
     kstage_read_t r = 0;
     kstage_read_group_t g{};
-    if (!errors.ok(kstage_read_attributes(keeper.stage, kq, &kattr, 1, nullptr, &r), "keeper read")) break;
+    if (!errors.ok(kstage_read_attributes(keeper.stage, kq, &kattr, 1, nullptr, &r), "keeper read"))
+      break;
     if (errors.ok(kstage_fetch_read_next(keeper.stage, r, 0, &g), "keeper fetch")) {
       Snapshot snap;
       if (snapshot(g, snap, errors))
-        for (const auto& row : snap.values) CHECK_T(errors, row == std::vector<float>(3, 42.f), "keeper reads " << row[0]);
+        for (const auto& row : snap.values)
+          CHECK_T(errors, row == std::vector<float>(3, 42.f), "keeper reads " << row[0]);
       errors.ok(kstage_release_group(keeper.stage, g.handle), "keeper release group");
     }
     errors.ok(kstage_release_read(keeper.stage, r), "keeper release read");
@@ -660,8 +696,8 @@ RaceResult race(F release) {
 }
 
 void expect_one_winner(const RaceResult& r, const char* kind) {
-  INFO(kind << ": " << kstage_status_string(r.status[0]) << " / " << kstage_status_string(r.status[1])
-            << " (" << r.message[0] << r.message[1] << ")");
+  INFO(kind << ": " << kstage_status_string(r.status[0]) << " / "
+            << kstage_status_string(r.status[1]) << " (" << r.message[0] << r.message[1] << ")");
   const int ok = (r.status[0] == KSTAGE_OK) + (r.status[1] == KSTAGE_OK);
   REQUIRE(ok == 1);
   const int loser = r.status[0] == KSTAGE_OK ? 1 : 0;
@@ -690,7 +726,8 @@ TEST_CASE("two threads releasing the same handle: exactly one succeeds", "[threa
     KS_OK(kstage_read_attributes(s.stage, base, &attr, 1, nullptr, &r));
     kstage_read_group_t g{};
     KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
-    expect_one_winner(race([&] { return kstage_release_group(s.stage, g.handle); }), "group handle");
+    expect_one_winner(race([&] { return kstage_release_group(s.stage, g.handle); }),
+                      "group handle");
     expect_one_winner(race([&] { return kstage_release_read(s.stage, r); }), "read handle");
 
     kstage_op_t op = 0;
@@ -699,7 +736,8 @@ TEST_CASE("two threads releasing the same handle: exactly one succeeds", "[threa
 
     kstage_path_list_t list = 0;
     KS_OK(kstage_path_list_create(s.stage, prims.data(), prims.size(), &list));
-    expect_one_winner(race([&] { return kstage_path_list_release(s.stage, list); }), "path list handle");
+    expect_one_winner(race([&] { return kstage_path_list_release(s.stage, list); }),
+                      "path list handle");
     // With two references both releases succeed, and then the list is gone.
     KS_OK(kstage_path_list_create(s.stage, prims.data(), prims.size(), &list));
     KS_OK(kstage_path_list_retain(s.stage, list));
@@ -713,8 +751,14 @@ TEST_CASE("two threads releasing the same handle: exactly one succeeds", "[threa
     KS_OK(kstage_path_list_create(s.stage, prims.data(), prims.size(), &list));
     kstage_status_t st[2];
     StartLine start(2);
-    std::thread a([&] { start.arrive(); st[0] = kstage_path_list_retain(s.stage, list); });
-    std::thread b([&] { start.arrive(); st[1] = kstage_path_list_release(s.stage, list); });
+    std::thread a([&] {
+      start.arrive();
+      st[0] = kstage_path_list_retain(s.stage, list);
+    });
+    std::thread b([&] {
+      start.arrive();
+      st[1] = kstage_path_list_release(s.stage, list);
+    });
     a.join();
     b.join();
     REQUIRE(st[1] == KSTAGE_OK);

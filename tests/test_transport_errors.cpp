@@ -93,7 +93,9 @@ struct Rig {
   uint64_t next = 2;
 };
 
-bool contains(const std::string& s, const std::string& needle) { return s.find(needle) != std::string::npos; }
+bool contains(const std::string& s, const std::string& needle) {
+  return s.find(needle) != std::string::npos;
+}
 
 // A managed tensor whose deleter counts its calls.
 struct Managed {
@@ -197,7 +199,8 @@ TEST_CASE("malformed tensors are rejected with the bad field named", "[transport
   int64_t shape[2] = {4, 3};
   // NULL data with a non-zero size.
   DLTensor null_data = tensor(nullptr, f32(), 2, shape);
-  std::string msg = r.rejects(attr, write_data(&null_data), KSTAGE_INVALID_ARGUMENT, "data is NULL");
+  std::string msg =
+      r.rejects(attr, write_data(&null_data), KSTAGE_INVALID_ARGUMENT, "data is NULL");
   REQUIRE(contains(msg, "12 elements"));
   REQUIRE(contains(msg, "tensors[0]"));
 
@@ -237,13 +240,15 @@ TEST_CASE("malformed tensors are rejected with the bad field named", "[transport
 
   // Unsupported bit widths.
   DLTensor float8 = tensor(r.f12.data(), DLDataType{kDLFloat, 8, 1}, 1, rows);
-  r.rejects(attr, write_data(&float8), KSTAGE_INVALID_ARGUMENT, "unsupported bit width 8 for float");
+  r.rejects(attr, write_data(&float8), KSTAGE_INVALID_ARGUMENT,
+            "unsupported bit width 8 for float");
   DLTensor int12 = tensor(r.f12.data(), DLDataType{kDLInt, 12, 1}, 1, rows);
   r.rejects(attr, write_data(&int12), KSTAGE_INVALID_ARGUMENT, "unsupported bit width 12 for int");
   DLTensor bool1 = tensor(r.f12.data(), DLDataType{kDLBool, 1, 1}, 1, rows);
   r.rejects(attr, write_data(&bool1), KSTAGE_INVALID_ARGUMENT, "unsupported bit width 1 for bool");
   DLTensor bf32 = tensor(r.f12.data(), DLDataType{kDLBfloat, 32, 1}, 1, rows);
-  r.rejects(attr, write_data(&bf32), KSTAGE_INVALID_ARGUMENT, "unsupported bit width 32 for bfloat");
+  r.rejects(attr, write_data(&bf32), KSTAGE_INVALID_ARGUMENT,
+            "unsupported bit width 32 for bfloat");
 
   // Lanes 0, lanes 256, and folding past 255 lanes.
   DLTensor lanes0 = tensor(r.f12.data(), f32(0), 1, rows);
@@ -381,7 +386,8 @@ TEST_CASE("index_map64 is validated: negative and wide entries named with their 
   w.mask = mask;
   r.rejects(attr, w, KSTAGE_INVALID_ARGUMENT, "index_map64 and mask are mutually exclusive");
   w.index_map = identity;
-  r.rejects(attr, w, KSTAGE_INVALID_ARGUMENT, "index_map and index_map64 and mask are mutually exclusive");
+  r.rejects(attr, w, KSTAGE_INVALID_ARGUMENT,
+            "index_map and index_map64 and mask are mutually exclusive");
   kstage_write_data_t im = write_data(&t);
   im.index_map64 = identity64;
   r.rejects(attr, im, KSTAGE_INVALID_ARGUMENT, "count must be non-zero when index_map64");
@@ -468,14 +474,16 @@ TEST_CASE("semantics are checked against the dtype and kind", "[transport][error
 
   kstage_write_data_t tok = write_data(&t);
   tok.semantic = KSTAGE_SEMANTIC_TOKEN_ID;
-  std::string msg = r.rejects(r.fresh, tok, KSTAGE_INVALID_ARGUMENT, "semantic TOKEN_ID needs dtype uint64");
+  std::string msg =
+      r.rejects(r.fresh, tok, KSTAGE_INVALID_ARGUMENT, "semantic TOKEN_ID needs dtype uint64");
   REQUIRE(contains(msg, "float32"));
 
   std::vector<uint64_t> ids(8, 1);
   DLTensor u64x2 = tensor(ids.data(), u64(2), 1, rows);
   kstage_write_data_t path = write_data(&u64x2);
   path.semantic = KSTAGE_SEMANTIC_PATH_ID;
-  r.rejects(r.fresh, path, KSTAGE_INVALID_ARGUMENT, "semantic PATH_ID needs dtype uint64 (lanes 1)");
+  r.rejects(r.fresh, path, KSTAGE_INVALID_ARGUMENT,
+            "semantic PATH_ID needs dtype uint64 (lanes 1)");
   DLTensor u32 = tensor(ids.data(), DLDataType{kDLUInt, 32, 1}, 1, rows);
   kstage_write_data_t tok32 = write_data(&u32);
   tok32.semantic = KSTAGE_SEMANTIC_TOKEN_ID;
@@ -505,11 +513,14 @@ TEST_CASE("tensors on devices this build cannot read are refused, naming the typ
   // is the runtime's INVALID_ARGUMENT, tests/cuda.)
   const std::vector<std::pair<DLDeviceType, const char*>> devices = {
 #if !defined(KSTAGE_TEST_ON_CUDA_DEVICE)
-      {kDLCUDA, "kDLCUDA"},
+    {kDLCUDA, "kDLCUDA"},
 #endif
-      {kDLOpenCL, "kDLOpenCL"}, {kDLVulkan, "kDLVulkan"},
-      {kDLMetal, "kDLMetal"},   {kDLOneAPI, "kDLOneAPI"}, {kDLVPI, "kDLVPI"},
-      {kDLWebGPU, "kDLWebGPU"},
+    {kDLOpenCL, "kDLOpenCL"},
+    {kDLVulkan, "kDLVulkan"},
+    {kDLMetal, "kDLMetal"},
+    {kDLOneAPI, "kDLOneAPI"},
+    {kDLVPI, "kDLVPI"},
+    {kDLWebGPU, "kDLWebGPU"},
   };
   for (const auto& [type, name] : devices) {
     INFO(name);
@@ -539,36 +550,54 @@ TEST_CASE("prim_mode, attribute, query, data and op arguments are checked", "[tr
   r.rejects(high, w, KSTAGE_INVALID_ARGUMENT, "is not a token");
 
   // Unknown and released query handles.
-  r.rejects([&](uint64_t ordinal, kstage_op_t* op) {
-    return kstage_write_attribute(r.s.stage, 987654, r.points, ordinal, &w, KSTAGE_PRIM_MODE_UPSERT, op);
-  }, KSTAGE_INVALID_HANDLE, "query handle 987654");
+  r.rejects(
+      [&](uint64_t ordinal, kstage_op_t* op) {
+        return kstage_write_attribute(r.s.stage, 987654, r.points, ordinal, &w,
+                                      KSTAGE_PRIM_MODE_UPSERT, op);
+      },
+      KSTAGE_INVALID_HANDLE, "query handle 987654");
   kstage_query_t gone = r.s.query({r.prims[0]});
   KS_OK(kstage_query_release(r.s.stage, gone));
-  r.rejects([&](uint64_t ordinal, kstage_op_t* op) {
-    return kstage_write_attribute(r.s.stage, gone, r.points, ordinal, &w, KSTAGE_PRIM_MODE_UPSERT, op);
-  }, KSTAGE_INVALID_HANDLE, "query handle");
-  r.rejects([&](uint64_t ordinal, kstage_op_t* op) {
-    return kstage_write_attribute(r.s.stage, 0, r.points, ordinal, &w, KSTAGE_PRIM_MODE_UPSERT, op);
-  }, KSTAGE_INVALID_HANDLE, "query handle 0");
+  r.rejects(
+      [&](uint64_t ordinal, kstage_op_t* op) {
+        return kstage_write_attribute(r.s.stage, gone, r.points, ordinal, &w,
+                                      KSTAGE_PRIM_MODE_UPSERT, op);
+      },
+      KSTAGE_INVALID_HANDLE, "query handle");
+  r.rejects(
+      [&](uint64_t ordinal, kstage_op_t* op) {
+        return kstage_write_attribute(r.s.stage, 0, r.points, ordinal, &w, KSTAGE_PRIM_MODE_UPSERT,
+                                      op);
+      },
+      KSTAGE_INVALID_HANDLE, "query handle 0");
 
   // Unknown stage.
-  r.rejects([&](uint64_t ordinal, kstage_op_t* op) {
-    return kstage_write_attribute(r.s.stage + 1000, r.q, r.points, ordinal, &w,
-                                  KSTAGE_PRIM_MODE_UPSERT, op);
-  }, KSTAGE_INVALID_HANDLE, "stage handle");
+  r.rejects(
+      [&](uint64_t ordinal, kstage_op_t* op) {
+        return kstage_write_attribute(r.s.stage + 1000, r.q, r.points, ordinal, &w,
+                                      KSTAGE_PRIM_MODE_UPSERT, op);
+      },
+      KSTAGE_INVALID_HANDLE, "stage handle");
 
   // write_data NULL.
-  r.rejects([&](uint64_t ordinal, kstage_op_t* op) {
-    return kstage_write_attribute(r.s.stage, r.q, r.points, ordinal, nullptr, KSTAGE_PRIM_MODE_UPSERT, op);
-  }, KSTAGE_INVALID_ARGUMENT, "data is NULL");
-  r.rejects([&](uint64_t ordinal, kstage_op_t* op) {
-    return kstage_write_attributes(r.s.stage, r.q, &r.points, nullptr, 1, ordinal,
-                                   KSTAGE_PRIM_MODE_UPSERT, op);
-  }, KSTAGE_INVALID_ARGUMENT, "data is NULL");
-  r.rejects([&](uint64_t ordinal, kstage_op_t* op) {
-    return kstage_write_attributes(r.s.stage, r.q, nullptr, &w, 1, ordinal,
-                                   KSTAGE_PRIM_MODE_UPSERT, op);
-  }, KSTAGE_INVALID_ARGUMENT, "attributes is NULL");
+  r.rejects(
+      [&](uint64_t ordinal, kstage_op_t* op) {
+        return kstage_write_attribute(r.s.stage, r.q, r.points, ordinal, nullptr,
+                                      KSTAGE_PRIM_MODE_UPSERT, op);
+      },
+      KSTAGE_INVALID_ARGUMENT, "data is NULL");
+  r.rejects(
+      [&](uint64_t ordinal, kstage_op_t* op) {
+        return kstage_write_attributes(r.s.stage, r.q, &r.points, nullptr, 1, ordinal,
+                                       KSTAGE_PRIM_MODE_UPSERT, op);
+      },
+      KSTAGE_INVALID_ARGUMENT, "data is NULL");
+  r.rejects(
+      [&](uint64_t ordinal, kstage_op_t* op) {
+        return kstage_write_attributes(r.s.stage, r.q, nullptr, &w, 1, ordinal,
+                                       KSTAGE_PRIM_MODE_UPSERT, op);
+      },
+      KSTAGE_INVALID_ARGUMENT, "attributes is NULL");
 
   // op NULL: nothing to leave untouched, but the stage must be unchanged.
   const uint64_t ordinal = r.next++;
@@ -597,18 +626,21 @@ TEST_CASE("ordinals at or below the write floor are rejected with both numbers",
   kstage_op_t op = kUntouched;
   for (uint64_t ordinal : {uint64_t(5), uint64_t(3), uint64_t(0)}) {
     INFO("ordinal " << ordinal);
-    KS_FAILS(kstage_write_attribute(r.s.stage, r.q, r.points, ordinal, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
-             KSTAGE_WRITE_FLOOR_VIOLATION,
-             "ordinal " + std::to_string(ordinal) + " is not above the write floor 5");
+    KS_FAILS(
+        kstage_write_attribute(r.s.stage, r.q, r.points, ordinal, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+        KSTAGE_WRITE_FLOOR_VIOLATION,
+        "ordinal " + std::to_string(ordinal) + " is not above the write floor 5");
     REQUIRE(contains(kstage_last_error(), "'points'"));
     // A new attribute has the default floor, 5 as well.
-    KS_FAILS(kstage_write_attribute(r.s.stage, r.q, r.fresh, ordinal, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
-             KSTAGE_WRITE_FLOOR_VIOLATION,
-             "ordinal " + std::to_string(ordinal) + " is not above the write floor 5");
+    KS_FAILS(
+        kstage_write_attribute(r.s.stage, r.q, r.fresh, ordinal, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
+        KSTAGE_WRITE_FLOOR_VIOLATION,
+        "ordinal " + std::to_string(ordinal) + " is not above the write floor 5");
     // A batch: one attribute under its floor rejects all.
     const kstage_token_t attrs[2] = {r.fresh, r.points};
     const kstage_write_data_t data[2] = {w, w};
-    KS_FAILS(kstage_write_attributes(r.s.stage, r.q, attrs, data, 2, ordinal, KSTAGE_PRIM_MODE_UPSERT, &op),
+    KS_FAILS(kstage_write_attributes(r.s.stage, r.q, attrs, data, 2, ordinal,
+                                     KSTAGE_PRIM_MODE_UPSERT, &op),
              KSTAGE_WRITE_FLOOR_VIOLATION, "write floor 5");
   }
   REQUIRE(op == kUntouched);
@@ -646,7 +678,8 @@ TEST_CASE("kstage_last_error is per thread", "[transport][errors][threads]") {
   std::thread other([&] {
     theirs_before = kstage_last_error();  // a fresh thread has no message
     kstage_op_t o = 0;
-    theirs_status = kstage_write_attribute(r.s.stage, r.q, r.points, 50, &w, kstage_prim_mode_t(7), &o);
+    theirs_status =
+        kstage_write_attribute(r.s.stage, r.q, r.points, 50, &w, kstage_prim_mode_t(7), &o);
     theirs_after = kstage_last_error();
   });
   other.join();
@@ -669,6 +702,7 @@ TEST_CASE("kstage_last_error is per thread", "[transport][errors][threads]") {
       }
     });
   for (std::thread& th : threads) th.join();
-  for (int i = 0; i < 4; ++i) REQUIRE(contains(got[size_t(i)], "prim_mode " + std::to_string(10 + i)));
+  for (int i = 0; i < 4; ++i)
+    REQUIRE(contains(got[size_t(i)], "prim_mode " + std::to_string(10 + i)));
   REQUIRE(std::string(kstage_last_error()) == mine);
 }

@@ -52,11 +52,13 @@ void with_groups(Stage& s, kstage_query_t q, std::vector<kstage_token_t> attrs,
   KS_OK(kstage_release_read(s.stage, r));
 }
 
-bool same(DLDataType a, DLDataType b) { return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes; }
+bool same(DLDataType a, DLDataType b) {
+  return a.code == b.code && a.bits == b.bits && a.lanes == b.lanes;
+}
 
 // Expected per-prim float tuples: row r of `rows` (width `lanes`) for prim i.
-std::map<kstage_path_t, std::vector<float>> expect_rows(const std::vector<kstage_path_t>& prims,
-                                                        const std::vector<std::vector<float>>& rows) {
+std::map<kstage_path_t, std::vector<float>> expect_rows(
+    const std::vector<kstage_path_t>& prims, const std::vector<std::vector<float>>& rows) {
   std::map<kstage_path_t, std::vector<float>> m;
   for (size_t i = 0; i < prims.size(); ++i) m[prims[i]] = rows[i];
   return m;
@@ -88,7 +90,9 @@ TEST_CASE("canonical layout: ndim 1, shape [rows], lanes = tuple width", "[write
   REQUIRE_FALSE(g.is_array);
   REQUIRE_FALSE(g.is_delete);
   REQUIRE(g.semantic == KSTAGE_SEMANTIC_NONE);
-  for (size_t i = 0; i < 5; ++i) REQUIRE(as_floats(g.values[i]) == std::vector<float>(v.begin() + i * lanes, v.begin() + (i + 1) * lanes));
+  for (size_t i = 0; i < 5; ++i)
+    REQUIRE(as_floats(g.values[i]) ==
+            std::vector<float>(v.begin() + i * lanes, v.begin() + (i + 1) * lanes));
   with_groups(s, q, {attr}, nullptr, [&](const std::vector<kstage_read_group_t>& gs) {
     REQUIRE(gs.size() == 1);
     REQUIRE(gs[0].data.tensor_count == 1);
@@ -123,7 +127,8 @@ TEST_CASE("float64 matrix4d column with MATRIX semantic", "[write][fixed][layout
   }
 }
 
-TEST_CASE("convenience shapes fold trailing axes into lanes; reads are canonical", "[write][fixed][layout]") {
+TEST_CASE("convenience shapes fold trailing axes into lanes; reads are canonical",
+          "[write][fixed][layout]") {
   Stage s(host_execution());
   auto prims = s.paths("/v", 4);
   kstage_query_t q = s.query(prims);
@@ -135,11 +140,8 @@ TEST_CASE("convenience shapes fold trailing axes into lanes; reads are canonical
     uint16_t folded;
   };
   const std::vector<Case> cases = {
-      {"n3_lanes1", {4, 3}, 1, 3},
-      {"n44_lanes1", {4, 4, 4}, 1, 16},
-      {"n4_lanes4", {4, 4}, 4, 16},
-      {"n1_lanes1", {4, 1}, 1, 1},
-      {"n22_lanes2", {4, 2, 2}, 2, 8},
+      {"n3_lanes1", {4, 3}, 1, 3}, {"n44_lanes1", {4, 4, 4}, 1, 16}, {"n4_lanes4", {4, 4}, 4, 16},
+      {"n1_lanes1", {4, 1}, 1, 1}, {"n22_lanes2", {4, 2, 2}, 2, 8},
   };
   std::vector<std::vector<float>> data;
   for (const Case& c : cases) {
@@ -165,7 +167,8 @@ TEST_CASE("convenience shapes fold trailing axes into lanes; reads are canonical
     });
     auto got = s.values(q, s.token(c.name));
     REQUIRE(got.size() == 4);
-    for (size_t i = 0; i < 4; ++i) REQUIRE(got[prims[i]] == bytes_of(&data[k][i * c.folded], c.folded));
+    for (size_t i = 0; i < 4; ++i)
+      REQUIRE(got[prims[i]] == bytes_of(&data[k][i * c.folded], c.folded));
   }
 
   // A convenience shape and the canonical layout address the same column.
@@ -192,10 +195,10 @@ TEST_CASE("every supported dtype round-trips its bytes exactly", "[write][fixed]
   auto prims = s.paths("/d", 3);
   kstage_query_t q = s.query(prims);
   const std::vector<DLDataType> dtypes = {
-      {kDLInt, 8, 1},   {kDLInt, 16, 1},   {kDLInt, 32, 1},     {kDLInt, 64, 1},
-      {kDLUInt, 8, 1},  {kDLUInt, 16, 1},  {kDLUInt, 32, 1},    {kDLUInt, 64, 1},
-      {kDLFloat, 16, 1}, {kDLFloat, 32, 1}, {kDLFloat, 64, 1},  {kDLBfloat, 16, 1},
-      {kDLBool, 8, 1},  {kDLComplex, 64, 1}, {kDLComplex, 128, 1}};
+      {kDLInt, 8, 1},    {kDLInt, 16, 1},     {kDLInt, 32, 1},     {kDLInt, 64, 1},
+      {kDLUInt, 8, 1},   {kDLUInt, 16, 1},    {kDLUInt, 32, 1},    {kDLUInt, 64, 1},
+      {kDLFloat, 16, 1}, {kDLFloat, 32, 1},   {kDLFloat, 64, 1},   {kDLBfloat, 16, 1},
+      {kDLBool, 8, 1},   {kDLComplex, 64, 1}, {kDLComplex, 128, 1}};
   struct Col {
     kstage_token_t attr;
     DLDataType dtype;
@@ -211,7 +214,8 @@ TEST_CASE("every supported dtype round-trips its bytes exactly", "[write][fixed]
       Col c;
       c.dtype = dt;
       c.attr = s.token(("a_" + std::to_string(dt.code) + "_" + std::to_string(dt.bits) + "_" +
-                        std::to_string(lanes)).c_str());
+                        std::to_string(lanes))
+                           .c_str());
       c.bytes.resize(3 * tuple);
       for (unsigned char& b : c.bytes) {
         seed = seed * 1664525u + 1013904223u;
@@ -231,7 +235,8 @@ TEST_CASE("every supported dtype round-trips its bytes exactly", "[write][fixed]
   auto groups = s.read(q, attrs);  // one read over every column
   REQUIRE(groups.size() == cols.size());
   for (const Group& g : groups) {
-    auto it = std::find_if(cols.begin(), cols.end(), [&](const Col& c) { return c.attr == g.attribute; });
+    auto it =
+        std::find_if(cols.begin(), cols.end(), [&](const Col& c) { return c.attr == g.attribute; });
     REQUIRE(it != cols.end());
     INFO("dtype code " << int(it->dtype.code) << " bits " << int(it->dtype.bits) << " lanes "
                        << it->dtype.lanes);
@@ -244,7 +249,8 @@ TEST_CASE("every supported dtype round-trips its bytes exactly", "[write][fixed]
   }
 }
 
-TEST_CASE("semantics are stored with the column and returned by reads", "[write][fixed][semantic]") {
+TEST_CASE("semantics are stored with the column and returned by reads",
+          "[write][fixed][semantic]") {
   Stage s(host_execution());
   auto prims = s.paths("/sem", 2);
   kstage_query_t q = s.query(prims);
@@ -256,11 +262,11 @@ TEST_CASE("semantics are stored with the column and returned by reads", "[write]
     kstage_semantic_t semantic;
   };
   const std::vector<Case> cases = {
-      {"point", f32(3), KSTAGE_SEMANTIC_POINT},          {"vector", f32(3), KSTAGE_SEMANTIC_VECTOR},
-      {"normal", f32(3), KSTAGE_SEMANTIC_NORMAL},        {"color", f32(4), KSTAGE_SEMANTIC_COLOR},
-      {"quat", f32(4), KSTAGE_SEMANTIC_QUATERNION},      {"matrix", f64(16), KSTAGE_SEMANTIC_MATRIX},
-      {"uv", f32(2), KSTAGE_SEMANTIC_TEXCOORD},          {"token", u64(1), KSTAGE_SEMANTIC_TOKEN_ID},
-      {"pathref", u64(1), KSTAGE_SEMANTIC_PATH_ID},      {"plain", i32(2), KSTAGE_SEMANTIC_NONE},
+      {"point", f32(3), KSTAGE_SEMANTIC_POINT},     {"vector", f32(3), KSTAGE_SEMANTIC_VECTOR},
+      {"normal", f32(3), KSTAGE_SEMANTIC_NORMAL},   {"color", f32(4), KSTAGE_SEMANTIC_COLOR},
+      {"quat", f32(4), KSTAGE_SEMANTIC_QUATERNION}, {"matrix", f64(16), KSTAGE_SEMANTIC_MATRIX},
+      {"uv", f32(2), KSTAGE_SEMANTIC_TEXCOORD},     {"token", u64(1), KSTAGE_SEMANTIC_TOKEN_ID},
+      {"pathref", u64(1), KSTAGE_SEMANTIC_PATH_ID}, {"plain", i32(2), KSTAGE_SEMANTIC_NONE},
   };
   std::map<std::string, std::vector<unsigned char>> written;
   for (const Case& c : cases) {
@@ -294,7 +300,8 @@ TEST_CASE("semantics are stored with the column and returned by reads", "[write]
     REQUIRE(same(groups[0].dtype, c.dtype));
     const size_t tuple = size_t(c.dtype.bits / 8) * c.dtype.lanes;
     const auto& bytes = written[c.name];
-    REQUIRE(groups[0].values[0] == std::vector<unsigned char>(bytes.begin(), bytes.begin() + tuple));
+    REQUIRE(groups[0].values[0] ==
+            std::vector<unsigned char>(bytes.begin(), bytes.begin() + tuple));
     REQUIRE(groups[0].values[1] == std::vector<unsigned char>(bytes.begin() + tuple, bytes.end()));
   }
   // TOKEN_ID values are token ids of the stage.
@@ -473,7 +480,8 @@ TEST_CASE("mask selects elements; unselected prims keep their values", "[write][
     }
   mask[2] |= ~((uint64_t(1) << (kCount % 64)) - 1);  // stray bits past count
   std::vector<float> src(kCount * 2);
-  for (size_t i = 0; i < kCount; ++i) src[2 * i] = 1000.f + float(i), src[2 * i + 1] = 2000.f + float(i);
+  for (size_t i = 0; i < kCount; ++i)
+    src[2 * i] = 1000.f + float(i), src[2 * i + 1] = 2000.f + float(i);
   int64_t shape[1] = {int64_t(kCount)};
   DLTensor t = tensor(src.data(), f32(2), 1, shape);
   kstage_write_data_t w = write_data(&t);
@@ -487,8 +495,7 @@ TEST_CASE("mask selects elements; unselected prims keep their values", "[write][
     INFO("prim " << i);
     if (i < kCount && selected[i])
       REQUIRE(got[prims[i]] == std::vector<float>{1000.f + float(i), 2000.f + float(i)});
-    else
-      REQUIRE(got[prims[i]] == std::vector<float>{float(i), -float(i)});
+    else REQUIRE(got[prims[i]] == std::vector<float>{float(i), -float(i)});
   }
 
   // A masked write to a new attribute creates only the selected prims.
@@ -503,7 +510,8 @@ TEST_CASE("mask selects elements; unselected prims keep their values", "[write][
   REQUIRE(groups[0].prims == want);
   for (size_t k = 0; k < want.size(); ++k) {
     const size_t i = size_t(std::find(prims.begin(), prims.end(), want[k]) - prims.begin());
-    REQUIRE(as_floats(groups[0].values[k]) == std::vector<float>{1000.f + float(i), 2000.f + float(i)});
+    REQUIRE(as_floats(groups[0].values[k]) ==
+            std::vector<float>{1000.f + float(i), 2000.f + float(i)});
   }
 
   // An all-zero mask writes nothing.
@@ -514,7 +522,8 @@ TEST_CASE("mask selects elements; unselected prims keep their values", "[write][
   REQUIRE(s.floats(q, a) == got);
 }
 
-TEST_CASE("mask over a short count: only the leading elements are addressed", "[write][fixed][mask]") {
+TEST_CASE("mask over a short count: only the leading elements are addressed",
+          "[write][fixed][mask]") {
   Stage s(host_execution());
   auto prims = s.paths("/ms", 6);
   kstage_query_t q = s.query(prims);
@@ -595,7 +604,8 @@ TEST_CASE("masked writes: new and existing targets, prim modes, tombstones, a fu
     // A pending masked insert makes its selection exist for a later update.
     KS_OK(masked(3, {70, 71}, 500.f, KSTAGE_PRIM_MODE_INSERT));
     KS_OK(masked(4, {3, 70, 71}, 600.f, KSTAGE_PRIM_MODE_UPDATE));
-    KS_FAILS(masked(4, {72}, 0.f, KSTAGE_PRIM_MODE_UPDATE), KSTAGE_NOT_FOUND, "'/mm_72' (element 72)");
+    KS_FAILS(masked(4, {72}, 0.f, KSTAGE_PRIM_MODE_UPDATE), KSTAGE_NOT_FOUND,
+             "'/mm_72' (element 72)");
     s.seal(4);
     auto got = scalars(s, q, a);
     REQUIRE(got[prims[3]] == 603.f);
@@ -622,7 +632,8 @@ TEST_CASE("masked writes: new and existing targets, prim modes, tombstones, a fu
   }
   SECTION("through a query that is the column in row order") {
     uint64_t mask[2] = {0, 0};
-    for (size_t i : {size_t(0), size_t(7), size_t(63), size_t(64)}) mask[i / 64] |= uint64_t(1) << (i % 64);
+    for (size_t i : {size_t(0), size_t(7), size_t(63), size_t(64)})
+      mask[i / 64] |= uint64_t(1) << (i % 64);
     std::vector<float> src(kPrims / 2);
     for (size_t i = 0; i < src.size(); ++i) src[i] = 700.f + float(i);
     int64_t shape[1] = {int64_t(src.size())};
@@ -643,7 +654,8 @@ TEST_CASE("masked writes: new and existing targets, prim modes, tombstones, a fu
     d.range_begin = d.range_end = 2;
     auto groups = s.read(q, {a}, &d);
     REQUIRE(groups.size() == 1);
-    REQUIRE(groups[0].prims == std::vector<kstage_path_t>{prims[0], prims[7], prims[63], prims[64]});
+    REQUIRE(groups[0].prims ==
+            std::vector<kstage_path_t>{prims[0], prims[7], prims[63], prims[64]});
   }
   SECTION("every bit set writes like no mask at all") {
     std::vector<size_t> all(kPrims);
@@ -666,8 +678,9 @@ TEST_CASE("strided, offset and misaligned sources are read correctly", "[write][
   kstage_query_t q = s.query(prims);
   std::map<std::string, std::vector<std::vector<float>>> expected;
   uint64_t attr_no = 0;
-  auto check_later = [&](const std::string& name, const DLTensor& t, std::vector<std::vector<float>> rows,
-                         const uint32_t* index_map = nullptr, const uint64_t* mask = nullptr) {
+  auto check_later = [&](const std::string& name, const DLTensor& t,
+                         std::vector<std::vector<float>> rows, const uint32_t* index_map = nullptr,
+                         const uint64_t* mask = nullptr) {
     INFO(name);
     kstage_write_data_t w = write_data(&t);
     if (index_map || mask) w.count = uint64_t(N);
@@ -760,19 +773,21 @@ TEST_CASE("strided, offset and misaligned sources are read correctly", "[write][
   mis2.byte_offset = 1;
   check_later("misaligned_compact", mis2, {{40, 41, 42}, {43, 44, 45}, {46, 47, 48}, {49, 50, 51}});
   const uint32_t rev[N] = {3, 2, 1, 0};
-  check_later("misaligned_index_map", mis2, {{49, 50, 51}, {46, 47, 48}, {43, 44, 45}, {40, 41, 42}},
-              rev);
+  check_later("misaligned_index_map", mis2,
+              {{49, 50, 51}, {46, 47, 48}, {43, 44, 45}, {40, 41, 42}}, rev);
 
   // Misaligned and fully strided: a column slice one byte into a byte buffer.
   std::vector<unsigned char> raw3(1 + wide.size() * sizeof(float));
   std::memcpy(raw3.data() + 1, wide.data(), wide.size() * sizeof(float));
   DLTensor mis3 = tensor(raw3.data(), f32(), 2, shape_n3, fs);
   mis3.byte_offset = 1;
-  check_later("misaligned_column_slice", mis3, {{0, 2, 4}, {10, 12, 14}, {20, 22, 24}, {30, 32, 34}});
+  check_later("misaligned_column_slice", mis3,
+              {{0, 2, 4}, {10, 12, 14}, {20, 22, 24}, {30, 32, 34}});
   // Misaligned with a negative row stride: data at the last row (+1 byte).
   DLTensor mis4 = tensor(raw.data() + 3 * 5 * sizeof(float), f32(), 2, shape_n3, neg);
   mis4.byte_offset = 1;
-  check_later("misaligned_negative_rows", mis4, {{30, 31, 32}, {20, 21, 22}, {10, 11, 12}, {0, 1, 2}});
+  check_later("misaligned_negative_rows", mis4,
+              {{30, 31, 32}, {20, 21, 22}, {10, 11, 12}, {0, 1, 2}});
 
   // Extent-1 axes may carry any stride.
   int64_t shape_n31[3] = {N, 3, 1};
@@ -825,8 +840,7 @@ TEST_CASE("rewrites update values and new prims append to the column", "[write][
   kstage_query_t mixed = s.query({a_prims[4], a_prims[1], a_prims[3]});
   s.write_f32(mixed, a, 3, {45, 22, 44});
   s.seal(3);
-  REQUIRE(s.floats(all, a) ==
-          expect_rows(a_prims, {{11}, {22}, {13}, {44}, {45}}));
+  REQUIRE(s.floats(all, a) == expect_rows(a_prims, {{11}, {22}, {13}, {44}, {45}}));
   auto groups = s.read(all, {a});
   REQUIRE(groups.size() == 1);
   REQUIRE(groups[0].prims == a_prims);
@@ -886,10 +900,8 @@ TEST_CASE("a column grown 10 prims at a time keeps every value", "[write][fixed]
   got = s.floats(all, a);
   for (size_t i = 495; i < 515; ++i) {
     INFO("prim " << i);
-    if (i >= 500 && i < 510)
-      REQUIRE(got[prims[i]] == std::vector<float>{-1.f, -1.f, -1.f});
-    else
-      REQUIRE(got[prims[i]] == std::vector<float>{value(i, 0), value(i, 1), value(i, 2)});
+    if (i >= 500 && i < 510) REQUIRE(got[prims[i]] == std::vector<float>{-1.f, -1.f, -1.f});
+    else REQUIRE(got[prims[i]] == std::vector<float>{value(i, 0), value(i, 1), value(i, 2)});
   }
 }
 
@@ -1245,8 +1257,7 @@ TEST_CASE("latest reads are zero-copy with index_map only when needed", "[write]
     REQUIRE(same(gs[0].data.tensors[0].dtype, f32(3)));
     REQUIRE(gs[0].data.tensors[0].data != storage);
     const std::vector<float> f = group_floats(gs[0], 0, 12);
-    REQUIRE(f ==
-            std::vector<float>{9, 10, 11, 6, 7, 8, 3, 4, 5, 0, 1, 2});
+    REQUIRE(f == std::vector<float>{9, 10, 11, 6, 7, 8, 3, 4, 5, 0, 1, 2});
   });
   with_groups(s, sub, {a}, &desc, [&](const std::vector<kstage_read_group_t>& gs) {
     REQUIRE(gs.size() == 1);
@@ -1265,7 +1276,8 @@ TEST_CASE("float64 rows aligned to 4 bytes only are read correctly", "[write][fi
   std::vector<double> d = {1.25, -2.5, 3.75, 4.0, 5.5, -6.25, 7.0, 8.5, 9.75};
   std::vector<uint32_t> words(1 + d.size() * 2 + 1);  // 4-byte aligned storage
   unsigned char* base = reinterpret_cast<unsigned char*>(words.data());
-  const size_t shift = (reinterpret_cast<uintptr_t>(base) % 8 == 0) ? 4 : 0;  // force a 4 mod 8 address
+  const size_t shift =
+      (reinterpret_cast<uintptr_t>(base) % 8 == 0) ? 4 : 0;  // force a 4 mod 8 address
   std::memcpy(base + shift, d.data(), d.size() * sizeof(double));
   int64_t shape[1] = {3};
   DLTensor t = tensor(base, f64(3), 1, shape);
@@ -1289,7 +1301,8 @@ TEST_CASE("float64 rows aligned to 4 bytes only are read correctly", "[write][fi
   }
 }
 
-TEST_CASE("an empty query or a zero-row write is accepted and changes nothing", "[write][fixed][count]") {
+TEST_CASE("an empty query or a zero-row write is accepted and changes nothing",
+          "[write][fixed][count]") {
   Stage s(host_execution());
   auto prims = s.paths("/empty", 2);
   kstage_query_t q = s.query(prims);

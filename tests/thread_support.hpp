@@ -43,13 +43,13 @@ class Errors {
   size_t count_ = 0;
 };
 
-#define CHECK_T(errors, cond, msg)                                     \
-  do {                                                                 \
-    if (!(cond)) {                                                     \
-      std::ostringstream os_;                                          \
-      os_ << __LINE__ << ": " #cond ": " << msg;                       \
-      (errors).add(os_.str());                                         \
-    }                                                                  \
+#define CHECK_T(errors, cond, msg)               \
+  do {                                           \
+    if (!(cond)) {                               \
+      std::ostringstream os_;                    \
+      os_ << __LINE__ << ": " #cond ": " << msg; \
+      (errors).add(os_.str());                   \
+    }                                            \
   } while (0)
 
 }  // namespace kstage_test

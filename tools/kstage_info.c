@@ -11,7 +11,8 @@
 
 int main(int argc, char** argv) {
   if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-    printf("usage: %s\n  prints how libkstage was built and what it runs on (kstage_build_info)\n", argv[0]);
+    printf("usage: %s\n  prints how libkstage was built and what it runs on (kstage_build_info)\n",
+           argv[0]);
     return 0;
   }
   if (argc > 1) {
@@ -20,7 +21,7 @@ int main(int argc, char** argv) {
   }
   kstage_stage_t stage = 0;
   const kstage_status_t created = kstage_create(NULL, &stage);
-  if (created != KSTAGE_OK)  /* still print what is known: the build itself */
+  if (created != KSTAGE_OK) /* still print what is known: the build itself */
     fprintf(stderr, "kstage-info: kstage_create failed (%s: %s); Kokkos may not be initialized\n",
             kstage_status_string(created), kstage_last_error());
   const char* text = NULL;

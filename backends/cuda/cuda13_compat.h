@@ -22,12 +22,14 @@
 inline cudaError_t cudaMemPrefetchAsync(const void* ptr, size_t count, int dstDevice,
                                         cudaStream_t stream = 0) {
   cudaMemLocation location{};
-  location.type = dstDevice == cudaCpuDeviceId ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
+  location.type =
+      dstDevice == cudaCpuDeviceId ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
   location.id = dstDevice == cudaCpuDeviceId ? 0 : dstDevice;
   return cudaMemPrefetchAsync(ptr, count, location, 0u, stream);
 }
 
-inline cudaError_t cudaMemAdvise(const void* ptr, size_t count, cudaMemoryAdvise advice, int device) {
+inline cudaError_t cudaMemAdvise(const void* ptr, size_t count, cudaMemoryAdvise advice,
+                                 int device) {
   cudaMemLocation location{};
   location.type = device == cudaCpuDeviceId ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
   location.id = device == cudaCpuDeviceId ? 0 : device;

@@ -10,7 +10,7 @@ namespace kstage::backends::cuda {
 
 const core::BackendFactory& factory() {
   static const core::BackendFactory f = {"cuda", kDLCUDA, gpu::device_count<CudaRuntime>,
-                                      gpu::GpuBackend<CudaRuntime>::make, kDLCUDAManaged};
+                                         gpu::GpuBackend<CudaRuntime>::make, kDLCUDAManaged};
   return f;
 }
 

@@ -51,10 +51,8 @@ struct CudaRuntime {
       case cudaErrorLaunchTimeout:
       case cudaErrorLaunchOutOfResources:
       case cudaErrorECCUncorrectable:
-      case cudaErrorUnknown:
-        return true;
-      default:
-        return false;
+      case cudaErrorUnknown: return true;
+      default: return false;
     }
   }
   static Error device_count(int* n) {
@@ -68,7 +66,9 @@ struct CudaRuntime {
   static int kokkos_device() { return Kokkos::Cuda().cuda_device(); }
   static Exec make_exec(Stream s) { return Kokkos::Cuda(s); }
 
-  static Error stream_create(Stream* s) { return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking); }
+  static Error stream_create(Stream* s) {
+    return cudaStreamCreateWithFlags(s, cudaStreamNonBlocking);
+  }
   static Error stream_destroy(Stream s) { return cudaStreamDestroy(s); }
   static Error stream_synchronize(Stream s) { return cudaStreamSynchronize(s); }
   // success: everything enqueued has run; not_ready: work in flight (not kept as an error).
@@ -81,7 +81,9 @@ struct CudaRuntime {
   static Stream legacy_stream() { return cudaStreamLegacy; }
   static Stream per_thread_stream() { return cudaStreamPerThread; }
 
-  static Error event_create(Event* e) { return cudaEventCreateWithFlags(e, cudaEventDisableTiming); }
+  static Error event_create(Event* e) {
+    return cudaEventCreateWithFlags(e, cudaEventDisableTiming);
+  }
   static Error event_destroy(Event e) { return cudaEventDestroy(e); }
   static Error event_record(Event e, Stream s) { return cudaEventRecord(e, s); }
   static Error event_query(Event e) {
@@ -136,8 +138,8 @@ struct CudaRuntime {
     }
     *ordinal = a.device;
     *kind = a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged ? MemoryKind::Device
-            : a.type == cudaMemoryTypeHost                                    ? MemoryKind::PinnedHost
-                                                                              : MemoryKind::Pageable;
+            : a.type == cudaMemoryTypeHost ? MemoryKind::PinnedHost
+                                           : MemoryKind::Pageable;
     return cudaSuccess;
   }
 

@@ -131,7 +131,6 @@ void Arena::close(const void* p) {
     ASAN_POISON_MEMORY_REGION(reinterpret_cast<void*>(it->first), it->second.size);
 }
 
-
 size_t Arena::live_bytes() const {
   std::lock_guard lock(mutex_);
   size_t n = 0;

@@ -108,10 +108,10 @@ class Arena {
   // start -> size (opens 0). The same node type as live_'s: a block moves between the two
   // maps as a node, so that free() (a deleter) allocates nothing.
   std::map<uintptr_t, Block> free_;
-  std::map<uintptr_t, Block> live_;    // start -> block
+  std::map<uintptr_t, Block> live_;  // start -> block
 };
 
-Arena& arena(int32_t ordinal);        // ordinal in [0, kDeviceCount)
+Arena& arena(int32_t ordinal);  // ordinal in [0, kDeviceCount)
 Arena& pinned_arena();
 Arena* arena_holding(const void* p);  // a device arena; null: host memory (pinned or not)
 

@@ -184,7 +184,7 @@ struct EmulatedRuntime {
   static Error pointer_kind(const void* p, int* ordinal, gpu::MemoryKind* kind) {
     const int32_t where = memory_of(p);
     *ordinal = where >= 0 ? where : -1;
-    *kind = where >= 0              ? gpu::MemoryKind::Device
+    *kind = where >= 0             ? gpu::MemoryKind::Device
             : where == kPinnedHost ? gpu::MemoryKind::PinnedHost
                                    : gpu::MemoryKind::Pageable;
     return success;

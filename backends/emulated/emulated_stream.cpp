@@ -223,9 +223,10 @@ namespace {
 // The default streams as shared_ptrs, made once: a lookup of stream 1 or 2 allocates nothing
 // (deleters look them up).
 const std::shared_ptr<Stream>& shared_default_stream(int32_t ordinal) {
-  static const auto* shared = new std::shared_ptr<Stream>[kDeviceCount]{
-      std::shared_ptr<Stream>(&default_stream(0), [](Stream*) {}),
-      std::shared_ptr<Stream>(&default_stream(1), [](Stream*) {})};
+  static const auto* shared = new std::shared_ptr<Stream>[kDeviceCount] {
+    std::shared_ptr<Stream>(&default_stream(0), [](Stream*) {}),
+        std::shared_ptr<Stream>(&default_stream(1), [](Stream*) {})
+  };
   return shared[ordinal];
 }
 }  // namespace

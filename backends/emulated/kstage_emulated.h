@@ -143,7 +143,8 @@ KSTAGE_API void kstage_emulated_event_synchronize(uintptr_t event);
 KSTAGE_API void kstage_emulated_set_kernel_delay_us(uint32_t us);
 typedef void (*kstage_emulated_violation_fn)(const char* message);
 /** Replaces the handler of the arena check (NULL: print and abort); returns the old one. */
-KSTAGE_API kstage_emulated_violation_fn kstage_emulated_set_violation_handler(kstage_emulated_violation_fn f);
+KSTAGE_API kstage_emulated_violation_fn
+kstage_emulated_set_violation_handler(kstage_emulated_violation_fn f);
 
 /** Faults a test injects into one ordinal (each fires once, on the nth matching call). */
 typedef enum kstage_emulated_fault_t {

@@ -5,8 +5,8 @@
 // device mask's words.
 #pragma once
 
-#include "backends/gpu/launch.hpp"
 #include "backends/gpu/lanes.hpp"
+#include "backends/gpu/launch.hpp"
 #include "backends/gpu/shared.hpp"
 #include "core/backend.hpp"
 #include "core/buffer.hpp"
@@ -81,7 +81,8 @@ class GpuCompletion final : public core::Completion {
 template <class RT>
 class GpuReadBack {
  public:
-  GpuReadBack(std::shared_ptr<GpuShared<RT>> shared, core::BufferPtr buffer, typename RT::Event event)
+  GpuReadBack(std::shared_ptr<GpuShared<RT>> shared, core::BufferPtr buffer,
+              typename RT::Event event)
       : shared_(std::move(shared)), buffer_(std::move(buffer)), event_(event) {}
   ~GpuReadBack() { (void)RT::event_destroy(event_); }
   GpuReadBack(const GpuReadBack&) = delete;

@@ -119,7 +119,8 @@ class GpuBackend final : public DeviceBackend {
   // claimed ordinal, and pinned memory really pinned (a kernel here reads it
   // in place; pageable memory would fault the device).
   Status check_memory(const void* data, DLDevice claimed, const std::string& what) const override {
-    const bool device = claimed.device_type == RT::kDeviceType || claimed.device_type == RT::kManagedType;
+    const bool device =
+        claimed.device_type == RT::kDeviceType || claimed.device_type == RT::kManagedType;
     if (!device && claimed.device_type != RT::kHostPinnedType) return Status::OK();
     int ordinal = -1;
     MemoryKind kind = MemoryKind::Pageable;
@@ -131,14 +132,14 @@ class GpuBackend final : public DeviceBackend {
     const char* type = core::device_type_name(claimed.device_type);
     if (!device) {
       if (kind == MemoryKind::PinnedHost) return Status::OK();
-      return error(KSTAGE_INVALID_ARGUMENT,
-                   "%s: DLDevice says %s but the data pointer is %s", what.c_str(), type,
+      return error(KSTAGE_INVALID_ARGUMENT, "%s: DLDevice says %s but the data pointer is %s",
+                   what.c_str(), type,
                    kind == MemoryKind::Device ? "device memory" : "not pinned host memory");
     }
     if (kind != MemoryKind::Device)
       return error(KSTAGE_INVALID_ARGUMENT,
-                   "%s: DLDevice says %s:%d but the data pointer is host memory", what.c_str(), type,
-                   int(claimed.device_id));
+                   "%s: DLDevice says %s:%d but the data pointer is host memory", what.c_str(),
+                   type, int(claimed.device_id));
     if (ordinal != claimed.device_id)
       return error(KSTAGE_INVALID_ARGUMENT,
                    "%s: DLDevice says device_id %d but the data pointer is memory of %s "
@@ -176,8 +177,8 @@ class GpuBackend final : public DeviceBackend {
       (void)RT::take_error();
       return allocation_failed(e, bytes);
     }
-    return adopt(std::make_unique<PlainBuffer<RT>>(static_cast<std::byte*>(p), bytes,
-                                                   shared_->device));
+    return adopt(
+        std::make_unique<PlainBuffer<RT>>(static_cast<std::byte*>(p), bytes, shared_->device));
   }
 
   core::BufferPtr adopt(std::unique_ptr<core::DeviceBuffer> foreign) override {
@@ -195,9 +196,9 @@ class GpuBackend final : public DeviceBackend {
     // at once, and the runtime may read a pageable source after the call returns).
     std::vector<std::byte> snapshot(static_cast<const std::byte*>(host),
                                     static_cast<const std::byte*>(host) + bytes);
-    KSTAGE_RETURN_NOT_OK(device_status(RT::memcpy_async(b->data(), snapshot.data(), bytes,
-                                                        RT::kHostToDevice, shared_->stream),
-                                       "index upload"));
+    KSTAGE_RETURN_NOT_OK(device_status(
+        RT::memcpy_async(b->data(), snapshot.data(), bytes, RT::kHostToDevice, shared_->stream),
+        "index upload"));
     shared_->retire(nullptr, std::move(snapshot));
     ++core::transfer_counts().index_uploads;
     RT::count(shared_->device, Transfer::IndexUpload);
@@ -316,9 +317,9 @@ class GpuBackend final : public DeviceBackend {
   Status record_into(const kstage_device_sync_t& consumer, const char* field) override {
     const DeviceGuard<RT> on_device(shared_->device);
     if (consumer.event != 0)
-      KSTAGE_RETURN_NOT_OK(check(
-          RT::event_record(from_handle<Event>(consumer.event), shared_->stream), field,
-          ".event", consumer.event));
+      KSTAGE_RETURN_NOT_OK(
+          check(RT::event_record(from_handle<Event>(consumer.event), shared_->stream), field,
+                ".event", consumer.event));
     if (consumer.stream != 0) {
       Event e{};
       KSTAGE_RETURN_NOT_OK(check(RT::event_create(&e), field, ".stream", consumer.stream));
@@ -409,8 +410,8 @@ class GpuBackend final : public DeviceBackend {
     if (RT::is_out_of_memory(e))
       return out_of_memory("%s device %d: allocation of %zu bytes failed: %s", RT::kName,
                            int(shared_->device), bytes, RT::error_string(e));
-    return error(KSTAGE_DEVICE_ERROR, "%s device %d: allocation of %zu bytes failed: %s",
-                 RT::kName, int(shared_->device), bytes, RT::error_string(e));
+    return error(KSTAGE_DEVICE_ERROR, "%s device %d: allocation of %zu bytes failed: %s", RT::kName,
+                 int(shared_->device), bytes, RT::error_string(e));
   }
   // A runtime's answer to a call with the caller's handles: a device fault is
   // DEVICE_ERROR, anything else the caller's value (INVALID_ARGUMENT naming it).

@@ -54,7 +54,8 @@ struct GpuShared {
     const DeviceGuard<RT> on_device(device);
     Retired r{Event{}, std::move(b), std::move(bytes), nullptr};
     bool tracked = false;
-    if (RT::event_create(&r.event) == RT::success && RT::event_record(r.event, stream) == RT::success) {
+    if (RT::event_create(&r.event) == RT::success &&
+        RT::event_record(r.event, stream) == RT::success) {
       try {
         std::lock_guard lock(mutex);
         retired.push_back(std::move(r));  // (on failure r still holds everything)
@@ -65,7 +66,8 @@ struct GpuShared {
     if (!tracked) {  // cannot track it: wait instead
       (void)RT::take_error();
       (void)RT::stream_synchronize(stream);
-      // NOLINTNEXTLINE(bugprone-use-after-move): push_back threw, and its strong guarantee left r whole
+      // NOLINTNEXTLINE(bugprone-use-after-move): push_back threw, and its strong guarantee left r
+      // whole
       if (r.event) (void)RT::event_destroy(r.event);
       (void)RT::take_error();
       return;  // r released here, the work done
@@ -135,10 +137,10 @@ struct GpuShared {
   int32_t device;
   std::unique_ptr<Lane<RT>> lane;
   Stream stream;
-  typename RT::Pool pool{};         // null: the device's default pool
-  std::atomic<bool> plain{false};   // pools unsupported: plain allocations
+  typename RT::Pool pool{};                // null: the device's default pool
+  std::atomic<bool> plain{false};          // pools unsupported: plain allocations
   std::atomic<size_t> allocated_bytes{0};  // by this stage, ever
-  std::atomic<bool> backend_alive{true};     // false once ~GpuBackend began
+  std::atomic<bool> backend_alive{true};   // false once ~GpuBackend began
   std::mutex mutex;
   std::deque<Retired> retired;
 };
@@ -182,8 +184,8 @@ class GpuStreamRelease final : public core::StreamRelease {
   // event on the legacy default stream instead follows every blocking stream's work, the
   // per-thread default streams included.
   void release_after(core::BufferPtr held, uintptr_t stream) const noexcept override {
-    typename RT::Stream s = stream == 1 || stream == 2 ? RT::legacy_stream()
-                                                       : from_handle<typename RT::Stream>(stream);
+    typename RT::Stream s =
+        stream == 1 || stream == 2 ? RT::legacy_stream() : from_handle<typename RT::Stream>(stream);
     shared_->release_after(std::move(held), s);
   }
 

@@ -10,7 +10,7 @@ namespace kstage::backends::hip {
 
 const core::BackendFactory& factory() {
   static const core::BackendFactory f = {"rocm", kDLROCM, gpu::device_count<HipRuntime>,
-                                      gpu::GpuBackend<HipRuntime>::make, 0};
+                                         gpu::GpuBackend<HipRuntime>::make, 0};
   return f;
 }
 

@@ -50,10 +50,8 @@ struct HipRuntime {
       case hipErrorLaunchTimeOut:
       case hipErrorLaunchOutOfResources:
       case hipErrorECCNotCorrectable:
-      case hipErrorUnknown:
-        return true;
-      default:
-        return false;
+      case hipErrorUnknown: return true;
+      default: return false;
     }
   }
   static Error device_count(int* n) {
@@ -66,7 +64,9 @@ struct HipRuntime {
   static int kokkos_device() { return KokkosHip().hip_device(); }
   static Exec make_exec(Stream s) { return KokkosHip(s); }
 
-  static Error stream_create(Stream* s) { return hipStreamCreateWithFlags(s, hipStreamNonBlocking); }
+  static Error stream_create(Stream* s) {
+    return hipStreamCreateWithFlags(s, hipStreamNonBlocking);
+  }
   static Error stream_destroy(Stream s) { return hipStreamDestroy(s); }
   static Error stream_synchronize(Stream s) { return hipStreamSynchronize(s); }
   // success: everything enqueued has run; not_ready: work in flight (not kept as an error).

@@ -174,9 +174,10 @@ class HostBackend final : public core::Backend {
       if (n > 0) body(context, 0, n);
       return;
     }
-    Kokkos::parallel_for("kstage::host_for",
-                         Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec_, 0, (n + kChunk - 1) / kChunk),
-                         [=](const size_t k) { body(context, k * kChunk, std::min(n, (k + 1) * kChunk)); });
+    Kokkos::parallel_for(
+        "kstage::host_for",
+        Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec_, 0, (n + kChunk - 1) / kChunk),
+        [=](const size_t k) { body(context, k * kChunk, std::min(n, (k + 1) * kChunk)); });
     exec_.fence();
   }
 

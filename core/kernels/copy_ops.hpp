@@ -67,7 +67,8 @@ constexpr size_t popcount_word(uint64_t x) {
 }
 inline size_t mask_popcount(const uint64_t* mask, size_t n) {
   size_t k = 0;
-  for (size_t w = 0, words = (n + 63) / 64; w < words; ++w) k += popcount_word(mask_word(mask, n, w));
+  for (size_t w = 0, words = (n + 63) / 64; w < words; ++w)
+    k += popcount_word(mask_word(mask, n, w));
   return k;
 }
 

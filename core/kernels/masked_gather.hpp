@@ -67,11 +67,10 @@ struct MaskedGatherFunctor {
 template <class Word, int Words, bool CopyRows, class Exec>
 void launch_masked(const Exec& exec, const MaskedGather& c) {
   MaskedGatherFunctor<Word, Words, CopyRows> f{c.mask, c.n,          c.selected, c.dst,
-                                              c.src,  c.src_stride, c.row_bytes};
-  Kokkos::parallel_scan("kstage::masked_gather",
-                        Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec, 0,
-                                                                            (c.n + 63) / 64),
-                        f);
+                                               c.src,  c.src_stride, c.row_bytes};
+  Kokkos::parallel_scan(
+      "kstage::masked_gather",
+      Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec, 0, (c.n + 63) / 64), f);
 }
 
 }  // namespace impl

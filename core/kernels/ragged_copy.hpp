@@ -61,10 +61,8 @@ struct HostRaggedCopyFunctor {
 
   void operator()(const size_t i) const {
     const uint64_t n = bytes[i];
-    if (n <= 64)
-      copy_short_row(dst + dst_offsets[i], src_rows[i], size_t(n));
-    else
-      std::memcpy(dst + dst_offsets[i], src_rows[i], n);
+    if (n <= 64) copy_short_row(dst + dst_offsets[i], src_rows[i], size_t(n));
+    else std::memcpy(dst + dst_offsets[i], src_rows[i], n);
   }
 };
 

@@ -145,9 +145,15 @@ size_t rows_per_item(const Exec& exec, size_t n) {
 template <class Word, int Words, bool D, bool S, class Exec>
 void launch_row_copy(const Exec& exec, const RowCopy& c) {
   const size_t chunk = rows_per_item(exec, c.n);
-  RowCopyFunctor<Word, Words, D, S> f{c.dst,        c.dst_stride, c.dst_index,
-                                      c.src,        c.src_stride, c.src_index,
-                                      c.row_bytes / sizeof(Word), c.n, chunk};
+  RowCopyFunctor<Word, Words, D, S> f{c.dst,
+                                      c.dst_stride,
+                                      c.dst_index,
+                                      c.src,
+                                      c.src_stride,
+                                      c.src_index,
+                                      c.row_bytes / sizeof(Word),
+                                      c.n,
+                                      chunk};
   Kokkos::parallel_for(
       "kstage::row_copy",
       Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec, 0, (c.n + chunk - 1) / chunk), f);
@@ -233,8 +239,8 @@ void launch_checked_gather(const Exec& exec, const RowCopy& c, const Index* inde
       c.n,   chunk};
   Kokkos::parallel_reduce(
       "kstage::checked_gather",
-      Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec, 0, (c.n + chunk - 1) / chunk),
-      f, into);
+      Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec, 0, (c.n + chunk - 1) / chunk), f,
+      into);
 }
 
 // After a checked gather through an int64 index: report[1] = index[i] for the bad i that
@@ -295,17 +301,14 @@ void checked_gather_report(const Exec& exec, const RowCopy& c, uint64_t src_rows
   using namespace impl;
   using Result = Kokkos::View<uint64_t, typename Exec::memory_space>;
   const Kokkos::Min<uint64_t, typename Exec::memory_space> into{Result(report)};
-  dispatch_row_width(row_word(c.row_bytes, address_bits(c)), c.row_bytes,
-                     [&](auto word, auto words) {
-                       using Word = decltype(word);
-                       constexpr int kWords = decltype(words)::value;
-                       if (c.src_index64)
-                         launch_checked_gather<Word, kWords>(exec, c, c.src_index64, src_rows,
-                                                             into);
-                       else
-                         launch_checked_gather<Word, kWords>(exec, c, c.src_index, src_rows,
-                                                             into);
-                     });
+  dispatch_row_width(
+      row_word(c.row_bytes, address_bits(c)), c.row_bytes, [&](auto word, auto words) {
+        using Word = decltype(word);
+        constexpr int kWords = decltype(words)::value;
+        if (c.src_index64)
+          launch_checked_gather<Word, kWords>(exec, c, c.src_index64, src_rows, into);
+        else launch_checked_gather<Word, kWords>(exec, c, c.src_index, src_rows, into);
+      });
   if (c.src_index64)
     Kokkos::parallel_for("kstage::index_value", Kokkos::RangePolicy<Exec>(exec, 0, 1),
                          IndexValue{c.src_index64, report});

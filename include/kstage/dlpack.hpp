@@ -32,9 +32,9 @@
 #include <Kokkos_Core.hpp>
 
 #include <complex>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -104,11 +104,13 @@ struct DLPackDType<bool> {
 // Complex: the DLPack bits field (8 bits) holds the whole number, so only
 // components up to 64 bits (complex128) are describable.
 template <class T>
-struct DLPackDType<std::complex<T>, std::enable_if_t<std::is_floating_point_v<T> && sizeof(T) <= 8>> {
+struct DLPackDType<std::complex<T>,
+                   std::enable_if_t<std::is_floating_point_v<T> && sizeof(T) <= 8>> {
   static constexpr DLDataType value{kDLComplex, uint8_t(sizeof(T) * 16), 1};
 };
 template <class T>
-struct DLPackDType<Kokkos::complex<T>, std::enable_if_t<std::is_floating_point_v<T> && sizeof(T) <= 8>> {
+struct DLPackDType<Kokkos::complex<T>,
+                   std::enable_if_t<std::is_floating_point_v<T> && sizeof(T) <= 8>> {
   static constexpr DLDataType value{kDLComplex, uint8_t(sizeof(T) * 16), 1};
 };
 
@@ -157,8 +159,9 @@ void fill_tensor(DLTensor& t, const View& view, int64_t* shape, int64_t* strides
 template <class View>
 void order_after_pending_work(const View&, const ExportOptions& o) {
   if (const char* why = kstage::DLPackSpace<typename View::memory_space>::order_consumer(o.sync))
-    impl::raise(DLPackError(KSTAGE_INVALID_ARGUMENT,
-                      std::string("DLPack export: options.sync was refused by the device runtime: ") + why));
+    impl::raise(DLPackError(
+        KSTAGE_INVALID_ARGUMENT,
+        std::string("DLPack export: options.sync was refused by the device runtime: ") + why));
 }
 
 template <class View>
@@ -193,7 +196,8 @@ struct Adopted {
  * READ_ONLY is set when `options.read_only` or the View's data is const.
  */
 template <class View>
-DLManagedTensorVersioned* export_dlpack_versioned(const View& view, const ExportOptions& options = {}) {
+DLManagedTensorVersioned* export_dlpack_versioned(const View& view,
+                                                  const ExportOptions& options = {}) {
   impl::check_exportable<View>();
   using Ctx = impl::ExportContext<View>;
   impl::order_after_pending_work(view, options);
@@ -222,8 +226,8 @@ DLManagedTensor* export_dlpack_legacy(const View& view, const ExportOptions& opt
   impl::check_exportable<View>();
   if (options.read_only || std::is_const_v<typename View::value_type>)
     impl::raise(DLPackError(KSTAGE_NOT_SUPPORTED,
-                      "a read-only export needs the versioned DLPack struct: the legacy "
-                      "DLManagedTensor cannot signal read-only"));
+                            "a read-only export needs the versioned DLPack struct: the legacy "
+                            "DLManagedTensor cannot signal read-only"));
   using Ctx = impl::ExportContext<View>;
   impl::order_after_pending_work(view, options);
   auto ctx = std::make_unique<Ctx>(Ctx{view, {}, {}});
@@ -294,7 +298,8 @@ BorrowedTensor borrow_dlpack(const View& view) {
  * \tparam Layout    LayoutStride (any strides), LayoutRight (C-contiguous
  *                   only) or LayoutLeft (Fortran-contiguous only)
  */
-template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutStride>
+template <class DataType, class MemorySpace = Kokkos::HostSpace,
+          class Layout = Kokkos::LayoutStride>
 class DLPackView {
  public:
   /// The unmanaged Kokkos View type of view().
@@ -336,7 +341,8 @@ Layout make_layout(const int64_t* shape, const int64_t* strides, int rank) {
   Layout layout;
   for (int d = 0; d < rank; ++d) {
     layout.dimension[d] = size_t(shape[d]);
-    if constexpr (std::is_same_v<Layout, Kokkos::LayoutStride>) layout.stride[d] = size_t(strides[d]);
+    if constexpr (std::is_same_v<Layout, Kokkos::LayoutStride>)
+      layout.stride[d] = size_t(strides[d]);
   }
   return layout;
 }
@@ -448,9 +454,9 @@ ViewRefusal check_viewable(const DLTensor& t, uint64_t flags, bool legacy,
                     "strides[" + std::to_string(d) + "] = " + std::to_string(t.strides[d]) +
                         " is negative; Kokkos Views cannot express negative strides");
       if (shape[d] > 1 && t.strides[d] > INT64_MAX / lanes)
-        return fail(KSTAGE_INVALID_ARGUMENT,
-                    "strides[" + std::to_string(d) + "] = " + std::to_string(t.strides[d]) +
-                        " overflows int64_t in elements");
+        return fail(KSTAGE_INVALID_ARGUMENT, "strides[" + std::to_string(d) +
+                                                 "] = " + std::to_string(t.strides[d]) +
+                                                 " overflows int64_t in elements");
       // Any stride of an extent-0/1 axis is fine; normalise it.
       strides[d] = shape[d] <= 1 ? 1 : t.strides[d] * lanes;
     }
@@ -521,31 +527,37 @@ DLPackView<DataType, MemorySpace, Layout> import_impl(const DLTensor& t, uint64_
  * a major version other than DLPACK_MAJOR_VERSION is refused without reading
  * anything but the version.
  */
-template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutStride>
+template <class DataType, class MemorySpace = Kokkos::HostSpace,
+          class Layout = Kokkos::LayoutStride>
 DLPackView<DataType, MemorySpace, Layout> import_dlpack(DLManagedTensorVersioned* tensor) {
-  if (tensor == nullptr) impl::raise(DLPackError(KSTAGE_INVALID_ARGUMENT, "DLPack import: tensor is NULL"));
+  if (tensor == nullptr)
+    impl::raise(DLPackError(KSTAGE_INVALID_ARGUMENT, "DLPack import: tensor is NULL"));
   auto owner = std::make_shared<impl::Adopted>();
   owner->versioned = tensor;  // from here on, every path calls the deleter exactly once
   if (tensor->version.major != DLPACK_MAJOR_VERSION)
     impl::raise(DLPackError(KSTAGE_INVALID_ARGUMENT,
-                      "DLPack import: version " + std::to_string(tensor->version.major) + "." +
-                          std::to_string(tensor->version.minor) + " has a major version other than " +
-                          std::to_string(DLPACK_MAJOR_VERSION)));
-  return import_impl<DataType, MemorySpace, Layout>(tensor->dl_tensor, tensor->flags, std::move(owner),
-                                                    false);
+                            "DLPack import: version " + std::to_string(tensor->version.major) +
+                                "." + std::to_string(tensor->version.minor) +
+                                " has a major version other than " +
+                                std::to_string(DLPACK_MAJOR_VERSION)));
+  return import_impl<DataType, MemorySpace, Layout>(tensor->dl_tensor, tensor->flags,
+                                                    std::move(owner), false);
 }
 
 /// \brief Import a legacy DLPack tensor (ownership passes in; deleter called on failure too).
-template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutStride>
+template <class DataType, class MemorySpace = Kokkos::HostSpace,
+          class Layout = Kokkos::LayoutStride>
 DLPackView<DataType, MemorySpace, Layout> import_dlpack(DLManagedTensor* tensor) {
-  if (tensor == nullptr) impl::raise(DLPackError(KSTAGE_INVALID_ARGUMENT, "DLPack import: tensor is NULL"));
+  if (tensor == nullptr)
+    impl::raise(DLPackError(KSTAGE_INVALID_ARGUMENT, "DLPack import: tensor is NULL"));
   auto owner = std::make_shared<impl::Adopted>();
   owner->legacy = tensor;
   return import_impl<DataType, MemorySpace, Layout>(tensor->dl_tensor, 0, std::move(owner), true);
 }
 
 /// \brief View a borrowed DLTensor (no ownership: the caller keeps the memory alive).
-template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutStride>
+template <class DataType, class MemorySpace = Kokkos::HostSpace,
+          class Layout = Kokkos::LayoutStride>
 DLPackView<DataType, MemorySpace, Layout> import_dlpack(const DLTensor& tensor) {
   return import_impl<DataType, MemorySpace, Layout>(tensor, 0, nullptr, false);
 }

@@ -40,9 +40,9 @@
  *   values (treat a status you do not know as a failure); the *extensible
  *   descriptors* -- kstage_config_t, kstage_write_data_t, kstage_read_desc_t,
  *   kstage_map_desc_t and kstage_attribute_info_t -- only gain fields,
- *   appended at or after the end of the previous version's struct. Every other struct (kstage_data_t,
- *   kstage_read_group_t, kstage_map_group_info_t, kstage_filter_t,
- *   kstage_device_sync_t) keeps its layout for the whole major version;
+ *   appended at or after the end of the previous version's struct. Every
+ *   other struct (kstage_data_t, kstage_read_group_t, kstage_map_group_info_t,
+ *   kstage_filter_t, kstage_device_sync_t) keeps its layout for the whole major version;
  *   what they cannot carry comes through new functions.
  * - Extensible descriptors begin with `uint32_t struct_size`, which the
  *   caller sets to sizeof the struct as its kstage.h declares it: use the
@@ -130,10 +130,10 @@ enum {
   KSTAGE_END_OF_ITERATION = 7,      /**< no more groups; not an error */
   KSTAGE_TIMEOUT = 8,               /**< the wait ran out; the op or read is still pending */
   KSTAGE_OUT_OF_MEMORY = 9,         /**< a host or device allocation failed */
-  KSTAGE_OUT_OF_RANGE = 10,         /**< a change range cannot be answered (changed again after it) */
-  KSTAGE_OP_FAILED = 11,            /**< an op failed for a reason with no code of its own */
-  KSTAGE_DEVICE_ERROR = 12,         /**< the device runtime reported an error */
-  KSTAGE_INTERNAL = 13              /**< a bug in kstage; please report it with the message */
+  KSTAGE_OUT_OF_RANGE = 10, /**< a change range cannot be answered (changed again after it) */
+  KSTAGE_OP_FAILED = 11,    /**< an op failed for a reason with no code of its own */
+  KSTAGE_DEVICE_ERROR = 12, /**< the device runtime reported an error */
+  KSTAGE_INTERNAL = 13      /**< a bug in kstage; please report it with the message */
 };
 
 /** \brief Static name of a status code ("KSTAGE_OK", ...); "KSTAGE_UNKNOWN_STATUS" otherwise. */
@@ -199,9 +199,9 @@ enum {
 /** \brief Host execution space the stage runs its kernels on. */
 typedef int32_t kstage_host_execution_t;
 enum {
-  KSTAGE_HOST_EXECUTION_DEFAULT = 0,  /**< the build's default (see README) */
-  KSTAGE_HOST_EXECUTION_SERIAL = 1,   /**< Kokkos::Serial */
-  KSTAGE_HOST_EXECUTION_PARALLEL = 2  /**< Kokkos::OpenMP (or Threads) if enabled */
+  KSTAGE_HOST_EXECUTION_DEFAULT = 0, /**< the build's default (see README) */
+  KSTAGE_HOST_EXECUTION_SERIAL = 1,  /**< Kokkos::Serial */
+  KSTAGE_HOST_EXECUTION_PARALLEL = 2 /**< Kokkos::OpenMP (or Threads) if enabled */
 };
 
 /* ------------------------------------------------------------------------- */
@@ -638,11 +638,14 @@ typedef struct kstage_attribute_info_t {
 
 /* An all-zero descriptor in C and C++ (C++ has no `{0}` for a struct whose
  * first member is not a scalar-from-int in every compiler's warnings). */
+/* (clang-format 14 would break these one-token bodies onto lines of their own.) */
+/* clang-format off */
 #ifdef __cplusplus
 #define KSTAGE_IMPL_ZERO {}
 #else
 #define KSTAGE_IMPL_ZERO {0}
 #endif
+/* clang-format on */
 
 /** \brief Defaults for kstage_create, struct_size set: the way to start a config. */
 static inline kstage_config_t kstage_config_init(void) {
@@ -686,7 +689,8 @@ static inline kstage_map_desc_t kstage_map_desc_init(void) {
  * \param[out] stage the new stage's handle, on success.
  */
 KSTAGE_API kstage_status_t kstage_create(const kstage_config_t* config, kstage_stage_t* stage);
-/** \brief Destroy a stage and everything it owns: handles become stale, pending managed tensors are deleted. */
+/** \brief Destroy a stage and everything it owns: handles become stale, pending managed tensors are
+ * deleted. */
 KSTAGE_API kstage_status_t kstage_destroy(kstage_stage_t stage);
 /**
  * \brief How this library was built and what it runs on (the first thing to
@@ -717,7 +721,8 @@ KSTAGE_API kstage_status_t kstage_build_info(const char** text);
  * path takes no detour through the host (compare before and after a call).
  * Any pointer may be NULL.
  */
-KSTAGE_API kstage_status_t kstage_transfer_counts(uint64_t* host_to_device, uint64_t* device_to_host,
+KSTAGE_API kstage_status_t kstage_transfer_counts(uint64_t* host_to_device,
+                                                  uint64_t* device_to_host,
                                                   uint64_t* index_uploads);
 
 /* ------------------------------------------------------------------------- */
@@ -729,7 +734,7 @@ KSTAGE_API kstage_status_t kstage_transfer_counts(uint64_t* host_to_device, uint
  * Empty strings and strings with an embedded NUL are rejected.
  */
 KSTAGE_API kstage_status_t kstage_intern_token(kstage_stage_t stage, const char* str, size_t length,
-                                    kstage_token_t* token);
+                                               kstage_token_t* token);
 /**
  * \brief Intern a prim path: "/" or "/a/b" (absolute, no empty component, no
  * trailing "/"). Empty strings and embedded NULs are rejected.
@@ -739,7 +744,7 @@ KSTAGE_API kstage_status_t kstage_intern_token(kstage_stage_t stage, const char*
  * (parent, last component), so siblings share their parent's bytes.
  */
 KSTAGE_API kstage_status_t kstage_intern_path(kstage_stage_t stage, const char* str, size_t length,
-                                   kstage_path_t* path);
+                                              kstage_path_t* path);
 /**
  * \brief Intern `count` prim paths at once: paths[i] gets the id of
  * strings[i] (each as kstage_intern_path takes it; `lengths` may be NULL for
@@ -804,20 +809,23 @@ KSTAGE_API kstage_status_t kstage_path_range_definition(kstage_stage_t stage, ks
 /** \brief Member `index` (0 <= index < count) of the range whose first id is `first`. */
 KSTAGE_API kstage_status_t kstage_path_range_member(kstage_stage_t stage, kstage_path_t first,
                                                     uint64_t index, kstage_path_t* path);
-/** \brief The string of a token; valid (NUL-terminated) for the stage's lifetime. `length` may be NULL. */
-KSTAGE_API kstage_status_t kstage_token_string(kstage_stage_t stage, kstage_token_t token, const char** str,
-                                    size_t* length);
-/** \brief The string of a path; valid (NUL-terminated) for the stage's lifetime. `length` may be NULL. */
-KSTAGE_API kstage_status_t kstage_path_string(kstage_stage_t stage, kstage_path_t path, const char** str,
-                                   size_t* length);
+/** \brief The string of a token; valid (NUL-terminated) for the stage's lifetime. `length` may be
+ * NULL. */
+KSTAGE_API kstage_status_t kstage_token_string(kstage_stage_t stage, kstage_token_t token,
+                                               const char** str, size_t* length);
+/** \brief The string of a path; valid (NUL-terminated) for the stage's lifetime. `length` may be
+ * NULL. */
+KSTAGE_API kstage_status_t kstage_path_string(kstage_stage_t stage, kstage_path_t path,
+                                              const char** str, size_t* length);
 
 /** \brief A path list holding a copy of `paths` (each a valid path id), with one reference. */
 KSTAGE_API kstage_status_t kstage_path_list_create(kstage_stage_t stage, const kstage_path_t* paths,
-                                        uint64_t count, kstage_path_list_t* list);
+                                                   uint64_t count, kstage_path_list_t* list);
 /** \brief The list's ids; valid while the caller holds a reference. */
 KSTAGE_API kstage_status_t kstage_path_list_get(kstage_stage_t stage, kstage_path_list_t list,
-                                     const kstage_path_t** paths, uint64_t* count);
-/** \brief Add one reference to the list (each reference is dropped by one kstage_path_list_release). */
+                                                const kstage_path_t** paths, uint64_t* count);
+/** \brief Add one reference to the list (each reference is dropped by one
+ * kstage_path_list_release). */
 KSTAGE_API kstage_status_t kstage_path_list_retain(kstage_stage_t stage, kstage_path_list_t list);
 /** \brief Drop one reference; the last one frees the list (its handle becomes stale). */
 KSTAGE_API kstage_status_t kstage_path_list_release(kstage_stage_t stage, kstage_path_list_t list);
@@ -826,25 +834,29 @@ KSTAGE_API kstage_status_t kstage_path_list_release(kstage_stage_t stage, kstage
 /* Queries                                                                   */
 /* ------------------------------------------------------------------------- */
 
-/** \brief A query over explicit paths, in this order; they may name prims that do not exist yet. Duplicates are rejected. */
-KSTAGE_API kstage_status_t kstage_query_paths(kstage_stage_t stage, const kstage_path_t* paths, uint64_t count,
-                                   kstage_query_t* query);
+/** \brief A query over explicit paths, in this order; they may name prims that do not exist yet.
+ * Duplicates are rejected. */
+KSTAGE_API kstage_status_t kstage_query_paths(kstage_stage_t stage, const kstage_path_t* paths,
+                                              uint64_t count, kstage_query_t* query);
 /**
  * \brief A query over members start, start + stride, start + 2 stride, ... of
  * the path range whose first id is `first` (`count` of them; 0: as many as
  * the range holds from `start`; stride 0 means 1), in that order: the range
  * in order is `kstage_query_range(stage, first, 0, 0, 0, &q)`. (Added in 0.3.)
  */
-KSTAGE_API kstage_status_t kstage_query_range(kstage_stage_t stage, kstage_path_t first, uint64_t start,
-                                              uint64_t count, uint64_t stride, kstage_query_t* query);
-/** \brief A query over the existing prims (latest sealed state) that match `filter`, in path-id order (see kstage_intern_path). */
+KSTAGE_API kstage_status_t kstage_query_range(kstage_stage_t stage, kstage_path_t first,
+                                              uint64_t start, uint64_t count, uint64_t stride,
+                                              kstage_query_t* query);
+/** \brief A query over the existing prims (latest sealed state) that match `filter`, in path-id
+ * order (see kstage_intern_path). */
 KSTAGE_API kstage_status_t kstage_query_filter(kstage_stage_t stage, const kstage_filter_t* filter,
-                                    kstage_query_t* query);
+                                               kstage_query_t* query);
 /** \brief The number of prims in the query. */
-KSTAGE_API kstage_status_t kstage_query_count(kstage_stage_t stage, kstage_query_t query, uint64_t* count);
+KSTAGE_API kstage_status_t kstage_query_count(kstage_stage_t stage, kstage_query_t query,
+                                              uint64_t* count);
 /** \brief The query's prims as a new path list (one reference, owned by the caller). */
 KSTAGE_API kstage_status_t kstage_query_get_paths(kstage_stage_t stage, kstage_query_t query,
-                                       kstage_path_list_t* paths);
+                                                  kstage_path_list_t* paths);
 /**
  * \brief Release a query; its handle becomes stale. Reads, maps, ops and path
  * lists already made from it are unaffected.
@@ -867,26 +879,26 @@ KSTAGE_API kstage_status_t kstage_query_release(kstage_stage_t stage, kstage_que
  * write becomes visible to reads when the floor passes `ordinal`.
  */
 KSTAGE_API kstage_status_t kstage_write_attribute(kstage_stage_t stage, kstage_query_t query,
-                                       kstage_token_t attribute, uint64_t ordinal,
-                                       const kstage_write_data_t* data, kstage_prim_mode_t prim_mode,
-                                       kstage_op_t* op);
+                                                  kstage_token_t attribute, uint64_t ordinal,
+                                                  const kstage_write_data_t* data,
+                                                  kstage_prim_mode_t prim_mode, kstage_op_t* op);
 /**
  * \brief Write `n` attributes (data[i] to attributes[i]) as one op: all are
  * accepted or none is. Attributes must be distinct.
  */
 KSTAGE_API kstage_status_t kstage_write_attributes(kstage_stage_t stage, kstage_query_t query,
-                                        const kstage_token_t* attributes,
-                                        const kstage_write_data_t* data, uint64_t n,
-                                        uint64_t ordinal, kstage_prim_mode_t prim_mode,
-                                        kstage_op_t* op);
+                                                   const kstage_token_t* attributes,
+                                                   const kstage_write_data_t* data, uint64_t n,
+                                                   uint64_t ordinal, kstage_prim_mode_t prim_mode,
+                                                   kstage_op_t* op);
 /**
  * \brief Delete `attributes` (n of them) from the query's prims at `ordinal`;
  * n = 0 deletes the prims (every attribute they hold). A prim disappears with
  * its last attribute. Prims or attributes that are absent are ignored.
  */
 KSTAGE_API kstage_status_t kstage_delete_attributes(kstage_stage_t stage, kstage_query_t query,
-                                         const kstage_token_t* attributes, uint64_t n,
-                                         uint64_t ordinal, kstage_op_t* op);
+                                                    const kstage_token_t* attributes, uint64_t n,
+                                                    uint64_t ordinal, kstage_op_t* op);
 /**
  * \brief Seal: advance the write floor of `attributes` (n = 0: every attribute,
  * including ones not created yet) to `ordinal`, applying their pending
@@ -894,10 +906,10 @@ KSTAGE_API kstage_status_t kstage_delete_attributes(kstage_stage_t stage, kstage
  * A floor never moves backwards (that is a no-op, not an error).
  */
 KSTAGE_API kstage_status_t kstage_advance_write_floor(kstage_stage_t stage, uint64_t ordinal,
-                                           const kstage_token_t* attributes, uint64_t n);
+                                                      const kstage_token_t* attributes, uint64_t n);
 /** \brief The write floor of `attribute`, or the global floor (the minimum) for 0. */
 KSTAGE_API kstage_status_t kstage_get_write_floor(kstage_stage_t stage, kstage_token_t attribute,
-                                       uint64_t* ordinal);
+                                                  uint64_t* ordinal);
 
 /* ------------------------------------------------------------------------- */
 /* Describing a stage                                                        */
@@ -942,11 +954,13 @@ KSTAGE_API kstage_status_t kstage_attribute_info(kstage_stage_t stage, kstage_to
  * changed again after range_end. Never sees or fails on unsealed writes.
  */
 KSTAGE_API kstage_status_t kstage_read_attributes(kstage_stage_t stage, kstage_query_t query,
-                                       const kstage_token_t* attributes, uint64_t n,
-                                       const kstage_read_desc_t* desc, kstage_read_t* read);
-/** \brief Next group, or KSTAGE_END_OF_ITERATION. Prims without the attribute appear in no group. */
-KSTAGE_API kstage_status_t kstage_fetch_read_next(kstage_stage_t stage, kstage_read_t read, uint64_t timeout_ns,
-                                       kstage_read_group_t* group);
+                                                  const kstage_token_t* attributes, uint64_t n,
+                                                  const kstage_read_desc_t* desc,
+                                                  kstage_read_t* read);
+/** \brief Next group, or KSTAGE_END_OF_ITERATION. Prims without the attribute appear in no group.
+ */
+KSTAGE_API kstage_status_t kstage_fetch_read_next(kstage_stage_t stage, kstage_read_t read,
+                                                  uint64_t timeout_ns, kstage_read_group_t* group);
 /** \brief Release a group; its data stays valid until now, whatever was sealed since. */
 KSTAGE_API kstage_status_t kstage_release_group(kstage_stage_t stage, kstage_group_t group);
 /** \brief Release a read; groups already fetched stay valid until released. */
@@ -990,8 +1004,9 @@ KSTAGE_API kstage_status_t kstage_release_read(kstage_stage_t stage, kstage_read
  * Errors: INVALID_HANDLE (group), INVALID_ARGUMENT (index out of range, a
  * tombstone group, unknown flag bits, KSTAGE_EXPORT_CONSUMER_READS_ONLY).
  */
-KSTAGE_API kstage_status_t kstage_group_export(kstage_stage_t stage, kstage_group_t group, uint64_t index,
-                                    uint64_t flags, struct DLManagedTensorVersioned** tensor);
+KSTAGE_API kstage_status_t kstage_group_export(kstage_stage_t stage, kstage_group_t group,
+                                               uint64_t index, uint64_t flags,
+                                               struct DLManagedTensorVersioned** tensor);
 /**
  * \brief As kstage_group_export, as a legacy DLManagedTensor. The legacy struct
  * cannot say read-only, so exporting a zero-copy group, or passing
@@ -1001,8 +1016,8 @@ KSTAGE_API kstage_status_t kstage_group_export(kstage_stage_t stage, kstage_grou
  * storage with no copy (see that flag for the promise and its risk).
  */
 KSTAGE_API kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, kstage_group_t group,
-                                           uint64_t index, uint64_t flags,
-                                           DLManagedTensor** tensor);
+                                                      uint64_t index, uint64_t flags,
+                                                      DLManagedTensor** tensor);
 /**
  * \brief As kstage_group_export, for a consumer that uses the tensor on its
  * device stream `stream` (kstage_device_sync_t's stream values; 0: exactly
@@ -1016,14 +1031,16 @@ KSTAGE_API kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, ksta
  * device does not know is KSTAGE_INVALID_ARGUMENT naming it.
  */
 KSTAGE_API kstage_status_t kstage_group_export_on_stream(kstage_stage_t stage, kstage_group_t group,
-                                              uint64_t index, uint64_t flags, uintptr_t stream,
-                                              struct DLManagedTensorVersioned** tensor);
+                                                         uint64_t index, uint64_t flags,
+                                                         uintptr_t stream,
+                                                         struct DLManagedTensorVersioned** tensor);
 /** \brief As kstage_group_export_on_stream, as a legacy DLManagedTensor
  * (kstage_group_export_legacy's rules). */
 KSTAGE_API kstage_status_t kstage_group_export_legacy_on_stream(kstage_stage_t stage,
-                                                     kstage_group_t group, uint64_t index,
-                                                     uint64_t flags, uintptr_t stream,
-                                                     DLManagedTensor** tensor);
+                                                                kstage_group_t group,
+                                                                uint64_t index, uint64_t flags,
+                                                                uintptr_t stream,
+                                                                DLManagedTensor** tensor);
 /**
  * \brief Export a read group's `data.index_map` (prim i's row of its tensor)
  * as an owning, read-only DLPack tensor: one axis of `prim_count` uint32
@@ -1037,8 +1054,8 @@ KSTAGE_API kstage_status_t kstage_group_export_legacy_on_stream(kstage_stage_t s
  * without an index_map -- its rows are its prims in order --, a tombstone
  * group, a stream the device does not know).
  */
-KSTAGE_API kstage_status_t kstage_group_export_index_map(kstage_stage_t stage,
-                                                         kstage_group_t group, uintptr_t stream,
+KSTAGE_API kstage_status_t kstage_group_export_index_map(kstage_stage_t stage, kstage_group_t group,
+                                                         uintptr_t stream,
                                                          struct DLManagedTensorVersioned** tensor);
 /**
  * \brief Order a consumer after the work that produces a read group's data,
@@ -1077,26 +1094,28 @@ KSTAGE_API kstage_status_t kstage_group_sync(kstage_stage_t stage, kstage_group_
  * Buffers are uninitialised. Reads never see them before unmap and seal.
  */
 KSTAGE_API kstage_status_t kstage_map_attribute(kstage_stage_t stage, kstage_query_t query,
-                                     const kstage_map_desc_t* desc, uint64_t ordinal,
-                                     const uint64_t* element_counts, uint64_t n, kstage_map_t* map);
+                                                const kstage_map_desc_t* desc, uint64_t ordinal,
+                                                const uint64_t* element_counts, uint64_t n,
+                                                kstage_map_t* map);
 /** \brief Next writable group, or KSTAGE_END_OF_ITERATION. */
-KSTAGE_API kstage_status_t kstage_fetch_map_next(kstage_stage_t stage, kstage_map_t map, uint64_t timeout_ns,
-                                      kstage_map_group_info_t* group);
+KSTAGE_API kstage_status_t kstage_fetch_map_next(kstage_stage_t stage, kstage_map_t map,
+                                                 uint64_t timeout_ns,
+                                                 kstage_map_group_info_t* group);
 /**
  * \brief Commit one fetched group at the map's ordinal (a write, ordered with
  * other submissions by when this call is made). The stage orders its work
  * after `done_sync.event` (host: {0, 0}). On failure the group stays mapped.
  */
 KSTAGE_API kstage_status_t kstage_unmap_group(kstage_stage_t stage, kstage_map_t map,
-                                   kstage_map_group_t group, kstage_device_sync_t done_sync,
-                                   kstage_op_t* op);
+                                              kstage_map_group_t group,
+                                              kstage_device_sync_t done_sync, kstage_op_t* op);
 /**
  * \brief Commit every fetched group not yet unmapped (as one op) and end the
  * map. Groups never fetched were never filled: they are dropped, not
  * committed. On failure nothing is committed and the map stays open.
  */
 KSTAGE_API kstage_status_t kstage_unmap_attribute(kstage_stage_t stage, kstage_map_t map,
-                                       kstage_device_sync_t done_sync, kstage_op_t* op);
+                                                  kstage_device_sync_t done_sync, kstage_op_t* op);
 /** \brief Abandon a map: its uncommitted buffers are freed; nothing more is written. */
 KSTAGE_API kstage_status_t kstage_release_map(kstage_stage_t stage, kstage_map_t map);
 /**
@@ -1118,8 +1137,9 @@ KSTAGE_API kstage_status_t kstage_release_map_after(kstage_stage_t stage, kstage
  * is unmapped is undefined: the memory may have become column storage.
  */
 KSTAGE_API kstage_status_t kstage_map_group_export(kstage_stage_t stage, kstage_map_t map,
-                                        kstage_map_group_t group, uint64_t index, uint64_t flags,
-                                        struct DLManagedTensorVersioned** tensor);
+                                                   kstage_map_group_t group, uint64_t index,
+                                                   uint64_t flags,
+                                                   struct DLManagedTensorVersioned** tensor);
 
 /* ------------------------------------------------------------------------- */
 /* Ops                                                                       */
@@ -1139,7 +1159,8 @@ KSTAGE_API kstage_status_t kstage_map_group_export(kstage_stage_t stage, kstage_
  */
 KSTAGE_API kstage_status_t kstage_wait(kstage_stage_t stage, kstage_op_t op, uint64_t timeout_ns);
 /** \brief The op's failure message ("" if it did not fail); valid until the op is released. */
-KSTAGE_API kstage_status_t kstage_op_error(kstage_stage_t stage, kstage_op_t op, const char** message);
+KSTAGE_API kstage_status_t kstage_op_error(kstage_stage_t stage, kstage_op_t op,
+                                           const char** message);
 /** \brief Release an op; its handle becomes stale. Its work is not cancelled (see kstage_wait). */
 KSTAGE_API kstage_status_t kstage_release_op(kstage_stage_t stage, kstage_op_t op);
 

@@ -52,23 +52,23 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <memory>
 #include <cstdint>
 #include <initializer_list>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
-#include <kstage/hpp/status.hpp>
-#include <kstage/hpp/span.hpp>
-#include <kstage/hpp/options.hpp>
 #include <kstage/hpp/handles.hpp>
-#include <kstage/hpp/read.hpp>
 #include <kstage/hpp/map.hpp>
-#include <kstage/hpp/write.hpp>
+#include <kstage/hpp/options.hpp>
+#include <kstage/hpp/read.hpp>
+#include <kstage/hpp/span.hpp>
 #include <kstage/hpp/stage.hpp>
+#include <kstage/hpp/status.hpp>
+#include <kstage/hpp/write.hpp>
 
 #endif  // KSTAGE_KSTAGE_HPP_

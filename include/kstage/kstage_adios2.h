@@ -100,7 +100,8 @@ KSTAGE_API const char* kstage_adios2_last_error(void);
  * `desc` names. `desc` may be NULL for "write BP5". A reader of a file that is not a kstage
  * file fails at its first step, not here (ADIOS2 opens any file).
  */
-KSTAGE_API kstage_status_t kstage_adios2_open(const char* name, const kstage_adios2_open_desc_t* desc,
+KSTAGE_API kstage_status_t kstage_adios2_open(const char* name,
+                                              const kstage_adios2_open_desc_t* desc,
                                               kstage_adios2_stream_t* stream);
 /** \brief Closes a stream (a writer's last step is complete when this returns). */
 KSTAGE_API kstage_status_t kstage_adios2_close(kstage_adios2_stream_t stream);
@@ -114,8 +115,8 @@ KSTAGE_API kstage_status_t kstage_adios2_close(kstage_adios2_stream_t stream);
  * BP5 engine), else read to the host; the memory space is always stated. The step's ordinal is
  * the highest write floor among the attributes written.
  */
-KSTAGE_API kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t stream, kstage_stage_t stage,
-                                                    kstage_query_t query,
+KSTAGE_API kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t stream,
+                                                    kstage_stage_t stage, kstage_query_t query,
                                                     const kstage_token_t* attributes, uint64_t n,
                                                     const kstage_adios2_step_desc_t* desc);
 
@@ -124,16 +125,17 @@ KSTAGE_API kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t strea
  * recorded schema (or checked against the stage's), its values written and its deletions made
  * at each attribute's recorded write floor, which is then sealed. A fixed-size attribute whose
  * column is on a GPU ADIOS2 takes memory of (as for kstage_adios2_write_step) is read by ADIOS2
- * into device memory of the stage's (a map), else into host memory and written. `*ordinal` is the step's
- * ordinal. KSTAGE_END_OF_ITERATION when the stream has no more steps; KSTAGE_TIMEOUT when a
+ * into device memory of the stage's (a map), else into host memory and written. `*ordinal` is the
+ * step's ordinal. KSTAGE_END_OF_ITERATION when the stream has no more steps; KSTAGE_TIMEOUT when a
  * stream's next step is not ready within `timeout_ns` (KSTAGE_TIMEOUT_INFINITE waits). Errors:
  * INVALID_ARGUMENT naming what does not fit -- not a kstage step, an unknown dtype, an
  * attribute whose kind or dtype differs from the stage's column, an ordinal at or below the
  * stage's write floor of that attribute; OP_FAILED for a file ADIOS2 cannot read (a truncated
  * one). The stage is unchanged by a step that fails.
  */
-KSTAGE_API kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream, kstage_stage_t stage,
-                                                   uint64_t timeout_ns, uint64_t* ordinal);
+KSTAGE_API kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream,
+                                                   kstage_stage_t stage, uint64_t timeout_ns,
+                                                   uint64_t* ordinal);
 
 /**
  * \brief A checkpoint: every attribute of every existing prim of `stage`, as one full step of a

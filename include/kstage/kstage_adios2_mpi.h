@@ -61,7 +61,8 @@ extern "C" {
  * own duplicate); the caller may free it after this returns. An Inline reader
  * (desc->inline_writer) is not collective and cannot be opened here (INVALID_ARGUMENT).
  */
-KSTAGE_API kstage_status_t kstage_adios2_open_mpi(const char* name, const kstage_adios2_open_desc_t* desc,
+KSTAGE_API kstage_status_t kstage_adios2_open_mpi(const char* name,
+                                                  const kstage_adios2_open_desc_t* desc,
                                                   MPI_Comm comm, kstage_adios2_stream_t* stream);
 
 /**
@@ -69,7 +70,8 @@ KSTAGE_API kstage_status_t kstage_adios2_open_mpi(const char* name, const kstage
  * prim of each rank's `stage`, as that rank's block of one full step of a new BP5 file at
  * `path` (the same on every rank).
  */
-KSTAGE_API kstage_status_t kstage_adios2_checkpoint_mpi(kstage_stage_t stage, const char* path, MPI_Comm comm);
+KSTAGE_API kstage_status_t kstage_adios2_checkpoint_mpi(kstage_stage_t stage, const char* path,
+                                                        MPI_Comm comm);
 
 /**
  * \brief A restart on every rank of `comm` (collective): every step of the BP5 file at `path`,
@@ -77,8 +79,8 @@ KSTAGE_API kstage_status_t kstage_adios2_checkpoint_mpi(kstage_stage_t stage, co
  * `*ordinal` (may be NULL) is the last step's. Any number of ranks reads a file any number
  * wrote.
  */
-KSTAGE_API kstage_status_t kstage_adios2_restart_mpi(kstage_stage_t stage, const char* path, MPI_Comm comm,
-                                                     uint64_t* ordinal);
+KSTAGE_API kstage_status_t kstage_adios2_restart_mpi(kstage_stage_t stage, const char* path,
+                                                     MPI_Comm comm, uint64_t* ordinal);
 
 #ifdef __cplusplus
 } /* extern "C" */

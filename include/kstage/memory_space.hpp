@@ -66,7 +66,9 @@ inline int ordinal(const void* p) noexcept {
 }
 /// kstage.h's stream values: 1 the legacy default stream, 2 the per-thread one.
 inline cudaStream_t stream(uintptr_t v) noexcept {
-  return v == 1 ? cudaStreamLegacy : v == 2 ? cudaStreamPerThread : reinterpret_cast<cudaStream_t>(v);
+  return v == 1   ? cudaStreamLegacy
+         : v == 2 ? cudaStreamPerThread
+                  : reinterpret_cast<cudaStream_t>(v);
 }
 /// nullptr when done; else the runtime's message (the device is put back).
 inline const char* order_consumer(const kstage_device_sync_t& sync) {
@@ -76,7 +78,8 @@ inline const char* order_consumer(const kstage_device_sync_t& sync) {
   (void)cudaGetDevice(&previous);
   if (previous != exec.cuda_device()) (void)cudaSetDevice(exec.cuda_device());
   cudaError_t e = cudaSuccess;
-  if (sync.event != 0) e = cudaEventRecord(reinterpret_cast<cudaEvent_t>(sync.event), exec.cuda_stream());
+  if (sync.event != 0)
+    e = cudaEventRecord(reinterpret_cast<cudaEvent_t>(sync.event), exec.cuda_stream());
   if (e == cudaSuccess && sync.stream != 0) {
     cudaEvent_t done;
     e = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
@@ -96,9 +99,13 @@ inline const char* order_consumer(const kstage_device_sync_t& sync) {
 /// CUDA device memory (kDLCUDA). Managed memory can be viewed here too.
 template <>
 struct DLPackSpace<Kokkos::CudaSpace> {
-  static DLDevice device(const void* p) noexcept { return DLDevice{kDLCUDA, cuda_impl::ordinal(p)}; }
+  static DLDevice device(const void* p) noexcept {
+    return DLDevice{kDLCUDA, cuda_impl::ordinal(p)};
+  }
   static constexpr bool accepts(int32_t t) noexcept { return t == kDLCUDA || t == kDLCUDAManaged; }
-  static const char* order_consumer(const kstage_device_sync_t& s) { return cuda_impl::order_consumer(s); }
+  static const char* order_consumer(const kstage_device_sync_t& s) {
+    return cuda_impl::order_consumer(s);
+  }
   static constexpr const char* name = "Kokkos::CudaSpace (kDLCUDA, kDLCUDAManaged)";
 };
 /// CUDA managed memory (kDLCUDAManaged), readable from host and device.
@@ -108,7 +115,9 @@ struct DLPackSpace<Kokkos::CudaUVMSpace> {
     return DLDevice{kDLCUDAManaged, cuda_impl::ordinal(p)};
   }
   static constexpr bool accepts(int32_t t) noexcept { return t == kDLCUDAManaged; }
-  static const char* order_consumer(const kstage_device_sync_t& s) { return cuda_impl::order_consumer(s); }
+  static const char* order_consumer(const kstage_device_sync_t& s) {
+    return cuda_impl::order_consumer(s);
+  }
   static constexpr const char* name = "Kokkos::CudaUVMSpace (kDLCUDAManaged)";
 };
 /// Pinned host memory (kDLCUDAHost): host memory that CUDA kernels read.
@@ -116,7 +125,9 @@ template <>
 struct DLPackSpace<Kokkos::CudaHostPinnedSpace> {
   static DLDevice device(const void*) noexcept { return DLDevice{kDLCUDAHost, 0}; }
   static constexpr bool accepts(int32_t t) noexcept { return t == kDLCUDAHost; }
-  static const char* order_consumer(const kstage_device_sync_t& s) { return cuda_impl::order_consumer(s); }
+  static const char* order_consumer(const kstage_device_sync_t& s) {
+    return cuda_impl::order_consumer(s);
+  }
   static constexpr const char* name = "Kokkos::CudaHostPinnedSpace (kDLCUDAHost)";
 };
 #endif  // KOKKOS_ENABLE_CUDA
@@ -157,7 +168,8 @@ inline const char* order_consumer(const kstage_device_sync_t& sync) {
   (void)hipGetDevice(&previous);
   if (previous != exec.hip_device()) (void)hipSetDevice(exec.hip_device());
   hipError_t e = hipSuccess;
-  if (sync.event != 0) e = hipEventRecord(reinterpret_cast<hipEvent_t>(sync.event), exec.hip_stream());
+  if (sync.event != 0)
+    e = hipEventRecord(reinterpret_cast<hipEvent_t>(sync.event), exec.hip_stream());
   if (e == hipSuccess && sync.stream != 0) {
     hipEvent_t done;
     e = hipEventCreateWithFlags(&done, hipEventDisableTiming);
@@ -179,7 +191,9 @@ template <>
 struct DLPackSpace<hip_impl::DeviceSpace> {
   static DLDevice device(const void* p) noexcept { return DLDevice{kDLROCM, hip_impl::ordinal(p)}; }
   static constexpr bool accepts(int32_t t) noexcept { return t == kDLROCM; }
-  static const char* order_consumer(const kstage_device_sync_t& s) { return hip_impl::order_consumer(s); }
+  static const char* order_consumer(const kstage_device_sync_t& s) {
+    return hip_impl::order_consumer(s);
+  }
   static constexpr const char* name = "Kokkos::HIPSpace (kDLROCM)";
 };
 /// Pinned host memory (kDLROCMHost): host memory that HIP kernels read.
@@ -187,7 +201,9 @@ template <>
 struct DLPackSpace<hip_impl::PinnedSpace> {
   static DLDevice device(const void*) noexcept { return DLDevice{kDLROCMHost, 0}; }
   static constexpr bool accepts(int32_t t) noexcept { return t == kDLROCMHost; }
-  static const char* order_consumer(const kstage_device_sync_t& s) { return hip_impl::order_consumer(s); }
+  static const char* order_consumer(const kstage_device_sync_t& s) {
+    return hip_impl::order_consumer(s);
+  }
   static constexpr const char* name = "Kokkos::HIPHostPinnedSpace (kDLROCMHost)";
 };
 #endif  // KOKKOS_ENABLE_HIP

@@ -17,7 +17,7 @@
 //
 //   mpirun -n P kstage_perf_adios2_mpi [--smoke | --quick | --full] [--rows N] [--reps R] --out DIR
 #include "adios2_source.hpp"  // the source state, its check, medians
-#include "harness.hpp"         // the suite's clock (its inline parts only)
+#include "harness.hpp"        // the suite's clock (its inline parts only)
 
 #include <kstage/kstage_adios2_mpi.h>
 
@@ -50,7 +50,8 @@ void check_bridge(kstage_status_t st, const char* call) {
   if (st != KSTAGE_OK) die(std::string(call) + ": " + kstage_adios2_last_error());
 }
 
-void direct_write(adios2::ADIOS& ad, const std::string& file, const Source& s, uint64_t total, int run) {
+void direct_write(adios2::ADIOS& ad, const std::string& file, const Source& s, uint64_t total,
+                  int run) {
   adios2::IO io = ad.DeclareIO("direct_write_" + std::to_string(run));
   io.SetEngine("BP5");
   auto var = io.DefineVariable<float>("pos", {total, 3}, {s.first_row, 0}, {s.n, 3});
@@ -62,7 +63,8 @@ void direct_write(adios2::ADIOS& ad, const std::string& file, const Source& s, u
   ad.RemoveIO(io.Name());
 }
 
-float* direct_read(adios2::ADIOS& ad, const std::string& file, const Source& s, uint64_t total, int run) {
+float* direct_read(adios2::ADIOS& ad, const std::string& file, const Source& s, uint64_t total,
+                   int run) {
   adios2::IO io = ad.DeclareIO("direct_read_" + std::to_string(run));
   io.SetEngine("BP5");
   adios2::Engine e = io.Open(file, adios2::Mode::Read);
@@ -94,7 +96,10 @@ int run(int argc, char** argv) {
   std::string out;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto value = [&] { if (i + 1 >= argc) die(a + " needs a value"); return std::string(argv[++i]); };
+    auto value = [&] {
+      if (i + 1 >= argc) die(a + " needs a value");
+      return std::string(argv[++i]);
+    };
     if (a == "--smoke") rows = 10'000, reps = 1;
     else if (a == "--quick") rows = 1'000'000, reps = 3;
     else if (a == "--full") rows = 10'000'000, reps = 5;
@@ -118,14 +123,16 @@ int run(int argc, char** argv) {
   std::vector<double> t_ck, t_dw, t_rs, t_dr;
   for (int r = 0; r <= reps; ++r) {  // run 0 warms the page cache and the libraries
     const double ck = timed([&] {
-      check_bridge(kstage_adios2_checkpoint_mpi(src.stage, kfile.c_str(), MPI_COMM_WORLD), "kstage_adios2_checkpoint_mpi");
+      check_bridge(kstage_adios2_checkpoint_mpi(src.stage, kfile.c_str(), MPI_COMM_WORLD),
+                   "kstage_adios2_checkpoint_mpi");
     });
     const double dw = timed([&] { direct_write(ad, dfile, src, total, r); });
     kstage_stage_t fresh = 0;
     kstage_config_t c = kstage_config_init();
     check(kstage_create(&c, &fresh), "kstage_create");
     const double rs = timed([&] {
-      check_bridge(kstage_adios2_restart_mpi(fresh, kfile.c_str(), MPI_COMM_WORLD, nullptr), "kstage_adios2_restart_mpi");
+      check_bridge(kstage_adios2_restart_mpi(fresh, kfile.c_str(), MPI_COMM_WORLD, nullptr),
+                   "kstage_adios2_restart_mpi");
     });
     if (r == 0) {
       const std::string error = verify_stage(fresh, src);
@@ -134,7 +141,8 @@ int run(int argc, char** argv) {
     kstage_destroy(fresh);
     float* back = nullptr;
     const double dr = timed([&] { back = direct_read(ad, dfile, src, total, r); });
-    if (r == 0 && std::memcmp(back, src.values.data(), size_t(n) * 12) != 0) die("the direct read differs");
+    if (r == 0 && std::memcmp(back, src.values.data(), size_t(n) * 12) != 0)
+      die("the direct read differs");
     std::free(back);
     if (r == 0) continue;
     t_ck.push_back(ck), t_dw.push_back(dw), t_rs.push_back(rs), t_dr.push_back(dr);
@@ -145,10 +153,13 @@ int run(int argc, char** argv) {
     const double payload = double(total) * 12;
     auto row = [&](const char* name, const std::vector<double>& k, const std::vector<double>& d) {
       const double ks = median(k), ds = median(d);
-      csv << name << ',' << g_size << ',' << total << ",float32,3," << k.size() << ',' << ks << ',' << ds << ','
-          << ds / ks << ',' << payload << '\n';
-      std::printf("%-10s ranks=%d rows=%llu  kstage %.4f s (%.2f GB/s)  direct ADIOS2 %.4f s (%.2f GB/s)  ratio %.2fx\n",
-                  name, g_size, (unsigned long long)total, ks, payload / ks * 1e-9, ds, payload / ds * 1e-9, ds / ks);
+      csv << name << ',' << g_size << ',' << total << ",float32,3," << k.size() << ',' << ks << ','
+          << ds << ',' << ds / ks << ',' << payload << '\n';
+      std::printf(
+          "%-10s ranks=%d rows=%llu  kstage %.4f s (%.2f GB/s)  direct ADIOS2 %.4f s (%.2f GB/s)  "
+          "ratio %.2fx\n",
+          name, g_size, (unsigned long long)total, ks, payload / ks * 1e-9, ds, payload / ds * 1e-9,
+          ds / ks);
     };
     row("checkpoint", t_ck, t_dw);
     row("restart", t_rs, t_dr);

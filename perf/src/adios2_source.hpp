@@ -32,7 +32,8 @@ struct Source {
     kstage_config_t c = kstage_config_init();
     check(kstage_create(&c, &stage), "kstage_create");
     kstage_path_t p0 = 0;
-    check(kstage_intern_path_range(stage, "/sim", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, first, n, &p0),
+    check(kstage_intern_path_range(stage, "/sim", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED,
+                                   first, n, &p0),
           "kstage_intern_path_range");
     kstage_query_t q = 0;
     check(kstage_query_range(stage, p0, 0, 0, 0, &q), "kstage_query_range");
@@ -50,7 +51,8 @@ struct Source {
     d.tensor_count = 1;
     d.semantic = KSTAGE_SEMANTIC_POINT;
     kstage_op_t op = 0;
-    check(kstage_write_attribute(stage, q, pos, 1, &d, KSTAGE_PRIM_MODE_UPSERT, &op), "kstage_write_attribute");
+    check(kstage_write_attribute(stage, q, pos, 1, &d, KSTAGE_PRIM_MODE_UPSERT, &op),
+          "kstage_write_attribute");
     check(kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE), "kstage_wait");
     check(kstage_release_op(stage, op), "kstage_release_op");
     check(kstage_advance_write_floor(stage, 1, &pos, 1), "kstage_advance_write_floor");
@@ -67,10 +69,11 @@ inline std::string verify_stage(kstage_stage_t stage, const Source& s) {
   check(kstage_intern_token(stage, "pos", KSTAGE_NUL_TERMINATED, &pos), "kstage_intern_token");
   kstage_attribute_info_t info = kstage_attribute_info_init();
   check(kstage_attribute_info(stage, pos, &info), "kstage_attribute_info");
-  if (info.prim_count != s.n) return "restart: " + std::to_string(info.prim_count) + " prims, not " + std::to_string(s.n);
+  if (info.prim_count != s.n)
+    return "restart: " + std::to_string(info.prim_count) + " prims, not " + std::to_string(s.n);
   kstage_path_t first = 0;  // the restart interned the range: the same range again is it
-  check(kstage_intern_path_range(stage, "/sim", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, s.first_row, s.n,
-                                 &first),
+  check(kstage_intern_path_range(stage, "/sim", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED,
+                                 s.first_row, s.n, &first),
         "kstage_intern_path_range");
   kstage_query_t q = 0;
   check(kstage_query_range(stage, first, 0, 0, 0, &q), "kstage_query_range");
@@ -84,7 +87,8 @@ inline std::string verify_stage(kstage_stage_t stage, const Source& s) {
   kstage_status_t st;
   while ((st = kstage_fetch_read_next(stage, r, KSTAGE_TIMEOUT_INFINITE, &g)) == KSTAGE_OK) {
     const DLTensor& t = g.data.tensors[0];
-    const float* v = reinterpret_cast<const float*>(static_cast<const char*>(t.data) + t.byte_offset);
+    const float* v =
+        reinterpret_cast<const float*>(static_cast<const char*>(t.data) + t.byte_offset);
     for (uint64_t i = 0; i < g.prim_count && error.empty(); ++i)
       if (std::memcmp(v + i * 3, s.values.data() + (g.prims[i] - first) * 3, 12) != 0)
         error = "restart: prim " + std::to_string(s.first_row + g.prims[i] - first) + " differs";
@@ -94,7 +98,8 @@ inline std::string verify_stage(kstage_stage_t stage, const Source& s) {
   if (st != KSTAGE_END_OF_ITERATION) check(st, "kstage_fetch_read_next");
   kstage_release_read(stage, r);
   kstage_query_release(stage, q);
-  if (error.empty() && seen != s.n) error = "restart: " + std::to_string(seen) + " prims read, not " + std::to_string(s.n);
+  if (error.empty() && seen != s.n)
+    error = "restart: " + std::to_string(seen) + " prims read, not " + std::to_string(s.n);
   return error;
 }
 

@@ -19,7 +19,7 @@
 //
 //   kstage_perf_adios2 [--smoke | --quick | --full] [--rows N] [--reps R] --out DIR [--dir DIR]
 #include "adios2_source.hpp"  // the source state, its check, medians
-#include "harness.hpp"         // the suite's clock (its inline parts only)
+#include "harness.hpp"        // the suite's clock (its inline parts only)
 
 #include <kstage/kstage_adios2.h>
 
@@ -91,7 +91,10 @@ int main(int argc, char** argv) {
   std::string out, dir;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto value = [&] { if (i + 1 >= argc) die(a + " needs a value"); return std::string(argv[++i]); };
+    auto value = [&] {
+      if (i + 1 >= argc) die(a + " needs a value");
+      return std::string(argv[++i]);
+    };
     if (a == "--smoke") rows = 10'000, reps = 1;
     else if (a == "--quick") rows = 1'000'000, reps = 3;
     else if (a == "--full") rows = 10'000'000, reps = 5;
@@ -143,9 +146,12 @@ int main(int argc, char** argv) {
   const double payload = double(rows) * 12;
   auto row = [&](const char* name, const std::vector<double>& k, const std::vector<double>& d) {
     const double ks = median(k), ds = median(d);
-    csv << name << ',' << rows << ",float32,3," << k.size() << ',' << ks << ',' << ds << ',' << ds / ks << ',' << payload << '\n';
-    std::printf("%-10s rows=%llu  kstage %.4f s (%.2f GB/s)  direct ADIOS2 %.4f s (%.2f GB/s)  ratio %.2fx\n", name,
-                (unsigned long long)rows, ks, payload / ks * 1e-9, ds, payload / ds * 1e-9, ds / ks);
+    csv << name << ',' << rows << ",float32,3," << k.size() << ',' << ks << ',' << ds << ','
+        << ds / ks << ',' << payload << '\n';
+    std::printf(
+        "%-10s rows=%llu  kstage %.4f s (%.2f GB/s)  direct ADIOS2 %.4f s (%.2f GB/s)  ratio "
+        "%.2fx\n",
+        name, (unsigned long long)rows, ks, payload / ks * 1e-9, ds, payload / ds * 1e-9, ds / ks);
   };
   row("checkpoint", t_ck, t_dw);
   row("restart", t_rs, t_dr);

@@ -19,9 +19,9 @@ struct KstageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 void throw_kstage(kstage_status_t st, const char* call);
-#define KP_CHECK(call)                                    \
-  do {                                                    \
-    const kstage_status_t kp_st_ = (call);                \
+#define KP_CHECK(call)                                             \
+  do {                                                             \
+    const kstage_status_t kp_st_ = (call);                         \
     if (kp_st_ != KSTAGE_OK) ::kperf::throw_kstage(kp_st_, #call); \
   } while (0)
 
@@ -41,10 +41,10 @@ class Context {
   double setup_seconds() const { return setup_seconds_; }
 
   const std::vector<kstage_path_t>& paths() const { return paths_; }
-  kstage_query_t all();                          // every prim, in order
-  kstage_query_t shuffled();                     // every prim, in shuffle_perm() order
-  const std::vector<uint32_t>& shuffle_perm();   // shuffled()[i] = paths[perm[i]]
-  kstage_query_t strided(uint64_t stride);       // prims 0, stride, 2*stride, ...
+  kstage_query_t all();                         // every prim, in order
+  kstage_query_t shuffled();                    // every prim, in shuffle_perm() order
+  const std::vector<uint32_t>& shuffle_perm();  // shuffled()[i] = paths[perm[i]]
+  kstage_query_t strided(uint64_t stride);      // prims 0, stride, 2*stride, ...
   kstage_query_t make_query(const std::vector<kstage_path_t>& paths);  // caller releases
 
   kstage_token_t token(const std::string& name);
@@ -58,8 +58,7 @@ class Context {
 
   // Write one attribute (count 0: every prim of `query`) and wait; UPSERT unless told.
   void write(kstage_query_t query, kstage_token_t attr, uint64_t ordinal,
-             const kstage_write_data_t& data,
-             kstage_prim_mode_t mode = KSTAGE_PRIM_MODE_UPSERT);
+             const kstage_write_data_t& data, kstage_prim_mode_t mode = KSTAGE_PRIM_MODE_UPSERT);
   void seal(uint64_t ordinal, kstage_token_t attr);
 
   // Estimated bytes of the stage's own bookkeeping for `rows` prims (dictionary ~100 B per

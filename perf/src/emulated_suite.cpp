@@ -43,7 +43,8 @@ namespace {
 
 // Device memory of ordinal 0 holding `bytes` from `host`, freed with the object.
 struct DeviceCopy {
-  DeviceCopy(const void* host, size_t bytes) : p(kstage_emulated_malloc(0, std::max<size_t>(bytes, 1))) {
+  DeviceCopy(const void* host, size_t bytes)
+      : p(kstage_emulated_malloc(0, std::max<size_t>(bytes, 1))) {
     if (!p) die("emulated suite: no device memory for %zu bytes", bytes);
     kstage_emulated_memcpy(p, host, bytes);
   }
@@ -57,8 +58,9 @@ struct DeviceCopy {
 
 int run_emulated_suite(const Options& o) {
   const std::vector<uint64_t> grid = o.rows_explicit ? o.rows
-                                     : o.mode == Mode::Smoke ? std::vector<uint64_t>{10000}
-                                                             : std::vector<uint64_t>{100000, 1000000};
+                                     : o.mode == Mode::Smoke
+                                         ? std::vector<uint64_t>{10000}
+                                         : std::vector<uint64_t>{100000, 1000000};
   const int reps = o.mode == Mode::Smoke ? 1 : o.mode == Mode::Quick ? 5 : 11;
   const int lanes = 3;
   std::printf("emulated device suite: float32 x %d, %d reps (median); not a GPU: no targets\n",
@@ -77,7 +79,8 @@ int run_emulated_suite(const Options& o) {
     const std::vector<uint64_t> mask = random_mask(n, 0.5, 9);
     const std::vector<int64_t> perm64(perm.begin(), perm.end());
     DeviceCopy src(h.data(), bytes), idx(perm.data(), n * sizeof(uint32_t)),
-        idx64(perm64.data(), n * sizeof(int64_t)), dmask(mask.data(), mask.size() * sizeof(uint64_t));
+        idx64(perm64.data(), n * sizeof(int64_t)),
+        dmask(mask.data(), mask.size() * sizeof(uint64_t));
 
     kstage_config_t config = kstage_config_init();
     config.residency = DLDevice{DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), 0};
@@ -100,7 +103,8 @@ int run_emulated_suite(const Options& o) {
     uint64_t ordinal = 0;
     auto write_seal = [&](const kstage_write_data_t& w) {
       kstage_op_t op = 0;
-      KP_CHECK(kstage_write_attribute(stage, all, attr, ++ordinal, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+      KP_CHECK(
+          kstage_write_attribute(stage, all, attr, ++ordinal, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
       KP_CHECK(kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE));
       KP_CHECK(kstage_release_op(stage, op));
       KP_CHECK(kstage_advance_write_floor(stage, ordinal, &attr, 1));
@@ -156,7 +160,8 @@ int run_emulated_suite(const Options& o) {
     kstage_write_data_t device_mask = host_mask;
     device_mask.mask = static_cast<const uint64_t*>(dmask.p);
     device_mask.selection_device = config.residency;
-    rows_out.push_back({"write_mask_device", n, median_seconds(reps, [&] { write_seal(device_mask); })});
+    rows_out.push_back(
+        {"write_mask_device", n, median_seconds(reps, [&] { write_seal(device_mask); })});
     verify("write_mask_device", true);
     KP_CHECK(kstage_query_release(stage, all));
     KP_CHECK(kstage_destroy(stage));

@@ -16,8 +16,8 @@
 #include <map>
 #include <set>
 #include <sstream>
-#include <tuple>
 #include <sys/stat.h>
+#include <tuple>
 #include <unistd.h>
 
 namespace kperf {
@@ -157,9 +157,9 @@ struct Measurement {
   std::string note;
   int reps = 0, inner = 1;
   double median = 0, min = 0, max = 0, payload = 0, items = 0;
-  double case_seconds = 0;  // wall time of the whole case (prepare, runs, verify)
+  double case_seconds = 0;          // wall time of the whole case (prepare, runs, verify)
   double rss_mib = 0, hwm_mib = 0;  // process VmRSS right after the case, and VmHWM so far
-  Clock::time_point when{};  // when it was measured
+  Clock::time_point when{};         // when it was measured
   double gbps() const { return status == "ok" && median > 0 ? payload / median / 1e9 : 0; }
   std::vector<std::pair<std::string, double>> extras;
 };
@@ -242,8 +242,7 @@ std::string fmt_rows(uint64_t n) {
   const double e = std::log10(double(n));
   if (n >= 1000 && std::fabs(e - std::round(e)) < 1e-9)
     std::snprintf(b, sizeof b, "1e%d", int(std::round(e)));
-  else
-    std::snprintf(b, sizeof b, "%llu", (unsigned long long)n);
+  else std::snprintf(b, sizeof b, "%llu", (unsigned long long)n);
   return b;
 }
 
@@ -316,17 +315,19 @@ void Runner::write_row(const Row& r) {
   const double rate = m.median > 0 && m.items > 0 ? m.items / m.median : 0;
   std::string note = r.note.empty() ? m.note : r.note;
   for (const auto& [k, v] : m.extras) note += (note.empty() ? "" : "; ") + k + "=" + num(v);
-  csv_ << (o_.mode == Mode::Quick ? "quick" : o_.mode == Mode::Smoke ? "smoke" : "full") << ','
-       << r.workload << ',' << r.family << ',' << r.impl << ',' << r.exec << ','
+  csv_ << (o_.mode == Mode::Quick   ? "quick"
+           : o_.mode == Mode::Smoke ? "smoke"
+                                    : "full")
+       << ',' << r.workload << ',' << r.family << ',' << r.impl << ',' << r.exec << ','
        << (r.has_shape ? std::to_string(r.shape.rows) : "") << ','
        << (r.has_shape ? std::to_string(r.shape.lanes) : "") << ','
        << (r.has_shape ? dtype_name(r.shape.dtype) : "") << ','
-       << (r.has_shape ? std::to_string(r.shape.row_bytes()) : "") << ','
-       << csv_escape(r.params) << ',' << num(m.payload) << ',' << num(m.items) << ',' << m.reps
-       << ',' << m.inner << ',' << num(m.median) << ',' << num(m.min) << ',' << num(m.max) << ','
-       << num(gbps) << ',' << num(rate) << ',' << (r.family == "particles" ? "ticks/s" : "rows/s")
-       << ',' << r.loop_key << ',' << r.numpy_key << ',' << num(r.memcpy_gbps) << ','
-       << num(r.loop_gbps) << ',' << num(r.ratio_memcpy) << ',' << num(r.ratio_loop) << ','
+       << (r.has_shape ? std::to_string(r.shape.row_bytes()) : "") << ',' << csv_escape(r.params)
+       << ',' << num(m.payload) << ',' << num(m.items) << ',' << m.reps << ',' << m.inner << ','
+       << num(m.median) << ',' << num(m.min) << ',' << num(m.max) << ',' << num(gbps) << ','
+       << num(rate) << ',' << (r.family == "particles" ? "ticks/s" : "rows/s") << ',' << r.loop_key
+       << ',' << r.numpy_key << ',' << num(r.memcpy_gbps) << ',' << num(r.loop_gbps) << ','
+       << num(r.ratio_memcpy) << ',' << num(r.ratio_loop) << ','
        << (r.status.empty() ? m.status : r.status) << ',' << num(m.case_seconds) << ','
        << num(m.rss_mib) << ',' << num(m.hwm_mib) << ',' << csv_escape(note) << '\n';
   csv_.flush();
@@ -363,7 +364,8 @@ const Measurement& Runner::memcpy_at(double bytes, const Shape&) {
   // Re-measured when the cached figure is older than a few seconds: the machine's load
   // changes, and a ratio should compare numbers taken close together.
   auto it = memcpy_.find(key);
-  if (it != memcpy_.end() && std::chrono::duration<double>(Clock::now() - it->second.when).count() < 5.0)
+  if (it != memcpy_.end() &&
+      std::chrono::duration<double>(Clock::now() - it->second.when).count() < 5.0)
     return it->second;
   if (it != memcpy_.end()) memcpy_.erase(it);
   Measurement m;
@@ -442,7 +444,11 @@ void Runner::plan_numpy(const std::string& key, const Shape& s, const std::strin
 
 // The memory limit at this shape: memcpy, memcpy into fresh memory, Kokkos::deep_copy.
 void Runner::shape_baselines(const Shape& s) {
-  struct Item { const char* key; const char* impl; Exec exec; };
+  struct Item {
+    const char* key;
+    const char* impl;
+    Exec exec;
+  };
   const Item items[] = {{"memcpy", "memcpy", Exec::Serial},
                         {"memcpy_alloc", "memcpy", Exec::Serial},
                         {"deep_copy", "deep_copy", Exec::Serial},
@@ -464,7 +470,8 @@ void Runner::shape_baselines(const Shape& s) {
     } else if (std::string(it.key) == "memcpy") {
       r.m = memcpy_at(double(s.dense_bytes()), s);
     } else {
-      auto inst = std::string(it.key) == "memcpy_alloc" ? make_memcpy(s.dense_bytes(), true) : b->make(s);
+      auto inst =
+          std::string(it.key) == "memcpy_alloc" ? make_memcpy(s.dense_bytes(), true) : b->make(s);
       r.m = measure(*inst, true);
       if (r.m.status == "ok") {
         r.memcpy_gbps = memcpy_at(r.m.payload, s).gbps();
@@ -519,8 +526,7 @@ int Runner::run() {
               [](const Shape& a, const Shape& b) { return a.row_bytes() > b.row_bytes(); });
     bool any = false;
     for (const Shape& s : shapes)
-      for (const WorkloadDef& d : workload_registry())
-        any = any || (!d.pending && selected(d, s));
+      for (const WorkloadDef& d : workload_registry()) any = any || (!d.pending && selected(d, s));
     if (!any) continue;
     std::printf("\n== rows %s ==\n", fmt_rows(rows).c_str());
     for (const Shape& s : shapes) shape_baselines(s);
@@ -577,7 +583,8 @@ int Runner::run() {
           r.shape = s;
           const double ws = d.working_set ? d.working_set(s) : 4.0 * double(s.dense_bytes());
           const double total = book + cx->column_bytes() + ws;
-          const double payload_est = d.payload_estimate ? d.payload_estimate(s) : double(s.dense_bytes());
+          const double payload_est =
+              d.payload_estimate ? d.payload_estimate(s) : double(s.dense_bytes());
           if (total > o_.mem_cap_bytes) {
             r.status = "skipped";
             r.note = "working set ~" + num(total / (1ull << 30)) + " GiB > cap";
@@ -628,19 +635,25 @@ int Runner::run() {
     const std::time_t now = std::time(nullptr);
     char when[64];
     std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-    meta << "mode=" << (o_.mode == Mode::Quick ? "quick" : o_.mode == Mode::Smoke ? "smoke" : "full")
-         << "\nfinished=" << when << "\nhost=" << host << "\nnproc=" << sysconf(_SC_NPROCESSORS_ONLN)
+    meta << "mode="
+         << (o_.mode == Mode::Quick   ? "quick"
+             : o_.mode == Mode::Smoke ? "smoke"
+                                      : "full")
+         << "\nfinished=" << when << "\nhost=" << host
+         << "\nnproc=" << sysconf(_SC_NPROCESSORS_ONLN)
          << "\nkokkos_host_concurrency=" << Kokkos::DefaultHostExecutionSpace().concurrency()
          << "\nkstage_version=" << kstage_version() << "\nseconds=" << num(total_s)
          << "\npeak_rss_mib=" << num(double(hwm_kb) / 1024) << "\ncases_ok=" << ok_
          << "\ncases_failed=" << failed_ << "\ncases_skipped=" << skipped_
          << "\nmem_cap_gib=" << num(o_.mem_cap_bytes / (1ull << 30)) << "\n";
   }
-  std::printf("\nkstage_perf: %d kstage cases measured, %d skipped (memory cap), %d failed, in %.1f s "
-              "(peak RSS %.0f MiB)\n",
-              ok_, skipped_, failed_, total_s, double(hwm_kb) / 1024);
+  std::printf(
+      "\nkstage_perf: %d kstage cases measured, %d skipped (memory cap), %d failed, in %.1f s "
+      "(peak RSS %.0f MiB)\n",
+      ok_, skipped_, failed_, total_s, double(hwm_kb) / 1024);
   for (const WorkloadDef& d : workload_registry())
-    if (d.pending) std::printf("SKIP (not implemented)  %s: %s\n", d.name.c_str(), d.pending_reason.c_str());
+    if (d.pending)
+      std::printf("SKIP (not implemented)  %s: %s\n", d.name.c_str(), d.pending_reason.c_str());
   for (const std::string& f : failures_) std::printf("FAILED  %s\n", f.c_str());
   std::printf("results: %s/results.csv\n", o_.out_dir.c_str());
   return failed_ ? 1 : 0;
@@ -651,8 +664,10 @@ void usage() {
   std::printf(
       "usage: kstage_perf [--quick | --full | --smoke] [options]\n"
       "  --quick          short grid (rows 1e3,1e5,1e6 + 1e7 for dense cases; lanes 1,3; float32)\n"
-      "  --full           the whole grid (rows 1e3..1e8; lanes 1,3,16; float32, float64) [default]\n"
-      "  --smoke          one tiny size per workload, 1 rep: checks that everything runs and verifies\n"
+      "  --full           the whole grid (rows 1e3..1e8; lanes 1,3,16; float32, float64) "
+      "[default]\n"
+      "  --smoke          one tiny size per workload, 1 rep: checks that everything runs and "
+      "verifies\n"
       "  --out DIR        results folder (default ./kstage-perf-results)\n"
       "  --filter TEXT    only workloads whose name contains TEXT\n"
       "  --rows LIST      row counts, e.g. 1e3,1e6   --lanes LIST   --dtypes f32,f64\n"
@@ -660,11 +675,15 @@ void usage() {
       "  --reps MIN[,MAX] repetitions per case      --seconds S   timed seconds per case\n"
       "  --mem-cap-gib G  working-set cap (default 6)\n"
       "  --list           list the registered workloads and baselines\n"
-      "  --device cuda    the GPU grid on CUDA columns instead (perf/src/device_suite.cpp; a CUDA build)\n"
-      "  --device emulated  the device-map writes on the emulated device, reported without targets\n"
+      "  --device cuda    the GPU grid on CUDA columns instead (perf/src/device_suite.cpp; a CUDA "
+      "build)\n"
+      "  --device emulated  the device-map writes on the emulated device, reported without "
+      "targets\n"
       "                   (perf/src/emulated_suite.cpp; a build with KSTAGE_EMULATED_DEVICE)\n"
-      "  --scale          the scale workload at 1e3..1e8 prims, ranges and explicit paths (perf/src/scale_suite.cpp;\n"
-      "                   --rows picks the counts, --exec the host execution; --smoke: 1e3 and 1e4)\n"
+      "  --scale          the scale workload at 1e3..1e8 prims, ranges and explicit paths "
+      "(perf/src/scale_suite.cpp;\n"
+      "                   --rows picks the counts, --exec the host execution; --smoke: 1e3 and "
+      "1e4)\n"
       "  -v               also print skipped cases\n"
       "Kokkos options (--kokkos-threads=N, ...) are passed to Kokkos::initialize.\n");
 }
@@ -683,8 +702,8 @@ void list_registry() {
   std::printf("workloads:\n");
   for (const WorkloadDef& d : workload_registry())
     std::printf("  %-32s %-9s %s%s%s\n", d.name.c_str(), d.family.c_str(),
-                d.pending ? "[pending: not implemented in kstage yet] " : "",
-                d.description.c_str(), d.params.empty() ? "" : (" (" + d.params + ")").c_str());
+                d.pending ? "[pending: not implemented in kstage yet] " : "", d.description.c_str(),
+                d.params.empty() ? "" : (" (" + d.params + ")").c_str());
   std::printf("baselines:\n");
   for (const BaselineDef& b : baseline_registry())
     std::printf("  %-12s %-24s %-8s %s\n", b.impl.c_str(), b.key.c_str(), exec_name(b.exec),
@@ -724,9 +743,14 @@ int main(int argc, char** argv) {
     else if (a == "--device") device = value();
     else if (a == "--scale") scale = true;
     else if (a == "-v") o.verbose = true;
-    else if (a == "-h" || a == "--help") { usage(); return 0; }
-    else if (a.rfind("--kokkos", 0) == 0) kokkos_args.push_back(argv[i]);
-    else { usage(); die("unknown argument '%s'", a.c_str()); }
+    else if (a == "-h" || a == "--help") {
+      usage();
+      return 0;
+    } else if (a.rfind("--kokkos", 0) == 0) kokkos_args.push_back(argv[i]);
+    else {
+      usage();
+      die("unknown argument '%s'", a.c_str());
+    }
   }
   if (list) {
     list_registry();
@@ -795,7 +819,8 @@ int main(int argc, char** argv) {
       die("bad exec '%s' (serial or parallel)", s.c_str());
     });
   if (!reps_arg.empty()) {
-    auto r = parse_list<int>(reps_arg, [](const std::string& s) { return std::max(1, std::atoi(s.c_str())); });
+    auto r = parse_list<int>(
+        reps_arg, [](const std::string& s) { return std::max(1, std::atoi(s.c_str())); });
     o.min_reps = r[0];
     o.max_reps = r.size() > 1 ? std::max(r[0], r[1]) : r[0];
   }
@@ -815,7 +840,9 @@ int main(int argc, char** argv) {
   } else {
     std::printf("kstage_perf: kstage %u, mode %s, Kokkos host concurrency %d, out %s\n",
                 kstage_version(),
-                o.mode == Mode::Quick ? "quick" : o.mode == Mode::Smoke ? "smoke" : "full",
+                o.mode == Mode::Quick   ? "quick"
+                : o.mode == Mode::Smoke ? "smoke"
+                                        : "full",
                 Kokkos::DefaultHostExecutionSpace().concurrency(), o.out_dir.c_str());
     Runner runner(o);
     rc = runner.run();

@@ -55,20 +55,20 @@ enum class Mode { Quick, Full, Smoke };
 
 struct Options {
   Mode mode = Mode::Full;
-  std::string out_dir;             // results folder
-  std::string filter;              // substring filter on workload names ("" = all)
-  std::vector<uint64_t> rows;      // row counts of the grid
-  bool rows_explicit = false;      // --rows given: per-workload row limits do not apply
+  std::string out_dir;         // results folder
+  std::string filter;          // substring filter on workload names ("" = all)
+  std::vector<uint64_t> rows;  // row counts of the grid
+  bool rows_explicit = false;  // --rows given: per-workload row limits do not apply
   std::vector<int> lanes;
   std::vector<DType> dtypes;
   std::vector<Exec> execs{Exec::Serial, Exec::Parallel};
-  uint64_t big_rows_min = 0;       // quick: rows >= this only for workloads marked `big_ok`
+  uint64_t big_rows_min = 0;  // quick: rows >= this only for workloads marked `big_ok`
   double mem_cap_bytes = 6.0 * (1ull << 30);
-  double case_payload_cap = 0;     // quick: skip cases whose payload exceeds this (0 = none)
+  double case_payload_cap = 0;  // quick: skip cases whose payload exceeds this (0 = none)
   int warmup = 1;
   int min_reps = 5, max_reps = 200;
-  double target_seconds = 0.3;     // timed seconds per case (reps adapt between min and max)
-  int particles_pairs = 25;        // particles: tick pairs measured
+  double target_seconds = 0.3;  // timed seconds per case (reps adapt between min and max)
+  int particles_pairs = 25;     // particles: tick pairs measured
   bool verbose = false;
 };
 
@@ -93,16 +93,16 @@ class Instance {
 class Context;  // a stage with n prims, per (exec, rows); see context.hpp
 
 struct WorkloadDef {
-  std::string name;        // "write_index_map_random"
-  std::string family;      // write, seal, read, change, ragged, particles, map, dlpack
-  std::string description; // one line, for --list and docs/performance.md
-  std::string params;      // e.g. "p=0.05", "stride=4", "len=uniform[1,7]"
-  std::string loop_key;    // serial-loop baseline compared against ("" = none)
-  std::string numpy_key;   // numpy baseline compared against ("" = none)
-  bool big_ok = false;     // quick mode: also measured at the big row counts
+  std::string name;             // "write_index_map_random"
+  std::string family;           // write, seal, read, change, ragged, particles, map, dlpack
+  std::string description;      // one line, for --list and docs/performance.md
+  std::string params;           // e.g. "p=0.05", "stride=4", "len=uniform[1,7]"
+  std::string loop_key;         // serial-loop baseline compared against ("" = none)
+  std::string numpy_key;        // numpy baseline compared against ("" = none)
+  bool big_ok = false;          // quick mode: also measured at the big row counts
   uint64_t quick_max_rows = 0;  // quick mode: not measured above this row count (0 = no limit)
   uint64_t max_rows = 0;        // any mode: not measured above this row count (0 = no limit)
-  bool pending = false;    // not implemented in kstage yet: printed as SKIP
+  bool pending = false;         // not implemented in kstage yet: printed as SKIP
   std::string pending_reason;
   // Which shapes it applies to (default: all).
   std::function<bool(const Shape&)> applies;
@@ -116,9 +116,9 @@ struct WorkloadDef {
 };
 
 struct BaselineDef {
-  std::string key;          // "memcpy", "copy", "gather_perm", ...
-  std::string impl;         // "serial_loop", "memcpy", "deep_copy"
-  Exec exec = Exec::Serial; // deep_copy: Serial or Parallel (OpenMP)
+  std::string key;           // "memcpy", "copy", "gather_perm", ...
+  std::string impl;          // "serial_loop", "memcpy", "deep_copy"
+  Exec exec = Exec::Serial;  // deep_copy: Serial or Parallel (OpenMP)
   std::string description;
   std::function<double(const Shape&)> working_set;
   std::function<std::unique_ptr<Instance>(const Shape&)> make;
@@ -190,10 +190,16 @@ struct HostBuf {
   explicit HostBuf(size_t b);
   HostBuf(const HostBuf&) = delete;
   HostBuf& operator=(const HostBuf&) = delete;
-  HostBuf(HostBuf&& o) noexcept : p(o.p), bytes(o.bytes) { o.p = nullptr; o.bytes = 0; }
+  HostBuf(HostBuf&& o) noexcept : p(o.p), bytes(o.bytes) {
+    o.p = nullptr;
+    o.bytes = 0;
+  }
   HostBuf& operator=(HostBuf&& o) noexcept;
   ~HostBuf();
-  template <class T> T* as() const { return static_cast<T*>(p); }
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
 };
 
 // Prefault: write every page (so first-touch cost stays out of baselines).
@@ -224,7 +230,10 @@ int run_scale_suite(const Options& o);
 
 // Calls f(TypeTag<T>{}, std::integral_constant<int, LANES>{}) for the shape's element type
 // and lane count, LANES a compile-time constant for 1, 3 and 16 (0: run-time lanes).
-template <class T> struct TypeTag { using type = T; };
+template <class T>
+struct TypeTag {
+  using type = T;
+};
 template <class F>
 auto dispatch(const Shape& s, F&& f) {
   auto by_lanes = [&](auto tag) {

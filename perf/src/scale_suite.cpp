@@ -41,7 +41,6 @@
 namespace kperf {
 namespace {
 
-
 struct Row {
   std::string kind;
   uint64_t n = 0;
@@ -93,7 +92,8 @@ Row run_one(const std::string& kind, uint64_t n, Exec exec) {
   reset_peak_resident();
   const double base = resident_bytes(), base_peak = peak_resident_bytes();
   kstage_config_t c = kstage_config_init();
-  c.host_execution = exec == Exec::Serial ? KSTAGE_HOST_EXECUTION_SERIAL : KSTAGE_HOST_EXECUTION_PARALLEL;
+  c.host_execution =
+      exec == Exec::Serial ? KSTAGE_HOST_EXECUTION_SERIAL : KSTAGE_HOST_EXECUTION_PARALLEL;
   kstage_stage_t stage = 0;
   KP_CHECK(kstage_create(&c, &stage));
   try {
@@ -112,10 +112,8 @@ Row run_one(const std::string& kind, uint64_t n, Exec exec) {
       std::shuffle(ids.begin(), ids.end(), rng);
     }
     t0 = Clock::now();
-    if (kind == "range")
-      KP_CHECK(kstage_query_range(stage, first, 0, 0, 0, &q));
-    else
-      KP_CHECK(kstage_query_paths(stage, ids.data(), n, &q));
+    if (kind == "range") KP_CHECK(kstage_query_range(stage, first, 0, 0, 0, &q));
+    else KP_CHECK(kstage_query_paths(stage, ids.data(), n, &q));
     row.t_query = seconds_since(t0);
     ids = {};
 
@@ -145,7 +143,8 @@ Row run_one(const std::string& kind, uint64_t n, Exec exec) {
 
     auto read = [&](const kstage_read_desc_t* desc) {
       uint64_t prims = 0;
-      read_groups(stage, q, attr, desc, [&](const kstage_read_group_t& g) { prims += g.prim_count; });
+      read_groups(stage, q, attr, desc,
+                  [&](const kstage_read_group_t& g) { prims += g.prim_count; });
       return prims;
     };
     // Groups of at most 2^20 prims: a reader of 1e8 prims holds one group's prim ids at a time.
@@ -164,8 +163,8 @@ Row run_one(const std::string& kind, uint64_t n, Exec exec) {
     for (uint64_t w : mask) selected += uint64_t(__builtin_popcountll(w));
     if (latest != n) row.error = "the latest read returned " + std::to_string(latest) + " prims";
     if (row.changed != selected)
-      row.error = "the change-range read returned " + std::to_string(row.changed) + " prims, the mask " +
-                  std::to_string(selected);
+      row.error = "the change-range read returned " + std::to_string(row.changed) +
+                  " prims, the mask " + std::to_string(selected);
     row.stage_bytes = resident_bytes() - base;
     row.peak_bytes = peak_resident_bytes() - base_peak;
 
@@ -209,34 +208,40 @@ int run_scale_suite(const Options& o) {
   std::filesystem::create_directories(o.out_dir);
   const std::string path = o.out_dir + "/scale.csv";
   std::ofstream csv(path);
-  csv << "kind,n,exec,payload_bytes,stage_bytes,peak_bytes,bytes_per_prim,t_names,t_query,t_write_seal,"
-         "t_mask_seal,t_read_latest,t_read_change,t_adopt_seal,t_memcpy,t_memcpy_fresh,write_seal_vs_memcpy,"
+  csv << "kind,n,exec,payload_bytes,stage_bytes,peak_bytes,bytes_per_prim,t_names,t_query,t_write_"
+         "seal,"
+         "t_mask_seal,t_read_latest,t_read_change,t_adopt_seal,t_memcpy,t_memcpy_fresh,write_seal_"
+         "vs_memcpy,"
          "write_seal_vs_fresh_memcpy,error\n";
-  std::printf("kstage_perf --scale: %s host execution; stage memory = resident memory gained since the "
-              "stage was made\n",
-              exec_name(exec));
-  std::printf("  %-8s %10s %10s %10s %8s %9s %9s %9s %9s %9s %9s %9s %7s %7s\n", "kind", "prims", "payload",
-              "stage", "B/prim", "names s", "query s", "write+seal", "mask+seal", "latest s", "change s",
-              "adopt s", "vs cpy", "fresh");
+  std::printf(
+      "kstage_perf --scale: %s host execution; stage memory = resident memory gained since the "
+      "stage was made\n",
+      exec_name(exec));
+  std::printf("  %-8s %10s %10s %10s %8s %9s %9s %9s %9s %9s %9s %9s %7s %7s\n", "kind", "prims",
+              "payload", "stage", "B/prim", "names s", "query s", "write+seal", "mask+seal",
+              "latest s", "change s", "adopt s", "vs cpy", "fresh");
   int failures = 0;
   for (const std::string kind : {"explicit", "shuffled", "range"}) {
     for (uint64_t n : counts) {
-      if (kind != "range" && n > 10000000 && !o.rows_explicit) continue;  // ~5 GB of strings and ids
+      if (kind != "range" && n > 10000000 && !o.rows_explicit)
+        continue;                                        // ~5 GB of strings and ids
       if (kind == "shuffled" && n > 10000000) continue;  // the same dictionary as "explicit"
       const Row r = run_one(kind, n, exec);
       const double ratio = r.t_write_seal > 0 ? r.t_memcpy / r.t_write_seal : 0;
       const double fresh_ratio = r.t_write_seal > 0 ? r.t_memcpy_fresh / r.t_write_seal : 0;
       const double bpp = (r.stage_bytes - r.payload) / double(n);
-      std::printf("  %-8s %10llu %8.1fMB %8.1fMB %8.1f %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %9.6f %6.2fx %6.2fx%s%s\n",
-                  kind.c_str(), (unsigned long long)n, r.payload / 1e6, r.stage_bytes / 1e6, bpp, r.t_names,
-                  r.t_query, r.t_write_seal, r.t_mask_seal, r.t_read_latest, r.t_read_change, r.t_adopt_seal,
-                  ratio, fresh_ratio,
-                  r.error.empty() ? "" : "  FAILED: ", r.error.c_str());
-      csv << kind << ',' << n << ',' << exec_name(exec) << ',' << r.payload << ',' << r.stage_bytes << ','
-          << r.peak_bytes << ',' << bpp << ',' << r.t_names << ',' << r.t_query << ',' << r.t_write_seal
-          << ',' << r.t_mask_seal << ',' << r.t_read_latest << ',' << r.t_read_change << ',' << r.t_adopt_seal
-          << ',' << r.t_memcpy << ',' << r.t_memcpy_fresh << ',' << ratio << ',' << fresh_ratio << ',' << '"'
-          << r.error << '"' << '\n';
+      std::printf(
+          "  %-8s %10llu %8.1fMB %8.1fMB %8.1f %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %9.6f %6.2fx "
+          "%6.2fx%s%s\n",
+          kind.c_str(), (unsigned long long)n, r.payload / 1e6, r.stage_bytes / 1e6, bpp, r.t_names,
+          r.t_query, r.t_write_seal, r.t_mask_seal, r.t_read_latest, r.t_read_change,
+          r.t_adopt_seal, ratio, fresh_ratio, r.error.empty() ? "" : "  FAILED: ", r.error.c_str());
+      csv << kind << ',' << n << ',' << exec_name(exec) << ',' << r.payload << ',' << r.stage_bytes
+          << ',' << r.peak_bytes << ',' << bpp << ',' << r.t_names << ',' << r.t_query << ','
+          << r.t_write_seal << ',' << r.t_mask_seal << ',' << r.t_read_latest << ','
+          << r.t_read_change << ',' << r.t_adopt_seal << ',' << r.t_memcpy << ','
+          << r.t_memcpy_fresh << ',' << ratio << ',' << fresh_ratio << ',' << '"' << r.error << '"'
+          << '\n';
       if (!r.error.empty()) ++failures;
     }
   }

@@ -63,7 +63,8 @@ class DeepCopyInstance final : public Instance {
     std::memset(dst_.p, 0, bytes_);
   }
   void run() override {
-    using V = Kokkos::View<unsigned char*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    using V =
+        Kokkos::View<unsigned char*, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
     V d(dst_.as<unsigned char>(), bytes_), s(src_.as<unsigned char>(), bytes_);
     Exec exec;
     Kokkos::deep_copy(exec, d, s);
@@ -111,7 +112,10 @@ class LoopInstance final : public Instance {
     fill_values(dst_.as<T>(), n, s_.lanes, 2);
     (void)w;
     switch (kind_) {
-      case LoopKind::GatherPerm: perm_ = random_permutation(n, 0x5EED0002); count_ = n; break;
+      case LoopKind::GatherPerm:
+        perm_ = random_permutation(n, 0x5EED0002);
+        count_ = n;
+        break;
       case LoopKind::Stride4: count_ = (n + 3) / 4; break;
       case LoopKind::Stride4TwoPass:
         count_ = (n + 3) / 4;
@@ -152,7 +156,8 @@ class LoopInstance final : public Instance {
       case LoopKind::GatherPerm: {
         const uint32_t* perm = perm_.data();
 #pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
-        for (uint64_t i = 0; i < n; ++i) copy_row<T, L>(d + i * w, s + uint64_t(perm[i]) * w, lanes);
+        for (uint64_t i = 0; i < n; ++i)
+          copy_row<T, L>(d + i * w, s + uint64_t(perm[i]) * w, lanes);
         break;
       }
       case LoopKind::Stride4:
@@ -176,7 +181,8 @@ class LoopInstance final : public Instance {
         break;
       }
       case LoopKind::Scatter:
-        for (uint64_t j = 0; j < idx_.size(); ++j) copy_row<T, L>(d + uint64_t(idx_[j]) * w, s + j * w, lanes);
+        for (uint64_t j = 0; j < idx_.size(); ++j)
+          copy_row<T, L>(d + uint64_t(idx_[j]) * w, s + j * w, lanes);
         break;
       case LoopKind::ScanGather: {
         uint64_t k = 0;
@@ -200,7 +206,9 @@ class LoopInstance final : public Instance {
         case LoopKind::Copy: ok = row_eq(i, i); break;
         case LoopKind::GatherPerm: ok = row_eq(i, perm_[i]); break;
         case LoopKind::Stride4:
-        case LoopKind::Stride4TwoPass: ok = i % 4 ? d[i * w] == T(value_of(2, i, 0)) : row_eq(i, i); break;
+        case LoopKind::Stride4TwoPass:
+          ok = i % 4 ? d[i * w] == T(value_of(2, i, 0)) : row_eq(i, i);
+          break;
         case LoopKind::Masked:
           ok = mask_bit(mask_.data(), i) ? row_eq(i, i) : d[i * w] == T(value_of(2, i, 0));
           break;
@@ -289,7 +297,8 @@ class ParticlesLoopInstance final : public Instance {
  public:
   explicit ParticlesLoopInstance(uint64_t n) : n_(n), m_(std::max<uint64_t>(1, n * 5 / 100)) {}
   void prepare() override {
-    for (auto* b : {&pos_col_, &vel_col_, &pos_, &vel_, &pos_out_, &vel_out_, &read_}) *b = HostBuf(n_ * 12);
+    for (auto* b : {&pos_col_, &vel_col_, &pos_, &vel_, &pos_out_, &vel_out_, &read_})
+      *b = HostBuf(n_ * 12);
     fill_values(pos_.as<float>(), n_, 3, 11);
     fill_values(vel_.as<float>(), n_, 3, 12);
     fill_values(pos_col_.as<float>(), n_, 3, 2);
@@ -329,7 +338,8 @@ class ParticlesLoopInstance final : public Instance {
       copy_row<float, 3>(pc + 3 * uint64_t(sorted_b_[i]), po + 3 * uint64_t(index_map_[i]), 3);
       copy_row<float, 3>(vc + 3 * uint64_t(sorted_b_[i]), vo + 3 * uint64_t(index_map_[i]), 3);
     }
-    for (uint64_t k = 0; k < m_; ++k) copy_row<float, 3>(out + 3 * k, pc + 3 * uint64_t(sorted_b_[k]), 3);
+    for (uint64_t k = 0; k < m_; ++k)
+      copy_row<float, 3>(out + 3 * k, pc + 3 * uint64_t(sorted_b_[k]), 3);
   }
   std::string verify() override {
     const float* pc = pos_col_.as<float>();
@@ -376,13 +386,15 @@ const RegisterBaseline reg_deep_copy_parallel(BaselineDef{
     }});
 #endif
 
-#define KP_LOOP(var, key, desc, ...)                                                       \
-  const RegisterBaseline var(BaselineDef{key, "serial_loop", Exec::Serial, desc, ws2,        \
-                                         [](const Shape& s) { return make_loop(s, __VA_ARGS__); }})
+#define KP_LOOP(var, key, desc, ...)                           \
+  const RegisterBaseline var(                                  \
+      BaselineDef{key, "serial_loop", Exec::Serial, desc, ws2, \
+                  [](const Shape& s) { return make_loop(s, __VA_ARGS__); }})
 KP_LOOP(reg_copy, "copy", "for i: dst[i] = src[i] (rows, compile-time lanes)", LoopKind::Copy);
 KP_LOOP(reg_gather_perm, "gather_perm", "for i: dst[i] = src[perm[i]] (random permutation)",
         LoopKind::GatherPerm);
-KP_LOOP(reg_stride4, "gather_scatter_stride4", "for i in 0,4,8..: dst[i] = src[i]", LoopKind::Stride4);
+KP_LOOP(reg_stride4, "gather_scatter_stride4", "for i in 0,4,8..: dst[i] = src[i]",
+        LoopKind::Stride4);
 KP_LOOP(reg_masked50, "masked_p50", "for i: if mask bit i: dst[i] = src[i] (50% of bits)",
         LoopKind::Masked, 0.5);
 KP_LOOP(reg_masked05, "masked_p05", "for i: if mask bit i: dst[i] = src[i] (5% of bits)",
@@ -390,15 +402,16 @@ KP_LOOP(reg_masked05, "masked_p05", "for i: if mask bit i: dst[i] = src[i] (5% o
 KP_LOOP(reg_scatter05, "scatter_p05", "for j: dst[t[j]] = src[j] (5% of rows, t sorted)",
         LoopKind::Scatter, 0.05);
 KP_LOOP(reg_scan05, "scan_gather_p05",
-        "for i: if changed_at[i] == tick: out[k++] = col[i] (5% changed)", LoopKind::ScanGather, 0.05);
+        "for i: if changed_at[i] == tick: out[k++] = col[i] (5% changed)", LoopKind::ScanGather,
+        0.05);
 #undef KP_LOOP
 
 #if defined(_OPENMP)
 // The loops of the sparse-write targets, parallel: what 2 threads give this machine.
-#define KP_OMP_LOOP(var, key, desc, ...)                                                         \
-  const RegisterBaseline var(BaselineDef{                                                      \
-      key, "omp_loop", Exec::Parallel, desc, ws2, [](const Shape& s) {                         \
-        return make_loop(s, __VA_ARGS__, Kokkos::DefaultHostExecutionSpace().concurrency());    \
+#define KP_OMP_LOOP(var, key, desc, ...)                                                     \
+  const RegisterBaseline var(BaselineDef{                                                    \
+      key, "omp_loop", Exec::Parallel, desc, ws2, [](const Shape& s) {                       \
+        return make_loop(s, __VA_ARGS__, Kokkos::DefaultHostExecutionSpace().concurrency()); \
       }})
 KP_OMP_LOOP(reg_omp_copy, "copy", "the copy loop under omp parallel for", LoopKind::Copy, 0.0);
 KP_OMP_LOOP(reg_omp_gather_perm, "gather_perm", "the gather_perm loop under omp parallel for",
@@ -424,20 +437,28 @@ double ragged_ws(const Shape& s, double mean) {
 const RegisterBaseline reg_rp4(BaselineDef{
     "ragged_pack_mean4", "serial_loop", Exec::Serial, "for i: memcpy(dst + off[i], row[i], len[i])",
     [](const Shape& s) { return ragged_ws(s, 4); },
-    [](const Shape& s) -> std::unique_ptr<Instance> { return std::make_unique<RaggedPackInstance>(s, "mean4"); }});
+    [](const Shape& s) -> std::unique_ptr<Instance> {
+      return std::make_unique<RaggedPackInstance>(s, "mean4");
+    }});
 const RegisterBaseline reg_rp64(BaselineDef{
-    "ragged_pack_mean64", "serial_loop", Exec::Serial, "for i: memcpy(dst + off[i], row[i], len[i])",
-    [](const Shape& s) { return ragged_ws(s, 64); },
-    [](const Shape& s) -> std::unique_ptr<Instance> { return std::make_unique<RaggedPackInstance>(s, "mean64"); }});
+    "ragged_pack_mean64", "serial_loop", Exec::Serial,
+    "for i: memcpy(dst + off[i], row[i], len[i])", [](const Shape& s) { return ragged_ws(s, 64); },
+    [](const Shape& s) -> std::unique_ptr<Instance> {
+      return std::make_unique<RaggedPackInstance>(s, "mean64");
+    }});
 const RegisterBaseline reg_rps(BaselineDef{
-    "ragged_pack_skewed", "serial_loop", Exec::Serial, "for i: memcpy(dst + off[i], row[i], len[i])",
-    [](const Shape& s) { return ragged_ws(s, 7.5); },
-    [](const Shape& s) -> std::unique_ptr<Instance> { return std::make_unique<RaggedPackInstance>(s, "skewed"); }});
+    "ragged_pack_skewed", "serial_loop", Exec::Serial,
+    "for i: memcpy(dst + off[i], row[i], len[i])", [](const Shape& s) { return ragged_ws(s, 7.5); },
+    [](const Shape& s) -> std::unique_ptr<Instance> {
+      return std::make_unique<RaggedPackInstance>(s, "skewed");
+    }});
 const RegisterBaseline reg_particles(BaselineDef{
     "particles_p05", "serial_loop", Exec::Serial,
     "the particles tick pair (mask tick + index_map tick + change gathers) on plain arrays",
     [](const Shape& s) { return 7.0 * 12.0 * double(s.rows); },
-    [](const Shape& s) -> std::unique_ptr<Instance> { return std::make_unique<ParticlesLoopInstance>(s.rows); }});
+    [](const Shape& s) -> std::unique_ptr<Instance> {
+      return std::make_unique<ParticlesLoopInstance>(s.rows);
+    }});
 
 }  // namespace
 

@@ -16,7 +16,8 @@ template <class T>
 class CppWriteSeal final : public Instance {
  public:
   CppWriteSeal(Context& cx, const Shape& s)
-      : cx_(cx), s_(s),
+      : cx_(cx),
+        s_(s),
         stage_(kstage::Stage::borrow(cx.stage())),
         all_(kstage::Query::borrow(cx.stage(), cx.all())) {
     // Its own attribute: the same column shape as write_dense_seal's, not shared with it.
@@ -30,7 +31,8 @@ class CppWriteSeal final : public Instance {
     const uint64_t o = cx_.next_ordinal();
     stage_.write(attr_, all_, host_view(base_), o).wait();
     stage_.seal(o, {attr_});
-    cx_.note_column("cpp_" + std::to_string(s_.lanes) + dtype_name(s_.dtype), double(n * s_.row_bytes()));
+    cx_.note_column("cpp_" + std::to_string(s_.lanes) + dtype_name(s_.dtype),
+                    double(n * s_.row_bytes()));
     src_ = HostBuf(n * s_.row_bytes());
     fill_values(src_.as<T>(), n, s_.lanes, kSaltSrc);
   }
@@ -56,9 +58,11 @@ class CppWriteSeal final : public Instance {
   double items() const override { return double(s_.rows); }
 
  private:
-  using HostView =
-      Kokkos::View<const T**, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  HostView host_view(const HostBuf& b) const { return HostView(b.as<const T>(), size_t(s_.rows), size_t(s_.lanes)); }
+  using HostView = Kokkos::View<const T**, Kokkos::LayoutRight, Kokkos::HostSpace,
+                                Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  HostView host_view(const HostBuf& b) const {
+    return HostView(b.as<const T>(), size_t(s_.rows), size_t(s_.lanes));
+  }
 
   Context& cx_;
   Shape s_;
@@ -73,11 +77,14 @@ const bool registered = [] {
   WorkloadDef d;
   d.name = "cpp_write_dense_seal";
   d.family = "write";
-  d.description = "write_dense_seal through the C++ API: stage.write(attr, query, View) + wait + seal";
+  d.description =
+      "write_dense_seal through the C++ API: stage.write(attr, query, View) + wait + seal";
   d.loop_key = "copy";
   d.numpy_key = "copy";
   d.big_ok = true;
-  d.working_set = [](const Shape& s) { return 4.0 * double(s.dense_bytes()) + 24.0 * double(s.rows); };
+  d.working_set = [](const Shape& s) {
+    return 4.0 * double(s.dense_bytes()) + 24.0 * double(s.rows);
+  };
   d.make = [](Context& cx, const Shape& s) -> std::unique_ptr<Instance> {
     if (s.dtype == DType::F32) return std::make_unique<CppWriteSeal<float>>(cx, s);
     return std::make_unique<CppWriteSeal<double>>(cx, s);

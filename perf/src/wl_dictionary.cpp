@@ -13,7 +13,6 @@
 namespace kperf {
 namespace {
 
-
 class Intern final : public Instance {
  public:
   Intern(Context& cx, const Shape& s, bool bulk) : cx_(cx), n_(s.rows), bulk_(bulk) {}
@@ -27,7 +26,8 @@ class Intern final : public Instance {
   void before() override {
     if (stage_) KP_CHECK(kstage_destroy(stage_));
     kstage_config_t c = kstage_config_init();
-    c.host_execution = cx_.exec() == Exec::Serial ? KSTAGE_HOST_EXECUTION_SERIAL : KSTAGE_HOST_EXECUTION_PARALLEL;
+    c.host_execution =
+        cx_.exec() == Exec::Serial ? KSTAGE_HOST_EXECUTION_SERIAL : KSTAGE_HOST_EXECUTION_PARALLEL;
     KP_CHECK(kstage_create(&c, &stage_));
     rss_before_ = resident_bytes();
   }
@@ -48,7 +48,8 @@ class Intern final : public Instance {
     for (uint64_t i = 0; i < n_; i += std::max<uint64_t>(1, n_ / 1000)) {
       const char* s = nullptr;
       KP_CHECK(kstage_path_string(stage_, ids_[i], &s, nullptr));
-      if (std::strcmp(s, names_.names[i]) != 0) return std::string("path ") + names_.names[i] + " reads back as " + s;
+      if (std::strcmp(s, names_.names[i]) != 0)
+        return std::string("path ") + names_.names[i] + " reads back as " + s;
     }
     for (uint64_t i = 1; i < n_; ++i)
       if (ids_[i] != ids_[i - 1] + 1) return "sibling paths did not get consecutive ids";
@@ -88,7 +89,8 @@ void reg(const char* name, const char* desc, bool bulk) {
 }
 
 const bool registered = [] {
-  reg("intern_path", "intern `rows` new paths /world/particles/p<i>, one kstage_intern_path call each", false);
+  reg("intern_path",
+      "intern `rows` new paths /world/particles/p<i>, one kstage_intern_path call each", false);
   reg("intern_paths_bulk", "the same paths in one kstage_intern_paths call", true);
   return true;
 }();

@@ -24,7 +24,9 @@ class RoundTrip final : public Instance {
       same_ = imported.view().data() == view_.data();
     }  // each import dies here: the export's deleter runs
   }
-  std::string verify() override { return same_ ? "" : "the import does not alias the exported View"; }
+  std::string verify() override {
+    return same_ ? "" : "the import does not alias the exported View";
+  }
   double payload_bytes() const override { return 0; }
   double items() const override { return kCalls; }
 

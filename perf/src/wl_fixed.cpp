@@ -22,7 +22,8 @@ template <class T>
 class FixedBase : public Instance {
  protected:
   FixedBase(Context& cx, const Shape& s) : cx_(cx), s_(s) {
-    name_ = std::string("fx_") + (s.dtype == DType::F32 ? "f32" : "f64") + "x" + std::to_string(s.lanes);
+    name_ = std::string("fx_") + (s.dtype == DType::F32 ? "f32" : "f64") + "x" +
+            std::to_string(s.lanes);
     attr_ = cx.token(name_);
   }
   uint64_t n() const { return s_.rows; }
@@ -98,7 +99,10 @@ class WriteInstance final : public FixedBase<T> {
     const uint64_t n = B::n();
     switch (kind_) {
       case WriteKind::Dense: count_ = n; break;
-      case WriteKind::DenseUpdate: count_ = n; mode_ = KSTAGE_PRIM_MODE_UPDATE; break;
+      case WriteKind::DenseUpdate:
+        count_ = n;
+        mode_ = KSTAGE_PRIM_MODE_UPDATE;
+        break;
       case WriteKind::IndexMapRandom:
         map_ = random_permutation(n, kSeedPerm);
         count_ = n;
@@ -146,7 +150,8 @@ class WriteInstance final : public FixedBase<T> {
         case WriteKind::Dense:
         case WriteKind::DenseUpdate: return value_of(kSaltSrc, k, l);
         case WriteKind::IndexMapRandom: return value_of(kSaltSrc, map_[k], l);
-        case WriteKind::IndexMapLocal: return k % 4 ? value_of(kSaltBase, k, l) : value_of(kSaltSrc, k, l);
+        case WriteKind::IndexMapLocal:
+          return k % 4 ? value_of(kSaltBase, k, l) : value_of(kSaltSrc, k, l);
         case WriteKind::Mask:
           return mask_bit(mask_.data(), k) ? value_of(kSaltSrc, k, l) : value_of(kSaltBase, k, l);
       }
@@ -237,7 +242,8 @@ class ReadInstance final : public FixedBase<T> {
   std::string verify() override {
     const uint64_t expect = kind_ == ReadKind::Latest ? B::n() : rows_.size();
     if (seen_ != expect)
-      return "the read returned " + std::to_string(seen_) + " prims, expected " + std::to_string(expect);
+      return "the read returned " + std::to_string(seen_) + " prims, expected " +
+             std::to_string(expect);
     std::vector<kstage_path_t> want(expect);
     for (uint64_t k = 0; k < expect; ++k)
       want[k] = this->cx_.paths()[kind_ == ReadKind::Latest ? k : rows_[k]];
@@ -257,7 +263,9 @@ class ReadInstance final : public FixedBase<T> {
   double payload_bytes() const override {
     return double(kind_ == ReadKind::Latest ? B::n() : rows_.size()) * double(this->rb());
   }
-  double items() const override { return double(kind_ == ReadKind::Latest ? B::n() : rows_.size()); }
+  double items() const override {
+    return double(kind_ == ReadKind::Latest ? B::n() : rows_.size());
+  }
 
  private:
   ReadKind kind_;
@@ -310,26 +318,31 @@ void reg_read(const char* name, const char* desc, const char* loop, const char* 
   d.numpy_key = numpy;
   d.big_ok = big;
   d.working_set = fixed_ws;
-  d.make = [=](Context& cx, const Shape& s) { return make_fixed<ReadInstance>(cx, s, kind, compact); };
+  d.make = [=](Context& cx, const Shape& s) {
+    return make_fixed<ReadInstance>(cx, s, kind, compact);
+  };
   RegisterWorkload{std::move(d)};
 }
 
 const bool registered = [] {
-  reg_write("write_dense", "dense write of every prim: kstage_write_attribute + kstage_wait (seal untimed)",
-            "", "copy", "copy", true, WriteKind::Dense, Timed::Write);
-  reg_write("write_dense_seal", "dense write + wait + seal (kstage_advance_write_floor)", "", "copy",
-            "copy", true, WriteKind::Dense, Timed::WriteSeal);
+  reg_write("write_dense",
+            "dense write of every prim: kstage_write_attribute + kstage_wait (seal untimed)", "",
+            "copy", "copy", true, WriteKind::Dense, Timed::Write);
+  reg_write("write_dense_seal", "dense write + wait + seal (kstage_advance_write_floor)", "",
+            "copy", "copy", true, WriteKind::Dense, Timed::WriteSeal);
   reg_write("write_dense_update", "dense write in PRIM_MODE_UPDATE (prim-existence check) + wait",
             "mode=UPDATE", "copy", "copy", false, WriteKind::DenseUpdate, Timed::Write);
   reg_write("write_index_map_random",
             "index_map write, random permutation of every prim: write + wait (seal untimed)",
             "perm", "gather_perm", "gather_perm", false, WriteKind::IndexMapRandom, Timed::Write);
-  reg_write("write_index_map_random_seal", "index_map write, random permutation: write + wait + seal",
-            "perm", "gather_perm", "gather_perm", false, WriteKind::IndexMapRandom, Timed::WriteSeal);
-  reg_write("write_index_map_local",
-            "index_map write, local: query of prims 0,4,8.. takes source rows 0,4,8.. (sorted, strided)",
-            "stride=4", "gather_scatter_stride4", "gather_scatter_stride4", false,
-            WriteKind::IndexMapLocal, Timed::Write);
+  reg_write("write_index_map_random_seal",
+            "index_map write, random permutation: write + wait + seal", "perm", "gather_perm",
+            "gather_perm", false, WriteKind::IndexMapRandom, Timed::WriteSeal);
+  reg_write(
+      "write_index_map_local",
+      "index_map write, local: query of prims 0,4,8.. takes source rows 0,4,8.. (sorted, strided)",
+      "stride=4", "gather_scatter_stride4", "gather_scatter_stride4", false,
+      WriteKind::IndexMapLocal, Timed::Write);
   reg_write("write_index_map_local_seal", "index_map write, local (stride 4): write + wait + seal",
             "stride=4", "gather_scatter_stride4", "gather_scatter_stride4", false,
             WriteKind::IndexMapLocal, Timed::WriteSeal);
@@ -351,10 +364,12 @@ const bool registered = [] {
             "index_map write of an adopted managed tensor, local (stride 4): write + wait + seal",
             "stride=4,adopt", "gather_scatter_stride4", "gather_scatter_stride4", false,
             WriteKind::IndexMapLocal, Timed::WriteSeal, 0, true);
-  reg_write("write_mask_50_adopt_seal", "mask write of an adopted managed tensor, 50%: write + wait + seal",
-            "p=0.5,adopt", "masked_p50", "masked_p50", false, WriteKind::Mask, Timed::WriteSeal, 0.5, true);
-  reg_write("write_mask_05_adopt_seal", "mask write of an adopted managed tensor, 5%: write + wait + seal",
-            "p=0.05,adopt", "masked_p05", "masked_p05", false, WriteKind::Mask, Timed::WriteSeal, 0.05, true);
+  reg_write("write_mask_50_adopt_seal",
+            "mask write of an adopted managed tensor, 50%: write + wait + seal", "p=0.5,adopt",
+            "masked_p50", "masked_p50", false, WriteKind::Mask, Timed::WriteSeal, 0.5, true);
+  reg_write("write_mask_05_adopt_seal",
+            "mask write of an adopted managed tensor, 5%: write + wait + seal", "p=0.05,adopt",
+            "masked_p05", "masked_p05", false, WriteKind::Mask, Timed::WriteSeal, 0.05, true);
   reg_write("seal_dense", "seal alone after a dense write (the staged buffer becomes the column)",
             "", "copy", "copy", false, WriteKind::Dense, Timed::Seal);
   reg_write("seal_index_map_random", "seal alone after a random-permutation index_map write",
@@ -368,7 +383,8 @@ const bool registered = [] {
            "copy", "copy", true, ReadKind::Latest, false);
   reg_read("read_latest_compact", "latest read of every prim, compact=true (rows gathered)", "copy",
            "copy", true, ReadKind::Latest, true);
-  reg_read("read_shuffled", "latest read, query in shuffled prim order: zero-copy + index_map sharing",
+  reg_read("read_shuffled",
+           "latest read, query in shuffled prim order: zero-copy + index_map sharing",
            "gather_perm", "gather_perm", false, ReadKind::Shuffled, false);
   reg_read("read_shuffled_compact", "latest read, query in shuffled order, compact=true (gather)",
            "gather_perm", "gather_perm", false, ReadKind::Shuffled, true);

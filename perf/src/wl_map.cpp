@@ -113,7 +113,9 @@ class MapInstance final : public Instance {
 template <class T>
 class FillBaseline final : public Instance {
  public:
-  explicit FillBaseline(const Shape& s) : s_(s), buf_(s.dense_bytes()) { touch(buf_.p, buf_.bytes); }
+  explicit FillBaseline(const Shape& s) : s_(s), buf_(s.dense_bytes()) {
+    touch(buf_.p, buf_.bytes);
+  }
   void run() override { fill(buf_.as<T>(), s_.rows * uint64_t(s_.lanes), ++tick_); }
   std::string verify() override {
     return buf_.as<T>()[0] == T(double(tick_ % 1024)) ? "" : "fill wrote the wrong value";
@@ -132,8 +134,9 @@ const bool registered = [] {
     WorkloadDef d;
     d.name = dense ? "map_fill_unmap_seal_dense" : "map_fill_unmap_seal_sparse";
     d.family = "map";
-    d.description = dense ? "map every prim, fill in place, unmap, seal: the buffer becomes the storage"
-                          : "map a quarter of the prims (0,4,8..), fill, unmap, seal (scatter at seal)";
+    d.description =
+        dense ? "map every prim, fill in place, unmap, seal: the buffer becomes the storage"
+              : "map a quarter of the prims (0,4,8..), fill, unmap, seal (scatter at seal)";
     d.params = dense ? "" : "stride=4";
     d.loop_key = "fill";
     d.big_ok = dense;

@@ -41,7 +41,8 @@ class ParticlesInstance final : public Instance {
     mask_.assign((n_ + 63) / 64, 0);
     // Initial state: every particle, both attributes, one batch.
     int64_t shape[1] = {int64_t(n_)};
-    DLTensor t[2] = {make_tensor(pos_.data(), DType::F32, 3, shape), make_tensor(vel_.data(), DType::F32, 3, shape)};
+    DLTensor t[2] = {make_tensor(pos_.data(), DType::F32, 3, shape),
+                     make_tensor(vel_.data(), DType::F32, 3, shape)};
     kstage_write_data_t d[2] = {kstage_write_data_init(), kstage_write_data_init()};
     for (int a = 0; a < 2; ++a) {
       d[a].tensors = &t[a];
@@ -126,8 +127,8 @@ class ParticlesInstance final : public Instance {
 
   std::string verify() override {
     if (seen_a_ != m_ || seen_b_ != m_)
-      return "change reads returned " + std::to_string(seen_a_) + " and " + std::to_string(seen_b_) +
-             " particles, expected " + std::to_string(m_);
+      return "change reads returned " + std::to_string(seen_a_) + " and " +
+             std::to_string(seen_b_) + " particles, expected " + std::to_string(m_);
     // The latest state of every particle must be the host model's.
     std::string bad;
     for (int a = 0; a < 2 && bad.empty(); ++a) {
@@ -135,8 +136,9 @@ class ParticlesInstance final : public Instance {
       uint64_t first = 0;
       read_groups(cx_.stage(), cx_.all(), attrs_[a], nullptr, [&](const kstage_read_group_t& g) {
         if (bad.empty())
-          bad = check_fixed_group<float>(g, 3, cx_.paths(), first,
-                                         [&](uint64_t k, int l) { return double(model[3 * k + uint64_t(l)]); });
+          bad = check_fixed_group<float>(g, 3, cx_.paths(), first, [&](uint64_t k, int l) {
+            return double(model[3 * k + uint64_t(l)]);
+          });
         first += g.prim_count;
       });
     }
@@ -163,7 +165,8 @@ class ParticlesInstance final : public Instance {
       for (int c = 0; c < 3; ++c) pos_[3 * p + uint64_t(c)] += 0.1f * vel_[3 * p + uint64_t(c)];
     }
   }
-  void write_batch(kstage_query_t q, const kstage_write_data_t* d, uint64_t ordinal, kstage_prim_mode_t mode) {
+  void write_batch(kstage_query_t q, const kstage_write_data_t* d, uint64_t ordinal,
+                   kstage_prim_mode_t mode) {
     kstage_op_t op = 0;
     KP_CHECK(kstage_write_attributes(cx_.stage(), q, attrs_, d, 2, ordinal, mode, &op));
     const kstage_status_t st = kstage_wait(cx_.stage(), op, KSTAGE_TIMEOUT_INFINITE);
@@ -198,7 +201,8 @@ const RegisterWorkload reg([] {
   d.name = "particles_tick";
   d.family = "particles";
   d.description =
-      "examples/c/particles tick pair (mask tick + index_map tick, UPDATE, seal, change-range read)";
+      "examples/c/particles tick pair (mask tick + index_map tick, UPDATE, seal, change-range "
+      "read)";
   d.params = "moved=5%";
   d.loop_key = "particles_p05";
   d.numpy_key = "particles_p05";

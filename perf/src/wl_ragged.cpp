@@ -19,7 +19,8 @@ class RaggedInstance final : public Instance {
  public:
   RaggedInstance(Context& cx, const Shape& s, std::string dist, RaggedOp op)
       : cx_(cx), s_(s), dist_(std::move(dist)), op_(op) {
-    name_ = "rg_" + dist_ + "_" + (s.dtype == DType::F32 ? "f32" : "f64") + "x" + std::to_string(s.lanes);
+    name_ = "rg_" + dist_ + "_" + (s.dtype == DType::F32 ? "f32" : "f64") + "x" +
+            std::to_string(s.lanes);
     attr_ = cx.token(name_);
   }
 
@@ -65,11 +66,20 @@ class RaggedInstance final : public Instance {
     const uint64_t w = uint64_t(s_.lanes);
     read_groups(cx_.stage(), cx_.all(), attr_, &desc_, [&](const kstage_read_group_t& g) {
       if (!bad.empty()) return;
-      if (!g.is_array) { bad = "the group is not an array group"; return; }
-      if (g.data.tensor_count != g.prim_count) { bad = "array group: tensor_count != prim_count"; return; }
+      if (!g.is_array) {
+        bad = "the group is not an array group";
+        return;
+      }
+      if (g.data.tensor_count != g.prim_count) {
+        bad = "array group: tensor_count != prim_count";
+        return;
+      }
       for (uint64_t i = 0; i < g.prim_count && bad.empty(); ++i) {
         const uint64_t k = first + i;
-        if (k >= n || g.prims[i] != cx_.paths()[k]) { bad = "unexpected prim in the read"; break; }
+        if (k >= n || g.prims[i] != cx_.paths()[k]) {
+          bad = "unexpected prim in the read";
+          break;
+        }
         const DLTensor& t = g.data.tensors[i];
         if (t.ndim != 1 || uint64_t(t.shape[0]) != len_[k] || t.dtype.lanes != s_.lanes) {
           bad = "row " + std::to_string(k) + " has the wrong shape";
@@ -92,7 +102,8 @@ class RaggedInstance final : public Instance {
  private:
   // Packed data set `salt` (element e, lane l holds value_of(salt, e*lanes + l, 0)) and one
   // tensor per row pointing into it.
-  void build(HostBuf& buf, std::vector<DLTensor>& tensors, std::vector<int64_t>& shapes, uint64_t salt) {
+  void build(HostBuf& buf, std::vector<DLTensor>& tensors, std::vector<int64_t>& shapes,
+             uint64_t salt) {
     const uint64_t w = uint64_t(s_.lanes);
     buf = HostBuf(std::max<uint64_t>(elements_, 1) * s_.row_bytes());
     T* p = buf.as<T>();
@@ -136,7 +147,9 @@ class RaggedInstance final : public Instance {
   kstage_read_desc_t desc_ = kstage_read_desc_init();
 };
 
-double mean_len(const std::string& dist) { return dist == "mean4" ? 4 : dist == "mean64" ? 64 : 7.5; }
+double mean_len(const std::string& dist) {
+  return dist == "mean4" ? 4 : dist == "mean64" ? 64 : 7.5;
+}
 
 void reg(const std::string& dist, RaggedOp op) {
   static const char* op_names[] = {"write", "write_seal", "read", "read_compact"};
@@ -159,7 +172,9 @@ void reg(const std::string& dist, RaggedOp op) {
   d.working_set = [mean](const Shape& s) {
     return 4.0 * double(s.rows) * mean * double(s.row_bytes()) + 300.0 * double(s.rows);
   };
-  d.payload_estimate = [mean](const Shape& s) { return double(s.rows) * mean * double(s.row_bytes()); };
+  d.payload_estimate = [mean](const Shape& s) {
+    return double(s.rows) * mean * double(s.row_bytes());
+  };
   d.make = [dist, op](Context& cx, const Shape& s) -> std::unique_ptr<Instance> {
     if (s.dtype == DType::F32) return std::make_unique<RaggedInstance<float>>(cx, s, dist, op);
     return std::make_unique<RaggedInstance<double>>(cx, s, dist, op);
@@ -169,7 +184,8 @@ void reg(const std::string& dist, RaggedOp op) {
 
 const bool registered = [] {
   for (const char* dist : {"mean4", "mean64", "skewed"})
-    for (RaggedOp op : {RaggedOp::Write, RaggedOp::WriteSeal, RaggedOp::Read, RaggedOp::ReadCompact})
+    for (RaggedOp op :
+         {RaggedOp::Write, RaggedOp::WriteSeal, RaggedOp::Read, RaggedOp::ReadCompact})
       reg(dist, op);
   return true;
 }();

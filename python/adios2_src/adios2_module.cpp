@@ -22,13 +22,14 @@ namespace nb = nanobind;
 
 NB_MODULE(_adios2, m) {
   m.doc() = "kstage's ADIOS2 bridge (kstage_adios2.h); use it through kstage.adios2.";
-  m.def("last_error", [] { return std::string(kstage_adios2_last_error()); },
-        "kstage_adios2_last_error(): this thread's message for its last failed call.");
+  m.def(
+      "last_error", [] { return std::string(kstage_adios2_last_error()); },
+      "kstage_adios2_last_error(): this thread's message for its last failed call.");
   // comm: -1 for this process alone (kstage_adios2_open), else a communicator's Fortran handle.
   m.def(
       "open",
-      [](const std::string& name, int mode, const std::string& engine, const std::vector<std::string>& parameters,
-         uint64_t inline_writer, int64_t comm) {
+      [](const std::string& name, int mode, const std::string& engine,
+         const std::vector<std::string>& parameters, uint64_t inline_writer, int64_t comm) {
         std::vector<const char*> p;
         p.reserve(parameters.size() + 1);
         for (const std::string& s : parameters) p.push_back(s.c_str());
@@ -42,7 +43,8 @@ NB_MODULE(_adios2, m) {
         nb::gil_scoped_release gil;
 #ifdef KSTAGE_PY_ADIOS2_MPI
         if (comm >= 0) {
-          const kstage_status_t st = kstage_adios2_open_mpi(name.c_str(), &d, MPI_Comm_f2c(MPI_Fint(comm)), &s);
+          const kstage_status_t st =
+              kstage_adios2_open_mpi(name.c_str(), &d, MPI_Comm_f2c(MPI_Fint(comm)), &s);
           return std::make_pair(int(st), s);
         }
 #else
@@ -51,8 +53,8 @@ NB_MODULE(_adios2, m) {
         const kstage_status_t st = kstage_adios2_open(name.c_str(), &d, &s);
         return std::make_pair(int(st), s);
       },
-      nb::arg("name"), nb::arg("mode"), nb::arg("engine"), nb::arg("parameters"), nb::arg("inline_writer"),
-      nb::arg("comm") = -1);
+      nb::arg("name"), nb::arg("mode"), nb::arg("engine"), nb::arg("parameters"),
+      nb::arg("inline_writer"), nb::arg("comm") = -1);
 #ifdef KSTAGE_PY_ADIOS2_MPI
   m.attr("has_mpi") = true;
   m.def("checkpoint_mpi", [](uint64_t stage, const std::string& path, int64_t comm) {
@@ -62,7 +64,8 @@ NB_MODULE(_adios2, m) {
   m.def("restart_mpi", [](uint64_t stage, const std::string& path, int64_t comm) {
     uint64_t ordinal = 0;
     nb::gil_scoped_release gil;
-    const kstage_status_t st = kstage_adios2_restart_mpi(stage, path.c_str(), MPI_Comm_f2c(MPI_Fint(comm)), &ordinal);
+    const kstage_status_t st =
+        kstage_adios2_restart_mpi(stage, path.c_str(), MPI_Comm_f2c(MPI_Fint(comm)), &ordinal);
     return std::make_pair(int(st), ordinal);
   });
 #else
@@ -72,17 +75,17 @@ NB_MODULE(_adios2, m) {
     nb::gil_scoped_release gil;
     return int(kstage_adios2_close(stream));
   });
-  m.def(
-      "write_step",
-      [](uint64_t stream, uint64_t stage, uint64_t query, const std::vector<uint64_t>& attributes,
-         bool change_range, uint64_t begin, uint64_t end) {
-        kstage_adios2_step_desc_t d = kstage_adios2_step_desc_init();
-        d.change_range = change_range;
-        d.range_begin = begin;
-        d.range_end = end;
-        nb::gil_scoped_release gil;
-        return int(kstage_adios2_write_step(stream, stage, query, attributes.data(), attributes.size(), &d));
-      });
+  m.def("write_step",
+        [](uint64_t stream, uint64_t stage, uint64_t query, const std::vector<uint64_t>& attributes,
+           bool change_range, uint64_t begin, uint64_t end) {
+          kstage_adios2_step_desc_t d = kstage_adios2_step_desc_init();
+          d.change_range = change_range;
+          d.range_begin = begin;
+          d.range_end = end;
+          nb::gil_scoped_release gil;
+          return int(kstage_adios2_write_step(stream, stage, query, attributes.data(),
+                                              attributes.size(), &d));
+        });
   m.def("read_step", [](uint64_t stream, uint64_t stage, uint64_t timeout_ns) {
     uint64_t ordinal = 0;
     nb::gil_scoped_release gil;

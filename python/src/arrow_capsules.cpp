@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// The Arrow PyCapsule interface (https://arrow.apache.org/docs/format/CDataInterface/PyCapsuleInterface.html)
-// over kstage_group_export_arrow and kstage_read_export_arrow: the capsules "arrow_schema", "arrow_array" and
-// "arrow_device_array" that pyarrow, polars, nanoarrow and DuckDB take without a copy.
+// The Arrow PyCapsule interface
+// (https://arrow.apache.org/docs/format/CDataInterface/PyCapsuleInterface.html) over
+// kstage_group_export_arrow and kstage_read_export_arrow: the capsules "arrow_schema",
+// "arrow_array" and "arrow_device_array" that pyarrow, polars, nanoarrow and DuckDB take without a
+// copy.
 //
 // Each capsule owns its struct: its destructor releases what a consumer did not move out
 // (release still set), then frees the struct -- the specification's rule, so that a capsule
@@ -65,7 +67,8 @@ nb::tuple arrow_capsules(const ArrowExport& make, ArrowKind kind) {
   if (kind == ArrowKind::Host && device->device_type != ARROW_DEVICE_CPU)
     raise_error(KSTAGE_INVALID_ARGUMENT,
                 "__arrow_c_array__: the data is on a device (Arrow device type " +
-                    std::to_string(device->device_type) + "): use __arrow_c_device_array__, or read it "
+                    std::to_string(device->device_type) +
+                    "): use __arrow_c_device_array__, or read it "
                     "with device=\"cpu\"");
   nb::object s = capsule(schema.get(), "arrow_schema", &schema_capsule_free);
   guard.s = nullptr;

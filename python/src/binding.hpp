@@ -123,12 +123,15 @@ class Stage {
   std::string token_name(kstage_token_t token);
   nb::object intern(nb::handle paths);
   std::string path(kstage_path_t id);
-  kstage_path_t intern_range(std::string_view parent, std::string_view prefix, uint64_t begin, uint64_t count);
+  kstage_path_t intern_range(std::string_view parent, std::string_view prefix, uint64_t begin,
+                             uint64_t count);
   std::tuple<kstage_path_t, uint64_t, uint64_t> range_info(kstage_path_t path);
   kstage_path_t range_member(kstage_path_t first, uint64_t index);
   std::tuple<std::string, std::string, uint64_t, uint64_t> range_definition(kstage_path_t first);
-  std::unique_ptr<Query> query(nb::handle paths, nb::handle prefix, nb::handle has, nb::handle path_in);
-  std::unique_ptr<Query> query_range(kstage_path_t first, uint64_t start, uint64_t count, uint64_t stride);
+  std::unique_ptr<Query> query(nb::handle paths, nb::handle prefix, nb::handle has,
+                               nb::handle path_in);
+  std::unique_ptr<Query> query_range(kstage_path_t first, uint64_t start, uint64_t count,
+                                     uint64_t stride);
   void seal(uint64_t ordinal, nb::handle attributes);
   uint64_t write_floor(nb::handle attribute);
   nb::list attributes();
@@ -248,7 +251,8 @@ struct TensorSource {
   /// An export for a consumer on `stream` (kstage_device_sync_t's values; 0: none): the
   /// stream is ordered after the group's producing work, and the export's deleter releases
   /// the memory after the consumer's work (kstage_group_export_on_stream).
-  virtual DLManagedTensorVersioned* export_versioned(uint64_t index, bool readonly, uintptr_t stream = 0) = 0;
+  virtual DLManagedTensorVersioned* export_versioned(uint64_t index, bool readonly,
+                                                     uintptr_t stream = 0) = 0;
   /// A legacy export; `readonly` only with `consumer_reads_only` (checked by the caller).
   virtual DLManagedTensor* export_legacy(uint64_t index, bool readonly, bool consumer_reads_only,
                                          uintptr_t stream = 0) = 0;
@@ -262,22 +266,24 @@ struct TensorSource {
 /// `max_version`, the stream ordered first, `dl_device` and `copy` honoured, `readonly` (None:
 /// the source's default) and `consumer_reads_only` (a legacy read-only export for consumers
 /// that never write, such as JAX) as kstage's export flags.
-nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream, nb::handle max_version,
-                         nb::handle dl_device, nb::handle copy, nb::handle readonly, bool consumer_reads_only);
+nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream,
+                         nb::handle max_version, nb::handle dl_device, nb::handle copy,
+                         nb::handle readonly, bool consumer_reads_only);
 /// A legacy DLManagedTensor in front of a versioned one (its deleter deletes the versioned).
 DLManagedTensor* legacy_of(DLManagedTensorVersioned* versioned);
 /// Installs `__dlpack__` on `cls` as a vectorcall method (METH_FASTCALL | METH_KEYWORDS) that
 /// parses the array API's keywords itself and calls `impl(self, stream, max_version, dl_device,
 /// copy, readonly)`: np.from_dlpack(g) in a loop is the hot path of the whole package, and
 /// generic keyword matching was a third of its cost. `doc` starts with the text signature.
-using DlpackImpl = nb::object (*)(nb::handle self, nb::handle stream, nb::handle max_version, nb::handle dl_device,
-                                  nb::handle copy, nb::handle readonly);
+using DlpackImpl = nb::object (*)(nb::handle self, nb::handle stream, nb::handle max_version,
+                                  nb::handle dl_device, nb::handle copy, nb::handle readonly);
 template <DlpackImpl Impl>
 void install_dlpack_method(nb::handle cls);
-using FastMethod = PyObject* (*)(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames);
+using FastMethod = PyObject* (*)(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                                 PyObject* kwnames);
 void install_dlpack_method(nb::handle cls, FastMethod function);
-nb::object call_dlpack_impl(DlpackImpl impl, PyObject* self, PyObject* const* args, Py_ssize_t nargs,
-                            PyObject* kwnames);
+nb::object call_dlpack_impl(DlpackImpl impl, PyObject* self, PyObject* const* args,
+                            Py_ssize_t nargs, PyObject* kwnames);
 /// Raises TypeError unless `self`, a kstage instance, was made by its constructor: the C entry
 /// points that nanobind does not wrap must check what its bound methods do (Cls.__new__(Cls),
 /// or a subclass whose __init__ skips the base's, gives an instance with nothing in it).
@@ -289,7 +295,8 @@ void require_ready(PyObject* self);
 /// escape into CPython.
 void set_error_from_current_exception() noexcept;
 template <DlpackImpl Impl>
-PyObject* dlpack_vectorcall(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+PyObject* dlpack_vectorcall(PyObject* self, PyObject* const* args, Py_ssize_t nargs,
+                            PyObject* kwnames) {
   try {
     return call_dlpack_impl(Impl, self, args, nargs, kwnames).release().ptr();
   } catch (...) {
@@ -303,8 +310,9 @@ void install_dlpack_method(nb::handle cls) {
 }
 /// export_dlpack's hot path: a capsule of source.repeat_export(index) when the call asks for
 /// nothing but a versioned export (every other argument None), else a null object.
-nb::object repeat_dlpack(TensorSource& source, uint64_t index, nb::handle stream, nb::handle max_version,
-                         nb::handle dl_device, nb::handle copy, nb::handle readonly);
+nb::object repeat_dlpack(TensorSource& source, uint64_t index, nb::handle stream,
+                         nb::handle max_version, nb::handle dl_device, nb::handle copy,
+                         nb::handle readonly);
 /// tp_iternext of an iterator whose `T::next_or_none()` gives the next item or None: the end
 /// returns NULL with no exception set, so a loop's StopIteration costs nothing (a C++ exception
 /// per read, or a Python generator, would cost more than the read).

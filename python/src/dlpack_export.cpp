@@ -52,7 +52,9 @@ struct HostCopy {
   ~HostCopy() { std::free(data); }
 };
 
-void host_copy_deleter(DLManagedTensorVersioned* self) { delete static_cast<HostCopy*>(self->manager_ctx); }
+void host_copy_deleter(DLManagedTensorVersioned* self) {
+  delete static_cast<HostCopy*>(self->manager_ctx);
+}
 
 DLManagedTensorVersioned* host_copy(DLManagedTensorVersioned* source, bool readonly) {
   const DLTensor& t = source->dl_tensor;
@@ -70,9 +72,10 @@ DLManagedTensorVersioned* host_copy(DLManagedTensorVersioned* source, bool reado
       buffer_error("__dlpack__(copy=True): the tensor is not compact");
   }
   size_t bytes = elements * ((t.dtype.bits * t.dtype.lanes + 7) / 8);
-  copy->data = std::aligned_alloc(KSTAGE_BUFFER_ALIGNMENT, (bytes + KSTAGE_BUFFER_ALIGNMENT - 1) /
-                                                               KSTAGE_BUFFER_ALIGNMENT * KSTAGE_BUFFER_ALIGNMENT +
-                                                               KSTAGE_BUFFER_ALIGNMENT);
+  copy->data = std::aligned_alloc(
+      KSTAGE_BUFFER_ALIGNMENT,
+      (bytes + KSTAGE_BUFFER_ALIGNMENT - 1) / KSTAGE_BUFFER_ALIGNMENT * KSTAGE_BUFFER_ALIGNMENT +
+          KSTAGE_BUFFER_ALIGNMENT);
   if (copy->data == nullptr) throw std::bad_alloc();
   if (bytes > 0) std::memcpy(copy->data, static_cast<const char*>(t.data) + t.byte_offset, bytes);
   DLManagedTensorVersioned& m = copy->managed;
@@ -104,18 +107,23 @@ void legacy_of_versioned_deleter(DLManagedTensor* self) {
 
 class Tensor {
  public:
-  Tensor(std::shared_ptr<TensorSource> source, uint64_t index, nb::object readonly, bool consumer_reads_only)
-      : source_(std::move(source)), index_(index), readonly_(std::move(readonly)),
+  Tensor(std::shared_ptr<TensorSource> source, uint64_t index, nb::object readonly,
+         bool consumer_reads_only)
+      : source_(std::move(source)),
+        index_(index),
+        readonly_(std::move(readonly)),
         consumer_reads_only_(consumer_reads_only) {}
 
-  nb::object dlpack(nb::handle stream, nb::handle max_version, nb::handle dl_device, nb::handle copy,
-                    nb::handle readonly) {
+  nb::object dlpack(nb::handle stream, nb::handle max_version, nb::handle dl_device,
+                    nb::handle copy, nb::handle readonly) {
     if (readonly_.is_none() && !consumer_reads_only_) {
-      nb::object fast = repeat_dlpack(*source_, index_, stream, max_version, dl_device, copy, readonly);
+      nb::object fast =
+          repeat_dlpack(*source_, index_, stream, max_version, dl_device, copy, readonly);
       if (fast.is_valid()) return fast;
     }
     return export_dlpack(*source_, index_, stream, max_version, dl_device, copy,
-                         readonly.is_none() ? nb::handle(readonly_) : readonly, consumer_reads_only_);
+                         readonly.is_none() ? nb::handle(readonly_) : readonly,
+                         consumer_reads_only_);
   }
   nb::tuple device() const { return dlpack_device(*source_); }
   uint64_t index() const { return index_; }
@@ -139,8 +147,8 @@ void lease_deleter(DLManagedTensorVersioned* self) {
   shared->release();
 }
 
-nb::object tensor_dlpack(nb::handle self, nb::handle stream, nb::handle max_version, nb::handle dl_device,
-                         nb::handle copy, nb::handle readonly) {
+nb::object tensor_dlpack(nb::handle self, nb::handle stream, nb::handle max_version,
+                         nb::handle dl_device, nb::handle copy, nb::handle readonly) {
   return nb::inst_ptr<Tensor>(self)->dlpack(stream, max_version, dl_device, copy, readonly);
 }
 
@@ -191,8 +199,9 @@ nb::object legacy_capsule(DLManagedTensor* tensor) {
   return nb::steal(capsule);
 }
 
-nb::object repeat_dlpack(TensorSource& source, uint64_t index, nb::handle stream, nb::handle max_version,
-                         nb::handle dl_device, nb::handle copy, nb::handle readonly) {
+nb::object repeat_dlpack(TensorSource& source, uint64_t index, nb::handle stream,
+                         nb::handle max_version, nb::handle dl_device, nb::handle copy,
+                         nb::handle readonly) {
   if (!(stream.is_none() && dl_device.is_none() && copy.is_none() && readonly.is_none() &&
         PyTuple_CheckExact(max_version.ptr()) && PyTuple_GET_SIZE(max_version.ptr()) == 2))
     return nb::object();
@@ -212,24 +221,29 @@ nb::tuple dlpack_device(const TensorSource& source) {
   return nb::make_tuple(static_cast<int>(d.device_type), static_cast<int>(d.device_id));
 }
 
-nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream, nb::handle max_version,
-                         nb::handle dl_device, nb::handle copy, nb::handle readonly_arg, bool consumer_reads_only) {
+nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream,
+                         nb::handle max_version, nb::handle dl_device, nb::handle copy,
+                         nb::handle readonly_arg, bool consumer_reads_only) {
   source.check_alive();
   if (index >= source.tensor_count()) {
-    PyErr_Format(PyExc_IndexError, "tensor index %llu is out of range: the group has %llu tensor(s)",
-                 static_cast<unsigned long long>(index), static_cast<unsigned long long>(source.tensor_count()));
+    PyErr_Format(PyExc_IndexError,
+                 "tensor index %llu is out of range: the group has %llu tensor(s)",
+                 static_cast<unsigned long long>(index),
+                 static_cast<unsigned long long>(source.tensor_count()));
     throw nb::python_error();
   }
   DLDevice device = source.device();
   if (!dl_device.is_none()) {
     DLDevice wanted = device_arg(dl_device);
     if (wanted.device_type != device.device_type || wanted.device_id != device.device_id)
-      buffer_error("kstage exports a group where its data lives (" + device_string(device) + "), not on " +
-                   device_string(wanted) + ": read with device=... to get the data there");
+      buffer_error("kstage exports a group where its data lives (" + device_string(device) +
+                   "), not on " + device_string(wanted) +
+                   ": read with device=... to get the data there");
   }
   bool want_copy = !copy.is_none() && truth(copy);
   bool readonly = readonly_arg.is_none() ? source.default_readonly() : truth(readonly_arg);
-  if (!readonly && !want_copy && source.writable_refusal()[0] != '\0') buffer_error(source.writable_refusal());
+  if (!readonly && !want_copy && source.writable_refusal()[0] != '\0')
+    buffer_error(source.writable_refusal());
 
   // The stream: the consumer's, to be ordered after the group's producing work (array API).
   const bool host = is_host_memory(device.device_type);
@@ -245,7 +259,8 @@ nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream
       buffer_error("__dlpack__(stream=...) for data on the host must be None (or -1)");
   } else if (!no_sync) {
     if (is_int && overflow == 0 && value == 0 && device.device_type == kDLCUDA)
-      buffer_error("__dlpack__(stream=0) is ambiguous for CUDA and not allowed (array API): use 1 or 2");
+      buffer_error(
+          "__dlpack__(stream=0) is ambiguous for CUDA and not allowed (array API): use 1 or 2");
     // None: the legacy default stream (CUDA) or the default stream (ROCm, which also calls it 0);
     // kstage_device_sync_t says 1 for both.
     uintptr_t s = stream_arg(stream, 1);
@@ -266,7 +281,9 @@ nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream
     versioned = major >= 1;
   }
   if (want_copy) {
-    if (!host) buffer_error("__dlpack__(copy=True): kstage copies device data only at read time (compact=True)");
+    if (!host)
+      buffer_error(
+          "__dlpack__(copy=True): kstage copies device data only at read time (compact=True)");
     DLManagedTensorVersioned* exported = source.export_versioned(index, true);
     DLManagedTensorVersioned* copied = nullptr;
     try {
@@ -284,15 +301,18 @@ nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream
     DLManagedTensorVersioned* t = source.export_versioned(index, readonly, consumer);
     if (!readonly && (t->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0) {
       t->deleter(t);
-      buffer_error("this group's tensor shares the column's storage and exports read-only: read with "
-                   "compact=True for tensors of your own, or export with copy=True");
+      buffer_error(
+          "this group's tensor shares the column's storage and exports read-only: read with "
+          "compact=True for tensors of your own, or export with copy=True");
     }
     return versioned_capsule(t);
   }
   if (readonly && !consumer_reads_only)
     buffer_error(
-        "a read-only tensor cannot go out as legacy DLPack (it cannot say read-only): the consumer must ask "
-        "for max_version >= (1, 0), or take tensor(i, consumer_reads_only=True) for a consumer that never "
+        "a read-only tensor cannot go out as legacy DLPack (it cannot say read-only): the consumer "
+        "must ask "
+        "for max_version >= (1, 0), or take tensor(i, consumer_reads_only=True) for a consumer "
+        "that never "
         "writes (JAX)");
   return legacy_capsule(source.export_legacy(index, readonly, consumer_reads_only, consumer));
 }
@@ -301,15 +321,17 @@ nb::object make_tensor(std::shared_ptr<TensorSource> source, uint64_t index, nb:
                        bool consumer_reads_only) {
   source->check_alive();
   if (index >= source->tensor_count()) {
-    PyErr_Format(PyExc_IndexError, "tensor index %llu is out of range: the group has %llu tensor(s)",
-                 static_cast<unsigned long long>(index), static_cast<unsigned long long>(source->tensor_count()));
+    PyErr_Format(PyExc_IndexError,
+                 "tensor index %llu is out of range: the group has %llu tensor(s)",
+                 static_cast<unsigned long long>(index),
+                 static_cast<unsigned long long>(source->tensor_count()));
     throw nb::python_error();
   }
   return nb::cast(Tensor(std::move(source), index, nb::borrow(readonly), consumer_reads_only));
 }
 
-nb::object call_dlpack_impl(DlpackImpl impl, PyObject* self, PyObject* const* args, Py_ssize_t nargs,
-                            PyObject* kwnames) {
+nb::object call_dlpack_impl(DlpackImpl impl, PyObject* self, PyObject* const* args,
+                            Py_ssize_t nargs, PyObject* kwnames) {
   require_ready(self);
   if (nargs != 0) {
     PyErr_SetString(PyExc_TypeError, "__dlpack__() takes keyword arguments only");
@@ -318,9 +340,10 @@ nb::object call_dlpack_impl(DlpackImpl impl, PyObject* self, PyObject* const* ar
   static const char* names[] = {"stream", "max_version", "dl_device", "copy", "readonly"};
   // Callers' keyword names are interned strings (CPython interns identifiers and numpy its
   // keywords): compare pointers first, text only when that fails.
-  static PyObject* interned[5] = {PyUnicode_InternFromString(names[0]), PyUnicode_InternFromString(names[1]),
-                                  PyUnicode_InternFromString(names[2]), PyUnicode_InternFromString(names[3]),
-                                  PyUnicode_InternFromString(names[4])};
+  static PyObject* interned[5] = {
+      PyUnicode_InternFromString(names[0]), PyUnicode_InternFromString(names[1]),
+      PyUnicode_InternFromString(names[2]), PyUnicode_InternFromString(names[3]),
+      PyUnicode_InternFromString(names[4])};
   PyObject* values[5] = {Py_None, Py_None, Py_None, Py_None, Py_None};
   Py_ssize_t n = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
   for (Py_ssize_t i = 0; i < n; ++i) {
@@ -329,7 +352,8 @@ nb::object call_dlpack_impl(DlpackImpl impl, PyObject* self, PyObject* const* ar
     while (k < 5 && name != interned[k]) ++k;
     if (k == 5) {
       k = 0;
-      while (k < 5 && PyUnicode_CompareWithASCIIString(name, names[k]) != 0) ++k;  // public API: 3.13 dropped the private one
+      while (k < 5 && PyUnicode_CompareWithASCIIString(name, names[k]) != 0)
+        ++k;  // public API: 3.13 dropped the private one
     }
     if (k == 5) {
       PyErr_Format(PyExc_TypeError, "__dlpack__() got an unexpected keyword argument %R", name);
@@ -345,12 +369,16 @@ void install_dlpack_method(nb::handle cls, FastMethod function) {
   auto* def = new PyMethodDef{
       "__dlpack__", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(function)),
       METH_FASTCALL | METH_KEYWORDS,
-      "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None, readonly=None)\n--\n\n"
-      "The Python array API's __dlpack__: a versioned capsule when max_version >= (1, 0), else legacy "
+      "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None, "
+      "readonly=None)\n--\n\n"
+      "The Python array API's __dlpack__: a versioned capsule when max_version >= (1, 0), else "
+      "legacy "
       "(refused for a read-only tensor, as numpy does, unless the tensor was made with "
-      "consumer_reads_only=True). stream: the consumer's stream, ordered after the data's producing "
+      "consumer_reads_only=True). stream: the consumer's stream, ordered after the data's "
+      "producing "
       "work (None for host data). dl_device: must be where the data is. copy=True: a copy of the "
-      "consumer's own (host data). readonly (kstage's extension; None: read groups True, map groups "
+      "consumer's own (host data). readonly (kstage's extension; None: read groups True, map "
+      "groups "
       "False) sets the export's READ_ONLY flag."};
   nb::object descr = nb::steal(PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(cls.ptr()), def));
   if (!descr.is_valid()) throw nb::python_error();
@@ -362,7 +390,9 @@ uintptr_t stream_arg(nb::handle stream, uintptr_t none_value) {
   long long v = PyLong_AsLongLong(stream.ptr());
   if (v == -1 && PyErr_Occurred()) throw nb::python_error();
   if (v == -1) return 0;  // the array API's "no synchronisation": nothing to order
-  if (v < 0) raise_invalid_argument("a stream is None, -1, 1, 2 or a stream handle, not " + std::to_string(v));
+  if (v < 0)
+    raise_invalid_argument("a stream is None, -1, 1, 2 or a stream handle, not " +
+                           std::to_string(v));
   return static_cast<uintptr_t>(v);
 }
 
@@ -380,11 +410,12 @@ void require_ready(PyObject* self) {
 }
 
 void register_tensor(nb::module_& m) {
-  nb::class_<Tensor>(m, "Tensor",
-                     "One tensor of a read or map group, for DLPack consumers: numpy.from_dlpack(t), "
-                     "torch.from_dlpack(t), cupy.from_dlpack(t), jax.dlpack.from_dlpack(t). Each "
-                     "export keeps its data alive until the consumer lets go, whatever is sealed or "
-                     "released meanwhile.")
+  nb::class_<Tensor>(
+      m, "Tensor",
+      "One tensor of a read or map group, for DLPack consumers: numpy.from_dlpack(t), "
+      "torch.from_dlpack(t), cupy.from_dlpack(t), jax.dlpack.from_dlpack(t). Each "
+      "export keeps its data alive until the consumer lets go, whatever is sealed or "
+      "released meanwhile.")
       .def("__dlpack_device__", &Tensor::device, "(device_type, device_id) of the data.")
       .def_prop_ro("index", &Tensor::index);
   install_dlpack_method<&tensor_dlpack>(m.attr("Tensor"));

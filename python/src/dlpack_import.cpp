@@ -66,11 +66,13 @@ nb::object call_dlpack(nb::handle source, nb::handle stream, bool versioned) {
   PyObject** args = storage + 1;
   PyObject* result;
   if (versioned) {
-    result = PyObject_VectorcallMethod(name, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames_versioned);
+    result = PyObject_VectorcallMethod(name, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                       kwnames_versioned);
   } else if (stream.is_none()) {
     result = PyObject_VectorcallMethod(name, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr);
   } else {
-    result = PyObject_VectorcallMethod(name, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames_stream);
+    result =
+        PyObject_VectorcallMethod(name, args, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames_stream);
   }
   if (result == nullptr) throw nb::python_error();
   return nb::steal(result);
@@ -78,7 +80,8 @@ nb::object call_dlpack(nb::handle source, nb::handle stream, bool versioned) {
 
 }  // namespace
 
-Imported::Imported(Imported&& other) noexcept : versioned_(other.versioned_), legacy_(other.legacy_) {
+Imported::Imported(Imported&& other) noexcept
+    : versioned_(other.versioned_), legacy_(other.legacy_) {
   other.versioned_ = nullptr;
   other.legacy_ = nullptr;
 }
@@ -98,7 +101,9 @@ Imported::~Imported() {
   if (versioned_ != nullptr || legacy_ != nullptr) delete_producer_tensor(versioned_, legacy_);
 }
 
-const DLTensor& Imported::tensor() const { return versioned_ != nullptr ? versioned_->dl_tensor : legacy_->dl_tensor; }
+const DLTensor& Imported::tensor() const {
+  return versioned_ != nullptr ? versioned_->dl_tensor : legacy_->dl_tensor;
+}
 
 DLManagedTensorVersioned* Imported::release_to_stage() {
   Box* box = new Box{};
@@ -108,7 +113,8 @@ DLManagedTensorVersioned* Imported::release_to_stage() {
   box->outer.version.minor = DLPACK_MINOR_VERSION;
   box->outer.manager_ctx = box;
   box->outer.deleter = box_deleter;
-  box->outer.flags = (versioned_ != nullptr ? versioned_->flags : 0) | DLPACK_FLAG_BITMASK_READ_ONLY;
+  box->outer.flags =
+      (versioned_ != nullptr ? versioned_->flags : 0) | DLPACK_FLAG_BITMASK_READ_ONLY;
   box->outer.dl_tensor = tensor();
   versioned_ = nullptr;
   legacy_ = nullptr;
@@ -147,14 +153,16 @@ Imported import_dlpack(nb::handle source, nb::handle stream) {
   const char* name = PyCapsule_GetName(capsule.ptr());
   if (name == nullptr) throw nb::python_error();
   if (std::string_view(name) == kVersionedName) {
-    auto* t = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(capsule.ptr(), kVersionedName));
+    auto* t =
+        static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(capsule.ptr(), kVersionedName));
     if (t == nullptr) throw nb::python_error();
     if (PyCapsule_SetName(capsule.ptr(), kUsedVersionedName) != 0) throw nb::python_error();
     imported.versioned_ = t;
     if (t->version.major != DLPACK_MAJOR_VERSION) {
       unsigned major = t->version.major;
       imported = Imported();  // deletes it: we cannot read a layout of another major version
-      PyErr_Format(PyExc_BufferError, "the producer gave a DLPack %u.x tensor; kstage reads DLPack %d.x", major,
+      PyErr_Format(PyExc_BufferError,
+                   "the producer gave a DLPack %u.x tensor; kstage reads DLPack %d.x", major,
                    DLPACK_MAJOR_VERSION);
       throw nb::python_error();
     }
@@ -164,10 +172,11 @@ Imported import_dlpack(nb::handle source, nb::handle stream) {
     if (PyCapsule_SetName(capsule.ptr(), kUsedLegacyName) != 0) throw nb::python_error();
     imported.legacy_ = t;
   } else {
-    PyErr_Format(PyExc_ValueError,
-                 "a DLPack capsule must be named \"dltensor\" or \"dltensor_versioned\", not \"%s\" "
-                 "(a used capsule cannot be imported twice)",
-                 name);
+    PyErr_Format(
+        PyExc_ValueError,
+        "a DLPack capsule must be named \"dltensor\" or \"dltensor_versioned\", not \"%s\" "
+        "(a used capsule cannot be imported twice)",
+        name);
     throw nb::python_error();
   }
   return imported;

@@ -62,8 +62,9 @@ void register_errors(nb::module_& m) {
   if (g_error == nullptr) throw nb::python_error();
   m.attr("Error") = nb::handle(g_error);
   for (const ErrorClass& c : classes) {
-    nb::object bases = c.builtin != nullptr ? nb::make_tuple(nb::handle(g_error), nb::handle(c.builtin))
-                                            : nb::make_tuple(nb::handle(g_error));
+    nb::object bases = c.builtin != nullptr
+                           ? nb::make_tuple(nb::handle(g_error), nb::handle(c.builtin))
+                           : nb::make_tuple(nb::handle(g_error));
     std::string qualified = std::string("kstage.") + c.name;
     PyObject* cls = PyErr_NewExceptionWithDoc(qualified.c_str(), c.doc, bases.ptr(), nullptr);
     if (cls == nullptr) throw nb::python_error();
@@ -81,12 +82,14 @@ void raise_status(kstage_status_t status) {
 
 void raise_error(kstage_status_t status, const std::string& message) {
   std::string text = !message.empty() ? message : kstage_status_string(status);
-  PyObject* cls = status > 0 && static_cast<size_t>(status) < g_by_status.size() && g_by_status[status] != nullptr
+  PyObject* cls = status > 0 && static_cast<size_t>(status) < g_by_status.size() &&
+                          g_by_status[status] != nullptr
                       ? g_by_status[status]
                       : g_error;
   // One argument, the message (a KeyError prints its argument's repr: a str stays readable).
   // kstage cuts long messages at a byte count, which can split a UTF-8 character.
-  nb::object message_str = nb::steal(PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "backslashreplace"));
+  nb::object message_str = nb::steal(
+      PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "backslashreplace"));
   if (!message_str.is_valid()) throw nb::python_error();
   nb::object error = nb::handle(cls)(message_str);
   error.attr("status") = static_cast<int>(status);
@@ -104,7 +107,8 @@ void raise_invalid_argument(const std::string& message) {
 
 void raise_op_failure(kstage_stage_t stage, kstage_op_t op, kstage_status_t status) {
   const char* message = nullptr;
-  if (kstage_op_error(stage, op, &message) != KSTAGE_OK || message == nullptr) message = kstage_last_error();
+  if (kstage_op_error(stage, op, &message) != KSTAGE_OK || message == nullptr)
+    message = kstage_last_error();
   raise_error(status, message != nullptr ? message : "");
 }
 

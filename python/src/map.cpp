@@ -26,7 +26,8 @@ struct MapGroupSource final : TensorSource {
 
   void check_alive() const override {
     if (map->stage->id == 0) raise_error(KSTAGE_INVALID_HANDLE, "the map's stage was closed");
-    if (map->ended) raise_error(KSTAGE_INVALID_HANDLE, "the map has ended (committed or abandoned)");
+    if (map->ended)
+      raise_error(KSTAGE_INVALID_HANDLE, "the map has ended (committed or abandoned)");
     if (committed) raise_error(KSTAGE_INVALID_HANDLE, "the map group was committed");
   }
   uint64_t tensor_count() const override { return info.data.tensor_count; }
@@ -37,7 +38,8 @@ struct MapGroupSource final : TensorSource {
   const char* writable_refusal() const override { return ""; }
   // Map buffers are settled when handed out (kstage.h) and committed, not released, by
   // kstage: a consumer stream has nothing to order.
-  DLManagedTensorVersioned* export_versioned(uint64_t index, bool readonly, uintptr_t = 0) override {
+  DLManagedTensorVersioned* export_versioned(uint64_t index, bool readonly,
+                                             uintptr_t = 0) override {
     DLManagedTensorVersioned* t = nullptr;
     kstage_status_t status;
     {
@@ -55,7 +57,8 @@ struct MapGroupSource final : TensorSource {
 
 // Waits for a commit's op and releases it; raises its failure.
 void finish_op(kstage_stage_t stage, kstage_op_t op) {
-  kstage_status_t status = without_gil([&] { return kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE); });
+  kstage_status_t status =
+      without_gil([&] { return kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE); });
   if (status != KSTAGE_OK) {
     try {
       raise_op_failure(stage, op, status);
@@ -96,9 +99,10 @@ class MapGroup {
     alive();
     return make_tensor(source_, index, readonly, false);
   }
-  nb::object dlpack(nb::handle stream, nb::handle max_version, nb::handle dl_device, nb::handle copy,
-                    nb::handle readonly) {
-    if (alive().info.is_array) buffer_error("an array map group has one tensor per prim: export group.tensor(i)");
+  nb::object dlpack(nb::handle stream, nb::handle max_version, nb::handle dl_device,
+                    nb::handle copy, nb::handle readonly) {
+    if (alive().info.is_array)
+      buffer_error("an array map group has one tensor per prim: export group.tensor(i)");
     return export_dlpack(*source_, 0, stream, max_version, dl_device, copy, readonly, false);
   }
   void commit(nb::handle stream) {
@@ -140,7 +144,8 @@ class Map {
     kstage_status_t status;
     {
       ReleaseGil gil;
-      status = kstage_fetch_map_next(state_->stage->id, state_->id, KSTAGE_TIMEOUT_INFINITE, &source->info);
+      status = kstage_fetch_map_next(state_->stage->id, state_->id, KSTAGE_TIMEOUT_INFINITE,
+                                     &source->info);
     }
     if (status == KSTAGE_END_OF_ITERATION) return nb::none();
     check(status);
@@ -148,7 +153,8 @@ class Map {
     return nb::cast(MapGroup(std::move(source)));
   }
   void commit(nb::handle stream) {
-    if (state_->ended) raise_error(KSTAGE_INVALID_HANDLE, "the map has ended (committed or abandoned)");
+    if (state_->ended)
+      raise_error(KSTAGE_INVALID_HANDLE, "the map has ended (committed or abandoned)");
     kstage_device_sync_t done{};
     done.stream = producer_stream(stream, state_->device);
     kstage_op_t op = 0;
@@ -208,7 +214,8 @@ DLDataType dtype_arg(nb::handle dtype, uint32_t lanes) {
   if (!sub.is_none()) {
     nb::tuple pair = nb::borrow<nb::tuple>(sub);
     d = pair[0];
-    for (nb::handle extent : nb::borrow<nb::tuple>(pair[1])) sub_lanes *= nb::cast<uint64_t>(extent);
+    for (nb::handle extent : nb::borrow<nb::tuple>(pair[1]))
+      sub_lanes *= nb::cast<uint64_t>(extent);
   }
   std::string kind = nb::cast<std::string>(d.attr("kind"));
   DLDataType t{};
@@ -219,8 +226,9 @@ DLDataType dtype_arg(nb::handle dtype, uint32_t lanes) {
   else if (kind == "b") t.code = kDLBool;
   else raise_invalid_argument("dtype " + text_of(d) + " has no DLPack equivalent");
   const int bits = nb::cast<int>(d.attr("itemsize")) * 8;
-  if (bits > 255) raise_invalid_argument("dtype " + text_of(d) + " has " + std::to_string(bits) +
-                                         "-bit elements: DLPack's are at most 255 bits");
+  if (bits > 255)
+    raise_invalid_argument("dtype " + text_of(d) + " has " + std::to_string(bits) +
+                           "-bit elements: DLPack's are at most 255 bits");
   t.bits = static_cast<uint8_t>(bits);
   uint64_t total = sub_lanes * (lanes == 0 ? 1 : lanes);
   if (total > 65535) raise_invalid_argument("more than 65535 lanes");
@@ -228,8 +236,8 @@ DLDataType dtype_arg(nb::handle dtype, uint32_t lanes) {
   return t;
 }
 
-nb::object group_dlpack(nb::handle self, nb::handle stream, nb::handle max_version, nb::handle dl_device,
-                        nb::handle copy, nb::handle readonly) {
+nb::object group_dlpack(nb::handle self, nb::handle stream, nb::handle max_version,
+                        nb::handle dl_device, nb::handle copy, nb::handle readonly) {
   return nb::inst_ptr<MapGroup>(self)->dlpack(stream, max_version, dl_device, copy, readonly);
 }
 
@@ -240,8 +248,11 @@ void register_map(nb::module_& m, nb::handle stage_class) {
                        "One writable group of a map: fill every row of its tensors "
                        "(numpy.from_dlpack(g.tensor(0))[:] = ...), then commit it, or let the map "
                        "commit every group at once.")
-      .def_prop_ro("prims", &MapGroup::prims, nb::for_getter(nb::sig("def prims(self) -> numpy.ndarray")), "The prims' path ids (a uint64 numpy copy).")
-      .def_prop_ro("index_map", &MapGroup::index_map, "None, or prim i's row in the tensor (a uint32 copy).")
+      .def_prop_ro("prims", &MapGroup::prims,
+                   nb::for_getter(nb::sig("def prims(self) -> numpy.ndarray")),
+                   "The prims' path ids (a uint64 numpy copy).")
+      .def_prop_ro("index_map", &MapGroup::index_map,
+                   "None, or prim i's row in the tensor (a uint32 copy).")
       .def_prop_ro("ordinal", &MapGroup::ordinal)
       .def_prop_ro("is_array", &MapGroup::is_array)
       .def_prop_ro("tensor_count", &MapGroup::tensor_count)
@@ -249,10 +260,12 @@ void register_map(nb::module_& m, nb::handle stage_class) {
       .def_prop_ro("lanes", &MapGroup::lanes)
       .def_prop_ro("device", &MapGroup::device)
       .def("__len__", &MapGroup::count)
-      .def("tensor", &MapGroup::tensor,
-           nb::sig("def tensor(self, index: int = 0, *, readonly: bool | None = None) -> Tensor"), nb::arg("index") = 0, nb::kw_only(), nb::arg("readonly") = nb::none(),
-           "Tensor `index` (writable), for a DLPack consumer. Writing through it after the group is "
-           "committed is refused at export and undefined through an old export.")
+      .def(
+          "tensor", &MapGroup::tensor,
+          nb::sig("def tensor(self, index: int = 0, *, readonly: bool | None = None) -> Tensor"),
+          nb::arg("index") = 0, nb::kw_only(), nb::arg("readonly") = nb::none(),
+          "Tensor `index` (writable), for a DLPack consumer. Writing through it after the group is "
+          "committed is refused at export and undefined through an old export.")
       .def("__dlpack_device__", &MapGroup::device)
       .def("commit", &MapGroup::commit, nb::kw_only(), nb::arg("stream") = nb::none(),
            "Commits this group now (unmap; a write at the map's ordinal). stream: a device stream "
@@ -260,13 +273,15 @@ void register_map(nb::module_& m, nb::handle stage_class) {
 
   install_dlpack_method<&group_dlpack>(m.attr("MapGroup"));
 
-  static PyType_Slot map_slots[] = {{Py_tp_iternext, reinterpret_cast<void*>(&iternext<Map>)}, {0, nullptr}};
+  static PyType_Slot map_slots[] = {{Py_tp_iternext, reinterpret_cast<void*>(&iternext<Map>)},
+                                    {0, nullptr}};
   nb::class_<Map>(m, "Map",
                   "An open map: iterate it for writable groups. As a context manager it commits "
                   "every fetched group on a clean exit and abandons the map on an exception.",
                   nb::type_slots(map_slots))
-      .def("__iter__", [](nb::handle self) { return nb::borrow(self); },
-           nb::sig("def __iter__(self) -> collections.abc.Iterator[MapGroup]"))
+      .def(
+          "__iter__", [](nb::handle self) { return nb::borrow(self); },
+          nb::sig("def __iter__(self) -> collections.abc.Iterator[MapGroup]"))
       .def("commit", &Map::commit, nb::kw_only(), nb::arg("stream") = nb::none(),
            "Commits every fetched group not yet committed, and ends the map.")
       .def("abandon", &Map::abandon, nb::kw_only(), nb::arg("stream") = nb::none(),
@@ -275,14 +290,15 @@ void register_map(nb::module_& m, nb::handle stage_class) {
            "freed after them (on failure, the map stays open).")
       .def_prop_ro("ended", &Map::ended)
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
-      .def("__exit__",
-           [](Map& map, nb::handle type, nb::handle, nb::handle) { return map.exit(type); },
-           nb::arg("type").none(), nb::arg("value").none(), nb::arg("traceback").none());
+      .def(
+          "__exit__",
+          [](Map& map, nb::handle type, nb::handle, nb::handle) { return map.exit(type); },
+          nb::arg("type").none(), nb::arg("value").none(), nb::arg("traceback").none());
 
   stage_class.attr("map") = nb::cpp_function(
-      [](Stage& self, nb::handle query, nb::handle attr, uint64_t ordinal, nb::handle dtype, uint32_t lanes,
-         nb::handle element_counts, std::string_view mode, nb::handle semantic, nb::handle residency,
-         uint64_t max_group_prims) {
+      [](Stage& self, nb::handle query, nb::handle attr, uint64_t ordinal, nb::handle dtype,
+         uint32_t lanes, nb::handle element_counts, std::string_view mode, nb::handle semantic,
+         nb::handle residency, uint64_t max_group_prims) {
         const StageRef& stage = self.ref();
         QueryArg q = query_arg(stage, query);
         kstage_map_desc_t desc = kstage_map_desc_init();
@@ -297,10 +313,12 @@ void register_map(nb::module_& m, nb::handle stage_class) {
           desc.is_array = true;
           nb::object a = numpy_1d(element_counts, "element_counts");
           std::string kind = nb::cast<std::string>(a.attr("dtype").attr("kind"));
-          if (kind != "u" && (kind != "i" || (nb::cast<size_t>(a.attr("size")) > 0 && nb::cast<int64_t>(a.attr("min")()) < 0)))
+          if (kind != "u" && (kind != "i" || (nb::cast<size_t>(a.attr("size")) > 0 &&
+                                              nb::cast<int64_t>(a.attr("min")()) < 0)))
             raise_invalid_argument("element_counts must hold non-negative integers");
           a = a.attr("astype")("uint64");
-          auto arr = nb::cast<nb::ndarray<nb::ro, const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(a);
+          auto arr = nb::cast<
+              nb::ndarray<nb::ro, const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(a);
           counts.assign(arr.data(), arr.data() + arr.shape(0));
         }
         auto state = std::make_shared<MapState>();
@@ -308,17 +326,23 @@ void register_map(nb::module_& m, nb::handle stage_class) {
         kstage_status_t status;
         {
           ReleaseGil gil;
-          status = kstage_map_attribute(stage->id, q.id, &desc, ordinal, counts.empty() ? nullptr : counts.data(),
-                                        counts.size(), &state->id);
+          status = kstage_map_attribute(stage->id, q.id, &desc, ordinal,
+                                        counts.empty() ? nullptr : counts.data(), counts.size(),
+                                        &state->id);
         }
         if (status != KSTAGE_OK) state->ended = true;
         check(status);
         return Map(std::move(state));
       },
-      nb::sig("def map(self, query: Query | str | collections.abc.Sequence[str] | collections.abc.Sequence[int], attr: str | int, ordinal: int, *, dtype: typing.Any, lanes: int = 1, element_counts: typing.Any | None = None, mode: str = 'upsert', semantic: str | int | None = None, residency: typing.Any | None = None, max_group_prims: int = 0) -> Map"),
-      nb::is_method(), nb::scope(stage_class), nb::arg("query"), nb::arg("attr"), nb::arg("ordinal"),
-      nb::kw_only(), nb::arg("dtype"), nb::arg("lanes") = 1, nb::arg("element_counts") = nb::none(),
-      nb::arg("mode") = "upsert", nb::arg("semantic") = nb::none(), nb::arg("residency") = nb::none(),
+      nb::sig("def map(self, query: Query | str | collections.abc.Sequence[str] | "
+              "collections.abc.Sequence[int], attr: str | int, ordinal: int, *, dtype: typing.Any, "
+              "lanes: int = 1, element_counts: typing.Any | None = None, mode: str = 'upsert', "
+              "semantic: str | int | None = None, residency: typing.Any | None = None, "
+              "max_group_prims: int = 0) -> Map"),
+      nb::is_method(), nb::scope(stage_class), nb::arg("query"), nb::arg("attr"),
+      nb::arg("ordinal"), nb::kw_only(), nb::arg("dtype"), nb::arg("lanes") = 1,
+      nb::arg("element_counts") = nb::none(), nb::arg("mode") = "upsert",
+      nb::arg("semantic") = nb::none(), nb::arg("residency") = nb::none(),
       nb::arg("max_group_prims") = 0,
       "Maps `attr` of the query's prims at `ordinal`: writable buffers to fill, committed at that "
       "ordinal. dtype: a numpy dtype; a subarray dtype such as ('f4', 3), or lanes=3, gives the "

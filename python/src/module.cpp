@@ -9,7 +9,8 @@
 namespace nb = nanobind;
 
 NB_MODULE(_kstage, m) {
-  m.doc() = "kstage's C API for Python: stages, queries, writes, reads and maps, with DLPack both ways.";
+  m.doc() =
+      "kstage's C API for Python: stages, queries, writes, reads and maps, with DLPack both ways.";
   kstage_py::register_errors(m);
   kstage_py::register_stage(m);
   nb::handle stage_class = m.attr("Stage");
@@ -17,7 +18,9 @@ NB_MODULE(_kstage, m) {
   kstage_py::register_write(m, stage_class);
   kstage_py::register_read(m, stage_class);
   kstage_py::register_map(m, stage_class);
-  m.def("version", [] { return kstage_version(); }, "The version of the libkstage this module runs against (kstage_version()).");
+  m.def(
+      "version", [] { return kstage_version(); },
+      "The version of the libkstage this module runs against (kstage_version()).");
   m.def(
       "transfer_counts",
       [] {
@@ -38,7 +41,8 @@ NB_MODULE(_kstage, m) {
           rest.remove_prefix(std::min(end + 1, rest.size()));
           const size_t colon = line.find(": ");
           if (colon == std::string_view::npos) continue;
-          info[nb::str(line.data(), colon)] = nb::str(line.data() + colon + 2, line.size() - colon - 2);
+          info[nb::str(line.data(), colon)] =
+              nb::str(line.data() + colon + 2, line.size() - colon - 2);
         }
         return info;
       },

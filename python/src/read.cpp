@@ -10,9 +10,9 @@
 #include <kstage/kstage_arrow.h>
 
 #include <nanobind/stl/shared_ptr.h>
-#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 namespace kstage_py {
@@ -70,11 +70,14 @@ struct GroupPin final : TensorSource {
     return shared[0]->lease();
   }
   const char* writable_refusal() const override {
-    return const_cast<GroupPin*>(this)->is_compact() ? ""
-                   : "a zero-copy read group shares the column's storage and exports read-only: read with "
-                     "compact=True for tensors of your own, or export with copy=True";
+    return const_cast<GroupPin*>(this)->is_compact()
+               ? ""
+               : "a zero-copy read group shares the column's storage and exports read-only: read "
+                 "with "
+                 "compact=True for tensors of your own, or export with copy=True";
   }
-  DLManagedTensorVersioned* export_versioned(uint64_t index, bool readonly, uintptr_t stream = 0) override {
+  DLManagedTensorVersioned* export_versioned(uint64_t index, bool readonly,
+                                             uintptr_t stream = 0) override {
     if (stream != 0) return export_from_stage(index, readonly, stream);  // this consumer's own
     if (!info.is_array) {
       SharedExport*& s = shared[readonly ? 0 : 1];
@@ -103,12 +106,14 @@ struct GroupPin final : TensorSource {
   }
   DLManagedTensor* export_legacy(uint64_t index, bool readonly, bool consumer_reads_only,
                                  uintptr_t stream = 0) override {
-    uint64_t flags = (readonly ? KSTAGE_EXPORT_READ_ONLY : 0) | (consumer_reads_only ? KSTAGE_EXPORT_CONSUMER_READS_ONLY : 0);
+    uint64_t flags = (readonly ? KSTAGE_EXPORT_READ_ONLY : 0) |
+                     (consumer_reads_only ? KSTAGE_EXPORT_CONSUMER_READS_ONLY : 0);
     DLManagedTensor* t = nullptr;
     kstage_status_t status;
     {
       ReleaseGil gil;
-      status = kstage_group_export_legacy_on_stream(stage->id, info.handle, index, flags, stream, &t);
+      status =
+          kstage_group_export_legacy_on_stream(stage->id, info.handle, index, flags, stream, &t);
     }
     check(status);
     return t;
@@ -173,7 +178,8 @@ class ReadGroup {
   }
   const GroupPin& alive() const {
     if (!pin_ || pin_->released) raise_error(KSTAGE_INVALID_HANDLE, "the read group was released");
-    if (pin_->stage->id == 0) raise_error(KSTAGE_INVALID_HANDLE, "the read group's stage was closed");
+    if (pin_->stage->id == 0)
+      raise_error(KSTAGE_INVALID_HANDLE, "the read group's stage was closed");
     return *pin_;
   }
   std::string attribute() const {
@@ -192,7 +198,8 @@ class ReadGroup {
     const GroupPin& p = alive();
     std::vector<std::string> out;
     out.reserve(p.info.prim_count);
-    for (uint64_t i = 0; i < p.info.prim_count; ++i) out.push_back(path_string(p.stage, p.info.prims[i]));
+    for (uint64_t i = 0; i < p.info.prim_count; ++i)
+      out.push_back(path_string(p.stage, p.info.prims[i]));
     return out;
   }
   nb::object index_map() const {
@@ -224,8 +231,8 @@ class ReadGroup {
     if (plain) tensor0_ = t;
     return t;
   }
-  nb::object dlpack(nb::handle stream, nb::handle max_version, nb::handle dl_device, nb::handle copy,
-                    nb::handle readonly) {
+  nb::object dlpack(nb::handle stream, nb::handle max_version, nb::handle dl_device,
+                    nb::handle copy, nb::handle readonly) {
     // The repeat path keeps the GIL throughout: no other thread can release the group meanwhile.
     if (pin_) {
       nb::object fast = repeat_dlpack(*pin_, 0, stream, max_version, dl_device, copy, readonly);
@@ -235,11 +242,14 @@ class ReadGroup {
     std::shared_ptr<GroupPin> pin = pin_;
     const GroupPin& p = alive();
     if (p.info.is_delete) buffer_error("a tombstone group has no tensors");
-    if (p.info.is_array) buffer_error("an array group has one tensor per prim: export group.tensor(i)");
+    if (p.info.is_array)
+      buffer_error("an array group has one tensor per prim: export group.tensor(i)");
     return export_dlpack(*pin, 0, stream, max_version, dl_device, copy, readonly, false);
   }
   // The Arrow PyCapsule interface (arrow_capsules.cpp), with kstage_arrow.h's flags.
-  nb::tuple capsules(ArrowKind kind, nb::handle requested_schema) { return arrow(0, kind, requested_schema); }
+  nb::tuple capsules(ArrowKind kind, nb::handle requested_schema) {
+    return arrow(0, kind, requested_schema);
+  }
   nb::tuple arrow(uint64_t flags, ArrowKind kind, nb::handle requested_schema) {
     if (!requested_schema.is_none())
       throw nb::type_error("kstage exports its own schema: requested_schema must be None");
@@ -248,7 +258,9 @@ class ReadGroup {
     const kstage_stage_t stage = p.stage->id;
     const kstage_group_t group = p.info.handle;
     return arrow_capsules(
-        [=](ArrowSchema* s, ArrowDeviceArray* a) { return kstage_group_export_arrow(stage, group, flags, s, a); },
+        [=](ArrowSchema* s, ArrowDeviceArray* a) {
+          return kstage_group_export_arrow(stage, group, flags, s, a);
+        },
         kind);
   }
   std::string repr() const {
@@ -256,8 +268,9 @@ class ReadGroup {
     if (pin_->stage->id == 0) return "<kstage.ReadGroup (stage closed)>";
     const GroupPin& p = *pin_;
     std::string kind = p.info.is_delete ? "tombstone" : p.info.is_array ? "array" : "fixed";
-    return "<kstage.ReadGroup " + attribute() + ": " + std::to_string(p.info.prim_count) + " prims, " + kind +
-           ", ordinal " + std::to_string(p.info.ordinal) + ", " + device_string(device_of(p)) + ">";
+    return "<kstage.ReadGroup " + attribute() + ": " + std::to_string(p.info.prim_count) +
+           " prims, " + kind + ", ordinal " + std::to_string(p.info.ordinal) + ", " +
+           device_string(device_of(p)) + ">";
   }
 
  private:
@@ -293,7 +306,8 @@ class Read {
     pin->compact = compact_;
     pin->device_index_map = device_index_map_;
     // Never blocks (kstage.h): keeps the GIL.
-    kstage_status_t status = kstage_fetch_read_next(stage_->id, id_, KSTAGE_TIMEOUT_INFINITE, &pin->info);
+    kstage_status_t status =
+        kstage_fetch_read_next(stage_->id, id_, KSTAGE_TIMEOUT_INFINITE, &pin->info);
     if (status == KSTAGE_END_OF_ITERATION) {
       pin->stage = std::make_shared<StageHandle>();  // nothing to release
       release();
@@ -309,7 +323,7 @@ class Read {
  private:
   StageRef stage_;
   kstage_read_t id_;
-  int compact_;  // GroupPin::compact of every group
+  int compact_;            // GroupPin::compact of every group
   bool device_index_map_;  // GroupPin::device_index_map of every group
 };
 
@@ -333,7 +347,8 @@ uint64_t arrow_flags(nb::handle paths) {
 void no_device_kwargs(const nb::kwargs& kwargs) {
   for (auto [key, value] : kwargs)
     if (!value.is_none())
-      throw nb::type_error(("__arrow_c_device_array__: kstage does not take " + nb::cast<std::string>(key)).c_str());
+      throw nb::type_error(
+          ("__arrow_c_device_array__: kstage does not take " + nb::cast<std::string>(key)).c_str());
 }
 
 // Stage.to_arrow: a record batch of a read, exported when a consumer takes it (each take is a
@@ -352,7 +367,8 @@ struct ArrowBatch {
     const kstage_query_t id = q.id;
     return arrow_capsules(
         [&](ArrowSchema* out_schema, ArrowDeviceArray* out_array) {
-          return kstage_read_export_arrow(s, id, tokens.data(), tokens.size(), &desc, flags, out_schema, out_array);
+          return kstage_read_export_arrow(s, id, tokens.data(), tokens.size(), &desc, flags,
+                                          out_schema, out_array);
         },
         kind);
   }
@@ -361,105 +377,132 @@ struct ArrowBatch {
 // The Arrow PyCapsule interface on `cls`, whose C::capsules(kind, requested_schema) makes them.
 template <class C>
 void def_arrow_protocol(nb::class_<C>& cls) {
-  cls.def("__arrow_c_array__", [](C& c, nb::handle rs) { return c.capsules(ArrowKind::Host, rs); },
-          nb::arg("requested_schema") = nb::none(),
-          "Arrow PyCapsules (schema, array) of host data: pyarrow.array(obj), pyarrow.record_batch(obj).")
-      .def("__arrow_c_device_array__",
-           [](C& c, nb::handle rs, nb::kwargs kw) {
-             no_device_kwargs(kw);
-             return c.capsules(ArrowKind::Device, rs);
-           },
-           nb::arg("requested_schema") = nb::none(), nb::arg("kwargs"),
-           "Arrow PyCapsules (schema, device array), on the data's device.")
-      .def("__arrow_c_schema__", [](C& c) { return nb::object(c.capsules(ArrowKind::Device, nb::none())[0]); },
-           "The Arrow schema capsule.");
+  cls.def(
+         "__arrow_c_array__", [](C& c, nb::handle rs) { return c.capsules(ArrowKind::Host, rs); },
+         nb::arg("requested_schema") = nb::none(),
+         "Arrow PyCapsules (schema, array) of host data: pyarrow.array(obj), "
+         "pyarrow.record_batch(obj).")
+      .def(
+          "__arrow_c_device_array__",
+          [](C& c, nb::handle rs, nb::kwargs kw) {
+            no_device_kwargs(kw);
+            return c.capsules(ArrowKind::Device, rs);
+          },
+          nb::arg("requested_schema") = nb::none(), nb::arg("kwargs"),
+          "Arrow PyCapsules (schema, device array), on the data's device.")
+      .def(
+          "__arrow_c_schema__",
+          [](C& c) { return nb::object(c.capsules(ArrowKind::Device, nb::none())[0]); },
+          "The Arrow schema capsule.");
 }
 
-nb::object group_dlpack(nb::handle self, nb::handle stream, nb::handle max_version, nb::handle dl_device,
-                        nb::handle copy, nb::handle readonly) {
+nb::object group_dlpack(nb::handle self, nb::handle stream, nb::handle max_version,
+                        nb::handle dl_device, nb::handle copy, nb::handle readonly) {
   return nb::inst_ptr<ReadGroup>(self)->dlpack(stream, max_version, dl_device, copy, readonly);
 }
 
 }  // namespace
 
 void register_read(nb::module_& m, nb::handle stage_class) {
-  auto group_class = nb::class_<ReadGroup>(m, "ReadGroup",
-                        "One group of a read: prims with the same column and device, and their "
-                        "tensors (pinned snapshot data). A context manager: released on exit, or "
-                        "when collected.")
-      .def_prop_ro("attribute", &ReadGroup::attribute, "The attribute's name.")
-      .def_prop_ro("attribute_token", &ReadGroup::attribute_token)
-      .def_prop_ro("prims", &ReadGroup::prims, nb::for_getter(nb::sig("def prims(self) -> numpy.ndarray")), "The prims' path ids (a read-only uint64 numpy view).")
-      .def_prop_ro("paths", &ReadGroup::paths, "The prims' paths (strings, made on demand).")
-      .def_prop_ro("index_map", &ReadGroup::index_map, nb::for_getter(nb::sig("def index_map(self) -> numpy.ndarray | Tensor | None")),
-                   "None, or prim i's row in the tensor (a read-only uint32 numpy view): zero-copy "
-                   "groups share the column's storage, whose row order is the column's. A device "
-                   "group read with device_index_map=True: a read-only uint32 Tensor in the "
-                   "group's device memory (DLPack, ordered on the consumer's stream).")
-      .def_prop_ro("ordinal", &ReadGroup::ordinal, "The attribute's write floor at the snapshot.")
-      .def_prop_ro("is_tombstone", &ReadGroup::is_tombstone,
-                   "A change-range tombstone group: these prims lost the attribute; no tensors.")
-      .def_prop_ro("is_array", &ReadGroup::is_array, "An array (ragged) attribute: one tensor per prim.")
-      .def_prop_ro("compact", &ReadGroup::compact)
-      .def_prop_ro("semantic", &ReadGroup::semantic)
-      .def_prop_ro("dtype", &ReadGroup::dtype, nb::for_getter(nb::sig("def dtype(self) -> numpy.dtype | None")), "The element dtype (numpy), without lanes.")
-      .def_prop_ro("lanes", &ReadGroup::lanes, "Values per row of a fixed-size column (3 for float32 x 3).")
-      .def_prop_ro("tensor_count", &ReadGroup::tensor_count)
-      .def_prop_ro("device", &ReadGroup::device, nb::for_getter(nb::sig("def device(self) -> tuple[int, int]")), "(device_type, device_id) of the tensors.")
-      .def("__len__", &ReadGroup::count)
-      .def("tensor", &ReadGroup::tensor,
-           nb::sig("def tensor(self, index: int = 0, *, readonly: bool | None = None, consumer_reads_only: bool = False) -> Tensor"),
-           nb::arg("index") = 0, nb::kw_only(), nb::arg("readonly") = nb::none(),
-           nb::arg("consumer_reads_only") = false,
-           "Tensor `index` for a DLPack consumer (numpy.from_dlpack(g.tensor(0))): a fixed-size "
-           "group's rows as (rows, lanes) (or (rows,) for one lane), an array group's prim "
-           "`index`. Read-only by default; readonly=False on a compact read. "
-           "consumer_reads_only=True lets a read-only tensor go to a legacy consumer that never "
-           "writes (JAX) without a copy.")
-      .def("__dlpack_device__", &ReadGroup::device)
-      .def("release", &ReadGroup::release,
-           "Ends the group (idempotent). numpy views of its prims or index map keep its memory "
-           "until they go; exported tensors keep theirs.")
-      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
-      .def("__exit__", [](ReadGroup& g, nb::args) { g.release(); })
-      .def("__repr__", &ReadGroup::repr);
+  auto group_class =
+      nb::class_<ReadGroup>(
+          m, "ReadGroup",
+          "One group of a read: prims with the same column and device, and their "
+          "tensors (pinned snapshot data). A context manager: released on exit, or "
+          "when collected.")
+          .def_prop_ro("attribute", &ReadGroup::attribute, "The attribute's name.")
+          .def_prop_ro("attribute_token", &ReadGroup::attribute_token)
+          .def_prop_ro("prims", &ReadGroup::prims,
+                       nb::for_getter(nb::sig("def prims(self) -> numpy.ndarray")),
+                       "The prims' path ids (a read-only uint64 numpy view).")
+          .def_prop_ro("paths", &ReadGroup::paths, "The prims' paths (strings, made on demand).")
+          .def_prop_ro(
+              "index_map", &ReadGroup::index_map,
+              nb::for_getter(nb::sig("def index_map(self) -> numpy.ndarray | Tensor | None")),
+              "None, or prim i's row in the tensor (a read-only uint32 numpy view): zero-copy "
+              "groups share the column's storage, whose row order is the column's. A device "
+              "group read with device_index_map=True: a read-only uint32 Tensor in the "
+              "group's device memory (DLPack, ordered on the consumer's stream).")
+          .def_prop_ro("ordinal", &ReadGroup::ordinal,
+                       "The attribute's write floor at the snapshot.")
+          .def_prop_ro(
+              "is_tombstone", &ReadGroup::is_tombstone,
+              "A change-range tombstone group: these prims lost the attribute; no tensors.")
+          .def_prop_ro("is_array", &ReadGroup::is_array,
+                       "An array (ragged) attribute: one tensor per prim.")
+          .def_prop_ro("compact", &ReadGroup::compact)
+          .def_prop_ro("semantic", &ReadGroup::semantic)
+          .def_prop_ro("dtype", &ReadGroup::dtype,
+                       nb::for_getter(nb::sig("def dtype(self) -> numpy.dtype | None")),
+                       "The element dtype (numpy), without lanes.")
+          .def_prop_ro("lanes", &ReadGroup::lanes,
+                       "Values per row of a fixed-size column (3 for float32 x 3).")
+          .def_prop_ro("tensor_count", &ReadGroup::tensor_count)
+          .def_prop_ro("device", &ReadGroup::device,
+                       nb::for_getter(nb::sig("def device(self) -> tuple[int, int]")),
+                       "(device_type, device_id) of the tensors.")
+          .def("__len__", &ReadGroup::count)
+          .def(
+              "tensor", &ReadGroup::tensor,
+              nb::sig("def tensor(self, index: int = 0, *, readonly: bool | None = None, "
+                      "consumer_reads_only: bool = False) -> Tensor"),
+              nb::arg("index") = 0, nb::kw_only(), nb::arg("readonly") = nb::none(),
+              nb::arg("consumer_reads_only") = false,
+              "Tensor `index` for a DLPack consumer (numpy.from_dlpack(g.tensor(0))): a fixed-size "
+              "group's rows as (rows, lanes) (or (rows,) for one lane), an array group's prim "
+              "`index`. Read-only by default; readonly=False on a compact read. "
+              "consumer_reads_only=True lets a read-only tensor go to a legacy consumer that never "
+              "writes (JAX) without a copy.")
+          .def("__dlpack_device__", &ReadGroup::device)
+          .def("release", &ReadGroup::release,
+               "Ends the group (idempotent). numpy views of its prims or index map keep its memory "
+               "until they go; exported tensors keep theirs.")
+          .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+          .def("__exit__", [](ReadGroup& g, nb::args) { g.release(); })
+          .def("__repr__", &ReadGroup::repr);
 
   install_dlpack_method<&group_dlpack>(m.attr("ReadGroup"));
 
   // Arrow (kstage/kstage_arrow.h): the group's column, zero-copy where its memory allows.
   def_arrow_protocol(group_class);
-  group_class.def("arrow",
-                  [](nb::object self, nb::handle paths) {
-                    ArrowView v;
-                    v.group = self;
-                    v.flags = arrow_flags(paths);
-                    return v;
-                  },
-                  nb::arg("paths") = nb::none(),
-                  "The group for an Arrow consumer with a path column: paths=\"ids\" (uint64) or "
-                  "\"strings\" (dictionary-encoded) makes a struct of \"path\" and the column "
-                  "(pyarrow.array(group.arrow(paths=\"strings\"))).");
-  nb::class_<ArrowView> view_class(m, "ArrowView", "A read group with its prims as a path column, for Arrow consumers.");
+  group_class.def(
+      "arrow",
+      [](nb::object self, nb::handle paths) {
+        ArrowView v;
+        v.group = self;
+        v.flags = arrow_flags(paths);
+        return v;
+      },
+      nb::arg("paths") = nb::none(),
+      "The group for an Arrow consumer with a path column: paths=\"ids\" (uint64) or "
+      "\"strings\" (dictionary-encoded) makes a struct of \"path\" and the column "
+      "(pyarrow.array(group.arrow(paths=\"strings\"))).");
+  nb::class_<ArrowView> view_class(
+      m, "ArrowView", "A read group with its prims as a path column, for Arrow consumers.");
   def_arrow_protocol(view_class);
 
-  static PyType_Slot read_slots[] = {{Py_tp_iternext, reinterpret_cast<void*>(&iternext<Read>)}, {0, nullptr}};
+  static PyType_Slot read_slots[] = {{Py_tp_iternext, reinterpret_cast<void*>(&iternext<Read>)},
+                                     {0, nullptr}};
   nb::class_<Read>(m, "Read",
                    "An open read: iterate it for its groups. A context manager: released on exit "
                    "(groups already fetched stay valid until released).",
                    nb::type_slots(read_slots))
-      .def("__iter__", [](nb::handle self) { return nb::borrow(self); },
-           nb::sig("def __iter__(self) -> collections.abc.Iterator[ReadGroup]"))
+      .def(
+          "__iter__", [](nb::handle self) { return nb::borrow(self); },
+          nb::sig("def __iter__(self) -> collections.abc.Iterator[ReadGroup]"))
       .def("release", &Read::release)
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__", [](Read& r, nb::args) { r.release(); });
 
-  nb::class_<ArrowBatch> batch_class(m, "ArrowBatch",
-                                     "Stage.to_arrow's record batch for Arrow consumers (the PyCapsule interface): "
-                                     "each consumer's take reads the stage at that moment.");
+  nb::class_<ArrowBatch> batch_class(
+      m, "ArrowBatch",
+      "Stage.to_arrow's record batch for Arrow consumers (the PyCapsule interface): "
+      "each consumer's take reads the stage at that moment.");
   def_arrow_protocol(batch_class);
 
   stage_class.attr("to_arrow") = nb::cpp_function(
-      [](Stage& self, nb::object query, nb::handle attrs, nb::handle paths, nb::handle range, nb::handle device) {
+      [](Stage& self, nb::object query, nb::handle attrs, nb::handle paths, nb::handle range,
+         nb::handle device) {
         ArrowBatch b;
         b.stage = self.ref();
         b.query = std::move(query);
@@ -478,7 +521,10 @@ void register_read(nb::module_& m, nb::handle stage_class) {
         b.flags = arrow_flags(paths);
         return b;
       },
-      nb::sig("def to_arrow(self, query: Query | str | collections.abc.Sequence[str] | collections.abc.Sequence[int], attrs: str | int | collections.abc.Sequence[str | int], *, paths: str | None = None, range: tuple[int, int] | None = None, device: typing.Any | None = None) -> ArrowBatch"),
+      nb::sig("def to_arrow(self, query: Query | str | collections.abc.Sequence[str] | "
+              "collections.abc.Sequence[int], attrs: str | int | collections.abc.Sequence[str | "
+              "int], *, paths: str | None = None, range: tuple[int, int] | None = None, device: "
+              "typing.Any | None = None) -> ArrowBatch"),
       nb::is_method(), nb::scope(stage_class), nb::arg("query"), nb::arg("attrs"), nb::kw_only(),
       nb::arg("paths") = nb::none(), nb::arg("range") = nb::none(), nb::arg("device") = nb::none(),
       "The query's prims as an Arrow record batch (kstage_read_export_arrow): one row per prim, a "
@@ -488,8 +534,8 @@ void register_read(nb::module_& m, nb::handle stage_class) {
       "every prim in query order. device=\"cpu\" reads device columns to the host.");
 
   stage_class.attr("read") = nb::cpp_function(
-      [](Stage& self, nb::handle query, nb::handle attrs, nb::handle range, bool compact, nb::handle device,
-         nb::handle stream, uint64_t max_group_prims, bool device_index_map) {
+      [](Stage& self, nb::handle query, nb::handle attrs, nb::handle range, bool compact,
+         nb::handle device, nb::handle stream, uint64_t max_group_prims, bool device_index_map) {
         const StageRef& stage = self.ref();
         QueryArg q = query_arg(stage, query);
         std::vector<kstage_token_t> tokens;
@@ -514,23 +560,36 @@ void register_read(nb::module_& m, nb::handle stage_class) {
         kstage_status_t status;
         {
           ReleaseGil gil;
-          status = kstage_read_attributes(stage->id, q.id, tokens.data(), tokens.size(), &desc, &id);
+          status =
+              kstage_read_attributes(stage->id, q.id, tokens.data(), tokens.size(), &desc, &id);
         }
         check(status);
-        return Read(stage, id, compact ? 1 : desc.target_device.device_type == 0 ? 0 : -1, device_index_map);
+        return Read(stage, id,
+                    compact                               ? 1
+                    : desc.target_device.device_type == 0 ? 0
+                                                          : -1,
+                    device_index_map);
       },
-      nb::sig("def read(self, query: Query | str | collections.abc.Sequence[str] | collections.abc.Sequence[int], attrs: str | int | collections.abc.Sequence[str | int], *, range: tuple[int, int] | None = None, compact: bool = False, device: typing.Any | None = None, stream: int | None = None, max_group_prims: int = 0, device_index_map: bool = False) -> Read"),
+      nb::sig("def read(self, query: Query | str | collections.abc.Sequence[str] | "
+              "collections.abc.Sequence[int], attrs: str | int | collections.abc.Sequence[str | "
+              "int], *, range: tuple[int, int] | None = None, compact: bool = False, device: "
+              "typing.Any | None = None, stream: int | None = None, max_group_prims: int = 0, "
+              "device_index_map: bool = False) -> Read"),
       nb::is_method(), nb::scope(stage_class), nb::arg("query"), nb::arg("attrs"), nb::kw_only(),
       nb::arg("range") = nb::none(), nb::arg("compact") = false, nb::arg("device") = nb::none(),
-      nb::arg("stream") = nb::none(), nb::arg("max_group_prims") = 0, nb::arg("device_index_map") = false,
-      "Opens a read of `attrs` (a name or a list) for the query's prims (a Query, or paths) against "
+      nb::arg("stream") = nb::none(), nb::arg("max_group_prims") = 0,
+      nb::arg("device_index_map") = false,
+      "Opens a read of `attrs` (a name or a list) for the query's prims (a Query, or paths) "
+      "against "
       "the latest sealed state. range=(begin, end): only prims that changed at a sealed ordinal in "
       "[begin, end], plus tombstone groups. compact=True: rows gathered into buffers of the read's "
       "own, in prim order (writable exports). device: where the data should land (None: the "
       "column's residency; another device implies compact). stream: a consumer stream made to "
-      "wait for the read's device work (-1: none; __dlpack__(stream=...) orders each export). max_group_prims: groups of at most this many prims, in "
+      "wait for the read's device work (-1: none; __dlpack__(stream=...) orders each export). "
+      "max_group_prims: groups of at most this many prims, in "
       "order (0: one group per attribute). device_index_map=True: a device group's index_map is a "
-      "read-only Tensor in device memory (for torch.from_dlpack, cupy.from_dlpack), not a numpy view.\n\n    for g in stage.read(q, [\"pos\"]):\n        "
+      "read-only Tensor in device memory (for torch.from_dlpack, cupy.from_dlpack), not a numpy "
+      "view.\n\n    for g in stage.read(q, [\"pos\"]):\n        "
       "a = numpy.from_dlpack(g.tensor(0))");
 }
 

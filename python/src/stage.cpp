@@ -4,10 +4,10 @@
 // map.cpp.
 #include "binding.hpp"
 
-#include <nanobind/stl/string.h>
-#include <nanobind/stl/string_view.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
@@ -72,12 +72,17 @@ std::vector<kstage_path_t> path_ids(const StageRef& stage, nb::handle paths) {
     nb::object a = np.attr("asarray")(paths);
     std::string kind = nb::cast<std::string>(a.attr("dtype").attr("kind"));
     if (kind != "u" && kind != "i")
-      raise_invalid_argument(std::string("an array of path ids must hold integers, not ") + text_of(nb::object(a.attr("dtype"))));
-    if (nb::cast<int>(a.attr("ndim")) != 1) raise_invalid_argument("an array of path ids must be one-dimensional");
-    if (kind == "i" && nb::cast<size_t>(a.attr("size")) > 0 && nb::cast<int64_t>(a.attr("min")()) < 0)
+      raise_invalid_argument(std::string("an array of path ids must hold integers, not ") +
+                             text_of(nb::object(a.attr("dtype"))));
+    if (nb::cast<int>(a.attr("ndim")) != 1)
+      raise_invalid_argument("an array of path ids must be one-dimensional");
+    if (kind == "i" && nb::cast<size_t>(a.attr("size")) > 0 &&
+        nb::cast<int64_t>(a.attr("min")()) < 0)
       raise_invalid_argument("path ids are non-negative");
     nb::object u = np.attr("ascontiguousarray")(a, "uint64");
-    auto arr = nb::cast<nb::ndarray<nb::ro, const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(u);
+    auto arr =
+        nb::cast<nb::ndarray<nb::ro, const uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(
+            u);
     return std::vector<kstage_path_t>(arr.data(), arr.data() + arr.shape(0));
   }
   // A tuple of our own: the strings' UTF-8 buffers are used with the GIL released, while
@@ -85,7 +90,8 @@ std::vector<kstage_path_t> path_ids(const StageRef& stage, nb::handle paths) {
   nb::object seq = nb::steal(PySequence_Tuple(paths.ptr()));
   if (!seq.is_valid()) {
     PyErr_Clear();
-    PyErr_Format(PyExc_TypeError, "paths must be a str, a sequence of str, or a sequence of path ids, not %s",
+    PyErr_Format(PyExc_TypeError,
+                 "paths must be a str, a sequence of str, or a sequence of path ids, not %s",
                  Py_TYPE(paths.ptr())->tp_name);
     throw nb::python_error();
   }
@@ -98,22 +104,28 @@ std::vector<kstage_path_t> path_ids(const StageRef& stage, nb::handle paths) {
     std::vector<size_t> lengths(static_cast<size_t>(n));
     for (Py_ssize_t i = 0; i < n; ++i) {
       if (!PyUnicode_Check(items[i])) {
-        PyErr_Format(PyExc_TypeError, "paths[%zd] is %s; a path list holds str (or only ids)", i, Py_TYPE(items[i])->tp_name);
+        PyErr_Format(PyExc_TypeError, "paths[%zd] is %s; a path list holds str (or only ids)", i,
+                     Py_TYPE(items[i])->tp_name);
         throw nb::python_error();
       }
       std::string_view s = utf8(items[i]);
       strings[i] = s.data();
       lengths[i] = s.size();
     }
-    check(without_gil([&] { return kstage_intern_paths(stage->id, strings.data(), lengths.data(), static_cast<uint64_t>(n), ids.data()); }));
+    check(without_gil([&] {
+      return kstage_intern_paths(stage->id, strings.data(), lengths.data(),
+                                 static_cast<uint64_t>(n), ids.data());
+    }));
     return ids;
   }
   for (Py_ssize_t i = 0; i < n; ++i) {
     nb::object index = nb::steal(PyNumber_Index(items[i]));  // ints, numpy integers
-    unsigned long long v = index.is_valid() ? PyLong_AsUnsignedLongLong(index.ptr()) : static_cast<unsigned long long>(-1);
+    unsigned long long v = index.is_valid() ? PyLong_AsUnsignedLongLong(index.ptr())
+                                            : static_cast<unsigned long long>(-1);
     if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
       PyErr_Clear();
-      PyErr_Format(PyExc_TypeError, "paths[%zd] must be a str or a non-negative path id, not %R", i, items[i]);
+      PyErr_Format(PyExc_TypeError, "paths[%zd] must be a str or a non-negative path id, not %R", i,
+                   items[i]);
       throw nb::python_error();
     }
     ids[i] = v;
@@ -124,9 +136,11 @@ std::vector<kstage_path_t> path_ids(const StageRef& stage, nb::handle paths) {
 // A numpy array that owns `ids` (writable: it is the caller's copy).
 nb::object path_array(std::vector<kstage_path_t> ids) {
   auto* heap = new std::vector<kstage_path_t>(std::move(ids));
-  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<kstage_path_t>*>(p); });
+  nb::capsule owner(heap,
+                    [](void* p) noexcept { delete static_cast<std::vector<kstage_path_t>*>(p); });
   size_t shape[1] = {heap->size()};
-  return nb::cast(nb::ndarray<nb::numpy, kstage_path_t, nb::ndim<1>>(heap->data(), 1, shape, owner));
+  return nb::cast(
+      nb::ndarray<nb::numpy, kstage_path_t, nb::ndim<1>>(heap->data(), 1, shape, owner));
 }
 
 }  // namespace
@@ -138,7 +152,8 @@ std::string path_string(const StageRef& stage, kstage_path_t path) {
   return std::string(s, n);
 }
 
-Stage::Stage(std::string_view host_execution, nb::handle residency) : handle_(std::make_shared<StageHandle>()) {
+Stage::Stage(std::string_view host_execution, nb::handle residency)
+    : handle_(std::make_shared<StageHandle>()) {
   kstage_config_t config = kstage_config_init();
   config.host_execution = host_execution_arg(host_execution);
   config.residency = device_arg(residency);
@@ -166,10 +181,13 @@ nb::object Stage::intern(nb::handle paths) {
 }
 std::string Stage::path(kstage_path_t id) { return path_string(handle_, id); }
 
-kstage_path_t Stage::intern_range(std::string_view parent, std::string_view prefix, uint64_t begin, uint64_t count) {
+kstage_path_t Stage::intern_range(std::string_view parent, std::string_view prefix, uint64_t begin,
+                                  uint64_t count) {
   kstage_path_t first = 0;
-  check(without_gil([&] { return kstage_intern_path_range(handle_->id, parent.data(), parent.size(), prefix.data(), prefix.size(), begin,
-                                 count, &first); }));
+  check(without_gil([&] {
+    return kstage_intern_path_range(handle_->id, parent.data(), parent.size(), prefix.data(),
+                                    prefix.size(), begin, count, &first);
+  }));
   return first;
 }
 std::tuple<kstage_path_t, uint64_t, uint64_t> Stage::range_info(kstage_path_t path) {
@@ -184,7 +202,8 @@ kstage_path_t Stage::range_member(kstage_path_t first, uint64_t index) {
   return path;
 }
 
-std::tuple<std::string, std::string, uint64_t, uint64_t> Stage::range_definition(kstage_path_t first) {
+std::tuple<std::string, std::string, uint64_t, uint64_t> Stage::range_definition(
+    kstage_path_t first) {
   const char *parent = nullptr, *prefix = nullptr;
   size_t parent_length = 0, prefix_length = 0;
   uint64_t begin = 0, count = 0;
@@ -194,7 +213,8 @@ std::tuple<std::string, std::string, uint64_t, uint64_t> Stage::range_definition
   return {std::string(parent, parent_length), std::string(prefix, prefix_length), begin, count};
 }
 
-std::unique_ptr<Query> Stage::query(nb::handle paths, nb::handle prefix, nb::handle has, nb::handle path_in) {
+std::unique_ptr<Query> Stage::query(nb::handle paths, nb::handle prefix, nb::handle has,
+                                    nb::handle path_in) {
   kstage_query_t q = 0;
   if (!paths.is_none()) {
     if (!prefix.is_none() || !has.is_none() || !path_in.is_none())
@@ -215,7 +235,8 @@ std::unique_ptr<Query> Stage::query(nb::handle paths, nb::handle prefix, nb::han
     filter.has_attribute_count = tokens.size();
   }
   if (!prefix.is_none()) {
-    filter.path_prefix = PyUnicode_Check(prefix.ptr()) ? path_ids(handle_, prefix)[0] : to_uint64(prefix, "prefix");
+    filter.path_prefix =
+        PyUnicode_Check(prefix.ptr()) ? path_ids(handle_, prefix)[0] : to_uint64(prefix, "prefix");
   }
   kstage_path_list_t list = 0;
   if (!path_in.is_none()) {
@@ -237,9 +258,11 @@ std::unique_ptr<Query> Stage::query(nb::handle paths, nb::handle prefix, nb::han
   return std::make_unique<Query>(handle_, q);
 }
 
-std::unique_ptr<Query> Stage::query_range(kstage_path_t first, uint64_t start, uint64_t count, uint64_t stride) {
+std::unique_ptr<Query> Stage::query_range(kstage_path_t first, uint64_t start, uint64_t count,
+                                          uint64_t stride) {
   kstage_query_t q = 0;
-  check(without_gil([&] { return kstage_query_range(handle_->id, first, start, count, stride, &q); }));
+  check(without_gil(
+      [&] { return kstage_query_range(handle_->id, first, start, count, stride, &q); }));
   return std::make_unique<Query>(handle_, q);
 }
 
@@ -251,9 +274,13 @@ void Stage::seal(uint64_t ordinal, nb::handle attributes) {
     } else {
       for (nb::handle a : attributes) tokens.push_back(attribute_token(handle_, a));
     }
-    if (tokens.empty()) raise_invalid_argument("seal(ordinal, attrs=[]): name at least one attribute, or attrs=None for all");
+    if (tokens.empty())
+      raise_invalid_argument(
+          "seal(ordinal, attrs=[]): name at least one attribute, or attrs=None for all");
   }
-  check(without_gil([&] { return kstage_advance_write_floor(handle_->id, ordinal, tokens.data(), tokens.size()); }));
+  check(without_gil([&] {
+    return kstage_advance_write_floor(handle_->id, ordinal, tokens.data(), tokens.size());
+  }));
 }
 
 uint64_t Stage::write_floor(nb::handle attribute) {
@@ -372,17 +399,26 @@ DLDevice device_arg(nb::handle device) {
     if (type.size() < s.size()) {
       std::string_view digits = s.substr(type.size() + 1);
       auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), ordinal);
-      if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty() || ordinal < 0)
-        raise_invalid_argument("device \"" + std::string(s) + "\": the ordinal after ':' must be a non-negative integer");
+      if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty() ||
+          ordinal < 0)
+        raise_invalid_argument("device \"" + std::string(s) +
+                               "\": the ordinal after ':' must be a non-negative integer");
     }
     static const std::pair<std::string_view, DLDeviceType> names[] = {
-        {"cpu", kDLCPU},         {"cuda", kDLCUDA}, {"cuda_host", kDLCUDAHost},       {"cuda_managed", kDLCUDAManaged},
-        {"rocm", kDLROCM},       {"hip", kDLROCM},  {"rocm_host", kDLROCMHost},       {"ext_dev", kDLExtDev}};
+        {"cpu", kDLCPU},
+        {"cuda", kDLCUDA},
+        {"cuda_host", kDLCUDAHost},
+        {"cuda_managed", kDLCUDAManaged},
+        {"rocm", kDLROCM},
+        {"hip", kDLROCM},
+        {"rocm_host", kDLROCMHost},
+        {"ext_dev", kDLExtDev}};
     for (const auto& [name, t] : names) {
       if (type == name) return DLDevice{t, ordinal};
     }
-    raise_invalid_argument("unknown device \"" + std::string(s) +
-                           "\" (cpu, cuda[:N], cuda_host, cuda_managed[:N], rocm[:N], rocm_host, ext_dev[:N])");
+    raise_invalid_argument(
+        "unknown device \"" + std::string(s) +
+        "\" (cpu, cuda[:N], cuda_host, cuda_managed[:N], rocm[:N], rocm_host, ext_dev[:N])");
   }
   nb::object pair = nb::borrow(device);
   if (nb::hasattr(device, "__dlpack_device__")) pair = device.attr("__dlpack_device__")();
@@ -391,7 +427,8 @@ DLDevice device_arg(nb::handle device) {
     return DLDevice{static_cast<DLDeviceType>(type), ordinal};
   } catch (const nb::cast_error&) {
     PyErr_Format(PyExc_TypeError,
-                 "a device is None, a str (\"cpu\", \"cuda:0\"), a (device_type, device_id) pair or an object "
+                 "a device is None, a str (\"cpu\", \"cuda:0\"), a (device_type, device_id) pair "
+                 "or an object "
                  "with __dlpack_device__, not %R",
                  device.ptr());
     throw nb::python_error();
@@ -402,13 +439,15 @@ uint64_t to_uint64(nb::handle obj, const char* what) {
   nb::object index = nb::steal(PyNumber_Index(obj.ptr()));
   if (!index.is_valid()) {
     PyErr_Clear();
-    PyErr_Format(PyExc_TypeError, "%s must be an integer, not %s", what, Py_TYPE(obj.ptr())->tp_name);
+    PyErr_Format(PyExc_TypeError, "%s must be an integer, not %s", what,
+                 Py_TYPE(obj.ptr())->tp_name);
     throw nb::python_error();
   }
   unsigned long long v = PyLong_AsUnsignedLongLong(index.ptr());
   if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
     PyErr_Clear();
-    raise_invalid_argument(std::string(what) + " must be a non-negative integer below 2^64, not " + text_of(obj));
+    raise_invalid_argument(std::string(what) + " must be a non-negative integer below 2^64, not " +
+                           text_of(obj));
   }
   return v;
 }
@@ -417,17 +456,20 @@ std::tuple<uint64_t, uint64_t> uint_pair(nb::handle obj, const char* what) {
   nb::object seq = nb::steal(PySequence_Fast(obj.ptr(), ""));
   if (!seq.is_valid() || PySequence_Fast_GET_SIZE(seq.ptr()) != 2) {
     PyErr_Clear();
-    PyErr_Format(PyExc_TypeError, "%s must be a pair (begin, end) of non-negative integers, not %R", what, obj.ptr());
+    PyErr_Format(PyExc_TypeError, "%s must be a pair (begin, end) of non-negative integers, not %R",
+                 what, obj.ptr());
     throw nb::python_error();
   }
   uint64_t v[2];
   for (int i = 0; i < 2; ++i) {
     PyObject* item = PySequence_Fast_GET_ITEM(seq.ptr(), i);
     nb::object index = nb::steal(PyNumber_Index(item));
-    unsigned long long x = index.is_valid() ? PyLong_AsUnsignedLongLong(index.ptr()) : static_cast<unsigned long long>(-1);
+    unsigned long long x = index.is_valid() ? PyLong_AsUnsignedLongLong(index.ptr())
+                                            : static_cast<unsigned long long>(-1);
     if (x == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
       PyErr_Clear();
-      PyErr_Format(PyExc_TypeError, "%s must be a pair (begin, end) of non-negative integers, not %R", what,
+      PyErr_Format(PyExc_TypeError,
+                   "%s must be a pair (begin, end) of non-negative integers, not %R", what,
                    obj.ptr());
       throw nb::python_error();
     }
@@ -437,7 +479,7 @@ std::tuple<uint64_t, uint64_t> uint_pair(nb::handle obj, const char* what) {
 }
 
 std::string device_string(DLDevice device) {
-  const char* name = "device type " ;
+  const char* name = "device type ";
   switch (device.device_type) {
     case kDLCPU: return "cpu";
     case kDLCUDA: name = "cuda"; break;
@@ -446,7 +488,9 @@ std::string device_string(DLDevice device) {
     case kDLROCM: name = "rocm"; break;
     case kDLROCMHost: return "rocm_host";
     case kDLExtDev: name = "ext_dev"; break;
-    default: return std::string(name) + std::to_string(static_cast<int>(device.device_type)) + ":" + std::to_string(device.device_id);
+    default:
+      return std::string(name) + std::to_string(static_cast<int>(device.device_type)) + ":" +
+             std::to_string(device.device_id);
   }
   return std::string(name) + ":" + std::to_string(device.device_id);
 }
@@ -470,27 +514,30 @@ void register_stage(nb::module_& m) {
             uint64_t n = 0;
             kstage_status_t status = kstage_path_list_get(q.stage->id, list, &ids, &n);
             std::vector<kstage_path_t> copy;
-            std::string message = status == KSTAGE_OK ? "" : kstage_last_error();  // before the next call
+            std::string message =
+                status == KSTAGE_OK ? "" : kstage_last_error();  // before the next call
             if (status == KSTAGE_OK) copy.assign(ids, ids + n);
             kstage_path_list_release(q.stage->id, list);
             if (status != KSTAGE_OK) raise_error(status, message);
             return path_array(std::move(copy));
           },
           "The prims' path ids, in query order (a new uint64 numpy array).")
-      .def_prop_ro("handle", [](const Query& q) { return q.id; },
-                   "The C handle (kstage_query_t), for code that mixes in the C API.")
+      .def_prop_ro(
+          "handle", [](const Query& q) { return q.id; },
+          "The C handle (kstage_query_t), for code that mixes in the C API.")
       .def("release", &Query::release, "Releases the query now (idempotent).")
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
-      .def("__exit__", [](Query& q, nb::args) { q.release(); }, "Releases the query.")
+      .def(
+          "__exit__", [](Query& q, nb::args) { q.release(); }, "Releases the query.")
       .def_prop_ro("released", [](const Query& q) { return q.id == 0; });
 
   nb::class_<Stage>(m, "Stage",
                     "A columnar attribute store (kstage_stage_t): prims named by paths, attributes "
                     "written at ordinals, sealed, and read as DLPack tensors.")
       .def(nb::init<std::string_view, nb::handle>(),
-           nb::sig("def __init__(self, *, host_execution: str = 'default', residency: typing.Any | None = None) -> None"),
-           nb::kw_only(), nb::arg("host_execution") = "default",
-           nb::arg("residency") = nb::none(),
+           nb::sig("def __init__(self, *, host_execution: str = 'default', residency: typing.Any | "
+                   "None = None) -> None"),
+           nb::kw_only(), nb::arg("host_execution") = "default", nb::arg("residency") = nb::none(),
            "host_execution: \"default\", \"serial\" or \"parallel\" (kernels on host columns).\n"
            "residency: where new columns live unless a write or a map names one: None (where "
            "the first write's data lives), \"cpu\", \"cuda:0\", (device_type, device_id), ...")
@@ -498,19 +545,25 @@ void register_stage(nb::module_& m) {
            "Destroys the stage now: everything made from it becomes stale (InvalidHandle). "
            "Data exported through DLPack stays valid. Idempotent.")
       .def_prop_ro("closed", &Stage::closed)
-      .def_prop_ro("handle", &Stage::id, "The C handle (kstage_stage_t), for code that mixes in the C API.")
+      .def_prop_ro("handle", &Stage::id,
+                   "The C handle (kstage_stage_t), for code that mixes in the C API.")
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
-      .def("__exit__", [](Stage& s, nb::args) { s.close(); }, "Closes the stage.")
+      .def(
+          "__exit__", [](Stage& s, nb::args) { s.close(); }, "Closes the stage.")
       .def("token", &Stage::token, nb::arg("name"), "The token of an attribute name (interned).")
       .def("token_name", &Stage::token_name, nb::arg("token"), "The name of an attribute token.")
       .def("intern", &Stage::intern,
-           nb::sig("def intern(self, paths: str | collections.abc.Sequence[str]) -> int | numpy.ndarray"), nb::arg("paths"),
+           nb::sig("def intern(self, paths: str | collections.abc.Sequence[str]) -> int | "
+                   "numpy.ndarray"),
+           nb::arg("paths"),
            "Interns a path (returns its id) or a sequence of paths in one call (returns a uint64 "
            "numpy array of ids; all or nothing).")
-      .def("path", &Stage::path, nb::arg("id"), "The string of a path id (made on demand for range members).")
-      .def("intern_range", &Stage::intern_range, nb::arg("parent"), nb::arg("prefix"), nb::arg("begin"),
-           nb::arg("count"),
-           "Interns the path range \"<parent>/<prefix><n>\" for n in [begin, begin + count) in O(1); "
+      .def("path", &Stage::path, nb::arg("id"),
+           "The string of a path id (made on demand for range members).")
+      .def("intern_range", &Stage::intern_range, nb::arg("parent"), nb::arg("prefix"),
+           nb::arg("begin"), nb::arg("count"),
+           "Interns the path range \"<parent>/<prefix><n>\" for n in [begin, begin + count) in "
+           "O(1); "
            "returns the first id (the others follow it).")
       .def("range_info", &Stage::range_info, nb::arg("path"),
            "(first, count, index) of the range `path` belongs to; NotFound if none.")
@@ -520,15 +573,19 @@ void register_stage(nb::module_& m) {
            "(parent, prefix, begin, count): how the range whose first id is `first` was made "
            "(kstage_path_range_definition), so that intern_range(*it) makes it again elsewhere.")
       .def("query", &Stage::query,
-           nb::sig("def query(self, paths: str | collections.abc.Sequence[str] | collections.abc.Sequence[int] | None = None, *, prefix: str | int | None = None, has: str | int | collections.abc.Sequence[str | int] | None = None, path_in: collections.abc.Sequence[str] | collections.abc.Sequence[int] | None = None) -> Query"),
+           nb::sig("def query(self, paths: str | collections.abc.Sequence[str] | "
+                   "collections.abc.Sequence[int] | None = None, *, prefix: str | int | None = "
+                   "None, has: str | int | collections.abc.Sequence[str | int] | None = None, "
+                   "path_in: collections.abc.Sequence[str] | collections.abc.Sequence[int] | None "
+                   "= None) -> Query"),
            nb::arg("paths") = nb::none(), nb::kw_only(), nb::arg("prefix") = nb::none(),
            nb::arg("has") = nb::none(), nb::arg("path_in") = nb::none(),
            "query(paths): the prims of these paths (str or ids), in this order; they need not "
            "exist yet.\nquery(prefix=, has=, path_in=): the existing prims (sealed state) at or "
            "below `prefix`, holding every attribute in `has`, whose path is in `path_in`, in "
            "path-id order.")
-      .def("query_range", &Stage::query_range, nb::arg("first"), nb::arg("start") = 0, nb::arg("count") = 0,
-           nb::arg("stride") = 1,
+      .def("query_range", &Stage::query_range, nb::arg("first"), nb::arg("start") = 0,
+           nb::arg("count") = 0, nb::arg("stride") = 1,
            "Members start, start + stride, ... of the range whose first id is `first` (count 0: "
            "to the end of the range).")
       .def("seal", &Stage::seal, nb::arg("ordinal"), nb::arg("attrs") = nb::none(),

@@ -22,13 +22,15 @@ kstage_prim_mode_t mode_arg(std::string_view mode) {
   if (mode == "upsert") return KSTAGE_PRIM_MODE_UPSERT;
   if (mode == "insert") return KSTAGE_PRIM_MODE_INSERT;
   if (mode == "update") return KSTAGE_PRIM_MODE_UPDATE;
-  raise_invalid_argument("mode must be \"upsert\", \"insert\" or \"update\", not \"" + std::string(mode) + "\"");
+  raise_invalid_argument("mode must be \"upsert\", \"insert\" or \"update\", not \"" +
+                         std::string(mode) + "\"");
 }
 
 const char* semantic_name(kstage_semantic_t s) {
   static const char* names[] = {"none",   "point",    "vector",   "normal",  "color", "quaternion",
                                 "matrix", "texcoord", "token_id", "path_id", "string"};
-  static_assert(sizeof names / sizeof names[0] == KSTAGE_SEMANTIC_STRING + 1, "one name per kstage_semantic_t");
+  static_assert(sizeof names / sizeof names[0] == KSTAGE_SEMANTIC_STRING + 1,
+                "one name per kstage_semantic_t");
   return s >= 0 && s <= KSTAGE_SEMANTIC_STRING ? names[s] : "unknown";
 }
 
@@ -36,7 +38,8 @@ kstage_semantic_t semantic_arg(nb::handle semantic) {
   if (semantic.is_none()) return KSTAGE_SEMANTIC_NONE;
   if (PyLong_Check(semantic.ptr())) {
     uint64_t code = to_uint64(semantic, "semantic");
-    if (code > 0x7fffffff) raise_invalid_argument("semantic " + std::to_string(code) + " is not a semantic code");
+    if (code > 0x7fffffff)
+      raise_invalid_argument("semantic " + std::to_string(code) + " is not a semantic code");
     return static_cast<kstage_semantic_t>(code);
   }
   if (!PyUnicode_Check(semantic.ptr())) {
@@ -48,19 +51,23 @@ kstage_semantic_t semantic_arg(nb::handle semantic) {
   for (kstage_semantic_t i = KSTAGE_SEMANTIC_NONE; i <= KSTAGE_SEMANTIC_STRING; ++i) {
     if (s == semantic_name(i)) return i;
   }
-  raise_invalid_argument("unknown semantic \"" + s +
-                         "\" (none, point, vector, normal, color, quaternion, matrix, texcoord, token_id, "
-                         "path_id, string)");
+  raise_invalid_argument(
+      "unknown semantic \"" + s +
+      "\" (none, point, vector, normal, color, quaternion, matrix, texcoord, token_id, "
+      "path_id, string)");
 }
 
 // A contiguous 1-D numpy array of `obj`.
 nb::object numpy_1d(nb::handle obj, const char* what) {
   // Leaked on purpose: a static nb::object would be released by C++ exit, after Python is gone.
-  static nb::handle ascontiguousarray = nb::object(nb::module_::import_("numpy").attr("ascontiguousarray")).release();
+  static nb::handle ascontiguousarray =
+      nb::object(nb::module_::import_("numpy").attr("ascontiguousarray")).release();
   nb::object a = ascontiguousarray(obj);
-  if (nb::cast<int>(a.attr("ndim")) != 1) raise_invalid_argument(std::string(what) + " must be one-dimensional");
+  if (nb::cast<int>(a.attr("ndim")) != 1)
+    raise_invalid_argument(std::string(what) + " must be one-dimensional");
   // Native byte order (a '>u4' index_map is integers too): nanobind's cast takes no other.
-  if (!nb::cast<bool>(a.attr("dtype").attr("isnative"))) a = a.attr("astype")(a.attr("dtype").attr("newbyteorder")("="));
+  if (!nb::cast<bool>(a.attr("dtype").attr("isnative")))
+    a = a.attr("astype")(a.attr("dtype").attr("newbyteorder")("="));
   return a;
 }
 
@@ -98,11 +105,13 @@ using HostArray = nb::ndarray<nb::ro, nb::ndim<1>, nb::c_contig, nb::device::cpu
 const uint32_t* index_map_arg(nb::handle obj, Payload& payload, uint64_t& length) {
   nb::object a = numpy_1d(obj, "index_map");
   if (nb::cast<size_t>(a.attr("size")) == 0)  // before the dtype: [] is float64 to numpy
-    raise_invalid_argument("index_map is empty: an empty index map would mean count=0, which means every prim "
-                           "of the query; skip the write instead");
+    raise_invalid_argument(
+        "index_map is empty: an empty index map would mean count=0, which means every prim "
+        "of the query; skip the write instead");
   std::string kind = nb::cast<std::string>(a.attr("dtype").attr("kind"));
   if (kind != "i" && kind != "u")
-    raise_invalid_argument("index_map must hold integers, not " + text_of(nb::object(a.attr("dtype"))));
+    raise_invalid_argument("index_map must hold integers, not " +
+                           text_of(nb::object(a.attr("dtype"))));
   HostArray arr = nb::cast<HostArray>(a);
   length = arr.shape(0);
   nb::dlpack::dtype t = arr.dtype();
@@ -124,10 +133,18 @@ const uint32_t* index_map_arg(nb::handle obj, Payload& payload, uint64_t& length
   const void* d = arr.data();
   bool is_signed = t.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Int);
   switch (t.bits) {
-    case 8: is_signed ? convert(static_cast<const int8_t*>(d)) : convert(static_cast<const uint8_t*>(d)); break;
-    case 16: is_signed ? convert(static_cast<const int16_t*>(d)) : convert(static_cast<const uint16_t*>(d)); break;
+    case 8:
+      is_signed ? convert(static_cast<const int8_t*>(d)) : convert(static_cast<const uint8_t*>(d));
+      break;
+    case 16:
+      is_signed ? convert(static_cast<const int16_t*>(d))
+                : convert(static_cast<const uint16_t*>(d));
+      break;
     case 32: convert(static_cast<const int32_t*>(d)); break;  // uint32 copied above
-    case 64: is_signed ? convert(static_cast<const int64_t*>(d)) : convert(static_cast<const uint64_t*>(d)); break;
+    case 64:
+      is_signed ? convert(static_cast<const int64_t*>(d))
+                : convert(static_cast<const uint64_t*>(d));
+      break;
     default: raise_invalid_argument("index_map: unsupported integer width");
   }
   return payload.index_map.data();
@@ -137,20 +154,24 @@ const uint32_t* index_map_arg(nb::handle obj, Payload& payload, uint64_t& length
 // torch, cupy, a kstage device group): imported and kept in `payload` as it is -- no copy --
 // ordered on the write's stream (the producer's, as for the data), and checked for what the
 // stage reads there: one contiguous, non-empty axis. Null when `obj` is host data.
-const DLTensor* device_selection_arg(nb::handle obj, nb::handle stream, Payload& payload, const char* what) {
+const DLTensor* device_selection_arg(nb::handle obj, nb::handle stream, Payload& payload,
+                                     const char* what) {
   if (!nb::hasattr(obj, "__dlpack_device__") || !nb::hasattr(obj, "__dlpack__")) return nullptr;
   nb::tuple where = nb::borrow<nb::tuple>(obj.attr("__dlpack_device__")());
   if (nb::len(where) != 2 || is_host_memory(nb::cast<int>(where[0]))) return nullptr;
   payload.index_imports.push_back(import_dlpack(obj, stream));
   const DLTensor& t = payload.index_imports.back().tensor();
   const std::string name = what;
-  if (t.ndim != 1) raise_invalid_argument(name + " must be one-dimensional, not " + std::to_string(t.ndim) + "-D");
+  if (t.ndim != 1)
+    raise_invalid_argument(name + " must be one-dimensional, not " + std::to_string(t.ndim) + "-D");
   if (t.strides != nullptr && t.shape[0] > 1 && t.strides[0] != 1)
-    raise_invalid_argument("a device " + name + " must be contiguous (stride " + std::to_string(t.strides[0]) +
+    raise_invalid_argument("a device " + name + " must be contiguous (stride " +
+                           std::to_string(t.strides[0]) +
                            "); make a contiguous copy on its device first");
   if (t.shape[0] == 0)
-    raise_invalid_argument(name + " is empty: an empty " + name +
-                           " would mean count=0, which means every prim of the query; skip the write instead");
+    raise_invalid_argument(
+        name + " is empty: an empty " + name +
+        " would mean count=0, which means every prim of the query; skip the write instead");
   return &t;
 }
 
@@ -161,9 +182,13 @@ const T* device_data(const DLTensor& t) {
 
 // A DLPack dtype for a message: "int16", "uint64 x 2", "code 4, 16 bits".
 std::string dlpack_dtype_text(DLDataType t) {
-  const char* code = t.code == kDLInt ? "int" : t.code == kDLUInt ? "uint" : t.code == kDLFloat ? "float" : nullptr;
-  std::string text = code ? code + std::to_string(t.bits)
-                          : "code " + std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits";
+  const char* code = t.code == kDLInt     ? "int"
+                     : t.code == kDLUInt  ? "uint"
+                     : t.code == kDLFloat ? "float"
+                                          : nullptr;
+  std::string text =
+      code ? code + std::to_string(t.bits)
+           : "code " + std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits";
   return t.lanes > 1 ? text + " x " + std::to_string(t.lanes) : text;
 }
 
@@ -197,8 +222,9 @@ const uint64_t* device_mask_arg(nb::handle obj, nb::handle stream, Payload& payl
   const DLTensor* t = device_selection_arg(obj, stream, payload, "mask");
   if (t == nullptr) return nullptr;
   if (!(t->dtype.code == kDLUInt && t->dtype.bits == 64 && t->dtype.lanes == 1))
-    raise_invalid_argument("a device mask must be uint64 words (bit i%64 of word i/64, with count=); pack a "
-                           "bool mask on its device first");
+    raise_invalid_argument(
+        "a device mask must be uint64 words (bit i%64 of word i/64, with count=); pack a "
+        "bool mask on its device first");
   elements = uint64_t(t->shape[0]) * 64;
   device = t->device;
   return device_data<uint64_t>(*t);
@@ -209,11 +235,13 @@ const uint64_t* device_mask_arg(nb::handle obj, nb::handle stream, Payload& payl
 const uint64_t* mask_arg(nb::handle obj, Payload& payload, uint64_t& elements, bool& words) {
   nb::object a = numpy_1d(obj, "mask");
   if (nb::cast<size_t>(a.attr("size")) == 0)  // before the dtype: [] is float64 to numpy
-    raise_invalid_argument("mask is empty: an empty mask would mean count=0, which means every prim of the query; "
-                           "skip the write instead");
+    raise_invalid_argument(
+        "mask is empty: an empty mask would mean count=0, which means every prim of the query; "
+        "skip the write instead");
   std::string dtype = text_of(nb::object(a.attr("dtype")));
   if (dtype != "bool" && dtype != "uint64")
-    raise_invalid_argument("mask must be a bool array (one entry per prim) or uint64 words, not " + dtype);
+    raise_invalid_argument("mask must be a bool array (one entry per prim) or uint64 words, not " +
+                           dtype);
   HostArray arr = nb::cast<HostArray>(a);
   uint64_t n = arr.shape(0);
   if (dtype == "bool") {
@@ -221,7 +249,8 @@ const uint64_t* mask_arg(nb::handle obj, Payload& payload, uint64_t& elements, b
     elements = n;
     payload.mask.assign((n + 63) / 64, 0);
     const bool* b = static_cast<const bool*>(arr.data());
-    for (uint64_t i = 0; i < n; ++i) payload.mask[i / 64] |= static_cast<uint64_t>(b[i]) << (i % 64);
+    for (uint64_t i = 0; i < n; ++i)
+      payload.mask[i / 64] |= static_cast<uint64_t>(b[i]) << (i % 64);
     return payload.mask.data();
   }
   words = true;
@@ -241,8 +270,9 @@ void build_write(const WriteSpec& spec, Payload& payload, kstage_write_data_t& d
   bool has_count = !spec.count.is_none();
   uint64_t count = has_count ? to_uint64(spec.count, "count") : 0;
   if (has_count && count == 0)
-    raise_invalid_argument("count=0 would mean every prim of the query: pass count=None for all of them, or "
-                           "skip the write");
+    raise_invalid_argument(
+        "count=0 would mean every prim of the query: pass count=None for all of them, or "
+        "skip the write");
   if (!spec.index_map.is_none() && !spec.mask.is_none())
     raise_invalid_argument("index_map and mask are exclusive");
   if (!spec.index_map.is_none()) {
@@ -251,8 +281,8 @@ void build_write(const WriteSpec& spec, Payload& payload, kstage_write_data_t& d
       d.index_map = index_map_arg(spec.index_map, payload, length);
     if (!has_count) count = length;
     else if (count > length)
-      raise_invalid_argument("count=" + std::to_string(count) + " but index_map has " + std::to_string(length) +
-                             " entries");
+      raise_invalid_argument("count=" + std::to_string(count) + " but index_map has " +
+                             std::to_string(length) + " entries");
   }
   if (!spec.mask.is_none()) {
     uint64_t elements = 0;
@@ -261,11 +291,13 @@ void build_write(const WriteSpec& spec, Payload& payload, kstage_write_data_t& d
     if (d.mask != nullptr) words = true;
     else d.mask = mask_arg(spec.mask, payload, elements, words);
     if (!has_count) {
-      if (words) raise_invalid_argument("a mask of uint64 words needs count= (the number of prims it covers)");
+      if (words)
+        raise_invalid_argument(
+            "a mask of uint64 words needs count= (the number of prims it covers)");
       count = elements;
     } else if (count > elements) {
-      raise_invalid_argument("count=" + std::to_string(count) + " but the mask covers " + std::to_string(elements) +
-                             " prims");
+      raise_invalid_argument("count=" + std::to_string(count) + " but the mask covers " +
+                             std::to_string(elements) + " prims");
     }
   }
   d.count = count;
@@ -283,17 +315,22 @@ void build_write(const WriteSpec& spec, Payload& payload, kstage_write_data_t& d
     payload.imports.push_back(import_dlpack(spec.data, spec.stream));
   }
   const DLTensor& first = payload.imports.front().tensor();
-  if (!is_host_memory(first.device.device_type)) d.device_sync.stream = producer_stream(spec.stream, first.device);
+  if (!is_host_memory(first.device.device_type))
+    d.device_sync.stream = producer_stream(spec.stream, first.device);
 
   if (!spec.row_counts.is_none()) {
-    if (spec.adopt) raise_invalid_argument("adopt=True takes whole tensors: not a packed tensor with row_counts");
+    if (spec.adopt)
+      raise_invalid_argument("adopt=True takes whole tensors: not a packed tensor with row_counts");
     if (first.ndim < 1) raise_invalid_argument("a packed ragged tensor has at least one dimension");
     nb::object counts = numpy_1d(spec.row_counts, "row_counts");
     std::string kind = nb::cast<std::string>(counts.attr("dtype").attr("kind"));
     if (kind != "i" && kind != "u")
-      raise_invalid_argument("row_counts must hold integers, not " + text_of(nb::object(counts.attr("dtype"))));
+      raise_invalid_argument("row_counts must hold integers, not " +
+                             text_of(nb::object(counts.attr("dtype"))));
     nb::object as64 = counts.attr("astype")("int64");
-    auto c = nb::cast<nb::ndarray<nb::ro, const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(as64);
+    auto c =
+        nb::cast<nb::ndarray<nb::ro, const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(
+            as64);
     uint64_t rows = c.shape(0);
     if (rows == 0) raise_invalid_argument("row_counts is empty");
     int64_t elem_bytes = (first.dtype.bits * first.dtype.lanes + 7) / 8;
@@ -325,14 +362,16 @@ void build_write(const WriteSpec& spec, Payload& payload, kstage_write_data_t& d
       offset += k;
     }
     if (offset != first.shape[0])
-      raise_invalid_argument("row_counts add up to " + std::to_string(offset) + ", the packed tensor has " +
-                             std::to_string(first.shape[0]) + " elements");
+      raise_invalid_argument("row_counts add up to " + std::to_string(offset) +
+                             ", the packed tensor has " + std::to_string(first.shape[0]) +
+                             " elements");
     d.tensors = payload.tensors.data();
     d.tensor_count = rows;
     return;
   }
   if (spec.adopt) {
-    for (Imported& imported : payload.imports) payload.managed.push_back(imported.release_to_stage());
+    for (Imported& imported : payload.imports)
+      payload.managed.push_back(imported.release_to_stage());
     payload.imports.clear();
     d.managed_tensors = payload.managed.data();
     d.tensor_count = payload.managed.size();
@@ -357,7 +396,8 @@ class Op {
     // Host work is done when the call returns: the client tensors can go now.
     if (!payloads_.empty() && kstage_wait(stage_->id, id_, 0) != KSTAGE_TIMEOUT) payloads_.clear();
   }
-  Op(Op&& other) noexcept : stage_(std::move(other.stage_)), id_(other.id_), payloads_(std::move(other.payloads_)) {
+  Op(Op&& other) noexcept
+      : stage_(std::move(other.stage_)), id_(other.id_), payloads_(std::move(other.payloads_)) {
     other.id_ = 0;
   }
   Op(const Op&) = delete;
@@ -374,7 +414,8 @@ class Op {
         throw nb::python_error();
       }
       if (!(seconds >= 0)) raise_invalid_argument("timeout must be >= 0 seconds (or None)");
-      ns = seconds >= 1.8e10 ? KSTAGE_TIMEOUT_INFINITE : static_cast<uint64_t>(std::llround(seconds * 1e9));
+      ns = seconds >= 1.8e10 ? KSTAGE_TIMEOUT_INFINITE
+                             : static_cast<uint64_t>(std::llround(seconds * 1e9));
     }
     if (id_ == 0) raise_error(KSTAGE_INVALID_HANDLE, "the op was released");
     kstage_stage_t stage = stage_->live();
@@ -390,7 +431,8 @@ class Op {
     }
     std::string message;
     const char* m = nullptr;
-    message = kstage_op_error(stage, id_, &m) == KSTAGE_OK && m != nullptr ? m : kstage_last_error();
+    message =
+        kstage_op_error(stage, id_, &m) == KSTAGE_OK && m != nullptr ? m : kstage_last_error();
     settle();
     raise_error(status, message);
   }
@@ -435,10 +477,13 @@ class Op {
   std::vector<std::unique_ptr<Payload>> payloads_;
 };
 
-WriteSpec make_spec(nb::object data, nb::object index_map, nb::object mask, nb::object count, nb::object semantic,
-                    nb::object row_counts, bool adopt, nb::object residency, nb::object stream) {
-  return WriteSpec{std::move(data), std::move(index_map), std::move(mask), std::move(count), std::move(semantic),
-                   std::move(row_counts), adopt, std::move(residency), std::move(stream)};
+WriteSpec make_spec(nb::object data, nb::object index_map, nb::object mask, nb::object count,
+                    nb::object semantic, nb::object row_counts, bool adopt, nb::object residency,
+                    nb::object stream) {
+  return WriteSpec{
+      std::move(data),     std::move(index_map),  std::move(mask), std::move(count),
+      std::move(semantic), std::move(row_counts), adopt,           std::move(residency),
+      std::move(stream)};
 }
 
 std::vector<kstage_token_t> attribute_list(const StageRef& stage, nb::handle attrs) {
@@ -474,10 +519,10 @@ Op submit(const StageRef& stage, nb::handle query, const std::vector<nb::handle>
   kstage_status_t status;
   {
     ReleaseGil gil;  // copies run now; a rejected write deletes managed tensors (with the GIL)
-    status = data.size() == 1
-                 ? kstage_write_attribute(stage->id, q.id, tokens[0], ordinal, &data[0], prim_mode, &op)
-                 : kstage_write_attributes(stage->id, q.id, tokens.data(), data.data(), data.size(), ordinal,
-                                           prim_mode, &op);
+    status = data.size() == 1 ? kstage_write_attribute(stage->id, q.id, tokens[0], ordinal,
+                                                       &data[0], prim_mode, &op)
+                              : kstage_write_attributes(stage->id, q.id, tokens.data(), data.data(),
+                                                        data.size(), ordinal, prim_mode, &op);
   }
   for (auto& p : payloads) p->managed.clear();  // the stage's now, whatever the status
   check(status);
@@ -487,42 +532,54 @@ Op submit(const StageRef& stage, nb::handle query, const std::vector<nb::handle>
 }  // namespace
 
 void register_write(nb::module_& m, nb::handle stage_class) {
-  nb::class_<Op>(m, "Op",
-                 "A submitted mutation (kstage_op_t). Host writes are done when the call returns; a "
-                 "write to a device column completes when its copies have run. Until then the op "
-                 "keeps the caller's arrays alive; collecting it waits for them.")
+  nb::class_<Op>(
+      m, "Op",
+      "A submitted mutation (kstage_op_t). Host writes are done when the call returns; a "
+      "write to a device column completes when its copies have run. Until then the op "
+      "keeps the caller's arrays alive; collecting it waits for them.")
       .def("wait", &Op::wait, nb::arg("timeout") = nb::none(),
-           "Waits for the op's work (timeout in seconds; None: as long as it takes). True when done, "
+           "Waits for the op's work (timeout in seconds; None: as long as it takes). True when "
+           "done, "
            "False when the timeout ran out; raises the op's error if it failed.")
       .def_prop_ro("done", &Op::done)
       .def_prop_ro("error", &Op::error, "The op's failure message (\"\" if it did not fail).")
-      .def("release", &Op::release, "Releases the op (waits first if it still reads the caller's arrays).");
+      .def("release", &Op::release,
+           "Releases the op (waits first if it still reads the caller's arrays).");
 
-  nb::class_<WriteSpec>(m, "Write",
-                        "One attribute's data and options in Stage.write_batch: "
-                        "Write(data, index_map=..., mask=..., count=..., semantic=..., row_counts=..., "
-                        "adopt=..., residency=..., stream=...), as Stage.write takes them.")
+  nb::class_<WriteSpec>(
+      m, "Write",
+      "One attribute's data and options in Stage.write_batch: "
+      "Write(data, index_map=..., mask=..., count=..., semantic=..., row_counts=..., "
+      "adopt=..., residency=..., stream=...), as Stage.write takes them.")
       .def(nb::new_(&make_spec), nb::arg("data"), nb::kw_only(), nb::arg("index_map") = nb::none(),
-           nb::arg("mask") = nb::none(), nb::arg("count") = nb::none(), nb::arg("semantic") = nb::none(),
-           nb::arg("row_counts") = nb::none(), nb::arg("adopt") = false, nb::arg("residency") = nb::none(),
+           nb::arg("mask") = nb::none(), nb::arg("count") = nb::none(),
+           nb::arg("semantic") = nb::none(), nb::arg("row_counts") = nb::none(),
+           nb::arg("adopt") = false, nb::arg("residency") = nb::none(),
            nb::arg("stream") = nb::none());
 
   stage_class.attr("write") = nb::cpp_function(
-      [](Stage& self, nb::handle attr, nb::handle query, nb::object data, uint64_t ordinal, nb::object index_map,
-         nb::object mask, nb::object count, std::string_view mode, nb::object semantic, nb::object row_counts,
-         bool adopt, nb::object residency, nb::object stream) {
-        WriteSpec spec = make_spec(std::move(data), std::move(index_map), std::move(mask), std::move(count),
-                                   std::move(semantic), std::move(row_counts), adopt, std::move(residency),
-                                   std::move(stream));
+      [](Stage& self, nb::handle attr, nb::handle query, nb::object data, uint64_t ordinal,
+         nb::object index_map, nb::object mask, nb::object count, std::string_view mode,
+         nb::object semantic, nb::object row_counts, bool adopt, nb::object residency,
+         nb::object stream) {
+        WriteSpec spec = make_spec(std::move(data), std::move(index_map), std::move(mask),
+                                   std::move(count), std::move(semantic), std::move(row_counts),
+                                   adopt, std::move(residency), std::move(stream));
         return submit(self.ref(), query, {attr}, {&spec}, ordinal, mode);
       },
-      nb::sig("def write(self, attr: str | int, query: Query | str | collections.abc.Sequence[str] | collections.abc.Sequence[int], data: typing.Any, ordinal: int, *, index_map: typing.Any | None = None, mask: typing.Any | None = None, count: int | None = None, mode: str = 'upsert', semantic: str | int | None = None, row_counts: typing.Any | None = None, adopt: bool = False, residency: typing.Any | None = None, stream: int | None = None) -> Op"),
+      nb::sig("def write(self, attr: str | int, query: Query | str | collections.abc.Sequence[str] "
+              "| collections.abc.Sequence[int], data: typing.Any, ordinal: int, *, index_map: "
+              "typing.Any | None = None, mask: typing.Any | None = None, count: int | None = None, "
+              "mode: str = 'upsert', semantic: str | int | None = None, row_counts: typing.Any | "
+              "None = None, adopt: bool = False, residency: typing.Any | None = None, stream: int "
+              "| None = None) -> Op"),
       nb::is_method(), nb::scope(stage_class), nb::arg("attr"), nb::arg("query"), nb::arg("data"),
-      nb::arg("ordinal"), nb::kw_only(), nb::arg("index_map") = nb::none(), nb::arg("mask") = nb::none(),
-      nb::arg("count") = nb::none(), nb::arg("mode") = "upsert", nb::arg("semantic") = nb::none(),
-      nb::arg("row_counts") = nb::none(), nb::arg("adopt") = false, nb::arg("residency") = nb::none(),
-      nb::arg("stream") = nb::none(),
-      "Writes `attr` of the query's prims (a Query, or paths) at `ordinal`; visible once sealed.\n\n"
+      nb::arg("ordinal"), nb::kw_only(), nb::arg("index_map") = nb::none(),
+      nb::arg("mask") = nb::none(), nb::arg("count") = nb::none(), nb::arg("mode") = "upsert",
+      nb::arg("semantic") = nb::none(), nb::arg("row_counts") = nb::none(),
+      nb::arg("adopt") = false, nb::arg("residency") = nb::none(), nb::arg("stream") = nb::none(),
+      "Writes `attr` of the query's prims (a Query, or paths) at `ordinal`; visible once "
+      "sealed.\n\n"
       "data: any DLPack producer (numpy, torch, cupy, jax): (N,), (N, L) or (N, a, b) rows of a "
       "fixed-size attribute. A ragged (array) attribute takes a list of row tensors, or one packed "
       "tensor with row_counts=[...].\n"
@@ -533,8 +590,10 @@ void register_write(nb::module_& m, nb::handle stage_class) {
       "mode: \"upsert\", \"insert\" or \"update\". semantic: \"point\", \"color\", ... "
       "adopt=True: hand the array over (no copy for a dense write, nor, mostly, for an index_map "
       "or mask write to a host column, which keeps it until its seal reads it; never written by "
-      "the stage, and the caller must not write to it again). residency: where a new column lives. stream: "
-      "the producer's CUDA/ROCm stream (None: the legacy default stream; -1: the data is ready, nothing to "
+      "the stage, and the caller must not write to it again). residency: where a new column lives. "
+      "stream: "
+      "the producer's CUDA/ROCm stream (None: the legacy default stream; -1: the data is ready, "
+      "nothing to "
       "wait for).\n"
       "Returns a kstage.Op.");
 
@@ -552,8 +611,8 @@ void register_write(nb::module_& m, nb::handle stage_class) {
           if (nb::isinstance<WriteSpec>(value)) {
             owned.push_back(nb::cast<WriteSpec>(value));
           } else {
-            owned.push_back(make_spec(nb::borrow(value), nb::none(), nb::none(), nb::none(), nb::none(), nb::none(),
-                                      false, nb::none(), nb::none()));
+            owned.push_back(make_spec(nb::borrow(value), nb::none(), nb::none(), nb::none(),
+                                      nb::none(), nb::none(), false, nb::none(), nb::none()));
           }
         }
         if (owned.empty()) raise_invalid_argument("write_batch needs at least one attribute");
@@ -562,7 +621,9 @@ void register_write(nb::module_& m, nb::handle stage_class) {
         for (const WriteSpec& s : owned) specs.push_back(&s);
         return submit(self.ref(), query, attrs, specs, ordinal, mode);
       },
-      nb::sig("def write_batch(self, query: Query | str | collections.abc.Sequence[str] | collections.abc.Sequence[int], ordinal: int, writes: collections.abc.Mapping[str | int, typing.Any], *, mode: str = 'upsert') -> Op"),
+      nb::sig("def write_batch(self, query: Query | str | collections.abc.Sequence[str] | "
+              "collections.abc.Sequence[int], ordinal: int, writes: collections.abc.Mapping[str | "
+              "int, typing.Any], *, mode: str = 'upsert') -> Op"),
       nb::is_method(), nb::scope(stage_class), nb::arg("query"), nb::arg("ordinal"),
       nb::arg("writes"), nb::kw_only(), nb::arg("mode") = "upsert",
       "Writes several attributes of the query's prims as one op: all are accepted or none is. "
@@ -574,17 +635,22 @@ void register_write(nb::module_& m, nb::handle stage_class) {
         QueryArg q = query_arg(stage, query);
         std::vector<kstage_token_t> tokens = attribute_list(stage, attrs);
         if (!attrs.is_none() && tokens.empty())
-          raise_invalid_argument("delete(..., attrs=[]): name at least one attribute, or attrs=None to delete the prims");
+          raise_invalid_argument(
+              "delete(..., attrs=[]): name at least one attribute, or attrs=None to delete the "
+              "prims");
         kstage_op_t op = 0;
         kstage_status_t status;
         {
           ReleaseGil gil;
-          status = kstage_delete_attributes(stage->id, q.id, tokens.data(), tokens.size(), ordinal, &op);
+          status =
+              kstage_delete_attributes(stage->id, q.id, tokens.data(), tokens.size(), ordinal, &op);
         }
         check(status);
         return Op(stage, op, {});
       },
-      nb::sig("def delete(self, query: Query | str | collections.abc.Sequence[str] | collections.abc.Sequence[int], ordinal: int, attrs: str | int | collections.abc.Sequence[str | int] | None = None) -> Op"),
+      nb::sig("def delete(self, query: Query | str | collections.abc.Sequence[str] | "
+              "collections.abc.Sequence[int], ordinal: int, attrs: str | int | "
+              "collections.abc.Sequence[str | int] | None = None) -> Op"),
       nb::is_method(), nb::scope(stage_class), nb::arg("query"), nb::arg("ordinal"),
       nb::arg("attrs") = nb::none(),
       "Deletes `attrs` (None: every attribute, so the prims themselves) from the query's prims at "

@@ -50,15 +50,16 @@ int g_rank = 0, g_size = 1;
   std::exit(1);
 }
 
-#define CHECK(call)                                                                                     \
-  do {                                                                                                  \
-    kstage_status_t st_ = (call);                                                                       \
-    if (st_ != KSTAGE_OK)                                                                               \
-      die(#call, std::string(kstage_status_string(st_)) + ": " + kstage_last_error() + " | " +          \
-                     kstage_adios2_last_error());                                                       \
+#define CHECK(call)                                                                            \
+  do {                                                                                         \
+    kstage_status_t st_ = (call);                                                              \
+    if (st_ != KSTAGE_OK)                                                                      \
+      die(#call, std::string(kstage_status_string(st_)) + ": " + kstage_last_error() + " | " + \
+                     kstage_adios2_last_error());                                              \
   } while (0)
 
-// ---- the model -----------------------------------------------------------------------------------
+// ---- the model
+// -----------------------------------------------------------------------------------
 constexpr uint64_t kParticles = 300;
 constexpr uint64_t kWalls = 4;
 
@@ -104,7 +105,8 @@ struct Model {
   kstage_adios2_test::StageState held(int b0, int b1, uint64_t t) const {
     using Column = kstage_adios2_test::StageState::Column;
     kstage_adios2_test::StageState s;
-    auto column = [&](const char* name, DLDataType d, bool is_array, kstage_semantic_t sem) -> Column& {
+    auto column = [&](const char* name, DLDataType d, bool is_array,
+                      kstage_semantic_t sem) -> Column& {
       Column& c = s.columns[name];
       c.dtype = d;
       c.is_array = is_array;
@@ -143,7 +145,8 @@ struct Model {
   }
 };
 
-// ---- writing a rank's part -----------------------------------------------------------------------
+// ---- writing a rank's part
+// -----------------------------------------------------------------------
 struct Tokens {
   kstage_token_t id = 0, position = 0, neighbours = 0, charge = 0, label = 0;
   explicit Tokens(kstage_stage_t s) {
@@ -164,15 +167,16 @@ kstage_query_t query_of(kstage_stage_t s, const std::vector<std::string>& paths)
   std::vector<const char*> texts;
   for (const std::string& p : paths) texts.push_back(p.c_str());
   std::vector<kstage_path_t> ids(paths.size());
-  if (!paths.empty()) CHECK(kstage_intern_paths(s, texts.data(), nullptr, texts.size(), ids.data()));
+  if (!paths.empty())
+    CHECK(kstage_intern_paths(s, texts.data(), nullptr, texts.size(), ids.data()));
   kstage_query_t q = 0;
   CHECK(kstage_query_paths(s, ids.data(), ids.size(), &q));
   return q;
 }
 
 // One fixed-size write of `rows` rows of `dtype` to the prims at `paths`.
-void write_rows(kstage_stage_t s, const std::vector<std::string>& paths, kstage_token_t t, uint64_t ordinal,
-                void* data, DLDataType dtype, kstage_semantic_t semantic) {
+void write_rows(kstage_stage_t s, const std::vector<std::string>& paths, kstage_token_t t,
+                uint64_t ordinal, void* data, DLDataType dtype, kstage_semantic_t semantic) {
   if (paths.empty()) return;
   kstage_query_t q = query_of(s, paths);
   int64_t shape[1] = {int64_t(paths.size())};
@@ -189,8 +193,8 @@ void write_rows(kstage_stage_t s, const std::vector<std::string>& paths, kstage_
 
 // An array write: one row (`rows[k]`, of `dtype` elements) per path.
 template <class T>
-void write_array(kstage_stage_t s, const std::vector<std::string>& paths, kstage_token_t t, uint64_t ordinal,
-                 std::vector<std::vector<T>>& rows, DLDataType dtype) {
+void write_array(kstage_stage_t s, const std::vector<std::string>& paths, kstage_token_t t,
+                 uint64_t ordinal, std::vector<std::vector<T>>& rows, DLDataType dtype) {
   if (paths.empty()) return;
   kstage_query_t q = query_of(s, paths);
   std::vector<int64_t> shapes(rows.size());
@@ -210,8 +214,8 @@ void write_array(kstage_stage_t s, const std::vector<std::string>& paths, kstage
 }
 
 // Particles `ids` arrive (or start) on this rank at `ordinal`, as they are after tick t.
-void write_particles(kstage_stage_t s, const Tokens& tk, const std::vector<uint64_t>& ids, uint64_t t,
-                     uint64_t ordinal) {
+void write_particles(kstage_stage_t s, const Tokens& tk, const std::vector<uint64_t>& ids,
+                     uint64_t t, uint64_t ordinal) {
   std::vector<std::string> paths, even;
   std::vector<uint64_t> id_values;
   std::vector<float> pos;
@@ -248,8 +252,8 @@ int write(const char* file, uint64_t ticks) {
   const Tokens tk(s);
   const uint64_t lo = m.first_of(g_rank);
   kstage_path_t first = 0;
-  CHECK(kstage_intern_path_range(s, "/particles", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, lo,
-                                 kParticles - lo, &first));
+  CHECK(kstage_intern_path_range(s, "/particles", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED,
+                                 lo, kParticles - lo, &first));
   std::vector<uint64_t> mine;
   for (uint64_t i = 0; i < kParticles; ++i)
     if (m.owner0(i) == g_rank) mine.push_back(i);
@@ -281,7 +285,8 @@ int write(const char* file, uint64_t ticks) {
     std::vector<float> pos;
     for (uint64_t i = 0; i < kParticles; ++i) {
       const int before = m.owner(i, t - 1), now = m.owner(i, t);
-      if (before == g_rank && now != g_rank) gone.push_back(Model::particle(i));  // deleted, or left
+      if (before == g_rank && now != g_rank)
+        gone.push_back(Model::particle(i));  // deleted, or left
       if (before != g_rank && now == g_rank) arrived.push_back(i);
       if (before == g_rank && now == g_rank && Model::moves(i, t)) {
         moved.push_back(Model::particle(i));
@@ -289,7 +294,8 @@ int write(const char* file, uint64_t ticks) {
         pos.insert(pos.end(), p.begin(), p.end());
       }
     }
-    write_rows(s, moved, tk.position, ordinal, pos.data(), {kDLFloat, 32, 3}, KSTAGE_SEMANTIC_POINT);
+    write_rows(s, moved, tk.position, ordinal, pos.data(), {kDLFloat, 32, 3},
+               KSTAGE_SEMANTIC_POINT);
     write_particles(s, tk, arrived, t, ordinal);
     if (!gone.empty()) {
       kstage_query_t g = query_of(s, gone);
@@ -321,15 +327,23 @@ int write(const char* file, uint64_t ticks) {
   return 0;
 }
 
-// ---- reading ---------------------------------------------------------------------------------------
-std::string describe(const kstage_adios2_test::StageState& got, const kstage_adios2_test::StageState& want) {
+// ---- reading
+// ---------------------------------------------------------------------------------------
+std::string describe(const kstage_adios2_test::StageState& got,
+                     const kstage_adios2_test::StageState& want) {
   std::string out;
   for (const auto& [name, c] : want.columns) {
     auto it = got.columns.find(name);
-    if (it == got.columns.end()) { out += " no column '" + name + "';"; continue; }
-    if (it->second.floor != c.floor) out += " '" + name + "' floor " + std::to_string(it->second.floor) + " not " + std::to_string(c.floor) + ";";
+    if (it == got.columns.end()) {
+      out += " no column '" + name + "';";
+      continue;
+    }
+    if (it->second.floor != c.floor)
+      out += " '" + name + "' floor " + std::to_string(it->second.floor) + " not " +
+             std::to_string(c.floor) + ";";
     if (it->second.values.size() != c.values.size())
-      out += " '" + name + "' " + std::to_string(it->second.values.size()) + " prims not " + std::to_string(c.values.size()) + ";";
+      out += " '" + name + "' " + std::to_string(it->second.values.size()) + " prims not " +
+             std::to_string(c.values.size()) + ";";
     else if (it->second.values != c.values) out += " '" + name + "' values differ;";
   }
   for (const auto& [name, c] : got.columns)
@@ -337,7 +351,8 @@ std::string describe(const kstage_adios2_test::StageState& got, const kstage_adi
   return out.empty() ? " (schemas differ)" : out;
 }
 
-void expect_state(kstage_stage_t s, const Model& m, int readers, int reader, uint64_t t, const char* what) {
+void expect_state(kstage_stage_t s, const Model& m, int readers, int reader, uint64_t t,
+                  const char* what) {
   const int b0 = int(uint64_t(m.writers) * uint64_t(reader) / uint64_t(readers));
   const int b1 = int(uint64_t(m.writers) * uint64_t(reader + 1) / uint64_t(readers));
   const kstage_adios2_test::StageState got = kstage_adios2_test::stage_state(s);
@@ -352,17 +367,19 @@ void expect_state(kstage_stage_t s, const Model& m, int readers, int reader, uin
   }
   if (!(got == want))
     die(what, "after tick " + std::to_string(t) + ", reader " + std::to_string(reader) + " of " +
-                  std::to_string(readers) + " (writers " + std::to_string(b0) + " .. " + std::to_string(b1 - 1) +
-                  "):" + describe(got, want));
+                  std::to_string(readers) + " (writers " + std::to_string(b0) + " .. " +
+                  std::to_string(b1 - 1) + "):" + describe(got, want));
 }
 
 // Every step of stream `r` into `s`, each checked against the model (as reading rank `reader`
 // of `readers`); the stream closed.
-void read_all(kstage_adios2_stream_t r, kstage_stage_t s, const Model& m, int readers, int reader, const char* what) {
+void read_all(kstage_adios2_stream_t r, kstage_stage_t s, const Model& m, int readers, int reader,
+              const char* what) {
   uint64_t ordinal = 0, steps = 0;
   kstage_status_t st;
   while ((st = kstage_adios2_read_step(r, s, KSTAGE_TIMEOUT_INFINITE, &ordinal)) == KSTAGE_OK) {
-    if (ordinal != steps + 1) die(what, "step " + std::to_string(steps) + " has ordinal " + std::to_string(ordinal));
+    if (ordinal != steps + 1)
+      die(what, "step " + std::to_string(steps) + " has ordinal " + std::to_string(ordinal));
     expect_state(s, m, readers, reader, steps, what);
     ++steps;
   }
@@ -381,7 +398,9 @@ int read(const char* file, int writers, uint64_t ticks) {
   CHECK(kstage_adios2_open_mpi(file, &d, MPI_COMM_WORLD, &r));
   read_all(r, s, m, g_size, g_rank, "read");
   CHECK(kstage_destroy(s));
-  if (g_rank == 0) std::printf("read: %d ranks read %llu steps of %d writers\n", g_size, (unsigned long long)(ticks + 1), writers);
+  if (g_rank == 0)
+    std::printf("read: %d ranks read %llu steps of %d writers\n", g_size,
+                (unsigned long long)(ticks + 1), writers);
   return 0;
 }
 
@@ -394,7 +413,8 @@ int restart(const char* file, int writers, uint64_t ticks) {
   if (ordinal != ticks + 1) die("restart", "ordinal " + std::to_string(ordinal));
   expect_state(s, m, g_size, g_rank, ticks, "restart");
   CHECK(kstage_destroy(s));
-  if (g_rank == 0) std::printf("restart: %d ranks restarted a checkpoint of %d writers\n", g_size, writers);
+  if (g_rank == 0)
+    std::printf("restart: %d ranks restarted a checkpoint of %d writers\n", g_size, writers);
   return 0;
 }
 
@@ -421,14 +441,17 @@ int serial(const char* file, int writers, uint64_t ticks) {
   return 0;
 }
 
-// ---- errors: one rank's failure is every rank's, and no stage changes ------------------------------
-void expect_failure(kstage_status_t st, kstage_status_t want, const std::vector<const char*>& words, const char* what) {
+// ---- errors: one rank's failure is every rank's, and no stage changes
+// ------------------------------
+void expect_failure(kstage_status_t st, kstage_status_t want, const std::vector<const char*>& words,
+                    const char* what) {
   if (st != want)
-    die(what, std::string("returned ") + kstage_status_string(st) + ", not " + kstage_status_string(want) + ": " +
-                  kstage_adios2_last_error());
+    die(what, std::string("returned ") + kstage_status_string(st) + ", not " +
+                  kstage_status_string(want) + ": " + kstage_adios2_last_error());
   const std::string message = kstage_adios2_last_error();
   for (const char* w : words)
-    if (message.find(w) == std::string::npos) die(what, "message '" + message + "' does not say '" + w + "'");
+    if (message.find(w) == std::string::npos)
+      die(what, "message '" + message + "' does not say '" + w + "'");
 }
 
 int errors(const char* dir) {
@@ -464,13 +487,15 @@ int errors(const char* dir) {
     std::vector<std::string> p = {Model::particle(uint64_t(g_rank))};
     float f = 1.0f;
     int32_t i = 1;
-    if (g_rank == 0) write_rows(other, p, ot.charge, 1, &f, {kDLFloat, 32, 1}, KSTAGE_SEMANTIC_NONE);
+    if (g_rank == 0)
+      write_rows(other, p, ot.charge, 1, &f, {kDLFloat, 32, 1}, KSTAGE_SEMANTIC_NONE);
     else write_rows(other, p, ot.charge, 1, &i, {kDLInt, 32, 1}, KSTAGE_SEMANTIC_NONE);
     CHECK(kstage_advance_write_floor(other, 1, nullptr, 0));
   }
   kstage_query_t oq = everything(other);
   CHECK(kstage_adios2_open_mpi((base + "two-schemas.bp").c_str(), nullptr, MPI_COMM_WORLD, &w));
-  expect_failure(kstage_adios2_write_step(w, other, oq, nullptr, 0, nullptr), KSTAGE_INVALID_ARGUMENT,
+  expect_failure(kstage_adios2_write_step(w, other, oq, nullptr, 0, nullptr),
+                 KSTAGE_INVALID_ARGUMENT,
                  {"'charge'", "float32 x 1", "int32 x 1", "rank 0", "rank 1"}, "errors (2)");
   CHECK(kstage_adios2_close(w));
   CHECK(kstage_query_release(other, oq));
@@ -481,15 +506,16 @@ int errors(const char* dir) {
   kstage_adios2_step_desc_t d = kstage_adios2_step_desc_init();
   d.change_range = true;
   d.range_begin = d.range_end = failing ? 2 : 1;
-  expect_failure(kstage_adios2_write_step(w, s, q, nullptr, 0, &d), KSTAGE_INVALID_ARGUMENT, {"change range differs"},
-                 "errors (3)");
+  expect_failure(kstage_adios2_write_step(w, s, q, nullptr, 0, &d), KSTAGE_INVALID_ARGUMENT,
+                 {"change range differs"}, "errors (3)");
   CHECK(kstage_adios2_close(w));
 
   // (4) A checkpoint with no path on the last rank.
   const std::string ckpt = base + "checkpoint.bp";
   st = kstage_adios2_checkpoint_mpi(s, failing ? nullptr : ckpt.c_str(), MPI_COMM_WORLD);
-  expect_failure(st, KSTAGE_INVALID_ARGUMENT, failing ? std::vector<const char*>{"path is NULL"}
-                                                      : std::vector<const char*>{"failed on", last_rank, "path is NULL"},
+  expect_failure(st, KSTAGE_INVALID_ARGUMENT,
+                 failing ? std::vector<const char*>{"path is NULL"}
+                         : std::vector<const char*>{"failed on", last_rank, "path is NULL"},
                  "errors (4)");
 
   // (5) A restart whose step does not fit the last rank's stage (its "id" is float32 there):
@@ -517,7 +543,8 @@ int errors(const char* dir) {
                  failing ? std::vector<const char*>{"'id'", "float32 x 1"}
                          : std::vector<const char*>{"failed on", last_rank, "'id'"},
                  "errors (5)");
-  if (!(kstage_adios2_test::stage_state(target) == target_before)) die("errors (5)", "a stage changed");
+  if (!(kstage_adios2_test::stage_state(target) == target_before))
+    die("errors (5)", "a stage changed");
   CHECK(kstage_destroy(target));
 
   // (6) A prim two writers both wrote (a ghost copy), read by one reader of both blocks (rank 0
@@ -538,7 +565,8 @@ int errors(const char* dir) {
       CHECK(kstage_create(nullptr, &one));
       expect_failure(kstage_adios2_restart(one, file.c_str(), &ordinal), KSTAGE_INVALID_ARGUMENT,
                      {"/shared/ghost", "repeats"}, "errors (6)");
-      if (!kstage_adios2_test::stage_state(one).columns.empty()) die("errors (6)", "the reader's stage has columns");
+      if (!kstage_adios2_test::stage_state(one).columns.empty())
+        die("errors (6)", "the reader's stage has columns");
       CHECK(kstage_destroy(one));
     }
     MPI_Barrier(MPI_COMM_WORLD);
@@ -553,7 +581,8 @@ int errors(const char* dir) {
     const Tokens pt(part);
     std::vector<std::string> p = {"/part/p" + std::to_string(g_rank)};
     float value = float(g_rank) + 0.5f;
-    write_rows(part, p, failing ? pt.charge : pt.position, 1, &value, {kDLFloat, 32, 1}, KSTAGE_SEMANTIC_NONE);
+    write_rows(part, p, failing ? pt.charge : pt.position, 1, &value, {kDLFloat, 32, 1},
+               KSTAGE_SEMANTIC_NONE);
     CHECK(kstage_advance_write_floor(part, 1, nullptr, 0));
     const std::string file = base + "part.bp";
     CHECK(kstage_adios2_checkpoint_mpi(part, file.c_str(), MPI_COMM_WORLD));
@@ -571,28 +600,32 @@ int errors(const char* dir) {
       const auto& charge = got.columns.at("charge").values;
       const auto& position = got.columns.at("position").values;
       const std::string last = "/part/p" + std::to_string(g_size - 1);
-      if (charge.size() != 1 || !charge.count(last) || value_of(charge.at(last)) != float(g_size - 1) + 0.5f)
+      if (charge.size() != 1 || !charge.count(last) ||
+          value_of(charge.at(last)) != float(g_size - 1) + 0.5f)
         die("errors (7)", "'charge' is not the last rank's one prim's");
       if (position.size() != size_t(g_size - 1) || position.count(last))
         die("errors (7)", "'position' is not on the other ranks' prims");
       for (int r = 0; r + 1 < g_size; ++r)
-        if (value_of(position.at("/part/p" + std::to_string(r))) != float(r) + 0.5f) die("errors (7)", "a value moved");
+        if (value_of(position.at("/part/p" + std::to_string(r))) != float(r) + 0.5f)
+          die("errors (7)", "a value moved");
       CHECK(kstage_destroy(one));
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }
 
   // (8) Names that differ between the ranks; Inline on several ranks; no MPI communicator.
-  expect_failure(kstage_adios2_open_mpi((base + (failing ? "other.bp" : "one.bp")).c_str(), nullptr, MPI_COMM_WORLD, &w),
+  expect_failure(kstage_adios2_open_mpi((base + (failing ? "other.bp" : "one.bp")).c_str(), nullptr,
+                                        MPI_COMM_WORLD, &w),
                  KSTAGE_INVALID_ARGUMENT, {"one name on every rank", "other.bp"}, "errors (8)");
   {
     kstage_adios2_open_desc_t inl = kstage_adios2_open_desc_init();
     inl.engine = "Inline";
-    expect_failure(kstage_adios2_open_mpi((base + "inline").c_str(), &inl, MPI_COMM_WORLD, &w), KSTAGE_INVALID_ARGUMENT,
-                   {"Inline couples a writer and a reader in one process"}, "errors (8)");
+    expect_failure(kstage_adios2_open_mpi((base + "inline").c_str(), &inl, MPI_COMM_WORLD, &w),
+                   KSTAGE_INVALID_ARGUMENT, {"Inline couples a writer and a reader in one process"},
+                   "errors (8)");
   }
-  expect_failure(kstage_adios2_open_mpi((base + "x.bp").c_str(), nullptr, MPI_COMM_NULL, &w), KSTAGE_INVALID_ARGUMENT,
-                 {"MPI_COMM_NULL"}, "errors (8)");
+  expect_failure(kstage_adios2_open_mpi((base + "x.bp").c_str(), nullptr, MPI_COMM_NULL, &w),
+                 KSTAGE_INVALID_ARGUMENT, {"MPI_COMM_NULL"}, "errors (8)");
 
   CHECK(kstage_query_release(s, q));
   if (!(kstage_adios2_test::stage_state(s) == before)) die("errors", "the writers' stage changed");
@@ -611,9 +644,12 @@ int main(int argc, char** argv) {
   try {
     const std::string mode = argc > 1 ? argv[1] : "";
     if (mode == "write" && argc == 4) rc = write(argv[2], std::strtoull(argv[3], nullptr, 10));
-    else if (mode == "read" && argc == 5) rc = read(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
-    else if (mode == "restart" && argc == 5) rc = restart(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
-    else if (mode == "serial" && argc == 5) rc = serial(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
+    else if (mode == "read" && argc == 5)
+      rc = read(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
+    else if (mode == "restart" && argc == 5)
+      rc = restart(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
+    else if (mode == "serial" && argc == 5)
+      rc = serial(argv[2], std::atoi(argv[3]), std::strtoull(argv[4], nullptr, 10));
     else if (mode == "errors" && argc == 3 && g_size >= 2 && g_size <= 3) rc = errors(argv[2]);
     else std::fprintf(stderr, "usage: see tests/adios2/mpi_ranks.cpp\n");
   } catch (const std::exception& e) {

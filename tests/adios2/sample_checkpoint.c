@@ -8,14 +8,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(call)                                                                    \
-  do {                                                                                 \
-    kstage_status_t st_ = (call);                                                      \
-    if (st_ != KSTAGE_OK) {                                                            \
-      fprintf(stderr, "%s: %s: %s %s\n", #call, kstage_status_string(st_),             \
-              kstage_last_error(), kstage_adios2_last_error());                        \
-      return 1;                                                                        \
-    }                                                                                  \
+#define CHECK(call)                                                                             \
+  do {                                                                                          \
+    kstage_status_t st_ = (call);                                                               \
+    if (st_ != KSTAGE_OK) {                                                                     \
+      fprintf(stderr, "%s: %s: %s %s\n", #call, kstage_status_string(st_), kstage_last_error(), \
+              kstage_adios2_last_error());                                                      \
+      return 1;                                                                                 \
+    }                                                                                           \
   } while (0)
 
 static int write(kstage_stage_t s, kstage_query_t q, kstage_token_t t, void* data, DLDataType dtype,

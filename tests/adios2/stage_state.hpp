@@ -22,8 +22,9 @@ struct StageState {
     uint64_t floor = 0;
     std::map<std::string, std::vector<unsigned char>> values;  // by path
     bool operator==(const Column& o) const {
-      return dtype.code == o.dtype.code && dtype.bits == o.dtype.bits && dtype.lanes == o.dtype.lanes &&
-             is_array == o.is_array && semantic == o.semantic && floor == o.floor && values == o.values;
+      return dtype.code == o.dtype.code && dtype.bits == o.dtype.bits &&
+             dtype.lanes == o.dtype.lanes && is_array == o.is_array && semantic == o.semantic &&
+             floor == o.floor && values == o.values;
     }
   };
   std::map<std::string, Column> columns;  // by attribute name

@@ -11,9 +11,9 @@
 
 #include "stage_state.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -22,25 +22,27 @@
 
 namespace {
 
-#define CHECK(call)                                                                        \
-  do {                                                                                     \
-    kstage_status_t st_ = (call);                                                          \
-    if (st_ != KSTAGE_OK) {                                                                \
-      std::fprintf(stderr, "%s: %s: %s | %s\n", #call, kstage_status_string(st_),          \
-                   kstage_last_error(), kstage_adios2_last_error());                       \
-      std::exit(1);                                                                        \
-    }                                                                                      \
+#define CHECK(call)                                                               \
+  do {                                                                            \
+    kstage_status_t st_ = (call);                                                 \
+    if (st_ != KSTAGE_OK) {                                                       \
+      std::fprintf(stderr, "%s: %s: %s | %s\n", #call, kstage_status_string(st_), \
+                   kstage_last_error(), kstage_adios2_last_error());              \
+      std::exit(1);                                                               \
+    }                                                                             \
   } while (0)
 
 // SST on loopback only, sockets (WAN) transport; the writer waits for its reader.
-const char* kParameters[] = {"DataTransport", "WAN", "ControlInterface", "lo", "DataInterface", "lo",
-                             "RendezvousReaderCount", "1", "OpenTimeoutSecs", "60", nullptr};
+const char* kParameters[] = {
+    "DataTransport",         "WAN", "ControlInterface", "lo", "DataInterface", "lo",
+    "RendezvousReaderCount", "1",   "OpenTimeoutSecs",  "60", nullptr};
 
 // FNV-1a over every attribute's schema, floor and every prim's path and bytes, in name order.
 uint64_t checksum(kstage_stage_t s) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](const void* p, size_t n) {
-    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
+    for (size_t i = 0; i < n; ++i)
+      h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
   };
   for (const auto& [name, c] : kstage_adios2_test::stage_state(s).columns) {
     mix(name.data(), name.size());
@@ -54,8 +56,8 @@ uint64_t checksum(kstage_stage_t s) {
   return h;
 }
 
-void write_f32(kstage_stage_t s, kstage_query_t q, kstage_token_t t, uint64_t ordinal, std::vector<float>& v,
-               uint16_t lanes, kstage_semantic_t semantic) {
+void write_f32(kstage_stage_t s, kstage_query_t q, kstage_token_t t, uint64_t ordinal,
+               std::vector<float>& v, uint16_t lanes, kstage_semantic_t semantic) {
   int64_t shape[1] = {int64_t(v.size() / lanes)};
   DLTensor tensor{v.data(), {kDLCPU, 0}, 1, {kDLFloat, 32, lanes}, shape, nullptr, 0};
   kstage_write_data_t w = kstage_write_data_init();
@@ -76,7 +78,8 @@ int writer(const char* name, int ticks, const char* checksum_file) {
   CHECK(kstage_intern_token(s, "position", KSTAGE_NUL_TERMINATED, &pos));
   CHECK(kstage_intern_token(s, "label", KSTAGE_NUL_TERMINATED, &label));
   kstage_path_t first = 0;
-  CHECK(kstage_intern_path_range(s, "/sim", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0, n, &first));
+  CHECK(kstage_intern_path_range(s, "/sim", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0, n,
+                                 &first));
   kstage_query_t all = 0;
   CHECK(kstage_query_range(s, first, 0, 0, 0, &all));
   std::vector<float> p(n * 3);
@@ -156,14 +159,16 @@ int reader(const char* name, const char* checksum_file) {
   CHECK(kstage_adios2_open(name, &d, &r));
   uint64_t ordinal = 0, steps = 0;
   kstage_status_t st;
-  while ((st = kstage_adios2_read_step(r, s, uint64_t(60) * 1000000000ull, &ordinal)) == KSTAGE_OK) ++steps;
+  while ((st = kstage_adios2_read_step(r, s, uint64_t(60) * 1000000000ull, &ordinal)) == KSTAGE_OK)
+    ++steps;
   if (st != KSTAGE_END_OF_ITERATION) CHECK(st);
   CHECK(kstage_adios2_close(r));
   uint64_t expected = 0;
   std::ifstream(checksum_file) >> expected;
   const uint64_t got = checksum(s);
-  std::printf("reader: %llu steps, last ordinal %llu, checksum %llu (writer %llu)\n", (unsigned long long)steps,
-              (unsigned long long)ordinal, (unsigned long long)got, (unsigned long long)expected);
+  std::printf("reader: %llu steps, last ordinal %llu, checksum %llu (writer %llu)\n",
+              (unsigned long long)steps, (unsigned long long)ordinal, (unsigned long long)got,
+              (unsigned long long)expected);
   CHECK(kstage_destroy(s));
   return got == expected && expected != 0 ? 0 : 1;
 }
@@ -171,9 +176,12 @@ int reader(const char* name, const char* checksum_file) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  if (argc == 5 && std::strcmp(argv[1], "writer") == 0) return writer(argv[2], std::atoi(argv[3]), argv[4]);
+  if (argc == 5 && std::strcmp(argv[1], "writer") == 0)
+    return writer(argv[2], std::atoi(argv[3]), argv[4]);
   if (argc == 4 && std::strcmp(argv[1], "reader") == 0) return reader(argv[2], argv[3]);
-  std::fprintf(stderr, "usage: %s writer <name> <ticks> <checksum-file> | reader <name> <checksum-file>\n", argv[0]);
+  std::fprintf(stderr,
+               "usage: %s writer <name> <ticks> <checksum-file> | reader <name> <checksum-file>\n",
+               argv[0]);
   return 2;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "stream_processes: %s\n", e.what());

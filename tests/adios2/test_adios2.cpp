@@ -23,17 +23,17 @@ extern "C" const char* __lsan_default_suppressions() { return "leak:libadios2_\n
 
 namespace {
 
-#define A2_OK(expr)                                                              \
-  do {                                                                           \
-    kstage_status_t st_ = (expr);                                                \
-    INFO(#expr << ": " << kstage_adios2_last_error());                           \
-    REQUIRE(st_ == KSTAGE_OK);                                                   \
+#define A2_OK(expr)                                    \
+  do {                                                 \
+    kstage_status_t st_ = (expr);                      \
+    INFO(#expr << ": " << kstage_adios2_last_error()); \
+    REQUIRE(st_ == KSTAGE_OK);                         \
   } while (0)
-#define A2_FAILS(expr, code, needle)                                             \
-  do {                                                                           \
-    kstage_status_t st_ = (expr);                                                \
-    INFO(#expr << ": " << kstage_adios2_last_error());                           \
-    REQUIRE(st_ == (code));                                                      \
+#define A2_FAILS(expr, code, needle)                                                    \
+  do {                                                                                  \
+    kstage_status_t st_ = (expr);                                                       \
+    INFO(#expr << ": " << kstage_adios2_last_error());                                  \
+    REQUIRE(st_ == (code));                                                             \
     REQUIRE(std::string(kstage_adios2_last_error()).find(needle) != std::string::npos); \
   } while (0)
 
@@ -76,11 +76,13 @@ struct Filled {
     std::vector<int64_t> shapes = {2, 0, 3};
     std::vector<DLTensor> rt;
     for (size_t i = 0; i < rows.size(); ++i)
-      rt.push_back(tensor(rows[i].empty() ? nullptr : rows[i].data(), DLDataType{kDLInt, 32, 1}, 1, &shapes[i]));
-    KS_OK(s.write(s.query({first + 1, first + 2, a}), nbrs, 1, write_data(rt.data(), rt.size(), true)));
+      rt.push_back(tensor(rows[i].empty() ? nullptr : rows[i].data(), DLDataType{kDLInt, 32, 1}, 1,
+                          &shapes[i]));
+    KS_OK(s.write(s.query({first + 1, first + 2, a}), nbrs, 1,
+                  write_data(rt.data(), rt.size(), true)));
     s.seal(1);
-    KS_OK(s.remove(s.query({first + 3}), {}, 2));      // a prim deleted
-    KS_OK(s.remove(s.query({b}), {pos}, 2));           // an attribute deleted from one prim
+    KS_OK(s.remove(s.query({first + 3}), {}, 2));  // a prim deleted
+    KS_OK(s.remove(s.query({b}), {pos}, 2));       // an attribute deleted from one prim
     s.seal(2, {pos});
     s.seal(3, {id});  // floors differ: position 2, id 3, neighbours 1 (and the global floor)
   }
@@ -125,7 +127,8 @@ void rewrite(const std::string& path, const std::string& bad,
       if (v.Shape().empty()) {
         w.Put(out.DefineVariable<T>(name), data.front(), adios2::Mode::Sync);
       } else {
-        adios2::Variable<T> o = out.DefineVariable<T>(name, v.Shape(), adios2::Dims(v.Shape().size(), 0), v.Shape());
+        adios2::Variable<T> o =
+            out.DefineVariable<T>(name, v.Shape(), adios2::Dims(v.Shape().size(), 0), v.Shape());
         w.Put(o, data.data(), adios2::Mode::Sync);
       }
     };
@@ -159,7 +162,8 @@ TEST_CASE("a checkpoint restarts into a fresh stage equal to the original", "[ad
   // The range is a range again, with the same members.
   kstage_path_t first = 0;
   uint64_t count = 0, index = 0;
-  KS_OK(kstage_path_range_info(fresh.stage, fresh.path("/world/particles/p4"), &first, &count, &index));
+  KS_OK(kstage_path_range_info(fresh.stage, fresh.path("/world/particles/p4"), &first, &count,
+                               &index));
   CHECK(count == 6);
   CHECK(index == 4);
 }
@@ -173,7 +177,9 @@ struct Transfers {
     KS_OK(kstage_transfer_counts(&t.up, &t.down, nullptr));
     return t;
   }
-  Transfers since(const Transfers& before) const { return Transfers{up - before.up, down - before.down}; }
+  Transfers since(const Transfers& before) const {
+    return Transfers{up - before.up, down - before.down};
+  }
 };
 
 #if defined(KSTAGE_TEST_EMULATED_DEVICE) || defined(KSTAGE_TEST_ON_CUDA_DEVICE)
@@ -181,7 +187,10 @@ struct Transfers {
 // ADIOS2 and CUDA columns) puts them from device memory and gets them into device memory -- no
 // copy of kstage's between host and device; any other (PyPI's ADIOS2; the emulated device)
 // through a host read and a write to the device.
-TEST_CASE("columns on a device are checkpointed from device memory where ADIOS2 takes it, else through a host read", "[adios2]") {
+TEST_CASE(
+    "columns on a device are checkpointed from device memory where ADIOS2 takes it, else through a "
+    "host read",
+    "[adios2]") {
 #if defined(KSTAGE_TEST_ON_CUDA_DEVICE)
   const DLDevice device{kDLCUDA, 0};
 #if defined(ADIOS2_HAVE_CUDA) || defined(ADIOS2_HAVE_KOKKOS_CUDA)
@@ -206,9 +215,11 @@ TEST_CASE("columns on a device are checkpointed from device memory where ADIOS2 
   std::vector<DLTensor> rt;
   for (size_t i = 0; i < rows.size(); ++i) {
     shapes[i] = int64_t(rows[i].size());
-    rt.push_back(tensor(rows[i].empty() ? nullptr : rows[i].data(), DLDataType{kDLInt, 32, 1}, 1, &shapes[i]));
+    rt.push_back(tensor(rows[i].empty() ? nullptr : rows[i].data(), DLDataType{kDLInt, 32, 1}, 1,
+                        &shapes[i]));
   }
-  KS_OK(s.write(q, n, 1, write_data(rt.data(), rt.size(), true)));  // an array column: always a host read
+  KS_OK(s.write(q, n, 1,
+                write_data(rt.data(), rt.size(), true)));  // an array column: always a host read
   s.seal(1);
   kstage_attribute_info_t info = kstage_attribute_info_init();
   KS_OK(kstage_attribute_info(s.stage, x, &info));
@@ -230,7 +241,8 @@ TEST_CASE("columns on a device are checkpointed from device memory where ADIOS2 
     A2_OK(kstage_adios2_restart(dev.stage, alone.c_str(), nullptr));
     const Transfers got = Transfers::now().since(before_get);
     CHECK(got.down == 0);
-    CHECK(got.up == (direct ? 0 : 1));  // ADIOS2's get into a map's device buffer, or kstage's write up
+    CHECK(got.up ==
+          (direct ? 0 : 1));  // ADIOS2's get into a map's device buffer, or kstage's write up
     kstage_attribute_info_t xi = kstage_attribute_info_init();
     KS_OK(kstage_attribute_info(dev.stage, x, &xi));
     CHECK(xi.residency.device_type == device.device_type);
@@ -323,7 +335,8 @@ TEST_CASE("a column no prim holds any more comes back with its schema and floor"
         KSTAGE_INVALID_ARGUMENT);
 }
 
-TEST_CASE("a stage of one range's members round-trips as a range, with no list of ids", "[adios2]") {
+TEST_CASE("a stage of one range's members round-trips as a range, with no list of ids",
+          "[adios2]") {
   // The common checkpoint (a simulation's particles): every prim a member of one range, every
   // one holding each attribute. The step's paths are one run; the restart queries the range.
   Stage s(host_execution());
@@ -348,7 +361,8 @@ TEST_CASE("a stage of one range's members round-trips as a range, with no list o
     adios2::ADIOS ad;
     adios2::IO io = ad.DeclareIO("check");
     adios2::Engine r = io.Open(path, adios2::Mode::Read);
-    const bool began = r.BeginStep() == adios2::StepStatus::OK;  // (Catch2 cannot print a StepStatus)
+    const bool began =
+        r.BeginStep() == adios2::StepStatus::OK;  // (Catch2 cannot print a StepStatus)
     REQUIRE(began);
     std::vector<uint64_t> segments;
     r.Get(io.InquireVariable<uint64_t>("kstage/paths/segments"), segments, adios2::Mode::Sync);
@@ -383,7 +397,8 @@ TEST_CASE("incremental steps carry what changed, deletions included", "[adios2]"
   A2_OK(kstage_adios2_write_step(w, s.stage, all, &x, 1, nullptr));
   Stage reader(host_execution());
   for (uint64_t tick = 2; tick <= 4; ++tick) {
-    s.write_f32(s.query({first + tick, first + 50}), x, tick, {float(tick) * 100, float(tick) * 1000});
+    s.write_f32(s.query({first + tick, first + 50}), x, tick,
+                {float(tick) * 100, float(tick) * 1000});
     KS_OK(s.remove(s.query({first + 90 + tick}), {}, tick));
     s.seal(tick);
     kstage_adios2_step_desc_t d = kstage_adios2_step_desc_init();
@@ -417,8 +432,8 @@ TEST_CASE("incremental steps carry what changed, deletions included", "[adios2]"
     A2_OK(kstage_adios2_read_step(r, reader.stage, KSTAGE_TIMEOUT_INFINITE, &ordinal));
     CHECK(ordinal == expect);
   }
-  A2_FAILS(kstage_adios2_read_step(r, reader.stage, KSTAGE_TIMEOUT_INFINITE, &ordinal), KSTAGE_END_OF_ITERATION,
-           "no more steps");
+  A2_FAILS(kstage_adios2_read_step(r, reader.stage, KSTAGE_TIMEOUT_INFINITE, &ordinal),
+           KSTAGE_END_OF_ITERATION, "no more steps");
   A2_OK(kstage_adios2_close(r));
   CHECK(snapshot(reader.stage) == snapshot(s.stage));
   kstage_filter_t none{};
@@ -468,7 +483,8 @@ TEST_CASE("steps that do not fit are refused and leave the stage as it was", "[a
     s.seal(1);
     const Snapshot before = snapshot(s.stage);
     A2_FAILS(kstage_adios2_restart(s.stage, path.c_str(), nullptr), KSTAGE_INVALID_ARGUMENT,
-             "attribute 'position' of the step is fixed float32 x 3 (semantic 1), the stage's column is fixed float64 x 3");
+             "attribute 'position' of the step is fixed float32 x 3 (semantic 1), the stage's "
+             "column is fixed float64 x 3");
     CHECK(snapshot(s.stage) == before);
     kstage_filter_t all{};
     CHECK(s.filtered(all).size() == 1);  // no path of the step became a prim
@@ -481,7 +497,8 @@ TEST_CASE("steps that do not fit are refused and leave the stage as it was", "[a
   }
 }
 
-TEST_CASE("files that are not kstage steps, unknown dtypes and truncated files", "[adios2][errors]") {
+TEST_CASE("files that are not kstage steps, unknown dtypes and truncated files",
+          "[adios2][errors]") {
   Stage s(host_execution());
   s.write_f32(s.query({s.path("/keep")}), s.token("k"), 1, {7.f});
   s.seal(1);
@@ -499,7 +516,8 @@ TEST_CASE("files that are not kstage steps, unknown dtypes and truncated files",
       e.EndStep();
       e.Close();
     }
-    A2_FAILS(kstage_adios2_restart(s.stage, path.c_str(), nullptr), KSTAGE_INVALID_ARGUMENT, "not a kstage step");
+    A2_FAILS(kstage_adios2_restart(s.stage, path.c_str(), nullptr), KSTAGE_INVALID_ARGUMENT,
+             "not a kstage step");
   }
   SECTION("an unknown dtype") {
     const std::string path = scratch("dtype.bp");
@@ -508,8 +526,9 @@ TEST_CASE("files that are not kstage steps, unknown dtypes and truncated files",
     // The file again, with the schema of 'id' naming a dtype code DLPack does not have.
     const std::string bad = scratch("dtype-bad.bp");
     rewrite(path, bad, {{"kstage/attr/id/dtype", {99, 64, 1}}});
-    A2_FAILS(kstage_adios2_restart(s.stage, bad.c_str(), nullptr), KSTAGE_INVALID_ARGUMENT,
-             "attribute 'id': dtype {code 99, 64 bits} x 1 (code 99) is not one kstage_adios2 knows");
+    A2_FAILS(
+        kstage_adios2_restart(s.stage, bad.c_str(), nullptr), KSTAGE_INVALID_ARGUMENT,
+        "attribute 'id': dtype {code 99, 64 bits} x 1 (code 99) is not one kstage_adios2 knows");
   }
   SECTION("values of another type than the schema says") {
     const std::string path = scratch("values-type.bp"), bad = scratch("values-type-bad.bp");
@@ -529,16 +548,19 @@ TEST_CASE("files that are not kstage steps, unknown dtypes and truncated files",
       const char* message;
     };
     const std::vector<Damage> damages = {
-        {"kstage/blocks", [](std::vector<uint64_t>& d) { d[0] = 1; }, "block table 'kstage/blocks' does not start at 0"},
+        {"kstage/blocks", [](std::vector<uint64_t>& d) { d[0] = 1; },
+         "block table 'kstage/blocks' does not start at 0"},
         {"kstage/attr/neighbours/blocks", [](std::vector<uint64_t>& d) { d[3] = 7; },
          "its counts and its block table differ"},
         {"kstage/attr/neighbours/prims", [](std::vector<uint64_t>& d) { d[1] = 99; },
          "attribute 'neighbours': a position 99 is not among its blocks' paths [0, 7)"},
-        {"kstage/attr/neighbours/offsets", [](std::vector<uint64_t>& d) { d[2] = 1; },  // {0, 2, 1, 5}
+        {"kstage/attr/neighbours/offsets",
+         [](std::vector<uint64_t>& d) { d[2] = 1; },  // {0, 2, 1, 5}
          "attribute 'neighbours': offsets[2] is below offsets[1]"},
         {"kstage/attr/neighbours/offsets", [](std::vector<uint64_t>& d) { d.back() += 1; },
          "attribute 'neighbours': its offsets do not span its blocks' 5 elements"},
-        {"kstage/paths/segments", [](std::vector<uint64_t>& d) { d[2] += 50; }, "path run 0 of the step is out of its tables' bounds"},
+        {"kstage/paths/segments", [](std::vector<uint64_t>& d) { d[2] += 50; },
+         "path run 0 of the step is out of its tables' bounds"},
         {"kstage/paths/strings/offsets", [](std::vector<uint64_t>& d) { d.back() += 1; },
          "string table 'kstage/paths/strings': its offsets do not span its blocks'"},
     };
@@ -547,7 +569,8 @@ TEST_CASE("files that are not kstage steps, unknown dtypes and truncated files",
       rewrite(path, bad, {}, [&](const std::string& name, std::vector<uint64_t>& data) {
         if (name == damage.variable) damage.change(data);
       });
-      A2_FAILS(kstage_adios2_restart(s.stage, bad.c_str(), nullptr), KSTAGE_INVALID_ARGUMENT, damage.message);
+      A2_FAILS(kstage_adios2_restart(s.stage, bad.c_str(), nullptr), KSTAGE_INVALID_ARGUMENT,
+               damage.message);
       CHECK(snapshot(s.stage) == before);
     }
   }
@@ -559,7 +582,8 @@ TEST_CASE("files that are not kstage steps, unknown dtypes and truncated files",
     // waits, tens of seconds, for a writer to complete a file whose metadata or data is cut
     // inside a step it indexes: the test does not make ADIOS2 wait.)
     std::filesystem::resize_file(std::filesystem::path(path) / "md.idx", 64);
-    A2_FAILS(kstage_adios2_restart(s.stage, path.c_str(), nullptr), KSTAGE_INVALID_ARGUMENT, "has no steps");
+    A2_FAILS(kstage_adios2_restart(s.stage, path.c_str(), nullptr), KSTAGE_INVALID_ARGUMENT,
+             "has no steps");
   }
   CHECK(snapshot(s.stage) == before);
 }
@@ -569,7 +593,8 @@ TEST_CASE("streams: engines, handles and modes", "[adios2][errors]") {
   kstage_adios2_open_desc_t d = kstage_adios2_open_desc_init();
   d.engine = "NoSuchEngine";
   kstage_adios2_stream_t h = 0;
-  A2_FAILS(kstage_adios2_open(scratch("none.bp").c_str(), &d, &h), KSTAGE_NOT_SUPPORTED, "NoSuchEngine");
+  A2_FAILS(kstage_adios2_open(scratch("none.bp").c_str(), &d, &h), KSTAGE_NOT_SUPPORTED,
+           "NoSuchEngine");
   CHECK(h == 0);
   A2_FAILS(kstage_adios2_open(nullptr, nullptr, &h), KSTAGE_INVALID_ARGUMENT, "name is NULL");
   A2_FAILS(kstage_adios2_open("x.bp", nullptr, nullptr), KSTAGE_INVALID_ARGUMENT, "stream is NULL");
@@ -582,12 +607,14 @@ TEST_CASE("streams: engines, handles and modes", "[adios2][errors]") {
   const char* odd[] = {"Threads", nullptr};
   d = kstage_adios2_open_desc_init();
   d.parameters = odd;
-  A2_FAILS(kstage_adios2_open(scratch("odd.bp").c_str(), &d, &h), KSTAGE_INVALID_ARGUMENT, "'Threads' has no value");
+  A2_FAILS(kstage_adios2_open(scratch("odd.bp").c_str(), &d, &h), KSTAGE_INVALID_ARGUMENT,
+           "'Threads' has no value");
 
   const std::string path = scratch("modes.bp");
   A2_OK(kstage_adios2_open(path.c_str(), nullptr, &h));
   uint64_t ordinal = 0;
-  A2_FAILS(kstage_adios2_read_step(h, s.stage, 0, &ordinal), KSTAGE_INVALID_ARGUMENT, "is a writer");
+  A2_FAILS(kstage_adios2_read_step(h, s.stage, 0, &ordinal), KSTAGE_INVALID_ARGUMENT,
+           "is a writer");
   kstage_adios2_step_desc_t sd = kstage_adios2_step_desc_init();
   sd.change_range = true;
   sd.range_begin = 5;
@@ -595,9 +622,11 @@ TEST_CASE("streams: engines, handles and modes", "[adios2][errors]") {
   kstage_filter_t all{};
   kstage_query_t q = 0;
   KS_OK(kstage_query_filter(s.stage, &all, &q));
-  A2_FAILS(kstage_adios2_write_step(h, s.stage, q, nullptr, 0, &sd), KSTAGE_INVALID_ARGUMENT, "range_end 4 is below");
+  A2_FAILS(kstage_adios2_write_step(h, s.stage, q, nullptr, 0, &sd), KSTAGE_INVALID_ARGUMENT,
+           "range_end 4 is below");
   kstage_token_t ghost = s.token("ghost");
-  A2_FAILS(kstage_adios2_write_step(h, s.stage, q, &ghost, 1, nullptr), KSTAGE_NOT_FOUND, "'ghost' has no column");
+  A2_FAILS(kstage_adios2_write_step(h, s.stage, q, &ghost, 1, nullptr), KSTAGE_NOT_FOUND,
+           "'ghost' has no column");
   A2_FAILS(kstage_adios2_write_step(h, s.stage, q, nullptr, 2, nullptr), KSTAGE_INVALID_ARGUMENT,
            "attributes is NULL but n is 2");
   sd = kstage_adios2_step_desc_init();
@@ -606,7 +635,8 @@ TEST_CASE("streams: engines, handles and modes", "[adios2][errors]") {
            "start from kstage_adios2_step_desc_init()");
   sd = kstage_adios2_step_desc_init();
   sd.reserved[1] = 1;
-  A2_FAILS(kstage_adios2_write_step(h, s.stage, q, nullptr, 0, &sd), KSTAGE_INVALID_ARGUMENT, "reserved must be zero");
+  A2_FAILS(kstage_adios2_write_step(h, s.stage, q, nullptr, 0, &sd), KSTAGE_INVALID_ARGUMENT,
+           "reserved must be zero");
   A2_OK(kstage_adios2_close(h));
   A2_FAILS(kstage_adios2_close(h), KSTAGE_INVALID_HANDLE, "closed twice");
   // A reader of the file just written: it reads, and writes nothing.
@@ -614,16 +644,21 @@ TEST_CASE("streams: engines, handles and modes", "[adios2][errors]") {
   rd.mode = KSTAGE_ADIOS2_READ;
   kstage_adios2_stream_t reader = 0;
   A2_OK(kstage_adios2_open(path.c_str(), &rd, &reader));
-  A2_FAILS(kstage_adios2_write_step(reader, s.stage, q, nullptr, 0, nullptr), KSTAGE_INVALID_ARGUMENT, "is a reader");
-  A2_FAILS(kstage_adios2_read_step(reader, s.stage, 0, nullptr), KSTAGE_INVALID_ARGUMENT, "ordinal is NULL");
+  A2_FAILS(kstage_adios2_write_step(reader, s.stage, q, nullptr, 0, nullptr),
+           KSTAGE_INVALID_ARGUMENT, "is a reader");
+  A2_FAILS(kstage_adios2_read_step(reader, s.stage, 0, nullptr), KSTAGE_INVALID_ARGUMENT,
+           "ordinal is NULL");
   A2_OK(kstage_adios2_close(reader));
-  A2_FAILS(kstage_adios2_write_step(h, s.stage, q, nullptr, 0, nullptr), KSTAGE_INVALID_HANDLE, "not an open");
+  A2_FAILS(kstage_adios2_write_step(h, s.stage, q, nullptr, 0, nullptr), KSTAGE_INVALID_HANDLE,
+           "not an open");
   A2_FAILS(kstage_adios2_checkpoint(s.stage, nullptr), KSTAGE_INVALID_ARGUMENT, "path is NULL");
-  A2_FAILS(kstage_adios2_restart(s.stage, "", nullptr), KSTAGE_INVALID_ARGUMENT, "path is NULL or empty");
+  A2_FAILS(kstage_adios2_restart(s.stage, "", nullptr), KSTAGE_INVALID_ARGUMENT,
+           "path is NULL or empty");
   KS_OK(kstage_query_release(s.stage, q));
 }
 
-TEST_CASE("a stream keeps each attribute's schema: a step of another schema is refused", "[adios2][errors]") {
+TEST_CASE("a stream keeps each attribute's schema: a step of another schema is refused",
+          "[adios2][errors]") {
   Stage a(host_execution()), b(host_execution());
   a.write_f32(a.query({a.path("/x")}), a.token("mass"), 1, {1.f});
   a.seal(1);
@@ -641,7 +676,8 @@ TEST_CASE("a stream keeps each attribute's schema: a step of another schema is r
   KS_OK(kstage_query_filter(b.stage, &all, &qb));
   A2_OK(kstage_adios2_write_step(w, a.stage, qa, nullptr, 0, nullptr));
   A2_FAILS(kstage_adios2_write_step(w, b.stage, qb, nullptr, 0, nullptr), KSTAGE_INVALID_ARGUMENT,
-           "attribute 'mass' is fixed int32 x 1 (semantic 0), but this stream's earlier steps recorded it as fixed float32 x 1");
+           "attribute 'mass' is fixed int32 x 1 (semantic 0), but this stream's earlier steps "
+           "recorded it as fixed float32 x 1");
   A2_OK(kstage_adios2_write_step(w, a.stage, qa, nullptr, 0, nullptr));  // the stream goes on
   A2_OK(kstage_adios2_close(w));
   KS_OK(kstage_query_release(a.stage, qa));

@@ -7,13 +7,13 @@
 #include <stdio.h>
 #include <string.h>
 
-#define CHECK(expr)                                                                       \
-  do {                                                                                    \
-    kstage_status_t st_ = (expr);                                                         \
-    if (st_ != KSTAGE_OK) {                                                               \
+#define CHECK(expr)                                                                             \
+  do {                                                                                          \
+    kstage_status_t st_ = (expr);                                                               \
+    if (st_ != KSTAGE_OK) {                                                                     \
       fprintf(stderr, "%s -> %s: %s\n", #expr, kstage_status_string(st_), kstage_last_error()); \
-      return 1;                                                                           \
-    }                                                                                     \
+      return 1;                                                                                 \
+    }                                                                                           \
   } while (0)
 
 int main(void) {
@@ -66,10 +66,11 @@ int main(void) {
     struct ArrowSchema schema;
     struct ArrowDeviceArray batch;
     const float* mass;
-    CHECK(kstage_read_export_arrow(stage, query, &attr, 1, NULL, KSTAGE_ARROW_PATH_IDS, &schema, &batch));
+    CHECK(kstage_read_export_arrow(stage, query, &attr, 1, NULL, KSTAGE_ARROW_PATH_IDS, &schema,
+                                   &batch));
     mass = (const float*)batch.array.children[1]->buffers[1];
-    if (strcmp(schema.format, "+s") != 0 || batch.array.length != 2 || batch.device_type != ARROW_DEVICE_CPU ||
-        mass[1] != 2.5f) {
+    if (strcmp(schema.format, "+s") != 0 || batch.array.length != 2 ||
+        batch.device_type != ARROW_DEVICE_CPU || mass[1] != 2.5f) {
       fprintf(stderr, "unexpected Arrow record batch\n");
       return 1;
     }

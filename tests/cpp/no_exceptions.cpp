@@ -13,20 +13,20 @@ namespace {
 
 int failures = 0;
 
-#define CHECK(cond)                                                          \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
+#define CHECK(cond)                                                                 \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
       std::fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                            \
-    }                                                                        \
+      ++failures;                                                                   \
+    }                                                                               \
   } while (0)
 
-#define CHECK_OK(st)                                                                            \
-  do {                                                                                          \
-    if (!(st).ok()) {                                                                           \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, (st).to_string().c_str());       \
-      ++failures;                                                                               \
-    }                                                                                           \
+#define CHECK_OK(st)                                                                     \
+  do {                                                                                   \
+    if (!(st).ok()) {                                                                    \
+      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, (st).to_string().c_str()); \
+      ++failures;                                                                        \
+    }                                                                                    \
   } while (0)
 
 }  // namespace
@@ -71,7 +71,8 @@ int main() {
     auto view = g.view<const float* [3]>(0, st);
     CHECK_OK(st);
     CHECK(view.extent(0) == 2);
-    for (size_t i = 0; i < 2; ++i) CHECK(view(g.index_map().empty() ? i : g.index_map()[i], 2) == float(10 * i + 2));
+    for (size_t i = 0; i < 2; ++i)
+      CHECK(view(g.index_map().empty() ? i : g.index_map()[i], 2) == float(10 * i + 2));
     kstage::Status wrong;
     auto bad = g.view<const double* [3]>(0, wrong);
     CHECK(wrong.code() == KSTAGE_INVALID_ARGUMENT);

@@ -32,7 +32,8 @@ std::string bridge_cuda_space_round_trip() {
   DLManagedTensorVersioned* e = kstage::export_dlpack_versioned(v);
   if (e->dl_tensor.device.device_type != kDLCUDA) return "CudaSpace did not export as kDLCUDA";
   if (e->dl_tensor.device.device_id != Kokkos::Cuda().cuda_device())
-    return "the export's device_id is not Kokkos' device " + std::to_string(Kokkos::Cuda().cuda_device());
+    return "the export's device_id is not Kokkos' device " +
+           std::to_string(Kokkos::Cuda().cuda_device());
   auto back = kstage::import_dlpack<float*, Kokkos::CudaSpace, Kokkos::LayoutRight>(e);
   if (back.view().data() != v.data()) return "the import does not alias the View";
   return "";

@@ -17,9 +17,10 @@ void produce(float* p, size_t n, uintptr_t stream);
 
 // The DLPack bridge on CUDA spaces. Each returns "" when everything holds,
 // else what does not.
-std::string bridge_cuda_space_round_trip();      // CudaSpace -> kDLCUDA, Kokkos' ordinal, aliasing import
-std::string bridge_wrong_ordinal_refused();      // a kDLCUDA tensor whose device_id lies
-std::string bridge_uvm_and_pinned();             // CudaUVMSpace, CudaHostPinnedSpace
-std::string bridge_device_not_host();            // kDLCUDA never viewed as HostSpace
+std::string
+bridge_cuda_space_round_trip();  // CudaSpace -> kDLCUDA, Kokkos' ordinal, aliasing import
+std::string bridge_wrong_ordinal_refused();  // a kDLCUDA tensor whose device_id lies
+std::string bridge_uvm_and_pinned();         // CudaUVMSpace, CudaHostPinnedSpace
+std::string bridge_device_not_host();        // kDLCUDA never viewed as HostSpace
 
 }  // namespace kstage_cuda_probe

@@ -91,7 +91,8 @@ TEST_CASE("cuda: a device that does not exist, and a pointer on another device, 
     dev.t.device.device_id = 1;  // memory of device 0, labelled 1
     w = write_data(&dev.t);
     KS_FAILS(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
-             KSTAGE_INVALID_ARGUMENT, "device_id 1 but the data pointer is memory of cuda device 0");
+             KSTAGE_INVALID_ARGUMENT,
+             "device_id 1 but the data pointer is memory of cuda device 0");
   }
 }
 
@@ -170,8 +171,8 @@ TEST_CASE("cuda: a write waits for the producer's event; a read records the cons
   kstage_cuda_probe::produce(src.p, n, reinterpret_cast<uintptr_t>(producer));
   REQUIRE(cudaEventRecord(produced, producer) == cudaSuccess);
   finish(s, write_op(s, q, a, 1, src.t,
-                         kstage_device_sync_t{reinterpret_cast<uintptr_t>(producer),
-                                              reinterpret_cast<uintptr_t>(produced)}));
+                     kstage_device_sync_t{reinterpret_cast<uintptr_t>(producer),
+                                          reinterpret_cast<uintptr_t>(produced)}));
   s.seal(1);
   // The consumer's event is recorded after the work that produces the group.
   kstage_read_desc_t d = kstage_read_desc_init();
@@ -183,8 +184,8 @@ TEST_CASE("cuda: a write waits for the producer's event; a read records the cons
   KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
   REQUIRE(cudaEventSynchronize(consumed) == cudaSuccess);
   std::vector<float> got(n);
-  REQUIRE(cudaMemcpy(got.data(), g.data.tensors[0].data, n * sizeof(float), cudaMemcpyDeviceToHost) ==
-          cudaSuccess);
+  REQUIRE(cudaMemcpy(got.data(), g.data.tensors[0].data, n * sizeof(float),
+                     cudaMemcpyDeviceToHost) == cudaSuccess);
   for (size_t i = 0; i < n; i += 4099) REQUIRE(got[i] == float(i % 1000));
   KS_OK(kstage_release_group(s.stage, g.handle));
   KS_OK(kstage_release_read(s.stage, r));

@@ -60,7 +60,7 @@ struct ReadBack {
   kstage_device_sync_t sync{};
 };
 inline ReadBack read_back(DeviceStage& s, kstage_query_t q, kstage_token_t a,
-                   kstage_read_desc_t desc = kstage_read_desc_init()) {
+                          kstage_read_desc_t desc = kstage_read_desc_init()) {
   kstage_read_t r = 0;
   KS_OK(kstage_read_attributes(s.stage, q, &a, 1, &desc, &r));
   kstage_read_group_t g{};

@@ -66,8 +66,7 @@ kstage_write_data_t device_gather64(const DLTensor& src, const DeviceIndex64& ma
 }
 
 struct Counts {
-  uint64_t h2d = 0, d2h = 0, uploads = 0, emulated_uploads = 0, emulated_h2d = 0,
-           emulated_d2h = 0;
+  uint64_t h2d = 0, d2h = 0, uploads = 0, emulated_uploads = 0, emulated_h2d = 0, emulated_d2h = 0;
   static Counts now() {
     Counts c;
     KS_OK(kstage_transfer_counts(&c.h2d, &c.d2h, &c.uploads));
@@ -127,9 +126,10 @@ TEST_CASE("a device index_map is read in place: gathered on the device, no uploa
   CHECK(read_back(s, q, x).values == std::vector<float>{10, 20, 30, 40, 40});
 }
 
-TEST_CASE("a device index_map64 (int64 entries, as torch's) is read in place and checked on the "
-          "device, a bad entry named with its value",
-          "[device_maps]") {
+TEST_CASE(
+    "a device index_map64 (int64 entries, as torch's) is read in place and checked on the "
+    "device, a bad entry named with its value",
+    "[device_maps]") {
   Sealed f;
   DeviceFloats src(kDev.device_id, {10, 20, 30, 40});
   DeviceIndex64 map(kDev.device_id, {3, 0, 2, 2, 1});
@@ -187,15 +187,14 @@ TEST_CASE("a device index_map is ordered by the write's device_sync, like its te
   DeviceIndex map(kDev.device_id, {0, 0, 0});
   // The producer fills the map on its own stream, which has not run yet: the write is behind it.
   const std::vector<uint32_t> filled = {2, 1, 0};
-  finish_after_held_producer(s, kDev.device_id, map.p, filled.data(), 12,
-                             [&](kstage_device_sync_t sync) {
-                               kstage_write_data_t w = device_gather(src.t, map);
-                               w.device_sync = sync;
-                               kstage_op_t op = 0;
-                               KS_OK(kstage_write_attribute(s.stage, q, x, 1, &w,
-                                                            KSTAGE_PRIM_MODE_UPSERT, &op));
-                               return op;
-                             });
+  finish_after_held_producer(
+      s, kDev.device_id, map.p, filled.data(), 12, [&](kstage_device_sync_t sync) {
+        kstage_write_data_t w = device_gather(src.t, map);
+        w.device_sync = sync;
+        kstage_op_t op = 0;
+        KS_OK(kstage_write_attribute(s.stage, q, x, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+        return op;
+      });
   s.seal(1);
   CHECK(read_back(s, q, x).values == std::vector<float>{30, 20, 10});
 }
@@ -295,8 +294,8 @@ TEST_CASE("what a call checks of a device index_map without reading it", "[devic
   const Counts before = Counts::now();
   kstage_op_t op = 0;
   auto refused = [&](const kstage_write_data_t& w, kstage_status_t code, const char* needle) {
-    KS_FAILS(kstage_write_attribute(f.s.stage, f.q, f.x, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
-             code, needle);
+    KS_FAILS(kstage_write_attribute(f.s.stage, f.q, f.x, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op), code,
+             needle);
   };
   SECTION("on another device than the tensors: both named") {
     refused(device_gather(src.t, map, kOther), KSTAGE_INVALID_ARGUMENT, "selection_device is");
@@ -342,8 +341,7 @@ TEST_CASE("what a call checks of a device index_map without reading it", "[devic
   }
   SECTION("a device index_map64: the same checks, named as index_map64") {
     DeviceIndex64 map64(kDev.device_id, {4, 3, 2, 1, 0});
-    refused(device_gather64(src.t, map64, kOther), KSTAGE_INVALID_ARGUMENT,
-            "selection_device is");
+    refused(device_gather64(src.t, map64, kOther), KSTAGE_INVALID_ARGUMENT, "selection_device is");
     std::vector<int64_t> host_map = {0, 1, 2, 3, 4};
     kstage_write_data_t w = device_gather64(src.t, map64);
     w.index_map64 = host_map.data();
@@ -540,8 +538,10 @@ TEST_CASE("a read group's index_map exports as a DLPack tensor where it lives, o
   KS_OK(kstage_release_read(f.s.stage, r));
 }
 
-TEST_CASE("a device mask is read in place: rows gathered on the device, the selection read back "
-          "once for the seal", "[device_maps]") {
+TEST_CASE(
+    "a device mask is read in place: rows gathered on the device, the selection read back "
+    "once for the seal",
+    "[device_maps]") {
   Sealed f;
   DeviceFloats src(kDev.device_id, {10, 20, 30, 40, 50});
   DeviceWords mask(kDev.device_id, {0b10110});  // elements 1, 2 and 4
@@ -587,8 +587,10 @@ TEST_CASE("a device mask is read in place: rows gathered on the device, the sele
   CHECK(wide.changed(wq, z, 1, 1) == expect);
 }
 
-TEST_CASE("a device mask's prim mode: UPDATE of present prims needs no read-back, INSERT reads "
-          "the mask at the call", "[device_maps]") {
+TEST_CASE(
+    "a device mask's prim mode: UPDATE of present prims needs no read-back, INSERT reads "
+    "the mask at the call",
+    "[device_maps]") {
   Sealed f;
   DeviceFloats src(kDev.device_id, {10, 20, 30, 40, 50});
   DeviceWords mask(kDev.device_id, {0b00101});
@@ -621,8 +623,10 @@ TEST_CASE("a device mask's prim mode: UPDATE of present prims needs no read-back
   CHECK(f.s.changed(nq, y, 2, 2) == std::vector<kstage_path_t>{fresh[0], fresh[2]});
 }
 
-TEST_CASE("a device fault in a device map's gather fails the op and the seal with DEVICE_ERROR, "
-          "a refused launch fails the call", "[device_maps]") {
+TEST_CASE(
+    "a device fault in a device map's gather fails the op and the seal with DEVICE_ERROR, "
+    "a refused launch fails the call",
+    "[device_maps]") {
   struct Reset {
     ~Reset() { kstage_emulated_device_reset(kDev.device_id); }
   } reset;

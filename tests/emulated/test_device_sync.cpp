@@ -70,7 +70,8 @@ TEST_CASE("device_sync handles the device does not know are INVALID_ARGUMENT nam
   w.device_sync = kstage_device_sync_t{0, 0xdead1};
   kstage_op_t op = 0;
   KS_FAILS(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
-           KSTAGE_INVALID_ARGUMENT, "device_sync.event 0xdead1: emulated refused it: invalid resource handle");
+           KSTAGE_INVALID_ARGUMENT,
+           "device_sync.event 0xdead1: emulated refused it: invalid resource handle");
   w.device_sync = kstage_device_sync_t{0xbeef1, 0};
   KS_FAILS(kstage_write_attribute(s.stage, q, a, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
            KSTAGE_INVALID_ARGUMENT, "device_sync.stream 0xbeef1: emulated refused it");
@@ -125,7 +126,8 @@ TEST_CASE("a read group's event signals only once the group's data is there", "[
 }
 
 TEST_CASE("kstage_wait returns TIMEOUT for a slow op, then its outcome", "[device][ops]") {
-  std::vector<float> v = {1, 2, 3, 4, 5, 6, 7, 8};  // outlives the stage: an op is released in flight
+  std::vector<float> v = {1, 2, 3, 4,
+                          5, 6, 7, 8};  // outlives the stage: an op is released in flight
   DeviceStage s(kDev0);
   kstage_query_t q = s.query(8);
   kstage_token_t a = s.token("a");
@@ -170,8 +172,9 @@ struct Producer {
 };
 }  // namespace
 
-TEST_CASE("device producers: a dense managed write is adopted, a sparse one copied, each deleted once",
-          "[device][lifetime]") {
+TEST_CASE(
+    "device producers: a dense managed write is adopted, a sparse one copied, each deleted once",
+    "[device][lifetime]") {
   g_deleted = 0;
   const size_t live = kstage_emulated_live_bytes(0);
   {
@@ -242,7 +245,8 @@ TEST_CASE("destroying a stage with device work in flight loses nothing and leaks
   REQUIRE(kstage_emulated_live_bytes(0) == live);
 }
 
-TEST_CASE("residency: config, write and map name it; else the data's device", "[device][residency]") {
+TEST_CASE("residency: config, write and map name it; else the data's device",
+          "[device][residency]") {
   SECTION("{0, 0}: host data makes a host column, device data a device column") {
     DeviceStage s(DLDevice{DLDeviceType(0), 0});
     kstage_query_t q = s.query(2);
@@ -340,8 +344,9 @@ TEST_CASE("copies across sides: each path, and reads on the column's device and 
     REQUIRE(total_down == total_down0);
     REQUIRE(uploads - uploads0 == kstage_emulated_upload_count(0) - emulated_uploads0);
     REQUIRE(uploads > uploads0);  // the index_map at least
-    REQUIRE(r.values == std::vector<float>{6, 1, 3, 4, 5, 6});  // element i <- source row index_map[i]
-    d.target_device = kHost;  // a read may ask for the host: one copy down
+    REQUIRE(r.values ==
+            std::vector<float>{6, 1, 3, 4, 5, 6});  // element i <- source row index_map[i]
+    d.target_device = kHost;                        // a read may ask for the host: one copy down
     const ReadBack down = read_back(s, q, a, d);
     REQUIRE(down.device.device_type == kDLCPU);
     REQUIRE(down.sync.event == 0);
@@ -403,7 +408,8 @@ TEST_CASE("kstage_group_sync orders a consumer's stream and event after the grou
     REQUIRE(kstage_emulated_event_query(consumed) == 1);
     // A handle the device does not know is refused, naming the field.
     KS_FAILS(kstage_group_sync(s.stage, g.handle, kstage_device_sync_t{0, 0x7777}),
-             KSTAGE_INVALID_ARGUMENT, "consumer.event 0x7777: emulated refused it: invalid resource handle");
+             KSTAGE_INVALID_ARGUMENT,
+             "consumer.event 0x7777: emulated refused it: invalid resource handle");
     KS_OK(kstage_release_group(s.stage, g.handle));
     KS_OK(kstage_release_read(s.stage, r));
   }
@@ -635,8 +641,9 @@ TEST_CASE("an unmap is ordered after the producer's event; device map buffers gi
   KS_OK(kstage_release_map(s.stage, m));
 }
 
-TEST_CASE("a map released after its producer frees its buffers only once the producer's work has run",
-          "[device][sync][map]") {
+TEST_CASE(
+    "a map released after its producer frees its buffers only once the producer's work has run",
+    "[device][sync][map]") {
   DeviceStage s(kDev0);
   kstage_query_t q = s.query(4);
   const kstage_token_t a = s.token("a"), b = s.token("b");
@@ -706,7 +713,8 @@ TEST_CASE("one reader event covers every column of a read, on any device", "[dev
   REQUIRE(groups.size() == 3);
   kstage_emulated_event_synchronize(mine);
   for (const kstage_read_group_t& g : groups) {
-    if (g.data.device_sync.event) REQUIRE(kstage_emulated_event_query(g.data.device_sync.event) == 1);
+    if (g.data.device_sync.event)
+      REQUIRE(kstage_emulated_event_query(g.data.device_sync.event) == 1);
     REQUIRE(group_floats(g, 0, 32) == v);
     KS_OK(kstage_release_group(s.stage, g.handle));
   }

@@ -106,7 +106,8 @@ TEST_CASE("emulated runtime: a copy whose kind contradicts its pointers fails an
   DeviceFloats a(0, {1, 2, 3, 4}), b(0, {0, 0, 0, 0});
   std::vector<float> host = {5, 5, 5, 5};
   const uintptr_t stream = kstage_emulated_stream_create(0);
-  REQUIRE(kstage_emulated_memcpy_kind_async(stream, b.p, a.p, 16, KSTAGE_EMULATED_HOST_TO_DEVICE) != 0);
+  REQUIRE(kstage_emulated_memcpy_kind_async(stream, b.p, a.p, 16, KSTAGE_EMULATED_HOST_TO_DEVICE) !=
+          0);
   REQUIRE(kstage_emulated_memcpy_kind_async(stream, b.p, host.data(), 16,
                                             KSTAGE_EMULATED_DEVICE_TO_DEVICE) != 0);
   REQUIRE(kstage_emulated_memcpy_kind_async(stream, host.data(), b.p, 16,
@@ -114,7 +115,8 @@ TEST_CASE("emulated runtime: a copy whose kind contradicts its pointers fails an
   kstage_emulated_stream_synchronize(stream);
   REQUIRE(b.get() == std::vector<float>{0, 0, 0, 0});
   REQUIRE(host == std::vector<float>{5, 5, 5, 5});
-  REQUIRE(kstage_emulated_memcpy_kind_async(stream, b.p, a.p, 16, KSTAGE_EMULATED_DEVICE_TO_DEVICE) == 0);
+  REQUIRE(kstage_emulated_memcpy_kind_async(stream, b.p, a.p, 16,
+                                            KSTAGE_EMULATED_DEVICE_TO_DEVICE) == 0);
   kstage_emulated_stream_synchronize(stream);
   REQUIRE(b.get() == std::vector<float>{1, 2, 3, 4});
   kstage_emulated_stream_destroy(stream);
@@ -129,8 +131,8 @@ TEST_CASE("emulated runtime: an event recorded on one ordinal orders a stream of
   kstage_emulated_stream_hold(s0);
   kstage_emulated_event_record(e, s0);
   kstage_emulated_stream_wait_event(s1, e);
-  REQUIRE(kstage_emulated_launch_host_func(s1, [](void* p) { static_cast<std::atomic<int>*>(p)->store(1); },
-                                           &ran) == 0);
+  REQUIRE(kstage_emulated_launch_host_func(
+              s1, [](void* p) { static_cast<std::atomic<int>*>(p)->store(1); }, &ran) == 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   REQUIRE(ran.load() == 0);
   REQUIRE(kstage_emulated_event_query(e) == 0);
@@ -231,8 +233,9 @@ TEST_CASE("gpu backend: a copy that faults fails its op with DEVICE_ERROR, and t
   recovers(exec);
 }
 
-TEST_CASE("gpu backend: a kernel that faults fails its op with DEVICE_ERROR, and the calls after it",
-          "[device][runtime][fault]") {
+TEST_CASE(
+    "gpu backend: a kernel that faults fails its op with DEVICE_ERROR, and the calls after it",
+    "[device][runtime][fault]") {
   ResetDevice reset;
   const kstage_host_execution_t exec = host_execution();
   {
@@ -377,7 +380,8 @@ TEST_CASE("gpu backend: pinned host tensors are staged on the device with the ri
 
 // Defect 10: zero-row device tensors were refused, their pointer (null or one past an
 // allocation) checked though no byte is addressed: a ragged row of no elements, say.
-TEST_CASE("gpu backend: an empty device tensor is not checked for its pointer", "[device][runtime]") {
+TEST_CASE("gpu backend: an empty device tensor is not checked for its pointer",
+          "[device][runtime]") {
   DeviceStage s(kDev0);
   kstage_query_t q = s.query(2);
   kstage_token_t a = s.token("a");
@@ -400,7 +404,8 @@ TEST_CASE("gpu backend: an empty device tensor is not checked for its pointer", 
   DLTensor labelled[2] = {tensor(host.data(), f32(), 1, two, nullptr, kDev0), row.t};
   kstage_write_data_t bad = write_data(labelled, 2, true);
   KS_FAILS(kstage_write_attribute(s.stage, q, a, 2, &bad, KSTAGE_PRIM_MODE_UPSERT, &op),
-           KSTAGE_INVALID_ARGUMENT, "DLDevice says kDLExtDev:0 but the data pointer is host memory");
+           KSTAGE_INVALID_ARGUMENT,
+           "DLDevice says kDLExtDev:0 but the data pointer is host memory");
 }
 
 // Defect 5: an index upload freed its host copy as soon as the asynchronous copy was
@@ -565,7 +570,8 @@ TEST_CASE("gpu backend: an export to a consumer stream may outlive its stage",
   }
   // The stage is gone; the consumer still reads the export, then lets it go.
   std::vector<float> out(16, 0.f);
-  REQUIRE(kstage_emulated_memcpy_async(consumer, out.data(), e->dl_tensor.data, sizeof(float) * 16) == 0);
+  REQUIRE(kstage_emulated_memcpy_async(consumer, out.data(), e->dl_tensor.data,
+                                       sizeof(float) * 16) == 0);
   REQUIRE(out == std::vector<float>(16, 3.f));
   e->deleter(e);  // waits for the consumer's stream (nothing reaps a queue any more): no leak
   REQUIRE(kstage_emulated_live_bytes(0) == before);

@@ -8,9 +8,9 @@
 
 #include <string.h>
 
-kstage_status_t kstage_fortran_tensor(const CFI_cdesc_t* a, int32_t unsigned_ints,
-                                      const char* what, size_t what_length, DLTensor* tensor,
-                                      int64_t* shape, int64_t* strides);
+kstage_status_t kstage_fortran_tensor(const CFI_cdesc_t* a, int32_t unsigned_ints, const char* what,
+                                      size_t what_length, DLTensor* tensor, int64_t* shape,
+                                      int64_t* strides);
 
 kstage_status_t kstage_test_misaligned_stride(void) {
   static char bytes[64];

@@ -14,7 +14,8 @@
 
 typedef struct DLManagedTensorVersioned DLManagedTensorVersioned;
 
-#define FIELD(s, f) {#s, #f, offsetof(s, f), 0}
+#define FIELD(s, f) \
+  { #s, #f, offsetof(s, f), 0 }
 static struct {
   const char* type;
   const char* field;
@@ -122,7 +123,8 @@ static struct {
     FIELD(kstage_attribute_info_t, prim_count),
 };
 
-#define SIZE(s) {#s, sizeof(s)}
+#define SIZE(s) \
+  { #s, sizeof(s) }
 static const struct {
   const char* type;
   size_t size;
@@ -177,7 +179,8 @@ int64_t kstage_test_c_unchecked_fields(void) {
   size_t i;
   for (i = 0; i < sizeof kFields / sizeof kFields[0]; ++i) {
     if (!kFields[i].seen) {
-      fprintf(stderr, "layout: %s.%s was never checked from Fortran\n", kFields[i].type, kFields[i].field);
+      fprintf(stderr, "layout: %s.%s was never checked from Fortran\n", kFields[i].type,
+              kFields[i].field);
       ++n;
     }
   }

@@ -97,8 +97,9 @@ void arm_marker() {
   const uint64_t bogus = 0x7e00000000000000ull | (++g_marker_counter & 0xffffffffffull);
   const char* s = nullptr;
   kstage_status_t st = kstage_token_string(bogus, 1, &s, nullptr);
-  if (st == KSTAGE_OK) oracle("kstage_token_string accepted the never-issued stage handle %llu",
-                              (unsigned long long)bogus);
+  if (st == KSTAGE_OK)
+    oracle("kstage_token_string accepted the never-issued stage handle %llu",
+           (unsigned long long)bogus);
   g_marker = kstage_last_error();
 }
 
@@ -162,26 +163,28 @@ size_t tuple_bytes(DLDataType t) { return size_t(t.bits / 8) * t.lanes; }
 
 struct Managed {
   DLManagedTensorVersioned m{};
-  DLManagedTensor l{};   // the legacy struct, when handed over as legacy_managed_tensors
+  DLManagedTensor l{};  // the legacy struct, when handed over as legacy_managed_tensors
   bool legacy = false;
   uint64_t handed_checksum = 0;  // legacy: the producer's bytes, which must never change
   std::vector<int64_t> shape, strides;
   std::vector<unsigned char> storage;
   int deleted = 0;
   bool has_deleter = false;  // (m is poisoned once deleted: never read it then)
-  bool expect_once = true;  // false when the hand-over is ambiguous (must-reject descriptors)
+  bool expect_once = true;   // false when the hand-over is ambiguous (must-reject descriptors)
   bool handed = false;
 };
 
 void managed_deleter(DLManagedTensorVersioned* self) {
   Managed* box = static_cast<Managed*>(self->manager_ctx);
   if (box == nullptr || &box->m != self) oracle("a managed deleter got a tensor it did not make");
-  if (++box->deleted > 1) oracle("the deleter of managed tensor %p ran %d times", (void*)self, box->deleted);
+  if (++box->deleted > 1)
+    oracle("the deleter of managed tensor %p ran %d times", (void*)self, box->deleted);
   trace("managed deleter %p", (void*)self);
   // From now on kstage must not touch the tensor, its shape/strides or its memory.
   if (!box->storage.empty()) ASAN_POISON_MEMORY_REGION(box->storage.data(), box->storage.size());
   if (!box->shape.empty()) ASAN_POISON_MEMORY_REGION(box->shape.data(), box->shape.size() * 8);
-  if (!box->strides.empty()) ASAN_POISON_MEMORY_REGION(box->strides.data(), box->strides.size() * 8);
+  if (!box->strides.empty())
+    ASAN_POISON_MEMORY_REGION(box->strides.data(), box->strides.size() * 8);
   ASAN_POISON_MEMORY_REGION(&box->m, sizeof(box->m));
 }
 
@@ -190,14 +193,16 @@ void managed_deleter(DLManagedTensorVersioned* self) {
 void legacy_deleter(DLManagedTensor* self) {
   Managed* box = static_cast<Managed*>(self->manager_ctx);
   if (box == nullptr || &box->l != self) oracle("a legacy deleter got a tensor it did not make");
-  if (++box->deleted > 1) oracle("the deleter of legacy tensor %p ran %d times", (void*)self, box->deleted);
+  if (++box->deleted > 1)
+    oracle("the deleter of legacy tensor %p ran %d times", (void*)self, box->deleted);
   trace("legacy deleter %p", (void*)self);
   uint64_t h = 0;
   for (unsigned char c : box->storage) h = h * 31 + c;
   if (h != box->handed_checksum) oracle("the stage wrote into a legacy producer's memory");
   if (!box->storage.empty()) ASAN_POISON_MEMORY_REGION(box->storage.data(), box->storage.size());
   if (!box->shape.empty()) ASAN_POISON_MEMORY_REGION(box->shape.data(), box->shape.size() * 8);
-  if (!box->strides.empty()) ASAN_POISON_MEMORY_REGION(box->strides.data(), box->strides.size() * 8);
+  if (!box->strides.empty())
+    ASAN_POISON_MEMORY_REGION(box->strides.data(), box->strides.size() * 8);
   ASAN_POISON_MEMORY_REGION(&box->l, sizeof(box->l));
 }
 
@@ -216,7 +221,8 @@ uint64_t touch_dl(const DLTensor& t) {
   const size_t elem = tuple_bytes(t.dtype);
   int64_t total = 1;
   for (int d = 0; d < t.ndim; ++d) {
-    if (t.shape[d] < 0 || t.shape[d] > (1 << 20)) oracle("an export has shape[%d] = %lld", d, (long long)t.shape[d]);
+    if (t.shape[d] < 0 || t.shape[d] > (1 << 20))
+      oracle("an export has shape[%d] = %lld", d, (long long)t.shape[d]);
     total *= t.shape[d];
   }
   if (total == 0) return 0;
@@ -228,7 +234,8 @@ uint64_t touch_dl(const DLTensor& t) {
     int64_t off = 0;
     for (int d = 0; d < t.ndim; ++d) off += idx[size_t(d)] * (t.strides ? t.strides[d] : 1);
     if (!t.strides) off = k;
-    const unsigned char* p = static_cast<const unsigned char*>(t.data) + t.byte_offset + off * int64_t(elem);
+    const unsigned char* p =
+        static_cast<const unsigned char*>(t.data) + t.byte_offset + off * int64_t(elem);
     h = h * 31 + touch(p, elem);
     for (int d = t.ndim - 1; d >= 0; --d) {
       if (++idx[size_t(d)] < t.shape[d]) break;
@@ -242,11 +249,13 @@ struct Export {
   DLManagedTensorVersioned* v = nullptr;
   DLManagedTensor* legacy = nullptr;
   uint64_t checksum = 0;
-  bool written = false;  // the fuzzer wrote through it: its bytes changed on purpose
+  bool written = false;   // the fuzzer wrote through it: its bytes changed on purpose
   bool promised = false;  // legacy, under KSTAGE_EXPORT_CONSUMER_READS_ONLY: never written
 };
 
-const DLTensor& export_tensor(const Export& e) { return e.v ? e.v->dl_tensor : e.legacy->dl_tensor; }
+const DLTensor& export_tensor(const Export& e) {
+  return e.v ? e.v->dl_tensor : e.legacy->dl_tensor;
+}
 
 void drop_export(Export& e) {
   const uint64_t now = touch_dl(export_tensor(e));
@@ -256,7 +265,8 @@ void drop_export(Export& e) {
     if (e.v->deleter == nullptr) oracle("kstage_group_export gave a tensor without deleter");
     e.v->deleter(e.v);
   } else {
-    if (e.legacy->deleter == nullptr) oracle("kstage_group_export_legacy gave a tensor without deleter");
+    if (e.legacy->deleter == nullptr)
+      oracle("kstage_group_export_legacy gave a tensor without deleter");
     e.legacy->deleter(e.legacy);
   }
   e.v = nullptr;
@@ -312,16 +322,20 @@ struct WriteSpec {
 constexpr uint32_t kFirstWriteDataSize = 80;
 // A struct_size kstage.h accepts, which kstage reads the descriptor by (and strides an array
 // by): from the first layout to KSTAGE_MAX_STRUCT_SIZE, aligned or not.
-bool valid_write_struct_size(uint32_t s) { return s >= kFirstWriteDataSize && s <= KSTAGE_MAX_STRUCT_SIZE; }
-// Where the 0.2 layout's legacy_managed_tensors ends: a caller whose struct reaches it has the field.
-constexpr size_t kLegacyFieldEnd = offsetof(kstage_write_data_t, legacy_managed_tensors) + sizeof(void*);
+bool valid_write_struct_size(uint32_t s) {
+  return s >= kFirstWriteDataSize && s <= KSTAGE_MAX_STRUCT_SIZE;
+}
+// Where the 0.2 layout's legacy_managed_tensors ends: a caller whose struct reaches it has the
+// field.
+constexpr size_t kLegacyFieldEnd =
+    offsetof(kstage_write_data_t, legacy_managed_tensors) + sizeof(void*);
 
 // Everything one materialised call owns.
 struct Materialised {
   std::vector<std::vector<unsigned char>> buffers;
-  std::vector<std::vector<DLTensor>> tensors;                       // per descriptor
-  std::vector<std::vector<DLManagedTensorVersioned*>> managed_ptrs; // per descriptor
-  std::vector<std::vector<DLManagedTensor*>> legacy_ptrs;           // per descriptor
+  std::vector<std::vector<DLTensor>> tensors;                        // per descriptor
+  std::vector<std::vector<DLManagedTensorVersioned*>> managed_ptrs;  // per descriptor
+  std::vector<std::vector<DLManagedTensor*>> legacy_ptrs;            // per descriptor
   std::vector<std::vector<int64_t>> shapes;
   std::vector<unsigned char> raw;  // the descriptor array
   std::vector<Managed*> boxes;     // handed over by this call
@@ -331,8 +345,8 @@ enum class Span { Fits, Overflow, TooBig };
 
 // The bytes a tensor descriptor covers, relative to data + byte_offset: [lo, lo + span).
 // Overflow: no memory can back it (kstage must reject it); TooBig: valid but over 1 MiB.
-Span layout_span(int32_t ndim, const std::vector<int64_t>& shape, const int64_t* strides, size_t elem,
-                 int64_t& lo, size_t& span) {
+Span layout_span(int32_t ndim, const std::vector<int64_t>& shape, const int64_t* strides,
+                 size_t elem, int64_t& lo, size_t& span) {
   lo = 0;
   span = 0;
   if (ndim < 1 || ndim > 8 || size_t(ndim) > shape.size()) return Span::Overflow;
@@ -359,7 +373,8 @@ Span layout_span(int32_t ndim, const std::vector<int64_t>& shape, const int64_t*
       return Span::Overflow;
   }
   int64_t width;
-  if (__builtin_sub_overflow(hi, lo, &width) || width > (1 << 20) || bytes > (1u << 20)) return Span::TooBig;
+  if (__builtin_sub_overflow(hi, lo, &width) || width > (1 << 20) || bytes > (1u << 20))
+    return Span::TooBig;
   span = size_t(width) + elem;
   return Span::Fits;
 }
@@ -471,7 +486,8 @@ struct State {
   }
 
   uint64_t token_id() {
-    if (!tokens.empty() && !chance(8)) return tokens[in.ConsumeIntegralInRange<size_t>(0, tokens.size() - 1)];
+    if (!tokens.empty() && !chance(8))
+      return tokens[in.ConsumeIntegralInRange<size_t>(0, tokens.size() - 1)];
     switch (in.ConsumeIntegralInRange<int>(0, 4)) {
       case 0: return 0;
       case 1: return kU64Max;
@@ -483,7 +499,8 @@ struct State {
     return tokens.empty() ? -1 : int(in.ConsumeIntegralInRange<size_t>(0, tokens.size() - 1));
   }
   uint64_t path_id() {
-    if (!paths.empty() && !chance(8)) return paths[in.ConsumeIntegralInRange<size_t>(0, paths.size() - 1)];
+    if (!paths.empty() && !chance(8))
+      return paths[in.ConsumeIntegralInRange<size_t>(0, paths.size() - 1)];
     switch (in.ConsumeIntegralInRange<int>(0, 3)) {
       case 0: return 0;
       case 1: return kU64Max;
@@ -497,7 +514,8 @@ struct State {
       case 0: return 0;
       case 1: return kU64Max;
       case 2:
-        if (!dead_handles.empty()) return dead_handles[in.ConsumeIntegralInRange<size_t>(0, dead_handles.size() - 1)];
+        if (!dead_handles.empty())
+          return dead_handles[in.ConsumeIntegralInRange<size_t>(0, dead_handles.size() - 1)];
         return 0;
       case 3: {  // the twin's handle of a live entry (foreign stage)
         if (mine && !mine->empty()) {
@@ -540,7 +558,8 @@ struct State {
     const bool null_config = chance(20);
     kstage_stage_t s = 0;
     kstage_status_t st = CALL_A(kstage_create, null_config ? nullptr : &c, &s);
-    if (st != KSTAGE_OK) oracle("kstage_create failed with a valid config: %s", kstage_last_error());
+    if (st != KSTAGE_OK)
+      oracle("kstage_create failed with a valid config: %s", kstage_last_error());
     kstage_stage_t t = 0;
     twin_ok(CALL_B(kstage_create, null_config ? nullptr : &c, &t), "kstage_create");
     stage[0] = s;
@@ -553,7 +572,8 @@ struct State {
     if (!alive) return;
     compare("before destroy");
     for (int side = 0; side < 2; ++side) {
-      kstage_status_t st = side == 0 ? CALL_A(kstage_destroy, stage[0]) : CALL_B(kstage_destroy, stage[1]);
+      kstage_status_t st =
+          side == 0 ? CALL_A(kstage_destroy, stage[0]) : CALL_B(kstage_destroy, stage[1]);
       if (st != KSTAGE_OK) oracle("kstage_destroy of a live stage failed: %s", kstage_last_error());
     }
     // Everything of these stages is dead now: remember the handles as garbage.
@@ -577,7 +597,8 @@ struct State {
     alive = false;
     ord = 0;
     // A destroyed stage's handle stays dead.
-    if (CALL_A(kstage_destroy, stage[0]) == KSTAGE_OK) oracle("kstage_destroy accepted a destroyed stage");
+    if (CALL_A(kstage_destroy, stage[0]) == KSTAGE_OK)
+      oracle("kstage_destroy accepted a destroyed stage");
   }
 
   // -- oracle 1: the sealed state of both stages ----------------------------------------------
@@ -586,19 +607,23 @@ struct State {
     std::string out;
     auto num = [&](uint64_t v) { out.append(reinterpret_cast<const char*>(&v), 8); };
     uint64_t f = 0;
-    if (kstage_get_write_floor(s, 0, &f) != KSTAGE_OK) oracle("get_write_floor(0) failed: %s", kstage_last_error());
+    if (kstage_get_write_floor(s, 0, &f) != KSTAGE_OK)
+      oracle("get_write_floor(0) failed: %s", kstage_last_error());
     num(f);
     for (kstage_token_t t : tokens) {
-      if (kstage_get_write_floor(s, t, &f) != KSTAGE_OK) oracle("get_write_floor failed: %s", kstage_last_error());
+      if (kstage_get_write_floor(s, t, &f) != KSTAGE_OK)
+        oracle("get_write_floor failed: %s", kstage_last_error());
       num(f);
     }
     kstage_filter_t all{};
     kstage_query_t q = 0;
-    if (kstage_query_filter(s, &all, &q) != KSTAGE_OK) oracle("query_filter(all) failed: %s", kstage_last_error());
+    if (kstage_query_filter(s, &all, &q) != KSTAGE_OK)
+      oracle("query_filter(all) failed: %s", kstage_last_error());
     kstage_path_list_t list = 0;
     const kstage_path_t* ids = nullptr;
     uint64_t n = 0;
-    if (kstage_query_get_paths(s, q, &list) != KSTAGE_OK || kstage_path_list_get(s, list, &ids, &n) != KSTAGE_OK)
+    if (kstage_query_get_paths(s, q, &list) != KSTAGE_OK ||
+        kstage_path_list_get(s, list, &ids, &n) != KSTAGE_OK)
       oracle("listing the prims failed: %s", kstage_last_error());
     out += "prims";
     num(n);
@@ -609,7 +634,8 @@ struct State {
       d.compact = true;
       kstage_read_t r = 0;
       kstage_status_t st = kstage_read_attributes(s, q, tokens.data(), tokens.size(), &d, &r);
-      if (st != KSTAGE_OK) oracle("the compact read of every attribute failed: %s", kstage_last_error());
+      if (st != KSTAGE_OK)
+        oracle("the compact read of every attribute failed: %s", kstage_last_error());
       for (;;) {
         kstage_read_group_t g{};
         st = kstage_fetch_read_next(s, r, 0, &g);
@@ -619,7 +645,8 @@ struct State {
         num(g.attribute);
         num(g.ordinal);
         num(g.prim_count);
-        num(uint64_t(g.is_delete) | uint64_t(g.is_array) << 1 | uint64_t(uint32_t(g.semantic)) << 8);
+        num(uint64_t(g.is_delete) | uint64_t(g.is_array) << 1 |
+            uint64_t(uint32_t(g.semantic)) << 8);
         num(uint64_t(g.dtype.code) | uint64_t(g.dtype.bits) << 8 | uint64_t(g.dtype.lanes) << 16);
         for (uint64_t i = 0; i < g.prim_count; ++i) num(g.prims[i]);
         check_group_layout(g, true);
@@ -647,29 +674,37 @@ struct State {
   void compare(const char* when) {
     if (!alive) return;
     const std::string a = state_of(0), b = state_of(1);
-    if (a != b) oracle("the stage and its twin differ %s: a rejected call changed the stage (or an "
-                       "accepted one did not replay identically); %zu vs %zu state bytes", when, a.size(), b.size());
+    if (a != b)
+      oracle(
+          "the stage and its twin differ %s: a rejected call changed the stage (or an "
+          "accepted one did not replay identically); %zu vs %zu state bytes",
+          when, a.size(), b.size());
   }
 
   // Validates a read group's layout; with `read_bytes`, reads every value.
   void check_group_layout(const kstage_read_group_t& g, bool read_bytes) {
-    if (g.prim_count != g.data.count) oracle("group prim_count %llu != data.count %llu",
-                                             (unsigned long long)g.prim_count, (unsigned long long)g.data.count);
+    if (g.prim_count != g.data.count)
+      oracle("group prim_count %llu != data.count %llu", (unsigned long long)g.prim_count,
+             (unsigned long long)g.data.count);
     if (g.prim_count && !g.prims) oracle("group with prims NULL");
     if (g.is_delete) {
-      if (g.data.tensor_count != 0) oracle("tombstone group with %llu tensors", (unsigned long long)g.data.tensor_count);
+      if (g.data.tensor_count != 0)
+        oracle("tombstone group with %llu tensors", (unsigned long long)g.data.tensor_count);
       return;
     }
     if (g.data.mask) oracle("a read group has a mask");
     const size_t tb = tuple_bytes(g.dtype);
     if (!g.is_array) {
-      if (g.data.tensor_count != 1 || !g.data.tensors) oracle("fixed-size group with %llu tensors", (unsigned long long)g.data.tensor_count);
+      if (g.data.tensor_count != 1 || !g.data.tensors)
+        oracle("fixed-size group with %llu tensors", (unsigned long long)g.data.tensor_count);
       const DLTensor& t = g.data.tensors[0];
-      if (t.ndim != 1 || !t.shape || t.dtype.lanes != g.dtype.lanes) oracle("fixed-size group tensor not canonical");
+      if (t.ndim != 1 || !t.shape || t.dtype.lanes != g.dtype.lanes)
+        oracle("fixed-size group tensor not canonical");
       for (uint64_t i = 0; i < g.prim_count; ++i) {
         const uint64_t row = g.data.index_map ? g.data.index_map[i] : i;
-        if (int64_t(row) >= t.shape[0]) oracle("group row %llu of prim %llu outside %lld rows",
-                                               (unsigned long long)row, (unsigned long long)i, (long long)t.shape[0]);
+        if (int64_t(row) >= t.shape[0])
+          oracle("group row %llu of prim %llu outside %lld rows", (unsigned long long)row,
+                 (unsigned long long)i, (long long)t.shape[0]);
       }
       if (read_bytes && t.shape[0] > 0) {
         if (!t.data) oracle("group tensor data NULL");
@@ -678,13 +713,16 @@ struct State {
     } else {
       for (uint64_t i = 0; i < g.prim_count; ++i) {
         const uint64_t row = g.data.index_map ? g.data.index_map[i] : i;
-        if (row >= g.data.tensor_count) oracle("array group row %llu outside %llu tensors",
-                                               (unsigned long long)row, (unsigned long long)g.data.tensor_count);
+        if (row >= g.data.tensor_count)
+          oracle("array group row %llu outside %llu tensors", (unsigned long long)row,
+                 (unsigned long long)g.data.tensor_count);
       }
       for (uint64_t r = 0; read_bytes && r < g.data.tensor_count; ++r) {
         const DLTensor& t = g.data.tensors[r];
-        if (t.ndim != 1 || !t.shape || t.shape[0] < 0 || t.shape[0] > (1 << 24)) oracle("array group tensor not canonical");
-        if (t.shape[0] > 0) touch(static_cast<const unsigned char*>(t.data) + t.byte_offset, size_t(t.shape[0]) * tb);
+        if (t.ndim != 1 || !t.shape || t.shape[0] < 0 || t.shape[0] > (1 << 24))
+          oracle("array group tensor not canonical");
+        if (t.shape[0] > 0)
+          touch(static_cast<const unsigned char*>(t.data) + t.byte_offset, size_t(t.shape[0]) * tb);
       }
     }
   }
@@ -695,7 +733,9 @@ struct State {
     const size_t tb = tuple_bytes(g.dtype);
     for (uint64_t r = 0; r < g.data.tensor_count; ++r) {
       const DLTensor& t = g.data.tensors[r];
-      if (t.shape[0] > 0) h = h * 31 + touch(static_cast<const unsigned char*>(t.data) + t.byte_offset, size_t(t.shape[0]) * tb);
+      if (t.shape[0] > 0)
+        h = h * 31 + touch(static_cast<const unsigned char*>(t.data) + t.byte_offset,
+                           size_t(t.shape[0]) * tb);
     }
     return h;
   }
@@ -707,7 +747,8 @@ struct State {
         std::string s;
         int depth = in.ConsumeIntegralInRange<int>(0, 4);
         static const char* parts[] = {"a", "b", "world", "body_17", "x y", "\xc3\xa9", ".", ".."};
-        for (int i = 0; i < depth; ++i) s += std::string("/") + parts[in.ConsumeIntegralInRange<int>(0, 7)];
+        for (int i = 0; i < depth; ++i)
+          s += std::string("/") + parts[in.ConsumeIntegralInRange<int>(0, 7)];
         return s.empty() ? "/" : s;
       }
       case 1: {  // a long path
@@ -732,8 +773,9 @@ struct State {
     const bool null_out = chance(3);
     uint64_t id = 0xdeadbeef;
     const char* str = null_str ? nullptr : s.c_str();
-    kstage_status_t st = token ? CALL_A(kstage_intern_token, stage[0], str, len, null_out ? nullptr : &id)
-                               : CALL_A(kstage_intern_path, stage[0], str, len, null_out ? nullptr : &id);
+    kstage_status_t st =
+        token ? CALL_A(kstage_intern_token, stage[0], str, len, null_out ? nullptr : &id)
+              : CALL_A(kstage_intern_path, stage[0], str, len, null_out ? nullptr : &id);
     if (st != KSTAGE_OK) {
       if (id != 0xdeadbeef) oracle("a failed intern wrote its out-parameter");
       return;
@@ -741,24 +783,32 @@ struct State {
     if (null_out) oracle("intern accepted a NULL out-parameter");
     uint64_t id2 = 0;
     twin_ok(token ? CALL_B(kstage_intern_token, stage[1], str, len, &id2)
-                  : CALL_B(kstage_intern_path, stage[1], str, len, &id2), "intern");
-    if (id != id2) oracle("interning '%s' gave id %llu on the stage but %llu on its twin", s.c_str(),
-                          (unsigned long long)id, (unsigned long long)id2);
+                  : CALL_B(kstage_intern_path, stage[1], str, len, &id2),
+            "intern");
+    if (id != id2)
+      oracle("interning '%s' gave id %llu on the stage but %llu on its twin", s.c_str(),
+             (unsigned long long)id, (unsigned long long)id2);
     // Idempotent, and the string round-trips.
-    const std::string used = len == KSTAGE_NUL_TERMINATED ? std::string(s.c_str()) : s.substr(0, len);
+    const std::string used =
+        len == KSTAGE_NUL_TERMINATED ? std::string(s.c_str()) : s.substr(0, len);
     uint64_t again = 0;
     const char* back = nullptr;
     size_t back_len = 0;
     if (token) {
-      if (kstage_intern_token(stage[0], used.data(), used.size(), &again) != KSTAGE_OK || again != id)
+      if (kstage_intern_token(stage[0], used.data(), used.size(), &again) != KSTAGE_OK ||
+          again != id)
         oracle("re-interning token gave another id or failed");
-      if (kstage_token_string(stage[0], id, &back, &back_len) != KSTAGE_OK) oracle("token_string failed");
+      if (kstage_token_string(stage[0], id, &back, &back_len) != KSTAGE_OK)
+        oracle("token_string failed");
     } else {
-      if (kstage_intern_path(stage[0], used.data(), used.size(), &again) != KSTAGE_OK || again != id)
+      if (kstage_intern_path(stage[0], used.data(), used.size(), &again) != KSTAGE_OK ||
+          again != id)
         oracle("re-interning path gave another id or failed");
-      if (kstage_path_string(stage[0], id, &back, &back_len) != KSTAGE_OK) oracle("path_string failed");
+      if (kstage_path_string(stage[0], id, &back, &back_len) != KSTAGE_OK)
+        oracle("path_string failed");
     }
-    if (back_len != std::strlen(back)) oracle("string length %zu but strlen %zu", back_len, std::strlen(back));
+    if (back_len != std::strlen(back))
+      oracle("string length %zu but strlen %zu", back_len, std::strlen(back));
     if (used != back) oracle("'%s' reads back as '%s'", used.c_str(), back);
     std::vector<uint64_t>& v = token ? tokens : paths;
     if (std::find(v.begin(), v.end(), id) == v.end()) {
@@ -772,8 +822,10 @@ struct State {
     size_t len = 0;
     const bool tok = chance(50);
     const uint64_t id = tok ? token_id() : path_id();
-    kstage_status_t st = tok ? CALL_A(kstage_token_string, stage[0], id, chance(5) ? nullptr : &s, chance(30) ? nullptr : &len)
-                             : CALL_A(kstage_path_string, stage[0], id, chance(5) ? nullptr : &s, chance(30) ? nullptr : &len);
+    kstage_status_t st = tok ? CALL_A(kstage_token_string, stage[0], id, chance(5) ? nullptr : &s,
+                                      chance(30) ? nullptr : &len)
+                             : CALL_A(kstage_path_string, stage[0], id, chance(5) ? nullptr : &s,
+                                      chance(30) ? nullptr : &len);
     if (st == KSTAGE_OK && s) touch(s, std::strlen(s) + 1);
   }
 
@@ -784,13 +836,15 @@ struct State {
     const bool null_ids = chance(5);
     if (null_ids && chance(50)) n = in.ConsumeIntegralInRange<uint64_t>(1, kU64Max);
     kstage_path_list_t l = 0xabc;
-    kstage_status_t st = CALL_A(kstage_path_list_create, stage[0], null_ids ? nullptr : ids.data(), n, &l);
+    kstage_status_t st =
+        CALL_A(kstage_path_list_create, stage[0], null_ids ? nullptr : ids.data(), n, &l);
     if (st != KSTAGE_OK) {
       if (l != 0xabc) oracle("failed path_list_create wrote its out-parameter");
       return;
     }
     kstage_path_list_t l2 = 0;
-    twin_ok(CALL_B(kstage_path_list_create, stage[1], null_ids ? nullptr : ids.data(), n, &l2), "path_list_create");
+    twin_ok(CALL_B(kstage_path_list_create, stage[1], null_ids ? nullptr : ids.data(), n, &l2),
+            "path_list_create");
     Pair p;
     p.h[0] = l;
     p.h[1] = l2;
@@ -820,7 +874,8 @@ struct State {
         kstage_status_t st = CALL_A(kstage_path_list_retain, stage[0], ha);
         if (st == KSTAGE_OK) {
           if (known_dead) oracle("path_list_retain accepted a dead handle");
-          twin_ok(CALL_B(kstage_path_list_retain, stage[1], lists[size_t(i)].h[1]), "path_list_retain");
+          twin_ok(CALL_B(kstage_path_list_retain, stage[1], lists[size_t(i)].h[1]),
+                  "path_list_retain");
           lists[size_t(i)].prims += 1ull << 40;  // extra references (high bits)
         }
         break;
@@ -832,7 +887,10 @@ struct State {
           Pair& p = lists[size_t(i)];
           twin_ok(CALL_B(kstage_path_list_release, stage[1], p.h[1]), "path_list_release");
           if (p.prims >> 40) p.prims -= 1ull << 40;
-          else { p.live = false; retire(p.h[0]); }
+          else {
+            p.live = false;
+            retire(p.h[0]);
+          }
         }
       }
     }
@@ -840,10 +898,12 @@ struct State {
 
   void add_query(kstage_query_t a, kstage_query_t b) {
     uint64_t na = 0, nb = 0;
-    if (kstage_query_count(stage[0], a, &na) != KSTAGE_OK || kstage_query_count(stage[1], b, &nb) != KSTAGE_OK)
+    if (kstage_query_count(stage[0], a, &na) != KSTAGE_OK ||
+        kstage_query_count(stage[1], b, &nb) != KSTAGE_OK)
       oracle("query_count of a new query failed: %s", kstage_last_error());
-    if (na != nb) oracle("divergence: a query has %llu prims on the stage, %llu on its twin",
-                         (unsigned long long)na, (unsigned long long)nb);
+    if (na != nb)
+      oracle("divergence: a query has %llu prims on the stage, %llu on its twin",
+             (unsigned long long)na, (unsigned long long)nb);
     Pair p;
     p.h[0] = a;
     p.h[1] = b;
@@ -856,19 +916,22 @@ struct State {
     std::vector<uint64_t> ids(in.ConsumeIntegralInRange<size_t>(0, 12));
     for (auto& id : ids) id = path_id();
     if (!paths.empty() && chance(40)) {  // a clean prefix of the known paths
-      ids.assign(paths.begin(), paths.begin() + long(in.ConsumeIntegralInRange<size_t>(1, std::min<size_t>(paths.size(), 16))));
+      ids.assign(paths.begin(), paths.begin() + long(in.ConsumeIntegralInRange<size_t>(
+                                                    1, std::min<size_t>(paths.size(), 16))));
     }
     uint64_t n = ids.size();
     const bool null_ids = chance(4);
     if (null_ids && chance(50)) n = kU64Max;
     kstage_query_t q = 0x123;
-    kstage_status_t st = CALL_A(kstage_query_paths, stage[0], null_ids ? nullptr : ids.data(), n, chance(3) ? nullptr : &q);
+    kstage_status_t st = CALL_A(kstage_query_paths, stage[0], null_ids ? nullptr : ids.data(), n,
+                                chance(3) ? nullptr : &q);
     if (st != KSTAGE_OK) {
       if (q != 0x123) oracle("failed query_paths wrote its out-parameter");
       return;
     }
     kstage_query_t q2 = 0;
-    twin_ok(CALL_B(kstage_query_paths, stage[1], null_ids ? nullptr : ids.data(), n, &q2), "query_paths");
+    twin_ok(CALL_B(kstage_query_paths, stage[1], null_ids ? nullptr : ids.data(), n, &q2),
+            "query_paths");
     add_query(q, q2);
   }
 
@@ -889,12 +952,16 @@ struct State {
     if (chance(30)) {
       li = pick(lists, g);
       if (li < 0) f[0].path_in = g;
-      else { f[0].path_in = lists[size_t(li)].h[0]; f[1].path_in = lists[size_t(li)].h[1]; }
+      else {
+        f[0].path_in = lists[size_t(li)].h[0];
+        f[1].path_in = lists[size_t(li)].h[1];
+      }
     }
     kstage_query_t q = 0x123;
     kstage_status_t st = CALL_A(kstage_query_filter, stage[0], chance(3) ? nullptr : &f[0], &q);
     if (st != KSTAGE_OK) return;
-    if (f[0].path_in && (li < 0 || !lists[size_t(li)].live)) oracle("query_filter accepted a dead path list");
+    if (f[0].path_in && (li < 0 || !lists[size_t(li)].live))
+      oracle("query_filter accepted a dead path list");
     kstage_query_t q2 = 0;
     twin_ok(CALL_B(kstage_query_filter, stage[1], &f[1], &q2), "query_filter");
     add_query(q, q2);
@@ -919,7 +986,8 @@ struct State {
         if (CALL_A(kstage_query_get_paths, stage[0], ha, &l) == KSTAGE_OK) {
           if (known_dead) oracle("query_get_paths accepted a dead handle");
           kstage_path_list_t l2 = 0;
-          twin_ok(CALL_B(kstage_query_get_paths, stage[1], queries[size_t(i)].h[1], &l2), "query_get_paths");
+          twin_ok(CALL_B(kstage_query_get_paths, stage[1], queries[size_t(i)].h[1], &l2),
+                  "query_get_paths");
           Pair p;
           p.h[0] = l;
           p.h[1] = l2;
@@ -942,8 +1010,8 @@ struct State {
   // -- write descriptors -----------------------------------------------------------------------
   DLDataType dtype(const Schema* known) {
     if (known && known->known && chance(80)) return known->dtype;
-    static const DLDataType valid[] = {{kDLFloat, 32, 1}, {kDLFloat, 64, 1}, {kDLInt, 32, 1},
-                                       {kDLUInt, 8, 1},   {kDLUInt, 64, 1},  {kDLFloat, 16, 1},
+    static const DLDataType valid[] = {{kDLFloat, 32, 1}, {kDLFloat, 64, 1},   {kDLInt, 32, 1},
+                                       {kDLUInt, 8, 1},   {kDLUInt, 64, 1},    {kDLFloat, 16, 1},
                                        {kDLBool, 8, 1},   {kDLComplex, 64, 1}, {kDLBfloat, 16, 1},
                                        {kDLInt, 16, 1}};
     DLDataType t = valid[in.ConsumeIntegralInRange<int>(0, 9)];
@@ -963,14 +1031,16 @@ struct State {
   kstage_semantic_t semantic(const Schema* known, DLDataType t, bool is_array) {
     if (known && known->known && chance(85)) return known->semantic;
     if (chance(4)) return in.ConsumeIntegral<int32_t>();
-    if (t.code == kDLUInt && t.bits == 64 && t.lanes == 1 && chance(30)) return chance(50) ? KSTAGE_SEMANTIC_TOKEN_ID : KSTAGE_SEMANTIC_PATH_ID;
+    if (t.code == kDLUInt && t.bits == 64 && t.lanes == 1 && chance(30))
+      return chance(50) ? KSTAGE_SEMANTIC_TOKEN_ID : KSTAGE_SEMANTIC_PATH_ID;
     if (is_array && t.bits == 8 && t.lanes == 1 && chance(30)) return KSTAGE_SEMANTIC_STRING;
     return in.ConsumeIntegralInRange<int>(0, 7);
   }
 
   int64_t dim_value(bool huge_ok) {
     if (huge_ok && chance(5)) {
-      static const int64_t odd[] = {-1, INT64_MIN, INT64_MAX, int64_t(1) << 32, int64_t(1) << 62, -5};
+      static const int64_t odd[] = {-1, INT64_MIN, INT64_MAX, int64_t(1) << 32, int64_t(1) << 62,
+                                    -5};
       return odd[in.ConsumeIntegralInRange<int>(0, 5)];
     }
     return in.ConsumeIntegralInRange<int64_t>(0, 4);
@@ -982,8 +1052,12 @@ struct State {
       case 1: return compact * in.ConsumeIntegralInRange<int64_t>(2, 3);
       case 2: return 0;
       case 3: {
-        static const int64_t huge[] = {INT64_MAX, INT64_MIN, int64_t(1) << 62, -(int64_t(1) << 62),
-                                       (int64_t(1) << 61) + 3, INT64_MAX / 2 + 1};
+        static const int64_t huge[] = {INT64_MAX,
+                                       INT64_MIN,
+                                       int64_t(1) << 62,
+                                       -(int64_t(1) << 62),
+                                       (int64_t(1) << 61) + 3,
+                                       INT64_MAX / 2 + 1};
         return huge[in.ConsumeIntegralInRange<int>(0, 5)];
       }
       case 4: return in.ConsumeIntegralInRange<int64_t>(-8, 8);
@@ -996,11 +1070,14 @@ struct State {
     TensorSpec s;
     s.seed = ++seed;
     s.dtype = t;
-    s.ndim = chance(80) ? 1 : in.ConsumeIntegralInRange<int32_t>(chance(10) ? -2 : 0, chance(5) ? 12 : 4);
+    s.ndim = chance(80)
+                 ? 1
+                 : in.ConsumeIntegralInRange<int32_t>(chance(10) ? -2 : 0, chance(5) ? 12 : 4);
     const size_t nd = size_t(std::max(s.ndim, 0));
     s.shape.assign(std::max<size_t>(nd, 1), 1);
     if (nd >= 1) s.shape[0] = chance(90) ? rows : dim_value(true);
-    for (size_t d = 1; d < nd; ++d) s.shape[d] = chance(70) ? in.ConsumeIntegralInRange<int64_t>(1, 4) : dim_value(true);
+    for (size_t d = 1; d < nd; ++d)
+      s.shape[d] = chance(70) ? in.ConsumeIntegralInRange<int64_t>(1, 4) : dim_value(true);
     // ndim > 1 with a 1-lane dtype folds; keep the folded lanes sane most of the time
     if (nd > 1 && chance(70)) s.dtype.lanes = 1;
     s.has_strides = chance(30);
@@ -1010,15 +1087,17 @@ struct State {
       for (size_t d = nd; d-- > 0;) {
         s.strides[d] = stride_value(compact);
         const int64_t extent = std::max<int64_t>(s.shape[d], 1);
-        if (extent > (1 << 20) || __builtin_mul_overflow(compact, extent, &compact) || compact > (1 << 20)) compact = 1;
+        if (extent > (1 << 20) || __builtin_mul_overflow(compact, extent, &compact) ||
+            compact > (1 << 20))
+          compact = 1;
       }
     }
     if (chance(10)) s.byte_offset = in.ConsumeIntegralInRange<uint64_t>(1, 64);
     if (chance(3)) s.null_data = true;
     if (chance(2)) s.null_shape = true;
     if (chance(4)) {
-      static const DLDevice devs[] = {{kDLCUDA, 0}, {kDLCUDAHost, 0}, {kDLCPU, 3}, {kDLROCM, 1},
-                                      {DLDeviceType(99), 0}, {kDLCUDAManaged, 0}};
+      static const DLDevice devs[] = {{kDLCUDA, 0}, {kDLCUDAHost, 0},      {kDLCPU, 3},
+                                      {kDLROCM, 1}, {DLDeviceType(99), 0}, {kDLCUDAManaged, 0}};
       s.device = devs[in.ConsumeIntegralInRange<int>(0, 5)];
     }
     // Must-reject layouts get a minimal buffer (see materialise_tensor); valid layouts too
@@ -1026,7 +1105,8 @@ struct State {
     const size_t elem = std::max<size_t>(tuple_bytes(s.dtype), 1);
     int64_t lo = 0;
     size_t span = 0;
-    Span k = layout_span(s.ndim, s.shape, s.has_strides ? s.strides.data() : nullptr, elem, lo, span);
+    Span k =
+        layout_span(s.ndim, s.shape, s.has_strides ? s.strides.data() : nullptr, elem, lo, span);
     if (k == Span::TooBig) {
       s.has_strides = false;
       k = layout_span(s.ndim, s.shape, nullptr, elem, lo, span);
@@ -1064,7 +1144,8 @@ struct State {
     d.reserved_index = chance(3) ? in.ConsumeIntegralInRange<int>(0, 6) : -1;
     // logical count
     if (chance(25) && qprims > 0) d.count = in.ConsumeIntegralInRange<uint64_t>(1, qprims);
-    else if (chance(3)) d.count = chance(50) ? qprims + 1 : (chance(50) ? kU64Max : uint64_t(1) << 40);
+    else if (chance(3))
+      d.count = chance(50) ? qprims + 1 : (chance(50) ? kU64Max : uint64_t(1) << 40);
     const uint64_t logical = d.count ? d.count : qprims;
     int64_t rows = int64_t(std::min<uint64_t>(logical, 64));
     if (d.count && d.count <= 256 && chance(40)) {
@@ -1085,7 +1166,8 @@ struct State {
       }
     } else if (chance(3)) {
       d.use_mask = true;  // with count 0 or huge: rejected; one word is enough to read
-      d.mask.assign(d.count <= 64 * 4 ? std::max<size_t>(size_t((d.count + 63) / 64), 1) : 1, ~0ull);
+      d.mask.assign(d.count <= 64 * 4 ? std::max<size_t>(size_t((d.count + 63) / 64), 1) : 1,
+                    ~0ull);
       if (d.count > 256) d.count = 0;
     }
     if (chance(5) && rows > 0) rows += chance(50) ? 1 : -1;  // row count mismatch
@@ -1102,7 +1184,8 @@ struct State {
       d.tensors.push_back(tensor_spec(std::max<int64_t>(rows, 1) * per + (chance(5) ? 1 : 0), t));
       d.tensor_count = 1;
     } else {
-      for (int64_t r = 0; r < rows; ++r) d.tensors.push_back(tensor_spec(in.ConsumeIntegralInRange<int64_t>(0, 5), t));
+      for (int64_t r = 0; r < rows; ++r)
+        d.tensors.push_back(tensor_spec(in.ConsumeIntegralInRange<int64_t>(0, 5), t));
       d.tensor_count = d.tensors.size();
       if (chance(3)) d.tensor_count = 0;
     }
@@ -1119,7 +1202,7 @@ struct State {
     if (chance(8)) {
       // 80: the first layout; 88: 0.2's (legacy_managed_tensors); 96: 0.3's (residency); 104:
       // 0.4's; sizes between layouts (81, 89, 92, 97) cut a field; past 65536: rejected.
-      static const uint32_t sizes[] = {0,  1,  8,  79,   81,   88,    89,    92,         96,
+      static const uint32_t sizes[] = {0,  1,  8,   79,   81,   88,    89,    92,        96,
                                        97, 80, 104, 4097, 8192, 65536, 65537, UINT32_MAX};
       size = sizes[in.ConsumeIntegralInRange<int>(0, int(std::size(sizes)) - 1)];
     }
@@ -1164,7 +1247,11 @@ struct State {
           materialise_tensor(s, ts[j], m.buffers.back(), shape, strides);
         } else {
           auto& lptrs = m.legacy_ptrs[i];
-          if (s.null_entry) { ptrs.push_back(nullptr); lptrs.push_back(nullptr); continue; }
+          if (s.null_entry) {
+            ptrs.push_back(nullptr);
+            lptrs.push_back(nullptr);
+            continue;
+          }
           if (d.duplicate_managed && j == 1 && !ptrs.empty() && (ptrs[0] || lptrs[0])) {
             ptrs.push_back(ptrs[0]);
             lptrs.push_back(lptrs[0]);
@@ -1176,7 +1263,8 @@ struct State {
             box->legacy = true;
             box->l.manager_ctx = box.get();
             box->l.deleter = s.no_deleter ? nullptr : legacy_deleter;
-            for (unsigned char c : box->storage) box->handed_checksum = box->handed_checksum * 31 + c;
+            for (unsigned char c : box->storage)
+              box->handed_checksum = box->handed_checksum * 31 + c;
           } else {
             materialise_tensor(s, box->m.dl_tensor, box->storage, box->shape, box->strides);
             box->m.version.major = s.version_major;
@@ -1210,11 +1298,17 @@ struct State {
         else k.managed_tensors = ptrs.data();
       }
       if (!d.managed || d.set_both) k.tensors = ts.data();
-      if (d.set_neither) { k.tensors = nullptr; k.managed_tensors = nullptr; k.legacy_managed_tensors = nullptr; }
+      if (d.set_neither) {
+        k.tensors = nullptr;
+        k.managed_tensors = nullptr;
+        k.legacy_managed_tensors = nullptr;
+      }
       if (d.set_both || d.set_neither)
         for (Managed* b : m.boxes) b->expect_once = false;  // "exactly one" violated: ambiguous
       unsigned char* dst = m.raw.data() + i * w.stride_size;
-      std::memcpy(dst, &k, std::min<size_t>(sizeof(k), w.stride_size));  // an 80-byte caller: no legacy field
+      std::memcpy(
+          dst, &k,
+          std::min<size_t>(sizeof(k), w.stride_size));  // an 80-byte caller: no legacy field
       if (d.nonzero_extra) dst[sizeof(k) + d.nonzero_extra - 1] = 0x5a;
     }
   }
@@ -1272,24 +1366,32 @@ struct State {
     WriteSpec w = write_spec(tis, qprims);
     uint64_t nn = w.descs.size();
     const uint64_t ordinal = this->ordinal();
-    kstage_prim_mode_t mode = chance(70) ? KSTAGE_PRIM_MODE_UPSERT : in.ConsumeIntegralInRange<int>(chance(5) ? -3 : 0, chance(5) ? 9 : 2);
+    kstage_prim_mode_t mode =
+        chance(70) ? KSTAGE_PRIM_MODE_UPSERT
+                   : in.ConsumeIntegralInRange<int>(chance(5) ? -3 : 0, chance(5) ? 9 : 2);
     const bool null_attrs = chance(2);
     const bool null_op = chance(2);
     for (const DescSpec& d : w.descs)
       trace("  desc: struct_size %u%s is_array %d %s tensor_count %llu (%zu given) count %llu%s%s",
             d.struct_size, d.nonzero_extra ? " (extra bytes set)" : "", int(d.is_array),
-            d.set_neither ? "neither" : d.set_both ? "tensors+managed" : d.managed ? "managed" : "tensors", (unsigned long long)d.tensor_count, d.tensors.size(),
-            (unsigned long long)d.count, d.use_index_map ? " index_map" : "", d.use_mask ? " mask" : "");
+            d.set_neither ? "neither"
+            : d.set_both  ? "tensors+managed"
+            : d.managed   ? "managed"
+                          : "tensors",
+            (unsigned long long)d.tensor_count, d.tensors.size(), (unsigned long long)d.count,
+            d.use_index_map ? " index_map" : "", d.use_mask ? " mask" : "");
     Materialised ma;
     materialise(w, ma);
-    const auto* data = w.null_data ? nullptr : reinterpret_cast<const kstage_write_data_t*>(ma.raw.data());
+    const auto* data =
+        w.null_data ? nullptr : reinterpret_cast<const kstage_write_data_t*>(ma.raw.data());
     kstage_op_t op = 0x77;
     kstage_status_t st;
     if (!batch && nn == 1 && !null_attrs) {
-      st = CALL_A(kstage_write_attribute, stage[0], qa, attrs[0], ordinal, data, mode, null_op ? nullptr : &op);
-    } else {
-      st = CALL_A(kstage_write_attributes, stage[0], qa, null_attrs ? nullptr : attrs.data(), data, nn, ordinal, mode,
+      st = CALL_A(kstage_write_attribute, stage[0], qa, attrs[0], ordinal, data, mode,
                   null_op ? nullptr : &op);
+    } else {
+      st = CALL_A(kstage_write_attributes, stage[0], qa, null_attrs ? nullptr : attrs.data(), data,
+                  nn, ordinal, mode, null_op ? nullptr : &op);
     }
     if (st != KSTAGE_OK) {
       if (op != 0x77) oracle("a rejected write wrote its op out-parameter");
@@ -1302,13 +1404,16 @@ struct State {
     // Replay on the twin with its own copies.
     Materialised mb;
     materialise(w, mb);
-    const auto* datab = w.null_data ? nullptr : reinterpret_cast<const kstage_write_data_t*>(mb.raw.data());
+    const auto* datab =
+        w.null_data ? nullptr : reinterpret_cast<const kstage_write_data_t*>(mb.raw.data());
     kstage_op_t opb = 0;
     kstage_status_t stb;
     if (!batch && nn == 1 && !null_attrs)
-      stb = CALL_B(kstage_write_attribute, stage[1], queries[size_t(qi)].h[1], attrs[0], ordinal, datab, mode, &opb);
+      stb = CALL_B(kstage_write_attribute, stage[1], queries[size_t(qi)].h[1], attrs[0], ordinal,
+                   datab, mode, &opb);
     else
-      stb = CALL_B(kstage_write_attributes, stage[1], queries[size_t(qi)].h[1], attrs.data(), datab, nn, ordinal, mode, &opb);
+      stb = CALL_B(kstage_write_attributes, stage[1], queries[size_t(qi)].h[1], attrs.data(), datab,
+                   nn, ordinal, mode, &opb);
     twin_ok(stb, "a write");
     add_op(op, opb);
     remember_schemas(w, tis);
@@ -1325,14 +1430,17 @@ struct State {
     if (null_attrs && chance(50)) n = 2;
     const uint64_t ordinal = this->ordinal();
     kstage_op_t op = 0x77;
-    kstage_status_t st = CALL_A(kstage_delete_attributes, stage[0], qa, null_attrs ? nullptr : attrs.data(), n, ordinal, &op);
+    kstage_status_t st = CALL_A(kstage_delete_attributes, stage[0], qa,
+                                null_attrs ? nullptr : attrs.data(), n, ordinal, &op);
     if (st != KSTAGE_OK) {
       if (op != 0x77) oracle("a rejected delete wrote its op");
       return;
     }
     if (qi < 0 || !queries[size_t(qi)].live) oracle("a delete accepted a dead query handle");
     kstage_op_t opb = 0;
-    twin_ok(CALL_B(kstage_delete_attributes, stage[1], queries[size_t(qi)].h[1], null_attrs ? nullptr : attrs.data(), n, ordinal, &opb), "a delete");
+    twin_ok(CALL_B(kstage_delete_attributes, stage[1], queries[size_t(qi)].h[1],
+                   null_attrs ? nullptr : attrs.data(), n, ordinal, &opb),
+            "a delete");
     add_op(op, opb);
   }
 
@@ -1345,17 +1453,21 @@ struct State {
     uint64_t ordinal;
     if (chance(85)) ordinal = ord + in.ConsumeIntegralInRange<uint64_t>(0, 3);
     else ordinal = this->ordinal();
-    if (ordinal == kU64Max && chance(80)) ordinal = ord + 1;  // sealing everything forever ends the run early
+    if (ordinal == kU64Max && chance(80))
+      ordinal = ord + 1;  // sealing everything forever ends the run early
     const bool null_attrs = chance(2) && !attrs.empty();
-    kstage_status_t st = CALL_A(kstage_advance_write_floor, stage[0], ordinal, null_attrs ? nullptr : attrs.data(), attrs.size());
+    kstage_status_t st = CALL_A(kstage_advance_write_floor, stage[0], ordinal,
+                                null_attrs ? nullptr : attrs.data(), attrs.size());
     if (st != KSTAGE_OK) {
       // A seal may fail part-way (a mutation cannot be applied); whatever it did apply must
       // be what the twin does too, so replay it and compare.
       if (null_attrs || st == KSTAGE_INVALID_ARGUMENT) return;
     }
-    kstage_status_t stb = CALL_B(kstage_advance_write_floor, stage[1], ordinal, null_attrs ? nullptr : attrs.data(), attrs.size());
-    if (stb != st) oracle("divergence: advance_write_floor gave %s on the stage, %s on its twin",
-                          kstage_status_string(st), kstage_status_string(stb));
+    kstage_status_t stb = CALL_B(kstage_advance_write_floor, stage[1], ordinal,
+                                 null_attrs ? nullptr : attrs.data(), attrs.size());
+    if (stb != st)
+      oracle("divergence: advance_write_floor gave %s on the stage, %s on its twin",
+             kstage_status_string(st), kstage_status_string(stb));
     if (attrs.empty() && st == KSTAGE_OK) ord = std::max(ord, ordinal);
     if (chance(25)) compare("after a seal");
   }
@@ -1368,7 +1480,9 @@ struct State {
     if (st == KSTAGE_OK) {
       uint64_t fb = 0;
       twin_ok(CALL_B(kstage_get_write_floor, stage[1], t, &fb), "get_write_floor");
-      if (f != fb) oracle("divergence: write floor %llu vs twin %llu", (unsigned long long)f, (unsigned long long)fb);
+      if (f != fb)
+        oracle("divergence: write floor %llu vs twin %llu", (unsigned long long)f,
+               (unsigned long long)fb);
     }
   }
 
@@ -1381,19 +1495,26 @@ struct State {
     uint64_t n = attrs.size();
     const bool null_attrs = chance(2);
     if (null_attrs && chance(50)) n = 1;
-    struct alignas(8) Raw { unsigned char b[8200]; } raw{};
+    struct alignas(8) Raw {
+      unsigned char b[8200];
+    } raw{};
     kstage_read_desc_t d = kstage_read_desc_init();
     d.compact = chance(40);
     d.change_range = chance(30);
     if (d.change_range) {
-      d.range_begin = chance(70) ? in.ConsumeIntegralInRange<uint64_t>(0, ord + 1) : in.ConsumeIntegral<uint64_t>();
-      d.range_end = chance(70) ? in.ConsumeIntegralInRange<uint64_t>(d.range_begin, std::max(d.range_begin, ord + 2)) : in.ConsumeIntegral<uint64_t>();
+      d.range_begin = chance(70) ? in.ConsumeIntegralInRange<uint64_t>(0, ord + 1)
+                                 : in.ConsumeIntegral<uint64_t>();
+      d.range_end = chance(70) ? in.ConsumeIntegralInRange<uint64_t>(
+                                     d.range_begin, std::max(d.range_begin, ord + 2))
+                               : in.ConsumeIntegral<uint64_t>();
     }
     if (chance(10)) {
-      static const DLDevice devs[] = {{kDLCPU, 0}, {kDLCUDA, 0}, {kDLCPU, 2}, {kDLCUDAHost, 0}, {DLDeviceType(77), 1}};
+      static const DLDevice devs[] = {
+          {kDLCPU, 0}, {kDLCUDA, 0}, {kDLCPU, 2}, {kDLCUDAHost, 0}, {DLDeviceType(77), 1}};
       d.target_device = devs[in.ConsumeIntegralInRange<int>(0, 4)];
     }
-    if (chance(3)) {  // the reserved byte (must be 0), or 0.4's device_index_map (host columns: no effect)
+    if (chance(3)) {  // the reserved byte (must be 0), or 0.4's device_index_map (host columns: no
+                      // effect)
       if (in.ConsumeIntegralInRange<int>(0, 1) == 0) d.reserved[0] = 1;
       else d.device_index_map = true;
     }
@@ -1404,13 +1525,17 @@ struct State {
       size = sizes[in.ConsumeIntegralInRange<int>(0, int(std::size(sizes)) - 1)];
     }
     d.struct_size = size;
-    std::memcpy(raw.b, &d, std::min<size_t>(sizeof(d), std::max<uint32_t>(size, 4)));  // the caller's bytes
-    if (size > sizeof(d) && size <= sizeof(raw.b) && chance(40)) raw.b[in.ConsumeIntegralInRange<size_t>(sizeof(d), size - 1)] = 1;
+    std::memcpy(raw.b, &d,
+                std::min<size_t>(sizeof(d), std::max<uint32_t>(size, 4)));  // the caller's bytes
+    if (size > sizeof(d) && size <= sizeof(raw.b) && chance(40))
+      raw.b[in.ConsumeIntegralInRange<size_t>(sizeof(d), size - 1)] = 1;
     const int dm = in.ConsumeIntegralInRange<int>(0, 9);
-    const kstage_read_desc_t* desc = dm == 0 ? nullptr : reinterpret_cast<const kstage_read_desc_t*>(raw.b);
+    const kstage_read_desc_t* desc =
+        dm == 0 ? nullptr : reinterpret_cast<const kstage_read_desc_t*>(raw.b);
     kstage_read_t r = 0x55;
-    kstage_status_t st = CALL_A(kstage_read_attributes, stage[0], qa, null_attrs ? nullptr : attrs.data(), n, desc,
-                                chance(2) ? nullptr : &r);
+    kstage_status_t st =
+        CALL_A(kstage_read_attributes, stage[0], qa, null_attrs ? nullptr : attrs.data(), n, desc,
+               chance(2) ? nullptr : &r);
     if (st != KSTAGE_OK) {
       if (r != 0x55) oracle("a failed read wrote its out-parameter");
       return;
@@ -1432,7 +1557,8 @@ struct State {
     kstage_status_t st = CALL_A(kstage_fetch_read_next, stage[0], rr.h, 0, &g);
     if (st != KSTAGE_OK) {
       if (g.handle != 0x66) oracle("a failed fetch_read_next wrote its group");
-      if (st != KSTAGE_END_OF_ITERATION && rr.live) oracle("fetch_read_next on a live read failed: %s", kstage_last_error());
+      if (st != KSTAGE_END_OF_ITERATION && rr.live)
+        oracle("fetch_read_next on a live read failed: %s", kstage_last_error());
       return;
     }
     if (!rr.live) oracle("fetch_read_next accepted a released read");
@@ -1451,7 +1577,8 @@ struct State {
       uint64_t h = garbage(nullptr, /*for_read=*/true);
       kstage_read_group_t g{};
       if (chance(50)) {
-        if (CALL_A(kstage_fetch_read_next, stage[0], h, 0, &g) == KSTAGE_OK) oracle("fetch_read_next accepted a dead read");
+        if (CALL_A(kstage_fetch_read_next, stage[0], h, 0, &g) == KSTAGE_OK)
+          oracle("fetch_read_next accepted a dead read");
       } else if (CALL_A(kstage_release_read, stage[0], h) == KSTAGE_OK) {
         oracle("release_read accepted a dead read");
       }
@@ -1474,10 +1601,12 @@ struct State {
 
   void release_group(GroupRec& gr) {
     if (gr.live && !gr.dirty && group_checksum(gr.g) != gr.checksum)
-      oracle("a read group's data changed before it was released (a seal modified a pinned buffer)");
+      oracle(
+          "a read group's data changed before it was released (a seal modified a pinned buffer)");
     kstage_status_t st = CALL_A(kstage_release_group, stage[0], gr.h);
     if (st == KSTAGE_OK && !gr.live) oracle("release_group accepted a released group");
-    if (st != KSTAGE_OK && gr.live) oracle("release_group of a live group failed: %s", kstage_last_error());
+    if (st != KSTAGE_OK && gr.live)
+      oracle("release_group of a live group failed: %s", kstage_last_error());
     if (gr.live) retire(gr.h);
     gr.live = false;
   }
@@ -1486,15 +1615,15 @@ struct State {
     if (groups.empty() || chance(4)) {
       uint64_t h = garbage(nullptr);
       DLManagedTensorVersioned* t = nullptr;
-      if (CALL_A(kstage_group_export, stage[0], h, 0, 0, &t) == KSTAGE_OK) oracle("group_export accepted a dead group");
-      if (CALL_A(kstage_release_group, stage[0], h) == KSTAGE_OK) oracle("release_group accepted a dead group");
+      if (CALL_A(kstage_group_export, stage[0], h, 0, 0, &t) == KSTAGE_OK)
+        oracle("group_export accepted a dead group");
+      if (CALL_A(kstage_release_group, stage[0], h) == KSTAGE_OK)
+        oracle("release_group accepted a dead group");
       return;
     }
     GroupRec& gr = groups[in.ConsumeIntegralInRange<size_t>(0, groups.size() - 1)];
     switch (in.ConsumeIntegralInRange<int>(0, 3)) {
-      case 0:
-        release_group(gr);
-        break;
+      case 0: release_group(gr); break;
       case 1:
         if (gr.live && !gr.dirty && group_checksum(gr.g) != gr.checksum)
           oracle("a read group's data changed while it was held");
@@ -1511,14 +1640,16 @@ struct State {
           DLManagedTensorVersioned* t = reinterpret_cast<DLManagedTensorVersioned*>(0x1);
           st = CALL_A(kstage_group_export, stage[0], gr.h, index, flags, chance(2) ? nullptr : &t);
           if (st != KSTAGE_OK) {
-            if (t != reinterpret_cast<DLManagedTensorVersioned*>(0x1)) oracle("a failed export wrote its out-parameter");
+            if (t != reinterpret_cast<DLManagedTensorVersioned*>(0x1))
+              oracle("a failed export wrote its out-parameter");
             break;
           }
           e.v = t;
           const bool ro = t->flags & DLPACK_FLAG_BITMASK_READ_ONLY;
           if ((gr.zero_copy || (flags & KSTAGE_EXPORT_READ_ONLY)) && !ro)
             oracle("an export of a zero-copy group (or asked READ_ONLY) is writable");
-          if (t->version.major != DLPACK_MAJOR_VERSION) oracle("export version %u", unsigned(t->version.major));
+          if (t->version.major != DLPACK_MAJOR_VERSION)
+            oracle("export version %u", unsigned(t->version.major));
         } else {
           DLManagedTensor* t = nullptr;
           st = CALL_A(kstage_group_export_legacy, stage[0], gr.h, index, flags, &t);
@@ -1532,16 +1663,19 @@ struct State {
         e.checksum = touch_dl(export_tensor(e));
         const DLTensor& t = export_tensor(e);
         // A legacy export under KSTAGE_EXPORT_CONSUMER_READS_ONLY: the fuzzer keeps the promise.
-        const bool writable = e.legacy ? !e.promised : !(e.v->flags & DLPACK_FLAG_BITMASK_READ_ONLY);
+        const bool writable =
+            e.legacy ? !e.promised : !(e.v->flags & DLPACK_FLAG_BITMASK_READ_ONLY);
         if (writable && chance(30) && t.data) {
           // The consumer owns a writable export: scribble over it. The stage must not see it.
           int64_t total = 1;
           for (int d = 0; d < t.ndim; ++d) total *= t.shape[d];
-          std::memset(static_cast<unsigned char*>(t.data) + t.byte_offset, 0xab, size_t(total) * tuple_bytes(t.dtype));
+          std::memset(static_cast<unsigned char*>(t.data) + t.byte_offset, 0xab,
+                      size_t(total) * tuple_bytes(t.dtype));
           e.written = true;
           gr.dirty = true;  // a compact group shares its buffer with its exports
           for (auto& other : exports)
-            if ((other.v || other.legacy) && export_tensor(other).data == t.data) other.written = true;
+            if ((other.v || other.legacy) && export_tensor(other).data == t.data)
+              other.written = true;
         }
         exports.push_back(e);
       }
@@ -1566,8 +1700,11 @@ struct State {
     d.dtype = dtype(known);
     d.semantic = semantic(known, d.dtype, d.is_array);
     d.prim_mode = chance(70) ? KSTAGE_PRIM_MODE_UPSERT : in.ConsumeIntegralInRange<int>(-1, 3);
-    if (chance(5)) d.residency = DLDevice{chance(50) ? kDLCUDA : kDLCPU, in.ConsumeIntegralInRange<int32_t>(0, 2)};
-    d.max_group_prims = chance(70) ? 0 : (chance(90) ? in.ConsumeIntegralInRange<uint64_t>(1, 4) : kU64Max);
+    if (chance(5))
+      d.residency =
+          DLDevice{chance(50) ? kDLCUDA : kDLCPU, in.ConsumeIntegralInRange<int32_t>(0, 2)};
+    d.max_group_prims =
+        chance(70) ? 0 : (chance(90) ? in.ConsumeIntegralInRange<uint64_t>(1, 4) : kU64Max);
     if (chance(3)) d.reserved[in.ConsumeIntegralInRange<int>(0, 6)] = 1;
     std::vector<uint64_t> counts;
     uint64_t n = 0;
@@ -1578,15 +1715,21 @@ struct State {
       for (auto& c : counts) {
         if (chance(92)) c = in.ConsumeIntegralInRange<uint64_t>(0, 6);
         else {
-          const uint64_t big[] = {(UINT64_MAX / 2) / eb, (UINT64_MAX / 2) / eb + 1, kU64Max, uint64_t(1) << 62,
-                                  (uint64_t(1) << 31), ((UINT64_MAX / 2) / eb) & ~uint64_t(63)};
+          const uint64_t big[] = {(UINT64_MAX / 2) / eb,
+                                  (UINT64_MAX / 2) / eb + 1,
+                                  kU64Max,
+                                  uint64_t(1) << 62,
+                                  (uint64_t(1) << 31),
+                                  ((UINT64_MAX / 2) / eb) & ~uint64_t(63)};
           c = big[in.ConsumeIntegralInRange<int>(0, 5)];
         }
       }
       n = counts.size();
       null_counts = false;
       if (chance(5)) n = n ? n - 1 : 1;
-      if (chance(3)) { null_counts = true; }
+      if (chance(3)) {
+        null_counts = true;
+      }
       if (n > counts.size()) counts.resize(size_t(n), 0);
     }
     uint32_t size = sizeof(d);
@@ -1595,21 +1738,27 @@ struct State {
       size = sizes[in.ConsumeIntegralInRange<int>(0, int(std::size(sizes)) - 1)];
     }
     d.struct_size = size;
-    struct alignas(8) Raw { unsigned char b[8200]; } raw{};
+    struct alignas(8) Raw {
+      unsigned char b[8200];
+    } raw{};
     std::memcpy(raw.b, &d, sizeof(d));
-    if (size > sizeof(d) && size <= sizeof(raw.b) && chance(40)) raw.b[in.ConsumeIntegralInRange<size_t>(sizeof(d), size - 1)] = 1;
+    if (size > sizeof(d) && size <= sizeof(raw.b) && chance(40))
+      raw.b[in.ConsumeIntegralInRange<size_t>(sizeof(d), size - 1)] = 1;
     const bool null_desc = chance(2);
     const auto* desc = null_desc ? nullptr : reinterpret_cast<const kstage_map_desc_t*>(raw.b);
     const uint64_t ordinal = this->ordinal();
     kstage_map_t m = 0x44;
-    kstage_status_t st = CALL_A(kstage_map_attribute, stage[0], qa, desc, ordinal, null_counts ? nullptr : counts.data(), n, &m);
+    kstage_status_t st = CALL_A(kstage_map_attribute, stage[0], qa, desc, ordinal,
+                                null_counts ? nullptr : counts.data(), n, &m);
     if (st != KSTAGE_OK) {
       if (m != 0x44) oracle("a failed map wrote its out-parameter");
       return;
     }
     if (qi < 0 || !queries[size_t(qi)].live) oracle("a map accepted a dead query handle");
     kstage_map_t mb = 0;
-    twin_ok(CALL_B(kstage_map_attribute, stage[1], queries[size_t(qi)].h[1], desc, ordinal, null_counts ? nullptr : counts.data(), n, &mb), "map_attribute");
+    twin_ok(CALL_B(kstage_map_attribute, stage[1], queries[size_t(qi)].h[1], desc, ordinal,
+                   null_counts ? nullptr : counts.data(), n, &mb),
+            "map_attribute");
     MapRec rec;
     rec.h[0] = m;
     rec.h[1] = mb;
@@ -1632,21 +1781,28 @@ struct State {
       const DLTensor& t = g.data.tensors[i];
       if (t.ndim != 1 || !t.shape || t.shape[0] < 0) oracle("map group tensor not canonical");
       uint64_t bytes = 0;
-      if (__builtin_mul_overflow(uint64_t(t.shape[0]), uint64_t(tb), &bytes) || __builtin_add_overflow(total, bytes, &total) ||
-          total > (uint64_t(1) << 32))
-        oracle("a map group hands out tensors of more than 4 GiB in all (tensor %llu: %lld elements of %zu bytes), "
-               "more than kstage can have allocated here: its buffer is smaller than it claims",
-               (unsigned long long)i, (long long)t.shape[0], tb);
+      if (__builtin_mul_overflow(uint64_t(t.shape[0]), uint64_t(tb), &bytes) ||
+          __builtin_add_overflow(total, bytes, &total) || total > (uint64_t(1) << 32))
+        oracle(
+            "a map group hands out tensors of more than 4 GiB in all (tensor %llu: %lld elements "
+            "of %zu bytes), "
+            "more than kstage can have allocated here: its buffer is smaller than it claims",
+            (unsigned long long)i, (long long)t.shape[0], tb);
     }
-    if (!g.is_array && g.data.tensor_count != 1) oracle("fixed-size map group with %llu tensors", (unsigned long long)g.data.tensor_count);
-    if (g.is_array && g.data.tensor_count != g.prim_count) oracle("array map group: %llu tensors for %llu prims",
-                                                                   (unsigned long long)g.data.tensor_count, (unsigned long long)g.prim_count);
+    if (!g.is_array && g.data.tensor_count != 1)
+      oracle("fixed-size map group with %llu tensors", (unsigned long long)g.data.tensor_count);
+    if (g.is_array && g.data.tensor_count != g.prim_count)
+      oracle("array map group: %llu tensors for %llu prims",
+             (unsigned long long)g.data.tensor_count, (unsigned long long)g.prim_count);
     for (uint64_t i = 0; i < g.prim_count; ++i)
-      if (g.data.index_map && int64_t(g.data.index_map[i]) >= g.data.tensors[0].shape[0]) oracle("map index_map out of range");
+      if (g.data.index_map && int64_t(g.data.index_map[i]) >= g.data.tensors[0].shape[0])
+        oracle("map index_map out of range");
     for (uint64_t i = 0; i < g.data.tensor_count; ++i) {
       const DLTensor& t = g.data.tensors[i];
       const size_t bytes = size_t(t.shape[0]) * tb;
-      if (bytes) fill_pattern(static_cast<unsigned char*>(t.data) + t.byte_offset, bytes, fill_seed + uint32_t(i));
+      if (bytes)
+        fill_pattern(static_cast<unsigned char*>(t.data) + t.byte_offset, bytes,
+                     fill_seed + uint32_t(i));
     }
   }
 
@@ -1657,7 +1813,8 @@ struct State {
     kstage_status_t st = CALL_A(kstage_fetch_map_next, stage[0], mr.h[0], 0, &g);
     if (st != KSTAGE_OK) {
       if (g.handle != 0x33) oracle("a failed fetch_map_next wrote its group");
-      if (st != KSTAGE_END_OF_ITERATION && mr.live) oracle("fetch_map_next on a live map failed: %s", kstage_last_error());
+      if (st != KSTAGE_END_OF_ITERATION && mr.live)
+        oracle("fetch_map_next on a live map failed: %s", kstage_last_error());
       return;
     }
     if (!mr.live) oracle("fetch_map_next accepted a dead map");
@@ -1682,16 +1839,15 @@ struct State {
       kstage_op_t op = 0;
       if (CALL_A(kstage_unmap_attribute, stage[0], h, kstage_device_sync_t{0, 0}, &op) == KSTAGE_OK)
         oracle("unmap_attribute accepted a dead map");
-      if (CALL_A(kstage_release_map, stage[0], h) == KSTAGE_OK) oracle("release_map accepted a dead map");
+      if (CALL_A(kstage_release_map, stage[0], h) == KSTAGE_OK)
+        oracle("release_map accepted a dead map");
       return;
     }
     const size_t mi = in.ConsumeIntegralInRange<size_t>(0, maps.size() - 1);
     MapRec& mr = maps[mi];
     switch (in.ConsumeIntegralInRange<int>(0, 5)) {
       case 0:
-      case 1:
-        fetch_map(mi);
-        break;
+      case 1: fetch_map(mi); break;
       case 2: {  // unmap one group (or a bogus one)
         uint64_t ga = 0x1234, gb = 0;
         MapGroupRec* gr = nullptr;
@@ -1705,7 +1861,8 @@ struct State {
         kstage_op_t op = 0x77;
         kstage_device_sync_t sync{0, 0};
         if (chance(3)) sync.event = 5;
-        kstage_status_t st = CALL_A(kstage_unmap_group, stage[0], mr.h[0], ga, sync, chance(2) ? nullptr : &op);
+        kstage_status_t st =
+            CALL_A(kstage_unmap_group, stage[0], mr.h[0], ga, sync, chance(2) ? nullptr : &op);
         if (st != KSTAGE_OK) return;
         if (!mr.live || !gr || !gr->mapped) oracle("unmap_group accepted a dead map or group");
         kstage_op_t opb = 0;
@@ -1716,11 +1873,13 @@ struct State {
       }
       case 3: {
         kstage_op_t op = 0x77;
-        kstage_status_t st = CALL_A(kstage_unmap_attribute, stage[0], mr.h[0], kstage_device_sync_t{0, 0}, chance(2) ? nullptr : &op);
+        kstage_status_t st = CALL_A(kstage_unmap_attribute, stage[0], mr.h[0],
+                                    kstage_device_sync_t{0, 0}, chance(2) ? nullptr : &op);
         if (st != KSTAGE_OK) return;
         if (!mr.live) oracle("unmap_attribute accepted a dead map");
         kstage_op_t opb = 0;
-        twin_ok(CALL_B(kstage_unmap_attribute, stage[1], mr.h[1], kstage_device_sync_t{0, 0}, &opb), "unmap_attribute");
+        twin_ok(CALL_B(kstage_unmap_attribute, stage[1], mr.h[1], kstage_device_sync_t{0, 0}, &opb),
+                "unmap_attribute");
         add_op(op, opb);
         mr.live = false;
         mr.groups.clear();
@@ -1746,9 +1905,11 @@ struct State {
         DLManagedTensorVersioned* t = nullptr;
         const uint64_t index = in.ConsumeIntegralInRange<uint64_t>(0, 2);
         const uint64_t flags = chance(80) ? 0 : (chance(50) ? KSTAGE_EXPORT_READ_ONLY : 6);
-        kstage_status_t st = CALL_A(kstage_map_group_export, stage[0], mr.h[0], gr.h[0], index, flags, &t);
+        kstage_status_t st =
+            CALL_A(kstage_map_group_export, stage[0], mr.h[0], gr.h[0], index, flags, &t);
         if (st != KSTAGE_OK) return;
-        if (!mr.live || !gr.mapped) oracle("map_group_export accepted a dead map or unmapped group");
+        if (!mr.live || !gr.mapped)
+          oracle("map_group_export accepted a dead map or unmapped group");
         if ((flags & KSTAGE_EXPORT_READ_ONLY) && !(t->flags & DLPACK_FLAG_BITMASK_READ_ONLY))
           oracle("a READ_ONLY map group export is writable");
         Export e;
@@ -1770,9 +1931,11 @@ struct State {
     const bool dead = oi < 0 || !ops[size_t(oi)].live;
     switch (in.ConsumeIntegralInRange<int>(0, 2)) {
       case 0: {
-        kstage_status_t st = CALL_A(kstage_wait, stage[0], ha, chance(50) ? 0 : KSTAGE_TIMEOUT_INFINITE);
+        kstage_status_t st =
+            CALL_A(kstage_wait, stage[0], ha, chance(50) ? 0 : KSTAGE_TIMEOUT_INFINITE);
         if (st == KSTAGE_OK && dead) oracle("kstage_wait accepted a dead op");
-        if (st != KSTAGE_OK && !dead) oracle("a live host op did not complete: %s", kstage_last_error());
+        if (st != KSTAGE_OK && !dead)
+          oracle("a live host op did not complete: %s", kstage_last_error());
         break;
       }
       case 1: {
@@ -1803,7 +1966,11 @@ struct State {
     kstage_stage_t s;
     switch (in.ConsumeIntegralInRange<int>(0, 3)) {
       case 0: s = 0; break;
-      case 1: s = dead_stages.empty() ? kU64Max : dead_stages[in.ConsumeIntegralInRange<size_t>(0, dead_stages.size() - 1)]; break;
+      case 1:
+        s = dead_stages.empty()
+                ? kU64Max
+                : dead_stages[in.ConsumeIntegralInRange<size_t>(0, dead_stages.size() - 1)];
+        break;
       case 2: s = queries.empty() ? kU64Max : queries.front().h[0]; break;
       default: s = ops.empty() ? 0 : ops.back().h[0]; break;
     }
@@ -1841,18 +2008,25 @@ struct State {
         Managed* raw = box.get();
         boxes.push_back(std::move(box));
         st = CALL_A(kstage_write_attribute, s, 1, 1, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &out);
-        if (st != KSTAGE_OK && raw->deleted != 1) oracle("a managed write to a dead stage did not run the deleter once");
+        if (st != KSTAGE_OK && raw->deleted != 1)
+          oracle("a managed write to a dead stage did not run the deleter once");
       }
     }
-    if (st == KSTAGE_OK) oracle("a call with the dead stage handle %llu was accepted", (unsigned long long)s);
+    if (st == KSTAGE_OK)
+      oracle("a call with the dead stage handle %llu was accepted", (unsigned long long)s);
   }
 
   void op_create_config() {
-    struct alignas(8) Raw { unsigned char b[8200]; } raw{};
+    struct alignas(8) Raw {
+      unsigned char b[8200];
+    } raw{};
     kstage_config_t c = kstage_config_init();
-    c.host_execution = chance(70) ? in.ConsumeIntegralInRange<int>(0, 2) : in.ConsumeIntegral<int32_t>();
+    c.host_execution =
+        chance(70) ? in.ConsumeIntegralInRange<int>(0, 2) : in.ConsumeIntegral<int32_t>();
     static const uint32_t sizes[] = {0, 4, 7, 8, 9, 12, 16, 4097, 8192, 65537, UINT32_MAX};
-    c.struct_size = chance(30) ? uint32_t(sizeof(c)) : sizes[in.ConsumeIntegralInRange<int>(0, int(std::size(sizes)) - 1)];
+    c.struct_size = chance(30)
+                        ? uint32_t(sizeof(c))
+                        : sizes[in.ConsumeIntegralInRange<int>(0, int(std::size(sizes)) - 1)];
     std::memcpy(raw.b, &c, sizeof(c));
     if (c.struct_size > sizeof(c) && c.struct_size <= sizeof(raw.b) && chance(50))
       raw.b[in.ConsumeIntegralInRange<size_t>(sizeof(c), c.struct_size - 1)] = 1;
@@ -1860,7 +2034,8 @@ struct State {
     kstage_status_t st = CALL_A(kstage_create, reinterpret_cast<const kstage_config_t*>(raw.b), &s);
     if (st != KSTAGE_OK) {
       if (s != 0x11) oracle("a failed kstage_create wrote its out-parameter");
-      if (c.struct_size == 0 && st != KSTAGE_INVALID_ARGUMENT) oracle("struct_size 0 gave %s", kstage_status_string(st));
+      if (c.struct_size == 0 && st != KSTAGE_INVALID_ARGUMENT)
+        oracle("struct_size 0 gave %s", kstage_status_string(st));
       return;
     }
     if (c.struct_size == 0) oracle("kstage_create accepted struct_size 0");
@@ -1876,28 +2051,40 @@ struct State {
       if (!alive) create_stages();
       const int op = in.ConsumeIntegralInRange<int>(0, 31);
       switch (op) {
-        case 0: case 1: op_intern(true); break;
-        case 2: case 3: op_intern(false); break;
+        case 0:
+        case 1: op_intern(true); break;
+        case 2:
+        case 3: op_intern(false); break;
         case 4: op_strings(); break;
         case 5: op_list_create(); break;
         case 6: op_list_use(); break;
-        case 7: case 8: op_query_paths(); break;
+        case 7:
+        case 8: op_query_paths(); break;
         case 9: op_query_filter(); break;
         case 10: op_query_use(); break;
-        case 11: case 12: case 13: op_write(false); break;
+        case 11:
+        case 12:
+        case 13: op_write(false); break;
         case 14: op_write(true); break;
         case 15: op_delete(); break;
-        case 16: case 17: op_seal(); break;
+        case 16:
+        case 17: op_seal(); break;
         case 18: op_floor(); break;
-        case 19: case 20: op_read(); break;
+        case 19:
+        case 20: op_read(); break;
         case 21: op_read_use(); break;
-        case 22: case 23: op_group(); break;
+        case 22:
+        case 23: op_group(); break;
         case 24: op_drop_export(); break;
         case 25: op_map(); break;
-        case 26: case 27: op_map_use(); break;
+        case 26:
+        case 27: op_map_use(); break;
         case 28: op_op(); break;
         case 29: compare("at a checkpoint"); break;
-        case 30: if (chance(30)) destroy_stages(); else op_bad_stage(); break;
+        case 30:
+          if (chance(30)) destroy_stages();
+          else op_bad_stage();
+          break;
         default: op_create_config(); break;
       }
     }
@@ -1913,7 +2100,9 @@ struct State {
       const uint64_t top = std::max<uint64_t>(ord, kU64Max - 1);
       kstage_status_t a = CALL_A(kstage_advance_write_floor, stage[0], top, nullptr, 0);
       kstage_status_t b = CALL_B(kstage_advance_write_floor, stage[1], top, nullptr, 0);
-      if (a != b) oracle("divergence: the final seal gave %s vs %s on the twin", kstage_status_string(a), kstage_status_string(b));
+      if (a != b)
+        oracle("divergence: the final seal gave %s vs %s on the twin", kstage_status_string(a),
+               kstage_status_string(b));
       compare("after sealing everything");
       for (auto& gr : groups)
         if (gr.live && !gr.dirty && group_checksum(gr.g) != gr.checksum)
@@ -1925,9 +2114,11 @@ struct State {
       if (e.v || e.legacy) drop_export(e);
     for (auto& b : boxes) {
       if (b->handed && b->expect_once && b->has_deleter && b->deleted != 1)
-        oracle("a managed tensor's deleter ran %d times (expected exactly once, by the end)", b->deleted);
+        oracle("a managed tensor's deleter ran %d times (expected exactly once, by the end)",
+               b->deleted);
       if (!b->handed && b->deleted != 0)
-        oracle("the deleter of a managed tensor that was never handed over ran %d times", b->deleted);
+        oracle("the deleter of a managed tensor that was never handed over ran %d times",
+               b->deleted);
       unpoison(*b);
     }
   }

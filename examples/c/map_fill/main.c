@@ -35,18 +35,18 @@
 #include <string.h>
 
 /* Every kstage call returns a status; on failure kstage_last_error() says why. */
-#define CHECK(call)                                                                  \
-  do {                                                                               \
-    kstage_status_t st_ = (call);                                                    \
-    if (st_ != KSTAGE_OK) {                                                          \
-      fprintf(stderr, "%s failed: %s: %s\n", #call, kstage_status_string(st_),       \
-              kstage_last_error());                                                  \
-      return 1;                                                                      \
-    }                                                                                \
+#define CHECK(call)                                                            \
+  do {                                                                         \
+    kstage_status_t st_ = (call);                                              \
+    if (st_ != KSTAGE_OK) {                                                    \
+      fprintf(stderr, "%s failed: %s: %s\n", #call, kstage_status_string(st_), \
+              kstage_last_error());                                            \
+      return 1;                                                                \
+    }                                                                          \
   } while (0)
 
-#define N 1000                 /* prims */
-#define SAMPLES_PER_GROUP 256  /* max_group_prims of the array map */
+#define N 1000                /* prims */
+#define SAMPLES_PER_GROUP 256 /* max_group_prims of the array map */
 
 /* What the producer writes: lane l of prim k's point, element e of its samples. */
 static float point_value(uint64_t k, int lane) { return 0.5f * (float)k + (float)lane; }
@@ -171,7 +171,8 @@ int main(void) {
   if (st != KSTAGE_END_OF_ITERATION) CHECK(st);
   CHECK(kstage_release_read(stage, read));
   if (checked != N) {
-    fprintf(stderr, "map_fill: points: read %llu prims, expected %d\n", (unsigned long long)checked, N);
+    fprintf(stderr, "map_fill: points: read %llu prims, expected %d\n", (unsigned long long)checked,
+            N);
     return 1;
   }
   /* The proof of "no copy": the storage the reader sees is the very buffer
@@ -264,7 +265,8 @@ int main(void) {
   if (st != KSTAGE_END_OF_ITERATION) CHECK(st);
   CHECK(kstage_release_read(stage, read));
   if (checked != N) {
-    fprintf(stderr, "map_fill: samples: read %llu prims, expected %d\n", (unsigned long long)checked, N);
+    fprintf(stderr, "map_fill: samples: read %llu prims, expected %d\n",
+            (unsigned long long)checked, N);
     return 1;
   }
   printf("samples: %llu prims in %llu groups, %llu elements (%llu empty rows) checked\n",

@@ -13,14 +13,14 @@
 #include <string.h>
 
 /* Every kstage call returns a status; on failure kstage_last_error() says why. */
-#define CHECK(call)                                                                  \
-  do {                                                                               \
-    kstage_status_t st_ = (call);                                                    \
-    if (st_ != KSTAGE_OK) {                                                          \
-      fprintf(stderr, "%s failed: %s: %s\n", #call, kstage_status_string(st_),       \
-              kstage_last_error());                                                  \
-      return 1;                                                                      \
-    }                                                                                \
+#define CHECK(call)                                                            \
+  do {                                                                         \
+    kstage_status_t st_ = (call);                                              \
+    if (st_ != KSTAGE_OK) {                                                    \
+      fprintf(stderr, "%s failed: %s: %s\n", #call, kstage_status_string(st_), \
+              kstage_last_error());                                            \
+      return 1;                                                                \
+    }                                                                          \
   } while (0)
 
 int main(void) {
@@ -47,7 +47,8 @@ int main(void) {
 
   /* 2. Intern the attribute name (a token) and the prim paths to ids. */
   CHECK(kstage_intern_token(stage, "points", KSTAGE_NUL_TERMINATED, &attr));
-  for (i = 0; i < 3; ++i) CHECK(kstage_intern_path(stage, names[i], KSTAGE_NUL_TERMINATED, &paths[i]));
+  for (i = 0; i < 3; ++i)
+    CHECK(kstage_intern_path(stage, names[i], KSTAGE_NUL_TERMINATED, &paths[i]));
 
   /* 3. A query fixes the prims a write or read addresses, in this order. The
    *    prims need not exist yet: the write below creates them. */
@@ -104,7 +105,8 @@ int main(void) {
       /* Check against what was written (prims come in query order). */
       if (p >= 3 || group.prims[p] != paths[p] || v[0] != points[p][0] || v[1] != points[p][1] ||
           v[2] != points[p][2]) {
-        fprintf(stderr, "minimal: prim %llu does not hold what was written\n", (unsigned long long)p);
+        fprintf(stderr, "minimal: prim %llu does not hold what was written\n",
+                (unsigned long long)p);
         return 1;
       }
       ++checked;

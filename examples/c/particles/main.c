@@ -53,14 +53,14 @@
 #include <string.h>
 #include <time.h>
 
-#define CHECK(call)                                                                     \
-  do {                                                                                  \
-    kstage_status_t st_ = (call);                                                       \
-    if (st_ != KSTAGE_OK) {                                                             \
+#define CHECK(call)                                                                       \
+  do {                                                                                    \
+    kstage_status_t st_ = (call);                                                         \
+    if (st_ != KSTAGE_OK) {                                                               \
       fprintf(stderr, "particles: %s failed: %s: %s\n", #call, kstage_status_string(st_), \
-              kstage_last_error());                                                     \
-      exit(1);                                                                          \
-    }                                                                                   \
+              kstage_last_error());                                                       \
+      exit(1);                                                                            \
+    }                                                                                     \
   } while (0)
 
 static double now_seconds(void) {
@@ -101,7 +101,8 @@ static int cmp_u32(const void* a, const void* b) {
 }
 
 /* A canonical fixed-size host tensor: ndim 1, shape [rows], the dtype's lanes = tuple width. */
-static DLTensor host_tensor(void* data, int64_t* shape, uint8_t code, uint8_t bits, uint16_t lanes) {
+static DLTensor host_tensor(void* data, int64_t* shape, uint8_t code, uint8_t bits,
+                            uint16_t lanes) {
   DLTensor t;
   memset(&t, 0, sizeof t);
   t.data = data;
@@ -115,7 +116,9 @@ static DLTensor host_tensor(void* data, int64_t* shape, uint8_t code, uint8_t bi
 }
 
 /* float32 x 3 rows (positions, velocities). */
-static DLTensor float3_tensor(float* data, int64_t* shape) { return host_tensor(data, shape, kDLFloat, 32, 3); }
+static DLTensor float3_tensor(float* data, int64_t* shape) {
+  return host_tensor(data, shape, kDLFloat, 32, 3);
+}
 
 static void usage(const char* argv0) {
   fprintf(stderr,
@@ -134,20 +137,21 @@ static uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
 }
 
 #ifdef KSTAGE_EXAMPLE_WITH_ADIOS2
-#define ACHECK(call)                                                                   \
-  do {                                                                                 \
-    kstage_status_t st_ = (call);                                                      \
-    if (st_ != KSTAGE_OK) {                                                            \
+#define ACHECK(call)                                                                      \
+  do {                                                                                    \
+    kstage_status_t st_ = (call);                                                         \
+    if (st_ != KSTAGE_OK) {                                                               \
       fprintf(stderr, "particles: %s failed: %s: %s\n", #call, kstage_status_string(st_), \
-              kstage_adios2_last_error());                                             \
-      exit(1);                                                                         \
-    }                                                                                  \
+              kstage_adios2_last_error());                                                \
+      exit(1);                                                                            \
+    }                                                                                     \
   } while (0)
 
 /* Checkpoint number `count` of the run: the stage into FILE.<count % 2>, then FILE names it (a
  * one-line file written aside and renamed over FILE: at every moment FILE names a complete
  * checkpoint, or does not exist yet). */
-static void write_checkpoint(kstage_stage_t stage, const char* file, uint64_t count, uint64_t tick) {
+static void write_checkpoint(kstage_stage_t stage, const char* file, uint64_t count,
+                             uint64_t tick) {
   char dir[4096], tmp[4096];
   FILE* f;
   snprintf(dir, sizeof dir, "%s.%d", file, (int)(count % 2));
@@ -177,11 +181,19 @@ static void checkpoint_named(const char* file, char* dir, size_t capacity) {
 
 /* SST on loopback only: the sockets (WAN) transport, control and data on lo. The sender waits
  * (up to a minute) for its one receiver, and the receiver for its sender. */
-static const char* const sst_sender[] = {"DataTransport", "WAN", "ControlInterface", "lo",
-                                         "DataInterface", "lo", "RendezvousReaderCount", "1",
-                                         "OpenTimeoutSecs", "60", NULL};
-static const char* const sst_receiver[] = {"ControlInterface", "lo", "DataInterface", "lo",
-                                           "OpenTimeoutSecs", "60", NULL};
+static const char* const sst_sender[] = {"DataTransport",
+                                         "WAN",
+                                         "ControlInterface",
+                                         "lo",
+                                         "DataInterface",
+                                         "lo",
+                                         "RendezvousReaderCount",
+                                         "1",
+                                         "OpenTimeoutSecs",
+                                         "60",
+                                         NULL};
+static const char* const sst_receiver[] = {
+    "ControlInterface", "lo", "DataInterface", "lo", "OpenTimeoutSecs", "60", NULL};
 
 /* The checksum of a state: FNV-1a of every position, then every velocity, in particle order. */
 static uint64_t state_checksum(const float* pos, const float* vel, uint64_t n) {
@@ -215,8 +227,8 @@ static void send_step(kstage_adios2_stream_t stream, kstage_stage_t stage, kstag
 }
 
 /* The rows of `attr` over `query` (n prims, 3 lanes) into `out`, in query order. */
-static uint64_t read_float3(kstage_stage_t stage, kstage_query_t query, kstage_token_t attr, float* out,
-                            uint64_t n) {
+static uint64_t read_float3(kstage_stage_t stage, kstage_query_t query, kstage_token_t attr,
+                            float* out, uint64_t n) {
   kstage_read_desc_t desc = kstage_read_desc_init();
   kstage_read_t read = 0;
   kstage_read_group_t g;
@@ -281,8 +293,10 @@ static int receive(const char* name) {
       pos = xcalloc(n * 3, sizeof(float));
       vel = xcalloc(n * 3, sizeof(float));
     }
-    if (read_float3(stage, q, position, pos, n) != n || read_float3(stage, q, velocity, vel, n) != n) {
-      fprintf(stderr, "particles: receive: step at ordinal %llu: not every particle has both attributes\n",
+    if (read_float3(stage, q, position, pos, n) != n ||
+        read_float3(stage, q, velocity, vel, n) != n) {
+      fprintf(stderr,
+              "particles: receive: step at ordinal %llu: not every particle has both attributes\n",
               (unsigned long long)ordinal);
       return 1;
     }
@@ -291,8 +305,10 @@ static int receive(const char* name) {
     /* The sender's checksum of the same state. */
     CHECK(kstage_query_paths(stage, &run, 1, &rq));
     CHECK(kstage_read_attributes(stage, rq, &checksum_attr, 1, NULL, &read));
-    if (kstage_fetch_read_next(stage, read, KSTAGE_TIMEOUT_INFINITE, &g) != KSTAGE_OK || g.prim_count != 1) {
-      fprintf(stderr, "particles: receive: step at ordinal %llu carries no checksum\n", (unsigned long long)ordinal);
+    if (kstage_fetch_read_next(stage, read, KSTAGE_TIMEOUT_INFINITE, &g) != KSTAGE_OK ||
+        g.prim_count != 1) {
+      fprintf(stderr, "particles: receive: step at ordinal %llu carries no checksum\n",
+              (unsigned long long)ordinal);
       return 1;
     }
     memcpy(&sent, (const char*)g.data.tensors[0].data + g.data.tensors[0].byte_offset, sizeof sent);
@@ -300,7 +316,8 @@ static int receive(const char* name) {
     CHECK(kstage_release_read(stage, read));
     CHECK(kstage_query_release(stage, rq));
     if (sent != checksum) {
-      fprintf(stderr, "particles: receive: step at ordinal %llu: state %016llx, the sender's %016llx\n",
+      fprintf(stderr,
+              "particles: receive: step at ordinal %llu: state %016llx, the sender's %016llx\n",
               (unsigned long long)ordinal, (unsigned long long)checksum, (unsigned long long)sent);
       return 1;
     }
@@ -314,8 +331,10 @@ static int receive(const char* name) {
     fprintf(stderr, "particles: receive: the stream ended before its first step\n");
     return 1;
   }
-  printf("particles: received %llu steps (last at ordinal %llu) of %llu particles, each equal to the sender's state\n",
-         (unsigned long long)steps, (unsigned long long)last, (unsigned long long)n);
+  printf(
+      "particles: received %llu steps (last at ordinal %llu) of %llu particles, each equal to the "
+      "sender's state\n",
+      (unsigned long long)steps, (unsigned long long)last, (unsigned long long)n);
   printf("  checksum           %016llx (FNV-1a of the final positions and velocities)\n",
          (unsigned long long)checksum);
   printf("particles: receive OK\n");
@@ -350,8 +369,8 @@ int main(int argc, char** argv) {
   double t_write = 0, t_read = 0, t0;
   uint64_t rows_written = 0, rows_read = 0, mask_ticks = 0, map_ticks = 0;
   unsigned long long every_arg = 0, tick_ms_arg = 0; /* --tick-ms: a pause per tick (tests) */
-  const char* checkpoint = NULL; /* --checkpoint FILE */
-  const char* restart = NULL;    /* --restart FILE */
+  const char* checkpoint = NULL;                     /* --checkpoint FILE */
+  const char* restart = NULL;                        /* --restart FILE */
   uint64_t start_tick = 1, checksum = 1469598103934665603ull;
 #ifdef KSTAGE_EXAMPLE_WITH_ADIOS2
   const char* stream_name = NULL; /* --stream NAME */
@@ -368,7 +387,8 @@ int main(int argc, char** argv) {
     unsigned long long* target = NULL;
     unsigned long long max = 0;
     if ((strcmp(argv[a], "--checkpoint") == 0 || strcmp(argv[a], "--restart") == 0 ||
-         strcmp(argv[a], "--stream") == 0 || strcmp(argv[a], "--receive") == 0) && a + 1 < argc) {
+         strcmp(argv[a], "--stream") == 0 || strcmp(argv[a], "--receive") == 0) &&
+        a + 1 < argc) {
 #ifdef KSTAGE_EXAMPLE_WITH_ADIOS2
       if (strcmp(argv[a], "--receive") == 0) return receive(argv[a + 1]);
       if (argv[a][2] == 'c') checkpoint = argv[a + 1];
@@ -377,7 +397,9 @@ int main(int argc, char** argv) {
       ++a;
       continue;
 #else
-      fprintf(stderr, "particles: %s needs kstage's ADIOS2 bridge, which this build does not have\n", argv[a]);
+      fprintf(stderr,
+              "particles: %s needs kstage's ADIOS2 bridge, which this build does not have\n",
+              argv[a]);
       return 2;
 #endif
     }
@@ -406,7 +428,7 @@ int main(int argc, char** argv) {
   if (moved_per_tick == 0) moved_per_tick = 1;
   words = (n + 63) / 64;
 
-  pos = xcalloc(n * 3, sizeof(float));     /* the host model */
+  pos = xcalloc(n * 3, sizeof(float)); /* the host model */
   vel = xcalloc(n * 3, sizeof(float));
   pos_out = xcalloc(n * 3, sizeof(float)); /* compact outgoing rows (index_map ticks) */
   vel_out = xcalloc(n * 3, sizeof(float));
@@ -598,11 +620,13 @@ int main(int argc, char** argv) {
 
     /* Producer: one batch op for both attributes, then seal the tick. */
     t0 = now_seconds();
-    CHECK(kstage_write_attributes(stage, target, attrs, data, 2, ordinal, KSTAGE_PRIM_MODE_UPDATE, &op));
+    CHECK(kstage_write_attributes(stage, target, attrs, data, 2, ordinal, KSTAGE_PRIM_MODE_UPDATE,
+                                  &op));
     CHECK(kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE));
     CHECK(kstage_release_op(stage, op));
 #ifdef KSTAGE_EXAMPLE_WITH_ADIOS2
-    if (stream) write_state_checksum(stage, run, checksum_attr, ordinal, state_checksum(pos, vel, n));
+    if (stream)
+      write_state_checksum(stage, run, checksum_attr, ordinal, state_checksum(pos, vel, n));
 #endif
     CHECK(kstage_advance_write_floor(stage, ordinal, NULL, 0));
     t_write += now_seconds() - t0;
@@ -629,7 +653,8 @@ int main(int argc, char** argv) {
       const float* base = (const float*)((const char*)t->data + t->byte_offset);
       if (group.is_delete || group.attribute != attrs[0] || group.dtype.lanes != 3 ||
           group.semantic != KSTAGE_SEMANTIC_POINT || group.ordinal != ordinal) {
-        fprintf(stderr, "particles: tick %llu: unexpected group (delete %d, lanes %u, ordinal %llu)\n",
+        fprintf(stderr,
+                "particles: tick %llu: unexpected group (delete %d, lanes %u, ordinal %llu)\n",
                 (unsigned long long)k, (int)group.is_delete, (unsigned)group.dtype.lanes,
                 (unsigned long long)group.ordinal);
         return 1;
@@ -644,7 +669,8 @@ int main(int argc, char** argv) {
           return 1;
         }
         if (v[0] != pos[3 * p] || v[1] != pos[3 * p + 1] || v[2] != pos[3 * p + 2]) {
-          fprintf(stderr, "particles: tick %llu: particle %u reads (%g, %g, %g), expected (%g, %g, %g)\n",
+          fprintf(stderr,
+                  "particles: tick %llu: particle %u reads (%g, %g, %g), expected (%g, %g, %g)\n",
                   (unsigned long long)k, (unsigned)p, v[0], v[1], v[2], pos[3 * p], pos[3 * p + 1],
                   pos[3 * p + 2]);
           return 1;
@@ -696,7 +722,8 @@ int main(int argc, char** argv) {
       }
       for (i = 0; i < n; ++i) {
         const uint64_t row = group.data.index_map ? group.data.index_map[i] : i;
-        if (group.prims[i] != paths[i] || memcmp(base + 3 * row, model + 3 * i, 3 * sizeof(float)) != 0) {
+        if (group.prims[i] != paths[i] ||
+            memcmp(base + 3 * row, model + 3 * i, 3 * sizeof(float)) != 0) {
           fprintf(stderr, "particles: final %s of particle %llu does not match the model\n",
                   group.attribute == attrs[0] ? "position" : "velocity", (unsigned long long)i);
           return 1;
@@ -708,7 +735,8 @@ int main(int argc, char** argv) {
     if (st != KSTAGE_END_OF_ITERATION) CHECK(st);
     CHECK(kstage_release_read(stage, read));
     if (groups != 2) {
-      fprintf(stderr, "particles: final read returned %llu groups, expected 2\n", (unsigned long long)groups);
+      fprintf(stderr, "particles: final read returned %llu groups, expected 2\n",
+              (unsigned long long)groups);
       return 1;
     }
   }
@@ -731,7 +759,8 @@ int main(int argc, char** argv) {
   printf("  moved per tick     %llu (%.1f%%)\n", (unsigned long long)moved_per_tick,
          100.0 * (double)moved_per_tick / (double)n);
   printf("  producer           %llu rows written (position + velocity) in %.4f s: %.3g rows/s\n",
-         (unsigned long long)rows_written, t_write, t_write > 0 ? (double)rows_written / t_write : 0.0);
+         (unsigned long long)rows_written, t_write,
+         t_write > 0 ? (double)rows_written / t_write : 0.0);
   printf("  consumer           %llu rows read (position change ranges) in %.4f s: %.3g rows/s\n",
          (unsigned long long)rows_read, t_read, t_read > 0 ? (double)rows_read / t_read : 0.0);
   printf("  final state        %llu positions and velocities match the host model\n",

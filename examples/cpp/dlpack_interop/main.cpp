@@ -140,13 +140,13 @@ void export_and_consume() {
     // The versioned struct (DLPack >= 1.0): version, flags (READ_ONLY for a
     // View of const data), shape and strides always filled, byte_offset 0.
     whole = kstage::export_dlpack_versioned(v);
-    std::printf("export: data %p, ndim %d, shape (%lld, %lld), strides (%lld, %lld), "
-                "version %u.%u, flags %llu\n",
-                whole->dl_tensor.data, whole->dl_tensor.ndim,
-                (long long)whole->dl_tensor.shape[0], (long long)whole->dl_tensor.shape[1],
-                (long long)whole->dl_tensor.strides[0], (long long)whole->dl_tensor.strides[1],
-                unsigned(whole->version.major), unsigned(whole->version.minor),
-                (unsigned long long)whole->flags);
+    std::printf(
+        "export: data %p, ndim %d, shape (%lld, %lld), strides (%lld, %lld), "
+        "version %u.%u, flags %llu\n",
+        whole->dl_tensor.data, whole->dl_tensor.ndim, (long long)whole->dl_tensor.shape[0],
+        (long long)whole->dl_tensor.shape[1], (long long)whole->dl_tensor.strides[0],
+        (long long)whole->dl_tensor.strides[1], unsigned(whole->version.major),
+        unsigned(whole->version.minor), (unsigned long long)whole->flags);
     expect(whole->dl_tensor.data == v.data(), "the export describes the View's own memory");
 
     {
@@ -165,7 +165,7 @@ void export_and_consume() {
     watch.emplace(v);
     std::printf("export: View use count with three exports and our copy: %d\n", watch->use_count());
     expect(watch->use_count() == 5, "v, watch and three export contexts hold the allocation");
-  }  // `v` is gone here: only the exports (and `watch`) keep the allocation.
+  }               // `v` is gone here: only the exports (and `watch`) keep the allocation.
   watch.reset();  // now only the exports do
 
   // The consumer reads the memory of a View that no longer exists in this
@@ -178,8 +178,9 @@ void export_and_consume() {
     }
   double sum = 0;
   expect(consume_sum_f64(whole, &sum) == 0, "the consumer accepts the export");
-  std::printf("consume: sum of all elements %.2f (expected %.2f), after the View went out of scope\n",
-              sum, expected_all);
+  std::printf(
+      "consume: sum of all elements %.2f (expected %.2f), after the View went out of scope\n", sum,
+      expected_all);
   expect(sum == expected_all, "sum of the whole export");
   expect(consume_sum_f64(column, &sum) == 0, "the consumer accepts the column");
   std::printf("consume: sum of column 2 via strides %.2f (expected %.2f)\n", sum, expected_col);
@@ -235,7 +236,8 @@ void import_back() {
     auto refused = kstage::import_dlpack<float*>(ro);
     expect(false, "a READ_ONLY tensor must not import as a writable View");
   } catch (const kstage::DLPackError& e) {
-    std::printf("import: refused as expected (%s): %s\n", kstage_status_string(e.status()), e.what());
+    std::printf("import: refused as expected (%s): %s\n", kstage_status_string(e.status()),
+                e.what());
   }
   auto fine = kstage::import_dlpack<const float*>(kstage::export_dlpack_versioned(readonly));
   expect(fine.read_only() && fine.view()(3) == 6.f, "the const import of a READ_ONLY export");
@@ -291,8 +293,9 @@ void stage_round_trip() {
   KS(kstage_read_attributes(stage, query, &points, 1, nullptr, &read));
   if (KS(kstage_fetch_read_next(stage, read, 0, &group))) {
     const void* storage = group.data.tensors[0].data;
-    std::printf("stage: View data %p, column storage %p (%s)\n", static_cast<const void*>(view_data),
-                storage, storage == view_data ? "the View is the column, no copy" : "COPIED");
+    std::printf("stage: View data %p, column storage %p (%s)\n",
+                static_cast<const void*>(view_data), storage,
+                storage == view_data ? "the View is the column, no copy" : "COPIED");
     expect(storage == view_data, "the exported View became the column's storage");
 
     // Export the group (READ_ONLY: it is the column's storage) and import it

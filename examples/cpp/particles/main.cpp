@@ -65,7 +65,8 @@ int main(int argc, char** argv) try {
   const kstage_token_t position = stage.token("position"), velocity = stage.token("velocity");
   std::vector<std::string> names(n);
   for (uint64_t i = 0; i < n; ++i) names[i] = "/particles/p" + std::to_string(i);
-  const std::vector<kstage_path_t> paths = stage.paths(std::vector<std::string_view>(names.begin(), names.end()));
+  const std::vector<kstage_path_t> paths =
+      stage.paths(std::vector<std::string_view>(names.begin(), names.end()));
   const kstage::Query all = stage.query(paths);
 
   // The host model, and the initial state at ordinal 1.
@@ -78,12 +79,17 @@ int main(int argc, char** argv) try {
   kstage::WriteOptions point, vector;
   point.semantic = KSTAGE_SEMANTIC_POINT;
   vector.semantic = KSTAGE_SEMANTIC_VECTOR;
-  stage.write(all, kstage::WriteBatch(KSTAGE_PRIM_MODE_INSERT).add(position, pos, point).add(velocity, vel, vector), 1)
+  stage
+      .write(all,
+             kstage::WriteBatch(KSTAGE_PRIM_MODE_INSERT)
+                 .add(position, pos, point)
+                 .add(velocity, vel, vector),
+             1)
       .wait();
   stage.seal(1);
 
-  Kokkos::View<uint32_t*, Kokkos::HostSpace> perm("perm", n), sorted("sorted", moved), index_map("index_map", moved),
-      slot("slot", n);
+  Kokkos::View<uint32_t*, Kokkos::HostSpace> perm("perm", n), sorted("sorted", moved),
+      index_map("index_map", moved), slot("slot", n);
   for (uint64_t i = 0; i < n; ++i) perm(i) = uint32_t(i);
   std::vector<uint64_t> mask((n + 63) / 64);
   double t_write = 0, t_read = 0;
@@ -97,7 +103,8 @@ int main(int argc, char** argv) try {
       for (int c = 0; c < 3; ++c) vel(p, c) += 0.01f * (rng.unit() - 0.5f);
     }
     Kokkos::parallel_for(
-        "step", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, moved), KOKKOS_LAMBDA(uint64_t i) {
+        "step", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, moved),
+        KOKKOS_LAMBDA(uint64_t i) {
           for (int c = 0; c < 3; ++c) pos(perm(i), c) += 0.1f * vel(perm(i), c);
         });
     Kokkos::fence();
@@ -116,7 +123,8 @@ int main(int argc, char** argv) try {
     } else {  // the moved particles' rows in shuffled order; index_map(i) is query prim i's row
       std::vector<kstage_path_t> moved_paths(moved);
       for (uint64_t i = 0; i < moved; ++i) {
-        for (int c = 0; c < 3; ++c) pos_out(i, c) = pos(perm(i), c), vel_out(i, c) = vel(perm(i), c);
+        for (int c = 0; c < 3; ++c)
+          pos_out(i, c) = pos(perm(i), c), vel_out(i, c) = vel(perm(i), c);
         slot(perm(i)) = uint32_t(i);
       }
       for (uint64_t i = 0; i < moved; ++i) {
@@ -146,13 +154,16 @@ int main(int argc, char** argv) try {
         const uint64_t row = g.index_map().empty() ? i : g.index_map()[i];
         const uint32_t q = seen < moved ? sorted(seen) : 0;
         if (seen >= moved || g.prims()[i] != paths[q])
-          fail("tick " + std::to_string(k) + ": change " + std::to_string(seen) + " is not a moved particle");
+          fail("tick " + std::to_string(k) + ": change " + std::to_string(seen) +
+               " is not a moved particle");
         for (int c = 0; c < 3; ++c)
-          if (values(row, c) != pos(q, c)) fail("tick " + std::to_string(k) + ": particle " + std::to_string(q));
+          if (values(row, c) != pos(q, c))
+            fail("tick " + std::to_string(k) + ": particle " + std::to_string(q));
       }
     }
     t_read += seconds_since(t1);
-    if (seen != moved) fail("tick " + std::to_string(k) + ": " + std::to_string(seen) + " changes reported");
+    if (seen != moved)
+      fail("tick " + std::to_string(k) + ": " + std::to_string(seen) + " changes reported");
   }
 
   // The final state: every particle, both attributes.
@@ -171,7 +182,8 @@ int main(int argc, char** argv) try {
               KSTAGE_VERSION_PATCH);
   std::printf("  particles %llu, ticks %llu, moved per tick %llu\n", (unsigned long long)n,
               (unsigned long long)ticks, (unsigned long long)moved);
-  std::printf("  producer  %.3g rows/s (position + velocity)\n", 2.0 * double(moved * ticks) / t_write);
+  std::printf("  producer  %.3g rows/s (position + velocity)\n",
+              2.0 * double(moved * ticks) / t_write);
   std::printf("  consumer  %.3g rows/s (position change ranges)\n", double(moved * ticks) / t_read);
   std::printf("cpp particles: OK\n");
   return 0;

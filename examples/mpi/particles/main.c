@@ -85,33 +85,33 @@
 
 static int g_rank = 0, g_nranks = 1;
 
-#define FAIL(...)                                                  \
-  do {                                                             \
-    fprintf(stderr, "[rank %d] mpi-particles: ", g_rank);          \
-    fprintf(stderr, __VA_ARGS__);                                  \
-    fprintf(stderr, "\n");                                         \
-    fflush(stderr);                                                \
-    MPI_Abort(MPI_COMM_WORLD, 1);                                  \
-    exit(1); /* not reached */                                     \
+#define FAIL(...)                                         \
+  do {                                                    \
+    fprintf(stderr, "[rank %d] mpi-particles: ", g_rank); \
+    fprintf(stderr, __VA_ARGS__);                         \
+    fprintf(stderr, "\n");                                \
+    fflush(stderr);                                       \
+    MPI_Abort(MPI_COMM_WORLD, 1);                         \
+    exit(1); /* not reached */                            \
   } while (0)
 
-#define CHECK(call)                                                                        \
-  do {                                                                                     \
-    kstage_status_t st_ = (call);                                                          \
-    if (st_ != KSTAGE_OK)                                                                  \
-      FAIL("%s failed (line %d): %s: %s", #call, __LINE__, kstage_status_string(st_),      \
-           kstage_last_error());                                                           \
+#define CHECK(call)                                                                   \
+  do {                                                                                \
+    kstage_status_t st_ = (call);                                                     \
+    if (st_ != KSTAGE_OK)                                                             \
+      FAIL("%s failed (line %d): %s: %s", #call, __LINE__, kstage_status_string(st_), \
+           kstage_last_error());                                                      \
   } while (0)
 
-#define MPI_CHECK(call)                                                      \
-  do {                                                                       \
-    int rc_ = (call);                                                        \
-    if (rc_ != MPI_SUCCESS) {                                                \
-      char msg_[MPI_MAX_ERROR_STRING];                                       \
-      int len_ = 0;                                                          \
-      MPI_Error_string(rc_, msg_, &len_);                                    \
-      FAIL("%s failed (line %d): %s", #call, __LINE__, msg_);                \
-    }                                                                        \
+#define MPI_CHECK(call)                                       \
+  do {                                                        \
+    int rc_ = (call);                                         \
+    if (rc_ != MPI_SUCCESS) {                                 \
+      char msg_[MPI_MAX_ERROR_STRING];                        \
+      int len_ = 0;                                           \
+      MPI_Error_string(rc_, msg_, &len_);                     \
+      FAIL("%s failed (line %d): %s", #call, __LINE__, msg_); \
+    }                                                         \
   } while (0)
 
 static void* xmalloc(size_t bytes) {
@@ -207,7 +207,7 @@ typedef struct model_t {
   uint64_t* gid;
   float *pos, *vel; /* 3 per particle */
   /* exchange scratch */
-  uint64_t *sgid;
+  uint64_t* sgid;
   float *spos, *svel;
   int* dest;
   uint64_t scap;
@@ -337,15 +337,19 @@ typedef struct side_t {
   double phase[8]; /* seconds spent in each step of side_migrate (-v prints them) */
 } side_t;
 
-static const char* const kPhaseNames[8] = {
-    "change-range read", "compact read of leavers", "counts + ids exchanged", "deletes at home",
-    "arrivals: paths + ids written", "positions/velocities received + unmapped", "seal",
-    "membership query + cleanup"};
-#define PHASE_END(s, k, tp)                  \
-  do {                                       \
-    const double t_ = now_seconds();         \
-    (s)->phase[k] += t_ - (tp);              \
-    (tp) = t_;                               \
+static const char* const kPhaseNames[8] = {"change-range read",
+                                           "compact read of leavers",
+                                           "counts + ids exchanged",
+                                           "deletes at home",
+                                           "arrivals: paths + ids written",
+                                           "positions/velocities received + unmapped",
+                                           "seal",
+                                           "membership query + cleanup"};
+#define PHASE_END(s, k, tp)          \
+  do {                               \
+    const double t_ = now_seconds(); \
+    (s)->phase[k] += t_ - (tp);      \
+    (tp) = t_;                       \
   } while (0)
 
 /* One read group per attribute, viewed row by row. */
@@ -361,7 +365,8 @@ static const void* view_row(const view_t* v, uint64_t i) {
   return v->base + r * v->row_bytes;
 }
 
-static DLTensor host_tensor(void* data, int64_t* shape, uint8_t code, uint8_t bits, uint16_t lanes) {
+static DLTensor host_tensor(void* data, int64_t* shape, uint8_t code, uint8_t bits,
+                            uint16_t lanes) {
   DLTensor t;
   memset(&t, 0, sizeof t);
   t.data = data;
@@ -381,8 +386,9 @@ static void wait_group(const kstage_read_group_t* g) {
   if (cudaEventSynchronize((cudaEvent_t)g->data.device_sync.event) != cudaSuccess)
     FAIL("cudaEventSynchronize on a read group's event failed");
 #else
-  FAIL("a read group on a device carries an event, and this build has no CUDA runtime to wait "
-       "on it (build with the CUDA toolkit, or read to the host)");
+  FAIL(
+      "a read group on a device carries an event, and this build has no CUDA runtime to wait "
+      "on it (build with the CUDA toolkit, or read to the host)");
 #endif
 }
 
@@ -656,13 +662,14 @@ static void write_managed(side_t* s, kstage_query_t q, kstage_token_t attr, ksta
 
 /* The send buffer of one attribute: the compact read group's own tensor when
  * it holds the leavers in destination order (zero copy), else a packed copy. */
-static const void* send_buffer(side_t* s, const view_t* v, uint64_t leavers, const kstage_path_t* paths,
-                               void** packed) {
+static const void* send_buffer(side_t* s, const view_t* v, uint64_t leavers,
+                               const kstage_path_t* paths, void** packed) {
   const DLTensor* t;
   uint64_t i;
   *packed = NULL;
   if (leavers == 0) return NULL;
-  if (!v->present) FAIL("the compact read of %llu leavers returned no group", (unsigned long long)leavers);
+  if (!v->present)
+    FAIL("the compact read of %llu leavers returned no group", (unsigned long long)leavers);
   t = &v->g.data.tensors[0];
   if (v->g.prim_count == leavers && v->g.data.index_map == NULL && t->ndim == 1 &&
       (t->strides == NULL || t->strides[0] == 1) &&
@@ -679,7 +686,8 @@ static const void* send_buffer(side_t* s, const view_t* v, uint64_t leavers, con
     uint64_t j;
     for (j = 0; j < v->g.prim_count && v->g.prims[j] != paths[i]; ++j) {
     }
-    if (j == v->g.prim_count) FAIL("leaver %llu missing from its read group", (unsigned long long)i);
+    if (j == v->g.prim_count)
+      FAIL("leaver %llu missing from its read group", (unsigned long long)i);
     memcpy((char*)*packed + i * v->row_bytes, view_row(v, j), v->row_bytes);
   }
   ++s->packed_sends;
@@ -691,7 +699,8 @@ typedef struct exchange_t {
 } exchange_t;
 
 /* The migration at ordinal 2k + 1. Returns the number of particles sent. */
-static uint64_t side_migrate(side_t* s, uint64_t tick, uint64_t moved_expected, uint64_t* received) {
+static uint64_t side_migrate(side_t* s, uint64_t tick, uint64_t moved_expected,
+                             uint64_t* received) {
   const uint64_t ord_move = 2 * tick, ordinal = 2 * tick + 1;
   const int P = g_nranks;
   const kstage_token_t attrs[3] = {s->t_gid, s->t_pos, s->t_vel};
@@ -816,13 +825,16 @@ static uint64_t side_migrate(side_t* s, uint64_t tick, uint64_t moved_expected, 
       md.prim_mode = KSTAGE_PRIM_MODE_UPDATE; /* the ids' INSERT made them */
       CHECK(kstage_map_attribute(s->stage, arrivals_q, &md, ordinal, NULL, 0, &map));
       CHECK(kstage_fetch_map_next(s->stage, map, 0, &mg));
-      if (mg.prim_count != arrivals) FAIL("a map of %llu arrivals gave a group of %llu",
-                                          (unsigned long long)arrivals, (unsigned long long)mg.prim_count);
+      if (mg.prim_count != arrivals)
+        FAIL("a map of %llu arrivals gave a group of %llu", (unsigned long long)arrivals,
+             (unsigned long long)mg.prim_count);
       st = kstage_fetch_map_next(s->stage, map, 0, &(kstage_map_group_info_t){0});
-      if (st != KSTAGE_END_OF_ITERATION) FAIL("a map of one group gave a second one (%s)", kstage_status_string(st));
+      if (st != KSTAGE_END_OF_ITERATION)
+        FAIL("a map of one group gave a second one (%s)", kstage_status_string(st));
       recv = (float*)((char*)mg.data.tensors[0].data + mg.data.tensors[0].byte_offset);
       if (mg.data.tensors[0].device.device_type != kDLCPU && !s->gpu_aware_mpi)
-        FAIL("a map buffer on device %d, and MPI is not GPU-aware", (int)mg.data.tensors[0].device.device_type);
+        FAIL("a map buffer on device %d, and MPI is not GPU-aware",
+             (int)mg.data.tensors[0].device.device_type);
       if (mg.data.index_map) { /* rows not in prim order: receive, then place them (host only) */
         if (mg.data.tensors[0].device.device_type != kDLCPU)
           FAIL("a device map group with an index_map: this example places rows on the host only");
@@ -832,8 +844,10 @@ static uint64_t side_migrate(side_t* s, uint64_t tick, uint64_t moved_expected, 
       recv = xmalloc(arrivals * 3 * sizeof(float));
     }
     MPI_CHECK(MPI_Alltoallv(sendbuf[d] ? sendbuf[d] : dummy, x.s3, x.sd3, MPI_FLOAT,
-                            staging ? staging : recv ? recv : (float*)dummy, x.r3, x.rd3, MPI_FLOAT,
-                            MPI_COMM_WORLD));
+                            staging ? staging
+                            : recv  ? recv
+                                    : (float*)dummy,
+                            x.r3, x.rd3, MPI_FLOAT, MPI_COMM_WORLD));
     if (staging) {
       for (i = 0; i < arrivals; ++i)
         memcpy(&recv[3 * (uint64_t)mg.data.index_map[i]], &staging[3 * i], 3 * sizeof(float));
@@ -887,8 +901,8 @@ static uint64_t side_checksum(side_t* s, uint64_t* count) {
       FAIL("checksum read: %llu particles, attribute %d has %llu rows", (unsigned long long)n, a,
            (unsigned long long)(v[a].present ? v[a].g.prim_count : 0));
   for (i = 0; i < n; ++i)
-    sum += particle_hash(*(const uint64_t*)view_row(&v[0], i), view_row(&v[1], i),
-                         view_row(&v[2], i));
+    sum +=
+        particle_hash(*(const uint64_t*)view_row(&v[0], i), view_row(&v[1], i), view_row(&v[2], i));
   release_views(s, read, v, 3);
   return sum;
 }
@@ -904,15 +918,17 @@ static void check_conservation(side_t* s, const model_t* m, uint64_t tick, uint6
   local[3] = model_checksum(m);
   MPI_CHECK(MPI_Allreduce(local, global, 4, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
   if (local[0] != local[1] || local[2] != local[3])
-    FAIL("tick %llu: conservation check failed on this rank: the stage holds %llu particles "
-         "(checksum %016llx), the model %llu (checksum %016llx)",
-         (unsigned long long)tick, (unsigned long long)local[0], (unsigned long long)local[2],
-         (unsigned long long)local[1], (unsigned long long)local[3]);
+    FAIL(
+        "tick %llu: conservation check failed on this rank: the stage holds %llu particles "
+        "(checksum %016llx), the model %llu (checksum %016llx)",
+        (unsigned long long)tick, (unsigned long long)local[0], (unsigned long long)local[2],
+        (unsigned long long)local[1], (unsigned long long)local[3]);
   if (global[0] != total || global[1] != total || global[2] != global[3])
-    FAIL("tick %llu: global conservation check failed: %llu particles in the stages, %llu in the "
-         "model, %llu at the start; checksums %016llx (stages) and %016llx (model)",
-         (unsigned long long)tick, (unsigned long long)global[0], (unsigned long long)global[1],
-         (unsigned long long)total, (unsigned long long)global[2], (unsigned long long)global[3]);
+    FAIL(
+        "tick %llu: global conservation check failed: %llu particles in the stages, %llu in the "
+        "model, %llu at the start; checksums %016llx (stages) and %016llx (model)",
+        (unsigned long long)tick, (unsigned long long)global[0], (unsigned long long)global[1],
+        (unsigned long long)total, (unsigned long long)global[2], (unsigned long long)global[3]);
   if (g_rank == 0)
     printf("  tick %4llu: %llu particles on %d rank(s), checksum %016llx: stages = model\n",
            (unsigned long long)tick, (unsigned long long)global[0], g_nranks,
@@ -922,12 +938,12 @@ static void check_conservation(side_t* s, const model_t* m, uint64_t tick, uint6
 /* ---- checkpoints (the ADIOS2 bridge on MPI ranks) --------------------------------- */
 
 #ifdef KSTAGE_EXAMPLE_WITH_ADIOS2_MPI
-#define ACHECK(call)                                                                       \
-  do {                                                                                     \
-    kstage_status_t st_ = (call);                                                          \
-    if (st_ != KSTAGE_OK)                                                                  \
-      FAIL("%s failed (line %d): %s: %s", #call, __LINE__, kstage_status_string(st_),      \
-           kstage_adios2_last_error());                                                    \
+#define ACHECK(call)                                                                  \
+  do {                                                                                \
+    kstage_status_t st_ = (call);                                                     \
+    if (st_ != KSTAGE_OK)                                                             \
+      FAIL("%s failed (line %d): %s: %s", #call, __LINE__, kstage_status_string(st_), \
+           kstage_adios2_last_error());                                               \
   } while (0)
 
 /* Checkpoint number `count`: every rank's stage into FILE.<count % 2>, then rank 0 names it in
@@ -964,8 +980,9 @@ static uint64_t restart_from(side_t* s, model_t* m, const char* file) {
   len = strlen(dir);
   while (len > 0 && (dir[len - 1] == '\n' || dir[len - 1] == '\r')) dir[--len] = '\0';
   ACHECK(kstage_adios2_restart_mpi(s->stage, dir, MPI_COMM_WORLD, &ordinal));
-  if (ordinal < 1 || ordinal % 2 == 0) FAIL("the checkpoint in %s is at ordinal %llu, not at the end of a tick", dir,
-                                            (unsigned long long)ordinal);
+  if (ordinal < 1 || ordinal % 2 == 0)
+    FAIL("the checkpoint in %s is at ordinal %llu, not at the end of a tick", dir,
+         (unsigned long long)ordinal);
   refresh_mine(s);
   n = mine_count(s);
   model_reserve(m, n);
@@ -974,19 +991,23 @@ static uint64_t restart_from(side_t* s, model_t* m, const char* file) {
   if (n > 0) {
     read = read_views(s, s->mine, attrs, 3, &desc, v);
     for (a = 0; a < 3; ++a)
-      if (!v[a].present || v[a].g.prim_count != n) FAIL("the checkpoint in %s lacks an attribute of a particle", dir);
+      if (!v[a].present || v[a].g.prim_count != n)
+        FAIL("the checkpoint in %s lacks an attribute of a particle", dir);
     for (i = 0; i < n; ++i) {
       memcpy(&m->gid[i], view_row(&v[0], i), sizeof(uint64_t));
       memcpy(&m->pos[3 * i], view_row(&v[1], i), 3 * sizeof(float));
       memcpy(&m->vel[3 * i], view_row(&v[2], i), 3 * sizeof(float));
       /* Each rank gets its own block back only on the number of ranks that wrote it. */
       if (owner_of(m->pos[3 * i]) != g_rank)
-        FAIL("particle %llu of the checkpoint in %s is not in rank %d's slab: restart on the number "
-             "of ranks that wrote it", (unsigned long long)m->gid[i], dir, g_rank);
+        FAIL(
+            "particle %llu of the checkpoint in %s is not in rank %d's slab: restart on the number "
+            "of ranks that wrote it",
+            (unsigned long long)m->gid[i], dir, g_rank);
     }
     release_views(s, read, v, 3);
   }
-  if (g_rank == 0) printf("  restarted from %s at tick %llu\n", dir, (unsigned long long)((ordinal - 1) / 2));
+  if (g_rank == 0)
+    printf("  restarted from %s at tick %llu\n", dir, (unsigned long long)((ordinal - 1) / 2));
   return (ordinal - 1) / 2;
 }
 #endif
@@ -995,15 +1016,19 @@ static uint64_t restart_from(side_t* s, model_t* m, const char* file) {
 
 static void usage(const char* argv0) {
   if (g_rank == 0)
-    fprintf(stderr,
-            "usage: mpirun -n P %s [-n particles per rank] [-t ticks] [-f percent moving per tick]\n"
-            "       [-c check every C ticks] [--residency cpu|cuda|rocm] [--gpu-aware-mpi auto|yes|no]\n"
-            "       [--checkpoint FILE --every K] [--restart FILE] (with the ADIOS2 bridge's MPI form)\n"
-            "       [-v: where rank 0's migration time goes]\n",
-            argv0);
+    fprintf(
+        stderr,
+        "usage: mpirun -n P %s [-n particles per rank] [-t ticks] [-f percent moving per tick]\n"
+        "       [-c check every C ticks] [--residency cpu|cuda|rocm] [--gpu-aware-mpi "
+        "auto|yes|no]\n"
+        "       [--checkpoint FILE --every K] [--restart FILE] (with the ADIOS2 bridge's MPI "
+        "form)\n"
+        "       [-v: where rank 0's migration time goes]\n",
+        argv0);
 }
 
-static int parse_u64(const char* s, unsigned long long lo, unsigned long long hi, unsigned long long* out) {
+static int parse_u64(const char* s, unsigned long long lo, unsigned long long hi,
+                     unsigned long long* out) {
   char* end = NULL;
   unsigned long long v;
   if (!s || !*s || *s == '-') return 0;
@@ -1092,21 +1117,25 @@ int main(int argc, char** argv) {
     ++a;
   }
   if ((checkpoint_arg != NULL) != (every_arg != 0)) {
-    if (g_rank == 0) fprintf(stderr, "mpi-particles: --checkpoint FILE and --every K go together\n");
+    if (g_rank == 0)
+      fprintf(stderr, "mpi-particles: --checkpoint FILE and --every K go together\n");
     MPI_Finalize();
     return 2;
   }
 #ifndef KSTAGE_EXAMPLE_WITH_ADIOS2_MPI
   if (checkpoint_arg || restart_arg) {
     if (g_rank == 0)
-      fprintf(stderr, "mpi-particles: --checkpoint and --restart need kstage's ADIOS2 bridge with MPI (an MPI ADIOS2)\n");
+      fprintf(stderr,
+              "mpi-particles: --checkpoint and --restart need kstage's ADIOS2 bridge with MPI (an "
+              "MPI ADIOS2)\n");
     MPI_Finalize();
     return 2;
   }
 #endif
   if ((unsigned long long)g_nranks * n_arg > 0xFFFFFFFFull)
     FAIL("%d ranks x %llu particles: at most 2^32 particles in all", g_nranks, n_arg);
-  g_move_threshold = f_arg >= 100.0 ? UINT64_MAX : (uint64_t)(f_arg / 100.0 * 18446744073709551616.0);
+  g_move_threshold =
+      f_arg >= 100.0 ? UINT64_MAX : (uint64_t)(f_arg / 100.0 * 18446744073709551616.0);
   total = (uint64_t)g_nranks * n_arg;
 
   /* The stage, on the rank's device. */
@@ -1130,7 +1159,9 @@ int main(int argc, char** argv) {
                                          (strcmp(gpu_aware_arg, "auto") == 0 && mpi_cuda_aware()));
 #ifndef KSTAGE_EXAMPLE_CUDART
   if (s.gpu_aware_mpi)
-    FAIL("--gpu-aware-mpi needs the CUDA runtime to wait on device read groups; this build has none");
+    FAIL(
+        "--gpu-aware-mpi needs the CUDA runtime to wait on device read groups; this build has "
+        "none");
 #endif
   CHECK(kstage_create(&config, &s.stage));
   CHECK(kstage_intern_token(s.stage, "gid", KSTAGE_NUL_TERMINATED, &s.t_gid));
@@ -1145,20 +1176,22 @@ int main(int argc, char** argv) {
     initial_particle(m.gid[i], &m.pos[3 * i], &m.vel[3 * i]);
   }
 #ifdef KSTAGE_EXAMPLE_WITH_ADIOS2_MPI
-  if (restart_arg)  /* the checkpoint's state instead of the initial one */
+  if (restart_arg) /* the checkpoint's state instead of the initial one */
     first_tick = restart_from(&s, &m, restart_arg) + 1;
   else
 #endif
     side_init(&s, &m);
   if (g_rank == 0) {
-    printf("kstage %u.%u.%u MPI particles example: %d rank(s), %llu particles per rank, %llu ticks, "
-           "%.3g%% moving per tick\n",
-           KSTAGE_VERSION_MAJOR, KSTAGE_VERSION_MINOR, KSTAGE_VERSION_PATCH, g_nranks, n_arg, t_arg,
-           f_arg);
-    printf("  MPI thread level %d (FUNNELED = %d); residency %s (device id = local rank); "
-           "GPU-aware MPI: %s (MPI library says %s)\n",
-           provided, MPI_THREAD_FUNNELED, residency_arg, s.gpu_aware_mpi ? "used" : "not used",
-           mpi_cuda_aware() ? "yes" : "no or unknown");
+    printf(
+        "kstage %u.%u.%u MPI particles example: %d rank(s), %llu particles per rank, %llu ticks, "
+        "%.3g%% moving per tick\n",
+        KSTAGE_VERSION_MAJOR, KSTAGE_VERSION_MINOR, KSTAGE_VERSION_PATCH, g_nranks, n_arg, t_arg,
+        f_arg);
+    printf(
+        "  MPI thread level %d (FUNNELED = %d); residency %s (device id = local rank); "
+        "GPU-aware MPI: %s (MPI library says %s)\n",
+        provided, MPI_THREAD_FUNNELED, residency_arg, s.gpu_aware_mpi ? "used" : "not used",
+        mpi_cuda_aware() ? "yes" : "no or unknown");
   }
   check_conservation(&s, &m, first_tick - 1, total);
 
@@ -1169,7 +1202,8 @@ int main(int argc, char** argv) {
     t0 = now_seconds();
     moved = side_move(&s, tick);
     t_move += now_seconds() - t0;
-    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); /* time the exchanges, not the waits for the slowest move */
+    MPI_CHECK(
+        MPI_Barrier(MPI_COMM_WORLD)); /* time the exchanges, not the waits for the slowest move */
     t0 = now_seconds();
     sent = side_migrate(&s, tick, moved, &recvd);
     t_mig += now_seconds() - t0;
@@ -1183,17 +1217,19 @@ int main(int argc, char** argv) {
     t_model_mig += now_seconds() - t0;
 
     if (moved != model_moved || sent != model_sent || recvd != model_recvd)
-      FAIL("tick %llu: the stage moved %llu, sent %llu, received %llu particles; the model %llu, "
-           "%llu, %llu",
-           (unsigned long long)tick, (unsigned long long)moved, (unsigned long long)sent,
-           (unsigned long long)recvd, (unsigned long long)model_moved,
-           (unsigned long long)model_sent, (unsigned long long)model_recvd);
+      FAIL(
+          "tick %llu: the stage moved %llu, sent %llu, received %llu particles; the model %llu, "
+          "%llu, %llu",
+          (unsigned long long)tick, (unsigned long long)moved, (unsigned long long)sent,
+          (unsigned long long)recvd, (unsigned long long)model_moved,
+          (unsigned long long)model_sent, (unsigned long long)model_recvd);
     moved_sum += moved;
     sent_sum += sent;
     recv_sum += recvd;
     if (tick % c_arg == 0 || tick == t_arg) check_conservation(&s, &m, tick, total);
 #ifdef KSTAGE_EXAMPLE_WITH_ADIOS2_MPI
-    if (checkpoint_arg && tick % every_arg == 0) write_checkpoint(&s, checkpoint_arg, tick / every_arg, tick);
+    if (checkpoint_arg && tick % every_arg == 0)
+      write_checkpoint(&s, checkpoint_arg, tick / every_arg, tick);
 #endif
   }
 
@@ -1214,31 +1250,36 @@ int main(int argc, char** argv) {
     MPI_CHECK(MPI_Gather(mine, 6, MPI_DOUBLE, all, 6, MPI_DOUBLE, 0, MPI_COMM_WORLD));
     if (g_rank == 0) {
       double kmin = 0, bmin = 0, ksum = 0, bsum = 0;
-      printf("  run: %.2f s for %llu ticks (both sides, with checks)\n", now_seconds() - t_start, t_arg);
+      printf("  run: %.2f s for %llu ticks (both sides, with checks)\n", now_seconds() - t_start,
+             t_arg);
       for (r = 0; r < g_nranks; ++r) {
         const double* x = all + 6 * r;
         const double kr = x[1] > 0 ? x[0] / x[1] : 0, br = x[2] > 0 ? x[0] / x[2] : 0;
-        printf("  rank %d: moved %.0f, sent %.0f, received %.0f; migration %.4f s kstage, %.4f s "
-               "plain MPI; %.3g vs %.3g particles/s migrated\n",
-               r, x[3], x[0], x[5], x[1], x[2], kr, br);
+        printf(
+            "  rank %d: moved %.0f, sent %.0f, received %.0f; migration %.4f s kstage, %.4f s "
+            "plain MPI; %.3g vs %.3g particles/s migrated\n",
+            r, x[3], x[0], x[5], x[1], x[2], kr, br);
         ksum += kr, bsum += br;
         kmin = r == 0 || kr < kmin ? kr : kmin;
         bmin = r == 0 || br < bmin ? br : bmin;
       }
-      printf("  sends zero-copy from read groups: %llu (packed: %llu) on rank 0; arrivals into map "
-             "buffers: %llu, as managed tensors: %llu\n",
-             (unsigned long long)s.zero_copy_sends, (unsigned long long)s.packed_sends,
-             (unsigned long long)s.map_receives, (unsigned long long)s.managed_receives);
+      printf(
+          "  sends zero-copy from read groups: %llu (packed: %llu) on rank 0; arrivals into map "
+          "buffers: %llu, as managed tensors: %llu\n",
+          (unsigned long long)s.zero_copy_sends, (unsigned long long)s.packed_sends,
+          (unsigned long long)s.map_receives, (unsigned long long)s.managed_receives);
       if (verbose) {
         printf("  rank 0's kstage migration, by step:");
         for (r = 0; r < 8; ++r) printf("%s %s %.4f s", r ? "," : "", kPhaseNames[r], s.phase[r]);
         printf("\n");
       }
-      printf("migration throughput per rank (mean over %d rank(s)): kstage %.3g particles/s, plain "
-             "MPI arrays %.3g particles/s (kstage/plain %.2f); rank 0's move step %.3g s/tick with kstage "
-             "(read, move, write, seal), %.3g s/tick on plain arrays\n",
-             g_nranks, ksum / g_nranks, bsum / g_nranks, bsum > 0 ? ksum / bsum : 0.0,
-             t_move / (double)t_arg, t_model_move / (double)t_arg);
+      printf(
+          "migration throughput per rank (mean over %d rank(s)): kstage %.3g particles/s, plain "
+          "MPI arrays %.3g particles/s (kstage/plain %.2f); rank 0's move step %.3g s/tick with "
+          "kstage "
+          "(read, move, write, seal), %.3g s/tick on plain arrays\n",
+          g_nranks, ksum / g_nranks, bsum / g_nranks, bsum > 0 ? ksum / bsum : 0.0,
+          t_move / (double)t_arg, t_model_move / (double)t_arg);
       printf("mpi-particles: OK\n");
       free(all);
     }

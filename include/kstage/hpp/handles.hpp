@@ -31,7 +31,9 @@ class UniqueHandle {
   UniqueHandle(kstage_stage_t stage, uint64_t handle, bool owned = true) noexcept
       : stage_(stage), handle_(handle), owned_(owned) {}
   UniqueHandle(UniqueHandle&& o) noexcept
-      : stage_(std::exchange(o.stage_, 0)), handle_(std::exchange(o.handle_, 0)), owned_(o.owned_) {}
+      : stage_(std::exchange(o.stage_, 0)),
+        handle_(std::exchange(o.handle_, 0)),
+        owned_(o.owned_) {}
   UniqueHandle& operator=(UniqueHandle&& o) noexcept {
     if (this != &o) {
       reset();
@@ -196,8 +198,7 @@ class Op {
     const char* why = nullptr;
     if (kstage_op_error(h_.stage(), h_.get(), &why) == KSTAGE_OK && why != nullptr && *why)
       st = Status(code, why);
-    else
-      st = Status(code, kstage_last_error());
+    else st = Status(code, kstage_last_error());
     return false;
   }
   /// Waits until the op's work is done: wait(KSTAGE_TIMEOUT_INFINITE, st).

@@ -38,7 +38,9 @@ class MapGroup {
   MapGroup() = default;
   /// Takes `o`'s group; `o` is left empty.
   MapGroup(MapGroup&& o) noexcept
-      : stage_(std::exchange(o.stage_, 0)), map_(std::exchange(o.map_, 0)), g_(std::exchange(o.g_, {})),
+      : stage_(std::exchange(o.stage_, 0)),
+        map_(std::exchange(o.map_, 0)),
+        g_(std::exchange(o.g_, {})),
         alive_(std::move(o.alive_)) {}
   /// Takes `o`'s group; `o` is left empty. The group this object held stays mapped (its
   /// Map owns it).
@@ -75,24 +77,27 @@ class MapGroup {
   const DLTensor& tensor(uint64_t i) const noexcept { return g_.data.tensors[i]; }
 
   /// Tensor i as a writable unmanaged View (fill every row before committing).
-  template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutRight>
+  template <class DataType, class MemorySpace = Kokkos::HostSpace,
+            class Layout = Kokkos::LayoutRight>
   Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view(
       uint64_t i, Status& st) const {
     const bool ok = live(st);
-    return detail::view_of<DataType, MemorySpace, Layout>(g_.data.tensors, i, ok ? g_.data.tensor_count : 0,
-                                                          st, ok);
+    return detail::view_of<DataType, MemorySpace, Layout>(g_.data.tensors, i,
+                                                          ok ? g_.data.tensor_count : 0, st, ok);
   }
   /// Tensor i as a writable DLPack tensor (kstage_map_group_export).
   DLManagedTensorVersioned* export_dlpack(uint64_t i, uint64_t flags, Status& st) const {
     DLManagedTensorVersioned* out = nullptr;
-    if (live(st)) detail::check(kstage_map_group_export(stage_, map_, g_.handle, i, flags, &out), st);
+    if (live(st))
+      detail::check(kstage_map_group_export(stage_, map_, g_.handle, i, flags, &out), st);
     return out;
   }
   /// Commits this group alone (kstage_unmap_group); on failure it stays mapped. A committed
   /// group is empty.
   Op commit(kstage_device_sync_t done_sync, Status& st) {
     kstage_op_t op = 0;
-    if (!live(st) || !detail::check(kstage_unmap_group(stage_, map_, g_.handle, done_sync, &op), st))
+    if (!live(st) ||
+        !detail::check(kstage_unmap_group(stage_, map_, g_.handle, done_sync, &op), st))
       return {};
     const kstage_stage_t stage = stage_;
     *this = MapGroup();
@@ -100,7 +105,8 @@ class MapGroup {
   }
 #if KSTAGE_CPP_EXCEPTIONS
   /// As view(uint64_t, Status&) const, throwing kstage::Error on failure.
-  template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutRight>
+  template <class DataType, class MemorySpace = Kokkos::HostSpace,
+            class Layout = Kokkos::LayoutRight>
   Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view(
       uint64_t i) const {
     return detail::throwing([&](Status& st) { return view<DataType, MemorySpace, Layout>(i, st); });
@@ -119,19 +125,22 @@ class MapGroup {
   friend class Map;
   bool live(Status& st) const {
     if (g_.handle == 0) {
-      st = Status(KSTAGE_INVALID_HANDLE, "an empty map group (committed, moved from or never fetched)");
+      st = Status(KSTAGE_INVALID_HANDLE,
+                  "an empty map group (committed, moved from or never fetched)");
       return false;
     }
     if (alive_.expired()) {
-      st = Status(KSTAGE_INVALID_HANDLE, "map group " + std::to_string(g_.handle) +
-                                             ": its map was committed, abandoned or destroyed, and its "
-                                             "buffers with it");
+      st = Status(KSTAGE_INVALID_HANDLE,
+                  "map group " + std::to_string(g_.handle) +
+                      ": its map was committed, abandoned or destroyed, and its "
+                      "buffers with it");
       return false;
     }
     uint64_t floor = 0;  // the stage destroyed under a live Map took the buffers too
     if (kstage_get_write_floor(stage_, 0, &floor) != KSTAGE_OK) {
-      st = Status(KSTAGE_INVALID_HANDLE, "map group " + std::to_string(g_.handle) +
-                                             ": its stage was destroyed, and the map's buffers with it");
+      st = Status(KSTAGE_INVALID_HANDLE,
+                  "map group " + std::to_string(g_.handle) +
+                      ": its stage was destroyed, and the map's buffers with it");
       return false;
     }
     return true;

@@ -85,7 +85,8 @@ struct ReadOptions {
   uint64_t range_begin = 0;
   /// Last ordinal of the change range (inclusive).
   uint64_t range_end = 0;
-  /// Where the reader wants the data ({0, 0}: the column's residency); another device implies compact.
+  /// Where the reader wants the data ({0, 0}: the column's residency); another device implies
+  /// compact.
   DLDevice target_device{DLDeviceType(0), 0};
   /// The reader's {stream, event}: a non-zero event is recorded after the work that produces
   /// the groups' data, a non-zero stream made to wait for it (kstage.h).

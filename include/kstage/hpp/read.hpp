@@ -44,11 +44,14 @@ Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanag
     return View(ptr, layout);
   }
   bool read_only = false;
-  const impl::ViewRefusal r = impl::check_viewable<View>(t[index], 0, false, ptr, layout, read_only);
+  const impl::ViewRefusal r =
+      impl::check_viewable<View>(t[index], 0, false, ptr, layout, read_only);
   if (!r.ok()) {
-    st = Status(r.status, "tensor " + std::to_string(index) + " as a View of " +
-                              impl::dtype_name(impl::DLPackDType<typename View::non_const_value_type>::value) +
-                              " (rank " + std::to_string(int(View::rank)) + "): " + r.why);
+    st =
+        Status(r.status,
+               "tensor " + std::to_string(index) + " as a View of " +
+                   impl::dtype_name(impl::DLPackDType<typename View::non_const_value_type>::value) +
+                   " (rank " + std::to_string(int(View::rank)) + "): " + r.why);
     return View(nullptr, impl::empty_layout<View>());
   }
   check(KSTAGE_OK, st);
@@ -98,7 +101,9 @@ class ReadGroup {
   ReadGroup() = default;
   /// Takes `o`'s group; `o` is left empty.
   ReadGroup(ReadGroup&& o) noexcept
-      : h_(std::move(o.h_)), g_(std::exchange(o.g_, {})), device_map_(std::exchange(o.device_map_, false)) {}
+      : h_(std::move(o.h_)),
+        g_(std::exchange(o.g_, {})),
+        device_map_(std::exchange(o.device_map_, false)) {}
   /// Releases this group, then takes `o`'s.
   ReadGroup& operator=(ReadGroup&& o) noexcept {
     h_ = std::move(o.h_);
@@ -150,12 +155,15 @@ class ReadGroup {
   const DLTensor& tensor(uint64_t i) const noexcept { return g_.data.tensors[i]; }
 
   /// Tensor i as an unmanaged View (const data: groups are read-only). See the file comment.
-  template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutRight>
+  template <class DataType, class MemorySpace = Kokkos::HostSpace,
+            class Layout = Kokkos::LayoutRight>
   Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view(
       uint64_t i, Status& st) const {
-    static_assert(std::is_const_v<typename Kokkos::ViewTraits<DataType>::value_type>,
-                  "a read group is read-only: view it as const data, e.g. view<const float*[3]>(i)");
-    return detail::view_of<DataType, MemorySpace, Layout>(g_.data.tensors, i, g_.data.tensor_count, st);
+    static_assert(
+        std::is_const_v<typename Kokkos::ViewTraits<DataType>::value_type>,
+        "a read group is read-only: view it as const data, e.g. view<const float*[3]>(i)");
+    return detail::view_of<DataType, MemorySpace, Layout>(g_.data.tensors, i, g_.data.tensor_count,
+                                                          st);
   }
   /// Tensor i as an owning DLPack tensor (kstage_group_export).
   DLManagedTensorVersioned* export_dlpack(uint64_t i, uint64_t flags, Status& st) const {
@@ -178,7 +186,8 @@ class ReadGroup {
   }
 #if KSTAGE_CPP_EXCEPTIONS
   /// As view(uint64_t, Status&) const, throwing kstage::Error when the tensor does not fit.
-  template <class DataType, class MemorySpace = Kokkos::HostSpace, class Layout = Kokkos::LayoutRight>
+  template <class DataType, class MemorySpace = Kokkos::HostSpace,
+            class Layout = Kokkos::LayoutRight>
   Kokkos::View<DataType, Layout, MemorySpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> view(
       uint64_t i) const {
     return detail::throwing([&](Status& st) { return view<DataType, MemorySpace, Layout>(i, st); });
@@ -191,7 +200,8 @@ class ReadGroup {
   /// kstage::Error on failure.
   DLManagedTensorVersioned* export_dlpack_on_stream(uint64_t i, uintptr_t stream,
                                                     uint64_t flags = 0) const {
-    return detail::throwing([&](Status& st) { return export_dlpack_on_stream(i, stream, flags, st); });
+    return detail::throwing(
+        [&](Status& st) { return export_dlpack_on_stream(i, stream, flags, st); });
   }
   /// As sync(kstage_device_sync_t, Status&) const, throwing kstage::Error on failure.
   void sync(kstage_device_sync_t consumer) const {
@@ -263,7 +273,7 @@ class Read {
   Read(kstage_stage_t s, kstage_read_t h, bool device_map) : h_(s, h), device_map_(device_map) {}
   detail::UniqueHandle<kstage_release_read> h_;
   bool device_map_ = false;  // ReadOptions::device_index_map
-  ReadGroup current_;  // the range-for group
+  ReadGroup current_;        // the range-for group
 };
 
 }  // namespace kstage

@@ -65,8 +65,9 @@ class span {
     static_assert(V::rank == 1, "a span is made from a rank-1 View");
     static_assert(!std::is_same_v<typename V::array_layout, Kokkos::LayoutStride>,
                   "a span needs contiguous memory: a LayoutRight or LayoutLeft View");
-    static_assert(Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename V::memory_space>::accessible,
-                  "index maps, masks and row counts are host memory (kstage.h)");
+    static_assert(
+        Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename V::memory_space>::accessible,
+        "index maps, masks and row counts are host memory (kstage.h)");
   }
 
   /// Pointer to the first element.
@@ -147,7 +148,8 @@ class array_ref : public span<const T> {
   array_ref(const std::vector<U, A>& v) noexcept : span<const T>(v.data(), v.size()) {}
   /// The elements of a temporary vector, which lives until the end of the call's full expression.
   template <class U, class A>
-  array_ref(std::vector<U, A>&& v) noexcept : span<const T>(v.data(), v.size()) {}  // lives for the call
+  array_ref(std::vector<U, A>&& v) noexcept
+      : span<const T>(v.data(), v.size()) {}  // lives for the call
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Winit-list-lifetime"

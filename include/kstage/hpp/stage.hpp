@@ -110,17 +110,18 @@ class Stage {
       lengths[i] = names[i].size();
     }
     std::vector<kstage_path_t> ids(names.size());
-    if (!detail::check(kstage_intern_paths(stage_, strs.data(), lengths.data(), ids.size(), ids.data()), st))
+    if (!detail::check(
+            kstage_intern_paths(stage_, strs.data(), lengths.data(), ids.size(), ids.data()), st))
       return {};
     return ids;
   }
   /// Interns the paths "<parent>/<prefix><n>", n in [begin, begin + count): O(1), consecutive ids.
-  PathRange path_range(std::string_view parent, std::string_view prefix, uint64_t begin, uint64_t count,
-                       Status& st) const {
+  PathRange path_range(std::string_view parent, std::string_view prefix, uint64_t begin,
+                       uint64_t count, Status& st) const {
     PathRange r;
     if (detail::check(kstage_intern_path_range(stage_, parent.data(), parent.size(),
-                                               prefix.empty() ? "" : prefix.data(), prefix.size(), begin,
-                                               count, &r.first),
+                                               prefix.empty() ? "" : prefix.data(), prefix.size(),
+                                               begin, count, &r.first),
                       st))
       r.count = count;
     return r;
@@ -156,7 +157,8 @@ class Stage {
   /// A PathList holding a copy of `paths` (kstage_path_list_create).
   PathList path_list(array_ref<kstage_path_t> paths, Status& st) const {
     kstage_path_list_t list = 0;
-    if (!detail::check(kstage_path_list_create(stage_, paths.data(), paths.size(), &list), st)) return {};
+    if (!detail::check(kstage_path_list_create(stage_, paths.data(), paths.size(), &list), st))
+      return {};
     return PathList(stage_, list);
   }
 
@@ -170,9 +172,11 @@ class Stage {
   }
   /// A query over members start, start + stride, ... of `range` (kstage_query_range; count 0:
   /// to its end; stride 0: 1).
-  Query query(const PathRange& range, uint64_t start, uint64_t count, uint64_t stride, Status& st) const {
+  Query query(const PathRange& range, uint64_t start, uint64_t count, uint64_t stride,
+              Status& st) const {
     kstage_query_t q = 0;
-    if (!detail::check(kstage_query_range(stage_, range.first, start, count, stride, &q), st)) return {};
+    if (!detail::check(kstage_query_range(stage_, range.first, start, count, stride, &q), st))
+      return {};
     return Query(stage_, q);
   }
   /// A query over the existing prims that match `filter` (kstage_query_filter), in path-id
@@ -218,7 +222,8 @@ class Stage {
                     "batch entry " + std::to_string(i) + ": a tensor of rank 1-3 is written");
         return {};
       }
-      if (!detail::check_selection(item.options, "batch entry " + std::to_string(i) + ": ", st)) return {};
+      if (!detail::check_selection(item.options, "batch entry " + std::to_string(i) + ": ", st))
+        return {};
       attributes[i] = item.attribute;
       tensors[i] = item.tensor;
       tensors[i].shape = item.tensor.shape ? const_cast<int64_t*>(item.shape) : nullptr;
@@ -233,8 +238,8 @@ class Stage {
       if (item.keep) keep.push_back(item.keep);
     auto kept = keep.empty() ? nullptr : std::make_shared<decltype(keep)>(std::move(keep));
     kstage_op_t op = 0;
-    if (!detail::check(kstage_write_attributes(stage_, query.handle(), attributes.data(), data.data(),
-                                               data.size(), ordinal, batch.mode_, &op),
+    if (!detail::check(kstage_write_attributes(stage_, query.handle(), attributes.data(),
+                                               data.data(), data.size(), ordinal, batch.mode_, &op),
                        st))
       return {};
     return Op(stage_, op, std::move(kept));
@@ -245,7 +250,8 @@ class Stage {
   Op write_ragged(kstage_token_t attribute, const Query& query, const Rows& rows, uint64_t ordinal,
                   const WriteOptions& options, Status& st) const {
     using RowView = std::decay_t<decltype(*std::begin(rows))>;
-    static_assert(detail::is_view_rank_1_to_3<RowView>::value, "write_ragged: a range of Views of rank 1-3");
+    static_assert(detail::is_view_rank_1_to_3<RowView>::value,
+                  "write_ragged: a range of Views of rank 1-3");
     auto keep = std::make_shared<std::vector<RowView>>(std::begin(rows), std::end(rows));
     if (keep->size() == 1 && !one_source_row(query, options, "one View", st)) return {};
     std::vector<BorrowedTensor> held;
@@ -353,7 +359,8 @@ class Stage {
   /// Seals: advances the write floor of `attributes` (none: every attribute) to `ordinal`
   /// (kstage_advance_write_floor).
   void seal(uint64_t ordinal, array_ref<kstage_token_t> attributes, Status& st) const {
-    detail::check(kstage_advance_write_floor(stage_, ordinal, attributes.data(), attributes.size()), st);
+    detail::check(kstage_advance_write_floor(stage_, ordinal, attributes.data(), attributes.size()),
+                  st);
   }
   /// Advances every attribute's write floor to `ordinal`.
   void seal(uint64_t ordinal, Status& st) const { seal(ordinal, {}, st); }
@@ -382,7 +389,8 @@ class Stage {
   /// (kstage_attribute_info).
   kstage_attribute_info_t attribute_info(kstage_token_t attribute, Status& st) const {
     kstage_attribute_info_t info = kstage_attribute_info_init();
-    if (!detail::check(kstage_attribute_info(stage_, attribute, &info), st)) return kstage_attribute_info_init();
+    if (!detail::check(kstage_attribute_info(stage_, attribute, &info), st))
+      return kstage_attribute_info_init();
     return info;
   }
 
@@ -420,10 +428,10 @@ class Stage {
     d.max_group_prims = options.max_group_prims;
     d.is_array = options.is_array;
     kstage_map_t m = 0;
-    if (!detail::check(kstage_map_attribute(stage_, query.handle(), &d, ordinal,
-                                            options.element_counts.empty() ? nullptr
-                                                                           : options.element_counts.data(),
-                                            options.element_counts.size(), &m),
+    if (!detail::check(kstage_map_attribute(
+                           stage_, query.handle(), &d, ordinal,
+                           options.element_counts.empty() ? nullptr : options.element_counts.data(),
+                           options.element_counts.size(), &m),
                        st))
       return {};
     return Map(stage_, m);
@@ -449,8 +457,10 @@ class Stage {
   }
   /// As path_range(std::string_view, std::string_view, uint64_t, uint64_t, Status&) const,
   /// throwing kstage::Error on failure.
-  PathRange path_range(std::string_view parent, std::string_view prefix, uint64_t begin, uint64_t count) const {
-    return detail::throwing([&](Status& st) { return path_range(parent, prefix, begin, count, st); });
+  PathRange path_range(std::string_view parent, std::string_view prefix, uint64_t begin,
+                       uint64_t count) const {
+    return detail::throwing(
+        [&](Status& st) { return path_range(parent, prefix, begin, count, st); });
   }
   /// As path_range_definition(kstage_path_t, Status&) const, throwing kstage::Error on failure.
   PathRangeDefinition path_range_definition(kstage_path_t first) const {
@@ -458,7 +468,8 @@ class Stage {
   }
   /// As query(const PathRange&, uint64_t, uint64_t, uint64_t, Status&) const, throwing
   /// kstage::Error on failure.
-  Query query(const PathRange& range, uint64_t start = 0, uint64_t count = 0, uint64_t stride = 1) const {
+  Query query(const PathRange& range, uint64_t start = 0, uint64_t count = 0,
+              uint64_t stride = 1) const {
     return detail::throwing([&](Status& st) { return query(range, start, count, stride, st); });
   }
   /// As token_string(kstage_token_t, Status&) const, throwing kstage::Error on failure.
@@ -485,14 +496,17 @@ class Stage {
   template <class View, class = std::enable_if_t<detail::is_view_rank_1_to_3<View>::value>>
   Op write(kstage_token_t attribute, const Query& query, const View& view, uint64_t ordinal,
            const WriteOptions& options = {}) const {
-    return detail::throwing([&](Status& st) { return write(attribute, query, view, ordinal, options, st); });
+    return detail::throwing(
+        [&](Status& st) { return write(attribute, query, view, ordinal, options, st); });
   }
   /// As the write of a DLTensor taking a Status&, throwing kstage::Error on failure.
   Op write(kstage_token_t attribute, const Query& query, const DLTensor& tensor, uint64_t ordinal,
            const WriteOptions& options = {}) const {
-    return detail::throwing([&](Status& st) { return write(attribute, query, tensor, ordinal, options, st); });
+    return detail::throwing(
+        [&](Status& st) { return write(attribute, query, tensor, ordinal, options, st); });
   }
-  /// As write(const Query&, const WriteBatch&, uint64_t, Status&) const, throwing kstage::Error on failure.
+  /// As write(const Query&, const WriteBatch&, uint64_t, Status&) const, throwing kstage::Error on
+  /// failure.
   Op write(const Query& query, const WriteBatch& batch, uint64_t ordinal) const {
     return detail::throwing([&](Status& st) { return write(query, batch, ordinal, st); });
   }
@@ -506,7 +520,8 @@ class Stage {
   /// As the write_ragged of a packed View taking a Status&, throwing kstage::Error on failure.
   template <class View, class = std::enable_if_t<detail::is_view_rank_1_to_3<View>::value>>
   Op write_ragged(kstage_token_t attribute, const Query& query, const View& packed,
-                  array_ref<uint64_t> row_counts, uint64_t ordinal, const WriteOptions& options = {}) const {
+                  array_ref<uint64_t> row_counts, uint64_t ordinal,
+                  const WriteOptions& options = {}) const {
     return detail::throwing([&](Status& st) {
       return write_ragged(attribute, query, packed, row_counts, ordinal, options, st);
     });
@@ -521,14 +536,17 @@ class Stage {
   }
   /// As delete_attributes(const Query&, array_ref<kstage_token_t>, uint64_t, Status&) const,
   /// throwing kstage::Error on failure.
-  Op delete_attributes(const Query& query, array_ref<kstage_token_t> attributes, uint64_t ordinal) const {
-    return detail::throwing([&](Status& st) { return delete_attributes(query, attributes, ordinal, st); });
+  Op delete_attributes(const Query& query, array_ref<kstage_token_t> attributes,
+                       uint64_t ordinal) const {
+    return detail::throwing(
+        [&](Status& st) { return delete_attributes(query, attributes, ordinal, st); });
   }
   /// As delete_prims(const Query&, uint64_t, Status&) const, throwing kstage::Error on failure.
   Op delete_prims(const Query& query, uint64_t ordinal) const {
     return detail::throwing([&](Status& st) { return delete_prims(query, ordinal, st); });
   }
-  /// As seal(uint64_t, array_ref<kstage_token_t>, Status&) const, throwing kstage::Error on failure.
+  /// As seal(uint64_t, array_ref<kstage_token_t>, Status&) const, throwing kstage::Error on
+  /// failure.
   void seal(uint64_t ordinal, array_ref<kstage_token_t> attributes = {}) const {
     detail::throwing([&](Status& st) { seal(ordinal, attributes, st); });
   }
@@ -554,27 +572,32 @@ class Stage {
   /// const, throwing kstage::Error on failure.
   Map map(const Query& query, kstage_token_t attribute, uint64_t ordinal, DLDataType dtype,
           const MapOptions& options = {}) const {
-    return detail::throwing([&](Status& st) { return map(query, attribute, ordinal, dtype, options, st); });
+    return detail::throwing(
+        [&](Status& st) { return map(query, attribute, ordinal, dtype, options, st); });
   }
 #endif
 
  private:
   // A ragged write of a single tensor is the C API's packed form when more than one source
   // row is wanted; the C++ API's one-View-per-row forms must be one row.
-  bool one_source_row(const Query& query, const WriteOptions& o, const char* what, Status& st) const {
+  bool one_source_row(const Query& query, const WriteOptions& o, const char* what,
+                      Status& st) const {
     uint64_t wanted = o.count;
     if (!o.index_map.empty()) {
       wanted = 0;
-      const size_t n = o.count ? std::min<size_t>(o.index_map.size(), size_t(o.count)) : o.index_map.size();
-      for (size_t i = 0; i < n; ++i) wanted = std::max<uint64_t>(wanted, uint64_t(o.index_map[i]) + 1);
+      const size_t n =
+          o.count ? std::min<size_t>(o.index_map.size(), size_t(o.count)) : o.index_map.size();
+      for (size_t i = 0; i < n; ++i)
+        wanted = std::max<uint64_t>(wanted, uint64_t(o.index_map[i]) + 1);
     } else if (wanted == 0) {
       wanted = query.count(st);
       if (!st.ok()) return false;
     }
     if (wanted == 1) return true;
-    st = Status(KSTAGE_INVALID_ARGUMENT,
-                std::string("write_ragged: ") + what + " for " + std::to_string(wanted) +
-                    " source rows: give one View per row, or a packed View with one row count per row");
+    st = Status(
+        KSTAGE_INVALID_ARGUMENT,
+        std::string("write_ragged: ") + what + " for " + std::to_string(wanted) +
+            " source rows: give one View per row, or a packed View with one row count per row");
     return false;
   }
   Op submit(kstage_token_t attribute, const Query& query, const DLTensor* tensors, size_t n,

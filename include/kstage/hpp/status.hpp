@@ -49,7 +49,9 @@ class Status {
   /// kstage_last_error() of the failed call ("" when ok).
   const std::string& message() const noexcept { return message_; }
   /// "KSTAGE_INVALID_ARGUMENT: <message>"
-  std::string to_string() const { return std::string(kstage_status_string(code_)) + ": " + message_; }
+  std::string to_string() const {
+    return std::string(kstage_status_string(code_)) + ": " + message_;
+  }
 
  private:
   kstage_status_t code_ = KSTAGE_OK;
@@ -62,7 +64,9 @@ class Error : public std::runtime_error {
  public:
   /// The error of a failed `status` (what() is status.to_string()).
   explicit Error(const Status& status)
-      : std::runtime_error(status.to_string()), status_(status.code()), message_(status.message()) {}
+      : std::runtime_error(status.to_string()),
+        status_(status.code()),
+        message_(status.message()) {}
   /// The failed call's kstage_status_t.
   kstage_status_t status() const noexcept { return status_; }
   /// The message alone (what() is "<status name>: <message>").

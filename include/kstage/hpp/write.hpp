@@ -53,7 +53,8 @@ class WriteBatch {
     return *this;
   }
   /// A borrowed DLTensor (copied here, with its shape and strides).
-  WriteBatch& add(kstage_token_t attribute, const DLTensor& tensor, const WriteOptions& options = {}) {
+  WriteBatch& add(kstage_token_t attribute, const DLTensor& tensor,
+                  const WriteOptions& options = {}) {
     Item item;
     item.attribute = attribute;
     item.options = options;
@@ -111,7 +112,8 @@ inline bool check_selection(const WriteOptions& o, const std::string& where, Sta
   if (!o.device_index_map.empty() && o.device_index_map.size() < o.count)
     what = "options.device_index_map has " + std::to_string(o.device_index_map.size()) + " entries";
   else if (!o.device_index_map64.empty() && o.device_index_map64.size() < o.count)
-    what = "options.device_index_map64 has " + std::to_string(o.device_index_map64.size()) + " entries";
+    what = "options.device_index_map64 has " + std::to_string(o.device_index_map64.size()) +
+           " entries";
   else if (!o.index_map64.empty() && o.index_map64.size() < o.count)
     what = "options.index_map64 has " + std::to_string(o.index_map64.size()) + " entries";
   else if (!o.device_mask.empty() && o.device_mask.size() < words)
@@ -123,7 +125,8 @@ inline bool check_selection(const WriteOptions& o, const std::string& where, Sta
     what = "options.mask has " + std::to_string(o.mask.size()) + " words (" +
            std::to_string(o.mask.size() * 64) + " prims)";
   if (what.empty()) return true;
-  st = Status(KSTAGE_INVALID_ARGUMENT, where + what + " but options.count is " + std::to_string(o.count));
+  st = Status(KSTAGE_INVALID_ARGUMENT,
+              where + what + " but options.count is " + std::to_string(o.count));
   return false;
 }
 

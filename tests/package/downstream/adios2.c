@@ -5,14 +5,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(call)                                                                             \
-  do {                                                                                          \
-    kstage_status_t st_ = (call);                                                               \
-    if (st_ != KSTAGE_OK) {                                                                     \
-      fprintf(stderr, "FAIL: %s: %s: %s | %s\n", #call, kstage_status_string(st_),              \
-              kstage_last_error(), kstage_adios2_last_error());                                 \
-      return 1;                                                                                 \
-    }                                                                                           \
+#define CHECK(call)                                                                \
+  do {                                                                             \
+    kstage_status_t st_ = (call);                                                  \
+    if (st_ != KSTAGE_OK) {                                                        \
+      fprintf(stderr, "FAIL: %s: %s: %s | %s\n", #call, kstage_status_string(st_), \
+              kstage_last_error(), kstage_adios2_last_error());                    \
+      return 1;                                                                    \
+    }                                                                              \
   } while (0)
 
 int main(int argc, char** argv) {
@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
   uint64_t ordinal = 0;
   CHECK(kstage_create(NULL, &a));
   CHECK(kstage_intern_token(a, "mass", KSTAGE_NUL_TERMINATED, &t));
-  CHECK(kstage_intern_path_range(a, "/d", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0, 4, &first));
+  CHECK(kstage_intern_path_range(a, "/d", KSTAGE_NUL_TERMINATED, "p", KSTAGE_NUL_TERMINATED, 0, 4,
+                                 &first));
   CHECK(kstage_query_range(a, first, 0, 0, 0, &q));
   tensor.data = values;
   tensor.device.device_type = kDLCPU;

@@ -6,14 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CHECK(call)                                                                             \
-  do {                                                                                          \
-    kstage_status_t st_ = (call);                                                               \
-    if (st_ != KSTAGE_OK) {                                                                     \
-      fprintf(stderr, "FAIL: %s: %s: %s | %s\n", #call, kstage_status_string(st_),              \
-              kstage_last_error(), kstage_adios2_last_error());                                 \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                                             \
-    }                                                                                           \
+#define CHECK(call)                                                                \
+  do {                                                                             \
+    kstage_status_t st_ = (call);                                                  \
+    if (st_ != KSTAGE_OK) {                                                        \
+      fprintf(stderr, "FAIL: %s: %s: %s | %s\n", #call, kstage_status_string(st_), \
+              kstage_last_error(), kstage_adios2_last_error());                    \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                                \
+    }                                                                              \
   } while (0)
 
 int main(int argc, char** argv) {
@@ -61,14 +61,15 @@ int main(int argc, char** argv) {
   mine = info.prim_count;
   MPI_Allreduce(&mine, &all, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
   if (ordinal != 5 || info.write_floor != 5 || mine != 4 || all != 4 * (uint64_t)size) {
-    fprintf(stderr, "FAIL: rank %d: restart gave ordinal %llu, %llu of %llu prims, floor %llu\n", rank,
-            (unsigned long long)ordinal, (unsigned long long)mine, (unsigned long long)all,
+    fprintf(stderr, "FAIL: rank %d: restart gave ordinal %llu, %llu of %llu prims, floor %llu\n",
+            rank, (unsigned long long)ordinal, (unsigned long long)mine, (unsigned long long)all,
             (unsigned long long)info.write_floor);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   CHECK(kstage_destroy(a));
   CHECK(kstage_destroy(b));
-  if (rank == 0) printf("kstage downstream (ADIOS2 on %d MPI ranks): checkpoint and restart: OK\n", size);
+  if (rank == 0)
+    printf("kstage downstream (ADIOS2 on %d MPI ranks): checkpoint and restart: OK\n", size);
   MPI_Finalize();
   return 0;
 }

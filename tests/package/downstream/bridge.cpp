@@ -26,7 +26,8 @@ int main() {
   try {  // README.md, "C++ quick start"
     auto s = kstage::Stage::create();
     const kstage_token_t points = s.token("points");
-    const kstage::Query query = s.query({s.path("/world/a"), s.path("/world/b"), s.path("/world/c")});
+    const kstage::Query query =
+        s.query({s.path("/world/a"), s.path("/world/b"), s.path("/world/c")});
     Kokkos::View<float* [3], Kokkos::HostSpace> xyz("xyz", 3);
     for (int i = 0; i < 3; ++i)
       for (int c = 0; c < 3; ++c) xyz(i, c) = float(3 * i + c);
