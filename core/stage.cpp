@@ -82,14 +82,13 @@ void Stage::fence_devices() {
     if (!b->synchronous()) b->fence();
 }
 
-// `keep` is copied into the entry, not moved: if the push fails, this copy keeps the memory
-// alive until the wait below has returned.
-// NOLINTNEXTLINE(performance-unnecessary-value-param)
 void Stage::defer(const std::vector<CompletionPtr>& work, std::shared_ptr<void> keep) noexcept {
   // No reaping here: callers may hold mutex_, and reaping runs producers'
   // deleters, which must never run under it. Calls that hold no lock reap.
   try {
-    Deferred d{work, keep};
+    // `keep` is copied into the entry, not moved: if the push fails, this copy keeps the
+    // memory alive until the wait below has returned.
+    Deferred d{work, keep};  // NOLINT(performance-unnecessary-value-param)
     std::lock_guard lock(deferred_mutex_);
     deferred_.push_back(std::move(d));
     return;

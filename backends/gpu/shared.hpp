@@ -66,8 +66,8 @@ struct GpuShared {
     if (!tracked) {  // cannot track it: wait instead
       (void)RT::take_error();
       (void)RT::stream_synchronize(stream);
-      // NOLINTNEXTLINE(bugprone-use-after-move): push_back threw, and its strong guarantee left r
-      // whole
+      // r is whole here: push_back threw, and its strong guarantee leaves the argument as it was.
+      // NOLINTNEXTLINE(bugprone-use-after-move)
       if (r.event) (void)RT::event_destroy(r.event);
       (void)RT::take_error();
       return;  // r released here, the work done
