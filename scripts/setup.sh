@@ -28,7 +28,8 @@
 #   tsan.sh         --tsan: a ThreadSanitizer-instrumented Serial Kokkos
 #   cuda.sh         --cuda: a CUDA Kokkos (the machine's nvcc)
 #   hip.sh          --hip: Debian's hipcc and a HIP Kokkos
-# These Kokkos variants are built from Trilinos' Kokkos even when Kokkos_ROOT is set.
+# These Kokkos variants are built from Trilinos' Kokkos even when Kokkos_ROOT is set. The venvs
+# are made in the background while Kokkos and ADIOS2 compile (they mostly wait for downloads).
 # docs/building.md ("scripts/setup.sh", "Dependencies") describes the options and the cache.
 #
 # Options (each also a variable; several may be given):
@@ -67,6 +68,24 @@ unset _dep
 
 SECONDS=0
 
+# The background venv jobs (main): their process ids by venv name, until waited for.
+declare -A VENV_PIDS=()
+wait_venv() { # name: wait for its job, if one runs; its failure stops setup
+  local pid=${VENV_PIDS[$1]:-}
+  [ -n "$pid" ] || return 0
+  unset "VENV_PIDS[$1]"
+  wait "$pid" || die "$1: failed (log: $LOG_DIR/$1.log)"
+}
+kill_tree() { # pid: it and every process under it, by id
+  local child
+  for child in $(pgrep -P "$1" 2>/dev/null); do kill_tree "$child"; done
+  kill "$1" 2>/dev/null || true
+}
+stop_venv_jobs() { # on an early exit: end the venv jobs still running, with their pip
+  local pid
+  for pid in "${VENV_PIDS[@]}"; do kill_tree "$pid"; done
+}
+
 main() {
   local mpi=${KSTAGE_SETUP_MPI:-1} perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} python=${KSTAGE_SETUP_PYTHON:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} docs=${KSTAGE_SETUP_DOCS:-0} adios2=${KSTAGE_SETUP_ADIOS2:-0} adios2_mpi=${KSTAGE_SETUP_ADIOS2_MPI:-0} adios2_cuda=${KSTAGE_SETUP_ADIOS2_CUDA:-0} tsan=${KSTAGE_SETUP_TSAN:-0} cuda=${KSTAGE_SETUP_CUDA:-0} hip=${KSTAGE_SETUP_HIP:-0} arg
   for arg in "$@"; do
@@ -101,6 +120,15 @@ main() {
   exec 9>"$DEPS_DIR/.lock"
   flock 9
 
+  # The venvs mostly wait for pip's downloads: each is made in the background from here, while
+  # Kokkos and ADIOS2 compile, and waited for before what uses it (a failed one stops setup).
+  if [ "$perf$jax$python$adios2" != 0000 ]; then ensure_venv_module venvs; fi
+  if [ "$adios2" = 1 ]; then adios2_venv & VENV_PIDS[adios2-venv]=$!; fi
+  if [ "$python" = 1 ]; then python_package_venv & VENV_PIDS[python-venv]=$!; fi
+  if [ "$perf" = 1 ]; then perf_venv & VENV_PIDS[venv]=$!; fi
+  if [ "$jax" = 1 ]; then jax_venv & VENV_PIDS[jax-venv]=$!; fi
+  trap stop_venv_jobs EXIT
+
   dlpack_dep
   catch2_dep
   kokkos_dep
@@ -110,12 +138,13 @@ main() {
   if [ "$hip" = 1 ]; then kokkos_hip_dep; fi
   kokkos_source_cleanup
   apt_private_cleanup
-  if [ "$perf" = 1 ]; then perf_venv; fi
-  if [ "$jax" = 1 ]; then jax_venv; fi
-  if [ "$python" = 1 ]; then python_package_venv; fi
-  if [ "$adios2" = 1 ]; then adios2_venv; fi
-  if [ "$adios2_mpi" = 1 ]; then adios2_mpi_dep; mpi4py_dep; fi
+  wait_venv adios2-venv
+  if [ "$adios2_mpi" = 1 ]; then adios2_mpi_dep; wait_venv python-venv; mpi4py_dep; fi
   if [ "$adios2_cuda" = 1 ]; then adios2_cuda_dep; fi
+  wait_venv python-venv
+  wait_venv venv
+  wait_venv jax-venv
+  trap - EXIT
   rmdir "$WORK_DIR" "$DL_DIR" 2>/dev/null || true
 
   local prefix_path

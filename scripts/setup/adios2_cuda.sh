@@ -1,9 +1,11 @@
 # shellcheck shell=bash
 # scripts/setup/adios2_cuda.sh -- the CUDA ADIOS2 (sourced by scripts/setup.sh, not a command).
 #
-# Only with `--adios2-cuda` or KSTAGE_SETUP_ADIOS2_CUDA=1 (scripts/test.sh passes it for the
-# `cuda` preset): a CUDA build of ADIOS2 (GPU-aware: puts and gets of device memory) for the
-# bridge's device path, in $KSTAGE_DEPS_DIR/adios2-cuda (~5 min on 2 cores)
+# Only with `--adios2-cuda` or KSTAGE_SETUP_ADIOS2_CUDA=1 (opt-in: scripts/test.sh's `cuda` leg
+# passes it with KSTAGE_TEST_ADIOS2_CUDA=1 or where the cache has it; scripts/gpu-check.sh's
+# bundle needs it; docs/building.md, "The CUDA ADIOS2"): a CUDA build of ADIOS2 (GPU-aware: puts
+# and gets of device memory) for the bridge's device path, in $KSTAGE_DEPS_DIR/adios2-cuda
+# (555 s of CPU: ~5 min on 2 idle cores)
 #   - the same source distribution and options as the MPI one (adios2.sh's adios2_source_dep),
 #     serial, with CUDA (the machine's nvcc, as for --cuda; sm_90; the shared CUDA runtime);
 #     implies --adios2.

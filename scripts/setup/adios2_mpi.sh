@@ -4,7 +4,8 @@
 #
 # Only with `--adios2-mpi` or KSTAGE_SETUP_ADIOS2_MPI=1 (scripts/test.sh passes it for the
 # `adios2-mpi` preset): an MPI build of ADIOS2 for the bridge's MPI form
-# (kstage/kstage_adios2_mpi.h), in $KSTAGE_DEPS_DIR/adios2-mpi (~4 min on 2 cores)
+# (kstage/kstage_adios2_mpi.h), in $KSTAGE_DEPS_DIR/adios2-mpi (626 s of CPU with mpi4py: ~5 min
+# on 2 idle cores)
 #   - ADIOS2's source distribution from PyPI (the `adios2` sdist, the same version as the
 #     wheel), built with CMake against the Open MPI of mpi.sh (adios2.sh's adios2_source_dep:
 #     shared, Release, the C and C++ bindings and the BP engines; SST, Python, Fortran, HDF5 and

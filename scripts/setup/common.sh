@@ -16,7 +16,8 @@
 #
 # The venvs (perf.sh, jax.sh, python.sh, adios2.sh) are made with `python3 -m venv`, with
 # packages from the machine's configured pip index (Debian's python3-venv is installed with
-# apt-get when the venv module is missing).
+# apt-get when the venv module is missing). setup.sh makes them in the background, side by side
+# with the Kokkos and ADIOS2 builds: they mostly wait for downloads.
 
 log() { printf '[kstage-setup] %s\n' "$*" >&2; }
 die() { printf '[kstage-setup] ERROR: %s\n' "$*" >&2; exit 1; }
@@ -209,6 +210,19 @@ deb_dep() { # name apt-spec recipe check-file
 # --------------------------------------------------------------------------------------------
 # Python venvs (perf.sh, jax.sh, python.sh, adios2.sh)
 # --------------------------------------------------------------------------------------------
+# ensure_venv_module NAME: python3's venv module (Debian's python3-venv, installed with apt-get
+# when missing; NAME names the log). setup.sh calls it once before it makes venvs side by side.
+ensure_venv_module() {
+  local name=$1
+  python3 -c 'import venv, ensurepip' >/dev/null 2>&1 && return 0
+  [ "$(id -u)" -eq 0 ] || die "$name: python3's venv module is missing; install python3-venv (as root: apt-get install python3-venv)"
+  log "$name: installing python3-venv (Debian)"
+  env DEBIAN_FRONTEND=noninteractive apt-get -q update >"$LOG_DIR/$name-apt.log" 2>&1 || true
+  env DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-install-recommends python3-venv \
+    >>"$LOG_DIR/$name-apt.log" 2>&1 \
+    || { tail -n 20 "$LOG_DIR/$name-apt.log" >&2; die "$name: apt-get install python3-venv failed"; }
+}
+
 # python_venv NAME DIR RECIPE CHECK PACKAGE...: a venv in DIR with PACKAGEs from the machine's
 # own pip configuration (no index is named here); CHECK is Python that imports them and prints
 # their versions. Cached by a stamp named NAME.
@@ -223,14 +237,7 @@ python_venv() {
     log "$name: cached ($(sed -n 2p "$STAMP_DIR/$name.stamp"))"
     return 0
   fi
-  if ! "$py" -c 'import venv, ensurepip' >/dev/null 2>&1; then
-    [ "$(id -u)" -eq 0 ] || die "$name: python3's venv module is missing; install python3-venv (as root: apt-get install python3-venv)"
-    log "$name: installing python3-venv (Debian)"
-    env DEBIAN_FRONTEND=noninteractive apt-get -q update >"$LOG_DIR/$name-apt.log" 2>&1 || true
-    env DEBIAN_FRONTEND=noninteractive apt-get -q install -y --no-install-recommends python3-venv \
-      >>"$LOG_DIR/$name-apt.log" 2>&1 \
-      || { tail -n 20 "$LOG_DIR/$name-apt.log" >&2; die "$name: apt-get install python3-venv failed"; }
-  fi
+  ensure_venv_module "$name"
   log "$name: creating $venv (python $pyver) and installing $*"
   rm -rf "$venv"
   "$py" -m venv "$venv" >"$LOG_DIR/$name.log" 2>&1 \
