@@ -20,6 +20,7 @@
 #   jax.sh          --jax: the JAX interop tests' venv
 #   python.sh       --python: python3-dev and the Python package's venv
 #   docs.sh         --docs: doxygen
+#   lint.sh         --lint: clang-format-14, clang-tidy-14, libomp-14-dev (scripts/lint.sh)
 #   adios2.sh       --adios2: PyPI's serial ADIOS2 wheel in a venv; the source build the next two
 #                   share
 #   adios2_mpi.sh   --adios2-mpi: ADIOS2 built with Open MPI; mpi4py (with --python)
@@ -33,7 +34,7 @@
 # docs/building.md ("scripts/setup.sh", "Dependencies") describes the options and the cache.
 #
 # Options (each also a variable; several may be given):
-#   --no-mpi  --perf  --jax  --python  --fuzz  --docs  --adios2  --adios2-mpi  --adios2-cuda
+#   --no-mpi  --perf  --jax  --python  --fuzz  --docs  --lint  --adios2  --adios2-mpi  --adios2-cuda
 #   --tsan  --cuda  --hip  -h|--help
 #
 # Environment:
@@ -44,6 +45,7 @@
 #   KSTAGE_SETUP_PYTHON 1 = also get what the Python package's build needs (same as --python)
 #   KSTAGE_SETUP_FUZZ 1 = also get the fuzz leg's tools and Kokkos (same as --fuzz)
 #   KSTAGE_SETUP_DOCS 1 = also install doxygen for the docs target (same as --docs)
+#   KSTAGE_SETUP_LINT 1 = also install the format and lint tools (same as --lint)
 #   KSTAGE_SETUP_ADIOS2 1 = also make the ADIOS2 venv (same as --adios2)
 #   KSTAGE_SETUP_ADIOS2_MPI 1 = also build the MPI ADIOS2 (same as --adios2-mpi)
 #   KSTAGE_SETUP_ADIOS2_CUDA 1 = also build the CUDA ADIOS2 (same as --adios2-cuda)
@@ -59,7 +61,7 @@
 set -euo pipefail
 
 KSTAGE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-for _dep in common kokkos dlpack catch2 mpi perf jax python docs adios2 adios2_mpi adios2_cuda \
+for _dep in common kokkos dlpack catch2 mpi perf jax python docs lint adios2 adios2_mpi adios2_cuda \
             fuzz tsan cuda hip; do
   # shellcheck source=/dev/null
   source "$KSTAGE_ROOT/scripts/setup/$_dep.sh"
@@ -87,7 +89,7 @@ stop_venv_jobs() { # on an early exit: end the venv jobs still running, with the
 }
 
 main() {
-  local mpi=${KSTAGE_SETUP_MPI:-1} perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} python=${KSTAGE_SETUP_PYTHON:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} docs=${KSTAGE_SETUP_DOCS:-0} adios2=${KSTAGE_SETUP_ADIOS2:-0} adios2_mpi=${KSTAGE_SETUP_ADIOS2_MPI:-0} adios2_cuda=${KSTAGE_SETUP_ADIOS2_CUDA:-0} tsan=${KSTAGE_SETUP_TSAN:-0} cuda=${KSTAGE_SETUP_CUDA:-0} hip=${KSTAGE_SETUP_HIP:-0} arg
+  local mpi=${KSTAGE_SETUP_MPI:-1} perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} python=${KSTAGE_SETUP_PYTHON:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} docs=${KSTAGE_SETUP_DOCS:-0} lint=${KSTAGE_SETUP_LINT:-0} adios2=${KSTAGE_SETUP_ADIOS2:-0} adios2_mpi=${KSTAGE_SETUP_ADIOS2_MPI:-0} adios2_cuda=${KSTAGE_SETUP_ADIOS2_CUDA:-0} tsan=${KSTAGE_SETUP_TSAN:-0} cuda=${KSTAGE_SETUP_CUDA:-0} hip=${KSTAGE_SETUP_HIP:-0} arg
   for arg in "$@"; do
     case $arg in
       --no-mpi) mpi=0 ;;
@@ -96,6 +98,7 @@ main() {
       --python) python=1 ;;
       --fuzz) fuzz=1 ;;
       --docs) docs=1 ;;
+      --lint) lint=1 ;;
       --adios2) adios2=1 ;;
       --adios2-mpi) adios2_mpi=1 ;;
       --adios2-cuda) adios2_cuda=1 ;;
@@ -103,7 +106,7 @@ main() {
       --cuda) cuda=1 ;;
       --hip) hip=1 ;;
       -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
-      *) die "unknown argument '$arg' (known: --no-mpi, --perf, --jax, --python, --fuzz, --docs, --adios2, --adios2-mpi, --adios2-cuda, --tsan, --cuda, --hip)" ;;
+      *) die "unknown argument '$arg' (known: --no-mpi, --perf, --jax, --python, --fuzz, --docs, --lint, --adios2, --adios2-mpi, --adios2-cuda, --tsan, --cuda, --hip)" ;;
     esac
   done
   ensure_tools
@@ -113,6 +116,7 @@ main() {
   if [ "$mpi" = 1 ]; then ensure_mpi; fi
   if [ "$fuzz" = 1 ]; then ensure_fuzz_tools; fi
   if [ "$docs" = 1 ]; then ensure_docs_tools; fi
+  if [ "$lint" = 1 ]; then ensure_lint_tools; fi
   if [ "$hip" = 1 ]; then ensure_hip_tools; fi
   if [ "$python" = 1 ]; then ensure_python_headers; fi
   mkdir -p "$DEPS_DIR" "$STAMP_DIR" "$DL_DIR" "$LOG_DIR"

@@ -15,6 +15,15 @@
 #   KSTAGE_TEST_JAX=0 scripts/test.sh   no JAX interop tests of the C API in the default preset
 #   KSTAGE_TEST_ADIOS2_CUDA=1 scripts/test.sh   the cuda leg against the CUDA ADIOS2 (built once);
 #                                   0: against the wheel's even where the cache has the CUDA one
+#   KSTAGE_TEST_LINT=0 scripts/test.sh  no format and lint check (scripts/lint.sh)
+#
+# Lint (scripts/lint.sh; `setup.sh --lint` installs Debian's clang-format-14 and clang-tidy-14):
+#   format    right after the setup, before any leg: `lint.sh format-check` (~10 s); a file
+#             clang-format would change fails the run at once, listing the files
+#             (`scripts/lint.sh format` fixes them).
+#   tidy      in the default leg, after its build: `lint.sh tidy build/default`, clang-tidy over
+#             the library's sources with the build's compile_commands.json (~100 to 170 s on 2
+#             cores); a finding fails the leg ("default(lint)") and the legs go on.
 #
 # Legs:
 #   <preset>  cmake --preset, cmake --build --preset, ctest --preset (the whole suite).
@@ -101,6 +110,7 @@ fi
 JOBS=${KSTAGE_JOBS:-2}
 FUZZ_SECONDS=${KSTAGE_FUZZ_SECONDS:-30}
 TEST_JAX=${KSTAGE_TEST_JAX:-1}
+LINT=${KSTAGE_TEST_LINT:-1}
 
 if [ -z "${HOME:-}" ]; then HOME=$(getent passwd "$(id -u)" | cut -d: -f6); export HOME; fi
 DEPS_DIR=${KSTAGE_DEPS_DIR:-$HOME/.cache/kstage-deps}
@@ -285,6 +295,7 @@ kill_tree() { # pid: it and every process under it, by id
 # done there; where that failed, it runs its setup itself once the background is over (the cache
 # is locked while a setup runs), so that a failure fails that leg only.
 first_args=()
+if [ "$LINT" = 1 ]; then first_args+=(--lint); fi
 later_presets=()
 for preset in $PRESETS; do
   if later_leg "$preset"; then
@@ -297,6 +308,16 @@ done
 setup_start=$(date +%s)
 bash "$ROOT/scripts/setup.sh" "${first_args[@]}"
 timings+=("setup $(( $(date +%s) - setup_start ))s")
+# The format check (see "Lint" above): cheap, so first, and a failure stops the run here.
+if [ "$LINT" = 1 ]; then
+  echo "==== lint: scripts/lint.sh format-check"
+  lint_start=$(date +%s)
+  if ! bash "$ROOT/scripts/lint.sh" format-check; then
+    echo "kstage test.sh: FAILED: the format check (run scripts/lint.sh format, then commit)"
+    exit 1
+  fi
+  timings+=("format $(( $(date +%s) - lint_start ))s")
+fi
 background_pid=""
 if [ "${#later_presets[@]}" -gt 0 ]; then
   background_start=$(date +%s)
@@ -410,6 +431,24 @@ for preset in $PRESETS; do
   if ! "${build[@]}"; then
     echo "==== preset '$preset': build FAILED"
     failed_presets+=("$preset(build)"); continue
+  fi
+  # clang-tidy over the library's sources, with this build's compile_commands.json (the presets
+  # export it); its time is printed apart from the leg's.
+  if [ "$preset" = default ] && [ "$LINT" = 1 ]; then
+    echo "==== lint: scripts/lint.sh tidy build/default (log: $LOG_DIR/lint-tidy.log)"
+    tidy_start=$(date +%s)
+    if KSTAGE_JOBS=$JOBS bash "$ROOT/scripts/lint.sh" tidy "$ROOT/build/default" \
+        >"$LOG_DIR/lint-tidy.log" 2>&1; then
+      tail -n 1 "$LOG_DIR/lint-tidy.log"
+    else
+      grep -A 1000 '^lint.sh: clang-tidy findings' "$LOG_DIR/lint-tidy.log" ||
+        tail -n 40 "$LOG_DIR/lint-tidy.log"
+      echo "==== preset 'default': clang-tidy FAILED (log: $LOG_DIR/lint-tidy.log)"
+      failed_presets+=("default(lint)")
+    fi
+    tidy_seconds=$(( $(date +%s) - tidy_start ))
+    timings+=("tidy ${tidy_seconds}s")
+    leg_start=$(( leg_start + tidy_seconds ))  # the default leg's time without it
   fi
   if [ "$preset" = cuda ] && ! cuda_adios2_wanted; then
     if adios2_gpu_path_check >"$LOG_DIR/adios2-gpu-path.log" 2>&1; then
