@@ -87,8 +87,11 @@
 # shared 2-core machine (docs/building.md, "CI time"): the CUDA ADIOS2, 555, is opt-in; the
 # cuda leg's host test programs, 176, are not built (the leg: 265 s, 461 of CPU); the MPI
 # ADIOS2 (626), the Kokkos variants (tsan 40, fuzz 32, cuda 141) and hipcc are set up in the
-# background; the venvs (mostly downloads) are made while Kokkos compiles. Expected on a fresh
-# machine: about 38 minutes; up to 46 if the first legs leave the background no idle CPU.
+# background; the venvs (mostly downloads) are made while Kokkos compiles. Measured with a
+# fresh cache on that machine (load 3-4 from other builds), "default python asan adios2-mpi":
+# setup 54 s, default 250, python 101, asan 411, adios2-mpi 271 (146 of them waiting for the
+# background's MPI ADIOS2), 18.1 minutes in all. Expected on a fresh machine: 37 to 40 minutes
+# (up to ~8 more if the first legs left the background no idle CPU at all).
 #
 # Exits non-zero if any step of any preset fails.
 set -euo pipefail
