@@ -258,7 +258,7 @@ nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream
     if (!stream.is_none() && !no_sync)
       buffer_error("__dlpack__(stream=...) for data on the host must be None (or -1)");
   } else if (!no_sync) {
-    if (is_int && overflow == 0 && value == 0 && device.device_type == kDLCUDA)
+    if (is_int && overflow == 0 && value == 0 && device.device_type != kDLROCM)
       buffer_error(
           "__dlpack__(stream=0) is ambiguous for CUDA and not allowed (array API): use 1 or 2");
     // None: the legacy default stream (CUDA) or the default stream (ROCm, which also calls it 0);
@@ -398,6 +398,20 @@ uintptr_t stream_arg(nb::handle stream, uintptr_t none_value) {
 
 uintptr_t producer_stream(nb::handle stream, DLDevice device) {
   if (is_host_memory(device.device_type)) return stream_arg(stream, 0);  // the engine checks
+  // 0, as __dlpack__ takes it: ROCm's default stream (kstage_device_sync_t's 1); for CUDA (and
+  // the emulated device, which follows CUDA's rules) ambiguous, and the array API disallows it.
+  // Passed on as 0 it would order nothing: a race with the producer.
+  if (!stream.is_none() && PyLong_Check(stream.ptr())) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(stream.ptr(), &overflow);
+    if (v == -1 && overflow == 0 && PyErr_Occurred()) throw nb::python_error();
+    if (v == 0 && overflow == 0) {
+      if (device.device_type == kDLROCM) return 1;
+      raise_invalid_argument(
+          "stream=0 is ambiguous for a device other than ROCm (the array API disallows it): "
+          "use 1 (the legacy default stream), 2 (per-thread), a stream handle, or -1 (none)");
+    }
+  }
   // The array API's default: None is the legacy default stream (kstage_device_sync_t's 1).
   return stream_arg(stream, 1);
 }

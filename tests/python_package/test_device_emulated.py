@@ -93,11 +93,40 @@ def test_device_export_streams(dstage):
     device_column(dstage)
     (g,) = dstage.read(PATHS, "pos")
     # None and 1: the legacy default stream (the array API's rule); -1: none
-    for stream in (None, 1, -1, 0):
+    for stream in (None, 1, -1):
         v = CapsuleView(g.__dlpack__(max_version=(1, 0), stream=stream))
         assert v.device == (EXT, 0)
+    # 0 is ambiguous outside ROCm (the emulated device follows CUDA's rules): refused, not taken
+    # as "nothing to order"
+    with pytest.raises(BufferError, match="stream=0"):
+        g.__dlpack__(max_version=(1, 0), stream=0)
     with pytest.raises(kstage.InvalidArgument, match="stream"):
         g.__dlpack__(max_version=(1, 0), stream=12345)  # not a stream of the emulated device
+
+
+def test_stream_zero_is_refused_for_device_producers(dstage):
+    # A producer's stream=0 on a device other than ROCm would order nothing (a race with the
+    # producer): writes, map commits and abandon refuse it, naming it, and change nothing.
+    device_column(dstage)
+    (g,) = dstage.read(PATHS, "pos")
+    # (A write first asks its producer's __dlpack__ with that stream: kstage's own export, the
+    # producer here, refuses it as the array API says a producer does: BufferError.)
+    with pytest.raises((BufferError, kstage.InvalidArgument), match="stream=0"):
+        dstage.write("pos2", PATHS, g, 2, stream=0)
+    m = dstage.map(PATHS, "m", 2, dtype="f4", lanes=3, residency=(EXT, 0))
+    groups = list(m)
+    with pytest.raises(kstage.InvalidArgument, match="stream=0"):
+        groups[0].commit(stream=0)
+    with pytest.raises(kstage.InvalidArgument, match="stream=0"):
+        m.commit(stream=0)
+    with pytest.raises(kstage.InvalidArgument, match="stream=0"):
+        m.abandon(stream=0)
+    assert not m.ended
+    m.commit(stream=1)
+    dstage.seal(2)
+    (back,) = dstage.read(PATHS, "m", device="cpu", compact=True)  # the map still committed
+    assert np.from_dlpack(back.tensor(0)).shape == (64, 3)
+    assert list(dstage.read(PATHS, "pos2", compact=True)) == []  # the refused write wrote nothing
 
 
 def test_stream_minus_one_means_nothing_to_order(dstage):
