@@ -244,6 +244,15 @@ class Backend {
   }
 };
 
+// Waits on the host for all the work `backend` has queued so far; the status of that work (its
+// device's failure). OK at once for a synchronous backend (record() is null). [status]
+inline Status wait_on_host(Backend& backend) {
+  CompletionPtr c = backend.record();
+  if (!c) return Status::OK();
+  c->wait(KSTAGE_TIMEOUT_INFINITE);
+  return c->status();
+}
+
 // How a backend folder makes backends of its device type (backends/<name>/
 // defines one, and CMake lists it in the registry of the build).
 struct BackendFactory {

@@ -91,19 +91,6 @@ Result<std::unique_ptr<MapGroup>> make_map_group(
 
 }  // namespace
 
-// A device map's buffers come from the stream-ordered allocator: a block may have been freed
-// on the stage's stream with work still queued before the free, and it is usable only in
-// stream order. A producer on another stream, or the host, is not ordered after the stage's
-// stream, so the groups are handed out once the stream has passed the allocations: their
-// {0, 0} device_sync is then true ("fresh, no work pending").
-static Status settle_map_buffers(Backend& backend) {
-  if (backend.synchronous()) return Status::OK();
-  CompletionPtr c = backend.record();
-  if (!c) return Status::OK();
-  c->wait(KSTAGE_TIMEOUT_INFINITE);
-  return c->status();
-}
-
 Status Stage::check_floor(uint64_t attribute, uint64_t ordinal) const {
   const uint64_t floor = floor_of(attribute);
   if (ordinal <= floor)
@@ -206,7 +193,8 @@ Result<std::shared_ptr<MapSession>> Stage::open_map(const PrimList& prims,
     std::unique_ptr<MapGroup> g;
     KSTAGE_ASSIGN_OR_RETURN(g, make_map_group(*s, prims, row_prims, index, nullptr));
     s->groups.push_back(std::move(g));
-    KSTAGE_RETURN_NOT_OK(settle_map_buffers(*s->backend));
+    // (As below: the stream has passed the allocations.)
+    KSTAGE_RETURN_NOT_OK(wait_on_host(*s->backend));
     return s;
   }
   for (size_t first = 0; first < count || (count == 0 && first == 0); first += per_group) {
@@ -220,7 +208,12 @@ Result<std::shared_ptr<MapSession>> Stage::open_map(const PrimList& prims,
     s->groups.push_back(std::move(g));
     if (count == 0) break;
   }
-  KSTAGE_RETURN_NOT_OK(settle_map_buffers(*s->backend));
+  // A device map's buffers come from the stream-ordered allocator: a block may have been freed
+  // on the stage's stream with work still queued before the free, and it is usable only in
+  // stream order. A producer on another stream, or the host, is not ordered after the stage's
+  // stream, so the groups are handed out once the stream has passed the allocations: their
+  // {0, 0} device_sync is then true ("fresh, no work pending").
+  KSTAGE_RETURN_NOT_OK(wait_on_host(*s->backend));
   return s;
 }
 

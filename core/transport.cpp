@@ -61,11 +61,9 @@ bool sparse_adoptable(const SourceTensor& s, const Selection& sel, const Backend
 // source whose rows are not contiguous: compacted first). A mask is resolved
 // and its rows gathered in the same kernel; an index_map is validated while
 // gathering, so a bad entry costs nothing until it is found.
-Result<StagedRows> stage_fixed(const kstage_write_data_t& d, const SourceTensor& s, Selection& sel,
-                               Backend& backend, Backend& host, const DLTensor* tensor,
-                               ManagedTensors* managed) {
-  static const char* const kRowsFrom = "shape[0] of the tensor";
-  if (!sel.indexed()) KSTAGE_RETURN_NOT_OK(check_row_count(d, sel, s.rows, kRowsFrom));
+Result<StagedRows> stage_fixed(const SourceTensor& s, Selection& sel, Backend& backend,
+                               Backend& host, const DLTensor* tensor, ManagedTensors* managed) {
+  static const char* const kRowsFrom = "shape[0] of the tensor";  // (check_rows counted them)
   StagedRows out;
   const size_t n = sel.targets();
   out.n = n;
@@ -304,7 +302,6 @@ struct WritePlan {
   // describes the write) and the last one (resolve_residency checks the memory of both), and an
   // array write's rows.
   WriteTensors tensors;
-  const char* kind = nullptr;
   SourceTensor first, last;
   ArrayRows rows;
   // resolve_residency: the backend that stages the rows, the column's (StagedWrite::backend)
@@ -332,7 +329,7 @@ Status decode_tensors(const WriteRequest& r, WritePlan& w) {
   KSTAGE_ASSIGN_OR_RETURN(w.tensors, write_tensors(d, r.attribute_name.c_str()));
   const WriteTensors& tensors = w.tensors;
 
-  const char* kind = w.kind = source_kind(d);
+  const char* kind = source_kind(d);
   SourceTensor& first = w.first;
   KSTAGE_RETURN_NOT_OK(decode_source_tensor(tensors[0], kind, 0, first));
   const size_t n_tensors = tensors.size();
@@ -474,8 +471,9 @@ Status check_rows(const kstage_write_data_t& d, WritePlan& w) {
                  sel.index_map64 ? "from the highest index_map64 entry"
                  : sel.index_map ? "from the highest index_map entry"
                                  : "from count");
-  return sel.index_map ? check_index_map(sel, source_rows, rows_from)
-                       : check_row_count(d, sel, source_rows, rows_from);
+  if (!sel.index_map) return check_row_count(d, sel, source_rows, rows_from);
+  // A packed tensor's rows are counted from the entries: every entry is below them.
+  return packed ? Status::OK() : check_index_map(sel, source_rows, rows_from);
 }
 
 // Dense host rows to a device column need no staging: copy_dense_to_device moves them in one
@@ -498,10 +496,7 @@ Status order_producer(const kstage_write_data_t& d, const WritePlan& w, Backend&
   if (!dense && w.stager->synchronous() && !column.synchronous() && is_set(d.device_sync)) {
     // Host code reads the source next (pinned memory a device may still be
     // filling): the host has no stream to wait with, so it waits here.
-    if (CompletionPtr c = column.record()) {
-      c->wait(KSTAGE_TIMEOUT_INFINITE);
-      KSTAGE_RETURN_NOT_OK(c->status());  // the producer's device failed
-    }
+    KSTAGE_RETURN_NOT_OK(wait_on_host(column));  // a failure: the producer's device failed
   }
   return Status::OK();
 }
@@ -516,10 +511,7 @@ Status copy_dense_to_device(const kstage_write_data_t& d, const WritePlan& w, St
   // A runtime may read pageable memory at the call, before the stream reaches the wait
   // on the producer: then the producer is waited for here, on the host.
   if (is_set(d.device_sync) && bytes != 0 && out.backend->reads_host_at_call(first.base))
-    if (CompletionPtr c = out.backend->record()) {
-      c->wait(KSTAGE_TIMEOUT_INFINITE);
-      KSTAGE_RETURN_NOT_OK(c->status());
-    }
+    KSTAGE_RETURN_NOT_OK(wait_on_host(*out.backend));
   out.backend->copy_from_host(out.rows.data->data(), first.base, bytes);
   return Status::OK();
 }
@@ -531,12 +523,12 @@ Status stage_rows(const WriteRequest& r, BackendSet& backends, WritePlan& w, Sta
   Backend* stager = w.stager;
   if (!d.is_array) {
     KSTAGE_ASSIGN_OR_RETURN(out.rows,
-                            stage_fixed(d, w.first, w.sel, *stager, backends.host(), w.tensors[0],
+                            stage_fixed(w.first, w.sel, *stager, backends.host(), w.tensors[0],
                                         d.tensors || stager != out.backend ? nullptr : r.managed));
   } else {
     if (w.sel.mask) KSTAGE_RETURN_NOT_OK(select_masked(w.sel, backends.host()));
-    KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_array(w.first, w.rows, w.tensors, w.kind, w.packed,
-                                                  w.wanted, w.sel, *stager));
+    KSTAGE_ASSIGN_OR_RETURN(out.rows, stage_array(w.first, w.rows, w.tensors, source_kind(d),
+                                                  w.packed, w.wanted, w.sel, *stager));
   }
   if (stager != out.backend && out.rows.data) {
     BufferPtr moved;

@@ -58,9 +58,9 @@ DEPS_DIR=${KSTAGE_DEPS_DIR:-$HOME/.cache/kstage-deps}
 
 # The test programs a run takes first, most telling first: the CUDA-only cases, the ADIOS2
 # bridge's GPU path, maps and writes with device index maps, reads, then the rest.
-PRIORITY="kstage_test_cuda_device kstage_test_adios2_cuda kstage_test_map_cuda
+PRIORITY=(kstage_test_cuda_device kstage_test_adios2_cuda kstage_test_map_cuda
   kstage_test_write_fixed_cuda kstage_test_reads_cuda kstage_test_array_cuda
-  kstage_test_managed_cuda kstage_test_arrow_cuda kstage_test_transport_errors_cuda"
+  kstage_test_managed_cuda kstage_test_arrow_cuda kstage_test_transport_errors_cuda)
 
 usage() {
   sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
@@ -260,11 +260,10 @@ run() {
   # 3. The test programs, the most telling first, each under its cap, inside the budget less
   # what the perf grid and the Python step keep (KSTAGE_GPU_CHECK_RESERVE).
   local passed=() failed=() t name rc left limit reserve=${KSTAGE_GPU_CHECK_RESERVE:-120}
-  local p ordered=() first
-  first=" $(echo $PRIORITY) "  # one space between the names
-  for p in $PRIORITY; do [ -e "$dir/bin/$p" ] && ordered+=("$dir/bin/$p"); done
+  local p ordered=()
+  for p in "${PRIORITY[@]}"; do [ -e "$dir/bin/$p" ] && ordered+=("$dir/bin/$p"); done
   for t in "$dir"/bin/kstage_test_*; do
-    case $first in *" $(basename "$t") "*) ;; *) ordered+=("$t") ;; esac
+    case " ${PRIORITY[*]} " in *" $(basename "$t") "*) ;; *) ordered+=("$t") ;; esac
   done
   for t in "${ordered[@]}"; do
     name=$(basename "$t")
@@ -346,7 +345,7 @@ PY
   case " $have " in *" pytest_timeout "*) per_test=(--timeout=60) ;; esac
   (cd "$dir" && PYTHONPATH="$dir/python" LD_LIBRARY_PATH="$dir/lib" \
      timeout -k 5 "$left" "$py" -m pytest "$ROOT/tests/python_package" -q -p no:cacheprovider -rs \
-     "${per_test[@]}" 2>&1 || exit $?) || rc=$?
+     "${per_test[@]}" 2>&1) || rc=$?
   echo "python: tests/python_package $([ "$rc" -eq 0 ] && echo passed || echo "FAILED rc=$rc")"
   return "$rc"
 }

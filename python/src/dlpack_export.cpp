@@ -260,7 +260,8 @@ nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream
   } else if (!no_sync) {
     if (is_int && overflow == 0 && value == 0 && device.device_type != kDLROCM)
       buffer_error(
-          "__dlpack__(stream=0) is ambiguous for CUDA and not allowed (array API): use 1 or 2");
+          "__dlpack__(stream=0) is ambiguous for a device other than ROCm and not allowed (array "
+          "API): use 1 or 2");
     // None: the legacy default stream (CUDA) or the default stream (ROCm, which also calls it 0);
     // kstage_device_sync_t says 1 for both.
     uintptr_t s = stream_arg(stream, 1);
