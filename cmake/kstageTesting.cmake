@@ -119,6 +119,14 @@ function(kstage_emulated_discover_tests target)
   endforeach()
 endfunction()
 
+# Tests that start mpirun take this lock: one mpirun at a time. Open MPI 4 creates its session
+# directory (/tmp/ompi.<host>.<uid>) with a check-then-mkdir that races: a second mpirun started in
+# the same instant fails in orte_init with "mkdir ... File exists" (seen in CI). The MPI tests are short (under a second each), so running them one after another costs
+# little.
+function(kstage_mpirun_lock)
+  set_property(TEST ${ARGN} APPEND PROPERTY RESOURCE_LOCK kstage_mpirun)
+endfunction()
+
 # The flags and environment of the tests' mpirun: Open MPI refuses to run as root without
 # --allow-run-as-root (CI runs as root) and more ranks than cores without --oversubscribe;
 # --bind-to none lets the ranks share the cores. Other MPIs (MPICH) get none of these flags. One
