@@ -56,6 +56,12 @@ class Dictionary {
   std::string path(uint64_t id) const { return paths_.path(id); }
   // The same, kept for the stage's lifetime (kstage_path_string); null if not a path.
   const std::string* stable_path(uint64_t id) const { return paths_.stable_path(id); }
+  // The parent of a path in the tree of paths (PathTree::parent: hidden ancestors included;
+  // "/" above top-level paths once "/" was interned; 0 at the top).
+  uint64_t path_parent(uint64_t id) const { return paths_.parent(id); }
+  void path_parents(const uint64_t* ids, size_t n, uint64_t* out) const {
+    paths_.parents(ids, n, out);
+  }
   // Every path id is below this.
   uint64_t path_id_bound() const { return paths_.id_bound(); }
   // Keeps the paths of `ids` that equal `prefix` or lie below it ("/a" covers

@@ -463,6 +463,22 @@ const PathTree::RangeStrings* PathTree::stable_range_strings(uint64_t first) con
   return slot.get();
 }
 
+uint64_t PathTree::tree_parent(uint64_t id) const {
+  if (id == 0 || id == root_ || id >= next_id_) return 0;
+  const uint64_t p = parent_of(id);
+  return p != 0 ? p : root_;
+}
+
+uint64_t PathTree::parent(uint64_t id) const {
+  std::shared_lock lock(mutex_);
+  return tree_parent(id);
+}
+
+void PathTree::parents(const uint64_t* ids, size_t n, uint64_t* out) const {
+  std::shared_lock lock(mutex_);
+  for (size_t i = 0; i < n; ++i) out[i] = tree_parent(ids[i]);
+}
+
 void PathTree::keep_at_or_below(uint64_t prefix, std::vector<uint64_t>& ids) const {
   std::shared_lock lock(mutex_);
   if (prefix == root_ && root_ != 0) return;  // "/" covers every path

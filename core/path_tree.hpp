@@ -103,6 +103,12 @@ class PathTree {
   std::string path(uint64_t id) const;
   // The same, kept for the tree's lifetime (null when `id` is not a path).
   const std::string* stable_path(uint64_t id) const;
+  // The parent of path (or hidden ancestor) `id` in the tree of paths: the id of its path
+  // minus the last component, which may be a hidden ancestor; for a top-level path, the id of
+  // "/" once "/" was interned (else 0); 0 for "/" itself and for ids that are no node.
+  uint64_t parent(uint64_t id) const;
+  // parent() of ids[0, n) into out[0, n), under one lock (a scene's structure: a parent per prim).
+  void parents(const uint64_t* ids, size_t n, uint64_t* out) const;
   // Keeps the ids of `ids` that are `prefix` or lie below it ("/a" covers
   // "/a/b", not "/ab"; "/" covers everything).
   void keep_at_or_below(uint64_t prefix, std::vector<uint64_t>& ids) const;
@@ -129,6 +135,7 @@ class PathTree {
   bool node_of(uint64_t id, uint64_t& node) const;  // id -> node index
   const Range* range_at(uint64_t id) const;         // the range holding `id`, or null
   uint64_t parent_of(uint64_t id) const;            // 0 at the top
+  uint64_t tree_parent(uint64_t id) const;          // parent(): "/" at the top, once it exists
   uint64_t child(uint64_t parent, std::string_view leaf, uint32_t hash) const;  // 0: none
   uint64_t range_member(uint64_t parent, std::string_view leaf) const;          // 0: none
   uint64_t find_parent(std::string_view path) const;  // 0 if an ancestor is missing

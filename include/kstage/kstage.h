@@ -39,10 +39,12 @@
  * - Within a major version: functions are only added; enumerations only gain
  *   values (treat a status you do not know as a failure); the *extensible
  *   descriptors* -- kstage_config_t, kstage_write_data_t, kstage_read_desc_t,
- *   kstage_map_desc_t and kstage_attribute_info_t -- only gain fields,
+ *   kstage_map_desc_t, kstage_attribute_info_t, kstage_filter_ex_t and
+ *   kstage_transform_desc_t -- only gain fields,
  *   appended at or after the end of the previous version's struct. Every
  *   other struct (kstage_data_t, kstage_read_group_t, kstage_map_group_info_t,
- *   kstage_filter_t, kstage_device_sync_t) keeps its layout for the whole major version;
+ *   kstage_filter_t, kstage_device_sync_t, kstage_path_span_t,
+ *   kstage_hierarchy_item_t, kstage_predicate_t) keeps its layout for the whole major version;
  *   what they cannot carry comes through new functions.
  * - Extensible descriptors begin with `uint32_t struct_size`, which the
  *   caller sets to sizeof the struct as its kstage.h declares it: use the
@@ -50,7 +52,7 @@
  *   is the default of every field). struct_size may be any value from the
  *   descriptor's first released layout (kstage_config_t 8 bytes,
  *   kstage_write_data_t 80, kstage_read_desc_t, kstage_map_desc_t and
- *   kstage_attribute_info_t 48) to
+ *   kstage_attribute_info_t 48, kstage_filter_ex_t 24, kstage_transform_desc_t 32) to
  *   KSTAGE_MAX_STRUCT_SIZE, a multiple of the struct's alignment or not; any
  *   other (0 included) is KSTAGE_INVALID_ARGUMENT. The library reads exactly
  *   struct_size bytes. A smaller struct than the library's means an older
@@ -162,6 +164,7 @@ typedef uint64_t kstage_map_t;       /**< an open map (writable buffers for one 
 typedef uint64_t kstage_map_group_t; /**< one group of a map */
 typedef uint64_t kstage_token_t;     /**< interned attribute name; 0 is invalid */
 typedef uint64_t kstage_path_t;      /**< interned prim path; 0 is invalid */
+typedef uint64_t kstage_hierarchy_t; /**< a hierarchy answer (kstage_query_hierarchy) */
 
 /** \brief Pass as a string length to mean "NUL-terminated". */
 #define KSTAGE_NUL_TERMINATED ((size_t)-1)
@@ -1140,6 +1143,242 @@ KSTAGE_API kstage_status_t kstage_map_group_export(kstage_stage_t stage, kstage_
                                                    kstage_map_group_t group, uint64_t index,
                                                    uint64_t flags,
                                                    struct DLManagedTensorVersioned** tensor);
+
+/* ------------------------------------------------------------------------- */
+/* Scene: hierarchy, prim types, relational filters, world transforms        */
+/* (Added in 0.4; docs/scene.md explains each with examples.)                */
+/* ------------------------------------------------------------------------- */
+
+/**
+ * \brief Reserved attribute names (those of the system kstage follows, so that
+ * code written against it finds them).
+ *
+ * - KSTAGE_PRIM_TYPE: a prim's type, fixed-size uint64 lanes 1, semantic
+ *   TOKEN_ID (a kstage_token_t such as "Xform"). A write of another kind,
+ *   dtype or semantic is INVALID_ARGUMENT naming the reserved name.
+ * - KSTAGE_APPLIED_SCHEMAS: a prim's applied schemas, array kind, uint64
+ *   lanes 1, TOKEN_ID: a write replaces the prim's whole set; an empty row
+ *   clears it. Checked as KSTAGE_PRIM_TYPE.
+ * Both are otherwise ordinary columns: sealed, change-tracked, read and
+ * exported like any other.
+ * - KSTAGE_PATH, KSTAGE_PARENT, KSTAGE_CHILDREN: names of the hierarchy
+ *   itself in filter predicates (kstage_predicate_t); derived from paths, so a
+ *   write of one is NOT_SUPPORTED.
+ * - KSTAGE_LOCAL_MATRIX, KSTAGE_RESET_XFORM_STACK, KSTAGE_WORLD_MATRIX: the
+ *   default columns of kstage_compute_world_transforms.
+ */
+#define KSTAGE_PRIM_TYPE "usd-prim-type"
+#define KSTAGE_APPLIED_SCHEMAS "usd-schemas"
+#define KSTAGE_PATH "usd-path"
+#define KSTAGE_PARENT "usd-parent"
+#define KSTAGE_CHILDREN "usd-children"
+#define KSTAGE_LOCAL_MATRIX "omni:xform"
+#define KSTAGE_RESET_XFORM_STACK "omni:resetXformStack"
+#define KSTAGE_WORLD_MATRIX "omni:fabric:worldMatrix"
+
+/**
+ * \brief The hierarchy comes from paths alone: a prim's *parent* is its nearest
+ * ancestor path that is a prim of the sealed state (holds an attribute), and
+ * a prim with no such ancestor is a *root*. So "/a/b/c" is a child of "/a"
+ * while "/a/b" holds nothing, and becomes a child of "/a/b" when "/a/b"
+ * gains an attribute. There is no parenting call.
+ */
+typedef int32_t kstage_relation_t;
+enum {
+  KSTAGE_RELATION_PARENT = 0,   /**< the prim's parent: one path, none for a root */
+  KSTAGE_RELATION_CHILDREN = 1, /**< the prims whose parent it is */
+  KSTAGE_RELATION_SIBLINGS = 2  /**< the other children of its parent (roots: the other roots) */
+};
+
+/**
+ * \brief `count` consecutive path ids first, first + 1, ...: the members of one
+ * path range (kstage_intern_path_range), or one path (count 1). A range's
+ * members come back as spans, never as one id each: the 1e8 children of
+ * "/World/envs" that are members of one range are one span.
+ */
+typedef struct kstage_path_span_t {
+  kstage_path_t first; /**< the first path */
+  uint64_t count;      /**< paths in the span (>= 1) */
+} kstage_path_span_t;
+
+/** \brief The answer for one input prim of kstage_query_hierarchy. */
+typedef struct kstage_hierarchy_item_t {
+  /** KSTAGE_OK, or KSTAGE_NOT_FOUND when the input prim does not exist (holds no
+   * attribute): only its own item fails. */
+  kstage_status_t status;
+  /** Zero. */
+  uint32_t reserved;
+  /** The item's paths are spans[span_offset, span_offset + span_count). */
+  uint64_t span_offset;
+  /** Entries of `spans` that belong to this item (0: none, or a failed item). */
+  uint64_t span_count;
+  /** Paths in those spans (the sum of their counts). */
+  uint64_t path_count;
+} kstage_hierarchy_item_t;
+
+/**
+ * \brief The parent, children or siblings of every prim of `query`, in one call,
+ * over the latest sealed state: one item per query prim, in query order,
+ * each with its own status, and its paths as spans of one array (CSR). The
+ * paths of an item are in path-id order (the order of kstage_query_filter);
+ * a range's members in member order, as spans. Siblings leave out the prim
+ * itself. `*result` holds the answer until kstage_hierarchy_release.
+ * INVALID_ARGUMENT for a relation that is none of kstage_relation_t.
+ */
+KSTAGE_API kstage_status_t kstage_query_hierarchy(kstage_stage_t stage, kstage_query_t query,
+                                                  kstage_relation_t relation,
+                                                  kstage_hierarchy_t* result);
+/** \brief The items (one per query prim) and spans of a hierarchy answer; valid until it is
+ * released. Any pointer may be NULL. */
+KSTAGE_API kstage_status_t kstage_hierarchy_get(kstage_stage_t stage, kstage_hierarchy_t result,
+                                                const kstage_hierarchy_item_t** items,
+                                                uint64_t* item_count,
+                                                const kstage_path_span_t** spans,
+                                                uint64_t* span_count);
+/** \brief Release a hierarchy answer; its handle becomes stale. */
+KSTAGE_API kstage_status_t kstage_hierarchy_release(kstage_stage_t stage,
+                                                    kstage_hierarchy_t result);
+
+/** \brief The operator of a filter predicate (the values of the system kstage follows). */
+typedef int32_t kstage_filter_op_t;
+enum {
+  KSTAGE_FILTER_HAS = 0,      /**< the prim holds `attribute` (no values) */
+  KSTAGE_FILTER_IN = 1,       /**< the prim's value is one of `values` */
+  KSTAGE_FILTER_CONTAINS = 2, /**< the prim's set holds every one of `values` */
+  KSTAGE_FILTER_PREFIX = 3,   /**< the prim's path is at or below values[0] (one value) */
+  KSTAGE_FILTER_LT = 4,       /**< reserved: NOT_SUPPORTED */
+  KSTAGE_FILTER_LE = 5,       /**< reserved: NOT_SUPPORTED */
+  KSTAGE_FILTER_GT = 6,       /**< reserved: NOT_SUPPORTED */
+  KSTAGE_FILTER_GE = 7        /**< reserved: NOT_SUPPORTED */
+};
+
+/**
+ * \brief One criterion of a filter. What is supported (anything else is
+ * KSTAGE_NOT_SUPPORTED naming the predicate, its operator and attribute --
+ * never ignored):
+ *   - HAS on any attribute (`values` unused: 0 of them);
+ *   - KSTAGE_PATH IN path ids; KSTAGE_PATH PREFIX one path id;
+ *   - KSTAGE_PARENT IN path ids: the children of those prims;
+ *   - KSTAGE_CHILDREN CONTAINS path ids: the prim is the parent of every one;
+ *   - KSTAGE_PRIM_TYPE IN token ids;
+ *   - KSTAGE_APPLIED_SCHEMAS CONTAINS token ids: the prim has every one applied.
+ * `values` are host memory, `value_count` entries, each a valid path or
+ * token id of the stage (INVALID_ARGUMENT naming the entry otherwise).
+ */
+typedef struct kstage_predicate_t {
+  kstage_filter_op_t op;    /**< the operator */
+  uint32_t reserved;        /**< zero */
+  kstage_token_t attribute; /**< what it tests (a reserved name or any attribute for HAS) */
+  const uint64_t* values;   /**< path or token ids (see above) */
+  uint64_t value_count;     /**< entries of `values` */
+} kstage_predicate_t;
+
+/**
+ * \brief A filter over existing prims: the AND of its predicates (an
+ * extensible descriptor: start from kstage_filter_ex_init(); no predicate:
+ * every existing prim). (Added in 0.4; kstage_filter_t keeps working.)
+ */
+typedef struct kstage_filter_ex_t {
+  /** sizeof(kstage_filter_ex_t) as the caller's header declares it. */
+  uint32_t struct_size;
+  /** Must be zero. */
+  uint32_t reserved;
+  /** `predicate_count` criteria, all of which a prim must meet (host memory). */
+  const kstage_predicate_t* predicates;
+  /** Entries of `predicates`. */
+  uint64_t predicate_count;
+} kstage_filter_ex_t;
+
+/** \brief A query over the existing prims (latest sealed state) that meet every predicate of
+ * `filter`, in path-id order (as kstage_query_filter). */
+KSTAGE_API kstage_status_t kstage_query_filter_ex(kstage_stage_t stage,
+                                                  const kstage_filter_ex_t* filter,
+                                                  kstage_query_t* query);
+
+/** \brief What kstage_compute_world_transforms recomputes. */
+typedef int32_t kstage_transform_mode_t;
+enum {
+  /** Exactly the prims whose local matrix or reset changed (sealed) since the previous
+   * compute of the same world column, their descendants, and prims that appeared,
+   * disappeared or got another parent since then; everything when there was no previous
+   * compute, or when it cannot vouch for the world column (see kstage_compute_world_transforms). */
+  KSTAGE_TRANSFORM_INCREMENTAL = 0,
+  /** Every prim that holds a local matrix. */
+  KSTAGE_TRANSFORM_FULL = 1
+};
+
+/**
+ * \brief Which columns kstage_compute_world_transforms reads and writes (an
+ * extensible descriptor: start from kstage_transform_desc_init(), which means
+ * "incremental, with the default column names").
+ */
+typedef struct kstage_transform_desc_t {
+  /** sizeof(kstage_transform_desc_t) as the caller's header declares it. */
+  uint32_t struct_size;
+  /** INCREMENTAL (0, the default) or FULL. */
+  kstage_transform_mode_t mode;
+  /** The local matrices: fixed-size float64 x 16 (or float32 x 16), row-major. 0:
+   * KSTAGE_LOCAL_MATRIX. */
+  kstage_token_t local;
+  /** The reset flags: fixed-size bool (kDLBool, 8 bits, lanes 1): a prim whose flag is
+   * true is a root, its world matrix its local one. 0: KSTAGE_RESET_XFORM_STACK. A reset
+   * column that does not exist resets nothing. */
+  kstage_token_t reset;
+  /** The world matrices written: created with the local column's dtype and residency when
+   * it does not exist, else it must have that dtype and residency. 0: KSTAGE_WORLD_MATRIX. */
+  kstage_token_t world;
+} kstage_transform_desc_t;
+
+/** \brief "Incremental, default column names", struct_size set. */
+static inline kstage_transform_desc_t kstage_transform_desc_init(void) {
+  kstage_transform_desc_t d = KSTAGE_IMPL_ZERO;
+  d.struct_size = (uint32_t)sizeof(kstage_transform_desc_t);
+  return d;
+}
+/** \brief "Every existing prim", struct_size set. */
+static inline kstage_filter_ex_t kstage_filter_ex_init(void) {
+  kstage_filter_ex_t d = KSTAGE_IMPL_ZERO;
+  d.struct_size = (uint32_t)sizeof(kstage_filter_ex_t);
+  return d;
+}
+
+/**
+ * \brief Compute world matrices from local ones, as one write of the world column
+ * at `ordinal` (an op, asynchronous like a write; the caller seals it).
+ *
+ * Convention (USD's): matrices are 4 x 4, row-major, for row vectors, with
+ * the translation in elements 12-14: world = local . parent_world, where the
+ * parent is the nearest ancestor that holds a local matrix (a prim between
+ * them that holds none passes its parent's world through: an identity local).
+ * A prim with no such ancestor, or whose reset flag is true, is a root:
+ * world = local. Every prim that holds a local matrix gets a world row; the
+ * compute deletes (at `ordinal`) the world rows of prims that no longer hold
+ * one. Reads never compute: the world column is an ordinary column, read,
+ * exported, checkpointed and change-tracked like any other -- its change
+ * range says exactly which prims' world matrices this call wrote.
+ *
+ * Inputs are the local and reset columns' latest sealed state when the call
+ * is made. INCREMENTAL (the default) writes exactly the prims named there;
+ * it computes everything when the world column was not written by the
+ * previous compute of the same columns, that compute's ordinal is not yet
+ * sealed, or its op failed. A write of the world column by anyone else
+ * (sealed) makes its prims recomputed: the world column never drifts from
+ * the local matrices. On a device column the compute runs on the device, in
+ * the stage's stream order after the seals it reads, with no host copy of
+ * the data.
+ *
+ * Errors, each naming the input and leaving the stage unchanged: NOT_FOUND
+ * when the local column does not exist; INVALID_ARGUMENT for a local column
+ * that is not fixed-size float64/float32 x 16, a reset column that is not
+ * fixed-size bool, a world column of another kind, dtype or residency than
+ * the local one, two of the three names the same, or a mode that is none of
+ * kstage_transform_mode_t; WRITE_FLOOR_VIOLATION for an ordinal at or below
+ * the world column's write floor; NOT_SUPPORTED for a reset column on
+ * another device than the local one.
+ */
+KSTAGE_API kstage_status_t kstage_compute_world_transforms(kstage_stage_t stage,
+                                                           const kstage_transform_desc_t* desc,
+                                                           uint64_t ordinal, kstage_op_t* op);
 
 /* ------------------------------------------------------------------------- */
 /* Ops                                                                       */
