@@ -50,6 +50,12 @@ struct Layout<kstage_attribute_info_t> {
   static constexpr size_t layouts[] = {48};  // 0.4
   static constexpr size_t first = layouts[0];
 };
+template <>
+struct Layout<kstage_transform_desc_t> {
+  static constexpr const char* name = "kstage_transform_desc_t";
+  static constexpr size_t layouts[] = {32};  // 0.4
+  static constexpr size_t first = layouts[0];
+};
 
 // The largest released layout of T that `size` bytes hold whole.
 template <class T>
@@ -75,6 +81,8 @@ static_assert(sizeof(kstage_map_desc_t) ==
               offsetof(kstage_map_desc_t, reserved) + sizeof(kstage_map_desc_t::reserved));
 static_assert(sizeof(kstage_attribute_info_t) ==
               offsetof(kstage_attribute_info_t, prim_count) + sizeof(uint64_t));
+static_assert(sizeof(kstage_transform_desc_t) ==
+              offsetof(kstage_transform_desc_t, world) + sizeof(kstage_token_t));
 // Every released layout is listed, the last one being this header's struct.
 static_assert(last_layout<kstage_config_t>() == sizeof(kstage_config_t),
               "a new kstage_config_t layout must be listed in Layout<>::layouts");
@@ -180,6 +188,11 @@ Result<kstage_map_desc_t> read_descriptor(const kstage_map_desc_t* in, const cha
   KSTAGE_ASSIGN_OR_RETURN(out, read_one(in, what));
   KSTAGE_RETURN_NOT_OK(check_reserved(out.reserved, named(what)));
   return out;
+}
+
+Result<kstage_transform_desc_t> read_descriptor(const kstage_transform_desc_t* in,
+                                                const char* what) {
+  return read_one(in, what);
 }
 
 Status write_descriptor(const kstage_attribute_info_t& info, kstage_attribute_info_t* out,

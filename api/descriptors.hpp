@@ -16,6 +16,8 @@ namespace kstage::capi {
 Result<kstage_config_t> read_descriptor(const kstage_config_t* in, const char* what);
 Result<kstage_read_desc_t> read_descriptor(const kstage_read_desc_t* in, const char* what);
 Result<kstage_map_desc_t> read_descriptor(const kstage_map_desc_t* in, const char* what);
+Result<kstage_transform_desc_t> read_descriptor(const kstage_transform_desc_t* in,
+                                                const char* what);
 
 // A descriptor the library fills (kstage_attribute_info_t): exactly out->struct_size bytes,
 // the released layouts they hold whole from `info`, zeros after (kstage.h's rule).

@@ -47,6 +47,7 @@
 
 #include "core/buffer.hpp"
 #include "core/kernels/copy_ops.hpp"
+#include "core/kernels/transform_ops.hpp"
 #include "core/status.hpp"
 
 #include <string>
@@ -198,6 +199,9 @@ class Backend {
   }
   virtual void ragged_copy(const kernels::RaggedCopy& c, size_t word) = 0;
   virtual void strided_copy(const kernels::StridedCopy& c) = 0;
+  // World matrices (core/kernels/world_transform.hpp): every array `k` points at is memory
+  // this backend's kernels read, but k.level_offsets (host memory, read before this returns).
+  virtual void world_transform(const kernels::WorldTransform& k) = 0;
 
   // --- ordering ------------------------------------------------------------
   // Orders this backend's later work after a producer's {stream, event}

@@ -4,10 +4,16 @@
 #include "core/dtype.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <new>
 #include <type_traits>
 
 namespace kstage::core {
+
+uint64_t Column::next_serial() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 namespace {
 // Room for `need` elements, growing by at least half the capacity, so that

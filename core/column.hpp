@@ -102,12 +102,17 @@ class Column {
   static constexpr size_t kMinStampTable = 4096;
 
   Column(uint64_t attribute, Schema schema, Backend* backend)
-      : attribute_(attribute), schema_(schema), backend_(backend) {}
+      : attribute_(attribute), schema_(schema), backend_(backend), serial_(next_serial()) {}
 
   uint64_t attribute() const { return attribute_; }
   const Schema& schema() const { return schema_; }
   Backend& backend() const { return *backend_; }
   size_t row_bytes() const;  // fixed: tuple bytes; array: bytes of one element
+  // Tells this column apart from every other column of the process, one deleted and made
+  // again included (what remembers a column by its address could be fooled).
+  uint64_t serial() const { return serial_; }
+  // Changes whenever rows are assigned or freed (a prim gains or loses the attribute).
+  uint64_t structure() const { return structure_; }
 
   // --- sealed state -------------------------------------------------------
   uint32_t row_of(uint64_t prim) const {
@@ -256,9 +261,12 @@ class Column {
     return values_ && (values_->pinned() || values_.use_count() > 1 || values_->read_only());
   }
 
+  static uint64_t next_serial();
+
   uint64_t attribute_;
   Schema schema_;
   Backend* backend_;
+  uint64_t serial_;
 
   BufferPtr values_;
   std::vector<BufferPtr> replaced_;  // see take_replaced()

@@ -24,6 +24,9 @@ namespace kstage::core {
 class ReadSession;
 class MapSession;
 struct MapGroup;
+// The hierarchy and last compute of a world column (core/world_transforms.hpp).
+struct TransformStructure;
+struct TransformState;
 
 // An op's outcome, and the device work it completes with (none: host work,
 // complete before the call that submitted it returned).
@@ -109,6 +112,12 @@ class Stage {
   // One attribute's column: schema, residency, write floor, sealed prim count (struct_size 0:
   // the caller's is set by the C API). NOT_FOUND when it has no column.
   Result<kstage_attribute_info_t> attribute_info(uint64_t attribute) const;
+
+  // --- scene: world transforms (core/world_transforms.cpp) ------------------------
+  // kstage_compute_world_transforms: one write of the world column at `ordinal` (and deletes
+  // of its rows no local matrix backs any more), computed on the local column's backend.
+  Result<std::shared_ptr<Op>> compute_world_transforms(const kstage_transform_desc_t& desc,
+                                                       uint64_t ordinal);
 
   // --- maps ------------------------------------------------------------------
   // A map session over `prims`: its groups planned and their buffers allocated now.
@@ -203,6 +212,9 @@ class Stage {
   void collect_sealed_mutations(std::vector<Mutation>& sealed) noexcept;
   Status build_groups(Column& c, const PrimList& prims, const kstage_read_desc_t& desc,
                       std::vector<std::unique_ptr<ReadGroup>>& out);
+  // World transforms (core/world_transforms.cpp). Require mutex_.
+  std::vector<uint64_t> prims_holding(const Column& c) const;  // sealed, in path-id order
+  std::shared_ptr<const TransformStructure> transform_structure(const Column& local) const;
 
   Dictionary dictionary_;
   std::unique_ptr<BackendSet> backends_;
@@ -222,6 +234,8 @@ class Stage {
   std::map<Key, Mutation> pending_;
   uint64_t next_seq_ = 1;
   AttributeCounts prim_attribute_count_;  // sealed, indexed by path id
+  // Per world attribute: what its last compute read and wrote (incremental computes).
+  std::map<uint64_t, std::shared_ptr<TransformState>> transforms_;
 };
 
 }  // namespace kstage::core

@@ -54,6 +54,7 @@
 #include "core/kernels/ragged_copy.hpp"
 #include "core/kernels/row_copy.hpp"
 #include "core/kernels/strided_copy.hpp"
+#include "core/kernels/world_transform.hpp"
 #include "core/transfer_counts.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -291,6 +292,22 @@ class GpuBackend final : public DeviceBackend {
     const DeviceGuard<RT> on_device(shared_->device);
     launch(LaunchArgs{"strided_copy", {c.dst, c.src}},
            [c](const Exec& exec) { core::kernels::strided_copy(exec, c); });
+  }
+
+  void world_transform(const core::kernels::WorldTransform& k) override {
+    const DeviceGuard<RT> on_device(shared_->device);
+    if (k.n == 0) return;
+    // The levels' bounds are host memory the launch reads when it enqueues its passes: the
+    // kernel keeps its own copy (a runtime may run the launch later: the emulated one does).
+    std::vector<size_t> levels(k.level_offsets, k.level_offsets + k.levels + 1);
+    launch(LaunchArgs{"world_transform",
+                      {k.world, k.local, k.reset, k.old_world, k.local_rows, k.reset_rows,
+                       k.parents, k.scratch}},
+           [k, levels = std::move(levels)](const Exec& exec) {
+             core::kernels::WorldTransform with = k;
+             with.level_offsets = levels.data();
+             core::kernels::world_transform(exec, with, false);
+           });
   }
 
   Status order_after(const kstage_device_sync_t& producer, const char* field) override {

@@ -13,7 +13,7 @@ namespace kstage::backends::gpu {
 
 struct LaunchArgs {
   const char* what;
-  std::array<const void*, 4> ptrs{};  // data, index and offset arrays (null: unused)
+  std::array<const void*, 8> ptrs{};  // data, index and offset arrays (null: unused)
   // A device array of `n_rows` row pointers and their byte counts (a ragged copy's sources).
   const std::byte* const* rows = nullptr;
   const uint64_t* row_bytes = nullptr;

@@ -7,6 +7,7 @@
 #include "core/kernels/ragged_copy.hpp"
 #include "core/kernels/row_copy.hpp"
 #include "core/kernels/strided_copy.hpp"
+#include "core/kernels/world_transform.hpp"
 
 #include <kstage/memory_space.hpp>
 
@@ -158,6 +159,10 @@ class HostBackend final : public core::Backend {
     core::kernels::strided_copy(exec_, c);
     exec_.fence();
   }
+  void world_transform(const core::kernels::WorldTransform& k) override {
+    core::kernels::world_transform(exec_, k, runs_in_order);
+    exec_.fence();
+  }
 
   Status order_after(const kstage_device_sync_t& producer, const char* field) override {
     return core::check_host_sync(producer, field, "the data is host memory");
@@ -182,6 +187,12 @@ class HostBackend final : public core::Backend {
   }
 
  private:
+  // Kokkos::Serial runs a range's indices in order: one pass computes every level.
+#ifdef KOKKOS_ENABLE_SERIAL
+  static constexpr bool runs_in_order = std::is_same_v<Exec, Kokkos::Serial>;
+#else
+  static constexpr bool runs_in_order = false;
+#endif
   Exec exec_;
   std::shared_ptr<core::BufferPool> pool_ = std::make_shared<core::BufferPool>();
 };
