@@ -1275,3 +1275,41 @@ TEST_CASE("cpp: group exports, group sync and map exports call through", "[cpp]"
   s.seal(2);
   REQUIRE(read_floats(s, q, t) == std::vector<float>(4, 9.f));
 }
+
+TEST_CASE("cpp: compute_world_transforms writes the world column the caller seals", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const kstage_token_t local = s.token(KSTAGE_LOCAL_MATRIX), world = s.token("my:world");
+  const std::vector<kstage_path_t> ids = {s.path("/arm"), s.path("/arm/hand")};
+  kstage::Query q = s.query(ids);
+  Kokkos::View<double* [4][4], Kokkos::HostSpace> m("m", 2);
+  for (int i = 0; i < 2; ++i)
+    for (int r = 0; r < 4; ++r) m(i, r, r) = 1;
+  m(0, 3, 0) = 1;  // the arm at x = 1, the hand 2 further along
+  m(1, 3, 0) = 2;
+  kstage::WriteOptions o;
+  o.semantic = KSTAGE_SEMANTIC_MATRIX;
+  s.write(local, q, m, 1, o).wait();
+  s.seal(1);
+  kstage::TransformOptions t;
+  t.world = world;
+  s.compute_world_transforms(2, t).wait();
+  s.seal(2);
+  kstage::ReadOptions r = host_read();
+  r.compact = true;
+  std::vector<double> got;
+  for (auto& g : s.read(q, {world}, r)) {
+    const auto* d = static_cast<const double*>(g.tensor(0).data);
+    got.insert(got.end(), d, d + g.prims().size() * 16);
+  }
+  REQUIRE(got.size() == 32);
+  REQUIRE(got[12] == 1);
+  REQUIRE(got[16 + 12] == 3);
+  // A failure throws, or fills a Status.
+  CPP_FAILS(s.compute_world_transforms(2, t), KSTAGE_WRITE_FLOOR_VIOLATION, "my:world");
+  kstage::Status st;
+  kstage::TransformOptions bad;
+  bad.local = world;
+  bad.world = world;
+  REQUIRE(!s.compute_world_transforms(3, bad, st));
+  REQUIRE(st.code() == KSTAGE_INVALID_ARGUMENT);
+}

@@ -54,6 +54,11 @@ int main() {
   stage.seal(1, st);
   CHECK_OK(st);
 
+  // World transforms: an op, and a failure in the Status (no local matrices here).
+  kstage::Op none_computed = stage.compute_world_transforms(2, kstage::TransformOptions(), st);
+  CHECK(!none_computed);
+  CHECK(st.code() == KSTAGE_NOT_FOUND);
+
   // A failure: the Status holds the code and the message; the object is empty.
   kstage::Status refused;
   kstage::Op none = stage.write(pos, q, v, 1, o, refused);

@@ -145,6 +145,19 @@ struct PathRangeDefinition {
   uint64_t count = 0;       ///< the number of members
 };
 
+/// \brief Which columns Stage::compute_world_transforms reads and writes
+/// (kstage_transform_desc_t; a token 0 means the default name).
+struct TransformOptions {
+  /// INCREMENTAL (the default) or FULL.
+  kstage_transform_mode_t mode = KSTAGE_TRANSFORM_INCREMENTAL;
+  /// The local matrices (0: KSTAGE_LOCAL_MATRIX, "omni:xform").
+  kstage_token_t local = 0;
+  /// The reset flags (0: KSTAGE_RESET_XFORM_STACK, "omni:resetXformStack").
+  kstage_token_t reset = 0;
+  /// The world matrices written (0: KSTAGE_WORLD_MATRIX, "omni:fabric:worldMatrix").
+  kstage_token_t world = 0;
+};
+
 /// \brief A filter over existing prims (kstage_filter_t): the AND of what is set.
 struct Filter {
   Filter() noexcept {}  // not an aggregate: a braced list passed to query() is a path list

@@ -364,6 +364,19 @@ class Stage {
   }
   /// Advances every attribute's write floor to `ordinal`.
   void seal(uint64_t ordinal, Status& st) const { seal(ordinal, {}, st); }
+  /// Computes world matrices from local ones, as one write of the world column at `ordinal`
+  /// that the caller seals (kstage_compute_world_transforms; docs/scene.md).
+  Op compute_world_transforms(uint64_t ordinal, const TransformOptions& options,
+                              Status& st) const {
+    kstage_transform_desc_t d = kstage_transform_desc_init();
+    d.mode = options.mode;
+    d.local = options.local;
+    d.reset = options.reset;
+    d.world = options.world;
+    kstage_op_t op = 0;
+    if (!detail::check(kstage_compute_world_transforms(stage_, &d, ordinal, &op), st)) return {};
+    return Op(stage_, op);
+  }
   /// The write floor of `attribute` (0: the global floor; kstage_get_write_floor).
   uint64_t write_floor(kstage_token_t attribute, Status& st) const {
     uint64_t f = 0;
@@ -544,6 +557,12 @@ class Stage {
   /// As delete_prims(const Query&, uint64_t, Status&) const, throwing kstage::Error on failure.
   Op delete_prims(const Query& query, uint64_t ordinal) const {
     return detail::throwing([&](Status& st) { return delete_prims(query, ordinal, st); });
+  }
+  /// As compute_world_transforms(uint64_t, const TransformOptions&, Status&) const, throwing
+  /// kstage::Error on failure.
+  Op compute_world_transforms(uint64_t ordinal, const TransformOptions& options = {}) const {
+    return detail::throwing(
+        [&](Status& st) { return compute_world_transforms(ordinal, options, st); });
   }
   /// As seal(uint64_t, array_ref<kstage_token_t>, Status&) const, throwing kstage::Error on
   /// failure.
