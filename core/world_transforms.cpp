@@ -139,6 +139,18 @@ std::shared_ptr<const TransformStructure> Stage::transform_structure(const Colum
                                                           : int64_t(slot_of[size_t(parent[i])]);
   }
   s->prims = std::make_shared<const PrimSeq>(std::move(by_slot));
+  // Each local row's slot, and each slot's children (CSR, in slot order): what an incremental
+  // compute walks from the prims that changed.
+  s->slot_of_row.assign(local.row_space(), Column::kNoRow);
+  for (size_t slot = 0; slot < n; ++slot) s->slot_of_row[s->local_rows[slot]] = uint32_t(slot);
+  s->child_offsets.assign(n + 1, 0);
+  for (size_t slot = 0; slot < n; ++slot)
+    if (s->parents[slot] >= 0) ++s->child_offsets[size_t(s->parents[slot]) + 1];
+  for (size_t slot = 0; slot < n; ++slot) s->child_offsets[slot + 1] += s->child_offsets[slot];
+  s->children.resize(s->child_offsets[n]);
+  std::vector<uint32_t> fill(s->child_offsets.begin(), s->child_offsets.end() - 1);
+  for (size_t slot = 0; slot < n; ++slot)
+    if (s->parents[slot] >= 0) s->children[fill[size_t(s->parents[slot])]++] = uint32_t(slot);
   return s;
 }
 
@@ -231,8 +243,18 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
                        !(last->op && last->op->done() && !last->op->outcome().ok());
 
   // --- which slots to compute -------------------------------------------------------------
-  std::vector<char> dirty;  // per slot (empty: every slot)
+  // Incremental work is proportional to what changed: the seeds are found from the columns'
+  // change records (O(1) to O(changed) in the common cases), their descendants through the
+  // structure's child lists, and only those slots are touched again.
   const uint64_t* prim_of = structure->prims->data();
+  std::vector<char> dirty;       // per slot (trusted only)
+  std::vector<uint32_t> chosen;  // the dirty slots (trusted only)
+  auto seed = [&](size_t slot) {
+    if (!dirty[slot]) {
+      dirty[slot] = 1;
+      chosen.push_back(uint32_t(slot));
+    }
+  };
   if (trusted) {
     dirty.assign(n, 0);
     // Prims that appeared or have another parent than at the last compute.
@@ -248,30 +270,29 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
         const uint64_t parent =
             structure->parents[s] < 0 ? 0 : prim_of[size_t(structure->parents[s])];
         auto it = old_parent.find(prim_of[s]);
-        if (it == old_parent.end() || it->second != parent) dirty[s] = 1;
+        if (it == old_parent.end() || it->second != parent) seed(s);
       }
     }
     // Local matrices sealed since: the last write's rows when it is the only change, else a
     // look at every slot's row stamp.
     if (lc->last_change() > last->local_seen) {
       if (const Column::RecentWrite* w = lc->only_change_since(last->local_seen + 1)) {
-        std::vector<uint32_t> slot_of_row(lc->row_space(), Column::kNoRow);
-        for (size_t s = 0; s < n; ++s) slot_of_row[structure->local_rows[s]] = uint32_t(s);
+        const std::vector<uint32_t>& slot_of_row = structure->slot_of_row;
         for (size_t j = 0; j < w->n; ++j)
           if (w->rows[j] < slot_of_row.size() && slot_of_row[w->rows[j]] != Column::kNoRow)
-            dirty[slot_of_row[w->rows[j]]] = 1;
+            seed(slot_of_row[w->rows[j]]);
       } else {
         for (size_t s = 0; s < n; ++s)
-          if (lc->changed_at(structure->local_rows[s]) > last->local_seen) dirty[s] = 1;
+          if (lc->changed_at(structure->local_rows[s]) > last->local_seen) seed(s);
       }
     }
-    // Reset flags sealed since, and flags deleted since.
+    // Reset flags sealed since, and flags deleted since (rare: a look at every slot).
     if (rc && (rc->last_change() > last->reset_seen || rc->structure() != last->reset_structure)) {
       for (size_t s = 0; s < n; ++s) {
         const uint32_t row = rc->row_of(prim_of[s]);
         if (row != Column::kNoRow ? rc->changed_at(row) > last->reset_seen
                                   : rc->tombstone(prim_of[s]) > last->reset_seen)
-          dirty[s] = 1;
+          seed(s);
       }
     }
     // World rows someone else wrote or deleted since: computed again (no drift). The last
@@ -285,19 +306,23 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
       for (size_t s = 0; s < n; ++s) {
         const uint32_t row = wc->row_of(prim_of[s]);
         if (row == Column::kNoRow) {
-          dirty[s] = 1;
+          seed(s);
           continue;
         }
         const uint64_t changed = wc->changed_at(row);
-        if (changed > last->world_seen && changed != last->output) dirty[s] = 1;
+        if (changed > last->world_seen && changed != last->output) seed(s);
       }
     }
-    // Descendants: slots are in level order, so one pass carries a mark down every chain.
-    for (size_t s = 0; s < n; ++s)
-      if (!dirty[s] && structure->parents[s] >= 0 && dirty[size_t(structure->parents[s])])
-        dirty[s] = 1;
+    // Descendants, through the child lists (chosen grows as it is walked).
+    for (size_t i = 0; i < chosen.size(); ++i) {
+      const size_t s = chosen[i];
+      for (uint32_t c = structure->child_offsets[s]; c < structure->child_offsets[s + 1]; ++c)
+        seed(structure->children[c]);
+    }
+    // Level order: slots are numbered level by level.
+    std::sort(chosen.begin(), chosen.end());
   }
-  const bool full = dirty.empty();
+  const bool full = !trusted;
 
   // World rows no local matrix backs: deleted by this compute.
   std::vector<uint64_t> stray;
@@ -313,22 +338,18 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
   }
 
   // --- the kernel's slots: every one, or the dirty ones (level order kept) ----------------
-  std::vector<uint32_t> chosen;        // incremental: structure slot of each compute slot
-  std::vector<uint32_t> compute_slot;  // incremental: per structure slot, its compute slot
   std::vector<size_t> level_offsets;
   if (full) {
     level_offsets = structure->level_offsets;
   } else {
-    compute_slot.assign(n, UINT32_MAX);
     level_offsets.push_back(0);
-    for (size_t l = 0; l < structure->levels(); ++l) {
-      for (size_t s = structure->level_offsets[l]; s < structure->level_offsets[l + 1]; ++s)
-        if (dirty[s]) {
-          compute_slot[s] = uint32_t(chosen.size());
-          chosen.push_back(uint32_t(s));
-        }
-      if (chosen.size() > level_offsets.back()) level_offsets.push_back(chosen.size());
+    size_t level = 0;
+    for (size_t i = 0; i < chosen.size(); ++i) {
+      const size_t l = structure->level_of(chosen[i]);
+      if (l != level && i > 0) level_offsets.push_back(i);
+      level = l;
     }
+    if (!chosen.empty()) level_offsets.push_back(chosen.size());
   }
   const size_t m = full ? n : chosen.size();
   const size_t levels = level_offsets.empty() ? 0 : level_offsets.size() - 1;
@@ -377,8 +398,9 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
           const int64_t p = structure->parents[s];
           if (p < 0) {
             parents[i] = WorldTransform::kRoot;
-          } else if (compute_slot[size_t(p)] != UINT32_MAX) {
-            parents[i] = int64_t(compute_slot[size_t(p)]);
+          } else if (dirty[size_t(p)]) {  // chosen is sorted: its compute slot by search
+            parents[i] =
+                std::lower_bound(chosen.begin(), chosen.end(), uint32_t(p)) - chosen.begin();
           } else {
             parents[i] = WorldTransform::kOldWorld - int64_t(wc->row_of(prim_of[size_t(p)]));
             old_world = true;

@@ -7,6 +7,7 @@
 #include "core/buffer.hpp"
 #include "core/prim_seq.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -27,8 +28,15 @@ struct TransformStructure {
   std::vector<uint32_t> local_rows;   // per slot: its row of the local column
   std::vector<int64_t> parents;       // per slot: the parent's slot, or WorldTransform::kRoot
   std::vector<size_t> level_offsets;  // slots [level_offsets[l], level_offsets[l + 1]): level l
+  std::vector<uint32_t> slot_of_row;  // per local row: its slot (Column::kNoRow: none)
+  std::vector<uint32_t> child_offsets, children;  // slot s's children: children[offsets[s]..]
   size_t size() const { return local_rows.size(); }
   size_t levels() const { return level_offsets.empty() ? 0 : level_offsets.size() - 1; }
+  size_t level_of(size_t slot) const {
+    return size_t(std::upper_bound(level_offsets.begin(), level_offsets.end(), slot) -
+                  level_offsets.begin()) -
+           1;
+  }
 };
 
 // What the last compute of one world column read and wrote (Stage keeps one per world
