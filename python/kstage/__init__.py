@@ -56,6 +56,19 @@ from ._kstage import (  # noqa: E402,F401
     version,
 )
 
+# The reserved attribute names of the scene (kstage.h's KSTAGE_PRIM_TYPE, ...): a prim's type
+# and applied schemas, the hierarchy's names in filters, and the default columns of
+# Stage.compute_world_transforms (docs/scene.md).
+PRIM_TYPE = "usd-prim-type"
+APPLIED_SCHEMAS = "usd-schemas"
+PATH = "usd-path"
+PARENT = "usd-parent"
+CHILDREN = "usd-children"
+LOCAL_MATRIX = "omni:xform"
+RESET_XFORM_STACK = "omni:resetXformStack"
+WORLD_MATRIX = "omni:fabric:worldMatrix"
+
+
 def _version_string(v: int) -> str:
     # kstage_version() packs MAJOR * 10000 + MINOR * 100 + PATCH.
     return f"{v // 10000}.{v // 100 % 100}.{v % 100}"
@@ -89,4 +102,12 @@ __all__ = [
     "transfer_counts",
     "build_info",
     "version",
+    "PRIM_TYPE",
+    "APPLIED_SCHEMAS",
+    "PATH",
+    "PARENT",
+    "CHILDREN",
+    "LOCAL_MATRIX",
+    "RESET_XFORM_STACK",
+    "WORLD_MATRIX",
 ]

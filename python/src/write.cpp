@@ -655,6 +655,43 @@ void register_write(nb::module_& m, nb::handle stage_class) {
       nb::arg("attrs") = nb::none(),
       "Deletes `attrs` (None: every attribute, so the prims themselves) from the query's prims at "
       "`ordinal`. Absent prims or attributes are ignored. Returns a kstage.Op.");
+
+  // World transforms are a write too: of the world column, at the caller's ordinal.
+  stage_class.attr("compute_world_transforms") = nb::cpp_function(
+      [](Stage& self, uint64_t ordinal, std::string_view mode, nb::handle local, nb::handle reset,
+         nb::handle world) {
+        const StageRef& stage = self.ref();
+        kstage_transform_desc_t d = kstage_transform_desc_init();
+        if (mode == "incremental") d.mode = KSTAGE_TRANSFORM_INCREMENTAL;
+        else if (mode == "full") d.mode = KSTAGE_TRANSFORM_FULL;
+        else
+          raise_invalid_argument("compute_world_transforms: mode '" + std::string(mode) +
+                                 "' is neither 'incremental' nor 'full'");
+        d.local = local.is_none() ? 0 : attribute_token(stage, local);
+        d.reset = reset.is_none() ? 0 : attribute_token(stage, reset);
+        d.world = world.is_none() ? 0 : attribute_token(stage, world);
+        kstage_op_t op = 0;
+        kstage_status_t status;
+        {
+          ReleaseGil gil;
+          status = kstage_compute_world_transforms(stage->id, &d, ordinal, &op);
+        }
+        check(status);
+        return Op(stage, op, {});
+      },
+      nb::sig("def compute_world_transforms(self, ordinal: int, *, mode: str = 'incremental', "
+              "local: str | int | None = None, reset: str | int | None = None, world: str | int "
+              "| None = None) -> Op"),
+      nb::is_method(), nb::scope(stage_class), nb::arg("ordinal"), nb::kw_only(),
+      nb::arg("mode") = "incremental", nb::arg("local") = nb::none(), nb::arg("reset") = nb::none(),
+      nb::arg("world") = nb::none(),
+      "Computes world matrices from local ones as one write of the world column at `ordinal`, "
+      "which the caller seals (kstage_compute_world_transforms): world = local @ parent_world "
+      "(USD's row-vector convention: 4x4 row-major, translation in row 3), the parent being the "
+      "nearest ancestor that holds a local matrix; a true reset flag makes a prim a root. "
+      "Columns default to 'omni:xform', 'omni:resetXformStack' and 'omni:fabric:worldMatrix'. "
+      "mode='incremental' recomputes exactly what changed since the last compute and its "
+      "descendants; 'full' everything. Returns a kstage.Op.");
 }
 
 }  // namespace kstage_py
