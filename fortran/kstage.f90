@@ -769,6 +769,31 @@ contains
     end if
   end subroutine
 
+  ! Computes world matrices from local ones as one write of the world column at `ordinal`, and
+  ! waits for it (kstage_compute_world_transforms; docs/scene.md): seal `ordinal` to see them.
+  ! world = local . parent_world (USD's row vectors: m(1:3, 4, j) of a MATRIX array m(4, 4, n)
+  ! holds prim j's translation). mode: KSTAGE_TRANSFORM_INCREMENTAL (the default) or
+  ! KSTAGE_TRANSFORM_FULL; local, reset, world: tokens (absent: 'omni:xform',
+  ! 'omni:resetXformStack', 'omni:fabric:worldMatrix').
+  subroutine kstage_world_transforms(stage, ordinal, mode, local, reset, world, stat)
+    integer(int64), intent(in) :: stage, ordinal
+    integer, intent(in), optional :: mode
+    integer(int64), intent(in), optional :: local, reset, world
+    integer, intent(out), optional :: stat
+    type(kstage_transform_desc_t) :: desc
+    integer(int64) :: op
+    if (present(stat)) stat = KSTAGE_OK
+    desc = kstage_transform_desc_init()
+    if (present(mode)) desc%mode = int(mode, c_int32_t)
+    if (present(local)) desc%local = local
+    if (present(reset)) desc%reset = reset
+    if (present(world)) desc%world = world
+    op = 0
+    if (.not. ok(kstage_compute_world_transforms(stage, desc, ordinal, op), &
+                 'kstage_world_transforms', stat)) return
+    call wait_op(stage, op, 'kstage_world_transforms', stat)
+  end subroutine
+
   ! The write floor of `attribute` (absent: the global floor, the minimum).
   subroutine kstage_floor(stage, ordinal, attribute, stat)
     integer(int64), intent(in) :: stage

@@ -171,6 +171,43 @@ module kstage_c
     integer(c_int64_t) :: prim_count = 0
   end type
 
+  ! The scene (kstage.h, "Scene"; docs/scene.md)
+  type, bind(C) :: kstage_path_span_t
+    integer(c_int64_t) :: first = 0
+    integer(c_int64_t) :: count = 0
+  end type
+
+  type, bind(C) :: kstage_hierarchy_item_t
+    integer(c_int32_t) :: status = 0
+    integer(c_int32_t) :: reserved = 0
+    integer(c_int64_t) :: span_offset = 0
+    integer(c_int64_t) :: span_count = 0
+    integer(c_int64_t) :: path_count = 0
+  end type
+
+  type, bind(C) :: kstage_predicate_t
+    integer(c_int32_t) :: op = 0
+    integer(c_int32_t) :: reserved = 0
+    integer(c_int64_t) :: attribute = 0
+    type(c_ptr) :: values = c_null_ptr   ! const uint64_t*
+    integer(c_int64_t) :: value_count = 0
+  end type
+
+  type, bind(C) :: kstage_filter_ex_t
+    integer(c_int32_t) :: struct_size = 0
+    integer(c_int32_t) :: reserved = 0
+    type(c_ptr) :: predicates = c_null_ptr   ! const kstage_predicate_t*
+    integer(c_int64_t) :: predicate_count = 0
+  end type
+
+  type, bind(C) :: kstage_transform_desc_t
+    integer(c_int32_t) :: struct_size = 0
+    integer(c_int32_t) :: mode = 0
+    integer(c_int64_t) :: local = 0
+    integer(c_int64_t) :: reset = 0
+    integer(c_int64_t) :: world = 0
+  end type
+
   ! ---- the functions of kstage.h ----------------------------------------------------------------
   interface
     ! Status codes
@@ -566,6 +603,49 @@ module kstage_c
       integer(c_int32_t) :: status
     end function
 
+    ! The scene
+    function kstage_query_hierarchy(stage, query, relation, result) &
+        bind(C, name="kstage_query_hierarchy") result(status)
+      import :: c_int32_t, c_int64_t
+      integer(c_int64_t), value :: stage, query
+      integer(c_int32_t), value :: relation
+      integer(c_int64_t), intent(out) :: result
+      integer(c_int32_t) :: status
+    end function
+    function kstage_hierarchy_get(stage, result, items, item_count, spans, span_count) &
+        bind(C, name="kstage_hierarchy_get") result(status)
+      import :: c_int32_t, c_int64_t, c_ptr
+      integer(c_int64_t), value :: stage, result
+      type(c_ptr), intent(out) :: items   ! const kstage_hierarchy_item_t*
+      integer(c_int64_t), intent(out) :: item_count
+      type(c_ptr), intent(out) :: spans   ! const kstage_path_span_t*
+      integer(c_int64_t), intent(out) :: span_count
+      integer(c_int32_t) :: status
+    end function
+    function kstage_hierarchy_release(stage, result) bind(C, name="kstage_hierarchy_release") &
+        result(status)
+      import :: c_int32_t, c_int64_t
+      integer(c_int64_t), value :: stage, result
+      integer(c_int32_t) :: status
+    end function
+    function kstage_query_filter_ex(stage, filter, query) &
+        bind(C, name="kstage_query_filter_ex") result(status)
+      import :: c_int32_t, c_int64_t, kstage_filter_ex_t
+      integer(c_int64_t), value :: stage
+      type(kstage_filter_ex_t), intent(in) :: filter
+      integer(c_int64_t), intent(out) :: query
+      integer(c_int32_t) :: status
+    end function
+    function kstage_compute_world_transforms(stage, desc, ordinal, op) &
+        bind(C, name="kstage_compute_world_transforms") result(status)
+      import :: c_int32_t, c_int64_t, kstage_transform_desc_t
+      integer(c_int64_t), value :: stage
+      type(kstage_transform_desc_t), intent(in) :: desc
+      integer(c_int64_t), value :: ordinal
+      integer(c_int64_t), intent(out) :: op
+      integer(c_int32_t) :: status
+    end function
+
     ! Ops
     function kstage_wait(stage, op, timeout_ns) bind(C, name="kstage_wait") result(status)
       import :: c_int32_t, c_int64_t
@@ -610,6 +690,16 @@ contains
 
   function kstage_map_desc_init() result(desc)
     type(kstage_map_desc_t) :: desc
+    desc%struct_size = int(c_sizeof(desc), c_int32_t)
+  end function
+
+  function kstage_filter_ex_init() result(filter)
+    type(kstage_filter_ex_t) :: filter
+    filter%struct_size = int(c_sizeof(filter), c_int32_t)
+  end function
+
+  function kstage_transform_desc_init() result(desc)
+    type(kstage_transform_desc_t) :: desc
     desc%struct_size = int(c_sizeof(desc), c_int32_t)
   end function
 end module kstage_c

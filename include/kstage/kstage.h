@@ -1161,17 +1161,17 @@ KSTAGE_API kstage_status_t kstage_map_group_export(kstage_stage_t stage, kstage_
  *   clears it. Checked as KSTAGE_PRIM_TYPE.
  * Both are otherwise ordinary columns: sealed, change-tracked, read and
  * exported like any other.
- * - KSTAGE_PATH, KSTAGE_PARENT, KSTAGE_CHILDREN: names of the hierarchy
- *   itself in filter predicates (kstage_predicate_t); derived from paths, so a
- *   write of one is NOT_SUPPORTED.
+ * - KSTAGE_PATH_ATTRIBUTE, KSTAGE_PARENT_ATTRIBUTE, KSTAGE_CHILDREN_ATTRIBUTE:
+ *   names of the hierarchy itself in filter predicates (kstage_predicate_t);
+ *   derived from paths, so a write of one is NOT_SUPPORTED.
  * - KSTAGE_LOCAL_MATRIX, KSTAGE_RESET_XFORM_STACK, KSTAGE_WORLD_MATRIX: the
  *   default columns of kstage_compute_world_transforms.
  */
 #define KSTAGE_PRIM_TYPE "usd-prim-type"
 #define KSTAGE_APPLIED_SCHEMAS "usd-schemas"
-#define KSTAGE_PATH "usd-path"
-#define KSTAGE_PARENT "usd-parent"
-#define KSTAGE_CHILDREN "usd-children"
+#define KSTAGE_PATH_ATTRIBUTE "usd-path"
+#define KSTAGE_PARENT_ATTRIBUTE "usd-parent"
+#define KSTAGE_CHILDREN_ATTRIBUTE "usd-children"
 #define KSTAGE_LOCAL_MATRIX "omni:xform"
 #define KSTAGE_RESET_XFORM_STACK "omni:resetXformStack"
 #define KSTAGE_WORLD_MATRIX "omni:fabric:worldMatrix"
@@ -1257,9 +1257,9 @@ enum {
  * KSTAGE_NOT_SUPPORTED naming the predicate, its operator and attribute --
  * never ignored):
  *   - HAS on any attribute (`values` unused: 0 of them);
- *   - KSTAGE_PATH IN path ids; KSTAGE_PATH PREFIX one path id;
- *   - KSTAGE_PARENT IN path ids: the children of those prims;
- *   - KSTAGE_CHILDREN CONTAINS path ids: the prim is the parent of every one;
+ *   - KSTAGE_PATH_ATTRIBUTE IN path ids; KSTAGE_PATH_ATTRIBUTE PREFIX one path id;
+ *   - KSTAGE_PARENT_ATTRIBUTE IN path ids: the children of those prims;
+ *   - KSTAGE_CHILDREN_ATTRIBUTE CONTAINS path ids: the prim is the parent of every one;
  *   - KSTAGE_PRIM_TYPE IN token ids;
  *   - KSTAGE_APPLIED_SCHEMAS CONTAINS token ids: the prim has every one applied.
  * `values` are host memory, `value_count` entries, each a valid path or

@@ -61,9 +61,9 @@ from ._kstage import (  # noqa: E402,F401
 # Stage.compute_world_transforms (docs/scene.md).
 PRIM_TYPE = "usd-prim-type"
 APPLIED_SCHEMAS = "usd-schemas"
-PATH = "usd-path"
-PARENT = "usd-parent"
-CHILDREN = "usd-children"
+PATH_ATTRIBUTE = "usd-path"
+PARENT_ATTRIBUTE = "usd-parent"
+CHILDREN_ATTRIBUTE = "usd-children"
 LOCAL_MATRIX = "omni:xform"
 RESET_XFORM_STACK = "omni:resetXformStack"
 WORLD_MATRIX = "omni:fabric:worldMatrix"
@@ -104,9 +104,9 @@ __all__ = [
     "version",
     "PRIM_TYPE",
     "APPLIED_SCHEMAS",
-    "PATH",
-    "PARENT",
-    "CHILDREN",
+    "PATH_ATTRIBUTE",
+    "PARENT_ATTRIBUTE",
+    "CHILDREN_ATTRIBUTE",
     "LOCAL_MATRIX",
     "RESET_XFORM_STACK",
     "WORLD_MATRIX",

@@ -121,6 +121,27 @@ static struct {
     FIELD(kstage_attribute_info_t, residency),
     FIELD(kstage_attribute_info_t, write_floor),
     FIELD(kstage_attribute_info_t, prim_count),
+    FIELD(kstage_path_span_t, first),
+    FIELD(kstage_path_span_t, count),
+    FIELD(kstage_hierarchy_item_t, status),
+    FIELD(kstage_hierarchy_item_t, reserved),
+    FIELD(kstage_hierarchy_item_t, span_offset),
+    FIELD(kstage_hierarchy_item_t, span_count),
+    FIELD(kstage_hierarchy_item_t, path_count),
+    FIELD(kstage_predicate_t, op),
+    FIELD(kstage_predicate_t, reserved),
+    FIELD(kstage_predicate_t, attribute),
+    FIELD(kstage_predicate_t, values),
+    FIELD(kstage_predicate_t, value_count),
+    FIELD(kstage_filter_ex_t, struct_size),
+    FIELD(kstage_filter_ex_t, reserved),
+    FIELD(kstage_filter_ex_t, predicates),
+    FIELD(kstage_filter_ex_t, predicate_count),
+    FIELD(kstage_transform_desc_t, struct_size),
+    FIELD(kstage_transform_desc_t, mode),
+    FIELD(kstage_transform_desc_t, local),
+    FIELD(kstage_transform_desc_t, reset),
+    FIELD(kstage_transform_desc_t, world),
 };
 
 #define SIZE(s) \
@@ -145,6 +166,11 @@ static const struct {
     SIZE(kstage_map_desc_t),
     SIZE(kstage_map_group_info_t),
     SIZE(kstage_attribute_info_t),
+    SIZE(kstage_path_span_t),
+    SIZE(kstage_hierarchy_item_t),
+    SIZE(kstage_predicate_t),
+    SIZE(kstage_filter_ex_t),
+    SIZE(kstage_transform_desc_t),
 };
 
 static int same(const char* a, const char* b, size_t length) {

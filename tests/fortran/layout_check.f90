@@ -79,6 +79,11 @@ contains
     type(kstage_map_desc_t), target :: v14
     type(kstage_map_group_info_t), target :: v15
     type(kstage_attribute_info_t), target :: v16
+    type(kstage_path_span_t), target :: v17
+    type(kstage_hierarchy_item_t), target :: v18
+    type(kstage_predicate_t), target :: v19
+    type(kstage_filter_ex_t), target :: v20
+    type(kstage_transform_desc_t), target :: v21
     call size_of(failures, "DLPackVersion", c_sizeof(v1))
     call field(failures, "DLPackVersion", "major", &
                c_loc(v1), c_loc(v1%major))
@@ -293,6 +298,53 @@ contains
                c_loc(v16), c_loc(v16%write_floor))
     call field(failures, "kstage_attribute_info_t", "prim_count", &
                c_loc(v16), c_loc(v16%prim_count))
+    call size_of(failures, "kstage_path_span_t", c_sizeof(v17))
+    call field(failures, "kstage_path_span_t", "first", &
+               c_loc(v17), c_loc(v17%first))
+    call field(failures, "kstage_path_span_t", "count", &
+               c_loc(v17), c_loc(v17%count))
+    call size_of(failures, "kstage_hierarchy_item_t", c_sizeof(v18))
+    call field(failures, "kstage_hierarchy_item_t", "status", &
+               c_loc(v18), c_loc(v18%status))
+    call field(failures, "kstage_hierarchy_item_t", "reserved", &
+               c_loc(v18), c_loc(v18%reserved))
+    call field(failures, "kstage_hierarchy_item_t", "span_offset", &
+               c_loc(v18), c_loc(v18%span_offset))
+    call field(failures, "kstage_hierarchy_item_t", "span_count", &
+               c_loc(v18), c_loc(v18%span_count))
+    call field(failures, "kstage_hierarchy_item_t", "path_count", &
+               c_loc(v18), c_loc(v18%path_count))
+    call size_of(failures, "kstage_predicate_t", c_sizeof(v19))
+    call field(failures, "kstage_predicate_t", "op", &
+               c_loc(v19), c_loc(v19%op))
+    call field(failures, "kstage_predicate_t", "reserved", &
+               c_loc(v19), c_loc(v19%reserved))
+    call field(failures, "kstage_predicate_t", "attribute", &
+               c_loc(v19), c_loc(v19%attribute))
+    call field(failures, "kstage_predicate_t", "values", &
+               c_loc(v19), c_loc(v19%values))
+    call field(failures, "kstage_predicate_t", "value_count", &
+               c_loc(v19), c_loc(v19%value_count))
+    call size_of(failures, "kstage_filter_ex_t", c_sizeof(v20))
+    call field(failures, "kstage_filter_ex_t", "struct_size", &
+               c_loc(v20), c_loc(v20%struct_size))
+    call field(failures, "kstage_filter_ex_t", "reserved", &
+               c_loc(v20), c_loc(v20%reserved))
+    call field(failures, "kstage_filter_ex_t", "predicates", &
+               c_loc(v20), c_loc(v20%predicates))
+    call field(failures, "kstage_filter_ex_t", "predicate_count", &
+               c_loc(v20), c_loc(v20%predicate_count))
+    call size_of(failures, "kstage_transform_desc_t", c_sizeof(v21))
+    call field(failures, "kstage_transform_desc_t", "struct_size", &
+               c_loc(v21), c_loc(v21%struct_size))
+    call field(failures, "kstage_transform_desc_t", "mode", &
+               c_loc(v21), c_loc(v21%mode))
+    call field(failures, "kstage_transform_desc_t", "local", &
+               c_loc(v21), c_loc(v21%local))
+    call field(failures, "kstage_transform_desc_t", "reset", &
+               c_loc(v21), c_loc(v21%reset))
+    call field(failures, "kstage_transform_desc_t", "world", &
+               c_loc(v21), c_loc(v21%world))
     if (c_unchecked_fields() /= 0) failures = failures + 1
   end subroutine
 end module layout_check

@@ -148,6 +148,7 @@ program test_fortran
   call test_maps()
   call test_errors()
   call test_names()
+  call test_world_transforms()
   call test_device_columns()
 
   call kstage_close(stage)
@@ -173,6 +174,56 @@ contains
       end if
     end do
     call check(constant_count > 60, 'the constants table is complete')
+  end subroutine
+
+  ! World transforms through the layer: a chain /arm -> /arm/hand, the translation in
+  ! m(1:3, 4, j); the reserved names as character constants; an error with stat.
+  subroutine test_world_transforms()
+    integer(int64) :: s, local, world, chain(2), q, read
+    real(real64) :: m(4, 4, 2)
+    real(real64), pointer :: w(:, :)
+    type(kstage_group) :: g
+    integer :: st, k
+    call check(KSTAGE_LOCAL_MATRIX == 'omni:xform' .and. &
+               KSTAGE_WORLD_MATRIX == 'omni:fabric:worldMatrix' .and. &
+               KSTAGE_RESET_XFORM_STACK == 'omni:resetXformStack' .and. &
+               KSTAGE_PRIM_TYPE == 'usd-prim-type' .and. KSTAGE_APPLIED_SCHEMAS == 'usd-schemas', &
+               'the reserved names')
+    call kstage_open(s)
+    call kstage_token(s, KSTAGE_LOCAL_MATRIX, local)
+    call kstage_token(s, KSTAGE_WORLD_MATRIX, world)
+    call kstage_paths(s, [character(len=16) :: '/arm', '/arm/hand'], chain)
+    call kstage_query(s, chain, q)
+    call kstage_world_transforms(s, 1_int64, stat=st)
+    call expect_failure(st, KSTAGE_NOT_FOUND, 'omni:xform', 'kstage_world_transforms: no locals')
+    m = 0
+    do k = 1, 4
+      m(k, k, :) = 1
+    end do
+    m(1:3, 4, 1) = [1, 0, 0]
+    m(1:3, 4, 2) = [0, 2, 0]
+    call kstage_write(s, q, local, 1_int64, m, semantic=KSTAGE_SEMANTIC_MATRIX)
+    call kstage_seal(s, 1_int64)
+    call kstage_world_transforms(s, 2_int64)
+    call kstage_seal(s, 2_int64)
+    call kstage_read_open(s, q, [world], read)
+    do while (kstage_read_next(s, read, g))
+      call kstage_values(g, w)
+      do k = 1, int(g%prim_count)
+        if (g%prims(k) == chain(2)) then
+          call check(all(w(13:15, g%rows(k)) == [1, 2, 0]), 'the hand''s world translation')
+        end if
+      end do
+      call kstage_group_release(s, g)
+    end do
+    call kstage_read_close(s, read)
+    call kstage_world_transforms(s, 2_int64, mode=KSTAGE_TRANSFORM_FULL, stat=st)
+    call expect_failure(st, KSTAGE_WRITE_FLOOR_VIOLATION, 'write floor 2', &
+                        'kstage_world_transforms at the floor')
+    call kstage_world_transforms(s, 3_int64, local=world, world=world, stat=st)
+    call expect_failure(st, KSTAGE_INVALID_ARGUMENT, 'desc.local and desc.world', &
+                        'kstage_world_transforms: one column twice')
+    call kstage_close(s)
   end subroutine
 
   ! The C interfaces, called directly.
