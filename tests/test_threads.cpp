@@ -788,3 +788,107 @@ TEST_CASE("two threads releasing the same handle: exactly one succeeds", "[threa
   REQUIRE(f[prims[0]] == std::vector<float>(3, 4.f));
   KS_OK(kstage_query_release(s.stage, base));
 }
+
+TEST_CASE("world transforms computed while other threads write and seal the local matrices",
+          "[threads][world_transforms]") {
+  Stage s(host_execution());
+  const kstage_token_t local = s.token(KSTAGE_LOCAL_MATRIX);
+  const kstage_token_t worlds[2] = {s.token("world_a"), s.token("world_b")};
+  // 64 chains of 4: /e<i>/a/b/c, each link a translation by (1, 0, 0).
+  std::vector<kstage_path_t> prims;
+  for (int e = 0; e < 64; ++e) {
+    std::string p = "/e" + std::to_string(e);
+    for (int d = 0; d < 4; ++d, p += "/l") prims.push_back(s.path(p));
+  }
+  auto matrices = [](size_t n, double x) {
+    std::vector<double> m(16 * n, 0.0);
+    for (size_t i = 0; i < n; ++i) {
+      m[16 * i] = m[16 * i + 5] = m[16 * i + 10] = m[16 * i + 15] = 1;
+      m[16 * i + 12] = x;
+    }
+    return m;
+  };
+  kstage_query_t all = s.query(prims);
+  {
+    std::vector<double> m = matrices(prims.size(), 1);
+    int64_t shape[1] = {int64_t(prims.size())};
+    DLTensor t = tensor(m.data(), f64(16), 1, shape);
+    kstage_write_data_t w = write_data(&t);
+    w.semantic = KSTAGE_SEMANTIC_MATRIX;
+    KS_OK(s.write(all, local, 1, w));
+  }
+  s.seal(1);
+  Errors errors;
+  std::atomic<uint64_t> next_ordinal{2};
+  auto computer = [&](int which) {
+    kstage_transform_desc_t d = kstage_transform_desc_init();
+    d.world = worlds[which];
+    for (int k = 0; k < 20; ++k) {
+      const uint64_t o = next_ordinal.fetch_add(1);
+      kstage_op_t op = 0;
+      const kstage_status_t st = kstage_compute_world_transforms(s.stage, &d, o, &op);
+      // Another thread may have sealed past this ordinal first: then it is refused, whole.
+      if (st == KSTAGE_WRITE_FLOOR_VIOLATION) continue;
+      if (!errors.ok(st, "compute")) return;
+      errors.ok(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE), "wait");
+      errors.ok(kstage_release_op(s.stage, op), "release");
+      errors.ok(kstage_advance_write_floor(s.stage, o, &d.world, 1), "seal world");
+    }
+  };
+  auto writer = [&] {
+    for (int k = 0; k < 20; ++k) {
+      const uint64_t o = next_ordinal.fetch_add(1);
+      std::vector<double> m = matrices(1, double(k));
+      int64_t shape[1] = {1};
+      DLTensor t = tensor(m.data(), f64(16), 1, shape);
+      kstage_write_data_t w = write_data(&t);
+      w.semantic = KSTAGE_SEMANTIC_MATRIX;
+      kstage_query_t q = 0;
+      const kstage_path_t p = prims[size_t(k) * 4 % prims.size()];
+      if (!errors.ok(kstage_query_paths(s.stage, &p, 1, &q), "query")) return;
+      kstage_op_t op = 0;
+      const kstage_status_t st =
+          kstage_write_attribute(s.stage, q, local, o, &w, KSTAGE_PRIM_MODE_UPSERT, &op);
+      if (st != KSTAGE_WRITE_FLOOR_VIOLATION && errors.ok(st, "write")) {
+        errors.ok(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE), "wait");
+        errors.ok(kstage_release_op(s.stage, op), "release");
+        errors.ok(kstage_advance_write_floor(s.stage, o, &local, 1), "seal local");
+      }
+      errors.ok(kstage_query_release(s.stage, q), "query release");
+    }
+  };
+  std::thread a(computer, 0), b(computer, 1), c(writer);
+  a.join();
+  b.join();
+  c.join();
+  INFO(errors.report());
+  REQUIRE(errors.count() == 0);
+  // Whatever interleaving happened, one more compute of each gives what the locals say.
+  const uint64_t o = next_ordinal.fetch_add(1);
+  s.seal(o - 1);
+  for (kstage_token_t world : worlds) {
+    kstage_transform_desc_t d = kstage_transform_desc_init();
+    d.world = world;
+    kstage_op_t op = 0;
+    KS_OK(kstage_compute_world_transforms(s.stage, &d, o, &op));
+    KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
+    KS_OK(kstage_release_op(s.stage, op));
+  }
+  s.seal(o);
+  const auto locals = s.values(all, local);
+  for (kstage_token_t world : worlds) {
+    const auto got = s.values(all, world);
+    REQUIRE(got.size() == prims.size());
+    for (size_t e = 0; e < 64; ++e) {
+      double x = 0;
+      for (size_t d = 0; d < 4; ++d) {
+        const kstage_path_t p = prims[4 * e + d];
+        double lx, wx;
+        std::memcpy(&lx, locals.at(p).data() + 12 * sizeof(double), sizeof lx);
+        std::memcpy(&wx, got.at(p).data() + 12 * sizeof(double), sizeof wx);
+        x += lx;
+        REQUIRE(wx == x);
+      }
+    }
+  }
+}
