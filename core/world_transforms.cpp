@@ -29,31 +29,73 @@ std::string describe(const Schema& s) {
   return std::string(s.is_array ? "an array of " : "fixed-size ") + dtype_string(s.dtype);
 }
 
-// The per-slot arrays of one compute of n slots, in one block (one upload to a device): local
-// rows, reset rows, parents, each starting 8-byte aligned.
-struct SlotArrays {
-  std::vector<uint64_t> block;  // uint64 words: the int64 parents need 8-byte alignment
-  size_t n = 0;
-  explicit SlotArrays(size_t slots) : n(slots) { block.resize(2 * words32(n) + n); }
-  static size_t words32(size_t n) { return (n + 1) / 2; }  // uint64 words holding n uint32
-  uint32_t* local_rows() { return reinterpret_cast<uint32_t*>(block.data()); }
-  uint32_t* reset_rows() { return reinterpret_cast<uint32_t*>(block.data() + words32(n)); }
-  int64_t* parents() { return reinterpret_cast<int64_t*>(block.data() + 2 * words32(n)); }
-  size_t bytes() const { return block.size() * sizeof(uint64_t); }
-  // Points `k`'s per-slot arrays into `base`, a copy of the block of n slots.
-  static void point_into(WorldTransform& k, const std::byte* base, size_t n) {
-    k.local_rows = reinterpret_cast<const uint32_t*>(base);
-    k.reset_rows = reinterpret_cast<const uint32_t*>(base + words32(n) * sizeof(uint64_t));
-    k.parents = reinterpret_cast<const int64_t*>(base + 2 * words32(n) * sizeof(uint64_t));
-  }
-};
-
 // What the op keeps until its work is done: the buffers the kernel reads.
 struct Pins {
   BufferPtr local, reset, old_world, indices, scratch;
-  std::shared_ptr<const std::vector<uint64_t>> host_indices;
+  std::shared_ptr<const TransformArrays> host_indices;
 };
 
+// The passes of a compute of a.m slots (core/kernels/transform_ops.hpp): `depth` and `end`
+// per slot, relative to the compute (a slot whose parent is not computed has depth 0).
+void plan_passes(TransformArrays& a, const std::vector<uint32_t>& depth,
+                 const std::vector<uint32_t>& end) {
+  const size_t m = a.m;
+  if (m == 0) return;
+  const size_t levels = size_t(*std::max_element(depth.begin(), depth.end())) + 1;
+  std::vector<size_t> count(levels + 1, 0);
+  for (uint32_t d : depth) ++count[d];
+  // The chunks' level: the first with a slot for every kMaxChunkSlots slots.
+  size_t chunk_level = levels;
+  for (size_t l = 0; l < levels && chunk_level == levels; ++l)
+    if (count[l] * kernels::kMaxChunkSlots >= m) chunk_level = l;
+  if (chunk_level > kernels::kMaxLevelPasses) {
+    a.jump = true;
+    a.depth = levels;
+    return;
+  }
+  // The levels above it, level by level (a counting sort, slots in order within a level).
+  a.level_offsets.assign(chunk_level + 1, 0);
+  for (size_t l = 0; l < chunk_level; ++l) a.level_offsets[l + 1] = a.level_offsets[l] + count[l];
+  a.order.resize(a.level_offsets[chunk_level]);
+  std::vector<size_t> next(a.level_offsets.begin(), a.level_offsets.end());
+  for (size_t i = 0; i < m; ++i) {
+    if (depth[i] < chunk_level) a.order[next[depth[i]]++] = uint32_t(i);
+    else if (depth[i] == chunk_level) a.chunks.insert(a.chunks.end(), {uint32_t(i), end[i]});
+  }
+  if (chunk_level == 0) a.level_offsets.clear();
+}
+
+}  // namespace
+
+void TransformArrays::pack() {
+  const auto words = [](size_t n32) { return (n32 + 1) / 2; };
+  at_reset = words(m);
+  at_parents = at_reset + words(m);
+  at_order = at_parents + m;
+  at_chunks = at_order + words(order.size());
+  block.assign(at_chunks + words(chunks.size()), 0);
+  auto* base = reinterpret_cast<std::byte*>(block.data());
+  std::memcpy(base, local_rows.data(), m * sizeof(uint32_t));
+  std::memcpy(base + at_reset * 8, reset_rows.data(), m * sizeof(uint32_t));
+  std::memcpy(base + at_parents * 8, parents.data(), m * sizeof(int64_t));
+  if (!order.empty()) std::memcpy(base + at_order * 8, order.data(), order.size() * 4);
+  if (!chunks.empty()) std::memcpy(base + at_chunks * 8, chunks.data(), chunks.size() * 4);
+}
+
+namespace {
+// Points `k` at the arrays of `a` whose block was copied to `base`.
+void point_into(kernels::WorldTransform& k, const std::byte* base, const TransformArrays& a) {
+  k.local_rows = reinterpret_cast<const uint32_t*>(base);
+  k.reset_rows = reinterpret_cast<const uint32_t*>(base + a.at_reset * 8);
+  k.parents = reinterpret_cast<const int64_t*>(base + a.at_parents * 8);
+  k.order = reinterpret_cast<const uint32_t*>(base + a.at_order * 8);
+  k.chunks = reinterpret_cast<const uint32_t*>(base + a.at_chunks * 8);
+  k.level_offsets = a.level_offsets.empty() ? nullptr : a.level_offsets.data();
+  k.levels = a.level_offsets.empty() ? 0 : a.level_offsets.size() - 1;
+  k.n_chunks = a.chunks.size() / 2;
+  k.jump = a.jump;
+  k.depth = a.depth;
+}
 }  // namespace
 
 std::vector<uint64_t> Stage::prims_holding(const Column& c) const {
@@ -105,29 +147,32 @@ std::shared_ptr<const TransformStructure> Stage::transform_structure(const Colum
     const uint64_t q = resolve(up[i]);
     parent[i] = q == 0 ? WorldTransform::kRoot : int64_t(index_of_row[local.row_of(q)]);
   }
-  // Depths, walking up to the first known one ("/" may have a larger id than the paths below
-  // it, so ids give no order to rely on).
-  constexpr uint32_t kUnknown = UINT32_MAX;
-  std::vector<uint32_t> depth(n, kUnknown);
-  std::vector<size_t> walk;
-  for (size_t i = 0; i < n; ++i) {
-    size_t at = i;
-    walk.clear();
-    while (depth[at] == kUnknown && parent[at] != WorldTransform::kRoot) {
-      walk.push_back(at);
-      at = size_t(parent[at]);
-    }
-    uint32_t d = depth[at] == kUnknown ? (depth[at] = 0) : depth[at];
-    for (size_t k = walk.size(); k-- > 0;) depth[walk[k]] = ++d;
+  // Depth-first order: each root (by path id) then its subtree, children by path id -- so a
+  // parent comes before its children, a subtree is a run of slots, and an in-order pass reads
+  // the local matrices about in the order they were written (prims under one parent together).
+  std::vector<uint32_t> child_offsets(n + 1, 0), children;
+  for (size_t i = 0; i < n; ++i)
+    if (parent[i] >= 0) ++child_offsets[size_t(parent[i]) + 1];
+  for (size_t i = 0; i < n; ++i) child_offsets[i + 1] += child_offsets[i];
+  children.resize(child_offsets[n]);
+  {
+    std::vector<uint32_t> fill(child_offsets.begin(), child_offsets.end() - 1);
+    for (size_t i = 0; i < n; ++i)
+      if (parent[i] >= 0) children[fill[size_t(parent[i])]++] = uint32_t(i);
   }
-  // Slots: a counting sort by depth, stable (path-id order within a level).
-  const size_t levels = n == 0 ? 0 : size_t(*std::max_element(depth.begin(), depth.end())) + 1;
-  s->level_offsets.assign(levels + 1, 0);
-  for (size_t i = 0; i < n; ++i) ++s->level_offsets[depth[i] + 1];
-  for (size_t l = 0; l < levels; ++l) s->level_offsets[l + 1] += s->level_offsets[l];
-  std::vector<size_t> next(s->level_offsets.begin(), s->level_offsets.end() - (levels ? 1 : 0));
   std::vector<uint32_t> slot_of(n);
-  for (size_t i = 0; i < n; ++i) slot_of[i] = uint32_t(next[depth[i]]++);
+  std::vector<uint32_t> stack;
+  uint32_t next = 0;
+  for (size_t r = 0; r < n; ++r) {
+    if (parent[r] >= 0) continue;
+    stack.push_back(uint32_t(r));
+    while (!stack.empty()) {
+      const uint32_t i = stack.back();
+      stack.pop_back();
+      slot_of[i] = next++;
+      for (uint32_t c = child_offsets[i + 1]; c-- > child_offsets[i];) stack.push_back(children[c]);
+    }
+  }
   std::vector<uint64_t> by_slot(n);
   s->local_rows.resize(n);
   s->parents.resize(n);
@@ -139,18 +184,17 @@ std::shared_ptr<const TransformStructure> Stage::transform_structure(const Colum
                                                           : int64_t(slot_of[size_t(parent[i])]);
   }
   s->prims = std::make_shared<const PrimSeq>(std::move(by_slot));
-  // Each local row's slot, and each slot's children (CSR, in slot order): what an incremental
-  // compute walks from the prims that changed.
+  // Depths (parents first), subtree ends (children last), each local row's slot.
+  s->depth.assign(n, 0);
+  for (size_t slot = 0; slot < n; ++slot)
+    if (s->parents[slot] >= 0) s->depth[slot] = s->depth[size_t(s->parents[slot])] + 1;
+  std::vector<uint32_t> size(n, 1);
+  for (size_t slot = n; slot-- > 0;)
+    if (s->parents[slot] >= 0) size[size_t(s->parents[slot])] += size[slot];
+  s->subtree_end.resize(n);
+  for (size_t slot = 0; slot < n; ++slot) s->subtree_end[slot] = uint32_t(slot) + size[slot];
   s->slot_of_row.assign(local.row_space(), Column::kNoRow);
   for (size_t slot = 0; slot < n; ++slot) s->slot_of_row[s->local_rows[slot]] = uint32_t(slot);
-  s->child_offsets.assign(n + 1, 0);
-  for (size_t slot = 0; slot < n; ++slot)
-    if (s->parents[slot] >= 0) ++s->child_offsets[size_t(s->parents[slot]) + 1];
-  for (size_t slot = 0; slot < n; ++slot) s->child_offsets[slot + 1] += s->child_offsets[slot];
-  s->children.resize(s->child_offsets[n]);
-  std::vector<uint32_t> fill(s->child_offsets.begin(), s->child_offsets.end() - 1);
-  for (size_t slot = 0; slot < n; ++slot)
-    if (s->parents[slot] >= 0) s->children[fill[size_t(s->parents[slot])]++] = uint32_t(slot);
   return s;
 }
 
@@ -243,20 +287,20 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
                        !(last->op && last->op->done() && !last->op->outcome().ok());
 
   // --- which slots to compute -------------------------------------------------------------
-  // Incremental work is proportional to what changed: the seeds are found from the columns'
-  // change records (O(1) to O(changed) in the common cases), their descendants through the
-  // structure's child lists, and only those slots are touched again.
+  // Incremental work is proportional to what changed: seeds from the columns' change records
+  // (O(1) to O(changed) in the common cases), each grown to its subtree -- a run of slots in
+  // depth-first order -- and only those runs computed.
   const uint64_t* prim_of = structure->prims->data();
-  std::vector<char> dirty;       // per slot (trusted only)
-  std::vector<uint32_t> chosen;  // the dirty slots (trusted only)
-  auto seed = [&](size_t slot) {
-    if (!dirty[slot]) {
-      dirty[slot] = 1;
-      chosen.push_back(uint32_t(slot));
-    }
-  };
+  std::vector<uint32_t> seeds;
+  // Whether the world column holds a row for every slot: what the last compute saw, while the
+  // column's rows stayed as they were (else a look, kept for the next compute).
+  bool world_complete = false;
+  if (wc) {
+    world_complete = last && trusted && wc->structure() == last->world_structure
+                         ? last->world_complete
+                         : wc->holds_all(structure->prims, n);
+  }
   if (trusted) {
-    dirty.assign(n, 0);
     // Prims that appeared or have another parent than at the last compute.
     if (structure != last->structure) {
       const TransformStructure& old = *last->structure;
@@ -270,7 +314,7 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
         const uint64_t parent =
             structure->parents[s] < 0 ? 0 : prim_of[size_t(structure->parents[s])];
         auto it = old_parent.find(prim_of[s]);
-        if (it == old_parent.end() || it->second != parent) seed(s);
+        if (it == old_parent.end() || it->second != parent) seeds.push_back(uint32_t(s));
       }
     }
     // Local matrices sealed since: the last write's rows when it is the only change, else a
@@ -280,10 +324,11 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
         const std::vector<uint32_t>& slot_of_row = structure->slot_of_row;
         for (size_t j = 0; j < w->n; ++j)
           if (w->rows[j] < slot_of_row.size() && slot_of_row[w->rows[j]] != Column::kNoRow)
-            seed(slot_of_row[w->rows[j]]);
+            seeds.push_back(slot_of_row[w->rows[j]]);
       } else {
         for (size_t s = 0; s < n; ++s)
-          if (lc->changed_at(structure->local_rows[s]) > last->local_seen) seed(s);
+          if (lc->changed_at(structure->local_rows[s]) > last->local_seen)
+            seeds.push_back(uint32_t(s));
       }
     }
     // Reset flags sealed since, and flags deleted since (rare: a look at every slot).
@@ -292,7 +337,7 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
         const uint32_t row = rc->row_of(prim_of[s]);
         if (row != Column::kNoRow ? rc->changed_at(row) > last->reset_seen
                                   : rc->tombstone(prim_of[s]) > last->reset_seen)
-          seed(s);
+          seeds.push_back(uint32_t(s));
       }
     }
     // World rows someone else wrote or deleted since: computed again (no drift). The last
@@ -302,33 +347,32 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
     const bool foreign = wc->last_change() > last->world_seen &&
                          wc->whole_change() != last->output &&
                          !(own && own->ordinal == last->output);
-    if (foreign || !wc->holds_all(structure->prims, n)) {
+    if (foreign || !world_complete) {
       for (size_t s = 0; s < n; ++s) {
         const uint32_t row = wc->row_of(prim_of[s]);
-        if (row == Column::kNoRow) {
-          seed(s);
-          continue;
-        }
-        const uint64_t changed = wc->changed_at(row);
-        if (changed > last->world_seen && changed != last->output) seed(s);
+        const uint64_t changed = row == Column::kNoRow ? UINT64_MAX : wc->changed_at(row);
+        if (changed > last->world_seen && changed != last->output) seeds.push_back(uint32_t(s));
       }
     }
-    // Descendants, through the child lists (chosen grows as it is walked).
-    for (size_t i = 0; i < chosen.size(); ++i) {
-      const size_t s = chosen[i];
-      for (uint32_t c = structure->child_offsets[s]; c < structure->child_offsets[s + 1]; ++c)
-        seed(structure->children[c]);
-    }
-    // Level order: slots are numbered level by level.
-    std::sort(chosen.begin(), chosen.end());
   }
   const bool full = !trusted;
+  // The runs: each seed's subtree, in slot order, nested runs dropped.
+  std::vector<std::pair<uint32_t, uint32_t>> runs;
+  if (full) {
+    if (n > 0) runs.emplace_back(0, uint32_t(n));
+  } else {
+    std::sort(seeds.begin(), seeds.end());
+    for (uint32_t s : seeds)
+      if (runs.empty() || s >= runs.back().second) runs.emplace_back(s, structure->subtree_end[s]);
+  }
+  size_t m = 0;
+  for (const auto& [b, e] : runs) m += e - b;
 
   // World rows no local matrix backs: deleted by this compute.
   std::vector<uint64_t> stray;
   if (wc && wc->live_rows() > 0) {
     size_t backed = n;
-    if (!wc->holds_all(structure->prims, n)) {
+    if (!world_complete) {
       backed = 0;
       for (size_t s = 0; s < n; ++s) backed += wc->has(prim_of[s]);
     }
@@ -337,98 +381,79 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
         if (!lc->has(p)) stray.push_back(p);
   }
 
-  // --- the kernel's slots: every one, or the dirty ones (level order kept) ----------------
-  std::vector<size_t> level_offsets;
-  if (full) {
-    level_offsets = structure->level_offsets;
-  } else {
-    level_offsets.push_back(0);
-    size_t level = 0;
-    for (size_t i = 0; i < chosen.size(); ++i) {
-      const size_t l = structure->level_of(chosen[i]);
-      if (l != level && i > 0) level_offsets.push_back(i);
-      level = l;
-    }
-    if (!chosen.empty()) level_offsets.push_back(chosen.size());
-  }
-  const size_t m = full ? n : chosen.size();
-  const size_t levels = level_offsets.empty() ? 0 : level_offsets.size() - 1;
-
-  WorldTransform k;
+  // --- the kernel's arrays: a full compute's are kept (uploaded once per structure) -------
+  kernels::WorldTransform k;
   k.n = m;
   k.f32 = lc->schema().dtype.bits == 32;
-  k.level_offsets = level_offsets.data();
-  k.levels = levels;
   auto pins = std::make_shared<Pins>();
   pins->local = lc->values();
   k.local = lc->values() ? lc->values()->data() : nullptr;
-  if (rc && rc->live_rows() > 0) {
+  const bool resets = rc && rc->live_rows() > 0;
+  if (resets) {
     pins->reset = rc->values();
     k.reset = rc->values()->data();
   }
   const bool on_host = lc->reads_host();
-  // The per-slot arrays: a full compute's are kept with the state (uploaded once per
-  // structure and reset rows); an incremental one's are made for its slots.
-  BufferPtr kept_full;
-  if (m > 0) {
-    const bool reuse = full && last && last->full_indices && last->full_for == structure &&
-                       last->full_reset_serial == (rc ? rc->serial() : 0) &&
-                       last->full_reset_structure == (rc ? rc->structure() : 0) && !on_host;
-    if (reuse) {
-      kept_full = last->full_indices;
-      SlotArrays::point_into(k, kept_full->data(), m);
-    } else {
-      auto arrays = std::make_shared<SlotArrays>(m);
-      uint32_t* local_rows = arrays->local_rows();
-      uint32_t* reset_rows = arrays->reset_rows();
-      int64_t* parents = arrays->parents();
-      if (full) {
-        std::copy(structure->local_rows.begin(), structure->local_rows.end(), local_rows);
-        std::copy(structure->parents.begin(), structure->parents.end(), parents);
-        for (size_t s = 0; s < n; ++s)
-          reset_rows[s] = k.reset ? rc->row_of(prim_of[s]) : WorldTransform::kNoReset;
-      } else {
-        // A dirty slot's parent is dirty too (computed earlier in this pass) or not (its world
-        // matrix is the column's, which holds every slot that is not dirty: checked above).
-        bool old_world = false;
-        for (size_t i = 0; i < m; ++i) {
-          const size_t s = chosen[i];
-          local_rows[i] = structure->local_rows[s];
-          reset_rows[i] = k.reset ? rc->row_of(prim_of[s]) : WorldTransform::kNoReset;
-          const int64_t p = structure->parents[s];
-          if (p < 0) {
-            parents[i] = WorldTransform::kRoot;
-          } else if (dirty[size_t(p)]) {  // chosen is sorted: its compute slot by search
-            parents[i] =
-                std::lower_bound(chosen.begin(), chosen.end(), uint32_t(p)) - chosen.begin();
-          } else {
-            parents[i] = WorldTransform::kOldWorld - int64_t(wc->row_of(prim_of[size_t(p)]));
-            old_world = true;
-          }
+  std::shared_ptr<const TransformArrays> arrays;
+  BufferPtr device_arrays;
+  const uint64_t reset_serial = rc ? rc->serial() : 0, reset_structure = rc ? rc->structure() : 0;
+  if (full && last && last->full && last->full_for == structure &&
+      last->full_reset_serial == reset_serial && last->full_reset_structure == reset_structure) {
+    arrays = last->full;
+    device_arrays = last->full_device;
+  } else if (m > 0) {
+    auto a = std::make_shared<TransformArrays>();
+    a->m = m;
+    a->local_rows.resize(m);
+    a->reset_rows.resize(m);
+    a->parents.resize(m);
+    std::vector<uint32_t> depth(m), end(m);
+    bool old_world = false;
+    size_t i = 0;
+    for (const auto& [b, e] : runs) {
+      const size_t base = i;
+      for (size_t s = b; s < e; ++s, ++i) {
+        a->local_rows[i] = structure->local_rows[s];
+        a->reset_rows[i] = resets ? rc->row_of(prim_of[s]) : WorldTransform::kNoReset;
+        depth[i] = structure->depth[s] - structure->depth[b];
+        end[i] = uint32_t(base + (structure->subtree_end[s] - b));
+        const int64_t p = structure->parents[s];
+        if (s > b) {  // inside the run: computed earlier in it
+          a->parents[i] = int64_t(base) + (p - int64_t(b));
+        } else if (p < 0) {
+          a->parents[i] = WorldTransform::kRoot;
+        } else {  // a run's root: its parent is not recomputed, and holds a world row (above)
+          a->parents[i] = WorldTransform::kOldWorld - int64_t(wc->row_of(prim_of[size_t(p)]));
+          old_world = true;
         }
-        if (old_world) {
-          pins->old_world = wc->values();
-          k.old_world = wc->values()->data();
-        }
-      }
-      if (on_host) {
-        SlotArrays::point_into(k, reinterpret_cast<const std::byte*>(arrays->block.data()), m);
-        pins->host_indices = std::shared_ptr<const std::vector<uint64_t>>(arrays, &arrays->block);
-      } else {
-        BufferPtr uploaded;
-        KSTAGE_ASSIGN_OR_RETURN(uploaded, backend.upload(arrays->block.data(), arrays->bytes()));
-        SlotArrays::point_into(k, uploaded->data(), m);
-        if (full) kept_full = uploaded;
-        pins->indices = std::move(uploaded);
       }
     }
+    if (old_world) {
+      pins->old_world = wc->values();
+      k.old_world = wc->values()->data();
+    }
+    plan_passes(*a, depth, end);
+    a->pack();
+    arrays = a;
   }
-  // The output, and pointer jumping's scratch for deep trees.
+  if (arrays && !on_host && !device_arrays) {
+    KSTAGE_ASSIGN_OR_RETURN(device_arrays, backend.upload(arrays->block.data(),
+                                                          arrays->block.size() * sizeof(uint64_t)));
+  }
+  if (arrays) {
+    point_into(
+        k,
+        on_host ? reinterpret_cast<const std::byte*>(arrays->block.data()) : device_arrays->data(),
+        *arrays);
+    pins->host_indices = arrays;
+    pins->indices = device_arrays;
+  }
+  // The output, and pointer jumping's scratch.
   BufferPtr out;
   if (m > 0) {
     KSTAGE_ASSIGN_OR_RETURN(out, backend.allocate(m * k.matrix_bytes()));
     k.world = out->data();
-    if (levels > kernels::kMaxLevelPasses) {
+    if (k.jump) {
       BufferPtr scratch;
       KSTAGE_ASSIGN_OR_RETURN(scratch,
                               backend.allocate(m * k.matrix_bytes() + 2 * m * sizeof(int64_t)));
@@ -441,8 +466,9 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
   // --- enqueue: the write (and the deletes) at `ordinal`, all or nothing -------------------
   PrimList targets = structure->prims;
   if (!full) {
-    std::vector<uint64_t> ids(m);
-    for (size_t i = 0; i < m; ++i) ids[i] = prim_of[chosen[i]];
+    std::vector<uint64_t> ids;
+    ids.reserve(m);
+    for (const auto& [b, e] : runs) ids.insert(ids.end(), prim_of + b, prim_of + e);
     targets = std::make_shared<const PrimSeq>(std::move(ids));
   }
   auto next_state = std::make_shared<TransformState>();
@@ -450,17 +476,26 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
   next_state->reset = reset;
   next_state->structure = structure;
   next_state->local_seen = lc->last_change();
-  next_state->reset_serial = rc ? rc->serial() : 0;
-  next_state->reset_structure = rc ? rc->structure() : 0;
+  next_state->reset_serial = reset_serial;
+  next_state->reset_structure = reset_structure;
   next_state->reset_seen = rc ? rc->last_change() : 0;
   next_state->output = ordinal;
   next_state->world_seen = wc ? wc->last_change() : 0;
-  next_state->full_indices = full && !on_host ? kept_full : (last ? last->full_indices : nullptr);
-  next_state->full_for = full && !on_host ? structure : (last ? last->full_for : nullptr);
-  next_state->full_reset_serial =
-      full && !on_host ? next_state->reset_serial : (last ? last->full_reset_serial : 0);
-  next_state->full_reset_structure =
-      full && !on_host ? next_state->reset_structure : (last ? last->full_reset_structure : 0);
+  next_state->world_structure = wc ? wc->structure() : 0;
+  next_state->world_complete = world_complete;
+  if (full && arrays) {
+    next_state->full = arrays;
+    next_state->full_device = device_arrays;
+    next_state->full_for = structure;
+    next_state->full_reset_serial = reset_serial;
+    next_state->full_reset_structure = reset_structure;
+  } else if (last) {
+    next_state->full = last->full;
+    next_state->full_device = last->full_device;
+    next_state->full_for = last->full_for;
+    next_state->full_reset_serial = last->full_reset_serial;
+    next_state->full_reset_structure = last->full_reset_structure;
+  }
   auto op = std::make_shared<Op>();
   WriteBatch batch;
   try {

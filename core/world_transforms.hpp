@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // World transforms (kstage_compute_world_transforms): the hierarchy of the prims that hold a
-// local matrix, and what a world column remembers of the compute that last wrote it, which is
-// what makes the next compute incremental without ever leaving a matrix stale (docs/scene.md).
+// local matrix, how a compute runs over it, and what a world column remembers of the compute
+// that last wrote it, which is what makes the next compute incremental without ever leaving a
+// matrix stale (docs/scene.md).
 #pragma once
 
 #include "core/buffer.hpp"
 #include "core/prim_seq.hpp"
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -17,26 +17,38 @@ namespace kstage::core {
 
 struct Op;
 
-// The prims that hold a local matrix (sealed), as *slots* in level order -- roots first, then
-// their children, ..., path-id order within a level -- each with its parent's slot: the
-// nearest ancestor path that holds a local matrix. Built when the local column's rows change
-// (its structure counter), and shared by every compute that finds them unchanged.
+// The prims that hold a local matrix (sealed), as *slots* in depth-first order -- each root
+// (by path id) followed by its subtree, children by path id -- each with its parent's slot: the
+// nearest ancestor path that holds a local matrix. A slot's subtree is the slots from it up to
+// subtree_end. Built when the local column's prims change (its structure counter), and shared by
+// every compute that finds them unchanged.
 struct TransformStructure {
   uint64_t local_serial = 0;          // the local column it was built from (Column::serial)
   uint64_t local_structure = 0;       // and that column's Column::structure() then
   PrimList prims;                     // per slot: the prim (a full compute's write targets)
   std::vector<uint32_t> local_rows;   // per slot: its row of the local column
-  std::vector<int64_t> parents;       // per slot: the parent's slot, or WorldTransform::kRoot
-  std::vector<size_t> level_offsets;  // slots [level_offsets[l], level_offsets[l + 1]): level l
+  std::vector<int64_t> parents;       // per slot: the parent's slot (earlier), or kRoot
+  std::vector<uint32_t> subtree_end;  // per slot: one past the last slot of its subtree
+  std::vector<uint32_t> depth;        // per slot: 0 for a root
   std::vector<uint32_t> slot_of_row;  // per local row: its slot (Column::kNoRow: none)
-  std::vector<uint32_t> child_offsets, children;  // slot s's children: children[offsets[s]..]
   size_t size() const { return local_rows.size(); }
-  size_t levels() const { return level_offsets.empty() ? 0 : level_offsets.size() - 1; }
-  size_t level_of(size_t slot) const {
-    return size_t(std::upper_bound(level_offsets.begin(), level_offsets.end(), slot) -
-                  level_offsets.begin()) -
-           1;
-  }
+};
+
+// The arrays one compute's kernel reads, for m compute slots in depth-first order, in one block
+// (one upload to a device), and the plan of its passes (core/kernels/transform_ops.hpp).
+struct TransformArrays {
+  size_t m = 0;
+  std::vector<uint32_t> local_rows, reset_rows;
+  std::vector<int64_t> parents;
+  std::vector<uint32_t> order;        // the level passes' slots, level by level
+  std::vector<size_t> level_offsets;  // host: level l is order[offsets[l] .. offsets[l + 1])
+  std::vector<uint32_t> chunks;       // pairs (begin, end)
+  bool jump = false;
+  size_t depth = 0;
+  // The block: the five arrays above, each starting 8-byte aligned.
+  std::vector<uint64_t> block;
+  size_t at_reset = 0, at_parents = 0, at_order = 0, at_chunks = 0;  // in uint64 words
+  void pack();
 };
 
 // What the last compute of one world column read and wrote (Stage keeps one per world
@@ -48,13 +60,16 @@ struct TransformState {
   uint64_t local_seen = 0;  // the local column's last_change() then: later changes are new
   // The reset column then (serial 0: there was none), and its last_change().
   uint64_t reset_serial = 0, reset_structure = 0, reset_seen = 0;
-  uint64_t world_serial = 0;  // the world column it wrote
-  uint64_t world_seen = 0;    // that column's last_change() before this compute
-  uint64_t output = 0;        // the ordinal it wrote at
+  uint64_t world_serial = 0;     // the world column it wrote
+  uint64_t world_seen = 0;       // that column's last_change() before this compute
+  uint64_t world_structure = 0;  // and its structure() then,
+  bool world_complete = false;   // when it held a row for every slot
+  uint64_t output = 0;           // the ordinal it wrote at
   std::shared_ptr<const Op> op;
-  // A full compute's per-slot arrays where the kernel reads them (a device: uploaded once),
-  // for `structure` and the reset column's rows they were made with.
-  BufferPtr full_indices;
+  // A full compute's arrays (and their copy on the device, where the kernel runs there), for
+  // `structure` and the reset column's rows they were made with.
+  std::shared_ptr<const TransformArrays> full;
+  BufferPtr full_device;
   std::shared_ptr<const TransformStructure> full_for;
   uint64_t full_reset_serial = 0, full_reset_structure = 0;
 };

@@ -299,13 +299,14 @@ class GpuBackend final : public DeviceBackend {
     if (k.n == 0) return;
     // The levels' bounds are host memory the launch reads when it enqueues its passes: the
     // kernel keeps its own copy (a runtime may run the launch later: the emulated one does).
-    std::vector<size_t> levels(k.level_offsets, k.level_offsets + k.levels + 1);
+    std::vector<size_t> levels;
+    if (k.levels > 0) levels.assign(k.level_offsets, k.level_offsets + k.levels + 1);
     launch(LaunchArgs{"world_transform",
                       {k.world, k.local, k.reset, k.old_world, k.local_rows, k.reset_rows,
                        k.parents, k.scratch}},
            [k, levels = std::move(levels)](const Exec& exec) {
              core::kernels::WorldTransform with = k;
-             with.level_offsets = levels.data();
+             with.level_offsets = levels.empty() ? nullptr : levels.data();
              core::kernels::world_transform(exec, with, false);
            });
   }

@@ -8,9 +8,19 @@
 
 namespace kstage::core::kernels {
 
-// World matrices of n prims, the *slots*, ordered by level: a slot's parent slot lies in an
-// earlier level. Matrices are 16 scalars (float64, or float32 with f32), row-major, for row
-// vectors: world = local . parent_world; a root's (or a reset prim's) world is its local.
+// World matrices of n prims, the *slots*, in depth-first order: a slot's parent is an earlier
+// slot, and a slot's subtree is the slots after it up to some end. Matrices are 16 scalars
+// (float64, or float32 with f32), row-major, for row vectors: world = local . parent_world; a
+// root's (or a reset prim's) world is its local.
+//
+// How the slots run (the engine plans it; docs/scene.md, "The algorithm"):
+//  - on an execution space that runs a range in order (Kokkos::Serial): one pass over the
+//    slots, whatever the plan says;
+//  - else, unless `jump`: the level passes -- for each level l < levels, the slots
+//    order[level_offsets[l] .. level_offsets[l + 1]) in parallel -- then the chunks in
+//    parallel, chunk c being the slots chunks[2c] .. chunks[2c + 1] - 1 in order (a subtree
+//    whose root's parent is final by then);
+//  - with `jump`: pointer jumping over every slot, ceil(log2 depth) passes.
 //
 // Every pointer but level_offsets is memory the backend's kernels read (the engine uploads the
 // per-slot arrays to a device once per structure and keeps them).
@@ -29,20 +39,29 @@ struct WorldTransform {
   const std::byte* old_world = nullptr;  // the world column's values, or null (no kOldWorld)
   const uint32_t* local_rows = nullptr;  // per slot: its row of `local`
   const uint32_t* reset_rows = nullptr;  // per slot: its row of `reset` or kNoReset
-  const int64_t* parents = nullptr;      // per slot: a slot, kRoot, or a row of old_world
-  // Host memory: slots [level_offsets[l], level_offsets[l + 1]) are level l, l < levels.
+  const int64_t* parents = nullptr;      // per slot: an earlier slot, kRoot, or a row of old_world
+  // The level passes: `order` in the kernels' memory, `level_offsets` host memory (levels + 1).
+  const uint32_t* order = nullptr;
   const size_t* level_offsets = nullptr;
   size_t levels = 0;
-  // Pointer jumping's scratch (kernels' memory): n matrices and 2n entries. Null: the kernel
-  // goes level by level whatever the depth.
+  // The chunks: n_chunks pairs (begin, end) of slots.
+  const uint32_t* chunks = nullptr;
+  size_t n_chunks = 0;
+  // Pointer jumping: `depth` levels; scratch for n matrices and 2n jumps.
+  bool jump = false;
+  size_t depth = 0;
   std::byte* scratch = nullptr;
   int64_t* jumps = nullptr;
 
   size_t matrix_bytes() const { return 16 * (f32 ? sizeof(float) : sizeof(double)); }
 };
 
-// Deeper than this, a parallel compute jumps pointers (ceil(log2 levels) passes over every
-// slot) instead of launching one pass per level (docs/scene.md, "Computing world matrices").
+// The plan's bounds (core/world_transforms.cpp): the chunks' roots are the first level with a
+// slot for every kMaxChunkSlots slots of the compute (chunks of a few dozen prims on average:
+// enough of them to fill the cores or a GPU's threads, each a short in-order walk of one
+// subtree); the levels above it run one pass each, at most kMaxLevelPasses of them, else the
+// plan jumps pointers.
+constexpr size_t kMaxChunkSlots = 64;
 constexpr size_t kMaxLevelPasses = 32;
 
 }  // namespace kstage::core::kernels

@@ -1,17 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
-// World matrices from local ones (internal; not installed). See transform_ops.hpp for what
-// the descriptor holds, and docs/scene.md for the convention and the choice of algorithm:
-//  - an execution space that runs a range in order (Kokkos::Serial) makes one pass over the
-//    slots, which are in topological order: the plain loop, O(n);
-//  - a parallel one (OpenMP, a GPU) makes one pass per level, each over that level's slots in
-//    parallel, O(n) work in `levels` launches: right for wide, shallow trees (4,096 robots of
-//    depth 10: ten launches);
-//  - deeper than kMaxLevelPasses it jumps pointers (Wyllie): every slot holds the product of
-//    the locals from itself up to the ancestor it points at, and each pass multiplies in that
-//    ancestor's product and doubles the jump, so ceil(log2 levels) passes over every slot,
-//    O(n log depth) work, finish a chain of any depth (a 1e6-deep chain: 20 passes, where one
-//    launch per level would be 1e6 launches).
-// Products are evaluated left to right along the chain in the first two; jumping groups them
+// World matrices from local ones (internal; not installed). transform_ops.hpp says what the
+// descriptor holds and how its slots run; docs/scene.md why:
+//  - in order (Kokkos::Serial): the slots are depth-first, so one pass is the plain loop, with
+//    a parent's world matrix computed just before its subtree (in cache) and the local
+//    matrices read in the order the prims were written;
+//  - in parallel: the few levels above the chunks one pass each, then one work item per chunk
+//    (a subtree, walked in order: the same locality as the serial pass), so a forest of 4,096
+//    robots is one launch of 4,096 subtrees;
+//  - a tree with no level wide enough within kMaxLevelPasses levels (a deep chain) jumps
+//    pointers (Wyllie): every slot holds the product of the locals from itself up to the
+//    ancestor it points at, and each pass multiplies in that ancestor's product and doubles the
+//    jump: ceil(log2 depth) passes over every slot, O(n log depth) work, for any depth (a
+//    1e6-deep chain: 20 passes, where one launch per level would be 1e6 launches).
+// The first two evaluate each product left to right along the chain; jumping groups them
 // differently (the same product, rounded differently: within a few ulps).
 #pragma once
 
@@ -19,7 +20,7 @@
 
 #include <Kokkos_Core.hpp>
 
-#include <type_traits>
+#include <cstddef>
 #include <utility>
 
 namespace kstage::core::kernels {
@@ -27,23 +28,30 @@ namespace impl {
 
 template <class T>
 KOKKOS_FORCEINLINE_FUNCTION const T* matrix(const std::byte* base, size_t row) {
-  return reinterpret_cast<const T*>(base) + row * 16;
+  return reinterpret_cast<const T*>(base) + row * size_t(16);
 }
 template <class T>
 KOKKOS_FORCEINLINE_FUNCTION T* matrix(std::byte* base, size_t row) {
-  return reinterpret_cast<T*>(base) + row * 16;
+  return reinterpret_cast<T*>(base) + row * size_t(16);
 }
 
-// out = a . b (row-major 4 x 4); `out` may not alias `a` or `b`.
+// out = a . b (row-major 4 x 4), through registers: `out` may alias neither, and the compiler
+// need not reload `a` or `b` after each store.
 template <class T>
-KOKKOS_FORCEINLINE_FUNCTION void multiply(T* out, const T* a, const T* b) {
+KOKKOS_FORCEINLINE_FUNCTION void multiply(T* __restrict__ out, const T* __restrict__ a,
+                                          const T* __restrict__ b) {
+  T l[16], p[16];
+  for (int e = 0; e < 16; ++e) {
+    l[e] = a[e];
+    p[e] = b[e];
+  }
   for (int r = 0; r < 4; ++r)
     for (int c = 0; c < 4; ++c)
-      out[4 * r + c] = a[4 * r] * b[c] + a[4 * r + 1] * b[4 + c] + a[4 * r + 2] * b[8 + c] +
-                       a[4 * r + 3] * b[12 + c];
+      out[4 * r + c] = l[4 * r] * p[c] + l[4 * r + 1] * p[4 + c] + l[4 * r + 2] * p[8 + c] +
+                       l[4 * r + 3] * p[12 + c];
 }
 template <class T>
-KOKKOS_FORCEINLINE_FUNCTION void copy(T* out, const T* a) {
+KOKKOS_FORCEINLINE_FUNCTION void copy(T* __restrict__ out, const T* __restrict__ a) {
   for (int e = 0; e < 16; ++e) out[e] = a[e];
 }
 
@@ -54,20 +62,34 @@ KOKKOS_FORCEINLINE_FUNCTION bool resets(const WorldTransform& k, size_t i) {
   return row != WorldTransform::kNoReset && k.reset[row] != std::byte{0};
 }
 
-// Slot i's world matrix, its parent's being final (an earlier level, or the old column's).
+// Slot i's world matrix, its parent's being final.
 template <class T>
-struct ComputeSlot {
+KOKKOS_FORCEINLINE_FUNCTION void compute(const WorldTransform& k, size_t i) {
+  const T* local = matrix<T>(k.local, k.local_rows[i]);
+  T* world = matrix<T>(k.world, i);
+  const int64_t p = k.parents[i];
+  if (p == WorldTransform::kRoot || resets(k, i)) return copy(world, local);
+  const T* parent = p >= 0 ? matrix<T>(k.world, size_t(p))
+                           : matrix<T>(k.old_world, size_t(WorldTransform::kOldWorld - p));
+  multiply(world, local, parent);
+}
+
+template <class T>
+struct InOrder {
   WorldTransform k;
-  size_t first;  // slot of work item 0
-  KOKKOS_INLINE_FUNCTION void operator()(size_t j) const {
-    const size_t i = first + j;
-    const T* local = matrix<T>(k.local, k.local_rows[i]);
-    T* world = matrix<T>(k.world, i);
-    const int64_t p = k.parents[i];
-    if (p == WorldTransform::kRoot || resets(k, i)) return copy(world, local);
-    const T* parent = p >= 0 ? matrix<T>(k.world, size_t(p))
-                             : matrix<T>(k.old_world, size_t(WorldTransform::kOldWorld - p));
-    multiply(world, local, parent);
+  KOKKOS_INLINE_FUNCTION void operator()(size_t i) const { compute<T>(k, i); }
+};
+template <class T>
+struct LevelPass {
+  WorldTransform k;
+  size_t first;  // the level's first entry of k.order
+  KOKKOS_INLINE_FUNCTION void operator()(size_t j) const { compute<T>(k, k.order[first + j]); }
+};
+template <class T>
+struct ChunkPass {
+  WorldTransform k;
+  KOKKOS_INLINE_FUNCTION void operator()(size_t c) const {
+    for (size_t i = k.chunks[2 * c]; i < k.chunks[2 * c + 1]; ++i) compute<T>(k, i);
   }
 };
 
@@ -128,22 +150,14 @@ void run(const Exec& exec, const char* name, size_t n, const F& f) {
 }
 
 template <class T, class Exec>
-void world_transform_typed(const Exec& exec, const WorldTransform& k, bool in_order) {
-  if (in_order) return run(exec, "kstage::world_transform", k.n, ComputeSlot<T>{k, 0});
-  if (k.levels <= kMaxLevelPasses || k.scratch == nullptr) {
-    for (size_t l = 0; l < k.levels; ++l) {
-      const size_t lo = k.level_offsets[l], hi = k.level_offsets[l + 1];
-      run(exec, "kstage::world_transform_level", hi - lo, ComputeSlot<T>{k, lo});
-    }
-    return;
-  }
+void jump(const Exec& exec, const WorldTransform& k) {
   run(exec, "kstage::world_transform_jump_start", k.n, JumpStart<T>{k});
   std::byte* a = k.world;
   std::byte* b = k.scratch;
   int64_t* ja = k.jumps;
   int64_t* jb = k.jumps + k.n;
-  // After pass r every jump spans 2^r levels: a chain of `levels` prims needs ceil(log2).
-  for (size_t span = 1; span < k.levels; span *= 2) {
+  // After pass r every jump spans 2^r levels: a chain of `depth` prims needs ceil(log2).
+  for (size_t span = 1; span < k.depth; span *= 2) {
     run(exec, "kstage::world_transform_jump", k.n, JumpPass<T>{a, b, ja, jb});
     std::swap(a, b);
     std::swap(ja, jb);
@@ -151,10 +165,21 @@ void world_transform_typed(const Exec& exec, const WorldTransform& k, bool in_or
   if (a != k.world) run(exec, "kstage::world_transform_copy", k.n, CopyMatrix<T>{a, k.world});
 }
 
+template <class T, class Exec>
+void world_transform_typed(const Exec& exec, const WorldTransform& k, bool in_order) {
+  if (in_order) return run(exec, "kstage::world_transform", k.n, InOrder<T>{k});
+  if (k.jump) return jump<T>(exec, k);
+  for (size_t l = 0; l < k.levels; ++l) {
+    const size_t lo = k.level_offsets[l], hi = k.level_offsets[l + 1];
+    run(exec, "kstage::world_transform_level", hi - lo, LevelPass<T>{k, lo});
+  }
+  run(exec, "kstage::world_transform_chunks", k.n_chunks, ChunkPass<T>{k});
+}
+
 }  // namespace impl
 
 // Runs `k` on `exec`, enqueued in order (no fence). `in_order`: the execution space runs a
-// range's indices one after another (Kokkos::Serial), so one pass computes every level.
+// range's indices one after another (Kokkos::Serial), so one pass computes every slot.
 template <class Exec>
 void world_transform(const Exec& exec, const WorldTransform& k, bool in_order) {
   if (k.n == 0) return;
