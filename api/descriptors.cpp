@@ -57,6 +57,13 @@ struct Layout<kstage_transform_desc_t> {
   static constexpr size_t first = layouts[0];
 };
 
+template <>
+struct Layout<kstage_filter_ex_t> {
+  static constexpr const char* name = "kstage_filter_ex_t";
+  static constexpr size_t layouts[] = {24};  // 0.4
+  static constexpr size_t first = layouts[0];
+};
+
 // The largest released layout of T that `size` bytes hold whole.
 template <class T>
 constexpr size_t whole_layout(size_t size) {
@@ -83,6 +90,8 @@ static_assert(sizeof(kstage_attribute_info_t) ==
               offsetof(kstage_attribute_info_t, prim_count) + sizeof(uint64_t));
 static_assert(sizeof(kstage_transform_desc_t) ==
               offsetof(kstage_transform_desc_t, world) + sizeof(kstage_token_t));
+static_assert(sizeof(kstage_filter_ex_t) ==
+              offsetof(kstage_filter_ex_t, predicate_count) + sizeof(uint64_t));
 // Every released layout is listed, the last one being this header's struct.
 static_assert(last_layout<kstage_config_t>() == sizeof(kstage_config_t),
               "a new kstage_config_t layout must be listed in Layout<>::layouts");
@@ -94,6 +103,8 @@ static_assert(last_layout<kstage_map_desc_t>() == sizeof(kstage_map_desc_t),
               "a new kstage_map_desc_t layout must be listed in Layout<>::layouts");
 static_assert(last_layout<kstage_attribute_info_t>() == sizeof(kstage_attribute_info_t),
               "a new kstage_attribute_info_t layout must be listed in Layout<>::layouts");
+static_assert(last_layout<kstage_filter_ex_t>() == sizeof(kstage_filter_ex_t),
+              "a new kstage_filter_ex_t layout must be listed in Layout<>::layouts");
 static_assert(Layout<kstage_write_data_t>::layouts[1] ==
               offsetof(kstage_write_data_t, legacy_managed_tensors) + sizeof(void*));
 static_assert(Layout<kstage_config_t>::layouts[1] ==
@@ -193,6 +204,15 @@ Result<kstage_map_desc_t> read_descriptor(const kstage_map_desc_t* in, const cha
 Result<kstage_transform_desc_t> read_descriptor(const kstage_transform_desc_t* in,
                                                 const char* what) {
   return read_one(in, what);
+}
+
+Result<kstage_filter_ex_t> read_descriptor(const kstage_filter_ex_t* in, const char* what) {
+  kstage_filter_ex_t out;
+  KSTAGE_ASSIGN_OR_RETURN(out, read_one(in, what));
+  if (out.reserved != 0)
+    return error(KSTAGE_INVALID_ARGUMENT, "%s.reserved is %u; it must be 0", what,
+                 unsigned(out.reserved));
+  return out;
 }
 
 Status write_descriptor(const kstage_attribute_info_t& info, kstage_attribute_info_t* out,

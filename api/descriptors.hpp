@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Extensible descriptors (kstage_config_t, kstage_write_data_t,
-// kstage_read_desc_t, kstage_map_desc_t): the caller's struct, of the size
+// kstage_read_desc_t, kstage_map_desc_t, kstage_filter_ex_t): the caller's struct, of the size
 // its kstage.h declared, read into this library's struct. The rules are in
 // kstage.h ("Versioning and compatibility"); this is the one place that
 // applies them, so the engine only ever sees full, current structs.
@@ -18,6 +18,7 @@ Result<kstage_read_desc_t> read_descriptor(const kstage_read_desc_t* in, const c
 Result<kstage_map_desc_t> read_descriptor(const kstage_map_desc_t* in, const char* what);
 Result<kstage_transform_desc_t> read_descriptor(const kstage_transform_desc_t* in,
                                                 const char* what);
+Result<kstage_filter_ex_t> read_descriptor(const kstage_filter_ex_t* in, const char* what);
 
 // A descriptor the library fills (kstage_attribute_info_t): exactly out->struct_size bytes,
 // the released layouts they hold whole from `info`, zeros after (kstage.h's rule).

@@ -29,6 +29,7 @@ const char* kind_name(Kind kind) {
     case Kind::Op: return "op";
     case Kind::Map: return "map";
     case Kind::MapGroup: return "map group";
+    case Kind::Hierarchy: return "hierarchy";
   }
   return "unknown";
 }

@@ -15,7 +15,17 @@
 
 namespace kstage::capi {
 
-enum class Kind : uint64_t { Stage = 1, PathList, Query, Read, Group, Op, Map, MapGroup };
+enum class Kind : uint64_t {
+  Stage = 1,
+  PathList,
+  Query,
+  Read,
+  Group,
+  Op,
+  Map,
+  MapGroup,
+  Hierarchy
+};
 
 uint64_t new_handle(Kind kind);
 const char* kind_name(Kind kind);
@@ -99,6 +109,7 @@ struct StageEntry {
   HandleTable<core::ReadGroup> groups;
   HandleTable<core::Op> ops;
   HandleTable<core::MapSession> maps;
+  HandleTable<const core::HierarchyAnswer> hierarchies;
 
   ~StageEntry() {
     // Groups, reads and maps hold buffers; drop them before the engine.

@@ -29,37 +29,41 @@ class AttributeCounts {
     return b == kBig ? big_.at(prim) : b;
   }
   // May throw std::bad_alloc, leaving the count as it was; does not throw for a prim of
-  // prepare_increments().
-  void increment(uint64_t prim) {
+  // prepare_increments(). Returns whether the prim came into existence (its count was 0).
+  bool increment(uint64_t prim) {
     uint8_t& b = entry(prim);
     if (b < kBig - 1) {
-      ++b;
+      return ++b == 1;
     } else if (b == kBig - 1) {
       big_[prim] = kBig;  // an entry prepare_increments() made: no allocation
       b = kBig;
     } else {
       ++big_.at(prim);
     }
+    return false;
   }
   // increment() of prims [first, first + count): whole pages that hold one
   // count for all their prims stay so (one byte each), the rest a page at a
-  // time. May throw std::bad_alloc part way (like a loop of increment()).
-  void increment_run(uint64_t first, uint64_t count) {
+  // time. May throw std::bad_alloc part way (like a loop of increment()). Returns whether a
+  // prim of the run came into existence.
+  bool increment_run(uint64_t first, uint64_t count) {
+    bool appeared = false;
     for (uint64_t p = first; p < first + count;) {
       const uint64_t page = p >> kPageBits, offset = p & (kPage - 1);
       const uint64_t in_page = std::min(count - (p - first), kPage - offset);
       if (takes_uniform(page, in_page)) {
         if (page >= uniform_.size()) uniform_.resize(page + 1, 0);
-        ++uniform_[page];
+        if (uniform_[page]++ == 0) appeared = true;
       } else {
         uint8_t* bytes = &entry(p);  // the page of p, from p on
         for (uint64_t k = 0; k < in_page; ++k) {
-          if (bytes[k] < kBig - 1) ++bytes[k];
-          else increment(p + k);
+          if (bytes[k] >= kBig - 1) increment(p + k);
+          else if (++bytes[k] == 1) appeared = true;
         }
       }
       p += in_page;
     }
+    return appeared;
   }
   // Makes what increment() of `list` and increment_run(run_first, run_count) will need
   // (pages' bytes, per-page counts, side-map entries for counts reaching kBig), so that they
@@ -91,17 +95,16 @@ class AttributeCounts {
     }
   }
   // Does not throw for a prim of prepare_decrements() (or one incremented on its own).
-  void decrement(uint64_t prim) {
+  // Returns whether the prim ceased to exist (its count reached 0).
+  bool decrement(uint64_t prim) {
     uint8_t& b = entry(prim);
-    if (b != kBig) {
-      --b;
-      return;
-    }
+    if (b != kBig) return --b == 0;
     auto it = big_.find(prim);
     if (--it->second < kBig) {
       big_.erase(it);
       b = uint8_t(kBig - 1);
     }
+    return false;
   }
   // Memory held (the byte pages and the per-page counts; not the side map).
   size_t bytes() const { return small_.bytes() + uniform_.capacity(); }

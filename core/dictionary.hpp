@@ -44,6 +44,10 @@ class Dictionary {
                                      size_t prefix_length, uint64_t begin, uint64_t count);
   // The range `path` is a member of (false: none).
   bool path_range(uint64_t path, PathTree::Range& out) const { return paths_.range_of(path, out); }
+  // (first id, count) of every path range, in id order.
+  std::vector<std::pair<uint64_t, uint64_t>> path_range_extents() const {
+    return paths_.range_extents();
+  }
   // The parent and prefix of the range whose first id is `first`, kept for the stage's
   // lifetime (null: no range starts there).
   const PathTree::RangeStrings* stable_range_strings(uint64_t first) const {

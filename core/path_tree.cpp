@@ -390,6 +390,14 @@ uint64_t PathTree::intern_range(std::string_view parent_path, std::string_view p
   return ranges_.back().first;
 }
 
+std::vector<std::pair<uint64_t, uint64_t>> PathTree::range_extents() const {
+  std::shared_lock lock(mutex_);
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  out.reserve(ranges_.size());
+  for (const Range& r : ranges_) out.emplace_back(r.first, r.count);
+  return out;
+}
+
 bool PathTree::range_of(uint64_t id, Range& out) const {
   std::shared_lock lock(mutex_);
   const Range* r = range_at(id);

@@ -28,6 +28,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace kstage::core {
@@ -86,6 +87,9 @@ class PathTree {
                         uint64_t count, std::string& why);
   // The range `id` is a member of (false: none).
   bool range_of(uint64_t id, Range& out) const;
+  // (first id, count) of every range, in id order: a walk over ids finds the ranges among them
+  // with one look at the tree, not one per id.
+  std::vector<std::pair<uint64_t, uint64_t>> range_extents() const;
   // The parent path ("/" for top-level members) and the prefix of the range whose first id is
   // `first`, kept for the tree's lifetime (kstage_path_range_definition); null if `first` is
   // no range's first id. The parent may be a reserved (never interned) ancestor.

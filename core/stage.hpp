@@ -13,6 +13,7 @@
 #include "core/dictionary.hpp"
 #include "core/managed_tensors.hpp"
 #include "core/prim_seq.hpp"
+#include "core/scene_hierarchy.hpp"
 #include "core/write_check.hpp"
 
 #include <map>
@@ -95,6 +96,20 @@ class Stage {
   // `path_in` is the resolved path list of filter.path_in, or null.
   Result<PrimList> query_filter(const kstage_filter_t& filter,
                                 const std::vector<uint64_t>* path_in);
+
+  // --- the scene (core/stage_scene.cpp) ----------------------------------------
+  // The parent, children or siblings of every prim of `prims` over the sealed state
+  // (kstage_query_hierarchy). INVALID_ARGUMENT for a relation outside kstage_relation_t.
+  Result<std::shared_ptr<const HierarchyAnswer>> query_hierarchy(const PrimSeq& prims,
+                                                                 kstage_relation_t relation);
+  // The existing prims that meet every predicate of `filter` (a current, full struct: the C
+  // API read the caller's), in path-id order (kstage_query_filter_ex).
+  Result<PrimList> query_filter_ex(const kstage_filter_ex_t& filter);
+  // Moves whenever a seal makes a prim appear or disappear (see existence_generation_).
+  uint64_t existence_generation() const {
+    std::lock_guard lock(mutex_);
+    return existence_generation_;
+  }
 
   // --- mutations -------------------------------------------------------------
   // `managed` owns the call's managed tensors (may adopt some without a copy).
@@ -236,6 +251,17 @@ class Stage {
   AttributeCounts prim_attribute_count_;  // sealed, indexed by path id
   // Per world attribute: what its last compute read and wrote (incremental computes).
   std::map<uint64_t, std::shared_ptr<TransformState>> transforms_;
+  // Bumped by a seal (seal_column) whenever a prim's attribute count crosses 0: a prim
+  // appeared or disappeared. Whatever is derived from existence alone -- the scene
+  // hierarchy (nearest existing ancestors), a world-transform pass's parents -- is valid while
+  // it has not moved.
+  uint64_t existence_generation_ = 0;
+  // The hierarchy index of existence_generation_ hierarchy_generation_ (null: none built).
+  std::shared_ptr<const SceneHierarchy> hierarchy_;
+  uint64_t hierarchy_generation_ = 0;
+  // The index of the current sealed state, rebuilt if existence moved. Requires mutex_; may
+  // throw std::bad_alloc.
+  std::shared_ptr<const SceneHierarchy> hierarchy_locked();
 };
 
 }  // namespace kstage::core

@@ -7,6 +7,7 @@
 
 #include "core/device_sync.hpp"
 #include "core/dtype.hpp"
+#include "core/reserved_names.hpp"
 #include "core/transport.hpp"
 
 #include <algorithm>
@@ -125,6 +126,8 @@ Result<std::shared_ptr<MapSession>> Stage::open_map(const PrimList& prims,
   if (!dictionary_.is_token(d.attribute))
     return error(KSTAGE_INVALID_ARGUMENT, "desc.attribute = %llu is not a token of this stage",
                  (unsigned long long)d.attribute);
+  KSTAGE_RETURN_NOT_OK(
+      check_reserved_name(token_name(d.attribute), Schema{d.is_array, d.dtype, d.semantic}));
   if (d.prim_mode < KSTAGE_PRIM_MODE_UPSERT || d.prim_mode > KSTAGE_PRIM_MODE_UPDATE)
     return error(KSTAGE_INVALID_ARGUMENT, "desc.prim_mode %d is not a kstage_prim_mode_t",
                  int(d.prim_mode));

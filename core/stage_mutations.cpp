@@ -321,8 +321,10 @@ Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reach
         reached = m.ordinal - 1;
         return st;
       }
-      for (uint64_t p : added.list) prim_attribute_count_.increment(p);
-      prim_attribute_count_.increment_run(added.run_first, added.run_count);
+      bool appeared = false;
+      for (uint64_t p : added.list) appeared = prim_attribute_count_.increment(p) || appeared;
+      appeared = prim_attribute_count_.increment_run(added.run_first, added.run_count) || appeared;
+      if (appeared) ++existence_generation_;
     } else {
       removed.clear();
       // The counts' bytes first: a delete that cannot record its prims' new
@@ -339,7 +341,9 @@ Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reach
         reached = m.ordinal - 1;
         return out_of_memory("no host memory to delete %zu prims' attribute", m.rows.n);
       }
-      for (uint64_t p : removed) prim_attribute_count_.decrement(p);
+      bool disappeared = false;
+      for (uint64_t p : removed) disappeared = prim_attribute_count_.decrement(p) || disappeared;
+      if (disappeared) ++existence_generation_;
     }
   }
   return Status::OK();

@@ -5,6 +5,7 @@
 #include "core/device_sync.hpp"
 #include "core/dtype.hpp"
 #include "core/kernels/copy_ops.hpp"
+#include "core/reserved_names.hpp"
 #include "core/source_tensor.hpp"
 #include "core/write_selection.hpp"
 
@@ -399,6 +400,7 @@ Status resolve_residency(const WriteRequest& r, BackendSet& backends, WritePlan&
   const char* attr = r.attribute_name.c_str();
   const SourceTensor& first = w.first;
   out.schema = Schema{d.is_array, first.dtype, d.semantic};
+  KSTAGE_RETURN_NOT_OK(check_reserved_name(r.attribute_name, out.schema));
   if (r.existing) {
     const Schema& e = *r.existing;
     if (e.is_array != d.is_array)

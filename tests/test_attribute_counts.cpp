@@ -139,3 +139,27 @@ TEST_CASE("any mix of runs, increments and decrements matches a plain map", "[at
   }
   require_same(c, m, probes);
 }
+
+TEST_CASE("counts say when a prim comes into or goes out of existence", "[attribute_counts]") {
+  // What the stage's existence generation is bumped by (the scene hierarchy's cache).
+  AttributeCounts c;
+  REQUIRE(c.increment(7));
+  REQUIRE_FALSE(c.increment(7));  // a second attribute
+  // A run over a page with bytes (7 is there) and a whole page of its own count.
+  REQUIRE(c.increment_run(5, 4));              // 5, 6 and 8 appear
+  REQUIRE_FALSE(c.increment_run(7, 1));        // 7 held attributes already
+  REQUIRE(c.increment_run(2 * kPage, kPage));  // a uniform page from 0
+  REQUIRE_FALSE(c.increment_run(2 * kPage, kPage));
+  REQUIRE(c.increment_run(2 * kPage, kPage + 1));  // 3 * kPage appears
+  REQUIRE(c.get(7) == 4);
+  REQUIRE_FALSE(c.decrement(7));
+  REQUIRE_FALSE(c.decrement(7));
+  REQUIRE_FALSE(c.decrement(7));
+  REQUIRE(c.decrement(7));
+  REQUIRE(c.decrement(5));
+  PrimSeq one(std::vector<uint64_t>{2 * kPage + 3});
+  c.prepare_decrements(one, 1);
+  REQUIRE_FALSE(c.decrement(2 * kPage + 3));  // it held 3
+  REQUIRE_FALSE(c.decrement(2 * kPage + 3));
+  REQUIRE(c.decrement(2 * kPage + 3));
+}
