@@ -471,6 +471,40 @@ module kstage_c
       integer(c_int32_t) :: status
     end function
 
+    ! The scene
+    function kstage_query_hierarchy(stage, query, relation, result) &
+        bind(C, name="kstage_query_hierarchy") result(status)
+      import :: c_int32_t, c_int64_t
+      integer(c_int64_t), value :: stage, query
+      integer(c_int32_t), value :: relation
+      integer(c_int64_t), intent(out) :: result
+      integer(c_int32_t) :: status
+    end function
+    function kstage_hierarchy_get(stage, result, items, item_count, spans, span_count) &
+        bind(C, name="kstage_hierarchy_get") result(status)
+      import :: c_int32_t, c_int64_t, c_ptr
+      integer(c_int64_t), value :: stage, result
+      type(c_ptr), intent(out), optional :: items   ! const kstage_hierarchy_item_t*
+      integer(c_int64_t), intent(out), optional :: item_count
+      type(c_ptr), intent(out), optional :: spans   ! const kstage_path_span_t*
+      integer(c_int64_t), intent(out), optional :: span_count
+      integer(c_int32_t) :: status
+    end function
+    function kstage_hierarchy_release(stage, result) bind(C, name="kstage_hierarchy_release") &
+        result(status)
+      import :: c_int32_t, c_int64_t
+      integer(c_int64_t), value :: stage, result
+      integer(c_int32_t) :: status
+    end function
+    function kstage_query_filter_ex(stage, filter, query) bind(C, name="kstage_query_filter_ex") &
+        result(status)
+      import :: c_int32_t, c_int64_t, kstage_filter_ex_t
+      integer(c_int64_t), value :: stage
+      type(kstage_filter_ex_t), intent(in) :: filter
+      integer(c_int64_t), intent(out) :: query
+      integer(c_int32_t) :: status
+    end function
+
     ! Reads
     function kstage_read_attributes(stage, query, attributes, n, desc, read) &
         bind(C, name="kstage_read_attributes") result(status)
@@ -603,39 +637,7 @@ module kstage_c
       integer(c_int32_t) :: status
     end function
 
-    ! The scene
-    function kstage_query_hierarchy(stage, query, relation, result) &
-        bind(C, name="kstage_query_hierarchy") result(status)
-      import :: c_int32_t, c_int64_t
-      integer(c_int64_t), value :: stage, query
-      integer(c_int32_t), value :: relation
-      integer(c_int64_t), intent(out) :: result
-      integer(c_int32_t) :: status
-    end function
-    function kstage_hierarchy_get(stage, result, items, item_count, spans, span_count) &
-        bind(C, name="kstage_hierarchy_get") result(status)
-      import :: c_int32_t, c_int64_t, c_ptr
-      integer(c_int64_t), value :: stage, result
-      type(c_ptr), intent(out) :: items   ! const kstage_hierarchy_item_t*
-      integer(c_int64_t), intent(out) :: item_count
-      type(c_ptr), intent(out) :: spans   ! const kstage_path_span_t*
-      integer(c_int64_t), intent(out) :: span_count
-      integer(c_int32_t) :: status
-    end function
-    function kstage_hierarchy_release(stage, result) bind(C, name="kstage_hierarchy_release") &
-        result(status)
-      import :: c_int32_t, c_int64_t
-      integer(c_int64_t), value :: stage, result
-      integer(c_int32_t) :: status
-    end function
-    function kstage_query_filter_ex(stage, filter, query) &
-        bind(C, name="kstage_query_filter_ex") result(status)
-      import :: c_int32_t, c_int64_t, kstage_filter_ex_t
-      integer(c_int64_t), value :: stage
-      type(kstage_filter_ex_t), intent(in) :: filter
-      integer(c_int64_t), intent(out) :: query
-      integer(c_int32_t) :: status
-    end function
+    ! World transforms
     function kstage_compute_world_transforms(stage, desc, ordinal, op) &
         bind(C, name="kstage_compute_world_transforms") result(status)
       import :: c_int32_t, c_int64_t, kstage_transform_desc_t
@@ -688,14 +690,14 @@ contains
     info%struct_size = int(c_sizeof(info), c_int32_t)
   end function
 
-  function kstage_map_desc_init() result(desc)
-    type(kstage_map_desc_t) :: desc
-    desc%struct_size = int(c_sizeof(desc), c_int32_t)
-  end function
-
   function kstage_filter_ex_init() result(filter)
     type(kstage_filter_ex_t) :: filter
     filter%struct_size = int(c_sizeof(filter), c_int32_t)
+  end function
+
+  function kstage_map_desc_init() result(desc)
+    type(kstage_map_desc_t) :: desc
+    desc%struct_size = int(c_sizeof(desc), c_int32_t)
   end function
 
   function kstage_transform_desc_init() result(desc)

@@ -35,6 +35,28 @@ static_assert(offsetof(kstage_write_data_t, selection_device) == 96);
 static_assert(offsetof(kstage_write_data_t, index_map64) == 104);
 static_assert(sizeof(kstage_write_data_t) == 112);
 
+// 0.4, the scene: fixed for the major version (kstage_filter_ex_t extensible, first layout 24).
+static_assert(offsetof(kstage_path_span_t, first) == 0);
+static_assert(offsetof(kstage_path_span_t, count) == 8);
+static_assert(sizeof(kstage_path_span_t) == 16);
+static_assert(offsetof(kstage_hierarchy_item_t, status) == 0);
+static_assert(offsetof(kstage_hierarchy_item_t, reserved) == 4);
+static_assert(offsetof(kstage_hierarchy_item_t, span_offset) == 8);
+static_assert(offsetof(kstage_hierarchy_item_t, span_count) == 16);
+static_assert(offsetof(kstage_hierarchy_item_t, path_count) == 24);
+static_assert(sizeof(kstage_hierarchy_item_t) == 32);
+static_assert(offsetof(kstage_predicate_t, op) == 0);
+static_assert(offsetof(kstage_predicate_t, reserved) == 4);
+static_assert(offsetof(kstage_predicate_t, attribute) == 8);
+static_assert(offsetof(kstage_predicate_t, values) == 16);
+static_assert(offsetof(kstage_predicate_t, value_count) == 24);
+static_assert(sizeof(kstage_predicate_t) == 32);
+static_assert(offsetof(kstage_filter_ex_t, struct_size) == 0);
+static_assert(offsetof(kstage_filter_ex_t, reserved) == 4);
+static_assert(offsetof(kstage_filter_ex_t, predicates) == 8);
+static_assert(offsetof(kstage_filter_ex_t, predicate_count) == 16);
+static_assert(sizeof(kstage_filter_ex_t) == 24);
+
 static_assert(offsetof(kstage_read_desc_t, struct_size) == 0);
 static_assert(offsetof(kstage_read_desc_t, change_range) == 4);
 static_assert(offsetof(kstage_read_desc_t, compact) == 5);
@@ -103,6 +125,8 @@ TEST_CASE("the init functions set struct_size and zero every other field", "[abi
   kstage_write_data_t w = kstage_write_data_init();
   kstage_read_desc_t r = kstage_read_desc_init();
   kstage_map_desc_t m = kstage_map_desc_init();
+  kstage_filter_ex_t fx = kstage_filter_ex_init();
+  REQUIRE(fx.struct_size == sizeof fx);
   REQUIRE(c.struct_size == sizeof c);
   REQUIRE(w.struct_size == sizeof w);
   REQUIRE(r.struct_size == sizeof r);
@@ -117,6 +141,7 @@ TEST_CASE("the init functions set struct_size and zero every other field", "[abi
   REQUIRE(zero_after_size(&w, sizeof w));
   REQUIRE(zero_after_size(&r, sizeof r));
   REQUIRE(zero_after_size(&m, sizeof m));
+  REQUIRE(zero_after_size(&fx, sizeof fx));
 }
 
 TEST_CASE(

@@ -1312,4 +1312,46 @@ TEST_CASE("cpp: compute_world_transforms writes the world column the caller seal
   bad.world = world;
   REQUIRE(!s.compute_world_transforms(3, bad, st));
   REQUIRE(st.code() == KSTAGE_INVALID_ARGUMENT);
+TEST_CASE("cpp: hierarchy answers and relational filters", "[cpp][scene]") {
+  kstage::Stage s = make_stage();
+  const kstage_token_t mass = s.token("mass"), parent = s.token(KSTAGE_PARENT);
+  const kstage_path_t world = s.path("/World");
+  const kstage::PathRange envs = s.path_range("/World/envs", "env_", 0, 1000);
+  const kstage_path_t ground = s.path("/World/ground");
+  Kokkos::View<float*, Kokkos::HostSpace> one("one", 2);
+  s.write(mass, s.query({world, ground}), one, 1).wait();
+  Kokkos::View<float*, Kokkos::HostSpace> many("many", 1000);
+  s.write(mass, s.query(envs, 0, 0, 0), many, 1).wait();
+  s.seal(1);
+
+  kstage::Hierarchy h = s.hierarchy(s.query({world, s.path("/nothing")}), KSTAGE_RELATION_CHILDREN);
+  REQUIRE(h);
+  REQUIRE(h.items().size() == 2);
+  REQUIRE(h.items()[0].status == KSTAGE_OK);
+  REQUIRE(h.items()[1].status == KSTAGE_NOT_FOUND);
+  REQUIRE(h.spans(0).size() == 2);  // the range as one span, then "/World/ground"
+  REQUIRE(h.spans(0)[0].first == envs.first);
+  REQUIRE(h.spans(0)[0].count == 1000);
+  REQUIRE(h.spans().size() == 2);
+  REQUIRE(h.paths(0).size() == 1001);
+  REQUIRE(h.paths(1).empty());
+  kstage::Hierarchy moved = std::move(h);
+  REQUIRE(!h);
+  REQUIRE(h.items().empty());
+  REQUIRE(moved.items().size() == 2);
+  kstage::Hierarchy assigned;
+  assigned = std::move(moved);
+  REQUIRE(!moved);
+  REQUIRE(assigned.spans().size() == 2);
+  assigned.reset();
+  REQUIRE(assigned.items().empty());
+  CPP_FAILS(s.hierarchy(s.query({world}), 9), KSTAGE_INVALID_ARGUMENT, "relation 9");
+
+  kstage::FilterEx f;
+  f.in(parent, {world}).has(mass);
+  REQUIRE(f.size() == 2);
+  REQUIRE(s.query(f).count() == 1001);
+  kstage::FilterEx wrong;
+  wrong.add(KSTAGE_FILTER_GE, mass, {1});
+  CPP_FAILS(s.query(wrong), KSTAGE_NOT_SUPPORTED, "filter.predicates[0]");
 }

@@ -210,6 +210,15 @@ TEST_CASE("every operation pushes its kstage:: region and pops it, kernels insid
   kstage_query_t fq = 0;
   KS_OK(kstage_query_filter(s.stage, &f, &fq));
   expect("kstage::query_filter");
+  kstage_filter_ex_t fx = kstage_filter_ex_init();
+  kstage_query_t fxq = 0;
+  KS_OK(kstage_query_filter_ex(s.stage, &fx, &fxq));
+  expect("kstage::query_filter_ex");
+  kstage_hierarchy_t h = 0;
+  KS_OK(kstage_query_hierarchy(s.stage, fxq, KSTAGE_RELATION_CHILDREN, &h));
+  expect("kstage::query_hierarchy");
+  KS_OK(kstage_hierarchy_release(s.stage, h));
+  KS_OK(kstage_query_release(s.stage, fxq));
 
   kstage_config_t c = kstage_config_init();
   kstage_stage_t other = 0;

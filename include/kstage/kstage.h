@@ -1256,14 +1256,20 @@ enum {
  * \brief One criterion of a filter. What is supported (anything else is
  * KSTAGE_NOT_SUPPORTED naming the predicate, its operator and attribute --
  * never ignored):
- *   - HAS on any attribute (`values` unused: 0 of them);
- *   - KSTAGE_PATH_ATTRIBUTE IN path ids; KSTAGE_PATH_ATTRIBUTE PREFIX one path id;
- *   - KSTAGE_PARENT_ATTRIBUTE IN path ids: the children of those prims;
- *   - KSTAGE_CHILDREN_ATTRIBUTE CONTAINS path ids: the prim is the parent of every one;
+ *   - HAS on any attribute (`values` unused: 0 of them). On the derived names:
+ *     KSTAGE_PATH every prim, KSTAGE_PARENT the prims that have a parent (not
+ *     the roots), KSTAGE_CHILDREN the prims that have children;
+ *   - KSTAGE_PATH IN path ids; KSTAGE_PATH PREFIX one path id;
+ *   - KSTAGE_PARENT IN path ids: the children of those prims;
+ *   - KSTAGE_CHILDREN CONTAINS path ids: the prim is the parent of every one;
  *   - KSTAGE_PRIM_TYPE IN token ids;
  *   - KSTAGE_APPLIED_SCHEMAS CONTAINS token ids: the prim has every one applied.
- * `values` are host memory, `value_count` entries, each a valid path or
- * token id of the stage (INVALID_ARGUMENT naming the entry otherwise).
+ * `values` are host memory, `value_count` entries (at least one; exactly one
+ * for PREFIX), each a valid path or token id of the stage; a path need not be
+ * a prim (it then matches nothing). A malformed predicate -- an operator
+ * outside kstage_filter_op_t, `reserved` not zero, an attribute that is no
+ * token, values on HAS, a wrong value count, a bad entry -- is
+ * INVALID_ARGUMENT naming it (and the entry).
  */
 typedef struct kstage_predicate_t {
   kstage_filter_op_t op;    /**< the operator */

@@ -40,7 +40,8 @@
  * The API is written in parts, one header each under kstage/hpp/ (status.hpp: errors;
  * span.hpp: spans; options.hpp: dtype_of, options, path ranges and filters; handles.hpp:
  * PathList, Query, Op; read.hpp: Read, ReadGroup; map.hpp: Map, MapGroup; write.hpp:
- * WriteBatch; stage.hpp: Stage, build_info). Include this header, which includes them all.
+ * WriteBatch; scene.hpp: Hierarchy, FilterEx; stage.hpp: Stage, build_info). Include this
+ * header, which includes them all.
  */
 #ifndef KSTAGE_KSTAGE_HPP_
 #define KSTAGE_KSTAGE_HPP_
@@ -66,6 +67,7 @@
 #include <kstage/hpp/map.hpp>
 #include <kstage/hpp/options.hpp>
 #include <kstage/hpp/read.hpp>
+#include <kstage/hpp/scene.hpp>
 #include <kstage/hpp/span.hpp>
 #include <kstage/hpp/stage.hpp>
 #include <kstage/hpp/status.hpp>

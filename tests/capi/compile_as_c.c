@@ -77,6 +77,31 @@ int main(void) {
     batch.array.release(&batch.array);
     schema.release(&schema);
   }
+  {
+    /* The scene: kstage_filter_ex_init() and a hierarchy answer, in C99. */
+    kstage_filter_ex_t filter = kstage_filter_ex_init();
+    kstage_predicate_t has;
+    kstage_query_t children_of = 0;
+    kstage_hierarchy_t h = 0;
+    const kstage_hierarchy_item_t* items = NULL;
+    const kstage_path_span_t* spans = NULL;
+    uint64_t n_items = 0, n_spans = 0;
+    memset(&has, 0, sizeof has);
+    has.op = KSTAGE_FILTER_HAS;
+    has.attribute = attr;
+    filter.predicates = &has;
+    filter.predicate_count = 1;
+    CHECK(kstage_query_filter_ex(stage, &filter, &children_of));
+    CHECK(kstage_query_hierarchy(stage, children_of, KSTAGE_RELATION_SIBLINGS, &h));
+    CHECK(kstage_hierarchy_get(stage, h, &items, &n_items, &spans, &n_spans));
+    /* "/a" and "/b" are roots: each the other's sibling. */
+    if (n_items != 2 || n_spans != 2 || items[0].path_count != 1 || spans[0].first != paths[1]) {
+      fprintf(stderr, "unexpected hierarchy answer\n");
+      return 1;
+    }
+    CHECK(kstage_hierarchy_release(stage, h));
+    CHECK(kstage_query_release(stage, children_of));
+  }
   CHECK(kstage_destroy(stage));
   printf("kstage %u from C: ok\n", kstage_version());
   return 0;

@@ -110,6 +110,32 @@ int main() {
   CHECK_OK(st);
   CHECK(stage.write_floor(pos, st) == 2);
 
+  // The scene: a hierarchy answer and a relational filter, through Status.
+  const kstage_path_t parent = stage.path("/p", st);
+  const kstage_path_t parents[] = {parent};
+  kstage::Query pq = stage.query({parents, 1}, st);
+  CHECK_OK(st);
+  kstage::Hierarchy none_yet = stage.hierarchy(pq, KSTAGE_RELATION_CHILDREN, st);
+  CHECK_OK(st);
+  CHECK(none_yet.items().size() == 1);
+  CHECK(none_yet.items()[0].status == KSTAGE_NOT_FOUND);  // "/p" holds nothing
+  kstage::Hierarchy siblings = stage.hierarchy(q, KSTAGE_RELATION_SIBLINGS, st);
+  CHECK_OK(st);
+  CHECK(siblings.paths(0).size() == 1 && siblings.paths(0)[0] == b);
+  kstage::Hierarchy bad = stage.hierarchy(q, 7, st);
+  CHECK(!bad);
+  CHECK(st.code() == KSTAGE_INVALID_ARGUMENT);
+  kstage::FilterEx f;
+  f.prefix(stage.token(KSTAGE_PATH, st), parent).has(pos);
+  kstage::Query selected = stage.query(f, st);
+  CHECK_OK(st);
+  CHECK(selected.count(st) == 2);
+  kstage::FilterEx unsupported;
+  unsupported.add(KSTAGE_FILTER_LT, pos, {1});
+  kstage::Query refused_query = stage.query(unsupported, st);
+  CHECK(!refused_query);
+  CHECK(st.code() == KSTAGE_NOT_SUPPORTED);
+
   if (failures != 0) {
     std::fprintf(stderr, "cpp_api_no_exceptions: %d check(s) failed\n", failures);
     return 1;

@@ -967,6 +967,97 @@ struct State {
     add_query(q, q2);
   }
 
+  // A reserved name (kstage.h's scene names) as a token of both stages, interned in the same
+  // order on each, so their ids match; not added to `tokens` (writes of them have rules of
+  // their own, which op_write does not know).
+  kstage_token_t reserved_token() {
+    static const char* const kNames[] = {KSTAGE_PATH, KSTAGE_PARENT, KSTAGE_CHILDREN,
+                                         KSTAGE_PRIM_TYPE, KSTAGE_APPLIED_SCHEMAS};
+    const char* name = kNames[in.ConsumeIntegralInRange<size_t>(0, 4)];
+    kstage_token_t a = 0, b = 0;
+    if (kstage_intern_token(stage[0], name, KSTAGE_NUL_TERMINATED, &a) != KSTAGE_OK ||
+        kstage_intern_token(stage[1], name, KSTAGE_NUL_TERMINATED, &b) != KSTAGE_OK || a != b)
+      oracle("interning the reserved name '%s' failed or diverged", name);
+    return a;
+  }
+
+  // kstage_query_filter_ex: 0-3 predicates of any operator (outside the enum too) on ordinary
+  // tokens or reserved names, with path or token ids (or garbage) as values.
+  void op_query_filter_ex() {
+    const size_t n = in.ConsumeIntegralInRange<size_t>(0, 3);
+    std::vector<kstage_predicate_t> preds(n);
+    std::vector<std::vector<uint64_t>> values(n);
+    for (size_t i = 0; i < n; ++i) {
+      kstage_predicate_t& p = preds[i];
+      p.op = in.ConsumeIntegralInRange<int32_t>(-1, 8);
+      p.reserved = chance(5) ? 1 : 0;
+      p.attribute = chance(60) ? reserved_token() : token_id();
+      values[i].resize(in.ConsumeIntegralInRange<size_t>(0, 3));
+      for (auto& v : values[i]) v = chance(50) ? path_id() : token_id();
+      p.values = values[i].empty() || chance(5) ? nullptr : values[i].data();
+      p.value_count = values[i].size();
+    }
+    kstage_filter_ex_t f = kstage_filter_ex_init();
+    f.predicates = preds.empty() || chance(5) ? nullptr : preds.data();
+    f.predicate_count = chance(5) ? 1 : preds.size();
+    if (chance(5)) f.struct_size = chance(50) ? 0 : 23;  // (never more: kstage reads that many)
+    kstage_query_t q = 0x123;
+    kstage_status_t st = CALL_A(kstage_query_filter_ex, stage[0], chance(3) ? nullptr : &f, &q);
+    if (st != KSTAGE_OK) {
+      if (q != 0x123) oracle("a failed query_filter_ex wrote its out-parameter");
+      return;
+    }
+    kstage_query_t q2 = 0;
+    twin_ok(CALL_B(kstage_query_filter_ex, stage[1], &f, &q2), "query_filter_ex");
+    add_query(q, q2);
+  }
+
+  // kstage_query_hierarchy over a query (live, dead or garbage) with any relation; the answer's
+  // CSR is checked and compared with the twin's.
+  void op_hierarchy() {
+    uint64_t g = 0;
+    int i = pick(queries, g);
+    const uint64_t ha = i < 0 ? g : queries[size_t(i)].h[0];
+    const bool known_dead = i < 0 || !queries[size_t(i)].live;
+    const int32_t relation = in.ConsumeIntegralInRange<int32_t>(-1, 3);
+    kstage_hierarchy_t h = 0x123;
+    if (CALL_A(kstage_query_hierarchy, stage[0], ha, relation, chance(3) ? nullptr : &h) !=
+        KSTAGE_OK) {
+      if (h != 0x123) oracle("a failed query_hierarchy wrote its out-parameter");
+      return;
+    }
+    if (known_dead) oracle("query_hierarchy accepted a dead query");
+    kstage_hierarchy_t h2 = 0;
+    twin_ok(CALL_B(kstage_query_hierarchy, stage[1], queries[size_t(i)].h[1], relation, &h2),
+            "query_hierarchy");
+    const kstage_hierarchy_item_t* items[2] = {nullptr, nullptr};
+    const kstage_path_span_t* spans[2] = {nullptr, nullptr};
+    uint64_t ni[2] = {0, 0}, ns[2] = {0, 0};
+    if (kstage_hierarchy_get(stage[0], h, &items[0], &ni[0], &spans[0], &ns[0]) != KSTAGE_OK ||
+        kstage_hierarchy_get(stage[1], h2, &items[1], &ni[1], &spans[1], &ns[1]) != KSTAGE_OK)
+      oracle("hierarchy_get of a new answer failed: %s", kstage_last_error());
+    if (ni[0] != queries[size_t(i)].prims || ni[0] != ni[1] || ns[0] != ns[1])
+      oracle("hierarchy answer: %llu items, %llu spans; twin %llu, %llu; query %llu prims",
+             (unsigned long long)ni[0], (unsigned long long)ns[0], (unsigned long long)ni[1],
+             (unsigned long long)ns[1], (unsigned long long)queries[size_t(i)].prims);
+    uint64_t next = 0;
+    for (uint64_t k = 0; k < ni[0]; ++k) {
+      const kstage_hierarchy_item_t& it = items[0][k];
+      if (it.span_offset != next || it.span_offset + it.span_count > ns[0] ||
+          std::memcmp(&it, &items[1][k], sizeof it) != 0)
+        oracle("hierarchy item %llu is inconsistent or differs from the twin's",
+               (unsigned long long)k);
+      next += it.span_count;
+    }
+    if (ns[0] > 0 && std::memcmp(spans[0], spans[1], size_t(ns[0]) * sizeof(kstage_path_span_t)))
+      oracle("hierarchy spans differ from the twin's");
+    if (CALL_A(kstage_hierarchy_release, stage[0], h) != KSTAGE_OK ||
+        CALL_B(kstage_hierarchy_release, stage[1], h2) != KSTAGE_OK)
+      oracle("hierarchy_release failed");
+    if (CALL_A(kstage_hierarchy_release, stage[0], h) != KSTAGE_INVALID_HANDLE)
+      oracle("a released hierarchy was released again");
+  }
+
   void op_query_use() {
     uint64_t g = 0;
     int i = pick(queries, g);
@@ -2060,7 +2151,11 @@ struct State {
         case 6: op_list_use(); break;
         case 7:
         case 8: op_query_paths(); break;
-        case 9: op_query_filter(); break;
+        case 9:
+          if (chance(50)) op_query_filter();
+          else if (chance(50)) op_query_filter_ex();
+          else op_hierarchy();
+          break;
         case 10: op_query_use(); break;
         case 11:
         case 12:

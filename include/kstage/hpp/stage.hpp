@@ -15,6 +15,7 @@
 #include <kstage/hpp/map.hpp>
 #include <kstage/hpp/options.hpp>
 #include <kstage/hpp/read.hpp>
+#include <kstage/hpp/scene.hpp>
 #include <kstage/hpp/span.hpp>
 #include <kstage/hpp/status.hpp>
 #include <kstage/hpp/write.hpp>
@@ -190,6 +191,26 @@ class Stage {
     kstage_query_t q = 0;
     if (!detail::check(kstage_query_filter(stage_, &f, &q), st)) return {};
     return Query(stage_, q);
+  }
+  /// A query over the existing prims that meet every predicate of `filter`
+  /// (kstage_query_filter_ex), in path-id order.
+  Query query(const FilterEx& filter, Status& st) const {
+    const std::vector<kstage_predicate_t> predicates = filter.predicates();
+    kstage_filter_ex_t f = kstage_filter_ex_init();
+    f.predicates = predicates.empty() ? nullptr : predicates.data();
+    f.predicate_count = predicates.size();
+    kstage_query_t q = 0;
+    if (!detail::check(kstage_query_filter_ex(stage_, &f, &q), st)) return {};
+    return Query(stage_, q);
+  }
+
+  // --- the scene --------------------------------------------------------------------------------
+  /// The parent, children or siblings (`relation`) of every prim of `query` over the sealed
+  /// state (kstage_query_hierarchy): one item per prim, a missing prim's item KSTAGE_NOT_FOUND.
+  Hierarchy hierarchy(const Query& query, kstage_relation_t relation, Status& st) const {
+    kstage_hierarchy_t h = 0;
+    if (!detail::check(kstage_query_hierarchy(stage_, query.handle(), relation, &h), st)) return {};
+    return Hierarchy(stage_, h, st);
   }
 
   // --- writes -----------------------------------------------------------------------------------
@@ -504,6 +525,15 @@ class Stage {
   /// As query(const Filter&, Status&) const, throwing kstage::Error on failure.
   Query query(const Filter& filter) const {
     return detail::throwing([&](Status& st) { return query(filter, st); });
+  }
+  /// As query(const FilterEx&, Status&) const, throwing kstage::Error on failure.
+  Query query(const FilterEx& filter) const {
+    return detail::throwing([&](Status& st) { return query(filter, st); });
+  }
+  /// As hierarchy(const Query&, kstage_relation_t, Status&) const, throwing kstage::Error on
+  /// failure.
+  Hierarchy hierarchy(const Query& query, kstage_relation_t relation) const {
+    return detail::throwing([&](Status& st) { return hierarchy(query, relation, st); });
   }
   /// As the write of a View taking a Status&, throwing kstage::Error on failure.
   template <class View, class = std::enable_if_t<detail::is_view_rank_1_to_3<View>::value>>
