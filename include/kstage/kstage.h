@@ -1168,13 +1168,13 @@ KSTAGE_API kstage_status_t kstage_map_group_export(kstage_stage_t stage, kstage_
  *   default columns of kstage_compute_world_transforms.
  */
 #define KSTAGE_PRIM_TYPE "usd-prim-type"
-#define KSTAGE_APPLIED_SCHEMAS "usd-schemas"
-#define KSTAGE_PATH_ATTRIBUTE "usd-path"
-#define KSTAGE_PARENT_ATTRIBUTE "usd-parent"
-#define KSTAGE_CHILDREN_ATTRIBUTE "usd-children"
-#define KSTAGE_LOCAL_MATRIX "omni:xform"
-#define KSTAGE_RESET_XFORM_STACK "omni:resetXformStack"
-#define KSTAGE_WORLD_MATRIX "omni:fabric:worldMatrix"
+#define KSTAGE_APPLIED_SCHEMAS "usd-schemas"            /**< a prim's applied schemas (see above) */
+#define KSTAGE_PATH "usd-path"                          /**< the prim's own path (filters) */
+#define KSTAGE_PARENT "usd-parent"                      /**< the prim's parent (filters) */
+#define KSTAGE_CHILDREN "usd-children"                  /**< the prim's children (filters) */
+#define KSTAGE_LOCAL_MATRIX "omni:xform"                /**< local matrices (world transforms) */
+#define KSTAGE_RESET_XFORM_STACK "omni:resetXformStack" /**< reset flags (world transforms) */
+#define KSTAGE_WORLD_MATRIX "omni:fabric:worldMatrix"   /**< world matrices (world transforms) */
 
 /**
  * \brief The hierarchy comes from paths alone: a prim's *parent* is its nearest
