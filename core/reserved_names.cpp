@@ -8,7 +8,8 @@
 namespace kstage::core {
 
 Status check_reserved_name(std::string_view name, const Schema& s) {
-  if (name == KSTAGE_PATH || name == KSTAGE_PARENT || name == KSTAGE_CHILDREN)
+  if (name == KSTAGE_PATH_ATTRIBUTE || name == KSTAGE_PARENT_ATTRIBUTE ||
+      name == KSTAGE_CHILDREN_ATTRIBUTE)
     return error(KSTAGE_NOT_SUPPORTED,
                  "'%.*s' is a reserved name derived from paths (the hierarchy): it cannot be "
                  "written or mapped",

@@ -17,9 +17,9 @@ enum class Subject { Attribute, Path, Parent, Children, PrimType, Schemas };
 
 Subject subject_of(const std::string* name) {
   if (name == nullptr) return Subject::Attribute;
-  if (*name == KSTAGE_PATH) return Subject::Path;
-  if (*name == KSTAGE_PARENT) return Subject::Parent;
-  if (*name == KSTAGE_CHILDREN) return Subject::Children;
+  if (*name == KSTAGE_PATH_ATTRIBUTE) return Subject::Path;
+  if (*name == KSTAGE_PARENT_ATTRIBUTE) return Subject::Parent;
+  if (*name == KSTAGE_CHILDREN_ATTRIBUTE) return Subject::Children;
   if (*name == KSTAGE_PRIM_TYPE) return Subject::PrimType;
   if (*name == KSTAGE_APPLIED_SCHEMAS) return Subject::Schemas;
   return Subject::Attribute;
@@ -102,8 +102,8 @@ Result<Predicate> check_predicate(const Dictionary& d, const kstage_predicate_t&
     return error(KSTAGE_NOT_SUPPORTED,
                  "filter.predicates[%llu]: %s on '%s' is not supported (besides HAS on any "
                  "attribute: '%s' IN or PREFIX, '%s' IN, '%s' CONTAINS, '%s' IN, '%s' CONTAINS)",
-                 index, op, name->c_str(), KSTAGE_PATH, KSTAGE_PARENT, KSTAGE_CHILDREN,
-                 KSTAGE_PRIM_TYPE, KSTAGE_APPLIED_SCHEMAS);
+                 index, op, name->c_str(), KSTAGE_PATH_ATTRIBUTE, KSTAGE_PARENT_ATTRIBUTE,
+                 KSTAGE_CHILDREN_ATTRIBUTE, KSTAGE_PRIM_TYPE, KSTAGE_APPLIED_SCHEMAS);
   if (p.op == KSTAGE_FILTER_PREFIX && p.value_count != 1)
     return error(KSTAGE_INVALID_ARGUMENT,
                  "filter.predicates[%llu] (PREFIX on '%s'): PREFIX takes exactly one path, but "

@@ -1312,9 +1312,11 @@ TEST_CASE("cpp: compute_world_transforms writes the world column the caller seal
   bad.world = world;
   REQUIRE(!s.compute_world_transforms(3, bad, st));
   REQUIRE(st.code() == KSTAGE_INVALID_ARGUMENT);
+}
+
 TEST_CASE("cpp: hierarchy answers and relational filters", "[cpp][scene]") {
   kstage::Stage s = make_stage();
-  const kstage_token_t mass = s.token("mass"), parent = s.token(KSTAGE_PARENT);
+  const kstage_token_t mass = s.token("mass"), parent = s.token(KSTAGE_PARENT_ATTRIBUTE);
   const kstage_path_t world = s.path("/World");
   const kstage::PathRange envs = s.path_range("/World/envs", "env_", 0, 1000);
   const kstage_path_t ground = s.path("/World/ground");

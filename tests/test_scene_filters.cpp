@@ -75,9 +75,9 @@ struct Scene {
   explicit Scene(Stage& st) : s(st) {
     type = s.token(KSTAGE_PRIM_TYPE);
     schemas = s.token(KSTAGE_APPLIED_SCHEMAS);
-    path = s.token(KSTAGE_PATH);
-    parent = s.token(KSTAGE_PARENT);
-    children = s.token(KSTAGE_CHILDREN);
+    path = s.token(KSTAGE_PATH_ATTRIBUTE);
+    parent = s.token(KSTAGE_PARENT_ATTRIBUTE);
+    children = s.token(KSTAGE_CHILDREN_ATTRIBUTE);
     mass = s.token("mass");
     xform = s.token("Xform");
     cube = s.token("Cube");
@@ -206,7 +206,7 @@ TEST_CASE("a usd-schemas write replaces the prim's whole set; an empty row clear
 TEST_CASE("a filter over a path range's members", "[scene_filter][range]") {
   Stage s(host_execution());
   constexpr uint64_t kEnvs = 200000;
-  const kstage_token_t type = s.token(KSTAGE_PRIM_TYPE), parent = s.token(KSTAGE_PARENT);
+  const kstage_token_t type = s.token(KSTAGE_PRIM_TYPE), parent = s.token(KSTAGE_PARENT_ATTRIBUTE);
   const kstage_token_t xform = s.token("Xform"), scope = s.token("Scope");
   const kstage_path_t world = s.path("/World");
   const kstage_path_t first = s.range("/World/envs", "env_", 0, kEnvs);
@@ -397,7 +397,8 @@ TEST_CASE("writes and maps of reserved names must have their schema; derived nam
   KS_FAILS(kstage_write_attributes(s.stage, q, pair, batch, 2, 1, KSTAGE_PRIM_MODE_UPSERT, &op),
            KSTAGE_INVALID_ARGUMENT, "data[1] ('usd-schemas')");
   // The derived names cannot be written at all.
-  for (const char* name : {KSTAGE_PATH, KSTAGE_PARENT, KSTAGE_CHILDREN}) {
+  for (const char* name :
+       {KSTAGE_PATH_ATTRIBUTE, KSTAGE_PARENT_ATTRIBUTE, KSTAGE_CHILDREN_ATTRIBUTE}) {
     INFO(name);
     w = write_data(&tu);
     w.semantic = KSTAGE_SEMANTIC_PATH_ID;
@@ -417,7 +418,7 @@ TEST_CASE("writes and maps of reserved names must have their schema; derived nam
   d.dtype = u64();
   KS_FAILS(kstage_map_attribute(s.stage, q, &d, 1, nullptr, 0, &m), KSTAGE_INVALID_ARGUMENT,
            "'usd-schemas' is a reserved name");
-  d.attribute = s.token(KSTAGE_PARENT);
+  d.attribute = s.token(KSTAGE_PARENT_ATTRIBUTE);
   d.semantic = KSTAGE_SEMANTIC_PATH_ID;
   KS_FAILS(kstage_map_attribute(s.stage, q, &d, 1, nullptr, 0, &m), KSTAGE_NOT_SUPPORTED,
            "derived from paths");

@@ -1169,9 +1169,9 @@ KSTAGE_API kstage_status_t kstage_map_group_export(kstage_stage_t stage, kstage_
  */
 #define KSTAGE_PRIM_TYPE "usd-prim-type"
 #define KSTAGE_APPLIED_SCHEMAS "usd-schemas"            /**< a prim's applied schemas (see above) */
-#define KSTAGE_PATH "usd-path"                          /**< the prim's own path (filters) */
-#define KSTAGE_PARENT "usd-parent"                      /**< the prim's parent (filters) */
-#define KSTAGE_CHILDREN "usd-children"                  /**< the prim's children (filters) */
+#define KSTAGE_PATH_ATTRIBUTE "usd-path"                /**< the prim's own path (filters) */
+#define KSTAGE_PARENT_ATTRIBUTE "usd-parent"            /**< the prim's parent (filters) */
+#define KSTAGE_CHILDREN_ATTRIBUTE "usd-children"        /**< the prim's children (filters) */
 #define KSTAGE_LOCAL_MATRIX "omni:xform"                /**< local matrices (world transforms) */
 #define KSTAGE_RESET_XFORM_STACK "omni:resetXformStack" /**< reset flags (world transforms) */
 #define KSTAGE_WORLD_MATRIX "omni:fabric:worldMatrix"   /**< world matrices (world transforms) */
@@ -1257,11 +1257,11 @@ enum {
  * KSTAGE_NOT_SUPPORTED naming the predicate, its operator and attribute --
  * never ignored):
  *   - HAS on any attribute (`values` unused: 0 of them). On the derived names:
- *     KSTAGE_PATH every prim, KSTAGE_PARENT the prims that have a parent (not
- *     the roots), KSTAGE_CHILDREN the prims that have children;
- *   - KSTAGE_PATH IN path ids; KSTAGE_PATH PREFIX one path id;
- *   - KSTAGE_PARENT IN path ids: the children of those prims;
- *   - KSTAGE_CHILDREN CONTAINS path ids: the prim is the parent of every one;
+ *     KSTAGE_PATH_ATTRIBUTE every prim, KSTAGE_PARENT_ATTRIBUTE the prims that have a parent (not
+ *     the roots), KSTAGE_CHILDREN_ATTRIBUTE the prims that have children;
+ *   - KSTAGE_PATH_ATTRIBUTE IN path ids; KSTAGE_PATH_ATTRIBUTE PREFIX one path id;
+ *   - KSTAGE_PARENT_ATTRIBUTE IN path ids: the children of those prims;
+ *   - KSTAGE_CHILDREN_ATTRIBUTE CONTAINS path ids: the prim is the parent of every one;
  *   - KSTAGE_PRIM_TYPE IN token ids;
  *   - KSTAGE_APPLIED_SCHEMAS CONTAINS token ids: the prim has every one applied.
  * `values` are host memory, `value_count` entries (at least one; exactly one

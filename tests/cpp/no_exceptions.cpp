@@ -126,7 +126,7 @@ int main() {
   CHECK(!bad);
   CHECK(st.code() == KSTAGE_INVALID_ARGUMENT);
   kstage::FilterEx f;
-  f.prefix(stage.token(KSTAGE_PATH, st), parent).has(pos);
+  f.prefix(stage.token(KSTAGE_PATH_ATTRIBUTE, st), parent).has(pos);
   kstage::Query selected = stage.query(f, st);
   CHECK_OK(st);
   CHECK(selected.count(st) == 2);

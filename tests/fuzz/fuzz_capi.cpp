@@ -971,8 +971,9 @@ struct State {
   // order on each, so their ids match; not added to `tokens` (writes of them have rules of
   // their own, which op_write does not know).
   kstage_token_t reserved_token() {
-    static const char* const kNames[] = {KSTAGE_PATH, KSTAGE_PARENT, KSTAGE_CHILDREN,
-                                         KSTAGE_PRIM_TYPE, KSTAGE_APPLIED_SCHEMAS};
+    static const char* const kNames[] = {KSTAGE_PATH_ATTRIBUTE, KSTAGE_PARENT_ATTRIBUTE,
+                                         KSTAGE_CHILDREN_ATTRIBUTE, KSTAGE_PRIM_TYPE,
+                                         KSTAGE_APPLIED_SCHEMAS};
     const char* name = kNames[in.ConsumeIntegralInRange<size_t>(0, 4)];
     kstage_token_t a = 0, b = 0;
     if (kstage_intern_token(stage[0], name, KSTAGE_NUL_TERMINATED, &a) != KSTAGE_OK ||

@@ -106,10 +106,9 @@ class Hierarchy {
  * at:
  * \code
  *   kstage::FilterEx f;
- *   f.in(stage.token(KSTAGE_PARENT), {world}).contains(stage.token(KSTAGE_APPLIED_SCHEMAS),
- *                                                       {rigid_body});
- *   kstage::Query q = stage.query(f);
- * \endcode
+ *   f.in(stage.token(KSTAGE_PARENT_ATTRIBUTE),
+ * {world}).contains(stage.token(KSTAGE_APPLIED_SCHEMAS), {rigid_body}); kstage::Query q =
+ * stage.query(f); \endcode
  */
 class FilterEx {
  public:
