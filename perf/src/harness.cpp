@@ -286,6 +286,11 @@ class Runner {
   Measurement measure_loop(const BaselineDef& b, const std::string& key, const Shape& s,
                            const std::string& params);
   void shape_baselines(const Shape& s);
+  // One kstage case: its baselines, then the workload, its ratios, its row. `base_bytes`: what
+  // the context's stage already holds (the working-set cap counts it).
+  void measure_case(const WorkloadDef& d, Context& cx, const Shape& s, Exec exec, double base_bytes,
+                    bool payload_cap);
+  void own_shape_workloads();
   void plan_numpy(const std::string& key, const Shape& s, const std::string& params);
   double baseline_ws(const BaselineDef& b, const Shape& s) const {
     return b.working_set ? b.working_set(s) : 2.0 * double(s.dense_bytes());
@@ -301,6 +306,7 @@ class Runner {
 };
 
 bool Runner::selected(const WorkloadDef& d, const Shape& s) const {
+  if (d.own_shapes) return false;  // measured at its own shapes (own_shape_workloads)
   if (!o_.filter.empty() && d.name.find(o_.filter) == std::string::npos) return false;
   if (d.applies && !d.applies(s)) return false;
   if (o_.big_rows_min && s.rows >= o_.big_rows_min && !d.big_ok) return false;
@@ -368,12 +374,21 @@ const Measurement& Runner::memcpy_at(double bytes, const Shape&) {
       std::chrono::duration<double>(Clock::now() - it->second.when).count() < 5.0)
     return it->second;
   if (it != memcpy_.end()) memcpy_.erase(it);
+  // A payload whose two buffers exceed the working-set cap (the 1e7-prim scene tree's 384 B per
+  // prim: 3.8 GB) is compared with memcpy's bandwidth at the largest size that fits a quarter of
+  // the cap (1.5 GiB by default: far past any cache, where memcpy's bandwidth no longer depends
+  // on the size); only its GB/s is used, never its time.
+  const double cap_bytes = std::floor(o_.mem_cap_bytes / 4 / double(1 << 20)) * double(1 << 20);
+  const double bytes_at = 2.0 * double(key) > o_.mem_cap_bytes ? cap_bytes : double(key);
   Measurement m;
-  if (2.0 * double(key) > o_.mem_cap_bytes) {
+  if (bytes_at < 1) {
     m.status = "skipped";
   } else {
-    auto inst = make_memcpy(size_t(std::max<long long>(key, 1)), false);
+    auto inst = make_memcpy(size_t(std::max<double>(bytes_at, 1)), false);
     m = measure(*inst, true);
+    if (bytes_at != double(key))
+      m.note = "memcpy of " + num(bytes_at) + " B: the bandwidth of the " + num(double(key)) +
+               " B payload";
   }
   return memcpy_.emplace(key, m).first->second;
 }
@@ -488,6 +503,86 @@ void Runner::shape_baselines(const Shape& s) {
   plan_numpy("copy", s, "");
 }
 
+void Runner::measure_case(const WorkloadDef& d, Context& cx, const Shape& s, Exec exec,
+                          double base_bytes, bool payload_cap) {
+  Row r;
+  r.workload = d.name;
+  r.family = d.family;
+  r.impl = "kstage";
+  r.exec = exec_name(exec);
+  r.params = d.params;
+  r.loop_key = d.loop_key;
+  r.numpy_key = d.numpy_key;
+  r.shape = s;
+  const double ws = d.working_set ? d.working_set(s) : 4.0 * double(s.dense_bytes());
+  const double total = base_bytes + ws;
+  const double payload_est = d.payload_estimate ? d.payload_estimate(s) : double(s.dense_bytes());
+  if (total > o_.mem_cap_bytes) {
+    r.status = "skipped";
+    r.note = "working set ~" + num(total / (1ull << 30)) + " GiB > cap";
+  } else if (payload_cap && o_.case_payload_cap > 0 && payload_est > o_.case_payload_cap &&
+             !(d.big_ok && o_.big_rows_min && s.rows >= o_.big_rows_min)) {
+    r.status = "skipped";
+    r.note = "payload ~" + num(payload_est / 1e6) + " MB > quick-mode cap";
+  }
+  if (!r.status.empty()) {
+    r.m.status = "skipped";
+    ++skipped_;
+    write_row(r);
+    if (o_.verbose) print_row(r);
+    return;
+  }
+  // Baselines of this shape first, so they are measured next to the kstage number.
+  const Measurement* loop = loop_for(d.loop_key, s, d.params);
+  plan_numpy(d.numpy_key, s, d.params);
+  {
+    auto inst = d.make(cx, s);
+    r.m = measure(*inst, false);
+  }
+  if (r.m.status == "ok") {
+    ++ok_;
+    r.memcpy_gbps = memcpy_at(r.m.payload, s).gbps();
+    if (r.memcpy_gbps > 0) r.ratio_memcpy = r.m.gbps() / r.memcpy_gbps;
+    if (loop) r.loop_gbps = loop->gbps();
+    if (r.loop_gbps > 0) r.ratio_loop = r.m.gbps() / r.loop_gbps;
+  } else {
+    ++failed_;
+    failures_.push_back(d.name + " " + exec_name(exec) + " " + fmt_rows(s.rows) + " " +
+                        dtype_name(s.dtype) + "x" + std::to_string(s.lanes) + ": " + r.m.note);
+  }
+  write_row(r);
+  print_row(r);
+}
+
+// Workloads with shapes of their own (WorkloadDef::own_shapes), after the grid: per row count,
+// per host execution space, each workload in a fresh stage of its own.
+void Runner::own_shape_workloads() {
+  std::map<uint64_t, std::vector<std::pair<const WorkloadDef*, Shape>>> by_rows;
+  for (const WorkloadDef& d : workload_registry()) {
+    if (d.pending || !d.own_shapes) continue;
+    if (!o_.filter.empty() && d.name.find(o_.filter) == std::string::npos) continue;
+    for (const Shape& s : d.own_shapes(o_)) by_rows[s.rows].emplace_back(&d, s);
+  }
+  for (const auto& [rows, cases] : by_rows) {
+    std::printf("\n== rows %s (workloads with shapes of their own) ==\n", fmt_rows(rows).c_str());
+    for (Exec exec : o_.execs) {
+      std::printf("  -- kstage, host execution %s: a stage of its own per workload\n",
+                  exec_name(exec));
+      for (const auto& [d, s] : cases) {
+        std::unique_ptr<Context> cx;
+        try {
+          cx = std::make_unique<Context>(exec, 0);
+        } catch (const std::exception& e) {
+          ++failed_;
+          failures_.push_back(std::string("context ") + exec_name(exec) + ": " + e.what());
+          continue;
+        }
+        measure_case(*d, *cx, s, exec, 0, false);
+      }
+    }
+  }
+}
+
 int Runner::run() {
   mkdir(o_.out_dir.c_str(), 0755);
   csv_.open(o_.out_dir + "/results.csv");
@@ -569,62 +664,13 @@ int Runner::run() {
       }
       std::printf("  -- kstage, host execution %s: stage with %s prims (interned in %.2f s)\n",
                   exec_name(exec), fmt_rows(rows).c_str(), cx->setup_seconds());
-      for (const Shape& s : shapes) {
-        for (const WorkloadDef& d : workload_registry()) {
-          if (d.pending || !selected(d, s)) continue;
-          Row r;
-          r.workload = d.name;
-          r.family = d.family;
-          r.impl = "kstage";
-          r.exec = exec_name(exec);
-          r.params = d.params;
-          r.loop_key = d.loop_key;
-          r.numpy_key = d.numpy_key;
-          r.shape = s;
-          const double ws = d.working_set ? d.working_set(s) : 4.0 * double(s.dense_bytes());
-          const double total = book + cx->column_bytes() + ws;
-          const double payload_est =
-              d.payload_estimate ? d.payload_estimate(s) : double(s.dense_bytes());
-          if (total > o_.mem_cap_bytes) {
-            r.status = "skipped";
-            r.note = "working set ~" + num(total / (1ull << 30)) + " GiB > cap";
-          } else if (o_.case_payload_cap > 0 && payload_est > o_.case_payload_cap &&
-                     !(d.big_ok && o_.big_rows_min && s.rows >= o_.big_rows_min)) {
-            r.status = "skipped";
-            r.note = "payload ~" + num(payload_est / 1e6) + " MB > quick-mode cap";
-          }
-          if (!r.status.empty()) {
-            r.m.status = "skipped";
-            ++skipped_;
-            write_row(r);
-            if (o_.verbose) print_row(r);
-            continue;
-          }
-          // Baselines of this shape first, so they are measured next to the kstage number.
-          const Measurement* loop = loop_for(d.loop_key, s, d.params);
-          plan_numpy(d.numpy_key, s, d.params);
-          {
-            auto inst = d.make(*cx, s);
-            r.m = measure(*inst, false);
-          }
-          if (r.m.status == "ok") {
-            ++ok_;
-            r.memcpy_gbps = memcpy_at(r.m.payload, s).gbps();
-            if (r.memcpy_gbps > 0) r.ratio_memcpy = r.m.gbps() / r.memcpy_gbps;
-            if (loop) r.loop_gbps = loop->gbps();
-            if (r.loop_gbps > 0) r.ratio_loop = r.m.gbps() / r.loop_gbps;
-          } else {
-            ++failed_;
-            failures_.push_back(d.name + " " + exec_name(exec) + " " + fmt_rows(s.rows) + " " +
-                                dtype_name(s.dtype) + "x" + std::to_string(s.lanes) + ": " +
-                                r.m.note);
-          }
-          write_row(r);
-          print_row(r);
-        }
-      }
+      for (const Shape& s : shapes)
+        for (const WorkloadDef& d : workload_registry())
+          if (!d.pending && selected(d, s))
+            measure_case(d, *cx, s, exec, book + cx->column_bytes(), true);
     }
   }
+  own_shape_workloads();
 
   const double total_s = seconds_since(t_start);
   const long hwm_kb = long(peak_resident_bytes() / 1024);

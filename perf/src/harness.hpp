@@ -113,6 +113,12 @@ struct WorkloadDef {
   std::function<double(const Shape&)> payload_estimate;
   // kstage workloads: make an instance bound to a context.
   std::function<std::unique_ptr<Instance>(Context&, const Shape&)> make;
+  // Workloads measured at shapes of their own instead of the grid's (the scene trees of
+  // perf/src/wl_scene.cpp: 81,920-prim robot forests, 1e6 / 1e7-prim random trees, float64 x 16):
+  // the shapes for the run's options. Each (shape, exec) gets a stage of its own, a Context
+  // with no /p paths (the instance makes its own), destroyed after the case; `working_set`
+  // must then count the stage too.
+  std::function<std::vector<Shape>(const Options&)> own_shapes;
 };
 
 struct BaselineDef {
