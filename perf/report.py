@@ -21,7 +21,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-FAMILY_ORDER = ["write", "seal", "read", "change", "ragged", "particles", "map", "dlpack"]
+FAMILY_ORDER = ["write", "seal", "read", "change", "ragged", "particles", "map", "dlpack", "scene"]
 TARGET_ROWS = 1_000_000
 MAP_TIME_ROWS = 100_000
 
@@ -291,6 +291,57 @@ def targets(kst, pending=None, omp=None):
         line("PASS" if max(us) <= 1.0 else "FAIL",
              "DLPack export + import round trip <= 1 us per tensor on the host [%s]" % exec_,
              "worst %.3f us per tensor over %d cases" % (max(us), len(us)))
+    lines.extend(scene_targets(kst, omp))
+    return lines
+
+
+def scene_targets(kst, omp):
+    """Issue #46, section 5: world transforms (perf/src/wl_scene.cpp), float64 x 16.
+    - full compute (compute + wait + seal), parallel, >= 1e6 prims: >= 0.5x the bandwidth of memcpy of
+      the bytes it must touch (384 B per prim: ratio_memcpy);
+    - full compute, serial: >= 1x the plain serial loop (ratio_loop), every tree;
+    - incremental compute after 1% of the roots moved: <= 5% of the full compute's time, same tree,
+      exec and run."""
+    lines = []
+
+    def line(verdict, what, detail):
+        lines.append("%-4s  %s: %s" % (verdict, what, detail))
+
+    full = [r for r in kst if r["workload"].startswith("transform_full_")]
+    inc = [r for r in kst if r["workload"].startswith("transform_incremental_1pct_")]
+    if not full and not inc:
+        return lines
+    cases = [r for r in full if r["exec"] == "parallel" and int(r["rows"]) >= TARGET_ROWS]
+    v, d = evaluate(cases, "ratio_memcpy", 0.5)
+    # Reported beside it: the plain loop under OpenMP, one parallel for per level, same tree.
+    vs_omp = ["%.2fx" % (fnum(c["gbps"]) / omp[k]) for c in cases
+              for k in [(c["loop_key"], c["rows"], c["lanes"], c["dtype"])] if omp.get(k, 0) > 0]
+    if vs_omp:
+        d += "; vs the OpenMP loop (per level): %s, reported" % ", ".join(vs_omp)
+    line(v, "world transforms, full compute + seal >= 0.5x memcpy of 384 B/prim, prims >= 1e6 "
+            "[transform_full_*, parallel]", d)
+    v, d = evaluate([r for r in full if r["exec"] == "serial"], "ratio_loop", 1.0)
+    line(v, "world transforms, full compute + seal >= 1x the plain serial loop (topological order) "
+            "[transform_full_*, serial]", d)
+    by_key = {(r["workload"][len("transform_full_"):], r["exec"], r["rows"]): r for r in full}
+    shares = []
+    for r in inc:
+        f = by_key.get((r["workload"][len("transform_incremental_1pct_"):], r["exec"], r["rows"]))
+        if f and fnum(f["median_s"]) > 0 and fnum(r["median_s"]) > 0:
+            shares.append((fnum(r["median_s"]) / fnum(f["median_s"]), r))
+    what = "world transforms, incremental compute + seal after 1% of the roots moved <= 5% of the full " \
+           "compute [transform_incremental_1pct_*, both execs]"
+    if not shares:
+        line("n/a", what, "no pair of measurements")
+    else:
+        ok = sum(1 for s, _ in shares if s <= 0.05)
+        worst_s, worst_r = max(shares, key=lambda x: x[0])
+        line("PASS" if ok == len(shares) else "FAIL", what,
+             "%d/%d cases; %s; worst %.1f%% (%s %s %s)" % (
+                 ok, len(shares), ", ".join("%s %s %s %.1f%%" % (
+                     r["workload"][len("transform_incremental_1pct_"):], rows_label(r["rows"]), r["exec"],
+                     100 * s) for s, r in shares),
+                 100 * worst_s, worst_r["workload"], rows_label(worst_r["rows"]), worst_r["exec"]))
     return lines
 
 
