@@ -11,11 +11,15 @@
 //                           torch's index dtype: read as int64, a 16-byte report) + wait + seal
 //   write_mask_50           50% mask write, the mask in host memory + wait + seal
 //   write_mask_device       the same mask in device memory (its words read back by the seal)
-// Each sample's column is read back and checked against the gather. Results:
-// <out>/emulated_results.csv and a table on stdout.
+// Each sample's column is read back and checked against the gather. Then the scene workloads
+// of the GPU grid (perf/src/wl_scene.cpp, run_scene_device): world transforms (FULL, and
+// INCREMENTAL after 1% of the roots moved) of float64 x 16 columns on the emulated device next
+// to a device-to-device copy of the same bytes, each result checked on a sample of prims.
+// Results: <out>/emulated_results.csv and a table on stdout.
 #include "harness.hpp"
 
 #include "context.hpp"
+#include "scene.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -66,9 +70,13 @@ int run_emulated_suite(const Options& o) {
   std::printf("emulated device suite: float32 x %d, %d reps (median); not a GPU: no targets\n",
               lanes, reps);
   struct Row {
-    const char* name;
+    Row(std::string n, uint64_t r, double s, std::string v = "", std::string w = "")
+        : name(std::move(n)), rows(r), seconds(s), vs(std::move(v)), note(std::move(w)) {}
+    std::string name;
     uint64_t rows;
     double seconds;
+    std::string vs;  // the row of the same rows compared with (ratio = its time / this one's)
+    std::string note;
   };
   std::vector<Row> rows_out;
   for (const uint64_t n : grid) {
@@ -166,13 +174,36 @@ int run_emulated_suite(const Options& o) {
     KP_CHECK(kstage_query_release(stage, all));
     KP_CHECK(kstage_destroy(stage));
   }
+  // World transforms on device columns (the same workloads as the GPU grid's).
+  {
+    SceneDeviceOps ops;
+    ops.residency = DLDevice{DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), 0};
+    ops.alloc = [](size_t bytes) {
+      void* p = kstage_emulated_malloc(0, std::max<size_t>(bytes, 1));
+      if (!p) die("emulated suite: no device memory for %zu bytes", bytes);
+      return p;
+    };
+    ops.release = [](void* p) { kstage_emulated_free(p); };
+    auto copy = [](void* dst, const void* src, size_t bytes) {
+      if (kstage_emulated_memcpy(dst, src, bytes) != 0) die("emulated suite: memcpy failed");
+    };
+    ops.upload = copy;
+    ops.copy = copy;
+    for (const SceneDeviceRow& r : run_scene_device(ops, o, true, reps))
+      rows_out.push_back({r.name, r.rows, r.seconds, r.vs, r.note});
+  }
   std::filesystem::create_directories(o.out_dir);
   std::ofstream csv(o.out_dir + "/emulated_results.csv");
-  csv << "device,workload,rows,seconds\n";
-  std::printf("%-24s %10s %12s\n", "workload", "rows", "time");
+  csv << "device,workload,rows,seconds,vs,ratio,note\n";
+  std::printf("%-32s %10s %12s  %-24s %7s\n", "workload", "rows", "time", "vs", "ratio");
   for (const Row& r : rows_out) {
-    std::printf("%-24s %10llu %10.3f ms\n", r.name, (unsigned long long)r.rows, r.seconds * 1e3);
-    csv << "emulated," << r.name << ',' << r.rows << ',' << r.seconds << '\n';
+    double ratio = 0;
+    for (const Row& b : rows_out)
+      if (!r.vs.empty() && b.name == r.vs && b.rows == r.rows) ratio = b.seconds / r.seconds;
+    std::printf("%-32s %10llu %10.3f ms  %-24s %7.2f  %s\n", r.name.c_str(),
+                (unsigned long long)r.rows, r.seconds * 1e3, r.vs.c_str(), ratio, r.note.c_str());
+    csv << "emulated," << r.name << ',' << r.rows << ',' << r.seconds << ',' << r.vs << ',' << ratio
+        << ',' << r.note << '\n';
   }
   std::printf("emulated device suite: %s/emulated_results.csv\n", o.out_dir.c_str());
   return 0;
