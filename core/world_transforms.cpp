@@ -36,18 +36,24 @@ struct Pins {
 };
 
 // The passes of a compute of a.m slots (core/kernels/transform_ops.hpp): `depth` and `end`
-// per slot, relative to the compute (a slot whose parent is not computed has depth 0).
+// per slot, relative to the compute (a slot whose parent is not computed has depth 0; `end` 0:
+// its subtree is not a run of slots).
 void plan_passes(TransformArrays& a, const std::vector<uint32_t>& depth,
                  const std::vector<uint32_t>& end) {
   const size_t m = a.m;
   if (m == 0) return;
   const size_t levels = size_t(*std::max_element(depth.begin(), depth.end())) + 1;
   std::vector<size_t> count(levels + 1, 0);
-  for (uint32_t d : depth) ++count[d];
-  // The chunks' level: the first with a slot for every kMaxChunkSlots slots.
+  std::vector<char> runs(levels + 1, 1);  // per level: every subtree a run of slots
+  for (size_t i = 0; i < m; ++i) {
+    ++count[depth[i]];
+    if (end[i] == 0) runs[depth[i]] = 0;
+  }
+  // The chunks' level: the first with a slot for every kMaxChunkSlots slots whose subtrees are
+  // runs; none: every level a pass.
   size_t chunk_level = levels;
-  for (size_t l = 0; l < levels && chunk_level == levels; ++l)
-    if (count[l] * kernels::kMaxChunkSlots >= m) chunk_level = l;
+  for (size_t l = 0; l < levels && l <= kernels::kMaxLevelPasses && chunk_level == levels; ++l)
+    if (runs[l] && count[l] * kernels::kMaxChunkSlots >= m) chunk_level = l;
   if (chunk_level > kernels::kMaxLevelPasses) {
     a.jump = true;
     a.depth = levels;
@@ -147,52 +153,79 @@ std::shared_ptr<const TransformStructure> Stage::transform_structure(const Colum
     const uint64_t q = resolve(up[i]);
     parent[i] = q == 0 ? WorldTransform::kRoot : int64_t(index_of_row[local.row_of(q)]);
   }
-  // Depth-first order: each root (by path id) then its subtree, children by path id -- so a
-  // parent comes before its children, a subtree is a run of slots, and an in-order pass reads
-  // the local matrices about in the order they were written (prims under one parent together).
+  // The slots' order: the local column's row order when every parent's row comes before its
+  // children's (prims written parents first, as a scene is built): an in-order pass then reads
+  // the local matrices as they lie in memory. Otherwise depth-first order -- each root (by path
+  // id) then its subtree, children by path id. Either way a parent comes before its children.
+  std::vector<uint32_t> order;  // slot -> index into prims
+  order.reserve(n);
+  bool by_rows = true;
+  for (size_t i = 0; i < n && by_rows; ++i)
+    by_rows = parent[i] < 0 || local.row_of(prims[size_t(parent[i])]) < local.row_of(prims[i]);
   std::vector<uint32_t> child_offsets(n + 1, 0), children;
-  for (size_t i = 0; i < n; ++i)
-    if (parent[i] >= 0) ++child_offsets[size_t(parent[i]) + 1];
-  for (size_t i = 0; i < n; ++i) child_offsets[i + 1] += child_offsets[i];
-  children.resize(child_offsets[n]);
-  {
+  if (by_rows) {
+    for (uint32_t index : index_of_row)
+      if (index != Column::kNoRow) order.push_back(index);
+  } else {
+    for (size_t i = 0; i < n; ++i)
+      if (parent[i] >= 0) ++child_offsets[size_t(parent[i]) + 1];
+    for (size_t i = 0; i < n; ++i) child_offsets[i + 1] += child_offsets[i];
+    children.resize(child_offsets[n]);
     std::vector<uint32_t> fill(child_offsets.begin(), child_offsets.end() - 1);
     for (size_t i = 0; i < n; ++i)
       if (parent[i] >= 0) children[fill[size_t(parent[i])]++] = uint32_t(i);
-  }
-  std::vector<uint32_t> slot_of(n);
-  std::vector<uint32_t> stack;
-  uint32_t next = 0;
-  for (size_t r = 0; r < n; ++r) {
-    if (parent[r] >= 0) continue;
-    stack.push_back(uint32_t(r));
-    while (!stack.empty()) {
-      const uint32_t i = stack.back();
-      stack.pop_back();
-      slot_of[i] = next++;
-      for (uint32_t c = child_offsets[i + 1]; c-- > child_offsets[i];) stack.push_back(children[c]);
+    std::vector<uint32_t> stack;
+    for (size_t r = 0; r < n; ++r) {
+      if (parent[r] >= 0) continue;
+      stack.push_back(uint32_t(r));
+      while (!stack.empty()) {
+        const uint32_t i = stack.back();
+        stack.pop_back();
+        order.push_back(i);
+        for (uint32_t c = child_offsets[i + 1]; c-- > child_offsets[i];)
+          stack.push_back(children[c]);
+      }
     }
   }
+  std::vector<uint32_t> slot_of(n);
+  for (size_t slot = 0; slot < n; ++slot) slot_of[order[slot]] = uint32_t(slot);
   std::vector<uint64_t> by_slot(n);
   s->local_rows.resize(n);
   s->parents.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    const size_t slot = slot_of[i];
+  for (size_t slot = 0; slot < n; ++slot) {
+    const size_t i = order[slot];
     by_slot[slot] = prims[i];
     s->local_rows[slot] = local.row_of(prims[i]);
-    s->parents[slot] = parent[i] == WorldTransform::kRoot ? WorldTransform::kRoot
-                                                          : int64_t(slot_of[size_t(parent[i])]);
+    s->parents[slot] = parent[i] < 0 ? WorldTransform::kRoot : int64_t(slot_of[size_t(parent[i])]);
   }
   s->prims = std::make_shared<const PrimSeq>(std::move(by_slot));
-  // Depths (parents first), subtree ends (children last), each local row's slot.
+  // Depths (parents first), subtrees (children last): a subtree is a run of slots when its
+  // last slot is its size away (slots after their parent), always so in depth-first order.
   s->depth.assign(n, 0);
   for (size_t slot = 0; slot < n; ++slot)
     if (s->parents[slot] >= 0) s->depth[slot] = s->depth[size_t(s->parents[slot])] + 1;
-  std::vector<uint32_t> size(n, 1);
-  for (size_t slot = n; slot-- > 0;)
-    if (s->parents[slot] >= 0) size[size_t(s->parents[slot])] += size[slot];
+  std::vector<uint32_t> size(n, 1), last(n);
+  for (size_t slot = 0; slot < n; ++slot) last[slot] = uint32_t(slot);
+  for (size_t slot = n; slot-- > 0;) {
+    if (s->parents[slot] < 0) continue;
+    const size_t p = size_t(s->parents[slot]);
+    size[p] += size[slot];
+    last[p] = std::max(last[p], last[slot]);
+  }
   s->subtree_end.resize(n);
-  for (size_t slot = 0; slot < n; ++slot) s->subtree_end[slot] = uint32_t(slot) + size[slot];
+  for (size_t slot = 0; slot < n; ++slot)
+    s->subtree_end[slot] = last[slot] + 1 - slot == size[slot] ? uint32_t(slot) + size[slot] : 0;
+  // Children by slot, for the subtrees that are not runs.
+  s->child_offsets.assign(n + 1, 0);
+  for (size_t slot = 0; slot < n; ++slot)
+    if (s->parents[slot] >= 0) ++s->child_offsets[size_t(s->parents[slot]) + 1];
+  for (size_t slot = 0; slot < n; ++slot) s->child_offsets[slot + 1] += s->child_offsets[slot];
+  s->children.resize(s->child_offsets[n]);
+  {
+    std::vector<uint32_t> fill(s->child_offsets.begin(), s->child_offsets.end() - 1);
+    for (size_t slot = 0; slot < n; ++slot)
+      if (s->parents[slot] >= 0) s->children[fill[size_t(s->parents[slot])]++] = uint32_t(slot);
+  }
   s->slot_of_row.assign(local.row_space(), Column::kNoRow);
   for (size_t slot = 0; slot < n; ++slot) s->slot_of_row[s->local_rows[slot]] = uint32_t(slot);
   return s;
@@ -288,8 +321,8 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
 
   // --- which slots to compute -------------------------------------------------------------
   // Incremental work is proportional to what changed: seeds from the columns' change records
-  // (O(1) to O(changed) in the common cases), each grown to its subtree -- a run of slots in
-  // depth-first order -- and only those runs computed.
+  // (O(1) to O(changed) in the common cases), each grown to its subtree, and only those slots
+  // computed (a slot marker of n bytes is the one O(n) part).
   const uint64_t* prim_of = structure->prims->data();
   std::vector<uint32_t> seeds;
   // Whether the world column holds a row for every slot: what the last compute saw, while the
@@ -356,17 +389,45 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
     }
   }
   const bool full = !trusted;
-  // The runs: each seed's subtree, in slot order, nested runs dropped.
-  std::vector<std::pair<uint32_t, uint32_t>> runs;
-  if (full) {
-    if (n > 0) runs.emplace_back(0, uint32_t(n));
-  } else {
+  // Incremental: the seeds' subtrees -- a run of slots where the subtree is one, else through
+  // the child lists -- in slot order (parents first). Runs need no marks: seeds in order, a
+  // seed inside the last run is already in it. Subtrees that are not runs are walked, with a
+  // mark per slot (made only then) so that none is taken twice.
+  std::vector<uint32_t> chosen;
+  if (!full) {
     std::sort(seeds.begin(), seeds.end());
-    for (uint32_t s : seeds)
-      if (runs.empty() || s >= runs.back().second) runs.emplace_back(s, structure->subtree_end[s]);
+    seeds.erase(std::unique(seeds.begin(), seeds.end()), seeds.end());
+    uint32_t run_end = 0;
+    std::vector<uint32_t> walked;
+    for (uint32_t seed : seeds) {
+      if (seed < run_end) continue;
+      if (const uint32_t end = structure->subtree_end[seed]) {
+        for (uint32_t t = seed; t < end; ++t) chosen.push_back(t);
+        run_end = end;
+      } else {
+        walked.push_back(seed);
+      }
+    }
+    if (!walked.empty()) {
+      std::vector<char> marked(n, 0);
+      for (uint32_t t : chosen) marked[t] = 1;
+      std::vector<uint32_t> stack;
+      for (uint32_t seed : walked) {
+        stack.push_back(seed);
+        while (!stack.empty()) {
+          const uint32_t t = stack.back();
+          stack.pop_back();
+          if (marked[t]) continue;
+          marked[t] = 1;
+          chosen.push_back(t);
+          for (uint32_t c = structure->child_offsets[t]; c < structure->child_offsets[t + 1]; ++c)
+            stack.push_back(structure->children[c]);
+        }
+      }
+      std::sort(chosen.begin(), chosen.end());
+    }
   }
-  size_t m = 0;
-  for (const auto& [b, e] : runs) m += e - b;
+  const size_t m = full ? n : chosen.size();
 
   // World rows no local matrix backs: deleted by this compute.
   std::vector<uint64_t> stray;
@@ -409,23 +470,35 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
     a->parents.resize(m);
     std::vector<uint32_t> depth(m), end(m);
     bool old_world = false;
-    size_t i = 0;
-    for (const auto& [b, e] : runs) {
-      const size_t base = i;
-      for (size_t s = b; s < e; ++s, ++i) {
-        a->local_rows[i] = structure->local_rows[s];
-        a->reset_rows[i] = resets ? rc->row_of(prim_of[s]) : WorldTransform::kNoReset;
-        depth[i] = structure->depth[s] - structure->depth[b];
-        end[i] = uint32_t(base + (structure->subtree_end[s] - b));
-        const int64_t p = structure->parents[s];
-        if (s > b) {  // inside the run: computed earlier in it
-          a->parents[i] = int64_t(base) + (p - int64_t(b));
-        } else if (p < 0) {
-          a->parents[i] = WorldTransform::kRoot;
-        } else {  // a run's root: its parent is not recomputed, and holds a world row (above)
-          a->parents[i] = WorldTransform::kOldWorld - int64_t(wc->row_of(prim_of[size_t(p)]));
-          old_world = true;
-        }
+    // Where slot p lies among the computed slots before compute slot i (i: it is not there):
+    // by offset within the block of consecutive slots i lies in (a subtree's run), else by a
+    // search.
+    size_t block_first = 0;  // the compute slot that starts the current block
+    auto parent_index = [&](size_t i, uint32_t p) {
+      if (p >= chosen[block_first]) return block_first + (p - chosen[block_first]);
+      const auto it = std::lower_bound(chosen.begin(), chosen.begin() + long(block_first), p);
+      return it != chosen.begin() + long(block_first) && *it == p ? size_t(it - chosen.begin()) : i;
+    };
+    for (size_t i = 0; i < m; ++i) {
+      const size_t s = full ? i : chosen[i];
+      if (!full && (i == 0 || chosen[i - 1] + 1 != s)) block_first = i;
+      a->local_rows[i] = structure->local_rows[s];
+      a->reset_rows[i] = resets ? rc->row_of(prim_of[s]) : WorldTransform::kNoReset;
+      const uint32_t subtree_end = structure->subtree_end[s];
+      // (A subtree of a computed slot is computed whole: a run of slots stays one.)
+      end[i] = subtree_end == 0 ? 0 : uint32_t(i + (subtree_end - s));
+      const int64_t p = structure->parents[s];
+      if (p < 0) {
+        a->parents[i] = WorldTransform::kRoot;
+        depth[i] = 0;
+      } else if (const size_t at = full ? size_t(p) : parent_index(i, uint32_t(p));
+                 at < i) {  // computed before it in this pass
+        a->parents[i] = int64_t(at);
+        depth[i] = depth[at] + 1;
+      } else {  // not recomputed: the column holds its world row (checked above)
+        a->parents[i] = WorldTransform::kOldWorld - int64_t(wc->row_of(prim_of[size_t(p)]));
+        depth[i] = 0;
+        old_world = true;
       }
     }
     if (old_world) {
@@ -466,9 +539,8 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
   // --- enqueue: the write (and the deletes) at `ordinal`, all or nothing -------------------
   PrimList targets = structure->prims;
   if (!full) {
-    std::vector<uint64_t> ids;
-    ids.reserve(m);
-    for (const auto& [b, e] : runs) ids.insert(ids.end(), prim_of + b, prim_of + e);
+    std::vector<uint64_t> ids(m);
+    for (size_t i = 0; i < m; ++i) ids[i] = prim_of[chosen[i]];
     targets = std::make_shared<const PrimSeq>(std::move(ids));
   }
   auto next_state = std::make_shared<TransformState>();
@@ -529,7 +601,9 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
   next_state->world_serial = written ? written->serial() : 0;
   next_state->op = op;
   state_slot = std::move(next_state);
-  defer(op->work, std::move(pins));
+  // Host work is done: the buffers it read go now (a pin held until a later reap would make
+  // the seal copy the world column it writes). Device work keeps them until it completes.
+  if (!op->work.empty()) defer(op->work, std::move(pins));
   return op;
 }
 

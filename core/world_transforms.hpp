@@ -17,20 +17,22 @@ namespace kstage::core {
 
 struct Op;
 
-// The prims that hold a local matrix (sealed), as *slots* in depth-first order -- each root
-// (by path id) followed by its subtree, children by path id -- each with its parent's slot: the
-// nearest ancestor path that holds a local matrix. A slot's subtree is the slots from it up to
-// subtree_end. Built when the local column's prims change (its structure counter), and shared by
-// every compute that finds them unchanged.
+// The prims that hold a local matrix (sealed), as *slots* -- in the local column's row order
+// when parents' rows come first (a scene written parents first), else depth-first (each root
+// by path id, then its subtree) -- each with its parent's slot: the nearest ancestor path that
+// holds a local matrix, always an earlier slot. A subtree that is a run of slots ends at
+// subtree_end (0: it is not one; the child lists give it). Built when the local column's prims
+// change (its structure counter), and shared by every compute that finds them unchanged.
 struct TransformStructure {
   uint64_t local_serial = 0;          // the local column it was built from (Column::serial)
   uint64_t local_structure = 0;       // and that column's Column::structure() then
   PrimList prims;                     // per slot: the prim (a full compute's write targets)
   std::vector<uint32_t> local_rows;   // per slot: its row of the local column
   std::vector<int64_t> parents;       // per slot: the parent's slot (earlier), or kRoot
-  std::vector<uint32_t> subtree_end;  // per slot: one past the last slot of its subtree
+  std::vector<uint32_t> subtree_end;  // per slot: one past its subtree's run (0: not a run)
   std::vector<uint32_t> depth;        // per slot: 0 for a root
-  std::vector<uint32_t> slot_of_row;  // per local row: its slot (Column::kNoRow: none)
+  std::vector<uint32_t> child_offsets, children;  // slot s's children: children[offsets[s]..]
+  std::vector<uint32_t> slot_of_row;              // per local row: its slot (Column::kNoRow: none)
   size_t size() const { return local_rows.size(); }
 };
 

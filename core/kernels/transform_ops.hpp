@@ -57,11 +57,11 @@ struct WorldTransform {
 };
 
 // The plan's bounds (core/world_transforms.cpp): the chunks' roots are the first level with a
-// slot for every kMaxChunkSlots slots of the compute (chunks of a few dozen prims on average:
-// enough of them to fill the cores or a GPU's threads, each a short in-order walk of one
-// subtree); the levels above it run one pass each, at most kMaxLevelPasses of them, else the
-// plan jumps pointers.
-constexpr size_t kMaxChunkSlots = 64;
+// slot for every kMaxChunkSlots slots of the compute whose subtrees are runs of slots (chunks of
+// at most a few hundred prims on average: enough of them to fill the cores or a GPU's threads,
+// each a short in-order walk of one subtree); the levels above it run one pass each, at most
+// kMaxLevelPasses of them, else the plan jumps pointers.
+constexpr size_t kMaxChunkSlots = 256;
 constexpr size_t kMaxLevelPasses = 32;
 
 }  // namespace kstage::core::kernels
