@@ -151,6 +151,12 @@ QueryArg query_arg(const StageRef& stage, nb::handle query);
 /// The token of an attribute argument (a str, interned and cached per stage, or an int).
 kstage_token_t attribute_token(const StageRef& stage, nb::handle attribute);
 
+/// Path ids of a path argument: a str (one path), a sequence of str (interned in one call), a
+/// sequence of ids or a one-dimensional integer array.
+std::vector<kstage_path_t> path_ids(const StageRef& stage, nb::handle paths);
+/// A numpy array that owns `ids` (writable: it is the caller's copy).
+nb::object path_array(std::vector<kstage_path_t> ids);
+
 /// A DLDevice from None ({0, 0}), "cpu", "cuda", "cuda:1", a (type, id) pair, or an object
 /// with __dlpack_device__.
 DLDevice device_arg(nb::handle device);
@@ -348,6 +354,7 @@ void register_write(nb::module_& m, nb::handle stage_class);  // kstage.Op
 void register_read(nb::module_& m, nb::handle stage_class);   // kstage.Read, kstage.ReadGroup
 void register_map(nb::module_& m, nb::handle stage_class);    // kstage.Map, kstage.MapGroup
 void register_tensor(nb::module_& m);                         // kstage.Tensor
+void register_scene(nb::module_& m, nb::handle stage_class);  // kstage.Hierarchy, filters
 
 // The Arrow PyCapsule interface (arrow_capsules.cpp): (schema, array) capsules of an export
 // (`make`: kstage_group_export_arrow or kstage_read_export_arrow, called without the GIL) --

@@ -52,6 +52,8 @@ kstage_host_execution_t host_execution_arg(std::string_view name) {
                          std::string(name) + "\"");
 }
 
+}  // namespace
+
 // Path ids from a sequence of str (interned in one bulk call) or of ints / an integer array.
 std::vector<kstage_path_t> path_ids(const StageRef& stage, nb::handle paths) {
   if (PyUnicode_Check(paths.ptr())) {
@@ -142,8 +144,6 @@ nb::object path_array(std::vector<kstage_path_t> ids) {
   return nb::cast(
       nb::ndarray<nb::numpy, kstage_path_t, nb::ndim<1>>(heap->data(), 1, shape, owner));
 }
-
-}  // namespace
 
 std::string path_string(const StageRef& stage, kstage_path_t path) {
   const char* s = nullptr;
