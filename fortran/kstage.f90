@@ -30,7 +30,8 @@
 !   array: index_map(i) = j writes row j (pos(:, j)) to the query's prim i, 1 <= j <= rows.
 !   Read and map groups give the same: group%rows(i) is the row (1-based) of prim i, so prim
 !   i's values are values(:, group%rows(i)). Prims are numbered from 1 as well (prim i of a
-!   query is paths(i)). The C interfaces of module kstage_c keep C's 0-based rows.
+!   query is paths(i)), and so are a hierarchy's items: kstage_hierarchy's item_start(i) is
+!   item i's first span. The C interfaces of module kstage_c keep C's 0-based rows.
 ! - Writes of the layer are complete when the routine returns: it waits for the write's op (a
 !   host array is copied or adopted by then), so the array may change at once afterwards.
 ! - Read and map groups give Fortran pointers over kstage's own memory (c_f_pointer), with no
@@ -157,6 +158,19 @@ module kstage
     logical :: is_delete = .false.        ! a tombstone group: prims lost the attribute
     logical :: is_array = .false.         ! an array (ragged) attribute: one row per prim
     type(kstage_data_t) :: data           ! the C view (kstage_data_t), 0-based
+  end type
+
+  ! One criterion of kstage_query_where (kstage_predicate_t; docs/scene.md): op KSTAGE_FILTER_HAS,
+  ! _IN, _CONTAINS or _PREFIX (the comparisons _LT, _LE, _GT, _GE are reserved: refused with
+  ! KSTAGE_NOT_SUPPORTED), attribute a token, values path ids (for the hierarchy's names
+  ! KSTAGE_PATH_ATTRIBUTE, KSTAGE_PARENT_ATTRIBUTE, KSTAGE_CHILDREN_ATTRIBUTE) or token ids (for
+  ! KSTAGE_PRIM_TYPE, KSTAGE_APPLIED_SCHEMAS); HAS takes none. The structure constructor makes
+  ! one: kstage_predicate(KSTAGE_FILTER_IN, parent, [world]), or kstage_predicate(
+  ! KSTAGE_FILTER_HAS, mass) without values.
+  type :: kstage_predicate
+    integer :: op = KSTAGE_FILTER_HAS
+    integer(int64) :: attribute = 0
+    integer(int64), allocatable :: values(:)
   end type
 
   ! A valid address for Fortran pointers of zero size (c_f_pointer takes no NULL).
@@ -792,6 +806,122 @@ contains
     if (.not. ok(kstage_compute_world_transforms(stage, desc, ordinal, op), &
                  'kstage_world_transforms', stat)) return
     call wait_op(stage, op, 'kstage_world_transforms', stat)
+  end subroutine
+
+  ! ==== the scene: hierarchy and filters ===========================================================
+
+  ! The parent, children or siblings (relation KSTAGE_RELATION_PARENT, _CHILDREN or _SIBLINGS)
+  ! of every prim of `query`, in one call, over the latest sealed state (kstage_query_hierarchy;
+  ! docs/scene.md). One item per query prim, in query order: status(i) is item i's status --
+  ! KSTAGE_OK, or KSTAGE_NOT_FOUND for a prim that does not exist, whose item alone fails and has
+  ! no spans. Item i's paths are the spans item_start(i) .. item_start(i + 1) - 1 (item_start
+  ! has n + 1 entries, counted from 1): span k is the span_count(k) path ids span_first(k),
+  ! span_first(k) + 1, ..., in path-id order -- the members of a path range are one span, never
+  ! an id each. kstage_span_paths(span_first(a:b), span_count(a:b)) makes the ids of spans.
+  ! Siblings leave out the prim itself; the siblings of a root are the other roots.
+  subroutine kstage_hierarchy(stage, query, relation, status, item_start, span_first, &
+                              span_count, stat)
+    integer(int64), intent(in) :: stage, query
+    integer, intent(in) :: relation
+    integer, allocatable, intent(out) :: status(:)
+    integer(int64), allocatable, intent(out) :: item_start(:), span_first(:), span_count(:)
+    integer, intent(out), optional :: stat
+    integer(int64) :: h, n_items, n_spans, i
+    integer(c_int32_t) :: ignored
+    type(c_ptr) :: items_at, spans_at
+    type(kstage_hierarchy_item_t), pointer :: items(:)
+    type(kstage_path_span_t), pointer :: spans(:)
+    if (present(stat)) stat = KSTAGE_OK
+    allocate(status(0), item_start(1), span_first(0), span_count(0))
+    item_start(1) = 1
+    h = 0
+    if (.not. ok(kstage_query_hierarchy(stage, query, int(relation, c_int32_t), h), &
+                 'kstage_hierarchy', stat)) return
+    n_items = 0
+    n_spans = 0
+    if (.not. ok(kstage_hierarchy_get(stage, h, items_at, n_items, spans_at, n_spans), &
+                 'kstage_hierarchy', stat)) then
+      ignored = kstage_hierarchy_release(stage, h)
+      return
+    end if
+    deallocate(status, item_start, span_first, span_count)
+    allocate(status(n_items), item_start(n_items + 1), span_first(n_spans), span_count(n_spans))
+    if (n_items > 0) then
+      call c_f_pointer(items_at, items, [n_items])
+      do i = 1, n_items
+        status(i) = int(items(i)%status)
+        item_start(i) = items(i)%span_offset + 1
+      end do
+    end if
+    item_start(n_items + 1) = n_spans + 1
+    if (n_spans > 0) then
+      call c_f_pointer(spans_at, spans, [n_spans])
+      span_first = spans%first
+      span_count = spans%count
+    end if
+    if (.not. ok(kstage_hierarchy_release(stage, h), 'kstage_hierarchy', stat)) return
+  end subroutine
+
+  ! The path ids of spans (kstage_hierarchy's span_first(a:b), span_count(a:b)): span k's
+  ! count(k) ids first(k), first(k) + 1, ..., one span after another.
+  pure function kstage_span_paths(first, count) result(paths)
+    integer(int64), intent(in) :: first(:), count(:)
+    integer(int64), allocatable :: paths(:)
+    integer(int64) :: k, j, at, n
+    n = min(size(first), size(count))
+    allocate(paths(sum(count(1:n))))
+    at = 0
+    do k = 1, n
+      do j = 0, count(k) - 1
+        at = at + 1
+        paths(at) = first(k) + j
+      end do
+    end do
+  end function
+
+  ! A query over the existing prims (latest sealed state) that meet every one of `predicates`
+  ! (kstage_predicate: op, attribute, values), in path-id order (kstage_query_filter_ex); no
+  ! predicate: every existing prim. Supported (docs/scene.md): HAS on any attribute;
+  ! KSTAGE_PATH_ATTRIBUTE IN paths or PREFIX one path; KSTAGE_PARENT_ATTRIBUTE IN paths (their
+  ! children); KSTAGE_CHILDREN_ATTRIBUTE CONTAINS paths (the parent of every one);
+  ! KSTAGE_PRIM_TYPE IN tokens; KSTAGE_APPLIED_SCHEMAS CONTAINS tokens. Anything else fails with
+  ! KSTAGE_NOT_SUPPORTED, a malformed predicate with KSTAGE_INVALID_ARGUMENT; the message names
+  ! the C predicate, counted from 0 (predicates(i) is filter.predicates[i - 1]).
+  subroutine kstage_query_where(stage, predicates, query, stat)
+    integer(int64), intent(in) :: stage
+    type(kstage_predicate), intent(in) :: predicates(:)
+    integer(int64), intent(out) :: query
+    integer, intent(out), optional :: stat
+    type(kstage_predicate_t), allocatable, target :: c(:)
+    integer(int64), allocatable, target :: values(:)   ! every predicate's, one after another
+    type(kstage_filter_ex_t) :: filter
+    integer(int64) :: total, at, m
+    integer :: k
+    if (present(stat)) stat = KSTAGE_OK
+    query = 0
+    total = 0
+    do k = 1, size(predicates)
+      if (allocated(predicates(k)%values)) total = total + size(predicates(k)%values)
+    end do
+    allocate(c(max(1, size(predicates))), values(max(1_int64, total)))
+    at = 1
+    do k = 1, size(predicates)
+      c(k)%op = int(predicates(k)%op, c_int32_t)
+      c(k)%attribute = predicates(k)%attribute
+      if (.not. allocated(predicates(k)%values)) cycle
+      m = size(predicates(k)%values)
+      if (m == 0) cycle
+      values(at:at + m - 1) = predicates(k)%values
+      c(k)%values = c_loc(values(at))
+      c(k)%value_count = m
+      at = at + m
+    end do
+    filter = kstage_filter_ex_init()
+    if (size(predicates) > 0) then
+      filter%predicates = c_loc(c)
+      filter%predicate_count = size(predicates)
+    end if
+    if (.not. ok(kstage_query_filter_ex(stage, filter, query), 'kstage_query_where', stat)) return
   end subroutine
 
   ! The write floor of `attribute` (absent: the global floor, the minimum).

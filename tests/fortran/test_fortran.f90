@@ -149,6 +149,7 @@ program test_fortran
   call test_errors()
   call test_names()
   call test_world_transforms()
+  call test_hierarchy()
   call test_device_columns()
 
   call kstage_close(stage)
@@ -223,6 +224,105 @@ contains
     call kstage_world_transforms(s, 3_int64, local=world, world=world, stat=st)
     call expect_failure(st, KSTAGE_INVALID_ARGUMENT, 'desc.local and desc.world', &
                         'kstage_world_transforms: one column twice')
+    call kstage_close(s)
+  end subroutine
+
+  ! The scene's hierarchy and filters (docs/scene.md): a small tree with a gap (/w/a holds
+  ! nothing, so /w/a/c is a child of /w), a missing prim, a path range's members as one span,
+  ! filters by parent and by prim type, and the refusals.
+  subroutine test_hierarchy()
+    integer(int64) :: s, mass, ptype, parent, path_attr, xform, cube, tree(4), ghost, first
+    integer(int64) :: q, qr, found
+    integer, allocatable :: status(:)
+    integer(int64), allocatable :: start(:), span_first(:), span_count(:), prims(:)
+    integer :: st
+    call check(KSTAGE_PATH_ATTRIBUTE == 'usd-path' .and. KSTAGE_PARENT_ATTRIBUTE == 'usd-parent' &
+               .and. KSTAGE_CHILDREN_ATTRIBUTE == 'usd-children', 'the hierarchy''s names')
+    call kstage_open(s)
+    call kstage_token(s, 'mass', mass)
+    call kstage_token(s, KSTAGE_PRIM_TYPE, ptype)
+    call kstage_token(s, KSTAGE_PARENT_ATTRIBUTE, parent)
+    call kstage_token(s, KSTAGE_PATH_ATTRIBUTE, path_attr)
+    call kstage_token(s, 'Xform', xform)
+    call kstage_token(s, 'Cube', cube)
+    call kstage_paths(s, [character(len=8) :: '/w', '/w/a/c', '/w/b', '/x'], tree)
+    call kstage_path(s, '/ghost', ghost)   ! interned, never a prim
+    call kstage_query(s, tree, q)
+    call kstage_write(s, q, ptype, 1_int64, [xform, cube, cube, xform], &
+                      semantic=KSTAGE_SEMANTIC_TOKEN_ID, unsigned=.true.)
+    call kstage_seal(s, 1_int64)
+    call kstage_query_free(s, q)
+
+    ! Children: one item per prim, in query order; /ghost's item alone fails.
+    call kstage_query(s, [tree(1), ghost, tree(2), tree(4)], q)
+    call kstage_hierarchy(s, q, KSTAGE_RELATION_CHILDREN, status, start, span_first, span_count)
+    call check(size(status) == 4 .and. size(start) == 5, 'hierarchy: one item per prim')
+    call check(all(status == [KSTAGE_OK, KSTAGE_NOT_FOUND, KSTAGE_OK, KSTAGE_OK]), &
+               'hierarchy: the missing prim''s item fails alone')
+    call check(start(1) == 1 .and. start(5) == size(span_first) + 1, 'hierarchy: item_start')
+    call check(all(kstage_span_paths(span_first(start(1):start(2) - 1), &
+                                     span_count(start(1):start(2) - 1)) == tree(2:3)), &
+               'hierarchy: /w''s children, across the gap')
+    call check(all(start(2:5) == start(2)), 'hierarchy: no spans for the missing prim, the leaves')
+    ! Parents and siblings.
+    call kstage_hierarchy(s, q, KSTAGE_RELATION_PARENT, status, start, span_first, span_count)
+    call check(start(2) == 1, 'hierarchy: /w is a root')
+    call check(start(4) - start(3) == 1 .and. span_first(start(3)) == tree(1) .and. &
+               span_count(start(3)) == 1, 'hierarchy: /w/a/c''s parent is /w')
+    call kstage_hierarchy(s, q, KSTAGE_RELATION_SIBLINGS, status, start, span_first, span_count)
+    call check(all(kstage_span_paths(span_first(start(1):start(2) - 1), &
+                                     span_count(start(1):start(2) - 1)) == [tree(4)]), &
+               'hierarchy: the siblings of a root are the other roots')
+    call check(all(kstage_span_paths(span_first(start(3):start(4) - 1), &
+                                     span_count(start(3):start(4) - 1)) == [tree(3)]), &
+               'hierarchy: /w/a/c''s sibling')
+    call kstage_hierarchy(s, q, 7, status, start, span_first, span_count, stat=st)
+    call expect_failure(st, KSTAGE_INVALID_ARGUMENT, 'relation', 'hierarchy: a bad relation')
+    call check(size(status) == 0 .and. size(start) == 1, 'hierarchy: nothing on failure')
+    call kstage_query_free(s, q)
+
+    ! A path range's 100 members under /w: one span.
+    call kstage_path_range(s, '/w', 'e_', 0_int64, 100_int64, first)
+    call kstage_query_of_range(s, first, qr)
+    call kstage_write(s, qr, mass, 2_int64, [(1.0_real32, st = 1, 100)])
+    call kstage_seal(s, 2_int64)
+    call kstage_query(s, [tree(1)], q)
+    call kstage_hierarchy(s, q, KSTAGE_RELATION_CHILDREN, status, start, span_first, span_count)
+    call check(size(span_first) == 3, 'hierarchy: the range is one span')
+    call check(all(span_first == [tree(2), tree(3), first]) .and. &
+               all(span_count == [1_int64, 1_int64, 100_int64]), 'hierarchy: the spans')
+    call check(size(kstage_span_paths(span_first, span_count)) == 102, 'kstage_span_paths')
+    call kstage_query_free(s, q)
+
+    ! Filters: by parent, by prim type, combined, and every prim.
+    call kstage_query_where(s, [kstage_predicate(KSTAGE_FILTER_IN, parent, [tree(1)])], found)
+    call kstage_query_prims(s, found, prims)
+    call check(size(prims) == 102 .and. all(prims(1:2) == tree(2:3)) .and. prims(3) == first, &
+               'query_where: the children of /w')
+    call kstage_query_free(s, found)
+    call kstage_query_where(s, [kstage_predicate(KSTAGE_FILTER_IN, ptype, [cube])], found)
+    call kstage_query_prims(s, found, prims)
+    call check(size(prims) == 2 .and. all(prims == tree(2:3)), 'query_where: the cubes')
+    call kstage_query_free(s, found)
+    call kstage_query_where(s, [kstage_predicate(KSTAGE_FILTER_IN, ptype, [xform]), &
+                                kstage_predicate(KSTAGE_FILTER_PREFIX, path_attr, [tree(1)])], found)
+    call kstage_query_prims(s, found, prims)
+    call check(size(prims) == 1 .and. prims(1) == tree(1), 'query_where: AND')
+    call kstage_query_free(s, found)
+    call kstage_query_where(s, [kstage_predicate(KSTAGE_FILTER_HAS, mass), &
+                                kstage_predicate(KSTAGE_FILTER_HAS, parent)], found)
+    call kstage_query_size(s, found, qr)
+    call check(qr == 100, 'query_where: HAS without values')
+    call kstage_query_free(s, found)
+    ! Refusals, with stat.
+    call kstage_query_where(s, [kstage_predicate(KSTAGE_FILTER_LT, mass, [1_int64])], found, st)
+    call expect_failure(st, KSTAGE_NOT_SUPPORTED, 'not supported', 'query_where: LT')
+    call kstage_query_where(s, [kstage_predicate(KSTAGE_FILTER_HAS, mass), &
+                                kstage_predicate(KSTAGE_FILTER_IN, mass, [1_int64])], found, st)
+    call expect_failure(st, KSTAGE_NOT_SUPPORTED, 'predicates[1]', 'query_where: IN on mass')
+    call kstage_query_where(s, [kstage_predicate(KSTAGE_FILTER_HAS, mass, [1_int64])], found, st)
+    call expect_failure(st, KSTAGE_INVALID_ARGUMENT, 'HAS takes no values', &
+                        'query_where: values on HAS')
     call kstage_close(s)
   end subroutine
 
