@@ -387,8 +387,7 @@ class Stage {
   void seal(uint64_t ordinal, Status& st) const { seal(ordinal, {}, st); }
   /// Computes world matrices from local ones, as one write of the world column at `ordinal`
   /// that the caller seals (kstage_compute_world_transforms; docs/scene.md).
-  Op compute_world_transforms(uint64_t ordinal, const TransformOptions& options,
-                              Status& st) const {
+  Op compute_world_transforms(uint64_t ordinal, const TransformOptions& options, Status& st) const {
     kstage_transform_desc_t d = kstage_transform_desc_init();
     d.mode = options.mode;
     d.local = options.local;
