@@ -808,7 +808,7 @@ contains
     call wait_op(stage, op, 'kstage_world_transforms', stat)
   end subroutine
 
-  ! ==== the scene: hierarchy and filters ===========================================================
+  ! ==== the scene: hierarchy and filters =========================================================
 
   ! The parent, children or siblings (relation KSTAGE_RELATION_PARENT, _CHILDREN or _SIBLINGS)
   ! of every prim of `query`, in one call, over the latest sealed state (kstage_query_hierarchy;

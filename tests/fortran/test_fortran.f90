@@ -305,7 +305,8 @@ contains
     call check(size(prims) == 2 .and. all(prims == tree(2:3)), 'query_where: the cubes')
     call kstage_query_free(s, found)
     call kstage_query_where(s, [kstage_predicate(KSTAGE_FILTER_IN, ptype, [xform]), &
-                                kstage_predicate(KSTAGE_FILTER_PREFIX, path_attr, [tree(1)])], found)
+                                kstage_predicate(KSTAGE_FILTER_PREFIX, path_attr, [tree(1)])], &
+                            found)
     call kstage_query_prims(s, found, prims)
     call check(size(prims) == 1 .and. prims(1) == tree(1), 'query_where: AND')
     call kstage_query_free(s, found)

@@ -84,7 +84,8 @@ def test_a_path_range_is_one_span_and_deletes_split_it(stage):
         assert h.spans.tolist() == [[first, n], [ground, 1]]
         assert h.path_counts.tolist() == [n + 1]
         paths = h.paths(0)
-        assert paths.dtype == np.uint64 and paths.tolist() == list(range(first, first + n)) + [ground]
+        assert paths.dtype == np.uint64
+        assert paths.tolist() == list(range(first, first + n)) + [ground]
         # Spans expand with numpy alone.
         s = h.spans_of(0)
         expanded = np.concatenate([np.arange(f, f + c, dtype=np.uint64) for f, c in s])
