@@ -227,12 +227,27 @@ contains
     call kstage_close(s)
   end subroutine
 
+  ! The query of one predicate, built in a named array (see test_hierarchy).
+  subroutine where1(s, op, attribute, values, found, st)
+    integer(int64), intent(in) :: s, attribute
+    integer, intent(in) :: op
+    integer(int64), intent(in) :: values(:)
+    integer(int64), intent(out) :: found
+    integer, intent(out), optional :: st
+    type(kstage_predicate) :: one(1)
+    one(1)%op = op
+    one(1)%attribute = attribute
+    one(1)%values = values
+    call kstage_query_where(s, one, found, st)
+  end subroutine
+
   ! The scene's hierarchy and filters (docs/scene.md): a small tree with a gap (/w/a holds
   ! nothing, so /w/a/c is a child of /w), a missing prim, a path range's members as one span,
   ! filters by parent and by prim type, and the refusals.
   subroutine test_hierarchy()
     integer(int64) :: s, mass, ptype, parent, path_attr, xform, cube, tree(4), ghost, first
     integer(int64) :: q, qr, found
+    type(kstage_predicate), allocatable :: preds(:)
     integer, allocatable :: status(:)
     integer(int64), allocatable :: start(:), span_first(:), span_count(:), prims(:)
     integer :: st
@@ -294,34 +309,48 @@ contains
     call check(size(kstage_span_paths(span_first, span_count)) == 102, 'kstage_span_paths')
     call kstage_query_free(s, q)
 
-    ! Filters: by parent, by prim type, combined, and every prim.
-    call kstage_query_where(s, [kstage_predicate(KSTAGE_FILTER_IN, parent, [tree(1)])], found)
+    ! Filters: by parent, by prim type, combined, and every prim. (The predicates are named
+    ! arrays: gfortran 12 leaks the allocatable components of an array constructor's
+    ! temporaries, `[kstage_predicate(..., [x])]`, which a program that filters every tick
+    ! would notice.)
+    call where1(s, KSTAGE_FILTER_IN, parent, [tree(1)], found)
     call kstage_query_prims(s, found, prims)
     call check(size(prims) == 102 .and. all(prims(1:2) == tree(2:3)) .and. prims(3) == first, &
                'query_where: the children of /w')
     call kstage_query_free(s, found)
-    call kstage_query_where(s, [kstage_predicate(KSTAGE_FILTER_IN, ptype, [cube])], found)
+    call where1(s, KSTAGE_FILTER_IN, ptype, [cube], found)
     call kstage_query_prims(s, found, prims)
     call check(size(prims) == 2 .and. all(prims == tree(2:3)), 'query_where: the cubes')
     call kstage_query_free(s, found)
-    call kstage_query_where(s, [kstage_predicate(KSTAGE_FILTER_IN, ptype, [xform]), &
-                                kstage_predicate(KSTAGE_FILTER_PREFIX, path_attr, [tree(1)])], &
-                            found)
+    allocate(preds(2))
+    preds(1)%op = KSTAGE_FILTER_IN
+    preds(1)%attribute = ptype
+    preds(1)%values = [xform]
+    preds(2)%op = KSTAGE_FILTER_PREFIX
+    preds(2)%attribute = path_attr
+    preds(2)%values = [tree(1)]
+    call kstage_query_where(s, preds, found)
     call kstage_query_prims(s, found, prims)
     call check(size(prims) == 1 .and. prims(1) == tree(1), 'query_where: AND')
     call kstage_query_free(s, found)
-    call kstage_query_where(s, [kstage_predicate(KSTAGE_FILTER_HAS, mass), &
-                                kstage_predicate(KSTAGE_FILTER_HAS, parent)], found)
+    deallocate(preds)
+    allocate(preds(2))
+    preds(1)%attribute = mass   ! (op: KSTAGE_FILTER_HAS by default, no values)
+    preds(2)%attribute = parent
+    call kstage_query_where(s, preds, found)
     call kstage_query_size(s, found, qr)
     call check(qr == 100, 'query_where: HAS without values')
     call kstage_query_free(s, found)
     ! Refusals, with stat.
-    call kstage_query_where(s, [kstage_predicate(KSTAGE_FILTER_LT, mass, [1_int64])], found, st)
+    call where1(s, KSTAGE_FILTER_LT, mass, [1_int64], found, st)
     call expect_failure(st, KSTAGE_NOT_SUPPORTED, 'not supported', 'query_where: LT')
-    call kstage_query_where(s, [kstage_predicate(KSTAGE_FILTER_HAS, mass), &
-                                kstage_predicate(KSTAGE_FILTER_IN, mass, [1_int64])], found, st)
+    preds(2)%op = KSTAGE_FILTER_IN
+    preds(2)%attribute = mass
+    preds(2)%values = [1_int64]
+    call kstage_query_where(s, preds, found, st)
     call expect_failure(st, KSTAGE_NOT_SUPPORTED, 'predicates[1]', 'query_where: IN on mass')
-    call kstage_query_where(s, [kstage_predicate(KSTAGE_FILTER_HAS, mass, [1_int64])], found, st)
+    deallocate(preds)
+    call where1(s, KSTAGE_FILTER_HAS, mass, [1_int64], found, st)
     call expect_failure(st, KSTAGE_INVALID_ARGUMENT, 'HAS takes no values', &
                         'query_where: values on HAS')
     call kstage_close(s)
