@@ -181,9 +181,6 @@ class SceneStage {
   SceneStage(const SceneStage&) = delete;
   SceneStage& operator=(const SceneStage&) = delete;
 
-  const SceneTree& tree() const { return t_; }
-  const std::vector<kstage_path_t>& paths() const { return paths_; }
-
   // Paths (the roots one range), then every local matrix written and sealed.
   void build() {
     const bool robots = t_.kind == TreeKind::Robots;
@@ -279,7 +276,6 @@ class SceneStage {
     KP_CHECK(kstage_query_release(stage_, q));
     return dirty;
   }
-  const std::vector<uint64_t>& moved() const { return moved_; }
 
   // The prims whose world rows changed at `ordinal` (a change-range read over every prim).
   uint64_t changed_at(uint64_t ordinal) {
