@@ -71,6 +71,190 @@ void plan_passes(TransformArrays& a, const std::vector<uint32_t>& depth,
   if (chunk_level == 0) a.level_offsets.clear();
 }
 
+// The slots an incremental compute must start from: prims that appeared or have another parent
+// than at the last compute, whose local matrix or reset flag changed (sealed) since, or whose
+// world row someone else wrote or deleted since. Found from the columns' change records: O(1)
+// to O(changed) in the common cases, a look at every slot where a record cannot say.
+std::vector<uint32_t> changed_slots(const TransformStructure& st, const TransformState& last,
+                                    const Column& lc, const Column* rc, const Column& wc,
+                                    bool world_complete) {
+  const size_t n = st.size();
+  const uint64_t* prim_of = st.prims->data();
+  std::vector<uint32_t> seeds;
+  // Prims that appeared or have another parent than at the last compute.
+  if (&st != last.structure.get()) {
+    const TransformStructure& old = *last.structure;
+    std::unordered_map<uint64_t, uint64_t> old_parent;  // prim -> parent prim (0: a root)
+    old_parent.reserve(old.size());
+    const uint64_t* old_prims = old.prims->data();
+    for (size_t s = 0; s < old.size(); ++s)
+      old_parent.emplace(old_prims[s], old.parents[s] < 0 ? 0 : old_prims[size_t(old.parents[s])]);
+    for (size_t s = 0; s < n; ++s) {
+      const uint64_t parent = st.parents[s] < 0 ? 0 : prim_of[size_t(st.parents[s])];
+      auto it = old_parent.find(prim_of[s]);
+      if (it == old_parent.end() || it->second != parent) seeds.push_back(uint32_t(s));
+    }
+  }
+  // Local matrices sealed since: the last write's rows when it is the only change, else a
+  // look at every slot's row stamp.
+  if (lc.last_change() > last.local_seen) {
+    if (const Column::RecentWrite* w = lc.only_change_since(last.local_seen + 1)) {
+      const std::vector<uint32_t>& slot_of_row = st.slot_of_row;
+      for (size_t j = 0; j < w->n; ++j)
+        if (w->rows[j] < slot_of_row.size() && slot_of_row[w->rows[j]] != Column::kNoRow)
+          seeds.push_back(slot_of_row[w->rows[j]]);
+    } else {
+      for (size_t s = 0; s < n; ++s)
+        if (lc.changed_at(st.local_rows[s]) > last.local_seen) seeds.push_back(uint32_t(s));
+    }
+  }
+  // Reset flags sealed since, and flags deleted since (rare: a look at every slot).
+  if (rc && (rc->last_change() > last.reset_seen || rc->structure() != last.reset_structure)) {
+    for (size_t s = 0; s < n; ++s) {
+      const uint32_t row = rc->row_of(prim_of[s]);
+      if (row != Column::kNoRow ? rc->changed_at(row) > last.reset_seen
+                                : rc->tombstone(prim_of[s]) > last.reset_seen)
+        seeds.push_back(uint32_t(s));
+    }
+  }
+  // World rows someone else wrote or deleted since: computed again (no drift). The last
+  // compute's own write, sealed, is the only change since when nobody else wrote (an O(1)
+  // answer); a write at the compute's own ordinal is not told apart from it.
+  const Column::RecentWrite* own = wc.only_change_since(last.world_seen + 1);
+  const bool foreign = wc.last_change() > last.world_seen && wc.whole_change() != last.output &&
+                       !(own && own->ordinal == last.output);
+  if (foreign || !world_complete) {
+    for (size_t s = 0; s < n; ++s) {
+      const uint32_t row = wc.row_of(prim_of[s]);
+      const uint64_t changed = row == Column::kNoRow ? UINT64_MAX : wc.changed_at(row);
+      if (changed > last.world_seen && changed != last.output) seeds.push_back(uint32_t(s));
+    }
+  }
+  return seeds;
+}
+
+// Incremental: the seeds' subtrees -- a run of slots where the subtree is one, else through
+// the child lists -- in slot order (parents first). Runs need no marks: seeds in order, a
+// seed inside the last run is already in it. Subtrees that are not runs are walked, with a
+// mark per slot (made only then) so that none is taken twice.
+std::vector<uint32_t> grow_to_subtrees(const TransformStructure& st, std::vector<uint32_t> seeds) {
+  const size_t n = st.size();
+  std::vector<uint32_t> chosen;
+  std::sort(seeds.begin(), seeds.end());
+  seeds.erase(std::unique(seeds.begin(), seeds.end()), seeds.end());
+  uint32_t run_end = 0;
+  std::vector<uint32_t> walked;
+  for (uint32_t seed : seeds) {
+    if (seed < run_end) continue;
+    if (const uint32_t end = st.subtree_end[seed]) {
+      for (uint32_t t = seed; t < end; ++t) chosen.push_back(t);
+      run_end = end;
+    } else {
+      walked.push_back(seed);
+    }
+  }
+  if (!walked.empty()) {
+    std::vector<char> marked(n, 0);
+    for (uint32_t t : chosen) marked[t] = 1;
+    std::vector<uint32_t> stack;
+    for (uint32_t seed : walked) {
+      stack.push_back(seed);
+      while (!stack.empty()) {
+        const uint32_t t = stack.back();
+        stack.pop_back();
+        if (marked[t]) continue;
+        marked[t] = 1;
+        chosen.push_back(t);
+        for (uint32_t c = st.child_offsets[t]; c < st.child_offsets[t + 1]; ++c)
+          stack.push_back(st.children[c]);
+      }
+    }
+    std::sort(chosen.begin(), chosen.end());
+  }
+  return chosen;
+}
+
+// The arrays of a compute of `m` slots -- every slot (full) or the `chosen` ones -- and the plan
+// of its passes. A computed slot's parent is computed before it in the same pass, or is not
+// recomputed (old_world: its world row is the world column's `wc`). `reset`: the reset column
+// when it has rows.
+std::shared_ptr<TransformArrays> make_arrays(const TransformStructure& st,
+                                             const std::vector<uint32_t>& chosen, bool full,
+                                             const Column* reset, const Column* wc,
+                                             bool& old_world) {
+  const size_t m = full ? st.size() : chosen.size();
+  const uint64_t* prim_of = st.prims->data();
+  auto a = std::make_shared<TransformArrays>();
+  a->m = m;
+  a->local_rows.resize(m);
+  a->reset_rows.resize(m);
+  a->parents.resize(m);
+  std::vector<uint32_t> depth(m), end(m);
+  old_world = false;
+  // Where slot p lies among the computed slots before compute slot i (i: it is not there):
+  // by offset within the block of consecutive slots i lies in (a subtree's run), else by a
+  // search.
+  size_t block_first = 0;  // the compute slot that starts the current block
+  auto parent_index = [&](size_t i, uint32_t p) {
+    if (p >= chosen[block_first]) return block_first + (p - chosen[block_first]);
+    const auto it = std::lower_bound(chosen.begin(), chosen.begin() + long(block_first), p);
+    return it != chosen.begin() + long(block_first) && *it == p ? size_t(it - chosen.begin()) : i;
+  };
+  for (size_t i = 0; i < m; ++i) {
+    const size_t s = full ? i : chosen[i];
+    if (!full && (i == 0 || chosen[i - 1] + 1 != s)) block_first = i;
+    a->local_rows[i] = st.local_rows[s];
+    a->reset_rows[i] = reset ? reset->row_of(prim_of[s]) : WorldTransform::kNoReset;
+    const uint32_t subtree_end = st.subtree_end[s];
+    // (A subtree of a computed slot is computed whole: a run of slots stays one.)
+    end[i] = subtree_end == 0 ? 0 : uint32_t(i + (subtree_end - s));
+    const int64_t p = st.parents[s];
+    if (p < 0) {
+      a->parents[i] = WorldTransform::kRoot;
+      depth[i] = 0;
+    } else if (const size_t at = full ? size_t(p) : parent_index(i, uint32_t(p));
+               at < i) {  // computed before it in this pass
+      a->parents[i] = int64_t(at);
+      depth[i] = depth[at] + 1;
+    } else {  // not recomputed: the world column holds its row (the caller made sure)
+      a->parents[i] = WorldTransform::kOldWorld - int64_t(wc->row_of(prim_of[size_t(p)]));
+      depth[i] = 0;
+      old_world = true;
+    }
+  }
+  plan_passes(*a, depth, end);
+  a->pack();
+  return a;
+}
+
+// What a compute leaves for the next one (TransformState), but for the world column it wrote
+// and its op, known once it is enqueued. A full compute's kept arrays carry over from `last`.
+TransformState next_state_of(const TransformState* last, uint64_t local, uint64_t reset,
+                             const std::shared_ptr<const TransformStructure>& structure,
+                             const Column& lc, const Column* rc, const Column* wc,
+                             bool world_complete, uint64_t ordinal) {
+  TransformState next;
+  next.local = local;
+  next.reset = reset;
+  next.structure = structure;
+  next.local_seen = lc.last_change();
+  next.reset_serial = rc ? rc->serial() : 0;
+  next.reset_structure = rc ? rc->structure() : 0;
+  next.reset_seen = rc ? rc->last_change() : 0;
+  next.output = ordinal;
+  next.world_seen = wc ? wc->last_change() : 0;
+  next.world_structure = wc ? wc->structure() : 0;
+  next.world_complete = world_complete;
+  if (last) {
+    next.full = last->full;
+    next.full_device = last->full_device;
+    next.full_for = last->full_for;
+    next.full_reset_serial = last->full_reset_serial;
+    next.full_reset_structure = last->full_reset_structure;
+  }
+  return next;
+}
+
 }  // namespace
 
 void TransformArrays::pack() {
@@ -324,7 +508,6 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
   // (O(1) to O(changed) in the common cases), each grown to its subtree, and only those slots
   // computed (a slot marker of n bytes is the one O(n) part).
   const uint64_t* prim_of = structure->prims->data();
-  std::vector<uint32_t> seeds;
   // Whether the world column holds a row for every slot: what the last compute saw, while the
   // column's rows stayed as they were (else a look, kept for the next compute).
   bool world_complete = false;
@@ -333,100 +516,11 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
                          ? last->world_complete
                          : wc->holds_all(structure->prims, n);
   }
-  if (trusted) {
-    // Prims that appeared or have another parent than at the last compute.
-    if (structure != last->structure) {
-      const TransformStructure& old = *last->structure;
-      std::unordered_map<uint64_t, uint64_t> old_parent;  // prim -> parent prim (0: a root)
-      old_parent.reserve(old.size());
-      const uint64_t* old_prims = old.prims->data();
-      for (size_t s = 0; s < old.size(); ++s)
-        old_parent.emplace(old_prims[s],
-                           old.parents[s] < 0 ? 0 : old_prims[size_t(old.parents[s])]);
-      for (size_t s = 0; s < n; ++s) {
-        const uint64_t parent =
-            structure->parents[s] < 0 ? 0 : prim_of[size_t(structure->parents[s])];
-        auto it = old_parent.find(prim_of[s]);
-        if (it == old_parent.end() || it->second != parent) seeds.push_back(uint32_t(s));
-      }
-    }
-    // Local matrices sealed since: the last write's rows when it is the only change, else a
-    // look at every slot's row stamp.
-    if (lc->last_change() > last->local_seen) {
-      if (const Column::RecentWrite* w = lc->only_change_since(last->local_seen + 1)) {
-        const std::vector<uint32_t>& slot_of_row = structure->slot_of_row;
-        for (size_t j = 0; j < w->n; ++j)
-          if (w->rows[j] < slot_of_row.size() && slot_of_row[w->rows[j]] != Column::kNoRow)
-            seeds.push_back(slot_of_row[w->rows[j]]);
-      } else {
-        for (size_t s = 0; s < n; ++s)
-          if (lc->changed_at(structure->local_rows[s]) > last->local_seen)
-            seeds.push_back(uint32_t(s));
-      }
-    }
-    // Reset flags sealed since, and flags deleted since (rare: a look at every slot).
-    if (rc && (rc->last_change() > last->reset_seen || rc->structure() != last->reset_structure)) {
-      for (size_t s = 0; s < n; ++s) {
-        const uint32_t row = rc->row_of(prim_of[s]);
-        if (row != Column::kNoRow ? rc->changed_at(row) > last->reset_seen
-                                  : rc->tombstone(prim_of[s]) > last->reset_seen)
-          seeds.push_back(uint32_t(s));
-      }
-    }
-    // World rows someone else wrote or deleted since: computed again (no drift). The last
-    // compute's own write, sealed, is the only change since when nobody else wrote (an O(1)
-    // answer); a write at the compute's own ordinal is not told apart from it.
-    const Column::RecentWrite* own = wc->only_change_since(last->world_seen + 1);
-    const bool foreign = wc->last_change() > last->world_seen &&
-                         wc->whole_change() != last->output &&
-                         !(own && own->ordinal == last->output);
-    if (foreign || !world_complete) {
-      for (size_t s = 0; s < n; ++s) {
-        const uint32_t row = wc->row_of(prim_of[s]);
-        const uint64_t changed = row == Column::kNoRow ? UINT64_MAX : wc->changed_at(row);
-        if (changed > last->world_seen && changed != last->output) seeds.push_back(uint32_t(s));
-      }
-    }
-  }
+  std::vector<uint32_t> seeds;
+  if (trusted) seeds = changed_slots(*structure, *last, *lc, rc, *wc, world_complete);
   const bool full = !trusted;
-  // Incremental: the seeds' subtrees -- a run of slots where the subtree is one, else through
-  // the child lists -- in slot order (parents first). Runs need no marks: seeds in order, a
-  // seed inside the last run is already in it. Subtrees that are not runs are walked, with a
-  // mark per slot (made only then) so that none is taken twice.
   std::vector<uint32_t> chosen;
-  if (!full) {
-    std::sort(seeds.begin(), seeds.end());
-    seeds.erase(std::unique(seeds.begin(), seeds.end()), seeds.end());
-    uint32_t run_end = 0;
-    std::vector<uint32_t> walked;
-    for (uint32_t seed : seeds) {
-      if (seed < run_end) continue;
-      if (const uint32_t end = structure->subtree_end[seed]) {
-        for (uint32_t t = seed; t < end; ++t) chosen.push_back(t);
-        run_end = end;
-      } else {
-        walked.push_back(seed);
-      }
-    }
-    if (!walked.empty()) {
-      std::vector<char> marked(n, 0);
-      for (uint32_t t : chosen) marked[t] = 1;
-      std::vector<uint32_t> stack;
-      for (uint32_t seed : walked) {
-        stack.push_back(seed);
-        while (!stack.empty()) {
-          const uint32_t t = stack.back();
-          stack.pop_back();
-          if (marked[t]) continue;
-          marked[t] = 1;
-          chosen.push_back(t);
-          for (uint32_t c = structure->child_offsets[t]; c < structure->child_offsets[t + 1]; ++c)
-            stack.push_back(structure->children[c]);
-        }
-      }
-      std::sort(chosen.begin(), chosen.end());
-    }
-  }
+  if (!full) chosen = grow_to_subtrees(*structure, std::move(seeds));
   const size_t m = full ? n : chosen.size();
 
   // World rows no local matrix backs: deleted by this compute.
@@ -463,51 +557,12 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
     arrays = last->full;
     device_arrays = last->full_device;
   } else if (m > 0) {
-    auto a = std::make_shared<TransformArrays>();
-    a->m = m;
-    a->local_rows.resize(m);
-    a->reset_rows.resize(m);
-    a->parents.resize(m);
-    std::vector<uint32_t> depth(m), end(m);
     bool old_world = false;
-    // Where slot p lies among the computed slots before compute slot i (i: it is not there):
-    // by offset within the block of consecutive slots i lies in (a subtree's run), else by a
-    // search.
-    size_t block_first = 0;  // the compute slot that starts the current block
-    auto parent_index = [&](size_t i, uint32_t p) {
-      if (p >= chosen[block_first]) return block_first + (p - chosen[block_first]);
-      const auto it = std::lower_bound(chosen.begin(), chosen.begin() + long(block_first), p);
-      return it != chosen.begin() + long(block_first) && *it == p ? size_t(it - chosen.begin()) : i;
-    };
-    for (size_t i = 0; i < m; ++i) {
-      const size_t s = full ? i : chosen[i];
-      if (!full && (i == 0 || chosen[i - 1] + 1 != s)) block_first = i;
-      a->local_rows[i] = structure->local_rows[s];
-      a->reset_rows[i] = resets ? rc->row_of(prim_of[s]) : WorldTransform::kNoReset;
-      const uint32_t subtree_end = structure->subtree_end[s];
-      // (A subtree of a computed slot is computed whole: a run of slots stays one.)
-      end[i] = subtree_end == 0 ? 0 : uint32_t(i + (subtree_end - s));
-      const int64_t p = structure->parents[s];
-      if (p < 0) {
-        a->parents[i] = WorldTransform::kRoot;
-        depth[i] = 0;
-      } else if (const size_t at = full ? size_t(p) : parent_index(i, uint32_t(p));
-                 at < i) {  // computed before it in this pass
-        a->parents[i] = int64_t(at);
-        depth[i] = depth[at] + 1;
-      } else {  // not recomputed: the column holds its world row (checked above)
-        a->parents[i] = WorldTransform::kOldWorld - int64_t(wc->row_of(prim_of[size_t(p)]));
-        depth[i] = 0;
-        old_world = true;
-      }
-    }
+    arrays = make_arrays(*structure, chosen, full, resets ? rc : nullptr, wc, old_world);
     if (old_world) {
       pins->old_world = wc->values();
       k.old_world = wc->values()->data();
     }
-    plan_passes(*a, depth, end);
-    a->pack();
-    arrays = a;
   }
   if (arrays && !on_host && !device_arrays) {
     KSTAGE_ASSIGN_OR_RETURN(device_arrays, backend.upload(arrays->block.data(),
@@ -543,30 +598,14 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
     for (size_t i = 0; i < m; ++i) ids[i] = prim_of[chosen[i]];
     targets = std::make_shared<const PrimSeq>(std::move(ids));
   }
-  auto next_state = std::make_shared<TransformState>();
-  next_state->local = local;
-  next_state->reset = reset;
-  next_state->structure = structure;
-  next_state->local_seen = lc->last_change();
-  next_state->reset_serial = reset_serial;
-  next_state->reset_structure = reset_structure;
-  next_state->reset_seen = rc ? rc->last_change() : 0;
-  next_state->output = ordinal;
-  next_state->world_seen = wc ? wc->last_change() : 0;
-  next_state->world_structure = wc ? wc->structure() : 0;
-  next_state->world_complete = world_complete;
-  if (full && arrays) {
+  auto next_state = std::make_shared<TransformState>(
+      next_state_of(last, local, reset, structure, *lc, rc, wc, world_complete, ordinal));
+  if (full && arrays) {  // the arrays a later full compute reuses
     next_state->full = arrays;
     next_state->full_device = device_arrays;
     next_state->full_for = structure;
     next_state->full_reset_serial = reset_serial;
     next_state->full_reset_structure = reset_structure;
-  } else if (last) {
-    next_state->full = last->full;
-    next_state->full_device = last->full_device;
-    next_state->full_for = last->full_for;
-    next_state->full_reset_serial = last->full_reset_serial;
-    next_state->full_reset_structure = last->full_reset_structure;
   }
   auto op = std::make_shared<Op>();
   WriteBatch batch;
