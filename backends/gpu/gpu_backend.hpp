@@ -101,7 +101,12 @@ class GpuBackend final : public DeviceBackend {
     const DeviceGuard<RT> on_device(shared_->device);
     shared_->backend_alive.store(false);
     fence();
+    // Waits for the stage's own stream only: releases after a consumer's stream still busy go
+    // to the orphans (GpuShared::orphan), freed once their events complete -- a destroy never
+    // waits on a consumer's stream, and never frees what a consumer may still read.
     shared_->reap(true);
+    GpuShared<RT>::orphan(shared_);
+    GpuShared<RT>::reap_orphans();
   }
 
   DLDevice device() const override {

@@ -35,7 +35,9 @@ struct GpuShared {
   ~GpuShared() {
     const DeviceGuard<RT> on_device(device);
     (void)RT::stream_synchronize(stream);
-    reap(/*all=*/true);
+    // Nothing is left here but what raced with ~GpuBackend or could not be handed to the
+    // orphans (an orphan is kept alive until its queue is empty): the last chance to wait.
+    reap_queue(Reap::Everything);
     // Hand back what this stage can have cached -- at most what it allocated -- and never
     // what other stages use (a short-lived stage does not empty a long-lived one's cache).
     size_t reserved = 0, used = 0;
@@ -52,7 +54,7 @@ struct GpuShared {
   // the list) it waits for instead.
   void retire(std::unique_ptr<core::DeviceBuffer> b, std::vector<std::byte> bytes = {}) noexcept {
     const DeviceGuard<RT> on_device(device);
-    Retired r{Event{}, std::move(b), std::move(bytes), nullptr};
+    Retired r{Event{}, std::move(b), std::move(bytes), nullptr, false};
     bool tracked = false;
     if (RT::event_create(&r.event) == RT::success &&
         RT::event_record(r.event, stream) == RT::success) {
@@ -74,21 +76,87 @@ struct GpuShared {
     }
     reap(false);
   }
+  // Reaps every finished entry, wherever it is in the queue: an entry after a consumer's
+  // stream still busy holds back none behind it. all: also waits for what waits on the stage's
+  // own stream (never for a consumer's). A reap that is not `all` also reaps the orphans.
   void reap(bool all) noexcept {
+    reap_queue(all ? Reap::OwnStream : Reap::Finished);
+    if (!all) reap_orphans();
+  }
+  enum class Reap { Finished, OwnStream, Everything };
+  void reap_queue(Reap mode) noexcept {
     std::vector<Retired> done;  // released outside the lock
     try {
       std::lock_guard lock(mutex);
-      while (!retired.empty()) {
-        Event e = retired.front().event;
-        if (all) (void)RT::event_synchronize(e);
-        else if (RT::event_query(e) == RT::not_ready) break;
-        done.push_back(std::move(retired.front()));  // (on failure: left for later)
-        (void)RT::event_destroy(e);
-        retired.pop_front();
+      done.reserve(retired.size());  // (on failure: all left for later)
+      size_t kept = 0;               // retired[0, kept): still waiting, in order
+      for (size_t i = 0; i < retired.size(); ++i) {
+        Retired& r = retired[i];
+        const bool wait = mode == Reap::Everything || (mode == Reap::OwnStream && !r.foreign);
+        if (wait) (void)RT::event_synchronize(r.event);
+        else if (RT::event_query(r.event) == RT::not_ready) {
+          if (kept != i) retired[kept] = std::move(r);
+          ++kept;
+          continue;
+        }
+        (void)RT::event_destroy(r.event);
+        done.push_back(std::move(r));  // reserved: never throws
       }
+      retired.erase(retired.begin() + std::ptrdiff_t(kept), retired.end());
     } catch (...) {
     }
     (void)RT::take_error();  // a faulty device reports it at the next checked call
+  }
+  bool pending() noexcept {
+    try {
+      std::lock_guard lock(mutex);
+      return !retired.empty();
+    } catch (...) {
+      return true;
+    }
+  }
+  // ~GpuBackend, once the stage's own stream is done: what still waits on a consumer's stream
+  // is never waited for there (the consumer may be held for as long as it likes) nor freed
+  // early; the queue is handed to the process's orphans, which keep it (and so this object)
+  // until every entry's event has completed, reaped by every later reap(false) of any stage of
+  // this runtime. Without memory to hand it over, it waits for the consumers instead.
+  static void orphan(std::shared_ptr<GpuShared> s) noexcept {
+    if (!s->pending()) return;
+    Orphans& o = orphans();
+    try {
+      std::lock_guard lock(o.mutex);
+      o.list.push_back(s);
+      o.count.store(o.list.size());
+      return;
+    } catch (...) {
+    }
+    s->reap_queue(Reap::Everything);
+  }
+  static void reap_orphans() noexcept {
+    Orphans& o = orphans();
+    if (o.count.load() == 0) return;
+    static thread_local bool reaping = false;  // a release reaped here may retire and reap
+    if (reaping) return;
+    reaping = true;
+    std::vector<std::shared_ptr<GpuShared>> now;  // dropped outside the lock (may destroy)
+    try {
+      {
+        std::lock_guard lock(o.mutex);
+        now = o.list;
+      }
+      for (const auto& s : now) {
+        const DeviceGuard<RT> on_device(s->device);
+        s->reap_queue(Reap::Finished);
+      }
+      std::lock_guard lock(o.mutex);
+      o.list.erase(
+          std::remove_if(o.list.begin(), o.list.end(),
+                         [](const std::shared_ptr<GpuShared>& s) { return !s->pending(); }),
+          o.list.end());
+      o.count.store(o.list.size());
+    } catch (...) {
+    }
+    reaping = false;
   }
   // Drops `held` once the work enqueued on the consumer's stream `s` so far has completed.
   // While the backend lives, an event recorded on `s` is queued for its reaping; once it is
@@ -96,7 +164,7 @@ struct GpuShared {
   // stream is waited for here instead.
   void release_after(core::BufferPtr held, Stream s) noexcept {
     const DeviceGuard<RT> on_device(device);
-    Retired r{Event{}, nullptr, {}, std::move(held)};
+    Retired r{Event{}, nullptr, {}, std::move(held), s != stream};
     if (backend_alive.load() && RT::event_create(&r.event) == RT::success &&
         RT::event_record(r.event, s) == RT::success) {
       try {
@@ -133,7 +201,19 @@ struct GpuShared {
     std::unique_ptr<core::DeviceBuffer> buffer;
     std::vector<std::byte> bytes;  // a pageable copy's source
     core::BufferPtr held;          // an export's memory, after its consumer's stream
+    bool foreign;                  // recorded on a consumer's stream, not the stage's
   };
+  // Stages gone with entries after a consumer's stream still pending (orphan()). Never
+  // destroyed: any thread may reap it until the process ends.
+  struct Orphans {
+    std::mutex mutex;
+    std::vector<std::shared_ptr<GpuShared>> list;
+    std::atomic<size_t> count{0};
+  };
+  static Orphans& orphans() noexcept {
+    static Orphans* o = new Orphans;  // NOLINT(cppcoreguidelines-owning-memory): see Orphans
+    return *o;
+  }
   int32_t device;
   std::unique_ptr<Lane<RT>> lane;
   Stream stream;

@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -576,4 +578,134 @@ TEST_CASE("gpu backend: an export to a consumer stream may outlive its stage",
   e->deleter(e);  // waits for the consumer's stream (nothing reaps a queue any more): no leak
   REQUIRE(kstage_emulated_live_bytes(0) == before);
   kstage_emulated_stream_destroy(consumer);
+}
+
+// Issue #52, defect 3: releases after consumers' streams shared the stage's retire queue, which
+// was reaped up to its first unfinished entry: one held consumer held back every release queued
+// behind it, and destroying the stage waited for the consumer's stream (a hang while it is held).
+namespace {
+// Whether `done()` holds within about 5 s, calling `poke()` (work that reaps) in between: no
+// wait of these cases can hang.
+template <class Poke, class Done>
+bool eventually(Poke&& poke, Done&& done) {
+  for (int i = 0; i < 5000 && !done(); ++i) {
+    poke();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return done();
+}
+// A stage on ordinal 0 with `values` in column "a" of n prims, sealed.
+struct ExportStage {
+  explicit ExportStage(const std::vector<float>& values) : s(kDev0) {
+    q = s.query(values.size());
+    a = s.token("a");
+    int64_t shape[1] = {int64_t(values.size())};
+    std::vector<float> v = values;
+    DLTensor t = tensor(v.data(), f32(), 1, shape);
+    finish(s, write_op(s, q, a, 1, t));
+    s.seal(1);
+  }
+  // A compact read of "a" exported to `consumer`'s stream; the read and group released.
+  DLManagedTensorVersioned* export_to(uintptr_t consumer) {
+    kstage_read_desc_t d = kstage_read_desc_init();
+    d.compact = true;  // a buffer of the read's own, held by the export only
+    kstage_read_t r = 0;
+    KS_OK(kstage_read_attributes(s.stage, q, &a, 1, &d, &r));
+    kstage_read_group_t g{};
+    KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+    DLManagedTensorVersioned* e = nullptr;
+    KS_OK(kstage_group_export_on_stream(s.stage, g.handle, 0, 0, consumer, &e));
+    KS_OK(kstage_release_group(s.stage, g.handle));
+    KS_OK(kstage_release_read(s.stage, r));
+    return e;
+  }
+  // A read to the host: it fences the device, which reaps.
+  void poke() {
+    kstage_read_desc_t host = kstage_read_desc_init();
+    host.target_device = kHost;
+    (void)read_back(s, q, a, host);
+  }
+  DeviceStage s;
+  kstage_query_t q = 0;
+  kstage_token_t a = 0;
+};
+std::vector<float> iota_floats(size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = float(i);
+  return v;
+}
+}  // namespace
+
+TEST_CASE("gpu backend: a held consumer stream holds back no other release",
+          "[device][runtime][dlpack]") {
+  const std::vector<float> va = iota_floats(1024);
+  ExportStage x(va);
+  const uintptr_t held = kstage_emulated_stream_create(0);
+  const uintptr_t other = kstage_emulated_stream_create(0);
+  auto* out = static_cast<float*>(kstage_emulated_host_malloc(va.size() * sizeof(float)));
+  REQUIRE(out != nullptr);
+  x.poke();
+  const size_t base = kstage_emulated_live_bytes(0);
+  // The first consumer reads its export on a held stream and lets it go at once.
+  DLManagedTensorVersioned* first = x.export_to(held);
+  kstage_emulated_stream_hold(held);
+  REQUIRE(kstage_emulated_memcpy_async(held, out, first->dl_tensor.data,
+                                       va.size() * sizeof(float)) == 0);
+  first->deleter(first);
+  x.poke();
+  const size_t with_first = kstage_emulated_live_bytes(0);
+  CHECK(with_first > base);
+  // The second consumer's stream is done with its export: released behind the first, it is
+  // reaped all the same (before the fix it waited for the held stream).
+  DLManagedTensorVersioned* second = x.export_to(other);
+  x.poke();
+  CHECK(kstage_emulated_live_bytes(0) > with_first);
+  second->deleter(second);
+  kstage_emulated_stream_synchronize(other);
+  CHECK(eventually([&] { x.poke(); }, [&] { return kstage_emulated_live_bytes(0) <= with_first; }));
+  // The held one is not: its memory is still in use, and its reader still reads it whole.
+  CHECK(kstage_emulated_live_bytes(0) == with_first);
+  kstage_emulated_stream_release(held);
+  kstage_emulated_stream_synchronize(held);
+  CHECK(std::vector<float>(out, out + va.size()) == va);
+  CHECK(eventually([&] { x.poke(); }, [&] { return kstage_emulated_live_bytes(0) <= base; }));
+  kstage_emulated_host_free(out);
+  kstage_emulated_stream_destroy(other);
+  kstage_emulated_stream_destroy(held);
+}
+
+TEST_CASE("gpu backend: destroying a stage does not wait for a held consumer stream",
+          "[device][runtime][dlpack]") {
+  const std::vector<float> va = iota_floats(1024);
+  const size_t before = kstage_emulated_live_bytes(0);
+  const uintptr_t held = kstage_emulated_stream_create(0);
+  auto* out = static_cast<float*>(kstage_emulated_host_malloc(va.size() * sizeof(float)));
+  REQUIRE(out != nullptr);
+  auto x = std::make_unique<ExportStage>(va);
+  DLManagedTensorVersioned* e = x->export_to(held);
+  kstage_emulated_stream_hold(held);
+  REQUIRE(kstage_emulated_memcpy_async(held, out, e->dl_tensor.data, va.size() * sizeof(float)) ==
+          0);
+  e->deleter(e);
+  // Destroyed on a thread of its own, so that a destroy that waits for the held stream fails the
+  // case instead of hanging it.
+  std::atomic<bool> destroyed{false};
+  std::thread destroyer([&] {
+    x.reset();
+    destroyed.store(true);
+  });
+  const bool returned = eventually([] {}, [&] { return destroyed.load(); });
+  // Not freed early: the held reader's memory is still in use.
+  const size_t after = kstage_emulated_live_bytes(0);
+  kstage_emulated_stream_release(held);
+  destroyer.join();
+  CHECK(returned);
+  CHECK(after > before);
+  kstage_emulated_stream_synchronize(held);
+  CHECK(std::vector<float>(out, out + va.size()) == va);
+  // The orphaned release is reaped by the next reap of any stage once its event completes.
+  CHECK(eventually([&] { ExportStage{std::vector<float>(4, 1.f)}.poke(); },
+                   [&] { return kstage_emulated_live_bytes(0) <= before; }));
+  kstage_emulated_host_free(out);
+  kstage_emulated_stream_destroy(held);
 }
