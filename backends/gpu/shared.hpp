@@ -17,6 +17,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -211,7 +212,10 @@ struct GpuShared {
     std::atomic<size_t> count{0};
   };
   static Orphans& orphans() noexcept {
-    static Orphans* o = new Orphans;  // NOLINT(cppcoreguidelines-owning-memory): see Orphans
+    // Made in static storage and never destroyed (no exit-time destructor that a thread still
+    // reaping could race): constructing an Orphans allocates nothing, so this cannot throw.
+    alignas(Orphans) static unsigned char storage[sizeof(Orphans)];
+    static Orphans* const o = ::new (static_cast<void*>(storage)) Orphans;
     return *o;
   }
   int32_t device;

@@ -40,8 +40,8 @@ KOKKOS_FORCEINLINE_FUNCTION T* matrix(std::byte* base, size_t row) {
 template <class T>
 KOKKOS_FORCEINLINE_FUNCTION void multiply(T* __restrict__ out, const T* __restrict__ a,
                                           const T* __restrict__ b) {
-  for (int r = 0; r < 4; ++r)
-    for (int c = 0; c < 4; ++c)
+  for (size_t r = 0; r < 4; ++r)
+    for (size_t c = 0; c < 4; ++c)
       out[4 * r + c] = a[4 * r] * b[c] + a[4 * r + 1] * b[4 + c] + a[4 * r + 2] * b[8 + c] +
                        a[4 * r + 3] * b[12 + c];
 }
