@@ -43,6 +43,14 @@ class PrimSeq {
     return s;
   }
 
+  // Sorted, distinct ids: known to be a progression when they are consecutive (a whole range, prims
+  // interned one after another), so that writes through it compute their rows.
+  static PrimSeq sorted(std::vector<uint64_t> ids) {
+    if (ids.size() > 1 && ids.back() - ids.front() == ids.size() - 1)
+      return listed_progression(std::move(ids), 1);
+    return PrimSeq(std::move(ids));
+  }
+
   size_t size() const { return count_; }
   bool empty() const { return count_ == 0; }
   uint64_t operator[](size_t i) const { return listed_ ? ids_[i] : first_ + i * stride_; }

@@ -14,30 +14,9 @@ constexpr size_t kParentBatch = 4096;
 std::shared_ptr<const SceneHierarchy> SceneHierarchy::build(const Dictionary& d,
                                                             const AttributeCounts& counts) {
   auto h = std::make_shared<SceneHierarchy>();
-  auto exists = [&](uint64_t p) { return counts.get(p) != 0; };
 
-  // The nearest existing prim at or above `at` (a tree parent): most prims' tree parent exists
-  // and the walk stops at once; the ancestors a walk passes that do not exist remember where
-  // it ended, so the children of a hidden "/World/envs" walk it once, not once each.
-  std::unordered_map<uint64_t, uint64_t> above;  // non-existing ancestor -> nearest existing
-  std::vector<uint64_t> chain;
-  auto nearest_at_or_above = [&](uint64_t at) {
-    chain.clear();
-    uint64_t found = 0;
-    for (; at != 0; at = d.path_parent(at)) {
-      if (exists(at)) {
-        found = at;
-        break;
-      }
-      if (auto it = above.find(at); it != above.end()) {
-        found = it->second;
-        break;
-      }
-      chain.push_back(at);
-    }
-    for (uint64_t c : chain) above.emplace(c, found);
-    return found;
-  };
+  // A prim's parent: the nearest existing path at or above its tree parent.
+  NearestHolder nearest(d, [&](uint64_t p) { return counts.get(p) != 0; });
 
   // The existing prims as maximal runs (the counts' runs stop at page ends).
   std::vector<std::pair<uint64_t, uint64_t>> runs;
@@ -55,7 +34,7 @@ std::shared_ptr<const SceneHierarchy> SceneHierarchy::build(const Dictionary& d,
   auto flush_explicit = [&] {
     d.path_parents(ids.data(), ids.size(), parents.data());
     for (size_t k = 0; k < ids.size(); ++k)
-      h->segments_.push_back(Segment{ids[k], 1, nearest_at_or_above(parents[k])});
+      h->segments_.push_back(Segment{ids[k], 1, nearest.at_or_above(parents[k])});
     ids.clear();
   };
   for (const auto& [first, count] : runs) {
@@ -65,7 +44,7 @@ std::shared_ptr<const SceneHierarchy> SceneHierarchy::build(const Dictionary& d,
       if (r < ranges.size() && ranges[r].first <= p) {
         // Range members: one tree parent for all of them, one segment for the piece.
         const uint64_t piece_end = std::min(end, ranges[r].first + ranges[r].second);
-        h->segments_.push_back(Segment{p, piece_end - p, nearest_at_or_above(d.path_parent(p))});
+        h->segments_.push_back(Segment{p, piece_end - p, nearest.at_or_above(d.path_parent(p))});
         p = piece_end;
         continue;
       }

@@ -28,16 +28,41 @@
 
 namespace kstage::core {
 
-// The nearest proper ancestor of path `id` in the tree of paths (hidden ancestors included, "/"
-// at the top once interned) for which holds(ancestor) is true; 0 when none does. The walk a
-// world-transform pass needs too ("the nearest ancestor that holds a local matrix"): pass the
-// column's has().
+// The nearest path at or above `at` in the tree of paths (hidden ancestors included, "/" at the
+// top once interned) for which holds(path) is true, 0 when none does: a prim's parent in the
+// hierarchy (holds: exists) and in a world-transform pass (holds: has a local matrix), asked
+// with at = the prim's tree parent. Memoized: the paths a walk passes that do not hold remember
+// where it ended, so the 4,096 members of a range under a hidden "/World/envs" walk its chain
+// once, not once each.
 template <class Holds>
-uint64_t nearest_ancestor(const Dictionary& d, uint64_t id, Holds&& holds) {
-  for (uint64_t a = d.path_parent(id); a != 0; a = d.path_parent(a))
-    if (holds(a)) return a;
-  return 0;
-}
+class NearestHolder {
+ public:
+  NearestHolder(const Dictionary& d, Holds holds) : d_(d), holds_(std::move(holds)) {}
+  // May throw std::bad_alloc.
+  uint64_t at_or_above(uint64_t at) {
+    chain_.clear();
+    uint64_t found = 0;
+    for (; at != 0; at = d_.path_parent(at)) {
+      if (holds_(at)) {
+        found = at;
+        break;
+      }
+      if (auto it = passed_.find(at); it != passed_.end()) {
+        found = it->second;
+        break;
+      }
+      chain_.push_back(at);
+    }
+    for (uint64_t c : chain_) passed_.emplace(c, found);
+    return found;
+  }
+
+ private:
+  const Dictionary& d_;
+  Holds holds_;
+  std::unordered_map<uint64_t, uint64_t> passed_;  // path that does not hold -> the answer
+  std::vector<uint64_t> chain_;
+};
 
 // One answer of kstage_query_hierarchy: an item per query prim, their spans as one array (CSR).
 struct HierarchyAnswer {

@@ -105,11 +105,6 @@ class Stage {
   // The existing prims that meet every predicate of `filter` (a current, full struct: the C
   // API read the caller's), in path-id order (kstage_query_filter_ex).
   Result<PrimList> query_filter_ex(const kstage_filter_ex_t& filter);
-  // Moves whenever a seal makes a prim appear or disappear (see existence_generation_).
-  uint64_t existence_generation() const {
-    std::lock_guard lock(mutex_);
-    return existence_generation_;
-  }
 
   // --- mutations -------------------------------------------------------------
   // `managed` owns the call's managed tensors (may adopt some without a copy).

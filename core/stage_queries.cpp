@@ -138,11 +138,7 @@ Result<PrimList> Stage::query_filter(const kstage_filter_t& f,
       if (keep) out.push_back(p);
     }
   if (f.path_prefix != 0) dictionary_.keep_at_or_below(f.path_prefix, out);
-  if (out.size() > 1 &&
-      out.back() - out.front() == out.size() - 1)  // sorted, distinct: consecutive
-    return PrimList(
-        std::make_shared<const PrimSeq>(PrimSeq::listed_progression(std::move(out), 1)));
-  return PrimList(std::make_shared<const PrimSeq>(std::move(out)));
+  return PrimList(std::make_shared<const PrimSeq>(PrimSeq::sorted(std::move(out))));
 }
 
 }  // namespace kstage::core

@@ -310,11 +310,7 @@ Result<PrimList> Stage::query_filter_ex(const kstage_filter_ex_t& f) {
   for (const Test& t : tests)
     if (t.p->subject == Subject::Path && t.p->op == KSTAGE_FILTER_PREFIX)
       dictionary_.keep_at_or_below(t.p->values[0], out);
-  // As kstage_query_filter: consecutive ids (sorted, distinct) are known to be a progression.
-  if (out.size() > 1 && out.back() - out.front() == out.size() - 1)
-    return PrimList(
-        std::make_shared<const PrimSeq>(PrimSeq::listed_progression(std::move(out), 1)));
-  return PrimList(std::make_shared<const PrimSeq>(std::move(out)));
+  return PrimList(std::make_shared<const PrimSeq>(PrimSeq::sorted(std::move(out))));
 }
 
 }  // namespace kstage::core

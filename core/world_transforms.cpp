@@ -8,6 +8,7 @@
 
 #include "core/dtype.hpp"
 #include "core/kernels/transform_ops.hpp"
+#include "core/scene_hierarchy.hpp"
 #include "core/stage.hpp"
 
 #include <algorithm>
@@ -27,6 +28,31 @@ bool is_matrix(const Schema& s) {
 
 std::string describe(const Schema& s) {
   return std::string(s.is_array ? "an array of " : "fixed-size ") + dtype_string(s.dtype);
+}
+
+// Where a column's storage lives, as the other messages write a device ("kDLCPU:0").
+std::string where(const Column& c) {
+  const DLDevice d = c.backend().device();
+  return std::string(device_type_name(d.device_type)) + ":" + std::to_string(d.device_id);
+}
+
+// Each node's children, in node order (CSR): node i's are children[offsets[i] .. offsets[i + 1]),
+// from each node's parent (an earlier or later node, or negative: none).
+struct ChildLists {
+  std::vector<uint32_t> offsets, children;
+};
+ChildLists child_lists(const std::vector<int64_t>& parent) {
+  const size_t n = parent.size();
+  ChildLists c;
+  c.offsets.assign(n + 1, 0);
+  for (size_t i = 0; i < n; ++i)
+    if (parent[i] >= 0) ++c.offsets[size_t(parent[i]) + 1];
+  for (size_t i = 0; i < n; ++i) c.offsets[i + 1] += c.offsets[i];
+  c.children.resize(c.offsets[n]);
+  std::vector<uint32_t> fill(c.offsets.begin(), c.offsets.end() - 1);
+  for (size_t i = 0; i < n; ++i)
+    if (parent[i] >= 0) c.children[fill[size_t(parent[i])]++] = uint32_t(i);
+  return c;
 }
 
 // What the op keeps until its work is done: the buffers the kernel reads.
@@ -304,37 +330,16 @@ std::shared_ptr<const TransformStructure> Stage::transform_structure(const Colum
   s->local_structure = local.structure();
   const std::vector<uint64_t> prims = prims_holding(local);
   const size_t n = prims.size();
-  // Each prim's parent: its nearest ancestor path that holds a local matrix. Ancestors that
-  // hold none (hidden paths, prims without one) are walked once: `nearest` remembers where
-  // each leads, so 4,096 robots under one range parent walk that parent's chain once.
+  // Each prim's parent: its nearest ancestor path that holds a local matrix.
   std::vector<uint64_t> up(n);
   dictionary_.path_parents(prims.data(), n, up.data());
-  std::unordered_map<uint64_t, uint64_t> nearest;  // ancestor holding none -> answer (0: none)
-  std::vector<uint64_t> chain;
-  auto resolve = [&](uint64_t q) {
-    chain.clear();
-    uint64_t answer = 0;
-    while (q != 0) {
-      if (local.has(q)) {
-        answer = q;
-        break;
-      }
-      if (auto it = nearest.find(q); it != nearest.end()) {
-        answer = it->second;
-        break;
-      }
-      chain.push_back(q);
-      q = dictionary_.path_parent(q);
-    }
-    for (uint64_t c : chain) nearest.emplace(c, answer);
-    return answer;
-  };
+  NearestHolder nearest(dictionary_, [&](uint64_t p) { return local.has(p); });
   // Prims by local row (rows are dense), to find a parent's index from its path id.
   std::vector<uint32_t> index_of_row(local.row_space(), Column::kNoRow);
   for (size_t i = 0; i < n; ++i) index_of_row[local.row_of(prims[i])] = uint32_t(i);
   std::vector<int64_t> parent(n);
   for (size_t i = 0; i < n; ++i) {
-    const uint64_t q = resolve(up[i]);
+    const uint64_t q = nearest.at_or_above(up[i]);
     parent[i] = q == 0 ? WorldTransform::kRoot : int64_t(index_of_row[local.row_of(q)]);
   }
   // The slots' order: the local column's row order when every parent's row comes before its
@@ -346,18 +351,11 @@ std::shared_ptr<const TransformStructure> Stage::transform_structure(const Colum
   bool by_rows = true;
   for (size_t i = 0; i < n && by_rows; ++i)
     by_rows = parent[i] < 0 || local.row_of(prims[size_t(parent[i])]) < local.row_of(prims[i]);
-  std::vector<uint32_t> child_offsets(n + 1, 0), children;
   if (by_rows) {
     for (uint32_t index : index_of_row)
       if (index != Column::kNoRow) order.push_back(index);
   } else {
-    for (size_t i = 0; i < n; ++i)
-      if (parent[i] >= 0) ++child_offsets[size_t(parent[i]) + 1];
-    for (size_t i = 0; i < n; ++i) child_offsets[i + 1] += child_offsets[i];
-    children.resize(child_offsets[n]);
-    std::vector<uint32_t> fill(child_offsets.begin(), child_offsets.end() - 1);
-    for (size_t i = 0; i < n; ++i)
-      if (parent[i] >= 0) children[fill[size_t(parent[i])]++] = uint32_t(i);
+    const ChildLists c = child_lists(parent);
     std::vector<uint32_t> stack;
     for (size_t r = 0; r < n; ++r) {
       if (parent[r] >= 0) continue;
@@ -366,8 +364,7 @@ std::shared_ptr<const TransformStructure> Stage::transform_structure(const Colum
         const uint32_t i = stack.back();
         stack.pop_back();
         order.push_back(i);
-        for (uint32_t c = child_offsets[i + 1]; c-- > child_offsets[i];)
-          stack.push_back(children[c]);
+        for (uint32_t k = c.offsets[i + 1]; k-- > c.offsets[i];) stack.push_back(c.children[k]);
       }
     }
   }
@@ -400,16 +397,9 @@ std::shared_ptr<const TransformStructure> Stage::transform_structure(const Colum
   for (size_t slot = 0; slot < n; ++slot)
     s->subtree_end[slot] = last[slot] + 1 - slot == size[slot] ? uint32_t(slot) + size[slot] : 0;
   // Children by slot, for the subtrees that are not runs.
-  s->child_offsets.assign(n + 1, 0);
-  for (size_t slot = 0; slot < n; ++slot)
-    if (s->parents[slot] >= 0) ++s->child_offsets[size_t(s->parents[slot]) + 1];
-  for (size_t slot = 0; slot < n; ++slot) s->child_offsets[slot + 1] += s->child_offsets[slot];
-  s->children.resize(s->child_offsets[n]);
-  {
-    std::vector<uint32_t> fill(s->child_offsets.begin(), s->child_offsets.end() - 1);
-    for (size_t slot = 0; slot < n; ++slot)
-      if (s->parents[slot] >= 0) s->children[fill[size_t(s->parents[slot])]++] = uint32_t(slot);
-  }
+  ChildLists c = child_lists(s->parents);
+  s->child_offsets = std::move(c.offsets);
+  s->children = std::move(c.children);
   s->slot_of_row.assign(local.row_space(), Column::kNoRow);
   for (size_t slot = 0; slot < n; ++slot) s->slot_of_row[s->local_rows[slot]] = uint32_t(slot);
   return s;
@@ -463,10 +453,9 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
                    token_name(reset).c_str(), describe(s).c_str());
     if (&rc->backend() != &backend)
       return error(KSTAGE_NOT_SUPPORTED,
-                   "the reset column '%s' lives on %s %d, the local matrix column '%s' on %s %d",
-                   token_name(reset).c_str(), device_type_name(rc->backend().device().device_type),
-                   int(rc->backend().device().device_id), token_name(local).c_str(),
-                   device_type_name(backend.device().device_type), int(backend.device().device_id));
+                   "the reset column '%s' lives on %s, the local matrix column '%s' on %s",
+                   token_name(reset).c_str(), where(*rc).c_str(), token_name(local).c_str(),
+                   where(*lc).c_str());
   }
   Column* wc = column(world);
   if (wc) {
@@ -479,11 +468,10 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
                    describe(lc->schema()).c_str());
     if (&wc->backend() != &backend)
       return error(KSTAGE_INVALID_ARGUMENT,
-                   "the world matrix column '%s' lives on %s %d, the local matrix column '%s' on "
-                   "%s %d: they must live on one device",
-                   token_name(world).c_str(), device_type_name(wc->backend().device().device_type),
-                   int(wc->backend().device().device_id), token_name(local).c_str(),
-                   device_type_name(backend.device().device_type), int(backend.device().device_id));
+                   "the world matrix column '%s' lives on %s, the local matrix column '%s' on %s: "
+                   "they must live on one device",
+                   token_name(world).c_str(), where(*wc).c_str(), token_name(local).c_str(),
+                   where(*lc).c_str());
   }
   KSTAGE_RETURN_NOT_OK(check_floor(world, ordinal));
 
@@ -506,7 +494,7 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
   // --- which slots to compute -------------------------------------------------------------
   // Incremental work is proportional to what changed: seeds from the columns' change records
   // (O(1) to O(changed) in the common cases), each grown to its subtree, and only those slots
-  // computed (a slot marker of n bytes is the one O(n) part).
+  // computed.
   const uint64_t* prim_of = structure->prims->data();
   // Whether the world column holds a row for every slot: what the last compute saw, while the
   // column's rows stayed as they were (else a look, kept for the next compute).
@@ -516,11 +504,11 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
                          ? last->world_complete
                          : wc->holds_all(structure->prims, n);
   }
-  std::vector<uint32_t> seeds;
-  if (trusted) seeds = changed_slots(*structure, *last, *lc, rc, *wc, world_complete);
-  const bool full = !trusted;
+  const bool full = !trusted;  // an incremental compute cannot vouch for the world column
   std::vector<uint32_t> chosen;
-  if (!full) chosen = grow_to_subtrees(*structure, std::move(seeds));
+  if (!full)
+    chosen = grow_to_subtrees(*structure,
+                              changed_slots(*structure, *last, *lc, rc, *wc, world_complete));
   const size_t m = full ? n : chosen.size();
 
   // World rows no local matrix backs: deleted by this compute.

@@ -640,7 +640,7 @@ TEST_CASE("errors name the input and leave the stage as it was", "[world_transfo
 
 #if KSTAGE_TEST_EMULATED_DEVICE
 TEST_CASE("a device compute moves no data through the host", "[world_transforms]") {
-  if (!kOnDevice) return;
+  if (!kOnDevice) SKIP("host columns: no transfer to count (the emulated runs count them)");
   Stage s(host_execution());
   Scene sc(s);
   std::vector<kstage_path_t> prims;
@@ -669,5 +669,48 @@ TEST_CASE("a device compute moves no data through the host", "[world_transforms]
   REQUIRE(h2d2 - h2d1 == 0);
   REQUIRE(write_h2d == 1);
   require_near(sc.worlds({prims.back()}).at(prims.back()), translate(65, 0, 0));
+}
+
+TEST_CASE("reset and world columns on another device than the local one are refused",
+          "[world_transforms]") {
+  if (kOnDevice) SKIP("the host run puts the local matrices on the host, the others on a device");
+  Stage s(host_execution());
+  Scene sc(s);
+  const kstage_path_t a = s.path("/a"), b = s.path("/a/b");
+  sc.write_local({a, b}, {translate(1, 0, 0), translate(0, 1, 0)}, 1);
+  const DLDevice device{DLDeviceType(KSTAGE_EMULATED_DEVICE_TYPE), 0};
+  // The reset flags and a world column made on emulated device 0.
+  std::vector<uint8_t> flags = {0, 1};
+  int64_t shape[1] = {2};
+  DLTensor t = tensor(flags.data(), DLDataType{kDLBool, 8, 1}, 1, shape);
+  kstage_write_data_t w = write_data(&t);
+  w.residency = device;
+  KS_OK(s.write(s.query({a, b}), sc.reset, 1, w));
+  Mat m[2] = {identity(), identity()};
+  DLTensor tm = tensor(m, f64(16), 1, shape);
+  kstage_write_data_t wm = write_data(&tm);
+  wm.semantic = KSTAGE_SEMANTIC_MATRIX;
+  wm.residency = device;
+  const kstage_token_t elsewhere = s.token("world_elsewhere");
+  KS_OK(s.write(s.query({a, b}), elsewhere, 1, wm));
+  s.seal(1);
+  kstage_query_t q = s.query({a, b});
+  const std::string before = s.fingerprint(q, {sc.local, sc.reset, elsewhere, sc.world});
+  kstage_transform_desc_t d = kstage_transform_desc_init();
+  kstage_op_t op = 0;
+  KS_FAILS(kstage_compute_world_transforms(s.stage, &d, 2, &op), KSTAGE_NOT_SUPPORTED,
+           "the reset column 'omni:resetXformStack' lives on ");
+  d.reset = s.token("no_reset_column");
+  d.world = elsewhere;
+  KS_FAILS(kstage_compute_world_transforms(s.stage, &d, 2, &op), KSTAGE_INVALID_ARGUMENT,
+           "they must live on one device");
+  REQUIRE(s.fingerprint(q, {sc.local, sc.reset, elsewhere, sc.world}) == before);
+  // Without them the compute runs (on the host, where the local matrices are).
+  d.world = 0;
+  KS_OK(kstage_compute_world_transforms(s.stage, &d, 2, &op));
+  KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
+  KS_OK(kstage_release_op(s.stage, op));
+  s.seal(2);
+  require_near(sc.worlds({b}).at(b), translate(1, 1, 0));
 }
 #endif
