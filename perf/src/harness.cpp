@@ -291,6 +291,19 @@ class Runner {
   void measure_case(const WorkloadDef& d, Context& cx, const Shape& s, Exec exec, double base_bytes,
                     bool payload_cap);
   void own_shape_workloads();
+  // The row of a kstage case, its identity filled in.
+  static Row case_row(const WorkloadDef& d, const Shape& s, Exec exec) {
+    Row r;
+    r.workload = d.name;
+    r.family = d.family;
+    r.impl = "kstage";
+    r.exec = exec_name(exec);
+    r.params = d.params;
+    r.loop_key = d.loop_key;
+    r.numpy_key = d.numpy_key;
+    r.shape = s;
+    return r;
+  }
   void plan_numpy(const std::string& key, const Shape& s, const std::string& params);
   double baseline_ws(const BaselineDef& b, const Shape& s) const {
     return b.working_set ? b.working_set(s) : 2.0 * double(s.dense_bytes());
@@ -505,15 +518,7 @@ void Runner::shape_baselines(const Shape& s) {
 
 void Runner::measure_case(const WorkloadDef& d, Context& cx, const Shape& s, Exec exec,
                           double base_bytes, bool payload_cap) {
-  Row r;
-  r.workload = d.name;
-  r.family = d.family;
-  r.impl = "kstage";
-  r.exec = exec_name(exec);
-  r.params = d.params;
-  r.loop_key = d.loop_key;
-  r.numpy_key = d.numpy_key;
-  r.shape = s;
+  Row r = case_row(d, s, exec);
   const double ws = d.working_set ? d.working_set(s) : 4.0 * double(s.dense_bytes());
   const double total = base_bytes + ws;
   const double payload_est = d.payload_estimate ? d.payload_estimate(s) : double(s.dense_bytes());
@@ -632,13 +637,7 @@ int Runner::run() {
         for (const Shape& s : shapes)
           for (const WorkloadDef& d : workload_registry()) {
             if (d.pending || !selected(d, s)) continue;
-            Row r;
-            r.workload = d.name;
-            r.family = d.family;
-            r.impl = "kstage";
-            r.exec = exec_name(exec);
-            r.params = d.params;
-            r.shape = s;
+            Row r = case_row(d, s, exec);
             r.status = "skipped";
             r.note = "stage bookkeeping alone ~" + num(book / (1ull << 30)) +
                      " GiB > cap (dictionary ~100 B/path)";
