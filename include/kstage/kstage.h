@@ -1386,6 +1386,56 @@ KSTAGE_API kstage_status_t kstage_compute_world_transforms(kstage_stage_t stage,
                                                            const kstage_transform_desc_t* desc,
                                                            uint64_t ordinal, kstage_op_t* op);
 
+/**
+ * \brief Clone: copy the prim `source` and every existing prim below it (its
+ * subtree in the sealed state) to each of `n` target paths, creating them, as
+ * one op at `ordinal` (asynchronous like a write; the caller seals it).
+ *
+ * For a target T, the copy of source prim S/x is T/x; it gets every attribute
+ * S/x holds -- fixed and array columns of every dtype and semantic, prim type
+ * and applied schemas included -- with the values of the latest sealed state
+ * when the call is made. Paths between them that hold nothing stay paths that
+ * hold nothing. Values of KSTAGE_SEMANTIC_PATH_ID columns (fixed or array)
+ * that name a path at or below `source` are rebased to the same path below
+ * the target (a relationship inside the subtree points inside the copy);
+ * values naming paths outside the subtree, or no path, are copied as they
+ * are. The created paths are interned by the call, in one batch (their
+ * strings are never made). Each column is copied by one gather on its own
+ * device: device columns stay in device memory.
+ *
+ * Create-only and all-or-nothing. Everything is checked at the call, which
+ * either refuses the clone, leaving the stage unchanged, or returns an op
+ * that fails only if its device work does (KSTAGE_DEVICE_ERROR):
+ *   - NOT_FOUND: `source` does not exist (holds no attribute);
+ *   - INVALID_ARGUMENT: `source` or a target is not a path id, a target is
+ *     `source` or lies below it, a target is listed twice or lies below
+ *     another target (their copies would overlap), n is 0, or `targets` is
+ *     NULL;
+ *   - ALREADY_EXISTS: a path the copy would create exists at `ordinal`
+ *     (sealed state plus the mutations submitted before, as for an INSERT
+ *     write); the message names it and its target;
+ *   - WRITE_FLOOR_VIOLATION: `ordinal` is not above the write floor of an
+ *     attribute the subtree holds;
+ *   - NOT_SUPPORTED: the subtree holds members of a path range (the copy
+ *     would need a range of its own below every target).
+ * Once sealed, the copies are ordinary prims: change ranges report them (and
+ * only them) at `ordinal`, and reads, exports, the hierarchy and checkpoints
+ * see them like written prims. (Added in 0.4.)
+ */
+KSTAGE_API kstage_status_t kstage_clone(kstage_stage_t stage, kstage_path_t source,
+                                        const kstage_path_t* targets, uint64_t n, uint64_t ordinal,
+                                        kstage_op_t* op);
+/**
+ * \brief kstage_clone to `count` members of the path range whose first id is
+ * `first`, from member `start` (count 0: to the range's end): 4,096 or 1e6
+ * targets named without a string or an id list each (kstage_intern_path_range).
+ * INVALID_ARGUMENT when `first` is no range's first id or start and count
+ * reach beyond it; otherwise as kstage_clone. (Added in 0.4.)
+ */
+KSTAGE_API kstage_status_t kstage_clone_range(kstage_stage_t stage, kstage_path_t source,
+                                              kstage_path_t first, uint64_t start, uint64_t count,
+                                              uint64_t ordinal, kstage_op_t* op);
+
 /* ------------------------------------------------------------------------- */
 /* Ops                                                                       */
 /* ------------------------------------------------------------------------- */
