@@ -410,7 +410,8 @@ Status Column::apply_fixed(const StagedRows& rows, const TargetRows& map) {
   c.dst = values_->data() + map.first_row * rb;
   c.dst_stride = int64_t(rb * (map.row_step != 0 ? map.row_step : 1));
   c.dst_index = map.identity || map.row_step != 0 ? nullptr : map.rows;
-  if (c.dst_index && map.row_map && !reads_host()) {
+  // (Both indices resident or neither: an indexed source's is host memory.)
+  if (c.dst_index && map.row_map && !reads_host() && !rows.source_rows()) {
     KSTAGE_ASSIGN_OR_RETURN(c.dst_index, resident_rows(map.row_map));
     c.indices_resident = true;
   }

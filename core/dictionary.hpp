@@ -73,6 +73,20 @@ class Dictionary {
   void keep_at_or_below(uint64_t prefix, std::vector<uint64_t>& ids) const {
     paths_.keep_at_or_below(prefix, ids);
   }
+  // Copies of a subtree's paths below other paths (kstage_clone; PathTree::subtree_shape).
+  bool subtree_shape(uint64_t root, const uint64_t* ids, size_t n,
+                     std::vector<PathTree::ShapeNode>& shape, std::vector<uint32_t>& index,
+                     uint64_t& member) const {
+    return paths_.subtree_shape(root, ids, n, shape, index, member);
+  }
+  void find_copies(const uint64_t* targets, size_t nt,
+                   const std::vector<PathTree::ShapeNode>& shape, uint64_t* out) const {
+    paths_.find_copies(targets, nt, shape, out);
+  }
+  void intern_copies(const uint64_t* targets, size_t nt,
+                     const std::vector<PathTree::ShapeNode>& shape, uint64_t* out) {
+    paths_.intern_copies(targets, nt, shape, out);
+  }
   size_t path_memory_bytes() const { return paths_.memory_bytes(); }
 
  private:

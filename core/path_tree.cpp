@@ -499,6 +499,95 @@ void PathTree::keep_at_or_below(uint64_t prefix, std::vector<uint64_t>& ids) con
   ids.resize(kept);
 }
 
+bool PathTree::subtree_shape(uint64_t root, const uint64_t* ids, size_t n,
+                             std::vector<ShapeNode>& shape, std::vector<uint32_t>& index,
+                             uint64_t& member) const {
+  std::shared_lock lock(mutex_);
+  std::unordered_map<uint64_t, uint32_t> node_of_path;  // path below root -> shape node
+  std::vector<uint64_t> chain;
+  index.assign(n, kNotBelow);
+  for (size_t i = 0; i < n; ++i) {
+    // Up from ids[i] to the root or the top (not below), or to a path already in the shape.
+    chain.clear();
+    uint64_t at = ids[i];
+    uint32_t above = kNotBelow;
+    while (at != 0 && at < next_id_) {
+      if (at == root) {
+        above = ShapeNode::kShapeRoot;
+        break;
+      }
+      if (auto it = node_of_path.find(at); it != node_of_path.end()) {
+        above = it->second;
+        break;
+      }
+      chain.push_back(at);
+      at = parent_of(at);
+    }
+    if (above == kNotBelow) continue;
+    // The chain's paths become nodes, top down.
+    for (size_t k = chain.size(); k-- > 0;) {
+      const uint64_t path = chain[k];
+      uint64_t node = 0;
+      if (!node_of(path, node)) {  // a range member
+        member = path;
+        return false;
+      }
+      const uint32_t made = uint32_t(shape.size());
+      shape.push_back(ShapeNode{above, path, (nodes_[node].parent & kVisible) != 0});
+      node_of_path.emplace(path, made);
+      above = made;
+    }
+    index[i] = above;
+  }
+  return true;
+}
+
+void PathTree::find_copies(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
+                           uint64_t* out) const {
+  std::shared_lock lock(mutex_);
+  const size_t s = shape.size();
+  std::vector<std::string_view> leaves(s);
+  for (size_t k = 0; k < s; ++k) {
+    uint64_t node = 0;
+    node_of(shape[k].source, node);  // (subtree_shape made only explicit nodes)
+    leaves[k] = leaf_of(nodes_[node]);
+  }
+  for (size_t t = 0; t < nt; ++t) {
+    uint64_t* copy = out + t * s;
+    for (size_t k = 0; k < s; ++k) {
+      const uint32_t p = shape[k].parent;
+      const uint64_t parent = p == ShapeNode::kShapeRoot ? targets[t] : copy[p];
+      copy[k] = parent == 0 ? 0 : child(parent, leaves[k], hash_of(parent, leaves[k]));
+    }
+  }
+}
+
+void PathTree::intern_copies(const uint64_t* targets, size_t nt,
+                             const std::vector<ShapeNode>& shape, uint64_t* out) {
+  std::unique_lock lock(mutex_);
+  const size_t s = shape.size();
+  // The leaves are copied out: an insert may add a leaf chunk (the views would stay valid,
+  // chunks never move, but a copy keeps this independent of that).
+  std::vector<std::string> leaves(s);
+  for (size_t k = 0; k < s; ++k) {
+    uint64_t node = 0;
+    node_of(shape[k].source, node);
+    leaves[k] = std::string(leaf_of(nodes_[node]));
+  }
+  for (size_t t = 0; t < nt; ++t) {
+    uint64_t* copy = out + t * s;
+    for (size_t k = 0; k < s; ++k) {
+      const uint32_t p = shape[k].parent;
+      const uint64_t parent = p == ShapeNode::kShapeRoot ? targets[t] : copy[p];
+      const uint32_t h = hash_of(parent, leaves[k]);
+      uint64_t id = child(parent, leaves[k], h);
+      if (id == 0) id = insert(parent, leaves[k], h, shape[k].visible);
+      else if (shape[k].visible) make_visible(id);
+      copy[k] = id;
+    }
+  }
+}
+
 size_t PathTree::memory_bytes() const {
   std::shared_lock lock(mutex_);
   size_t b = nodes_.bytes() + index_.capacity() * sizeof(uint64_t) + runs_.capacity() * sizeof(Run);

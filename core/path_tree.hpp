@@ -117,6 +117,35 @@ class PathTree {
   // "/a/b", not "/ab"; "/" covers everything).
   void keep_at_or_below(uint64_t prefix, std::vector<uint64_t>& ids) const;
 
+  // --- copies of a subtree (kstage_clone) -----------------------------------------------
+  // One path below a subtree's root: its parent in the shape (kShapeRoot: the root itself),
+  // the path it stands for below the source root, and whether that is an interned path (the
+  // copies are interned alike; a path that is only an ancestor stays hidden).
+  struct ShapeNode {
+    static constexpr uint32_t kShapeRoot = UINT32_MAX;
+    uint32_t parent = kShapeRoot;
+    uint64_t source = 0;
+    bool visible = false;
+  };
+  // The shape below `root` that reaches every path of `ids`: for ids[i] at or below `root`,
+  // index[i] is its node (kShapeRoot for `root` itself); for one that is not, kNotBelow. The
+  // nodes come parents first. False, with `member` set, when a path of the shape is a member
+  // of a path range (its copies would need a range each). May throw std::bad_alloc.
+  static constexpr uint32_t kNotBelow = UINT32_MAX - 1;
+  bool subtree_shape(uint64_t root, const uint64_t* ids, size_t n, std::vector<ShapeNode>& shape,
+                     std::vector<uint32_t>& index, uint64_t& member) const;
+  // For target t of `targets` (count nt) and node k of `shape`: out[t * shape.size() + k] is
+  // the id of the target's copy of that node, 0 where it is not in the tree (a look, under
+  // one lock; nothing is made).
+  void find_copies(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
+                   uint64_t* out) const;
+  // The same, making every copy that is not in the tree (visible as its node says; a hidden
+  // one a visible node names becomes visible, keeping its id), under one lock, target after
+  // target: a target's new copies get consecutive ids. May throw std::bad_alloc (copies made
+  // before stay, hidden or visible: no prim exists for them).
+  void intern_copies(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
+                     uint64_t* out);
+
   // Bytes the tree holds (nodes, leaves, hash index, ranges, handed-out strings).
   size_t memory_bytes() const;
 

@@ -129,6 +129,11 @@ class Stage {
   Result<std::shared_ptr<Op>> compute_world_transforms(const kstage_transform_desc_t& desc,
                                                        uint64_t ordinal);
 
+  // --- scene: clone (core/stage_clone.cpp) -----------------------------------------
+  // kstage_clone: the subtree of `source` copied to every target at `ordinal`, one write per
+  // column it holds; everything refused at the call, the stage unchanged.
+  Result<std::shared_ptr<Op>> clone(uint64_t source, const PrimList& targets, uint64_t ordinal);
+
   // --- maps ------------------------------------------------------------------
   // A map session over `prims`: its groups planned and their buffers allocated now.
   Result<std::shared_ptr<MapSession>> open_map(const PrimList& prims, const kstage_map_desc_t& desc,
@@ -222,6 +227,9 @@ class Stage {
   void collect_sealed_mutations(std::vector<Mutation>& sealed) noexcept;
   Status build_groups(Column& c, const PrimList& prims, const kstage_read_desc_t& desc,
                       std::vector<std::unique_ptr<ReadGroup>>& out);
+  // The targets of a clone of `source`: paths, distinct, none at or below the source or
+  // below another target (INVALID_ARGUMENT naming it).
+  Status check_clone_targets(uint64_t source, const PrimSeq& targets) const;
   // World transforms (core/world_transforms.cpp). Require mutex_.
   std::vector<uint64_t> prims_holding(const Column& c) const;  // sealed, in path-id order
   std::shared_ptr<const TransformStructure> transform_structure(const Column& local) const;

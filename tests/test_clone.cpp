@@ -1,0 +1,447 @@
+// SPDX-License-Identifier: Apache-2.0
+// Clone (kstage_clone, kstage_clone_range): a subtree copied to N targets as one op -- every
+// column kind (fixed, array, prim type, schemas), paths between prims that hold nothing,
+// PATH_ID values rebased inside the subtree and kept outside it, path-range targets, the
+// sealed state at the call, change ranges and the hierarchy of the copies, and every refusal
+// with the stage unchanged after it. Runs on the host and (as "emulated clone@N") with every
+// column on the emulated device.
+#include "support.hpp"
+
+#include <cstring>
+
+using namespace kstage_test;
+
+namespace {
+
+using Paths = std::vector<kstage_path_t>;
+
+kstage_status_t write_u64(Stage& s, kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
+                          std::vector<uint64_t> v, kstage_semantic_t semantic) {
+  int64_t shape[1] = {int64_t(v.size())};
+  DLTensor t = tensor(v.data(), u64(), 1, shape);
+  kstage_write_data_t w = write_data(&t);
+  w.semantic = semantic;
+  return s.write(q, attr, ordinal, w);
+}
+
+kstage_status_t write_rows(Stage& s, kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
+                           std::vector<std::vector<uint64_t>> rows, kstage_semantic_t semantic) {
+  std::vector<int64_t> shapes(rows.size());
+  std::vector<DLTensor> t;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    shapes[i] = int64_t(rows[i].size());
+    t.push_back(tensor(rows[i].empty() ? nullptr : rows[i].data(), u64(), 1, &shapes[i]));
+  }
+  kstage_write_data_t w = write_data(t.data(), t.size(), true);
+  w.semantic = semantic;
+  return s.write(q, attr, ordinal, w);
+}
+
+kstage_status_t write_f32_rows(Stage& s, kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
+                               std::vector<std::vector<float>> rows) {
+  std::vector<int64_t> shapes(rows.size());
+  std::vector<DLTensor> t;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    shapes[i] = int64_t(rows[i].size());
+    t.push_back(tensor(rows[i].empty() ? nullptr : rows[i].data(), f32(), 1, &shapes[i]));
+  }
+  return s.write(q, attr, ordinal, write_data(t.data(), t.size(), true));
+}
+
+std::vector<uint64_t> as_u64(const std::vector<unsigned char>& bytes) {
+  std::vector<uint64_t> v(bytes.size() / sizeof(uint64_t));
+  if (!v.empty()) std::memcpy(v.data(), bytes.data(), bytes.size());
+  return v;
+}
+
+kstage_status_t clone(Stage& s, kstage_path_t source, const Paths& targets, uint64_t ordinal) {
+  kstage_op_t op = 0;
+  const kstage_status_t st =
+      kstage_clone(s.stage, source, targets.data(), targets.size(), ordinal, &op);
+  if (st == KSTAGE_OK) finish(s, op);
+  return st;
+}
+
+bool exists(Stage& s, kstage_path_t p) {
+  kstage_filter_t f{};
+  const Paths all = s.filtered(f);
+  return std::find(all.begin(), all.end(), p) != all.end();
+}
+
+// An environment below /World/envs/env_0 (a member of the range env_{0..n-1}):
+//   env_0                  prim type Xform, "pos" (f32 x 3)
+//   env_0/Robot            nothing: a path between prims
+//   env_0/Robot/torso      prim type Body, schemas {RigidBody, Mass}, "pos", "xf" (f64 x 16),
+//                          "verts" (a ragged f32 row), "joint" (PATH_ID -> leg, in the subtree)
+//   env_0/Robot/leg        prim type Body, schemas {} (an empty row), "pos", "verts" (empty),
+//                          "rel" (PATH_ID array: torso, /Ground, env_0/Robot, env_0)
+// and /Ground ("pos"), outside it.
+struct Env {
+  Stage& s;
+  kstage_path_t first = 0, env0 = 0, robot = 0, torso = 0, leg = 0, ground = 0;
+  kstage_token_t type, schemas, pos, xf, verts, joint, rel;
+  kstage_token_t xform, body, rigid, mass;
+  Env(Stage& st, uint64_t envs) : s(st) {
+    first = s.range("/World/envs", "env_", 0, envs);
+    env0 = first;
+    REQUIRE(s.path_string(env0) == "/World/envs/env_0");
+    robot = s.path("/World/envs/env_0/Robot");
+    torso = s.path("/World/envs/env_0/Robot/torso");
+    leg = s.path("/World/envs/env_0/Robot/leg");
+    ground = s.path("/Ground");
+    type = s.token(KSTAGE_PRIM_TYPE);
+    schemas = s.token(KSTAGE_APPLIED_SCHEMAS);
+    pos = s.token("pos");
+    xf = s.token("xf");
+    verts = s.token("verts");
+    joint = s.token("joint");
+    rel = s.token("rel");
+    xform = s.token("Xform");
+    body = s.token("Body");
+    rigid = s.token("RigidBody");
+    mass = s.token("Mass");
+
+    kstage_query_t q = s.query({env0, torso, leg, ground});
+    s.write_f32(q, pos, 1, {0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 3);
+    KS_OK(kstage_query_release(s.stage, q));
+    q = s.query({env0, torso, leg});
+    KS_OK(write_u64(s, q, type, 1, {xform, body, body}, KSTAGE_SEMANTIC_TOKEN_ID));
+    KS_OK(kstage_query_release(s.stage, q));
+    q = s.query({torso, leg});
+    KS_OK(write_rows(s, q, schemas, 1, {{rigid, mass}, {}}, KSTAGE_SEMANTIC_TOKEN_ID));
+    KS_OK(write_f32_rows(s, q, verts, 1, {{1.5f, 2.5f, 3.5f}, {}}));
+    KS_OK(kstage_query_release(s.stage, q));
+    q = s.query({torso});
+    std::vector<double> m(16);
+    for (int k = 0; k < 16; ++k) m[size_t(k)] = 100.0 + k;
+    int64_t shape[1] = {1};
+    DLTensor t = tensor(m.data(), f64(16), 1, shape);
+    kstage_write_data_t w = write_data(&t);
+    w.semantic = KSTAGE_SEMANTIC_MATRIX;
+    KS_OK(s.write(q, xf, 1, w));
+    KS_OK(write_u64(s, q, joint, 1, {leg}, KSTAGE_SEMANTIC_PATH_ID));
+    KS_OK(kstage_query_release(s.stage, q));
+    q = s.query({leg});
+    KS_OK(write_rows(s, q, rel, 1, {{torso, ground, robot, env0}}, KSTAGE_SEMANTIC_PATH_ID));
+    KS_OK(kstage_query_release(s.stage, q));
+    s.seal(1);
+  }
+  kstage_path_t member(uint64_t i) const { return first + i; }
+  // The copy of env_0/<below> for target `t` ("" below: the target itself).
+  kstage_path_t copy(kstage_path_t t, const std::string& below) {
+    return below.empty() ? t : s.path(s.path_string(t) + below);
+  }
+  std::vector<kstage_token_t> attrs() const { return {type, schemas, pos, xf, verts, joint, rel}; }
+  // Every value of every attribute of `prims`, per attribute, with prims renamed by `rename`
+  // (copy id -> source id) so that a copy compares equal to its source.
+  std::string values_of(const Paths& prims) {
+    std::string out;
+    kstage_query_t q = s.query(prims);
+    for (kstage_token_t a : attrs()) {
+      out += "attr " + std::to_string(a) + ":";
+      for (auto& [p, bytes] : s.values(q, a)) {
+        const size_t i = size_t(std::find(prims.begin(), prims.end(), p) - prims.begin());
+        out += " " + std::to_string(i) + "=";
+        for (unsigned char b : bytes) out += std::to_string(b) + ",";
+      }
+      out += ";";
+    }
+    KS_OK(kstage_query_release(s.stage, q));
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE(
+    "clone copies every attribute of the subtree to each target, paths between prims "
+    "holding nothing",
+    "[clone]") {
+  Stage s;
+  Env e(s, 4);
+  const Paths targets = {e.member(1), e.member(3)};
+  const Paths source_prims = {e.env0, e.torso, e.leg};
+  const std::string before = e.values_of(source_prims);
+  REQUIRE(clone(s, e.env0, targets, 2) == KSTAGE_OK);
+  // Not visible before the seal.
+  CHECK_FALSE(exists(s, e.member(1)));
+  s.seal(2);
+  for (kstage_path_t t : targets) {
+    const Paths copies = {t, e.copy(t, "/Robot/torso"), e.copy(t, "/Robot/leg")};
+    CHECK(s.path_string(copies[1]) == s.path_string(t) + "/Robot/torso");
+    for (kstage_path_t c : copies) CHECK(exists(s, c));
+    // /Robot holds nothing in the source: it holds nothing in the copy.
+    CHECK_FALSE(exists(s, e.copy(t, "/Robot")));
+    // Values: identical but for the PATH_ID columns, rebased (checked below).
+    kstage_query_t q = s.query(copies);
+    for (kstage_token_t a : {e.type, e.schemas, e.pos, e.xf, e.verts}) {
+      kstage_query_t sq = s.query(source_prims);
+      auto src = s.values(sq, a);
+      auto dst = s.values(q, a);
+      REQUIRE(src.size() == dst.size());
+      for (size_t k = 0; k < 3; ++k) {
+        CHECK(src.count(source_prims[k]) == dst.count(copies[k]));
+        if (src.count(source_prims[k])) CHECK(src[source_prims[k]] == dst[copies[k]]);
+      }
+      KS_OK(kstage_query_release(s.stage, sq));
+    }
+    KS_OK(kstage_query_release(s.stage, q));
+  }
+  // The source is as it was; the member between stays untouched.
+  CHECK(e.values_of(source_prims) == before);
+  CHECK_FALSE(exists(s, e.member(2)));
+}
+
+TEST_CASE("clone rebases PATH_ID values inside the subtree and keeps the others", "[clone]") {
+  Stage s;
+  Env e(s, 2);
+  const kstage_path_t t = e.member(1);
+  REQUIRE(clone(s, e.env0, {t}, 2) == KSTAGE_OK);
+  s.seal(2);
+  const kstage_path_t torso = e.copy(t, "/Robot/torso"), leg = e.copy(t, "/Robot/leg");
+  const kstage_path_t robot = e.copy(t, "/Robot");
+  kstage_query_t q = s.query({torso, leg});
+  auto joint = s.values(q, e.joint);
+  REQUIRE(joint.count(torso) == 1);
+  CHECK(as_u64(joint[torso]) == std::vector<uint64_t>{leg});  // inside: the copy's leg
+  auto rel = s.values(q, e.rel);
+  REQUIRE(rel.count(leg) == 1);
+  // torso -> the copy's; /Ground (outside) kept; Robot (a path holding nothing) -> the copy's
+  // Robot; env_0 (the source) -> the target.
+  CHECK(as_u64(rel[leg]) == std::vector<uint64_t>{torso, e.ground, robot, t});
+  KS_OK(kstage_query_release(s.stage, q));
+  // The source's own values are unchanged.
+  q = s.query({e.torso, e.leg});
+  CHECK(as_u64(s.values(q, e.joint)[e.torso]) == std::vector<uint64_t>{e.leg});
+  CHECK(as_u64(s.values(q, e.rel)[e.leg]) ==
+        std::vector<uint64_t>{e.torso, e.ground, e.robot, e.env0});
+  KS_OK(kstage_query_release(s.stage, q));
+}
+
+TEST_CASE("clone to path-range members: kstage_clone_range, hierarchy and change ranges",
+          "[clone]") {
+  Stage s;
+  const uint64_t n = 64;
+  Env e(s, n);
+  kstage_op_t op = 0;
+  // Members 1 .. n-1: every member but the source.
+  KS_OK(kstage_clone_range(s.stage, e.env0, e.first, 1, 0, 2, &op));
+  finish(s, op);
+  s.seal(2);
+  // Every copy exists; the hierarchy sees them like written prims.
+  kstage_query_t all = s.range_query(e.first);
+  CHECK(s.changed(all, e.pos, 2, 2).size() == n - 1);  // the targets, not the source
+  const auto pos = s.floats(all, e.pos);
+  REQUIRE(pos.size() == n);
+  for (uint64_t i = 1; i < n; ++i) CHECK(pos.at(e.member(i)) == std::vector<float>{0, 0, 0});
+  KS_OK(kstage_query_release(s.stage, all));
+
+  const kstage_path_t t = e.member(37);
+  const kstage_path_t torso = e.copy(t, "/Robot/torso"), leg = e.copy(t, "/Robot/leg");
+  kstage_query_t q = s.query({torso});
+  kstage_hierarchy_t h = 0;
+  KS_OK(kstage_query_hierarchy(s.stage, q, KSTAGE_RELATION_PARENT, &h));
+  const kstage_hierarchy_item_t* items = nullptr;
+  const kstage_path_span_t* spans = nullptr;
+  uint64_t ni = 0, ns = 0;
+  KS_OK(kstage_hierarchy_get(s.stage, h, &items, &ni, &spans, &ns));
+  REQUIRE(ni == 1);
+  REQUIRE(items[0].status == KSTAGE_OK);
+  REQUIRE(items[0].path_count == 1);
+  CHECK(spans[items[0].span_offset].first == t);  // Robot holds nothing: the target is the parent
+  KS_OK(kstage_hierarchy_release(s.stage, h));
+  KS_OK(kstage_query_release(s.stage, q));
+  // Change ranges of a copied column: exactly the copies, at the clone's ordinal.
+  q = s.query({e.torso, torso, leg, e.leg});
+  CHECK(s.changed(q, e.xf, 2, 2) == Paths{torso});
+  CHECK(s.changed(q, e.verts, 2, 2) == Paths{std::min(torso, leg), std::max(torso, leg)});
+  KS_OK(kstage_query_release(s.stage, q));
+  q = s.query({e.torso, e.leg});
+  CHECK(s.changed(q, e.verts, 1, 1).size() == 2);  // the source's, written at 1 (not again)
+  CHECK(s.changed(q, e.verts, 2, 2).empty());
+  KS_OK(kstage_query_release(s.stage, q));
+  // A part of the range: members [start, start + count).
+  Stage s2;
+  Env e2(s2, 16);
+  KS_OK(kstage_clone_range(s2.stage, e2.env0, e2.first, 4, 3, 2, &op));
+  finish(s2, op);
+  s2.seal(2);
+  for (uint64_t i = 0; i < 16; ++i)
+    CHECK(exists(s2, e2.member(i)) == (i == 0 || (i >= 4 && i < 7)));
+}
+
+TEST_CASE("clone copies the latest sealed state at the call", "[clone]") {
+  Stage s;
+  Env e(s, 3);
+  kstage_query_t q = s.query({e.torso});
+  // Pending at 2 (not sealed) when the clone at 3 is made: not copied.
+  s.write_f32(q, e.pos, 2, {9, 9, 9}, 3);
+  REQUIRE(clone(s, e.env0, {e.member(1)}, 3) == KSTAGE_OK);
+  // Sealed after the call, before the clone's seal: not copied either.
+  s.seal(2);
+  s.write_f32(q, e.pos, 3, {7, 7, 7}, 3);
+  s.seal(3);
+  KS_OK(kstage_query_release(s.stage, q));
+  const kstage_path_t torso = e.copy(e.member(1), "/Robot/torso");
+  q = s.query({e.torso, torso});
+  const auto pos = s.floats(q, e.pos);
+  CHECK(pos.at(torso) == std::vector<float>{1, 2, 3});
+  CHECK(pos.at(e.torso) == std::vector<float>{7, 7, 7});
+  KS_OK(kstage_query_release(s.stage, q));
+  // A clone of the clone: the copy is an ordinary prim.
+  REQUIRE(clone(s, e.member(1), {e.member(2)}, 4) == KSTAGE_OK);
+  s.seal(4);
+  q = s.query({e.copy(e.member(2), "/Robot/torso")});
+  CHECK(s.floats(q, e.pos).begin()->second == std::vector<float>{1, 2, 3});
+  KS_OK(kstage_query_release(s.stage, q));
+  // The copies can be deleted like written prims.
+  q = s.query({torso});
+  KS_OK(s.remove(q, {}, 5));
+  s.seal(5);
+  CHECK_FALSE(exists(s, torso));
+  KS_OK(kstage_query_release(s.stage, q));
+}
+
+TEST_CASE("clone refusals name the input and leave the stage unchanged", "[clone]") {
+  Stage s;
+  Env e(s, 8);
+  const kstage_path_t outside = s.path("/Elsewhere/x");
+  const kstage_path_t nested = s.path("/World/envs/env_2/deeper");
+  kstage_query_t all = s.range_query(e.first);
+  const std::vector<kstage_token_t> attrs = e.attrs();
+  // An existing target and an existing copy below another target.
+  kstage_query_t q = s.query({e.member(5)});
+  s.write_f32(q, e.pos, 2, {5, 5, 5}, 3);
+  KS_OK(kstage_query_release(s.stage, q));
+  const kstage_path_t taken = s.path("/World/envs/env_6/Robot/leg");
+  q = s.query({taken});
+  s.write_f32(q, e.pos, 2, {6, 6, 6}, 3);
+  KS_OK(kstage_query_release(s.stage, q));
+  s.seal(2);
+  q = s.query({e.env0, e.torso, e.leg, e.member(5), taken, e.ground});
+  const std::string before = s.fingerprint(q, attrs) + s.fingerprint(all, attrs);
+  auto unchanged = [&] { CHECK(s.fingerprint(q, attrs) + s.fingerprint(all, attrs) == before); };
+  kstage_op_t op = 0;
+  const kstage_path_t one = e.member(1);
+
+  KS_FAILS(kstage_clone(s.stage, e.member(7), &one, 1, 3, &op), KSTAGE_NOT_FOUND,
+           "env_7' does not exist");
+  KS_FAILS(kstage_clone(s.stage, 999999, &one, 1, 3, &op), KSTAGE_INVALID_ARGUMENT,
+           "source 999999 is not a path");
+  KS_FAILS(kstage_clone(s.stage, e.env0, &one, 0, 3, &op), KSTAGE_INVALID_ARGUMENT, "n = 0");
+  KS_FAILS(kstage_clone(s.stage, e.env0, nullptr, 1, 3, &op), KSTAGE_INVALID_ARGUMENT, "targets");
+  KS_FAILS(kstage_clone(s.stage, e.env0, &one, 1, 2, nullptr), KSTAGE_INVALID_ARGUMENT, "op");
+  Paths bad = {e.member(1), 424242};
+  KS_FAILS(kstage_clone(s.stage, e.env0, bad.data(), 2, 3, &op), KSTAGE_INVALID_ARGUMENT,
+           "targets[1] (424242) is not a path");
+  bad = {e.env0};
+  KS_FAILS(kstage_clone(s.stage, e.env0, bad.data(), 1, 3, &op), KSTAGE_INVALID_ARGUMENT,
+           "targets[0] is the source");
+  bad = {e.member(1), s.path("/World/envs/env_0/Robot/copy")};
+  KS_FAILS(kstage_clone(s.stage, e.env0, bad.data(), 2, 3, &op), KSTAGE_INVALID_ARGUMENT,
+           "targets[1] ('/World/envs/env_0/Robot/copy') lies below the source");
+  bad = {e.member(1), e.member(3), e.member(1)};
+  KS_FAILS(kstage_clone(s.stage, e.env0, bad.data(), 3, 3, &op), KSTAGE_INVALID_ARGUMENT,
+           "targets[0] and targets[2] are both '/World/envs/env_1'");
+  bad = {nested, e.member(2)};
+  KS_FAILS(kstage_clone(s.stage, e.env0, bad.data(), 2, 3, &op), KSTAGE_INVALID_ARGUMENT,
+           "targets[0] ('/World/envs/env_2/deeper') lies below targets[1]");
+  bad = {e.member(1), e.member(5)};
+  KS_FAILS(kstage_clone(s.stage, e.env0, bad.data(), 2, 3, &op), KSTAGE_ALREADY_EXISTS,
+           "targets[1] '/World/envs/env_5' already exists");
+  bad = {outside, e.member(6)};
+  KS_FAILS(kstage_clone(s.stage, e.env0, bad.data(), 2, 3, &op), KSTAGE_ALREADY_EXISTS,
+           "'/World/envs/env_6/Robot/leg' (the copy of '/World/envs/env_0/Robot/leg' for "
+           "targets[1]) already exists");
+  KS_FAILS(kstage_clone(s.stage, e.env0, &one, 1, 2, &op), KSTAGE_WRITE_FLOOR_VIOLATION,
+           "not above the write floor 2");
+  // Range forms.
+  KS_FAILS(kstage_clone_range(s.stage, e.env0, e.first + 1, 0, 0, 4, &op), KSTAGE_INVALID_ARGUMENT,
+           "not the first path of a path range");
+  KS_FAILS(kstage_clone_range(s.stage, e.env0, e.first, 4, 5, 4, &op), KSTAGE_INVALID_ARGUMENT,
+           "reaches beyond");
+  KS_FAILS(kstage_clone_range(s.stage, e.env0, e.first, 0, 3, 4, &op), KSTAGE_INVALID_ARGUMENT,
+           "targets[0] is the source");
+  KS_FAILS(kstage_clone_range(s.stage, e.env0, e.first, 4, 2, 4, &op), KSTAGE_ALREADY_EXISTS,
+           "targets[1] '/World/envs/env_5' already exists");
+  unchanged();
+  // The floor of one attribute the subtree holds.
+  s.seal(4, {e.rel});
+  const std::string sealed = s.fingerprint(q, attrs) + s.fingerprint(all, attrs);
+  KS_FAILS(kstage_clone(s.stage, e.env0, &one, 1, 3, &op), KSTAGE_WRITE_FLOOR_VIOLATION,
+           "write floor 4 of attribute 'rel'");
+  CHECK(s.fingerprint(q, attrs) + s.fingerprint(all, attrs) == sealed);
+  for (uint64_t i : {1, 2, 3, 4, 7}) CHECK_FALSE(exists(s, e.member(i)));
+  // ... and the same clone above every floor goes through.
+  REQUIRE(clone(s, e.env0, {one}, 5) == KSTAGE_OK);
+  s.seal(5);
+  CHECK(exists(s, one));
+  KS_OK(kstage_query_release(s.stage, q));
+  KS_OK(kstage_query_release(s.stage, all));
+}
+
+TEST_CASE("clone refusals before any floor moves leave the fingerprint identical", "[clone]") {
+  Stage s;
+  Env e(s, 4);
+  kstage_query_t q = s.query({e.env0, e.torso, e.leg, e.ground, e.member(1), e.member(2)});
+  const std::vector<kstage_token_t> attrs = e.attrs();
+  const std::string before = s.fingerprint(q, attrs);
+  kstage_op_t op = 0;
+  Paths t = {e.member(1), e.member(1)};
+  KS_FAILS(kstage_clone(s.stage, e.env0, t.data(), 2, 2, &op), KSTAGE_INVALID_ARGUMENT, "both");
+  CHECK(s.fingerprint(q, attrs) == before);
+  t = {e.member(1), e.member(2)};
+  KS_FAILS(kstage_clone(s.stage, e.env0, t.data(), 2, 1, &op), KSTAGE_WRITE_FLOOR_VIOLATION,
+           "write floor");
+  CHECK(s.fingerprint(q, attrs) == before);
+  // A write submitted before, at a lower ordinal, creates a target: refused as for INSERT.
+  kstage_query_t w = s.query({e.member(2)});
+  s.write_f32(w, e.pos, 2, {1, 1, 1}, 3);
+  KS_FAILS(kstage_clone(s.stage, e.env0, t.data(), 2, 3, &op), KSTAGE_ALREADY_EXISTS,
+           "targets[1] '/World/envs/env_2' already exists at ordinal 3");
+  KS_OK(kstage_query_release(s.stage, w));
+  CHECK(s.fingerprint(q, attrs) == before);  // (the pending write is not sealed)
+  KS_OK(kstage_query_release(s.stage, q));
+}
+
+TEST_CASE("clone refuses a subtree holding path-range members", "[clone]") {
+  Stage s;
+  const kstage_path_t root = s.path("/Cloud");
+  const kstage_path_t first = s.range("/Cloud/pts", "p", 0, 8);
+  const kstage_path_t target = s.path("/Cloud2");
+  kstage_query_t q = s.query({root, first, first + 3});
+  s.write_f32(q, s.token("m"), 1, {1, 2, 3});
+  KS_OK(kstage_query_release(s.stage, q));
+  s.seal(1);
+  kstage_op_t op = 0;
+  KS_FAILS(kstage_clone(s.stage, root, &target, 1, 2, &op), KSTAGE_NOT_SUPPORTED,
+           "'/Cloud/pts/p0' below the source '/Cloud' is a member of a path range");
+  CHECK_FALSE(exists(s, target));
+}
+
+TEST_CASE("clone of a one-prim source to 10,000 range members", "[clone]") {
+  Stage s;
+  const uint64_t n = 10000;
+  const kstage_path_t first = s.range("/envs", "e", 0, n + 1);
+  const kstage_token_t x = s.token("x"), ids = s.token("ids");
+  kstage_query_t q = s.query({first});
+  s.write_f32(q, x, 1, {1, 2, 3, 4}, 4);
+  KS_OK(write_u64(s, q, ids, 1, {first}, KSTAGE_SEMANTIC_PATH_ID));  // names itself
+  KS_OK(kstage_query_release(s.stage, q));
+  s.seal(1);
+  kstage_op_t op = 0;
+  KS_OK(kstage_clone_range(s.stage, first, first, 1, 0, 2, &op));
+  finish(s, op);
+  s.seal(2);
+  q = s.range_query(first);
+  const auto v = s.floats(q, x);
+  REQUIRE(v.size() == n + 1);
+  for (const auto& [p, f] : v) CHECK(f == std::vector<float>{1, 2, 3, 4});
+  // Each copy's PATH_ID names itself (the source named the source).
+  const auto self = s.values(q, ids);
+  REQUIRE(self.size() == n + 1);
+  size_t right = 0;
+  for (const auto& [p, bytes] : self) right += as_u64(bytes) == std::vector<uint64_t>{p};
+  CHECK(right == n + 1);
+  KS_OK(kstage_query_release(s.stage, q));
+}
