@@ -230,6 +230,13 @@ class Stage {
   // The targets of a clone of `source`: paths, distinct, none at or below the source or
   // below another target (INVALID_ARGUMENT naming it).
   Status check_clone_targets(uint64_t source, const PrimSeq& targets) const;
+  // The source and every existing prim below it (sealed), in id order. Requires mutex_.
+  std::vector<uint64_t> existing_subtree(uint64_t source);
+  // ALREADY_EXISTS when a target, or a copy of a prim of the shape (is_prim) that is a path
+  // already, exists at `ordinal` as the ledger stands. Requires mutex_.
+  Status check_copies_absent(const PrimSeq& targets, const std::vector<uint64_t>& target_ids,
+                             const std::vector<PathTree::ShapeNode>& shape,
+                             const std::vector<char>& is_prim, uint64_t ordinal) const;
   // World transforms (core/world_transforms.cpp). Require mutex_.
   std::vector<uint64_t> prims_holding(const Column& c) const;  // sealed, in path-id order
   std::shared_ptr<const TransformStructure> transform_structure(const Column& local) const;

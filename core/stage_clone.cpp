@@ -31,13 +31,149 @@ namespace {
 constexpr uint32_t kRoot = PathTree::ShapeNode::kShapeRoot;
 
 // One column the subtree holds: which of its prims hold it (their shape nodes, kRoot for the
-// source itself) and their rows, in the subtree's id order.
+// source itself) and their rows, in the subtree's id order; then the source rows gathered.
 struct ClonedColumn {
   Column* column = nullptr;
   std::vector<uint32_t> nodes;
   std::vector<uint32_t> rows;
   bool path_ids = false;  // KSTAGE_SEMANTIC_PATH_ID: values rebased per target
+  // The source's rows, compact, on the column's device: fixed rows row_bytes() apart, or
+  // array rows at starts[k] (8-byte aligned), lengths[k] bytes.
+  BufferPtr compact;
+  std::vector<uint64_t> starts, lengths;
+  // PATH_ID columns: the compact rows as host words, and where they sit in the shape's ids.
+  std::vector<uint64_t> path_values;
+  size_t first_value = 0;
 };
+
+// Gathers the source's rows of `cc` into cc.compact on the column's own device (enqueued there:
+// later seals of the source, in the same stream, cannot reach it first).
+Status gather_source(ClonedColumn& cc) {
+  Column& col = *cc.column;
+  Backend& b = col.backend();
+  const size_t s = cc.rows.size();
+  if (!col.schema().is_array) {
+    const size_t rb = col.row_bytes();
+    KSTAGE_ASSIGN_OR_RETURN(cc.compact, b.allocate(std::max<size_t>(s * rb, 1)));
+    kernels::RowCopy g;
+    g.dst = cc.compact->data();
+    g.dst_stride = int64_t(rb);
+    g.src = col.values()->data();
+    g.src_stride = int64_t(rb);
+    g.src_index = cc.rows.data();
+    g.n = s;
+    g.row_bytes = rb;
+    b.row_copy(g);
+    return Status::OK();
+  }
+  std::vector<const std::byte*> from;
+  std::vector<uint64_t> to, bytes;
+  uint64_t cursor = 0, bits = kernels::kRaggedRowAlign;
+  for (uint32_t r : cc.rows) {
+    const uint64_t len = col.row_length(r);
+    cc.starts.push_back(cursor);
+    cc.lengths.push_back(len);
+    if (len > 0) {
+      from.push_back(col.values()->data() + col.row_offset(r));
+      to.push_back(cursor);
+      bytes.push_back(len);
+      bits |= reinterpret_cast<uintptr_t>(from.back()) | cursor | len;
+    }
+    cursor += kernels::ragged_align_up(len);
+  }
+  KSTAGE_ASSIGN_OR_RETURN(cc.compact, b.allocate(std::max<uint64_t>(cursor, 64)));
+  kernels::RaggedCopy g{cc.compact->data(), to.data(), from.data(), bytes.data(), from.size()};
+  if (g.n > 0) b.ragged_copy(g, kernels::widest_word(bits));
+  return Status::OK();
+}
+
+// A PATH_ID column's gathered rows as host words (the source's rows only).
+Status read_path_values(Backend& host, ClonedColumn& cc) {
+  const Column& col = *cc.column;
+  const size_t bytes =
+      col.schema().is_array
+          ? size_t(cc.starts.empty()
+                       ? 0
+                       : cc.starts.back() + kernels::ragged_align_up(cc.lengths.back()))
+          : cc.rows.size() * col.row_bytes();
+  cc.path_values.resize(bytes / sizeof(uint64_t));
+  return transfer(host, reinterpret_cast<std::byte*>(cc.path_values.data()), col.backend(),
+                  cc.compact->data(), bytes);
+}
+
+// The staged rows of the clone's write of `cc`: its targets (copy of node k for target t, target
+// after target) and their data. `copy_of(t, k)` names the copies; `node_of` is the shape's
+// index of the ids it was made from (for the PATH_ID values' nodes).
+template <class CopyOf>
+Status stage_copies(const ClonedColumn& cc, const PrimList& targets, const CopyOf& copy_of,
+                    const std::vector<uint32_t>& node_of, Backend& host, StagedRows& rows) {
+  const Column& col = *cc.column;
+  const size_t nt = targets->size(), s = cc.rows.size(), n = nt * s;
+  rows.n = n;
+  if (s == 1 && cc.nodes[0] == kRoot) {
+    rows.prims = targets;  // the targets themselves: a range's stay a progression
+  } else {
+    std::vector<uint64_t> ids(n);
+    for (size_t t = 0; t < nt; ++t)
+      for (size_t k = 0; k < s; ++k) ids[t * s + k] = copy_of(t, cc.nodes[k]);
+    rows.prims = std::make_shared<const PrimSeq>(std::move(ids));
+  }
+  if (cc.path_ids) {
+    // Rebased on the host, target after target, and copied in once.
+    const std::vector<uint64_t>& v = cc.path_values;
+    std::unordered_map<uint64_t, uint32_t> rebase;  // value below the source -> shape node
+    for (size_t i = 0; i < v.size(); ++i)
+      if (node_of[cc.first_value + i] != PathTree::kNotBelow)
+        rebase.emplace(v[i], node_of[cc.first_value + i]);
+    std::vector<uint64_t> out;
+    out.reserve(nt * v.size() + 1);
+    for (size_t t = 0; t < nt; ++t)
+      for (uint64_t value : v) {
+        auto it = rebase.find(value);
+        out.push_back(it == rebase.end() ? value : copy_of(t, it->second));
+      }
+    if (col.schema().is_array) {
+      const uint64_t per_target = v.size() * sizeof(uint64_t);
+      rows.starts.resize(n);
+      rows.lengths.resize(n);
+      for (size_t t = 0; t < nt; ++t)
+        for (size_t k = 0; k < s; ++k) {
+          rows.starts[t * s + k] = t * per_target + cc.starts[k];
+          rows.lengths[t * s + k] = cc.lengths[k];
+        }
+    }
+    if (out.empty()) out.push_back(0);  // (every row empty: no zero-byte buffer)
+    const size_t bytes = out.size() * sizeof(uint64_t);
+    if (col.reads_host()) {
+      KSTAGE_ASSIGN_OR_RETURN(rows.data, col.backend().allocate(bytes));
+      std::memcpy(rows.data->data(), out.data(), bytes);
+    } else {
+      KSTAGE_ASSIGN_OR_RETURN(rows.data, col.backend().upload(out.data(), bytes));
+    }
+    return Status::OK();
+  }
+  rows.data = cc.compact;
+  if (col.schema().is_array) {
+    rows.starts.resize(n);
+    rows.lengths.resize(n);
+    for (size_t j = 0; j < n; ++j) {
+      rows.starts[j] = cc.starts[j % s];
+      rows.lengths[j] = cc.lengths[j % s];
+    }
+    return Status::OK();
+  }
+  // Row j of the write is row j mod s of the compact source: one gather at the seal.
+  rows.indexed_source = true;
+  if (s == 1) {
+    rows.source_first = 0;
+    rows.source_step = 0;
+    return Status::OK();
+  }
+  KSTAGE_ASSIGN_OR_RETURN(rows.source_index, host.allocate(n * sizeof(uint32_t)));
+  auto* index = reinterpret_cast<uint32_t*>(rows.source_index->data());
+  for (size_t j = 0; j < n; ++j) index[j] = uint32_t(j % s);
+  return Status::OK();
+}
 
 }  // namespace
 
@@ -115,278 +251,154 @@ Result<std::shared_ptr<Op>> Stage::clone(uint64_t source, const PrimList& target
   KSTAGE_RETURN_NOT_OK(check_clone_targets(source, *targets));
   reap_deferred();
 
-  auto op = std::make_shared<Op>();
   std::unique_lock lock(mutex_);
-  // Anything enqueued on a device before a refusal is waited for: the caller may free memory
-  // those copies still touch only through buffers this call owns, but they must not outlive it.
+  // A refusal after device work was enqueued (the source gathers) waits for it: the buffers
+  // it writes are freed with this call's state.
   bool device_work = false;
-  auto reject = [&](Status st) {
-    lock.unlock();
-    if (device_work) fence_devices();
-    return st;
-  };
-  try {
-    if (prim_attribute_count_.get(source) == 0)
-      return error(KSTAGE_NOT_FOUND, "source '%s' does not exist (it holds no attribute)",
-                   path_name(source).c_str());
+  Result<std::shared_ptr<Op>> result = [&]() -> Result<std::shared_ptr<Op>> {
+    try {
+      if (prim_attribute_count_.get(source) == 0)
+        return error(KSTAGE_NOT_FOUND, "source '%s' does not exist (it holds no attribute)",
+                     path_name(source).c_str());
+      const std::vector<uint64_t> prims = existing_subtree(source);
 
-    // The subtree: the source and every existing prim below it, in id order.
-    std::vector<uint64_t> prims;
-    {
-      const std::shared_ptr<const SceneHierarchy> h = hierarchy_locked();
-      std::vector<uint64_t> stack{source};
-      while (!stack.empty()) {
-        const uint64_t p = stack.back();
-        stack.pop_back();
-        prims.push_back(p);
-        auto [spans, count] = h->children(p);
-        for (size_t i = 0; i < count; ++i)
-          for (uint64_t k = 0; k < spans[i].count; ++k) stack.push_back(spans[i].first + k);
-      }
-      std::sort(prims.begin(), prims.end());
-    }
-
-    // The columns it holds, their floors, and the PATH_ID values that name paths.
-    std::vector<ClonedColumn> cloned;
-    std::vector<uint64_t> shape_ids(prims.begin(), prims.end());
-    for (const auto& [attr, col] : columns_) {
-      ClonedColumn cc;
-      for (size_t k = 0; k < prims.size(); ++k) {
-        const uint32_t r = col->row_of(prims[k]);
-        if (r == Column::kNoRow) continue;
-        cc.nodes.push_back(uint32_t(k));  // (a prim index for now: shape nodes below)
-        cc.rows.push_back(r);
-      }
-      if (cc.rows.empty()) continue;
-      if (Status st = check_floor(attr, ordinal); !st.ok()) return st;
-      cc.column = col.get();
-      cc.path_ids = col->schema().semantic == KSTAGE_SEMANTIC_PATH_ID;
-      cloned.push_back(std::move(cc));
-    }
-
-    // The source rows of every column, gathered now on the column's device: the latest
-    // sealed state, which later seals of the source cannot change.
-    std::vector<BufferPtr> compact(cloned.size());
-    std::vector<std::vector<uint64_t>> starts(cloned.size()), lengths(cloned.size());
-    for (size_t c = 0; c < cloned.size(); ++c) {
-      ClonedColumn& cc = cloned[c];
-      Column& col = *cc.column;
-      Backend& b = col.backend();
-      device_work = device_work || !b.synchronous();
-      const size_t s = cc.rows.size();
-      if (!col.schema().is_array) {
-        const size_t rb = col.row_bytes();
-        KSTAGE_ASSIGN_OR_RETURN(compact[c], b.allocate(std::max<size_t>(s * rb, 1)));
-        kernels::RowCopy g;
-        g.dst = compact[c]->data();
-        g.dst_stride = int64_t(rb);
-        g.src = col.values()->data();
-        g.src_stride = int64_t(rb);
-        g.src_index = cc.rows.data();
-        g.n = s;
-        g.row_bytes = rb;
-        b.row_copy(g);
-        continue;
-      }
-      std::vector<const std::byte*> from;
-      std::vector<uint64_t> to, bytes;
-      uint64_t cursor = 0, bits = kernels::kRaggedRowAlign;
-      for (uint32_t r : cc.rows) {
-        const uint64_t len = col.row_length(r);
-        starts[c].push_back(cursor);
-        lengths[c].push_back(len);
-        if (len > 0) {
-          from.push_back(col.values()->data() + col.row_offset(r));
-          to.push_back(cursor);
-          bytes.push_back(len);
-          bits |= reinterpret_cast<uintptr_t>(from.back()) | cursor | len;
+      // The columns the subtree holds (each above its floor), their source rows gathered.
+      std::vector<ClonedColumn> cloned;
+      for (const auto& [attr, col] : columns_) {
+        ClonedColumn cc;
+        for (size_t k = 0; k < prims.size(); ++k) {
+          const uint32_t r = col->row_of(prims[k]);
+          if (r == Column::kNoRow) continue;
+          cc.nodes.push_back(uint32_t(k));  // (a prim index for now: shape nodes below)
+          cc.rows.push_back(r);
         }
-        cursor += kernels::ragged_align_up(len);
+        if (cc.rows.empty()) continue;
+        KSTAGE_RETURN_NOT_OK(check_floor(attr, ordinal));
+        cc.column = col.get();
+        cc.path_ids = col->schema().semantic == KSTAGE_SEMANTIC_PATH_ID;
+        cloned.push_back(std::move(cc));
       }
-      KSTAGE_ASSIGN_OR_RETURN(compact[c], b.allocate(std::max<uint64_t>(cursor, 64)));
-      kernels::RaggedCopy g{compact[c]->data(), to.data(), from.data(), bytes.data(), from.size()};
-      if (g.n > 0) b.ragged_copy(g, kernels::widest_word(bits));
-    }
+      std::vector<uint64_t> shape_ids(prims.begin(), prims.end());
+      for (ClonedColumn& cc : cloned) {
+        device_work = device_work || !cc.column->backend().synchronous();
+        KSTAGE_RETURN_NOT_OK(gather_source(cc));
+        if (!cc.path_ids) continue;
+        KSTAGE_RETURN_NOT_OK(read_path_values(backends_->host(), cc));
+        cc.first_value = shape_ids.size();
+        shape_ids.insert(shape_ids.end(), cc.path_values.begin(), cc.path_values.end());
+      }
 
-    // PATH_ID values, read on the host (the source's rows only), and what they name.
-    std::vector<std::vector<uint64_t>> path_values(cloned.size());
-    for (size_t c = 0; c < cloned.size(); ++c) {
-      if (!cloned[c].path_ids) continue;
-      Column& col = *cloned[c].column;
-      const size_t bytes =
-          col.schema().is_array
-              ? size_t(starts[c].empty()
-                           ? 0
-                           : starts[c].back() + kernels::ragged_align_up(lengths[c].back()))
-              : cloned[c].rows.size() * col.row_bytes();
-      std::vector<uint64_t>& v = path_values[c];
-      v.resize(bytes / sizeof(uint64_t));
-      if (Status st = transfer(backends_->host(), reinterpret_cast<std::byte*>(v.data()),
-                               col.backend(), compact[c]->data(), bytes);
-          !st.ok())
-        return reject(st);
-      shape_ids.insert(shape_ids.end(), v.begin(), v.end());
-    }
-
-    // The shape below the source: its prims and the paths PATH_ID values name there.
-    std::vector<PathTree::ShapeNode> shape;
-    std::vector<uint32_t> node_of;
-    uint64_t member = 0;
-    if (!dictionary_.subtree_shape(source, shape_ids.data(), shape_ids.size(), shape, node_of,
-                                   member))
-      return reject(error(KSTAGE_NOT_SUPPORTED,
-                          "'%s' below the source '%s' is a member of a path range: clone does "
-                          "not copy path ranges",
-                          path_name(member).c_str(), path_name(source).c_str()));
-    for (ClonedColumn& cc : cloned)
-      for (uint32_t& k : cc.nodes) k = node_of[k];
-
-    // The targets as ids (a range's are made only when there are paths below them to find).
-    const size_t ns = shape.size();
-    std::vector<uint64_t> target_ids;
-    if (ns > 0) {
-      target_ids.resize(nt);
-      for (size_t t = 0; t < nt; ++t) target_ids[t] = (*targets)[t];
-    }
-
-    // Nothing the copies make may exist at the op's place: the targets, and the copies of the
-    // subtree's prims that are already paths.
-    const Key key{ordinal, next_seq_};
-    {
-      std::vector<uint64_t> found(nt * ns);
-      if (ns > 0) dictionary_.find_copies(target_ids.data(), nt, shape, found.data());
-      std::vector<char> is_prim(ns, 0);
+      // The shape below the source: its prims and the paths PATH_ID values name there.
+      std::vector<PathTree::ShapeNode> shape;
+      std::vector<uint32_t> node_of;
+      uint64_t member = 0;
+      if (!dictionary_.subtree_shape(source, shape_ids.data(), shape_ids.size(), shape, node_of,
+                                     member))
+        return error(KSTAGE_NOT_SUPPORTED,
+                     "'%s' below the source '%s' is a member of a path range: clone does not "
+                     "copy path ranges",
+                     path_name(member).c_str(), path_name(source).c_str());
+      for (ClonedColumn& cc : cloned)
+        for (uint32_t& k : cc.nodes) k = node_of[k];
+      std::vector<char> is_prim(shape.size(), 0);
       for (size_t k = 0; k < prims.size(); ++k)
         if (node_of[k] != kRoot) is_prim[node_of[k]] = 1;
-      StagedRows made;  // (t, k) of each candidate: k == ns for the target itself
-      std::vector<std::pair<size_t, size_t>> which;
-      std::vector<uint64_t> ids;
-      for (size_t t = 0; t < nt; ++t) {
-        ids.push_back((*targets)[t]);
-        which.emplace_back(t, ns);
-        for (size_t k = 0; k < ns; ++k)
-          if (is_prim[k] && found[t * ns + k] != 0) {
-            ids.push_back(found[t * ns + k]);
-            which.emplace_back(t, k);
-          }
-      }
-      made.n = ids.size();
-      made.prims = std::make_shared<const PrimSeq>(std::move(ids));
-      const std::vector<char> exists = projected_existence(made, key);
-      for (size_t i = 0; i < exists.size(); ++i) {
-        if (!exists[i]) continue;
-        const auto [t, k] = which[i];
-        if (k == ns)
-          return reject(error(KSTAGE_ALREADY_EXISTS,
-                              "clone: targets[%zu] '%s' already exists at ordinal %llu", t,
-                              path_name(made.prim(i)).c_str(), (unsigned long long)ordinal));
-        return reject(error(KSTAGE_ALREADY_EXISTS,
-                            "clone: '%s' (the copy of '%s' for targets[%zu]) already exists at "
-                            "ordinal %llu",
-                            path_name(made.prim(i)).c_str(), path_name(shape[k].source).c_str(), t,
-                            (unsigned long long)ordinal));
-      }
-    }
 
-    // The copies' paths, interned in one batch.
-    std::vector<uint64_t> copies(nt * ns);
-    if (ns > 0) dictionary_.intern_copies(target_ids.data(), nt, shape, copies.data());
-    auto copy_of = [&](size_t t, uint32_t k) {
-      return k == kRoot ? (*targets)[t] : copies[t * ns + k];
-    };
+      // The targets as ids (a range's are made only when there are paths below them to find).
+      const size_t ns = shape.size();
+      std::vector<uint64_t> target_ids;
+      if (ns > 0) {
+        target_ids.resize(nt);
+        for (size_t t = 0; t < nt; ++t) target_ids[t] = (*targets)[t];
+      }
+      KSTAGE_RETURN_NOT_OK(check_copies_absent(*targets, target_ids, shape, is_prim, ordinal));
 
-    // One write per column.
-    WriteBatch batch;
-    Backend& host = backends_->host();
-    auto m = batch.writes.end();
-    for (size_t c = 0; c < cloned.size(); ++c) {
-      ClonedColumn& cc = cloned[c];
-      Column& col = *cc.column;
-      const size_t s = cc.rows.size();
-      const size_t n = nt * s;
-      add_write(batch, col.attribute(), col.schema(), &col.backend(), ordinal);
-      m = std::prev(batch.writes.end());
-      StagedRows& rows = m->second.rows;
-      rows.n = n;
-      if (s == 1 && cc.nodes[0] == kRoot) {
-        rows.prims = targets;  // the targets themselves: a range's stay a progression
-      } else {
-        std::vector<uint64_t> ids(n);
-        for (size_t t = 0; t < nt; ++t)
-          for (size_t k = 0; k < s; ++k) ids[t * s + k] = copy_of(t, cc.nodes[k]);
-        rows.prims = std::make_shared<const PrimSeq>(std::move(ids));
+      // The copies' paths, interned in one batch, and one write per column.
+      std::vector<uint64_t> copies(nt * ns);
+      if (ns > 0) dictionary_.intern_copies(target_ids.data(), nt, shape, copies.data());
+      auto copy_of = [&](size_t t, uint32_t k) {
+        return k == kRoot ? (*targets)[t] : copies[t * ns + k];
+      };
+      WriteBatch batch;
+      for (const ClonedColumn& cc : cloned) {
+        add_write(batch, cc.column->attribute(), cc.column->schema(), &cc.column->backend(),
+                  ordinal);
+        KSTAGE_RETURN_NOT_OK(stage_copies(cc, targets, copy_of, node_of, backends_->host(),
+                                          std::prev(batch.writes.end())->second.rows));
       }
-      if (cc.path_ids) {
-        // Rebased on the host, target after target, and copied in once.
-        std::unordered_map<uint64_t, uint32_t> rebase;  // value -> shape node
-        const size_t first_value = prims.size() + [&] {
-          size_t before = 0;
-          for (size_t d = 0; d < c; ++d) before += path_values[d].size();
-          return before;
-        }();
-        const std::vector<uint64_t>& v = path_values[c];
-        for (size_t i = 0; i < v.size(); ++i)
-          if (node_of[first_value + i] != PathTree::kNotBelow)
-            rebase.emplace(v[i], node_of[first_value + i]);
-        std::vector<uint64_t> out;
-        out.reserve(nt * v.size());
-        for (size_t t = 0; t < nt; ++t)
-          for (uint64_t value : v) {
-            auto it = rebase.find(value);
-            out.push_back(it == rebase.end() ? value : copy_of(t, it->second));
-          }
-        if (col.schema().is_array) {
-          const uint64_t per_target = v.size() * sizeof(uint64_t);
-          rows.starts.resize(n);
-          rows.lengths.resize(n);
-          for (size_t t = 0; t < nt; ++t)
-            for (size_t k = 0; k < s; ++k) {
-              rows.starts[t * s + k] = t * per_target + starts[c][k];
-              rows.lengths[t * s + k] = lengths[c][k];
-            }
-        }
-        const size_t bytes = out.size() * sizeof(uint64_t);
-        if (col.reads_host()) {
-          KSTAGE_ASSIGN_OR_RETURN(rows.data, col.backend().allocate(std::max<size_t>(bytes, 1)));
-          if (bytes > 0) std::memcpy(rows.data->data(), out.data(), bytes);
-        } else {
-          KSTAGE_ASSIGN_OR_RETURN(rows.data, col.backend().upload(out.data(), bytes));
-        }
-        continue;
-      }
-      rows.data = compact[c];
-      if (col.schema().is_array) {
-        rows.starts.resize(n);
-        rows.lengths.resize(n);
-        for (size_t j = 0; j < n; ++j) {
-          rows.starts[j] = starts[c][j % s];
-          rows.lengths[j] = lengths[c][j % s];
-        }
-        continue;
-      }
-      // Row j of the write is row j mod s of the compact source: one gather at the seal.
-      rows.indexed_source = true;
-      if (s == 1) {
-        rows.source_first = 0;
-        rows.source_step = 0;
-      } else {
-        KSTAGE_ASSIGN_OR_RETURN(rows.source_index, host.allocate(n * sizeof(uint32_t)));
-        auto* index = reinterpret_cast<uint32_t*>(rows.source_index->data());
-        for (size_t j = 0; j < n; ++j) index[j] = uint32_t(j % s);
-      }
-    }
-    if (device_work)
+      auto op = std::make_shared<Op>();
       for (const ClonedColumn& cc : cloned) {
         Backend& b = cc.column->backend();
         if (b.synchronous()) continue;
         if (CompletionPtr done = b.record()) op->work.push_back(std::move(done));
       }
-    enqueue(batch);
-    return op;
-  } catch (const std::bad_alloc&) {
-    return reject(out_of_memory("no host memory to clone '%s' to %zu targets",
-                                path_name(source).c_str(), nt));
+      enqueue(batch);
+      return op;
+    } catch (const std::bad_alloc&) {
+      return out_of_memory("no host memory to clone '%s' to %zu targets", path_name(source).c_str(),
+                           nt);
+    }
+  }();
+  if (!result.ok() && device_work) {
+    lock.unlock();
+    fence_devices();
   }
+  return result;
+}
+
+std::vector<uint64_t> Stage::existing_subtree(uint64_t source) {
+  const std::shared_ptr<const SceneHierarchy> h = hierarchy_locked();
+  std::vector<uint64_t> prims;
+  std::vector<uint64_t> stack{source};
+  while (!stack.empty()) {
+    const uint64_t p = stack.back();
+    stack.pop_back();
+    prims.push_back(p);
+    auto [spans, count] = h->children(p);
+    for (size_t i = 0; i < count; ++i)
+      for (uint64_t k = 0; k < spans[i].count; ++k) stack.push_back(spans[i].first + k);
+  }
+  std::sort(prims.begin(), prims.end());
+  return prims;
+}
+
+Status Stage::check_copies_absent(const PrimSeq& targets, const std::vector<uint64_t>& target_ids,
+                                  const std::vector<PathTree::ShapeNode>& shape,
+                                  const std::vector<char>& is_prim, uint64_t ordinal) const {
+  const size_t nt = targets.size(), ns = shape.size();
+  // The copies that are paths already (nothing made); (t, k) of each candidate, k == ns for the
+  // target itself.
+  std::vector<uint64_t> found(nt * ns);
+  if (ns > 0) dictionary_.find_copies(target_ids.data(), nt, shape, found.data());
+  std::vector<std::pair<size_t, size_t>> which;
+  std::vector<uint64_t> ids;
+  ids.reserve(nt);
+  which.reserve(nt);
+  for (size_t t = 0; t < nt; ++t) {
+    ids.push_back(targets[t]);
+    which.emplace_back(t, ns);
+    for (size_t k = 0; k < ns; ++k)
+      if (is_prim[k] && found[t * ns + k] != 0) {
+        ids.push_back(found[t * ns + k]);
+        which.emplace_back(t, k);
+      }
+  }
+  StagedRows made;
+  made.n = ids.size();
+  made.prims = std::make_shared<const PrimSeq>(std::move(ids));
+  const std::vector<char> exists = projected_existence(made, Key{ordinal, next_seq_});
+  for (size_t i = 0; i < exists.size(); ++i) {
+    if (!exists[i]) continue;
+    const auto [t, k] = which[i];
+    if (k == ns)
+      return error(KSTAGE_ALREADY_EXISTS, "clone: targets[%zu] '%s' already exists at ordinal %llu",
+                   t, path_name(made.prim(i)).c_str(), (unsigned long long)ordinal);
+    return error(KSTAGE_ALREADY_EXISTS,
+                 "clone: '%s' (the copy of '%s' for targets[%zu]) already exists at ordinal %llu",
+                 path_name(made.prim(i)).c_str(), path_name(shape[k].source).c_str(), t,
+                 (unsigned long long)ordinal);
+  }
+  return Status::OK();
 }
 
 }  // namespace kstage::core

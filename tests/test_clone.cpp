@@ -427,6 +427,8 @@ TEST_CASE("clone of a one-prim source to 10,000 range members", "[clone]") {
   kstage_query_t q = s.query({first});
   s.write_f32(q, x, 1, {1, 2, 3, 4}, 4);
   KS_OK(write_u64(s, q, ids, 1, {first}, KSTAGE_SEMANTIC_PATH_ID));  // names itself
+  const kstage_token_t none = s.token("none");
+  KS_OK(write_rows(s, q, none, 1, {{}}, KSTAGE_SEMANTIC_PATH_ID));  // an empty relationship
   KS_OK(kstage_query_release(s.stage, q));
   s.seal(1);
   kstage_op_t op = 0;
@@ -443,5 +445,35 @@ TEST_CASE("clone of a one-prim source to 10,000 range members", "[clone]") {
   size_t right = 0;
   for (const auto& [p, bytes] : self) right += as_u64(bytes) == std::vector<uint64_t>{p};
   CHECK(right == n + 1);
+  const auto empty = s.values(q, none);
+  REQUIRE(empty.size() == n + 1);
+  for (const auto& [p, bytes] : empty) CHECK(bytes.empty());
+  KS_OK(kstage_query_release(s.stage, q));
+}
+
+TEST_CASE("clone copies device columns in device memory", "[clone]") {
+  if (!kOnDevice) SKIP("the columns are on the host in this run");
+  Stage s;
+  const kstage_path_t src = s.path("/src"), a = s.path("/src/a"), b = s.path("/src/a/b");
+  const kstage_token_t pos = s.token("pos"), verts = s.token("verts");
+  kstage_query_t q = s.query({src, a, b});
+  s.write_f32(q, pos, 1, {1, 2, 3, 4, 5, 6}, 2);
+  KS_OK(write_f32_rows(s, q, verts, 1, {{1}, {}, {2, 3, 4}}));
+  KS_OK(kstage_query_release(s.stage, q));
+  s.seal(1);
+  const Paths targets = s.paths("/copy", 100);
+  uint64_t h2d0 = 0, d2h0 = 0, h2d1 = 0, d2h1 = 0;
+  KS_OK(kstage_transfer_counts(&h2d0, &d2h0, nullptr));
+  REQUIRE(clone(s, src, targets, 2) == KSTAGE_OK);
+  s.seal(2);
+  KS_OK(kstage_transfer_counts(&h2d1, &d2h1, nullptr));
+  CHECK(d2h1 == d2h0);  // no value came to the host (index uploads go the other way)
+  q = s.query({targets[99], s.path("/copy_99/a"), s.path("/copy_99/a/b")});
+  const auto p = s.floats(q, pos);
+  CHECK(p.at(targets[99]) == std::vector<float>{1, 2});
+  CHECK(p.at(s.path("/copy_99/a/b")) == std::vector<float>{5, 6});
+  const auto v = s.floats(q, verts);
+  CHECK(v.at(s.path("/copy_99/a")).empty());
+  CHECK(v.at(s.path("/copy_99/a/b")) == std::vector<float>{2, 3, 4});
   KS_OK(kstage_query_release(s.stage, q));
 }

@@ -892,3 +892,75 @@ TEST_CASE("world transforms computed while other threads write and seal the loca
     }
   }
 }
+
+TEST_CASE("clones made while other threads write, seal and clone the same source",
+          "[threads][clone]") {
+  Stage s(host_execution());
+  const kstage_token_t pos = s.token("pos");
+  const kstage_path_t src = s.path("/src"), child = s.path("/src/a/b");
+  kstage_query_t q = s.query({src, child});
+  s.write_f32(q, pos, 1, {1, 2});
+  s.seal(1);
+  // Two cloners, 40 targets each (their own names), and a writer that rewrites and seals the
+  // source: every copy holds one of the values the source had at some seal.
+  Errors errors;
+  std::atomic<uint64_t> next_ordinal{2};
+  auto cloner = [&](int which) {
+    for (int k = 0; k < 40; ++k) {
+      const std::string name = "/copy" + std::to_string(which) + "_" + std::to_string(k);
+      kstage_path_t t = 0;
+      if (!errors.ok(kstage_intern_path(s.stage, name.c_str(), name.size(), &t), "intern")) return;
+      const uint64_t o = next_ordinal.fetch_add(1);
+      kstage_op_t op = 0;
+      const kstage_status_t st = kstage_clone(s.stage, src, &t, 1, o, &op);
+      if (st == KSTAGE_WRITE_FLOOR_VIOLATION) continue;  // sealed past by another thread
+      if (!errors.ok(st, "clone")) return;
+      errors.ok(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE), "wait");
+      errors.ok(kstage_release_op(s.stage, op), "release");
+      errors.ok(kstage_advance_write_floor(s.stage, o, nullptr, 0), "seal");
+    }
+  };
+  auto writer = [&] {
+    for (int k = 0; k < 40; ++k) {
+      const uint64_t o = next_ordinal.fetch_add(1);
+      std::vector<float> v = {float(10 * k), float(10 * k + 1)};
+      int64_t shape[1] = {2};
+      DLTensor t = tensor(v.data(), f32(), 1, shape);
+      kstage_write_data_t w = write_data(&t);
+      kstage_op_t op = 0;
+      const kstage_status_t st =
+          kstage_write_attribute(s.stage, q, pos, o, &w, KSTAGE_PRIM_MODE_UPSERT, &op);
+      if (st == KSTAGE_WRITE_FLOOR_VIOLATION) continue;
+      if (!errors.ok(st, "write")) return;
+      errors.ok(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE), "wait");
+      errors.ok(kstage_release_op(s.stage, op), "release");
+      errors.ok(kstage_advance_write_floor(s.stage, o, nullptr, 0), "seal");
+    }
+  };
+  std::thread a(cloner, 0), b(cloner, 1), c(writer);
+  a.join();
+  b.join();
+  c.join();
+  INFO(errors.report());
+  REQUIRE(errors.count() == 0);
+  s.seal(next_ordinal.load());
+  // Each copy that exists holds a pair the source held: (1, 2) or (10k, 10k + 1), root and
+  // child from the same seal.
+  size_t copies = 0;
+  for (int which = 0; which < 2; ++which)
+    for (int k = 0; k < 40; ++k) {
+      const std::string name = "/copy" + std::to_string(which) + "_" + std::to_string(k);
+      const kstage_path_t t = s.path(name), tc = s.path(name + "/a/b");
+      kstage_query_t cq = s.query({t, tc});
+      const auto v = s.floats(cq, pos);
+      KS_OK(kstage_query_release(s.stage, cq));
+      if (v.empty()) continue;
+      ++copies;
+      REQUIRE(v.size() == 2);
+      const float root = v.at(t)[0], leaf = v.at(tc)[0];
+      REQUIRE(leaf == root + 1);
+      REQUIRE((root == 1 || (int(root) % 10 == 0 && root >= 0 && root < 400)));
+    }
+  CHECK(copies > 0);
+  KS_OK(kstage_query_release(s.stage, q));
+}

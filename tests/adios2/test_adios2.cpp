@@ -168,6 +168,33 @@ TEST_CASE("a checkpoint restarts into a fresh stage equal to the original", "[ad
   CHECK(index == 4);
 }
 
+TEST_CASE("a checkpoint of cloned prims restarts like written ones", "[adios2][clone]") {
+  Filled f;
+  // /world/walls/a (position, id, a ragged neighbours row) cloned to a sibling and to a path
+  // below a parent that did not exist.
+  const kstage_path_t targets[2] = {f.s.path("/world/walls/c"), f.s.path("/other/d")};
+  kstage_op_t op = 0;
+  KS_OK(kstage_clone(f.s.stage, f.a, targets, 2, 4, &op));
+  finish(f.s, op);
+  f.s.seal(4);
+  const std::string path = scratch("cloned.bp");
+  A2_OK(kstage_adios2_checkpoint(f.s.stage, path.c_str()));
+  Stage fresh(host_execution());
+  uint64_t ordinal = 0;
+  A2_OK(kstage_adios2_restart(fresh.stage, path.c_str(), &ordinal));
+  CHECK(ordinal == 4);
+  const Snapshot original = snapshot(f.s.stage), restored = snapshot(fresh.stage);
+  // The copies hold a's values: position, id and its ragged neighbours.
+  for (const char* copy : {"/world/walls/c", "/other/d"}) {
+    for (const char* column : {"position", "id", "neighbours"}) {
+      const auto& values = original.columns.at(column).values;
+      REQUIRE(values.count(copy) == 1);
+      CHECK(values.at(copy) == values.at("/world/walls/a"));
+    }
+  }
+  CHECK(restored == original);
+}
+
 // Copies kstage made between host and device memory (kstage_transfer_counts), for the tests of
 // where a device column's values travel. (ADIOS2's own copies are not counted.)
 struct Transfers {

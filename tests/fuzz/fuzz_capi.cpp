@@ -1536,6 +1536,31 @@ struct State {
     add_op(op, opb);
   }
 
+  // kstage_clone: a source and 0-3 targets from the known paths (or garbage ids), at any
+  // ordinal; the twin replays what A accepts (both intern the copies' paths alike, so ids
+  // stay in step), and a refusal must leave A as it was (oracle 1).
+  void op_clone() {
+    const uint64_t source = path_id();
+    std::vector<uint64_t> targets(in.ConsumeIntegralInRange<size_t>(0, 3));
+    for (auto& t : targets) t = path_id();
+    uint64_t n = targets.size();
+    const bool null_targets = chance(3);
+    if (null_targets && n == 0) n = 1;
+    const uint64_t ordinal = this->ordinal();
+    kstage_op_t op = 0x77;
+    const kstage_status_t st =
+        CALL_A(kstage_clone, stage[0], source, null_targets ? nullptr : targets.data(), n, ordinal,
+               chance(3) ? nullptr : &op);
+    if (st != KSTAGE_OK) {
+      if (op != 0x77) oracle("a rejected clone wrote its op");
+      return;
+    }
+    if (null_targets || n == 0) oracle("a clone accepted no targets");
+    kstage_op_t opb = 0;
+    twin_ok(CALL_B(kstage_clone, stage[1], source, targets.data(), n, ordinal, &opb), "a clone");
+    add_op(op, opb);
+  }
+
   void op_seal() {
     std::vector<uint64_t> attrs;
     if (chance(40)) {
@@ -2162,7 +2187,10 @@ struct State {
         case 12:
         case 13: op_write(false); break;
         case 14: op_write(true); break;
-        case 15: op_delete(); break;
+        case 15:
+          if (chance(30)) op_clone();
+          else op_delete();
+          break;
         case 16:
         case 17: op_seal(); break;
         case 18: op_floor(); break;
