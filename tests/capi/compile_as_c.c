@@ -102,6 +102,29 @@ int main(void) {
     CHECK(kstage_hierarchy_release(stage, h));
     CHECK(kstage_query_release(stage, children_of));
   }
+  {
+    /* Clone, in C99: /b (mass 2.5) copied to /c and /d at ordinal 2. */
+    kstage_path_t copies[2];
+    kstage_query_t copied = 0;
+    kstage_read_group_t g;
+    CHECK(kstage_intern_path(stage, "/c", KSTAGE_NUL_TERMINATED, &copies[0]));
+    CHECK(kstage_intern_path(stage, "/d", KSTAGE_NUL_TERMINATED, &copies[1]));
+    CHECK(kstage_clone(stage, paths[1], copies, 2, 2, &op));
+    CHECK(kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE));
+    CHECK(kstage_release_op(stage, op));
+    CHECK(kstage_advance_write_floor(stage, 2, NULL, 0));
+    CHECK(kstage_query_paths(stage, copies, 2, &copied));
+    CHECK(kstage_read_attributes(stage, copied, &attr, 1, NULL, &read));
+    CHECK(kstage_fetch_read_next(stage, read, 0, &g));
+    out = (const float*)g.data.tensors[0].data;
+    if (g.prim_count != 2 || out[g.data.index_map ? g.data.index_map[1] : 1] != 2.5f) {
+      fprintf(stderr, "unexpected clone result\n");
+      return 1;
+    }
+    CHECK(kstage_release_group(stage, g.handle));
+    CHECK(kstage_release_read(stage, read));
+    CHECK(kstage_query_release(stage, copied));
+  }
   CHECK(kstage_destroy(stage));
   printf("kstage %u from C: ok\n", kstage_version());
   return 0;
