@@ -136,6 +136,41 @@ int main() {
   CHECK(!refused_query);
   CHECK(st.code() == KSTAGE_NOT_SUPPORTED);
 
+  // Clone: /p/a (-1 since the map) to /copy at 3, through the Status; a second clone to the
+  // same target is refused at the call, and so is a source that holds nothing (/p).
+  const kstage_path_t copy = stage.path("/copy", st);
+  CHECK_OK(st);
+  const kstage_path_t copies[] = {copy};
+  kstage::Op cloned = stage.clone(a, {copies, 1}, 3, st);
+  CHECK_OK(st);
+  CHECK(cloned.wait(st));
+  stage.seal(3, st);
+  CHECK_OK(st);
+  kstage::Query copy_query = stage.query({copies, 1}, st);
+  kstage::Read rc = stage.read(copy_query, {pos}, kstage::ReadOptions(), st);
+  CHECK_OK(st);
+  int copied_prims = 0;
+  while (rc.next(g, st)) {
+    auto view = g.view<const float* [3]>(0, st);
+    CHECK_OK(st);
+    for (size_t i = 0; i < g.prims().size(); ++i, ++copied_prims) {
+      const size_t row = g.index_map().empty() ? i : g.index_map()[i];
+      CHECK(view(row, 0) == -1.f && view(row, 1) == -1.f && view(row, 2) == -1.f);
+    }
+  }
+  CHECK_OK(st);
+  CHECK(copied_prims == 1);
+  kstage::Op again = stage.clone(a, {copies, 1}, 4, st);
+  CHECK(!again);
+  CHECK(st.code() == KSTAGE_ALREADY_EXISTS);
+  const kstage_path_t elsewhere[] = {stage.path("/elsewhere", st)};
+  kstage::Op nothing = stage.clone(parent, {elsewhere, 1}, 4, st);
+  CHECK(!nothing);
+  CHECK(st.code() == KSTAGE_NOT_FOUND);
+  kstage::Op no_range = stage.clone_range(a, copy, 0, 1, 4, st);
+  CHECK(!no_range);
+  CHECK(st.code() == KSTAGE_INVALID_ARGUMENT);  // /copy is no range's first id
+
   if (failures != 0) {
     std::fprintf(stderr, "cpp_api_no_exceptions: %d check(s) failed\n", failures);
     return 1;

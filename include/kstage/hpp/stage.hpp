@@ -397,6 +397,26 @@ class Stage {
     if (!detail::check(kstage_compute_world_transforms(stage_, &d, ordinal, &op), st)) return {};
     return Op(stage_, op);
   }
+  /// Clones the prim `source` and every existing prim below it to each path of `targets`
+  /// (source/x -> target/x), creating them, as one op at `ordinal` that the caller seals
+  /// (kstage_clone): create-only and all-or-nothing, every refusal at the call.
+  Op clone(kstage_path_t source, array_ref<kstage_path_t> targets, uint64_t ordinal,
+           Status& st) const {
+    kstage_op_t op = 0;
+    if (!detail::check(kstage_clone(stage_, source, targets.data(), targets.size(), ordinal, &op),
+                       st))
+      return {};
+    return Op(stage_, op);
+  }
+  /// clone() to `count` members of the path range whose first id is `first`, from member
+  /// `start` (count 0: to the range's end; kstage_clone_range).
+  Op clone_range(kstage_path_t source, kstage_path_t first, uint64_t start, uint64_t count,
+                 uint64_t ordinal, Status& st) const {
+    kstage_op_t op = 0;
+    if (!detail::check(kstage_clone_range(stage_, source, first, start, count, ordinal, &op), st))
+      return {};
+    return Op(stage_, op);
+  }
   /// The write floor of `attribute` (0: the global floor; kstage_get_write_floor).
   uint64_t write_floor(kstage_token_t attribute, Status& st) const {
     uint64_t f = 0;
@@ -592,6 +612,18 @@ class Stage {
   Op compute_world_transforms(uint64_t ordinal, const TransformOptions& options = {}) const {
     return detail::throwing(
         [&](Status& st) { return compute_world_transforms(ordinal, options, st); });
+  }
+  /// As clone(kstage_path_t, array_ref<kstage_path_t>, uint64_t, Status&) const, throwing
+  /// kstage::Error on failure.
+  Op clone(kstage_path_t source, array_ref<kstage_path_t> targets, uint64_t ordinal) const {
+    return detail::throwing([&](Status& st) { return clone(source, targets, ordinal, st); });
+  }
+  /// As clone_range(kstage_path_t, kstage_path_t, uint64_t, uint64_t, uint64_t, Status&) const,
+  /// throwing kstage::Error on failure.
+  Op clone_range(kstage_path_t source, kstage_path_t first, uint64_t start, uint64_t count,
+                 uint64_t ordinal) const {
+    return detail::throwing(
+        [&](Status& st) { return clone_range(source, first, start, count, ordinal, st); });
   }
   /// As seal(uint64_t, array_ref<kstage_token_t>, Status&) const, throwing kstage::Error on
   /// failure.
