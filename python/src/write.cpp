@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Mutations: Stage.write, Stage.write_batch (kstage.Write), Stage.delete, and kstage.Op.
+// Mutations: Stage.write, Stage.write_batch (kstage.Write), Stage.delete, the scene's writes
+// (Stage.compute_world_transforms, Stage.clone, Stage.clone_range), and kstage.Op.
 //
 // Client data is taken through DLPack and passed as client tensors, which the stage copies
 // (host columns: during the call); the caller's array stays the caller's. adopt=True hands it
@@ -531,6 +532,11 @@ Op submit(const StageRef& stage, nb::handle query, const std::vector<nb::handle>
 
 }  // namespace
 
+// One path: a str (interned) or a path id, as query's prefix= takes it.
+kstage_path_t one_path(const StageRef& stage, nb::handle path, const char* what) {
+  return PyUnicode_Check(path.ptr()) ? path_ids(stage, path)[0] : to_uint64(path, what);
+}
+
 void register_write(nb::module_& m, nb::handle stage_class) {
   nb::class_<Op>(
       m, "Op",
@@ -692,6 +698,64 @@ void register_write(nb::module_& m, nb::handle stage_class) {
       "Columns default to 'omni:xform', 'omni:resetXformStack' and 'omni:fabric:worldMatrix'. "
       "mode='incremental' recomputes exactly what changed since the last compute and its "
       "descendants; 'full' everything. Returns a kstage.Op.");
+
+  // A clone is a write too: create-only, of every attribute of a subtree, at the caller's
+  // ordinal.
+  stage_class.attr("clone") = nb::cpp_function(
+      [](Stage& self, nb::handle source, nb::handle targets, uint64_t ordinal) {
+        const StageRef& stage = self.ref();
+        const kstage_path_t s = one_path(stage, source, "source");
+        std::vector<kstage_path_t> ids = path_ids(stage, targets);
+        kstage_op_t op = 0;
+        kstage_status_t status;
+        {
+          ReleaseGil gil;
+          status = kstage_clone(stage->id, s, ids.data(), ids.size(), ordinal, &op);
+        }
+        check(status);
+        return Op(stage, op, {});
+      },
+      nb::sig("def clone(self, source: str | int, targets: str | collections.abc.Sequence[str] | "
+              "collections.abc.Sequence[int], ordinal: int) -> Op"),
+      nb::is_method(), nb::scope(stage_class), nb::arg("source"), nb::arg("targets"),
+      nb::arg("ordinal"),
+      "Clones the prim `source` and every existing prim below it (the sealed state) to each "
+      "target T, as one op at `ordinal` that the caller seals (kstage_clone): the copy of "
+      "source/x is T/x, with every attribute source/x holds (values, prim type, applied schemas). "
+      "path_id values naming a path at or below `source` are rebased below the target; others "
+      "are copied as they are. `source` is a path (str) or a path id; `targets` a path, a "
+      "sequence of paths (str) or of path ids, or a one-dimensional integer array of ids "
+      "(range(first + a, first + b) names range members by id; clone_range names them without "
+      "a list). Create-only and all-or-nothing: every refusal is raised here and leaves the stage "
+      "unchanged -- kstage.NotFound (no source), kstage.InvalidArgument (a target that is "
+      "`source`, lies below it, is listed twice or below another target; no target), "
+      "kstage.AlreadyExists (a path the copy would create exists at `ordinal`), "
+      "kstage.WriteFloorViolation, kstage.NotSupported (range members in the subtree). "
+      "Returns a kstage.Op.");
+
+  stage_class.attr("clone_range") = nb::cpp_function(
+      [](Stage& self, nb::handle source, uint64_t first, uint64_t ordinal, uint64_t start,
+         uint64_t count) {
+        const StageRef& stage = self.ref();
+        const kstage_path_t s = one_path(stage, source, "source");
+        kstage_op_t op = 0;
+        kstage_status_t status;
+        {
+          ReleaseGil gil;
+          status = kstage_clone_range(stage->id, s, first, start, count, ordinal, &op);
+        }
+        check(status);
+        return Op(stage, op, {});
+      },
+      nb::sig("def clone_range(self, source: str | int, first: int, ordinal: int, *, start: int = "
+              "0, count: int = 0) -> Op"),
+      nb::is_method(), nb::scope(stage_class), nb::arg("source"), nb::arg("first"),
+      nb::arg("ordinal"), nb::kw_only(), nb::arg("start") = 0, nb::arg("count") = 0,
+      "clone() to members start, start + 1, ... (count of them; 0: to the end) of the path range "
+      "whose first id is `first` (intern_range's result; kstage_clone_range), as query_range "
+      "names them: 1e6 targets without a list. kstage.InvalidArgument when `first` is no range's "
+      "first id or start and count reach beyond the range; otherwise as clone. Returns a "
+      "kstage.Op.");
 }
 
 }  // namespace kstage_py
