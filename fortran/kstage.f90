@@ -808,6 +808,48 @@ contains
     call wait_op(stage, op, 'kstage_world_transforms', stat)
   end subroutine
 
+  ! Clones the prim `source` and every existing prim below it (the sealed state) to each path of
+  ! targets(:) -- the copy of source/x is target/x, with every attribute source/x holds -- as one
+  ! write at `ordinal`, and waits for it (kstage_clone; docs/fortran.md): seal `ordinal` to see
+  ! the copies. PATH_ID values naming a path at or below `source` are rebased below the target.
+  ! Create-only and all-or-nothing: a refusal (KSTAGE_NOT_FOUND: no source;
+  ! KSTAGE_INVALID_ARGUMENT: a target that is `source`, lies below it, is listed twice or below
+  ! another target, or no target; KSTAGE_ALREADY_EXISTS; KSTAGE_WRITE_FLOOR_VIOLATION;
+  ! KSTAGE_NOT_SUPPORTED: range members in the subtree) leaves the stage unchanged.
+  subroutine kstage_clone_to(stage, source, targets, ordinal, stat)
+    integer(int64), intent(in) :: stage, source, ordinal
+    integer(int64), intent(in) :: targets(:)
+    integer, intent(out), optional :: stat
+    integer(int64), allocatable :: copy(:)
+    integer(int64) :: op
+    if (present(stat)) stat = KSTAGE_OK
+    call copy_ids(targets, copy)
+    op = 0
+    if (.not. ok(kstage_clone(stage, source, copy, int(size(targets), c_int64_t), ordinal, op), &
+                 'kstage_clone_to', stat)) return
+    call wait_op(stage, op, 'kstage_clone_to', stat)
+  end subroutine
+
+  ! kstage_clone_to the members start, start + 1, ... (count of them; 0: to the end) of the path
+  ! range whose first id is `first`, and waits for it (kstage_clone_range); start counts from 0,
+  ! as kstage_query_of_range's does. Defaults: start 0, count 0. KSTAGE_INVALID_ARGUMENT when
+  ! `first` is no range's first id or start and count reach beyond the range.
+  subroutine kstage_clone_to_range(stage, source, first, ordinal, start, count, stat)
+    integer(int64), intent(in) :: stage, source, first, ordinal
+    integer(int64), intent(in), optional :: start, count
+    integer, intent(out), optional :: stat
+    integer(int64) :: s, c, op
+    if (present(stat)) stat = KSTAGE_OK
+    s = 0
+    c = 0
+    if (present(start)) s = start
+    if (present(count)) c = count
+    op = 0
+    if (.not. ok(kstage_clone_range(stage, source, first, s, c, ordinal, op), &
+                 'kstage_clone_to_range', stat)) return
+    call wait_op(stage, op, 'kstage_clone_to_range', stat)
+  end subroutine
+
   ! ==== the scene: hierarchy and filters =========================================================
 
   ! The parent, children or siblings (relation KSTAGE_RELATION_PARENT, _CHILDREN or _SIBLINGS)

@@ -648,6 +648,24 @@ module kstage_c
       integer(c_int32_t) :: status
     end function
 
+    ! Clone
+    function kstage_clone(stage, source, targets, n, ordinal, op) bind(C, name="kstage_clone") &
+        result(status)
+      import :: c_int32_t, c_int64_t
+      integer(c_int64_t), value :: stage, source
+      integer(c_int64_t), intent(in) :: targets(*)
+      integer(c_int64_t), value :: n, ordinal
+      integer(c_int64_t), intent(out) :: op
+      integer(c_int32_t) :: status
+    end function
+    function kstage_clone_range(stage, source, first, start, count, ordinal, op) &
+        bind(C, name="kstage_clone_range") result(status)
+      import :: c_int32_t, c_int64_t
+      integer(c_int64_t), value :: stage, source, first, start, count, ordinal
+      integer(c_int64_t), intent(out) :: op
+      integer(c_int32_t) :: status
+    end function
+
     ! Ops
     function kstage_wait(stage, op, timeout_ns) bind(C, name="kstage_wait") result(status)
       import :: c_int32_t, c_int64_t

@@ -149,6 +149,7 @@ program test_fortran
   call test_errors()
   call test_names()
   call test_world_transforms()
+  call test_clone()
   call test_hierarchy()
   call test_device_columns()
 
@@ -224,6 +225,78 @@ contains
     call kstage_world_transforms(s, 3_int64, local=world, world=world, stat=st)
     call expect_failure(st, KSTAGE_INVALID_ARGUMENT, 'desc.local and desc.world', &
                         'kstage_world_transforms: one column twice')
+    call kstage_close(s)
+  end subroutine
+
+  ! Clone through the layer (kstage_clone_to, kstage_clone_to_range): /src and /src/a copied to
+  ! two listed targets and to members 1 and 2 of a path range, seen once sealed; the refusals
+  ! with stat, each leaving the stage unchanged.
+  subroutine test_clone()
+    integer(int64) :: s, pos, src(2), t(4), q, n, first, ghost, nothing, member(8)
+    real(real32) :: v(3, 2), out(3, 8)
+    integer :: st, k
+    call kstage_open(s)
+    call kstage_token(s, 'pos', pos)
+    call kstage_paths(s, [character(len=8) :: '/src', '/src/a'], src)
+    call kstage_query(s, src, q)
+    v = reshape([1, 2, 3, 4, 5, 6], [3, 2])
+    call kstage_write(s, q, pos, 1_int64, v)
+    call kstage_seal(s, 1_int64)
+    call kstage_query_free(s, q)
+
+    call kstage_paths(s, [character(len=8) :: '/t1', '/t1/a', '/t2', '/t2/a'], t)
+    call kstage_query(s, t, q)
+    call kstage_clone_to(s, src(1), [t(1), t(3)], 2_int64)
+    call read_float3(s, q, pos, out(:, 1:4), n)
+    call check(n == 0, 'kstage_clone_to: nothing before the seal')
+    call kstage_seal(s, 2_int64)
+    call read_float3(s, q, pos, out(:, 1:4), n)
+    call check(n == 4, 'kstage_clone_to: four prims made')
+    call check(all(out(:, 1) == v(:, 1)) .and. all(out(:, 2) == v(:, 2)) .and. &
+               all(out(:, 3) == v(:, 1)) .and. all(out(:, 4) == v(:, 2)), &
+               'kstage_clone_to: the values copied')
+    call kstage_query_free(s, q)
+
+    ! Refusals, with stat: an existing target (the other target is not made either), no
+    ! source, a target below the source, the write floor.
+    call kstage_path(s, '/t3', ghost)
+    call kstage_clone_to(s, src(1), [ghost, t(1)], 3_int64, stat=st)
+    call expect_failure(st, KSTAGE_ALREADY_EXISTS, '/t1', 'kstage_clone_to: an existing target')
+    call kstage_path(s, '/nothing', nothing)
+    call kstage_clone_to(s, nothing, [ghost], 3_int64, stat=st)
+    call expect_failure(st, KSTAGE_NOT_FOUND, '', 'kstage_clone_to: no source')
+    call kstage_clone_to(s, src(1), [src(2)], 3_int64, stat=st)
+    call expect_failure(st, KSTAGE_INVALID_ARGUMENT, '', 'kstage_clone_to: the source''s child')
+    call kstage_clone_to(s, src(1), [ghost], 2_int64, stat=st)
+    call expect_failure(st, KSTAGE_WRITE_FLOOR_VIOLATION, '', 'kstage_clone_to at the floor')
+    call kstage_seal(s, 3_int64)
+    call kstage_query(s, [ghost], q)
+    call read_float3(s, q, pos, out(:, 1:1), n)
+    call check(n == 0, 'kstage_clone_to: nothing of the refused clones')
+    call kstage_query_free(s, q)
+
+    ! Members 1 and 2 (from 0) of a range of eight, then from 6 to the end.
+    call kstage_path_range(s, '/envs', 'e', 0_int64, 8_int64, first)
+    member = [(first + k, k = 0, 7)]
+    call kstage_clone_to_range(s, src(2), first, 4_int64, start=1_int64, count=2_int64)
+    call kstage_clone_to_range(s, src(2), first, 4_int64, start=6_int64)
+    call kstage_seal(s, 4_int64)
+    call kstage_query(s, member, q)
+    call read_float3(s, q, pos, out, n)
+    call check(n == 4, 'kstage_clone_to_range: four members made')
+    do k = 1, 8
+      if (k == 2 .or. k == 3 .or. k >= 7) then
+        call check(all(out(:, k) == v(:, 2)), 'kstage_clone_to_range: a member''s copy')
+      else
+        call check(all(out(:, k) == 0), 'kstage_clone_to_range: a member left out')
+      end if
+    end do
+    call kstage_query_free(s, q)
+    call kstage_clone_to_range(s, src(2), first, 5_int64, start=7_int64, count=2_int64, stat=st)
+    call expect_failure(st, KSTAGE_INVALID_ARGUMENT, '', 'kstage_clone_to_range: beyond the range')
+    call kstage_clone_to_range(s, src(2), member(2), 5_int64, stat=st)
+    call expect_failure(st, KSTAGE_INVALID_ARGUMENT, '', &
+                        'kstage_clone_to_range: not a range''s first id')
     call kstage_close(s)
   end subroutine
 
