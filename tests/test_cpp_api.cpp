@@ -1344,15 +1344,17 @@ TEST_CASE("cpp: clone copies a subtree to targets and to range members", "[cpp][
     REQUIRE(read_floats(s, copy, pos) == values);
   }
   // An existing target: refused at the call, thrown or in the Status; the stage unchanged.
-  CPP_FAILS(s.clone(src, {targets[0]}, 3), KSTAGE_ALREADY_EXISTS, "/copies/t1");
+  CPP_FAILS(s.clone(src, {targets[0]}, 3), KSTAGE_ALREADY_EXISTS, "'/copies/t1' already exists");
   kstage::Status st;
   REQUIRE(!s.clone(src, {s.path("/copies/t3"), targets[1]}, 3, st));
   REQUIRE(st.code() == KSTAGE_ALREADY_EXISTS);
   s.seal(3);
   REQUIRE(read_floats(s, s.query({s.path("/copies/t3")}), pos).empty());
-  CPP_FAILS(s.clone(src, {s.path("/src/a/inside")}, 4), KSTAGE_INVALID_ARGUMENT, "");
-  CPP_FAILS(s.clone(s.path("/nothing"), {s.path("/t")}, 4), KSTAGE_NOT_FOUND, "");
-  CPP_FAILS(s.clone(src, {s.path("/t")}, 3), KSTAGE_WRITE_FLOOR_VIOLATION, "");
+  CPP_FAILS(s.clone(src, {s.path("/src/a/inside")}, 4), KSTAGE_INVALID_ARGUMENT,
+            "lies below the source");
+  CPP_FAILS(s.clone(s.path("/nothing"), {s.path("/t")}, 4), KSTAGE_NOT_FOUND,
+            "'/nothing' does not exist");
+  CPP_FAILS(s.clone(src, {s.path("/t")}, 3), KSTAGE_WRITE_FLOOR_VIOLATION, "write floor 3");
 
   // Members 1 and 2 of a range of four.
   const kstage::PathRange envs = s.path_range("/envs", "env_", 0, 4);
@@ -1366,7 +1368,8 @@ TEST_CASE("cpp: clone copies a subtree to targets and to range members", "[cpp][
   }
   REQUIRE(!s.clone_range(src, envs.first, 3, 2, 5, st));
   REQUIRE(st.code() == KSTAGE_INVALID_ARGUMENT);
-  CPP_FAILS(s.clone_range(src, envs[1], 0, 1, 5), KSTAGE_INVALID_ARGUMENT, "");
+  CPP_FAILS(s.clone_range(src, envs[1], 0, 1, 5), KSTAGE_INVALID_ARGUMENT,
+            "not the first path of a path range");
 }
 
 TEST_CASE("cpp: hierarchy answers and relational filters", "[cpp][scene]") {

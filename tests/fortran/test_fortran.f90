@@ -261,14 +261,18 @@ contains
     ! source, a target below the source, the write floor.
     call kstage_path(s, '/t3', ghost)
     call kstage_clone_to(s, src(1), [ghost, t(1)], 3_int64, stat=st)
-    call expect_failure(st, KSTAGE_ALREADY_EXISTS, '/t1', 'kstage_clone_to: an existing target')
+    call expect_failure(st, KSTAGE_ALREADY_EXISTS, "'/t1' already exists", &
+                        'kstage_clone_to: an existing target')
     call kstage_path(s, '/nothing', nothing)
     call kstage_clone_to(s, nothing, [ghost], 3_int64, stat=st)
-    call expect_failure(st, KSTAGE_NOT_FOUND, '', 'kstage_clone_to: no source')
+    call expect_failure(st, KSTAGE_NOT_FOUND, "'/nothing' does not exist", &
+                        'kstage_clone_to: no source')
     call kstage_clone_to(s, src(1), [src(2)], 3_int64, stat=st)
-    call expect_failure(st, KSTAGE_INVALID_ARGUMENT, '', 'kstage_clone_to: the source''s child')
+    call expect_failure(st, KSTAGE_INVALID_ARGUMENT, 'lies below the source', &
+                        'kstage_clone_to: the source''s child')
     call kstage_clone_to(s, src(1), [ghost], 2_int64, stat=st)
-    call expect_failure(st, KSTAGE_WRITE_FLOOR_VIOLATION, '', 'kstage_clone_to at the floor')
+    call expect_failure(st, KSTAGE_WRITE_FLOOR_VIOLATION, 'write floor 2', &
+                        'kstage_clone_to at the floor')
     call kstage_seal(s, 3_int64)
     call kstage_query(s, [ghost], q)
     call read_float3(s, q, pos, out(:, 1:1), n)
@@ -293,9 +297,10 @@ contains
     end do
     call kstage_query_free(s, q)
     call kstage_clone_to_range(s, src(2), first, 5_int64, start=7_int64, count=2_int64, stat=st)
-    call expect_failure(st, KSTAGE_INVALID_ARGUMENT, '', 'kstage_clone_to_range: beyond the range')
+    call expect_failure(st, KSTAGE_INVALID_ARGUMENT, 'beyond the range', &
+                        'kstage_clone_to_range: beyond the range')
     call kstage_clone_to_range(s, src(2), member(2), 5_int64, stat=st)
-    call expect_failure(st, KSTAGE_INVALID_ARGUMENT, '', &
+    call expect_failure(st, KSTAGE_INVALID_ARGUMENT, 'not the first path of a path range', &
                         'kstage_clone_to_range: not a range''s first id')
     call kstage_close(s)
   end subroutine
