@@ -76,10 +76,11 @@ Result<PrimList> Stage::query_range(uint64_t first, uint64_t start, uint64_t cou
   if (count == 0) count = available;
   if (count > available)
     return error(KSTAGE_INVALID_ARGUMENT,
-                 "count %llu with stride %llu from %llu reaches beyond the range's %llu paths (at "
-                 "most %llu)",
-                 (unsigned long long)count, (unsigned long long)stride, (unsigned long long)start,
-                 (unsigned long long)r.count, (unsigned long long)available);
+                 "count %llu%s from %llu reaches beyond the range's %llu paths (at most %llu)",
+                 (unsigned long long)count,
+                 stride == 1 ? "" : format(" with stride %llu", (unsigned long long)stride).c_str(),
+                 (unsigned long long)start, (unsigned long long)r.count,
+                 (unsigned long long)available);
   // No list: prim k is first + start + k * stride (the ids of a range are consecutive).
   return PrimList(
       std::make_shared<const PrimSeq>(PrimSeq::progression(first + start, count, stride)));
