@@ -30,18 +30,31 @@ namespace {
 
 constexpr uint32_t kRoot = PathTree::ShapeNode::kShapeRoot;
 
+// Which uint64 words of a column's values name paths, and are rebased by a clone: every
+// `stride`-th word from `lane` (stride 0: none). PATH_ID: every word.
+struct PathWords {
+  size_t stride = 0, lane = 0;
+  bool any() const { return stride != 0; }
+  bool at(size_t word) const { return stride != 0 && word % stride == lane; }
+};
+PathWords path_words(const Schema& s) {
+  if (s.semantic == KSTAGE_SEMANTIC_PATH_ID) return {1, 0};
+  return {};
+}
+
 // One column the subtree holds: which of its prims hold it (their shape nodes, kRoot for the
 // source itself) and their rows, in the subtree's id order; then the source rows gathered.
 struct ClonedColumn {
   Column* column = nullptr;
   std::vector<uint32_t> nodes;
   std::vector<uint32_t> rows;
-  bool path_ids = false;  // KSTAGE_SEMANTIC_PATH_ID: values rebased per target
+  PathWords paths;  // the words that name paths (rebased per target); none: copied as they are
   // The source's rows, compact, on the column's device: fixed rows row_bytes() apart, or
   // array rows at starts[k] (8-byte aligned), lengths[k] bytes.
   BufferPtr compact;
   std::vector<uint64_t> starts, lengths;
-  // PATH_ID columns: the compact rows as host words, and where they sit in the shape's ids.
+  // Columns with path words: the compact rows as host words, and where their path words sit in
+  // the shape's ids (the k-th path word at first_value + k).
   std::vector<uint64_t> path_values;
   size_t first_value = 0;
 };
@@ -87,7 +100,7 @@ Status gather_source(ClonedColumn& cc) {
   return Status::OK();
 }
 
-// A PATH_ID column's gathered rows as host words (the source's rows only).
+// The gathered rows of a column with path words, as host words (the source's rows only).
 Status read_path_values(Backend& host, ClonedColumn& cc) {
   const Column& col = *cc.column;
   const size_t bytes =
@@ -118,19 +131,21 @@ Status stage_copies(const ClonedColumn& cc, const PrimList& targets, const CopyO
       for (size_t k = 0; k < s; ++k) ids[t * s + k] = copy_of(t, cc.nodes[k]);
     rows.prims = std::make_shared<const PrimSeq>(std::move(ids));
   }
-  if (cc.path_ids) {
+  if (cc.paths.any()) {
     // Rebased on the host, target after target, and copied in once.
     const std::vector<uint64_t>& v = cc.path_values;
-    std::unordered_map<uint64_t, uint32_t> rebase;  // value below the source -> shape node
-    for (size_t i = 0; i < v.size(); ++i)
-      if (node_of[cc.first_value + i] != PathTree::kNotBelow)
-        rebase.emplace(v[i], node_of[cc.first_value + i]);
+    std::unordered_map<uint64_t, uint32_t> rebase;  // path below the source -> shape node
+    for (size_t i = 0, k = 0; i < v.size(); ++i)
+      if (cc.paths.at(i)) {
+        const uint32_t node = node_of[cc.first_value + k++];
+        if (node != PathTree::kNotBelow) rebase.emplace(v[i], node);
+      }
     std::vector<uint64_t> out;
     out.reserve(nt * v.size() + 1);
     for (size_t t = 0; t < nt; ++t)
-      for (uint64_t value : v) {
-        auto it = rebase.find(value);
-        out.push_back(it == rebase.end() ? value : copy_of(t, it->second));
+      for (size_t i = 0; i < v.size(); ++i) {
+        auto it = cc.paths.at(i) ? rebase.find(v[i]) : rebase.end();
+        out.push_back(it == rebase.end() ? v[i] : copy_of(t, it->second));
       }
     if (col.schema().is_array) {
       const uint64_t per_target = v.size() * sizeof(uint64_t);
@@ -275,17 +290,18 @@ Result<std::shared_ptr<Op>> Stage::clone(uint64_t source, const PrimList& target
         if (cc.rows.empty()) continue;
         KSTAGE_RETURN_NOT_OK(check_floor(attr, ordinal));
         cc.column = col.get();
-        cc.path_ids = col->schema().semantic == KSTAGE_SEMANTIC_PATH_ID;
+        cc.paths = path_words(col->schema());
         cloned.push_back(std::move(cc));
       }
       std::vector<uint64_t> shape_ids(prims.begin(), prims.end());
       for (ClonedColumn& cc : cloned) {
         device_work = device_work || !cc.column->backend().synchronous();
         KSTAGE_RETURN_NOT_OK(gather_source(cc));
-        if (!cc.path_ids) continue;
+        if (!cc.paths.any()) continue;
         KSTAGE_RETURN_NOT_OK(read_path_values(backends_->host(), cc));
         cc.first_value = shape_ids.size();
-        shape_ids.insert(shape_ids.end(), cc.path_values.begin(), cc.path_values.end());
+        for (size_t i = 0; i < cc.path_values.size(); ++i)
+          if (cc.paths.at(i)) shape_ids.push_back(cc.path_values[i]);
       }
 
       // The shape below the source: its prims and the paths PATH_ID values name there.
