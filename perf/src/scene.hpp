@@ -36,6 +36,11 @@ struct SceneTree {
   uint64_t tree_size(uint64_t t) const { return std::min(per_tree, n - root(t)); }
   size_t levels() const { return level_offsets.empty() ? 0 : level_offsets.size() - 1; }
 };
+// The robot (also the clone workloads' environment, perf/src/wl_clone.cpp): kRobotPrims prims,
+// the env root first (j = 0), parents before children; robot_path(j) is prim j's path below
+// its env root ("" for the root, "/Robot", "/Robot/base", ...).
+constexpr int kRobotPrims = 20;
+std::string robot_path(int j);
 // robots: prims rounded down to a multiple of 20 (at least one robot).
 SceneTree make_scene_tree(TreeKind kind, uint64_t prims);
 uint64_t robots_prims(uint64_t prims);
@@ -83,6 +88,14 @@ struct SceneDeviceRow {
 // ops.residency; every result checked on a sample of prims (read back to the host). Throws on
 // a failed check or call.
 std::vector<SceneDeviceRow> run_scene_device(const SceneDeviceOps& ops, const Options& o,
+                                             bool emulated, int reps);
+// The clone workloads (perf/src/wl_clone.cpp) on ops.residency: clone_<source> (kstage_clone_range
+// + wait + seal, each run in a fresh stage) against copy_d2d_<source> (a device-to-device copy of
+// the bytes the clone produces; target 0.5x its bandwidth at 4,096 targets of the env) and against
+// clone_<source>_read_write (the read-and-write route; printed as clone_<source>_vs_read_write,
+// route time / clone time, target 10), env to 64, 1,024 and 4,096 targets and prim to 1e6 (64 and
+// 1,000 in --smoke); every result read back to the host and checked. Throws on a failed check.
+std::vector<SceneDeviceRow> run_clone_device(const SceneDeviceOps& ops, const Options& o,
                                              bool emulated, int reps);
 
 }  // namespace kperf

@@ -42,7 +42,6 @@ namespace {
 
 // The robot: 20 prims, 10 levels (the env root is level 1): a base with an arm of 7 links and a
 // hand with a finger, two legs of 4 and a camera.
-constexpr int kRobotPrims = 20;
 constexpr int kRobotParent[kRobotPrims] = {-1, 0,  1,  2,  3, 4,  5,  6,  7, 8,
                                            2,  10, 11, 12, 2, 14, 15, 16, 2, 8};
 const char* const kRobotName[kRobotPrims] = {
@@ -72,6 +71,10 @@ void random_tree_parents(uint64_t t, uint64_t size, int32_t* parent, uint8_t* de
 }
 
 }  // namespace
+
+std::string robot_path(int j) {
+  return j == 0 ? std::string() : robot_path(kRobotParent[j]) + "/" + kRobotName[j];
+}
 
 uint64_t robots_prims(uint64_t prims) {
   return std::max<uint64_t>(1, prims / kRobotPrims) * kRobotPrims;
