@@ -292,6 +292,7 @@ def targets(kst, pending=None, omp=None):
              "DLPack export + import round trip <= 1 us per tensor on the host [%s]" % exec_,
              "worst %.3f us per tensor over %d cases" % (max(us), len(us)))
     lines.extend(scene_targets(kst, omp))
+    lines.extend(clone_targets(kst))
     return lines
 
 
@@ -342,6 +343,52 @@ def scene_targets(kst, omp):
                      r["workload"][len("transform_incremental_1pct_"):], rows_label(r["rows"]), r["exec"],
                      100 * s) for s, r in shares),
                  100 * worst_s, worst_r["workload"], rows_label(worst_r["rows"]), worst_r["exec"]))
+    return lines
+
+
+def clone_targets(kst):
+    """Issue #47: clone (perf/src/wl_clone.cpp), each run in a fresh stage, until the copies are readable.
+    - clone_env (20 prims, 40 attributes) to 4,096 targets: >= 0.5x the bandwidth of memcpy of the bytes
+      the clone produces (ratio_memcpy), both execs; the 1-prim source to 1e6 targets reported beside;
+    - every clone >= 10x faster than the read-and-write route (clone_<source>_read_write: read the source,
+      one index_map write per attribute to every copy, seal) at the same targets, exec and run."""
+    lines = []
+
+    def line(verdict, what, detail):
+        lines.append("%-4s  %s: %s" % (verdict, what, detail))
+
+    clones = sorted((r for r in kst if r["workload"] in ("clone_env", "clone_prim")),
+                    key=lambda r: (r["workload"], int(r["rows"]), r["exec"]))
+    if not clones:
+        return lines
+    cases = [r for r in clones if r["workload"] == "clone_env" and int(r["rows"]) == 4096]
+    v, d = evaluate(cases, "ratio_memcpy", 0.5)
+    if cases:
+        d = "%s; %s" % (d, ", ".join("%s %.2fx" % (r["exec"], fnum(r["ratio_memcpy"])) for r in cases))
+    others = [r for r in clones if not (r["workload"] == "clone_env" and int(r["rows"]) == 4096)]
+    if others:
+        d += "; reported: %s" % ", ".join("%s %s %s %.2fx" % (
+            r["workload"], rows_label(r["rows"]), r["exec"], fnum(r["ratio_memcpy"])) for r in others)
+    line(v, "clone >= 0.5x memcpy of the bytes it produces, 4,096 targets [clone_env + wait + seal, "
+            "both execs]", d)
+    by_key = {(r["workload"], r["exec"], r["rows"]): r for r in kst
+              if r["workload"] in ("clone_env_read_write", "clone_prim_read_write")}
+    speedups = []
+    for r in clones:
+        rw = by_key.get((r["workload"] + "_read_write", r["exec"], r["rows"]))
+        if rw and fnum(rw["median_s"]) > 0 and fnum(r["median_s"]) > 0:
+            speedups.append((fnum(rw["median_s"]) / fnum(r["median_s"]), r))
+    what = "clone >= 10x faster than the read-and-write route [clone_* vs clone_*_read_write, both execs]"
+    if not speedups:
+        line("n/a", what, "no pair of measurements")
+    else:
+        ok = sum(1 for x, _ in speedups if x >= 10)
+        worst_x, worst_r = min(speedups, key=lambda x: x[0])
+        line("PASS" if ok == len(speedups) else "FAIL", what,
+             "%d/%d cases; %s; worst %.1fx (%s %s %s)" % (
+                 ok, len(speedups), ", ".join("%s %s %s %.1fx" % (
+                     r["workload"], rows_label(r["rows"]), r["exec"], x) for x, r in speedups),
+                 worst_x, worst_r["workload"], rows_label(worst_r["rows"]), worst_r["exec"]))
     return lines
 
 
