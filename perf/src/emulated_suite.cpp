@@ -14,7 +14,10 @@
 // Each sample's column is read back and checked against the gather. Then the scene workloads
 // of the GPU grid (perf/src/wl_scene.cpp, run_scene_device): world transforms (FULL, and
 // INCREMENTAL after 1% of the roots moved) of float64 x 16 columns on the emulated device next
-// to a device-to-device copy of the same bytes, each result checked on a sample of prims.
+// to a device-to-device copy of the same bytes, each result checked on a sample of prims; and
+// the clone workloads (perf/src/wl_clone.cpp, run_clone_device): kstage_clone_range + wait + seal
+// of device columns next to the read-and-write route and a device-to-device copy of the bytes the
+// clone produces, every copy checked.
 // Results: <out>/emulated_results.csv and a table on stdout.
 #include "harness.hpp"
 
@@ -190,6 +193,8 @@ int run_emulated_suite(const Options& o) {
     ops.upload = copy;
     ops.copy = copy;
     for (const SceneDeviceRow& r : run_scene_device(ops, o, true, reps))
+      rows_out.push_back({r.name, r.rows, r.seconds, r.vs, r.note});
+    for (const SceneDeviceRow& r : run_clone_device(ops, o, true, reps))
       rows_out.push_back({r.name, r.rows, r.seconds, r.vs, r.note});
   }
   std::filesystem::create_directories(o.out_dir);
