@@ -361,14 +361,23 @@ def clone_targets(kst):
                     key=lambda r: (r["workload"], int(r["rows"]), r["exec"]))
     if not clones:
         return lines
+    def fresh(r):  # the ratio to memcpy into freshly allocated memory (CSV note memcpy_fresh_gbps)
+        for item in r["note"].split("; "):
+            k, _, val = item.partition("=")
+            if k == "memcpy_fresh_gbps" and fnum(val) > 0:
+                return " (%.2fx memcpy into fresh memory)" % (fnum(r["gbps"]) / fnum(val))
+        return ""
+
     cases = [r for r in clones if r["workload"] == "clone_env" and int(r["rows"]) == 4096]
     v, d = evaluate(cases, "ratio_memcpy", 0.5)
     if cases:
-        d = "%s; %s" % (d, ", ".join("%s %.2fx" % (r["exec"], fnum(r["ratio_memcpy"])) for r in cases))
+        d = "%s; %s" % (d, ", ".join("%s %.2fx%s" % (r["exec"], fnum(r["ratio_memcpy"]), fresh(r))
+                                     for r in cases))
     others = [r for r in clones if not (r["workload"] == "clone_env" and int(r["rows"]) == 4096)]
     if others:
-        d += "; reported: %s" % ", ".join("%s %s %s %.2fx" % (
-            r["workload"], rows_label(r["rows"]), r["exec"], fnum(r["ratio_memcpy"])) for r in others)
+        d += "; reported: %s" % ", ".join("%s %s %s %.2fx%s" % (
+            r["workload"], rows_label(r["rows"]), r["exec"], fnum(r["ratio_memcpy"]), fresh(r))
+            for r in others)
     line(v, "clone >= 0.5x memcpy of the bytes it produces, 4,096 targets [clone_env + wait + seal, "
             "both execs]", d)
     by_key = {(r["workload"], r["exec"], r["rows"]): r for r in kst
