@@ -89,6 +89,14 @@ std::string latency(double seconds) {
 }
 
 struct Row {
+  Row(std::string n, uint64_t r, double s, double b, std::string v, double t, std::string w = "")
+      : name(std::move(n)),
+        rows(r),
+        seconds(s),
+        bytes(b),
+        vs(std::move(v)),
+        target(t),
+        note(std::move(w)) {}
   std::string name;
   uint64_t rows;
   double seconds;
