@@ -120,14 +120,20 @@ std::vector<unsigned char> source_value(int c, int j, const CloneSource& s,
       std::memcpy(v.data(), &t, sizeof t);
       break;
     }
-    case kXform: scene_local(uint64_t(j), 0, reinterpret_cast<double*>(v.data())); break;
-    case kVelocity:
-    case kOrient:
-      fill_values(reinterpret_cast<float*>(v.data()), 1, c == kVelocity ? 3 : 4, 3 + j * 7 + c);
+    case kXform: {
+      double m[16];
+      scene_local(uint64_t(j), 0, m);
+      std::memcpy(v.data(), m, sizeof m);
       break;
-    default:
-      fill_values(reinterpret_cast<float*>(v.data()), s.points[size_t(j)], 3, 100 + j);
+    }
+    default: {  // float32 x 3 or x 4: one velocity or orientation, or the points of a row
+      const int lanes = c == kOrient ? 4 : 3;
+      std::vector<float> f(v.size() / sizeof(float));
+      fill_values(f.data(), f.size() / size_t(lanes), lanes,
+                  c == kPoints ? uint64_t(100 + j) : uint64_t(3 + j * 7 + c));
+      std::memcpy(v.data(), f.data(), v.size());
       break;
+    }
   }
   return v;
 }
