@@ -193,6 +193,35 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
       return t;
     }
   }
+  // An affine column whose write targets the new prims right after its run, in order (a
+  // clone of range member 0 to members 1..N, the next batch of a growing range): the run grows,
+  // still with no per-prim tables.
+  if (affine_rows_ != 0 && rows.subset == nullptr && rows.n > 0 &&
+      rows.n < size_t(kNoRow) - affine_rows_) {
+    const PrimSeq& s = *rows.prims;
+    const uint64_t first = affine_first_ + affine_rows_;
+    bool follows = s[0] == first && first <= UINT64_MAX - rows.n;
+    if (follows && s.is_progression()) {  // O(1)
+      follows = s.stride() == 1 || rows.n == 1;
+    } else if (follows) {
+      const uint64_t* p = s.data();
+      for (size_t i = 1; follows && i < rows.n; ++i) follows = p[i] == first + i;
+    }
+    if (follows) {
+      if (!stamps_.empty()) {
+        stamps_.reserve_geometric(affine_rows_ + rows.n);  // may throw: nothing changed yet
+        for (size_t i = 0; i < rows.n; ++i) stamps_.push_back_zero();
+      }
+      new_prims.run_first = first;
+      new_prims.run_count = rows.n;
+      t.first_row = affine_rows_;
+      t.row_step = 1;
+      affine_rows_ += rows.n;
+      live_rows_ += rows.n;
+      ++structure_;
+      return t;
+    }
+  }
   uint32_t* ids;
   size_t first_row = 0, row_step = 0;
   const bool progression =
@@ -301,9 +330,10 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
 }
 
 void Column::unassign_rows(const NewPrims& new_prims, size_t row_space_before) {
-  if (new_prims.run_count != 0) {  // the write that made the column affine
-    affine_rows_ = 0;
-    live_rows_ = 0;
+  if (new_prims.run_count != 0) {  // the write that made the column affine, or grew its run
+    affine_rows_ = row_space_before;
+    live_rows_ -= new_prims.run_count;
+    if (!stamps_.empty()) stamps_.truncate(row_space_before);
     ++structure_;
     return;
   }

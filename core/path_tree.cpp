@@ -136,7 +136,7 @@ bool PathTree::visible(uint64_t id) const {
 
 uint64_t PathTree::parent_of(uint64_t id) const {
   uint64_t node = 0;
-  if (node_of(id, node)) return nodes_[node].parent & ~kVisible;
+  if (node_of(id, node)) return nodes_[node].parent & kParentBits;
   const Range* r = range_at(id);
   return r ? r->parent : 0;
 }
@@ -164,7 +164,7 @@ uint64_t PathTree::child(uint64_t parent, std::string_view leaf, uint32_t hash) 
     if (uint32_t(slot >> 32) != hash) continue;
     const uint64_t node = (slot & 0xFFFFFFFFu) - 1;
     const Node& n = nodes_[node];
-    if ((n.parent & ~kVisible) == parent && leaf_of(n) == leaf) return node_id(node);
+    if ((n.parent & kParentBits) == parent && leaf_of(n) == leaf) return node_id(node);
   }
 }
 
@@ -197,7 +197,7 @@ void PathTree::grow_index() {
 }
 
 uint64_t PathTree::insert(uint64_t parent, std::string_view leaf, uint32_t hash, bool visible) {
-  if (nodes_.size() >= 0xFFFFFFFEu || next_id_ >= kVisible)
+  if (nodes_.size() >= 0xFFFFFFFEu || next_id_ >= kDigitKids)
     throw std::bad_alloc();  // 32-bit nodes in the index
   if (4 * (nodes_.size() + 1) > 3 * index_.size()) grow_index();
   // The leaf: LEB128 length, then the bytes, never across a chunk boundary.
@@ -220,7 +220,9 @@ uint64_t PathTree::insert(uint64_t parent, std::string_view leaf, uint32_t hash,
     leaf_used_ = 0;
   }
   const bool numeric = !leaf.empty() && leaf.back() >= '0' && leaf.back() <= '9';
-  uint64_t* digits = numeric ? &numeric_children_.try_emplace(parent, 0).first->second : nullptr;
+  uint64_t parent_node = 0;
+  const bool node_parent = node_of(parent, parent_node);
+  if (numeric && !node_parent) numeric_children_.try_emplace(parent, 0);
   if (runs_.size() == runs_.capacity()) runs_.reserve(runs_.size() + runs_.size() / 2 + 4);
   const uint64_t id = next_id_;
   const uint64_t node = nodes_.size();
@@ -238,13 +240,47 @@ uint64_t PathTree::insert(uint64_t parent, std::string_view leaf, uint32_t hash,
   size_t i = hash & mask;
   while (index_[i] != 0) i = (i + 1) & mask;
   index_[i] = (uint64_t(hash) << 32) | (node + 1);
-  if (digits) ++*digits;
+  if (numeric) {
+    if (node_parent) nodes_[parent_node].parent |= kDigitKids;
+    else ++numeric_children_[parent];  // (made above: no allocation)
+  }
+  return id;
+}
+
+uint64_t PathTree::insert_shared(uint64_t parent, uint64_t leaf, uint32_t hash, bool visible) {
+  if (nodes_.size() >= 0xFFFFFFFEu || next_id_ >= kDigitKids) throw std::bad_alloc();
+  if (4 * (nodes_.size() + 1) > 3 * index_.size()) grow_index();
+  if (runs_.size() == runs_.capacity()) runs_.reserve(runs_.size() + runs_.size() / 2 + 4);
+  const uint64_t id = next_id_;
+  const uint64_t node = nodes_.size();
+  nodes_.push_back(Node{parent | (visible ? kVisible : 0), leaf});
+  // Nothing below allocates.
+  ++next_id_;
+  if (!runs_.empty() && runs_.back().first_id + runs_.back().count == id) ++runs_.back().count;
+  else runs_.push_back(Run{id, node, 1});
+  const size_t mask = index_.size() - 1;
+  size_t i = hash & mask;
+  while (index_[i] != 0) i = (i + 1) & mask;
+  index_[i] = (uint64_t(hash) << 32) | (node + 1);
   return id;
 }
 
 void PathTree::make_visible(uint64_t id) {
   uint64_t node = 0;
   if (node_of(id, node)) nodes_[node].parent |= kVisible;  // range members always are
+}
+
+bool PathTree::has_digit_children(uint64_t parent) const {
+  uint64_t node = 0;
+  if (node_of(parent, node)) return (nodes_[node].parent & kDigitKids) != 0;
+  auto it = numeric_children_.find(parent);
+  return it != numeric_children_.end() && it->second > 0;
+}
+
+void PathTree::note_digit_child(uint64_t parent) {
+  uint64_t node = 0;
+  if (node_of(parent, node)) nodes_[node].parent |= kDigitKids;
+  else ++numeric_children_[parent];
 }
 
 uint64_t PathTree::make_parent(std::string_view path) {
@@ -354,8 +390,7 @@ uint64_t PathTree::intern_range(std::string_view parent_path, std::string_view p
   }
   // A member interned before as a path of its own (or as an ancestor of one). Only parents
   // with children whose names end in a digit need a look: at most min(count, nodes) of them.
-  auto numeric = numeric_children_.find(parent);
-  if (numeric != numeric_children_.end() && numeric->second > 0) {
+  if (has_digit_children(parent)) {
     uint64_t clash = 0;
     // A lookup costs a cache miss or two (~200 ns), a scan step ~1 ns per path.
     if (count <= nodes_.size() / 128) {
@@ -367,7 +402,7 @@ uint64_t PathTree::intern_range(std::string_view parent_path, std::string_view p
       }
     } else {
       for (uint64_t node = 0; node < nodes_.size() && clash == 0; ++node) {
-        if ((nodes_[node].parent & ~kVisible) != parent) continue;
+        if ((nodes_[node].parent & kParentBits) != parent) continue;
         const std::string_view leaf = leaf_of(nodes_[node]);
         uint64_t v = 0;
         if (names_member(leaf, prefix, begin, last, v)) clash = node_id(node);
@@ -379,7 +414,7 @@ uint64_t PathTree::intern_range(std::string_view parent_path, std::string_view p
       return 0;
     }
   }
-  if (next_id_ > kVisible - 1 - count) throw std::bad_alloc();
+  if (next_id_ > kDigitKids - 1 - count) throw std::bad_alloc();
   // Every allocation before the commit: room in ranges_, the parent index's entry.
   if (ranges_.size() == ranges_.capacity()) ranges_.reserve(2 * ranges_.size() + 4);
   Range r{next_id_, count, parent, begin, std::string(prefix)};
@@ -431,7 +466,7 @@ std::string PathTree::path_locked(uint64_t id) const {
     uint64_t node = 0;
     if (node_of(at, node)) {
       leaves.emplace_back(leaf_of(nodes_[node]));
-      at = nodes_[node].parent & ~kVisible;
+      at = nodes_[node].parent & kParentBits;
     } else if (const Range* r = range_at(at)) {
       leaves.push_back(r->prefix + std::to_string(r->begin + (at - r->first)));
       at = r->parent;
@@ -566,23 +601,38 @@ void PathTree::intern_copies(const uint64_t* targets, size_t nt,
                              const std::vector<ShapeNode>& shape, uint64_t* out) {
   std::unique_lock lock(mutex_);
   const size_t s = shape.size();
-  // The leaves are copied out: an insert may add a leaf chunk (the views would stay valid,
-  // chunks never move, but a copy keeps this independent of that).
-  std::vector<std::string> leaves(s);
+  if (s == 0 || nt == 0) return;
+  // Per node: where its leaf is (shared by every copy: leaves never move or change) and whether
+  // it ends in a digit (intern_range's collision check asks which parents have such children).
+  std::vector<uint64_t> leaf(s);
+  std::vector<std::string_view> view(s);
+  std::vector<char> numeric(s);
   for (size_t k = 0; k < s; ++k) {
     uint64_t node = 0;
-    node_of(shape[k].source, node);
-    leaves[k] = std::string(leaf_of(nodes_[node]));
+    node_of(shape[k].source, node);  // (subtree_shape made only explicit nodes)
+    leaf[k] = nodes_[node].leaf;
+    view[k] = leaf_of(nodes_[node]);
+    numeric[k] = !view[k].empty() && view[k].back() >= '0' && view[k].back() <= '9';
   }
+  // The index's room for every copy at once (one growth, not one per doubling).
+  while (4 * (nodes_.size() + nt * s) > 3 * index_.size()) grow_index();
+  std::vector<char> made(s);  // the copy of node k was made for the current target
   for (size_t t = 0; t < nt; ++t) {
     uint64_t* copy = out + t * s;
     for (size_t k = 0; k < s; ++k) {
       const uint32_t p = shape[k].parent;
-      const uint64_t parent = p == ShapeNode::kShapeRoot ? targets[t] : copy[p];
-      const uint32_t h = hash_of(parent, leaves[k]);
-      uint64_t id = child(parent, leaves[k], h);
-      if (id == 0) id = insert(parent, leaves[k], h, shape[k].visible);
-      else if (shape[k].visible) make_visible(id);
+      const bool under_target = p == ShapeNode::kShapeRoot;
+      const uint64_t parent = under_target ? targets[t] : copy[p];
+      const uint32_t h = hash_of(parent, view[k]);
+      // A copy made just now has no children yet: its children need no look.
+      uint64_t id = (under_target || !made[p]) ? child(parent, view[k], h) : 0;
+      made[k] = id == 0;
+      if (id == 0) {
+        id = insert_shared(parent, leaf[k], h, shape[k].visible);
+        if (numeric[k]) note_digit_child(parent);
+      } else if (shape[k].visible) {
+        make_visible(id);
+      }
       copy[k] = id;
     }
   }

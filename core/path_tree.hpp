@@ -151,7 +151,7 @@ class PathTree {
 
  private:
   struct Node {
-    uint64_t parent;  // parent id (0: a top-level path, or "/" itself) | kVisible
+    uint64_t parent;  // parent id (0: a top-level path, or "/" itself) | kVisible | kDigitKids
     uint64_t leaf;    // where the leaf is: leaf_bytes_ chunk << 32 | offset in the chunk
   };
   // Explicit nodes get ids in runs: ids [first_id, first_id + count) are nodes
@@ -160,6 +160,9 @@ class PathTree {
     uint64_t first_id, first_node, count;
   };
   static constexpr uint64_t kVisible = uint64_t(1) << 63;
+  // Set on a node with an explicit child whose leaf ends in a digit (intern_range's check).
+  static constexpr uint64_t kDigitKids = uint64_t(1) << 62;
+  static constexpr uint64_t kParentBits = kDigitKids - 1;
   static constexpr size_t kLeafChunk = size_t(1) << 20;
 
   // Require mutex_ (shared or unique).
@@ -176,9 +179,16 @@ class PathTree {
   bool visible(uint64_t id) const;
   // Require mutex_ unique.
   uint64_t insert(uint64_t parent, std::string_view leaf, uint32_t hash, bool visible);
+  // insert() of a node whose leaf is stored already (`leaf`: a Node::leaf of another node), and
+  // whose digit counter the caller keeps.
+  uint64_t insert_shared(uint64_t parent, uint64_t leaf, uint32_t hash, bool visible);
   uint64_t intern_locked(std::string_view path);
   uint64_t make_parent(std::string_view path);
   void make_visible(uint64_t id);
+  // Whether `parent` has an explicit child whose leaf ends in a digit; note one (a node's bit,
+  // else numeric_children_'s entry: may throw std::bad_alloc for a range member or the top).
+  bool has_digit_children(uint64_t parent) const;
+  void note_digit_child(uint64_t parent);
   void grow_index();
 
   static uint32_t hash_of(uint64_t parent, std::string_view leaf);
@@ -195,8 +205,9 @@ class PathTree {
   uint64_t root_ = 0;          // the id of "/" once it exists
   std::vector<Range> ranges_;  // by first id (allocated in increasing order)
   std::unordered_multimap<uint64_t, size_t> ranges_by_parent_;
-  // Explicit children whose leaf ends in a digit, per parent: a range under a
-  // parent with none cannot collide with an explicit path (checked in O(1)).
+  // Explicit children whose leaf ends in a digit, per parent that is not a node (a range
+  // member, the top): a range under a parent with none cannot collide with an explicit path
+  // (checked in O(1)). A node parent carries kDigitKids instead.
   std::unordered_map<uint64_t, uint64_t> numeric_children_;
   const uint64_t serial_;  // tells this tree apart in the per-thread parent cache
 
