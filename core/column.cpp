@@ -222,6 +222,55 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
       return t;
     }
   }
+  // A write none of whose targets holds the attribute (a clone's copies, a batch of new prims)
+  // into a column with no free row: the targets take new rows at the end, in target order --
+  // no row map made, copied and scanned, and fixed rows written with no index.
+  if (rows.subset == nullptr && free_rows_.empty() && rows.n > 0 &&
+      row_space() + rows.n < size_t(kNoRow)) {
+    const PrimSeq& s = *rows.prims;
+    bool absent = true;
+    for (size_t i = 0; absent && i < rows.n; ++i) absent = row_of(s[i]) == kNoRow;
+    if (absent) {
+      materialize_rows();  // (an affine column's run is not followed: the tables from here on)
+      const size_t base = row_live_.size(), grow = base + rows.n;
+      // Every allocation first: the tables' room, the pages of the new prims' ids, the lists.
+      reserve_geometric(row_live_, grow);
+      if (!stamps_.empty()) stamps_.reserve_geometric(grow);
+      if (schema_.is_array) {
+        reserve_geometric(array_offset_, grow);
+        reserve_geometric(array_length_, grow);
+        scratch_rows_.resize(rows.n);
+      }
+      for (size_t i = 0; i < rows.n; ++i) row_of_.at(s[i]);
+      reserve_geometric(new_prims.list, new_prims.list.size() + rows.n);
+      // Nothing below allocates.
+      row_live_.resize(grow, true);
+      if (!stamps_.empty())
+        for (size_t i = 0; i < rows.n; ++i) stamps_.push_back_zero();
+      if (schema_.is_array) {
+        array_offset_.resize(grow, 0);
+        array_length_.resize(grow, 0);
+      }
+      for (size_t i = 0; i < rows.n; ++i) {
+        const uint64_t p = s[i];
+        row_of_.at(p) = uint32_t(base + i);
+        new_prims.list.push_back(p);
+      }
+      live_rows_ += rows.n;
+      ++structure_;
+      t.identity = base == 0;  // (then they are all the rows, in order)
+      if (!t.identity) {
+        if (schema_.is_array) {  // apply_array takes a row per target
+          for (size_t i = 0; i < rows.n; ++i) scratch_rows_[i] = uint32_t(base + i);
+          t.rows = scratch_rows_.data();
+        } else {
+          t.first_row = base;
+          t.row_step = 1;
+        }
+      }
+      return t;
+    }
+  }
   uint32_t* ids;
   size_t first_row = 0, row_step = 0;
   const bool progression =

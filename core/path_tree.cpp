@@ -71,8 +71,10 @@ inline uint64_t mix(uint64_t x) {
 
 PathTree::PathTree() : serial_(g_next_serial.fetch_add(1)) { index_.assign(1024, 0); }
 
-uint32_t PathTree::hash_of(uint64_t parent, std::string_view leaf) {
-  uint64_t h = mix(parent + 0x9E3779B97F4A7C15ull) ^ (uint64_t(leaf.size()) << 56);
+// A child's slot hash is its leaf's hash combined with its parent's id: the leaf's part is the
+// same under every parent, so copies of one leaf below many parents (kstage_clone) hash it once.
+uint64_t PathTree::leaf_hash(std::string_view leaf) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ (uint64_t(leaf.size()) << 56);
   size_t i = 0;
   for (; i + 8 <= leaf.size(); i += 8) {
     uint64_t w;
@@ -81,7 +83,15 @@ uint32_t PathTree::hash_of(uint64_t parent, std::string_view leaf) {
   }
   uint64_t tail = 0;
   if (i < leaf.size()) std::memcpy(&tail, leaf.data() + i, leaf.size() - i);
-  return uint32_t(mix(h ^ tail ^ 0xA5));
+  return mix(h ^ tail ^ 0xA5);
+}
+
+uint32_t PathTree::child_hash(uint64_t parent, uint64_t leaf_hash) {
+  return uint32_t(mix(parent * 0xD1B54A32D192ED03ull ^ leaf_hash));
+}
+
+uint32_t PathTree::hash_of(uint64_t parent, std::string_view leaf) {
+  return child_hash(parent, leaf_hash(leaf));
 }
 
 std::string_view PathTree::leaf_of(const Node& n) const {
@@ -607,11 +617,13 @@ void PathTree::intern_copies(const uint64_t* targets, size_t nt,
   std::vector<uint64_t> leaf(s);
   std::vector<std::string_view> view(s);
   std::vector<char> numeric(s);
+  std::vector<uint64_t> hashes(s);
   for (size_t k = 0; k < s; ++k) {
     uint64_t node = 0;
     node_of(shape[k].source, node);  // (subtree_shape made only explicit nodes)
     leaf[k] = nodes_[node].leaf;
     view[k] = leaf_of(nodes_[node]);
+    hashes[k] = leaf_hash(view[k]);
     numeric[k] = !view[k].empty() && view[k].back() >= '0' && view[k].back() <= '9';
   }
   // The index's room for every copy at once (one growth, not one per doubling).
@@ -623,7 +635,7 @@ void PathTree::intern_copies(const uint64_t* targets, size_t nt,
       const uint32_t p = shape[k].parent;
       const bool under_target = p == ShapeNode::kShapeRoot;
       const uint64_t parent = under_target ? targets[t] : copy[p];
-      const uint32_t h = hash_of(parent, view[k]);
+      const uint32_t h = child_hash(parent, hashes[k]);
       // A copy made just now has no children yet: its children need no look.
       uint64_t id = (under_target || !made[p]) ? child(parent, view[k], h) : 0;
       made[k] = id == 0;

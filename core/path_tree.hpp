@@ -192,6 +192,8 @@ class PathTree {
   void grow_index();
 
   static uint32_t hash_of(uint64_t parent, std::string_view leaf);
+  static uint64_t leaf_hash(std::string_view leaf);
+  static uint32_t child_hash(uint64_t parent, uint64_t leaf_hash);
 
   mutable std::shared_mutex mutex_;
   ChunkedArray<Node> nodes_;
