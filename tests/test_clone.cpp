@@ -477,3 +477,59 @@ TEST_CASE("clone copies device columns in device memory", "[clone]") {
   CHECK(v.at(s.path("/copy_99/a/b")) == std::vector<float>{2, 3, 4});
   KS_OK(kstage_query_release(s.stage, q));
 }
+
+TEST_CASE("a clone's copies with digit-ended children keep path ranges honest", "[clone]") {
+  Stage s;
+  const kstage_path_t src = s.path("/src"), link = s.path("/src/link1");
+  kstage_query_t q = s.query({src, link});
+  s.write_f32(q, s.token("m"), 1, {1, 2});
+  KS_OK(kstage_query_release(s.stage, q));
+  s.seal(1);
+  const kstage_path_t target = s.path("/dst");
+  REQUIRE(clone(s, src, {target}, 2) == KSTAGE_OK);
+  // /dst/link1 was made by the clone: a range /dst/link{0..4} would name it again.
+  kstage_path_t first = 0;
+  KS_FAILS(kstage_intern_path_range(s.stage, "/dst", KSTAGE_NUL_TERMINATED, "link",
+                                    KSTAGE_NUL_TERMINATED, 0, 5, &first),
+           KSTAGE_ALREADY_EXISTS, "its member '/dst/link1' was interned before");
+  KS_OK(kstage_intern_path_range(s.stage, "/dst", KSTAGE_NUL_TERMINATED, "link",
+                                 KSTAGE_NUL_TERMINATED, 2, 5, &first));
+}
+
+TEST_CASE("writes that grow a column's rows: an affine run extended, new prims appended",
+          "[clone]") {
+  Stage s;
+  const kstage_path_t first = s.range("/p", "p", 0, 30);
+  const kstage_token_t x = s.token("x");
+  auto members = [&](uint64_t from, uint64_t n) {
+    std::vector<kstage_path_t> v;
+    for (uint64_t i = 0; i < n; ++i) v.push_back(first + from + i);
+    return v;
+  };
+  auto write = [&](const std::vector<kstage_path_t>& prims, uint64_t ordinal, float base) {
+    std::vector<float> v;
+    for (size_t i = 0; i < prims.size(); ++i) v.push_back(base + float(i));
+    kstage_query_t q = s.query(prims);
+    s.write_f32(q, x, ordinal, v);
+    KS_OK(kstage_query_release(s.stage, q));
+    s.seal(ordinal);
+  };
+  write(members(0, 10), 1, 0);    // the column's first write: an affine run
+  write(members(10, 10), 2, 10);  // right after it: the run grows
+  write(members(25, 5), 3, 25);   // not right after: appended rows
+  write(members(5, 10), 4, 105);  // an update across both
+  kstage_query_t all = s.range_query(first);
+  const auto v = s.floats(all, x);
+  REQUIRE(v.size() == 25);
+  for (uint64_t i = 0; i < 30; ++i) {
+    if (i >= 20 && i < 25) {
+      CHECK(v.count(first + i) == 0);
+      continue;
+    }
+    const float want = i >= 5 && i < 15 ? float(100 + i) : float(i);
+    CHECK(v.at(first + i) == std::vector<float>{want});
+  }
+  CHECK(s.changed(all, x, 4, 4) == members(5, 10));
+  CHECK(s.changed(all, x, 3, 4).size() == 15);
+  KS_OK(kstage_query_release(s.stage, all));
+}
