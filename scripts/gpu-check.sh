@@ -59,7 +59,8 @@ DEPS_DIR=${KSTAGE_DEPS_DIR:-$HOME/.cache/kstage-deps}
 # The test programs a run takes first, most telling first: the CUDA-only cases, the world
 # transforms' kernel (never run on a GPU yet), the ADIOS2 bridge's GPU path, maps and writes with
 # device index maps, reads, then the rest.
-PRIORITY=(kstage_test_cuda_device kstage_test_world_transforms_cuda kstage_test_adios2_cuda
+PRIORITY=(kstage_test_cuda_device kstage_test_world_transforms_cuda kstage_test_clone_cuda
+  kstage_test_adios2_cuda
   kstage_test_map_cuda kstage_test_write_fixed_cuda kstage_test_reads_cuda kstage_test_array_cuda
   kstage_test_managed_cuda kstage_test_arrow_cuda kstage_test_transport_errors_cuda)
 
