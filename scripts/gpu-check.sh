@@ -9,8 +9,9 @@
 #   scripts/gpu-check.sh bundle [DIR]
 #       On the CPU machine (after `scripts/setup.sh --cuda --adios2-cuda`): builds the `cuda`
 #       preset's targets the run needs (incremental: a second call rebuilds nothing), then packs
-#       DIR (default build/gpu-bundle): bin/ (the engine test programs on CUDA columns, the
-#       CUDA-only cases, the ADIOS2 bridge's tests on CUDA columns with the CUDA ADIOS2, kstage_perf),
+#       DIR (default build/gpu-bundle): bin.tar.gz (bin/, unpacked by the run: the engine test
+#       programs on CUDA columns, the CUDA-only cases, the ADIOS2 bridge's tests on CUDA columns
+#       with the CUDA ADIOS2, kstage_perf; packed, as they are most of the bundle's bytes),
 #       lib/ (libkstage, libkstage_adios2 and ADIOS2's, Kokkos, the CUDA runtime), lib/runtime/
 #       (this machine's compiler runtimes, which the GPU machine's image may lack: libgomp,
 #       libstdc++, libgcc_s; for the bundled programs only), deps/ (the Kokkos install, its
@@ -109,6 +110,10 @@ bundle() {
     esac
   done
   strip --strip-unneeded "$dir"/bin/* "$dir"/lib/*.so* "$dir"/lib/runtime/* 2>/dev/null || true
+  # The programs travel packed (the run unpacks them; tar keeps their execute bits).
+  rm -f "$dir/bin.tar.gz"
+  tar -C "$dir" -czf "$dir/bin.tar.gz" bin
+  rm -rf "$dir/bin"
   # For a rebuild there: the Kokkos install (nvcc_wrapper, headers, libraries, CMake config)
   # and the DLPack / Catch2 prefix. setup.sh's Kokkos config header may include the CUDA 13
   # compat header by this machine's absolute path: the bundle's copy includes it by name,
@@ -126,7 +131,7 @@ bundle() {
   local bytes repo
   bytes=$(du -sb "$dir" | cut -f1)
   repo=$(cd "$ROOT" && git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -n1 | cut -f1)
-  echo "gpu-check: bundle in $dir: $(ls "$dir/bin" | wc -l) programs, $((bytes / 1024 / 1024)) MiB" \
+  echo "gpu-check: bundle in $dir: ${#programs[@]} programs, $((bytes / 1024 / 1024)) MiB" \
        "($(((bytes + repo) / 1024 / 1024)) MiB with the repository)"
   if [ $((bytes + repo)) -gt "$MAX_BYTES" ]; then
     echo "gpu-check: the bundle and the repository are over 60 MiB" >&2
@@ -203,6 +208,7 @@ run() {
       *) dir=$(absolute "$1"); shift ;;
     esac
   done
+  if [ ! -d "$dir/bin" ] && [ -f "$dir/bin.tar.gz" ]; then tar -C "$dir" -xzf "$dir/bin.tar.gz"; fi
   [ -d "$dir/bin" ] || { echo "gpu-check: no bundle in $dir (run 'gpu-check.sh bundle' on a CPU machine)" >&2; exit 1; }
   out=${out:-$dir/results}
   local budget=${KSTAGE_GPU_CHECK_SECONDS:-390} cap=${KSTAGE_GPU_CHECK_PROGRAM_SECONDS:-60}
@@ -357,7 +363,7 @@ PY
 bare_dry_run() {
   local dir=$ROOT/build/gpu-bundle
   [ $# -gt 0 ] && dir=$(absolute "$1")
-  [ -d "$dir/bin" ] || { echo "gpu-check: no bundle in $dir" >&2; exit 1; }
+  [ -f "$dir/bin.tar.gz" ] || { echo "gpu-check: no bundle in $dir" >&2; exit 1; }
   local tmp
   tmp=$(mktemp -d /tmp/kstage-bare.XXXXXX)
   mkdir -p "$tmp/repo/build" "$tmp/home" "$tmp/out"
