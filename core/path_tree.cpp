@@ -170,12 +170,27 @@ uint64_t PathTree::child(uint64_t parent, std::string_view leaf, uint32_t hash) 
   const size_t mask = index_.size() - 1;
   for (size_t i = hash & mask;; i = (i + 1) & mask) {
     const uint64_t slot = index_[i];
-    if (slot == 0) return 0;
+    if (slot == 0) break;
     if (uint32_t(slot >> 32) != hash) continue;
     const uint64_t node = (slot & 0xFFFFFFFFu) - 1;
     const Node& n = nodes_[node];
     if ((n.parent & kParentBits) == parent && leaf_of(n) == leaf) return node_id(node);
   }
+  // Not in the index: a copy below a copy is found through its block.
+  return blocks_.empty() ? 0 : block_child(parent, leaf);
+}
+
+uint64_t PathTree::block_child(uint64_t parent, std::string_view leaf) const {
+  // The block whose copies hold `parent` (blocks are in id order, as ranges are).
+  auto it = std::upper_bound(blocks_.begin(), blocks_.end(), parent,
+                             [](uint64_t v, const Block& b) { return v < b.first; });
+  if (it == blocks_.begin()) return 0;
+  const Block& b = *(it - 1);
+  if (parent - b.first >= b.nt * b.ns) return 0;
+  const uint64_t t = (parent - b.first) / b.ns, k = (parent - b.first) % b.ns;
+  for (uint32_t kid : b.kids[k])
+    if (b.leaves[kid] == leaf) return b.first + t * b.ns + kid;
+  return 0;
 }
 
 uint64_t PathTree::find_parent(std::string_view path) const {
@@ -626,6 +641,7 @@ void PathTree::intern_copies(const uint64_t* targets, size_t nt,
     hashes[k] = leaf_hash(view[k]);
     numeric[k] = !view[k].empty() && view[k].back() >= '0' && view[k].back() <= '9';
   }
+  if (make_block(targets, nt, shape, leaf, view, hashes, numeric, out)) return;
   // The index's room for every copy at once (one growth, not one per doubling).
   while (4 * (nodes_.size() + nt * s) > 3 * index_.size()) grow_index();
   std::vector<char> made(s);  // the copy of node k was made for the current target
@@ -650,11 +666,92 @@ void PathTree::intern_copies(const uint64_t* targets, size_t nt,
   }
 }
 
+bool PathTree::make_block(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
+                          const std::vector<uint64_t>& leaf,
+                          const std::vector<std::string_view>& view,
+                          const std::vector<uint64_t>& hashes, const std::vector<char>& numeric,
+                          uint64_t* out) {
+  const size_t s = shape.size();
+  // Only when no copy exists yet: then none of the targets has a child named like a node
+  // right below the source (and nothing deeper can exist without those).
+  std::vector<uint32_t> top;
+  for (size_t k = 0; k < s; ++k)
+    if (shape[k].parent == ShapeNode::kShapeRoot) top.push_back(uint32_t(k));
+  for (size_t t = 0; t < nt; ++t)
+    for (uint32_t k : top)
+      if (child(targets[t], view[k], child_hash(targets[t], hashes[k])) != 0) return false;
+  const uint64_t total = uint64_t(nt) * s;
+  if (nodes_.size() + total >= 0xFFFFFFFEu || next_id_ > kDigitKids - 1 - total)
+    throw std::bad_alloc();
+  // Every allocation first: the block's record, the index's room for the top copies, the
+  // targets' digit counters, room for a run.
+  Block b;
+  b.first = next_id_;
+  b.nt = nt;
+  b.ns = s;
+  b.kids.resize(s);
+  std::vector<char> digit_kids(s, 0);
+  bool digit_top = false;
+  for (size_t k = 0; k < s; ++k) {
+    b.leaves.emplace_back(view[k]);
+    const uint32_t p = shape[k].parent;
+    if (p == ShapeNode::kShapeRoot) {
+      digit_top = digit_top || numeric[k];
+    } else {
+      b.kids[p].push_back(uint32_t(k));
+      if (numeric[k]) digit_kids[p] = 1;
+    }
+  }
+  if (blocks_.size() == blocks_.capacity()) blocks_.reserve(2 * blocks_.size() + 4);
+  while (4 * (nodes_.size() + nt * top.size()) > 3 * index_.size()) grow_index();
+  if (digit_top)
+    for (size_t t = 0; t < nt; ++t) {
+      uint64_t node = 0;
+      if (!node_of(targets[t], node)) numeric_children_.try_emplace(targets[t], 0);
+    }
+  if (runs_.size() == runs_.capacity()) runs_.reserve(runs_.size() + runs_.size() / 2 + 4);
+  nodes_.grow(total);  // (value-initialised nodes, all of them or none)
+  // Nothing below allocates. Copy (t, k) is node `base + t * s + k` with id first + t * s + k:
+  // the nodes right below a target are in the hash index (a target may get other children);
+  // the deeper ones are found through the block (block_child).
+  const uint64_t base = nodes_.size() - total;
+  const size_t mask = index_.size() - 1;
+  for (size_t t = 0; t < nt; ++t) {
+    uint64_t* copy = out + t * s;
+    for (size_t k = 0; k < s; ++k) {
+      const uint32_t p = shape[k].parent;
+      const uint64_t parent = p == ShapeNode::kShapeRoot ? targets[t] : copy[p];
+      const uint64_t node = base + t * s + k;
+      nodes_[node] = Node{
+          parent | (shape[k].visible ? kVisible : 0) | (digit_kids[k] ? kDigitKids : 0), leaf[k]};
+      copy[k] = b.first + t * s + k;
+      if (p == ShapeNode::kShapeRoot) {
+        size_t i = child_hash(parent, hashes[k]) & mask;
+        while (index_[i] != 0) i = (i + 1) & mask;
+        index_[i] = (uint64_t(child_hash(parent, hashes[k])) << 32) | (node + 1);
+      }
+    }
+    if (digit_top) note_digit_child(targets[t]);  // (made above: no allocation)
+  }
+  if (!runs_.empty() && runs_.back().first_id + runs_.back().count == b.first &&
+      runs_.back().first_node + runs_.back().count == base)
+    runs_.back().count += total;
+  else runs_.push_back(Run{b.first, base, total});
+  next_id_ += total;
+  blocks_.push_back(std::move(b));
+  return true;
+}
+
 size_t PathTree::memory_bytes() const {
   std::shared_lock lock(mutex_);
   size_t b = nodes_.bytes() + index_.capacity() * sizeof(uint64_t) + runs_.capacity() * sizeof(Run);
   for (size_t s : leaf_chunk_sizes_) b += s;
   for (const Range& r : ranges_) b += sizeof(Range) + r.prefix.capacity() + 32;
+  for (const Block& k : blocks_) {
+    b += sizeof(Block) + k.kids.capacity() * sizeof(k.kids[0]);
+    for (const auto& kids : k.kids) b += kids.capacity() * sizeof(uint32_t);
+    for (const auto& l : k.leaves) b += sizeof(l) + l.capacity();
+  }
   std::lock_guard strings(strings_mutex_);
   for (const auto& [id, s] : strings_) b += sizeof(std::string) + s->capacity() + 32;
   for (const auto& [id, s] : range_strings_)

@@ -43,8 +43,16 @@ class ChunkedArray {
   T& operator[](size_t i) { return chunks_[i >> kChunkBits][i & (kChunk - 1)]; }
   const T& operator[](size_t i) const { return chunks_[i >> kChunkBits][i & (kChunk - 1)]; }
   void push_back(const T& v) {
-    if ((size_ & (kChunk - 1)) == 0) chunks_.push_back(std::make_unique<T[]>(kChunk));
+    if (chunks_.size() <= (size_ >> kChunkBits)) chunks_.push_back(std::make_unique<T[]>(kChunk));
     (*this)[size_++] = v;
+  }
+  // `n` more elements (value-initialised), all or none: may throw std::bad_alloc with the size
+  // unchanged (chunks made before the failure are kept for later growth).
+  void grow(size_t n) {
+    const size_t chunks = (size_ + n + kChunk - 1) >> kChunkBits;
+    chunks_.reserve(chunks);
+    while (chunks_.size() < chunks) chunks_.push_back(std::make_unique<T[]>(kChunk));
+    size_ += n;
   }
   size_t bytes() const {
     return chunks_.size() * kChunk * sizeof(T) + chunks_.capacity() * sizeof(void*);
@@ -173,6 +181,7 @@ class PathTree {
   uint64_t parent_of(uint64_t id) const;            // 0 at the top
   uint64_t tree_parent(uint64_t id) const;          // parent(): "/" at the top, once it exists
   uint64_t child(uint64_t parent, std::string_view leaf, uint32_t hash) const;  // 0: none
+  uint64_t block_child(uint64_t parent, std::string_view leaf) const;           // 0: none
   uint64_t range_member(uint64_t parent, std::string_view leaf) const;          // 0: none
   uint64_t find_parent(std::string_view path) const;  // 0 if an ancestor is missing
   std::string path_locked(uint64_t id) const;         // hidden nodes too
@@ -185,6 +194,13 @@ class PathTree {
   uint64_t intern_locked(std::string_view path);
   uint64_t make_parent(std::string_view path);
   void make_visible(uint64_t id);
+  // intern_copies when no copy exists yet: every copy a node in one run of ids, target after
+  // target, only those right below a target in the hash index (a Block finds the rest). False,
+  // changing nothing, when a copy exists. May throw std::bad_alloc, changing nothing.
+  bool make_block(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
+                  const std::vector<uint64_t>& leaf, const std::vector<std::string_view>& view,
+                  const std::vector<uint64_t>& hashes, const std::vector<char>& numeric,
+                  uint64_t* out);
   // Whether `parent` has an explicit child whose leaf ends in a digit; note one (a node's bit,
   // else numeric_children_'s entry: may throw std::bad_alloc for a range member or the top).
   bool has_digit_children(uint64_t parent) const;
@@ -206,6 +222,16 @@ class PathTree {
   uint64_t next_id_ = 1;
   uint64_t root_ = 0;          // the id of "/" once it exists
   std::vector<Range> ranges_;  // by first id (allocated in increasing order)
+  // The copies of one intern_copies that made them all (kstage_clone): ids [first, first + nt *
+  // ns), copy k of target t at first + t * ns + k, each a node; those below a copy (not right
+  // below a target) have no hash-index entry: child() finds them here, by the shape's children
+  // of their parent's node. By first id.
+  struct Block {
+    uint64_t first = 0, nt = 0, ns = 0;
+    std::vector<std::vector<uint32_t>> kids;  // per shape node: its children's nodes
+    std::vector<std::string> leaves;          // per shape node
+  };
+  std::vector<Block> blocks_;
   std::unordered_multimap<uint64_t, size_t> ranges_by_parent_;
   // Explicit children whose leaf ends in a digit, per parent that is not a node (a range
   // member, the top): a range under a parent with none cannot collide with an explicit path

@@ -533,3 +533,50 @@ TEST_CASE("writes that grow a column's rows: an affine run extended, new prims a
   CHECK(s.changed(all, x, 3, 4).size() == 15);
   KS_OK(kstage_query_release(s.stage, all));
 }
+
+TEST_CASE("the copies' paths are ordinary paths: found by name, parents, new children, reuse",
+          "[clone]") {
+  Stage s;
+  const kstage_path_t src = s.path("/src"), a = s.path("/src/a"), leaf = s.path("/src/a/b/link7");
+  kstage_query_t q = s.query({src, a, leaf});
+  s.write_f32(q, s.token("m"), 1, {1, 2, 3});
+  KS_OK(kstage_query_release(s.stage, q));
+  s.seal(1);
+  const Paths targets = s.paths("/dst", 3);
+  REQUIRE(clone(s, src, targets, 2) == KSTAGE_OK);
+  s.seal(2);
+  // Every copy is found by its string, names itself, and has the right parent.
+  const kstage_path_t copy = s.path("/dst_1/a/b/link7");
+  CHECK(s.path_string(copy) == "/dst_1/a/b/link7");
+  const kstage_path_t b = s.path("/dst_1/a/b");
+  q = s.query({copy});
+  CHECK(s.floats(q, s.token("m")).at(copy) == std::vector<float>{3});
+  KS_OK(kstage_query_release(s.stage, q));
+  // A new path below a copy, and below a path between copies.
+  const kstage_path_t extra = s.path("/dst_1/a/b/link7/extra"), side = s.path("/dst_1/a/b/side");
+  CHECK(s.path_string(extra) == "/dst_1/a/b/link7/extra");
+  CHECK(s.path_string(side) == "/dst_1/a/b/side");
+  CHECK(s.path("/dst_1/a/b/link7/extra") == extra);
+  CHECK(side != b);
+  // A range below a copy that would name a copied path is refused; one that would not is not.
+  kstage_path_t first = 0;
+  KS_FAILS(kstage_intern_path_range(s.stage, "/dst_2/a/b", KSTAGE_NUL_TERMINATED, "link",
+                                    KSTAGE_NUL_TERMINATED, 0, 10, &first),
+           KSTAGE_ALREADY_EXISTS, "its member '/dst_2/a/b/link7' was interned before");
+  KS_FAILS(kstage_intern_path_range(s.stage, "/dst_2/a/b", KSTAGE_NUL_TERMINATED, "link",
+                                    KSTAGE_NUL_TERMINATED, 0, 1000000, &first),
+           KSTAGE_ALREADY_EXISTS, "its member '/dst_2/a/b/link7' was interned before");
+  KS_OK(kstage_intern_path_range(s.stage, "/dst_2/a/b", KSTAGE_NUL_TERMINATED, "link",
+                                 KSTAGE_NUL_TERMINATED, 8, 10, &first));
+  // Deleted, then cloned again to the same target: the same paths, found again.
+  q = s.query({targets[0], s.path("/dst_0/a"), s.path("/dst_0/a/b/link7")});
+  const Paths before = s.prims_of(q);
+  KS_OK(s.remove(q, {}, 3));
+  s.seal(3);
+  CHECK_FALSE(exists(s, targets[0]));
+  REQUIRE(clone(s, src, {targets[0]}, 4) == KSTAGE_OK);
+  s.seal(4);
+  CHECK(s.path("/dst_0/a/b/link7") == before[2]);
+  CHECK(s.floats(q, s.token("m")).at(before[2]) == std::vector<float>{3});
+  KS_OK(kstage_query_release(s.stage, q));
+}
