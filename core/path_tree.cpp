@@ -748,9 +748,10 @@ size_t PathTree::memory_bytes() const {
   for (size_t s : leaf_chunk_sizes_) b += s;
   for (const Range& r : ranges_) b += sizeof(Range) + r.prefix.capacity() + 32;
   for (const Block& k : blocks_) {
-    b += sizeof(Block) + k.kids.capacity() * sizeof(k.kids[0]);
+    b += sizeof(Block) + k.kids.capacity() * sizeof(std::vector<uint32_t>) +
+         k.leaves.capacity() * sizeof(std::string);
     for (const auto& kids : k.kids) b += kids.capacity() * sizeof(uint32_t);
-    for (const auto& l : k.leaves) b += sizeof(l) + l.capacity();
+    for (const auto& l : k.leaves) b += l.capacity();
   }
   std::lock_guard strings(strings_mutex_);
   for (const auto& [id, s] : strings_) b += sizeof(std::string) + s->capacity() + 32;
