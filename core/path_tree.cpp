@@ -222,9 +222,6 @@ void PathTree::grow_index() {
 }
 
 uint64_t PathTree::insert(uint64_t parent, std::string_view leaf, uint32_t hash, bool visible) {
-  if (nodes_.size() >= 0xFFFFFFFEu || next_id_ >= kDigitKids)
-    throw std::bad_alloc();  // 32-bit nodes in the index
-  if (4 * (nodes_.size() + 1) > 3 * index_.size()) grow_index();
   // The leaf: LEB128 length, then the bytes, never across a chunk boundary.
   unsigned char len_bytes[10];
   size_t nlen = 0;
@@ -235,7 +232,7 @@ uint64_t PathTree::insert(uint64_t parent, std::string_view leaf, uint32_t hash,
   const size_t need = nlen + leaf.size();
   // Every allocation first (each may throw std::bad_alloc), so that a failed
   // insert leaves the tree exactly as it was: a new leaf chunk (an unused one
-  // is harmless), the digit counter's entry, room for a run, the node.
+  // is harmless), the digit counter's entry, then insert_shared's own.
   if (leaf_chunks_.empty() || leaf_used_ + need > leaf_chunk_sizes_.back()) {
     const size_t size = std::max(kLeafChunk, need);
     leaf_chunks_.reserve(leaf_chunks_.size() + 1);
@@ -246,48 +243,46 @@ uint64_t PathTree::insert(uint64_t parent, std::string_view leaf, uint32_t hash,
   }
   const bool numeric = !leaf.empty() && leaf.back() >= '0' && leaf.back() <= '9';
   uint64_t parent_node = 0;
-  const bool node_parent = node_of(parent, parent_node);
-  if (numeric && !node_parent) numeric_children_.try_emplace(parent, 0);
-  if (runs_.size() == runs_.capacity()) runs_.reserve(runs_.size() + runs_.size() / 2 + 4);
-  const uint64_t id = next_id_;
-  const uint64_t node = nodes_.size();
+  if (numeric && !node_of(parent, parent_node)) numeric_children_.try_emplace(parent, 0);
   const uint64_t where = (uint64_t(leaf_chunks_.size() - 1) << 32) | leaf_used_;
-  nodes_.push_back(Node{parent | (visible ? kVisible : 0), where});
-  // Nothing below allocates.
+  const uint64_t id = insert_shared(parent, where, hash, visible);
+  // Nothing below allocates: the leaf's bytes where the node says, its parent's digit mark.
   char* dst = leaf_chunks_.back().get() + leaf_used_;
   std::memcpy(dst, len_bytes, nlen);
   if (!leaf.empty()) std::memcpy(dst + nlen, leaf.data(), leaf.size());
   leaf_used_ += need;
-  ++next_id_;
-  if (!runs_.empty() && runs_.back().first_id + runs_.back().count == id) ++runs_.back().count;
-  else runs_.push_back(Run{id, node, 1});
-  const size_t mask = index_.size() - 1;
-  size_t i = hash & mask;
-  while (index_[i] != 0) i = (i + 1) & mask;
-  index_[i] = (uint64_t(hash) << 32) | (node + 1);
-  if (numeric) {
-    if (node_parent) nodes_[parent_node].parent |= kDigitKids;
-    else ++numeric_children_[parent];  // (made above: no allocation)
-  }
+  if (numeric) note_digit_child(parent);
   return id;
 }
 
 uint64_t PathTree::insert_shared(uint64_t parent, uint64_t leaf, uint32_t hash, bool visible) {
-  if (nodes_.size() >= 0xFFFFFFFEu || next_id_ >= kDigitKids) throw std::bad_alloc();
+  if (nodes_.size() >= 0xFFFFFFFEu || next_id_ >= kDigitKids)
+    throw std::bad_alloc();  // 32-bit nodes in the index
   if (4 * (nodes_.size() + 1) > 3 * index_.size()) grow_index();
   if (runs_.size() == runs_.capacity()) runs_.reserve(runs_.size() + runs_.size() / 2 + 4);
   const uint64_t id = next_id_;
   const uint64_t node = nodes_.size();
   nodes_.push_back(Node{parent | (visible ? kVisible : 0), leaf});
   // Nothing below allocates.
-  ++next_id_;
-  if (!runs_.empty() && runs_.back().first_id + runs_.back().count == id) ++runs_.back().count;
-  else runs_.push_back(Run{id, node, 1});
+  add_ids(id, node, 1);
+  index_node(node, hash);
+  return id;
+}
+
+void PathTree::add_ids(uint64_t first_id, uint64_t first_node, uint64_t count) {
+  Run* last = runs_.empty() ? nullptr : &runs_.back();
+  if (last && last->first_id + last->count == first_id &&
+      last->first_node + last->count == first_node)
+    last->count += count;
+  else runs_.push_back(Run{first_id, first_node, count});  // (room reserved by the caller)
+  next_id_ += count;
+}
+
+void PathTree::index_node(uint64_t node, uint32_t hash) {
   const size_t mask = index_.size() - 1;
   size_t i = hash & mask;
   while (index_[i] != 0) i = (i + 1) & mask;
   index_[i] = (uint64_t(hash) << 32) | (node + 1);
-  return id;
 }
 
 void PathTree::make_visible(uint64_t id) {
@@ -602,22 +597,35 @@ bool PathTree::subtree_shape(uint64_t root, const uint64_t* ids, size_t n,
   return true;
 }
 
+PathTree::ShapeLeaves PathTree::shape_leaves(const std::vector<ShapeNode>& shape) const {
+  ShapeLeaves l;
+  const size_t s = shape.size();
+  l.leaf.resize(s);
+  l.view.resize(s);
+  l.hash.resize(s);
+  l.numeric.resize(s);
+  for (size_t k = 0; k < s; ++k) {
+    uint64_t node = 0;
+    node_of(shape[k].source, node);  // (subtree_shape made only explicit nodes)
+    l.leaf[k] = nodes_[node].leaf;
+    l.view[k] = leaf_of(nodes_[node]);
+    l.hash[k] = leaf_hash(l.view[k]);
+    l.numeric[k] = !l.view[k].empty() && l.view[k].back() >= '0' && l.view[k].back() <= '9';
+  }
+  return l;
+}
+
 void PathTree::find_copies(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
                            uint64_t* out) const {
   std::shared_lock lock(mutex_);
   const size_t s = shape.size();
-  std::vector<std::string_view> leaves(s);
-  for (size_t k = 0; k < s; ++k) {
-    uint64_t node = 0;
-    node_of(shape[k].source, node);  // (subtree_shape made only explicit nodes)
-    leaves[k] = leaf_of(nodes_[node]);
-  }
+  const ShapeLeaves l = shape_leaves(shape);
   for (size_t t = 0; t < nt; ++t) {
     uint64_t* copy = out + t * s;
     for (size_t k = 0; k < s; ++k) {
       const uint32_t p = shape[k].parent;
       const uint64_t parent = p == ShapeNode::kShapeRoot ? targets[t] : copy[p];
-      copy[k] = parent == 0 ? 0 : child(parent, leaves[k], hash_of(parent, leaves[k]));
+      copy[k] = parent == 0 ? 0 : child(parent, l.view[k], child_hash(parent, l.hash[k]));
     }
   }
 }
@@ -627,21 +635,11 @@ void PathTree::intern_copies(const uint64_t* targets, size_t nt,
   std::unique_lock lock(mutex_);
   const size_t s = shape.size();
   if (s == 0 || nt == 0) return;
-  // Per node: where its leaf is (shared by every copy: leaves never move or change) and whether
-  // it ends in a digit (intern_range's collision check asks which parents have such children).
-  std::vector<uint64_t> leaf(s);
-  std::vector<std::string_view> view(s);
-  std::vector<char> numeric(s);
-  std::vector<uint64_t> hashes(s);
-  for (size_t k = 0; k < s; ++k) {
-    uint64_t node = 0;
-    node_of(shape[k].source, node);  // (subtree_shape made only explicit nodes)
-    leaf[k] = nodes_[node].leaf;
-    view[k] = leaf_of(nodes_[node]);
-    hashes[k] = leaf_hash(view[k]);
-    numeric[k] = !view[k].empty() && view[k].back() >= '0' && view[k].back() <= '9';
-  }
-  if (make_block(targets, nt, shape, leaf, view, hashes, numeric, out)) return;
+  // Per node: where its leaf is (shared by every copy: leaves never move or change), its hash,
+  // and whether it ends in a digit (intern_range's collision check asks which parents have such
+  // children).
+  const ShapeLeaves l = shape_leaves(shape);
+  if (make_block(targets, nt, shape, l, out)) return;
   // The index's room for every copy at once (one growth, not one per doubling).
   while (4 * (nodes_.size() + nt * s) > 3 * index_.size()) grow_index();
   std::vector<char> made(s);  // the copy of node k was made for the current target
@@ -651,13 +649,13 @@ void PathTree::intern_copies(const uint64_t* targets, size_t nt,
       const uint32_t p = shape[k].parent;
       const bool under_target = p == ShapeNode::kShapeRoot;
       const uint64_t parent = under_target ? targets[t] : copy[p];
-      const uint32_t h = child_hash(parent, hashes[k]);
+      const uint32_t h = child_hash(parent, l.hash[k]);
       // A copy made just now has no children yet: its children need no look.
-      uint64_t id = (under_target || !made[p]) ? child(parent, view[k], h) : 0;
+      uint64_t id = (under_target || !made[p]) ? child(parent, l.view[k], h) : 0;
       made[k] = id == 0;
       if (id == 0) {
-        id = insert_shared(parent, leaf[k], h, shape[k].visible);
-        if (numeric[k]) note_digit_child(parent);
+        id = insert_shared(parent, l.leaf[k], h, shape[k].visible);
+        if (l.numeric[k]) note_digit_child(parent);
       } else if (shape[k].visible) {
         make_visible(id);
       }
@@ -667,10 +665,7 @@ void PathTree::intern_copies(const uint64_t* targets, size_t nt,
 }
 
 bool PathTree::make_block(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
-                          const std::vector<uint64_t>& leaf,
-                          const std::vector<std::string_view>& view,
-                          const std::vector<uint64_t>& hashes, const std::vector<char>& numeric,
-                          uint64_t* out) {
+                          const ShapeLeaves& l, uint64_t* out) {
   const size_t s = shape.size();
   // Only when no copy exists yet: then none of the targets has a child named like a node
   // right below the source (and nothing deeper can exist without those).
@@ -679,7 +674,7 @@ bool PathTree::make_block(const uint64_t* targets, size_t nt, const std::vector<
     if (shape[k].parent == ShapeNode::kShapeRoot) top.push_back(uint32_t(k));
   for (size_t t = 0; t < nt; ++t)
     for (uint32_t k : top)
-      if (child(targets[t], view[k], child_hash(targets[t], hashes[k])) != 0) return false;
+      if (child(targets[t], l.view[k], child_hash(targets[t], l.hash[k])) != 0) return false;
   const uint64_t total = uint64_t(nt) * s;
   if (nodes_.size() + total >= 0xFFFFFFFEu || next_id_ > kDigitKids - 1 - total)
     throw std::bad_alloc();
@@ -693,13 +688,13 @@ bool PathTree::make_block(const uint64_t* targets, size_t nt, const std::vector<
   std::vector<char> digit_kids(s, 0);
   bool digit_top = false;
   for (size_t k = 0; k < s; ++k) {
-    b.leaves.emplace_back(view[k]);
+    b.leaves.emplace_back(l.view[k]);
     const uint32_t p = shape[k].parent;
     if (p == ShapeNode::kShapeRoot) {
-      digit_top = digit_top || numeric[k];
+      digit_top = digit_top || l.numeric[k];
     } else {
       b.kids[p].push_back(uint32_t(k));
-      if (numeric[k]) digit_kids[p] = 1;
+      if (l.numeric[k]) digit_kids[p] = 1;
     }
   }
   if (blocks_.size() == blocks_.capacity()) blocks_.reserve(2 * blocks_.size() + 4);
@@ -715,7 +710,6 @@ bool PathTree::make_block(const uint64_t* targets, size_t nt, const std::vector<
   // the nodes right below a target are in the hash index (a target may get other children);
   // the deeper ones are found through the block (block_child).
   const uint64_t base = nodes_.size() - total;
-  const size_t mask = index_.size() - 1;
   for (size_t t = 0; t < nt; ++t) {
     uint64_t* copy = out + t * s;
     for (size_t k = 0; k < s; ++k) {
@@ -723,21 +717,13 @@ bool PathTree::make_block(const uint64_t* targets, size_t nt, const std::vector<
       const uint64_t parent = p == ShapeNode::kShapeRoot ? targets[t] : copy[p];
       const uint64_t node = base + t * s + k;
       nodes_[node] = Node{
-          parent | (shape[k].visible ? kVisible : 0) | (digit_kids[k] ? kDigitKids : 0), leaf[k]};
+          parent | (shape[k].visible ? kVisible : 0) | (digit_kids[k] ? kDigitKids : 0), l.leaf[k]};
       copy[k] = b.first + t * s + k;
-      if (p == ShapeNode::kShapeRoot) {
-        size_t i = child_hash(parent, hashes[k]) & mask;
-        while (index_[i] != 0) i = (i + 1) & mask;
-        index_[i] = (uint64_t(child_hash(parent, hashes[k])) << 32) | (node + 1);
-      }
+      if (p == ShapeNode::kShapeRoot) index_node(node, child_hash(parent, l.hash[k]));
     }
     if (digit_top) note_digit_child(targets[t]);  // (made above: no allocation)
   }
-  if (!runs_.empty() && runs_.back().first_id + runs_.back().count == b.first &&
-      runs_.back().first_node + runs_.back().count == base)
-    runs_.back().count += total;
-  else runs_.push_back(Run{b.first, base, total});
-  next_id_ += total;
+  add_ids(b.first, base, total);
   blocks_.push_back(std::move(b));
   return true;
 }

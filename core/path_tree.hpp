@@ -191,16 +191,28 @@ class PathTree {
   // insert() of a node whose leaf is stored already (`leaf`: a Node::leaf of another node), and
   // whose digit counter the caller keeps.
   uint64_t insert_shared(uint64_t parent, uint64_t leaf, uint32_t hash, bool visible);
+  // Ids [first_id, first_id + count) are nodes [first_node, ...) just pushed: the runs say so
+  // (the last run grown when they follow it; room for a new one reserved by the caller).
+  void add_ids(uint64_t first_id, uint64_t first_node, uint64_t count);
+  // Node `node`'s entry in the hash index (room made by the caller: grow_index).
+  void index_node(uint64_t node, uint32_t hash);
   uint64_t intern_locked(std::string_view path);
   uint64_t make_parent(std::string_view path);
   void make_visible(uint64_t id);
   // intern_copies when no copy exists yet: every copy a node in one run of ids, target after
   // target, only those right below a target in the hash index (a Block finds the rest). False,
   // changing nothing, when a copy exists. May throw std::bad_alloc, changing nothing.
+  // Per node of a shape: where its source's leaf is stored, the leaf, its hash (leaf_hash) and
+  // whether it ends in a digit. Requires mutex_.
+  struct ShapeLeaves {
+    std::vector<uint64_t> leaf;
+    std::vector<std::string_view> view;
+    std::vector<uint64_t> hash;
+    std::vector<char> numeric;
+  };
+  ShapeLeaves shape_leaves(const std::vector<ShapeNode>& shape) const;
   bool make_block(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
-                  const std::vector<uint64_t>& leaf, const std::vector<std::string_view>& view,
-                  const std::vector<uint64_t>& hashes, const std::vector<char>& numeric,
-                  uint64_t* out);
+                  const ShapeLeaves& l, uint64_t* out);
   // Whether `parent` has an explicit child whose leaf ends in a digit; note one (a node's bit,
   // else numeric_children_'s entry: may throw std::bad_alloc for a range member or the top).
   bool has_digit_children(uint64_t parent) const;
