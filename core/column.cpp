@@ -22,6 +22,16 @@ template <class V>
 void reserve_geometric(V& v, size_t need) {
   if (need > v.capacity()) v.reserve(std::max(need, v.capacity() + v.capacity() / 2));
 }
+
+// Whether prims[0, n) of `s` are first, first + 1, ..., first + n - 1 (O(1) for a progression).
+bool consecutive_from(const PrimSeq& s, size_t n, uint64_t first) {
+  if (n == 0 || s[0] != first || first > UINT64_MAX - n) return false;
+  if (s.is_progression()) return s.stride() == 1 || n == 1;
+  const uint64_t* p = s.data();
+  for (size_t i = 1; i < n; ++i)
+    if (p[i] != first + i) return false;
+  return true;
+}
 }  // namespace
 
 size_t Column::row_bytes() const { return tuple_bytes(schema_.dtype); }
@@ -143,6 +153,49 @@ Result<BufferPtr> Column::resident_copy(const std::shared_ptr<const std::vector<
   return copy;
 }
 
+Result<BufferPtr> Column::gather(const uint32_t* rows, size_t n, std::vector<uint64_t>& starts,
+                                 const uint32_t* resident) const {
+  BufferPtr out;
+  auto row_at = [rows](size_t i) { return rows ? rows[i] : uint32_t(i); };
+  if (!schema_.is_array) {
+    const size_t rb = row_bytes();
+    KSTAGE_ASSIGN_OR_RETURN(out, backend_->allocate(std::max<size_t>(n * rb, 1)));
+    kernels::RowCopy k;
+    k.dst = out->data();
+    k.dst_stride = int64_t(rb);
+    k.src = values_->data();
+    k.src_stride = int64_t(rb);
+    k.src_index = resident ? resident : rows;
+    k.indices_resident = resident != nullptr;
+    k.n = n;
+    k.row_bytes = rb;
+    backend_->row_copy(k);
+    return out;
+  }
+  // Empty rows take no copy (a column whose rows are all empty has no buffer at all).
+  starts.resize(n);
+  std::vector<const std::byte*> from;
+  std::vector<uint64_t> to, bytes;
+  uint64_t cursor = 0, bits = kernels::kRaggedRowAlign;
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t len = array_length_[row_at(i)];
+    starts[i] = cursor;
+    if (len > 0) {
+      from.push_back(values_->data() + array_offset_[row_at(i)]);
+      to.push_back(cursor);
+      bytes.push_back(len);
+      bits |= reinterpret_cast<uintptr_t>(from.back()) | cursor | len;
+    }
+    cursor += kernels::ragged_align_up(len);
+  }
+  KSTAGE_ASSIGN_OR_RETURN(out, backend_->allocate(std::max<uint64_t>(cursor, 1)));
+  if (!from.empty()) {
+    kernels::RaggedCopy k{out->data(), to.data(), from.data(), bytes.data(), from.size()};
+    backend_->ragged_copy(k, kernels::widest_word(bits));
+  }
+  return out;
+}
+
 void Column::materialize_rows() {
   if (affine_rows_ == 0) return;
   std::vector<bool> live(affine_rows_, true);
@@ -168,54 +221,30 @@ bool Column::affine_progression(const PrimSeq& prims, size_t n, size_t& first_ro
 Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_prims) {
   TargetRows t;
   t.row_space_before = row_space();
-  // An empty fixed-size column whose first write targets consecutive new prims in
-  // order takes the affine form: no per-prim bookkeeping at all.
-  if (!schema_.is_array && row_space() == 0 && rows.subset == nullptr && rows.n > 0 &&
-      rows.n < kNoRow && (*rows.prims)[0] != 0) {
-    const PrimSeq& s = *rows.prims;
-    const uint64_t first = s[0];
-    bool consecutive = first <= UINT64_MAX - rows.n;
-    if (s.is_progression()) {  // O(1)
-      consecutive = consecutive && (s.stride() == 1 || rows.n == 1);
-    } else {
-      const uint64_t* p = s.data();
-      for (size_t i = 1; consecutive && i < rows.n; ++i) consecutive = p[i] == first + i;
-    }
-    if (consecutive) {
-      new_prims.run_first = first;
-      new_prims.run_count = rows.n;
-      affine_first_ = first;
-      affine_rows_ = rows.n;
-      live_rows_ = rows.n;
-      stamps_.clear();
-      ++structure_;
-      t.identity = true;  // row i is target i: apply_fixed takes the staged buffer as it is
-      return t;
-    }
-  }
-  // An affine column whose write targets the new prims right after its run, in order (a
-  // clone of range member 0 to members 1..N, the next batch of a growing range): the run grows,
-  // still with no per-prim tables.
-  if (affine_rows_ != 0 && rows.subset == nullptr && rows.n > 0 &&
+  // Consecutive new prims in order: an empty fixed-size column's first write takes the affine
+  // form, and an affine column's write of the prims right after its run (a clone of range
+  // member 0 to members 1..N, the next batch of a growing range) grows it -- no per-prim
+  // bookkeeping at all.
+  const bool empty = row_space() == 0;
+  if (!schema_.is_array && (empty || affine_rows_ != 0) && rows.subset == nullptr && rows.n > 0 &&
       rows.n < size_t(kNoRow) - affine_rows_) {
     const PrimSeq& s = *rows.prims;
-    const uint64_t first = affine_first_ + affine_rows_;
-    bool follows = s[0] == first && first <= UINT64_MAX - rows.n;
-    if (follows && s.is_progression()) {  // O(1)
-      follows = s.stride() == 1 || rows.n == 1;
-    } else if (follows) {
-      const uint64_t* p = s.data();
-      for (size_t i = 1; follows && i < rows.n; ++i) follows = p[i] == first + i;
-    }
-    if (follows) {
-      if (!stamps_.empty()) {
-        stamps_.reserve_geometric(affine_rows_ + rows.n);  // may throw: nothing changed yet
-        for (size_t i = 0; i < rows.n; ++i) stamps_.push_back_zero();
+    const uint64_t first = empty ? s[0] : affine_first_ + affine_rows_;
+    if (first != 0 && consecutive_from(s, rows.n, first)) {
+      if (empty) {
+        affine_first_ = first;
+        stamps_.clear();
+        t.identity = true;  // row i is target i: apply_fixed takes the staged buffer as it is
+      } else {
+        if (!stamps_.empty()) {
+          stamps_.reserve_geometric(affine_rows_ + rows.n);  // may throw: nothing changed yet
+          for (size_t i = 0; i < rows.n; ++i) stamps_.push_back_zero();
+        }
+        t.first_row = affine_rows_;
+        t.row_step = 1;
       }
       new_prims.run_first = first;
       new_prims.run_count = rows.n;
-      t.first_row = affine_rows_;
-      t.row_step = 1;
       affine_rows_ += rows.n;
       live_rows_ += rows.n;
       ++structure_;

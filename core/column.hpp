@@ -187,6 +187,14 @@ class Column {
   // index map).
   Result<BufferPtr> resident_copy(const std::shared_ptr<const std::vector<uint32_t>>& rows);
 
+  // A compact copy of rows[0, n) (null: rows 0 .. n-1) in a new buffer on the column's device,
+  // enqueued there (a read's compact group, a clone's source rows): fixed rows row_bytes()
+  // apart; array rows packed 8-byte aligned, row i at starts[i] (filled here; unused for fixed
+  // columns). `resident`: the same row numbers already in the column's memory (a cached row
+  // map's copy, resident_rows), gathered through instead of `rows`.
+  Result<BufferPtr> gather(const uint32_t* rows, size_t n, std::vector<uint64_t>& starts,
+                           const uint32_t* resident = nullptr) const;
+
   // --- sealing ------------------------------------------------------------
   // Applies a staged write at `ordinal`. `new_prims` collects prims that gain
   // this attribute. `prepare(new_prims)` runs before any row changes, so that

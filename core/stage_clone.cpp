@@ -62,41 +62,10 @@ struct ClonedColumn {
 // Gathers the source's rows of `cc` into cc.compact on the column's own device (enqueued there:
 // later seals of the source, in the same stream, cannot reach it first).
 Status gather_source(ClonedColumn& cc) {
-  Column& col = *cc.column;
-  Backend& b = col.backend();
-  const size_t s = cc.rows.size();
-  if (!col.schema().is_array) {
-    const size_t rb = col.row_bytes();
-    KSTAGE_ASSIGN_OR_RETURN(cc.compact, b.allocate(std::max<size_t>(s * rb, 1)));
-    kernels::RowCopy g;
-    g.dst = cc.compact->data();
-    g.dst_stride = int64_t(rb);
-    g.src = col.values()->data();
-    g.src_stride = int64_t(rb);
-    g.src_index = cc.rows.data();
-    g.n = s;
-    g.row_bytes = rb;
-    b.row_copy(g);
-    return Status::OK();
-  }
-  std::vector<const std::byte*> from;
-  std::vector<uint64_t> to, bytes;
-  uint64_t cursor = 0, bits = kernels::kRaggedRowAlign;
-  for (uint32_t r : cc.rows) {
-    const uint64_t len = col.row_length(r);
-    cc.starts.push_back(cursor);
-    cc.lengths.push_back(len);
-    if (len > 0) {
-      from.push_back(col.values()->data() + col.row_offset(r));
-      to.push_back(cursor);
-      bytes.push_back(len);
-      bits |= reinterpret_cast<uintptr_t>(from.back()) | cursor | len;
-    }
-    cursor += kernels::ragged_align_up(len);
-  }
-  KSTAGE_ASSIGN_OR_RETURN(cc.compact, b.allocate(std::max<uint64_t>(cursor, 64)));
-  kernels::RaggedCopy g{cc.compact->data(), to.data(), from.data(), bytes.data(), from.size()};
-  if (g.n > 0) b.ragged_copy(g, kernels::widest_word(bits));
+  const Column& col = *cc.column;
+  KSTAGE_ASSIGN_OR_RETURN(cc.compact, col.gather(cc.rows.data(), cc.rows.size(), cc.starts));
+  if (col.schema().is_array)
+    for (uint32_t r : cc.rows) cc.lengths.push_back(col.row_length(r));
   return Status::OK();
 }
 
@@ -342,10 +311,14 @@ Result<std::shared_ptr<Op>> Stage::clone(uint64_t source, const PrimList& target
         KSTAGE_RETURN_NOT_OK(stage_copies(cc, targets, copy_of, node_of, backends_->host(),
                                           std::prev(batch.writes.end())->second.rows));
       }
+      // The op completes when the source gathers are done: one event per device they ran on.
       auto op = std::make_shared<Op>();
+      std::vector<Backend*> recorded;
       for (const ClonedColumn& cc : cloned) {
         Backend& b = cc.column->backend();
-        if (b.synchronous()) continue;
+        if (b.synchronous() || std::find(recorded.begin(), recorded.end(), &b) != recorded.end())
+          continue;
+        recorded.push_back(&b);
         if (CompletionPtr done = b.record()) op->work.push_back(std::move(done));
       }
       enqueue(batch);

@@ -217,20 +217,12 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
         backend.copy_bytes(g.pinned->data(), c.values()->data(), n * rb);
         g.shapes.push_back(int64_t(n));
       } else if (compact) {
-        KSTAGE_ASSIGN_OR_RETURN(g.pinned, backend.allocate(std::max<size_t>(n * rb, 1)));
-        kernels::RowCopy k;
-        k.dst = g.pinned->data();
-        k.dst_stride = int64_t(rb);
-        k.src = c.values()->data();
-        k.src_stride = int64_t(rb);
-        k.src_index = rows;
-        k.n = n;
-        k.row_bytes = rb;
+        const uint32_t* resident = nullptr;
         if (!c.reads_host() && whole_query && rows == map.rows->data()) {
-          KSTAGE_ASSIGN_OR_RETURN(k.src_index, c.resident_rows(map.rows));
-          k.indices_resident = true;
+          KSTAGE_ASSIGN_OR_RETURN(resident, c.resident_rows(map.rows));
         }
-        backend.row_copy(k);
+        std::vector<uint64_t> unused;
+        KSTAGE_ASSIGN_OR_RETURN(g.pinned, c.gather(rows, n, unused, resident));
         g.shapes.push_back(int64_t(n));
       } else {
         g.pinned = pin(c.values());
@@ -265,22 +257,8 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
       std::byte* base;
       std::vector<uint64_t> start(n);
       if (compact) {
-        // Pack the rows, in prim order, into a buffer of the reader's own.
-        // A column whose rows are all empty has no buffer at all.
-        const std::byte* src = c.values() ? c.values()->data() : nullptr;
-        std::vector<const std::byte*> from(n);
-        std::vector<uint64_t> bytes(n);
-        uint64_t cursor = 0, bits = kernels::kRaggedRowAlign;
-        for (size_t i = 0; i < n; ++i) {
-          from[i] = src ? src + c.row_offset(row_at(i)) : nullptr;
-          bytes[i] = c.row_length(row_at(i));
-          start[i] = cursor;
-          bits |= reinterpret_cast<uintptr_t>(from[i]) | cursor | bytes[i];
-          cursor += kernels::ragged_align_up(bytes[i]);
-        }
-        KSTAGE_ASSIGN_OR_RETURN(g.pinned, backend.allocate(std::max<uint64_t>(cursor, 1)));
-        kernels::RaggedCopy k{g.pinned->data(), start.data(), from.data(), bytes.data(), n};
-        backend.ragged_copy(k, kernels::widest_word(bits));
+        // Packed, in prim order, into a buffer of the reader's own.
+        KSTAGE_ASSIGN_OR_RETURN(g.pinned, c.gather(rows, n, start));
         base = g.pinned->data();
       } else {
         g.pinned = pin(c.values());
