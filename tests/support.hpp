@@ -271,6 +271,26 @@ class Stage {
     KS_OK(kstage_path_list_release(stage, list));
     return out;
   }
+  // The paths kstage_query_hierarchy answers for `prim` (which must exist), span by span.
+  std::vector<kstage_path_t> related(kstage_path_t prim, kstage_relation_t relation) {
+    kstage_query_t q = query({prim});
+    kstage_hierarchy_t h = 0;
+    KS_OK(kstage_query_hierarchy(stage, q, relation, &h));
+    const kstage_hierarchy_item_t* items = nullptr;
+    const kstage_path_span_t* spans = nullptr;
+    uint64_t n_items = 0, n_spans = 0;
+    KS_OK(kstage_hierarchy_get(stage, h, &items, &n_items, &spans, &n_spans));
+    REQUIRE(n_items == 1);
+    REQUIRE(items[0].status == KSTAGE_OK);
+    std::vector<kstage_path_t> out;
+    for (uint64_t k = 0; k < items[0].span_count; ++k) {
+      const kstage_path_span_t& sp = spans[items[0].span_offset + k];
+      for (uint64_t i = 0; i < sp.count; ++i) out.push_back(sp.first + i);
+    }
+    KS_OK(kstage_hierarchy_release(stage, h));
+    KS_OK(kstage_query_release(stage, q));
+    return out;
+  }
   // The prims kstage_query_filter selects (latest sealed state), in path-id order.
   std::vector<kstage_path_t> filtered(const kstage_filter_t& f) {
     kstage_query_t q = 0;
@@ -567,6 +587,32 @@ inline kstage_status_t try_write(Stage& s, kstage_query_t q, kstage_token_t attr
   DLTensor t = tensor(values.data(), f32(), 1, shape);
   kstage_write_data_t w = write_data(&t);
   return s.write(q, attr, ordinal, w, mode);
+}
+
+// One uint64 id per row (fixed-size, lanes 1) with `semantic` (TOKEN_ID, PATH_ID): a write of
+// `ids` at `ordinal`; returns the call's status.
+inline kstage_status_t write_ids(Stage& s, kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
+                                 std::vector<uint64_t> ids, kstage_semantic_t semantic) {
+  int64_t shape[1] = {int64_t(ids.size())};
+  DLTensor t = tensor(ids.data(), u64(), 1, shape);
+  kstage_write_data_t w = write_data(&t);
+  w.semantic = semantic;
+  return s.write(q, attr, ordinal, w);
+}
+
+// Rows of uint64 ids (an array column, a tensor per row; a row may be empty) with `semantic`.
+inline kstage_status_t write_id_rows(Stage& s, kstage_query_t q, kstage_token_t attr,
+                                     uint64_t ordinal, std::vector<std::vector<uint64_t>> rows,
+                                     kstage_semantic_t semantic) {
+  std::vector<int64_t> shapes(rows.size());
+  std::vector<DLTensor> t;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    shapes[i] = int64_t(rows[i].size());
+    t.push_back(tensor(rows[i].empty() ? nullptr : rows[i].data(), u64(), 1, &shapes[i]));
+  }
+  kstage_write_data_t w = write_data(t.data(), t.size(), true);
+  w.semantic = semantic;
+  return s.write(q, attr, ordinal, w);
 }
 
 }  // namespace kstage_test

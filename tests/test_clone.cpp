@@ -15,28 +15,6 @@ namespace {
 
 using Paths = std::vector<kstage_path_t>;
 
-kstage_status_t write_u64(Stage& s, kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
-                          std::vector<uint64_t> v, kstage_semantic_t semantic) {
-  int64_t shape[1] = {int64_t(v.size())};
-  DLTensor t = tensor(v.data(), u64(), 1, shape);
-  kstage_write_data_t w = write_data(&t);
-  w.semantic = semantic;
-  return s.write(q, attr, ordinal, w);
-}
-
-kstage_status_t write_rows(Stage& s, kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
-                           std::vector<std::vector<uint64_t>> rows, kstage_semantic_t semantic) {
-  std::vector<int64_t> shapes(rows.size());
-  std::vector<DLTensor> t;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    shapes[i] = int64_t(rows[i].size());
-    t.push_back(tensor(rows[i].empty() ? nullptr : rows[i].data(), u64(), 1, &shapes[i]));
-  }
-  kstage_write_data_t w = write_data(t.data(), t.size(), true);
-  w.semantic = semantic;
-  return s.write(q, attr, ordinal, w);
-}
-
 kstage_status_t write_f32_rows(Stage& s, kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
                                std::vector<std::vector<float>> rows) {
   std::vector<int64_t> shapes(rows.size());
@@ -105,10 +83,10 @@ struct Env {
     s.write_f32(q, pos, 1, {0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, 3);
     KS_OK(kstage_query_release(s.stage, q));
     q = s.query({env0, torso, leg});
-    KS_OK(write_u64(s, q, type, 1, {xform, body, body}, KSTAGE_SEMANTIC_TOKEN_ID));
+    KS_OK(write_ids(s, q, type, 1, {xform, body, body}, KSTAGE_SEMANTIC_TOKEN_ID));
     KS_OK(kstage_query_release(s.stage, q));
     q = s.query({torso, leg});
-    KS_OK(write_rows(s, q, schemas, 1, {{rigid, mass}, {}}, KSTAGE_SEMANTIC_TOKEN_ID));
+    KS_OK(write_id_rows(s, q, schemas, 1, {{rigid, mass}, {}}, KSTAGE_SEMANTIC_TOKEN_ID));
     KS_OK(write_f32_rows(s, q, verts, 1, {{1.5f, 2.5f, 3.5f}, {}}));
     KS_OK(kstage_query_release(s.stage, q));
     q = s.query({torso});
@@ -119,10 +97,10 @@ struct Env {
     kstage_write_data_t w = write_data(&t);
     w.semantic = KSTAGE_SEMANTIC_MATRIX;
     KS_OK(s.write(q, xf, 1, w));
-    KS_OK(write_u64(s, q, joint, 1, {leg}, KSTAGE_SEMANTIC_PATH_ID));
+    KS_OK(write_ids(s, q, joint, 1, {leg}, KSTAGE_SEMANTIC_PATH_ID));
     KS_OK(kstage_query_release(s.stage, q));
     q = s.query({leg});
-    KS_OK(write_rows(s, q, rel, 1, {{torso, ground, robot, env0}}, KSTAGE_SEMANTIC_PATH_ID));
+    KS_OK(write_id_rows(s, q, rel, 1, {{torso, ground, robot, env0}}, KSTAGE_SEMANTIC_PATH_ID));
     KS_OK(kstage_query_release(s.stage, q));
     s.seal(1);
   }
@@ -238,21 +216,12 @@ TEST_CASE("clone to path-range members: kstage_clone_range, hierarchy and change
 
   const kstage_path_t t = e.member(37);
   const kstage_path_t torso = e.copy(t, "/Robot/torso"), leg = e.copy(t, "/Robot/leg");
-  kstage_query_t q = s.query({torso});
-  kstage_hierarchy_t h = 0;
-  KS_OK(kstage_query_hierarchy(s.stage, q, KSTAGE_RELATION_PARENT, &h));
-  const kstage_hierarchy_item_t* items = nullptr;
-  const kstage_path_span_t* spans = nullptr;
-  uint64_t ni = 0, ns = 0;
-  KS_OK(kstage_hierarchy_get(s.stage, h, &items, &ni, &spans, &ns));
-  REQUIRE(ni == 1);
-  REQUIRE(items[0].status == KSTAGE_OK);
-  REQUIRE(items[0].path_count == 1);
-  CHECK(spans[items[0].span_offset].first == t);  // Robot holds nothing: the target is the parent
-  KS_OK(kstage_hierarchy_release(s.stage, h));
-  KS_OK(kstage_query_release(s.stage, q));
+  // Robot holds nothing: the target is the parent; the target's child is the copied torso's.
+  CHECK(s.related(torso, KSTAGE_RELATION_PARENT) == Paths{t});
+  CHECK(s.related(t, KSTAGE_RELATION_CHILDREN) ==
+        Paths{std::min(torso, leg), std::max(torso, leg)});
   // Change ranges of a copied column: exactly the copies, at the clone's ordinal.
-  q = s.query({e.torso, torso, leg, e.leg});
+  kstage_query_t q = s.query({e.torso, torso, leg, e.leg});
   CHECK(s.changed(q, e.xf, 2, 2) == Paths{torso});
   CHECK(s.changed(q, e.verts, 2, 2) == Paths{std::min(torso, leg), std::max(torso, leg)});
   KS_OK(kstage_query_release(s.stage, q));
@@ -426,9 +395,9 @@ TEST_CASE("clone of a one-prim source to 10,000 range members", "[clone]") {
   const kstage_token_t x = s.token("x"), ids = s.token("ids");
   kstage_query_t q = s.query({first});
   s.write_f32(q, x, 1, {1, 2, 3, 4}, 4);
-  KS_OK(write_u64(s, q, ids, 1, {first}, KSTAGE_SEMANTIC_PATH_ID));  // names itself
+  KS_OK(write_ids(s, q, ids, 1, {first}, KSTAGE_SEMANTIC_PATH_ID));  // names itself
   const kstage_token_t none = s.token("none");
-  KS_OK(write_rows(s, q, none, 1, {{}}, KSTAGE_SEMANTIC_PATH_ID));  // an empty relationship
+  KS_OK(write_id_rows(s, q, none, 1, {{}}, KSTAGE_SEMANTIC_PATH_ID));  // an empty relationship
   KS_OK(kstage_query_release(s.stage, q));
   s.seal(1);
   kstage_op_t op = 0;
@@ -580,3 +549,34 @@ TEST_CASE("the copies' paths are ordinary paths: found by name, parents, new chi
   CHECK(s.floats(q, s.token("m")).at(before[2]) == std::vector<float>{3});
   KS_OK(kstage_query_release(s.stage, q));
 }
+
+#if defined(KSTAGE_TEST_EMULATED_DEVICE)
+TEST_CASE("a clone whose device runs out of memory is refused, the stage unchanged", "[clone]") {
+  if (!kOnDevice) SKIP("the columns are on the host in this run");
+  const int32_t ordinal = test_emulated_ordinal();
+  for (uint32_t nth : {1u, 2u, 3u, 5u}) {
+    Stage s;
+    Env e(s, 4);
+    kstage_query_t q = s.query({e.env0, e.torso, e.leg, e.member(1), e.member(2)});
+    const std::string before = s.fingerprint(q, e.attrs());
+    const kstage_path_t target = e.member(1);
+    // The nth device allocation of the call fails: a source gather's buffer (after others were
+    // enqueued), an index upload, or a PATH_ID column's upload.
+    REQUIRE(kstage_emulated_inject_fault(ordinal, KSTAGE_EMULATED_FAULT_ALLOC, nth) == 1);
+    kstage_op_t op = 0;
+    const kstage_status_t st = kstage_clone(s.stage, e.env0, &target, 1, 2, &op);
+    kstage_emulated_device_reset(ordinal);
+    INFO("allocation " << nth << ": " << kstage_last_error());
+    REQUIRE(st == KSTAGE_OUT_OF_MEMORY);
+    CHECK(s.fingerprint(q, e.attrs()) == before);
+    CHECK_FALSE(exists(s, target));
+    // The same clone then goes through.
+    REQUIRE(clone(s, e.env0, {target}, 2) == KSTAGE_OK);
+    s.seal(2);
+    kstage_query_t c = s.query({e.copy(target, "/Robot/torso")});
+    CHECK(s.floats(c, e.pos).begin()->second == std::vector<float>{1, 2, 3});
+    KS_OK(kstage_query_release(s.stage, c));
+    KS_OK(kstage_query_release(s.stage, q));
+  }
+}
+#endif

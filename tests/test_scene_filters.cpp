@@ -40,28 +40,14 @@ Paths select(Stage& s, const std::vector<kstage_predicate_t>& preds) {
   return out;
 }
 
-// One token per row: a fixed-size uint64 TOKEN_ID write (usd-prim-type's schema).
+// One token per row (usd-prim-type's schema); token sets, one row each (usd-schemas').
 kstage_status_t write_types(Stage& s, kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
                             std::vector<uint64_t> types) {
-  int64_t shape[1] = {int64_t(types.size())};
-  DLTensor t = tensor(types.data(), u64(), 1, shape);
-  kstage_write_data_t w = write_data(&t);
-  w.semantic = KSTAGE_SEMANTIC_TOKEN_ID;
-  return s.write(q, attr, ordinal, w);
+  return write_ids(s, q, attr, ordinal, std::move(types), KSTAGE_SEMANTIC_TOKEN_ID);
 }
-
-// Token sets, one row each: an array uint64 TOKEN_ID write (usd-schemas' schema).
 kstage_status_t write_sets(Stage& s, kstage_query_t q, kstage_token_t attr, uint64_t ordinal,
                            std::vector<std::vector<uint64_t>> rows) {
-  std::vector<int64_t> shapes(rows.size());
-  std::vector<DLTensor> t;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    shapes[i] = int64_t(rows[i].size());
-    t.push_back(tensor(rows[i].empty() ? nullptr : rows[i].data(), u64(), 1, &shapes[i]));
-  }
-  kstage_write_data_t w = write_data(t.data(), t.size(), true);
-  w.semantic = KSTAGE_SEMANTIC_TOKEN_ID;
-  return s.write(q, attr, ordinal, w);
+  return write_id_rows(s, q, attr, ordinal, std::move(rows), KSTAGE_SEMANTIC_TOKEN_ID);
 }
 
 // A small scene: /World (Xform) with /World/a (Cube; RigidBody, Collision), /World/b (Cube;
