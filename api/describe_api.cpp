@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Describing a stage: kstage_list_attributes, kstage_attribute_info.
+// Describing a stage: kstage_list_attributes, kstage_attribute_info, kstage_attribute_schema.
 #include "api/descriptors.hpp"
 #include "api/guard.hpp"
 #include "api/handles.hpp"
@@ -32,6 +32,16 @@ kstage_status_t kstage_attribute_info(kstage_stage_t stage, kstage_token_t attri
     if (info == nullptr) return error(KSTAGE_INVALID_ARGUMENT, "info is NULL");
     kstage_attribute_info_t found;
     KSTAGE_ASSIGN_OR_RETURN(found, s.engine->attribute_info(attribute));
+    return write_descriptor(found, info, "info");
+  });
+}
+
+kstage_status_t kstage_attribute_schema(kstage_stage_t stage, kstage_token_t attribute,
+                                        uint64_t index, kstage_attribute_info_t* info) {
+  return with_stage(stage, [&](StageEntry& s) -> Status {
+    if (info == nullptr) return error(KSTAGE_INVALID_ARGUMENT, "info is NULL");
+    kstage_attribute_info_t found;
+    KSTAGE_ASSIGN_OR_RETURN(found, s.engine->attribute_schema(attribute, index));
     return write_descriptor(found, info, "info");
   });
 }

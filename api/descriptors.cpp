@@ -47,7 +47,7 @@ struct Layout<kstage_map_desc_t> {
 template <>
 struct Layout<kstage_attribute_info_t> {
   static constexpr const char* name = "kstage_attribute_info_t";
-  static constexpr size_t layouts[] = {48};  // 0.4
+  static constexpr size_t layouts[] = {48, 56};  // 0.4; 0.4 schema_count
   static constexpr size_t first = layouts[0];
 };
 template <>
@@ -87,7 +87,7 @@ static_assert(offsetof(kstage_read_desc_t, max_group_prims) == Layout<kstage_rea
 static_assert(sizeof(kstage_map_desc_t) ==
               offsetof(kstage_map_desc_t, reserved) + sizeof(kstage_map_desc_t::reserved));
 static_assert(sizeof(kstage_attribute_info_t) ==
-              offsetof(kstage_attribute_info_t, prim_count) + sizeof(uint64_t));
+              offsetof(kstage_attribute_info_t, schema_count) + sizeof(uint64_t));
 static_assert(sizeof(kstage_transform_desc_t) ==
               offsetof(kstage_transform_desc_t, world) + sizeof(kstage_token_t));
 static_assert(sizeof(kstage_filter_ex_t) ==

@@ -54,6 +54,7 @@ class MapSession {
   Schema schema;
   Backend* backend = nullptr;
   kstage_prim_mode_t mode = KSTAGE_PRIM_MODE_UPSERT;
+  bool replaces = false;  // KSTAGE_ATTRIBUTE_MODE_FORCE
   std::vector<std::unique_ptr<MapGroup>> groups;
 
   // Hands out the next group, named `name()`: called under the mutex, and only for a group

@@ -34,11 +34,11 @@ Stage::~Stage() {
   }
   // Released after the lock, as at a seal (deleters may take Python's GIL).
   decltype(pending_) pending;
-  decltype(columns_) columns;
+  ColumnTable::Map columns;
   {
     std::lock_guard lock(mutex_);
     pending.swap(pending_);
-    columns.swap(columns_);
+    columns_.swap(columns);
   }
 }
 
@@ -161,9 +161,15 @@ uint64_t Stage::global_floor() const {
   return f;
 }
 
-Column* Stage::column(uint64_t attribute) const {
-  auto it = columns_.find(attribute);
-  return it == columns_.end() ? nullptr : it->second.get();
+Result<Column*> Stage::column_for(uint64_t attribute, const Schema& declared) const {
+  Column* found = nullptr;
+  for (const auto& [key, c] : columns_.of(attribute)) {
+    if (!keeps_schema(c->schema(), declared)) continue;
+    if (found)  // (only a NONE semantic matches two columns)
+      return ambiguous_semantic(token_name(attribute), found->schema(), c->schema());
+    found = c.get();
+  }
+  return found;
 }
 
 }  // namespace kstage::core

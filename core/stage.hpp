@@ -10,6 +10,7 @@
 
 #include "core/attribute_counts.hpp"
 #include "core/column.hpp"
+#include "core/column_table.hpp"
 #include "core/dictionary.hpp"
 #include "core/managed_tensors.hpp"
 #include "core/prim_seq.hpp"
@@ -122,6 +123,8 @@ class Stage {
   // One attribute's column: schema, residency, write floor, sealed prim count (struct_size 0:
   // the caller's is set by the C API). NOT_FOUND when it has no column.
   Result<kstage_attribute_info_t> attribute_info(uint64_t attribute) const;
+  // Column `index` of the attribute's columns (kstage_attribute_schema): NOT_FOUND past the last.
+  Result<kstage_attribute_info_t> attribute_schema(uint64_t attribute, uint64_t index) const;
 
   // --- scene: world transforms (core/world_transforms.cpp) ------------------------
   // kstage_compute_world_transforms: one write of the world column at `ordinal` (and deletes
@@ -172,6 +175,11 @@ class Stage {
     uint64_t ordinal = 0;
     std::vector<uint64_t> attributes;  // Write: one; DeleteAttributes: those named
     StagedRows rows;                   // targets (rows.prim(j), j < rows.n); data: Write only
+    // Write: the column it writes (of attributes[0]; its schema is the write's). Columns are
+    // erased only when no pending write names them.
+    Column* column = nullptr;
+    // Write: KSTAGE_ATTRIBUTE_MODE_FORCE (its targets may hold the attribute in another column).
+    bool replaces = false;
     // Write: the call's device checks (null: none); a seal skips the write unless they pass.
     std::shared_ptr<const WriteCheck> check;
     bool created_column = false;  // Write: the call made the column
@@ -190,7 +198,6 @@ class Stage {
   std::string path_name(uint64_t path) const;
   uint64_t floor_of(uint64_t attribute) const;  // requires mutex_
   uint64_t global_floor() const;                // requires mutex_
-  Column* column(uint64_t attribute) const;     // requires mutex_
   // Whether each target of `t` exists at `key` (sealed state plus pending
   // mutations ordered before it). Requires mutex_.
   std::vector<char> projected_existence(const StagedRows& t, Key key) const;
@@ -206,21 +213,36 @@ class Stage {
   // mask's copy and reads it back. Requires mutex_.
   Status resolve_selection(StagedRows& rows);
   Status check_floor(uint64_t attribute, uint64_t ordinal) const;  // requires mutex_
-  Status check_schema(const Column& c, const Schema& s) const;
-  // Applies the pending mutations of `c` in (from, to]; on failure returns
-  // the ordinal to leave the floor at. `skipped_creator`: a write that made the column was
-  // skipped (its device check failed).
-  Status seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reached,
-                     bool& skipped_creator);
+  // The column of `attribute` a write or map declaring `declared` goes to (keeps_schema; null:
+  // none, a new one), or INVALID_ARGUMENT when two columns differ only in semantic and the
+  // declared semantic is NONE. Requires mutex_.
+  Result<Column*> column_for(uint64_t attribute, const Schema& declared) const;
+  // The targets of a write of `attribute` in `schema` (its column `target`, null: a new one) at
+  // `key`, against the other columns of the name: a target holding the attribute in another
+  // schema at `key` (sealed state and the pending mutations before it) is refused unless
+  // `replaces`, and so is a target a pending REJECT write after `key` would then move to
+  // another schema. Free when the name has no other column. Requires mutex_.
+  Status check_schema_conflicts(StagedRows& rows, uint64_t attribute, const Column* target,
+                                const Schema& schema, bool replaces, Key key);
+  // Applies the pending mutations of `attribute` (all its columns) in (from, to]; on failure
+  // returns the ordinal to leave the floor at. `skipped_creators`: columns whose creating write
+  // was skipped (its device check failed).
+  Status seal_attribute(uint64_t attribute, uint64_t from, uint64_t to, uint64_t& reached,
+                        std::vector<Column*>& skipped_creators);
+  // One pending write applied at a seal: its column takes the rows, and the name's other
+  // columns lose its targets (a replaced schema; nothing to do with one column).
+  Status seal_write(Mutation& m, uint64_t attribute);
   // Writes made aside and enqueued all at once, so that a call running out of memory while
   // making them changes nothing: add_write() may throw std::bad_alloc; enqueue() moves the
   // nodes in (std::map::merge allocates nothing). Requires mutex_.
   struct WriteBatch {
-    std::map<uint64_t, std::unique_ptr<Column>> columns;  // the new ones
-    std::map<Key, Mutation> writes;                       // rows moved in by the caller
+    ColumnTable::Map columns;        // the new ones
+    std::map<Key, Mutation> writes;  // rows moved in by the caller
   };
-  void add_write(WriteBatch& b, uint64_t attribute, const Schema& schema, Backend* backend,
-                 uint64_t ordinal);
+  // A write of `attribute` to `column` (null: the batch's new column of `schema`, made on
+  // `backend` by the first such call), returned for the caller to fill its rows.
+  Mutation& add_write(WriteBatch& b, uint64_t attribute, Column* column, const Schema& schema,
+                      Backend* backend, uint64_t ordinal, bool replaces = false);
   void enqueue(WriteBatch& b) noexcept;
   // Moves the mutations every target of which is sealed into `sealed` (released by the caller
   // after the lock).
@@ -253,7 +275,7 @@ class Stage {
   std::vector<Deferred> deferred_;
 
   mutable std::mutex mutex_;
-  std::map<uint64_t, std::unique_ptr<Column>> columns_;
+  ColumnTable columns_;
   std::map<uint64_t, uint64_t> floors_;  // attributes advanced or written
   uint64_t default_floor_ = 0;           // floor of attributes not in floors_
   std::map<Key, Mutation> pending_;

@@ -248,7 +248,7 @@ Result<std::shared_ptr<Op>> Stage::clone(uint64_t source, const PrimList& target
 
       // The columns the subtree holds (each above its floor), their source rows gathered.
       std::vector<ClonedColumn> cloned;
-      for (const auto& [attr, col] : columns_) {
+      for (const auto& [key, col] : columns_) {  // (every schema of every name)
         ClonedColumn cc;
         for (size_t k = 0; k < prims.size(); ++k) {
           const uint32_t r = col->row_of(prims[k]);
@@ -257,7 +257,7 @@ Result<std::shared_ptr<Op>> Stage::clone(uint64_t source, const PrimList& target
           cc.rows.push_back(r);
         }
         if (cc.rows.empty()) continue;
-        KSTAGE_RETURN_NOT_OK(check_floor(attr, ordinal));
+        KSTAGE_RETURN_NOT_OK(check_floor(key.first, ordinal));
         cc.column = col.get();
         cc.paths = path_words(col->schema());
         cloned.push_back(std::move(cc));
@@ -306,10 +306,10 @@ Result<std::shared_ptr<Op>> Stage::clone(uint64_t source, const PrimList& target
       };
       WriteBatch batch;
       for (const ClonedColumn& cc : cloned) {
-        add_write(batch, cc.column->attribute(), cc.column->schema(), &cc.column->backend(),
-                  ordinal);
-        KSTAGE_RETURN_NOT_OK(stage_copies(cc, targets, copy_of, node_of, backends_->host(),
-                                          std::prev(batch.writes.end())->second.rows));
+        Mutation& m = add_write(batch, cc.column->attribute(), cc.column, cc.column->schema(),
+                                &cc.column->backend(), ordinal);
+        KSTAGE_RETURN_NOT_OK(
+            stage_copies(cc, targets, copy_of, node_of, backends_->host(), m.rows));
       }
       // The op completes when the source gathers are done: one event per device they ran on.
       auto op = std::make_shared<Op>();

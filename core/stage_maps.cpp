@@ -102,44 +102,55 @@ Status Stage::check_floor(uint64_t attribute, uint64_t ordinal) const {
   return Status::OK();
 }
 
-Status Stage::check_schema(const Column& c, const Schema& s) const {
-  const Schema& e = c.schema();
-  const std::string attr = token_name(c.attribute());
-  if (e.is_array != s.is_array)
-    return error(KSTAGE_INVALID_ARGUMENT, "'%s' is %s but is_array = %s was declared", attr.c_str(),
-                 e.is_array ? "an array column" : "a fixed-size column",
-                 s.is_array ? "true" : "false");
-  if (!same_dtype(e.dtype, s.dtype))
-    return error(KSTAGE_INVALID_ARGUMENT,
-                 "dtype %s does not match column '%s' dtype %s: the dtype must match the "
-                 "column's",
-                 dtype_string(s.dtype).c_str(), attr.c_str(), dtype_string(e.dtype).c_str());
-  if (e.semantic != s.semantic)
-    return error(KSTAGE_INVALID_ARGUMENT, "semantic %s does not match column '%s' semantic %s",
-                 semantic_name(s.semantic), attr.c_str(), semantic_name(e.semantic));
-  return Status::OK();
-}
-
 Result<std::shared_ptr<MapSession>> Stage::open_map(const PrimList& prims,
                                                     const kstage_map_desc_t& d, uint64_t ordinal,
                                                     const uint64_t* counts, uint64_t n) {
   if (!dictionary_.is_token(d.attribute))
     return error(KSTAGE_INVALID_ARGUMENT, "desc.attribute = %llu is not a token of this stage",
                  (unsigned long long)d.attribute);
-  KSTAGE_RETURN_NOT_OK(
-      check_reserved_name(token_name(d.attribute), Schema{d.is_array, d.dtype, d.semantic}));
   if (d.prim_mode < KSTAGE_PRIM_MODE_UPSERT || d.prim_mode > KSTAGE_PRIM_MODE_UPDATE)
     return error(KSTAGE_INVALID_ARGUMENT, "desc.prim_mode %d is not a kstage_prim_mode_t",
                  int(d.prim_mode));
+  if (d.attribute_mode > KSTAGE_ATTRIBUTE_MODE_FORCE)
+    return error(KSTAGE_INVALID_ARGUMENT, "desc.attribute_mode %u is not a kstage_attribute_mode_t",
+                 unsigned(d.attribute_mode));
+  // The map's schema: the declared one, a NONE semantic keeping its column's; an unset dtype
+  // ({0, 0, 0}) takes the attribute's column of that kind.
+  Schema schema{d.is_array, d.dtype, d.semantic};
+  bool existing = false;
   {
-    // An existing column's schema is what the map must declare: say so, with
-    // both dtypes, before judging the declared dtype on its own.
     std::lock_guard lock(mutex_);
-    if (Column* c = column(d.attribute))
-      KSTAGE_RETURN_NOT_OK(check_schema(*c, Schema{d.is_array, d.dtype, d.semantic}));
+    if (d.dtype.code == 0 && d.dtype.bits == 0 && d.dtype.lanes == 0) {
+      const Column* found = nullptr;
+      for (const auto& [key, c] : columns_.of(d.attribute)) {
+        if (c->schema().is_array != d.is_array ||
+            (d.semantic != KSTAGE_SEMANTIC_NONE && d.semantic != c->schema().semantic))
+          continue;
+        if (found)
+          return error(KSTAGE_INVALID_ARGUMENT,
+                       "desc.dtype is unset, but '%s' holds %s and %s: name the dtype",
+                       token_name(d.attribute).c_str(), schema_string(found->schema()).c_str(),
+                       schema_string(c->schema()).c_str());
+        found = c.get();
+      }
+      if (!found)
+        return error(KSTAGE_INVALID_ARGUMENT,
+                     "desc.dtype is unset, but '%s' has no %s column to take it from",
+                     token_name(d.attribute).c_str(), d.is_array ? "array" : "fixed-size");
+      schema = found->schema();
+      existing = true;
+    } else {
+      const Column* c = nullptr;
+      KSTAGE_ASSIGN_OR_RETURN(c, column_for(d.attribute, schema));
+      if (c) schema.semantic = c->schema().semantic;
+      existing = c != nullptr;
+    }
   }
-  KSTAGE_RETURN_NOT_OK(validate_dtype(d.dtype, "desc.dtype"));
-  KSTAGE_RETURN_NOT_OK(validate_semantic(d.semantic, d.dtype, d.is_array));
+  KSTAGE_RETURN_NOT_OK(check_reserved_name(token_name(d.attribute), schema));
+  if (!existing) {
+    KSTAGE_RETURN_NOT_OK(validate_dtype(d.dtype, "desc.dtype"));
+    KSTAGE_RETURN_NOT_OK(validate_semantic(d.semantic, d.dtype, d.is_array));
+  }
   const size_t count = prims->size();
   if (!d.is_array && (counts != nullptr || n != 0))
     return error(KSTAGE_INVALID_ARGUMENT,
@@ -158,8 +169,9 @@ Result<std::shared_ptr<MapSession>> Stage::open_map(const PrimList& prims,
   auto s = std::make_shared<MapSession>(*this);
   s->attribute = d.attribute;
   s->ordinal = ordinal;
-  s->schema = Schema{d.is_array, d.dtype, d.semantic};
+  s->schema = schema;
   s->mode = d.prim_mode;
+  s->replaces = d.attribute_mode == KSTAGE_ATTRIBUTE_MODE_FORCE;
   const size_t per_group =
       d.max_group_prims == 0 ? std::max<size_t>(count, 1) : size_t(d.max_group_prims);
   // Plan the groups under the lock (row assignments), allocate outside it.
@@ -167,9 +179,8 @@ Result<std::shared_ptr<MapSession>> Stage::open_map(const PrimList& prims,
   {
     std::lock_guard lock(mutex_);
     KSTAGE_RETURN_NOT_OK(check_floor(d.attribute, ordinal));
-    Column* c = column(d.attribute);
+    Column* c = columns_.find(d.attribute, s->schema);
     if (c) {
-      KSTAGE_RETURN_NOT_OK(check_schema(*c, s->schema));
       s->backend = &c->backend();
     } else {
       KSTAGE_ASSIGN_OR_RETURN(s->backend, backends_->for_device(residency));
@@ -177,7 +188,9 @@ Result<std::shared_ptr<MapSession>> Stage::open_map(const PrimList& prims,
     StagedRows all;
     all.prims = prims;
     all.n = count;
-    KSTAGE_RETURN_NOT_OK(check_prim_mode(all, d.prim_mode, Key{ordinal, next_seq_}, c));
+    const Key key{ordinal, next_seq_};
+    KSTAGE_RETURN_NOT_OK(check_prim_mode(all, d.prim_mode, key, c));
+    KSTAGE_RETURN_NOT_OK(check_schema_conflicts(all, d.attribute, c, s->schema, s->replaces, key));
     // One fixed-size group covering every row of the column: hand out the
     // buffer in row order (with an index_map), so it can become the storage.
     if (c && !d.is_array && per_group >= count && count == c->row_space() &&
@@ -230,28 +243,31 @@ Result<std::shared_ptr<Op>> Stage::commit(MapSession& s, const std::vector<MapGr
   if (groups.empty()) return op;  // nothing filled: no trace, not even a schema
   std::lock_guard lock(mutex_);
   KSTAGE_RETURN_NOT_OK(check_floor(s.attribute, s.ordinal));
-  Column* c = column(s.attribute);
-  if (c) {
-    KSTAGE_RETURN_NOT_OK(check_schema(*c, s.schema));
-    if (&c->backend() != s.backend)
-      return error(KSTAGE_INVALID_ARGUMENT,
-                   "column '%s' was created on another device since the map opened",
-                   token_name(s.attribute).c_str());
-  }
+  Column* c = columns_.find(s.attribute, s.schema);
+  if (c && &c->backend() != s.backend)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "column '%s' (%s) was created on another device since the map opened",
+                 token_name(s.attribute).c_str(), schema_string(s.schema).c_str());
   const Key key{s.ordinal, next_seq_};
-  for (MapGroup* g : groups) KSTAGE_RETURN_NOT_OK(check_prim_mode(g->rows, s.mode, key, c));
+  for (MapGroup* g : groups) {
+    KSTAGE_RETURN_NOT_OK(check_prim_mode(g->rows, s.mode, key, c));
+    KSTAGE_RETURN_NOT_OK(
+        check_schema_conflicts(g->rows, s.attribute, c, s.schema, s.replaces, key));
+  }
   // Every group or none, as a write (the groups keep their rows for a retry).
   WriteBatch batch;
+  std::vector<Mutation*> writes;
   try {
+    writes.reserve(groups.size());
     for (size_t k = 0; k < groups.size(); ++k)
-      add_write(batch, s.attribute, s.schema, s.backend, s.ordinal);
+      writes.push_back(
+          &add_write(batch, s.attribute, c, s.schema, s.backend, s.ordinal, s.replaces));
   } catch (const std::bad_alloc&) {
     return out_of_memory("no host memory to commit the map's groups");
   }
-  auto m = batch.writes.begin();
-  for (MapGroup* g : groups) {
-    (m++)->second.rows = std::move(g->rows);  // the group's buffer is the staged data: no copy
-    g->state = MapGroup::State::Committed;
+  for (size_t k = 0; k < groups.size(); ++k) {
+    writes[k]->rows = std::move(groups[k]->rows);  // the group's buffer is the staged data
+    groups[k]->state = MapGroup::State::Committed;
   }
   enqueue(batch);
   return op;

@@ -32,7 +32,8 @@ std::vector<char> Stage::projected_existence(const StagedRows& t, Key key) const
   std::vector<char> present(n);
   // Per column: sealed presence, then that column's pending mutations above
   // its floor and ordered before `key`.
-  for (const auto& [attr, col] : columns_) {
+  for (const auto& [column_key, col] : columns_) {
+    const uint64_t attr = column_key.first;
     for (size_t i = 0; i < n; ++i) present[i] = col->has(t.prim(i));
     const uint64_t floor = floor_of(attr);
     for (auto it = pending_.begin(); it != pending_.end() && it->first < key; ++it) {
@@ -97,6 +98,88 @@ Status Stage::check_prim_mode(StagedRows& rows, kstage_prim_mode_t mode, Key key
   return Status::OK();
 }
 
+Status Stage::check_schema_conflicts(StagedRows& rows, uint64_t attribute, const Column* target,
+                                     const Schema& schema, bool replaces, Key key) {
+  const ColumnTable::Range columns = columns_.of(attribute);
+  // With no other column of the name, every target holds it in this one or not at all.
+  if (columns.empty() || (target && !columns.several())) return Status::OK();
+  KSTAGE_RETURN_NOT_OK(resolve_selection(rows));
+  const size_t n = rows.n;
+  if (n == 0) return Status::OK();
+  const uint64_t floor = floor_of(attribute);
+  for (auto& [k, m] : pending_)
+    if (m.ordinal > floor && m.kind == Mutation::Kind::Write && m.targets(attribute))
+      KSTAGE_RETURN_NOT_OK(resolve_selection(m.rows));
+  std::unordered_map<uint64_t, size_t> index;
+  index.reserve(n);
+  for (size_t i = 0; i < n; ++i) index.emplace(rows.prim(i), i);
+  // Which column holds each target, replayed through the ledger with this write at `key`
+  // (`self`: this write's column, which may not exist yet).
+  const void* self = target ? static_cast<const void*>(target) : static_cast<const void*>(&rows);
+  std::vector<const void*> holder(n, nullptr);
+  std::vector<uint64_t> since(n, 0);  // the ordinal of the holder's write (0: sealed)
+  for (const auto& [k, c] : columns)
+    for (size_t i = 0; i < n; ++i)
+      if (c->has(rows.prim(i))) holder[i] = c.get();
+  const uint32_t* subset = rows.subset_index();
+  auto held_schema = [&](size_t i) -> const Schema& {
+    for (const auto& [k, c] : columns)
+      if (c.get() == holder[i]) return c->schema();
+    return schema;  // (not reached: a holder other than `self` is one of the columns)
+  };
+  auto visit = [&](const Mutation& m, auto&& fn) {
+    for (size_t j = 0; j < m.rows.n; ++j) {
+      auto hit = index.find(m.rows.prim(j));
+      if (hit != index.end()) fn(hit->second);
+    }
+  };
+  bool placed = false;
+  auto place = [&]() -> Status {
+    placed = true;
+    for (size_t i = 0; i < n; ++i) {
+      if (!replaces && holder[i] != nullptr && holder[i] != self) {
+        const Schema& held = held_schema(i);
+        return error(
+            KSTAGE_INVALID_ARGUMENT,
+            "prim '%s' (element %zu) holds '%s' as %s%s: %s; a prim holds one value "
+            "per name (delete it first, or write with KSTAGE_ATTRIBUTE_MODE_FORCE)",
+            path_name(rows.prim(i)).c_str(), subset ? size_t(subset[i]) : i,
+            token_name(attribute).c_str(), schema_string(held).c_str(),
+            since[i] ? format(" (the pending write at ordinal %llu)", (unsigned long long)since[i])
+                           .c_str()
+                     : "",
+            schema_mismatch(held, schema).c_str());
+      }
+      holder[i] = self;
+    }
+    return Status::OK();
+  };
+  for (const auto& [k, m] : pending_) {
+    if (m.ordinal <= floor || !m.targets(attribute)) continue;
+    if (!placed && !(k < key)) KSTAGE_RETURN_NOT_OK(place());
+    if (m.kind != Mutation::Kind::Write) {
+      visit(m, [&](size_t i) { holder[i] = nullptr; });
+      continue;
+    }
+    Status conflict;
+    visit(m, [&](size_t i) {
+      // A REJECT write after this one, finding this write's value in another schema.
+      if (placed && !m.replaces && holder[i] == self && m.column != self && conflict.ok())
+        conflict = error(KSTAGE_INVALID_ARGUMENT,
+                         "prim '%s' (element %zu): the pending write of '%s' as %s at ordinal "
+                         "%llu (KSTAGE_ATTRIBUTE_MODE_REJECT) would then find this write's %s; "
+                         "a prim holds one value per name",
+                         path_name(rows.prim(i)).c_str(), subset ? size_t(subset[i]) : i,
+                         token_name(attribute).c_str(), schema_string(m.column->schema()).c_str(),
+                         (unsigned long long)m.ordinal, schema_string(schema).c_str());
+      holder[i] = m.column;
+      since[i] = m.ordinal;
+    });
+    KSTAGE_RETURN_NOT_OK(conflict);
+  }
+  return placed ? Status::OK() : place();
+}
+
 Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* attributes,
                                          const kstage_write_data_t* data, uint64_t n,
                                          uint64_t ordinal, kstage_prim_mode_t mode,
@@ -107,26 +190,22 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
   if (attributes == nullptr || data == nullptr)
     return error(KSTAGE_INVALID_ARGUMENT, "%s is NULL", attributes ? "data" : "attributes");
   KSTAGE_RETURN_NOT_OK(check_distinct_tokens(attributes, n));
+  for (uint64_t i = 0; i < n; ++i)
+    if (data[i].attribute_mode > KSTAGE_ATTRIBUTE_MODE_FORCE)
+      return error(KSTAGE_INVALID_ARGUMENT,
+                   "data[%llu].attribute_mode %u is not a kstage_attribute_mode_t",
+                   (unsigned long long)i, unsigned(data[i].attribute_mode));
   reap_deferred();  // what finished device work no longer needs
 
-  // Phase 1 (locked): floors, and the schema each write must match.
-  std::vector<Schema> existing(n);
-  std::vector<Backend*> existing_backend(n, nullptr);
-  auto check_floors_and_snapshot_schemas = [&]() -> Status {
-    for (uint64_t i = 0; i < n; ++i) {
-      KSTAGE_RETURN_NOT_OK(check_floor(attributes[i], ordinal));
-      if (Column* c = column(attributes[i])) {
-        existing[i] = c->schema();
-        existing_backend[i] = &c->backend();
-      } else {
-        existing_backend[i] = nullptr;
-      }
-    }
-    return Status::OK();
-  };
+  // Phase 1 (locked): floors, and the columns (schemas) each write may go to.
+  std::vector<std::vector<std::pair<Schema, Backend*>>> existing(n);
   {
     std::lock_guard lock(mutex_);
-    KSTAGE_RETURN_NOT_OK(check_floors_and_snapshot_schemas());
+    for (uint64_t i = 0; i < n; ++i) {
+      KSTAGE_RETURN_NOT_OK(check_floor(attributes[i], ordinal));
+      for (const auto& [key, c] : columns_.of(attributes[i]))
+        existing[i].emplace_back(c->schema(), &c->backend());
+    }
   }
 
   // Phase 2 (unlocked): validate the payloads and copy them in.
@@ -136,8 +215,7 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
     req.data = &data[i];
     req.attribute_name = token_name(attributes[i]);
     req.prims = prims;
-    req.existing = existing_backend[i] ? &existing[i] : nullptr;
-    req.existing_backend = existing_backend[i];
+    req.existing = std::move(existing[i]);
     req.managed = managed;
     req.residency = data[i].residency.device_type != 0 ? data[i].residency : residency_;
     auto r = stage_write(req, *backends_);
@@ -184,20 +262,23 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
     if (!op->work.empty()) fence_devices();
     return st;
   };
+  // The column each write goes to, as it stands now (another thread may have made it since
+  // phase 1: then on the staged device only).
+  std::vector<Column*> target(n, nullptr);
   for (uint64_t i = 0; i < n; ++i) {
     if (Status st = check_floor(attributes[i], ordinal); !st.ok()) return reject(st);
-    Column* c = column(attributes[i]);
-    if (c && !existing_backend[i]) {  // created concurrently: compare schemas now
-      if (Status st = check_schema(*c, staged[i].schema); !st.ok()) return reject(st);
-      if (&c->backend() != staged[i].backend)
-        return reject(error(KSTAGE_INVALID_ARGUMENT,
-                            "column '%s' was created concurrently on another device",
-                            token_name(attributes[i]).c_str()));
-    }
+    target[i] = columns_.find(attributes[i], staged[i].schema);
+    if (target[i] && &target[i]->backend() != staged[i].backend)
+      return reject(error(
+          KSTAGE_INVALID_ARGUMENT, "column '%s' (%s) was created concurrently on another device",
+          token_name(attributes[i]).c_str(), schema_string(staged[i].schema).c_str()));
   }
   const Key key{ordinal, next_seq_};
   for (uint64_t i = 0; i < n; ++i) {
-    Status st = check_prim_mode(staged[i].rows, mode, key, column(attributes[i]));
+    Status st = check_prim_mode(staged[i].rows, mode, key, target[i]);
+    if (st.ok())
+      st = check_schema_conflicts(staged[i].rows, attributes[i], target[i], staged[i].schema,
+                                  data[i].attribute_mode == KSTAGE_ATTRIBUTE_MODE_FORCE, key);
     if (!st.ok()) {
       if (n == 1) return reject(st);
       return reject(Status(st.code(), format("data[%llu] ('%s'): ", (unsigned long long)i,
@@ -208,32 +289,42 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
   // Every attribute or none.
   WriteBatch batch;
   try {
-    for (uint64_t i = 0; i < n; ++i)
-      add_write(batch, attributes[i], staged[i].schema, staged[i].backend, ordinal);
+    for (uint64_t i = 0; i < n; ++i) {
+      Mutation& m = add_write(batch, attributes[i], target[i], staged[i].schema, staged[i].backend,
+                              ordinal, data[i].attribute_mode == KSTAGE_ATTRIBUTE_MODE_FORCE);
+      m.rows = std::move(staged[i].rows);
+      m.rows.index_check.reset();  // the call's WriteCheck holds it
+      m.check = check;
+    }
   } catch (const std::bad_alloc&) {
     return reject(out_of_memory("no host memory to enqueue the write"));
-  }
-  auto m = batch.writes.begin();
-  for (StagedWrite& w : staged) {
-    Mutation& mutation = (m++)->second;
-    mutation.rows = std::move(w.rows);
-    mutation.rows.index_check.reset();  // the call's WriteCheck holds it
-    mutation.check = check;
-    mutation.created_column = batch.columns.count(mutation.attributes[0]) != 0;
   }
   enqueue(batch);
   return op;
 }
 
-void Stage::add_write(WriteBatch& b, uint64_t attribute, const Schema& schema, Backend* backend,
-                      uint64_t ordinal) {
-  if (!column(attribute) && !b.columns.count(attribute))
-    b.columns.emplace(attribute, std::make_unique<Column>(attribute, schema, backend));
+Stage::Mutation& Stage::add_write(WriteBatch& b, uint64_t attribute, Column* column,
+                                  const Schema& schema, Backend* backend, uint64_t ordinal,
+                                  bool replaces) {
+  bool created = false;
+  if (!column) {
+    for (const auto& [key, c] : b.columns)
+      if (key.first == attribute && same_schema(c->schema(), schema)) column = c.get();
+    if (!column) {
+      auto made = std::make_unique<Column>(attribute, schema, backend);
+      column = made.get();
+      b.columns.emplace(columns_.next_key(attribute, b.columns), std::move(made));
+    }
+    created = true;
+  }
   Mutation m;
   m.kind = Mutation::Kind::Write;
   m.ordinal = ordinal;
   m.attributes = {attribute};
-  b.writes.emplace(Key{ordinal, next_seq_ + b.writes.size()}, std::move(m));
+  m.column = column;
+  m.replaces = replaces;
+  m.created_column = created;
+  return b.writes.emplace(Key{ordinal, next_seq_ + b.writes.size()}, std::move(m)).first->second;
 }
 
 void Stage::enqueue(WriteBatch& b) noexcept {
@@ -254,7 +345,8 @@ Result<std::shared_ptr<Op>> Stage::remove(const PrimList& prims, const uint64_t*
     for (uint64_t i = 0; i < n; ++i) KSTAGE_RETURN_NOT_OK(check_floor(attributes[i], ordinal));
   } else {
     // Deleting prims touches every column holding one of them.
-    for (const auto& [attr, col] : columns_) {
+    for (const auto& [key, col] : columns_) {
+      const uint64_t attr = key.first;
       const uint64_t floor = floor_of(attr);
       if (ordinal > floor) continue;
       for (uint64_t p : *prims)
@@ -280,17 +372,57 @@ Result<std::shared_ptr<Op>> Stage::remove(const PrimList& prims, const uint64_t*
   return std::make_shared<Op>();
 }
 
-Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reached,
-                          bool& skipped_creator) {
-  reached = to;
-  skipped_creator = false;
+Status Stage::seal_write(Mutation& m, uint64_t attribute) {
   NewPrims added;
+  // The counts' memory for the new prims is made before the rows move: their count
+  // cannot then fail after the column took them (a retry would find them present).
+  KSTAGE_RETURN_NOT_OK(
+      m.column->apply_write(m.rows, m.ordinal, added, [this](const NewPrims& fresh) {
+        prim_attribute_count_.prepare_increments(fresh.list, fresh.run_first, fresh.run_count);
+      }));
+  bool appeared = false;
+  for (uint64_t p : added.list) appeared = prim_attribute_count_.increment(p) || appeared;
+  appeared = prim_attribute_count_.increment_run(added.run_first, added.run_count) || appeared;
+  if (appeared) ++existence_generation_;
+  const ColumnTable::Range columns = columns_.of(attribute);
+  if (!columns.several()) return Status::OK();
+  // The targets leave the name's other columns at this ordinal (a replaced schema: the ledger
+  // let only FORCE writes, or writes ordered after them, find a target in another column).
+  // After the write, so that no target's count passes through 0.
+  PrimSeq selected;
+  const PrimSeq* targets = m.rows.prims.get();
   std::vector<uint64_t> removed;
-  const uint64_t attr = c.attribute();
+  try {
+    if (m.rows.subset) {
+      std::vector<uint64_t> ids(m.rows.n);
+      for (size_t j = 0; j < m.rows.n; ++j) ids[j] = m.rows.prim(j);
+      selected = PrimSeq(std::move(ids));
+      targets = &selected;
+    }
+    for (const auto& [key, c] : columns) {
+      if (c.get() == m.column || c->live_rows() == 0) continue;
+      prim_attribute_count_.prepare_decrements(*targets, m.rows.n);
+      removed.clear();
+      c->apply_delete(*targets, m.rows.n, m.ordinal, removed);  // all or nothing
+      bool disappeared = false;
+      for (uint64_t p : removed) disappeared = prim_attribute_count_.decrement(p) || disappeared;
+      if (disappeared) ++existence_generation_;
+    }
+  } catch (const std::bad_alloc&) {
+    return out_of_memory("no host memory to move %zu prims' '%s' to another schema", m.rows.n,
+                         token_name(attribute).c_str());
+  }
+  return Status::OK();
+}
+
+Status Stage::seal_attribute(uint64_t attribute, uint64_t from, uint64_t to, uint64_t& reached,
+                             std::vector<Column*>& skipped_creators) {
+  reached = to;
+  std::vector<uint64_t> removed;
   for (auto it = pending_.upper_bound(Key{from, UINT64_MAX});
        it != pending_.end() && it->first.first <= to; ++it) {
     Mutation& m = it->second;
-    if (!m.targets(attr)) continue;
+    if (!m.targets(attribute)) continue;
     if (m.kind == Mutation::Kind::Write) {
       if (Status st = resolve_selection(m.rows); !st.ok()) {  // a device mask's targets
         reached = m.ordinal - 1;
@@ -301,7 +433,7 @@ Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reach
         // is the call's own work, so this waits for that, not for anything after it.
         Status checked = m.check->status();
         if (checked.code() == KSTAGE_INVALID_ARGUMENT) {
-          skipped_creator = skipped_creator || m.created_column;
+          if (m.created_column) skipped_creators.push_back(m.column);
           continue;
         }
         if (!checked.ok()) {
@@ -309,23 +441,17 @@ Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reach
           return checked;
         }
       }
-      added.clear();
-      // The counts' memory for the new prims is made before the rows move: their count
-      // cannot then fail after the column took them (a retry would find them present).
-      Status st = c.apply_write(m.rows, m.ordinal, added, [this](const NewPrims& fresh) {
-        prim_attribute_count_.prepare_increments(fresh.list, fresh.run_first, fresh.run_count);
-      });
-      if (!st.ok()) {
+      if (Status st = seal_write(m, attribute); !st.ok()) {
         // Stop below this ordinal; mutations already applied at it are
         // re-applied on the next seal, which gives the same result.
         reached = m.ordinal - 1;
         return st;
       }
-      bool appeared = false;
-      for (uint64_t p : added.list) appeared = prim_attribute_count_.increment(p) || appeared;
-      appeared = prim_attribute_count_.increment_run(added.run_first, added.run_count) || appeared;
-      if (appeared) ++existence_generation_;
-    } else {
+      continue;
+    }
+    // A delete: from every column of the name (a prim is in one of them).
+    for (const auto& [key, c] : columns_.of(attribute)) {
+      if (c->live_rows() == 0) continue;
       removed.clear();
       // The counts' bytes first: a delete that cannot record its prims' new
       // counts must not happen at all.
@@ -336,7 +462,7 @@ Status Stage::seal_column(Column& c, uint64_t from, uint64_t to, uint64_t& reach
         return out_of_memory("no memory for the attribute counts of a delete's prims");
       }
       try {
-        c.apply_delete(*m.rows.prims, m.rows.n, m.ordinal, removed);  // all or nothing
+        c->apply_delete(*m.rows.prims, m.rows.n, m.ordinal, removed);  // all or nothing
       } catch (const std::bad_alloc&) {
         reached = m.ordinal - 1;
         return out_of_memory("no host memory to delete %zu prims' attribute", m.rows.n);
@@ -389,8 +515,9 @@ Status Stage::advance_write_floor(uint64_t ordinal, const uint64_t* attributes, 
   std::vector<uint64_t> targets;
   if (n == 0) {
     for (const auto& [attr, floor] : floors_) targets.push_back(attr);
-    for (const auto& [attr, col] : columns_)
-      if (!floors_.count(attr)) targets.push_back(attr);
+    for (const auto& [key, col] : columns_)  // (a name's columns are adjacent)
+      if (!floors_.count(key.first) && (targets.empty() || targets.back() != key.first))
+        targets.push_back(key.first);
   } else {
     targets.assign(attributes, attributes + n);
   }
@@ -403,18 +530,21 @@ Status Stage::advance_write_floor(uint64_t ordinal, const uint64_t* attributes, 
     const uint64_t from = floor_of(attr);
     if (ordinal <= from) continue;  // never backwards
     uint64_t reached = ordinal;
-    if (Column* c = column(attr)) {
-      bool skipped_creator = false;
-      Status st = seal_column(*c, from, ordinal, reached, skipped_creator);
+    if (columns_.contains(attr)) {
+      std::vector<Column*> skipped;
+      Status st = seal_attribute(attr, from, ordinal, reached, skipped);
       if (!st.ok() && result.ok()) result = st;
-      c->take_replaced(replaced);
-      // The write that made the column was refused by its device check: unless something
-      // else wrote or will write it, the column goes too, as if that call had been refused.
-      if (skipped_creator && c->row_space() == 0 && !c->has_tombstones() &&
-          std::none_of(pending_.begin(), pending_.end(), [&](const auto& p) {
-            return p.second.ordinal > reached && p.second.targets(attr);
-          }))
-        columns_.erase(attr);
+      for (const auto& [key, c] : columns_.of(attr)) c->take_replaced(replaced);
+      // The write that made a column was refused by its device check: unless something else
+      // writes it later, the column goes too, as if that call had been refused.
+      std::sort(skipped.begin(), skipped.end());
+      skipped.erase(std::unique(skipped.begin(), skipped.end()), skipped.end());
+      for (Column* c : skipped)
+        if (c->row_space() == 0 && !c->has_tombstones() &&
+            std::none_of(pending_.begin(), pending_.end(), [&](const auto& p) {
+              return p.second.ordinal > reached && p.second.column == c;
+            }))
+          columns_.erase(c);
     }
     floors_[attr] = reached;
   }

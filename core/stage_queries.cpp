@@ -98,12 +98,20 @@ Result<PrimList> Stage::query_filter(const kstage_filter_t& f,
     return error(KSTAGE_INVALID_ARGUMENT, "filter.path_prefix = %llu is not a path of this stage",
                  (unsigned long long)f.path_prefix);
   std::lock_guard lock(mutex_);
-  std::vector<const Column*> has;
+  // Each attribute's columns (a prim holds a name in any one of them).
+  std::vector<ColumnTable::Range> has;
   for (uint64_t i = 0; i < f.has_attribute_count; ++i) {
-    const Column* c = column(f.has_attributes[i]);
-    if (!c) return PrimList(std::make_shared<const PrimSeq>());  // nobody holds it
-    has.push_back(c);
+    const ColumnTable::Range columns = columns_.of(f.has_attributes[i]);
+    if (columns.empty()) return PrimList(std::make_shared<const PrimSeq>());  // nobody holds it
+    has.push_back(columns);
   }
+  auto holds_all = [&has](uint64_t p) {
+    for (const ColumnTable::Range& columns : has)
+      if (std::none_of(columns.begin(), columns.end(),
+                       [p](const auto& c) { return c.second->has(p); }))
+        return false;
+    return true;
+  };
   if (path_in) {
     std::vector<uint64_t> candidates = *path_in;
     std::sort(candidates.begin(), candidates.end());
@@ -111,9 +119,7 @@ Result<PrimList> Stage::query_filter(const kstage_filter_t& f,
     std::vector<uint64_t> out;
     for (uint64_t p : candidates) {
       if (prim_attribute_count_.get(p) == 0) continue;
-      bool keep = true;
-      for (const Column* c : has) keep = keep && c->has(p);
-      if (keep) out.push_back(p);
+      if (holds_all(p)) out.push_back(p);
     }
     if (f.path_prefix != 0) dictionary_.keep_at_or_below(f.path_prefix, out);
     return PrimList(std::make_shared<const PrimSeq>(std::move(out)));
@@ -133,11 +139,8 @@ Result<PrimList> Stage::query_filter(const kstage_filter_t& f,
   std::vector<uint64_t> out;
   out.reserve(has.empty() ? total : 0);
   for (const auto& [first, count] : runs)
-    for (uint64_t p = first; p < first + count; ++p) {
-      bool keep = true;
-      for (const Column* c : has) keep = keep && c->has(p);
-      if (keep) out.push_back(p);
-    }
+    for (uint64_t p = first; p < first + count; ++p)
+      if (holds_all(p)) out.push_back(p);
   if (f.path_prefix != 0) dictionary_.keep_at_or_below(f.path_prefix, out);
   return PrimList(std::make_shared<const PrimSeq>(PrimSeq::sorted(std::move(out))));
 }

@@ -316,21 +316,23 @@ Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prim
   if (desc.change_range) {
     // A range is answerable only if no selected prim changed after its end.
     for (uint64_t i = 0; i < n; ++i) {
-      Column* c = column(attributes[i]);
-      if (!c || c->last_change() <= desc.range_end) continue;  // the usual case: O(1)
-      const RowMap rows = c->row_map(prims, prims->size());
-      for (size_t k = 0; k < prims->size(); ++k) {
-        const uint64_t p = (*prims)[k];
-        const uint32_t r = rows.row(k);
-        const uint64_t last = r != Column::kNoRow   ? c->changed_at(r)
-                              : c->has_tombstones() ? c->tombstone(p)
-                                                    : 0;
-        if (last > desc.range_end)
-          return error(KSTAGE_OUT_OF_RANGE,
-                       "prim '%s' changed again at ordinal %llu (attribute '%s'), after the "
-                       "range end %llu; read a range that ends at or after it",
-                       path_name(p).c_str(), (unsigned long long)last,
-                       token_name(attributes[i]).c_str(), (unsigned long long)desc.range_end);
+      for (const auto& [key, column] : columns_.of(attributes[i])) {
+        Column* c = column.get();
+        if (c->last_change() <= desc.range_end) continue;  // the usual case: O(1)
+        const RowMap rows = c->row_map(prims, prims->size());
+        for (size_t k = 0; k < prims->size(); ++k) {
+          const uint64_t p = (*prims)[k];
+          const uint32_t r = rows.row(k);
+          const uint64_t last = r != Column::kNoRow   ? c->changed_at(r)
+                                : c->has_tombstones() ? c->tombstone(p)
+                                                      : 0;
+          if (last > desc.range_end)
+            return error(KSTAGE_OUT_OF_RANGE,
+                         "prim '%s' changed again at ordinal %llu (attribute '%s'), after the "
+                         "range end %llu; read a range that ends at or after it",
+                         path_name(p).c_str(), (unsigned long long)last,
+                         token_name(attributes[i]).c_str(), (unsigned long long)desc.range_end);
+        }
       }
     }
   }
@@ -345,9 +347,12 @@ Result<std::vector<std::unique_ptr<ReadGroup>>> Stage::read(const PrimList& prim
     if (target && !target->synchronous()) target->fence();
     return st;
   };
-  for (uint64_t i = 0; i < n; ++i) {
-    Column* c = column(attributes[i]);
-    if (!c) continue;
+  // Every column of each attribute: a name held in several schemas reads as groups of each.
+  std::vector<Column*> read_columns;
+  for (uint64_t i = 0; i < n; ++i)
+    for (const auto& [key, column] : columns_.of(attributes[i]))
+      read_columns.push_back(column.get());
+  for (Column* c : read_columns) {
     Backend& home = c->backend();
     Backend& dest = target ? *target : home;
     const size_t first = groups.size();

@@ -148,7 +148,8 @@ Result<std::vector<uint64_t>> host_words(Backend& host, const Column& c, size_t 
 // A predicate's test of one prim, with what it needs made once.
 struct Test {
   const Predicate* p = nullptr;
-  const Column* column = nullptr;  // HAS on an attribute; the prim-type / schemas column
+  std::vector<const Column*> holders;  // HAS on an attribute: its columns (one per schema)
+  const Column* column = nullptr;  // the prim-type / schemas column (one schema: reserved names)
   std::vector<uint64_t> words;     // that column's sealed values (prim type, schemas)
   uint64_t only_parent = 0;        // usd-children CONTAINS: the one prim that can match
 };
@@ -212,8 +213,9 @@ Result<PrimList> Stage::query_filter_ex(const kstage_filter_ex_t& f) {
                              (t.p->subject == Subject::Path || t.p->subject == Subject::Parent ||
                               t.p->subject == Subject::Children);
     if (column_test && !derived_has) {
-      t.column = column(t.p->attribute);
-      if (!t.column) return none();  // nobody holds it
+      for (const auto& [key, c] : columns_.of(t.p->attribute)) t.holders.push_back(c.get());
+      if (t.holders.empty()) return none();  // nobody holds it
+      t.column = t.holders.front();
       if (t.p->op != KSTAGE_FILTER_HAS) {
         const size_t bytes = t.p->subject == Subject::PrimType
                                  ? t.column->row_space() * sizeof(uint64_t)
@@ -236,7 +238,9 @@ Result<PrimList> Stage::query_filter_ex(const kstage_filter_ex_t& f) {
         case Subject::Path: return true;
         case Subject::Parent: return h->parent(prim) != 0;
         case Subject::Children: return h->has_children(prim);
-        default: return t.column->has(prim);
+        default:
+          return std::any_of(t.holders.begin(), t.holders.end(),
+                             [prim](const Column* c) { return c->has(prim); });
       }
     }
     switch (p.subject) {

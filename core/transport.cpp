@@ -2,6 +2,7 @@
 #include "core/transport.hpp"
 
 #include "core/adopted_buffer.hpp"
+#include "core/column_table.hpp"
 #include "core/device_sync.hpp"
 #include "core/dtype.hpp"
 #include "core/kernels/copy_ops.hpp"
@@ -400,22 +401,18 @@ Status resolve_residency(const WriteRequest& r, BackendSet& backends, WritePlan&
   const char* attr = r.attribute_name.c_str();
   const SourceTensor& first = w.first;
   out.schema = Schema{d.is_array, first.dtype, d.semantic};
+  // The column of the write's schema (a NONE semantic keeps the column's), else a new one. A
+  // name holds one column per schema: prims holding it in another are the ledger's to judge.
+  const std::pair<Schema, Backend*>* column = nullptr;
+  for (const auto& e : r.existing) {
+    if (!keeps_schema(e.first, out.schema)) continue;
+    if (column) return ambiguous_semantic(r.attribute_name, column->first, e.first);
+    column = &e;
+  }
+  if (column) out.schema.semantic = column->first.semantic;
   KSTAGE_RETURN_NOT_OK(check_reserved_name(r.attribute_name, out.schema));
-  if (r.existing) {
-    const Schema& e = *r.existing;
-    if (e.is_array != d.is_array)
-      return error(KSTAGE_INVALID_ARGUMENT, "'%s' is %s but the write declares is_array = %s", attr,
-                   e.is_array ? "an array column" : "a fixed-size column",
-                   d.is_array ? "true" : "false");
-    if (!same_dtype(e.dtype, first.dtype))
-      return error(KSTAGE_INVALID_ARGUMENT,
-                   "dtype %s (after folding trailing axes into lanes) does not match column '%s' "
-                   "dtype %s",
-                   dtype_string(first.dtype).c_str(), attr, dtype_string(e.dtype).c_str());
-    if (e.semantic != d.semantic)
-      return error(KSTAGE_INVALID_ARGUMENT, "semantic %s does not match column '%s' semantic %s",
-                   semantic_name(d.semantic), attr, semantic_name(e.semantic));
-    out.backend = r.existing_backend;
+  if (column) {
+    out.backend = column->second;
   } else {
     KSTAGE_RETURN_NOT_OK(validate_semantic(d.semantic, first.dtype, d.is_array));
     if (r.residency.device_type != 0) {

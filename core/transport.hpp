@@ -30,8 +30,9 @@ struct WriteRequest {
   std::string attribute_name;  // for messages
   // The query's prims; the write addresses prims[0, count).
   PrimList prims;
-  const Schema* existing = nullptr;  // the column's schema if it exists
-  Backend* existing_backend = nullptr;
+  // The attribute's columns (schema, backend) when the call began: the write goes to the one its
+  // schema keeps (keeps_schema), else makes a new column.
+  std::vector<std::pair<Schema, Backend*>> existing;
   // Where a new column lives: the write's residency, else the stage's
   // config.residency; {0, 0}: where the data lives.
   DLDevice residency{};
@@ -41,7 +42,7 @@ struct WriteRequest {
 };
 
 struct StagedWrite {
-  Schema schema;               // as declared by the write (== existing schema if any)
+  Schema schema;               // the column's: as declared, with a NONE semantic kept's column's
   Backend* backend = nullptr;  // the column's residency
   StagedRows rows;
   // Host memory a copy to the column's device still reads: keep it until

@@ -434,7 +434,14 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
 
   std::lock_guard lock(mutex_);
   // --- the columns' schemas, the floor --------------------------------------------------
-  Column* lc = column(local);
+  // Each name in one schema: a matrix held as float64 on some prims and float32 on others has
+  // no one world column to compute.
+  for (auto [token, field] : {std::pair{local, "local"}, {reset, "reset"}, {world, "world"}})
+    if (columns_.of(token).several())
+      return error(KSTAGE_INVALID_ARGUMENT,
+                   "the %s column '%s' holds several schemas: world transforms need one", field,
+                   token_name(token).c_str());
+  Column* lc = columns_.sole(local);
   if (!lc)
     return error(KSTAGE_NOT_FOUND, "the local matrix column '%s' does not exist",
                  token_name(local).c_str());
@@ -444,7 +451,7 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
                  "float32 x 16",
                  token_name(local).c_str(), describe(lc->schema()).c_str());
   Backend& backend = lc->backend();
-  Column* rc = column(reset);
+  Column* rc = columns_.sole(reset);
   if (rc) {
     const Schema& s = rc->schema();
     if (s.is_array || s.dtype.code != kDLBool || s.dtype.bits != 8 || s.dtype.lanes != 1)
@@ -457,7 +464,7 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
                    token_name(reset).c_str(), where(*rc).c_str(), token_name(local).c_str(),
                    where(*lc).c_str());
   }
-  Column* wc = column(world);
+  Column* wc = columns_.sole(world);
   if (wc) {
     const Schema& s = wc->schema();
     if (s.is_array || !same_dtype(s.dtype, lc->schema().dtype))
@@ -599,13 +606,12 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
   WriteBatch batch;
   try {
     if (m > 0) {
-      add_write(batch, world, Schema{false, lc->schema().dtype, KSTAGE_SEMANTIC_MATRIX}, &backend,
-                ordinal);
-      Mutation& w = batch.writes.begin()->second;
+      Mutation& w =
+          add_write(batch, world, wc, Schema{false, lc->schema().dtype, KSTAGE_SEMANTIC_MATRIX},
+                    &backend, ordinal);
       w.rows.prims = targets;
       w.rows.n = m;
       w.rows.data = out;
-      w.created_column = batch.columns.count(world) != 0;
     }
     if (!stray.empty()) {
       Mutation d;
@@ -624,7 +630,7 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
   if (!backend.synchronous())
     if (CompletionPtr c = backend.record()) op->work.push_back(std::move(c));
   enqueue(batch);
-  const Column* written = column(world);
+  const Column* written = columns_.sole(world);
   next_state->world_serial = written ? written->serial() : 0;
   next_state->op = op;
   state_slot = std::move(next_state);

@@ -537,10 +537,12 @@ contains
   !   count      the leading `count` prims of the query (default: all, or the size of
   !              index_map or mask, which must then agree with count)
   !   mode       KSTAGE_PRIM_MODE_UPSERT (default), _INSERT or _UPDATE
-  !   semantic   KSTAGE_SEMANTIC_* of the column (default NONE); must match an existing column
+  !   semantic   KSTAGE_SEMANTIC_* of the values (default NONE: an existing column's semantic)
   !   unsigned   .true.: integer arrays are written as unsigned (kDLUInt), e.g. TOKEN_ID columns
+  !   attribute_mode  KSTAGE_ATTRIBUTE_MODE_REJECT (default) or _FORCE: a prim holding the
+  !              attribute with another schema is refused, or takes the new one
   subroutine kstage_write(stage, query, attribute, ordinal, array, index_map, mask, count, mode, &
-                          semantic, unsigned, stat)
+                          semantic, unsigned, stat, attribute_mode)
     integer(int64), intent(in) :: stage, query, attribute, ordinal
     type(*), dimension(..), intent(in), target :: array
     type(*), dimension(..), intent(in), optional :: index_map
@@ -549,6 +551,7 @@ contains
     integer, intent(in), optional :: mode, semantic
     logical, intent(in), optional :: unsigned
     integer, intent(out), optional :: stat
+    integer, intent(in), optional :: attribute_mode
     character(len=*), parameter :: context = 'kstage_write'
     type(DLTensor), target :: tensor
     integer(c_int64_t), target :: shape(15), strides(15)
@@ -561,13 +564,13 @@ contains
     data%tensors = c_loc(tensor)
     data%tensor_count = 1
     call submit_write(stage, query, attribute, ordinal, data, shape(1), context, index_map, &
-                      mask, count, mode, semantic, stat)
+                      mask, count, mode, semantic, stat, attribute_mode)
   end subroutine
 
   ! A ragged (array) attribute from one array per prim: rows(i) = kstage_row_of(a_i). The
   ! options are kstage_write's; index_map entries name rows(j) from 1.
   subroutine kstage_write_rows(stage, query, attribute, ordinal, rows, index_map, mask, count, &
-                               mode, semantic, stat)
+                               mode, semantic, stat, attribute_mode)
     integer(int64), intent(in) :: stage, query, attribute, ordinal
     type(kstage_row), intent(in) :: rows(:)
     type(*), dimension(..), intent(in), optional :: index_map
@@ -575,6 +578,7 @@ contains
     integer(int64), intent(in), optional :: count
     integer, intent(in), optional :: mode, semantic
     integer, intent(out), optional :: stat
+    integer, intent(in), optional :: attribute_mode
     character(len=*), parameter :: context = 'kstage_write_rows'
     type(DLTensor), allocatable, target :: tensors(:)
     integer(c_int64_t), allocatable, target :: shapes(:), strides(:)
@@ -593,14 +597,15 @@ contains
     data%tensor_count = n
     data%is_array = .true.
     call submit_write(stage, query, attribute, ordinal, data, n, context, index_map, mask, count, &
-                      mode, semantic, stat)
+                      mode, semantic, stat, attribute_mode)
   end subroutine
 
   ! A ragged (array) attribute from packed values: row i is the next row_counts(i) elements of
   ! the last axis of `values` (rank 1: elements; rank 2: (lanes, elements)), rows in order. The
   ! options are kstage_write's; index_map entries name rows from 1.
   subroutine kstage_write_packed(stage, query, attribute, ordinal, values, row_counts, &
-                                 index_map, mask, count, mode, semantic, unsigned, stat)
+                                 index_map, mask, count, mode, semantic, unsigned, stat, &
+                                 attribute_mode)
     integer(int64), intent(in) :: stage, query, attribute, ordinal
     type(*), dimension(..), intent(in), target :: values
     type(*), dimension(..), intent(in) :: row_counts
@@ -610,6 +615,7 @@ contains
     integer, intent(in), optional :: mode, semantic
     logical, intent(in), optional :: unsigned
     integer, intent(out), optional :: stat
+    integer, intent(in), optional :: attribute_mode
     character(len=*), parameter :: context = 'kstage_write_packed'
     type(DLTensor), allocatable, target :: tensors(:)
     integer(c_int64_t), allocatable, target :: shapes(:), strides(:)
@@ -630,7 +636,7 @@ contains
     data%tensor_count = n
     data%is_array = .true.
     call submit_write(stage, query, attribute, ordinal, data, n, context, index_map, mask, count, &
-                      mode, semantic, stat)
+                      mode, semantic, stat, attribute_mode)
   end subroutine
 
   ! A row of a ragged write, over `array` (rank 1: elements; rank 2: (lanes, elements)), which
@@ -647,7 +653,7 @@ contains
 
   ! The selection, the options and the call of every write; waits for its op.
   subroutine submit_write(stage, query, attribute, ordinal, data, rows, context, index_map, mask, &
-                          count, mode, semantic, stat)
+                          count, mode, semantic, stat, attribute_mode)
     integer(int64), intent(in) :: stage, query, attribute, ordinal
     type(kstage_write_data_t), intent(inout) :: data
     integer(c_int64_t), intent(in) :: rows   ! source rows
@@ -657,6 +663,7 @@ contains
     integer(int64), intent(in), optional :: count
     integer, intent(in), optional :: mode, semantic
     integer, intent(inout), optional :: stat
+    integer, intent(in), optional :: attribute_mode
     integer(c_int32_t), allocatable, target :: map0(:)
     integer(c_int64_t), allocatable, target :: words(:)
     integer(c_int32_t) :: prim_mode
@@ -714,6 +721,7 @@ contains
       data%count = n
     end if
     if (present(semantic)) data%semantic = int(semantic, c_int32_t)
+    if (present(attribute_mode)) data%attribute_mode = int(attribute_mode, c_int8_t)
     prim_mode = KSTAGE_PRIM_MODE_UPSERT
     if (present(mode)) prim_mode = int(mode, c_int32_t)
     op = 0
@@ -1111,12 +1119,13 @@ contains
 
   ! Maps the query's prims for `attribute` at `ordinal`: writable buffers (kstage_map_attribute)
   ! that kstage_map_next hands out as groups, to fill through kstage_values, then commit.
-  !   dtype           the column's dtype, kstage_dtype(kDLFloat, 32, 3) for float32 x 3
+  !   dtype           the column's dtype, kstage_dtype(kDLFloat, 32, 3) for float32 x 3;
+  !                   kstage_dtype(0, 0, 0): the attribute's existing column's
   !   element_counts  an array (ragged) attribute: element_counts(i) elements for prim i
-  !   semantic, mode  as kstage_write's
+  !   semantic, mode, attribute_mode  as kstage_write's
   !   max_group_prims at most this many prims per group (0: one group)
   subroutine kstage_map_open(stage, query, attribute, ordinal, dtype, map, element_counts, &
-                             semantic, mode, max_group_prims, stat)
+                             semantic, mode, max_group_prims, stat, attribute_mode)
     integer(int64), intent(in) :: stage, query, attribute, ordinal
     type(DLDataType), intent(in) :: dtype
     integer(int64), intent(out) :: map
@@ -1124,6 +1133,7 @@ contains
     integer, intent(in), optional :: semantic, mode
     integer(int64), intent(in), optional :: max_group_prims
     integer, intent(out), optional :: stat
+    integer, intent(in), optional :: attribute_mode
     type(kstage_map_desc_t) :: desc
     integer(int64), allocatable :: counts(:)
     if (present(stat)) stat = KSTAGE_OK
@@ -1133,6 +1143,7 @@ contains
     desc%dtype = dtype
     if (present(semantic)) desc%semantic = int(semantic, c_int32_t)
     if (present(mode)) desc%prim_mode = int(mode, c_int32_t)
+    if (present(attribute_mode)) desc%attribute_mode = int(attribute_mode, c_int8_t)
     if (present(max_group_prims)) desc%max_group_prims = max_group_prims
     if (present(element_counts)) then
       desc%is_array = .true.

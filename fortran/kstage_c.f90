@@ -86,7 +86,8 @@ module kstage_c
     type(c_ptr) :: mask = c_null_ptr                    ! const uint64_t*
     type(kstage_device_sync_t) :: device_sync
     logical(c_bool) :: is_array = .false.
-    integer(c_int8_t) :: reserved(7) = 0
+    integer(c_int8_t) :: attribute_mode = 0             ! KSTAGE_ATTRIBUTE_MODE_*
+    integer(c_int8_t) :: reserved(6) = 0
     type(c_ptr) :: legacy_managed_tensors = c_null_ptr  ! DLManagedTensor* const*
     type(DLDevice) :: residency
     type(DLDevice) :: selection_device
@@ -144,7 +145,8 @@ module kstage_c
     type(DLDevice) :: residency
     integer(c_int64_t) :: max_group_prims = 0
     logical(c_bool) :: is_array = .false.
-    integer(c_int8_t) :: reserved(7) = 0
+    integer(c_int8_t) :: attribute_mode = 0             ! KSTAGE_ATTRIBUTE_MODE_*
+    integer(c_int8_t) :: reserved(6) = 0
   end type
 
   type, bind(C) :: kstage_map_group_info_t
@@ -169,6 +171,7 @@ module kstage_c
     type(DLDevice) :: residency
     integer(c_int64_t) :: write_floor = 0
     integer(c_int64_t) :: prim_count = 0
+    integer(c_int64_t) :: schema_count = 0
   end type
 
   ! The scene (kstage.h, "Scene"; docs/scene.md)
@@ -467,6 +470,13 @@ module kstage_c
         result(status)
       import :: c_int32_t, c_int64_t, kstage_attribute_info_t
       integer(c_int64_t), value :: stage, attribute
+      type(kstage_attribute_info_t), intent(inout) :: info   ! struct_size set by the caller
+      integer(c_int32_t) :: status
+    end function
+    function kstage_attribute_schema(stage, attribute, index, info) &
+        bind(C, name="kstage_attribute_schema") result(status)
+      import :: c_int32_t, c_int64_t, kstage_attribute_info_t
+      integer(c_int64_t), value :: stage, attribute, index
       type(kstage_attribute_info_t), intent(inout) :: info   ! struct_size set by the caller
       integer(c_int32_t) :: status
     end function

@@ -26,7 +26,9 @@ static_assert(offsetof(kstage_write_data_t, index_map) == 40);
 static_assert(offsetof(kstage_write_data_t, mask) == 48);
 static_assert(offsetof(kstage_write_data_t, device_sync) == 56);
 static_assert(offsetof(kstage_write_data_t, is_array) == 72);
-static_assert(offsetof(kstage_write_data_t, reserved) == 73);
+// 0.4 took attribute_mode from the reserved bytes (zero: REJECT, what every earlier caller meant).
+static_assert(offsetof(kstage_write_data_t, attribute_mode) == 73);
+static_assert(offsetof(kstage_write_data_t, reserved) == 74);
 // 0.2 appended legacy_managed_tensors after the first layout's 80 bytes.
 static_assert(offsetof(kstage_write_data_t, legacy_managed_tensors) == 80);
 static_assert(offsetof(kstage_write_data_t, residency) == 88);
@@ -77,7 +79,8 @@ static_assert(offsetof(kstage_map_desc_t, prim_mode) == 20);
 static_assert(offsetof(kstage_map_desc_t, residency) == 24);
 static_assert(offsetof(kstage_map_desc_t, max_group_prims) == 32);
 static_assert(offsetof(kstage_map_desc_t, is_array) == 40);
-static_assert(offsetof(kstage_map_desc_t, reserved) == 41);
+static_assert(offsetof(kstage_map_desc_t, attribute_mode) == 41);
+static_assert(offsetof(kstage_map_desc_t, reserved) == 42);
 static_assert(sizeof(kstage_map_desc_t) == 48);
 
 namespace {
@@ -337,7 +340,7 @@ TEST_CASE("an older caller's 48-byte read descriptor reads one group per attribu
 TEST_CASE("reserved bytes must be zero", "[abi][errors]") {
   Fixture f;
   const std::string before = f.state();
-  for (int i = 0; i < 7; ++i) {
+  for (int i = 0; i < 6; ++i) {
     INFO("reserved[" << i << "]");
     kstage_write_data_t w = write_data(&f.t);
     w.reserved[i] = 1;
@@ -348,6 +351,19 @@ TEST_CASE("reserved bytes must be zero", "[abi][errors]") {
     m.dtype = f32();
     m.reserved[i] = 2;
     KS_FAILS(f.map(&m), KSTAGE_INVALID_ARGUMENT, "desc.reserved[" + std::to_string(i) + "] is 2");
+  }
+  // The byte 0.4 took from them: a kstage_attribute_mode_t, nothing else.
+  {
+    kstage_write_data_t w = write_data(&f.t);
+    w.attribute_mode = 2;
+    KS_FAILS(f.write(&w, 1, 2), KSTAGE_INVALID_ARGUMENT,
+             "data[0].attribute_mode 2 is not a kstage_attribute_mode_t");
+    kstage_map_desc_t m = kstage_map_desc_init();
+    m.attribute = f.y;
+    m.dtype = f32();
+    m.attribute_mode = 255;
+    KS_FAILS(f.map(&m), KSTAGE_INVALID_ARGUMENT,
+             "desc.attribute_mode 255 is not a kstage_attribute_mode_t");
   }
   for (int i = 0; i < 1; ++i) {
     kstage_read_desc_t r = kstage_read_desc_init();

@@ -676,6 +676,8 @@ TEST_CASE(
 // ---------------------------------------------------------------------------
 // Schema
 
+// Another schema for prims that hold the attribute: refused (one value per prim and name), with
+// what differs named. (Prims that do not hold it may take another schema: test_schemas.cpp.)
 TEST_CASE("kind, dtype and semantic mismatches against an array column are rejected",
           "[array][schema][errors]") {
   Stage s(host_execution());
@@ -696,20 +698,20 @@ TEST_CASE("kind, dtype and semantic mismatches against an array column are rejec
   kstage_write_data_t w = write_data(&t, 1, false);
   KS_FAILS(kstage_write_attribute(s.stage, q, arr, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
            KSTAGE_INVALID_ARGUMENT,
-           "'arr' is an array column but the write declares is_array = false");
+           "the write declares is_array = false, it is an array attribute");
   // Array write to the fixed-size column.
   RowTensors<float> r({{1}, {2}}, f32());
   kstage_write_data_t wa = r.data();
   KS_FAILS(kstage_write_attribute(s.stage, q, fixed, 2, &wa, KSTAGE_PRIM_MODE_UPSERT, &op),
            KSTAGE_INVALID_ARGUMENT,
-           "'fixed' is a fixed-size column but the write declares is_array = true");
+           "the write declares is_array = true, it is a fixed-size attribute");
   // Other dtype.
   RowTensors<int32_t> ri({{1}, {2, 3}}, i32());
   kstage_write_data_t wi = ri.data();
   KS_FAILS(kstage_write_attribute(s.stage, q, arr, 2, &wi, KSTAGE_PRIM_MODE_UPSERT, &op),
            KSTAGE_INVALID_ARGUMENT,
-           "dtype int32 (after folding trailing axes into lanes) does not match column 'arr' dtype "
-           "float32");
+           "prim '/p_0' (element 0) holds 'arr' as array float32 NONE: the write's dtype int32 "
+           "does not match its dtype float32");
   // Other lanes, including by folding: (len, 3) lanes 1 is float32x3.
   RowTensors<float> r3({{1, 2, 3}, {}}, f32(), 3);
   kstage_write_data_t w3 = r3.data();
@@ -726,7 +728,7 @@ TEST_CASE("kind, dtype and semantic mismatches against an array column are rejec
   kstage_write_data_t ws = r.data();
   ws.semantic = KSTAGE_SEMANTIC_VECTOR;
   KS_FAILS(kstage_write_attribute(s.stage, q, arr, 2, &ws, KSTAGE_PRIM_MODE_UPSERT, &op),
-           KSTAGE_INVALID_ARGUMENT, "semantic VECTOR does not match column 'arr' semantic NONE");
+           KSTAGE_INVALID_ARGUMENT, "the write's semantic VECTOR does not match its semantic NONE");
   REQUIRE(op == 3);
 
   REQUIRE(s.fingerprint(q, {arr, fixed}) == before);
@@ -762,16 +764,19 @@ TEST_CASE("STRING semantic holds UTF-8 bytes in a uint8 array column", "[array][
           "w\xC3\xB6rld \xE2\x9C\x93");
 
   kstage_op_t op = 9;
-  // Writing the STRING column without the semantic: rejected.
+  // Writing the STRING column without the semantic: NONE keeps the column's.
   kstage_write_data_t plain = r.data();
-  KS_FAILS(kstage_write_attribute(s.stage, q, name, 2, &plain, KSTAGE_PRIM_MODE_UPSERT, &op),
-           KSTAGE_INVALID_ARGUMENT, "semantic NONE does not match column 'name' semantic STRING");
+  kstage_op_t kept = 0;
+  KS_OK(kstage_write_attribute(s.stage, q, name, 2, &plain, KSTAGE_PRIM_MODE_UPSERT, &kept));
+  KS_OK(kstage_release_op(s.stage, kept));
+  s.seal(2);
+  REQUIRE(s.read(q, {name})[0].semantic == KSTAGE_SEMANTIC_STRING);
   // STRING on a float32 array column: rejected at creation.
   kstage_token_t bad = s.token("bad");
   FloatRows fr({{1}, {2}, {3}}, f32());
   kstage_write_data_t wf = fr.data();
   wf.semantic = KSTAGE_SEMANTIC_STRING;
-  KS_FAILS(kstage_write_attribute(s.stage, q, bad, 2, &wf, KSTAGE_PRIM_MODE_UPSERT, &op),
+  KS_FAILS(kstage_write_attribute(s.stage, q, bad, 3, &wf, KSTAGE_PRIM_MODE_UPSERT, &op),
            KSTAGE_INVALID_ARGUMENT, "semantic STRING needs an array column of uint8/int8");
   REQUIRE(std::string(kstage_last_error()).find("float32") != std::string::npos);
   // STRING on a fixed-size uint8 column: rejected too.
@@ -780,13 +785,13 @@ TEST_CASE("STRING semantic holds UTF-8 bytes in a uint8 array column", "[array][
   DLTensor tf = tensor(three.data(), u8(), 1, shape3);
   kstage_write_data_t wfixed = write_data(&tf, 1, false);
   wfixed.semantic = KSTAGE_SEMANTIC_STRING;
-  KS_FAILS(kstage_write_attribute(s.stage, q, bad, 2, &wfixed, KSTAGE_PRIM_MODE_UPSERT, &op),
+  KS_FAILS(kstage_write_attribute(s.stage, q, bad, 3, &wfixed, KSTAGE_PRIM_MODE_UPSERT, &op),
            KSTAGE_INVALID_ARGUMENT, "a fixed-size column of uint8");
   // STRING on uint8 lanes 2: rejected.
   RowTensors<uint8_t> r2({{1, 2}, {}, {3, 4}}, u8(2));
   kstage_write_data_t w2 = r2.data();
   w2.semantic = KSTAGE_SEMANTIC_STRING;
-  KS_FAILS(kstage_write_attribute(s.stage, q, bad, 2, &w2, KSTAGE_PRIM_MODE_UPSERT, &op),
+  KS_FAILS(kstage_write_attribute(s.stage, q, bad, 3, &w2, KSTAGE_PRIM_MODE_UPSERT, &op),
            KSTAGE_INVALID_ARGUMENT, "uint8x2");
   REQUIRE(op == 9);
   s.seal(2);

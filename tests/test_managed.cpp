@@ -671,7 +671,7 @@ TEST_CASE("a deleter == NULL tensor is accepted and the write works", "[managed]
   m.dl_tensor.dtype = i32();
   kstage_op_t op = 1;
   KS_FAILS(kstage_write_attribute(s.stage, q, attr, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
-           KSTAGE_INVALID_ARGUMENT, "does not match column");
+           KSTAGE_INVALID_ARGUMENT, "the write's dtype int32 does not match its dtype float32");
   REQUIRE(op == 1);
   REQUIRE(ledger.total() == 0);
 }
@@ -892,12 +892,12 @@ TEST_CASE("every rejected call deletes each managed tensor exactly once", "[mana
     kstage_write_data_t w = managed_data(l0, 1);
     KS_FAILS(kstage_write_attribute(s.stage, q, a, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
              KSTAGE_INVALID_ARGUMENT,
-             "dtype int32 (after folding trailing axes into lanes) does not match column 'a'");
+             "holds 'a' as float32 NONE: the write's dtype int32 does not match");
     // Kind mismatch: array managed tensors against the fixed-size column.
     DLManagedTensorVersioned* l1[1] = {four()};
     w = managed_data(l1, 1, true);
     KS_FAILS(kstage_write_attribute(s.stage, q, a, 2, &w, KSTAGE_PRIM_MODE_UPSERT, &op),
-             KSTAGE_INVALID_ARGUMENT, "is a fixed-size column");
+             KSTAGE_INVALID_ARGUMENT, "it is a fixed-size attribute");
   }
   SECTION("row count mismatch") {
     made.push_back(managed_f32({1, 2, 3}));
@@ -1006,7 +1006,9 @@ TEST_CASE("every rejected call deletes each managed tensor exactly once", "[mana
     kstage_token_t batch_attrs[2] = {fresh, a};
     KS_FAILS(
         kstage_write_attributes(s.stage, q, batch_attrs, data, 2, 2, KSTAGE_PRIM_MODE_UPSERT, &op),
-        KSTAGE_INVALID_ARGUMENT, "data[1] ('a'): dtype int32");
+        KSTAGE_INVALID_ARGUMENT,
+        "data[1] ('a'): prim '/p_0' (element 0) holds 'a' as float32 NONE: the write's dtype "
+        "int32");
   }
   SECTION("batch whose 2nd entry fails its prim mode after the 1st was staged") {
     DLManagedTensorVersioned* l0[1] = {four()};

@@ -604,6 +604,8 @@ TEST_CASE("array map argument errors leave the stage unchanged", "[map][array][e
 // ---------------------------------------------------------------------------
 // Schema, residency, floors, prim modes
 
+// For prims that hold the attribute: one value per prim and name (new prims may take another
+// schema: test_schemas.cpp).
 TEST_CASE("map schema must match an existing column", "[map][errors]") {
   Stage s(host_execution());
   auto prims = s.paths("/p", 3);
@@ -621,17 +623,18 @@ TEST_CASE("map schema must match an existing column", "[map][errors]") {
 
   kstage_map_desc_t d = map_desc(pts, i32(3), KSTAGE_SEMANTIC_POINT);
   KS_FAILS(kstage_map_attribute(s.stage, q, &d, 2, nullptr, 0, &m), KSTAGE_INVALID_ARGUMENT,
-           "dtype int32x3 does not match column 'points' dtype float32x3");
+           "prim '/p_0' (element 0) holds 'points' as float32x3 POINT: the write's dtype int32x3 "
+           "does not match its dtype float32x3");
   d = map_desc(pts, f32(4), KSTAGE_SEMANTIC_POINT);
   KS_FAILS(kstage_map_attribute(s.stage, q, &d, 2, nullptr, 0, &m), KSTAGE_INVALID_ARGUMENT,
-           "dtype float32x4 does not match column 'points' dtype float32x3");
+           "the write's dtype float32x4 does not match its dtype float32x3");
   d = map_desc(pts, f32(3), KSTAGE_SEMANTIC_NORMAL);
   KS_FAILS(kstage_map_attribute(s.stage, q, &d, 2, nullptr, 0, &m), KSTAGE_INVALID_ARGUMENT,
-           "semantic NORMAL does not match column 'points' semantic POINT");
+           "the write's semantic NORMAL does not match its semantic POINT");
   d = map_desc(pts, f32(3), KSTAGE_SEMANTIC_POINT, true);
   std::vector<uint64_t> counts = {1, 1, 1};
   KS_FAILS(kstage_map_attribute(s.stage, q, &d, 2, counts.data(), 3, &m), KSTAGE_INVALID_ARGUMENT,
-           "'points' is a fixed-size column but is_array = true");
+           "the write declares is_array = true, it is a fixed-size attribute");
   REQUIRE(m == 0);
   REQUIRE(s.fingerprint(q, {pts}) == before);
 
@@ -658,9 +661,10 @@ TEST_CASE("a column created while a map of it was open must match at unmap", "[m
   const std::string before = s.fingerprint(q, {a});
   kstage_op_t op = 0;
   KS_FAILS(kstage_unmap_group(s.stage, m, g.handle, kNoSync, &op), KSTAGE_INVALID_ARGUMENT,
-           "dtype float32x3 does not match column 'a' dtype float32x2");
+           "holds 'a' as float32x2 NONE (the pending write at ordinal 2): the write's dtype "
+           "float32x3 does not match its dtype float32x2");
   KS_FAILS(kstage_unmap_attribute(s.stage, m, kNoSync, &op), KSTAGE_INVALID_ARGUMENT,
-           "does not match column 'a'");
+           "the write's dtype float32x3 does not match");
   REQUIRE(op == 0);
   // The map stays open; release it.
   expect_end(s, m);

@@ -199,6 +199,23 @@ enum {
   KSTAGE_PRIM_MODE_UPDATE = 2  /**< existing only; any missing prim -> KSTAGE_NOT_FOUND */
 };
 
+/**
+ * \brief What a write or map does to a prim that holds its attribute with another schema
+ * (kind, dtype or semantic). A name may hold several schemas on different prims, one column
+ * each; a prim holds one value per name. (Added in 0.4; ovstage's AttributeMode.)
+ */
+typedef int32_t kstage_attribute_mode_t;
+enum {
+  /** Refused (KSTAGE_INVALID_ARGUMENT naming the prim and both schemas), the stage unchanged.
+   * Also refused: a write that would make a pending REJECT write at a later ordinal change a
+   * prim's schema. */
+  KSTAGE_ATTRIBUTE_MODE_REJECT = 0,
+  /** The prim's value is replaced, schema and all: at the write's ordinal the prim loses the
+   * attribute in its old schema's column (a change range shows that as a deletion) and holds the
+   * new value in the written schema's column. */
+  KSTAGE_ATTRIBUTE_MODE_FORCE = 1
+};
+
 /** \brief Host execution space the stage runs its kernels on. */
 typedef int32_t kstage_host_execution_t;
 enum {
@@ -351,7 +368,12 @@ typedef struct kstage_config_t {
 typedef struct kstage_write_data_t {
   /** sizeof(kstage_write_data_t) as the caller's header declares it. */
   uint32_t struct_size;
-  /** Semantic of the column; must match an existing column. */
+  /** Semantic of the values. Together with is_array and the tensors' dtype it is the write's
+   * schema, which picks the attribute's column: the column of exactly that schema, or, for
+   * KSTAGE_SEMANTIC_NONE, the column of that kind and dtype whatever its semantic (NONE keeps
+   * the column's semantic; INVALID_ARGUMENT when two such columns differ only in semantic).
+   * No such column: the write makes one (see kstage_attribute_mode_t for prims that hold the
+   * attribute with another schema). */
   kstage_semantic_t semantic;
   /** Client tensors (exactly one of tensors / managed_tensors /
    * legacy_managed_tensors is non-NULL).
@@ -399,10 +421,14 @@ typedef struct kstage_write_data_t {
   /** The producer's {stream, event}, after which kstage orders its work
    * (see kstage_device_sync_t for the rules). */
   kstage_device_sync_t device_sync;
-  /** Declares the column kind; never inferred. Must match an existing column. */
+  /** Declares the column kind; never inferred (part of the write's schema, see semantic). */
   bool is_array;
+  /** A kstage_attribute_mode_t: what the write does to a target prim that holds the attribute
+   * with another schema (0: KSTAGE_ATTRIBUTE_MODE_REJECT). (Added in 0.4, in a byte that was
+   * reserved.) */
+  uint8_t attribute_mode;
   /** Must be zero. */
-  uint8_t reserved[7];
+  uint8_t reserved[6];
   /** Legacy DLPack producers (DLManagedTensor, before DLPack 1.0; JAX and
    * older PyTorch and CuPy hand these out): used instead of tensors and
    * managed_tensors (exactly one of the three is non-NULL), with the same
@@ -557,11 +583,14 @@ typedef struct kstage_read_group_t {
 typedef struct kstage_map_desc_t {
   /** sizeof(kstage_map_desc_t) as the caller's header declares it. */
   uint32_t struct_size;
-  /** Column schema: must match an existing column; creates a new one. */
+  /** The map's schema is (is_array, dtype, semantic) and picks the column as a write's does
+   * (kstage_write_data_t::semantic): NONE keeps an existing column's semantic; no column of
+   * that schema: the map's commit makes one. */
   kstage_semantic_t semantic;
   /** The attribute; it may not exist yet. */
   kstage_token_t attribute;
-  /** The column's dtype (lanes = tuple width); must match an existing column. */
+  /** The column's dtype (lanes = tuple width). All zero ({0, 0, 0}): the attribute's existing
+   * column's dtype and semantic (INVALID_ARGUMENT when it has none, or several of this kind). */
   DLDataType dtype;
   /** UPSERT creates missing prims; INSERT requires all to be missing; UPDATE
    * requires all to exist (checked at map and again at each unmap). */
@@ -573,10 +602,13 @@ typedef struct kstage_map_desc_t {
   /** Split the prims into groups of at most this many (0: one group). */
   uint64_t max_group_prims;
   /** true: an array attribute (kstage_map_attribute then takes
-   * element_counts); must match an existing column. */
+   * element_counts); part of the map's schema. */
   bool is_array;
+  /** A kstage_attribute_mode_t, as a write's (checked at the map and at each unmap). (Added in
+   * 0.4, in a byte that was reserved.) */
+  uint8_t attribute_mode;
   /** Must be zero. */
-  uint8_t reserved[7];
+  uint8_t reserved[6];
 } kstage_map_desc_t;
 
 /**
@@ -631,8 +663,13 @@ typedef struct kstage_attribute_info_t {
   DLDevice residency;
   /** The attribute's write floor: everything at or below it is sealed. */
   uint64_t write_floor;
-  /** The prims that hold the attribute in the sealed state. */
+  /** The prims that hold the attribute in the sealed state (kstage_attribute_info: in every
+   * schema; kstage_attribute_schema: in this one). */
   uint64_t prim_count;
+  /** The attribute's columns, one per schema (usually 1). kstage_attribute_info describes the
+   * column holding the most sealed prims (of equals, the newest); kstage_attribute_schema
+   * describes each. */
+  uint64_t schema_count;
 } kstage_attribute_info_t;
 
 /* ------------------------------------------------------------------------- */
@@ -929,10 +966,11 @@ KSTAGE_API kstage_status_t kstage_get_write_floor(kstage_stage_t stage, kstage_t
  * \brief The attributes that have a column, in token order: `*count` is
  * how many there are, and the first min(capacity, *count) of them go into
  * `attributes` (which may be NULL when capacity is 0: ask for the count,
- * then for the tokens). A column exists from the first accepted write or map
- * of its attribute -- its schema (kind, dtype, semantic, residency) is fixed
- * from then on -- before that write is sealed, and stays when its prims are
- * deleted (with prim_count 0). (Added in 0.4.)
+ * then for the tokens), each once whatever its schemas. A column exists from
+ * the first accepted write or map of its attribute in a schema -- the column's
+ * schema (kind, dtype, semantic, residency) is fixed from then on; another
+ * schema gets a column of its own -- before that write is sealed, and stays
+ * when its prims are deleted (with prim_count 0). (Added in 0.4.)
  */
 KSTAGE_API kstage_status_t kstage_list_attributes(kstage_stage_t stage, kstage_token_t* attributes,
                                                   uint64_t capacity, uint64_t* count);
@@ -945,6 +983,18 @@ KSTAGE_API kstage_status_t kstage_list_attributes(kstage_stage_t stage, kstage_t
  */
 KSTAGE_API kstage_status_t kstage_attribute_info(kstage_stage_t stage, kstage_token_t attribute,
                                                  kstage_attribute_info_t* info);
+/**
+ * \brief One schema of an attribute: column `index` of the attribute's
+ * info.schema_count columns, oldest first (0 <= index < schema_count), in
+ * `*info` as kstage_attribute_info fills it, with prim_count counting this
+ * column's prims. An attribute has several columns when prims hold it with
+ * different schemas (kstage_attribute_mode_t); a column stays, with
+ * prim_count 0, when its prims are gone (change ranges still see their
+ * deletions). NOT_FOUND for an attribute with no column or an index at or
+ * past schema_count; INVALID_ARGUMENT as kstage_attribute_info. (Added in 0.4.)
+ */
+KSTAGE_API kstage_status_t kstage_attribute_schema(kstage_stage_t stage, kstage_token_t attribute,
+                                                   uint64_t index, kstage_attribute_info_t* info);
 
 /* ------------------------------------------------------------------------- */
 /* Reads                                                                     */

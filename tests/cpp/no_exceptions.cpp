@@ -88,7 +88,7 @@ int main() {
 
   // A map, committed.
   kstage::MapOptions mo;
-  mo.semantic = KSTAGE_SEMANTIC_NONE;  // not the column's: refused, and nothing changes
+  mo.semantic = KSTAGE_SEMANTIC_NORMAL;  // not the column's: refused, and nothing changes
   kstage::Map refused_map = stage.map(q, pos, 2, kstage::dtype_of<float[3]>(), mo, st);
   CHECK(!refused_map);
   CHECK(st.code() == KSTAGE_INVALID_ARGUMENT);

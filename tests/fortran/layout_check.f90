@@ -167,6 +167,8 @@ contains
                c_loc(v9), c_loc(v9%device_sync))
     call field(failures, "kstage_write_data_t", "is_array", &
                c_loc(v9), c_loc(v9%is_array))
+    call field(failures, "kstage_write_data_t", "attribute_mode", &
+               c_loc(v9), c_loc(v9%attribute_mode))
     call field(failures, "kstage_write_data_t", "reserved", &
                c_loc(v9), c_loc(v9%reserved))
     call field(failures, "kstage_write_data_t", "legacy_managed_tensors", &
@@ -258,6 +260,8 @@ contains
                c_loc(v14), c_loc(v14%max_group_prims))
     call field(failures, "kstage_map_desc_t", "is_array", &
                c_loc(v14), c_loc(v14%is_array))
+    call field(failures, "kstage_map_desc_t", "attribute_mode", &
+               c_loc(v14), c_loc(v14%attribute_mode))
     call field(failures, "kstage_map_desc_t", "reserved", &
                c_loc(v14), c_loc(v14%reserved))
     call size_of(failures, "kstage_map_group_info_t", c_sizeof(v15))
@@ -298,6 +302,8 @@ contains
                c_loc(v16), c_loc(v16%write_floor))
     call field(failures, "kstage_attribute_info_t", "prim_count", &
                c_loc(v16), c_loc(v16%prim_count))
+    call field(failures, "kstage_attribute_info_t", "schema_count", &
+               c_loc(v16), c_loc(v16%schema_count))
     call size_of(failures, "kstage_path_span_t", c_sizeof(v17))
     call field(failures, "kstage_path_span_t", "first", &
                c_loc(v17), c_loc(v17%first))

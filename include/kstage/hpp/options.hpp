@@ -52,8 +52,11 @@ struct WriteOptions {
   uint64_t count = 0;
   /// UPSERT, INSERT or UPDATE (a WriteBatch has its own).
   kstage_prim_mode_t mode = KSTAGE_PRIM_MODE_UPSERT;
-  /// Semantic of the column; must match an existing column's.
+  /// Semantic of the values (NONE: an existing column's; kstage_write_data_t::semantic).
   kstage_semantic_t semantic = KSTAGE_SEMANTIC_NONE;
+  /// REJECT or FORCE: what the write does to a prim holding the attribute with another schema
+  /// (kstage_attribute_mode_t).
+  kstage_attribute_mode_t attribute_mode = KSTAGE_ATTRIBUTE_MODE_REJECT;
   /// The producer's {stream, event} for device data (kstage.h).
   kstage_device_sync_t device_sync{0, 0};
   /// Where a column this write creates lives ({0, 0}: the stage's choice).
@@ -109,8 +112,10 @@ struct ReadOptions {
 
 /// \brief Options of a map (kstage_map_desc_t's fields besides attribute and dtype).
 struct MapOptions {
-  /// Semantic of the column; must match an existing column's.
+  /// Semantic of the values (NONE: an existing column's; kstage_map_desc_t::semantic).
   kstage_semantic_t semantic = KSTAGE_SEMANTIC_NONE;
+  /// REJECT or FORCE, as a write's (kstage_attribute_mode_t).
+  kstage_attribute_mode_t attribute_mode = KSTAGE_ATTRIBUTE_MODE_REJECT;
   /// UPSERT, INSERT or UPDATE (kstage_map_desc_t::prim_mode).
   kstage_prim_mode_t mode = KSTAGE_PRIM_MODE_UPSERT;
   /// Where a new column lives ({0, 0}: the stage's config residency, or the host).

@@ -446,6 +446,19 @@ class Stage {
       return kstage_attribute_info_init();
     return info;
   }
+  /// Each of an attribute's schemas, oldest first: one info per column, prim_count its own
+  /// (kstage_attribute_schema; usually one).
+  std::vector<kstage_attribute_info_t> attribute_schemas(kstage_token_t attribute,
+                                                         Status& st) const {
+    const kstage_attribute_info_t all = attribute_info(attribute, st);
+    if (!st.ok()) return {};
+    std::vector<kstage_attribute_info_t> out(size_t(all.schema_count),
+                                             kstage_attribute_info_init());
+    for (uint64_t i = 0; i < all.schema_count; ++i)
+      if (!detail::check(kstage_attribute_schema(stage_, attribute, i, &out[size_t(i)]), st))
+        return {};
+    return out;
+  }
 
   // --- reads and maps ---------------------------------------------------------------------------
   /// Opens a read of `attributes` for the query's prims against the latest sealed state
@@ -477,6 +490,7 @@ class Stage {
     d.attribute = attribute;
     d.dtype = dtype;
     d.prim_mode = options.mode;
+    d.attribute_mode = uint8_t(options.attribute_mode);
     d.residency = options.residency;
     d.max_group_prims = options.max_group_prims;
     d.is_array = options.is_array;
@@ -641,6 +655,10 @@ class Stage {
   /// As attribute_info(kstage_token_t, Status&) const, throwing kstage::Error on failure.
   kstage_attribute_info_t attribute_info(kstage_token_t attribute) const {
     return detail::throwing([&](Status& st) { return attribute_info(attribute, st); });
+  }
+  /// As attribute_schemas(kstage_token_t, Status&) const, throwing kstage::Error on failure.
+  std::vector<kstage_attribute_info_t> attribute_schemas(kstage_token_t attribute) const {
+    return detail::throwing([&](Status& st) { return attribute_schemas(attribute, st); });
   }
   /// As read(const Query&, array_ref<kstage_token_t>, const ReadOptions&, Status&) const,
   /// throwing kstage::Error on failure.

@@ -133,6 +133,7 @@ inline bool check_selection(const WriteOptions& o, const std::string& where, Sta
 inline kstage_write_data_t write_data(const WriteOptions& o) {
   kstage_write_data_t d = kstage_write_data_init();
   d.semantic = o.semantic;
+  d.attribute_mode = uint8_t(o.attribute_mode);
   d.count = o.count;
   d.index_map = o.index_map.empty() ? nullptr : o.index_map.data();
   if (!o.device_index_map.empty()) {
