@@ -301,6 +301,12 @@ void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query,
     a.name.assign(name, length);
     a.info = kstage_attribute_info_init();
     check(kstage_attribute_info(stage, a.token, &a.info), "kstage_adios2_write_step");
+    // A step holds one schema per attribute (kstage/attr/<name>/dtype, kind, semantic).
+    if (a.info.schema_count > 1)
+      fail(KSTAGE_NOT_SUPPORTED,
+           "kstage_adios2_write_step: attribute '%s' holds %llu schemas on different prims; a "
+           "step holds one per attribute (write each prim set under its own name)",
+           a.name.c_str(), (unsigned long long)a.info.schema_count);
     if (!with_element_type(a.info.dtype, [](auto) {}))
       fail(KSTAGE_NOT_SUPPORTED,
            "kstage_adios2_write_step: attribute '%s' is %s, which ADIOS2 has no type for",

@@ -12,6 +12,7 @@
 #include "core/arrow_export.hpp"
 
 #include "core/backend.hpp"
+#include "core/column_table.hpp"
 #include "core/dtype.hpp"
 #include "core/kernels/copy_ops.hpp"
 
@@ -642,6 +643,20 @@ Status export_read_arrow(const PrimSeq& query, const std::vector<const ReadGroup
       for (const ReadGroup* g : groups)
         if (g->desc.attribute == attributes[k] && !g->desc.is_delete && g->desc.prim_count > 0)
           gs.push_back(g);
+      // An Arrow column has one type: a name the query's prims hold in several schemas is
+      // exported group by group (kstage_group_export_arrow), not as one column.
+      for (const ReadGroup* g : gs)
+        if (g->desc.is_array != gs[0]->desc.is_array || g->desc.semantic != gs[0]->desc.semantic ||
+            !same_dtype(g->desc.dtype, gs[0]->desc.dtype))
+          return error(
+              KSTAGE_NOT_SUPPORTED,
+              "attribute '%s' is held in several schemas by the query's prims (%s and %s): "
+              "an Arrow column has one type; export its groups one by one "
+              "(kstage_group_export_arrow)",
+              attribute_names[k].c_str(),
+              schema_string({gs[0]->desc.is_array, gs[0]->desc.dtype, gs[0]->desc.semantic})
+                  .c_str(),
+              schema_string({g->desc.is_array, g->desc.dtype, g->desc.semantic}).c_str());
       for (const ReadGroup* g : gs) {
         holder->group_buffers.push_back(g->pinned);
         if (g->ready) {

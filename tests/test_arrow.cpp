@@ -530,3 +530,46 @@ TEST_CASE(
   CHECK(array.array.release == nullptr);
   CHECK(schema.release == nullptr);
 }
+
+TEST_CASE("a name held in several schemas: a group per schema exports, a record batch refuses",
+          "[arrow][record_batch][schemas]") {
+  Stage s(host_execution());
+  const kstage_token_t m = s.token("m");
+  const auto prims = s.paths("/sch", 3);
+  const kstage_query_t q = ordered(s, prims);
+  s.write_f32(ordered(s, {prims[0], prims[1]}), m, 1, {1, 2});
+  std::vector<double> d = {3};
+  int64_t one[1] = {1};
+  DLTensor t = tensor(d.data(), f64(), 1, one);
+  KS_OK(s.write(ordered(s, {prims[2]}), m, 1, write_data(&t)));
+  s.seal(1);
+  kstage_read_desc_t to_host = kstage_read_desc_init();
+  to_host.target_device = DLDevice{kDLCPU, 0};
+  ArrowSchema schema{};
+  ArrowDeviceArray array{};
+  KS_FAILS(kstage_read_export_arrow(s.stage, q, &m, 1, &to_host, 0, &schema, &array),
+           KSTAGE_NOT_SUPPORTED,
+           "attribute 'm' is held in several schemas by the query's prims (float32 NONE and "
+           "float64 NONE)");
+  CHECK(array.array.release == nullptr);
+  CHECK(schema.release == nullptr);
+  // Each group is one schema: "f" and "g".
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, q, &m, 1, nullptr, &r));
+  std::vector<std::string> formats;
+  kstage_read_group_t g{};
+  while (kstage_fetch_read_next(s.stage, r, 0, &g) == KSTAGE_OK) {
+    Exported e;
+    KS_OK(kstage_group_export_arrow(s.stage, g.handle, 0, &e.schema, &e.array));
+    formats.emplace_back(e.schema.format);
+    KS_OK(kstage_release_group(s.stage, g.handle));
+  }
+  KS_OK(kstage_release_read(s.stage, r));
+  std::sort(formats.begin(), formats.end());
+  CHECK(formats == std::vector<std::string>{"f", "g"});
+  // The prims of one schema export as one column.
+  Exported e;
+  KS_OK(kstage_read_export_arrow(s.stage, ordered(s, {prims[0], prims[1]}), &m, 1, &to_host, 0,
+                                 &e.schema, &e.array));
+  CHECK(std::string(e.schema.children[0]->format) == "f");
+}

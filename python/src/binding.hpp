@@ -136,8 +136,10 @@ class Stage {
   uint64_t write_floor(nb::handle attribute);
   nb::list attributes();
   nb::dict attribute_info(nb::handle attribute);
+  nb::list attribute_schemas(nb::handle attribute);
 
  private:
+  nb::dict info_dict(kstage_token_t token, const kstage_attribute_info_t& info);
   StageRef handle_;
 };
 
@@ -177,6 +179,8 @@ inline bool is_host_memory(int device_type) {
 const char* semantic_name(kstage_semantic_t semantic);
 /// "upsert" / "insert" / "update", and a semantic name ("point", ...) or code (None: none).
 kstage_prim_mode_t mode_arg(std::string_view mode);
+// "reject" or "force": a kstage_attribute_mode_t (ValueError otherwise).
+uint8_t attribute_mode_arg(std::string_view mode);
 kstage_semantic_t semantic_arg(nb::handle semantic);
 
 /// A contiguous one-dimensional numpy array of `obj` (anything numpy.asarray takes);

@@ -91,6 +91,7 @@ class MapGroup {
   uint64_t count() const { return alive().info.prim_count; }
   uint64_t ordinal() const { return alive().info.ordinal; }
   bool is_array() const { return alive().info.is_array; }
+  std::string semantic() const { return semantic_name(alive().info.semantic); }
   uint64_t tensor_count() const { return alive().info.data.tensor_count; }
   nb::object dtype() const { return numpy_dtype(alive().info.dtype); }
   uint32_t lanes() const { return alive().info.dtype.lanes; }
@@ -255,6 +256,8 @@ void register_map(nb::module_& m, nb::handle stage_class) {
                    "None, or prim i's row in the tensor (a uint32 copy).")
       .def_prop_ro("ordinal", &MapGroup::ordinal)
       .def_prop_ro("is_array", &MapGroup::is_array)
+      .def_prop_ro("semantic", &MapGroup::semantic,
+                   "The column's semantic (a map with no semantic takes an existing column's).")
       .def_prop_ro("tensor_count", &MapGroup::tensor_count)
       .def_prop_ro("dtype", &MapGroup::dtype)
       .def_prop_ro("lanes", &MapGroup::lanes)
@@ -298,13 +301,14 @@ void register_map(nb::module_& m, nb::handle stage_class) {
   stage_class.attr("map") = nb::cpp_function(
       [](Stage& self, nb::handle query, nb::handle attr, uint64_t ordinal, nb::handle dtype,
          uint32_t lanes, nb::handle element_counts, std::string_view mode, nb::handle semantic,
-         nb::handle residency, uint64_t max_group_prims) {
+         nb::handle residency, uint64_t max_group_prims, std::string_view attribute_mode) {
         const StageRef& stage = self.ref();
         QueryArg q = query_arg(stage, query);
         kstage_map_desc_t desc = kstage_map_desc_init();
         desc.attribute = attribute_token(stage, attr);
-        desc.dtype = dtype_arg(dtype, lanes);
+        if (!dtype.is_none()) desc.dtype = dtype_arg(dtype, lanes);  // None: the column's
         desc.prim_mode = mode_arg(mode);
+        desc.attribute_mode = attribute_mode_arg(attribute_mode);
         desc.semantic = semantic_arg(semantic);
         desc.residency = device_arg(residency);
         desc.max_group_prims = max_group_prims;
@@ -335,18 +339,19 @@ void register_map(nb::module_& m, nb::handle stage_class) {
         return Map(std::move(state));
       },
       nb::sig("def map(self, query: Query | str | collections.abc.Sequence[str] | "
-              "collections.abc.Sequence[int], attr: str | int, ordinal: int, *, dtype: typing.Any, "
-              "lanes: int = 1, element_counts: typing.Any | None = None, mode: str = 'upsert', "
-              "semantic: str | int | None = None, residency: typing.Any | None = None, "
-              "max_group_prims: int = 0) -> Map"),
+              "collections.abc.Sequence[int], attr: str | int, ordinal: int, *, dtype: typing.Any "
+              "| None = None, lanes: int = 1, element_counts: typing.Any | None = None, mode: str "
+              "= 'upsert', semantic: str | int | None = None, residency: typing.Any | None = None, "
+              "max_group_prims: int = 0, attribute_mode: str = 'reject') -> Map"),
       nb::is_method(), nb::scope(stage_class), nb::arg("query"), nb::arg("attr"),
-      nb::arg("ordinal"), nb::kw_only(), nb::arg("dtype"), nb::arg("lanes") = 1,
+      nb::arg("ordinal"), nb::kw_only(), nb::arg("dtype") = nb::none(), nb::arg("lanes") = 1,
       nb::arg("element_counts") = nb::none(), nb::arg("mode") = "upsert",
       nb::arg("semantic") = nb::none(), nb::arg("residency") = nb::none(),
-      nb::arg("max_group_prims") = 0,
+      nb::arg("max_group_prims") = 0, nb::arg("attribute_mode") = "reject",
       "Maps `attr` of the query's prims at `ordinal`: writable buffers to fill, committed at that "
       "ordinal. dtype: a numpy dtype; a subarray dtype such as ('f4', 3), or lanes=3, gives the "
-      "values per row. element_counts: one length per prim, for an array (ragged) attribute. "
+      "values per row (None: the existing column's dtype and semantic). attribute_mode: as "
+      "Stage.write's. element_counts: one length per prim, for an array (ragged) attribute. "
       "max_group_prims: split into groups of at most this many prims (0: one group).\n\n"
       "    with stage.map(q, \"pos\", 2, dtype=(\"f4\", 3)) as m:\n        for g in m:\n"
       "            numpy.from_dlpack(g.tensor(0))[:] = values");

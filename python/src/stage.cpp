@@ -290,11 +290,8 @@ uint64_t Stage::write_floor(nb::handle attribute) {
   return ordinal;
 }
 
-// kstage_attribute_info as a dict (the names of kstage_attribute_info_t's fields).
-nb::dict Stage::attribute_info(nb::handle attribute) {
-  const kstage_token_t token = attribute_token(handle_, attribute);
-  kstage_attribute_info_t info = kstage_attribute_info_init();
-  check(kstage_attribute_info(handle_->id, token, &info));
+// A kstage_attribute_info_t as a dict (the names of its fields).
+nb::dict Stage::info_dict(kstage_token_t token, const kstage_attribute_info_t& info) {
   nb::dict d;
   d["name"] = token_name(token);
   d["attribute"] = token;
@@ -305,7 +302,30 @@ nb::dict Stage::attribute_info(nb::handle attribute) {
   d["residency"] = nb::make_tuple(int(info.residency.device_type), int(info.residency.device_id));
   d["write_floor"] = info.write_floor;
   d["prim_count"] = info.prim_count;
+  d["schema_count"] = info.schema_count;
   return d;
+}
+
+// kstage_attribute_info as a dict.
+nb::dict Stage::attribute_info(nb::handle attribute) {
+  const kstage_token_t token = attribute_token(handle_, attribute);
+  kstage_attribute_info_t info = kstage_attribute_info_init();
+  check(kstage_attribute_info(handle_->id, token, &info));
+  return info_dict(token, info);
+}
+
+// kstage_attribute_schema for each of the attribute's schemas.
+nb::list Stage::attribute_schemas(nb::handle attribute) {
+  const kstage_token_t token = attribute_token(handle_, attribute);
+  kstage_attribute_info_t info = kstage_attribute_info_init();
+  check(kstage_attribute_info(handle_->id, token, &info));
+  nb::list out;
+  for (uint64_t i = 0; i < info.schema_count; ++i) {
+    kstage_attribute_info_t one = kstage_attribute_info_init();
+    check(kstage_attribute_schema(handle_->id, token, i, &one));
+    out.append(info_dict(token, one));
+  }
+  return out;
 }
 
 nb::list Stage::attributes() {
@@ -598,6 +618,11 @@ void register_stage(nb::module_& m) {
            "Every attribute with a column, in token order, as attribute_info() describes it "
            "(kstage_list_attributes). stage.query() is then every existing prim, "
            "stage.query(has=name) the prims holding one.")
+      .def("attribute_schemas", &Stage::attribute_schemas, nb::arg("attr"),
+           nb::sig("def attribute_schemas(self, attr: str | int) -> list[dict[str, typing.Any]]"),
+           "Each of the attribute's schemas, oldest first (kstage_attribute_schema): a dict as "
+           "attribute_info's, prim_count that schema's own. A name holds several schemas when "
+           "prims hold it with different dtypes, kinds or semantics.")
       .def("attribute_info", &Stage::attribute_info, nb::arg("attr"),
            nb::sig("def attribute_info(self, attr: str | int) -> dict[str, typing.Any]"),
            "An attribute's column (kstage_attribute_info): name, attribute (its token), "

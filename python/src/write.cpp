@@ -27,6 +27,13 @@ kstage_prim_mode_t mode_arg(std::string_view mode) {
                          std::string(mode) + "\"");
 }
 
+uint8_t attribute_mode_arg(std::string_view mode) {
+  if (mode == "reject") return KSTAGE_ATTRIBUTE_MODE_REJECT;
+  if (mode == "force") return KSTAGE_ATTRIBUTE_MODE_FORCE;
+  raise_invalid_argument("attribute_mode must be \"reject\" or \"force\", not \"" +
+                         std::string(mode) + "\"");
+}
+
 const char* semantic_name(kstage_semantic_t s) {
   static const char* names[] = {"none",   "point",    "vector",   "normal",  "color", "quaternion",
                                 "matrix", "texcoord", "token_id", "path_id", "string"};
@@ -85,6 +92,7 @@ struct WriteSpec {
   bool adopt = false;
   nb::object residency;
   nb::object stream;
+  std::string attribute_mode = "reject";
 };
 
 // Everything a write's C descriptor points at, kept until the op is done with it.
@@ -265,6 +273,7 @@ const uint64_t* mask_arg(nb::handle obj, Payload& payload, uint64_t& elements, b
 void build_write(const WriteSpec& spec, Payload& payload, kstage_write_data_t& d) {
   d = kstage_write_data_init();
   d.semantic = semantic_arg(spec.semantic);
+  d.attribute_mode = attribute_mode_arg(spec.attribute_mode);
   d.residency = device_arg(spec.residency);
 
   // count, index_map, mask: the seeds' rule -- count 0 in any form is refused, never widened.
@@ -480,11 +489,11 @@ class Op {
 
 WriteSpec make_spec(nb::object data, nb::object index_map, nb::object mask, nb::object count,
                     nb::object semantic, nb::object row_counts, bool adopt, nb::object residency,
-                    nb::object stream) {
+                    nb::object stream, std::string_view attribute_mode) {
   return WriteSpec{
-      std::move(data),     std::move(index_map),  std::move(mask), std::move(count),
-      std::move(semantic), std::move(row_counts), adopt,           std::move(residency),
-      std::move(stream)};
+      std::move(data),     std::move(index_map),       std::move(mask), std::move(count),
+      std::move(semantic), std::move(row_counts),      adopt,           std::move(residency),
+      std::move(stream),   std::string(attribute_mode)};
 }
 
 std::vector<kstage_token_t> attribute_list(const StageRef& stage, nb::handle attrs) {
@@ -556,21 +565,21 @@ void register_write(nb::module_& m, nb::handle stage_class) {
       m, "Write",
       "One attribute's data and options in Stage.write_batch: "
       "Write(data, index_map=..., mask=..., count=..., semantic=..., row_counts=..., "
-      "adopt=..., residency=..., stream=...), as Stage.write takes them.")
+      "adopt=..., residency=..., stream=..., attribute_mode=...), as Stage.write takes them.")
       .def(nb::new_(&make_spec), nb::arg("data"), nb::kw_only(), nb::arg("index_map") = nb::none(),
            nb::arg("mask") = nb::none(), nb::arg("count") = nb::none(),
            nb::arg("semantic") = nb::none(), nb::arg("row_counts") = nb::none(),
            nb::arg("adopt") = false, nb::arg("residency") = nb::none(),
-           nb::arg("stream") = nb::none());
+           nb::arg("stream") = nb::none(), nb::arg("attribute_mode") = "reject");
 
   stage_class.attr("write") = nb::cpp_function(
       [](Stage& self, nb::handle attr, nb::handle query, nb::object data, uint64_t ordinal,
          nb::object index_map, nb::object mask, nb::object count, std::string_view mode,
          nb::object semantic, nb::object row_counts, bool adopt, nb::object residency,
-         nb::object stream) {
+         nb::object stream, std::string_view attribute_mode) {
         WriteSpec spec = make_spec(std::move(data), std::move(index_map), std::move(mask),
                                    std::move(count), std::move(semantic), std::move(row_counts),
-                                   adopt, std::move(residency), std::move(stream));
+                                   adopt, std::move(residency), std::move(stream), attribute_mode);
         return submit(self.ref(), query, {attr}, {&spec}, ordinal, mode);
       },
       nb::sig("def write(self, attr: str | int, query: Query | str | collections.abc.Sequence[str] "
@@ -578,12 +587,13 @@ void register_write(nb::module_& m, nb::handle stage_class) {
               "typing.Any | None = None, mask: typing.Any | None = None, count: int | None = None, "
               "mode: str = 'upsert', semantic: str | int | None = None, row_counts: typing.Any | "
               "None = None, adopt: bool = False, residency: typing.Any | None = None, stream: int "
-              "| None = None) -> Op"),
+              "| None = None, attribute_mode: str = 'reject') -> Op"),
       nb::is_method(), nb::scope(stage_class), nb::arg("attr"), nb::arg("query"), nb::arg("data"),
       nb::arg("ordinal"), nb::kw_only(), nb::arg("index_map") = nb::none(),
       nb::arg("mask") = nb::none(), nb::arg("count") = nb::none(), nb::arg("mode") = "upsert",
       nb::arg("semantic") = nb::none(), nb::arg("row_counts") = nb::none(),
       nb::arg("adopt") = false, nb::arg("residency") = nb::none(), nb::arg("stream") = nb::none(),
+      nb::arg("attribute_mode") = "reject",
       "Writes `attr` of the query's prims (a Query, or paths) at `ordinal`; visible once "
       "sealed.\n\n"
       "data: any DLPack producer (numpy, torch, cupy, jax): (N,), (N, L) or (N, a, b) rows of a "
@@ -593,7 +603,9 @@ void register_write(nb::module_& m, nb::handle stage_class) {
       "its length. mask: a bool array (or uint64 words with count=) choosing the prims written. "
       "count: the leading `count` prims (None: all). count=0, an empty index_map and an empty mask "
       "are refused (ValueError): 0 would mean every prim.\n"
-      "mode: \"upsert\", \"insert\" or \"update\". semantic: \"point\", \"color\", ... "
+      "mode: \"upsert\", \"insert\" or \"update\". semantic: \"point\", \"color\", ... (None: "
+      "an existing column's). attribute_mode: \"reject\" (a prim holding `attr` with another "
+      "dtype, kind or semantic is refused) or \"force\" (its schema is replaced at `ordinal`). "
       "adopt=True: hand the array over (no copy for a dense write, nor, mostly, for an index_map "
       "or mask write to a host column, which keeps it until its seal reads it; never written by "
       "the stage, and the caller must not write to it again). residency: where a new column lives. "
@@ -618,7 +630,8 @@ void register_write(nb::module_& m, nb::handle stage_class) {
             owned.push_back(nb::cast<WriteSpec>(value));
           } else {
             owned.push_back(make_spec(nb::borrow(value), nb::none(), nb::none(), nb::none(),
-                                      nb::none(), nb::none(), false, nb::none(), nb::none()));
+                                      nb::none(), nb::none(), false, nb::none(), nb::none(),
+                                      "reject"));
           }
         }
         if (owned.empty()) raise_invalid_argument("write_batch needs at least one attribute");
