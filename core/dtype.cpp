@@ -27,9 +27,26 @@ std::string dtype_string(DLDataType t) {
 }
 
 const char* semantic_name(kstage_semantic_t s) {
-  static const char* names[] = {"NONE",   "POINT",    "VECTOR",   "NORMAL",  "COLOR", "QUATERNION",
-                                "MATRIX", "TEXCOORD", "TOKEN_ID", "PATH_ID", "STRING"};
-  if (s < 0 || s > KSTAGE_SEMANTIC_STRING) return "invalid";
+  static const char* names[] = {"NONE",
+                                "POINT",
+                                "VECTOR",
+                                "NORMAL",
+                                "COLOR",
+                                "QUATERNION",
+                                "MATRIX",
+                                "TEXCOORD",
+                                "TOKEN_ID",
+                                "PATH_ID",
+                                "STRING",
+                                "ASSET_PATH_ID",
+                                "PATH_EXPRESSION_ID",
+                                "RELATIONSHIP_PATH_ID",
+                                "CONNECTION_PATH_ID",
+                                "TIME_CODE",
+                                "FRAME"};
+  static_assert(sizeof names / sizeof names[0] == kLastSemantic + 1,
+                "one name per kstage_semantic_t");
+  if (s < 0 || s > kLastSemantic) return "invalid";
   return names[s];
 }
 
@@ -77,13 +94,48 @@ Status validate_dtype(DLDataType t, const std::string& what) {
   return Status::OK();
 }
 
+namespace {
+// The layout a semantic fixes: dtype code, bits and lanes, and the kinds it allows.
+struct Layout {
+  uint8_t code, bits;
+  uint16_t lanes;
+  bool fixed, array;
+  const char* what;  // for messages
+};
+bool layout_of(kstage_semantic_t s, Layout& l) {
+  switch (s) {
+    case KSTAGE_SEMANTIC_TOKEN_ID:
+    case KSTAGE_SEMANTIC_PATH_ID:
+    case KSTAGE_SEMANTIC_PATH_EXPRESSION_ID:
+    case KSTAGE_SEMANTIC_RELATIONSHIP_PATH_ID:
+      l = {kDLUInt, 64, 1, true, true, "dtype uint64 (lanes 1)"};
+      return true;
+    case KSTAGE_SEMANTIC_ASSET_PATH_ID:
+      l = {kDLUInt, 64, 2, true, true, "dtype uint64x2 (authored, resolved token ids)"};
+      return true;
+    case KSTAGE_SEMANTIC_CONNECTION_PATH_ID:
+      l = {kDLUInt, 64, 2, false, true, "an array column of uint64x2 (path, token ids)"};
+      return true;
+    case KSTAGE_SEMANTIC_TIME_CODE:
+      l = {kDLFloat, 64, 1, true, true, "dtype float64 (lanes 1)"};
+      return true;
+    case KSTAGE_SEMANTIC_FRAME:
+      l = {kDLFloat, 64, 16, true, true, "dtype float64x16 (a row-major 4x4)"};
+      return true;
+    default: return false;
+  }
+}
+}  // namespace
+
 Status validate_semantic(kstage_semantic_t s, DLDataType t, bool is_array) {
-  if (s < KSTAGE_SEMANTIC_NONE || s > KSTAGE_SEMANTIC_STRING)
+  if (s < KSTAGE_SEMANTIC_NONE || s > kLastSemantic)
     return error(KSTAGE_INVALID_ARGUMENT, "semantic %d is not a kstage_semantic_t", int(s));
-  if ((s == KSTAGE_SEMANTIC_TOKEN_ID || s == KSTAGE_SEMANTIC_PATH_ID) &&
-      !(t.code == kDLUInt && t.bits == 64 && t.lanes == 1))
-    return error(KSTAGE_INVALID_ARGUMENT, "semantic %s needs dtype uint64 (lanes 1), got %s",
-                 semantic_name(s), dtype_string(t).c_str());
+  Layout l{};
+  if (layout_of(s, l) && !(t.code == l.code && t.bits == l.bits && t.lanes == l.lanes &&
+                           (is_array ? l.array : l.fixed)))
+    return error(KSTAGE_INVALID_ARGUMENT, "semantic %s needs %s, got %s%s", semantic_name(s),
+                 l.what, is_array ? "an array column of " : "a fixed-size column of ",
+                 dtype_string(t).c_str());
   if (s == KSTAGE_SEMANTIC_STRING &&
       !(is_array && (t.code == kDLUInt || t.code == kDLInt) && t.bits == 8 && t.lanes == 1))
     return error(KSTAGE_INVALID_ARGUMENT,

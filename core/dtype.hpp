@@ -37,8 +37,12 @@ inline bool dtype_supported(DLDataType t) {
     default: return false;
   }
 }
-// Semantic constraints: TOKEN_ID/PATH_ID need uint64 lanes 1 (fixed-size);
-// STRING needs an array column of 8-bit int/uint lanes 1.
+// The highest kstage_semantic_t.
+constexpr kstage_semantic_t kLastSemantic = KSTAGE_SEMANTIC_FRAME;
+// Semantic constraints (kstage.h's layouts): TOKEN_ID, PATH_ID, PATH_EXPRESSION_ID and
+// RELATIONSHIP_PATH_ID need uint64 lanes 1; ASSET_PATH_ID uint64 lanes 2; CONNECTION_PATH_ID an
+// array column of uint64 lanes 2; TIME_CODE float64 lanes 1; FRAME float64 lanes 16; STRING an
+// array column of 8-bit int/uint lanes 1. The message names the semantic and its layout.
 Status validate_semantic(kstage_semantic_t s, DLDataType t, bool is_array);
 
 }  // namespace kstage::core

@@ -31,15 +31,22 @@ namespace {
 constexpr uint32_t kRoot = PathTree::ShapeNode::kShapeRoot;
 
 // Which uint64 words of a column's values name paths, and are rebased by a clone: every
-// `stride`-th word from `lane` (stride 0: none). PATH_ID: every word.
+// `stride`-th word from `lane` (stride 0: none). PATH_ID and RELATIONSHIP_PATH_ID: every word;
+// CONNECTION_PATH_ID (uint64 x 2: path, token): word 0 of each pair (its array rows are whole
+// pairs, 16 bytes each, so a row never moves the pairs off even words); ASSET_PATH_ID holds
+// token ids, not prim paths: none.
 struct PathWords {
   size_t stride = 0, lane = 0;
   bool any() const { return stride != 0; }
   bool at(size_t word) const { return stride != 0 && word % stride == lane; }
 };
 PathWords path_words(const Schema& s) {
-  if (s.semantic == KSTAGE_SEMANTIC_PATH_ID) return {1, 0};
-  return {};
+  switch (s.semantic) {
+    case KSTAGE_SEMANTIC_PATH_ID:
+    case KSTAGE_SEMANTIC_RELATIONSHIP_PATH_ID: return {1, 0};
+    case KSTAGE_SEMANTIC_CONNECTION_PATH_ID: return {2, 0};
+    default: return {};
+  }
 }
 
 // One column the subtree holds: which of its prims hold it (their shape nodes, kRoot for the

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Clone (kstage_clone, kstage_clone_range): a subtree copied to N targets as one op -- every
 // column kind (fixed, array, prim type, schemas), paths between prims that hold nothing,
-// PATH_ID values rebased inside the subtree and kept outside it, path-range targets, the
+// PATH_ID and RELATIONSHIP_PATH_ID values and CONNECTION_PATH_ID paths rebased inside the
+// subtree and kept outside it (ASSET_PATH_ID never), path-range targets, the
 // sealed state at the call, change ranges and the hierarchy of the copies, and every refusal
 // with the stage unchanged after it. Runs on the host and (as "emulated clone@N") with every
 // column on the emulated device.
@@ -193,6 +194,81 @@ TEST_CASE("clone rebases PATH_ID values inside the subtree and keeps the others"
   CHECK(as_u64(s.values(q, e.joint)[e.torso]) == std::vector<uint64_t>{e.leg});
   CHECK(as_u64(s.values(q, e.rel)[e.leg]) ==
         std::vector<uint64_t>{e.torso, e.ground, e.robot, e.env0});
+  KS_OK(kstage_query_release(s.stage, q));
+}
+
+TEST_CASE(
+    "clone rebases RELATIONSHIP_PATH_ID words and CONNECTION_PATH_ID paths, keeps their tokens "
+    "and ASSET_PATH_ID values",
+    "[clone][semantic]") {
+  Stage s;
+  Env e(s, 2);
+  const kstage_token_t relarr = s.token("relarr"), relone = s.token("relone"),
+                       conn = s.token("conn"), asset = s.token("asset");
+  // uint64 x 2 rows (an array column, a tensor per row) with `semantic`.
+  auto write_pairs = [&](kstage_query_t q, kstage_token_t attr, kstage_semantic_t semantic,
+                         std::vector<std::vector<uint64_t>> rows) {
+    std::vector<int64_t> shapes(rows.size());
+    std::vector<DLTensor> t;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      shapes[i] = int64_t(rows[i].size() / 2);
+      t.push_back(tensor(rows[i].data(), u64(2), 1, &shapes[i]));
+    }
+    kstage_write_data_t w = write_data(t.data(), t.size(), true);
+    w.semantic = semantic;
+    return s.write(q, attr, 2, w);
+  };
+  kstage_query_t q = s.query({e.torso, e.leg});
+  // Relationships: an array row per prim (inside, outside, the source, none), and a fixed one.
+  KS_OK(write_id_rows(s, q, relarr, 2, {{e.leg, e.ground, e.env0, 0}, {e.robot}},
+                      KSTAGE_SEMANTIC_RELATIONSHIP_PATH_ID));
+  KS_OK(write_ids(s, q, relone, 2, {e.leg, e.ground}, KSTAGE_SEMANTIC_RELATIONSHIP_PATH_ID));
+  // Connections (path, token): rows of 1 and 3 pairs; the tokens are numbers that are also
+  // path ids of the subtree, and are kept all the same.
+  KS_OK(write_pairs(q, conn, KSTAGE_SEMANTIC_CONNECTION_PATH_ID,
+                    {{e.leg, e.xf}, {e.torso, e.torso, e.ground, e.leg, e.env0, e.env0}}));
+  // Asset paths are token ids, never rebased, even where they equal a subtree path's id.
+  std::vector<uint64_t> assets = {e.torso, e.leg, e.env0, 0};
+  int64_t shape[1] = {2};
+  DLTensor at = tensor(assets.data(), u64(2), 1, shape);
+  kstage_write_data_t aw = write_data(&at);
+  aw.semantic = KSTAGE_SEMANTIC_ASSET_PATH_ID;
+  KS_OK(s.write(q, asset, 2, aw));
+  KS_OK(kstage_query_release(s.stage, q));
+  s.seal(2);
+
+  const kstage_path_t t = e.member(1);
+  REQUIRE(clone(s, e.env0, {t}, 3) == KSTAGE_OK);
+  s.seal(3);
+  const kstage_path_t torso = e.copy(t, "/Robot/torso"), leg = e.copy(t, "/Robot/leg");
+  const kstage_path_t robot = e.copy(t, "/Robot");
+  q = s.query({torso, leg});
+  auto ra = s.values(q, relarr);
+  CHECK(as_u64(ra[torso]) == std::vector<uint64_t>{leg, e.ground, t, 0});
+  CHECK(as_u64(ra[leg]) == std::vector<uint64_t>{robot});
+  auto r1 = s.values(q, relone);
+  CHECK(as_u64(r1[torso]) == std::vector<uint64_t>{leg});
+  CHECK(as_u64(r1[leg]) == std::vector<uint64_t>{e.ground});
+  auto c = s.values(q, conn);
+  CHECK(as_u64(c[torso]) == std::vector<uint64_t>{leg, e.xf});
+  CHECK(as_u64(c[leg]) == std::vector<uint64_t>{torso, e.torso, e.ground, e.leg, t, e.env0});
+  auto a = s.values(q, asset);
+  CHECK(as_u64(a[torso]) == std::vector<uint64_t>{e.torso, e.leg});
+  CHECK(as_u64(a[leg]) == std::vector<uint64_t>{e.env0, 0});
+  for (kstage_token_t attr : {relarr, relone, conn, asset}) {
+    auto groups = s.read(q, {attr});
+    REQUIRE(groups.size() == 1);
+    kstage_semantic_t want = attr == conn    ? KSTAGE_SEMANTIC_CONNECTION_PATH_ID
+                             : attr == asset ? KSTAGE_SEMANTIC_ASSET_PATH_ID
+                                             : KSTAGE_SEMANTIC_RELATIONSHIP_PATH_ID;
+    CHECK(groups[0].semantic == want);
+  }
+  KS_OK(kstage_query_release(s.stage, q));
+  // The source's values are unchanged.
+  q = s.query({e.torso, e.leg});
+  CHECK(as_u64(s.values(q, conn)[e.leg]) ==
+        std::vector<uint64_t>{e.torso, e.torso, e.ground, e.leg, e.env0, e.env0});
+  CHECK(as_u64(s.values(q, relarr)[e.torso]) == std::vector<uint64_t>{e.leg, e.ground, e.env0, 0});
   KS_OK(kstage_query_release(s.stage, q));
 }
 

@@ -1431,9 +1431,9 @@ TEST_CASE("rejected map calls leave the stage unchanged", "[map][errors]") {
   bad = map_desc(fresh, f32(), KSTAGE_SEMANTIC_TOKEN_ID, false);
   KS_FAILS(kstage_map_attribute(s.stage, q, &bad, 2, nullptr, 0, &m), KSTAGE_INVALID_ARGUMENT,
            "semantic TOKEN_ID needs dtype uint64");
-  bad = map_desc(fresh, f32(), 11, false);
+  bad = map_desc(fresh, f32(), 17, false);
   KS_FAILS(kstage_map_attribute(s.stage, q, &bad, 2, nullptr, 0, &m), KSTAGE_INVALID_ARGUMENT,
-           "semantic 11 is not a kstage_semantic_t");
+           "semantic 17 is not a kstage_semantic_t");
   bad = map_desc(fresh, f32(), KSTAGE_SEMANTIC_NONE, false, 0, 5);
   KS_FAILS(kstage_map_attribute(s.stage, q, &bad, 2, nullptr, 0, &m), KSTAGE_INVALID_ARGUMENT,
            "prim_mode 5");

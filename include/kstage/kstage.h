@@ -175,7 +175,19 @@ typedef uint64_t kstage_hierarchy_t; /**< a hierarchy answer (kstage_query_hiera
 /* Enumerations (stored as int32_t)                                           */
 /* ------------------------------------------------------------------------- */
 
-/** \brief What the bytes of a column mean; orthogonal to its dtype. */
+/**
+ * \brief What the bytes of a column mean; orthogonal to its dtype.
+ *
+ * Semantics from TOKEN_ID on fix the column's layout, as ovstage's do (a
+ * write or map that creates a column declares its kind and dtype, and one
+ * that does not fit is refused KSTAGE_INVALID_ARGUMENT naming the semantic
+ * and the layout it needs; an existing column's layout and semantic are
+ * checked against the write's either way). "Fixed or array" means either
+ * kind; the layout is then that of one value (fixed) or one element (array).
+ * Ids are this stage's: kstage_token_t values from kstage_intern_token,
+ * kstage_path_t values from kstage_intern_path; 0 means none (no token, no
+ * path). kstage never converts between strings and ids.
+ */
 typedef int32_t kstage_semantic_t;
 enum {
   KSTAGE_SEMANTIC_NONE = 0,       /**< no particular meaning */
@@ -186,9 +198,28 @@ enum {
   KSTAGE_SEMANTIC_QUATERNION = 5, /**< (x, y, z, w) */
   KSTAGE_SEMANTIC_MATRIX = 6,     /**< row-major */
   KSTAGE_SEMANTIC_TEXCOORD = 7,   /**< a texture coordinate */
-  KSTAGE_SEMANTIC_TOKEN_ID = 8,   /**< uint64 lanes 1: kstage_token_t values */
-  KSTAGE_SEMANTIC_PATH_ID = 9,    /**< uint64 lanes 1: kstage_path_t values */
-  KSTAGE_SEMANTIC_STRING = 10     /**< array kind, 8-bit lanes 1: UTF-8 bytes */
+  KSTAGE_SEMANTIC_TOKEN_ID = 8,   /**< uint64 lanes 1, fixed or array: kstage_token_t values */
+  KSTAGE_SEMANTIC_PATH_ID = 9,    /**< uint64 lanes 1, fixed or array: kstage_path_t values */
+  KSTAGE_SEMANTIC_STRING = 10,    /**< array kind, 8-bit lanes 1: UTF-8 bytes */
+  /** uint64 lanes 2, fixed or array (USD asset, asset[]): word 0 the authored asset path, word 1
+   *  the resolved one, each a kstage_token_t of the path's text (0: no path; kstage resolves
+   *  nothing). Not a prim path: a clone copies it as it is. ovstage's ASSET_PATH_ID. */
+  KSTAGE_SEMANTIC_ASSET_PATH_ID = 11,
+  /** uint64 lanes 1, fixed or array (USD pathExpression, pathExpression[]): kstage_token_t
+   *  values, each an expression's text (0: no expression). ovstage's PATH_EXPRESSION_STRING. */
+  KSTAGE_SEMANTIC_PATH_EXPRESSION_ID = 12,
+  /** uint64 lanes 1, fixed or array (a USD relationship's targets; usually an array):
+   *  kstage_path_t values. A clone rebases every word, as for PATH_ID. */
+  KSTAGE_SEMANTIC_RELATIONSHIP_PATH_ID = 13,
+  /** array kind, uint64 lanes 2 (a USD attribute's connections, one element per target): word 0
+   *  the connected prim's kstage_path_t, word 1 the connected attribute's kstage_token_t. A clone
+   *  rebases word 0 and keeps word 1. */
+  KSTAGE_SEMANTIC_CONNECTION_PATH_ID = 14,
+  /** float64 lanes 1, fixed or array (USD timecode, timecode[]): time codes. */
+  KSTAGE_SEMANTIC_TIME_CODE = 15,
+  /** float64 lanes 16, fixed or array (USD frame4d): a row-major 4x4 coordinate frame, laid out
+   *  as MATRIX but a role of its own (a MATRIX write to a FRAME column is refused). */
+  KSTAGE_SEMANTIC_FRAME = 16
 };
 
 /** \brief How a write treats prims that do or do not exist yet. */
@@ -1445,13 +1476,17 @@ KSTAGE_API kstage_status_t kstage_compute_world_transforms(kstage_stage_t stage,
  * S/x holds -- fixed and array columns of every dtype and semantic, prim type
  * and applied schemas included -- with the values of the latest sealed state
  * when the call is made. Paths between them that hold nothing stay paths that
- * hold nothing. Values of KSTAGE_SEMANTIC_PATH_ID columns (fixed or array)
- * that name a path at or below `source` are rebased to the same path below
- * the target (a relationship inside the subtree points inside the copy);
- * values naming paths outside the subtree, or no path, are copied as they
- * are. The created paths are interned by the call, in one batch (their
- * strings are never made). Each column is copied by one gather on its own
- * device: device columns stay in device memory.
+ * hold nothing. Values of KSTAGE_SEMANTIC_PATH_ID and
+ * KSTAGE_SEMANTIC_RELATIONSHIP_PATH_ID columns (fixed or array: every word),
+ * and word 0 (the path) of KSTAGE_SEMANTIC_CONNECTION_PATH_ID elements (word
+ * 1, the attribute's token, is kept), that name a path at or below `source`
+ * are rebased to the same path below the target (a relationship or
+ * connection inside the subtree points inside the copy); values naming
+ * paths outside the subtree, or no path, are copied as they are, and so are
+ * KSTAGE_SEMANTIC_ASSET_PATH_ID values (asset paths, not prim paths). The
+ * created paths are interned by the call, in one batch (their strings are
+ * never made). Each column is copied by one gather on its own device: device
+ * columns stay in device memory.
  *
  * Create-only and all-or-nothing. Everything is checked at the call, which
  * either refuses the clone, leaving the stage unchanged, or returns an op

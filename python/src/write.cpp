@@ -35,11 +35,26 @@ uint8_t attribute_mode_arg(std::string_view mode) {
 }
 
 const char* semantic_name(kstage_semantic_t s) {
-  static const char* names[] = {"none",   "point",    "vector",   "normal",  "color", "quaternion",
-                                "matrix", "texcoord", "token_id", "path_id", "string"};
-  static_assert(sizeof names / sizeof names[0] == KSTAGE_SEMANTIC_STRING + 1,
+  static const char* names[] = {"none",
+                                "point",
+                                "vector",
+                                "normal",
+                                "color",
+                                "quaternion",
+                                "matrix",
+                                "texcoord",
+                                "token_id",
+                                "path_id",
+                                "string",
+                                "asset_path_id",
+                                "path_expression_id",
+                                "relationship_path_id",
+                                "connection_path_id",
+                                "time_code",
+                                "frame"};
+  static_assert(sizeof names / sizeof names[0] == KSTAGE_SEMANTIC_FRAME + 1,
                 "one name per kstage_semantic_t");
-  return s >= 0 && s <= KSTAGE_SEMANTIC_STRING ? names[s] : "unknown";
+  return s >= 0 && s <= KSTAGE_SEMANTIC_FRAME ? names[s] : "unknown";
 }
 
 kstage_semantic_t semantic_arg(nb::handle semantic) {
@@ -56,13 +71,14 @@ kstage_semantic_t semantic_arg(nb::handle semantic) {
     throw nb::python_error();
   }
   std::string s = nb::cast<std::string>(semantic);
-  for (kstage_semantic_t i = KSTAGE_SEMANTIC_NONE; i <= KSTAGE_SEMANTIC_STRING; ++i) {
+  for (kstage_semantic_t i = KSTAGE_SEMANTIC_NONE; i <= KSTAGE_SEMANTIC_FRAME; ++i) {
     if (s == semantic_name(i)) return i;
   }
   raise_invalid_argument(
       "unknown semantic \"" + s +
       "\" (none, point, vector, normal, color, quaternion, matrix, texcoord, token_id, "
-      "path_id, string)");
+      "path_id, string, asset_path_id, path_expression_id, relationship_path_id, "
+      "connection_path_id, time_code, frame)");
 }
 
 // A contiguous 1-D numpy array of `obj`.

@@ -149,6 +149,7 @@ program test_fortran
   call test_errors()
   call test_names()
   call test_world_transforms()
+  call test_semantics()
   call test_clone()
   call test_hierarchy()
   call test_device_columns()
@@ -176,6 +177,50 @@ contains
       end if
     end do
     call check(constant_count > 60, 'the constants table is complete')
+  end subroutine
+
+  ! The semantics that fix a column's layout: their constants, a TIME_CODE, a FRAME and an
+  ! ASSET_PATH_ID column written and described, and a TIME_CODE of the wrong dtype refused.
+  subroutine test_semantics()
+    integer(int64) :: s, pair(2), q, tc, fr, asset
+    real(real64) :: times(2), frames(4, 4, 2)
+    real(real32) :: times32(2)
+    integer(int64) :: assets(2, 2)
+    type(kstage_attribute_info_t) :: info
+    integer :: st
+    call check(KSTAGE_SEMANTIC_ASSET_PATH_ID == 11 .and. KSTAGE_SEMANTIC_PATH_EXPRESSION_ID == 12 &
+               .and. KSTAGE_SEMANTIC_RELATIONSHIP_PATH_ID == 13 .and. &
+               KSTAGE_SEMANTIC_CONNECTION_PATH_ID == 14 .and. KSTAGE_SEMANTIC_TIME_CODE == 15 &
+               .and. KSTAGE_SEMANTIC_FRAME == 16, 'the semantic constants')
+    call kstage_open(s)
+    call kstage_token(s, 'time', tc)
+    call kstage_token(s, 'frame', fr)
+    call kstage_token(s, 'asset', asset)
+    call kstage_paths(s, [character(len=8) :: '/s0', '/s1'], pair)
+    call kstage_query(s, pair, q)
+    times = [1.5_real64, 2.5_real64]
+    call kstage_write(s, q, tc, 1_int64, times, semantic=KSTAGE_SEMANTIC_TIME_CODE)
+    frames = 0
+    frames(1, 1, :) = 1
+    call kstage_write(s, q, fr, 1_int64, frames, semantic=KSTAGE_SEMANTIC_FRAME)
+    assets = reshape([3_int64, 4_int64, 0_int64, 0_int64], [2, 2])
+    call kstage_write(s, q, asset, 1_int64, assets, semantic=KSTAGE_SEMANTIC_ASSET_PATH_ID, &
+                      unsigned=.true.)
+    call kstage_seal(s, 1_int64)
+    info = kstage_attribute_info_init()
+    call check(kstage_attribute_info(s, tc, info) == KSTAGE_OK .and. &
+               info%semantic == KSTAGE_SEMANTIC_TIME_CODE .and. info%dtype%bits == 64, &
+               'semantics: TIME_CODE')
+    call check(kstage_attribute_info(s, fr, info) == KSTAGE_OK .and. &
+               info%semantic == KSTAGE_SEMANTIC_FRAME .and. info%dtype%lanes == 16, &
+               'semantics: FRAME')
+    call check(kstage_attribute_info(s, asset, info) == KSTAGE_OK .and. &
+               info%semantic == KSTAGE_SEMANTIC_ASSET_PATH_ID .and. info%dtype%lanes == 2 .and. &
+               info%dtype%code == kDLUInt, 'semantics: ASSET_PATH_ID')
+    times32 = [1, 2]
+    call kstage_write(s, q, tc, 2_int64, times32, semantic=KSTAGE_SEMANTIC_TIME_CODE, stat=st)
+    call expect_failure(st, KSTAGE_INVALID_ARGUMENT, 'float32', 'semantics: a float32 TIME_CODE')
+    call kstage_close(s)
   end subroutine
 
   ! World transforms through the layer: a chain /arm -> /arm/hand, the translation in

@@ -149,6 +149,51 @@ def test_semantic_round_trip_and_must_match(stage, q4):
         stage.write("p", q4, np.zeros((4, 3), np.float32), 2, semantic="bogus")
 
 
+# The semantics that fix a column's layout (kstage.h): name, code, and a fitting value of 4 prims.
+LAYOUT_SEMANTICS = [
+    ("asset_path_id", 11, np.arange(8, dtype=np.uint64).reshape(4, 2)),
+    ("path_expression_id", 12, np.arange(4, dtype=np.uint64)),
+    ("relationship_path_id", 13, np.arange(4, dtype=np.uint64)),
+    ("time_code", 15, np.arange(4, dtype=np.float64)),
+    ("frame", 16, np.zeros((4, 4, 4), np.float64)),
+]
+
+
+@pytest.mark.parametrize("name, code, value", LAYOUT_SEMANTICS, ids=[c[0] for c in LAYOUT_SEMANTICS])
+def test_layout_semantics_round_trip_by_name_and_code(stage, q4, name, code, value):
+    stage.write("by_name", q4, value, 1, semantic=name)
+    stage.write("by_code", q4, value, 1, semantic=code)
+    stage.seal(1)
+    assert [g.semantic for g in stage.read(q4, ["by_name", "by_code"])] == [name, name]
+    assert stage.attribute_info("by_code")["semantic"] == name
+    np.testing.assert_array_equal(read_values(stage, q4, "by_name").reshape(value.shape), value)
+
+
+def test_connection_path_id_is_an_array_of_pairs(stage, q4):
+    rows = [np.array([[1, 2], [3, 4]], np.uint64), np.zeros((0, 2), np.uint64),
+            np.array([[5, 6]], np.uint64), np.array([[7, 8]], np.uint64)]
+    stage.write("conn", q4, rows, 1, semantic="connection_path_id")
+    stage.seal(1)
+    (g,) = stage.read(q4, ["conn"])
+    assert g.semantic == "connection_path_id" and g.is_array
+    with pytest.raises(kstage.InvalidArgument,
+                       match="semantic CONNECTION_PATH_ID needs an array column of uint64x2"):
+        stage.write("conn1", q4, np.zeros((4, 2), np.uint64), 2, semantic="connection_path_id")
+
+
+@pytest.mark.parametrize("name, bad", [
+    ("asset_path_id", np.zeros(4, np.uint64)),
+    ("path_expression_id", np.zeros(4, np.int64)),
+    ("relationship_path_id", np.zeros((4, 2), np.uint64)),
+    ("time_code", np.zeros(4, np.float32)),
+    ("frame", np.zeros((4, 3, 3), np.float64)),
+])
+def test_layout_semantics_refuse_other_layouts(stage, q4, name, bad):
+    with pytest.raises(kstage.InvalidArgument, match=f"semantic {name.upper()} needs"):
+        stage.write("x", q4, bad, 1, semantic=name)
+    assert stage.attributes() == []
+
+
 # ------------------------------------------------------------------------------------------------
 # The fixed-size layout: trailing axes fold into lanes; exports are (rows, lanes) or (rows,)
 # ------------------------------------------------------------------------------------------------
