@@ -113,6 +113,15 @@ kstage_status_t kstage_wait(kstage_stage_t stage, kstage_op_t op, uint64_t timeo
   });
 }
 
+kstage_status_t kstage_op_sync(kstage_stage_t stage, kstage_op_t op,
+                               kstage_device_sync_t consumer) {
+  return with_stage("kstage::op_sync", stage, [&](StageEntry& s) -> Status {
+    std::shared_ptr<core::Op> o;
+    KSTAGE_ASSIGN_OR_RETURN(o, lookup(s.ops, op, Kind::Op));
+    return s.engine->sync_op(*o, consumer);
+  });
+}
+
 kstage_status_t kstage_op_error(kstage_stage_t stage, kstage_op_t op, const char** message) {
   return with_stage(stage, [&](StageEntry& s) -> Status {
     KSTAGE_RETURN_NOT_OK(need(message, "message"));

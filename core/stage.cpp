@@ -42,6 +42,29 @@ Stage::~Stage() {
   }
 }
 
+void Op::add_work(Backend& b) {
+  if (b.synchronous() || std::find(devices.begin(), devices.end(), &b) != devices.end()) return;
+  devices.push_back(&b);
+  if (CompletionPtr c = b.record()) work.push_back(std::move(c));
+}
+
+Status Stage::sync_op(const Op& op, const kstage_device_sync_t& consumer) {
+  if (op.devices.empty())
+    return check_host_sync(consumer, "consumer",
+                           "the op has no device work (complete when the call that made it "
+                           "returned)");
+  if (consumer.event != 0 && op.devices.size() > 1)
+    return error(KSTAGE_INVALID_ARGUMENT,
+                 "consumer.event 0x%llx: the op's work ran on %zu devices, and one event cannot "
+                 "be recorded after all of them; pass consumer.stream (it waits for each)",
+                 (unsigned long long)consumer.event, op.devices.size());
+  // After all the work enqueued on each device so far, which includes the op's (as
+  // sync_consumer). Under the lock: enqueued in call order with the stage's other work.
+  std::lock_guard lock(mutex_);
+  for (Backend* b : op.devices) KSTAGE_RETURN_NOT_OK(b->record_into(consumer, "consumer"));
+  return Status::OK();
+}
+
 bool Op::done() const {
   for (const CompletionPtr& w : work)
     if (!w->done()) return false;

@@ -36,6 +36,12 @@ struct Op {
   kstage_status_t status = KSTAGE_OK;
   std::string message;
   std::vector<CompletionPtr> work;
+  // The device backends the op's work was enqueued on, once each, whether or not that work
+  // is complete yet (kstage_op_sync orders consumers after it there); none: a host op.
+  std::vector<Backend*> devices;
+  // Makes the work enqueued on `b` so far part of the op: its completion (none when done)
+  // and the device. A synchronous (host) backend adds nothing. [throws] as Backend::record.
+  void add_work(Backend& b);
   // A write with device index maps: their checks, reported once the work is done.
   std::shared_ptr<const WriteCheck> check;
   bool done() const;
@@ -161,6 +167,9 @@ class Stage {
   // Orders a consumer's {stream, event} after the work producing `g`'s data
   // (kstage_group_sync): host data takes {0, 0} only.
   Status sync_consumer(const ReadGroup& g, const kstage_device_sync_t& consumer);
+  // Orders a consumer's {stream, event} after the device work of `op` (kstage_op_sync): a
+  // host op takes {0, 0} only, an op on several devices no event.
+  Status sync_op(const Op& op, const kstage_device_sync_t& consumer);
 
  private:
   friend class MapSession;  // commits its groups

@@ -320,14 +320,7 @@ Result<std::shared_ptr<Op>> Stage::clone(uint64_t source, const PrimList& target
       }
       // The op completes when the source gathers are done: one event per device they ran on.
       auto op = std::make_shared<Op>();
-      std::vector<Backend*> recorded;
-      for (const ClonedColumn& cc : cloned) {
-        Backend& b = cc.column->backend();
-        if (b.synchronous() || std::find(recorded.begin(), recorded.end(), &b) != recorded.end())
-          continue;
-        recorded.push_back(&b);
-        if (CompletionPtr done = b.record()) op->work.push_back(std::move(done));
-      }
+      for (const ClonedColumn& cc : cloned) op->add_work(cc.column->backend());
       enqueue(batch);
       return op;
     } catch (const std::bad_alloc&) {

@@ -239,7 +239,7 @@ Result<std::shared_ptr<Op>> Stage::commit(MapSession& s, const std::vector<MapGr
   // its event (host buffers take {0, 0}).
   KSTAGE_RETURN_NOT_OK(s.backend->order_after(done_sync, "done_sync"));
   auto op = std::make_shared<Op>();
-  if (CompletionPtr c = s.backend->record()) op->work.push_back(std::move(c));
+  op->add_work(*s.backend);
   if (groups.empty()) return op;  // nothing filled: no trace, not even a schema
   std::lock_guard lock(mutex_);
   KSTAGE_RETURN_NOT_OK(check_floor(s.attribute, s.ordinal));

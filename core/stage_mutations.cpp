@@ -237,7 +237,7 @@ Result<std::shared_ptr<Op>> Stage::write(const PrimList& prims, const uint64_t* 
     const StagedWrite* first = staged.data();
     if (std::any_of(first, &w, [&](const StagedWrite& o) { return o.backend == w.backend; }))
       continue;  // recorded already
-    if (CompletionPtr c = w.backend->record()) op->work.push_back(std::move(c));
+    op->add_work(*w.backend);
   }
   for (StagedWrite& w : staged)
     if (w.keep) defer(op->work, std::move(w.keep));

@@ -627,8 +627,7 @@ Result<std::shared_ptr<Op>> Stage::compute_world_transforms(const kstage_transfo
   }
   // The kernel, after the seals that made what it reads (the backend's stream order).
   backend.world_transform(k);
-  if (!backend.synchronous())
-    if (CompletionPtr c = backend.record()) op->work.push_back(std::move(c));
+  op->add_work(backend);
   enqueue(batch);
   const Column* written = columns_.sole(world);
   next_state->world_serial = written ? written->serial() : 0;

@@ -682,6 +682,12 @@ module kstage_c
       integer(c_int64_t), value :: stage, op, timeout_ns
       integer(c_int32_t) :: status
     end function
+    function kstage_op_sync(stage, op, consumer) bind(C, name="kstage_op_sync") result(status)
+      import :: c_int32_t, c_int64_t, kstage_device_sync_t
+      integer(c_int64_t), value :: stage, op
+      type(kstage_device_sync_t), value :: consumer
+      integer(c_int32_t) :: status
+    end function
     function kstage_op_error(stage, op, message) bind(C, name="kstage_op_error") result(status)
       import :: c_int32_t, c_int64_t, c_ptr
       integer(c_int64_t), value :: stage, op

@@ -1225,6 +1225,33 @@ TEST_CASE("cpp: one View, or one row count, is one source row", "[cpp]") {
     for (uint64_t i = 0; i < g.tensor_count(); ++i) REQUIRE(g.tensor(i).shape[0] == 6);
 }
 
+TEST_CASE("cpp: Op::sync orders a consumer after the op's device work", "[cpp]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/opsync/p", 4);
+  kstage::Query q = s.query(ids);
+  const kstage_token_t t = s.token("t");
+  Kokkos::View<float*, Kokkos::HostSpace> v("v", 4);
+  kstage::WriteOptions o;
+  o.residency = kResidency;
+  kstage::Op op = s.write(t, q, v, 1, o);
+  if (kOnDevice) {
+    op.sync({1, 0});  // the legacy default stream waits for the write's copy out of `v`
+  } else {
+    op.sync({0, 0});  // a host op: complete, nothing to order
+    CPP_FAILS(op.sync({1, 0}), KSTAGE_INVALID_ARGUMENT, "consumer");
+    kstage::Status st;
+    op.sync({0, 1}, st);
+    REQUIRE(st.code() == KSTAGE_INVALID_ARGUMENT);
+  }
+  REQUIRE(op.wait());
+  kstage::Status st;
+  op.sync({0, 0}, st);
+  REQUIRE(st.ok());
+  op.reset();
+  op.sync({0, 0}, st);  // an empty Op: no such op
+  REQUIRE(st.code() == KSTAGE_INVALID_HANDLE);
+}
+
 TEST_CASE("cpp: group exports, group sync and map exports call through", "[cpp]") {
   kstage::Stage s = make_stage();
   const std::vector<kstage_path_t> ids = make_paths(s, "/ex/p", 4);

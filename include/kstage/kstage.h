@@ -275,7 +275,8 @@ enum {
  *   after the producer's `event` -- or, with event 0, after all work enqueued
  *   on `stream` so far -- with a stream wait, never a host block. The call
  *   returns at once; its op completes when kstage's copies out of the
- *   caller's tensors have run (kstage_wait).
+ *   caller's tensors have run (kstage_wait on the host; kstage_op_sync
+ *   orders a stream or records an event after them on the device).
  * - Read (`desc.device_sync`): a non-zero `event` is recorded after kstage's
  *   work that produces the groups' data; a non-zero `stream` is made to wait
  *   for that work. Each read group carries in `data.device_sync` the
@@ -1157,6 +1158,12 @@ KSTAGE_API kstage_status_t kstage_group_export_index_map(kstage_stage_t stage, k
  * stream must have finished (synchronised that stream, or an event recorded
  * after its reads) before it releases the group or runs an export's
  * deleter -- as with any DLPack producer.
+ *
+ * Writes and map commits have the same call for their producers:
+ * kstage_op_sync orders a producer's stream or event after the op's work,
+ * once the stage has consumed the producer's buffers (a write's staging
+ * copies have read them; an unmap's groups are ordered after done_sync), so
+ * the producer can reuse them without a host wait.
  */
 KSTAGE_API kstage_status_t kstage_group_sync(kstage_stage_t stage, kstage_group_t group,
                                              kstage_device_sync_t consumer);
@@ -1538,6 +1545,52 @@ KSTAGE_API kstage_status_t kstage_clone_range(kstage_stage_t stage, kstage_path_
  * the op failed with (its message from kstage_op_error).
  */
 KSTAGE_API kstage_status_t kstage_wait(kstage_stage_t stage, kstage_op_t op, uint64_t timeout_ns);
+/**
+ * \brief Order a consumer after an op's device work, on the device instead
+ * of the host (kstage_wait's counterpart, and kstage_group_sync's for writes
+ * and map commits): `consumer.stream` (kstage_device_sync_t's values) is made
+ * to wait for it, and a non-zero `consumer.event` is recorded after it --
+ * stream waits, never a host block. "After it" is after all the work the
+ * stage enqueued so far on each device the op's work ran on, which includes
+ * the op's (as for kstage_group_sync). Call it any time while the op handle
+ * is live, before or after the work completes (then the stream waits for
+ * nothing and the event completes at once).
+ *
+ * What the work is, so what the consumer is ordered after ("consumed"):
+ *   - a write (kstage_write_attribute(s)): the staging copies out of the
+ *     caller's tensors -- data, a device index map or mask -- have run. The
+ *     producer may then overwrite or free those buffers: the stage reads
+ *     them no more (its seal reads its own staged copy). A managed tensor
+ *     the write adopted (kstage_write_data_t::managed_tensors: memory the
+ *     stage keeps instead of copying) is excluded: it was the stage's from
+ *     the call on, is read until its write is sealed (or becomes the
+ *     column's storage) and is let go through its deleter, never by this
+ *     event; its producer must not reuse it, and the event says nothing about
+ *     it (the op's work is then the rest of the write's copies, if any);
+ *   - an unmap (kstage_unmap_group, kstage_unmap_attribute): the stage's
+ *     order after the producer's `done_sync` -- everything the producer
+ *     enqueued into the group's buffers has run, and the buffers are the
+ *     stage's alone (they were its memory from the map on; the seal reads
+ *     them);
+ *   - a clone: its source gathers; world transforms: the kernel; a delete:
+ *     nothing (host work).
+ * An op with no device work -- host data into a host column (a device
+ * source staged on the host is copied before the call returns), host map
+ * buffers, a delete -- is complete when the call that made it returned and
+ * takes {0, 0} (OK at once): anything else is KSTAGE_INVALID_ARGUMENT naming
+ * `consumer`. An op whose work ran on several devices (a batch of columns on
+ * different devices) orders `consumer.stream` after each; a non-zero
+ * `consumer.event` is then KSTAGE_INVALID_ARGUMENT (one event cannot be
+ * recorded after work on several devices). A consumer handle of a device
+ * the op did not touch is passed to the runtime as by kstage_group_sync: a
+ * stream may wait across devices; what the runtime refuses is
+ * KSTAGE_INVALID_ARGUMENT naming `consumer.stream` or `consumer.event`.
+ * It does not report the op's outcome (kstage_wait, kstage_op_error do): a
+ * failed device copy still completes the event. Errors: INVALID_HANDLE (op
+ * unknown or released), INVALID_ARGUMENT (above). (Added in 0.4.)
+ */
+KSTAGE_API kstage_status_t kstage_op_sync(kstage_stage_t stage, kstage_op_t op,
+                                          kstage_device_sync_t consumer);
 /** \brief The op's failure message ("" if it did not fail); valid until the op is released. */
 KSTAGE_API kstage_status_t kstage_op_error(kstage_stage_t stage, kstage_op_t op,
                                            const char** message);

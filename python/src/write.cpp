@@ -468,6 +468,15 @@ class Op {
     if (stage == 0) return !stage_->destroying;
     return without_gil([&] { return kstage_wait(stage, id_, 0); }) != KSTAGE_TIMEOUT;
   }
+  // kstage_op_sync: `stream` as read(stream=)'s (None or -1: none), `event` an event handle.
+  void sync(nb::handle stream, nb::handle event) {
+    if (id_ == 0) raise_error(KSTAGE_INVALID_HANDLE, "the op was released");
+    kstage_stage_t stage = stage_->live();
+    if (stage == 0) raise_error(KSTAGE_INVALID_HANDLE, "the op's stage was closed");
+    const kstage_device_sync_t consumer{stream_arg(stream, 0),
+                                        event.is_none() ? 0 : uintptr_t(to_uint64(event, "event"))};
+    check(without_gil([&] { return kstage_op_sync(stage, id_, consumer); }));
+  }
   std::string error() {
     if (id_ == 0) raise_error(KSTAGE_INVALID_HANDLE, "the op was released");
     const char* message = nullptr;
@@ -572,6 +581,12 @@ void register_write(nb::module_& m, nb::handle stage_class) {
            "Waits for the op's work (timeout in seconds; None: as long as it takes). True when "
            "done, "
            "False when the timeout ran out; raises the op's error if it failed.")
+      .def("sync", &Op::sync, nb::arg("stream") = nb::none(), nb::arg("event") = nb::none(),
+           "Orders a consumer after the op's device work, on the device (kstage_op_sync): "
+           "`stream` (None or -1: none; 1, 2 or a stream handle) waits for it, and `event` (an "
+           "event handle) is recorded after it -- for a write, its copies out of the caller's "
+           "arrays, which a device producer may then reuse without a host wait. A host op takes "
+           "neither (InvalidArgument).")
       .def_prop_ro("done", &Op::done)
       .def_prop_ro("error", &Op::error, "The op's failure message (\"\" if it did not fail).")
       .def("release", &Op::release,

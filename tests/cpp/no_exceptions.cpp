@@ -51,6 +51,8 @@ int main() {
   kstage::Op op = stage.write(pos, q, v, 1, o, st);
   CHECK_OK(st);
   CHECK(op.wait(st));
+  op.sync({0, 0}, st);  // kstage_op_sync: a host op takes {0, 0}
+  CHECK_OK(st);
   stage.seal(1, st);
   CHECK_OK(st);
 

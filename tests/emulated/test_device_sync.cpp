@@ -841,3 +841,134 @@ TEST_CASE("a device column written twice keeps every row", "[device][arena]") {
     REQUIRE(wrong == 0);
   }
 }
+
+// kstage_op_sync: a producer ordered, on the device, after the op's consumption of its buffers.
+TEST_CASE("kstage_op_sync orders a producer's stream and event after a write's copies",
+          "[device][sync][op_sync]") {
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(4);
+  kstage_token_t a = s.token("a");
+  DeviceFloats src(0, {1, 1, 1, 1});
+  const uintptr_t reuse = kstage_emulated_stream_create(0);  // the producer's next work
+  const uintptr_t consumed = kstage_emulated_event_create();
+  const uintptr_t after = kstage_emulated_event_create();
+  const std::vector<float> fresh = {5, 6, 7, 8};
+  finish_after_held_producer(
+      s, 0, src.p, fresh.data(), 4 * sizeof(float),
+      [&](kstage_device_sync_t sync) { return write_op(s, q, a, 1, src.t, sync); },
+      [&](kstage_op_t op, kstage_device_sync_t) {
+        // The write's copy waits for the held producer: the event and the stream wait too.
+        KS_OK(kstage_op_sync(s.stage, op, kstage_device_sync_t{reuse, consumed}));
+        kstage_emulated_event_record(after, reuse);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        REQUIRE(kstage_emulated_event_query(consumed) == 0);
+        REQUIRE(kstage_emulated_event_query(after) == 0);
+        REQUIRE(kstage_wait(s.stage, op, 0) == KSTAGE_TIMEOUT);
+      });
+  kstage_emulated_event_synchronize(consumed);
+  kstage_emulated_event_synchronize(after);
+  // The producer may now reuse its buffer: the seal reads the stage's own copy.
+  const std::vector<float> later = {0, 0, 0, 0};
+  kstage_emulated_memcpy(src.p, later.data(), 4 * sizeof(float));
+  s.seal(1);
+  REQUIRE(read_back(s, q, a).values == fresh);
+  kstage_emulated_event_destroy(after);
+  kstage_emulated_event_destroy(consumed);
+  kstage_emulated_stream_destroy(reuse);
+}
+
+TEST_CASE("kstage_op_sync after an unmap's producer, on a done op, and its refusals",
+          "[device][sync][op_sync][map]") {
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(4);
+  kstage_token_t a = s.token("a");
+  kstage_map_desc_t d = kstage_map_desc_init();
+  d.attribute = a;
+  d.dtype = f32();
+  kstage_map_t m = 0;
+  KS_OK(kstage_map_attribute(s.stage, q, &d, 1, nullptr, 0, &m));
+  kstage_map_group_info_t g{};
+  KS_OK(kstage_fetch_map_next(s.stage, m, 0, &g));
+  const uintptr_t consumed = kstage_emulated_event_create();
+  const std::vector<float> values = {4, 3, 2, 1};
+  kstage_op_t unmap = 0;
+  finish_after_held_producer(
+      s, 0, g.data.tensors[0].data, values.data(), 16,
+      [&](kstage_device_sync_t sync) {
+        KS_OK(kstage_unmap_group(s.stage, m, g.handle, sync, &unmap));
+        return unmap;
+      },
+      [&](kstage_op_t op, kstage_device_sync_t) {
+        KS_OK(kstage_op_sync(s.stage, op, kstage_device_sync_t{0, consumed}));
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        REQUIRE(kstage_emulated_event_query(consumed) == 0);  // the producer is held
+      });
+  kstage_emulated_event_synchronize(consumed);
+  KS_OK(kstage_release_map(s.stage, m));
+  s.seal(1);
+  REQUIRE(read_back(s, q, a).values == values);
+
+  // An op whose work is done: the event is recorded after nothing pending, and completes.
+  DeviceFloats src(0, {1, 2, 3, 4});
+  kstage_op_t op = write_op(s, q, a, 2, src.t);
+  KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
+  const uintptr_t done = kstage_emulated_event_create();
+  KS_OK(kstage_op_sync(s.stage, op, kstage_device_sync_t{0, done}));
+  kstage_emulated_event_synchronize(done);
+  REQUIRE(kstage_emulated_event_query(done) == 1);
+  KS_OK(kstage_op_sync(s.stage, op, kstage_device_sync_t{0, 0}));  // nothing to order
+  // A consumer stream of another device waits across devices (as kstage_group_sync's).
+  const uintptr_t other = kstage_emulated_stream_create(1);
+  KS_OK(kstage_op_sync(s.stage, op, kstage_device_sync_t{other, 0}));
+  kstage_emulated_stream_synchronize(other);
+  // Handles the device does not know, named; a released or unknown op.
+  KS_FAILS(kstage_op_sync(s.stage, op, kstage_device_sync_t{0, 0x7777}), KSTAGE_INVALID_ARGUMENT,
+           "consumer.event 0x7777");
+  KS_FAILS(kstage_op_sync(s.stage, op, kstage_device_sync_t{0x7777, 0}), KSTAGE_INVALID_ARGUMENT,
+           "consumer.stream 0x7777");
+  KS_OK(kstage_release_op(s.stage, op));
+  KS_FAILS(kstage_op_sync(s.stage, op, kstage_device_sync_t{0, done}), KSTAGE_INVALID_HANDLE, "op");
+  KS_FAILS(kstage_op_sync(s.stage, 0, kstage_device_sync_t{0, 0}), KSTAGE_INVALID_HANDLE, "op");
+  KS_FAILS(kstage_op_sync(0, unmap, kstage_device_sync_t{0, 0}), KSTAGE_INVALID_HANDLE, "stage");
+  KS_FAILS(kstage_op_sync(s.stage, unmap, kstage_device_sync_t{0, 0}), KSTAGE_INVALID_HANDLE,
+           "op");  // released by the scenario
+  kstage_emulated_stream_destroy(other);
+  kstage_emulated_event_destroy(done);
+  kstage_emulated_event_destroy(consumed);
+}
+
+TEST_CASE("kstage_op_sync: host ops take {0, 0}; an op on two devices takes a stream, no event",
+          "[device][sync][op_sync]") {
+  DeviceStage s(DLDevice{DLDeviceType(0), 0});  // each column where its data lives
+  kstage_query_t q = s.query(4);
+  const kstage_token_t h = s.token("h"), d0 = s.token("d0"), d1 = s.token("d1");
+  const uintptr_t stream = kstage_emulated_stream_create(0);
+  const uintptr_t event = kstage_emulated_event_create();
+  // Host data into a host column; a delete (of device data too): no device work.
+  std::vector<float> host = {1, 2, 3, 4};
+  int64_t shape[1] = {4};
+  kstage_op_t op = write_op(s, q, h, 1, tensor(host.data(), f32(), 1, shape));
+  KS_OK(kstage_op_sync(s.stage, op, kstage_device_sync_t{0, 0}));
+  KS_FAILS(kstage_op_sync(s.stage, op, kstage_device_sync_t{stream, 0}), KSTAGE_INVALID_ARGUMENT,
+           "consumer");
+  KS_FAILS(kstage_op_sync(s.stage, op, kstage_device_sync_t{0, event}), KSTAGE_INVALID_ARGUMENT,
+           "the op has no device work");
+  finish(s, op);
+  // One op writing a column on each device: a stream waits for both, an event cannot.
+  DeviceFloats a0(0, {1, 2, 3, 4}), a1(1, {5, 6, 7, 8});
+  const kstage_token_t attrs[2] = {d0, d1};
+  kstage_write_data_t w[2] = {write_data(&a0.t), write_data(&a1.t)};
+  KS_OK(kstage_write_attributes(s.stage, q, attrs, w, 2, 1, KSTAGE_PRIM_MODE_UPSERT, &op));
+  KS_OK(kstage_op_sync(s.stage, op, kstage_device_sync_t{stream, 0}));
+  KS_FAILS(kstage_op_sync(s.stage, op, kstage_device_sync_t{stream, event}),
+           KSTAGE_INVALID_ARGUMENT, "the op's work ran on 2 devices");
+  kstage_emulated_stream_synchronize(stream);
+  finish(s, op);
+  op = 0;
+  KS_OK(kstage_delete_attributes(s.stage, q, &d0, 1, 2, &op));
+  KS_FAILS(kstage_op_sync(s.stage, op, kstage_device_sync_t{stream, 0}), KSTAGE_INVALID_ARGUMENT,
+           "consumer");
+  finish(s, op);
+  kstage_emulated_event_destroy(event);
+  kstage_emulated_stream_destroy(stream);
+}

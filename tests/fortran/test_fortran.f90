@@ -180,9 +180,10 @@ contains
   end subroutine
 
   ! The semantics that fix a column's layout: their constants, a TIME_CODE, a FRAME and an
-  ! ASSET_PATH_ID column written and described, and a TIME_CODE of the wrong dtype refused.
+  ! ASSET_PATH_ID column written and described, and a TIME_CODE of the wrong dtype refused;
+  ! kstage_op_sync on a host op.
   subroutine test_semantics()
-    integer(int64) :: s, pair(2), q, tc, fr, asset
+    integer(int64) :: s, pair(2), q, tc, fr, asset, op
     real(real64) :: times(2), frames(4, 4, 2)
     real(real32) :: times32(2)
     integer(int64) :: assets(2, 2)
@@ -220,6 +221,16 @@ contains
     times32 = [1, 2]
     call kstage_write(s, q, tc, 2_int64, times32, semantic=KSTAGE_SEMANTIC_TIME_CODE, stat=st)
     call expect_failure(st, KSTAGE_INVALID_ARGUMENT, 'float32', 'semantics: a float32 TIME_CODE')
+    ! kstage_op_sync through its C interface: a delete is a host op, which takes {0, 0} only.
+    call check(kstage_delete_attributes(s, q, [asset], 1_int64, 2_int64, op) == KSTAGE_OK, &
+               'kstage_delete_attributes')
+    call check(kstage_op_sync(s, op, kstage_device_sync_t(0, 0)) == KSTAGE_OK, &
+               'kstage_op_sync: a host op, {0, 0}')
+    call check(kstage_op_sync(s, op, kstage_device_sync_t(1, 0)) == KSTAGE_INVALID_ARGUMENT, &
+               'kstage_op_sync: a host op, a stream')
+    call check(kstage_release_op(s, op) == KSTAGE_OK, 'kstage_release_op')
+    call check(kstage_op_sync(s, op, kstage_device_sync_t(0, 0)) == KSTAGE_INVALID_HANDLE, &
+               'kstage_op_sync: a released op')
     call kstage_close(s)
   end subroutine
 

@@ -413,6 +413,20 @@ def emulated_api():
     L.kstage_emulated_copy_counts.argtypes = [ctypes.c_int32, ctypes.POINTER(ctypes.c_uint64),
                                               ctypes.POINTER(ctypes.c_uint64)]
     L.kstage_emulated_copy_counts.restype = None
+    L.kstage_emulated_stream_create.argtypes = [ctypes.c_int32]
+    L.kstage_emulated_stream_create.restype = ctypes.c_size_t
+    L.kstage_emulated_stream_destroy.argtypes = [ctypes.c_size_t]
+    L.kstage_emulated_stream_destroy.restype = None
+    L.kstage_emulated_event_create.argtypes = []
+    L.kstage_emulated_event_create.restype = ctypes.c_size_t
+    L.kstage_emulated_event_destroy.argtypes = [ctypes.c_size_t]
+    L.kstage_emulated_event_destroy.restype = None
+    L.kstage_emulated_event_record.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
+    L.kstage_emulated_event_record.restype = None
+    L.kstage_emulated_event_query.argtypes = [ctypes.c_size_t]
+    L.kstage_emulated_event_query.restype = ctypes.c_int
+    L.kstage_emulated_event_synchronize.argtypes = [ctypes.c_size_t]
+    L.kstage_emulated_event_synchronize.restype = None
     return L
 
 

@@ -374,6 +374,37 @@ def test_slow_device_work_and_op_wait(dstage, emu):
     assert op.wait(10) is True and op.done
 
 
+def test_op_sync_orders_a_producer_after_the_write_on_the_device(dstage, emu):
+    # Op.sync (kstage_op_sync): the producer's event is recorded after the write's copies out of
+    # its array (on the device, no host wait): not complete while they run, complete after.
+    device_column(dstage)
+    event = emu.kstage_emulated_event_create()
+    stream = emu.kstage_emulated_stream_create(0)
+    try:
+        emu.kstage_emulated_set_kernel_delay_us(100_000)
+        op = dstage.write("pos", PATHS, DATA + 1, 2)
+        op.sync(stream=stream, event=event)
+        assert emu.kstage_emulated_event_query(event) == 0 and not op.done
+        emu.kstage_emulated_event_synchronize(event)
+        assert op.done  # the event is past the op's work
+        op.sync()  # nothing to order: fine
+        op.sync(stream=-1)
+        with pytest.raises(kstage.InvalidArgument, match="consumer.event"):
+            op.sync(event=0x7777)
+        op.release()
+        with pytest.raises(kstage.InvalidHandle):
+            op.sync(event=event)
+        # A host op takes no stream or event.
+        host = dstage.write("h", PATHS, DATA, 2)
+        host.sync()
+        with pytest.raises(kstage.InvalidArgument, match="consumer"):
+            host.sync(stream=stream)
+    finally:
+        emu.kstage_emulated_set_kernel_delay_us(0)
+        emu.kstage_emulated_stream_destroy(stream)
+        emu.kstage_emulated_event_destroy(event)
+
+
 def test_copied_write_keeps_the_array_until_the_op_is_done(dstage, emu):
     device_column(dstage)
     a = DATA + 5

@@ -210,6 +210,18 @@ class Op {
     return detail::throwing([&](Status& st) { return wait(timeout_ns, st); });
   }
 #endif
+  /// Orders a consumer's {stream, event} after the op's device work (kstage_op_sync): for a
+  /// write, its copies out of the producer's buffers, which the producer may reuse once the
+  /// consumer's stream or event is past them. A host op takes {0, 0} only.
+  void sync(kstage_device_sync_t consumer, Status& st) const {
+    detail::check(kstage_op_sync(h_.stage(), h_.get(), consumer), st);
+  }
+#if KSTAGE_CPP_EXCEPTIONS
+  /// As sync(kstage_device_sync_t, Status&) const, throwing kstage::Error on failure.
+  void sync(kstage_device_sync_t consumer) const {
+    detail::throwing([&](Status& st) { sync(consumer, st); });
+  }
+#endif
   /// Releases the op (after waiting for its work if it still holds the write's Views).
   void reset() noexcept {
     if (keep_ && h_) kstage_wait(h_.stage(), h_.get(), KSTAGE_TIMEOUT_INFINITE);
