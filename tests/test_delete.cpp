@@ -359,3 +359,37 @@ TEST_CASE("a prim with 300 attributes exists until its last attribute is deleted
   f.has_attribute_count = 1;
   REQUIRE(s.filtered(f) == std::vector<kstage_path_t>{other});
 }
+
+// kstage.h "Prims: lifetime and visibility": a prim exists while it holds an attribute (sealed);
+// queries see the sealed state; prim modes see the ledger at the write's ordinal.
+TEST_CASE("a prim exists while it holds an attribute; queries see the sealed state",
+          "[delete][lifetime]") {
+  Stage s(host_execution());
+  auto prims = s.paths("/life", 2);
+  kstage_query_t q = s.query(prims);
+  kstage_query_t first = s.query({prims[0]});
+  const kstage_token_t a = s.token("a"), b = s.token("b");
+  KS_OK(try_write(s, q, a, 1, {1.f, 2.f}));
+  KS_OK(try_write(s, first, b, 1, {3.f}));
+  // Unsealed: no query sees the prims, but INSERT at a later ordinal does.
+  REQUIRE(existing(s).empty());
+  KS_FAILS(try_write(s, first, a, 2, {9.f}, KSTAGE_PRIM_MODE_INSERT), KSTAGE_ALREADY_EXISTS,
+           "INSERT: prim '/life_0' (element 0) already exists");
+  s.seal(1);
+  REQUIRE(existing(s) == prims);
+  // Deleting one of two attributes keeps the prim; deleting the last one, one by one, ends it.
+  REQUIRE(s.remove(first, {a}, 2) == KSTAGE_OK);
+  s.seal(2);
+  REQUIRE(existing(s) == prims);
+  REQUIRE(s.remove(first, {b}, 3) == KSTAGE_OK);
+  REQUIRE(existing(s) == prims);  // the deletion is not sealed: still found
+  s.seal(3);
+  REQUIRE(existing(s) == std::vector<kstage_path_t>{prims[1]});
+  // Gone means gone: UPDATE refuses it, INSERT makes it again, and the path stays interned.
+  KS_FAILS(try_write(s, first, a, 4, {5.f}, KSTAGE_PRIM_MODE_UPDATE), KSTAGE_NOT_FOUND,
+           "'/life_0'");
+  REQUIRE(s.path("/life_0") == prims[0]);
+  KS_OK(try_write(s, first, a, 4, {5.f}, KSTAGE_PRIM_MODE_INSERT));
+  s.seal(4);
+  REQUIRE(existing(s) == prims);
+}

@@ -477,3 +477,31 @@ TEST_CASE("world transforms and clone with a name of several schemas", "[schemas
   REQUIRE(values[s.path("/T/a")] == std::pair<int, double>{32, 1});
   REQUIRE(values[s.path("/T/b")] == std::pair<int, double>{64, 2});
 }
+
+// Copy-on-write, not refusal: a FORCE write while a read group of its prims is held goes ahead,
+// and the held group keeps the values it was handed.
+TEST_CASE("a held read group keeps its values across a FORCE write", "[schemas]") {
+  Stage s(host_execution());
+  auto prims = s.paths("/h", 2);
+  kstage_query_t q = s.query(prims);
+  kstage_token_t m = s.token("m");
+  KS_OK(write_as(s, q, m, 1, {1, 2}, f32()));
+  s.seal(1);
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, q, &m, 1, nullptr, &r));
+  kstage_read_group_t held{};
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &held));
+  KS_OK(write_as(s, q, m, 2, {10, 20}, f64(), KSTAGE_SEMANTIC_NONE, KSTAGE_ATTRIBUTE_MODE_FORCE));
+  s.seal(2);
+  // Rows reused by a later float32 write must not show through the held group either.
+  KS_OK(write_as(s, s.query({s.path("/h_other")}), m, 3, {99}, f32()));
+  s.seal(3);
+  const Group g = Stage::copy_group(held);
+  REQUIRE(g.dtype.bits == 32);
+  REQUIRE(value_of(g, 0) == 1);
+  REQUIRE(value_of(g, 1) == 2);
+  KS_OK(kstage_release_group(s.stage, held.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  auto values = sealed(s, q, m);
+  REQUIRE(values[prims[0]] == std::pair<int, double>{64, 10});
+}

@@ -101,7 +101,8 @@ TEST_CASE("each layout-fixing semantic is written and read back, fixed and array
     KS_OK(kstage_attribute_info(s.stage, attr, &info));
     REQUIRE(info.semantic == l.semantic);
   }
-  // A second write with the same semantic fits the column; another semantic does not.
+  // A second write with the same semantic fits the column; another semantic does not, for the
+  // prims that hold it (one value per prim and name).
   std::vector<double> f(32, 1.0);
   int64_t shape[1] = {2};
   DLTensor t = tensor(f.data(), f64(16), 1, shape);
@@ -110,7 +111,8 @@ TEST_CASE("each layout-fixing semantic is written and read back, fixed and array
   KS_OK(s.write(q, s.token("FRAME_fixed"), 2, w));
   w.semantic = KSTAGE_SEMANTIC_MATRIX;
   KS_FAILS(s.write(q, s.token("FRAME_fixed"), 3, w), KSTAGE_INVALID_ARGUMENT,
-           "semantic MATRIX does not match column 'FRAME_fixed' semantic FRAME");
+           "holds 'FRAME_fixed' as float64x16 FRAME (the pending write at ordinal 2): the "
+           "write's semantic MATRIX does not match its semantic FRAME");
 }
 
 TEST_CASE("a write whose layout does not fit its semantic is refused, naming both",
@@ -203,7 +205,8 @@ TEST_CASE("a map creates a column of a layout-fixing semantic", "[semantic][map]
   s.seal(1);
   d.semantic = KSTAGE_SEMANTIC_POINT;
   KS_FAILS(kstage_map_attribute(s.stage, q, &d, 2, nullptr, 0, &m), KSTAGE_INVALID_ARGUMENT,
-           "semantic POINT does not match column 'time' semantic TIME_CODE");
+           "holds 'time' as float64 TIME_CODE: the write's semantic POINT does not match its "
+           "semantic TIME_CODE");
   auto groups = s.read(q, {tc});
   REQUIRE(groups.size() == 1);
   REQUIRE(groups[0].semantic == KSTAGE_SEMANTIC_TIME_CODE);

@@ -906,6 +906,26 @@ KSTAGE_API kstage_status_t kstage_path_list_release(kstage_stage_t stage, kstage
 /* Queries                                                                   */
 /* ------------------------------------------------------------------------- */
 
+/*
+ * Prims: lifetime and visibility. A path exists as a name from the moment it
+ * is interned; a *prim* exists while it holds at least one attribute. It
+ * appears when a write giving it its first attribute is sealed and disappears
+ * when a seal removes its last one (kstage_delete_attributes of every
+ * attribute it holds, or n = 0); a FORCE write that moves it to another schema
+ * keeps it in existence throughout. There is no empty prim: a prim that holds
+ * nothing is gone, so a later INSERT of it succeeds.
+ *   - Queries over existing prims (kstage_query_filter, kstage_query_filter_ex,
+ *     the hierarchy) see the latest sealed state only, as reads do: a prim
+ *     whose first write is not sealed is not found; one whose deletion is not
+ *     sealed still is.
+ *   - Prim modes see the ledger: INSERT and UPDATE judge a target at the
+ *     write's ordinal, the sealed state plus the mutations submitted before it
+ *     at or below that ordinal (an unsealed INSERT makes a second INSERT of the
+ *     same prim at a later ordinal ALREADY_EXISTS).
+ * ovstage keeps a prim after its last attribute and counts unsealed prims in
+ * queries; docs/from-ovstage.md has the differences and the reasons.
+ */
+
 /** \brief A query over explicit paths, in this order; they may name prims that do not exist yet.
  * Duplicates are rejected. */
 KSTAGE_API kstage_status_t kstage_query_paths(kstage_stage_t stage, const kstage_path_t* paths,
