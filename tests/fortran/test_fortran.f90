@@ -985,6 +985,31 @@ contains
     call kstage_map_open(stage, qall, mapped, 43_int64, kstage_dtype(kDLInt, 32, 3), map, &
                          semantic=KSTAGE_SEMANTIC_VECTOR, stat=stat)
     call expect_failure(stat, KSTAGE_INVALID_ARGUMENT, 'dtype', 'map: another dtype for a column')
+
+    ! No dtype and no semantic: the column's (float32 x 3, VECTOR).
+    call kstage_map_open(stage, qall, mapped, 43_int64, kstage_dtype(0, 0, 0), map)
+    do while (kstage_map_next(stage, map, g))
+      call check(g%semantic == KSTAGE_SEMANTIC_VECTOR, 'map: an unset dtype takes the column''s')
+      call kstage_values(g, buffer)
+      buffer = 7
+    end do
+    call kstage_map_commit(stage, map)
+    call kstage_seal(stage, 43_int64)
+    call read_float3(stage, qall, mapped, got)
+    call check(all(got == 7), 'map: an unset dtype maps the existing column')
+    ! FORCE: the prims take the int32 x 3 schema at 44; one group, of int32.
+    call kstage_write(stage, qall, mapped, 44_int64, int(got, int32), &
+                      attribute_mode=KSTAGE_ATTRIBUTE_MODE_FORCE)
+    call kstage_seal(stage, 44_int64)
+    call kstage_read_open(stage, qall, [mapped], read)
+    count = 0
+    do while (kstage_read_next(stage, read, g))
+      call check(g%dtype%code == kDLInt .and. g%prim_count == n, 'write: FORCE replaces a schema')
+      count = count + 1
+      call kstage_group_release(stage, g)
+    end do
+    call kstage_read_close(stage, read)
+    call check(count == 1, 'write: FORCE leaves one group')
   end subroutine
 
   ! The layer's own errors and kstage's, through stat, with messages that name the input.
