@@ -452,6 +452,47 @@ TEST_CASE("cpp: index_map, mask, count and mode options", "[cpp]") {
   REQUIRE(read_floats(s, q, t) == std::vector<float>{-1, -2, 9, 0, 54});
 }
 
+// WriteOptions::attribute_mode and MapOptions::attribute_mode, Stage::attribute_schemas: a name
+// held in two schemas, a prim's schema replaced with FORCE (kstage_attribute_mode_t).
+TEST_CASE("cpp: attribute_mode FORCE replaces a prim's schema; attribute_schemas lists them",
+          "[cpp][schemas]") {
+  kstage::Stage s = make_stage();
+  const std::vector<kstage_path_t> ids = make_paths(s, "/sch/p", 2);
+  kstage::Query a = s.query({ids[0]});
+  kstage::Query b = s.query({ids[1]});
+  const kstage_token_t m = s.token("m");
+  Kokkos::View<float*, Kokkos::HostSpace> f("f", 1);
+  Kokkos::View<double*, Kokkos::HostSpace> d("d", 1);
+  s.write(m, a, f, 1).wait();
+  s.write(m, b, d, 1).wait();  // another prim: another schema, a column of its own
+  s.seal(1);
+  std::vector<kstage_attribute_info_t> schemas = s.attribute_schemas(m);
+  REQUIRE(schemas.size() == 2);
+  REQUIRE(schemas[0].dtype.bits == 32);
+  REQUIRE(schemas[1].dtype.bits == 64);
+  CPP_FAILS(s.write(m, a, d, 2), KSTAGE_INVALID_ARGUMENT, "holds 'm' as float32 NONE");
+  kstage::WriteOptions force;
+  force.attribute_mode = KSTAGE_ATTRIBUTE_MODE_FORCE;
+  s.write(m, a, d, 2, force).wait();
+  s.seal(2);
+  schemas = s.attribute_schemas(m);
+  REQUIRE(schemas[0].prim_count == 0);
+  REQUIRE(schemas[1].prim_count == 2);
+  REQUIRE(s.attribute_info(m).schema_count == 2);
+  // A map with FORCE back to float32 (MapOptions::attribute_mode).
+  kstage::MapOptions mo;
+  mo.attribute_mode = KSTAGE_ATTRIBUTE_MODE_FORCE;
+  kstage::Map map = s.map(b, m, 3, kstage::dtype_of<float>(), mo);
+  for (auto& g : map) {
+    const float five = 5.f;
+    REQUIRE(g.prims().size() == 1);
+    kstage_test::host_write(g.tensor(0).data, &five, sizeof(float), g.tensor(0).device);
+  }
+  map.commit().wait();
+  s.seal(3);
+  REQUIRE(s.attribute_schemas(m)[0].prim_count == 1);
+}
+
 // WriteOptions::index_map64 and device_index_map64: int64 index maps (torch's, most codes'),
 // from a View or a span, handed to the C API as index_map64.
 TEST_CASE("cpp: index_map64 and device_index_map64 take int64 index maps", "[cpp]") {

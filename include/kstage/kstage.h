@@ -243,7 +243,8 @@ enum {
   KSTAGE_ATTRIBUTE_MODE_REJECT = 0,
   /** The prim's value is replaced, schema and all: at the write's ordinal the prim loses the
    * attribute in its old schema's column (a change range shows that as a deletion) and holds the
-   * new value in the written schema's column. */
+   * new value in the written schema's column. The prim exists throughout. Read groups held
+   * across it keep the values they were handed (copy-on-write: nothing is refused for them). */
   KSTAGE_ATTRIBUTE_MODE_FORCE = 1
 };
 

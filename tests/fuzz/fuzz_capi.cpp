@@ -298,6 +298,7 @@ struct DescSpec {
   uint32_t struct_size = sizeof(kstage_write_data_t);
   size_t nonzero_extra = 0;  // 1-based byte past sizeof set to non-zero (0: none)
   int reserved_index = -1;
+  uint8_t attribute_mode = 0;  // REJECT; now and then FORCE, or a value that is neither
   kstage_semantic_t semantic = 0;
   bool managed = false, set_both = false, set_neither = false;
   bool legacy = false;  // managed, through legacy_managed_tensors
@@ -1233,7 +1234,9 @@ struct State {
     d.legacy = d.managed && chance(30);
     d.set_both = chance(2);
     d.set_neither = chance(2);
-    d.reserved_index = chance(3) ? in.ConsumeIntegralInRange<int>(0, 6) : -1;
+    d.reserved_index = chance(3) ? in.ConsumeIntegralInRange<int>(0, 5) : -1;
+    d.attribute_mode =
+        chance(10) ? KSTAGE_ATTRIBUTE_MODE_FORCE : (chance(2) ? in.ConsumeIntegral<uint8_t>() : 0);
     // logical count
     if (chance(25) && qprims > 0) d.count = in.ConsumeIntegralInRange<uint64_t>(1, qprims);
     else if (chance(3))
@@ -1323,6 +1326,7 @@ struct State {
       k.is_array = d.is_array;
       k.tensor_count = d.tensor_count;
       if (d.reserved_index >= 0) k.reserved[d.reserved_index] = 1;
+      k.attribute_mode = d.attribute_mode;
       if (d.use_index_map) k.index_map = d.index_map.data();
       if (d.use_mask) k.mask = d.mask.data();
       std::vector<DLTensor>& ts = m.tensors[i];
@@ -1822,7 +1826,8 @@ struct State {
           DLDevice{chance(50) ? kDLCUDA : kDLCPU, in.ConsumeIntegralInRange<int32_t>(0, 2)};
     d.max_group_prims =
         chance(70) ? 0 : (chance(90) ? in.ConsumeIntegralInRange<uint64_t>(1, 4) : kU64Max);
-    if (chance(3)) d.reserved[in.ConsumeIntegralInRange<int>(0, 6)] = 1;
+    if (chance(3)) d.reserved[in.ConsumeIntegralInRange<int>(0, 5)] = 1;
+    if (chance(10)) d.attribute_mode = chance(80) ? KSTAGE_ATTRIBUTE_MODE_FORCE : 2;
     std::vector<uint64_t> counts;
     uint64_t n = 0;
     bool null_counts = true;
