@@ -154,9 +154,10 @@ Status Stage::check_schema_conflicts(StagedRows& rows, uint64_t attribute, const
     }
     return Status::OK();
   };
-  for (const auto& [k, m] : pending_) {
+  for (const auto& entry : pending_) {
+    const Mutation& m = entry.second;  // (a reference, not a binding: the lambdas capture it)
     if (m.ordinal <= floor || !m.targets(attribute)) continue;
-    if (!placed && !(k < key)) KSTAGE_RETURN_NOT_OK(place());
+    if (!placed && !(entry.first < key)) KSTAGE_RETURN_NOT_OK(place());
     if (m.kind != Mutation::Kind::Write) {
       visit(m, [&](size_t i) { holder[i] = nullptr; });
       continue;
