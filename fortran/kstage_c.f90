@@ -252,6 +252,33 @@ module kstage_c
       integer(c_int32_t) :: status
     end function
 
+    ! Logging (kstage.h, "Logging"). The callback is a bind(C) subroutine taken with c_funloc:
+    !   subroutine on_log(severity, channel, message, user_data) bind(C)
+    !     integer(c_int32_t), value :: severity
+    !     type(c_ptr), value :: channel, message, user_data   ! NUL-terminated: kstage_string()
+    ! c_null_funptr removes the callback. Leave channel_filter absent for none; pass a string
+    ! with c_null_char appended otherwise.
+    function kstage_set_log_callback(callback, user_data, threshold, channel_filter) &
+        bind(C, name="kstage_set_log_callback") result(status)
+      import :: c_int32_t, c_funptr, c_ptr, c_char
+      type(c_funptr), value :: callback
+      type(c_ptr), value :: user_data
+      integer(c_int32_t), value :: threshold
+      character(kind=c_char), intent(in), optional :: channel_filter(*)
+      integer(c_int32_t) :: status
+    end function
+    function kstage_flush_log() bind(C, name="kstage_flush_log") result(status)
+      import :: c_int32_t
+      integer(c_int32_t) :: status
+    end function
+    function kstage_log_message(severity, channel, message) bind(C, name="kstage_log_message") &
+        result(status)
+      import :: c_int32_t, c_char
+      integer(c_int32_t), value :: severity
+      character(kind=c_char), intent(in) :: channel(*), message(*)   ! NUL-terminated
+      integer(c_int32_t) :: status
+    end function
+
     ! Dictionary
     function kstage_intern_token(stage, str, length, token) bind(C, name="kstage_intern_token") &
         result(status)

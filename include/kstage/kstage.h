@@ -799,6 +799,149 @@ KSTAGE_API kstage_status_t kstage_transfer_counts(uint64_t* host_to_device,
                                                   uint64_t* index_uploads);
 
 /* ------------------------------------------------------------------------- */
+/* Logging                                                                   */
+/* ------------------------------------------------------------------------- */
+
+/**
+ * \brief How serious a log message is; also a threshold ("this and more
+ * serious"). Ordered: a message is delivered when its severity is >= the
+ * threshold that applies to its channel.
+ */
+typedef int32_t kstage_log_severity_t;
+enum {
+  KSTAGE_LOG_DEBUG = 0,   /**< detail for finding out why: a stage created or destroyed */
+  KSTAGE_LOG_INFO = 1,    /**< what kstage chose where the caller may care (a slower path) */
+  KSTAGE_LOG_WARNING = 2, /**< something went wrong that no call reports (a failure dropped
+                               on a cleanup path), or a deprecated call */
+  KSTAGE_LOG_ERROR = 3,   /**< a failure (a device fault), also reported by the calls it fails */
+  KSTAGE_LOG_OFF = 4      /**< a threshold only, never a message's severity: deliver nothing */
+};
+
+/**
+ * \brief The channels kstage's messages come on (`channel` of
+ * ::kstage_log_callback_t, and the names a filter takes):
+ *   - `"stage"`: a stage's life (created, destroyed; DEBUG);
+ *   - `"device"`: a device's runtime: a device fault (ERROR, naming the
+ *     runtime, the device and the runtime's error), a fallback from a device
+ *     path to a host one (the host waiting for a producer's event where the
+ *     device would have, because the runtime reads pageable memory at the
+ *     call; INFO) or to a slower one (no stream-ordered memory pools, plain
+ *     allocations; WARNING);
+ *   - `"adios2"`: the ADIOS2 bridge (libkstage_adios2): an attribute of a
+ *     device column that a step takes through host memory because the engine
+ *     takes no device buffers (INFO), and what an ADIOS2 engine reports on a
+ *     path that cannot fail the call, such as ending a step after an earlier
+ *     failure or closing a stream after a failed restart (WARNING);
+ *   - `"api"`: the C API itself: a deprecated call (WARNING, once per
+ *     function and process; kstage has no deprecated function today), and
+ *     the logger's own notices (messages dropped because the callback fell
+ *     behind; WARNING).
+ * Messages name what they are about: the stage handle, the attribute, the
+ * device ("emulated device 0", "CUDA device 1"). Their text is for people
+ * and may change in any release; the channels and severities above only
+ * gain entries.
+ */
+#define KSTAGE_LOG_CHANNELS "stage,device,adios2,api"
+
+/**
+ * \brief A log callback (kstage_set_log_callback).
+ * \param severity the message's severity (never KSTAGE_LOG_OFF).
+ * \param channel one of the channel names above, NUL-terminated; a static
+ *   string (the pointer stays valid for the process's life).
+ * \param message the message, UTF-8, NUL-terminated, with no trailing
+ *   newline; valid only during the call.
+ * \param user_data the pointer given to kstage_set_log_callback.
+ */
+typedef void (*kstage_log_callback_t)(kstage_log_severity_t severity, const char* channel,
+                                      const char* message, void* user_data);
+
+/**
+ * \brief Install the process's log callback (one per process; this replaces
+ * the previous one), or remove it (`callback` NULL).
+ *
+ * Which messages: a message on channel C is delivered when its severity is
+ * >= the level `channel_filter` gives C, or, for a channel the filter does
+ * not name, >= `threshold`. `channel_filter` (host, NUL-terminated; NULL
+ * or "" names no channel) is a comma-separated list of `<channel>=<level>`
+ * entries: `<channel>` one of KSTAGE_LOG_CHANNELS, `<level>` one of
+ * `debug`, `info`, `warning` (or `warn`), `error`, `off`, both
+ * case-insensitive, spaces around names ignored; a later entry for a channel
+ * replaces an earlier one. E.g. threshold KSTAGE_LOG_WARNING with
+ * "device=debug,stage=off". Every setting is checked before anything
+ * changes: a threshold outside DEBUG..OFF, or a malformed filter entry (no
+ * `=`, an unknown channel or level, an empty entry), is
+ * KSTAGE_INVALID_ARGUMENT naming the entry, and the previous setting stays.
+ *
+ * Delivery rules:
+ * - Messages are delivered on one kstage thread, in the order they were
+ *   emitted, one at a time: the callback is never called concurrently with
+ *   itself, and never while kstage holds any of its locks. Emitting a message
+ *   never waits for its delivery, so a message costs the code that emits it
+ *   only its formatting; when no callback admits a message's channel and
+ *   severity (the default), checking costs one atomic load and nothing is
+ *   formatted.
+ * - Messages emitted before this call returns go to the setting in force when
+ *   they are delivered, filtered again by it; this call first delivers those
+ *   already queued (as kstage_flush_log) and, once it returns, the previous
+ *   callback is never called again and is not running (unless this call is
+ *   made by that callback itself: then the change applies from the next
+ *   message).
+ * - The callback may call any kstage function, including
+ *   kstage_set_log_callback and kstage_flush_log (which then returns at once:
+ *   it cannot wait for the delivery it is part of). The messages such calls
+ *   emit are delivered after the callback returns.
+ * - The callback must not throw (in C++) or longjmp out; kstage does not
+ *   catch what a C callback does. It should return soon: while it runs,
+ *   later messages wait (at most 65536 of them; beyond that they are dropped
+ *   and counted, and an "api" WARNING says how many).
+ * - Without a callback, messages go to stderr when KSTAGE_LOG asks for them
+ *   (below), one line each: `kstage [<level>] <channel>: <message>`.
+ *
+ * KSTAGE_LOG (environment variable, read once, at the first kstage call
+ * that creates a stage or touches the log): the same grammar as
+ * `channel_filter`, plus one entry that is a level alone and sets the
+ * threshold (default `off`): "warning", "info,device=debug", "off,adios2=info".
+ * It applies while no callback is installed, writing to stderr. A value that
+ * does not parse is reported once on stderr ("kstage: KSTAGE_LOG=...
+ * ignored: ...") and otherwise ignored (nothing is logged); it never aborts.
+ *
+ * At process exit kstage waits up to one second for the messages still
+ * queued; to be sure of them, call kstage_flush_log before exit, and remove
+ * the callback before unloading what it needs.
+ * \param callback the new callback, or NULL to remove it (back to KSTAGE_LOG).
+ * \param user_data passed to every call of `callback`; kstage never reads it.
+ * \param threshold KSTAGE_LOG_DEBUG .. KSTAGE_LOG_OFF, for the channels
+ *   `channel_filter` does not name (ignored when `callback` is NULL).
+ * \param channel_filter per-channel levels (ignored when `callback` is NULL).
+ * (Added in 0.4.)
+ */
+KSTAGE_API kstage_status_t kstage_set_log_callback(kstage_log_callback_t callback, void* user_data,
+                                                   kstage_log_severity_t threshold,
+                                                   const char* channel_filter);
+/**
+ * \brief A barrier: when it returns, every message emitted before the call
+ * (by any thread) has been delivered -- its callback call has returned, or
+ * its line is written to stderr -- and no delivery is in progress. Called
+ * by the log callback itself, it returns KSTAGE_OK at once (see
+ * kstage_set_log_callback). (Added in 0.4.)
+ */
+KSTAGE_API kstage_status_t kstage_flush_log(void);
+/**
+ * \brief Emit a message on one of kstage's channels, as kstage's own layers
+ * do (the ADIOS2 bridge, the Python and Fortran layers); an application may
+ * use it to put its own notes in the same stream. Delivered as any other
+ * message: when the setting in force admits `channel` and `severity`.
+ * \param severity KSTAGE_LOG_DEBUG .. KSTAGE_LOG_ERROR.
+ * \param channel one of KSTAGE_LOG_CHANNELS (host, NUL-terminated).
+ * \param message host, NUL-terminated; copied.
+ * \return KSTAGE_INVALID_ARGUMENT for another severity or channel, or a NULL
+ * message; KSTAGE_OK otherwise, whether or not the message is delivered.
+ * (Added in 0.4.)
+ */
+KSTAGE_API kstage_status_t kstage_log_message(kstage_log_severity_t severity, const char* channel,
+                                              const char* message);
+
+/* ------------------------------------------------------------------------- */
 /* Dictionary                                                                */
 /* ------------------------------------------------------------------------- */
 
