@@ -39,6 +39,17 @@ void check(kstage_status_t status, const char* what);
 kstage_status_t guard(const std::function<void()>& body) noexcept;
 // The failure the exception being handled stands for (ADIOS2's own exceptions: OP_FAILED).
 Failure current_failure() noexcept;
+// A message on kstage's "adios2" log channel (kstage_log_message): what the bridge would
+// otherwise say nowhere. Never throws.
+void note(kstage_log_severity_t severity, const char* format, ...) noexcept
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+// What an ADIOS2 call on a cleanup path threw, which the call cannot report (it is already
+// failing, or has nothing to fail): a WARNING on the "adios2" channel naming `what`. Call it
+// inside a catch block.
+void note_swallowed(const char* what) noexcept;
 
 // A descriptor the caller fills (kstage_adios2_open_desc_t, kstage_adios2_step_desc_t), by
 // kstage.h's struct_size rule: its first released layout is this header's whole struct (0.4), so
@@ -264,6 +275,17 @@ inline bool takes_device_memory(DLDevice device) {
 #endif
   (void)device;
   return false;
+}
+
+// A DLPack device type for messages: its enumerator's name ("kDLCUDA"), or its number.
+inline std::string device_type_text(int32_t type) {
+  switch (type) {
+    case kDLCUDA: return "kDLCUDA";
+    case kDLROCM: return "kDLROCM";
+    case kDLCUDAManaged: return "kDLCUDAManaged";
+    case kDLExtDev: return "kDLExtDev";
+    default: return "device type " + std::to_string(type);
+  }
 }
 
 template <class T>

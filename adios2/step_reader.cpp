@@ -730,6 +730,7 @@ extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
             try {
               s.engine.EndStep();
             } catch (...) {
+              note_swallowed("kstage_adios2_read_step: ending the step after a failure");
             }
           }
         }

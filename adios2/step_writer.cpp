@@ -325,6 +325,16 @@ void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query,
   for (AttributeStep& a : steps) {
     a.on_device = device_puts && !a.info.is_array && takes_device_memory(a.info.residency);
     (a.on_device ? on_device : on_host).push_back(a.token);
+    if (!a.on_device && a.info.residency.device_type != kDLCPU)  // the device path not taken
+      note(KSTAGE_LOG_INFO,
+           "kstage_adios2_write_step: attribute '%s' on %s device %d goes through host "
+           "memory: %s",
+           a.name.c_str(), device_type_text(a.info.residency.device_type).c_str(),
+           int(a.info.residency.device_id),
+           a.info.is_array       ? "an array column is always read to the host"
+           : !kTakesDeviceMemory ? "this ADIOS2 was built without GPU support"
+           : !device_puts        ? "the stream's engine takes no device buffers"
+                                 : "this ADIOS2 takes no memory of that device");
   }
   std::vector<std::vector<kstage_read_group_t>> groups(steps.size());
   auto read = [&](const std::vector<kstage_token_t>& which, bool device) {
@@ -661,6 +671,7 @@ void put_step(Stream& s, StepData& data, const Placement& p, const kstage_adios2
     try {
       s.engine.EndStep();
     } catch (...) {
+      note_swallowed("kstage_adios2_write_step: ending the step after a failed put");
     }
     throw;
   }

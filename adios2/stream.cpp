@@ -54,6 +54,21 @@ Failure current_failure() noexcept {
   }
 }
 
+void note(kstage_log_severity_t severity, const char* format, ...) noexcept {
+  char buffer[2048];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buffer, sizeof buffer, format, args);
+  va_end(args);
+  (void)kstage_log_message(severity, "adios2", buffer);
+}
+
+void note_swallowed(const char* what) noexcept {
+  const Failure f = current_failure();
+  note(KSTAGE_LOG_WARNING, "%s failed, which nothing else reports: %s", what,
+       f.message.empty() ? "out of memory" : f.message.c_str());
+}
+
 kstage_status_t guard(const std::function<void()>& body) noexcept {
   try {
     body();
@@ -233,6 +248,9 @@ void checkpoint_with(kstage_stage_t stage, const char* path, Collective& ranks, 
   if (s != 0) {
     const kstage_status_t closed = kstage_adios2_close(s);
     if (st == KSTAGE_OK) st = closed;
+    else if (closed != KSTAGE_OK)
+      note(KSTAGE_LOG_WARNING, "%s: closing '%s' after a failed write also failed: %s", what, path,
+           last_message.c_str());
   }
   if (st != KSTAGE_OK) throw Failure{st, message.empty() ? last_message : message};
 }
@@ -271,7 +289,11 @@ void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, Col
     last_message = std::string(what) + ": '" + path + "' has no steps";
   }
   const std::string message = st == KSTAGE_END_OF_ITERATION ? "" : last_message;
-  if (s != 0) kstage_adios2_close(s);
+  if (s != 0 && kstage_adios2_close(s) != KSTAGE_OK)
+    note(KSTAGE_LOG_WARNING,
+         "%s: closing '%s' after reading it failed, which nothing else "
+         "reports: %s",
+         what, path, last_message.c_str());
   if (st != KSTAGE_END_OF_ITERATION) throw Failure{st, message};
   if (ordinal) *ordinal = last;
 }

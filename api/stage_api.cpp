@@ -4,6 +4,8 @@
 #include "api/guard.hpp"
 #include "api/handles.hpp"
 #include "core/backend.hpp"
+#include "core/dtype.hpp"
+#include "core/log.hpp"
 #include "core/transfer_counts.hpp"
 
 namespace kstage::capi {
@@ -97,6 +99,7 @@ kstage_status_t kstage_build_info(const char** text) {
 }
 
 kstage_status_t kstage_create(const kstage_config_t* config, kstage_stage_t* stage) {
+  core::log::init_once();  // KSTAGE_LOG is read here at the latest: a bad value is said early
   return guard("kstage::create", [&]() -> Status {
     KSTAGE_RETURN_NOT_OK(need(stage, "stage"));
     kstage_config_t c = kstage_config_init();  // NULL: the defaults
@@ -110,6 +113,13 @@ kstage_status_t kstage_create(const kstage_config_t* config, kstage_stage_t* sta
     auto entry = std::make_shared<StageEntry>();
     KSTAGE_ASSIGN_OR_RETURN(entry->engine, core::Stage::create(c));
     *stage = register_stage(std::move(entry));
+    static const char* const kExec[] = {"default", "serial", "parallel"};
+    KSTAGE_LOG_AT(Stage, KSTAGE_LOG_DEBUG, "stage %llu created: residency %s:%d, host execution %s",
+                  (unsigned long long)*stage,
+                  c.residency.device_type == 0 ? "where the data lives"
+                                               : core::device_type_name(c.residency.device_type),
+                  int(c.residency.device_id),
+                  c.host_execution >= 0 && c.host_execution <= 2 ? kExec[c.host_execution] : "?");
     return Status::OK();
   });
 }
@@ -120,6 +130,7 @@ kstage_status_t kstage_destroy(kstage_stage_t stage) {
       return error(KSTAGE_INVALID_HANDLE,
                    "stage handle %llu is not a live stage (already destroyed?)",
                    (unsigned long long)stage);
+    KSTAGE_LOG_AT(Stage, KSTAGE_LOG_DEBUG, "stage %llu destroyed", (unsigned long long)stage);
     return Status::OK();
   });
 }

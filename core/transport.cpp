@@ -6,6 +6,7 @@
 #include "core/device_sync.hpp"
 #include "core/dtype.hpp"
 #include "core/kernels/copy_ops.hpp"
+#include "core/log.hpp"
 #include "core/reserved_names.hpp"
 #include "core/source_tensor.hpp"
 #include "core/write_selection.hpp"
@@ -488,13 +489,26 @@ bool dense_host_to_device(const kstage_write_data_t& d, const WritePlan& w, cons
 // on the host when host code reads the source next. A `dense` copy to a device column reads it
 // on the device's stream, and waits on the host only where its runtime reads at the call
 // (copy_dense_to_device).
-Status order_producer(const kstage_write_data_t& d, const WritePlan& w, Backend& column,
-                      bool dense) {
+// The device path not taken: the host waits for the producer's event where the column's device
+// would have (an INFO message on the "device" channel).
+void log_host_wait(const std::string& attribute, const Backend& column, const char* why) {
+  const DLDevice dev = column.device();
+  KSTAGE_LOG_AT(Device, KSTAGE_LOG_INFO,
+                "write of '%s' to %s device %d: the host waits for the producer's event "
+                "(device_sync) instead of the device, because %s",
+                attribute.c_str(), device_type_name(dev.device_type), int(dev.device_id), why);
+}
+
+Status order_producer(const WriteRequest& r, const WritePlan& w, Backend& column, bool dense) {
+  const kstage_write_data_t& d = *r.data;
   Backend& ordered = w.stager->synchronous() ? column : *w.stager;
   KSTAGE_RETURN_NOT_OK(ordered.order_after(d.device_sync, "device_sync"));
   if (!dense && w.stager->synchronous() && !column.synchronous() && is_set(d.device_sync)) {
     // Host code reads the source next (pinned memory a device may still be
     // filling): the host has no stream to wait with, so it waits here.
+    log_host_wait(r.attribute_name, column,
+                  "its rows are gathered on the host first (a mask, an index map or a "
+                  "strided or array source in host memory)");
     KSTAGE_RETURN_NOT_OK(wait_on_host(column));  // a failure: the producer's device failed
   }
   return Status::OK();
@@ -502,15 +516,20 @@ Status order_producer(const kstage_write_data_t& d, const WritePlan& w, Backend&
 
 // The rows of a dense_host_to_device write: one copy from the caller's tensor, read after the
 // wait on the producer.
-Status copy_dense_to_device(const kstage_write_data_t& d, const WritePlan& w, StagedWrite& out) {
+Status copy_dense_to_device(const WriteRequest& r, const WritePlan& w, StagedWrite& out) {
+  const kstage_write_data_t& d = *r.data;
   const SourceTensor& first = w.first;
   out.rows.n = size_t(w.sel.count);
   const size_t bytes = out.rows.n * first.row_bytes;
   KSTAGE_ASSIGN_OR_RETURN(out.rows.data, out.backend->allocate(std::max<size_t>(bytes, 1)));
   // A runtime may read pageable memory at the call, before the stream reaches the wait
   // on the producer: then the producer is waited for here, on the host.
-  if (is_set(d.device_sync) && bytes != 0 && out.backend->reads_host_at_call(first.base))
+  if (is_set(d.device_sync) && bytes != 0 && out.backend->reads_host_at_call(first.base)) {
+    log_host_wait(r.attribute_name, *out.backend,
+                  "the source is pageable host memory, which the runtime reads when the copy is "
+                  "called (pinned memory would be read in stream order)");
     KSTAGE_RETURN_NOT_OK(wait_on_host(*out.backend));
+  }
   out.backend->copy_from_host(out.rows.data->data(), first.base, bytes);
   return Status::OK();
 }
@@ -620,8 +639,8 @@ Result<StagedWrite> stage_write(const WriteRequest& r, BackendSet& backends) {
   KSTAGE_RETURN_NOT_OK(resolve_residency(r, backends, w, out));
   KSTAGE_RETURN_NOT_OK(check_rows(d, w));
   const bool dense = dense_host_to_device(d, w, *out.backend);
-  KSTAGE_RETURN_NOT_OK(order_producer(d, w, *out.backend, dense));
-  KSTAGE_RETURN_NOT_OK(dense ? copy_dense_to_device(d, w, out) : move_rows(r, backends, w, out));
+  KSTAGE_RETURN_NOT_OK(order_producer(r, w, *out.backend, dense));
+  KSTAGE_RETURN_NOT_OK(dense ? copy_dense_to_device(r, w, out) : move_rows(r, backends, w, out));
   out.rows.prims = r.prims;
   return out;
 }

@@ -10,6 +10,7 @@
 #include "backends/gpu/shared.hpp"
 #include "core/backend.hpp"
 #include "core/buffer.hpp"
+#include "core/log.hpp"
 #include "core/status.hpp"
 #include "core/transfer_counts.hpp"
 
@@ -68,7 +69,12 @@ class GpuCompletion final : public core::Completion {
     if (e == RT::success) return;
     (void)RT::take_error();
     int none = 0;
-    (void)failed_.compare_exchange_strong(none, int(e));
+    // Said once per failed op, when it is first seen: also when nobody waits for the op.
+    if (failed_.compare_exchange_strong(none, int(e)))
+      KSTAGE_LOG_AT(Device, KSTAGE_LOG_ERROR,
+                    "%s device %d: device work failed: %s (its op fails with "
+                    "KSTAGE_DEVICE_ERROR, and so does every later call that needs the device)",
+                    RT::kName, int(shared_->device), RT::error_string(e));
   }
   std::shared_ptr<GpuShared<RT>> shared_;
   typename RT::Event event_;
@@ -114,8 +120,10 @@ class GpuReadBack {
   Status device_status(typename RT::Error e, const char* what) const {
     if (e == RT::success) return Status::OK();
     (void)RT::take_error();
-    return error(KSTAGE_DEVICE_ERROR, "%s device %d: reading back the %s failed: %s", RT::kName,
-                 int(shared_->device), what, RT::error_string(e));
+    return core::log::reported(
+        core::log::Channel::Device, KSTAGE_DEVICE_ERROR,
+        error(KSTAGE_DEVICE_ERROR, "%s device %d: reading back the %s failed: %s", RT::kName,
+              int(shared_->device), what, RT::error_string(e)));
   }
   std::shared_ptr<GpuShared<RT>> shared_;
   core::BufferPtr buffer_;

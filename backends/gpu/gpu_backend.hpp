@@ -55,6 +55,7 @@
 #include "core/kernels/row_copy.hpp"
 #include "core/kernels/strided_copy.hpp"
 #include "core/kernels/world_transform.hpp"
+#include "core/log.hpp"
 #include "core/transfer_counts.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -177,7 +178,12 @@ class GpuBackend final : public DeviceBackend {
         return core::BufferPtr(new GpuBuffer<RT>(shared_, static_cast<std::byte*>(p), bytes));
       (void)RT::take_error();  // never left for the next launch check
       if (!RT::is_not_supported(e)) return allocation_failed(e, bytes);
-      shared_->plain.store(true);  // no stream-ordered pools here: plain allocations
+      // no stream-ordered pools here: plain allocations
+      if (!shared_->plain.exchange(true))
+        KSTAGE_LOG_AT(Device, KSTAGE_LOG_WARNING,
+                      "%s device %d: the runtime has no stream-ordered memory pools (%s); "
+                      "falling back to plain allocations, which synchronise the device",
+                      RT::kName, int(shared_->device), RT::error_string(e));
     }
     if (const Error e = RT::malloc(&p, std::max<size_t>(bytes, 1)); e != RT::success) {
       (void)RT::take_error();
@@ -373,7 +379,15 @@ class GpuBackend final : public DeviceBackend {
 
   void fence() override {
     const DeviceGuard<RT> on_device(shared_->device);
-    if (RT::stream_synchronize(shared_->stream) != RT::success) (void)RT::take_error();
+    // A fault here has no call to fail (a stage's destruction, a release): said on the log
+    // alone. A faulty device reports it again at its next checked call.
+    if (const Error e = RT::stream_synchronize(shared_->stream); e != RT::success) {
+      (void)RT::take_error();
+      KSTAGE_LOG_AT(Device, KSTAGE_LOG_ERROR,
+                    "%s device %d: a fault in device work, found while waiting for the stage's "
+                    "stream to drain (no call reports it): %s",
+                    RT::kName, int(shared_->device), RT::error_string(e));
+    }
     shared_->reap(false);
   }
   Status finish() override {
@@ -433,34 +447,42 @@ class GpuBackend final : public DeviceBackend {
     if (RT::is_out_of_memory(e))
       return out_of_memory("%s device %d: allocation of %zu bytes failed: %s", RT::kName,
                            int(shared_->device), bytes, RT::error_string(e));
-    return error(KSTAGE_DEVICE_ERROR, "%s device %d: allocation of %zu bytes failed: %s", RT::kName,
-                 int(shared_->device), bytes, RT::error_string(e));
+    return core::log::reported(
+        core::log::Channel::Device, KSTAGE_DEVICE_ERROR,
+        error(KSTAGE_DEVICE_ERROR, "%s device %d: allocation of %zu bytes failed: %s", RT::kName,
+              int(shared_->device), bytes, RT::error_string(e)));
   }
   // A runtime's answer to a call with the caller's handles: a device fault is
   // DEVICE_ERROR, anything else the caller's value (INVALID_ARGUMENT naming it).
-  static Status check(Error e, const char* field, const char* member, uintptr_t value) {
+  Status check(Error e, const char* field, const char* member, uintptr_t value) const {
     if (e == RT::success) return Status::OK();
     (void)RT::take_error();  // the caller's next runtime check must not see ours
     if (RT::is_device_fault(e))
-      return error(KSTAGE_DEVICE_ERROR, "%s%s 0x%llx: the %s device failed: %s", field, member,
-                   (unsigned long long)value, RT::kName, RT::error_string(e));
+      return core::log::reported(
+          core::log::Channel::Device, KSTAGE_DEVICE_ERROR,
+          error(KSTAGE_DEVICE_ERROR, "%s%s 0x%llx: the %s device %d failed: %s", field, member,
+                (unsigned long long)value, RT::kName, int(shared_->device), RT::error_string(e)));
     return error(KSTAGE_INVALID_ARGUMENT, "%s%s 0x%llx: %s refused it: %s", field, member,
                  (unsigned long long)value, RT::kName, RT::error_string(e));
   }
   // A call with kstage's own valid handles and pointers: any failure is the device's.
-  static Status device_status(Error e, const char* what) {
+  Status device_status(Error e, const char* what) const {
     if (e == RT::success) return Status::OK();
     (void)RT::take_error();
     if (RT::is_out_of_memory(e))
       return out_of_memory("%s %s failed: %s", RT::kName, what, RT::error_string(e));
-    return error(KSTAGE_DEVICE_ERROR, "%s %s failed: %s", RT::kName, what, RT::error_string(e));
+    return core::log::reported(core::log::Channel::Device, KSTAGE_DEVICE_ERROR,
+                               error(KSTAGE_DEVICE_ERROR, "%s device %d: %s failed: %s", RT::kName,
+                                     int(shared_->device), what, RT::error_string(e)));
   }
   // Enqueueing failed with a valid stream and valid pointers: a device fault
   // (the engine's API guard turns the exception into KSTAGE_DEVICE_ERROR).
-  static void must(Error e, const char* what) {
+  void must(Error e, const char* what) const {
     if (e != RT::success) {
       (void)RT::take_error();
       if (RT::is_out_of_memory(e)) throw std::bad_alloc();
+      KSTAGE_LOG_AT(Device, KSTAGE_LOG_ERROR, "%s device %d: %s failed: %s", RT::kName,
+                    int(shared_->device), what, RT::error_string(e));
       throw DeviceFault(std::string(RT::kName) + " " + what + " failed: " + RT::error_string(e));
     }
   }

@@ -5,6 +5,7 @@
 // holds now (Lanes).
 #pragma once
 
+#include "core/log.hpp"
 #include "core/status.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -81,8 +82,10 @@ class Lanes {
     typename RT::Stream s{};
     if (typename RT::Error e = RT::stream_create(&s); e != RT::success) {
       (void)RT::take_error();
-      return error(KSTAGE_DEVICE_ERROR, "%s device %d: stream creation failed: %s", RT::kName,
-                   device, RT::error_string(e));
+      return core::log::reported(
+          core::log::Channel::Device, KSTAGE_DEVICE_ERROR,
+          error(KSTAGE_DEVICE_ERROR, "%s device %d: stream creation failed: %s", RT::kName, device,
+                RT::error_string(e)));
     }
     register_finalize_hook();
     return std::unique_ptr<Lane<RT>>(new Lane<RT>{s, RT::make_exec(s)});

@@ -8,6 +8,7 @@
 #include "backends/gpu/lanes.hpp"
 #include "core/backend.hpp"
 #include "core/buffer.hpp"
+#include "core/log.hpp"
 #include "core/status.hpp"
 
 #include <algorithm>
@@ -187,8 +188,10 @@ struct GpuShared {
       Stream s{};
       if (const typename RT::Error e = RT::stream_create(&s); e != RT::success) {
         (void)RT::take_error();
-        return error(KSTAGE_DEVICE_ERROR, "%s device %d: stream creation failed: %s", RT::kName,
-                     int(device), RT::error_string(e));
+        return core::log::reported(
+            core::log::Channel::Device, KSTAGE_DEVICE_ERROR,
+            error(KSTAGE_DEVICE_ERROR, "%s device %d: stream creation failed: %s", RT::kName,
+                  int(device), RT::error_string(e)));
       }
       lane->side = s;
     }
