@@ -4,6 +4,7 @@
 // or a stream can meet -- each leaving the stage exactly as it was.
 #include <kstage/kstage_adios2.h>
 
+#include "log_support.hpp"
 #include "stage_state.hpp"
 #include "support.hpp"
 
@@ -380,6 +381,45 @@ TEST_CASE(
   A2_OK(kstage_adios2_close(r));
   CHECK(ordinal == 2);
   CHECK(snapshot(again.stage) == snapshot(s.stage));
+}
+
+// The device path not taken is said on the log ("adios2" channel, INFO), per attribute and step.
+TEST_CASE("a device column a step takes through host memory is an INFO on the adios2 channel",
+          "[adios2][log]") {
+#if defined(KSTAGE_TEST_ON_CUDA_DEVICE)
+  const DLDevice device{kDLCUDA, 0};
+#if defined(ADIOS2_HAVE_CUDA) || defined(ADIOS2_HAVE_KOKKOS_CUDA)
+  const bool direct = true;
+#else
+  const bool direct = false;
+#endif
+#else
+  const DLDevice device = kOnDevice ? kResidency : DLDevice{kDLExtDev, 1};
+  const bool direct = false;
+#endif
+  Stage s(host_execution(), &device);
+  const kstage_token_t x = s.token("velocity");
+  kstage_query_t q = s.query(s.paths("/dev", 8));
+  s.write_f32(q, x, 1, std::vector<float>(8, 1.f), 1);
+  s.seal(1);
+  LogRecorder r;
+  {
+    Recording on(r, KSTAGE_LOG_OFF, "adios2=info");
+    KS_OK(on.status);
+    const std::string path = scratch("device-log.bp");
+    kstage_adios2_stream_t w = 0;
+    A2_OK(kstage_adios2_open(path.c_str(), nullptr, &w));
+    A2_OK(kstage_adios2_write_step(w, s.stage, q, &x, 1, nullptr));
+    A2_OK(kstage_adios2_close(w));
+    KS_OK(kstage_flush_log());
+  }
+  const std::vector<LogEntry> notes = r.find("adios2", "attribute 'velocity' on ");
+  REQUIRE(notes.size() == (direct ? 0 : 1));
+  if (!direct) {
+    REQUIRE(notes[0].severity == KSTAGE_LOG_INFO);
+    REQUIRE(notes[0].message.find(" device " + std::to_string(device.device_id) +
+                                  " goes through host memory") != std::string::npos);
+  }
 }
 #endif
 
