@@ -75,6 +75,41 @@ std::vector<float> read_floats(const kstage::Stage& s, const kstage::Query& q,
 
 }  // namespace
 
+TEST_CASE("cpp: set_log_callback takes any callable; a throwing one drops the message", "[cpp]") {
+  std::vector<std::string> got;
+  kstage::set_log_callback(
+      [&](kstage_log_severity_t severity, std::string_view channel, std::string_view message) {
+        if (message == "throw") throw std::runtime_error("from the callback");
+        got.push_back(std::to_string(severity) + " " + std::string(channel) + " " +
+                      std::string(message));
+      },
+      KSTAGE_LOG_WARNING, "device=debug");
+  kstage::log_message(KSTAGE_LOG_INFO, "api", "below the threshold");
+  kstage::log_message(KSTAGE_LOG_DEBUG, "device", "d");
+  kstage::log_message(KSTAGE_LOG_ERROR, "api", "throw");
+  kstage::log_message(KSTAGE_LOG_ERROR, "api", "e");
+  kstage::flush_log();
+  REQUIRE(got == std::vector<std::string>{"0 device d", "3 api e"});
+  // A malformed filter throws and keeps the callback.
+  try {
+    kstage::set_log_callback([](kstage_log_severity_t, std::string_view, std::string_view) {},
+                             KSTAGE_LOG_DEBUG, "device=loud");
+    FAIL("no exception");
+  } catch (const kstage::Error& e) {
+    REQUIRE(e.status() == KSTAGE_INVALID_ARGUMENT);
+    REQUIRE(e.message().find("'device=loud'") != std::string::npos);
+  }
+  kstage::log_message(KSTAGE_LOG_WARNING, "api", "w");
+  kstage::Status st;
+  kstage::flush_log(st);
+  REQUIRE(st.ok());
+  REQUIRE(got.back() == "2 api w");
+  kstage::set_log_callback(nullptr);  // removed
+  kstage::log_message(KSTAGE_LOG_ERROR, "api", "after");
+  kstage::flush_log();
+  REQUIRE(got.back() == "2 api w");
+}
+
 TEST_CASE("cpp: build_info is kstage_build_info's text", "[cpp]") {
   const std::string info = kstage::build_info();
   REQUIRE(info.rfind("kstage: " + std::to_string(KSTAGE_VERSION_MAJOR) + "." +

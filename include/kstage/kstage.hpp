@@ -40,8 +40,8 @@
  * The API is written in parts, one header each under kstage/hpp/ (status.hpp: errors;
  * span.hpp: spans; options.hpp: dtype_of, options, path ranges and filters; handles.hpp:
  * PathList, Query, Op; read.hpp: Read, ReadGroup; map.hpp: Map, MapGroup; write.hpp:
- * WriteBatch; scene.hpp: Hierarchy, FilterEx; stage.hpp: Stage, build_info). Include this
- * header, which includes them all.
+ * WriteBatch; scene.hpp: Hierarchy, FilterEx; stage.hpp: Stage, build_info; log.hpp:
+ * set_log_callback, flush_log, log_message). Include this header, which includes them all.
  */
 #ifndef KSTAGE_KSTAGE_HPP_
 #define KSTAGE_KSTAGE_HPP_
@@ -64,6 +64,7 @@
 #include <vector>
 
 #include <kstage/hpp/handles.hpp>
+#include <kstage/hpp/log.hpp>
 #include <kstage/hpp/map.hpp>
 #include <kstage/hpp/options.hpp>
 #include <kstage/hpp/read.hpp>

@@ -173,6 +173,24 @@ int main() {
   CHECK(!no_range);
   CHECK(st.code() == KSTAGE_INVALID_ARGUMENT);  // /copy is no range's first id
 
+  // The log: a callable, a refused filter, flush, removal.
+  int logged = 0;
+  kstage::set_log_callback([&](kstage_log_severity_t, std::string_view channel,
+                               std::string_view) { logged += channel == "api" ? 1 : 100; },
+                           KSTAGE_LOG_INFO, "stage=off", st);
+  CHECK_OK(st);
+  kstage::set_log_callback([](kstage_log_severity_t, std::string_view, std::string_view) {},
+                           KSTAGE_LOG_INFO, "stage=never", st);
+  CHECK(st.code() == KSTAGE_INVALID_ARGUMENT);
+  kstage::log_message(KSTAGE_LOG_INFO, "api", "one", st);
+  CHECK_OK(st);
+  kstage::log_message(KSTAGE_LOG_INFO, "stage", "filtered out", st);
+  kstage::flush_log(st);
+  CHECK_OK(st);
+  CHECK(logged == 1);
+  kstage::set_log_callback(nullptr, KSTAGE_LOG_OFF, st);
+  CHECK_OK(st);
+
   if (failures != 0) {
     std::fprintf(stderr, "cpp_api_no_exceptions: %d check(s) failed\n", failures);
     return 1;
