@@ -20,6 +20,8 @@ Errors raise subclasses of :class:`kstage.Error`, which also derive from the bui
 exception a Python user would catch (``ValueError``, ``KeyError``, ``IndexError``, ...); the
 message is the C API's ``kstage_last_error()``.
 """
+import atexit as _atexit
+import enum as _enum
 import os as _os
 
 # kstage initialises Kokkos, whose OpenMP backend warns on every start unless OMP_PROC_BIND is
@@ -55,6 +57,9 @@ from ._kstage import (  # noqa: E402,F401
     transfer_counts,
     build_info,
     version,
+    flush_log,
+    log_message as _log_message,
+    _set_log_callback,
 )
 
 # The reserved attribute names of the scene (kstage.h's KSTAGE_PRIM_TYPE, ...): a prim's type
@@ -68,6 +73,69 @@ CHILDREN_ATTRIBUTE = "usd-children"
 LOCAL_MATRIX = "omni:xform"
 RESET_XFORM_STACK = "omni:resetXformStack"
 WORLD_MATRIX = "omni:fabric:worldMatrix"
+
+
+class LogSeverity(_enum.IntEnum):
+    """A log message's severity, and a threshold (kstage.h's kstage_log_severity_t)."""
+
+    DEBUG = 0
+    INFO = 1
+    WARNING = 2
+    ERROR = 3
+    OFF = 4  # a threshold only: deliver nothing
+
+
+def _severity(level) -> int:
+    if isinstance(level, str):
+        name = level.strip().upper()
+        if name == "WARN":
+            name = "WARNING"
+        if name not in LogSeverity.__members__:
+            raise InvalidArgument(
+                f"level {level!r} is not one of 'debug', 'info', 'warning', 'error', 'off'")
+        return int(LogSeverity[name])
+    return int(level)
+
+
+def set_log_callback(fn, level="warning", channels=None) -> None:
+    """Installs ``fn(severity, channel, message)`` as the process's log callback
+    (kstage_set_log_callback), or removes it when ``fn`` is None (messages then go to stderr
+    as KSTAGE_LOG says).
+
+    ``level`` is the threshold for the channels ``channels`` does not name: a
+    :class:`LogSeverity`, an int, or its name ('debug', 'info', 'warning', 'error', 'off').
+    ``channels`` gives channels their own level: a dict ``{"device": "debug"}`` or the C filter
+    string ``"device=debug,stage=off"``. The channels are 'stage', 'device', 'adios2' and 'api'.
+
+    ``fn`` is called on a kstage thread, one message at a time, with the GIL held;
+    ``severity`` is a :class:`LogSeverity`. What it raises goes to ``sys.unraisablehook``
+    (the message is dropped), never into kstage. It may call kstage. A malformed setting
+    raises :class:`InvalidArgument` and leaves the previous callback installed. The callback
+    is removed at interpreter exit.
+    """
+    if fn is None:
+        _set_log_callback(None, int(LogSeverity.OFF), None)
+        return
+    if not callable(fn):
+        raise InvalidArgument(f"fn must be callable or None, not {type(fn).__name__}")
+    threshold = _severity(level)
+    if isinstance(channels, dict):
+        channels = ",".join(
+            f"{c}={LogSeverity(_severity(v)).name.lower()}" for c, v in channels.items())
+
+    def deliver(severity, channel, message):
+        fn(LogSeverity(severity), channel, message)
+
+    _set_log_callback(deliver, threshold, channels)
+
+
+def log_message(severity, channel: str, message: str) -> None:
+    """Emits ``message`` on one of kstage's channels (kstage_log_message), as kstage's own."""
+    _log_message(_severity(severity), channel, message)
+
+
+# The callback is Python code: it must not be called once the interpreter is finalising.
+_atexit.register(lambda: _set_log_callback(None, int(LogSeverity.OFF), None))
 
 
 def _version_string(v: int) -> str:
@@ -104,6 +172,10 @@ __all__ = [
     "transfer_counts",
     "build_info",
     "version",
+    "LogSeverity",
+    "set_log_callback",
+    "flush_log",
+    "log_message",
     "PRIM_TYPE",
     "APPLIED_SCHEMAS",
     "PATH_ATTRIBUTE",

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -71,6 +72,10 @@ kstage_status_t without_gil(Call&& call) {
   ReleaseGil gil;
   return call();
 }
+
+// ---- the log (log.cpp) --------------------------------------------------------------------------
+/// Registers _set_log_callback, flush_log and log_message on the module.
+void register_log(nb::module_& m);
 
 // ---- the stage (stage.cpp) ----------------------------------------------------------------------
 /// The C stage handle, shared by the Stage object and everything made from it (queries, reads,

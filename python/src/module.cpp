@@ -19,6 +19,7 @@ NB_MODULE(_kstage, m) {
   kstage_py::register_read(m, stage_class);
   kstage_py::register_map(m, stage_class);
   kstage_py::register_scene(m, stage_class);
+  kstage_py::register_log(m);
   m.def(
       "version", [] { return kstage_version(); },
       "The version of the libkstage this module runs against (kstage_version()).");
