@@ -50,6 +50,26 @@ contains
   end subroutine
 end module checks
 
+! A log callback written in Fortran (kstage_set_log_callback): counts the messages it is given
+! and keeps the last one's channel and text.
+module log_counter
+  use, intrinsic :: iso_c_binding
+  use kstage
+  implicit none
+  integer :: calls = 0
+  integer(c_int32_t) :: last_severity = -1
+  character(len=:), allocatable :: last_channel, last_message
+contains
+  subroutine on_log(severity, channel, message, user_data) bind(C)
+    integer(c_int32_t), value :: severity
+    type(c_ptr), value :: channel, message, user_data
+    calls = calls + 1
+    last_severity = severity
+    last_channel = kstage_string(channel)
+    last_message = kstage_string(message)
+  end subroutine
+end module log_counter
+
 ! The float32 x 3 values of every prim of `query` for `attribute`, in query order, read back
 ! through the layer (latest sealed state); 0 where a prim does not hold it.
 module readback
@@ -120,6 +140,7 @@ program test_fortran
   call test_constants()
   call check_layout(failures)
   call test_c_api()
+  call test_log()
 
   call kstage_open(stage)
   call kstage_token(stage, 'position', pos)
@@ -511,6 +532,37 @@ contains
     call check(index(kstage_string(kstage_last_error()), 'empty') > 0, 'kstage_last_error')
     call check(kstage_destroy(s) == KSTAGE_OK, 'kstage_destroy')
     call check(kstage_destroy(s) == KSTAGE_INVALID_HANDLE, 'kstage_destroy twice')
+  end subroutine
+
+  ! The log through its bind(C) interfaces: a Fortran callback, a channel filter, a refused
+  ! filter that keeps it, flush, removal.
+  subroutine test_log()
+    use log_counter
+    call check(kstage_set_log_callback(c_funloc(on_log), c_null_ptr, KSTAGE_LOG_WARNING, &
+               'device=debug' // c_null_char) == KSTAGE_OK, 'kstage_set_log_callback')
+    call check(kstage_set_log_callback(c_funloc(on_log), c_null_ptr, KSTAGE_LOG_WARNING, &
+               'device=loud' // c_null_char) == KSTAGE_INVALID_ARGUMENT, &
+               'kstage_set_log_callback with a bad level')
+    call check(index(kstage_string(kstage_last_error()), "'device=loud'") > 0, &
+               'the refused filter entry is named')
+    call check(kstage_log_message(KSTAGE_LOG_INFO, 'api' // c_null_char, 'below' // c_null_char) &
+               == KSTAGE_OK, 'kstage_log_message below the threshold')
+    call check(kstage_log_message(KSTAGE_LOG_DEBUG, 'device' // c_null_char, &
+               'from Fortran' // c_null_char) == KSTAGE_OK, 'kstage_log_message')
+    call check(kstage_flush_log() == KSTAGE_OK, 'kstage_flush_log')
+    call check(calls == 1, 'one message delivered')
+    if (calls == 1) then
+      call check(last_severity == KSTAGE_LOG_DEBUG, 'its severity')
+      call check(last_channel == 'device', 'its channel')
+      call check(last_message == 'from Fortran', 'its text')
+    end if
+    call check(kstage_set_log_callback(c_null_funptr, c_null_ptr, KSTAGE_LOG_OFF) == KSTAGE_OK, &
+               'kstage_set_log_callback removing it (no filter)')
+    call check(kstage_log_message(KSTAGE_LOG_ERROR, 'api' // c_null_char, 'after' // c_null_char) &
+               == KSTAGE_OK, 'kstage_log_message after removal')
+    call check(kstage_flush_log() == KSTAGE_OK, 'kstage_flush_log after removal')
+    call check(calls == 1, 'nothing delivered after removal')
+    call check(KSTAGE_LOG_CHANNELS == 'stage,device,adios2,api', 'KSTAGE_LOG_CHANNELS')
   end subroutine
 
   ! Dense writes of each kind and rank; a Fortran pos(3, n) is n rows of 3 lanes.
