@@ -114,12 +114,18 @@ kstage_status_t kstage_create(const kstage_config_t* config, kstage_stage_t* sta
     KSTAGE_ASSIGN_OR_RETURN(entry->engine, core::Stage::create(c));
     *stage = register_stage(std::move(entry));
     static const char* const kExec[] = {"default", "serial", "parallel"};
-    KSTAGE_LOG_AT(Stage, KSTAGE_LOG_DEBUG, "stage %llu created: residency %s:%d, host execution %s",
-                  (unsigned long long)*stage,
-                  c.residency.device_type == 0 ? "where the data lives"
-                                               : core::device_type_name(c.residency.device_type),
-                  int(c.residency.device_id),
-                  c.host_execution >= 0 && c.host_execution <= 2 ? kExec[c.host_execution] : "?");
+    if (core::log::enabled(core::log::Channel::Stage, KSTAGE_LOG_DEBUG)) {
+      const std::string residency =
+          c.residency.device_type == 0
+              ? std::string("where the data lives")
+              : format("%s:%d", core::device_type_name(c.residency.device_type),
+                       int(c.residency.device_id));
+      core::log::emit(
+          core::log::Channel::Stage, KSTAGE_LOG_DEBUG,
+          "stage %llu created: residency %s, host execution %s", (unsigned long long)*stage,
+          residency.c_str(),
+          c.host_execution >= 0 && c.host_execution <= 2 ? kExec[c.host_execution] : "?");
+    }
     return Status::OK();
   });
 }
