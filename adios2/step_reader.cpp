@@ -563,7 +563,18 @@ DLDevice column_device(kstage_stage_t stage, const AttributeIn& a) {
 // read, the map released) when the column is elsewhere or its map's rows are not in prim order.
 bool read_fixed_values_to_device(Reader& r, Incoming& in) {
   AttributeIn& a = *in.a;
-  if (!r.device_memory || !takes_device_memory(column_device(in.stage, a))) return false;
+  if (!r.device_memory || !takes_device_memory(column_device(in.stage, a))) {
+    if (a.column_exists && a.residency.device_type != kDLCPU)  // the device path not taken
+      note(KSTAGE_LOG_INFO,
+           "kstage_adios2_read_step: attribute '%s' on %s device %d comes through host memory: "
+           "%s",
+           a.name.c_str(), device_type_text(a.residency.device_type).c_str(),
+           int(a.residency.device_id),
+           !kTakesDeviceMemory ? "this ADIOS2 was built without GPU support"
+           : !r.device_memory  ? "the stream's engine takes no device buffers"
+                               : "this ADIOS2 takes no memory of that device");
+    return false;
+  }
   in.map = map_values(in.stage, in.query, a);
   kstage_map_group_info_t g{};
   check(kstage_fetch_map_next(in.stage, in.map, KSTAGE_TIMEOUT_INFINITE, &g),

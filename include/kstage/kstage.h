@@ -828,8 +828,8 @@ enum {
  *     call; INFO) or to a slower one (no stream-ordered memory pools, plain
  *     allocations; WARNING);
  *   - `"adios2"`: the ADIOS2 bridge (libkstage_adios2): an attribute of a
- *     device column that a step takes through host memory because the engine
- *     takes no device buffers (INFO), and what an ADIOS2 engine reports on a
+ *     device column that a step writes or reads through host memory because
+ *     the engine takes no device buffers (INFO), and what an ADIOS2 engine reports on a
  *     path that cannot fail the call, such as ending a step after an earlier
  *     failure or closing a stream after a failed restart (WARNING);
  *   - `"api"`: the C API itself: a deprecated call (WARNING, once per

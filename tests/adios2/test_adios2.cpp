@@ -403,22 +403,33 @@ TEST_CASE("a device column a step takes through host memory is an INFO on the ad
   s.write_f32(q, x, 1, std::vector<float>(8, 1.f), 1);
   s.seal(1);
   LogRecorder r;
+  const std::string path = scratch("device-log.bp");
   {
     Recording on(r, KSTAGE_LOG_OFF, "adios2=info");
     KS_OK(on.status);
-    const std::string path = scratch("device-log.bp");
     kstage_adios2_stream_t w = 0;
     A2_OK(kstage_adios2_open(path.c_str(), nullptr, &w));
     A2_OK(kstage_adios2_write_step(w, s.stage, q, &x, 1, nullptr));
+    s.write_f32(q, x, 2, std::vector<float>(8, 2.f), 1);
+    s.seal(2);
+    A2_OK(kstage_adios2_write_step(w, s.stage, q, &x, 1, nullptr));
     A2_OK(kstage_adios2_close(w));
+    // Read back onto the device: step 1 makes the column there, step 2 reads into it.
+    Stage back(host_execution(), &device);
+    A2_OK(kstage_adios2_restart(back.stage, path.c_str(), nullptr));
     KS_OK(kstage_flush_log());
   }
-  const std::vector<LogEntry> notes = r.find("adios2", "attribute 'velocity' on ");
-  REQUIRE(notes.size() == (direct ? 0 : 1));
+  const std::vector<LogEntry> put = r.find("adios2", "write_step: attribute 'velocity' on ");
+  REQUIRE(put.size() == (direct ? 0 : 2));  // once per step
+  const std::vector<LogEntry> got = r.find("adios2", "read_step: attribute 'velocity' on ");
+  REQUIRE(got.size() == (direct ? 0 : 1));
   if (!direct) {
-    REQUIRE(notes[0].severity == KSTAGE_LOG_INFO);
-    REQUIRE(notes[0].message.find(" device " + std::to_string(device.device_id) +
-                                  " goes through host memory") != std::string::npos);
+    REQUIRE(put[0].severity == KSTAGE_LOG_INFO);
+    REQUIRE(put[0].message.find(" device " + std::to_string(device.device_id) +
+                                " goes through host memory") != std::string::npos);
+    REQUIRE(got[0].severity == KSTAGE_LOG_INFO);
+    REQUIRE(got[0].message.find(" device " + std::to_string(device.device_id) +
+                                " comes through host memory") != std::string::npos);
   }
 }
 #endif
