@@ -11,6 +11,8 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <new>
+#include <pthread.h>  // pthread_atfork
 #include <set>
 #include <strings.h>  // strcasecmp
 #include <thread>
@@ -60,10 +62,39 @@ struct State {
   std::set<std::string> deprecated;  // calls already reported
 };
 
+State* make_state();
+
 // Never destroyed: a stage destroyed at exit, after static destructors have run, may still log.
 State& state() {
-  static State* s = new State();  // NOLINT(cppcoreguidelines-owning-memory): leaked on purpose
+  static State* s = make_state();
   return *s;
+}
+
+// fork(): the child has no dispatcher thread. The mutex is held across the fork (so no other
+// thread holds it then), and the child starts a dispatcher of its own with its next message;
+// what the parent had queued stays the parent's.
+void before_fork() { state().mutex.lock(); }
+void after_fork_parent() { state().mutex.unlock(); }
+void after_fork_child() {
+  State& s = state();
+  // The parent's dispatcher was (or may have been) waiting on these: their copies count a
+  // waiter the child does not have. New ones, over the old storage (never destroyed: a
+  // destructor could wait for that waiter).
+  new (&s.work) std::condition_variable();
+  new (&s.done) std::condition_variable();
+  s.dispatcher = false;
+  s.delivering = false;
+  s.flushes.clear();
+  s.queue.clear();  // the parent's messages: its dispatcher delivers them, not the child's
+  s.dropped = 0;
+  s.delivered = s.queued;
+  s.mutex.unlock();
+}
+
+State* make_state() {
+  auto* s = new State();  // leaked on purpose
+  (void)pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+  return s;
 }
 
 thread_local bool t_dispatcher = false;

@@ -10,6 +10,9 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <string>
 #include <thread>
@@ -254,4 +257,30 @@ TEST_CASE("with the threshold off and no filter nothing is delivered", "[log]") 
   // Without a callback and without KSTAGE_LOG (ctest sets none for this program) the same
   // messages go nowhere: nothing to observe but that the calls succeed.
   emit_each("api");
+}
+
+TEST_CASE("a forked child delivers its own messages (the parent's dispatcher is not there)",
+          "[log]") {
+  LogRecorder r;
+  Recording on(r, KSTAGE_LOG_DEBUG);
+  KS_OK(on.status);
+  KS_OK(kstage_log_message(KSTAGE_LOG_INFO, "api", "parent"));
+  KS_OK(kstage_flush_log());  // the dispatcher runs
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // In the child: only async-signal-safe exits, no Catch2.
+    r.clear();
+    const bool ok = kstage_log_message(KSTAGE_LOG_INFO, "api", "child") == KSTAGE_OK &&
+                    kstage_flush_log() == KSTAGE_OK && r.entries().size() == 1 &&
+                    r.entries()[0].message == "child";
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  KS_OK(kstage_log_message(KSTAGE_LOG_INFO, "api", "parent again"));
+  KS_OK(kstage_flush_log());
+  REQUIRE(messages(r) == std::vector<std::string>{"parent", "parent again"});
 }
