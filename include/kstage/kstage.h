@@ -822,11 +822,14 @@ enum {
  * ::kstage_log_callback_t, and the names a filter takes):
  *   - `"stage"`: a stage's life (created, destroyed; DEBUG);
  *   - `"device"`: a device's runtime: a device fault (ERROR, naming the
- *     runtime, the device and the runtime's error), a fallback from a device
- *     path to a host one (the host waiting for a producer's event where the
- *     device would have, because the runtime reads pageable memory at the
- *     call; INFO) or to a slower one (no stream-ordered memory pools, plain
- *     allocations; WARNING);
+ *     runtime, the device and the runtime's error; said where kstage finds
+ *     it: a failed op's completion, also one nobody waits for, a refused
+ *     enqueue, a stage's stream drained at its destruction), a fallback from
+ *     a device path to a host one (the host waiting for a write's producer
+ *     event where the device would have: a pageable host source, which the
+ *     runtime reads at the call, or rows gathered on the host; INFO) or to a
+ *     slower one (no stream-ordered memory pools: plain allocations, once per
+ *     stage and device; WARNING);
  *   - `"adios2"`: the ADIOS2 bridge (libkstage_adios2): an attribute of a
  *     device column that a step writes or reads through host memory because
  *     the engine takes no device buffers (INFO), and what an ADIOS2 engine reports on a
@@ -837,7 +840,8 @@ enum {
  *     the logger's own notices (messages dropped because the callback fell
  *     behind; WARNING).
  * Messages name what they are about: the stage handle, the attribute, the
- * device ("emulated device 0", "CUDA device 1"). Their text is for people
+ * device ("emulated device 0", "CUDA device 1"), as far as the place that
+ * emits them knows it. Their text is for people
  * and may change in any release; the channels and severities above only
  * gain entries.
  */
@@ -905,6 +909,9 @@ typedef void (*kstage_log_callback_t)(kstage_log_severity_t severity, const char
  * does not parse is reported once on stderr ("kstage: KSTAGE_LOG=...
  * ignored: ...") and otherwise ignored (nothing is logged); it never aborts.
  *
+ * After fork() the child delivers its own messages (it starts a dispatcher
+ * of its own); what the parent had queued stays the parent's.
+ *
  * At process exit kstage waits up to one second for the messages still
  * queued; to be sure of them, call kstage_flush_log before exit, and remove
  * the callback before unloading what it needs.
@@ -927,12 +934,12 @@ KSTAGE_API kstage_status_t kstage_set_log_callback(kstage_log_callback_t callbac
  */
 KSTAGE_API kstage_status_t kstage_flush_log(void);
 /**
- * \brief Emit a message on one of kstage's channels, as kstage's own layers
- * do (the ADIOS2 bridge, the Python and Fortran layers); an application may
- * use it to put its own notes in the same stream. Delivered as any other
+ * \brief Emit a message on one of kstage's channels, as a layer over the C
+ * API does (the ADIOS2 bridge); an application may use it to put its own
+ * notes in the same stream. Delivered as any other
  * message: when the setting in force admits `channel` and `severity`.
  * \param severity KSTAGE_LOG_DEBUG .. KSTAGE_LOG_ERROR.
- * \param channel one of KSTAGE_LOG_CHANNELS (host, NUL-terminated).
+ * \param channel one of KSTAGE_LOG_CHANNELS, in any case (host, NUL-terminated).
  * \param message host, NUL-terminated; copied.
  * \return KSTAGE_INVALID_ARGUMENT for another severity or channel, or a NULL
  * message; KSTAGE_OK otherwise, whether or not the message is delivered.
