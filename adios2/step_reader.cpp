@@ -197,7 +197,8 @@ void rebase_positions(std::vector<uint64_t>& positions, Span paths, const char* 
 }
 
 struct AttributeIn {
-  std::string name;
+  std::string name;       // the step's name of the column (its variables' kstage/attr/<name>/)
+  std::string attribute;  // the attribute's: kstage/attr/<name>/name, else `name`
   kstage_token_t token = 0;
   DLDataType dtype{};
   bool is_array = false;
@@ -237,6 +238,10 @@ void read_attribute(Reader& r, AttributeIn& a, const Blocks& blocks) {
          k.c_str());
   a.is_array = k == "array";
   a.semantic = semantic.Data().front();
+  // A further schema of an attribute held in several is recorded under "<name>#<schema>", with
+  // the attribute's name beside it.
+  adios2::Attribute<std::string> named = io.InquireAttribute<std::string>(attr(a.name, "name"));
+  a.attribute = named && !named.Data().empty() ? named.Data().front() : a.name;
   if (!with_element_type(a.dtype, [](auto) {}))
     fail(KSTAGE_INVALID_ARGUMENT,
          "attribute '%s': dtype %s (code %u) is not one kstage_adios2 knows", n,
@@ -309,22 +314,33 @@ void read_attribute(Reader& r, AttributeIn& a, const Blocks& blocks) {
   }
 }
 
-// Checks that `a` fits the stage's column (if it has one) and comes after its write floor.
+// The stage's column of `token` in exactly `schema` (its info in `*out`), if it has one.
+bool find_column(kstage_stage_t stage, kstage_token_t token, const Schema& schema,
+                 kstage_attribute_info_t* out) {
+  kstage_attribute_info_t info = kstage_attribute_info_init();
+  const kstage_status_t st = kstage_attribute_info(stage, token, &info);
+  if (st == KSTAGE_NOT_FOUND) return false;
+  check(st, "kstage_adios2_read_step");
+  for (uint64_t k = 0; k < info.schema_count; ++k) {
+    kstage_attribute_info_t one = kstage_attribute_info_init();
+    check(kstage_attribute_schema(stage, token, k, &one), "kstage_adios2_read_step");
+    if (Schema::of(one) == schema) {
+      if (out) *out = one;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Finds the stage's column of `a`'s schema (if it has one; another schema of the attribute is
+// another column, and a prim holding it in one is the stage's to refuse at the write) and
+// checks that `a` comes after the attribute's write floor.
 void check_fits(kstage_stage_t stage, AttributeIn& a) {
-  check(kstage_intern_token(stage, a.name.data(), a.name.size(), &a.token),
+  check(kstage_intern_token(stage, a.attribute.data(), a.attribute.size(), &a.token),
         "kstage_adios2_read_step: an attribute's name");
   kstage_attribute_info_t info = kstage_attribute_info_init();
-  const kstage_status_t st = kstage_attribute_info(stage, a.token, &info);
-  const Schema step{a.is_array, a.dtype, a.semantic};
-  if (st == KSTAGE_OK) {
-    a.column_exists = true;
-    a.residency = info.residency;
-    if (Schema::of(info) != step)
-      fail(KSTAGE_INVALID_ARGUMENT, "attribute '%s' of the step is %s, the stage's column is %s",
-           a.name.c_str(), step.text().c_str(), Schema::of(info).text().c_str());
-  } else if (st != KSTAGE_NOT_FOUND) {
-    check(st, "kstage_adios2_read_step");
-  }
+  a.column_exists = find_column(stage, a.token, Schema{a.is_array, a.dtype, a.semantic}, &info);
+  if (a.column_exists) a.residency = info.residency;
   uint64_t floor = 0;
   check(kstage_get_write_floor(stage, a.token, &floor), "kstage_adios2_read_step");
   if ((a.count > 0 || a.deleted_count > 0) && a.floor <= floor)
@@ -610,10 +626,8 @@ void read_fixed_values(Reader& r, Incoming& in) {
 // a restored stage accepts and refuses what the original did. (A floor of 0 has nothing sealed
 // to write at.)
 void make_empty_column(kstage_stage_t stage, const AttributeIn& a) {
-  kstage_attribute_info_t info = kstage_attribute_info_init();
-  const kstage_status_t st = kstage_attribute_info(stage, a.token, &info);
-  if (st == KSTAGE_OK || a.floor == 0) return;
-  if (st != KSTAGE_NOT_FOUND) check(st, "kstage_adios2_read_step");
+  if (a.floor == 0 || find_column(stage, a.token, Schema{a.is_array, a.dtype, a.semantic}, nullptr))
+    return;
   // A map of no prims, its one (empty) group fetched and committed: a write of no rows, which
   // a kstage_write_attribute of an array attribute cannot express (it takes a tensor per row).
   const Query q(stage, empty_query(stage));
@@ -630,18 +644,24 @@ void make_empty_column(kstage_stage_t stage, const AttributeIn& a) {
   finish(stage, op, "kstage_adios2_read_step: an empty column");
 }
 
-// The attribute's deletions, then its values, at its recorded floor. (Read from several
-// writers' blocks, a prim that moved between them in this step is deleted in one block and
-// written in another: the write, submitted after the deletion at the same ordinal, wins.)
-void commit(Incoming& in) {
+// The attribute's deletions at its recorded floor. Every deletion of the step is committed
+// before any value: read from several writers' blocks, a prim that moved between them in this
+// step is deleted in one block and written in another, and a prim that moved to another schema
+// is deleted in the old one's column and written in the new one's -- the write, submitted after
+// the deletion at the same ordinal, wins.
+void commit_deletions(Incoming& in) {
+  const AttributeIn& a = *in.a;
+  if (!in.deletions) return;
+  kstage_op_t op = 0;
+  check(kstage_delete_attributes(in.stage, in.deletions, &a.token, 1, a.floor, &op),
+        "kstage_adios2_read_step: a deletion");
+  finish(in.stage, op, "kstage_adios2_read_step: a deletion");
+}
+
+// The attribute's values at its recorded floor (after every deletion of the step).
+void commit_values(Incoming& in) {
   const kstage_stage_t stage = in.stage;
   const AttributeIn& a = *in.a;
-  if (in.deletions) {
-    kstage_op_t op = 0;
-    check(kstage_delete_attributes(stage, in.deletions, &a.token, 1, a.floor, &op),
-          "kstage_adios2_read_step: a deletion");
-    finish(stage, op, "kstage_adios2_read_step: a deletion");
-  }
   if (a.count == 0) {
     make_empty_column(stage, a);
     return;
@@ -830,7 +850,8 @@ extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
       e.EndStep();  // every value is in
     });
     // Every rank's values in: the deletions and values committed, then the floors.
-    for (Incoming& in : incoming) commit(in);
+    for (Incoming& in : incoming) commit_deletions(in);
+    for (Incoming& in : incoming) commit_values(in);
     for (const AttributeIn& a : attrs)  // (floor 0: none of this rank's writers had a column of it)
       if (a.floor > 0)
         check(kstage_advance_write_floor(stage, a.floor, &a.token, 1),

@@ -27,6 +27,10 @@ using namespace layout;
 struct AttributeStep {
   kstage_token_t token = 0;
   std::string name;
+  // The step's name for this column: the attribute's name, or, for a name held in several
+  // schemas, the name and the schema for every schema but the first (assign_keys).
+  std::string key;
+  bool several = false;  // the attribute has several schemas (read to the host, each its own)
   kstage_attribute_info_t info{};
   // The prims with values, in the groups' order: the group's own array when one group holds
   // them all (no copy of 8 bytes per prim), else `prims_owned`.
@@ -289,28 +293,29 @@ void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query,
           "kstage_adios2_write_step: the stage's attributes");
     tokens.resize(std::min<uint64_t>(count, tokens.size()));
   }
+  // One step entry per column: an attribute held in several schemas has one per schema.
   std::vector<AttributeStep>& steps = data.steps;
-  steps.resize(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    AttributeStep& a = steps[i];
-    a.token = tokens[i];
+  for (const kstage_token_t token : tokens) {
     const char* name = nullptr;
     size_t length = 0;
-    check(kstage_token_string(stage, a.token, &name, &length),
+    check(kstage_token_string(stage, token, &name, &length),
           "kstage_adios2_write_step: attributes");
-    a.name.assign(name, length);
-    a.info = kstage_attribute_info_init();
-    check(kstage_attribute_info(stage, a.token, &a.info), "kstage_adios2_write_step");
-    // A step holds one schema per attribute (kstage/attr/<name>/dtype, kind, semantic).
-    if (a.info.schema_count > 1)
-      fail(KSTAGE_NOT_SUPPORTED,
-           "kstage_adios2_write_step: attribute '%s' holds %llu schemas on different prims; a "
-           "step holds one per attribute (write each prim set under its own name)",
-           a.name.c_str(), (unsigned long long)a.info.schema_count);
-    if (!with_element_type(a.info.dtype, [](auto) {}))
-      fail(KSTAGE_NOT_SUPPORTED,
-           "kstage_adios2_write_step: attribute '%s' is %s, which ADIOS2 has no type for",
-           a.name.c_str(), dtype_name(a.info.dtype).c_str());
+    kstage_attribute_info_t all = kstage_attribute_info_init();
+    check(kstage_attribute_info(stage, token, &all), "kstage_adios2_write_step");
+    for (uint64_t k = 0; k < all.schema_count; ++k) {
+      AttributeStep a;
+      a.token = token;
+      a.name.assign(name, length);
+      a.key = a.name;
+      a.several = all.schema_count > 1;
+      a.info = kstage_attribute_info_init();
+      check(kstage_attribute_schema(stage, token, k, &a.info), "kstage_adios2_write_step");
+      if (!with_element_type(a.info.dtype, [](auto) {}))
+        fail(KSTAGE_NOT_SUPPORTED,
+             "kstage_adios2_write_step: attribute '%s' is %s, which ADIOS2 has no type for",
+             a.name.c_str(), dtype_name(a.info.dtype).c_str());
+      steps.push_back(std::move(a));
+    }
   }
 
   // The sealed state. Fixed-size columns on a GPU this ADIOS2 takes memory of (with BP5; Inline's
@@ -323,8 +328,12 @@ void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query,
   held.stage = stage;
   std::vector<kstage_token_t> on_host, on_device;
   for (AttributeStep& a : steps) {
-    a.on_device = device_puts && !a.info.is_array && takes_device_memory(a.info.residency);
-    (a.on_device ? on_device : on_host).push_back(a.token);
+    // (An attribute of several schemas is read once, to the host: its groups are split by
+    // schema below.)
+    a.on_device =
+        device_puts && !a.several && !a.info.is_array && takes_device_memory(a.info.residency);
+    std::vector<kstage_token_t>& list = a.on_device ? on_device : on_host;
+    if (std::find(list.begin(), list.end(), a.token) == list.end()) list.push_back(a.token);
     if (!a.on_device && a.info.residency.device_type != kDLCPU)  // the device path not taken
       note(KSTAGE_LOG_INFO,
            "kstage_adios2_write_step: attribute '%s' on %s device %d goes through host "
@@ -359,8 +368,10 @@ void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query,
     kstage_status_t st;
     while ((st = kstage_fetch_read_next(stage, r, KSTAGE_TIMEOUT_INFINITE, &g)) == KSTAGE_OK) {
       held.groups.push_back(g.handle);
-      auto it = std::find_if(steps.begin(), steps.end(),
-                             [&](const AttributeStep& a) { return a.token == g.attribute; });
+      const Schema schema{g.is_array, g.dtype, g.semantic};
+      auto it = std::find_if(steps.begin(), steps.end(), [&](const AttributeStep& a) {
+        return a.token == g.attribute && Schema::of(a.info) == schema;
+      });
       if (it == steps.end()) fail(KSTAGE_INTERNAL, "a group of an attribute not read");
       it->info.write_floor =
           g.ordinal;  // the floor of the snapshot read (a seal may have come since)
@@ -405,7 +416,6 @@ void unite_attributes(Collective& ranks, std::vector<AttributeStep>& steps) {
   for (const AttributeStep& a : steps) encode_schema(mine, a);
   const std::vector<std::string> all = ranks.allgather(mine);
   std::vector<AttributeStep> united;
-  std::vector<int> first_rank;
   for (size_t r = 0; r < all.size(); ++r) {
     const std::string& b = all[r];
     for (size_t at = 0; at < b.size();) {
@@ -419,30 +429,59 @@ void unite_attributes(Collective& ranks, std::vector<AttributeStep>& steps) {
       info.is_array = f[0] != 0;
       info.dtype = DLDataType{uint8_t(f[1]), uint8_t(f[2]), uint16_t(f[3])};
       info.semantic = kstage_semantic_t(f[4]);
-      auto it = std::find_if(united.begin(), united.end(),
-                             [&](const AttributeStep& u) { return u.name == name; });
-      if (it != united.end()) {
-        if (Schema::of(it->info) != Schema::of(info))
-          fail(KSTAGE_INVALID_ARGUMENT,
-               "kstage_adios2_write_step: attribute '%s' is %s on rank %d but %s on rank %zu",
-               name.c_str(), Schema::of(it->info).text().c_str(),
-               first_rank[size_t(it - united.begin())], Schema::of(info).text().c_str(), r);
-        continue;
-      }
+      // One entry per (name, schema): ranks holding a name in different schemas (on different
+      // prims) write a column of each.
+      auto it = std::find_if(united.begin(), united.end(), [&](const AttributeStep& u) {
+        return u.name == name && Schema::of(u.info) == Schema::of(info);
+      });
+      if (it != united.end()) continue;
       AttributeStep a;
       a.name = name;
+      a.key = name;
       a.info = info;
       a.info.write_floor = 0;
       united.push_back(std::move(a));
-      first_rank.push_back(int(r));
     }
   }
   for (AttributeStep& u : united) {  // this rank's own, in the united order
-    auto it = std::find_if(steps.begin(), steps.end(),
-                           [&](const AttributeStep& a) { return a.name == u.name; });
+    auto it = std::find_if(steps.begin(), steps.end(), [&](const AttributeStep& a) {
+      return a.name == u.name && Schema::of(a.info) == Schema::of(u.info);
+    });
     if (it != steps.end()) u = std::move(*it);
   }
   steps = std::move(united);
+}
+
+// A schema in a variable's name: "fixed.2.64x1.0" (kind, DLPack code, bits x lanes, semantic).
+std::string key_suffix(const Schema& s) {
+  return std::string(s.is_array ? "array." : "fixed.") + std::to_string(int(s.dtype.code)) + "." +
+         std::to_string(int(s.dtype.bits)) + "x" + std::to_string(int(s.dtype.lanes)) + "." +
+         std::to_string(int(s.semantic));
+}
+
+// The step's name of each column: the attribute's name for its first schema in the step's
+// order (the same on every rank), "<name>#<key_suffix>" for each further one (the reader finds the
+// attribute's name in kstage/attr/<key>/name). Refused if a key is another entry's.
+void assign_keys(std::vector<AttributeStep>& steps) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    AttributeStep& a = steps[i];
+    a.key = a.name;
+    for (size_t j = 0; j < i; ++j)
+      if (steps[j].name == a.name) {
+        a.key = a.name + "#" + key_suffix(Schema::of(a.info));
+        a.several = true;
+        steps[j].several = true;
+        break;
+      }
+  }
+  for (size_t i = 0; i < steps.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (steps[j].key == steps[i].key)
+        fail(KSTAGE_NOT_SUPPORTED,
+             "kstage_adios2_write_step: attribute '%s' (%s) and attribute '%s' take the same "
+             "name '%s' in the step",
+             steps[i].name.c_str(), Schema::of(steps[i].info).text().c_str(), steps[j].name.c_str(),
+             steps[i].key.c_str());
 }
 
 // Where this rank's block of each of the step's global arrays starts (`before`) and how long
@@ -606,37 +645,38 @@ void put_blocks(Stream& s, StepData& data, const Placement& p, const kstage_adio
               true);
   for (size_t i = 0; i < data.steps.size(); ++i) {
     AttributeStep& a = data.steps[i];
-    if (!io.InquireAttribute<std::string>(attr(a.name, "kind"))) {
+    if (!io.InquireAttribute<std::string>(attr(a.key, "kind"))) {
       const int32_t dtype[3] = {a.info.dtype.code, a.info.dtype.bits, a.info.dtype.lanes};
-      io.DefineAttribute<int32_t>(attr(a.name, "dtype"), dtype, 3);
-      io.DefineAttribute<std::string>(attr(a.name, "kind"), a.info.is_array ? "array" : "fixed");
-      io.DefineAttribute<int32_t>(attr(a.name, "semantic"), a.info.semantic);
+      io.DefineAttribute<int32_t>(attr(a.key, "dtype"), dtype, 3);
+      io.DefineAttribute<std::string>(attr(a.key, "kind"), a.info.is_array ? "array" : "fixed");
+      io.DefineAttribute<int32_t>(attr(a.key, "semantic"), a.info.semantic);
+      if (a.key != a.name) io.DefineAttribute<std::string>(attr(a.key, "name"), a.name);
     }
     const uint64_t prims = p.at(t, i, kAttrPrims), elements = p.at(t, i, kAttrElements);
-    put_value<uint64_t>(io, e, attr(a.name, "floor"), p.floors[i], first);
-    put_value<uint64_t>(io, e, attr(a.name, "count"), prims, first);
-    put_value<uint64_t>(io, e, attr(a.name, "deleted_count"), p.at(t, i, kAttrDeleted), first);
-    put_block_table(io, e, attr(a.name, "blocks"), &b[kBlockColumns + i * kAttrBlockColumns],
+    put_value<uint64_t>(io, e, attr(a.key, "floor"), p.floors[i], first);
+    put_value<uint64_t>(io, e, attr(a.key, "count"), prims, first);
+    put_value<uint64_t>(io, e, attr(a.key, "deleted_count"), p.at(t, i, kAttrDeleted), first);
+    put_block_table(io, e, attr(a.key, "blocks"), &b[kBlockColumns + i * kAttrBlockColumns],
                     &t[kBlockColumns + i * kAttrBlockColumns], kAttrBlockColumns, ranks,
                     data.tables);
-    put_block(io, e, attr(a.name, "floors"), &a.info.write_floor, uint64_t(ranks.rank()), 1,
+    put_block(io, e, attr(a.key, "floors"), &a.info.write_floor, uint64_t(ranks.rank()), 1,
               uint64_t(ranks.size()));
     const uint64_t rows = a.info.is_array ? a.elements : a.prim_count;
     const void* values = a.values ? a.values : a.packed.data();
     const uint64_t lanes = a.info.dtype.lanes;
     with_element_type(a.info.dtype, [&](auto tag) {
       using T = decltype(tag);
-      put_block(io, e, attr(a.name, "values"), static_cast<const T*>(values),
+      put_block(io, e, attr(a.key, "values"), static_cast<const T*>(values),
                 p.at(b, i, kAttrElements), rows, elements, lanes,
                 a.on_device ? Space::Device : Space::Host);
     });
     if (a.info.is_array && prims > 0) {
       if (a.offsets.empty()) a.offsets.assign(1, p.at(b, i, kAttrElements));  // no rows here
-      put_offsets(io, e, attr(a.name, "offsets"), a.offsets, p.at(b, i, kAttrPrims), prims, first);
+      put_offsets(io, e, attr(a.key, "offsets"), a.offsets, p.at(b, i, kAttrPrims), prims, first);
     }
-    put_block(io, e, attr(a.name, "prims"), a.positions.data(), p.at(b, i, kAttrPrims),
+    put_block(io, e, attr(a.key, "prims"), a.positions.data(), p.at(b, i, kAttrPrims),
               a.positions.size(), prims);
-    put_block(io, e, attr(a.name, "deleted"), a.deleted_positions.data(), p.at(b, i, kAttrDeleted),
+    put_block(io, e, attr(a.key, "deleted"), a.deleted_positions.data(), p.at(b, i, kAttrDeleted),
               a.deleted_positions.size(), p.at(t, i, kAttrDeleted));
   }
 }
@@ -646,9 +686,9 @@ void put_blocks(Stream& s, StepData& data, const Placement& p, const kstage_adio
 // the ranks record the same schemas.)
 void check_recorded_schemas(adios2::IO& io, const std::vector<AttributeStep>& steps) {
   for (const AttributeStep& a : steps) {
-    adios2::Attribute<std::string> kind = io.InquireAttribute<std::string>(attr(a.name, "kind"));
-    adios2::Attribute<int32_t> dtype = io.InquireAttribute<int32_t>(attr(a.name, "dtype"));
-    adios2::Attribute<int32_t> semantic = io.InquireAttribute<int32_t>(attr(a.name, "semantic"));
+    adios2::Attribute<std::string> kind = io.InquireAttribute<std::string>(attr(a.key, "kind"));
+    adios2::Attribute<int32_t> dtype = io.InquireAttribute<int32_t>(attr(a.key, "dtype"));
+    adios2::Attribute<int32_t> semantic = io.InquireAttribute<int32_t>(attr(a.key, "semantic"));
     if (!kind || !dtype || !semantic || dtype.Data().size() != 3) continue;
     const std::vector<int32_t> d3 = dtype.Data();
     const Schema recorded{kind.Data().front() == "array",
@@ -704,7 +744,8 @@ extern "C" kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t strea
       prepare(*data, stage, query, attributes, n, d, s->device_memory);
     });
     if (ranks.size() > 1) unite_attributes(ranks, data->steps);
-    for (const AttributeStep& a : data->steps) data->names.add(a.name.data(), a.name.size());
+    assign_keys(data->steps);
+    for (const AttributeStep& a : data->steps) data->names.add(a.key.data(), a.key.size());
     const Placement p = place(ranks, *data, d);
     put_step(*s, *data, p, d);  // `data` releases the groups after
     if (s->keeps_step_data) s->last_step_data = std::move(data);  // Inline: the reader reads them

@@ -27,12 +27,20 @@ struct StageState {
              floor == o.floor && values == o.values;
     }
   };
-  std::map<std::string, Column> columns;  // by attribute name
+  // By attribute name; an attribute held in several schemas: one per schema, by
+  // "<name>#<schema_key>".
+  std::map<std::string, Column> columns;
   bool operator==(const StageState& o) const { return columns == o.columns; }
 };
 
 inline void must(kstage_status_t st, const char* what) {
   if (st != KSTAGE_OK) throw std::runtime_error(std::string(what) + ": " + kstage_last_error());
+}
+
+// A schema as text, to tell an attribute's columns apart.
+inline std::string schema_key(bool is_array, DLDataType t, kstage_semantic_t semantic) {
+  return std::string(is_array ? "array:" : "fixed:") + std::to_string(t.code) + "." +
+         std::to_string(t.bits) + "x" + std::to_string(t.lanes) + ":" + std::to_string(semantic);
 }
 
 inline StageState stage_state(kstage_stage_t stage) {
@@ -49,11 +57,20 @@ inline StageState stage_state(kstage_stage_t stage) {
     must(kstage_token_string(stage, t, &name, nullptr), "kstage_token_string");
     kstage_attribute_info_t info = kstage_attribute_info_init();
     must(kstage_attribute_info(stage, t, &info), "kstage_attribute_info");
-    StageState::Column& c = state.columns[name];
-    c.dtype = info.dtype;
-    c.is_array = info.is_array;
-    c.semantic = info.semantic;
-    c.floor = info.write_floor;
+    auto key = [&](bool is_array, DLDataType dtype, kstage_semantic_t semantic) {
+      return info.schema_count == 1
+                 ? std::string(name)
+                 : std::string(name) + "#" + schema_key(is_array, dtype, semantic);
+    };
+    for (uint64_t k = 0; k < info.schema_count; ++k) {
+      kstage_attribute_info_t one = kstage_attribute_info_init();
+      must(kstage_attribute_schema(stage, t, k, &one), "kstage_attribute_schema");
+      StageState::Column& c = state.columns[key(one.is_array, one.dtype, one.semantic)];
+      c.dtype = one.dtype;
+      c.is_array = one.is_array;
+      c.semantic = one.semantic;
+      c.floor = one.write_floor;
+    }
     kstage_read_desc_t d = kstage_read_desc_init();
     d.compact = true;
     d.target_device = DLDevice{kDLCPU, 0};
@@ -61,6 +78,7 @@ inline StageState stage_state(kstage_stage_t stage) {
     must(kstage_read_attributes(stage, q, &t, 1, &d, &r), "kstage_read_attributes");
     kstage_read_group_t g;
     while (kstage_fetch_read_next(stage, r, 0, &g) == KSTAGE_OK) {
+      StageState::Column& c = state.columns[key(g.is_array, g.dtype, g.semantic)];
       const size_t elem = size_t(g.dtype.bits / 8) * g.dtype.lanes;
       for (uint64_t i = 0; i < g.prim_count; ++i) {
         const char* path = nullptr;
