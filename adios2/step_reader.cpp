@@ -644,6 +644,70 @@ void make_empty_column(kstage_stage_t stage, const AttributeIn& a) {
   finish(stage, op, "kstage_adios2_read_step: an empty column");
 }
 
+// The path ids of a query's prims.
+std::vector<kstage_path_t> ids_of(kstage_stage_t stage, kstage_query_t query) {
+  kstage_path_list_t list = 0;
+  check(kstage_query_get_paths(stage, query, &list), "kstage_adios2_read_step: a query's paths");
+  const kstage_path_t* ids = nullptr;
+  uint64_t n = 0;
+  const kstage_status_t st = kstage_path_list_get(stage, list, &ids, &n);
+  std::vector<kstage_path_t> out;
+  if (st == KSTAGE_OK) out.assign(ids, ids + n);
+  kstage_path_list_release(stage, list);
+  check(st, "kstage_adios2_read_step: a query's paths");
+  return out;
+}
+
+// Before anything is committed: no prim the step writes in one schema holds the attribute
+// (sealed) in another, unless the step deletes it there -- the step's commits would otherwise
+// stop half-way at the stage's refusal. Free for an attribute whose only column is the step's.
+void check_schema_moves(kstage_stage_t stage, const std::vector<Incoming>& incoming) {
+  for (const Incoming& in : incoming) {
+    const AttributeIn& a = *in.a;
+    if (a.count == 0 || !in.query) continue;
+    kstage_attribute_info_t info = kstage_attribute_info_init();
+    const kstage_status_t st = kstage_attribute_info(stage, a.token, &info);
+    if (st == KSTAGE_NOT_FOUND) continue;
+    check(st, "kstage_adios2_read_step");
+    const Schema mine{a.is_array, a.dtype, a.semantic};
+    if (info.schema_count == 1 && a.column_exists) continue;
+    // The prims this step deletes the attribute from, in any schema.
+    std::vector<kstage_path_t> deleted;
+    for (const Incoming& other : incoming)
+      if (other.a->token == a.token && other.deletions) {
+        const std::vector<kstage_path_t> d = ids_of(stage, other.deletions);
+        deleted.insert(deleted.end(), d.begin(), d.end());
+      }
+    std::sort(deleted.begin(), deleted.end());
+    kstage_read_desc_t rd = kstage_read_desc_init();
+    rd.target_device = DLDevice{kDLCPU, 0};
+    kstage_read_t r = 0;
+    check(kstage_read_attributes(stage, in.query, &a.token, 1, &rd, &r),
+          "kstage_adios2_read_step: the stage's schemas");
+    kstage_read_group_t g{};
+    std::string clash;
+    while (clash.empty() && kstage_fetch_read_next(stage, r, 0, &g) == KSTAGE_OK) {
+      const Schema held{g.is_array, g.dtype, g.semantic};
+      if (held != mine)
+        for (uint64_t i = 0; i < g.prim_count && clash.empty(); ++i)
+          if (!std::binary_search(deleted.begin(), deleted.end(), g.prims[i])) {
+            const char* path = nullptr;
+            size_t length = 0;
+            kstage_path_string(stage, g.prims[i], &path, &length);
+            clash =
+                std::string(path ? path : "?", path ? length : 1) + "' holds it as " + held.text();
+          }
+      kstage_release_group(stage, g.handle);
+    }
+    kstage_release_read(stage, r);
+    if (!clash.empty())
+      fail(KSTAGE_INVALID_ARGUMENT,
+           "attribute '%s' of the step is %s, but prim '%s, which the step does not delete: a "
+           "prim holds one value per attribute",
+           a.attribute.c_str(), mine.text().c_str(), clash.c_str());
+  }
+}
+
 // The attribute's deletions at its recorded floor. Every deletion of the step is committed
 // before any value: read from several writers' blocks, a prim that moved between them in this
 // step is deleted in one block and written in another, and a prim that moved to another schema
@@ -846,6 +910,7 @@ extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
         in.query = paths.query(attrs[i].prims);
         if (!attrs[i].is_array) read_fixed_values(reader, in);
       }
+      check_schema_moves(stage, incoming);  // (every rank agrees before any commits)
       s->step_open = false;
       e.EndStep();  // every value is in
     });

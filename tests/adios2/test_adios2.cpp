@@ -674,24 +674,45 @@ TEST_CASE("steps that do not fit are refused and leave the stage as it was", "[a
   const std::string path = scratch("fit.bp");
   A2_OK(kstage_adios2_checkpoint(f.s.stage, path.c_str()));
 
-  SECTION("another kind or dtype for an existing column") {
+  SECTION("another kind or dtype for prims that hold the attribute") {
+    // A step at ordinal 3 whose 'position' (float32 x 3) is on /world/walls/a, which the stage
+    // holds as float64 x 3: refused before anything is written (one value per prim and name).
+    Stage src(host_execution());
+    const kstage_token_t spos = src.token("position"), sid = src.token("id");
+    kstage_query_t sq = src.query({src.path("/world/walls/a"), src.path("/elsewhere")});
+    src.write_f32(sq, sid, 3, {1, 2});
+    std::vector<float> p3 = {1, 2, 3};
+    int64_t one[1] = {1};
+    DLTensor tp = tensor(p3.data(), f32(3), 1, one);
+    KS_OK(src.write(src.query({src.path("/world/walls/a")}), spos, 3, write_data(&tp)));
+    src.seal(3);
+    const std::string moved = scratch("fit-schemas.bp");
+    A2_OK(kstage_adios2_checkpoint(src.stage, moved.c_str()));
+
     Stage s(host_execution());
     const kstage_token_t pos = s.token("position");
-    kstage_query_t q = s.query({s.path("/other")});
     std::vector<double> v = {1, 2, 3};
-    int64_t shape[1] = {1};
-    DLTensor t = tensor(v.data(), DLDataType{kDLFloat, 64, 3}, 1, shape);
-    kstage_write_data_t w = write_data(&t);
-    w.semantic = KSTAGE_SEMANTIC_POINT;
-    KS_OK(s.write(q, pos, 1, w));
+    DLTensor t = tensor(v.data(), DLDataType{kDLFloat, 64, 3}, 1, one);
+    KS_OK(s.write(s.query({s.path("/world/walls/a")}), pos, 1, write_data(&t)));
     s.seal(1);
     const Snapshot before = snapshot(s.stage);
-    A2_FAILS(kstage_adios2_restart(s.stage, path.c_str(), nullptr), KSTAGE_INVALID_ARGUMENT,
-             "attribute 'position' of the step is fixed float32 x 3 (semantic 1), the stage's "
-             "column is fixed float64 x 3");
-    CHECK(snapshot(s.stage) == before);
+    A2_FAILS(kstage_adios2_restart(s.stage, moved.c_str(), nullptr), KSTAGE_INVALID_ARGUMENT,
+             "attribute 'position' of the step is fixed float32 x 3 (semantic 0), but prim "
+             "'/world/walls/a' holds it as fixed float64 x 3 (semantic 0), which the step does "
+             "not delete");
+    CHECK(snapshot(s.stage) == before);  // 'id' of the step not written either
     kstage_filter_t all{};
     CHECK(s.filtered(all).size() == 1);  // no path of the step became a prim
+
+    // Prims the stage does not hold it on take the step's schema in a column of its own.
+    Stage other(host_execution());
+    KS_OK(other.write(other.query({other.path("/other")}), other.token("position"), 1,
+                      write_data(&t)));
+    other.seal(1);
+    A2_OK(kstage_adios2_restart(other.stage, moved.c_str(), nullptr));
+    kstage_attribute_info_t info = kstage_attribute_info_init();
+    KS_OK(kstage_attribute_info(other.stage, other.token("position"), &info));
+    CHECK(info.schema_count == 2);
   }
   SECTION("a step at or below the stage's write floor (a restart into the same stage)") {
     const Snapshot before = snapshot(f.s.stage);
