@@ -8,6 +8,7 @@
 // it rather than touch a dead interpreter.
 #include "binding.hpp"
 
+#include <cstring>
 #include <new>
 
 namespace kstage_py {
@@ -133,12 +134,21 @@ Imported import_dlpack(nb::handle source, nb::handle stream) {
                    Py_TYPE(source.ptr())->tp_name);
       throw nb::python_error();
     }
-    // A stream concerns device data only: a host producer (numpy) refuses one.
-    nb::handle producer_stream = stream;
-    if (!stream.is_none() && nb::hasattr(source, "__dlpack_device__")) {
+    // A stream concerns device data only: a host producer (numpy) refuses one. A device
+    // producer is asked for the stream kstage then orders its work after (producer_stream in
+    // dlpack_export.cpp): None is the legacy default stream, which __dlpack__ calls 1 on CUDA
+    // (and on the emulated device, which follows CUDA's rules) and 0 on ROCm -- named, not left
+    // to the producer's reading of None.
+    // (numpy's arrays are host memory: no __dlpack_device__ call for the commonest source.)
+    const bool numpy_array = std::strcmp(Py_TYPE(source.ptr())->tp_name, "numpy.ndarray") == 0;
+    nb::object producer_stream = nb::borrow(stream);
+    if (numpy_array) {
+      producer_stream = nb::none();
+    } else if (nb::hasattr(source, "__dlpack_device__")) {
       nb::object device = source.attr("__dlpack_device__")();
-      int type = nb::cast<int>(device[0]);
+      const int type = nb::cast<int>(device[0]);
       if (is_host_memory(type)) producer_stream = nb::none();
+      else if (stream.is_none()) producer_stream = nb::int_(type == kDLROCM ? 0 : 1);
     }
     stream = producer_stream;
     try {

@@ -560,3 +560,31 @@ def test_abandon_after_the_producers_stream_on_the_device(dstage):
         assert m.ended
     dstage.seal(2)
     assert dstage.query(has="given_up").paths.tolist() == []
+
+
+def test_a_device_producer_is_asked_for_the_stream_kstage_waits_on(dstage):
+    # (#52, defect 5) kstage orders a write after the stream its stream= names (None: the legacy
+    # default stream), and asks the producer's __dlpack__ for that same stream -- 1, not None --
+    # so that the producer orders its work before it there.
+    device_column(dstage)
+    (g,) = dstage.read(PATHS, "pos")
+
+    class Recording:
+        def __init__(self, inner):
+            self.inner, self.streams = inner, []
+
+        def __dlpack_device__(self):
+            return self.inner.__dlpack_device__()
+
+        def __dlpack__(self, stream=None, max_version=None):
+            self.streams.append(stream)
+            return self.inner.__dlpack__(stream=stream, max_version=max_version)
+
+    p = Recording(g)
+    for ordinal, stream in enumerate((None, 1, -1), start=2):
+        assert dstage.write("asked", PATHS, p, ordinal, stream=stream).wait(10)
+    assert p.streams == [1, 1, -1]
+    # A host producer is asked for no stream, whatever the write's.
+    host = Recording(np.ones((64, 3), np.float32))
+    dstage.write("asked_host", PATHS, host, 5).wait(10)
+    assert host.streams == [None]
