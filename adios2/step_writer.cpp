@@ -30,7 +30,8 @@ struct AttributeStep {
   // The step's name for this column: the attribute's name, or, for a name held in several
   // schemas, the name and the schema for every schema but the first (assign_keys).
   std::string key;
-  bool several = false;  // the attribute has several schemas (read to the host, each its own)
+  bool several =
+      false;  // this rank's stage holds the attribute in several schemas (read to the host)
   kstage_attribute_info_t info{};
   // The prims with values, in the groups' order: the group's own array when one group holds
   // them all (no copy of 8 bytes per prim), else `prims_owned`.
@@ -469,8 +470,6 @@ void assign_keys(std::vector<AttributeStep>& steps) {
     for (size_t j = 0; j < i; ++j)
       if (steps[j].name == a.name) {
         a.key = a.name + "#" + key_suffix(Schema::of(a.info));
-        a.several = true;
-        steps[j].several = true;
         break;
       }
   }

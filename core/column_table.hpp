@@ -10,6 +10,7 @@
 #include "core/dtype.hpp"
 #include "core/status.hpp"
 
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -52,6 +53,21 @@ inline Status ambiguous_semantic(const std::string& attribute, const Schema& a, 
   return error(KSTAGE_INVALID_ARGUMENT,
                "semantic NONE is ambiguous for '%s': it holds %s and %s; name the semantic",
                attribute.c_str(), schema_string(a).c_str(), schema_string(b).c_str());
+}
+
+// Of `items` (an attribute's columns, or their schemas), the one a write or map declaring
+// `declared` goes to (keeps_schema): null for none; INVALID_ARGUMENT naming `name()` and both
+// when two match (they differ only in semantic, and NONE was declared).
+template <class Range, class SchemaOf, class NameOf>
+auto kept_by(const Range& items, const Schema& declared, SchemaOf schema_of, NameOf name)
+    -> Result<decltype(&*std::begin(items))> {
+  decltype(&*std::begin(items)) found = nullptr;
+  for (const auto& item : items) {
+    if (!keeps_schema(schema_of(item), declared)) continue;
+    if (found) return ambiguous_semantic(name(), schema_of(*found), schema_of(item));
+    found = &item;
+  }
+  return found;
 }
 
 class ColumnTable {

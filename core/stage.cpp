@@ -185,14 +185,13 @@ uint64_t Stage::global_floor() const {
 }
 
 Result<Column*> Stage::column_for(uint64_t attribute, const Schema& declared) const {
-  Column* found = nullptr;
-  for (const auto& [key, c] : columns_.of(attribute)) {
-    if (!keeps_schema(c->schema(), declared)) continue;
-    if (found)  // (only a NONE semantic matches two columns)
-      return ambiguous_semantic(token_name(attribute), found->schema(), c->schema());
-    found = c.get();
-  }
-  return found;
+  const ColumnTable::Map::value_type* found = nullptr;
+  KSTAGE_ASSIGN_OR_RETURN(
+      found, kept_by(
+                 columns_.of(attribute), declared,
+                 [](const auto& entry) -> const Schema& { return entry.second->schema(); },
+                 [&] { return token_name(attribute); }));
+  return found ? found->second.get() : nullptr;
 }
 
 }  // namespace kstage::core

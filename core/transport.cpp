@@ -405,11 +405,11 @@ Status resolve_residency(const WriteRequest& r, BackendSet& backends, WritePlan&
   // The column of the write's schema (a NONE semantic keeps the column's), else a new one. A
   // name holds one column per schema: prims holding it in another are the ledger's to judge.
   const std::pair<Schema, Backend*>* column = nullptr;
-  for (const auto& e : r.existing) {
-    if (!keeps_schema(e.first, out.schema)) continue;
-    if (column) return ambiguous_semantic(r.attribute_name, column->first, e.first);
-    column = &e;
-  }
+  KSTAGE_ASSIGN_OR_RETURN(
+      column, kept_by(
+                  r.existing, out.schema,
+                  [](const std::pair<Schema, Backend*>& e) -> const Schema& { return e.first; },
+                  [&] { return r.attribute_name; }));
   if (column) out.schema.semantic = column->first.semantic;
   KSTAGE_RETURN_NOT_OK(check_reserved_name(r.attribute_name, out.schema));
   if (column) {
