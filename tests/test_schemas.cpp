@@ -56,6 +56,25 @@ std::map<kstage_path_t, std::pair<int, double>> sealed(Stage& s, kstage_query_t 
   return m;
 }
 
+// Fills the one group of map `m` with `values` in prim order (fixed-size, lanes 1), unmaps it and
+// waits; returns the group as fetched.
+template <class T>
+kstage_map_group_info_t fill_and_commit(Stage& s, kstage_map_t m, const std::vector<T>& values) {
+  kstage_map_group_info_t g{};
+  KS_OK(kstage_fetch_map_next(s.stage, m, 0, &g));
+  REQUIRE(g.prim_count == values.size());
+  for (uint64_t i = 0; i < g.prim_count; ++i) {
+    const uint64_t row = g.data.index_map ? g.data.index_map[i] : i;
+    host_write(static_cast<T*>(g.data.tensors[0].data) + row, &values[i], sizeof(T),
+               g.data.tensors[0].device);
+  }
+  kstage_op_t op = 0;
+  KS_OK(kstage_unmap_attribute(s.stage, m, kstage_device_sync_t{0, 0}, &op));
+  KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
+  KS_OK(kstage_release_op(s.stage, op));
+  return g;
+}
+
 kstage_attribute_info_t info_of(Stage& s, kstage_token_t attr) {
   kstage_attribute_info_t info = kstage_attribute_info_init();
   KS_OK(kstage_attribute_info(s.stage, attr, &info));
@@ -91,21 +110,10 @@ TEST_CASE("a write or map with no semantic keeps the column's", "[schemas]") {
   d.attribute = pos;
   kstage_map_t m = 0;
   KS_OK(kstage_map_attribute(s.stage, q, &d, 3, nullptr, 0, &m));
-  kstage_map_group_info_t g{};
-  KS_OK(kstage_fetch_map_next(s.stage, m, 0, &g));
+  const kstage_map_group_info_t g = fill_and_commit(s, m, std::vector<float>{5, 6});
   REQUIRE(g.dtype.code == kDLFloat);
   REQUIRE(g.dtype.bits == 32);
   REQUIRE(g.semantic == KSTAGE_SEMANTIC_POINT);
-  const float five[2] = {5, 6};
-  for (uint64_t i = 0; i < g.prim_count; ++i) {
-    const uint64_t row = g.data.index_map ? g.data.index_map[i] : i;
-    host_write(static_cast<float*>(g.data.tensors[0].data) + row, &five[i], sizeof(float),
-               g.data.tensors[0].device);
-  }
-  kstage_op_t op = 0;
-  KS_OK(kstage_unmap_attribute(s.stage, m, kstage_device_sync_t{0, 0}, &op));
-  KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
-  KS_OK(kstage_release_op(s.stage, op));
   s.seal(3);
   auto after = sealed(s, q, pos);
   REQUIRE(after[prims[1]] == std::pair<int, double>{32, 6});
@@ -180,6 +188,12 @@ TEST_CASE("one name holds several schemas on different prims", "[schemas]") {
            "index 2: attribute 'm' has 2 schemas");
   KS_FAILS(kstage_attribute_schema(s.stage, s.token("nothing"), 0, &none), KSTAGE_NOT_FOUND,
            "attribute 'nothing' has no column");
+  KS_FAILS(kstage_attribute_schema(s.stage, m, 0, nullptr), KSTAGE_INVALID_ARGUMENT,
+           "info is NULL");
+  KS_FAILS(kstage_attribute_schema(s.stage, 987654321, 0, &none), KSTAGE_INVALID_ARGUMENT,
+           "is not a token of this stage");
+  none.struct_size = 4;
+  KS_FAILS(kstage_attribute_schema(s.stage, m, 0, &none), KSTAGE_INVALID_ARGUMENT, "struct_size");
 
   // Each schema's prims are updated in their own column; HAS finds prims in any of them.
   KS_OK(write_as(s, c, m, 3, {30}, f64()));
@@ -277,18 +291,7 @@ TEST_CASE("FORCE replaces a prim's schema at the write's ordinal", "[schemas]") 
     d.attribute_mode = KSTAGE_ATTRIBUTE_MODE_FORCE;
     kstage_map_t map = 0;
     KS_OK(kstage_map_attribute(s.stage, ab, &d, 5, nullptr, 0, &map));
-    kstage_map_group_info_t g{};
-    KS_OK(kstage_fetch_map_next(s.stage, map, 0, &g));
-    const double v[2] = {10, 20};
-    for (uint64_t i = 0; i < g.prim_count; ++i) {
-      const uint64_t row = g.data.index_map ? g.data.index_map[i] : i;
-      host_write(static_cast<double*>(g.data.tensors[0].data) + row, &v[i], sizeof(double),
-                 g.data.tensors[0].device);
-    }
-    kstage_op_t op = 0;
-    KS_OK(kstage_unmap_attribute(s.stage, map, kstage_device_sync_t{0, 0}, &op));
-    KS_OK(kstage_wait(s.stage, op, KSTAGE_TIMEOUT_INFINITE));
-    KS_OK(kstage_release_op(s.stage, op));
+    fill_and_commit(s, map, std::vector<double>{10, 20});
   }
   // Unsealed: the old values stay readable.
   REQUIRE(sealed(s, all, m)[prims[0]] == std::pair<int, double>{32, 1});

@@ -475,6 +475,22 @@ TEST_CASE("a column no prim holds any more comes back with its schema and floor"
   CHECK(info.schema_count == 2);
 }
 
+TEST_CASE("a further schema's step name taken by another attribute is refused, naming both",
+          "[adios2][errors][schemas]") {
+  Stage s(host_execution());
+  // 'm' as float64 (its step name 'm') and float32 ('m#fixed.2.32x1.0'), and an attribute
+  // whose own name is that.
+  std::vector<double> d = {1};
+  int64_t one[1] = {1};
+  DLTensor t = tensor(d.data(), f64(), 1, one);
+  KS_OK(s.write(s.query({s.path("/a")}), s.token("m"), 1, write_data(&t)));
+  s.write_f32(s.query({s.path("/b")}), s.token("m"), 1, {2});
+  s.write_f32(s.query({s.path("/c")}), s.token("m#fixed.2.32x1.0"), 1, {3});
+  s.seal(1);
+  A2_FAILS(kstage_adios2_checkpoint(s.stage, scratch("keys.bp").c_str()), KSTAGE_NOT_SUPPORTED,
+           "take the same name 'm#fixed.2.32x1.0' in the step");
+}
+
 TEST_CASE("an attribute held in several schemas round-trips, a column each, FORCE moves too",
           "[adios2][schemas]") {
   Stage s(host_execution());

@@ -77,6 +77,15 @@ inline ReadBack read_back(DeviceStage& s, kstage_query_t q, kstage_token_t a,
   return out;
 }
 
+// Resets both emulated ordinals when a case ends: no injected fault or missing pool leaks into the
+// next case.
+struct ResetDevice {
+  ~ResetDevice() {
+    kstage_emulated_device_reset(0);
+    kstage_emulated_device_reset(1);
+  }
+};
+
 // Restores the default kernel delay when a case ends, whatever happens.
 struct KernelDelay {
   explicit KernelDelay(uint32_t us) { kstage_emulated_set_kernel_delay_us(us); }

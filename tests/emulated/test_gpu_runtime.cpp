@@ -22,14 +22,6 @@ using namespace kstage_device_test;
 
 namespace {
 
-// Resets ordinal 0 when a case ends: no fault or missing pool leaks into the next case.
-struct ResetDevice {
-  ~ResetDevice() {
-    kstage_emulated_device_reset(0);
-    kstage_emulated_device_reset(1);
-  }
-};
-
 // The violation handler's messages while a case runs.
 std::mutex g_violations_mutex;
 std::vector<std::string> g_violations;

@@ -16,13 +16,6 @@ using namespace kstage_device_test;
 
 namespace {
 
-struct ResetDevice {
-  ~ResetDevice() {
-    kstage_emulated_device_reset(0);
-    kstage_emulated_device_reset(1);
-  }
-};
-
 std::string describe(const std::vector<LogEntry>& entries) {
   std::string s;
   for (const LogEntry& e : entries)
