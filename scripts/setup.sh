@@ -19,6 +19,7 @@
 #   perf.sh         --perf: the perf suite's venv
 #   jax.sh          --jax: the JAX interop tests' venv
 #   python.sh       --python: python3-dev and the Python package's venv
+#   usd.sh          --python: the Newton wheel's USD assets for kstage.usd's tests
 #   docs.sh         --docs: doxygen
 #   lint.sh         --lint: clang-format-14, clang-tidy-14, libomp-14-dev (scripts/lint.sh)
 #   adios2.sh       --adios2: PyPI's serial ADIOS2 wheel in a venv; the source build the next two
@@ -61,8 +62,8 @@
 set -euo pipefail
 
 KSTAGE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-for _dep in common kokkos dlpack catch2 mpi perf jax python docs lint adios2 adios2_mpi adios2_cuda \
-            fuzz tsan cuda hip; do
+for _dep in common kokkos dlpack catch2 mpi perf jax python usd docs lint adios2 adios2_mpi \
+            adios2_cuda fuzz tsan cuda hip; do
   # shellcheck source=/dev/null
   source "$KSTAGE_ROOT/scripts/setup/$_dep.sh"
 done
@@ -146,6 +147,7 @@ main() {
   if [ "$adios2_mpi" = 1 ]; then adios2_mpi_dep; wait_venv python-venv; mpi4py_dep; fi
   if [ "$adios2_cuda" = 1 ]; then adios2_cuda_dep; fi
   wait_venv python-venv
+  if [ "$python" = 1 ]; then usd_assets_dep; fi
   wait_venv venv
   wait_venv jax-venv
   trap - EXIT
@@ -170,6 +172,7 @@ main() {
   fi
   if [ "$python" = 1 ]; then
     echo "Python_EXECUTABLE=$DEPS_DIR/python-venv/bin/python"
+    echo "KSTAGE_USD_ASSETS=$DEPS_DIR/usd-assets"
   fi
   if [ "$adios2" = 1 ]; then
     echo "ADIOS2_DIR=$(adios2_cmake_dir)"

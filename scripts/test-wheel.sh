@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tests a wheel of scripts/build-wheel.sh as a user who installs it from nothing but the wheel:
 # a fresh venv, `pip install "<wheel>[test]"` (the test extras from the machine's pip index), then
-# tests/python_package, examples/python/particles.py and perf/python_bench.py --quick, run from
+# tests/python_package (with the USD assets of scripts/setup/usd.sh), examples/python/particles.py
+# and usd_scene.py, and perf/python_bench.py --quick, run from
 # a copy outside the source tree.
 #
 #   scripts/test-wheel.sh WHEEL [WORK_DIR]        (default: /tmp/kstage-wheel-test)
@@ -33,7 +34,17 @@ cp -r "$ROOT/tests/python_package" "$WORK/src/tests/"
 cp "$ROOT/tests/python/dlpack_ctypes.py" "$WORK/src/tests/python/"  # ks_support's DLPack structs
 cp "$ROOT/README.md" "$ROOT/CMakeLists.txt" "$WORK/src/"  # what the tests check the package against
 mkdir -p "$WORK/src/examples" "$WORK/src/perf"
-cp "$ROOT/examples/python/particles.py" "$WORK/src/examples/"
+cp "$ROOT/examples/python/particles.py" "$ROOT/examples/python/usd_scene.py" "$WORK/src/examples/"
+# The Newton wheel's USD assets of kstage.usd's tests and example (scripts/setup/usd.sh), copied
+# beside the tests: the cache itself is not readable to `nobody`.
+USD_ASSETS=${KSTAGE_USD_ASSETS:-${KSTAGE_DEPS_DIR:-$HOME/.cache/kstage-deps}/usd-assets}
+usd_env=()
+if [ -f "$USD_ASSETS/newton/tests/assets/ant_multi.usda" ]; then
+  cp -r "$USD_ASSETS" "$WORK/src/usd-assets"
+  usd_env=(KSTAGE_USD_ASSETS="$WORK/src/usd-assets" KSTAGE_REQUIRE_USD_ASSETS=1)
+else
+  log "no USD assets in $USD_ASSETS (scripts/setup.sh --python): kstage.usd's asset tests skip and the USD example does not run"
+fi
 [ -f "$ROOT/perf/python_bench.py" ] && cp "$ROOT/perf/python_bench.py" "$WORK/src/perf/"
 find "$WORK/src" -name __pycache__ -prune -exec rm -rf {} +
 
@@ -62,7 +73,7 @@ pip_env=()
 while IFS= read -r v; do pip_env+=("$v=${!v}"); done < <(compgen -e | grep '^PIP_' || true)
 run() { "${as_user[@]}" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME="$WORK/home" \
           OMP_PROC_BIND=spread OMP_PLACES=threads JAX_PLATFORMS=cpu PIP_DISABLE_PIP_VERSION_CHECK=1 \
-          "${pip_env[@]}" "$@"; }
+          "${pip_env[@]}" "${usd_env[@]}" "$@"; }
 
 py=$WORK/venv/bin/python
 if [ "$nobody_can" = 1 ]; then run "$VENV_PY" -m venv "$WORK/venv"; else "$VENV_PY" -m venv "$WORK/venv"; fi
@@ -101,6 +112,10 @@ rc=0
 [ "$rc" = 0 ] || die "tests/python_package failed against the wheel"
 (cd "$WORK" && run "$py" "$WORK/src/examples/particles.py" -n 20000 -t 10 --out "$WORK/particles.png") \
   || die "examples/python/particles.py failed against the wheel"
+if [ ${#usd_env[@]} -gt 0 ]; then
+  (cd "$WORK" && run "$py" "$WORK/src/examples/usd_scene.py" --envs 64 --ticks 3 --out "$WORK/usd_scene") \
+    || die "examples/python/usd_scene.py failed against the wheel"
+fi
 if [ -f "$WORK/src/perf/python_bench.py" ]; then
   (cd "$WORK" && run "$py" "$WORK/src/perf/python_bench.py" --quick) >"$WORK/python_bench.log" 2>&1 \
     || { tail -n 20 "$WORK/python_bench.log"; die "perf/python_bench.py --quick failed against the wheel"; }

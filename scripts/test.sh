@@ -418,7 +418,8 @@ for preset in $PRESETS; do
     # tests/python_package, which a pip-installed package (no emulated device) skips.
     default)
       configure_args=(-DKSTAGE_BUILD_PYTHON=ON -DPython_EXECUTABLE="$DEPS_DIR/python-venv/bin/python"
-                      -DKSTAGE_REQUIRE_DOCS=ON -DKSTAGE_WITH_ADIOS2=ON)
+                      -DKSTAGE_REQUIRE_DOCS=ON -DKSTAGE_WITH_ADIOS2=ON
+                      -DKSTAGE_USD_ASSETS="$DEPS_DIR/usd-assets")
       if [ "$TEST_JAX" = 1 ]; then
         configure_args+=(-DKSTAGE_JAX_PYTHON="$DEPS_DIR/python-venv/bin/python")
       else

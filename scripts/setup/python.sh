@@ -10,7 +10,7 @@
 #   - a Python virtual environment in $KSTAGE_DEPS_DIR/python-venv, made as the others
 #     (common.sh), with numpy, pytest, nanobind, scikit-build-core, matplotlib, jax[cpu] (the
 #     pinned jax, jax.sh's JAX_PIN), pyarrow, nanoarrow, polars, duckdb (the Arrow tests) and
-#     warp-lang (the Warp tests) from the machine's configured pip index: for a developer build
+#     warp-lang (the Warp tests), usd-core (kstage.usd) from the machine's configured pip index: for a developer build
 #     of the extension
 #     (cmake -DKSTAGE_BUILD_PYTHON=ON -DPython_EXECUTABLE=$KSTAGE_DEPS_DIR/python-venv/bin/python)
 #     and for `pip install --no-build-isolation` (docs/python.md).
@@ -42,10 +42,12 @@ ensure_python_headers() {
 # interface with device arrays: pyarrow >= 16, nanoarrow >= 0.6), DuckDB (the Python example and
 # the tests query kstage columns with it), and NVIDIA Warp (test_warp.py: kernels on its CPU device).
 INTEROP_PINS="pyarrow>=16 nanoarrow>=0.6 polars>=1.0 duckdb>=1.1 warp-lang>=1.5"
+# OpenUSD for Python (kstage.usd; pyproject.toml's `usd` extra pins the same).
+USD_PIN="usd-core>=25.5"
 
 python_package_venv() {
   # shellcheck disable=SC2086  # INTEROP_PINS is a list of requirement words
   python_venv python-venv "$DEPS_DIR/python-venv" 1 \
-    'import numpy, pytest, nanobind, scikit_build_core, matplotlib, jax, pyarrow, nanoarrow, polars, duckdb, warp; print("numpy", numpy.__version__, "nanobind", nanobind.__version__, "scikit-build-core", scikit_build_core.__version__, "jax", jax.__version__, "pyarrow", pyarrow.__version__)' \
-    "numpy>=2.1" pytest "nanobind>=2.4" "scikit-build-core>=0.10" matplotlib "$JAX_PIN" $INTEROP_PINS
+    'import numpy, pytest, nanobind, scikit_build_core, matplotlib, jax, pyarrow, nanoarrow, polars, duckdb, warp, pxr.Usd; print("numpy", numpy.__version__, "nanobind", nanobind.__version__, "scikit-build-core", scikit_build_core.__version__, "jax", jax.__version__, "pyarrow", pyarrow.__version__, "usd", pxr.Usd.GetVersion())' \
+    "numpy>=2.1" pytest "nanobind>=2.4" "scikit-build-core>=0.10" matplotlib "$JAX_PIN" $INTEROP_PINS "$USD_PIN"
 }
