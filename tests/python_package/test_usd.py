@@ -382,9 +382,22 @@ def test_errors_name_the_file_prim_and_attribute(stage, tmp_path):
     with pytest.raises(ku.UsdError) as e:
         ku.populate(stage, path, 2)
     assert e.value.file == str(path) and e.value.prim == "/W/Arm" and e.value.attribute == "mass"
-    assert isinstance(e.value.__cause__, kstage.InvalidArgument)
+    assert "holds it as fixed int32 x 2" in str(e.value) and "float32 x 1" in str(e.value)
     stage.seal(2)
     assert fingerprint(stage) == before
+    # An ordinal at or below a name's write floor: refused before any write.
+    other = kstage.Stage()
+    try:
+        other.write("mass", ["/W/Arm"], np.array([1.0], np.float32), 5).wait()
+        other.seal(5)
+        before = fingerprint(other)
+        with pytest.raises(ku.UsdError, match="write floor 5") as e:
+            ku.populate(other, path, 3)
+        assert e.value.attribute == "mass"
+        other.seal(6)
+        assert fingerprint(other) == before
+    finally:
+        other.close()
     with pytest.raises(ku.UsdError, match="no prim at the root path"):
         ku.populate(stage, path, 3, root="/Nope")
 

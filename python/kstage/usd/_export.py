@@ -60,6 +60,9 @@ class LayerWriter:
             if layer is None:
                 raise UsdError(path, None, None, "usd-core cannot create or open this layer")
         self.layer = layer
+        # A layer that held nothing at the start needs no look for existing specs (a look costs
+        # as much as making the spec).
+        self._fresh = layer.empty
         self._pxr = pxr
         self._specs: dict = {}     # prim path -> Sdf.PrimSpec
         self._attrs: dict = {}     # (prim path, name) -> Sdf.AttributeSpec
@@ -84,7 +87,7 @@ class LayerWriter:
         spec = self._specs.get(path)
         if spec is None:
             Sdf = self._pxr.Sdf
-            spec = self.layer.GetPrimAtPath(path) or Sdf.CreatePrimInLayer(self.layer, path)
+            spec = Sdf.CreatePrimInLayer(self.layer, path)  # the existing spec, if any
             if not self.over:
                 s = spec
                 while s and s.specifier != Sdf.SpecifierDef and s.path != Sdf.Path.absoluteRootPath:
@@ -98,7 +101,8 @@ class LayerWriter:
         spec = self._attrs.get(key)
         if spec is None:
             prim = self._prim(path)
-            spec = prim.attributes.get(name) if name in prim.attributes else None
+            spec = None if self._fresh else self.layer.GetAttributeAtPath(
+                prim.path.AppendProperty(name))
             if spec is None:
                 spec = self._pxr.Sdf.AttributeSpec(prim, name, type_name)
             self._attrs[key] = spec

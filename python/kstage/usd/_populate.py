@@ -4,9 +4,9 @@
 One traversal reads every prim's type, applied schemas, authored attributes, relationships and
 local transform (the values USD's own API returns, one call each: that is what any loader pays).
 The values are gathered per (attribute, USD type) into one numpy array -- through Vt arrays and
-the buffer protocol, never one Python object per number -- and the whole scene is written as one
-kstage.Stage.write_batch per schema of each name, over one query of every prim, each attribute
-selecting its prims with a mask. The caller seals the ordinal.
+the buffer protocol, never one Python object per number -- and written as one
+kstage.Stage.write_batch per set of prims (the columns of the same prims together). The caller
+seals the ordinal.
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import dataclasses
 import os
 
 import numpy as np
+
+import kstage
 
 from . import _mapping
 from ._errors import UsdError, describe_kstage_error
@@ -172,28 +174,15 @@ def _convert(column: _Column, tokens: _Tokens, pxr):
     raise AssertionError(fam)
 
 
-def _mask(rows: list[int], n: int) -> np.ndarray:
-    bits = np.zeros((n + 63) // 64 * 64, np.bool_)
-    bits[rows] = True
-    return np.packbits(bits, bitorder="little").view(np.uint64)
-
-
-def _write_spec(kstage, schema: _mapping.Schema, data, rows: list[int], n: int):
-    """A kstage.Write of `data` (rows `rows` of the n-prim query) for Stage.write_batch."""
-    whole = len(rows) == n
+def _write_spec(schema: _mapping.Schema, data):
+    """A kstage.Write of one column's rows (in its prims' order) for Stage.write_batch."""
     if schema.is_array:
-        counts = np.zeros(n, np.int64)
-        counts[rows] = [len(a) for a in data]
+        counts = np.asarray([len(a) for a in data], np.int64)
         width = (schema.lanes,) if schema.lanes > 1 else ()
         packed = (np.concatenate(data) if data else np.zeros((0,) + width, schema.dtype))
         packed = packed.astype(schema.dtype, copy=False).reshape((-1,) + width)
-        return kstage.Write(packed, row_counts=counts, semantic=schema.semantic,
-                            **({} if whole else {"mask": _mask(rows, n), "count": n}))
-    if whole:
-        return kstage.Write(data, semantic=schema.semantic)
-    full = np.zeros((n,) + data.shape[1:], data.dtype)
-    full[rows] = data
-    return kstage.Write(full, semantic=schema.semantic, mask=_mask(rows, n), count=n)
+        return kstage.Write(packed, row_counts=counts, semantic=schema.semantic)
+    return kstage.Write(data, semantic=schema.semantic)
 
 
 class Population:
@@ -208,6 +197,7 @@ class Population:
         self.ordinal, self.time = ordinal, time
         self.paths: list[str] = []
         self.query = None
+        self.ids = None  # the prims' path ids, in traversal order
         self.report = PopulateReport(label)
         self._varying: dict = {}      # (name, usd type) -> _Column of time-varying values
         self._varying_xforms: list = []  # (row, UsdGeom.Xformable)
@@ -240,48 +230,44 @@ class Population:
 
 
 def _write_all(pop, pxr, columns, xform_rows, mats, resets, ordinal, report):
-    import kstage
-    stage, n = pop.stage, len(pop.paths)
+    """Converts every column, checks what kstage would refuse, then writes.
+
+    The columns go as one write_batch per set of prims (the columns of the same prims share a
+    query: no masks, no padding). Every conversion and every refusal kstage can foresee -- a
+    prim that holds a name in another schema, an ordinal at or below a name's write floor -- is
+    checked before the first write, so a refusal changes nothing."""
+    stage = pop.stage
     tokens = _Tokens(stage)
-    # Every conversion before the first write: a value that cannot convert changes nothing.
-    batches: list[dict] = [{}]
+    entries = []  # (name, schema, rows, kstage.Write)
     for col in columns:
         try:
             data = _convert(col, tokens, pxr)
         except Exception as e:
             raise UsdError(pop.source, pop.paths[col.rows[0]], col.name,
                            f"its {col.usd.name} values do not convert: {e}") from e
-        spec = _write_spec(kstage, col.usd.schema, data, col.rows, n)
-        k = 0
-        while col.name in batches[k]:  # a further schema of a name goes to the next batch
-            k += 1
-            if k == len(batches):
-                batches.append({})
-        batches[k][col.name] = (spec, col)
+        entries.append((col.name, col.usd.schema, col.rows,
+                        _write_spec(col.usd.schema, data)))
         report.columns[(col.name, col.usd.name)] = len(col.rows)
         report.values += len(col.rows)
     if xform_rows:
         m = np.asarray(pxr.Vt.Matrix4dArray(mats), np.float64).reshape(-1, 16)
         r = np.asarray(resets, np.bool_)
-        for name, data, semantic in ((LOCAL_MATRIX, m, "matrix"), (RESET_XFORM_STACK, r, None)):
-            full = len(xform_rows) == n
-            if not full:
-                padded = np.zeros((n,) + data.shape[1:], data.dtype)
-                padded[xform_rows] = data
-                data = padded
-            spec = kstage.Write(data, semantic=semantic,
-                                **({} if full else {"mask": _mask(xform_rows, n), "count": n}))
-            batches[0][name] = (spec, None)
-            report.columns[(name, "matrix4d" if semantic else "bool")] = len(xform_rows)
+        entries.append((LOCAL_MATRIX, _mapping.Schema(False, np.dtype(np.float64), 16, "matrix"),
+                        xform_rows, kstage.Write(m, semantic="matrix")))
+        entries.append((RESET_XFORM_STACK, _mapping.Schema(False, np.dtype(np.bool_), 1, "none"),
+                        xform_rows, kstage.Write(r)))
+        for key in ((LOCAL_MATRIX, "matrix4d"), (RESET_XFORM_STACK, "bool")):
+            report.columns[key] = len(xform_rows)
             report.values += len(xform_rows)
-    if len(batches) > 1:
-        _check_further_schemas(pop, batches[1:])
+    _check_refusals(pop, entries, ordinal)
+    groups: dict = {}
+    for name, _, rows, spec in entries:
+        groups.setdefault(tuple(rows), {})[name] = spec
     ops = []
-    for batch in batches:
-        if not batch:
-            continue
+    for rows, batch in groups.items():
+        q = pop.query if len(rows) == len(pop.paths) else stage.query(pop.ids[list(rows)])
         try:
-            ops.append(stage.write_batch(pop.query, ordinal, {k: v[0] for k, v in batch.items()}))
+            ops.append(stage.write_batch(q, ordinal, batch))
         except kstage.Error as e:
             prim, name = describe_kstage_error(e, pop.paths, batch)
             raise UsdError(pop.source, prim, name, str(e)) from e
@@ -289,26 +275,29 @@ def _write_all(pop, pxr, columns, xform_rows, mats, resets, ordinal, report):
         op.wait()
 
 
-def _check_further_schemas(pop, batches):
-    """Refuses, before any write, a further schema of a name that a prim already holds in another.
-
-    The first batch is all or nothing by itself; the later ones (a name the scene holds in several
-    USD types) would be refused after it had been written, so their conflicts with what the stage
-    held before are looked for first."""
+def _check_refusals(pop, entries, ordinal):
+    """Raises UsdError for what the stage would refuse, before anything is written: a name whose
+    write floor is at or above `ordinal`, or a prim that holds a name in another schema."""
     stage = pop.stage
     known = {a["name"] for a in stage.attributes()}
-    for batch in batches:
-        for name, (_, col) in batch.items():
-            if name not in known:
-                continue
-            want = col.usd.schema
-            paths = [pop.paths[r] for r in col.rows]
-            with stage.read(stage.query(paths), [name]) as read:
-                for g in read:
-                    have = _mapping.Schema(g.is_array, np.dtype(g.dtype), g.lanes, g.semantic)
-                    if have != want and len(g):
-                        raise UsdError(pop.source, g.paths[0], name,
-                                       f"the stage holds it as {have}, the scene as {col.usd.name}")
+    for name, want, rows, _ in entries:
+        if name not in known:
+            continue
+        floor = stage.write_floor(name)
+        if ordinal <= floor:
+            raise UsdError(pop.source, None, name, f"ordinal {ordinal} is not above the stage's "
+                           f"write floor {floor} of this attribute")
+        with stage.read(stage.query(pop.ids[rows]), [name]) as read:
+            for g in read:
+                have = _mapping.Schema(g.is_array, np.dtype(g.dtype), g.lanes, g.semantic)
+                if have != want and len(g):
+                    raise UsdError(pop.source, g.paths[0], name, f"the stage holds it as "
+                                   f"{_describe(have)}, the scene as {_describe(want)}")
+
+
+def _describe(schema: _mapping.Schema) -> str:
+    kind = "array" if schema.is_array else "fixed"
+    return f"{kind} {schema.dtype.name} x {schema.lanes} ({schema.semantic})"
 
 
 def populate(stage, source, ordinal: int, *, time=None, root: str = "/",
@@ -324,8 +313,12 @@ def populate(stage, source, ordinal: int, *, time=None, root: str = "/",
     value becomes a column by docs/usd.md's mapping; relationships become relationship_path_id
     arrays and connections "<attribute>.connect" connection_path_id arrays; every Xformable gets
     its composed local transform (omni:xform) and resetXformStack flag. What has no mapping is
-    listed in the returned Population's report, never dropped silently. All or nothing: a
-    refusal raises UsdError (naming the file, prim and attribute) with the stage unchanged.
+    listed in the returned Population's report, never dropped silently. A refusal raises
+    UsdError (naming the file, prim and attribute) with the stage unchanged: a file usd-core
+    cannot open, values that do not convert, a prim that holds a name in another schema, an
+    ordinal at or below a name's write floor are all found before the first write. (Only a
+    failure kstage cannot foresee -- out of memory -- can leave earlier columns pending at
+    `ordinal`.)
     """
     pxr = _pxr()
     Usd, UsdGeom = pxr.Usd, pxr.UsdGeom
@@ -343,6 +336,7 @@ def populate(stage, source, ordinal: int, *, time=None, root: str = "/",
         prims = iter(prims)
         next(prims)  # the pseudo-root is not a prim
     columns: dict = {}
+    types: dict = {}  # Sdf.ValueTypeName -> (its text, its mapping): one str() per type
     prim_types, schema_rows, schema_values = [], [], []
     xform_rows, mats, resets = [], [], []
     xformable_type = UsdGeom.Xformable
@@ -359,7 +353,12 @@ def populate(stage, source, ordinal: int, *, time=None, root: str = "/",
             schema_values.append(list(applied))
         for attr in prim.GetAuthoredAttributes():
             name = attr.GetName()
-            type_name = str(attr.GetTypeName())
+            value_type = attr.GetTypeName()
+            found = types.get(value_type)
+            if found is None:
+                type_name = str(value_type)
+                found = types[value_type] = (type_name, _mapping.usd_type(type_name))
+            type_name, mapped = found
             if attr.HasAuthoredConnections():
                 key = (name + _mapping.CONNECT_SUFFIX, "connection")
                 col = columns.get(key)
@@ -367,7 +366,6 @@ def populate(stage, source, ordinal: int, *, time=None, root: str = "/",
                     col = columns[key] = _Column(key[0], _CONNECTION_TYPE)
                 col.rows.append(row)
                 col.values.append(attr.GetConnections())
-            mapped = _mapping.usd_type(type_name)
             if mapped is None:
                 unmapped.append(Unmapped(path, name, type_name, _mapping.UNMAPPED_REASON.get(
                     type_name, "no kstage schema for this USD type")))
@@ -408,7 +406,8 @@ def populate(stage, source, ordinal: int, *, time=None, root: str = "/",
     report.time_varying = len(pop._varying_xforms) + sum(len(c.rows) for c in pop._varying.values())
     if not paths:
         return pop
-    pop.query = stage.query(paths)
+    pop.ids = np.asarray(stage.intern(paths), np.uint64).reshape(-1)
+    pop.query = stage.query(pop.ids)
     tokens = _Tokens(stage)
     special = []
     # The prim types: every prim holds one (0 for a typeless prim), so every prim exists.
