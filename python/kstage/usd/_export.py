@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Stage -> USD: the sealed state, or a change range, as a USD layer that every USD reader opens.
 
-Each column is read once (a compact read: the rows in prim order), converted to USD values in
-bulk (numpy -> Vt arrays, whose elements are the Gf values), and authored with Sdf's layer API
+Each column is read once (a zero-copy read; numpy puts the rows in prim order), converted to USD
+values in bulk (numpy -> Vt arrays, whose elements are the Gf values), and authored with Sdf's layer API
 inside one Sdf.ChangeBlock -- what a code writing the same values with usd-core directly does.
 Values become defaults, or time samples at a time code the caller maps from ordinals, so a run of
 ticks written to one LayerWriter is an animated layer.
@@ -174,7 +174,7 @@ class LayerWriter:
                     report.skipped.append((name, "float64 x 16", "derived: the world transforms "
                                            "USD computes from the local ones"))
                     continue
-                with stage.read(q, [name], range=rng, compact=True) as read:
+                with stage.read(q, [name], range=rng) as read:
                     for g in read:
                         if g.is_tombstone:
                             report.deleted += len(g)
@@ -194,12 +194,12 @@ class LayerWriter:
         if rng is not None:
             begin = rng[0] if begin is None else max(begin, rng[0])
         moved = {}
-        with self.stage.read(q, [LOCAL_MATRIX], compact=True,
+        with self.stage.read(q, [LOCAL_MATRIX],
                              range=None if begin is None else (begin, _LATEST)) as read:
             for g in read:
                 if g.is_tombstone or g.is_array or g.lanes != 16:
                     continue
-                m = np.from_dlpack(g.tensor(0)).reshape(-1, 16)
+                m = _rows(g).reshape(-1, 16)
                 for pid, row in zip(g.prims.tolist(), m):
                     moved[pid] = row
         return moved
@@ -208,11 +208,10 @@ class LayerWriter:
         Sdf, Vt = self._pxr.Sdf, self._pxr.Vt
         resets = {}
         if RESET_XFORM_STACK in [a["name"] for a in self.stage.attributes()]:
-            with self.stage.read(self.stage.query(list(moved)), [RESET_XFORM_STACK],
-                                 compact=True) as read:
+            with self.stage.read(self.stage.query(list(moved)), [RESET_XFORM_STACK]) as read:
                 for g in read:
                     if not g.is_array and g.lanes == 1:
-                        for pid, r in zip(g.prims.tolist(), np.from_dlpack(g.tensor(0)).tolist()):
+                        for pid, r in zip(g.prims.tolist(), _rows(g).tolist()):
                             resets[pid] = bool(r)
         ids = list(moved)
         mats = Vt.Matrix4dArray.FromNumpy(np.stack([moved[i] for i in ids]).reshape(-1, 4, 4))
@@ -289,9 +288,8 @@ class LayerWriter:
 
     @staticmethod
     def _rows(g):
-        if g.is_array:
-            return [np.from_dlpack(g.tensor(i)) for i in range(len(g))]
-        return np.from_dlpack(g.tensor(0))
+        """A group's rows in its prims' order: a list of arrays (array columns), or one array."""
+        return _rows(g)
 
     def _write_prim_info(self, g, name, paths):
         Sdf = self._pxr.Sdf
@@ -321,13 +319,13 @@ class LayerWriter:
         names = [n for n in (positions, widths, velocities, orientations) if n]
         cols = {}
         prim_ids = None
-        with self.stage.read(query, names, compact=True) as read:
+        with self.stage.read(query, names) as read:
             for g in read:
                 if g.is_tombstone or g.is_array:
                     raise UsdError(None, None, g.attribute, "points need a fixed-size column")
                 if g.attribute in cols:
                     raise UsdError(None, None, g.attribute, "points need one schema per attribute")
-                cols[g.attribute] = (g.prims.copy(), np.from_dlpack(g.tensor(0)).copy())
+                cols[g.attribute] = (g.prims.copy(), np.array(_rows(g)))
         for n in names:
             if n not in cols:
                 raise UsdError(None, None, n, "no prim of the query holds it")
@@ -383,6 +381,17 @@ class LayerWriter:
             raise UsdError(self.layer.identifier, None, None, "an anonymous layer cannot be "
                            "saved: export it (layer.Export(path)) instead")
         self.layer.Save()
+
+
+def _rows(g):
+    """A zero-copy read group's rows in its prims' order (numpy gathers them through the group's
+    index map: a compact read would run a gather kernel per column, where numpy's is cheaper for
+    the sizes a USD layer holds)."""
+    if g.is_array:
+        return [np.from_dlpack(g.tensor(i)) for i in range(len(g))]
+    data = np.from_dlpack(g.tensor(0))
+    index = g.index_map
+    return data if index is None else data[index]
 
 
 _ARRAY_OF = {_mapping.PATH_EXPRESSION: "pathExpression[]", _mapping.ASSET: "asset[]",

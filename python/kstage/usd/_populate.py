@@ -107,7 +107,7 @@ class _Column:
         self.name, self.usd = name, usd
         self.rows: list[int] = []
         self.values: list = []
-        self.attrs: list = []  # the Usd.Attribute objects of time-varying values (re-sample)
+        self.attrs: list = []  # Usd.AttributeQuery of each time-varying value (re-sample)
 
 
 class _Tokens:
@@ -340,6 +340,7 @@ def populate(stage, source, ordinal: int, *, time=None, root: str = "/",
     prim_types, schema_rows, schema_values = [], [], []
     xform_rows, mats, resets = [], [], []
     xformable_type = UsdGeom.Xformable
+    attribute_query = Usd.AttributeQuery
     paths = pop.paths
     unmapped = report.unmapped
     for prim in prims:
@@ -370,7 +371,10 @@ def populate(stage, source, ordinal: int, *, time=None, root: str = "/",
                 unmapped.append(Unmapped(path, name, type_name, _mapping.UNMAPPED_REASON.get(
                     type_name, "no kstage schema for this USD type")))
                 continue
-            value = attr.Get(code)
+            # One value resolution for the value and its time variability (what a re-sample
+            # keeps asking, too).
+            query = attribute_query(attr)
+            value = query.Get(code)
             if value is None:
                 unmapped.append(Unmapped(path, name, type_name, "no value at this time" + (
                     " (its connections are kept, its type is not)"
@@ -382,12 +386,12 @@ def populate(stage, source, ordinal: int, *, time=None, root: str = "/",
                 col = columns[key] = _Column(name, mapped)
             col.rows.append(row)
             col.values.append(value)
-            if attr.ValueMightBeTimeVarying():
+            if query.ValueMightBeTimeVarying():
                 var = pop._varying.get(key)
                 if var is None:
                     var = pop._varying[key] = _Column(name, mapped)
                 var.rows.append(row)
-                var.attrs.append(attr)
+                var.attrs.append(query)
         for rel in prim.GetAuthoredRelationships():
             key = (rel.GetName(), "relationship")
             col = columns.get(key)
