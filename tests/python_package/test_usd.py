@@ -425,3 +425,25 @@ def test_several_usd_types_for_one_name(stage):
         assert fingerprint(other) == before
     finally:
         other.close()
+
+
+def test_docs_type_table_is_the_mapping():
+    doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "usd.md"
+    if not doc.is_file():
+        pytest.skip("docs/usd.md is not beside these tests (a wheel's test copy)")
+    rows = {}
+    for t in ku.type_table():
+        rows.setdefault(t.name.replace("[]", ""), [None, None])[t.name.endswith("[]")] = t
+
+    def cell(t):
+        if t is None:
+            return "--"
+        s = t.schema
+        kind = "array" if s.is_array else "fixed"
+        return f"{kind} {s.dtype.name} x {s.lanes}, {s.semantic.upper()}"
+
+    want = [f"| `{base}` | {cell(s)} | {'`' + a.name + '`' if a else '--'} | {cell(a)} |"
+            for base, (s, a) in rows.items()]
+    got = [line for line in doc.read_text().splitlines() if line.startswith("| `")
+           and line.count("|") == 5 and ("fixed" in line or "array" in line)]
+    assert got == want
