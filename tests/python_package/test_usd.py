@@ -447,3 +447,24 @@ def test_docs_type_table_is_the_mapping():
     got = [line for line in doc.read_text().splitlines() if line.startswith("| `")
            and line.count("|") == 5 and ("fixed" in line or "array" in line)]
     assert got == want
+
+
+def test_connections_authored_in_a_referenced_layer(stage, tmp_path):
+    asset = Usd.Stage.CreateNew(str(tmp_path / "asset.usda"))
+    mat = asset.DefinePrim("/Mat", "Material")
+    shader = asset.DefinePrim("/Mat/Shader", "Shader")
+    shader.CreateAttribute("outputs:out", Sdf.ValueTypeNames.Float).Set(1.0)
+    inp = mat.CreateAttribute("inputs:x", Sdf.ValueTypeNames.Float)
+    inp.Set(0.5)
+    inp.SetConnections([Sdf.Path("/Mat/Shader.outputs:out")])
+    asset.SetDefaultPrim(mat)
+    asset.GetRootLayer().Save()
+    root = Usd.Stage.CreateInMemory()
+    for i in range(2):
+        root.DefinePrim(f"/World/M{i}").GetReferences().AddReference(str(tmp_path / "asset.usda"))
+    ku.populate(stage, root, 1)
+    stage.seal(1)
+    dst = Usd.Stage.Open(ku.export(stage, over=False))
+    for i in range(2):  # the reference maps the connection into each instance
+        assert dst.GetAttributeAtPath(f"/World/M{i}.inputs:x").GetConnections() == [
+            Sdf.Path(f"/World/M{i}/Shader.outputs:out")]

@@ -335,6 +335,7 @@ def populate(stage, source, ordinal: int, *, time=None, root: str = "/",
     if start.IsPseudoRoot():
         prims = iter(prims)
         next(prims)  # the pseudo-root is not a prim
+    connections = _layers_author_connections(usd_stage)
     columns: dict = {}
     types: dict = {}  # Sdf.ValueTypeName -> (its text, its mapping): one str() per type
     prim_types, schema_rows, schema_values = [], [], []
@@ -360,7 +361,7 @@ def populate(stage, source, ordinal: int, *, time=None, root: str = "/",
                 type_name = str(value_type)
                 found = types[value_type] = (type_name, _mapping.usd_type(type_name))
             type_name, mapped = found
-            if attr.HasAuthoredConnections():
+            if connections and attr.HasAuthoredConnections():
                 key = (name + _mapping.CONNECT_SUFFIX, "connection")
                 col = columns.get(key)
                 if col is None:
@@ -378,7 +379,7 @@ def populate(stage, source, ordinal: int, *, time=None, root: str = "/",
             if value is None:
                 unmapped.append(Unmapped(path, name, type_name, "no value at this time" + (
                     " (its connections are kept, its type is not)"
-                    if attr.HasAuthoredConnections() else "")))
+                    if connections and attr.HasAuthoredConnections() else "")))
                 continue
             key = (name, type_name)
             col = columns.get(key)
@@ -432,6 +433,28 @@ def populate(stage, source, ordinal: int, *, time=None, root: str = "/",
     report.values -= len(paths)  # the prim types are not the scene's values
     del report.columns[(PRIM_TYPE, "token")]
     return pop
+
+
+def _layers_author_connections(usd_stage) -> bool:
+    """Whether any layer the scene composes authors an attribute connection.
+
+    A layer holds far fewer specs than the scene has composed attributes (a referenced asset's
+    specs serve every instance of it), so one look at each spec saves asking every composed
+    attribute (UsdAttribute.HasAuthoredConnections); where a layer does author connections,
+    every attribute is asked."""
+    from pxr import Sdf
+    found = False
+    for layer in usd_stage.GetUsedLayers():
+        def visit(path, layer=layer):
+            nonlocal found
+            if not found and path.IsPropertyPath():
+                spec = layer.GetAttributeAtPath(path)
+                if spec and spec.HasInfo("connectionPaths"):
+                    found = True
+        layer.Traverse(Sdf.Path.absoluteRootPath, visit)
+        if found:
+            return True
+    return False
 
 
 def _connection_words(targets, tokens) -> np.ndarray:
