@@ -2,7 +2,7 @@
 # Tests a wheel of scripts/build-wheel.sh as a user who installs it from nothing but the wheel:
 # a fresh venv, `pip install "<wheel>[test]"` (the test extras from the machine's pip index), then
 # tests/python_package (with the USD assets of scripts/setup/usd.sh), examples/python/particles.py
-# and usd_scene.py, and perf/python_bench.py --quick, run from
+# and usd_scene.py, and perf/python_bench.py --quick and perf/usd_bench.py --quick, run from
 # a copy outside the source tree.
 #
 #   scripts/test-wheel.sh WHEEL [WORK_DIR]        (default: /tmp/kstage-wheel-test)
@@ -46,6 +46,7 @@ else
   log "no USD assets in $USD_ASSETS (scripts/setup.sh --python): kstage.usd's asset tests skip and the USD example does not run"
 fi
 [ -f "$ROOT/perf/python_bench.py" ] && cp "$ROOT/perf/python_bench.py" "$WORK/src/perf/"
+[ -f "$ROOT/perf/usd_bench.py" ] && cp "$ROOT/perf/usd_bench.py" "$WORK/src/perf/"
 find "$WORK/src" -name __pycache__ -prune -exec rm -rf {} +
 
 as_user=()
@@ -115,6 +116,10 @@ rc=0
 if [ ${#usd_env[@]} -gt 0 ]; then
   (cd "$WORK" && run "$py" "$WORK/src/examples/usd_scene.py" --envs 64 --ticks 3 --out "$WORK/usd_scene") \
     || die "examples/python/usd_scene.py failed against the wheel"
+fi
+if [ ${#usd_env[@]} -gt 0 ] && [ -f "$WORK/src/perf/usd_bench.py" ]; then
+  (cd "$WORK" && run "$py" "$WORK/src/perf/usd_bench.py" --quick) >"$WORK/usd_bench.log" 2>&1 \
+    || { tail -n 20 "$WORK/usd_bench.log"; die "perf/usd_bench.py --quick failed against the wheel"; }
 fi
 if [ -f "$WORK/src/perf/python_bench.py" ]; then
   (cd "$WORK" && run "$py" "$WORK/src/perf/python_bench.py" --quick) >"$WORK/python_bench.log" 2>&1 \

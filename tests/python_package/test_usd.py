@@ -468,3 +468,37 @@ def test_connections_authored_in_a_referenced_layer(stage, tmp_path):
     for i in range(2):  # the reference maps the connection into each instance
         assert dst.GetAttributeAtPath(f"/World/M{i}.inputs:x").GetConnections() == [
             Sdf.Path(f"/World/M{i}/Shader.outputs:out")]
+
+
+def test_values_varying_through_a_spline_or_value_clips_resample(stage, tmp_path):
+    from pxr import Ts
+    s = Usd.Stage.CreateInMemory()
+    spline_attr = s.DefinePrim("/S").CreateAttribute("x", Sdf.ValueTypeNames.Double)
+    spline = Ts.Spline()
+    spline.SetKnot(Ts.Knot(time=0.0, value=1.0, nextInterp=Ts.InterpLinear))
+    spline.SetKnot(Ts.Knot(time=10.0, value=3.0))
+    spline_attr.SetSpline(spline)
+    # A value clip: /C.y's samples live in clip.usda, the root layer only names the clip.
+    clip = Sdf.Layer.CreateNew(str(tmp_path / "clip.usda"))
+    clip_prim = Sdf.CreatePrimInLayer(clip, "/Clip")
+    clip_prim.specifier = Sdf.SpecifierDef
+    y = Sdf.AttributeSpec(clip_prim, "y", Sdf.ValueTypeNames.Float)
+    clip.SetTimeSample(y.path, 0, 10.0)
+    clip.SetTimeSample(y.path, 10, 20.0)
+    clip.Save()
+    c = s.DefinePrim("/C")
+    c.CreateAttribute("y", Sdf.ValueTypeNames.Float)
+    clips = Usd.ClipsAPI(c)
+    clips.SetClipAssetPaths([Sdf.AssetPath(str(tmp_path / "clip.usda"))])
+    clips.SetClipPrimPath("/Clip")
+    clips.SetClipActive([(0.0, 0)])
+    clips.SetClipTimes([(0.0, 0.0), (10.0, 10.0)])
+    pop = ku.populate(stage, s, 1, time=0)
+    stage.seal(1)
+    assert pop.report.time_varying == 2
+    pop.resample(2, 5)
+    stage.seal(2)
+    with stage.read(["/S", "/C"], ["x", "y"], compact=True) as r:
+        got = {g.attribute: float(np.from_dlpack(g.tensor(0))[0]) for g in r}
+    assert got == {"x": spline_attr.Get(5), "y": 15.0}
+    assert got["x"] == pytest.approx(2.0)

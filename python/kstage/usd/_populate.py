@@ -335,7 +335,7 @@ def populate(stage, source, ordinal: int, *, time=None, root: str = "/",
     if start.IsPseudoRoot():
         prims = iter(prims)
         next(prims)  # the pseudo-root is not a prim
-    connections = _layers_author_connections(usd_stage)
+    connections, may_vary = _layer_features(usd_stage)
     columns: dict = {}
     types: dict = {}  # Sdf.ValueTypeName -> (its text, its mapping): one str() per type
     prim_types, schema_rows, schema_values = [], [], []
@@ -372,9 +372,9 @@ def populate(stage, source, ordinal: int, *, time=None, root: str = "/",
                 unmapped.append(Unmapped(path, name, type_name, _mapping.UNMAPPED_REASON.get(
                     type_name, "no kstage schema for this USD type")))
                 continue
-            # One value resolution for the value and its time variability (what a re-sample
-            # keeps asking, too).
-            query = attribute_query(attr)
+            # Where values may vary: one value resolution for the value and its time
+            # variability (a re-sample keeps asking it).
+            query = attribute_query(attr) if may_vary else attr
             value = query.Get(code)
             if value is None:
                 unmapped.append(Unmapped(path, name, type_name, "no value at this time" + (
@@ -387,7 +387,7 @@ def populate(stage, source, ordinal: int, *, time=None, root: str = "/",
                 col = columns[key] = _Column(name, mapped)
             col.rows.append(row)
             col.values.append(value)
-            if query.ValueMightBeTimeVarying():
+            if may_vary and query.ValueMightBeTimeVarying():
                 var = pop._varying.get(key)
                 if var is None:
                     var = pop._varying[key] = _Column(name, mapped)
@@ -405,7 +405,7 @@ def populate(stage, source, ordinal: int, *, time=None, root: str = "/",
             xform_rows.append(row)
             mats.append(xf.GetLocalTransformation(code))
             resets.append(xf.GetResetXformStack())
-            if xf.TransformMightBeTimeVarying():
+            if may_vary and xf.TransformMightBeTimeVarying():
                 pop._varying_xforms.append((row, xf))
     report.prims = len(paths)
     report.time_varying = len(pop._varying_xforms) + sum(len(c.rows) for c in pop._varying.values())
@@ -435,26 +435,35 @@ def populate(stage, source, ordinal: int, *, time=None, root: str = "/",
     return pop
 
 
-def _layers_author_connections(usd_stage) -> bool:
-    """Whether any layer the scene composes authors an attribute connection.
+def _layer_features(usd_stage) -> tuple[bool, bool]:
+    """(connections, may_vary): whether any layer the scene composes authors an attribute
+    connection, and whether any authors what makes a value vary in time (time samples, a
+    spline, value clips).
 
     A layer holds far fewer specs than the scene has composed attributes (a referenced asset's
     specs serve every instance of it), so one look at each spec saves asking every composed
-    attribute (UsdAttribute.HasAuthoredConnections); where a layer does author connections,
+    attribute (HasAuthoredConnections, ValueMightBeTimeVarying); where a layer does author them,
     every attribute is asked."""
     from pxr import Sdf
-    found = False
+    connections = may_vary = False
     for layer in usd_stage.GetUsedLayers():
+        if not may_vary and layer.ListAllTimeSamples():
+            may_vary = True
+
         def visit(path, layer=layer):
-            nonlocal found
-            if not found and path.IsPropertyPath():
+            nonlocal connections, may_vary
+            if path.IsPropertyPath():
                 spec = layer.GetAttributeAtPath(path)
-                if spec and spec.HasInfo("connectionPaths"):
-                    found = True
+                if spec:
+                    connections = connections or spec.HasInfo("connectionPaths")
+                    may_vary = may_vary or spec.HasInfo("spline")
+            elif path.IsPrimPath() and not may_vary:
+                spec = layer.GetPrimAtPath(path)
+                may_vary = bool(spec) and (spec.HasInfo("clips") or spec.HasInfo("clipSets"))
         layer.Traverse(Sdf.Path.absoluteRootPath, visit)
-        if found:
-            return True
-    return False
+        if connections and may_vary:
+            break
+    return connections, may_vary
 
 
 def _connection_words(targets, tokens) -> np.ndarray:
