@@ -63,6 +63,8 @@ def main():
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--cells", type=int, default=10)
     ap.add_argument("--cmake", default="cmake")
+    ap.add_argument("--perf", action="store_true",
+                    help="time publish against the step and against dump custom instead")
     args = ap.parse_args()
     work = pathlib.Path(args.work).resolve()
     venv = pathlib.Path(sys.prefix)
@@ -81,6 +83,8 @@ def main():
     env.setdefault("OMP_WAIT_POLICY", "passive")  # LAMMPS's OpenMP runtime and kstage's
     env.pop("OMP_PROC_BIND", None)
     env.pop("OMP_PLACES", None)
+    if args.perf:
+        return perf(build, venv, env, args)
     census = {}
     for n in [int(r) for r in args.ranks.split(",")]:
         out = run([venv / "bin" / "mpiexec", "-n", n, build / "kstage_lammps_publish",
@@ -101,6 +105,41 @@ def main():
                 sys.exit(f"run_example: {ranks[0]} ranks: {a}\n              {n} ranks: {b}")
     print(f"run_example: the union of the ranks' stages is the same at every publish on "
           f"{', '.join(map(str, ranks))} ranks ({len(census[ranks[0]])} publishes)")
+
+
+def perf(build, venv, env, args):
+    """The LJ melt at 32,000 and 256,000 atoms (20 and 40 fcc cells a side), publishing every
+    step and every 10 steps, on one rank: the run with no output (the step time), with kstage's
+    publish (its share of the run), and with LAMMPS's dump custom of the same columns."""
+    import re
+    rows = []
+    for cells, steps in ((20, 100), (40, 50)):
+        for every in (1, 10):
+            t = {}
+            for mode in ("none", "publish", "dump"):
+                out = run([venv / "bin" / "mpiexec", "-n", 1, build / "kstage_lammps_publish",
+                           "--cells", cells, "--steps", steps, "--every", every, "--mode", mode,
+                           "--check", 0, "--dump-file", pathlib.Path(args.work) / "atoms.dump"],
+                          env=env, capture=True)
+                m = re.search(r"run ([0-9.]+) s(?:, publish ([0-9.]+) s)?", out)
+                first = re.search(r"creating the prims: ([0-9.]+) s", out)
+                if first:
+                    t["first"] = float(first.group(1))
+                t[mode] = (float(m.group(1)), float(m.group(2) or 0))
+            atoms = 4 * cells ** 3
+            step = t["none"][0] / steps
+            # `run 0` made the first publish (every prim created) before the timed runs: the
+            # share is the steady state's.
+            share = t["publish"][1] / t["publish"][0]
+            dump = max(t["dump"][0] - t["none"][0], 0.0)
+            rows.append((atoms, every, step * 1e3, t["publish"][1] * 1e3, 100 * share,
+                         dump * 1e3, t["publish"][1] / dump if dump else float("inf"),
+                         t["first"] * 1e3))
+    print(f"{'atoms':>7} {'every':>5} {'step ms':>8} {'publish ms':>10} {'share':>6} "
+          f"{'dump ms':>8} {'publish/dump':>12} {'first ms':>8}")
+    for r in rows:
+        print(f"{r[0]:7d} {r[1]:5d} {r[2]:8.2f} {r[3]:10.1f} {r[4]:5.2f}% {r[5]:8.1f} {r[6]:12.3f} "
+              f"{r[7]:8.1f}")
 
 
 if __name__ == "__main__":
