@@ -18,6 +18,9 @@ A user's coupling, as short as it gets:
   4. With --checkpoint, kstage.adios2 writes a checkpoint every K publishes; the analysis is
      then restarted from it into a fresh stage and gives the same MSD.
   5. A picture of the last publish (matplotlib) goes to DIR.
+  6. With --viewer, the publishes also stream over ADIOS2's SST engine (a full step, then each
+     publish's change range, deletions included) to a second process, which rebuilds the
+     atoms in its own stage and draws them: DIR/lammps_<input>_viewer.png.
 
 Errors the example names, LAMMPS carrying on: atom ids beyond the declared range, a run
 without atom ids (atom_modify id no), a per-atom array LAMMPS does not have.
@@ -160,6 +163,28 @@ class Publisher:
             print(f"lammps_atoms: publish at step {ntimestep} skipped: {e}", file=sys.stderr)
 
 
+def fingerprint(stage):
+    """(atoms, sum of squared positions) of a stage's atoms: what a viewer must end with."""
+    prims, pos = unwrapped(stage, np.zeros(3))
+    return len(prims), float(np.sum(pos * pos))
+
+
+def viewer(name, out, label):
+    """The second process: every step of stream `name` into its own stage, then a picture."""
+    import kstage.adios2 as ka
+    stage = kstage.Stage()
+    steps, last = 0, None
+    with ka.Stream(name, "r", engine="SST") as stream:
+        for last in stream.steps(stage, timeout=120):
+            steps += 1
+    atoms, sq = fingerprint(stage)
+    draw(stage, pathlib.Path(out) / f"lammps_{label}_viewer.png", f"{label} (viewer)", last - 1)
+    print(f"lammps_atoms viewer: received {steps} steps (last at ordinal {last}): {atoms} atoms, "
+          f"squared positions {sq!r}")
+    stage.close()
+    return 0
+
+
 def unwrapped(stage, box):
     """Atom id -> unwrapped position (x + image * L) from the stage's sealed state."""
     q = stage.query(prefix="/lammps/atoms")
@@ -209,11 +234,16 @@ def main(argv=None):
     ap.add_argument("--out", default="lammps_out")
     ap.add_argument("--host-execution", default="default", choices=["default", "serial", "parallel"],
                     help="the stage's host execution (default: kstage's)")
+    ap.add_argument("--viewer", action="store_true",
+                    help="stream every publish over SST to a second process that draws the atoms")
+    ap.add_argument("--draw-stream", help=argparse.SUPPRESS)  # the viewer process itself
     ap.add_argument("--check-errors", action="store_true",
                     help="run the three error cases instead (each must be named)")
     args = ap.parse_args(argv)
     if args.check_errors:
         return check_errors()
+    if args.draw_stream:
+        return viewer(args.draw_stream, args.out, args.input)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -225,6 +255,18 @@ def main(argv=None):
 
     lmp.command("run 0")  # publishes step 0: the reference positions of the MSD
     ids0, ref = unwrapped(stage, box_lengths(lmp))
+    sender = receiver = None
+    if args.viewer:
+        import subprocess
+        import kstage.adios2 as ka
+        name = str((out / f"atoms-{args.input}").resolve())
+        receiver = subprocess.Popen([sys.executable, __file__, "--draw-stream", name, "--out",
+                                     str(out), "--input", args.input], text=True,
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        sender = ka.Stream(name, "w", engine="SST")
+        every_atom = stage.query_range(pub.first, 0, natoms)
+        sender.write_step(stage, every_atom)  # the full state of step 0
+        streamed = 1  # the ordinal streamed last
     worst, checked, checkpoints = 0.0, 0, []
     step = 0
     pre = "no"  # "run N pre no": nothing changed since the last run; "yes" after a deletion
@@ -244,6 +286,12 @@ def main(argv=None):
                 continue
         lmp.command(f"run {n} pre {pre} post no")
         pre = "no"
+        if sender is not None:  # what changed since the last step streamed, deletions included
+            latest = step + n + 1
+            # The query names every atom path, not only the existing prims (the default):
+            # a deleted atom's tombstone is in the step only if the query names it.
+            sender.write_step(stage, every_atom, change_range=(streamed + 1, latest))
+            streamed = latest
         step += n
         if step % args.every:
             continue
@@ -259,6 +307,17 @@ def main(argv=None):
             ka.checkpoint(stage, args.checkpoint)
             checkpoints.append((step, ids, pos))
     t_run = time.perf_counter() - t_run
+    if sender is not None:
+        sender.close()
+        seen, _ = receiver.communicate(timeout=300)
+        print(seen, end="")
+        want = fingerprint(stage)
+        if receiver.returncode != 0 or f"{want[0]} atoms, squared positions {want[1]!r}" not in seen:
+            print(f"lammps_atoms: the viewer does not end with the sender's {want}",
+                  file=sys.stderr)
+            return 1
+        print(f"lammps_atoms: the viewer rebuilt the last publish ({want[0]} atoms) from the "
+              "stream")
     if pub.errors:
         print(f"lammps_atoms: {len(pub.errors)} publishes failed", file=sys.stderr)
         return 1

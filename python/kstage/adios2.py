@@ -100,7 +100,10 @@ class Stream:
 
     def write_step(self, stage, query=None, attrs=None, *, change_range=None):
         """One step: the sealed state of `attrs` (None: every attribute) for `query` (None: every
-        existing prim); change_range=(first, last) for an incremental step with deletions."""
+        existing prim); change_range=(first, last) for an incremental step with deletions. A
+        deletion is in the step only for a prim the query names: the default names the existing
+        prims alone, so pass a query of the prims that may have been deleted (a path range's
+        query_range, their paths) for an incremental step."""
         tokens = [] if attrs is None else [stage.token(a) if isinstance(a, str) else int(a)
                                             for a in ([attrs] if isinstance(attrs, (str, int)) else attrs)]
         owned = query is None
