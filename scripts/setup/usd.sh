@@ -24,7 +24,8 @@ usd_assets_dep() {
     return 0
   fi
   log "usd-assets: the Newton assets from the $NEWTON_PIN wheel"
-  tmp=$(mktemp -d "${WORK_DIR:-/tmp}/usd-assets.XXXXXX")
+  mkdir -p "$WORK_DIR"
+  tmp=$(mktemp -d "$WORK_DIR/usd-assets.XXXXXX")
   "$DEPS_DIR/python-venv/bin/python" -m pip download -q --no-deps "$NEWTON_PIN" -d "$tmp" \
     >"$LOG_DIR/usd-assets.log" 2>&1 \
     || { tail -n 20 "$LOG_DIR/usd-assets.log" >&2; rm -rf "$tmp"; die "usd-assets: pip download $NEWTON_PIN failed"; }
