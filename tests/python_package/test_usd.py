@@ -502,3 +502,36 @@ def test_values_varying_through_a_spline_or_value_clips_resample(stage, tmp_path
         got = {g.attribute: float(np.from_dlpack(g.tensor(0))[0]) for g in r}
     assert got == {"x": spline_attr.Get(5), "y": 15.0}
     assert got["x"] == pytest.approx(2.0)
+
+
+def test_an_over_defines_the_prims_the_scene_lacks(stage, tmp_path):
+    src = tmp_path / "scene.usda"
+    scene = animated_scene()
+    scene.GetRootLayer().Export(str(src))
+    pop = ku.populate(stage, str(src), 1)
+    stage.seal(1)
+    # A clone of /W/Arm below a path the scene does not have, and a new typed prim.
+    stage.clone("/W/Arm", ["/Extra/Group/Arm2"], 2).wait()
+    stage.write(kstage.PRIM_TYPE, ["/Extra/Cube"], np.array([stage.token("Cube")], np.uint64),
+                2, semantic="token_id").wait()
+    stage.seal(2)
+    layer = ku.export(stage, population=pop)
+    root = Sdf.Layer.CreateAnonymous(".usda")
+    root.subLayerPaths = [layer.identifier, str(src)]
+    composed = Usd.Stage.Open(root)
+    arm2 = composed.GetPrimAtPath("/Extra/Group/Arm2")
+    assert arm2.IsDefined() and arm2.GetTypeName() == "Xform"
+    assert arm2.GetAttribute("mass").Get() == 7.0
+    assert composed.GetPrimAtPath("/Extra/Group").IsDefined()  # no type: a typeless def
+    assert composed.GetPrimAtPath("/Extra/Cube").GetTypeName() == "Cube"
+    # The scene's own prims stay overs, their types the scene's.
+    assert layer.GetPrimAtPath("/W/Arm").specifier == Sdf.SpecifierOver
+    assert not layer.GetPrimAtPath("/W/Arm").typeName
+    # The clone's world transform in USD is kstage's.
+    stage.compute_world_transforms(3).wait()
+    stage.seal(3)
+    with stage.read(["/Extra/Group/Arm2"], kstage.WORLD_MATRIX, compact=True) as r:
+        (g,) = list(r)
+        ours = np.from_dlpack(g.tensor(0)).reshape(4, 4)
+    np.testing.assert_array_equal(np.array(UsdGeom.XformCache().GetLocalToWorldTransform(arm2)),
+                                  ours)

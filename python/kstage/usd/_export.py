@@ -42,16 +42,25 @@ class LayerWriter:
     layer: None (a new anonymous usda layer), a file path (created, or opened and added to), or
     an Sdf.Layer. over=True authors ``over`` specs, to be composed over the source scene (a
     sublayer above it); over=False a standalone layer of ``def`` specs that carry the prims'
-    types (usd-prim-type) and applied schemas (usd-schemas). xform_since: the ordinal after which
+    types (usd-prim-type) and applied schemas (usd-schemas). population: the Population the stage
+    was filled from, if any: an ``over`` layer then authors the prims the scene lacks (clones,
+    new prims) as ``def``s with their types and schemas, and xform_since defaults to its
+    ordinal. xform_since: the ordinal after which
     a prim's omni:xform counts as moved (Population.ordinal for a populated stage); a moved prim's
     transform is authored as ``xformOp:transform`` with ``xformOpOrder = [xformOp:transform]``
     (``!resetXformStack!`` first when its flag is set); None: every omni:xform row.
     """
 
-    def __init__(self, stage, layer=None, *, over: bool = True, xform_since: int | None = None):
+    def __init__(self, stage, layer=None, *, over: bool = True, xform_since: int | None = None,
+                 population=None):
         pxr = _pxr()
         Sdf = pxr.Sdf
+        if population is not None and xform_since is None:
+            xform_since = population.ordinal
         self.stage, self.over, self.xform_since = stage, over, xform_since
+        # The scene's prims, where the stage was populated from one: an `over` layer authors the
+        # prims the scene lacks (made since: clones, new prims) as `def`s with their types.
+        self._source = set(population.paths) if population is not None else None
         if layer is None:
             layer = Sdf.Layer.CreateAnonymous(".usda")
         elif not isinstance(layer, Sdf.Layer):
@@ -88,13 +97,19 @@ class LayerWriter:
         if spec is None:
             Sdf = self._pxr.Sdf
             spec = Sdf.CreatePrimInLayer(self.layer, path)  # the existing spec, if any
-            if not self.over:
+            if not self.over or self._is_new(path):
+                # A def (and defs up to the scene's prims): an over of nothing is not defined.
                 s = spec
-                while s and s.specifier != Sdf.SpecifierDef and s.path != Sdf.Path.absoluteRootPath:
+                while (s and s.specifier != Sdf.SpecifierDef and s.path != Sdf.Path.absoluteRootPath
+                       and (not self.over or self._is_new(s.path.pathString))):
                     s.specifier = Sdf.SpecifierDef
                     s = s.nameParent
             self._specs[path] = spec
         return spec
+
+    def _is_new(self, path: str) -> bool:
+        """A prim the populated scene did not have (only known where a population is given)."""
+        return self._source is not None and path not in self._source
 
     def _attr(self, path: str, name: str, type_name):
         key = (path, name)
@@ -234,6 +249,8 @@ class LayerWriter:
         if name == PRIM_TYPE or name == APPLIED_SCHEMAS:
             if not self.over:
                 self._write_prim_info(g, name, paths)
+            elif self._source is not None:  # the new prims' types and schemas
+                self._write_prim_info(g, name, paths, keep=[not self._is_new(p) for p in paths])
             prims_seen.update(prim_ids)
             return
         if schema in (_mapping.RELATIONSHIP, _PATH_ID, _PATH_IDS):
@@ -291,9 +308,13 @@ class LayerWriter:
         """A group's rows in its prims' order: a list of arrays (array columns), or one array."""
         return _rows(g)
 
-    def _write_prim_info(self, g, name, paths):
+    def _write_prim_info(self, g, name, paths, keep=None):
         Sdf = self._pxr.Sdf
         rows = self._rows(g)
+        if keep is not None:  # leave these prims' (the scene's own) info to the scene
+            idx = [i for i, k in enumerate(keep) if not k]
+            paths = [paths[i] for i in idx]
+            rows = [rows[i] for i in idx] if isinstance(rows, list) else rows[idx]
         if name == PRIM_TYPE:
             for path, t in zip(paths, np.asarray(rows).reshape(-1).tolist()):
                 type_name = self._token(t)
@@ -404,12 +425,12 @@ def _describe(schema: _mapping.Schema) -> str:
 
 
 def export(stage, layer=None, *, over: bool = True, time=None, since: int | None = None,
-           query=None, xform_since: int | None = None):
+           query=None, xform_since: int | None = None, population=None):
     """Writes the stage (or the change range since `since`) into a USD layer and returns it.
 
-    One LayerWriter(stage, layer, over=, xform_since=).write(time=, since=, query=); a file
-    layer is saved. See LayerWriter for the arguments."""
-    w = LayerWriter(stage, layer, over=over, xform_since=xform_since)
+    One LayerWriter(stage, layer, over=, xform_since=, population=).write(time=, since=,
+    query=); a file layer is saved. See LayerWriter for the arguments."""
+    w = LayerWriter(stage, layer, over=over, xform_since=xform_since, population=population)
     w.write(time=time, since=since, query=query)
     if not w.layer.anonymous:
         w.save()
