@@ -260,6 +260,15 @@ def animated_scene():
     return s
 
 
+def animated_scene_file(tmp_path):
+    """animated_scene() saved as tmp_path/scene.usda (its stage held while its root layer is
+    exported: the layer goes with its stage)."""
+    path = tmp_path / "scene.usda"
+    scene = animated_scene()
+    scene.GetRootLayer().Export(str(path))
+    return path
+
+
 def test_resample_writes_only_time_varying_values(stage):
     s = animated_scene()
     pop = ku.populate(stage, s, 1, time=0)
@@ -283,9 +292,7 @@ def test_resample_writes_only_time_varying_values(stage):
 
 
 def test_moved_roots_export_as_an_animated_over(stage, tmp_path):
-    src_path = tmp_path / "scene.usda"
-    s = animated_scene()
-    s.GetRootLayer().Export(str(src_path))
+    src_path = animated_scene_file(tmp_path)
     pop = ku.populate(stage, str(src_path), 1)
     stage.seal(1)
     writer = ku.LayerWriter(stage, tmp_path / "run.usda", over=True, xform_since=pop.ordinal)
@@ -376,9 +383,7 @@ def test_errors_name_the_file_prim_and_attribute(stage, tmp_path):
     stage.write("mass", ["/W/Arm"], np.array([[1, 2]], np.int32), 1).wait()
     stage.seal(1)
     before = fingerprint(stage)
-    path = tmp_path / "scene.usda"
-    scene = animated_scene()  # held: the root layer goes with its stage
-    scene.GetRootLayer().Export(str(path))
+    path = animated_scene_file(tmp_path)
     with pytest.raises(ku.UsdError) as e:
         ku.populate(stage, path, 2)
     assert e.value.file == str(path) and e.value.prim == "/W/Arm" and e.value.attribute == "mass"
@@ -505,9 +510,7 @@ def test_values_varying_through_a_spline_or_value_clips_resample(stage, tmp_path
 
 
 def test_an_over_defines_the_prims_the_scene_lacks(stage, tmp_path):
-    src = tmp_path / "scene.usda"
-    scene = animated_scene()
-    scene.GetRootLayer().Export(str(src))
+    src = animated_scene_file(tmp_path)
     pop = ku.populate(stage, str(src), 1)
     stage.seal(1)
     # A clone of /W/Arm below a path the scene does not have, and a new typed prim.
