@@ -9,6 +9,7 @@
 
 #include <adios2.h>
 
+#include <algorithm>
 #include <cctype>
 #include <complex>
 #include <cstdint>
@@ -51,21 +52,23 @@ void note(kstage_log_severity_t severity, const char* format, ...) noexcept
 // inside a catch block.
 void note_swallowed(const char* what) noexcept;
 
-// A descriptor the caller fills (kstage_adios2_open_desc_t, kstage_adios2_step_desc_t), by
-// kstage.h's struct_size rule: its first released layout is this header's whole struct (0.4), so
-// a smaller size is refused, and a newer caller's bytes past it must be zero. `init` names the
+// A descriptor the caller fills (kstage_adios2_open_desc_t, kstage_adios2_step_desc_t,
+// kstage_adios2_restart_desc_t), by kstage.h's struct_size rule: a size below its first released
+// layout (`first_size` bytes) is refused; an older caller's smaller struct leaves the fields past
+// its size at the defaults `d` holds (the caller checks that a field its size cuts has only zero
+// bytes inside it); a newer caller's bytes past this struct must be zero. `init` names the
 // initialiser for the message. NULL: the defaults `d` already holds.
 template <class T>
-void copy_descriptor(const T* in, T& d, const char* init) {
+void copy_descriptor(const T* in, T& d, const char* init, size_t first_size = sizeof(T)) {
   if (in == nullptr) return;
-  if (in->struct_size < sizeof(T) || in->struct_size > KSTAGE_MAX_STRUCT_SIZE)
+  if (in->struct_size < first_size || in->struct_size > KSTAGE_MAX_STRUCT_SIZE)
     fail(KSTAGE_INVALID_ARGUMENT, "desc.struct_size is %u: start from %s() (this library's is %zu)",
          unsigned(in->struct_size), init, sizeof(T));
   const auto* bytes = reinterpret_cast<const unsigned char*>(in);
   for (size_t i = sizeof(T); i < in->struct_size; ++i)
     if (bytes[i] != 0)
       fail(KSTAGE_NOT_SUPPORTED, "desc sets byte %zu, a field this kstage_adios2 does not know", i);
-  std::memcpy(&d, in, sizeof(T));
+  std::memcpy(&d, in, std::min<size_t>(sizeof(T), in->struct_size));
 }
 
 // ---- streams -----------------------------------------------------------------------------------
@@ -86,6 +89,11 @@ struct Stream {
   // may go from and to device memory.
   bool device_memory = false;
   std::shared_ptr<void> last_step_data;
+  // A BP5 writer seals its folder when closed (manifest.hpp): its name, and what it wrote.
+  bool seals = false;
+  std::string name;
+  uint64_t steps_written = 0;
+  uint64_t last_ordinal = 0;
 };
 // Whether an engine type names ADIOS2's Inline engine (ADIOS2 takes engine types in any case).
 inline bool is_inline_engine(const char* engine) {
@@ -118,7 +126,14 @@ using Opener = std::function<kstage_status_t(const char*, const kstage_adios2_op
 void checkpoint_with(kstage_stage_t stage, const char* path, Collective& ranks, const char* what,
                      const Opener& open);
 void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, Collective& ranks,
-                  const char* what, const Opener& open);
+                  const char* what, const Opener& open,
+                  kstage_adios2_manifest_t manifest = KSTAGE_ADIOS2_MANIFEST_DEFAULT);
+// kstage_adios2_checkpoint_latest and kstage_adios2_restart_latest (the pointer file's
+// procedure, docs/adios2.md), on `ranks` (rank 0 writes the pointer).
+void checkpoint_latest_with(kstage_stage_t stage, const char* pointer, Collective& ranks,
+                            const char* what, const Opener& open);
+void restart_latest_with(kstage_stage_t stage, const char* pointer, uint64_t* ordinal,
+                         Collective& ranks, const char* what, const Opener& open);
 
 // ---- dtypes ------------------------------------------------------------------------------------
 // The C++ type a column's elements are put as: the dtype itself where ADIOS2 has it, else an

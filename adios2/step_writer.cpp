@@ -747,6 +747,8 @@ extern "C" kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t strea
     for (const AttributeStep& a : data->steps) data->names.add(a.key.data(), a.key.size());
     const Placement p = place(ranks, *data, d);
     put_step(*s, *data, p, d);  // `data` releases the groups after
+    ++s->steps_written;         // for the manifest that seals a BP5 folder (kstage_adios2_close)
+    s->last_ordinal = p.ordinal;
     if (s->keeps_step_data) s->last_step_data = std::move(data);  // Inline: the reader reads them
   });
 }

@@ -2,9 +2,14 @@
 // The bridge's C API outside the steps: messages, the stream table, open and close, and the
 // checkpoint and restart that open a BP5 file themselves.
 #include "adios2/bridge.hpp"
+#include "adios2/durable.hpp"
+#include "adios2/manifest.hpp"
 
 #include <cstdarg>
+#include <cstddef>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -19,6 +24,13 @@ std::unordered_map<kstage_adios2_stream_t, std::shared_ptr<Stream>>& table() {
   return *t;  // never destroyed: streams still open at exit are not closed behind ADIOS2's back
 }
 kstage_adios2_stream_t next_handle = 1;
+
+void remove_old_manifest(const std::string& folder) {
+  const std::string manifest = (std::filesystem::path(folder) / kManifestName).string();
+  std::error_code ec;
+  if (!std::filesystem::remove(manifest, ec)) return;  // none (or not a folder yet)
+  sync_path(folder);
+}
 
 }  // namespace
 
@@ -169,7 +181,17 @@ std::shared_ptr<Stream> remove_stream(kstage_adios2_stream_t handle) {
 
 kstage_adios2_open_desc_t read_open_desc(const kstage_adios2_open_desc_t* in) {
   kstage_adios2_open_desc_t d = kstage_adios2_open_desc_init();
-  copy_descriptor(in, d, "kstage_adios2_open_desc_init");
+  // The first released layout ends at inline_writer (0.4); `manifest` came in 0.4.1.
+  constexpr size_t kFirstLayout = offsetof(kstage_adios2_open_desc_t, manifest);
+  copy_descriptor(in, d, "kstage_adios2_open_desc_init", kFirstLayout);
+  if (in && in->struct_size < kFirstLayout + sizeof(d.manifest) && d.manifest != 0)
+    fail(KSTAGE_INVALID_ARGUMENT,
+         "desc.struct_size %u cuts field 'manifest', whose bytes inside it must then be zero",
+         unsigned(in->struct_size));
+  if (d.manifest < KSTAGE_ADIOS2_MANIFEST_DEFAULT || d.manifest > KSTAGE_ADIOS2_MANIFEST_REQUIRED)
+    fail(KSTAGE_INVALID_ARGUMENT,
+         "desc.manifest is %d: KSTAGE_ADIOS2_MANIFEST_DEFAULT, _IF_PRESENT or _REQUIRED (0 to 2)",
+         int(d.manifest));
   if (d.mode != KSTAGE_ADIOS2_WRITE && d.mode != KSTAGE_ADIOS2_READ)
     fail(KSTAGE_INVALID_ARGUMENT,
          "desc.mode is %d: KSTAGE_ADIOS2_WRITE (0) or KSTAGE_ADIOS2_READ (1)", int(d.mode));
@@ -187,6 +209,9 @@ kstage_adios2_stream_t open_stream(
   if (name == nullptr || *name == '\0') fail(KSTAGE_INVALID_ARGUMENT, "name is NULL or empty");
   const kstage_adios2_open_desc_t d = read_open_desc(desc);
   const std::string engine = d.engine ? d.engine : "BP5";
+  std::string engine_lower = engine;
+  for (char& c : engine_lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  const bool engine_is_bp5 = engine_lower == "bp5" || engine_lower == "file";
   auto s = std::make_shared<Stream>();
   s->mode = d.mode;
   s->ranks = std::move(ranks);
@@ -208,6 +233,12 @@ kstage_adios2_stream_t open_stream(
     s->io.SetEngine(engine);
     for (const char* const* p = d.parameters; p && *p; p += 2) s->io.SetParameter(p[0], p[1]);
   }
+  // A reader that asked: the folder checked against its manifest before ADIOS2 reads a byte.
+  if (d.mode == KSTAGE_ADIOS2_READ && d.manifest != KSTAGE_ADIOS2_MANIFEST_DEFAULT && engine_is_bp5)
+    verify_folder(name, d.manifest, false, "kstage_adios2_open");
+  // A writer replacing a sealed folder: its old manifest goes first (durably), so that no
+  // instant of the rewrite shows the old seal over new files.
+  if (d.mode == KSTAGE_ADIOS2_WRITE && s->ranks->rank() == 0) remove_old_manifest(name);
   try {
     s->engine =
         s->io.Open(name, d.mode == KSTAGE_ADIOS2_WRITE ? adios2::Mode::Write : adios2::Mode::Read);
@@ -219,6 +250,8 @@ kstage_adios2_stream_t open_stream(
   // By the engine ADIOS2 opened (an engine type of "File" is chosen by the file's name and, to
   // read, its format).
   s->device_memory = kTakesDeviceMemory && takes_gpu_buffers(s->engine.Type());
+  s->name = name;
+  s->seals = d.mode == KSTAGE_ADIOS2_WRITE && s->engine.Type() == "BP5Writer";
   if (d.mode == KSTAGE_ADIOS2_WRITE) {
     s->io.DefineAttribute<std::string>(layout::kFormat, "kstage");
     s->io.DefineAttribute<uint32_t>(layout::kFormatVersion, layout::kVersion);
@@ -256,9 +289,17 @@ void checkpoint_with(kstage_stage_t stage, const char* path, Collective& ranks, 
 }
 
 void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, Collective& ranks,
-                  const char* what, const Opener& open) {
+                  const char* what, const Opener& open, kstage_adios2_manifest_t manifest) {
   agree(ranks, what, [&] {
     if (path == nullptr || *path == '\0') fail(KSTAGE_INVALID_ARGUMENT, "path is NULL or empty");
+    if (manifest < KSTAGE_ADIOS2_MANIFEST_DEFAULT || manifest > KSTAGE_ADIOS2_MANIFEST_REQUIRED)
+      fail(KSTAGE_INVALID_ARGUMENT,
+           "desc.manifest is %d: KSTAGE_ADIOS2_MANIFEST_DEFAULT, _IF_PRESENT or _REQUIRED (0 to "
+           "2)",
+           int(manifest));
+    // Before ADIOS2 opens anything (rank 0 reads the files; the ranks agree on the outcome).
+    if (ranks.rank() == 0)
+      verify_folder(path, manifest, manifest == KSTAGE_ADIOS2_MANIFEST_DEFAULT, what);
   });
   kstage_adios2_open_desc_t d = kstage_adios2_open_desc_init();
   d.mode = KSTAGE_ADIOS2_READ;
@@ -298,6 +339,64 @@ void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, Col
   if (ordinal) *ordinal = last;
 }
 
+namespace {
+
+// The file name a pointer file holds (its first line), or "" when there is no pointer.
+std::string read_pointer(const std::string& pointer, const char* what) {
+  std::error_code ec;
+  if (!std::filesystem::exists(pointer, ec)) return {};
+  // A pointer is one short line: a larger file is not one.
+  if (std::filesystem::file_size(pointer, ec) > 4096 || ec)
+    fail(KSTAGE_INVALID_ARGUMENT, "%s: '%s' is not a checkpoint pointer (one short line)", what,
+         pointer.c_str());
+  std::ifstream in(pointer);
+  std::string name;
+  std::getline(in, name);
+  if (!in && !in.eof())
+    fail(KSTAGE_OP_FAILED, "%s: cannot read the pointer '%s'", what, pointer.c_str());
+  return name;
+}
+
+std::string beside(const std::string& pointer, const std::string& name) {
+  if (!name.empty() && name.front() == '/') return name;
+  return (std::filesystem::path(parent_folder(pointer)) / name).string();
+}
+
+}  // namespace
+
+void checkpoint_latest_with(kstage_stage_t stage, const char* pointer, Collective& ranks,
+                            const char* what, const Opener& open) {
+  std::string target;
+  agree(ranks, what, [&] {
+    if (pointer == nullptr || *pointer == '\0')
+      fail(KSTAGE_INVALID_ARGUMENT, "pointer is NULL or empty");
+    // The one of the two the pointer does not name: the latest complete one is never touched.
+    const std::string base = std::filesystem::path(pointer).filename().string();
+    const std::string named = read_pointer(pointer, what);
+    target = named == base + ".0" ? base + ".1" : base + ".0";
+  });
+  const std::string folder = beside(pointer, target);
+  checkpoint_with(stage, folder.c_str(), ranks, what, open);  // flushed and sealed at its close
+  agree(ranks, what, [&] {
+    if (ranks.rank() == 0) replace_file_durably(pointer, target + "\n");
+  });
+}
+
+void restart_latest_with(kstage_stage_t stage, const char* pointer, uint64_t* ordinal,
+                         Collective& ranks, const char* what, const Opener& open) {
+  std::string folder;
+  agree(ranks, what, [&] {
+    if (pointer == nullptr || *pointer == '\0')
+      fail(KSTAGE_INVALID_ARGUMENT, "pointer is NULL or empty");
+    const std::string named = read_pointer(pointer, what);
+    if (named.empty())
+      fail(KSTAGE_INVALID_ARGUMENT, "%s: '%s' names no checkpoint (no pointer, or an empty one)",
+           what, pointer);
+    folder = beside(pointer, named);
+  });
+  restart_with(stage, folder.c_str(), ordinal, ranks, what, open, KSTAGE_ADIOS2_MANIFEST_REQUIRED);
+}
+
 }  // namespace kstage::adios2_bridge
 
 using namespace kstage::adios2_bridge;
@@ -323,6 +422,14 @@ kstage_status_t kstage_adios2_close(kstage_adios2_stream_t stream) {
     if (s->step_open) s->engine.EndStep();
     s->engine.Close();
     s->last_step_data.reset();
+    if (s->seals) {
+      // Every rank's files are complete (each closed), then rank 0 seals the folder.
+      Collective& ranks = *s->ranks;
+      if (ranks.size() > 1) ranks.allgather({});
+      agree(ranks, "kstage_adios2_close: sealing the folder", [&] {
+        if (ranks.rank() == 0) seal_folder(s->name, SealFacts{s->steps_written, s->last_ordinal});
+      });
+    }
   });
 }
 
@@ -337,6 +444,35 @@ kstage_status_t kstage_adios2_restart(kstage_stage_t stage, const char* path, ui
   return guard([&] {
     Collective alone;
     restart_with(stage, path, ordinal, alone, "kstage_adios2_restart", kstage_adios2_open);
+  });
+}
+
+kstage_status_t kstage_adios2_restart_ex(kstage_stage_t stage, const char* path,
+                                         const kstage_adios2_restart_desc_t* desc,
+                                         uint64_t* ordinal) {
+  return guard([&] {
+    kstage_adios2_restart_desc_t d = kstage_adios2_restart_desc_init();
+    copy_descriptor(desc, d, "kstage_adios2_restart_desc_init");
+    Collective alone;
+    restart_with(stage, path, ordinal, alone, "kstage_adios2_restart_ex", kstage_adios2_open,
+                 d.manifest);
+  });
+}
+
+kstage_status_t kstage_adios2_checkpoint_latest(kstage_stage_t stage, const char* pointer) {
+  return guard([&] {
+    Collective alone;
+    checkpoint_latest_with(stage, pointer, alone, "kstage_adios2_checkpoint_latest",
+                           kstage_adios2_open);
+  });
+}
+
+kstage_status_t kstage_adios2_restart_latest(kstage_stage_t stage, const char* pointer,
+                                             uint64_t* ordinal) {
+  return guard([&] {
+    Collective alone;
+    restart_latest_with(stage, pointer, ordinal, alone, "kstage_adios2_restart_latest",
+                        kstage_adios2_open);
   });
 }
 

@@ -14,6 +14,7 @@
 #                   12's Trilinos 13.2 source package -- skipped when Kokkos_ROOT is set
 #   dlpack.sh       DLPack >= 1.0 headers + CMake config (Debian's libdlpack-dev, trixie)
 #   catch2.sh       Catch2 3 (Debian's libcatch2-dev, bookworm-backports)
+#   xxhash.sh       xxHash's header (Debian's libxxhash-dev, trixie): the ADIOS2 bridge's checksums
 #   mpi.sh          Open MPI (Debian's libopenmpi-dev, openmpi-bin), by default, into the system
 #                   when missing (~55 MB, ~10 s); --no-mpi skips it
 #   perf.sh         --perf: the perf suite's venv
@@ -64,7 +65,7 @@
 set -euo pipefail
 
 KSTAGE_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-for _dep in common kokkos dlpack catch2 mpi perf jax python usd lammps docs lint adios2 \
+for _dep in common kokkos dlpack catch2 xxhash mpi perf jax python usd lammps docs lint adios2 \
             adios2_mpi adios2_cuda fuzz tsan cuda hip; do
   # shellcheck source=/dev/null
   source "$KSTAGE_ROOT/scripts/setup/$_dep.sh"
@@ -140,6 +141,7 @@ main() {
 
   dlpack_dep
   catch2_dep
+  xxhash_dep
   kokkos_dep
   if [ "$fuzz" = 1 ]; then kokkos_serial_dep; fi
   if [ "$tsan" = 1 ]; then kokkos_tsan_dep; fi

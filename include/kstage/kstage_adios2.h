@@ -44,6 +44,30 @@ enum {
 };
 
 /**
+ * \brief Whether a read checks a BP5 folder's manifest before ADIOS2 opens it.
+ *
+ * Every BP5 folder the bridge writes (kstage_adios2_checkpoint, and a BP5 stream when it is
+ * closed) is sealed by a manifest, `kstage.manifest`, written last (docs/adios2.md, "The
+ * manifest"): each file's size and XXH3-64 checksum, the steps, the kstage and ADIOS2 versions.
+ * A folder whose manifest matches is exactly what was written; one that does not is refused
+ * with KSTAGE_OP_FAILED naming the file and what differs (its size, its checksum, missing, not
+ * in the manifest, a damaged manifest) -- before ADIOS2, whose BP5 reader may crash or wait
+ * forever on damaged files, reads any of it. Checking reads every byte once (XXH3-64 runs at
+ * memory speed: the read is the cost).
+ */
+typedef int32_t kstage_adios2_manifest_t;
+enum {
+  /** kstage_adios2_open: not checked (a stream, or a file a writer may still be writing);
+   * restarts: checked where there is a manifest, and a folder without one (written before
+   * manifests, or not by kstage) is read unchecked with a WARNING on the "adios2" log channel. */
+  KSTAGE_ADIOS2_MANIFEST_DEFAULT = 0,
+  /** Checked where there is a manifest; a folder without one is read unchecked, silently. */
+  KSTAGE_ADIOS2_MANIFEST_IF_PRESENT = 1,
+  /** Verified reads only: a folder without a manifest is KSTAGE_INVALID_ARGUMENT naming it. */
+  KSTAGE_ADIOS2_MANIFEST_REQUIRED = 2
+};
+
+/**
  * \brief How kstage_adios2_open opens a stream (an extensible descriptor, as kstage.h's: start
  * from kstage_adios2_open_desc_init()).
  */
@@ -62,6 +86,10 @@ typedef struct kstage_adios2_open_desc_t {
    * a writer and a reader in one process; the reader is opened under a name of its own); 0
    * otherwise. */
   kstage_adios2_stream_t inline_writer;
+  /** A reader of a BP5 folder: whether its manifest is checked before ADIOS2 opens it
+   * (::kstage_adios2_manifest_t; 0: not checked). Ignored by writers and other engines. Added
+   * in 0.4.1: a struct_size of the first layout (32 bytes, up to inline_writer) leaves it 0. */
+  kstage_adios2_manifest_t manifest;
 } kstage_adios2_open_desc_t;
 
 /** \brief What kstage_adios2_write_step writes (start from kstage_adios2_step_desc_init()). */
@@ -79,6 +107,24 @@ typedef struct kstage_adios2_step_desc_t {
   uint64_t range_end;
 } kstage_adios2_step_desc_t;
 
+/**
+ * \brief How kstage_adios2_restart_ex restarts (start from kstage_adios2_restart_desc_init()).
+ */
+typedef struct kstage_adios2_restart_desc_t {
+  /** sizeof(kstage_adios2_restart_desc_t) as the caller's header declares it (first layout: 8). */
+  uint32_t struct_size;
+  /** Whether the folder's manifest is checked (KSTAGE_ADIOS2_MANIFEST_DEFAULT: where there is
+   * one, with a warning where there is none; KSTAGE_ADIOS2_MANIFEST_REQUIRED: verified restarts
+   * only). */
+  kstage_adios2_manifest_t manifest;
+} kstage_adios2_restart_desc_t;
+
+/** \brief Defaults for kstage_adios2_restart_ex (the manifest checked where there is one). */
+static inline kstage_adios2_restart_desc_t kstage_adios2_restart_desc_init(void) {
+  kstage_adios2_restart_desc_t d = KSTAGE_IMPL_ZERO;
+  d.struct_size = (uint32_t)sizeof(kstage_adios2_restart_desc_t);
+  return d;
+}
 /** \brief Defaults for kstage_adios2_open (write BP5), struct_size set. */
 static inline kstage_adios2_open_desc_t kstage_adios2_open_desc_init(void) {
   kstage_adios2_open_desc_t d = KSTAGE_IMPL_ZERO;
@@ -103,7 +149,13 @@ KSTAGE_API const char* kstage_adios2_last_error(void);
 KSTAGE_API kstage_status_t kstage_adios2_open(const char* name,
                                               const kstage_adios2_open_desc_t* desc,
                                               kstage_adios2_stream_t* stream);
-/** \brief Closes a stream (a writer's last step is complete when this returns). */
+/**
+ * \brief Closes a stream (a writer's last step is complete when this returns). A writer of a
+ * BP5 folder then seals it: its files and the folder are flushed to stable storage (fsync), and
+ * its manifest written last, atomically and durably (kstage_adios2_manifest_t); on MPI ranks,
+ * by rank 0 once every rank has closed. A failure to flush or seal is KSTAGE_OP_FAILED naming
+ * the file (the folder then has no manifest: a restart that requires one refuses it).
+ */
 KSTAGE_API kstage_status_t kstage_adios2_close(kstage_adios2_stream_t stream);
 
 /**
@@ -131,7 +183,9 @@ KSTAGE_API kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t strea
  * INVALID_ARGUMENT naming what does not fit -- not a kstage step, an unknown dtype, an
  * attribute whose kind or dtype differs from the stage's column, an ordinal at or below the
  * stage's write floor of that attribute; OP_FAILED for a file ADIOS2 cannot read (a truncated
- * one). The stage is unchanged by a step that fails.
+ * one). The stage is unchanged by a step that fails. A BP5 folder is checked against its
+ * manifest at kstage_adios2_open only where desc.manifest asks: ADIOS2 alone may crash or hang
+ * on damaged BP5 files (docs/adios2.md, "What ADIOS2 alone does with damaged files").
  */
 KSTAGE_API kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream,
                                                    kstage_stage_t stage, uint64_t timeout_ns,
@@ -139,7 +193,9 @@ KSTAGE_API kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
 
 /**
  * \brief A checkpoint: every attribute of every existing prim of `stage`, as one full step of a
- * new BP5 file at `path` (replaced if it exists).
+ * new BP5 file at `path` (replaced if it exists), flushed to stable storage and sealed by its
+ * manifest (kstage_adios2_close). A checkpoint is complete when this returns KSTAGE_OK; a crash
+ * before leaves a folder without a manifest, or with one its files do not match.
  */
 KSTAGE_API kstage_status_t kstage_adios2_checkpoint(kstage_stage_t stage, const char* path);
 /**
@@ -148,6 +204,38 @@ KSTAGE_API kstage_status_t kstage_adios2_checkpoint(kstage_stage_t stage, const 
  */
 KSTAGE_API kstage_status_t kstage_adios2_restart(kstage_stage_t stage, const char* path,
                                                  uint64_t* ordinal);
+/**
+ * \brief kstage_adios2_restart as `desc` says (NULL: the defaults, as kstage_adios2_restart).
+ * Before ADIOS2 opens anything, the folder is checked against its manifest
+ * (kstage_adios2_manifest_t): a folder that does not match is KSTAGE_OP_FAILED naming the file
+ * and what differs (size, checksum, a missing or extra file, a damaged manifest); one without a
+ * manifest is read unchecked with a WARNING on the "adios2" log channel, or, with
+ * KSTAGE_ADIOS2_MANIFEST_REQUIRED, refused with KSTAGE_INVALID_ARGUMENT. The stage is unchanged
+ * by a restart refused.
+ */
+KSTAGE_API kstage_status_t kstage_adios2_restart_ex(kstage_stage_t stage, const char* path,
+                                                    const kstage_adios2_restart_desc_t* desc,
+                                                    uint64_t* ordinal);
+
+/**
+ * \brief A checkpoint made the latest, durably: the procedure of docs/adios2.md ("A checkpoint
+ * that survives a crash"). `pointer` is a small file naming the latest complete checkpoint; the
+ * checkpoint is written to `<pointer>.0` or `<pointer>.1` -- the one `pointer` does not name
+ * (`.0` when there is no pointer yet) -- flushed and sealed (kstage_adios2_checkpoint), and then
+ * `pointer` is replaced atomically (written aside, flushed, renamed over, its folder flushed) to
+ * name it. A kill or a power loss at any instant leaves `pointer` naming a complete checkpoint:
+ * the new one or the one before. `pointer`'s content is the checkpoint's file name (relative to
+ * `pointer`'s folder) and a newline.
+ */
+KSTAGE_API kstage_status_t kstage_adios2_checkpoint_latest(kstage_stage_t stage,
+                                                           const char* pointer);
+/**
+ * \brief A restart from the checkpoint `pointer` names (kstage_adios2_checkpoint_latest), its
+ * manifest required (KSTAGE_ADIOS2_MANIFEST_REQUIRED). No pointer, or one that names nothing, is
+ * KSTAGE_INVALID_ARGUMENT naming it. `*ordinal` (may be NULL) is the checkpoint's.
+ */
+KSTAGE_API kstage_status_t kstage_adios2_restart_latest(kstage_stage_t stage, const char* pointer,
+                                                        uint64_t* ordinal);
 
 #ifdef __cplusplus
 } /* extern "C" */

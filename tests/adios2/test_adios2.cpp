@@ -823,6 +823,11 @@ TEST_CASE("files that are not kstage steps, unknown dtypes and truncated files",
     // waits, tens of seconds, for a writer to complete a file whose metadata or data is cut
     // inside a step it indexes: the test does not make ADIOS2 wait.)
     std::filesystem::resize_file(std::filesystem::path(path) / "md.idx", 64);
+    // Its manifest refuses it before ADIOS2 opens it, naming the file and its sizes ...
+    A2_FAILS(kstage_adios2_restart(s.stage, path.c_str(), nullptr), KSTAGE_OP_FAILED,
+             "md.idx' is 64 bytes, its manifest says");
+    // ... and without the manifest (a file written before manifests), ADIOS2 finds no step.
+    std::filesystem::remove(std::filesystem::path(path) / "kstage.manifest");
     A2_FAILS(kstage_adios2_restart(s.stage, path.c_str(), nullptr), KSTAGE_INVALID_ARGUMENT,
              "has no steps");
   }
