@@ -1,13 +1,18 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Checkpoint and restart of the particles example (examples/c/particles) across a SIGKILL.
+"""Checkpoint and restart of the particles example (examples/c/particles) across SIGKILLs.
 
-    python kill_and_restart.py <kstage_example_particles> <work dir>
+    python kill_and_restart.py <kstage_example_particles> <work dir> [trials]
 
-An uninterrupted run gives the final state's checksum. A second run checkpoints every 10 ticks
-and is killed with SIGKILL between the checkpoints of ticks 20 and 30; a third restarts from its
-last checkpoint (tick 20) and runs to the end: its final state must be the uninterrupted run's.
+An uninterrupted run gives the final state's checksum. Runs that checkpoint every 5 ticks with
+kstage_adios2_checkpoint_latest are then killed with SIGKILL at random instants -- between
+checkpoints and in the middle of writing one (the seed is printed: KSTAGE_KILL_SEED repeats a
+run) -- and each is restarted with kstage_adios2_restart_latest from the checkpoint its pointer
+names: the restart must start right after the last checkpoint the killed run announced (or the
+one it was completing when killed) and end exactly where the uninterrupted run does. A run
+killed before its first checkpoint has no pointer: its restart is refused, naming it.
 """
 import os
+import random
 import re
 import shutil
 import signal
@@ -16,11 +21,16 @@ import sys
 import time
 
 program, work = sys.argv[1], sys.argv[2]
+trials = int(sys.argv[3]) if len(sys.argv) > 3 else 16
+seed = int(os.environ.get("KSTAGE_KILL_SEED", random.randrange(1 << 30)))
+rng = random.Random(seed)
+print(f"kill_and_restart: seed {seed}")
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 env = dict(os.environ, OMP_PROC_BIND="spread", OMP_PLACES="threads")
-common = [program, "-n", "5000", "-t", "40"]
-ck = os.path.join(work, "run")
+ticks, every, tick_ms = 40, 5, 20
+# Enough particles that a checkpoint's write takes a fair share of the run (kills land inside it).
+common = [program, "-n", "200000", "-t", str(ticks)]
 
 
 def checksum(out):
@@ -31,26 +41,54 @@ def checksum(out):
 
 whole = subprocess.run(common, capture_output=True, text=True, env=env, timeout=120, check=True)
 want = checksum(whole.stdout)
+# How long a checkpointing run takes, for the instants to kill at.
+started = time.monotonic()
+subprocess.run(common + ["--checkpoint", os.path.join(work, "timing"), "--every", str(every),
+                         "--tick-ms", str(tick_ms)],
+               capture_output=True, text=True, env=env, timeout=120, check=True)
+duration = time.monotonic() - started
 
-killed = subprocess.Popen(common + ["--checkpoint", ck, "--every", "10", "--tick-ms", "40"],
-                          stdout=subprocess.PIPE, text=True, env=env)
-deadline = time.monotonic() + 60
-for line in killed.stdout:
-    if "checkpoint at tick 20" in line:
-        break
-    assert time.monotonic() < deadline, "no checkpoint at tick 20 in time"
-time.sleep(0.15)  # a few ticks past it: between the checkpoints of ticks 20 and 30
-killed.send_signal(signal.SIGKILL)
-killed.wait(timeout=30)
-assert killed.returncode == -signal.SIGKILL, killed.returncode
-with open(ck) as f:
-    named = f.read().strip()
-assert named.endswith(".0"), named  # the second checkpoint (tick 20) is the one named
+outcomes = {"restarted": 0, "no checkpoint yet": 0, "killed inside a checkpoint's write": 0}
+for trial in range(trials):
+    ck = os.path.join(work, f"run{trial}")
+    instant = rng.uniform(0.0, duration * 0.9)
+    killed = subprocess.Popen(common + ["--checkpoint", ck, "--every", str(every),
+                                        "--tick-ms", str(tick_ms)],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    time.sleep(instant)
+    killed.send_signal(signal.SIGKILL)
+    out, _ = killed.communicate(timeout=30)
+    if killed.returncode == 0:
+        continue  # it finished first: nothing was interrupted
+    assert killed.returncode == -signal.SIGKILL, killed.returncode
+    announced = [int(t) for t in re.findall(r"checkpoint at tick (\d+)", out)]
+    # Killed inside a checkpoint's write: a folder the pointer does not name, not (yet) sealed.
+    named = open(ck).read().strip() if os.path.exists(ck) else ""
+    for other in (ck + ".0", ck + ".1"):
+        if (os.path.basename(other) != named and os.path.isdir(other)
+                and not os.path.exists(os.path.join(other, "kstage.manifest"))):
+            outcomes["killed inside a checkpoint's write"] += 1
+    again = subprocess.run(common + ["--restart", ck, "--checkpoint", ck, "--every", str(every)],
+                           capture_output=True, text=True, env=env, timeout=120)
+    if not os.path.exists(ck):
+        # Killed before its first checkpoint was named: nothing to restart, refused by name.
+        assert not announced, f"trial {trial}: announced {announced} but no pointer"
+        assert again.returncode != 0 and "names no checkpoint" in again.stderr, again.stderr
+        outcomes["no checkpoint yet"] += 1
+        continue
+    assert again.returncode == 0, f"trial {trial} (killed at {instant:.3f} s): " + again.stdout + again.stderr
+    m = re.search(r"at tick (\d+)", again.stdout)
+    assert m, again.stdout
+    start = int(m.group(1))
+    last = announced[-1] if announced else 0
+    # The pointer names the last checkpoint announced, or the next one if the kill came after it
+    # was named and before it was announced.
+    assert start in (last + 1, last + every + 1), f"trial {trial}: restarted at {start}, announced {announced}"
+    got = checksum(again.stdout)
+    assert got == want, f"trial {trial}: restarted run ends at {got}, the uninterrupted one at {want}"
+    outcomes["restarted"] += 1
+    shutil.rmtree(ck + ".0", ignore_errors=True)
+    shutil.rmtree(ck + ".1", ignore_errors=True)
 
-again = subprocess.run(common + ["--restart", ck, "--checkpoint", ck, "--every", "10"],
-                       capture_output=True, text=True, env=env, timeout=120)
-assert again.returncode == 0, again.stdout + again.stderr
-assert "at tick 21" in again.stdout, again.stdout
-got = checksum(again.stdout)
-assert got == want, f"restarted run ends at {got}, the uninterrupted one at {want}"
-print(f"kill_and_restart: killed after the checkpoint of tick 20, restarted, final state {got} as uninterrupted")
+assert outcomes["restarted"] >= trials // 2, outcomes
+print(f"kill_and_restart: {trials} trials (seed {seed}): {outcomes}; every restart ended at {want} as uninterrupted")

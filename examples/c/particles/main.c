@@ -27,10 +27,12 @@
  * Every tick draws its random numbers from a generator seeded by the tick's number, so a run
  * restarted at tick k continues exactly as the uninterrupted one would. Where kstage has its
  * ADIOS2 bridge (KSTAGE_EXAMPLE_WITH_ADIOS2): --checkpoint FILE --every K writes the stage as
- * a BP5 checkpoint after every K-th tick, to FILE.0 and FILE.1 in turn, and then names the
- * complete one in FILE (a one-line file replaced atomically), so that a run killed at any
- * moment keeps its last complete checkpoint; --restart FILE reads the checkpoint FILE names
- * into a fresh stage and runs the ticks after it. The last line before the report is the
+ * a BP5 checkpoint after every K-th tick with kstage_adios2_checkpoint_latest: to FILE.0 or
+ * FILE.1 (the one FILE does not name), flushed to disk and sealed by its manifest, and then
+ * names it in FILE (a one-line file replaced atomically and durably), so that a run killed --
+ * or a machine that loses power -- at any moment keeps its last complete checkpoint; --restart
+ * FILE reads the checkpoint FILE names (kstage_adios2_restart_latest: its manifest checked
+ * first) into a fresh stage and runs the ticks after it. The last line before the report is the
  * FNV-1a checksum of the final positions and velocities.
  *
  * Streaming (ADIOS2's SST engine, on loopback): --stream NAME sends the stage to another
@@ -147,25 +149,6 @@ static uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
     }                                                                                     \
   } while (0)
 
-/* Checkpoint number `count` of the run: the stage into FILE.<count % 2>, then FILE names it (a
- * one-line file written aside and renamed over FILE: at every moment FILE names a complete
- * checkpoint, or does not exist yet). */
-static void write_checkpoint(kstage_stage_t stage, const char* file, uint64_t count,
-                             uint64_t tick) {
-  char dir[4096], tmp[4096];
-  FILE* f;
-  snprintf(dir, sizeof dir, "%s.%d", file, (int)(count % 2));
-  snprintf(tmp, sizeof tmp, "%s.tmp", file);
-  ACHECK(kstage_adios2_checkpoint(stage, dir));
-  f = fopen(tmp, "w");
-  if (!f || fprintf(f, "%s\n", dir) < 0 || fclose(f) != 0 || rename(tmp, file) != 0) {
-    fprintf(stderr, "particles: cannot name the checkpoint in %s\n", file);
-    exit(1);
-  }
-  printf("particles: checkpoint at tick %llu in %s\n", (unsigned long long)tick, dir);
-  fflush(stdout);
-}
-
 /* The checkpoint FILE names. */
 static void checkpoint_named(const char* file, char* dir, size_t capacity) {
   FILE* f = fopen(file, "r");
@@ -177,6 +160,16 @@ static void checkpoint_named(const char* file, char* dir, size_t capacity) {
   fclose(f);
   len = strlen(dir);
   while (len > 0 && (dir[len - 1] == '\n' || dir[len - 1] == '\r')) dir[--len] = '\0';
+}
+
+/* A checkpoint of the run made the latest (docs/adios2.md, "A checkpoint that survives a
+ * crash"): FILE names a complete checkpoint at every moment, or does not exist yet. */
+static void write_checkpoint(kstage_stage_t stage, const char* file, uint64_t tick) {
+  char dir[4096];
+  ACHECK(kstage_adios2_checkpoint_latest(stage, file));
+  checkpoint_named(file, dir, sizeof dir);
+  printf("particles: checkpoint at tick %llu in %s\n", (unsigned long long)tick, dir);
+  fflush(stdout);
 }
 
 /* SST on loopback only: the sockets (WAN) transport, control and data on lo. The sender waits
@@ -485,7 +478,7 @@ int main(int argc, char** argv) {
     kstage_read_group_t group;
     kstage_read_desc_t desc = kstage_read_desc_init();
     checkpoint_named(restart, dir, sizeof dir);
-    ACHECK(kstage_adios2_restart(stage, dir, &ordinal));
+    ACHECK(kstage_adios2_restart_latest(stage, restart, &ordinal));
     start_tick = ordinal; /* tick k seals ordinal k + 1: the next tick is `ordinal` */
     desc.compact = true;
     desc.target_device.device_type = kDLCPU;
@@ -694,7 +687,7 @@ int main(int argc, char** argv) {
       perm[swaps[i]] = tmp;
     }
 #ifdef KSTAGE_EXAMPLE_WITH_ADIOS2
-    if (checkpoint && k % every_arg == 0) write_checkpoint(stage, checkpoint, k / every_arg, k);
+    if (checkpoint && k % every_arg == 0) write_checkpoint(stage, checkpoint, k);
 #endif
     if (tick_ms_arg) {
       struct timespec pause;
