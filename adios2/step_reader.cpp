@@ -18,6 +18,7 @@
 // blocks of writers [W q / Q, W (q + 1) / Q) -- contiguous rows of every array -- into its own
 // stage, and the ranks agree that each could before any commits.
 #include "adios2/bridge.hpp"
+#include "adios2/checksum.hpp"
 
 #include <algorithm>
 
@@ -210,7 +211,30 @@ struct AttributeIn {
   uint64_t rows = 0;                  // fixed: rows of values; arrays: elements
   uint64_t first_row = 0;             // of the values, in the global array
   std::vector<uint64_t> offsets, prims, deleted;
+  // Per writer block this reader reads: its rows of values, and {present, XXH3-64} of their
+  // bytes (empty: a step written before value checksums).
+  std::vector<uint64_t> block_rows, checksums;
 };
+
+// The values read (`data`, this reader's rows in host memory) against the step's checksums of
+// each writer's block: OP_FAILED naming the attribute on a mismatch, before any is committed.
+void check_values(const AttributeIn& a, const void* data) {
+  if (a.checksums.empty()) return;
+  const size_t row_bytes = size_t(a.dtype.lanes) * ((a.dtype.bits + 7) / 8);
+  const auto* at = static_cast<const unsigned char*>(data);
+  for (size_t w = 0; w < a.block_rows.size(); ++w) {
+    const size_t bytes = size_t(a.block_rows[w]) * row_bytes;
+    if (a.checksums[2 * w] == 1) {
+      const uint64_t got = xxh3(at, bytes);
+      if (got != a.checksums[2 * w + 1])
+        fail(KSTAGE_OP_FAILED,
+             "attribute '%s': its values (block %zu of the step) do not match their checksum "
+             "(XXH3-64 %s, the step says %s): damaged in the file or on the way",
+             a.attribute.c_str(), w, hex64(got).c_str(), hex64(a.checksums[2 * w + 1]).c_str());
+    }
+    at += bytes;
+  }
+}
 
 // The blocks [b0, b1) of the step's `writers` this reader reads, and their paths.
 struct Blocks {
@@ -285,9 +309,17 @@ void read_attribute(Reader& r, AttributeIn& a, const Blocks& blocks) {
            (unsigned long long)held, (unsigned long long)total_elements, unsigned(a.dtype.lanes));
     a.rows = elements.count;
     a.first_row = elements.start;
+    // The values' checksums of this reader's writer blocks, where the step has them.
+    if (!io.VariableType(attr(a.name, "checksums")).empty() && blocks.b1 > blocks.b0) {
+      a.checksums =
+          get_rows<uint64_t>(r, attr(a.name, "checksums"), blocks.b0, blocks.b1 - blocks.b0, 2);
+      for (uint64_t w = blocks.b0; w < blocks.b1; ++w)
+        a.block_rows.push_back(span(table, kAttrBlockColumns, kAttrElements, w, w + 1).count);
+    }
     if (a.is_array && a.rows > 0) {  // fixed-size values are read later, where they go
       a.values.resize(a.rows * a.dtype.lanes * sizeof(T));
       read_rows(r, v, a.first_row, a.rows, reinterpret_cast<T*>(a.values.data()));
+      check_values(a, a.values.data());
     }
   });
   if (!io.VariableType(attr(a.name, "prims")).empty()) {
@@ -619,6 +651,7 @@ void read_fixed_values(Reader& r, Incoming& in) {
     adios2::Variable<T> v = r.io.InquireVariable<T>(layout::attr(a.name, "values"));
     read_rows(r, v, a.first_row, a.rows, static_cast<T*>(in.values->block));
   });
+  check_values(a, in.values->block);
 }
 
 // A column the step records with no prim holding it (its prims deleted, or never sealed any):

@@ -16,6 +16,7 @@
 // sizes), make their indices global, and put their blocks. Alone, the same code writes a step
 // of one block.
 #include "adios2/bridge.hpp"
+#include "adios2/checksum.hpp"
 
 #include <algorithm>
 #include <deque>
@@ -669,6 +670,17 @@ void put_blocks(Stream& s, StepData& data, const Placement& p, const kstage_adio
                 p.at(b, i, kAttrElements), rows, elements, lanes,
                 a.on_device ? Space::Device : Space::Host);
     });
+    // This rank's block of the values' checksums {present, XXH3-64 of its values' bytes}, for
+    // the reader to check before anything is written into its stage (a flipped value is refused
+    // naming the attribute). Values put from device memory are not hashed here (not present):
+    // the file's manifest covers them.
+    std::vector<uint64_t>& sum = data.tables.emplace_back(2, 0);
+    if (!a.on_device) {
+      sum[0] = 1;
+      sum[1] = xxh3(values, size_t(rows * lanes * ((a.info.dtype.bits + 7) / 8)));
+    }
+    put_block(io, e, attr(a.key, "checksums"), sum.data(), uint64_t(ranks.rank()), 1,
+              uint64_t(ranks.size()), 2);
     if (a.info.is_array && prims > 0) {
       if (a.offsets.empty()) a.offsets.assign(1, p.at(b, i, kAttrElements));  // no rows here
       put_offsets(io, e, attr(a.key, "offsets"), a.offsets, p.at(b, i, kAttrPrims), prims, first);

@@ -490,3 +490,42 @@ TEST_CASE("a power loss at any instant of checkpoint_latest keeps a complete che
     if (!flushes) CHECK(lost > 0);
   }
 }
+
+TEST_CASE("a flipped value is refused naming its attribute, also without the manifest",
+          "[adios2][integrity]") {
+  Rich r(1.f);
+  const std::string path = scratch("values.bp");
+  A2_OK(kstage_adios2_checkpoint(r.s.stage, path.c_str()));
+  // The manifest gone (as for a stream, or a file copied without it): the step's own per
+  // attribute checksums still refuse a value changed in data.0.
+  fs::remove(path + "/kstage.manifest");
+  const std::string data = read_text(path + "/data.0");
+  const float first = 12345.7f;  // position[0].x (Rich's values start there)
+  const std::string needles[2][2] = {
+      {std::string(reinterpret_cast<const char*>(&first), sizeof first), "attribute 'position'"},
+      {"wall a", "attribute 'name'"}};  // a string column's bytes (an array attribute)
+  for (const auto& [bytes, attribute] : needles) {
+    INFO(attribute);
+    const size_t at = data.find(bytes);
+    REQUIRE(at != std::string::npos);
+    REQUIRE(data.find(bytes, at + 1) == std::string::npos);  // one place: that value's
+    const std::string copy = scratch("values-flipped.bp");
+    copy_folder(path, copy);
+    flip_byte(copy + "/data.0", at + 1);
+    // A fresh stage (every floor 0: the step fits it), so that the values' check is what
+    // refuses; nothing of the step may reach it.
+    Stage empty(host_execution());
+    struct {
+      Stage& s;
+    } t{empty};
+    const State before = state_of(t.s.stage);
+    REQUIRE(before.columns.empty());
+    A2_FAILS(kstage_adios2_restart(t.s.stage, copy.c_str(), nullptr), KSTAGE_OP_FAILED, attribute);
+    CHECK(std::string(kstage_adios2_last_error()).find("do not match their checksum") !=
+          std::string::npos);
+    CHECK(state_of(t.s.stage) == before);
+  }
+  Stage fresh(host_execution());  // the undamaged file restarts (its checksums match)
+  A2_OK(kstage_adios2_restart(fresh.stage, path.c_str(), nullptr));
+  CHECK(state_of(fresh.stage) == state_of(r.s.stage));
+}
