@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -94,6 +95,10 @@ struct Stream {
   std::string name;
   uint64_t steps_written = 0;
   uint64_t last_ordinal = 0;
+  // A reader of a folder checked against its manifest (desc.manifest): each file's size then,
+  // checked again before each step is read (a file cut since is refused, not waited for).
+  std::string verified_folder;
+  std::map<std::string, uint64_t> verified_sizes;
 };
 // Whether an engine type names ADIOS2's Inline engine (ADIOS2 takes engine types in any case).
 inline bool is_inline_engine(const char* engine) {

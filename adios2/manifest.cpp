@@ -129,8 +129,23 @@ void seal_folder(const std::string& folder, const SealFacts& facts) {
   replace_file_durably((fs::path(folder) / kManifestName).string(), body);
 }
 
-bool verify_folder(const std::string& path, kstage_adios2_manifest_t policy, bool warn_if_absent,
+void check_extents(const std::string& folder, const std::map<std::string, uint64_t>& sizes,
                    const char* what) {
+  for (const auto& [name, size] : sizes) {
+    const std::string file = (fs::path(folder) / name).string();
+    std::error_code ec;
+    const uint64_t now = fs::file_size(file, ec);
+    if (ec || now < size)
+      fail(KSTAGE_OP_FAILED,
+           "%s: '%s' is %s, %llu bytes when its manifest was checked: cut since, refused before "
+           "ADIOS2 reads past its end",
+           what, file.c_str(), ec ? "gone" : (std::to_string(now) + " bytes now").c_str(),
+           (unsigned long long)size);
+  }
+}
+
+bool verify_folder(const std::string& path, kstage_adios2_manifest_t policy, bool warn_if_absent,
+                   const char* what, std::map<std::string, uint64_t>* sizes) {
   std::error_code ec;
   const std::string manifest = (fs::path(path) / kManifestName).string();
   if (!fs::is_regular_file(manifest, ec)) {
@@ -204,6 +219,8 @@ bool verify_folder(const std::string& path, kstage_adios2_manifest_t policy, boo
            "from another checkpoint)",
            what, file.c_str(), hex64(got.checksum).c_str(), hex64(e.checksum).c_str());
   }
+  if (sizes)
+    for (const auto& [name, e] : listed) (*sizes)[name] = e.size;
   return true;
 }
 

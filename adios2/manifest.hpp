@@ -10,6 +10,7 @@
 #include <kstage/kstage_adios2.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace kstage::adios2_bridge {
@@ -31,7 +32,13 @@ void seal_folder(const std::string& folder, const SealFacts& facts);
 // checksum, a damaged manifest). Without one: `policy` REQUIRED is INVALID_ARGUMENT; otherwise a
 // WARNING on the "adios2" log channel (`what` names the call) when `warn_if_absent`, and false.
 // True when the manifest was there and every file matched.
+// `sizes` (may be NULL) receives each file's size, by name, when the manifest matched.
 bool verify_folder(const std::string& path, kstage_adios2_manifest_t policy, bool warn_if_absent,
+                   const char* what, std::map<std::string, uint64_t>* sizes = nullptr);
+
+// Before a step of a checked folder is read: every file still at least its size when checked
+// (ADIOS2's read of a block past a file's end waits forever). OP_FAILED naming the file.
+void check_extents(const std::string& folder, const std::map<std::string, uint64_t>& sizes,
                    const char* what);
 
 }  // namespace kstage::adios2_bridge

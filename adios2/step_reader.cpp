@@ -19,6 +19,7 @@
 // stage, and the ranks agree that each could before any commits.
 #include "adios2/bridge.hpp"
 #include "adios2/checksum.hpp"
+#include "adios2/manifest.hpp"
 
 #include <algorithm>
 
@@ -838,6 +839,10 @@ extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
       if (s->mode != KSTAGE_ADIOS2_READ)
         fail(KSTAGE_INVALID_ARGUMENT, "stream %llu is a writer", (unsigned long long)stream);
       if (ordinal == nullptr) fail(KSTAGE_INVALID_ARGUMENT, "ordinal is NULL");
+      // A folder checked against its manifest at open: each file still at its size then (a
+      // file cut since is refused here, not waited for inside ADIOS2's read).
+      if (!s->verified_sizes.empty())
+        check_extents(s->verified_folder, s->verified_sizes, "kstage_adios2_read_step");
     });
     agree(ranks, "kstage_adios2_read_step", [&] {
       const float timeout =

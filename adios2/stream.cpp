@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -235,7 +236,8 @@ kstage_adios2_stream_t open_stream(
   }
   // A reader that asked: the folder checked against its manifest before ADIOS2 reads a byte.
   if (d.mode == KSTAGE_ADIOS2_READ && d.manifest != KSTAGE_ADIOS2_MANIFEST_DEFAULT && engine_is_bp5)
-    verify_folder(name, d.manifest, false, "kstage_adios2_open");
+    if (verify_folder(name, d.manifest, false, "kstage_adios2_open", &s->verified_sizes))
+      s->verified_folder = name;
   // A writer replacing a sealed folder: its old manifest goes first (durably), so that no
   // instant of the rewrite shows the old seal over new files.
   if (d.mode == KSTAGE_ADIOS2_WRITE && s->ranks->rank() == 0) remove_old_manifest(name);
@@ -290,6 +292,7 @@ void checkpoint_with(kstage_stage_t stage, const char* path, Collective& ranks, 
 
 void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, Collective& ranks,
                   const char* what, const Opener& open, kstage_adios2_manifest_t manifest) {
+  std::map<std::string, uint64_t> verified_sizes;  // rank 0's, of a folder with a manifest
   agree(ranks, what, [&] {
     if (path == nullptr || *path == '\0') fail(KSTAGE_INVALID_ARGUMENT, "path is NULL or empty");
     if (manifest < KSTAGE_ADIOS2_MANIFEST_DEFAULT || manifest > KSTAGE_ADIOS2_MANIFEST_REQUIRED)
@@ -299,7 +302,8 @@ void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, Col
            int(manifest));
     // Before ADIOS2 opens anything (rank 0 reads the files; the ranks agree on the outcome).
     if (ranks.rank() == 0)
-      verify_folder(path, manifest, manifest == KSTAGE_ADIOS2_MANIFEST_DEFAULT, what);
+      verify_folder(path, manifest, manifest == KSTAGE_ADIOS2_MANIFEST_DEFAULT, what,
+                    &verified_sizes);
   });
   kstage_adios2_open_desc_t d = kstage_adios2_open_desc_init();
   d.mode = KSTAGE_ADIOS2_READ;
@@ -312,7 +316,13 @@ void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, Col
   while (st == KSTAGE_OK) {
     uint64_t o = 0;
     // A file's steps are all there: one that is not ready at once never will be (a file
-    // cut short, or one a writer still has open), so do not wait for it.
+    // cut short, or one a writer still has open), so do not wait for it. A file cut since its
+    // manifest was checked is refused before ADIOS2 reads it (whose read past a file's end
+    // waits forever).
+    if (!verified_sizes.empty()) {
+      st = guard([&] { check_extents(path, verified_sizes, what); });
+      if (st != KSTAGE_OK) break;
+    }
     st = kstage_adios2_read_step(s, stage, 0, &o);
     if (st == KSTAGE_TIMEOUT) {
       st = KSTAGE_OP_FAILED;

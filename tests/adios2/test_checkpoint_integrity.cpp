@@ -529,3 +529,23 @@ TEST_CASE("a flipped value is refused naming its attribute, also without the man
   A2_OK(kstage_adios2_restart(fresh.stage, path.c_str(), nullptr));
   CHECK(state_of(fresh.stage) == state_of(r.s.stage));
 }
+
+TEST_CASE("a file cut after its manifest was checked is refused before ADIOS2 reads it",
+          "[adios2][integrity]") {
+  Rich r(1.f);
+  const std::string path = scratch("cut-later.bp");
+  A2_OK(kstage_adios2_checkpoint(r.s.stage, path.c_str()));
+  kstage_adios2_open_desc_t o = kstage_adios2_open_desc_init();
+  o.mode = KSTAGE_ADIOS2_READ;
+  o.manifest = KSTAGE_ADIOS2_MANIFEST_REQUIRED;
+  kstage_adios2_stream_t h = 0;
+  A2_OK(kstage_adios2_open(path.c_str(), &o, &h));  // checked here
+  // Cut after the check: ADIOS2 alone would wait forever for the missing bytes of data.0.
+  fs::resize_file(path + "/data.0", fs::file_size(path + "/data.0") / 2);
+  Stage fresh(host_execution());
+  uint64_t ordinal = 0;
+  A2_FAILS(kstage_adios2_read_step(h, fresh.stage, 0, &ordinal), KSTAGE_OP_FAILED, "data.0' is ");
+  CHECK(std::string(kstage_adios2_last_error()).find("cut since") != std::string::npos);
+  CHECK(state_of(fresh.stage).columns.empty());
+  A2_OK(kstage_adios2_close(h));
+}
