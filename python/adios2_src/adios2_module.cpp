@@ -102,4 +102,23 @@ NB_MODULE(_adios2, m) {
     const kstage_status_t st = kstage_adios2_restart(stage, path.c_str(), &ordinal);
     return std::make_pair(int(st), ordinal);
   });
+  // manifest: a kstage_adios2_manifest_t (0 default, 1 if present, 2 required).
+  m.def("restart_ex", [](uint64_t stage, const std::string& path, int manifest) {
+    kstage_adios2_restart_desc_t d = kstage_adios2_restart_desc_init();
+    d.manifest = manifest;
+    uint64_t ordinal = 0;
+    nb::gil_scoped_release gil;
+    const kstage_status_t st = kstage_adios2_restart_ex(stage, path.c_str(), &d, &ordinal);
+    return std::make_pair(int(st), ordinal);
+  });
+  m.def("checkpoint_latest", [](uint64_t stage, const std::string& pointer) {
+    nb::gil_scoped_release gil;
+    return int(kstage_adios2_checkpoint_latest(stage, pointer.c_str()));
+  });
+  m.def("restart_latest", [](uint64_t stage, const std::string& pointer) {
+    uint64_t ordinal = 0;
+    nb::gil_scoped_release gil;
+    const kstage_status_t st = kstage_adios2_restart_latest(stage, pointer.c_str(), &ordinal);
+    return std::make_pair(int(st), ordinal);
+  });
 }

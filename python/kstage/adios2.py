@@ -4,6 +4,8 @@
     import kstage.adios2 as ka
     ka.checkpoint(stage, "run.bp")                 # every attribute of every prim, one BP5 step
     ordinal = ka.restart(fresh, "run.bp")          # the file's steps into a fresh stage
+    ka.checkpoint_latest(stage, "run")             # run.0 or run.1, then the pointer "run"
+    ordinal = ka.restart_latest(fresh, "run")      # the checkpoint "run" names, verified
     with ka.Stream("ticks.bp") as w:               # engine="BP5" | "SST" | "Inline", parameters={}
         w.write_step(stage)                        # a full step of every existing prim
         w.write_step(stage, change_range=(k, k))   # then what changed, with deletions
@@ -69,14 +71,45 @@ def checkpoint(stage, path, comm=None):
         _check(_adios2.checkpoint_mpi(stage.handle, str(path), handle))
 
 
-def restart(stage, path, comm=None):
+_MANIFEST = {"default": 0, "if_present": 1, "required": 2}
+
+
+def restart(stage, path, comm=None, *, manifest="default"):
     """Every step of the BP5 file at `path` into `stage`, in order; the last step's ordinal. On
-    the ranks of `comm` (collective), each rank reads its share of the writers' blocks."""
+    the ranks of `comm` (collective), each rank reads its share of the writers' blocks.
+
+    The folder is checked against its manifest (kstage.manifest) before ADIOS2 opens it: a
+    damaged file raises kstage.OpFailed naming it. `manifest`: "default" (a folder without one
+    is read unchecked, with a warning on the "adios2" log channel), "if_present" (silently), or
+    "required" (verified restarts only: no manifest raises kstage.InvalidArgument)."""
+    if manifest not in _MANIFEST:
+        raise ValueError(f"manifest must be one of {sorted(_MANIFEST)}, not {manifest!r}")
     if comm is None:
-        status, ordinal = _adios2.restart(stage.handle, str(path))
+        if manifest == "default":
+            status, ordinal = _adios2.restart(stage.handle, str(path))
+        else:
+            status, ordinal = _adios2.restart_ex(stage.handle, str(path), _MANIFEST[manifest])
+    elif manifest != "default":
+        raise kstage.NotSupported("kstage.adios2.restart: manifest= on MPI ranks is not there yet "
+                                  "(the MPI restart checks a manifest where there is one)")
     else:
         handle = _fortran_comm(comm)
         status, ordinal = _adios2.restart_mpi(stage.handle, str(path), handle)
+    _check(status)
+    return ordinal
+
+
+def checkpoint_latest(stage, pointer):
+    """A checkpoint made the latest, durably (docs/adios2.md, "A checkpoint that survives a
+    crash"): written to `<pointer>.0` or `<pointer>.1` (the one `pointer` does not name), flushed
+    and sealed, then the file `pointer` replaced atomically to name it."""
+    _check(_adios2.checkpoint_latest(stage.handle, str(pointer)))
+
+
+def restart_latest(stage, pointer):
+    """A restart from the checkpoint the file `pointer` names (checkpoint_latest's), its manifest
+    required; the checkpoint's ordinal."""
+    status, ordinal = _adios2.restart_latest(stage.handle, str(pointer))
     _check(status)
     return ordinal
 

@@ -16,6 +16,8 @@
 #include <set>
 #include <sstream>
 
+#include <unistd.h>
+
 using namespace kstage_test;
 namespace fs = std::filesystem;
 
@@ -41,8 +43,22 @@ namespace {
 using State = kstage_adios2_test::StageState;
 State state_of(kstage_stage_t stage) { return kstage_adios2_test::stage_state(stage); }
 
+// Per process: the default and asan legs (or two ctest jobs) never share a folder; removed at
+// exit.
+const fs::path& scratch_folder() {
+  static const struct Folder {
+    fs::path path =
+        fs::temp_directory_path() / ("kstage-adios2-integrity-" + std::to_string(::getpid()));
+    ~Folder() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  } folder;
+  return folder.path;
+}
+
 std::string scratch(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / "kstage-adios2-integrity";
+  const fs::path& dir = scratch_folder();
   fs::create_directories(dir);
   const fs::path path = dir / name;
   fs::remove_all(path);

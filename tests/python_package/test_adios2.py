@@ -87,3 +87,46 @@ def test_a_communicator_needs_the_mpi_form(tmp_path):
         ka.checkpoint(s, tmp_path / "c.bp", comm=0)
     with pytest.raises(kstage.NotSupported, match="no MPI form"):
         ka.Stream(tmp_path / "s.bp", comm=0)
+
+
+def test_a_damaged_checkpoint_is_refused_before_adios2_reads_it(tmp_path):
+    """The manifest (docs/adios2.md, "Checkpoints that can be trusted"): a byte flipped in data.0
+    raises OpFailed naming the file, the stage unchanged; without a manifest, "required" refuses
+    and the default reads it."""
+    s, _ = filled()
+    path = tmp_path / "c.bp"
+    ka.checkpoint(s, path)
+    assert (path / "kstage.manifest").read_text().startswith("kstage-manifest 1\n")
+    data = bytearray((path / "data.0").read_bytes())
+    data[len(data) // 2] ^= 0x40
+    (path / "data.0").write_bytes(bytes(data))
+    fresh = kstage.Stage()
+    with pytest.raises(kstage.OpFailed, match="data.0' does not match its manifest"):
+        ka.restart(fresh, path)
+    assert state(fresh) == {}
+    clean = tmp_path / "clean.bp"
+    ka.checkpoint(s, clean)
+    (clean / "kstage.manifest").unlink()
+    with pytest.raises(kstage.InvalidArgument, match="has no manifest"):
+        ka.restart(kstage.Stage(), clean, manifest="required")
+    with pytest.raises(ValueError, match="manifest must be one of"):
+        ka.restart(kstage.Stage(), clean, manifest="sometimes")
+    unchecked = kstage.Stage()
+    assert ka.restart(unchecked, clean, manifest="if_present") == 1
+    assert state(unchecked) == state(s)
+
+
+def test_checkpoint_latest_names_the_complete_one(tmp_path):
+    s, q = filled()
+    pointer = tmp_path / "run"
+    with pytest.raises(kstage.InvalidArgument, match="names no checkpoint"):
+        ka.restart_latest(kstage.Stage(), pointer)
+    ka.checkpoint_latest(s, pointer)
+    assert pointer.read_text() == "run.0\n"
+    s.write("pos", s.query(["/world/p/p3"]), np.full((1, 3), 9, np.float32), 2, semantic="point")
+    s.seal(2)
+    ka.checkpoint_latest(s, pointer)
+    assert pointer.read_text() == "run.1\n"
+    fresh = kstage.Stage()
+    assert ka.restart_latest(fresh, pointer) == 2
+    assert state(fresh) == state(s)
