@@ -116,6 +116,7 @@ void seal_folder(const std::string& folder, const SealFacts& facts) {
   // the flush alone.
   std::future<std::vector<FileEntry>> digests = std::async(std::launch::async, [&files] {
     std::vector<FileEntry> out;
+    out.reserve(files.size());
     for (const auto& entry : files) out.push_back(digest(entry.second));
     return out;
   });
@@ -229,7 +230,7 @@ bool verify_folder(const std::string& path, kstage_adios2_manifest_t policy, boo
       fail(KSTAGE_OP_FAILED, "%s: '%s' is in '%s' but not in its manifest (from another write?)",
            what, name.c_str(), path.c_str());
   for (const auto& [name, e] : listed) {
-    const std::string file = present.at(name);
+    const std::string& file = present.at(name);
     const FileEntry got = digest(file);
     if (got.size != e.size || got.checksum != e.checksum)
       fail(KSTAGE_OP_FAILED,
