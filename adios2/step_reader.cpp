@@ -558,7 +558,8 @@ struct Incoming {
   kstage_query_t query = 0;         // its prims with values
   kstage_query_t deletions = 0;     // the prims that lost it
   AdoptedValues* values = nullptr;  // fixed-size: the values, until handed to the stage
-  kstage_map_t map = 0;  // ... or a map of a GPU column, filled by ADIOS2, until unmapped
+  kstage_map_t map = 0;   // ... or a map of a GPU column, filled by ADIOS2, until unmapped
+  DLDevice map_device{};  // ... the GPU of that map's buffer
   ~Incoming() {
     if (values) AdoptedValues::deleter(&values->managed);  // never handed over
     // Never committed: nothing written. ADIOS2's copies into the map's buffer may still be in
@@ -634,6 +635,7 @@ bool read_fixed_values_to_device(Reader& r, Incoming& in) {
     in.map = 0;
     return false;
   }
+  in.map_device = g.data.tensors[0].device;
   void* out = static_cast<unsigned char*>(g.data.tensors[0].data) + g.data.tensors[0].byte_offset;
   with_element_type(a.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -951,6 +953,20 @@ extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
       check_schema_moves(stage, incoming);  // (every rank agrees before any commits)
       s->step_open = false;
       e.EndStep();  // every value is in
+      // ADIOS2 copied values into GPU maps itself and does not check its copies' errors (#52,
+      // defect 7): each such device is synchronised and checked through the stage before
+      // anything is committed, naming the step.
+      for (const Incoming& in : incoming) {
+        if (in.map == 0) continue;
+        const DLDevice dev = in.map_device;
+        const kstage_status_t st = kstage_device_check(stage, dev);
+        if (st != KSTAGE_OK)
+          fail(st,
+               "kstage_adios2_read_step: the step of ordinal %llu: %s device %d faulted around "
+               "ADIOS2's copies into attribute '%s'; nothing of the step is committed: %s",
+               (unsigned long long)step_ordinal, device_type_text(dev.device_type).c_str(),
+               int(dev.device_id), in.a->attribute.c_str(), kstage_last_error());
+      }
     });
     // Every rank's values in: the deletions and values committed, then the floors.
     for (Incoming& in : incoming) commit_deletions(in);

@@ -727,6 +727,28 @@ void put_step(Stream& s, StepData& data, const Placement& p, const kstage_adios2
     throw;
   }
   s.engine.EndStep();  // the deferred puts are read here
+  // ADIOS2 copied the device columns' blocks out of GPU memory itself, and does not check its
+  // copies' errors (#52, defect 7): each device is synchronised and checked through the stage,
+  // so that a fault fails the step, naming it, instead of leaving a garbage step that says OK.
+  std::vector<DLDevice> checked;
+  for (const AttributeStep& a : data.steps) {
+    if (!a.on_device) continue;
+    const DLDevice dev = a.info.residency;
+    if (std::any_of(checked.begin(), checked.end(), [&](const DLDevice& c) {
+          return c.device_type == dev.device_type && c.device_id == dev.device_id;
+        }))
+      continue;
+    checked.push_back(dev);
+    const kstage_status_t st = kstage_device_check(data.held.stage, dev);
+    if (st != KSTAGE_OK)
+      fail(st,
+           "kstage_adios2_write_step: step %llu of '%s' (ordinal %llu): %s device %d faulted "
+           "around ADIOS2's copies of its columns (attribute '%s'); the step written is not "
+           "to be trusted: %s",
+           (unsigned long long)s.steps_written, s.name.c_str(), (unsigned long long)p.ordinal,
+           device_type_text(dev.device_type).c_str(), int(dev.device_id), a.name.c_str(),
+           kstage_last_error());
+  }
 }
 
 }  // namespace

@@ -69,6 +69,11 @@ kstage_status_t kstage_transfer_counts(uint64_t* host_to_device, uint64_t* devic
   return KSTAGE_OK;
 }
 
+kstage_status_t kstage_device_check(kstage_stage_t stage, DLDevice device) {
+  return with_stage("kstage::device_check", stage,
+                    [&](StageEntry& s) -> Status { return s.engine->check_device(device); });
+}
+
 kstage_status_t kstage_build_info(const char** text) {
   return guard([&]() -> Status {
     KSTAGE_RETURN_NOT_OK(need(text, "text"));

@@ -65,6 +65,17 @@ Status Stage::sync_op(const Op& op, const kstage_device_sync_t& consumer) {
   return Status::OK();
 }
 
+Status Stage::check_device(DLDevice device) {
+  if (device.device_type == kDLCPU || device.device_type == kDLCUDAHost ||
+      device.device_type == kDLROCMHost)
+    return Status::OK();
+  Backend* b = nullptr;
+  KSTAGE_ASSIGN_OR_RETURN(b, backends_->for_device(device));
+  // A fault of the device's context (sticky: another library's failed copy or kernel too)
+  // surfaces at the stream synchronize of the stage's own stream.
+  return b->finish();
+}
+
 bool Op::done() const {
   for (const CompletionPtr& w : work)
     if (!w->done()) return false;

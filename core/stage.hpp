@@ -170,6 +170,10 @@ class Stage {
   // Orders a consumer's {stream, event} after the device work of `op` (kstage_op_sync): a
   // host op takes {0, 0} only, an op on several devices no event.
   Status sync_op(const Op& op, const kstage_device_sync_t& consumer);
+  // Waits for the stage's work on `device` and reports a fault of that device
+  // (kstage_device_check): for callers that hand the stage's device memory to a library that
+  // does not check its own device calls (ADIOS2's GPU copies). Host memory: OK.
+  Status check_device(DLDevice device);
 
  private:
   friend class MapSession;  // commits its groups

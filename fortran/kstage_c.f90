@@ -251,6 +251,13 @@ module kstage_c
       integer(c_int64_t), intent(out), optional :: host_to_device, device_to_host, index_uploads
       integer(c_int32_t) :: status
     end function
+    function kstage_device_check(stage, device) bind(C, name="kstage_device_check") &
+        result(status)
+      import :: c_int32_t, c_int64_t, DLDevice
+      integer(c_int64_t), value :: stage
+      type(DLDevice), value :: device
+      integer(c_int32_t) :: status
+    end function
 
     ! Logging (kstage.h, "Logging"). The callback is a bind(C) subroutine taken with c_funloc:
     !   subroutine on_log(severity, channel, message, user_data) bind(C)

@@ -121,6 +121,18 @@ TEST_CASE("cpp: build_info is kstage_build_info's text", "[cpp]") {
   REQUIRE(st.ok());
 }
 
+TEST_CASE("cpp: device_check is kstage_device_check (the host: nothing to check)", "[cpp]") {
+  kstage::Stage s = make_stage();
+  s.device_check(DLDevice{kDLCPU, 0});
+  kstage::Status st;
+  s.device_check(DLDevice{kDLCPU, 0}, st);
+  REQUIRE(st.ok());
+  // A device type no build of kstage has a backend for (DLPack's kDLVPI).
+  CPP_FAILS(s.device_check(DLDevice{kDLVPI, 0}), KSTAGE_NOT_SUPPORTED, "");
+  s.device_check(DLDevice{kDLVPI, 0}, st);
+  REQUIRE(st.code() == KSTAGE_NOT_SUPPORTED);
+}
+
 TEST_CASE("cpp: the dictionary, path lists and queries call through", "[cpp]") {
   kstage::Stage s = make_stage();
   REQUIRE(s);

@@ -797,6 +797,17 @@ KSTAGE_API kstage_status_t kstage_build_info(const char** text);
 KSTAGE_API kstage_status_t kstage_transfer_counts(uint64_t* host_to_device,
                                                   uint64_t* device_to_host,
                                                   uint64_t* index_uploads);
+/**
+ * \brief Waits until the stage's work on `device` has run, and reports a fault of that device:
+ * KSTAGE_DEVICE_ERROR with the runtime's error (a sticky fault of the device's context, which
+ * another library's failed kernel or copy leaves too). For code that hands the stage's device
+ * memory to a library that does not check its own device calls -- ADIOS2's GPU copies, which
+ * the ADIOS2 bridge checks with it after each step -- so that a fault is reported instead of a
+ * garbage result. Host memory ({kDLCPU, 0}, pinned host memory): KSTAGE_OK at once. A device
+ * this build has no backend for: KSTAGE_NOT_SUPPORTED; an ordinal the process lacks:
+ * KSTAGE_INVALID_ARGUMENT. The stage is not changed. (Added in 0.4.)
+ */
+KSTAGE_API kstage_status_t kstage_device_check(kstage_stage_t stage, DLDevice device);
 
 /* ------------------------------------------------------------------------- */
 /* Logging                                                                   */

@@ -611,6 +611,16 @@ void register_stage(nb::module_& m) {
       .def("seal", &Stage::seal, nb::arg("ordinal"), nb::arg("attrs") = nb::none(),
            "Advances the write floor of `attrs` (None: every attribute) to `ordinal`, applying "
            "their pending writes; never moves a floor backwards.")
+      .def(
+          "device_check",
+          [](Stage& self, nb::handle device) {
+            const DLDevice d = device_arg(device);
+            check(without_gil([&] { return kstage_device_check(self.ref()->id, d); }));
+          },
+          nb::arg("device"),
+          "Waits for the stage's work on `device` (\"cuda:0\", (type, id), ...) and raises "
+          "DeviceError for a fault of that device (kstage_device_check): after handing the "
+          "stage's device memory to a library that does not check its own device calls.")
       .def("write_floor", &Stage::write_floor, nb::arg("attr") = nb::none(),
            "The write floor of `attr`, or the global floor (the minimum) for None.")
       .def("attributes", &Stage::attributes,

@@ -252,6 +252,33 @@ TEST_CASE(
   recovers(exec);
 }
 
+// #52, defect 7: a library handed the stage's device memory (ADIOS2's GPU copies) does not check
+// its own device calls; kstage_device_check is how its caller finds a fault afterwards.
+TEST_CASE("kstage_device_check reports a fault of the device the stage's work ran on",
+          "[device][runtime][fault]") {
+  ResetDevice reset;
+  const kstage_host_execution_t exec = host_execution();
+  {
+    DeviceStage s(kDev0, exec);
+    kstage_query_t q = s.query(4);
+    kstage_token_t a = s.token("a");
+    DeviceFloats src(0, {1, 2, 3, 4});
+    KS_OK(kstage_device_check(s.stage, kDev0));                // a healthy device
+    KS_OK(kstage_device_check(s.stage, DLDevice{kDLCPU, 0}));  // host memory: nothing to check
+    KS_FAILS(kstage_device_check(s.stage, DLDevice{KSTAGE_EMULATED_DEVICE_TYPE, 7}),
+             KSTAGE_INVALID_ARGUMENT, "7");
+    KS_FAILS(kstage_device_check(0, kDev0), KSTAGE_INVALID_HANDLE, "");
+    REQUIRE(kstage_emulated_inject_fault(0, KSTAGE_EMULATED_FAULT_COPY, 1) == 1);
+    KernelDelay slow(20000);  // the fault happens after the write's call has returned
+    kstage_op_t op = write_op(s, q, a, 1, src.t);
+    // Not waited for (as a library's own device work is not): the check waits and reports it.
+    KS_FAILS(kstage_device_check(s.stage, kDev0), KSTAGE_DEVICE_ERROR, "illegal memory access");
+    REQUIRE(kstage_emulated_device_status(0) != 0);
+    KS_OK(kstage_release_op(s.stage, op));
+  }
+  recovers(exec);
+}
+
 TEST_CASE("gpu backend: a launch refused at launch is DEVICE_ERROR and leaves the stage usable",
           "[device][runtime][fault]") {
   ResetDevice reset;

@@ -588,3 +588,23 @@ def test_a_device_producer_is_asked_for_the_stream_kstage_waits_on(dstage):
     host = Recording(np.ones((64, 3), np.float32))
     dstage.write("asked_host", PATHS, host, 5).wait(10)
     assert host.streams == [None]
+
+
+def test_device_check_reports_a_fault_of_the_device(dstage, emu):
+    """Stage.device_check (kstage_device_check, #52 defect 7): a healthy device and the host
+    pass; a sticky fault of the device (a copy that faults after the call returned) raises
+    DeviceError naming it."""
+    device_column(dstage)
+    dstage.device_check((EXT, 0))
+    dstage.device_check("cpu")
+    with pytest.raises(kstage.InvalidArgument):
+        dstage.device_check((EXT, 7))
+    assert emu.kstage_emulated_inject_fault(0, 2, 1) == 1  # KSTAGE_EMULATED_FAULT_COPY
+    emu.kstage_emulated_set_kernel_delay_us(20000)
+    try:
+        dstage.write("pos", PATHS[:4], DATA[:4], 2, residency=(EXT, 0))  # not waited for
+        with pytest.raises(kstage.DeviceError, match="illegal memory access"):
+            dstage.device_check((EXT, 0))
+    finally:
+        emu.kstage_emulated_set_kernel_delay_us(0)
+        emu.kstage_emulated_device_reset(0)

@@ -385,6 +385,12 @@ class Stage {
   }
   /// Advances every attribute's write floor to `ordinal`.
   void seal(uint64_t ordinal, Status& st) const { seal(ordinal, {}, st); }
+  /// Waits for the stage's work on `device` and reports a fault of that device
+  /// (kstage_device_check): after handing the stage's device memory to a library that does not
+  /// check its own device calls. Host memory: nothing to check.
+  void device_check(DLDevice device, Status& st) const {
+    detail::check(kstage_device_check(stage_, device), st);
+  }
   /// Computes world matrices from local ones, as one write of the world column at `ordinal`
   /// that the caller seals (kstage_compute_world_transforms; docs/scene.md).
   Op compute_world_transforms(uint64_t ordinal, const TransformOptions& options, Status& st) const {
@@ -643,6 +649,10 @@ class Stage {
   /// failure.
   void seal(uint64_t ordinal, array_ref<kstage_token_t> attributes = {}) const {
     detail::throwing([&](Status& st) { seal(ordinal, attributes, st); });
+  }
+  /// As device_check(DLDevice, Status&) const, throwing kstage::Error on failure.
+  void device_check(DLDevice device) const {
+    detail::throwing([&](Status& st) { device_check(device, st); });
   }
   /// As write_floor(kstage_token_t, Status&) const, throwing kstage::Error on failure.
   uint64_t write_floor(kstage_token_t attribute = 0) const {
