@@ -240,7 +240,8 @@ kstage_adios2_stream_t open_stream(
       s->verified_folder = name;
   // A writer replacing a sealed folder: its old manifest goes first (durably), so that no
   // instant of the rewrite shows the old seal over new files.
-  if (d.mode == KSTAGE_ADIOS2_WRITE && s->ranks->rank() == 0) remove_old_manifest(name);
+  if (d.mode == KSTAGE_ADIOS2_WRITE && engine_is_bp5 && s->ranks->rank() == 0)
+    remove_old_manifest(name);
   try {
     s->engine =
         s->io.Open(name, d.mode == KSTAGE_ADIOS2_WRITE ? adios2::Mode::Write : adios2::Mode::Read);

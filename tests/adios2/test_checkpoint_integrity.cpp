@@ -574,3 +574,42 @@ TEST_CASE("a file cut after its manifest was checked is refused before ADIOS2 re
   CHECK(state_of(fresh.stage).columns.empty());
   A2_OK(kstage_adios2_close(h));
 }
+
+TEST_CASE("a writer replacing a sealed folder removes its old manifest first, and seals it anew",
+          "[adios2][integrity]") {
+  Rich one(1.f), two(3.f);
+  const std::string path = scratch("rewritten.bp");
+  A2_OK(kstage_adios2_checkpoint(one.s.stage, path.c_str()));
+  const std::string old_manifest = read_text(path + "/kstage.manifest");
+  kstage_adios2_stream_t w = 0;
+  A2_OK(kstage_adios2_open(path.c_str(), nullptr, &w));
+  // While the new steps are written, the folder has no seal: a restart now is refused as
+  // unsealed (verified only), never accepted against the old seal.
+  CHECK(!fs::exists(path + "/kstage.manifest"));
+  kstage_adios2_restart_desc_t d = kstage_adios2_restart_desc_init();
+  d.manifest = KSTAGE_ADIOS2_MANIFEST_REQUIRED;
+  Stage probe(host_execution());
+  A2_FAILS(kstage_adios2_restart_ex(probe.stage, path.c_str(), &d, nullptr),
+           KSTAGE_INVALID_ARGUMENT, "has no manifest");
+  kstage_filter_t all{};
+  kstage_query_t q = 0;
+  KS_OK(kstage_query_filter(two.s.stage, &all, &q));
+  A2_OK(kstage_adios2_write_step(w, two.s.stage, q, nullptr, 0, nullptr));
+  KS_OK(kstage_query_release(two.s.stage, q));
+  A2_OK(kstage_adios2_close(w));
+  const std::string new_manifest = read_text(path + "/kstage.manifest");
+  CHECK(new_manifest != old_manifest);
+  Stage fresh(host_execution());
+  A2_OK(kstage_adios2_restart_ex(fresh.stage, path.c_str(), &d, nullptr));
+  CHECK(state_of(fresh.stage) == state_of(two.s.stage));
+  // A stream of another engine never touches a folder of its name.
+  const std::string sst_named = scratch("stream-name");
+  fs::create_directories(sst_named);
+  write_text(sst_named + "/kstage.manifest", "not mine");
+  kstage_adios2_open_desc_t o = kstage_adios2_open_desc_init();
+  o.engine = "Inline";
+  kstage_adios2_stream_t inline_writer = 0;
+  A2_OK(kstage_adios2_open(sst_named.c_str(), &o, &inline_writer));
+  CHECK(read_text(sst_named + "/kstage.manifest") == "not mine");
+  A2_OK(kstage_adios2_close(inline_writer));
+}
