@@ -4,6 +4,7 @@
 // the file, the stage unchanged) or restarted exactly; verified restarts only; the pointer
 // procedure of kstage_adios2_checkpoint_latest, and a simulated power loss at every instant of
 // it, with and without its flushes. Runs in the default and asan legs (label adios2).
+#include <kstage/hpp/adios2.hpp>
 #include <kstage/kstage_adios2.h>
 
 #include "log_support.hpp"
@@ -612,4 +613,47 @@ TEST_CASE("a writer replacing a sealed folder removes its old manifest first, an
   A2_OK(kstage_adios2_open(sst_named.c_str(), &o, &inline_writer));
   CHECK(read_text(sst_named + "/kstage.manifest") == "not mine");
   A2_OK(kstage_adios2_close(inline_writer));
+}
+
+TEST_CASE("the C++ form: checkpoint_latest, restart_latest and restart's manifest policy",
+          "[adios2][integrity][cpp]") {
+  namespace ka = kstage::adios2;
+  Rich r(1.f);
+  const std::string pointer = scratch("cpp-run");
+  scratch("cpp-run.0");
+  scratch("cpp-run.1");
+  ka::checkpoint_latest(r.s.stage, pointer);
+  CHECK(read_text(pointer) == "cpp-run.0\n");
+  {
+    Stage fresh(host_execution());
+    CHECK(ka::restart_latest(fresh.stage, pointer) == 3);
+    CHECK(state_of(fresh.stage) == state_of(r.s.stage));
+  }
+  const std::string path = scratch("cpp.bp");
+  ka::checkpoint(r.s.stage, path);
+  fs::remove(path + "/kstage.manifest");
+  {  // the throwing form: Error with the bridge's status and message
+    Stage fresh(host_execution());
+    bool thrown = false;
+    try {
+      (void)ka::restart(fresh.stage, path, ka::Manifest::Required);
+    } catch (const kstage::Error& e) {
+      thrown = true;
+      CHECK(e.status() == KSTAGE_INVALID_ARGUMENT);
+      CHECK(e.message().find("has no manifest") != std::string::npos);
+    }
+    CHECK(thrown);
+  }
+  {  // the Status form
+    Stage fresh(host_execution());
+    kstage::Status st;
+    CHECK(ka::restart(fresh.stage, path, ka::Manifest::Required, st) == 0);
+    CHECK(st.code() == KSTAGE_INVALID_ARGUMENT);
+    CHECK(ka::restart(fresh.stage, path, ka::Manifest::IfPresent, st) == 3);
+    CHECK(st.ok());
+    CHECK(state_of(fresh.stage) == state_of(r.s.stage));
+    CHECK(ka::restart_latest(fresh.stage, scratch("cpp-none"), st) == 0);
+    CHECK(st.code() == KSTAGE_INVALID_ARGUMENT);
+    CHECK(st.message().find("names no checkpoint") != std::string::npos);
+  }
 }
