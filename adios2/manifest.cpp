@@ -56,13 +56,17 @@ FileEntry digest(const std::string& path) {
   return e;
 }
 
-// The folder's regular files (not the manifest, nor a manifest being written), by name.
-std::map<std::string, std::string> files_of(const std::string& folder) {
+// The folder's entries (not the manifest, nor a manifest being written), by name: its regular
+// files, and -- `everything` -- whatever else is in it (a restart refuses what the manifest does
+// not list; a seal lists regular files only).
+std::map<std::string, std::string> files_of(const std::string& folder, bool everything = false) {
   std::map<std::string, std::string> files;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(folder, ec)) {
     const std::string name = entry.path().filename().string();
     if (name.rfind(kManifestName, 0) == 0) continue;
+    std::error_code type_ec;
+    if (!everything && !entry.is_regular_file(type_ec)) continue;
     files[name] = entry.path().string();
   }
   if (ec) fail(KSTAGE_OP_FAILED, "cannot list '%s': %s", folder.c_str(), ec.message().c_str());
@@ -208,7 +212,7 @@ bool verify_folder(const std::string& path, kstage_adios2_manifest_t policy, boo
            path.c_str(), line.c_str());
     listed[name] = e;
   }
-  const std::map<std::string, std::string> present = files_of(path);
+  const std::map<std::string, std::string> present = files_of(path, true);
   // Names and sizes first (cheap: no file read), then the checksums.
   for (const auto& [name, e] : listed) {
     auto it = present.find(name);

@@ -320,10 +320,14 @@ void restart_with(kstage_stage_t stage, const char* path, uint64_t* ordinal, Col
     // cut short, or one a writer still has open), so do not wait for it. A file cut since its
     // manifest was checked is refused before ADIOS2 reads it (whose read past a file's end
     // waits forever).
-    if (!verified_sizes.empty()) {
-      st = guard([&] { check_extents(path, verified_sizes, what); });
-      if (st != KSTAGE_OK) break;
-    }
+    // (Agreed: rank 0 holds the sizes, and a rank that stopped alone would leave the others
+    // waiting in the step's collectives.)
+    st = guard([&] {
+      agree(ranks, what, [&] {
+        if (!verified_sizes.empty()) check_extents(path, verified_sizes, what);
+      });
+    });
+    if (st != KSTAGE_OK) break;
     st = kstage_adios2_read_step(s, stage, 0, &o);
     if (st == KSTAGE_TIMEOUT) {
       st = KSTAGE_OP_FAILED;

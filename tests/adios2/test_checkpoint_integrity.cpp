@@ -232,6 +232,8 @@ TEST_CASE("damaged copies of a checkpoint are refused before ADIOS2 reads them, 
   }
   damages.push_back(
       {"a file added", "stray.0", [](const std::string& d) { write_text(d + "/stray.0", "x"); }});
+  damages.push_back({"a folder added", "stray.dir",
+                     [](const std::string& d) { fs::create_directories(d + "/stray.dir"); }});
   damages.push_back(
       {"the other checkpoint's manifest", "from another checkpoint", [=](const std::string& d) {
          fs::copy_file(b + "/kstage.manifest", d + "/kstage.manifest",
