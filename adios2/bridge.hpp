@@ -95,6 +95,7 @@ struct Stream {
   std::string name;
   uint64_t steps_written = 0;
   uint64_t last_ordinal = 0;
+  bool incomplete_step = false;  // a step's puts failed after it began: not sealed at close
   // A reader of a folder checked against its manifest (desc.manifest): each file's size then,
   // checked again before each step is read (a file cut since is refused, not waited for).
   std::string verified_folder;

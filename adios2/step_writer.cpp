@@ -719,6 +719,7 @@ void put_step(Stream& s, StepData& data, const Placement& p, const kstage_adios2
   try {
     put_blocks(s, data, p, d);
   } catch (...) {  // the step is ended (what it holds of this rank is incomplete), not left open
+    s.incomplete_step = true;  // never sealed: the folder gets no manifest at close
     try {
       s.engine.EndStep();
     } catch (...) {

@@ -438,9 +438,21 @@ kstage_status_t kstage_adios2_close(kstage_adios2_stream_t stream) {
     s->engine.Close();
     s->last_step_data.reset();
     if (s->seals) {
-      // Every rank's files are complete (each closed), then rank 0 seals the folder.
+      // Every rank's files are complete (each closed), then rank 0 seals the folder -- unless a
+      // step on some rank failed half-way: a folder holding an incomplete step gets no manifest
+      // (a verified restart refuses it).
+      Collective& all = *s->ranks;
+      bool incomplete = s->incomplete_step;
+      if (all.size() > 1)
+        for (const std::vector<uint64_t>& r : allgather_values(all, {uint64_t(incomplete)}))
+          incomplete = incomplete || r[0] != 0;
+      if (incomplete) {
+        note(KSTAGE_LOG_WARNING,
+             "kstage_adios2_close: '%s' holds a step whose write failed: not sealed (no manifest)",
+             s->name.c_str());
+        return;
+      }
       Collective& ranks = *s->ranks;
-      if (ranks.size() > 1) ranks.allgather({});
       agree(ranks, "kstage_adios2_close: sealing the folder", [&] {
         if (ranks.rank() == 0) seal_folder(s->name, SealFacts{s->steps_written, s->last_ordinal});
       });
