@@ -182,7 +182,7 @@ std::shared_ptr<Stream> remove_stream(kstage_adios2_stream_t handle) {
 
 kstage_adios2_open_desc_t read_open_desc(const kstage_adios2_open_desc_t* in) {
   kstage_adios2_open_desc_t d = kstage_adios2_open_desc_init();
-  // The first released layout ends at inline_writer (0.4); `manifest` came in 0.4.1.
+  // The first layout ends at inline_writer; `manifest` was appended after it.
   constexpr size_t kFirstLayout = offsetof(kstage_adios2_open_desc_t, manifest);
   copy_descriptor(in, d, "kstage_adios2_open_desc_init", kFirstLayout);
   if (in && in->struct_size < kFirstLayout + sizeof(d.manifest) && d.manifest != 0)

@@ -17,6 +17,12 @@
  * order. The layout of a step, for tools that read kstage files without kstage, is in
  * docs/adios2.md.
  *
+ * Checkpoints that can be trusted: every BP5 folder the bridge writes is flushed to stable
+ * storage and sealed by a manifest (kstage_adios2_manifest_t) that a restart checks before
+ * ADIOS2 opens anything, and every step carries per-attribute checksums of its values that a
+ * reader checks before anything is written into its stage; kstage_adios2_checkpoint_latest keeps
+ * the last complete checkpoint named through a kill or a power loss.
+ *
  * Conventions (those of kstage.h): every function returns a ::kstage_status_t; on failure
  * kstage_adios2_last_error() gives the calling thread's message; out-parameters are written
  * only on success; no function throws or aborts. Streams are uint64_t handles, 0 never valid.
@@ -88,7 +94,8 @@ typedef struct kstage_adios2_open_desc_t {
   kstage_adios2_stream_t inline_writer;
   /** A reader of a BP5 folder: whether its manifest is checked before ADIOS2 opens it
    * (::kstage_adios2_manifest_t; 0: not checked). Ignored by writers and other engines. Added
-   * in 0.4.1: a struct_size of the first layout (32 bytes, up to inline_writer) leaves it 0. */
+   * after the descriptor's first layout: a struct_size of that layout (32 bytes, up to
+   * inline_writer) is still accepted and leaves it 0. */
   kstage_adios2_manifest_t manifest;
 } kstage_adios2_open_desc_t;
 
