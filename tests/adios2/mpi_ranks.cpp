@@ -15,7 +15,8 @@
 //     reads the steps and restarts the checkpoint: one reader holds every writer's prims;
 //   kstage_test_adios2_mpi errors <dir>                 on 2 or 3 ranks
 //     a failure on one rank fails the call on every rank, naming the rank, and leaves every
-//     stage as it was; a prim two writers wrote fails its reader, naming it.
+//     stage as it was; a prim two writers wrote fails its reader, naming it; a checkpoint of
+//     the ranks with a flipped byte is refused on every rank by its manifest (#50).
 //
 // The model: N particles "/particles/p<i>" (writer rank r interns the path range of p<lo_r> ..
 // p<N-1>, overlapping its neighbours' ranges: a reader of several writers' blocks meets ranges
@@ -653,6 +654,33 @@ int errors(const char* dir) {
   }
   expect_failure(kstage_adios2_open_mpi((base + "x.bp").c_str(), nullptr, MPI_COMM_NULL, &w),
                  KSTAGE_INVALID_ARGUMENT, {"MPI_COMM_NULL"}, "errors (8)");
+
+  // (9) A checkpoint the ranks wrote, damaged (a byte of its data.0 flipped by rank 0): rank 0
+  // checks its manifest before ADIOS2 opens it and every rank refuses it, naming the file, each
+  // stage as it was (#50). The checkpoint of (5) was sealed at its close by rank 0.
+  {
+    const std::string data = ckpt + "/data.0";
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 0) {
+      std::FILE* f = std::fopen(data.c_str(), "r+b");
+      if (f == nullptr || std::fseek(f, 9, SEEK_SET) != 0) die("errors (9)", "cannot open data.0");
+      const int c = std::fgetc(f);
+      std::fseek(f, 9, SEEK_SET);
+      std::fputc(c ^ 0x40, f);
+      std::fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    kstage_stage_t fresh = 0;
+    CHECK(kstage_create(nullptr, &fresh));
+    st = kstage_adios2_restart_mpi(fresh, ckpt.c_str(), MPI_COMM_WORLD, &ordinal);
+    expect_failure(st, KSTAGE_OP_FAILED,
+                   g_rank == 0 ? std::vector<const char*>{"data.0", "does not match its manifest"}
+                               : std::vector<const char*>{"failed on", "rank 0", "data.0"},
+                   "errors (9)");
+    if (!kstage_adios2_test::stage_state(fresh).columns.empty())
+      die("errors (9)", "a refused restart wrote into the stage");
+    CHECK(kstage_destroy(fresh));
+  }
 
   CHECK(kstage_query_release(s, q));
   if (!(kstage_adios2_test::stage_state(s) == before)) die("errors", "the writers' stage changed");
