@@ -234,10 +234,14 @@ kstage_adios2_stream_t open_stream(
     s->io.SetEngine(engine);
     for (const char* const* p = d.parameters; p && *p; p += 2) s->io.SetParameter(p[0], p[1]);
   }
-  // A reader that asked: the folder checked against its manifest before ADIOS2 reads a byte.
+  // A reader that asked: the folder checked against its manifest before ADIOS2 reads a byte
+  // (by rank 0, the ranks agreeing on the outcome before ADIOS2's collective open).
   if (d.mode == KSTAGE_ADIOS2_READ && d.manifest != KSTAGE_ADIOS2_MANIFEST_DEFAULT && engine_is_bp5)
-    if (verify_folder(name, d.manifest, false, "kstage_adios2_open", &s->verified_sizes))
-      s->verified_folder = name;
+    agree(*s->ranks, "kstage_adios2_open", [&] {
+      if (s->ranks->rank() == 0 &&
+          verify_folder(name, d.manifest, false, "kstage_adios2_open", &s->verified_sizes))
+        s->verified_folder = name;
+    });
   // A writer replacing a sealed folder: its old manifest goes first (durably), so that no
   // instant of the rewrite shows the old seal over new files.
   if (d.mode == KSTAGE_ADIOS2_WRITE && engine_is_bp5 && s->ranks->rank() == 0)
