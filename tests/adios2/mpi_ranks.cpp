@@ -680,6 +680,16 @@ int errors(const char* dir) {
     if (!kstage_adios2_test::stage_state(fresh).columns.empty())
       die("errors (9)", "a refused restart wrote into the stage");
     CHECK(kstage_destroy(fresh));
+    // ... and a reader opened on the ranks that asks for the check (desc.manifest).
+    kstage_adios2_open_desc_t checked = kstage_adios2_open_desc_init();
+    checked.mode = KSTAGE_ADIOS2_READ;
+    checked.manifest = KSTAGE_ADIOS2_MANIFEST_REQUIRED;
+    kstage_adios2_stream_t r = 0;
+    expect_failure(kstage_adios2_open_mpi(ckpt.c_str(), &checked, MPI_COMM_WORLD, &r),
+                   KSTAGE_OP_FAILED,
+                   g_rank == 0 ? std::vector<const char*>{"data.0", "does not match its manifest"}
+                               : std::vector<const char*>{"failed on", "rank 0", "data.0"},
+                   "errors (9)");
   }
 
   CHECK(kstage_query_release(s, q));
