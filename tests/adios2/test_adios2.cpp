@@ -16,6 +16,8 @@
 #include <functional>
 #include <map>
 
+#include <unistd.h>
+
 using namespace kstage_test;
 
 // LeakSanitizer's suppressions for this program (the asan preset), as lsan-adios2.supp says for
@@ -39,8 +41,23 @@ namespace {
     REQUIRE(std::string(kstage_adios2_last_error()).find(needle) != std::string::npos); \
   } while (0)
 
+// A folder per process, removed at exit: ctest runs this program's variants (the host, each
+// emulated ordinal) side by side, and a checkpoint one rewrites while another restarts it
+// fails the other's manifest check.
+const std::filesystem::path& scratch_folder() {
+  static const struct Folder {
+    std::filesystem::path path = std::filesystem::temp_directory_path() /
+                                 ("kstage-adios2-tests-" + std::to_string(::getpid()));
+    ~Folder() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } folder;
+  return folder.path;
+}
+
 std::string scratch(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() / "kstage-adios2-tests";
+  const std::filesystem::path& dir = scratch_folder();
   std::filesystem::create_directories(dir);
   const auto path = dir / name;
   std::filesystem::remove_all(path);
