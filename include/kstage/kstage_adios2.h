@@ -161,7 +161,8 @@ KSTAGE_API kstage_status_t kstage_adios2_open(const char* name,
  * BP5 folder then seals it: its files and the folder are flushed to stable storage (fsync), and
  * its manifest written last, atomically and durably (kstage_adios2_manifest_t); on MPI ranks,
  * by rank 0 once every rank has closed. A failure to flush or seal is KSTAGE_OP_FAILED naming
- * the file (the folder then has no manifest: a restart that requires one refuses it).
+ * the file (the folder then has no manifest: a restart that requires one refuses it); a folder
+ * holding a step whose write failed half-way is not sealed (a WARNING on the "adios2" channel).
  */
 KSTAGE_API kstage_status_t kstage_adios2_close(kstage_adios2_stream_t stream);
 
@@ -172,7 +173,11 @@ KSTAGE_API kstage_status_t kstage_adios2_close(kstage_adios2_stream_t stream);
  * rows are in prim order) and held until the step ends. A fixed-size column on a GPU is put
  * from device memory where ADIOS2 takes it (an ADIOS2 with GPU support for that device, and the
  * BP5 engine), else read to the host; the memory space is always stated. The step's ordinal is
- * the highest write floor among the attributes written.
+ * the highest write floor among the attributes written. Each writer's block of each attribute's
+ * values carries its XXH3-64 (kstage/attr/<name>/checksums; not for values put from GPU memory),
+ * which readers check. After ADIOS2 has copied values out of GPU memory, each such GPU is
+ * synchronised and checked (kstage_device_check): a fault is KSTAGE_DEVICE_ERROR naming the
+ * step, whose data is then not to be trusted.
  */
 KSTAGE_API kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t stream,
                                                     kstage_stage_t stage, kstage_query_t query,
@@ -190,7 +195,11 @@ KSTAGE_API kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t strea
  * INVALID_ARGUMENT naming what does not fit -- not a kstage step, an unknown dtype, an
  * attribute whose kind or dtype differs from the stage's column, an ordinal at or below the
  * stage's write floor of that attribute; OP_FAILED for a file ADIOS2 cannot read (a truncated
- * one). The stage is unchanged by a step that fails. A BP5 folder is checked against its
+ * one); OP_FAILED naming the attribute for values that do not match the step's checksums of
+ * them (every step the bridge writes carries them: kstage/attr/<name>/checksums); DEVICE_ERROR
+ * naming the step for a fault of a GPU ADIOS2 copied values into (checked with
+ * kstage_device_check before anything is committed). The stage is unchanged by a step that
+ * fails. A BP5 folder is checked against its
  * manifest at kstage_adios2_open only where desc.manifest asks: ADIOS2 alone may crash or hang
  * on damaged BP5 files (docs/adios2.md, "What ADIOS2 alone does with damaged files").
  */
