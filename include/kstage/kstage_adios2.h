@@ -174,7 +174,7 @@ KSTAGE_API kstage_status_t kstage_adios2_close(kstage_adios2_stream_t stream);
  * from device memory where ADIOS2 takes it (an ADIOS2 with GPU support for that device, and the
  * BP5 engine), else read to the host; the memory space is always stated. The step's ordinal is
  * the highest write floor among the attributes written. Each writer's block of each attribute's
- * values carries its XXH3-64 (kstage/attr/<name>/checksums; not for values put from GPU memory),
+ * values carries its XXH3-64 (kstage/attr/NAME/checksums; not for values put from GPU memory),
  * which readers check. After ADIOS2 has copied values out of GPU memory, each such GPU is
  * synchronised and checked (kstage_device_check): a fault is KSTAGE_DEVICE_ERROR naming the
  * step, whose data is then not to be trusted.
@@ -196,7 +196,7 @@ KSTAGE_API kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t strea
  * attribute whose kind or dtype differs from the stage's column, an ordinal at or below the
  * stage's write floor of that attribute; OP_FAILED for a file ADIOS2 cannot read (a truncated
  * one); OP_FAILED naming the attribute for values that do not match the step's checksums of
- * them (every step the bridge writes carries them: kstage/attr/<name>/checksums); DEVICE_ERROR
+ * them (every step the bridge writes carries them: kstage/attr/NAME/checksums); DEVICE_ERROR
  * naming the step for a fault of a GPU ADIOS2 copied values into (checked with
  * kstage_device_check before anything is committed). The stage is unchanged by a step that
  * fails. A BP5 folder is checked against its
