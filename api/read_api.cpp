@@ -64,7 +64,9 @@ kstage_status_t kstage_release_read(kstage_stage_t stage, kstage_read_t read) {
 namespace {
 // The export of a group (`make(group, source, index, flags)`), to a consumer's stream when
 // `stream` is not 0: ordered after the group's data, released after the consumer's work (host
-// groups: stream 0 only, checked by sync_consumer). The plain exports are stream 0.
+// groups: stream 0 only, checked by sync_consumer). KSTAGE_STREAM_UNORDERED: nothing ordered,
+// a device group released after the whole device (a host group: as 0). The plain exports are
+// stream 0.
 template <class Export, class Out>
 kstage_status_t export_on_stream(const char* region, kstage_stage_t stage, kstage_group_t group,
                                  uint64_t index, uint64_t flags, uintptr_t stream, Out** tensor,
@@ -74,7 +76,12 @@ kstage_status_t export_on_stream(const char* region, kstage_stage_t stage, kstag
     std::shared_ptr<core::ReadGroup> g;
     KSTAGE_ASSIGN_OR_RETURN(g, lookup(s.groups, group, Kind::Group));
     core::ExportSource source = core::export_source(*g);
-    if (stream != 0) {
+    if (stream == KSTAGE_STREAM_UNORDERED) {
+      if (g->device) {
+        source.release = g->device->stream_release();
+        source.release_stream = stream;
+      }
+    } else if (stream != 0) {
       KSTAGE_RETURN_NOT_OK(s.engine->sync_consumer(*g, kstage_device_sync_t{stream, 0}));
       if (g->device) {
         source.release = g->device->stream_release();

@@ -35,14 +35,22 @@ struct Holder {
   std::vector<BufferPtr> device;             // their device copies (device groups)
   CompletionPtr ready;                       // the work the consumer waits for (device)
   uintptr_t event = 0;                       // ready's event: sync_event points here
+  // A device export handed out: its release waits for the device before the buffers go.
+  std::shared_ptr<const StreamRelease> after_device;
 
   // Device buffers are Kokkos memory underneath: after Kokkos::finalize they must not be
   // released any more (as a late DLPack deleter does, the buffers are left to the process).
+  // Before, a handed-out device export's memory goes only once the device has run everything
+  // enqueued before the release: the consumer may release right after enqueueing its reads, on
+  // streams the Arrow interface never names (kstage_arrow.h, "Releasing device arrays").
   ~Holder() {
     if (!kokkos_is_running()) {
       for (BufferPtr& b : group_buffers) leak(b);
       for (BufferPtr& b : device) leak(b);
       leak(ready);
+      leak(after_device);
+    } else if (after_device) {
+      after_device->release_after(nullptr, KSTAGE_STREAM_UNORDERED);
     }
   }
 
@@ -475,6 +483,8 @@ Status hand_out(const Node& root, const std::shared_ptr<Holder>& holder, Backend
   } else {
     where = DLDevice{kDLCPU, 0};
   }
+  // Made before anything is handed out (it allocates), kept by the holder once all is.
+  std::shared_ptr<const StreamRelease> after_device = device ? device->stream_release() : nullptr;
   ArrowSchema s{};
   ArrowDeviceArray a{};
   fill_schema(root, &s);
@@ -487,6 +497,7 @@ Status hand_out(const Node& root, const std::shared_ptr<Holder>& holder, Backend
   a.device_type = ArrowDeviceType(where.device_type);
   a.device_id = where.device_id;
   a.sync_event = holder->event != 0 ? static_cast<void*>(&holder->event) : nullptr;
+  holder->after_device = std::move(after_device);
   *schema = s;
   *array = a;
   return Status::OK();

@@ -119,6 +119,9 @@ class StreamRelease {
   // stream value) by now has completed. Runs in a deleter: never throws and
   // never blocks, but where it cannot track the stream (then it waits). Errors of the
   // runtime's are dropped here: a faulty device reports at its next checked call.
+  // KSTAGE_STREAM_UNORDERED (no consumer stream named: an Arrow release, DLPack's -1): once
+  // every stream of the device has run its work enqueued by now -- this waits for the device.
+  // `held` may be null: then it only waits.
   virtual void release_after(BufferPtr held, uintptr_t stream) const noexcept = 0;
 };
 

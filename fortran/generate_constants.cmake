@@ -43,6 +43,9 @@ function(_macro_value header name text)
   elseif(text STREQUAL "((size_t)-1)")
     set(_kind c_size_t)
     set(_value "-1_c_size_t")
+  elseif(text STREQUAL "((uintptr_t)-1)")              # KSTAGE_STREAM_UNORDERED
+    set(_kind c_intptr_t)
+    set(_value "-1_c_intptr_t")
   elseif(text MATCHES "^\\(1UL << ([0-9]+)UL\\)$")      # DLPack's flag bits
     math(EXPR _bit "1 << ${CMAKE_MATCH_1}")
     set(_kind c_int64_t)
@@ -110,9 +113,9 @@ file(WRITE "${OUT}.tmp"
 ! Every enumerator and value macro of the two headers, with the C name and value (strings as
 ! character constants). Unsigned C
 ! values keep their bits: KSTAGE_TIMEOUT_INFINITE (UINT64_MAX) and KSTAGE_NUL_TERMINATED
-! ((size_t)-1) are -1 here.
+! ((size_t)-1) and KSTAGE_STREAM_UNORDERED ((uintptr_t)-1) are -1 here.
 module kstage_constants
-  use, intrinsic :: iso_c_binding, only: c_int32_t, c_int64_t, c_size_t
+  use, intrinsic :: iso_c_binding, only: c_int32_t, c_int64_t, c_intptr_t, c_size_t
   implicit none
   public
 ${_decls}end module kstage_constants

@@ -123,6 +123,12 @@ struct CudaRuntime {
   // Plain allocations, where stream-ordered pools are unsupported.
   static Error malloc(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
   static Error free(void* p) { return cudaFree(p); }
+  // Pinned (page-locked) host memory: a copy from it is a DMA in stream order, never staged by
+  // the driver (a pageable source may make the call wait for the stream).
+  static Error host_malloc(void** p, size_t bytes) { return cudaMallocHost(p, bytes); }
+  static Error host_free(void* p) { return cudaFreeHost(p); }
+  // Waits for every stream of the current device (an export released with no consumer stream).
+  static Error device_synchronize() { return cudaDeviceSynchronize(); }
   static Error memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind, Stream s) {
     return cudaMemcpyAsync(dst, src, bytes, kind, s);
   }

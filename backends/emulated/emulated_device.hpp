@@ -92,7 +92,11 @@ class Arena {
   size_t live_bytes() const;
   int32_t ordinal() const { return ordinal_; }
   bool device() const { return ordinal_ != kPinned; }
-  uint64_t host_to_device = 0, device_to_host = 0, uploads = 0;  // guarded by counts_mutex
+  // Guarded by counts_mutex: the backend's copies and uploads (gpu::Transfer), copies to the
+  // device from pageable memory enqueued behind unfinished work (kstage_emulated_pageable_waits),
+  // and, in the pinned arena, the backend's pinned allocations (the runtime table's host_malloc).
+  uint64_t host_to_device = 0, device_to_host = 0, uploads = 0, pageable_waits = 0;
+  uint64_t host_allocations = 0;
   std::mutex counts_mutex;
 
  private:
@@ -218,6 +222,8 @@ uintptr_t register_event(std::shared_ptr<Event> e);
 std::shared_ptr<Event> find_event(uintptr_t handle);
 void unregister_event(uintptr_t handle);
 Stream& default_stream(int32_t ordinal);
+// Waits for the work enqueued so far on every stream of `ordinal` (cudaDeviceSynchronize).
+void synchronize_device(int32_t ordinal);
 
 // Where a pointer's memory is: a device arena's ordinal, kPinnedHost, or kPageable.
 constexpr int32_t kPinnedHost = -1, kPageable = -2;

@@ -147,7 +147,14 @@ Error memcpy_async(Stream& s, void* dst, const void* src, size_t bytes, CopyKind
   try {
     if (from == kPageable) {
       // Staged at the call (the driver may copy pageable memory to its own buffer before
-      // returning); the source must still live until the copy completes.
+      // returning); the source must still live until the copy completes. Behind unfinished work
+      // CUDA may instead make the call wait for the stream: counted, not waited for (a test
+      // holding the stream would hang where it should fail).
+      if (to_device && !s.idle()) {
+        Arena& a = arena(ordinal);
+        std::lock_guard lock(a.counts_mutex);
+        ++a.pageable_waits;
+      }
       auto staged = std::make_shared<std::vector<std::byte>>(
           static_cast<const std::byte*>(src), static_cast<const std::byte*>(src) + bytes);
       s.enqueue([body, dst, src, bytes, staged] {

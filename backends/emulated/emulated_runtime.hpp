@@ -175,6 +175,26 @@ struct EmulatedRuntime {
     a->free(p);
     return success;
   }
+  // Pinned host memory (cudaMallocHost): the pinned arena, read and written in stream order.
+  // Counted (kstage_emulated_pinned_allocations): staging is pinned, and recycled.
+  static Error host_malloc(void** p, size_t bytes) {
+    Arena& a = pinned_arena();
+    *p = a.allocate(bytes);
+    if (!*p) return set_last_error(Error::memory_allocation);
+    std::lock_guard lock(a.counts_mutex);
+    ++a.host_allocations;
+    return success;
+  }
+  static Error host_free(void* p) {
+    if (!pinned_arena().holds(p)) return set_last_error(Error::invalid_value);
+    pinned_arena().free(p);
+    return success;
+  }
+  // Every stream of the current device, then its sticky fault (cudaDeviceSynchronize).
+  static Error device_synchronize() {
+    synchronize_device(current_device());
+    return set_last_error(context(current_device()).status());
+  }
   static Error memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind, Stream s) {
     auto st = find_stream(s);
     if (!st) return set_last_error(Error::invalid_handle);

@@ -12,6 +12,7 @@
 #include <mutex>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 namespace kstage::backends::emulated {
 
@@ -189,6 +190,13 @@ class HandleTable {
     auto it = items_.find(h);
     return it == items_.end() ? nullptr : it->second;
   }
+  std::vector<std::shared_ptr<T>> all() {
+    std::lock_guard lock(mutex_);
+    std::vector<std::shared_ptr<T>> out;
+    out.reserve(items_.size());
+    for (const auto& item : items_) out.push_back(item.second);
+    return out;
+  }
   void remove(uintptr_t h) {
     std::shared_ptr<T> doomed;  // destroyed (a stream: joined) after the lock is released
     std::lock_guard lock(mutex_);
@@ -230,6 +238,13 @@ const std::shared_ptr<Stream>& shared_default_stream(int32_t ordinal) {
   return shared[ordinal];
 }
 }  // namespace
+
+void synchronize_device(int32_t ordinal) {
+  // The streams as they are now: a stream made meanwhile has no work enqueued before the call.
+  for (const std::shared_ptr<Stream>& s : streams().all())
+    if (s->ordinal() == ordinal) s->synchronize();
+  default_stream(ordinal).synchronize();
+}
 
 uintptr_t register_stream(std::shared_ptr<Stream> s) { return streams().add(std::move(s)); }
 std::shared_ptr<Stream> find_stream(uintptr_t handle) {

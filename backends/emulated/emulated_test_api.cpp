@@ -68,6 +68,19 @@ uint64_t kstage_emulated_upload_count(int32_t ordinal) {
   return a.uploads;
 }
 
+uint64_t kstage_emulated_pageable_waits(int32_t ordinal) {
+  if (ordinal < 0 || ordinal >= kDeviceCount) return 0;
+  Arena& a = arena(ordinal);
+  std::lock_guard lock(a.counts_mutex);
+  return a.pageable_waits;
+}
+
+uint64_t kstage_emulated_pinned_allocations(void) {
+  Arena& a = pinned_arena();
+  std::lock_guard lock(a.counts_mutex);
+  return a.host_allocations;
+}
+
 uintptr_t kstage_emulated_stream_create(int32_t ordinal) {
   if (ordinal < 0 || ordinal >= kDeviceCount) return 0;
   return register_stream(std::make_shared<Stream>(ordinal));

@@ -36,6 +36,8 @@
  * - pageable copies: an asynchronous copy from pageable host memory reads its
  *   source when the call is made (the driver stages it), and the source must
  *   still be valid when the copy completes (checked under AddressSanitizer);
+ *   one enqueued to a device behind unfinished work is counted
+ *   (kstage_emulated_pageable_waits): CUDA may make that call wait for the stream;
  *   a copy to pageable host memory returns only once it is done. Pinned host
  *   memory is read and written in stream order;
  * - copy kinds: a copy whose kind (host to device, device to host, device to
@@ -102,6 +104,14 @@ KSTAGE_API void kstage_emulated_copy_counts(int32_t ordinal, uint64_t* host_to_d
 /** Host index arrays (index maps, masks' selections, offsets, row pointers, row maps)
  * kstage's backend uploaded to `ordinal`. */
 KSTAGE_API uint64_t kstage_emulated_upload_count(int32_t ordinal);
+/** Copies to `ordinal` from pageable host memory enqueued while their stream still had work
+ * queued or running: where CUDA may stage the copy by waiting for the stream, so that the call
+ * blocks its caller until the stream drains. Counted rather than waited for (a test holding
+ * the stream would hang instead of failing). */
+KSTAGE_API uint64_t kstage_emulated_pageable_waits(int32_t ordinal);
+/** Pinned host blocks kstage's backend allocated through the runtime (cudaMallocHost): its
+ * upload staging, which it recycles (kstage_emulated_host_malloc is not counted). */
+KSTAGE_API uint64_t kstage_emulated_pinned_allocations(void);
 
 KSTAGE_API uintptr_t kstage_emulated_stream_create(int32_t ordinal);
 /** Synchronises, then destroys. */

@@ -181,6 +181,18 @@ struct GpuShared {
     (void)RT::stream_synchronize(s);
     (void)RT::take_error();
   }
+  // Drops `held` (null: nothing) once every stream of the device has run the work enqueued on
+  // it so far: the release of an export whose consumer named no stream (an Arrow device array's
+  // release, a DLPack export for stream -1), which may come right after the consumer enqueued
+  // its last read of the memory on any stream. Neither specification gives the producer that
+  // stream, nor asks the consumer to synchronise first (the Arrow specification's own example
+  // frees with cudaFree, which waits for the device): so the producer waits for the device.
+  // Blocks the releasing thread, as cudaFree would; never throws.
+  void release_after_device(core::BufferPtr held) noexcept {
+    const DeviceGuard<RT> on_device(device);
+    if (RT::device_synchronize() != RT::success) (void)RT::take_error();
+    held.reset();  // freed on the stage's stream, after everything the device had before
+  }
   // The lane's side stream, made the first time it is asked for.
   Result<Stream> side_stream() {
     std::lock_guard lock(mutex);
@@ -269,8 +281,10 @@ class GpuStreamRelease final : public core::StreamRelease {
   explicit GpuStreamRelease(std::shared_ptr<GpuShared<RT>> shared) : shared_(std::move(shared)) {}
   // The per-thread default stream (2) is the deleter's thread's, not the consumer's: an
   // event on the legacy default stream instead follows every blocking stream's work, the
-  // per-thread default streams included.
+  // per-thread default streams included. KSTAGE_STREAM_UNORDERED: no stream was named, so
+  // after the whole device (GpuShared::release_after_device).
   void release_after(core::BufferPtr held, uintptr_t stream) const noexcept override {
+    if (stream == KSTAGE_STREAM_UNORDERED) return shared_->release_after_device(std::move(held));
     typename RT::Stream s =
         stream == 1 || stream == 2 ? RT::legacy_stream() : from_handle<typename RT::Stream>(stream);
     shared_->release_after(std::move(held), s);

@@ -118,6 +118,12 @@ struct HipRuntime {
   static Error free_async(void* p, Stream s) { return hipFreeAsync(p, s); }
   static Error malloc(void** p, size_t bytes) { return hipMalloc(p, bytes); }
   static Error free(void* p) { return hipFree(p); }
+  // Pinned (page-locked) host memory: a copy from it is a DMA in stream order, never staged by
+  // the driver (a pageable source may make the call wait for the stream).
+  static Error host_malloc(void** p, size_t bytes) { return hipHostMalloc(p, bytes, 0); }
+  static Error host_free(void* p) { return hipHostFree(p); }
+  // Waits for every stream of the current device (an export released with no consumer stream).
+  static Error device_synchronize() { return hipDeviceSynchronize(); }
   static Error memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind, Stream s) {
     return hipMemcpyAsync(dst, src, bytes, kind, s);
   }

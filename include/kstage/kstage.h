@@ -296,7 +296,10 @@ enum {
  *   export of it) on another stream lets it go -- kstage_release_group, an
  *   export's deleter -- only once that work has completed (synchronise its
  *   stream or event first), or exports with kstage_group_export_on_stream,
- *   whose deleter orders the release after the consumer's stream itself.
+ *   whose deleter orders the release after the consumer's stream itself (or,
+ *   for KSTAGE_STREAM_UNORDERED, after the whole device). An Arrow device
+ *   array's release (kstage_arrow.h) waits for the whole device itself: the
+ *   Arrow interface names no consumer stream.
  * - Work that stays on the host -- host data written to a host column, a
  *   read whose data lands on the host, host map buffers unmapped -- takes
  *   {0, 0} and gives {0, 0}: any other value there is KSTAGE_INVALID_ARGUMENT
@@ -1286,9 +1289,23 @@ KSTAGE_API kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, ksta
                                                       uint64_t index, uint64_t flags,
                                                       DLManagedTensor** tensor);
 /**
+ * \brief The stream value of kstage_group_export_on_stream (and its legacy and
+ * index-map forms) for a consumer that names no stream and orders its own
+ * reads: DLPack's `__dlpack__(stream=-1)`, "the producer must not perform any
+ * synchronization". Nothing is ordered at the export (the consumer waits for
+ * the group's data itself: its data.device_sync), and, since the producer then
+ * knows none of the streams that read the memory, the export's deleter
+ * releases it only once every stream of the device has run the work enqueued
+ * on it by then: the deleter blocks until the device has (cudaDeviceSynchronize,
+ * as the cudaFree of a synchronous release would). Not for a deleter that may
+ * run inside a CUDA graph capture. A host group takes it as 0. (Added in 0.4.)
+ */
+#define KSTAGE_STREAM_UNORDERED ((uintptr_t)-1)
+/**
  * \brief As kstage_group_export, for a consumer that uses the tensor on its
  * device stream `stream` (kstage_device_sync_t's stream values; 0: exactly
- * kstage_group_export). The stream is ordered after the group's data (as
+ * kstage_group_export; KSTAGE_STREAM_UNORDERED: no stream, released after the
+ * whole device). The stream is ordered after the group's data (as
  * kstage_group_sync with {stream, 0}), and when the export's deleter runs,
  * the group's memory is released only after the work enqueued on `stream` by
  * then has completed (an event recorded there: the deleter never blocks).

@@ -42,6 +42,19 @@
  * export's own device work, or is NULL when there is nothing to wait for. The consumer waits on
  * it before it reads the buffers, which stay valid until release.
  *
+ * Releasing device arrays: who orders the release after the consumer's reads. The C Device Data
+ * Interface orders one way only -- sync_event, producer to consumer -- and gives the release no
+ * stream: the consumer may call it (or drop a moved child) right after enqueueing its last read,
+ * on any stream, without synchronising (the specification's own example releases with cudaFree,
+ * which waits for the device). So the producer owns that ordering, and kstage keeps it: the last
+ * release of a device export waits until every stream of the device has run the work enqueued on
+ * it before the release (cudaDeviceSynchronize / hipDeviceSynchronize), and only then lets the
+ * memory go to kstage's stream-ordered allocator. The release therefore blocks its thread while
+ * the device is busy -- as a release that calls cudaFree does -- and must not be called where a
+ * device-wide wait is not allowed (inside a CUDA graph capture) or from a host function on a
+ * stream of the device. A consumer that wants no wait synchronises first, then releases (the
+ * wait then returns at once). A host array's release never waits.
+ *
  * Errors: INVALID_HANDLE (stage, group), INVALID_ARGUMENT (a NULL out-pointer, a tombstone
  * group, unknown flags), NOT_SUPPORTED naming the attribute and dtype (bfloat16 and complex have
  * no Arrow type; bool on a device: Arrow's boolean is bit-packed, which the export does on the

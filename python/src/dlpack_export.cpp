@@ -257,7 +257,11 @@ nb::object export_dlpack(TensorSource& source, uint64_t index, nb::handle stream
   if (host) {
     if (!stream.is_none() && !no_sync)
       buffer_error("__dlpack__(stream=...) for data on the host must be None (or -1)");
-  } else if (!no_sync) {
+  } else if (no_sync) {
+    // Nothing ordered now, and no stream to order the release after: the deleter waits for the
+    // whole device before the memory goes (KSTAGE_STREAM_UNORDERED).
+    consumer = KSTAGE_STREAM_UNORDERED;
+  } else {
     if (is_int && overflow == 0 && value == 0 && device.device_type != kDLROCM)
       buffer_error(
           "__dlpack__(stream=0) is ambiguous for a device other than ROCm and not allowed (array "

@@ -8,14 +8,18 @@
 // backend defect it found a case that fails before its fix.
 #include "emulated/device_support.hpp"
 
+#include <kstage/kstage_arrow.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 
 using namespace kstage_test;
 using namespace kstage_device_test;
@@ -727,4 +731,155 @@ TEST_CASE("gpu backend: destroying a stage does not wait for a held consumer str
                    [&] { return kstage_emulated_live_bytes(0) <= before; }));
   kstage_emulated_host_free(out);
   kstage_emulated_stream_destroy(held);
+}
+
+// Issue #52, defect 8: an Arrow device array's release and a DLPack export for a consumer that
+// names no stream (`__dlpack__(stream=-1)`) freed their memory on kstage's stream at once, while
+// the consumer may release right after enqueueing its reads on a stream kstage never learns (the
+// Arrow interface names none; -1 names none): kstage's next allocation of that size could take
+// the memory before the consumer had read it. Such a release now waits for the whole device.
+namespace {
+// A stage on ordinal 0 with column "a" (0, 1, 2, ...) and column "b" (-1 everywhere) of n prims;
+// `make(stage, group)` exports a compact read of "a" (then released) and returns the export's
+// data and its release. The consumer reads that data on its stream, held, and lets the export go
+// at once; a helper lets the stream run a little later. The release must not return before the
+// consumer's read has run, and the compact read of "b" after it (same size, kstage's stream)
+// must not take the memory from under the consumer.
+template <class Make>
+void release_while_consumer_reads(Make&& make) {
+  const size_t n = 1024;
+  const std::vector<float> va = iota_floats(n);
+  std::vector<float> vb(n, -1.f);
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(n);
+  kstage_token_t a = s.token("a"), b = s.token("b");
+  int64_t shape[1] = {int64_t(n)};
+  std::vector<float> a_in = va;
+  DLTensor ta = tensor(a_in.data(), f32(), 1, shape), tb = tensor(vb.data(), f32(), 1, shape);
+  finish(s, write_op(s, q, a, 1, ta));
+  finish(s, write_op(s, q, b, 1, tb));
+  s.seal(1);
+  auto compact_read = [&](kstage_token_t attr, kstage_read_t* r, kstage_read_group_t* g) {
+    kstage_read_desc_t d = kstage_read_desc_init();
+    d.compact = true;  // a buffer of the read's own, held by the export alone once released
+    KS_OK(kstage_read_attributes(s.stage, q, &attr, 1, &d, r));
+    KS_OK(kstage_fetch_read_next(s.stage, *r, 0, g));
+    wait_for(g->data.device_sync);  // the consumer orders itself: here, by waiting
+  };
+  kstage_read_t r = 0;
+  kstage_read_group_t g{};
+  compact_read(a, &r, &g);
+  std::pair<const void*, std::function<void()>> exported = make(s, g);
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+
+  const uintptr_t consumer = kstage_emulated_stream_create(0);
+  const uintptr_t read_done = kstage_emulated_event_create();
+  auto* out = static_cast<float*>(kstage_emulated_host_malloc(n * sizeof(float)));
+  REQUIRE(out != nullptr);
+  kstage_emulated_stream_hold(consumer);
+  REQUIRE(kstage_emulated_memcpy_async(consumer, out, exported.first, n * sizeof(float)) == 0);
+  kstage_emulated_event_record(read_done, consumer);
+  // Lets the consumer's stream go after a while, whatever the release does (no case hangs).
+  std::thread helper([consumer] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    kstage_emulated_stream_release(consumer);
+  });
+  exported.second();  // the release, right after the consumer enqueued its read
+  const bool read_before_release_returned = kstage_emulated_event_query(read_done) == 1;
+  kstage_read_t r2 = 0;
+  kstage_read_group_t g2{};
+  compact_read(b, &r2, &g2);
+  helper.join();
+  kstage_emulated_stream_synchronize(consumer);
+  CHECK(read_before_release_returned);
+  CHECK(std::vector<float>(out, out + n) == va);  // never "b"'s -1, nor the allocator's marker
+  KS_OK(kstage_release_group(s.stage, g2.handle));
+  KS_OK(kstage_release_read(s.stage, r2));
+  kstage_emulated_host_free(out);
+  kstage_emulated_event_destroy(read_done);
+  kstage_emulated_stream_destroy(consumer);
+}
+}  // namespace
+
+TEST_CASE("gpu backend: an Arrow device array's release waits for the consumer's device work",
+          "[device][runtime][arrow]") {
+  release_while_consumer_reads([](DeviceStage& s, const kstage_read_group_t& g) {
+    auto schema = std::make_shared<ArrowSchema>();
+    auto array = std::make_shared<ArrowDeviceArray>();
+    KS_OK(kstage_group_export_arrow(s.stage, g.handle, 0, schema.get(), array.get()));
+    REQUIRE(array->device_type == ARROW_DEVICE_EXT_DEV);
+    REQUIRE(array->array.n_buffers == 2);
+    // Zero-copy: the values are the group's own buffer, which the array keeps.
+    REQUIRE(array->array.buffers[1] == g.data.tensors[0].data);
+    std::function<void()> release = [schema, array] {
+      schema->release(schema.get());
+      array->array.release(&array->array);
+    };
+    return std::make_pair(array->array.buffers[1], release);
+  });
+}
+
+TEST_CASE("gpu backend: a DLPack export for no consumer stream is released after the device",
+          "[device][runtime][dlpack]") {
+  SECTION("versioned") {
+    release_while_consumer_reads([](DeviceStage& s, const kstage_read_group_t& g) {
+      DLManagedTensorVersioned* e = nullptr;
+      KS_OK(kstage_group_export_on_stream(s.stage, g.handle, 0, 0, KSTAGE_STREAM_UNORDERED, &e));
+      return std::make_pair(static_cast<const void*>(e->dl_tensor.data),
+                            std::function<void()>([e] { e->deleter(e); }));
+    });
+  }
+  SECTION("legacy") {
+    release_while_consumer_reads([](DeviceStage& s, const kstage_read_group_t& g) {
+      DLManagedTensor* e = nullptr;
+      KS_OK(kstage_group_export_legacy_on_stream(s.stage, g.handle, 0, 0, KSTAGE_STREAM_UNORDERED,
+                                                 &e));
+      return std::make_pair(static_cast<const void*>(e->dl_tensor.data),
+                            std::function<void()>([e] { e->deleter(e); }));
+    });
+  }
+}
+
+TEST_CASE("gpu backend: KSTAGE_STREAM_UNORDERED is no stream handle, and a host group's 0",
+          "[device][runtime][dlpack]") {
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(64);
+  kstage_token_t a = s.token("a");
+  const std::vector<float> va = iota_floats(64);
+  std::vector<float> in = va;
+  int64_t shape[1] = {64};
+  DLTensor t = tensor(in.data(), f32(), 1, shape);
+  finish(s, write_op(s, q, a, 1, t));
+  s.seal(1);
+  kstage_read_desc_t d = kstage_read_desc_init();
+  d.compact = true;
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, q, &a, 1, &d, &r));
+  kstage_read_group_t g{};
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+  // Not taken for a stream to order (the runtime would refuse an unknown handle): the consumer
+  // orders itself, after the group's own sync.
+  DLManagedTensorVersioned* e = nullptr;
+  KS_OK(kstage_group_export_on_stream(s.stage, g.handle, 0, 0, KSTAGE_STREAM_UNORDERED, &e));
+  REQUIRE(e->dl_tensor.data == g.data.tensors[0].data);
+  wait_for(g.data.device_sync);
+  std::vector<float> out(64, 0.f);
+  REQUIRE(kstage_emulated_memcpy(out.data(), e->dl_tensor.data, 64 * sizeof(float)) == 0);
+  CHECK(out == va);
+  e->deleter(e);  // nothing else on the device: returns at once
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  // A host group takes it as 0: nothing to order, nothing to wait for.
+  kstage_read_desc_t host = kstage_read_desc_init();
+  host.target_device = kHost;
+  KS_OK(kstage_read_attributes(s.stage, q, &a, 1, &host, &r));
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+  KS_OK(kstage_group_export_on_stream(s.stage, g.handle, 0, 0, KSTAGE_STREAM_UNORDERED, &e));
+  REQUIRE(e->dl_tensor.device.device_type == kDLCPU);
+  CHECK(std::vector<float>(static_cast<float*>(e->dl_tensor.data),
+                           static_cast<float*>(e->dl_tensor.data) + 64) == va);
+  e->deleter(e);
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
 }
