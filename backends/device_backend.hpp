@@ -9,7 +9,9 @@
 
 #include "core/backend.hpp"
 
-#include <vector>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
 
 namespace kstage::backends {
 
@@ -37,15 +39,17 @@ class DeviceBackend : public core::Backend {
   }
 
  protected:
-  // dst_offsets, src_rows (as integers) and bytes of `c`, back to back.
-  static std::vector<uint64_t> pack_ragged(const core::kernels::RaggedCopy& c) {
-    std::vector<uint64_t> host(3 * c.n);
+  // dst_offsets, src_rows (as integers) and bytes of `c`, back to back, into the 3 * c.n
+  // words at `to` (any alignment: an upload's staging block).
+  static void pack_ragged(const core::kernels::RaggedCopy& c, std::byte* to) {
+    auto put = [to](size_t word, uint64_t v) {
+      std::memcpy(to + word * sizeof(uint64_t), &v, sizeof v);
+    };
     for (size_t i = 0; i < c.n; ++i) {
-      host[i] = c.dst_offsets[i];
-      host[c.n + i] = reinterpret_cast<uintptr_t>(c.src_rows[i]);
-      host[2 * c.n + i] = c.bytes[i];
+      put(i, c.dst_offsets[i]);
+      put(c.n + i, reinterpret_cast<uintptr_t>(c.src_rows[i]));
+      put(2 * c.n + i, c.bytes[i]);
     }
-    return host;
   }
   // `c` with its per-row arrays read from `packed` (pack_ragged's layout, uploaded).
   static core::kernels::RaggedCopy with_packed(const core::kernels::RaggedCopy& c,

@@ -19,8 +19,10 @@
 //    while a kernel still reads).
 // Kernels are launched in one place, RT::launch, which checks the launch.
 // Index, mask and offset arrays come from the engine in host memory and are
-// uploaded once per call (core/backend.hpp); a column's cached row map is
-// uploaded once and stays on the device (indices_resident).
+// uploaded once per call (core/backend.hpp), through pinned staging blocks
+// recycled after their copies' events (staging.hpp), so that an indexed write
+// never waits for the stage's queue; a column's cached row map is uploaded
+// once and stays on the device (indices_resident).
 //
 // Errors: a runtime call that fails takes the runtime's error at once (it
 // must not be left for the next launch check). Device faults -- a kernel's
@@ -47,6 +49,7 @@
 #include "backends/gpu/launch.hpp"
 #include "backends/gpu/memory_kind.hpp"
 #include "backends/gpu/shared.hpp"
+#include "backends/gpu/staging.hpp"
 #include "core/backend.hpp"
 #include "core/device_sync.hpp"
 #include "core/dtype.hpp"
@@ -63,6 +66,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -201,20 +205,7 @@ class GpuBackend final : public DeviceBackend {
   }
 
   Result<core::BufferPtr> upload(const void* host, size_t bytes) override {
-    const DeviceGuard<RT> on_device(shared_->device);
-    core::BufferPtr b;
-    KSTAGE_ASSIGN_OR_RETURN(b, allocate(bytes));
-    // From a copy of our own, which lives until the copy is done (the caller may free `host`
-    // at once, and the runtime may read a pageable source after the call returns).
-    std::vector<std::byte> snapshot(static_cast<const std::byte*>(host),
-                                    static_cast<const std::byte*>(host) + bytes);
-    KSTAGE_RETURN_NOT_OK(device_status(
-        RT::memcpy_async(b->data(), snapshot.data(), bytes, RT::kHostToDevice, shared_->stream),
-        "index upload"));
-    shared_->retire(nullptr, std::move(snapshot));
-    ++core::transfer_counts().index_uploads;
-    RT::count(shared_->device, Transfer::IndexUpload);
-    return b;
+    return upload_with(bytes, [host, bytes](std::byte* to) { std::memcpy(to, host, bytes); });
   }
 
   // Within this backend's memory, which includes pinned host and managed memory: the copy
@@ -290,9 +281,9 @@ class GpuBackend final : public DeviceBackend {
   void ragged_copy(const core::kernels::RaggedCopy& c, size_t word) override {
     const DeviceGuard<RT> on_device(shared_->device);
     if (c.n == 0) return;
-    // One upload for the three per-row arrays.
-    const std::vector<uint64_t> host = pack_ragged(c);
-    core::BufferPtr arrays = upload_or_throw(host.data(), host.size() * sizeof(uint64_t));
+    // One upload for the three per-row arrays, packed straight into the staging block.
+    core::BufferPtr arrays = or_throw(
+        upload_with(3 * c.n * sizeof(uint64_t), [&c](std::byte* to) { pack_ragged(c, to); }));
     const core::kernels::RaggedCopy k =
         with_packed(c, reinterpret_cast<const uint64_t*>(arrays->data()));
     launch(LaunchArgs{"ragged_copy", {k.dst, k.dst_offsets}, k.src_rows, k.bytes, k.n},
@@ -486,8 +477,33 @@ class GpuBackend final : public DeviceBackend {
       throw DeviceFault(std::string(RT::kName) + " " + what + " failed: " + RT::error_string(e));
     }
   }
+  // Device memory of `bytes` that `fill(host bytes)` writes, copied up on the stage's stream:
+  // from a pinned staging block, handed back once the copy is done (retire), else -- too large
+  // for staging, or no pinned memory -- from a pageable copy of our own, which the runtime may
+  // read after the call returns, and whose copy may wait for the stream.
+  template <class Fill>
+  Result<core::BufferPtr> upload_with(size_t bytes, Fill&& fill) {
+    const DeviceGuard<RT> on_device(shared_->device);
+    core::BufferPtr b;
+    KSTAGE_ASSIGN_OR_RETURN(b, allocate(bytes));  // (reaps: finished blocks come back first)
+    typename PinnedStaging<RT>::Block staged = shared_->staging.take(bytes);
+    std::vector<std::byte> snapshot;
+    if (!staged) snapshot.resize(bytes);
+    std::byte* from = staged ? staged.data() : snapshot.data();
+    fill(from);
+    // A failed call enqueued nothing: the staging block goes back at once.
+    KSTAGE_RETURN_NOT_OK(
+        device_status(RT::memcpy_async(b->data(), from, bytes, RT::kHostToDevice, shared_->stream),
+                      "index upload"));
+    shared_->retire(nullptr, std::move(snapshot), std::move(staged));
+    ++core::transfer_counts().index_uploads;
+    RT::count(shared_->device, Transfer::IndexUpload);
+    return b;
+  }
   core::BufferPtr upload_or_throw(const void* host, size_t bytes) {
-    Result<core::BufferPtr> b = upload(host, bytes);
+    return or_throw(upload(host, bytes));
+  }
+  static core::BufferPtr or_throw(Result<core::BufferPtr> b) {
     if (b.ok()) return b.value();
     if (b.status().code() == KSTAGE_OUT_OF_MEMORY) throw std::bad_alloc();
     throw DeviceFault(b.status().message());

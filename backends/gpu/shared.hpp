@@ -2,10 +2,12 @@
 // The GPU backend's shared state and its buffers (backends/gpu/gpu_backend.hpp): GpuShared,
 // which outlives the backend while buffers, groups or ops still refer to it, and releases
 // what must wait for the device (retire, release_after); the allocator's buffers and plain
-// ones; an export's release after its consumer's stream.
+// ones; an export's release after its consumer's stream, or after the whole device where the
+// consumer named no stream.
 #pragma once
 
 #include "backends/gpu/lanes.hpp"
+#include "backends/gpu/staging.hpp"
 #include "core/backend.hpp"
 #include "core/buffer.hpp"
 #include "core/log.hpp"
@@ -51,12 +53,13 @@ struct GpuShared {
     Lanes<RT>::give(device, std::move(lane));
   }
 
-  // Releases `b` (and `bytes`) once the work enqueued so far has run.
-  // Runs in a buffer's deleter: never throws. What it cannot track (no event, no memory for
-  // the list) it waits for instead.
-  void retire(std::unique_ptr<core::DeviceBuffer> b, std::vector<std::byte> bytes = {}) noexcept {
+  // Releases `b` (and `bytes`, and the staging block `staged`) once the work enqueued so far
+  // has run. Runs in a buffer's deleter: never throws. What it cannot track (no event, no
+  // memory for the list) it waits for instead.
+  void retire(std::unique_ptr<core::DeviceBuffer> b, std::vector<std::byte> bytes = {},
+              typename PinnedStaging<RT>::Block staged = {}) noexcept {
     const DeviceGuard<RT> on_device(device);
-    Retired r{Event{}, std::move(b), std::move(bytes), nullptr, false};
+    Retired r{Event{}, std::move(b), std::move(bytes), std::move(staged), nullptr, false};
     bool tracked = false;
     if (RT::event_create(&r.event) == RT::success &&
         RT::event_record(r.event, stream) == RT::success) {
@@ -166,7 +169,7 @@ struct GpuShared {
   // stream is waited for here instead.
   void release_after(core::BufferPtr held, Stream s) noexcept {
     const DeviceGuard<RT> on_device(device);
-    Retired r{Event{}, nullptr, {}, std::move(held), s != stream};
+    Retired r{Event{}, nullptr, {}, {}, std::move(held), s != stream};
     if (backend_alive.load() && RT::event_create(&r.event) == RT::success &&
         RT::event_record(r.event, s) == RT::success) {
       try {
@@ -215,9 +218,10 @@ struct GpuShared {
   struct Retired {
     Event event;
     std::unique_ptr<core::DeviceBuffer> buffer;
-    std::vector<std::byte> bytes;  // a pageable copy's source
-    core::BufferPtr held;          // an export's memory, after its consumer's stream
-    bool foreign;                  // recorded on a consumer's stream, not the stage's
+    std::vector<std::byte> bytes;              // a pageable copy's source
+    typename PinnedStaging<RT>::Block staged;  // a pinned copy's source, back to `staging`
+    core::BufferPtr held;                      // an export's memory, after its consumer's stream
+    bool foreign;                              // recorded on a consumer's stream, not the stage's
   };
   // Stages gone with entries after a consumer's stream still pending (orphan()). Never
   // destroyed: any thread may reap it until the process ends.
@@ -240,6 +244,8 @@ struct GpuShared {
   std::atomic<bool> plain{false};          // pools unsupported: plain allocations
   std::atomic<size_t> allocated_bytes{0};  // by this stage, ever
   std::atomic<bool> backend_alive{true};   // false once ~GpuBackend began
+  // Before `retired`, so destroyed after it: its entries give their staging blocks back here.
+  PinnedStaging<RT> staging;
   std::mutex mutex;
   std::deque<Retired> retired;
 };

@@ -17,6 +17,12 @@
 //   write_index_map64_device  the same index as int64 entries on the device (index_map64,
 //                       torch's index dtype: 8 index bytes per row, not 4) + wait + seal; reported
 //                       beside kokkos_gather, no target
+//   write_index_map_call  the call alone of write_index_map, issued behind 16 queued dense
+//                       writes: the index check on the host, the map staged in pinned memory,
+//                       the work enqueued (issue #52 defect 2: from pageable memory the copy
+//                       could wait for the queue to drain); reported beside
+//   write_index_map_done  the same write from its call until it is done (device time: the queued
+//                       writes, then its upload and gather); the call's ratio to it, no target
 //   write_mask_50       50% mask write (host mask) + wait + seal
 //   write_mask_device   the same mask already on the device + wait + seal (the seal reads the
 //                       mask's words back for the host's tables)
@@ -288,6 +294,35 @@ int run_device_suite(const std::string& device, const Options& o) {
                                            seal();
                                          }),
                           double(bytes), "kokkos_gather_up", 1.0});
+      {
+        std::vector<double> call, done;
+        for (int r = 0; r <= reps; ++r) {  // the first is a warm-up
+          std::vector<kstage_op_t> queued(16);
+          for (kstage_op_t& q : queued)
+            KP_CHECK(kstage_write_attribute(stage, all, attr, ++ordinal, &dense,
+                                            KSTAGE_PRIM_MODE_UPSERT, &q));
+          kstage_op_t op = 0;
+          const auto t0 = Clock::now();
+          KP_CHECK(kstage_write_attribute(stage, all, attr, ++ordinal, &imap,
+                                          KSTAGE_PRIM_MODE_UPSERT, &op));
+          const double c = seconds_since(t0);
+          KP_CHECK(kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE));
+          const double d = seconds_since(t0);
+          for (kstage_op_t q : queued) {
+            KP_CHECK(kstage_wait(stage, q, KSTAGE_TIMEOUT_INFINITE));
+            KP_CHECK(kstage_release_op(stage, q));
+          }
+          KP_CHECK(kstage_release_op(stage, op));
+          seal();
+          if (r > 0) call.push_back(c), done.push_back(d);
+        }
+        std::sort(call.begin(), call.end());
+        std::sort(done.begin(), done.end());
+        rows_out.push_back({"write_index_map_call", n, call[call.size() / 2], double(bytes),
+                            "write_index_map_done", 0, "behind 16 queued dense writes"});
+        rows_out.push_back(
+            {"write_index_map_done", n, done[done.size() / 2], double(bytes), "", 0});
+      }
       kstage_write_data_t dimap = imap;
       dimap.index_map = idx.data();
       dimap.selection_device = config.residency;

@@ -11,6 +11,14 @@
 //                           torch's index dtype: read as int64, a 16-byte report) + wait + seal
 //   write_mask_50           50% mask write, the mask in host memory + wait + seal
 //   write_mask_device       the same mask in device memory (its words read back by the seal)
+//   write_index_map_call    the call alone of write_index_map, issued behind a queued dense
+//                           write slowed to about 2 ms per copy (kernel delay): the index check
+//                           on the host, the map staged in pinned memory, the work enqueued
+//   write_index_map_done    the same write from its call until it is done: the queued work,
+//                           then its upload and gather (device time); write_index_map_call's
+//                           ratio to it shows enqueue << device time, and its note counts the
+//                           copies from pageable memory behind queued work (issue #52 defect 2:
+//                           where CUDA may block the call until the queue drains; 0 expected)
 // Each sample's column is read back and checked against the gather. Then the scene workloads
 // of the GPU grid (perf/src/wl_scene.cpp, run_scene_device): world transforms (FULL, and
 // INCREMENTAL after 1% of the roots moved) of float64 x 16 columns on the emulated device next
@@ -28,6 +36,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #if defined(KSTAGE_PERF_EMULATED)
 #include "backends/emulated/kstage_emulated.h"
@@ -148,6 +158,38 @@ int run_emulated_suite(const Options& o) {
     host_map.count = n;
     rows_out.push_back({"write_index_map", n, median_seconds(reps, [&] { write_seal(host_map); })});
     verify("write_index_map");
+    {
+      kstage_write_data_t dense = kstage_write_data_init();
+      dense.tensors = &t;
+      dense.tensor_count = 1;
+      std::vector<double> call, done;
+      const uint64_t waits = kstage_emulated_pageable_waits(0);
+      for (int r = 0; r <= reps; ++r) {  // the first is a warm-up
+        kstage_emulated_set_kernel_delay_us(2000);
+        kstage_op_t queued = 0, op = 0;
+        KP_CHECK(kstage_write_attribute(stage, all, attr, ++ordinal, &dense,
+                                        KSTAGE_PRIM_MODE_UPSERT, &queued));
+        const auto t0 = Clock::now();
+        KP_CHECK(kstage_write_attribute(stage, all, attr, ++ordinal, &host_map,
+                                        KSTAGE_PRIM_MODE_UPSERT, &op));
+        const double c = seconds_since(t0);
+        KP_CHECK(kstage_wait(stage, op, KSTAGE_TIMEOUT_INFINITE));
+        const double d = seconds_since(t0);
+        kstage_emulated_set_kernel_delay_us(0);
+        KP_CHECK(kstage_wait(stage, queued, KSTAGE_TIMEOUT_INFINITE));
+        KP_CHECK(kstage_release_op(stage, queued));
+        KP_CHECK(kstage_release_op(stage, op));
+        KP_CHECK(kstage_advance_write_floor(stage, ordinal, &attr, 1));
+        if (r > 0) call.push_back(c), done.push_back(d);
+      }
+      std::sort(call.begin(), call.end());
+      std::sort(done.begin(), done.end());
+      const unsigned long long staged_waits = kstage_emulated_pageable_waits(0) - waits;
+      rows_out.push_back({"write_index_map_call", n, call[call.size() / 2], "write_index_map_done",
+                          "pageable copies behind queued work: " + std::to_string(staged_waits)});
+      rows_out.push_back({"write_index_map_done", n, done[done.size() / 2]});
+      verify("write_index_map_call");
+    }
     kstage_write_data_t device_map = host_map;
     device_map.index_map = static_cast<const uint32_t*>(idx.p);
     device_map.selection_device = config.residency;

@@ -883,3 +883,95 @@ TEST_CASE("gpu backend: KSTAGE_STREAM_UNORDERED is no stream handle, and a host 
   KS_OK(kstage_release_group(s.stage, g.handle));
   KS_OK(kstage_release_read(s.stage, r));
 }
+
+// Issue #52, defect 2: host index maps and ragged offsets were uploaded from a std::vector
+// snapshot, pageable memory: behind unfinished work on the stage's stream CUDA may stage such a
+// copy by waiting for the stream, so an indexed write blocked its caller until the stage's queue
+// drained. Uploads now go through pinned blocks, recycled once their copies' events complete.
+namespace {
+// An indexed write of the device tensor `src` (a gather through `index_map`) ordered after
+// `sync` (a producer's {stream, event}).
+kstage_op_t gather_write_after(DeviceStage& s, kstage_query_t q, kstage_token_t a, uint64_t ordinal,
+                               const DLTensor& src, const std::vector<uint32_t>& index_map,
+                               kstage_device_sync_t sync) {
+  kstage_write_data_t w = write_data(&src);
+  w.index_map = index_map.data();
+  w.count = index_map.size();
+  w.device_sync = sync;
+  kstage_op_t op = 0;
+  KS_OK(kstage_write_attribute(s.stage, q, a, ordinal, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+  return op;
+}
+std::vector<uint32_t> reversed_indices(size_t n) {
+  std::vector<uint32_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = uint32_t(n - 1 - i);
+  return v;
+}
+}  // namespace
+
+TEST_CASE("gpu backend: index uploads behind queued work are not copies from pageable memory",
+          "[device][runtime][memory]") {
+  CatchViolations violations;
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(256);
+  kstage_token_t a = s.token("a");
+  const std::vector<float> values = iota_floats(256);
+  DeviceFloats src(0, values);
+  const std::vector<uint32_t> reversed = reversed_indices(256);
+  const uint64_t waits = kstage_emulated_pageable_waits(0);
+  const uint64_t uploads = kstage_emulated_upload_count(0);
+  // The stage's stream waits for a held producer: the write's index upload is queued behind it.
+  HeldProducer producer(0);
+  kstage_emulated_event_record(producer.event, producer.stream);
+  const kstage_op_t op =
+      gather_write_after(s, q, a, 1, src.t, reversed, {producer.stream, producer.event});
+  REQUIRE(kstage_wait(s.stage, op, 0) == KSTAGE_TIMEOUT);
+  CHECK(kstage_emulated_upload_count(0) > uploads);   // the index map did go up...
+  CHECK(kstage_emulated_pageable_waits(0) == waits);  // ...from pinned memory
+  producer.release();
+  finish(s, op);
+  s.seal(1);
+  CHECK(read_back(s, q, a).values == std::vector<float>(values.rbegin(), values.rend()));
+  CHECK(violations.seen().empty());
+}
+
+TEST_CASE("gpu backend: an upload's pinned block is reused only after its copy has run",
+          "[device][runtime][memory]") {
+  CatchViolations violations;
+  DeviceStage s(kDev0);
+  const size_t n = 512;
+  kstage_query_t q = s.query(n);
+  kstage_token_t a = s.token("a"), b = s.token("b");
+  const std::vector<float> values = iota_floats(n);
+  DeviceFloats src(0, values);
+  std::vector<uint32_t> identity(n);
+  for (size_t i = 0; i < n; ++i) identity[i] = uint32_t(i);
+  const std::vector<uint32_t> reversed = reversed_indices(n);
+  const uint64_t pinned = kstage_emulated_pinned_allocations();
+  {
+    // Two indexed writes queued behind a held producer: pinned memory is read in stream order,
+    // so a block handed to the second upload before the first copy ran would give the first
+    // write the second's index map.
+    HeldProducer producer(0);
+    kstage_emulated_event_record(producer.event, producer.stream);
+    const kstage_device_sync_t sync{producer.stream, producer.event};
+    const kstage_op_t first = gather_write_after(s, q, a, 1, src.t, reversed, sync);
+    const kstage_op_t second = gather_write_after(s, q, b, 1, src.t, identity, sync);
+    CHECK(kstage_emulated_pinned_allocations() == pinned + 2);  // one block each: both in flight
+    producer.release();
+    finish(s, first);
+    finish(s, second);
+  }
+  s.seal(1);
+  CHECK(read_back(s, q, a).values == std::vector<float>(values.rbegin(), values.rend()));
+  CHECK(read_back(s, q, b).values == values);
+  // Their copies done, the blocks come back: later uploads take them, none is allocated.
+  for (int i = 0; i < 20; ++i)
+    finish(s, gather_write_after(s, q, i % 2 ? a : b, uint64_t(2 + i), src.t,
+                                 i % 2 ? identity : reversed, kstage_device_sync_t{0, 0}));
+  CHECK(kstage_emulated_pinned_allocations() == pinned + 2);
+  s.seal(21);
+  CHECK(read_back(s, q, a).values == values);
+  CHECK(read_back(s, q, b).values == std::vector<float>(values.rbegin(), values.rend()));
+  CHECK(violations.seen().empty());
+}
