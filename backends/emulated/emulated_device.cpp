@@ -32,6 +32,9 @@ const char* error_string(Error e) {
     case Error::not_supported: return "operation not supported";
     case Error::launch_out_of_resources: return "too many resources requested for launch";
     case Error::illegal_address: return "an illegal memory access was encountered";
+    case Error::capture_implicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
+    case Error::capture_unsupported: return "operation not permitted when stream is capturing";
   }
   return "unknown error";
 }
@@ -58,6 +61,32 @@ Error set_current_device(int32_t ordinal) {
 Context& context(int32_t ordinal) {
   static Context* contexts = new Context[kDeviceCount];  // never destroyed
   return contexts[ordinal >= 0 && ordinal < kDeviceCount ? ordinal : 0];
+}
+
+namespace {
+std::atomic<int> g_captures{0};          // global-mode captures open
+std::atomic<bool> g_invalidated{false};  // one of them saw an unsafe call
+Error refuse_in_capture(Error e) {
+  g_invalidated.store(true);
+  return e;
+}
+}  // namespace
+
+Error capture_allows(uintptr_t stream) {
+  if (stream != 1 || g_captures.load() == 0) return Error::success;
+  return refuse_in_capture(Error::capture_implicit);
+}
+Error capture_allows_device_wait() {
+  if (g_captures.load() == 0) return Error::success;
+  return refuse_in_capture(Error::capture_unsupported);
+}
+void capture_begin() {
+  if (g_captures.fetch_add(1) == 0) g_invalidated.store(false);
+}
+bool capture_end() {
+  const bool valid = !g_invalidated.load();
+  g_captures.fetch_sub(1);
+  return valid;
 }
 
 bool fires(std::atomic<uint32_t>& counter) {

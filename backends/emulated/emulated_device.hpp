@@ -43,8 +43,19 @@ enum class Error : int {
   not_supported,             // cudaErrorNotSupported (memory pools)
   launch_out_of_resources,   // cudaErrorLaunchOutOfResources: at launch, not sticky
   illegal_address,           // cudaErrorIllegalAddress: asynchronous, sticky
+  capture_implicit,          // cudaErrorStreamCaptureImplicit: the legacy stream in a capture
+  capture_unsupported,       // cudaErrorStreamCaptureUnsupported: a device-wide wait in one
 };
 const char* error_string(Error e);
+// A CUDA graph capture in global mode (cudaStreamCaptureModeGlobal, as torch.cuda.graph opens
+// one), as the rest of the process sees it: while one is open, a call on the legacy default
+// stream (handle 1) is refused with capture_implicit, a device-wide synchronisation with
+// capture_unsupported, and either invalidates the capture (kstage_emulated_capture_end).
+// Returns success where the call may go on.
+Error capture_allows(uintptr_t stream);
+Error capture_allows_device_wait();
+void capture_begin();
+bool capture_end();  // true: the capture stayed valid
 // Errors after which the ordinal's context is unusable (CUDA's sticky errors).
 inline bool is_sticky(Error e) { return e == Error::illegal_address; }
 

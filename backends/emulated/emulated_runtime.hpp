@@ -71,12 +71,14 @@ struct EmulatedRuntime {
     return success;
   }
   static Error stream_synchronize(Stream s) {
+    if (const Error c = capture_allows(s); c != success) return set_last_error(c);
     auto st = find_stream(s);
     if (!st) return set_last_error(Error::invalid_handle);
     st->synchronize();
     return set_last_error(context(st->ordinal()).status());
   }
   static Error stream_query(Stream s) {
+    if (const Error c = capture_allows(s); c != success) return set_last_error(c);
     auto st = find_stream(s);
     if (!st) return set_last_error(Error::invalid_handle);
     const bool idle = st->idle();  // first: a fault of the work that made it idle is seen
@@ -84,6 +86,7 @@ struct EmulatedRuntime {
     return idle ? success : not_ready;
   }
   static Error stream_wait_event(Stream s, Event e) {
+    if (const Error c = capture_allows(s); c != success) return set_last_error(c);
     auto st = find_stream(s);
     auto ev = find_event(e);
     if (!st || !ev) return set_last_error(Error::invalid_handle);
@@ -110,6 +113,7 @@ struct EmulatedRuntime {
     return success;
   }
   static Error event_record(Event e, Stream s) {
+    if (const Error c = capture_allows(s); c != success) return set_last_error(c);
     auto ev = find_event(e);
     auto st = find_stream(s);
     if (!ev || !st) return set_last_error(Error::invalid_handle);
@@ -150,11 +154,13 @@ struct EmulatedRuntime {
     return success;
   }
   static Error malloc_async(void** p, size_t bytes, Pool pool, Stream s) {
+    if (const Error c = capture_allows(s); c != success) return set_last_error(c);
     auto st = find_stream(s);
     if (!st) return set_last_error(Error::invalid_handle);
     return (pool ? *pool : default_pool(st->ordinal())).allocate(p, bytes, st);
   }
   static Error free_async(void* p, Stream s) {
+    if (const Error c = capture_allows(s); c != success) return set_last_error(c);
     auto st = find_stream(s);
     Pool owner = pool_owning(p);
     if (!st || !owner) return set_last_error(!st ? Error::invalid_handle : Error::invalid_value);
@@ -192,10 +198,12 @@ struct EmulatedRuntime {
   }
   // Every stream of the current device, then its sticky fault (cudaDeviceSynchronize).
   static Error device_synchronize() {
+    if (const Error c = capture_allows_device_wait(); c != success) return set_last_error(c);
     synchronize_device(current_device());
     return set_last_error(context(current_device()).status());
   }
   static Error memcpy_async(void* dst, const void* src, size_t bytes, CopyKind kind, Stream s) {
+    if (const Error c = capture_allows(s); c != success) return set_last_error(c);
     auto st = find_stream(s);
     if (!st) return set_last_error(Error::invalid_handle);
     return emulated::memcpy_async(*st, dst, src, bytes, kind);
@@ -215,6 +223,7 @@ struct EmulatedRuntime {
   // check (cudaGetLastError after a launch) would.
   template <class Kernel>
   static Error launch(const Exec&, Stream s, const gpu::LaunchArgs& args, Kernel&& kernel) {
+    if (const Error c = capture_allows(s); c != success) return set_last_error(c);
     auto st = find_stream(s);
     if (!st) return set_last_error(Error::invalid_handle);
     LaunchPointers ptrs;

@@ -81,6 +81,9 @@ uint64_t kstage_emulated_pinned_allocations(void) {
   return a.host_allocations;
 }
 
+void kstage_emulated_capture_begin(void) { capture_begin(); }
+int kstage_emulated_capture_end(void) { return capture_end() ? 0 : 1; }
+
 uintptr_t kstage_emulated_stream_create(int32_t ordinal) {
   if (ordinal < 0 || ordinal >= kDeviceCount) return 0;
   return register_stream(std::make_shared<Stream>(ordinal));
@@ -97,16 +100,21 @@ void kstage_emulated_stream_hold(uintptr_t stream) {
 void kstage_emulated_stream_release(uintptr_t stream) {
   if (auto s = find_stream(stream)) s->release();
 }
+// The test API follows a capture's rule as the runtime table does (kstage_emulated_capture_begin):
+// a refused call on the legacy stream does nothing (and invalidates the capture).
 void kstage_emulated_stream_synchronize(uintptr_t stream) {
+  if (capture_allows(stream) != Error::success) return;
   if (auto s = find_stream(stream)) s->synchronize();
 }
 void kstage_emulated_stream_wait_event(uintptr_t stream, uintptr_t event) {
+  if (capture_allows(stream) != Error::success) return;
   auto s = find_stream(stream);
   auto e = find_event(event);
   if (s && e) e->wait_on(*s);
 }
 
 int kstage_emulated_memcpy_async(uintptr_t stream, void* dst, const void* src, size_t bytes) {
+  if (const Error c = capture_allows(stream); c != Error::success) return int(c);
   auto s = find_stream(stream);
   if (!s) return int(Error::invalid_handle);
   const Error e = memcpy_async(*s, dst, src, bytes, CopyKind::Default);
@@ -116,6 +124,7 @@ int kstage_emulated_memcpy_async(uintptr_t stream, void* dst, const void* src, s
 
 int kstage_emulated_memcpy_kind_async(uintptr_t stream, void* dst, const void* src, size_t bytes,
                                       kstage_emulated_copy_kind_t kind) {
+  if (const Error c = capture_allows(stream); c != Error::success) return int(c);
   auto s = find_stream(stream);
   if (!s) return int(Error::invalid_handle);
   CopyKind k = CopyKind::Default;
@@ -142,6 +151,7 @@ int kstage_emulated_memcpy(void* dst, const void* src, size_t bytes) {
 }
 
 int kstage_emulated_launch_host_func(uintptr_t stream, void (*fn)(void*), void* data) {
+  if (const Error c = capture_allows(stream); c != Error::success) return int(c);
   auto s = find_stream(stream);
   if (!s) return int(Error::invalid_handle);
   const Error e = launch_host_func(*s, fn, data);
@@ -152,6 +162,7 @@ int kstage_emulated_launch_host_func(uintptr_t stream, void (*fn)(void*), void* 
 uintptr_t kstage_emulated_event_create(void) { return register_event(std::make_shared<Event>()); }
 void kstage_emulated_event_destroy(uintptr_t event) { unregister_event(event); }
 void kstage_emulated_event_record(uintptr_t event, uintptr_t stream) {
+  if (capture_allows(stream) != Error::success) return;
   auto e = find_event(event);
   auto s = find_stream(stream);
   if (e && s) e->record(*s);

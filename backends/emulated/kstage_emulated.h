@@ -149,6 +149,17 @@ KSTAGE_API void kstage_emulated_event_record(uintptr_t event, uintptr_t stream);
 KSTAGE_API int kstage_emulated_event_query(uintptr_t event);
 KSTAGE_API void kstage_emulated_event_synchronize(uintptr_t event);
 
+/** A CUDA graph capture in global mode (cudaStreamBeginCapture with
+ * cudaStreamCaptureModeGlobal, as torch.cuda.graph opens one) as the rest of the process sees
+ * it: until kstage_emulated_capture_end, any call on the legacy default stream (handle 1: a
+ * copy, launch, event record or wait, query, synchronisation, stream-ordered allocation or
+ * free) is refused (cudaErrorStreamCaptureImplicit), a device-wide synchronisation too
+ * (cudaErrorStreamCaptureUnsupported), and either invalidates the capture. Nothing is
+ * captured: other streams, the per-thread default stream (2) included, run as before. */
+KSTAGE_API void kstage_emulated_capture_begin(void);
+/** Ends it: 0 when the capture stayed valid, nonzero when a call invalidated it. */
+KSTAGE_API int kstage_emulated_capture_end(void);
+
 /** Every kernel and copy first sleeps `us` microseconds (0: none): slow device work. */
 KSTAGE_API void kstage_emulated_set_kernel_delay_us(uint32_t us);
 typedef void (*kstage_emulated_violation_fn)(const char* message);

@@ -285,14 +285,19 @@ template <class RT>
 class GpuStreamRelease final : public core::StreamRelease {
  public:
   explicit GpuStreamRelease(std::shared_ptr<GpuShared<RT>> shared) : shared_(std::move(shared)) {}
-  // The per-thread default stream (2) is the deleter's thread's, not the consumer's: an
-  // event on the legacy default stream instead follows every blocking stream's work, the
-  // per-thread default streams included. KSTAGE_STREAM_UNORDERED: no stream was named, so
-  // after the whole device (GpuShared::release_after_device).
+  // The event goes on the stream the consumer named and no other: 1 the legacy default
+  // stream, 2 the per-thread default stream (of the thread that runs the deleter, which DLPack
+  // consumers run on the thread that used the tensor), else its handle. Never the legacy stream
+  // for a consumer that did not name it: while a CUDA graph is captured in global mode (as
+  // torch.cuda.graph does), work on the legacy stream from any thread is refused and
+  // invalidates the capture, and a deleter may run then (issue #52, defect 6).
+  // KSTAGE_STREAM_UNORDERED: no stream was named, so after the whole device
+  // (GpuShared::release_after_device; not inside a capture).
   void release_after(core::BufferPtr held, uintptr_t stream) const noexcept override {
     if (stream == KSTAGE_STREAM_UNORDERED) return shared_->release_after_device(std::move(held));
-    typename RT::Stream s =
-        stream == 1 || stream == 2 ? RT::legacy_stream() : from_handle<typename RT::Stream>(stream);
+    typename RT::Stream s = stream == 1   ? RT::legacy_stream()
+                            : stream == 2 ? RT::per_thread_stream()
+                                          : from_handle<typename RT::Stream>(stream);
     shared_->release_after(std::move(held), s);
   }
 

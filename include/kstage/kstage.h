@@ -1309,6 +1309,13 @@ KSTAGE_API kstage_status_t kstage_group_export_legacy(kstage_stage_t stage, ksta
  * kstage_group_sync with {stream, 0}), and when the export's deleter runs,
  * the group's memory is released only after the work enqueued on `stream` by
  * then has completed (an event recorded there: the deleter never blocks).
+ * The event goes on the stream the consumer named and no other: 1 the legacy
+ * default stream, 2 the per-thread default stream of the thread that runs the
+ * deleter (a consumer that named 2 runs its deleter on the thread that used the
+ * tensor), else the handle. So a deleter that runs while a CUDA graph is
+ * captured in global mode (torch.cuda.graph) touches no stream the consumer did
+ * not name -- work on the legacy stream then would be refused and invalidate the
+ * capture --; a consumer that named 1 must not release during such a capture.
  * This is what a consumer that calls deleters without synchronising its
  * stream needs (PyTorch, CuPy; Python's `__dlpack__(stream=...)` uses it). A
  * host group takes 0 only (KSTAGE_INVALID_ARGUMENT otherwise); a stream the

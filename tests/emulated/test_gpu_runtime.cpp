@@ -975,3 +975,86 @@ TEST_CASE("gpu backend: an upload's pinned block is reused only after its copy h
   CHECK(read_back(s, q, b).values == std::vector<float>(values.rbegin(), values.rend()));
   CHECK(violations.seen().empty());
 }
+
+TEST_CASE(
+    "emulated runtime: a global-mode graph capture refuses the legacy stream and a device "
+    "wait",
+    "[runtime][capture]") {
+  const uintptr_t side = kstage_emulated_stream_create(0);
+  const uintptr_t event = kstage_emulated_event_create();
+  std::vector<float> host(4, 1.f);
+  auto* pinned = static_cast<float*>(kstage_emulated_host_malloc(4 * sizeof(float)));
+  REQUIRE(pinned != nullptr);
+  // Other streams, the per-thread default stream included, are not touched by a capture.
+  kstage_emulated_capture_begin();
+  REQUIRE(kstage_emulated_memcpy_async(side, pinned, host.data(), 4 * sizeof(float)) == 0);
+  kstage_emulated_event_record(event, 2);
+  kstage_emulated_stream_synchronize(side);
+  CHECK(kstage_emulated_capture_end() == 0);
+  // The legacy stream is: refused, and the capture is invalid.
+  kstage_emulated_capture_begin();
+  CHECK(kstage_emulated_memcpy_async(1, pinned, host.data(), 4 * sizeof(float)) != 0);
+  CHECK(kstage_emulated_capture_end() != 0);
+  // Outside a capture it works again; the next capture starts valid.
+  CHECK(kstage_emulated_memcpy_async(1, pinned, host.data(), 4 * sizeof(float)) == 0);
+  kstage_emulated_stream_synchronize(1);
+  kstage_emulated_capture_begin();
+  CHECK(kstage_emulated_capture_end() == 0);
+  kstage_emulated_host_free(pinned);
+  kstage_emulated_event_destroy(event);
+  kstage_emulated_stream_destroy(side);
+}
+
+// Issue #52, defect 6: an export's deleter recorded its event on the legacy default stream for a
+// consumer that named the per-thread default stream (2): legacy-stream work from a deleter that
+// runs while the user captures a CUDA graph in global mode (torch.cuda.graph) is refused by CUDA
+// and invalidates the capture. The event now goes on the stream the consumer named.
+TEST_CASE("gpu backend: a deleter records on the consumer's per-thread stream, also in a capture",
+          "[device][runtime][dlpack][capture]") {
+  const size_t n = 256;
+  const std::vector<float> va = iota_floats(n);
+  std::vector<float> vb(n, -1.f);
+  DeviceStage s(kDev0);
+  kstage_query_t q = s.query(n);
+  kstage_token_t a = s.token("a"), b = s.token("b");
+  int64_t shape[1] = {int64_t(n)};
+  std::vector<float> a_in = va;
+  DLTensor ta = tensor(a_in.data(), f32(), 1, shape), tb = tensor(vb.data(), f32(), 1, shape);
+  finish(s, write_op(s, q, a, 1, ta));
+  finish(s, write_op(s, q, b, 1, tb));
+  s.seal(1);
+  auto compact_read = [&](kstage_token_t attr, kstage_read_t* r, kstage_read_group_t* g) {
+    kstage_read_desc_t d = kstage_read_desc_init();
+    d.compact = true;
+    KS_OK(kstage_read_attributes(s.stage, q, &attr, 1, &d, r));
+    KS_OK(kstage_fetch_read_next(s.stage, *r, 0, g));
+  };
+  kstage_read_t r = 0;
+  kstage_read_group_t g{};
+  compact_read(a, &r, &g);
+  DLManagedTensorVersioned* e = nullptr;
+  KS_OK(kstage_group_export_on_stream(s.stage, g.handle, 0, 0, 2, &e));  // ordered on stream 2
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  auto* out = static_cast<float*>(kstage_emulated_host_malloc(n * sizeof(float)));
+  REQUIRE(out != nullptr);
+  // The consumer reads on its per-thread stream, held, then lets the export go while a graph is
+  // captured elsewhere in the process.
+  kstage_emulated_stream_hold(2);
+  REQUIRE(kstage_emulated_memcpy_async(2, out, e->dl_tensor.data, n * sizeof(float)) == 0);
+  kstage_emulated_capture_begin();
+  e->deleter(e);
+  const int capture = kstage_emulated_capture_end();
+  // Still released after the consumer's read: kstage's next allocation does not take it.
+  kstage_read_t r2 = 0;
+  kstage_read_group_t g2{};
+  compact_read(b, &r2, &g2);
+  wait_for(g2.data.device_sync);
+  kstage_emulated_stream_release(2);
+  kstage_emulated_stream_synchronize(2);
+  CHECK(capture == 0);  // the capture stayed valid
+  CHECK(std::vector<float>(out, out + n) == va);
+  KS_OK(kstage_release_group(s.stage, g2.handle));
+  KS_OK(kstage_release_read(s.stage, r2));
+  kstage_emulated_host_free(out);
+}
