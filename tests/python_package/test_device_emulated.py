@@ -4,6 +4,7 @@ KSTAGE_EMULATED_DEVICE=ON): device columns written from numpy, reads to the host
 device exports with __dlpack_device__ and streams, device-to-device writes, slow device work,
 and producers' deleters run from the device's worker thread. Every test skips when this kstage
 has no emulated device (a pip build)."""
+import ctypes
 import gc
 import sys
 import threading
@@ -102,6 +103,45 @@ def test_device_export_streams(dstage):
         g.__dlpack__(max_version=(1, 0), stream=0)
     with pytest.raises(kstage.InvalidArgument, match="stream"):
         g.__dlpack__(max_version=(1, 0), stream=12345)  # not a stream of the emulated device
+
+
+def test_dlpack_stream_minus_one_is_released_after_the_device(dstage, emu):
+    # Issue #52, defect 8: __dlpack__(stream=-1) names no consumer stream, so the export's deleter
+    # waits for the whole device before kstage may reuse the memory (KSTAGE_STREAM_UNORDERED).
+    # Before, it freed the memory on kstage's stream at once, with the consumer's read queued.
+    device_column(dstage)
+    device_column(dstage, "other", np.full((64, 3), -1.0, np.float32), 2)
+    (g,) = dstage.read(PATHS, "pos", compact=True)  # a buffer of the read's own
+    cap = g.__dlpack__(max_version=(1, 0), stream=-1)
+    view = CapsuleView(cap)
+    g.release()
+    stream = emu.kstage_emulated_stream_create(0)
+    done = emu.kstage_emulated_event_create()
+    # Pinned memory, written in stream order (a copy to pageable memory would return done).
+    emu.kstage_emulated_host_malloc.argtypes = [ctypes.c_size_t]
+    emu.kstage_emulated_host_malloc.restype = ctypes.c_void_p
+    emu.kstage_emulated_host_free.argtypes = [ctypes.c_void_p]
+    emu.kstage_emulated_host_free.restype = None
+    nbytes = DATA.nbytes
+    address = emu.kstage_emulated_host_malloc(nbytes)
+    assert address
+    pinned = np.ctypeslib.as_array((ctypes.c_float * DATA.size).from_address(address))
+    emu.kstage_emulated_set_kernel_delay_us(200000)  # the consumer's read runs about 0.2 s late
+    try:
+        assert emu.kstage_emulated_memcpy_async(stream, address, view.data, nbytes) == 0
+        emu.kstage_emulated_event_record(done, stream)
+        del cap  # unconsumed: its destructor runs the deleter, right after the read was enqueued
+        read_before_release_returned = emu.kstage_emulated_event_query(done) == 1
+    finally:
+        emu.kstage_emulated_set_kernel_delay_us(0)
+    (g2,) = dstage.read(PATHS, "other", compact=True)  # kstage's next allocation of that size
+    emu.kstage_emulated_event_synchronize(done)
+    assert read_before_release_returned
+    np.testing.assert_array_equal(pinned.reshape(64, 3), DATA)
+    emu.kstage_emulated_host_free(address)
+    g2.release()
+    emu.kstage_emulated_event_destroy(done)
+    emu.kstage_emulated_stream_destroy(stream)
 
 
 def test_stream_zero_is_refused_for_device_producers(dstage):
