@@ -194,6 +194,44 @@ TEST_CASE("cuda: a write waits for the producer's event; a read records the cons
   cudaStreamDestroy(producer);
 }
 
+// Issue #52, defect 6: a deleter that runs while a graph is captured in global mode (as
+// torch.cuda.graph captures) must not touch the legacy default stream -- CUDA refuses that and
+// invalidates the capture. An export to the per-thread default stream (2) records its release
+// there. (On the emulated device: test_gpu_runtime.cpp; this confirms CUDA's own rule.)
+TEST_CASE("cuda: a deleter during a global-mode graph capture leaves the capture valid",
+          "[cuda][sync]") {
+  Stage s(host_execution(), &kGpu);
+  const size_t n = 4096;
+  kstage_query_t q = s.query(s.paths("/p", n));
+  kstage_token_t a = s.token("a");
+  GpuFloats src(std::vector<float>(n, 2.f));
+  finish(s, write_op(s, q, a, 1, src.t));
+  s.seal(1);
+  kstage_read_desc_t d = kstage_read_desc_init();
+  d.compact = true;
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, q, &a, 1, &d, &r));
+  kstage_read_group_t g{};
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+  DLManagedTensorVersioned* e = nullptr;
+  KS_OK(kstage_group_export_on_stream(s.stage, g.handle, 0, 0, 2, &e));
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  cudaStream_t capturing;
+  REQUIRE(cudaStreamCreateWithFlags(&capturing, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamBeginCapture(capturing, cudaStreamCaptureModeGlobal) == cudaSuccess);
+  REQUIRE(cudaMemsetAsync(src.p, 0, n * sizeof(float), capturing) == cudaSuccess);
+  e->deleter(e);  // the consumer lets the export go mid-capture
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(capturing, &graph);
+  const cudaError_t last = cudaGetLastError();
+  if (graph) cudaGraphDestroy(graph);
+  cudaStreamDestroy(capturing);
+  CHECK(ended == cudaSuccess);  // cudaErrorStreamCaptureInvalidated before the fix
+  CHECK(last == cudaSuccess);
+  REQUIRE(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess);
+}
+
 TEST_CASE("cuda: managed memory makes a column on the device of its ordinal", "[cuda]") {
   const DLDevice none{};
   Stage s(host_execution(), &none);  // no residency: the first write's data decides
