@@ -11,6 +11,7 @@
 #include "cuda/cuda_probes.hpp"
 
 #include <cuda_runtime_api.h>
+#include <kstage/kstage_arrow.h>
 
 using namespace kstage_test;
 
@@ -230,6 +231,70 @@ TEST_CASE("cuda: a deleter during a global-mode graph capture leaves the capture
   CHECK(ended == cudaSuccess);  // cudaErrorStreamCaptureInvalidated before the fix
   CHECK(last == cudaSuccess);
   REQUIRE(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess);
+}
+
+// Issue #52, defect 8: an Arrow device array's release names no consumer stream, so it waits
+// for the device before kstage may reuse the memory. The consumer's read of the array is queued
+// behind a long copy on its own stream and the array released at once; kstage's next compact
+// read of that size must not take the memory before the consumer has read it.
+TEST_CASE("cuda: an Arrow device array's release waits for the consumer's queued read",
+          "[cuda][sync][arrow]") {
+  Stage s(host_execution(), &kGpu);
+  const size_t n = size_t(1) << 20;
+  kstage_query_t q = s.query(s.paths("/p", n));
+  kstage_token_t a = s.token("a"), b = s.token("b");
+  std::vector<float> va(n);
+  for (size_t i = 0; i < n; ++i) va[i] = float(i % 1000);
+  GpuFloats src_a(va), src_b(std::vector<float>(n, -1.f));
+  finish(s, write_op(s, q, a, 1, src_a.t));
+  finish(s, write_op(s, q, b, 1, src_b.t));
+  s.seal(1);
+  auto compact_read = [&](kstage_token_t attr, kstage_read_t* r, kstage_read_group_t* g) {
+    kstage_read_desc_t d = kstage_read_desc_init();
+    d.compact = true;
+    KS_OK(kstage_read_attributes(s.stage, q, &attr, 1, &d, r));
+    KS_OK(kstage_fetch_read_next(s.stage, *r, 0, g));
+    if (g->data.device_sync.event)
+      REQUIRE(cudaEventSynchronize(reinterpret_cast<cudaEvent_t>(g->data.device_sync.event)) ==
+              cudaSuccess);
+  };
+  kstage_read_t r = 0;
+  kstage_read_group_t g{};
+  compact_read(a, &r, &g);
+  ArrowSchema schema{};
+  ArrowDeviceArray array{};
+  KS_OK(kstage_group_export_arrow(s.stage, g.handle, 0, &schema, &array));
+  REQUIRE(array.device_type == ARROW_DEVICE_CUDA);
+  const void* values = array.array.buffers[1];
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  // The consumer: a long copy first (512 MiB, device to device), then its read of the values.
+  const size_t big = size_t(512) << 20;
+  void *x = nullptr, *y = nullptr, *out = nullptr;
+  REQUIRE(cudaMalloc(&x, big) == cudaSuccess);
+  REQUIRE(cudaMalloc(&y, big) == cudaSuccess);
+  REQUIRE(cudaMalloc(&out, n * sizeof(float)) == cudaSuccess);
+  cudaStream_t consumer;
+  REQUIRE(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking) == cudaSuccess);
+  for (int i = 0; i < 8; ++i)
+    REQUIRE(cudaMemcpyAsync(y, x, big, cudaMemcpyDeviceToDevice, consumer) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(out, values, n * sizeof(float), cudaMemcpyDeviceToDevice, consumer) ==
+          cudaSuccess);
+  schema.release(&schema);
+  array.array.release(&array.array);  // right after the read was enqueued
+  kstage_read_t r2 = 0;
+  kstage_read_group_t g2{};
+  compact_read(b, &r2, &g2);  // kstage's next allocation of that size
+  REQUIRE(cudaStreamSynchronize(consumer) == cudaSuccess);
+  std::vector<float> got(n);
+  REQUIRE(cudaMemcpy(got.data(), out, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(got == va);
+  KS_OK(kstage_release_group(s.stage, g2.handle));
+  KS_OK(kstage_release_read(s.stage, r2));
+  cudaStreamDestroy(consumer);
+  cudaFree(out);
+  cudaFree(y);
+  cudaFree(x);
 }
 
 TEST_CASE("cuda: managed memory makes a column on the device of its ordinal", "[cuda]") {
