@@ -4,6 +4,7 @@
 // or a stream can meet -- each leaving the stage exactly as it was.
 #include <kstage/kstage_adios2.h>
 
+#include "adios2_support.hpp"
 #include "log_support.hpp"
 #include "stage_state.hpp"
 #include "support.hpp"
@@ -27,41 +28,8 @@ extern "C" const char* __lsan_default_suppressions() { return "leak:libadios2_\n
 
 namespace {
 
-#define A2_OK(expr)                                    \
-  do {                                                 \
-    kstage_status_t st_ = (expr);                      \
-    INFO(#expr << ": " << kstage_adios2_last_error()); \
-    REQUIRE(st_ == KSTAGE_OK);                         \
-  } while (0)
-#define A2_FAILS(expr, code, needle)                                                    \
-  do {                                                                                  \
-    kstage_status_t st_ = (expr);                                                       \
-    INFO(#expr << ": " << kstage_adios2_last_error());                                  \
-    REQUIRE(st_ == (code));                                                             \
-    REQUIRE(std::string(kstage_adios2_last_error()).find(needle) != std::string::npos); \
-  } while (0)
-
-// A folder per process, removed at exit: ctest runs this program's variants (the host, each
-// emulated ordinal) side by side, and a checkpoint one rewrites while another restarts it
-// fails the other's manifest check.
-const std::filesystem::path& scratch_folder() {
-  static const struct Folder {
-    std::filesystem::path path = std::filesystem::temp_directory_path() /
-                                 ("kstage-adios2-tests-" + std::to_string(::getpid()));
-    ~Folder() {
-      std::error_code ec;
-      std::filesystem::remove_all(path, ec);
-    }
-  } folder;
-  return folder.path;
-}
-
 std::string scratch(const std::string& name) {
-  const std::filesystem::path& dir = scratch_folder();
-  std::filesystem::create_directories(dir);
-  const auto path = dir / name;
-  std::filesystem::remove_all(path);
-  return path.string();
+  return kstage_adios2_test::scratch_path("kstage-adios2-tests-", name);
 }
 
 using Snapshot = kstage_adios2_test::StageState;

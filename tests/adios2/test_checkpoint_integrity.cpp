@@ -7,6 +7,7 @@
 #include <kstage/hpp/adios2.hpp>
 #include <kstage/kstage_adios2.h>
 
+#include "adios2_support.hpp"
 #include "log_support.hpp"
 #include "stage_state.hpp"
 #include "support.hpp"
@@ -27,43 +28,11 @@ extern "C" const char* __lsan_default_suppressions() { return "leak:libadios2_\n
 
 namespace {
 
-#define A2_OK(expr)                                    \
-  do {                                                 \
-    kstage_status_t st_ = (expr);                      \
-    INFO(#expr << ": " << kstage_adios2_last_error()); \
-    REQUIRE(st_ == KSTAGE_OK);                         \
-  } while (0)
-#define A2_FAILS(expr, code, needle)                                                    \
-  do {                                                                                  \
-    kstage_status_t st_ = (expr);                                                       \
-    INFO(#expr << ": " << kstage_adios2_last_error());                                  \
-    REQUIRE(st_ == (code));                                                             \
-    REQUIRE(std::string(kstage_adios2_last_error()).find(needle) != std::string::npos); \
-  } while (0)
-
 using State = kstage_adios2_test::StageState;
 State state_of(kstage_stage_t stage) { return kstage_adios2_test::stage_state(stage); }
 
-// Per process: the default and asan legs (or two ctest jobs) never share a folder; removed at
-// exit.
-const fs::path& scratch_folder() {
-  static const struct Folder {
-    fs::path path =
-        fs::temp_directory_path() / ("kstage-adios2-integrity-" + std::to_string(::getpid()));
-    ~Folder() {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-  } folder;
-  return folder.path;
-}
-
 std::string scratch(const std::string& name) {
-  const fs::path& dir = scratch_folder();
-  fs::create_directories(dir);
-  const fs::path path = dir / name;
-  fs::remove_all(path);
-  return path.string();
+  return kstage_adios2_test::scratch_path("kstage-adios2-integrity-", name);
 }
 
 std::string read_text(const std::string& path) {

@@ -495,26 +495,57 @@ TEST_CASE("gpu backend: a new stage reuses the lane an earlier stage gave back",
   REQUIRE(second == first);
 }
 
+namespace {
+std::vector<float> iota_floats(size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = float(i);
+  return v;
+}
+
+// A stage on ordinal 0 holding column "a" (0, 1, 2, ...) and column "b" (-1 everywhere) of n
+// prims, sealed at 1. compact_read() reads one of them into a buffer of the read's own, which an
+// export alone holds once the group and the read are released.
+struct ColumnsAB {
+  explicit ColumnsAB(size_t count) : n(count), va(iota_floats(count)), s(kDev0) {
+    q = s.query(n);
+    a = s.token("a");
+    b = s.token("b");
+    std::vector<float> a_in = va, vb(n, -1.f);
+    int64_t shape[1] = {int64_t(n)};
+    DLTensor ta = tensor(a_in.data(), f32(), 1, shape), tb = tensor(vb.data(), f32(), 1, shape);
+    finish(s, write_op(s, q, a, 1, ta));
+    finish(s, write_op(s, q, b, 1, tb));
+    s.seal(1);
+  }
+  // wait = false: a consumer that orders itself on a stream (the export's consumer stream).
+  void compact_read(kstage_token_t attr, kstage_read_t* r, kstage_read_group_t* g,
+                    bool wait = true) {
+    kstage_read_desc_t d = kstage_read_desc_init();
+    d.compact = true;
+    KS_OK(kstage_read_attributes(s.stage, q, &attr, 1, &d, r));
+    KS_OK(kstage_fetch_read_next(s.stage, *r, 0, g));
+    if (wait) wait_for(g->data.device_sync);
+  }
+  size_t n;
+  std::vector<float> va;  // "a"'s values
+  DeviceStage s;
+  kstage_query_t q = 0;
+  kstage_token_t a = 0, b = 0;
+};
+
+}  // namespace
+
 // Defect 4: an export's memory was freed in kstage's stream order only, while PyTorch and CuPy
 // call DLPack deleters without synchronising their stream: the next allocation on kstage's
 // stream could reuse the memory while the consumer still read it.
 TEST_CASE("gpu backend: an export to a consumer stream is released after that stream's work",
           "[device][runtime][dlpack]") {
-  DeviceStage s(kDev0);
-  kstage_query_t q = s.query(64);
-  kstage_token_t a = s.token("a"), b = s.token("b");
-  std::vector<float> va(64), vb(64, -1.f);
-  for (size_t i = 0; i < va.size(); ++i) va[i] = float(i);
-  int64_t shape[1] = {64};
-  DLTensor ta = tensor(va.data(), f32(), 1, shape), tb = tensor(vb.data(), f32(), 1, shape);
-  finish(s, write_op(s, q, a, 1, ta));
-  finish(s, write_op(s, q, b, 1, tb));
-  s.seal(1);
+  ColumnsAB c(64);
+  DeviceStage& s = c.s;
+  const kstage_query_t q = c.q;
+  const kstage_token_t a = c.a;
   auto compact_read = [&](kstage_token_t attr, kstage_read_t* r, kstage_read_group_t* g) {
-    kstage_read_desc_t d = kstage_read_desc_init();
-    d.compact = true;  // a buffer of the read's own, freed when its last holder lets go
-    KS_OK(kstage_read_attributes(s.stage, q, &attr, 1, &d, r));
-    KS_OK(kstage_fetch_read_next(s.stage, *r, 0, g));
+    c.compact_read(attr, r, g, /*wait=*/false);  // the export orders its consumer stream
   };
   const uintptr_t consumer = kstage_emulated_stream_create(0);
   auto* out = static_cast<float*>(kstage_emulated_host_malloc(64 * sizeof(float)));
@@ -533,11 +564,11 @@ TEST_CASE("gpu backend: an export to a consumer stream is released after that st
   // kstage's next allocations of that size on its stream: they must not get that memory yet.
   kstage_read_t r2 = 0;
   kstage_read_group_t g2{};
-  compact_read(b, &r2, &g2);
+  compact_read(c.b, &r2, &g2);
   wait_for(g2.data.device_sync);
   kstage_emulated_stream_release(consumer);
   kstage_emulated_stream_synchronize(consumer);
-  REQUIRE(std::vector<float>(out, out + 64) == va);
+  REQUIRE(std::vector<float>(out, out + 64) == c.va);
   KS_OK(kstage_release_group(s.stage, g2.handle));
   KS_OK(kstage_release_read(s.stage, r2));
   // A host group takes stream 0 only; a stream the device does not know is refused.
@@ -652,11 +683,6 @@ struct ExportStage {
   kstage_query_t q = 0;
   kstage_token_t a = 0;
 };
-std::vector<float> iota_floats(size_t n) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = float(i);
-  return v;
-}
 }  // namespace
 
 TEST_CASE("gpu backend: a held consumer stream holds back no other release",
@@ -739,7 +765,6 @@ TEST_CASE("gpu backend: destroying a stage does not wait for a held consumer str
 // Arrow interface names none; -1 names none): kstage's next allocation of that size could take
 // the memory before the consumer had read it. Such a release now waits for the whole device.
 namespace {
-// A stage on ordinal 0 with column "a" (0, 1, 2, ...) and column "b" (-1 everywhere) of n prims;
 // `make(stage, group)` exports a compact read of "a" (then released) and returns the export's
 // data and its release. The consumer reads that data on its stream, held, and lets the export go
 // at once; a helper lets the stream run a little later. The release must not return before the
@@ -747,28 +772,12 @@ namespace {
 // must not take the memory from under the consumer.
 template <class Make>
 void release_while_consumer_reads(Make&& make) {
-  const size_t n = 1024;
-  const std::vector<float> va = iota_floats(n);
-  std::vector<float> vb(n, -1.f);
-  DeviceStage s(kDev0);
-  kstage_query_t q = s.query(n);
-  kstage_token_t a = s.token("a"), b = s.token("b");
-  int64_t shape[1] = {int64_t(n)};
-  std::vector<float> a_in = va;
-  DLTensor ta = tensor(a_in.data(), f32(), 1, shape), tb = tensor(vb.data(), f32(), 1, shape);
-  finish(s, write_op(s, q, a, 1, ta));
-  finish(s, write_op(s, q, b, 1, tb));
-  s.seal(1);
-  auto compact_read = [&](kstage_token_t attr, kstage_read_t* r, kstage_read_group_t* g) {
-    kstage_read_desc_t d = kstage_read_desc_init();
-    d.compact = true;  // a buffer of the read's own, held by the export alone once released
-    KS_OK(kstage_read_attributes(s.stage, q, &attr, 1, &d, r));
-    KS_OK(kstage_fetch_read_next(s.stage, *r, 0, g));
-    wait_for(g->data.device_sync);  // the consumer orders itself: here, by waiting
-  };
+  ColumnsAB c(1024);
+  DeviceStage& s = c.s;
+  const size_t n = c.n;
   kstage_read_t r = 0;
   kstage_read_group_t g{};
-  compact_read(a, &r, &g);
+  c.compact_read(c.a, &r, &g);
   std::pair<const void*, std::function<void()>> exported = make(s, g);
   KS_OK(kstage_release_group(s.stage, g.handle));
   KS_OK(kstage_release_read(s.stage, r));
@@ -789,11 +798,11 @@ void release_while_consumer_reads(Make&& make) {
   const bool read_before_release_returned = kstage_emulated_event_query(read_done) == 1;
   kstage_read_t r2 = 0;
   kstage_read_group_t g2{};
-  compact_read(b, &r2, &g2);
+  c.compact_read(c.b, &r2, &g2);
   helper.join();
   kstage_emulated_stream_synchronize(consumer);
   CHECK(read_before_release_returned);
-  CHECK(std::vector<float>(out, out + n) == va);  // never "b"'s -1, nor the allocator's marker
+  CHECK(std::vector<float>(out, out + n) == c.va);  // never "b"'s -1, nor the allocator's marker
   KS_OK(kstage_release_group(s.stage, g2.handle));
   KS_OK(kstage_release_read(s.stage, r2));
   kstage_emulated_host_free(out);
@@ -1011,27 +1020,12 @@ TEST_CASE(
 // and invalidates the capture. The event now goes on the stream the consumer named.
 TEST_CASE("gpu backend: a deleter records on the consumer's per-thread stream, also in a capture",
           "[device][runtime][dlpack][capture]") {
-  const size_t n = 256;
-  const std::vector<float> va = iota_floats(n);
-  std::vector<float> vb(n, -1.f);
-  DeviceStage s(kDev0);
-  kstage_query_t q = s.query(n);
-  kstage_token_t a = s.token("a"), b = s.token("b");
-  int64_t shape[1] = {int64_t(n)};
-  std::vector<float> a_in = va;
-  DLTensor ta = tensor(a_in.data(), f32(), 1, shape), tb = tensor(vb.data(), f32(), 1, shape);
-  finish(s, write_op(s, q, a, 1, ta));
-  finish(s, write_op(s, q, b, 1, tb));
-  s.seal(1);
-  auto compact_read = [&](kstage_token_t attr, kstage_read_t* r, kstage_read_group_t* g) {
-    kstage_read_desc_t d = kstage_read_desc_init();
-    d.compact = true;
-    KS_OK(kstage_read_attributes(s.stage, q, &attr, 1, &d, r));
-    KS_OK(kstage_fetch_read_next(s.stage, *r, 0, g));
-  };
+  ColumnsAB c(256);
+  DeviceStage& s = c.s;
+  const size_t n = c.n;
   kstage_read_t r = 0;
   kstage_read_group_t g{};
-  compact_read(a, &r, &g);
+  c.compact_read(c.a, &r, &g);
   DLManagedTensorVersioned* e = nullptr;
   KS_OK(kstage_group_export_on_stream(s.stage, g.handle, 0, 0, 2, &e));  // ordered on stream 2
   KS_OK(kstage_release_group(s.stage, g.handle));
@@ -1048,12 +1042,11 @@ TEST_CASE("gpu backend: a deleter records on the consumer's per-thread stream, a
   // Still released after the consumer's read: kstage's next allocation does not take it.
   kstage_read_t r2 = 0;
   kstage_read_group_t g2{};
-  compact_read(b, &r2, &g2);
-  wait_for(g2.data.device_sync);
+  c.compact_read(c.b, &r2, &g2);
   kstage_emulated_stream_release(2);
   kstage_emulated_stream_synchronize(2);
   CHECK(capture == 0);  // the capture stayed valid
-  CHECK(std::vector<float>(out, out + n) == va);
+  CHECK(std::vector<float>(out, out + n) == c.va);
   KS_OK(kstage_release_group(s.stage, g2.handle));
   KS_OK(kstage_release_read(s.stage, r2));
   kstage_emulated_host_free(out);
