@@ -366,10 +366,12 @@ def main(argv=None):
         ka.restart(fresh, path)
         ids_r, pos_r = unwrapped(fresh, box)
         fresh.close()
-        if not (np.array_equal(ids_r, ids_s) and np.array_equal(pos_r, pos_s)):
+        same = np.array_equal(ids_r, ids_s) and np.array_equal(pos_r, pos_s)
+        if not same:
             failures.append(f"rank {rank}: the checkpoint of step {at} restarts different")
-        say(f"lammps_atoms: the checkpoint of step {at} restarts equal "
-            f"({total(len(ids_r))} atoms)" if total(len(failures)) == 0 else "")
+        restarted, all_same = total(len(ids_r)), total(int(not same)) == 0  # on every rank
+        if all_same:
+            say(f"lammps_atoms: the checkpoint of step {at} restarts equal ({restarted} atoms)")
     draw(stage, out / f"lammps_{args.input}{'' if size == 1 else f'_{size}ranks'}.png",
          args.input, step, comm)
     for f in failures:

@@ -852,21 +852,14 @@ TEST_CASE("gpu backend: a DLPack export for no consumer stream is released after
 
 TEST_CASE("gpu backend: KSTAGE_STREAM_UNORDERED is no stream handle, and a host group's 0",
           "[device][runtime][dlpack]") {
-  DeviceStage s(kDev0);
-  kstage_query_t q = s.query(64);
-  kstage_token_t a = s.token("a");
-  const std::vector<float> va = iota_floats(64);
-  std::vector<float> in = va;
-  int64_t shape[1] = {64};
-  DLTensor t = tensor(in.data(), f32(), 1, shape);
-  finish(s, write_op(s, q, a, 1, t));
-  s.seal(1);
-  kstage_read_desc_t d = kstage_read_desc_init();
-  d.compact = true;
+  ColumnsAB c(64);
+  DeviceStage& s = c.s;
+  const kstage_query_t q = c.q;
+  const kstage_token_t a = c.a;
+  const std::vector<float>& va = c.va;
   kstage_read_t r = 0;
-  KS_OK(kstage_read_attributes(s.stage, q, &a, 1, &d, &r));
   kstage_read_group_t g{};
-  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+  c.compact_read(a, &r, &g, /*wait=*/false);
   // Not taken for a stream to order (the runtime would refuse an unknown handle): the consumer
   // orders itself, after the group's own sync.
   DLManagedTensorVersioned* e = nullptr;

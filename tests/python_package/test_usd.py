@@ -538,3 +538,23 @@ def test_an_over_defines_the_prims_the_scene_lacks(stage, tmp_path):
         ours = np.from_dlpack(g.tensor(0)).reshape(4, 4)
     np.testing.assert_array_equal(np.array(UsdGeom.XformCache().GetLocalToWorldTransform(arm2)),
                                   ours)
+
+
+def test_writer_refusals(stage):
+    stage.write("pos", ["/p0"], np.zeros((1, 3), np.float32), 1).wait()
+    stage.write("names", ["/p0"], [np.zeros(2, np.uint8)], 1, semantic="string").wait()
+    stage.seal(1)
+    w = ku.LayerWriter(stage)
+    with pytest.raises(ku.UsdError, match="anonymous layer cannot be saved"):
+        w.save()
+    with pytest.raises(ku.UsdError, match="no prim of the query holds it") as e:
+        w.write_points(stage.query(["/p0"]), "/Out", positions="pos", velocities="vel")
+    assert e.value.attribute == "vel"
+    with pytest.raises(ku.UsdError, match="fixed-size column") as e:
+        w.write_points(stage.query(["/p0"]), "/Out", positions="names")
+    assert e.value.attribute == "names"
+    # A column no USD type has is left out, with its reason.
+    stage.write("flags", ["/p0"], np.zeros(1, np.int8), 2).wait()
+    stage.seal(2)
+    report = ku.LayerWriter(stage).write()
+    assert ("flags", "fixed int8 x 1 none", "no USD type has this schema") in report.skipped

@@ -196,7 +196,8 @@ class LayerWriter:
                             continue
                         self._write_group(g, name, time, moved, report, prims_seen)
             if moved:
-                self._write_transforms(q, moved, time, report, prims_seen)
+                self._write_transforms(moved, RESET_XFORM_STACK in names, time, report,
+                                       prims_seen)
         report.prims = len(prims_seen)
         return report
 
@@ -219,10 +220,10 @@ class LayerWriter:
                     moved[pid] = row
         return moved
 
-    def _write_transforms(self, q, moved, time, report, prims_seen):
+    def _write_transforms(self, moved, has_resets, time, report, prims_seen):
         Sdf, Vt = self._pxr.Sdf, self._pxr.Vt
         resets = {}
-        if RESET_XFORM_STACK in [a["name"] for a in self.stage.attributes()]:
+        if has_resets:
             with self.stage.read(self.stage.query(list(moved)), [RESET_XFORM_STACK]) as read:
                 for g in read:
                     if not g.is_array and g.lanes == 1:
