@@ -29,18 +29,36 @@ class AttributeCounts {
     return b == kBig ? big_.at(prim) : b;
   }
   // May throw std::bad_alloc, leaving the count as it was; does not throw for a prim of
-  // prepare_increments(). Returns whether the prim came into existence (its count was 0).
+  // prepare_run(). Returns whether the prim came into existence (its count was 0).
   bool increment(uint64_t prim) {
     uint8_t& b = entry(prim);
     if (b < kBig - 1) {
       return ++b == 1;
     } else if (b == kBig - 1) {
-      big_[prim] = kBig;  // an entry prepare_increments() made: no allocation
+      big_[prim] = kBig;  // (an entry prepare_run() made: no allocation)
       b = kBig;
     } else {
       ++big_.at(prim);
     }
     return false;
+  }
+  // increment() of every prim of list[0, n), all or nothing (prims close together share their
+  // page's look-up): may throw std::bad_alloc, leaving the counts as they were. Returns whether a
+  // prim of it came into existence.
+  bool increment_list(const uint64_t* list, size_t n) {
+    bool appeared = false;
+    size_t done = 0;
+    try {
+      for_bytes(list, n, [&](uint8_t& b, uint64_t p) {
+        if (b >= kBig - 1) increment(p);  // (may throw before it changes anything)
+        else if (++b == 1) appeared = true;
+        ++done;
+      });
+    } catch (...) {
+      for (size_t i = 0; i < done; ++i) decrement(list[i]);  // (their bytes exist: no allocation)
+      throw;
+    }
+    return appeared;
   }
   // increment() of prims [first, first + count): whole pages that hold one
   // count for all their prims stay so (one byte each), the rest a page at a
@@ -65,14 +83,11 @@ class AttributeCounts {
     }
     return appeared;
   }
-  // Makes what increment() of `list` and increment_run(run_first, run_count) will need
-  // (pages' bytes, per-page counts, side-map entries for counts reaching kBig), so that they
-  // cannot throw: a seal calls this before it moves a write's rows, and counts the write's
-  // new prims after. May throw std::bad_alloc, leaving the counts as they were (what it made
-  // reads as before).
-  void prepare_increments(const std::vector<uint64_t>& list, uint64_t run_first,
-                          uint64_t run_count) {
-    for (uint64_t p : list) prepare_increment(p);
+  // Makes what increment_run(run_first, run_count) will need (pages' bytes, per-page counts,
+  // side-map entries for counts reaching kBig), so that it cannot throw: a seal calls this
+  // before it moves a write's rows, and counts the write's new prims after. May throw
+  // std::bad_alloc, leaving the counts as they were (what it made reads as before).
+  void prepare_run(uint64_t run_first, uint64_t run_count) {
     if (run_count == 0) return;
     const uint64_t last_page = (run_first + run_count - 1) >> kPageBits;
     if (last_page >= uniform_.size()) uniform_.resize(last_page + 1, 0);
@@ -147,6 +162,21 @@ class AttributeCounts {
   }
   void prepare_increment(uint64_t prim) {
     if (entry(prim) == kBig - 1) big_.try_emplace(prim, uint32_t(kBig));
+  }
+  // f(byte, prim) for every prim of list[0, n), as with entry(prim) (one look-up per page in
+  // turn).
+  template <class F>
+  void for_bytes(const uint64_t* list, size_t n, F&& f) {
+    uint64_t page_of = UINT64_MAX;
+    uint8_t* bytes = nullptr;
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t p = list[i];
+      if ((p >> kPageBits) != page_of) {
+        bytes = &entry(p) - (p & (kPage - 1));
+        page_of = p >> kPageBits;
+      }
+      f(bytes[p & (kPage - 1)], p);
+    }
   }
   // The prim's own byte, its page made from the page's count if needed (which
   // is then the page's bytes' to say: the per-page count goes back to 0).

@@ -246,6 +246,7 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
       new_prims.run_first = first;
       new_prims.run_count = rows.n;
       affine_rows_ += rows.n;
+      prim_bound_ = std::max<uint64_t>(prim_bound_, affine_first_ + affine_rows_);
       live_rows_ += rows.n;
       ++structure_;
       return t;
@@ -257,12 +258,19 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
   if (rows.subset == nullptr && free_rows_.empty() && rows.n > 0 &&
       row_space() + rows.n < size_t(kNoRow)) {
     const PrimSeq& s = *rows.prims;
-    bool absent = true;
-    for (size_t i = 0; absent && i < rows.n; ++i) absent = row_of(s[i]) == kNoRow;
+    const uint64_t* listed = s.data();
+    auto id = [&s, listed](size_t i) { return listed ? listed[i] : s[i]; };
+    // (Prims at or past the bound never held a row: a clone's copies are new paths.)
+    auto is_new = [this](uint64_t p) { return p >= prim_bound_ || row_of(p) == kNoRow; };
+    bool absent = is_new(id(0));        // (an update of prims that hold it stops here)
+    if (absent && affine_rows_ != 0) {  // every target looked at before the tables are made
+      for (size_t i = 1; absent && i < rows.n; ++i) absent = is_new(id(i));
+      if (absent) materialize_rows();  // (the run is not followed: the tables from here on)
+    }
+    const size_t base = row_live_.size(), grow = base + rows.n;
+    uint64_t largest = 0;
     if (absent) {
-      materialize_rows();  // (an affine column's run is not followed: the tables from here on)
-      const size_t base = row_live_.size(), grow = base + rows.n;
-      // Every allocation first: the tables' room, the pages of the new prims' ids, the lists.
+      // Every allocation first: the tables' room and the lists (nothing changes yet).
       reserve_geometric(row_live_, grow);
       if (!stamps_.empty()) stamps_.reserve_geometric(grow);
       if (schema_.is_array) {
@@ -270,8 +278,33 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
         reserve_geometric(array_length_, grow);
         scratch_rows_.resize(rows.n);
       }
-      for (size_t i = 0; i < rows.n; ++i) row_of_.at(s[i]);
-      reserve_geometric(new_prims.list, new_prims.list.size() + rows.n);
+      if (!listed) reserve_geometric(new_prims.list, new_prims.list.size() + rows.n);
+      // One pass over the ids: each target's entry takes its new row, its page made on the way.
+      // A target found holding the attribute, or a page that cannot be made, takes back the
+      // entries set so far (their pages exist: that cannot fail).
+      size_t set = 0;
+      auto take_back = [&] {
+        for (size_t i = 0; i < set; ++i) row_of_.at(id(i)) = kNoRow;
+      };
+      try {
+        row_of_.for_entries(rows.n, id, [&](uint32_t& r, size_t i) {
+          const uint64_t p = id(i);
+          if (p < prim_bound_ && r != kNoRow) {
+            absent = false;
+            return false;
+          }
+          r = uint32_t(base + i);
+          largest = std::max(largest, p);
+          ++set;
+          return true;
+        });
+      } catch (...) {
+        take_back();
+        throw;
+      }
+      if (!absent) take_back();
+    }
+    if (absent) {
       // Nothing below allocates.
       row_live_.resize(grow, true);
       if (!stamps_.empty())
@@ -280,12 +313,14 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
         array_offset_.resize(grow, 0);
         array_length_.resize(grow, 0);
       }
-      for (size_t i = 0; i < rows.n; ++i) {
-        const uint64_t p = s[i];
-        row_of_.at(p) = uint32_t(base + i);
-        new_prims.list.push_back(p);
+      if (listed) {
+        new_prims.shared = rows.prims;
+        new_prims.shared_n = rows.n;
+      } else {
+        for (size_t i = 0; i < rows.n; ++i) new_prims.list.push_back(s[i]);
       }
       live_rows_ += rows.n;
+      prim_bound_ = std::max(prim_bound_, largest + 1);
       ++structure_;
       t.identity = base == 0;  // (then they are all the rows, in order)
       if (!t.identity) {
@@ -399,6 +434,7 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
     row_live_[r] = true;
     ++live_rows_;
     new_prims.list.push_back(p);
+    prim_bound_ = std::max(prim_bound_, p + 1);
     ids[i] = r;
   }
   ++structure_;
@@ -416,7 +452,9 @@ void Column::unassign_rows(const NewPrims& new_prims, size_t row_space_before) {
     return;
   }
   // (No allocation: the pages exist, and free_rows_ gets back at most what assign_rows took.)
-  for (uint64_t p : new_prims.list) {
+  const uint64_t* ids = new_prims.ids();
+  for (size_t i = 0; i < new_prims.count(); ++i) {
+    const uint64_t p = ids[i];
     const uint32_t r = row_of_.get(p);
     row_live_[r] = false;
     row_of_.at(p) = kNoRow;
@@ -435,7 +473,8 @@ void Column::unassign_rows(const NewPrims& new_prims, size_t row_space_before) {
 }
 
 Status Column::apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& new_prims,
-                           const std::function<void(const NewPrims&)>& prepare) {
+                           const std::function<void(const NewPrims&)>& gain,
+                           const std::function<void(const NewPrims&)>& undo) {
   if (rows.n == 0) return Status::OK();
   NewPrims added;
   TargetRows t;
@@ -450,8 +489,10 @@ Status Column::apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& n
   // An unused table entry is harmless: the retry of this ordinal takes it, a compaction drops it.
   uint32_t stamp = 0;
   Status st;
+  bool gained = false;
   try {
-    prepare(added);
+    gain(added);
+    gained = true;
     if (!t.identity) {
       stamp = stamp_for(ordinal);
       ensure_stamps();
@@ -462,6 +503,7 @@ Status Column::apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& n
     st = out_of_memory("no host memory to seal a write of %zu rows", rows.n);
   }
   if (!st.ok()) {
+    if (gained) undo(added);
     unassign_rows(added, t.row_space_before);
     return st;
   }

@@ -71,15 +71,17 @@ struct StagedRows {
 
 // The prims a write made new in a column: a list, or, for the first write of
 // an affine column, a run [run_first, run_first + run_count) (no list of 1e8
-// ids to make and walk).
+// ids to make and walk). When every target of a write is new, the list is the
+// write's own (`shared`, kept alive by it: not copied).
 struct NewPrims {
   std::vector<uint64_t> list;
+  PrimList shared;
+  size_t shared_n = 0;
   uint64_t run_first = 0, run_count = 0;
-  bool empty() const { return list.empty() && run_count == 0; }
-  void clear() {
-    list.clear();
-    run_count = 0;
-  }
+
+  const uint64_t* ids() const { return shared ? shared->data() : list.data(); }
+  size_t count() const { return shared ? shared_n : list.size(); }
+  bool empty() const { return count() == 0 && run_count == 0; }
 };
 
 // Where a list of prims sits in a column: computed once per (prim list,
@@ -197,11 +199,14 @@ class Column {
 
   // --- sealing ------------------------------------------------------------
   // Applies a staged write at `ordinal`. `new_prims` collects prims that gain
-  // this attribute. `prepare(new_prims)` runs before any row changes, so that
-  // what the caller does with them after cannot fail (it may throw
-  // std::bad_alloc). On failure (OUT_OF_MEMORY) the column is unchanged.
+  // this attribute. `gain(new_prims)` runs before any row moves (while the new
+  // prims' bookkeeping is in cache), so that what the caller does with them
+  // cannot fail after the column took them (it may throw std::bad_alloc,
+  // changing nothing); if the write fails after it, `undo(new_prims)` takes it
+  // back (it must not throw). On failure (OUT_OF_MEMORY) the column is unchanged.
   Status apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& new_prims,
-                     const std::function<void(const NewPrims&)>& prepare);
+                     const std::function<void(const NewPrims&)>& gain,
+                     const std::function<void(const NewPrims&)>& undo);
   // Storage the seals since the last call replaced, for the stage to release after its lock
   // (an adopted buffer's deleter may call back into the stage).
   // Never throws: what `into` has no room for stays here, for the next call.
@@ -286,6 +291,9 @@ class Column {
   uint64_t affine_first_ = 0;
   size_t affine_rows_ = 0;                   // 0: the tables below
   PagedArray<uint32_t, UINT32_MAX> row_of_;  // indexed by path id; UINT32_MAX = kNoRow
+  // No prim at or past this id has ever held a row here (whatever form the column had): a
+  // write of new paths (a clone's copies) knows them absent without a look at row_of_.
+  uint64_t prim_bound_ = 0;
   // Per row, whether a prim holds it (1 bit a row: which prim is row_of_'s
   // to say, and nothing needs the reverse).
   std::vector<bool> row_live_;

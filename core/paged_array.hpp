@@ -35,6 +35,24 @@ class PagedArray {
     }
     return pages_[p][i & (kPage - 1)];
   }
+  // Calls f(entry, i) for the entries of ids id(0) .. id(n - 1) in turn, making their pages, until
+  // f returns false; returns whether it never did. Ids in one page share one look-up (a batch of
+  // new prims is mostly a few pages). May throw std::bad_alloc part way (the pages made read
+  // Default; what f changed stays changed).
+  template <class Id, class F>
+  bool for_entries(size_t n, const Id& id, F&& f) {
+    uint64_t page_of = UINT64_MAX;
+    T* page = nullptr;
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t k = id(i);
+      if ((k >> kPageBits) != page_of) {
+        page = &at(k) - (k & (kPage - 1));
+        page_of = k >> kPageBits;
+      }
+      if (!f(page[k & (kPage - 1)], i)) return false;
+    }
+    return true;
+  }
   // Whether page `p` (ids [p * kPage, (p + 1) * kPage)) has been made.
   bool has_page(uint64_t p) const { return p < pages_.size() && pages_[p]; }
   // Makes the pages of ids [first, last] (so that at() on them cannot throw).

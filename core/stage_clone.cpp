@@ -90,11 +90,25 @@ Status read_path_values(Backend& host, ClonedColumn& cc) {
                   cc.compact->data(), bytes);
 }
 
+// The ids of the copies: of shape node k for target t (kRoot: the target itself).
+struct CopyIds {
+  const PrimSeq& targets;
+  const uint64_t* target_ids;  // the targets as ids (null when the shape is empty)
+  const uint64_t* copies;      // target after target, ns each
+  size_t ns;
+
+  uint64_t of(size_t t, uint32_t k) const { return k == kRoot ? targets[t] : copies[t * ns + k]; }
+  // The copies of nodes[0, s) for target t, into out[0, s).
+  void fill(size_t t, const uint32_t* nodes, size_t s, uint64_t* out) const {
+    const uint64_t* below = copies + t * ns;
+    for (size_t k = 0; k < s; ++k) out[k] = nodes[k] == kRoot ? target_ids[t] : below[nodes[k]];
+  }
+};
+
 // The staged rows of the clone's write of `cc`: its targets (copy of node k for target t, target
-// after target) and their data. `copy_of(t, k)` names the copies; `node_of` is the shape's
-// index of the ids it was made from (for the PATH_ID values' nodes).
-template <class CopyOf>
-Status stage_copies(const ClonedColumn& cc, const PrimList& targets, const CopyOf& copy_of,
+// after target) and their data. `node_of` is the shape's index of the ids it was made from (for
+// the PATH_ID values' nodes).
+Status stage_copies(const ClonedColumn& cc, const PrimList& targets, const CopyIds& copy,
                     const std::vector<uint32_t>& node_of, Backend& host, StagedRows& rows) {
   const Column& col = *cc.column;
   const size_t nt = targets->size(), s = cc.rows.size(), n = nt * s;
@@ -103,8 +117,7 @@ Status stage_copies(const ClonedColumn& cc, const PrimList& targets, const CopyO
     rows.prims = targets;  // the targets themselves: a range's stay a progression
   } else {
     std::vector<uint64_t> ids(n);
-    for (size_t t = 0; t < nt; ++t)
-      for (size_t k = 0; k < s; ++k) ids[t * s + k] = copy_of(t, cc.nodes[k]);
+    for (size_t t = 0; t < nt; ++t) copy.fill(t, cc.nodes.data(), s, ids.data() + t * s);
     rows.prims = std::make_shared<const PrimSeq>(std::move(ids));
   }
   if (cc.paths.any()) {
@@ -121,17 +134,17 @@ Status stage_copies(const ClonedColumn& cc, const PrimList& targets, const CopyO
     for (size_t t = 0; t < nt; ++t)
       for (size_t i = 0; i < v.size(); ++i) {
         auto it = cc.paths.at(i) ? rebase.find(v[i]) : rebase.end();
-        out.push_back(it == rebase.end() ? v[i] : copy_of(t, it->second));
+        out.push_back(it == rebase.end() ? v[i] : copy.of(t, it->second));
       }
     if (col.schema().is_array) {
       const uint64_t per_target = v.size() * sizeof(uint64_t);
       rows.starts.resize(n);
       rows.lengths.resize(n);
-      for (size_t t = 0; t < nt; ++t)
-        for (size_t k = 0; k < s; ++k) {
-          rows.starts[t * s + k] = t * per_target + cc.starts[k];
-          rows.lengths[t * s + k] = cc.lengths[k];
-        }
+      for (size_t t = 0; t < nt; ++t) {
+        std::transform(cc.starts.begin(), cc.starts.end(), rows.starts.begin() + t * s,
+                       [&](uint64_t start) { return t * per_target + start; });
+        std::copy(cc.lengths.begin(), cc.lengths.end(), rows.lengths.begin() + t * s);
+      }
     }
     if (out.empty()) out.push_back(0);  // (every row empty: no zero-byte buffer)
     const size_t bytes = out.size() * sizeof(uint64_t);
@@ -144,12 +157,13 @@ Status stage_copies(const ClonedColumn& cc, const PrimList& targets, const CopyO
     return Status::OK();
   }
   rows.data = cc.compact;
+  // (Target after target: no division per row.)
   if (col.schema().is_array) {
     rows.starts.resize(n);
     rows.lengths.resize(n);
-    for (size_t j = 0; j < n; ++j) {
-      rows.starts[j] = cc.starts[j % s];
-      rows.lengths[j] = cc.lengths[j % s];
+    for (size_t t = 0; t < nt; ++t) {
+      std::copy(cc.starts.begin(), cc.starts.end(), rows.starts.begin() + t * s);
+      std::copy(cc.lengths.begin(), cc.lengths.end(), rows.lengths.begin() + t * s);
     }
     return Status::OK();
   }
@@ -162,7 +176,8 @@ Status stage_copies(const ClonedColumn& cc, const PrimList& targets, const CopyO
   }
   KSTAGE_ASSIGN_OR_RETURN(rows.source_index, host.allocate(n * sizeof(uint32_t)));
   auto* index = reinterpret_cast<uint32_t*>(rows.source_index->data());
-  for (size_t j = 0; j < n; ++j) index[j] = uint32_t(j % s);
+  std::iota(index, index + s, uint32_t(0));
+  for (size_t t = 1; t < nt; ++t) std::copy(index, index + s, index + t * s);
   return Status::OK();
 }
 
@@ -308,15 +323,12 @@ Result<std::shared_ptr<Op>> Stage::clone(uint64_t source, const PrimList& target
       // The copies' paths, interned in one batch, and one write per column.
       std::vector<uint64_t> copies(nt * ns);
       if (ns > 0) dictionary_.intern_copies(target_ids.data(), nt, shape, copies.data());
-      auto copy_of = [&](size_t t, uint32_t k) {
-        return k == kRoot ? (*targets)[t] : copies[t * ns + k];
-      };
+      const CopyIds copy{*targets, target_ids.data(), copies.data(), ns};
       WriteBatch batch;
       for (const ClonedColumn& cc : cloned) {
         Mutation& m = add_write(batch, cc.column->attribute(), cc.column, cc.column->schema(),
                                 &cc.column->backend(), ordinal);
-        KSTAGE_RETURN_NOT_OK(
-            stage_copies(cc, targets, copy_of, node_of, backends_->host(), m.rows));
+        KSTAGE_RETURN_NOT_OK(stage_copies(cc, targets, copy, node_of, backends_->host(), m.rows));
       }
       // The op completes when the source gathers are done: one event per device they ran on.
       auto op = std::make_shared<Op>();

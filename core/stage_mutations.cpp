@@ -375,14 +375,20 @@ Result<std::shared_ptr<Op>> Stage::remove(const PrimList& prims, const uint64_t*
 
 Status Stage::seal_write(Mutation& m, uint64_t attribute) {
   NewPrims added;
-  // The counts' memory for the new prims is made before the rows move: their count
-  // cannot then fail after the column took them (a retry would find them present).
-  KSTAGE_RETURN_NOT_OK(
-      m.column->apply_write(m.rows, m.ordinal, added, [this](const NewPrims& fresh) {
-        prim_attribute_count_.prepare_increments(fresh.list, fresh.run_first, fresh.run_count);
-      }));
+  // The counts of the new prims change before the rows move (a list's, all or nothing, while
+  // its prims are in cache; a failed write takes them back: their bytes exist, so that cannot
+  // fail), or their memory is made then (a run's, counted after): counting them cannot fail
+  // after the column took them (a retry would find them present).
   bool appeared = false;
-  for (uint64_t p : added.list) appeared = prim_attribute_count_.increment(p) || appeared;
+  KSTAGE_RETURN_NOT_OK(m.column->apply_write(
+      m.rows, m.ordinal, added,
+      [&](const NewPrims& fresh) {
+        prim_attribute_count_.prepare_run(fresh.run_first, fresh.run_count);
+        appeared = prim_attribute_count_.increment_list(fresh.ids(), fresh.count());
+      },
+      [&](const NewPrims& fresh) {
+        for (size_t i = 0; i < fresh.count(); ++i) prim_attribute_count_.decrement(fresh.ids()[i]);
+      }));
   appeared = prim_attribute_count_.increment_run(added.run_first, added.run_count) || appeared;
   if (appeared) ++existence_generation_;
   const ColumnTable::Range columns = columns_.of(attribute);

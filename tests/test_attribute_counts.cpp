@@ -100,7 +100,7 @@ TEST_CASE("any mix of runs, increments and decrements matches a plain map", "[at
   std::vector<uint64_t> probes;
   auto pick = [&](uint64_t n) { return uint64_t(rng() % n); };
   for (int step = 0; step < 150; ++step) {
-    switch (pick(4)) {
+    switch (pick(5)) {
       case 0: {  // a run, page-aligned or not, up to three pages
         const uint64_t first = pick(6) * kPage + (pick(2) ? 0 : pick(kPage));
         const uint64_t count = pick(2) ? kPage * (1 + pick(3)) : 1 + pick(2 * kPage);
@@ -116,6 +116,21 @@ TEST_CASE("any mix of runs, increments and decrements matches a plain map", "[at
         c.increment(p);
         ++m[p];
         probes.push_back(p);
+        break;
+      }
+      case 2: {  // a list of distinct prims, pages apart or not (as a write's new prims)
+        std::vector<uint64_t> ids;
+        for (int k = 0; k < 6; ++k) {
+          const uint64_t p = pick(8 * kPage);
+          if (std::find(ids.begin(), ids.end(), p) == ids.end()) ids.push_back(p);
+        }
+        bool appeared = false;
+        for (uint64_t p : ids) appeared = appeared || m[p] == 0;
+        REQUIRE(c.increment_list(ids.data(), ids.size()) == appeared);
+        for (uint64_t p : ids) {
+          ++m[p];
+          probes.push_back(p);
+        }
         break;
       }
       default: {  // decrements of prims that hold a count, a few at a time

@@ -265,17 +265,26 @@ TEST_CASE("a seal that runs out of memory after adding rows takes them back", "[
     KS_OK(kstage_release_read(s.stage, r));
     return rows;
   };
+  const kstage_filter_t every_prim{};
   {
     NoMemoryFrom guard(kN / 2);
     REQUIRE(kstage_advance_write_floor(s.stage, 2, &t, 1) == KSTAGE_OUT_OF_MEMORY);
   }
   REQUIRE(s.floor(t) == 1);
   REQUIRE(column_rows() == int64_t(kN));
+  // The new prims' attribute counts, raised before the rows moved, were taken back: they do
+  // not exist.
+  REQUIRE(s.filtered(every_prim).size() == kN);
   s.seal(2, {t});
   REQUIRE(column_rows() == int64_t(kN + 10));
+  REQUIRE(s.filtered(every_prim).size() == kN + 10);
   const auto got = scalars(s, news, t);
   REQUIRE(got.size() == 10);
   for (const auto& [prim, v] : got) REQUIRE(v == 2.f);
+  // Counted once: deleting them leaves the old prims alone.
+  REQUIRE(s.remove(news, {}, 3) == KSTAGE_OK);
+  s.seal(3);
+  REQUIRE(s.filtered(every_prim).size() == kN);
 }
 
 // A batch write enqueues every attribute or none, whichever allocation fails: with the

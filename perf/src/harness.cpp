@@ -152,6 +152,15 @@ void die(const char* fmt, ...) {
 // ---- measurement -----------------------------------------------------------------------------
 namespace {
 
+// --filter: the workloads whose name contains it; "TEXT$", those whose name ends with TEXT
+// (clone_env$ is clone_env without clone_env_read_write).
+bool filter_matches(const std::string& filter, const std::string& name) {
+  if (filter.empty()) return true;
+  if (filter.back() != '$') return name.find(filter) != std::string::npos;
+  const size_t n = filter.size() - 1;
+  return name.size() >= n && name.compare(name.size() - n, n, filter, 0, n) == 0;
+}
+
 struct Measurement {
   std::string status = "ok";  // ok | verify-failed | error | skipped | pending
   std::string note;
@@ -320,7 +329,7 @@ class Runner {
 
 bool Runner::selected(const WorkloadDef& d, const Shape& s) const {
   if (d.own_shapes) return false;  // measured at its own shapes (own_shape_workloads)
-  if (!o_.filter.empty() && d.name.find(o_.filter) == std::string::npos) return false;
+  if (!filter_matches(o_.filter, d.name)) return false;
   if (d.applies && !d.applies(s)) return false;
   if (o_.big_rows_min && s.rows >= o_.big_rows_min && !d.big_ok) return false;
   if (o_.mode == Mode::Quick && d.quick_max_rows && s.rows > d.quick_max_rows) return false;
@@ -565,7 +574,7 @@ void Runner::own_shape_workloads() {
   std::map<uint64_t, std::vector<std::pair<const WorkloadDef*, Shape>>> by_rows;
   for (const WorkloadDef& d : workload_registry()) {
     if (d.pending || !d.own_shapes) continue;
-    if (!o_.filter.empty() && d.name.find(o_.filter) == std::string::npos) continue;
+    if (!filter_matches(o_.filter, d.name)) continue;
     for (const Shape& s : d.own_shapes(o_)) by_rows[s.rows].emplace_back(&d, s);
   }
   for (const auto& [rows, cases] : by_rows) {
@@ -602,7 +611,7 @@ int Runner::run() {
   // Pending workloads first: they have no shape.
   for (const WorkloadDef& d : workload_registry()) {
     if (!d.pending) continue;
-    if (!o_.filter.empty() && d.name.find(o_.filter) == std::string::npos) continue;
+    if (!filter_matches(o_.filter, d.name)) continue;
     Row r;
     r.workload = d.name;
     r.family = d.family;
@@ -714,7 +723,7 @@ void usage() {
       "  --smoke          one tiny size per workload, 1 rep: checks that everything runs and "
       "verifies\n"
       "  --out DIR        results folder (default ./kstage-perf-results)\n"
-      "  --filter TEXT    only workloads whose name contains TEXT\n"
+      "  --filter TEXT    only workloads whose name contains TEXT (TEXT$: ends with TEXT)\n"
       "  --rows LIST      row counts, e.g. 1e3,1e6   --lanes LIST   --dtypes f32,f64\n"
       "  --exec LIST      serial,parallel (default both)\n"
       "  --reps MIN[,MAX] repetitions per case      --seconds S   timed seconds per case\n"
