@@ -686,6 +686,7 @@ bool PathTree::make_block(const uint64_t* targets, size_t nt, const std::vector<
   b.ns = s;
   b.kids.resize(s);
   std::vector<char> digit_kids(s, 0);
+  std::vector<uint64_t> flags(s);  // per node, what its copies' nodes carry beside the parent
   bool digit_top = false;
   for (size_t k = 0; k < s; ++k) {
     b.leaves.emplace_back(l.view[k]);
@@ -697,6 +698,8 @@ bool PathTree::make_block(const uint64_t* targets, size_t nt, const std::vector<
       if (l.numeric[k]) digit_kids[p] = 1;
     }
   }
+  for (size_t k = 0; k < s; ++k)
+    flags[k] = (shape[k].visible ? kVisible : 0) | (digit_kids[k] ? kDigitKids : 0);
   if (blocks_.size() == blocks_.capacity()) blocks_.reserve(2 * blocks_.size() + 4);
   while (4 * (nodes_.size() + nt * top.size()) > 3 * index_.size()) grow_index();
   if (digit_top)
@@ -711,16 +714,14 @@ bool PathTree::make_block(const uint64_t* targets, size_t nt, const std::vector<
   // the deeper ones are found through the block (block_child).
   const uint64_t base = nodes_.size() - total;
   for (size_t t = 0; t < nt; ++t) {
-    uint64_t* copy = out + t * s;
+    const uint64_t first = b.first + t * s, node = base + t * s;
     for (size_t k = 0; k < s; ++k) {
       const uint32_t p = shape[k].parent;
-      const uint64_t parent = p == ShapeNode::kShapeRoot ? targets[t] : copy[p];
-      const uint64_t node = base + t * s + k;
-      nodes_[node] = Node{
-          parent | (shape[k].visible ? kVisible : 0) | (digit_kids[k] ? kDigitKids : 0), l.leaf[k]};
-      copy[k] = b.first + t * s + k;
-      if (p == ShapeNode::kShapeRoot) index_node(node, child_hash(parent, l.hash[k]));
+      const uint64_t parent = p == ShapeNode::kShapeRoot ? targets[t] : first + p;
+      nodes_[node + k] = Node{parent | flags[k], l.leaf[k]};
+      out[t * s + k] = first + k;
     }
+    for (uint32_t k : top) index_node(node + k, child_hash(targets[t], l.hash[k]));
     if (digit_top) note_digit_child(targets[t]);  // (made above: no allocation)
   }
   add_ids(b.first, base, total);

@@ -98,10 +98,11 @@ struct CopyIds {
   size_t ns;
 
   uint64_t of(size_t t, uint32_t k) const { return k == kRoot ? targets[t] : copies[t * ns + k]; }
-  // The copies of nodes[0, s) for target t, into out[0, s).
-  void fill(size_t t, const uint32_t* nodes, size_t s, uint64_t* out) const {
+  // The copies of nodes[0, s) for target t, appended to `out`.
+  void append(size_t t, const uint32_t* nodes, size_t s, std::vector<uint64_t>& out) const {
     const uint64_t* below = copies + t * ns;
-    for (size_t k = 0; k < s; ++k) out[k] = nodes[k] == kRoot ? target_ids[t] : below[nodes[k]];
+    for (size_t k = 0; k < s; ++k)
+      out.push_back(nodes[k] == kRoot ? target_ids[t] : below[nodes[k]]);
   }
 };
 
@@ -116,8 +117,9 @@ Status stage_copies(const ClonedColumn& cc, const PrimList& targets, const CopyI
   if (s == 1 && cc.nodes[0] == kRoot) {
     rows.prims = targets;  // the targets themselves: a range's stay a progression
   } else {
-    std::vector<uint64_t> ids(n);
-    for (size_t t = 0; t < nt; ++t) copy.fill(t, cc.nodes.data(), s, ids.data() + t * s);
+    std::vector<uint64_t> ids;
+    ids.reserve(n);
+    for (size_t t = 0; t < nt; ++t) copy.append(t, cc.nodes.data(), s, ids);
     rows.prims = std::make_shared<const PrimSeq>(std::move(ids));
   }
   if (cc.paths.any()) {
@@ -176,8 +178,8 @@ Status stage_copies(const ClonedColumn& cc, const PrimList& targets, const CopyI
   }
   KSTAGE_ASSIGN_OR_RETURN(rows.source_index, host.allocate(n * sizeof(uint32_t)));
   auto* index = reinterpret_cast<uint32_t*>(rows.source_index->data());
-  std::iota(index, index + s, uint32_t(0));
-  for (size_t t = 1; t < nt; ++t) std::copy(index, index + s, index + t * s);
+  for (size_t t = 0; t < nt; ++t)
+    for (size_t k = 0; k < s; ++k) *index++ = uint32_t(k);
   return Status::OK();
 }
 
@@ -371,6 +373,9 @@ Status Stage::check_copies_absent(const PrimSeq& targets, const std::vector<uint
   // target itself.
   std::vector<uint64_t> found(nt * ns);
   if (ns > 0) dictionary_.find_copies(target_ids.data(), nt, shape, found.data());
+  // (Usually none is: the targets are new, or have nothing where the copies go.)
+  const bool any_found =
+      std::any_of(found.begin(), found.end(), [](uint64_t id) { return id != 0; });
   std::vector<std::pair<size_t, size_t>> which;
   std::vector<uint64_t> ids;
   ids.reserve(nt);
@@ -378,7 +383,7 @@ Status Stage::check_copies_absent(const PrimSeq& targets, const std::vector<uint
   for (size_t t = 0; t < nt; ++t) {
     ids.push_back(targets[t]);
     which.emplace_back(t, ns);
-    for (size_t k = 0; k < ns; ++k)
+    for (size_t k = 0; any_found && k < ns; ++k)
       if (is_prim[k] && found[t * ns + k] != 0) {
         ids.push_back(found[t * ns + k]);
         which.emplace_back(t, k);
