@@ -42,20 +42,31 @@ class AttributeCounts {
     }
     return false;
   }
-  // increment() of every prim of list[0, n), all or nothing (prims close together share their
-  // page's look-up): may throw std::bad_alloc, leaving the counts as they were. Returns whether a
-  // prim of it came into existence.
-  bool increment_list(const uint64_t* list, size_t n) {
+  // increment() of every prim `each(f)` calls f with (in order, each prim once), all or nothing
+  // (prims close together share their page's look-up): may throw std::bad_alloc, leaving the
+  // counts as they were. Returns whether one of them came into existence.
+  template <class Each>
+  bool increment_each(const Each& each) {
     bool appeared = false;
     size_t done = 0;
+    uint64_t page_of = UINT64_MAX;
+    uint8_t* bytes = nullptr;
     try {
-      for_bytes(list, n, [&](uint8_t& b, uint64_t p) {
+      each([&](uint64_t p) {
+        if ((p >> kPageBits) != page_of) {
+          bytes = &entry(p) - (p & (kPage - 1));  // (the page made, from its count if need be)
+          page_of = p >> kPageBits;
+        }
+        uint8_t& b = bytes[p & (kPage - 1)];
         if (b >= kBig - 1) increment(p);  // (may throw before it changes anything)
         else if (++b == 1) appeared = true;
         ++done;
       });
     } catch (...) {
-      for (size_t i = 0; i < done; ++i) decrement(list[i]);  // (their bytes exist: no allocation)
+      size_t k = 0;  // the first `done` go back (their bytes exist: no allocation)
+      each([&](uint64_t p) {
+        if (k++ < done) decrement(p);
+      });
       throw;
     }
     return appeared;
@@ -162,21 +173,6 @@ class AttributeCounts {
   }
   void prepare_increment(uint64_t prim) {
     if (entry(prim) == kBig - 1) big_.try_emplace(prim, uint32_t(kBig));
-  }
-  // f(byte, prim) for every prim of list[0, n), as with entry(prim) (one look-up per page in
-  // turn).
-  template <class F>
-  void for_bytes(const uint64_t* list, size_t n, F&& f) {
-    uint64_t page_of = UINT64_MAX;
-    uint8_t* bytes = nullptr;
-    for (size_t i = 0; i < n; ++i) {
-      const uint64_t p = list[i];
-      if ((p >> kPageBits) != page_of) {
-        bytes = &entry(p) - (p & (kPage - 1));
-        page_of = p >> kPageBits;
-      }
-      f(bytes[p & (kPage - 1)], p);
-    }
   }
   // The prim's own byte, its page made from the page's count if needed (which
   // is then the page's bytes' to say: the per-page count goes back to 0).

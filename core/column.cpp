@@ -218,6 +218,67 @@ bool Column::affine_progression(const PrimSeq& prims, size_t n, size_t& first_ro
   return true;
 }
 
+void Column::reserve_rows(size_t n) {
+  const size_t grow = row_live_.size() + n;
+  reserve_geometric(row_live_, grow);
+  if (!stamps_.empty()) stamps_.reserve_geometric(grow);
+  if (schema_.is_array) {
+    reserve_geometric(array_offset_, grow);
+    reserve_geometric(array_length_, grow);
+    scratch_rows_.resize(n);
+  }
+}
+
+void Column::append_rows(const StagedRows& rows, size_t base, NewPrims& new_prims, TargetRows& t) {
+  const size_t grow = base + rows.n;
+  row_live_.resize(grow, true);
+  if (!stamps_.empty())
+    for (size_t i = 0; i < rows.n; ++i) stamps_.push_back_zero();
+  if (schema_.is_array) {
+    array_offset_.resize(grow, 0);
+    array_length_.resize(grow, 0);
+  }
+  if (rows.prims->data()) {  // the write's own list: every prim of it is new
+    new_prims.shared = rows.prims;
+    new_prims.shared_n = rows.n;
+    new_prims.block = rows.block;
+  } else {
+    for (size_t i = 0; i < rows.n; ++i) new_prims.list.push_back((*rows.prims)[i]);
+  }
+  live_rows_ += rows.n;
+  ++structure_;
+  t.identity = base == 0;  // (then they are all the rows, in order)
+  if (t.identity) return;
+  if (schema_.is_array) {  // apply_array takes a row per target
+    for (size_t i = 0; i < rows.n; ++i) scratch_rows_[i] = uint32_t(base + i);
+    t.rows = scratch_rows_.data();
+  } else {
+    t.first_row = base;
+    t.row_step = 1;
+  }
+}
+
+uint32_t Column::tile_row(uint64_t prim) const {
+  for (const Tile& tile : tiles_) {
+    const uint64_t off = prim - tile.first;  // (wraps for a prim below the tile)
+    if (off >= tile.nt * tile.ns) continue;
+    const int32_t j = tile.rank[off % tile.ns];
+    return j < 0 ? kNoRow : uint32_t(tile.base + (off / tile.ns) * tile.s + size_t(j));
+  }
+  return kNoRow;
+}
+
+void Column::materialize_tiles() {
+  for (const Tile& tile : tiles_)
+    for (size_t k = 0; k < tile.ns; ++k) {
+      if (tile.rank[k] < 0) continue;
+      for (size_t t = 0; t < tile.nt; ++t)
+        row_of_.at(tile.first + t * tile.ns + k) =
+            uint32_t(tile.base + t * tile.s + size_t(tile.rank[k]));
+    }
+  tiles_.clear();
+}
+
 Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_prims) {
   TargetRows t;
   t.row_space_before = row_space();
@@ -252,6 +313,44 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
       return t;
     }
   }
+  // A clone's copies made as one block, none of them past this column's bound (as at the call):
+  // their rows are appended in target order as one tile, and only the targets' own rows (the
+  // copies of the source itself) take table entries.
+  if (rows.block && rows.subset == nullptr && free_rows_.empty() && tiles_.size() < kMaxTiles &&
+      rows.n == rows.block->nt * rows.block->nodes.size() && rows.block->first >= prim_bound_ &&
+      row_space() + rows.n < size_t(kNoRow)) {
+    const CopyBlock& b = *rows.block;
+    const PrimSeq& s = *rows.prims;
+    const size_t per = b.nodes.size();
+    const size_t root = size_t(std::find(b.nodes.begin(), b.nodes.end(), CopyBlock::kRoot) -
+                               b.nodes.begin());  // per: the source itself has no row here
+    bool absent = true;
+    for (size_t i = 0; root < per && absent && i < b.nt; ++i)
+      absent = row_of(s[i * per + root]) == kNoRow;
+    if (absent) {
+      materialize_rows();  // (an affine column's run is not followed: the tables from here on)
+      const size_t base = row_live_.size();
+      // Every allocation first: the tile, the tables' room, the targets' entries' pages.
+      Tile tile{b.first, b.ns, b.nt, per, base, std::vector<int32_t>(b.ns, -1)};
+      for (size_t j = 0; j < per; ++j)
+        if (j != root) tile.rank[b.nodes[j]] = int32_t(j);
+      tiles_.reserve(tiles_.size() + 1);
+      reserve_rows(rows.n);
+      uint64_t largest = b.first + b.nt * b.ns - 1;
+      for (size_t i = 0; root < per && i < b.nt; ++i) {
+        const uint64_t p = s[i * per + root];
+        row_of_.at(p);
+        largest = std::max(largest, p);
+      }
+      // Nothing below allocates.
+      for (size_t i = 0; root < per && i < b.nt; ++i)
+        row_of_.at(s[i * per + root]) = uint32_t(base + i * per + root);
+      tiles_.push_back(std::move(tile));
+      prim_bound_ = std::max(prim_bound_, largest + 1);
+      append_rows(rows, base, new_prims, t);
+      return t;
+    }
+  }
   // A write none of whose targets holds the attribute (a clone's copies, a batch of new prims)
   // into a column with no free row: the targets take new rows at the end, in target order --
   // no row map made, copied and scanned, and fixed rows written with no index.
@@ -267,17 +366,11 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
       for (size_t i = 1; absent && i < rows.n; ++i) absent = is_new(id(i));
       if (absent) materialize_rows();  // (the run is not followed: the tables from here on)
     }
-    const size_t base = row_live_.size(), grow = base + rows.n;
+    const size_t base = row_live_.size();
     uint64_t largest = 0;
     if (absent) {
       // Every allocation first: the tables' room and the lists (nothing changes yet).
-      reserve_geometric(row_live_, grow);
-      if (!stamps_.empty()) stamps_.reserve_geometric(grow);
-      if (schema_.is_array) {
-        reserve_geometric(array_offset_, grow);
-        reserve_geometric(array_length_, grow);
-        scratch_rows_.resize(rows.n);
-      }
+      reserve_rows(rows.n);
       if (!listed) reserve_geometric(new_prims.list, new_prims.list.size() + rows.n);
       // One pass over the ids: each target's entry takes its new row, its page made on the way.
       // A target found holding the attribute, or a page that cannot be made, takes back the
@@ -289,7 +382,7 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
       try {
         row_of_.for_entries(rows.n, id, [&](uint32_t& r, size_t i) {
           const uint64_t p = id(i);
-          if (p < prim_bound_ && r != kNoRow) {
+          if (p < prim_bound_ && (r != kNoRow || tile_row(p) != kNoRow)) {
             absent = false;
             return false;
           }
@@ -305,33 +398,8 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
       if (!absent) take_back();
     }
     if (absent) {
-      // Nothing below allocates.
-      row_live_.resize(grow, true);
-      if (!stamps_.empty())
-        for (size_t i = 0; i < rows.n; ++i) stamps_.push_back_zero();
-      if (schema_.is_array) {
-        array_offset_.resize(grow, 0);
-        array_length_.resize(grow, 0);
-      }
-      if (listed) {
-        new_prims.shared = rows.prims;
-        new_prims.shared_n = rows.n;
-      } else {
-        for (size_t i = 0; i < rows.n; ++i) new_prims.list.push_back(s[i]);
-      }
-      live_rows_ += rows.n;
       prim_bound_ = std::max(prim_bound_, largest + 1);
-      ++structure_;
-      t.identity = base == 0;  // (then they are all the rows, in order)
-      if (!t.identity) {
-        if (schema_.is_array) {  // apply_array takes a row per target
-          for (size_t i = 0; i < rows.n; ++i) scratch_rows_[i] = uint32_t(base + i);
-          t.rows = scratch_rows_.data();
-        } else {
-          t.first_row = base;
-          t.row_step = 1;
-        }
-      }
+      append_rows(rows, base, new_prims, t);
       return t;
     }
   }
@@ -451,15 +519,18 @@ void Column::unassign_rows(const NewPrims& new_prims, size_t row_space_before) {
     ++structure_;
     return;
   }
+  // A tile the write made goes (its rows are past row_space_before: they go below).
+  if (!tiles_.empty() && tiles_.back().base >= row_space_before) tiles_.pop_back();
   // (No allocation: the pages exist, and free_rows_ gets back at most what assign_rows took.)
   const uint64_t* ids = new_prims.ids();
   for (size_t i = 0; i < new_prims.count(); ++i) {
     const uint64_t p = ids[i];
     const uint32_t r = row_of_.get(p);
+    --live_rows_;
+    if (r == kNoRow) continue;  // a copy its tile held
     row_live_[r] = false;
     row_of_.at(p) = kNoRow;
     if (r < row_space_before) free_rows_.push_back(r);
-    --live_rows_;
   }
   if (row_live_.size() > row_space_before) {
     row_live_.resize(row_space_before);
@@ -674,7 +745,8 @@ void Column::apply_delete(const PrimSeq& prims, size_t n, uint64_t ordinal,
   size_t present = 0;
   for (size_t i = 0; i < n; ++i) present += row_of(prims[i]) != kNoRow;
   if (present == 0) return;
-  materialize_rows();                                          // a hole: the tables from here on
+  materialize_rows();  // a hole: the tables from here on
+  materialize_tiles();
   reserve_geometric(free_rows_, free_rows_.size() + present);  // (not exact: deletes repeat)
   reserve_geometric(removed, removed.size() + present);
   for (size_t i = 0; i < n; ++i)

@@ -30,6 +30,18 @@ struct Schema {
   kstage_semantic_t semantic = KSTAGE_SEMANTIC_NONE;
 };
 
+// A clone's copies made as one block of path ids (PathTree::make_block): the copy of shape node
+// k for target t is the path first + t * ns + k. A write whose targets are copies, target after
+// target -- row t * nodes.size() + j the copy of node nodes[j] (kRoot: the target itself, a path
+// of its own) -- says so (StagedRows::block): a column can then record their rows as one Tile
+// rather than one table entry per copy. Its prims are listed all the same.
+struct CopyBlock {
+  static constexpr uint32_t kRoot = UINT32_MAX;
+  uint64_t first = 0;
+  size_t ns = 0, nt = 0;
+  std::vector<uint32_t> nodes;
+};
+
 // A write's data after staging: `n` target prims, their rows in logical order
 // in a compact buffer on the column's residency. The targets are prims[0, n),
 // or, for a masked write, prims[subset[j]] for j in [0, n): the query's prim
@@ -58,6 +70,7 @@ struct StagedRows {
   uint64_t index_rows = 0;
   const char* index_rows_from = "";
   const char* index_map_name = "index_map";  // or "index_map64": for the check's message
+  std::shared_ptr<const CopyBlock> block;    // the targets are a clone's copies (or null)
 
   const uint32_t* source_rows() const {
     return source_index ? reinterpret_cast<const uint32_t*>(source_index->data()) : nullptr;
@@ -77,11 +90,30 @@ struct NewPrims {
   std::vector<uint64_t> list;
   PrimList shared;
   size_t shared_n = 0;
+  std::shared_ptr<const CopyBlock> block;  // with `shared`: its prims are a clone's copies
   uint64_t run_first = 0, run_count = 0;
 
   const uint64_t* ids() const { return shared ? shared->data() : list.data(); }
   size_t count() const { return shared ? shared_n : list.size(); }
   bool empty() const { return count() == 0 && run_count == 0; }
+  // f(prim) for the prims of ids()[0, count()) in order (a clone's copies computed from their
+  // block, only the targets' own ids read).
+  template <class F>
+  void for_each(F&& f) const {
+    const uint64_t* p = ids();
+    if (!block) {
+      for (size_t i = 0; i < count(); ++i) f(p[i]);
+      return;
+    }
+    const size_t per = block->nodes.size();
+    for (size_t t = 0; t < block->nt; ++t) {
+      const uint64_t first = block->first + t * block->ns;
+      for (size_t j = 0; j < per; ++j) {
+        const uint32_t k = block->nodes[j];
+        f(k == CopyBlock::kRoot ? p[t * per + j] : first + k);
+      }
+    }
+  }
 };
 
 // Where a list of prims sits in a column: computed once per (prim list,
@@ -120,7 +152,8 @@ class Column {
   uint32_t row_of(uint64_t prim) const {
     if (affine_rows_ != 0)
       return prim - affine_first_ < affine_rows_ ? uint32_t(prim - affine_first_) : kNoRow;
-    return row_of_.get(prim);
+    const uint32_t r = row_of_.get(prim);
+    return r != kNoRow || tiles_.empty() ? r : tile_row(prim);
   }
   bool has(uint64_t prim) const { return row_of(prim) != kNoRow; }
   uint64_t changed_at(uint32_t row) const {
@@ -249,6 +282,16 @@ class Column {
   // j * row_step of it (a progression query within the column's rows).
   bool affine_progression(const PrimSeq& prims, size_t n, size_t& first_row,
                           size_t& row_step) const;
+  // Room in the row tables for n more rows (may throw std::bad_alloc, changing nothing).
+  void reserve_rows(size_t n);
+  // Rows appended for a write of new prims, target j at row base + j (the write's row table
+  // room reserved): the tables grown, the prims counted, the targets' rows in `t`.
+  void append_rows(const StagedRows& rows, size_t base, NewPrims& new_prims, TargetRows& t);
+  // The row of a prim a tile holds (kNoRow: none does).
+  uint32_t tile_row(uint64_t prim) const;
+  // Writes every tile's rows into row_of_ and drops the tiles (before a change that gives a
+  // copy's row away). May throw std::bad_alloc part way: the entries made agree with the tiles.
+  void materialize_tiles();
   // Whether row r holds a prim (else it is a free row).
   bool row_live(size_t r) const { return affine_rows_ != 0 || row_live_[r]; }
   // Leaves the affine form for the tables (any change but writes of its rows
@@ -291,6 +334,18 @@ class Column {
   uint64_t affine_first_ = 0;
   size_t affine_rows_ = 0;                   // 0: the tables below
   PagedArray<uint32_t, UINT32_MAX> row_of_;  // indexed by path id; UINT32_MAX = kNoRow
+  // Rows of a clone's copies (StagedRows::block), each tile one write's: rows base + t * s + j
+  // are the copies of its nodes[j] for targets t < nt, the block's ids first + t * ns + node;
+  // rank[node] is that j, or -1 (no row: the node does not hold this attribute). The targets'
+  // own rows are in row_of_. At most kMaxTiles (a lookup walks them); materialized into
+  // row_of_ before a delete.
+  struct Tile {
+    uint64_t first = 0;
+    size_t ns = 0, nt = 0, s = 0, base = 0;
+    std::vector<int32_t> rank;
+  };
+  static constexpr size_t kMaxTiles = 16;
+  std::vector<Tile> tiles_;
   // No prim at or past this id has ever held a row here (whatever form the column had): a
   // write of new paths (a clone's copies) knows them absent without a look at row_of_.
   uint64_t prim_bound_ = 0;

@@ -630,16 +630,16 @@ void PathTree::find_copies(const uint64_t* targets, size_t nt, const std::vector
   }
 }
 
-void PathTree::intern_copies(const uint64_t* targets, size_t nt,
+bool PathTree::intern_copies(const uint64_t* targets, size_t nt,
                              const std::vector<ShapeNode>& shape, uint64_t* out) {
   std::unique_lock lock(mutex_);
   const size_t s = shape.size();
-  if (s == 0 || nt == 0) return;
+  if (s == 0 || nt == 0) return false;
   // Per node: where its leaf is (shared by every copy: leaves never move or change), its hash,
   // and whether it ends in a digit (intern_range's collision check asks which parents have such
   // children).
   const ShapeLeaves l = shape_leaves(shape);
-  if (make_block(targets, nt, shape, l, out)) return;
+  if (make_block(targets, nt, shape, l, out)) return true;
   // The index's room for every copy at once (one growth, not one per doubling).
   while (4 * (nodes_.size() + nt * s) > 3 * index_.size()) grow_index();
   std::vector<char> made(s);  // the copy of node k was made for the current target
@@ -662,6 +662,7 @@ void PathTree::intern_copies(const uint64_t* targets, size_t nt,
       copy[k] = id;
     }
   }
+  return false;
 }
 
 bool PathTree::make_block(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,

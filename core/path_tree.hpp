@@ -149,9 +149,10 @@ class PathTree {
                    uint64_t* out) const;
   // The same, making every copy that is not in the tree (visible as its node says; a hidden
   // one a visible node names becomes visible, keeping its id), under one lock, target after
-  // target: a target's new copies get consecutive ids. May throw std::bad_alloc (copies made
-  // before stay, hidden or visible: no prim exists for them).
-  void intern_copies(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
+  // target: a target's new copies get consecutive ids. Returns whether they were made as one
+  // block: then out[i] is out[0] + i for every i (no copy existed before). May throw
+  // std::bad_alloc (copies made before stay, hidden or visible: no prim exists for them).
+  bool intern_copies(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
                      uint64_t* out);
 
   // Bytes the tree holds (nodes, leaves, hash index, ranges, handed-out strings).

@@ -96,6 +96,7 @@ struct CopyIds {
   const uint64_t* target_ids;  // the targets as ids (null when the shape is empty)
   const uint64_t* copies;      // target after target, ns each
   size_t ns;
+  bool block;  // copies[i] == copies[0] + i (PathTree::intern_copies made them as one block)
 
   uint64_t of(size_t t, uint32_t k) const { return k == kRoot ? targets[t] : copies[t * ns + k]; }
   // The copies of nodes[0, s) for target t, appended to `out`.
@@ -121,6 +122,15 @@ Status stage_copies(const ClonedColumn& cc, const PrimList& targets, const CopyI
     ids.reserve(n);
     for (size_t t = 0; t < nt; ++t) copy.append(t, cc.nodes.data(), s, ids);
     rows.prims = std::make_shared<const PrimSeq>(std::move(ids));
+    if (copy.block) {
+      static_assert(CopyBlock::kRoot == kRoot);
+      auto block = std::make_shared<CopyBlock>();
+      block->first = copy.copies[0];
+      block->ns = copy.ns;
+      block->nt = nt;
+      block->nodes = cc.nodes;
+      rows.block = std::move(block);
+    }
   }
   if (cc.paths.any()) {
     // Rebased on the host, target after target, and copied in once.
@@ -324,8 +334,9 @@ Result<std::shared_ptr<Op>> Stage::clone(uint64_t source, const PrimList& target
 
       // The copies' paths, interned in one batch, and one write per column.
       std::vector<uint64_t> copies(nt * ns);
-      if (ns > 0) dictionary_.intern_copies(target_ids.data(), nt, shape, copies.data());
-      const CopyIds copy{*targets, target_ids.data(), copies.data(), ns};
+      const bool block =
+          ns > 0 && dictionary_.intern_copies(target_ids.data(), nt, shape, copies.data());
+      const CopyIds copy{*targets, target_ids.data(), copies.data(), ns, block};
       WriteBatch batch;
       for (const ClonedColumn& cc : cloned) {
         Mutation& m = add_write(batch, cc.column->attribute(), cc.column, cc.column->schema(),

@@ -384,10 +384,10 @@ Status Stage::seal_write(Mutation& m, uint64_t attribute) {
       m.rows, m.ordinal, added,
       [&](const NewPrims& fresh) {
         prim_attribute_count_.prepare_run(fresh.run_first, fresh.run_count);
-        appeared = prim_attribute_count_.increment_list(fresh.ids(), fresh.count());
+        appeared = prim_attribute_count_.increment_each([&](const auto& f) { fresh.for_each(f); });
       },
       [&](const NewPrims& fresh) {
-        for (size_t i = 0; i < fresh.count(); ++i) prim_attribute_count_.decrement(fresh.ids()[i]);
+        fresh.for_each([&](uint64_t p) { prim_attribute_count_.decrement(p); });
       }));
   appeared = prim_attribute_count_.increment_run(added.run_first, added.run_count) || appeared;
   if (appeared) ++existence_generation_;

@@ -126,7 +126,9 @@ TEST_CASE("any mix of runs, increments and decrements matches a plain map", "[at
         }
         bool appeared = false;
         for (uint64_t p : ids) appeared = appeared || m[p] == 0;
-        REQUIRE(c.increment_list(ids.data(), ids.size()) == appeared);
+        REQUIRE(c.increment_each([&](const auto& f) {
+          for (uint64_t p : ids) f(p);
+        }) == appeared);
         for (uint64_t p : ids) {
           ++m[p];
           probes.push_back(p);

@@ -287,6 +287,50 @@ TEST_CASE("a seal that runs out of memory after adding rows takes them back", "[
   REQUIRE(s.filtered(every_prim).size() == kN);
 }
 
+// A clone's seal gives the copies their rows as one tile of the column (and raises their
+// attribute counts) before it needs the column's first stamp table, which fails: the tile and
+// the counts go again, nothing of the copies is visible, and the same seal succeeds later.
+TEST_CASE("a clone's seal that runs out of memory takes its tile and counts back", "[oom]") {
+  Stage s(host_execution());
+  constexpr uint64_t kN = 60000;
+  const kstage_path_t first = s.range("/e", "env_", 0, kN + 1);
+  const std::vector<kstage_path_t> source{first, s.path("/e/env_0/a"), s.path("/e/env_0/b")};
+  const kstage_query_t q = s.query(source);
+  const kstage_token_t t = s.token("t");
+  s.write_f32(q, t, 1, {1.f, 2.f, 3.f});
+  s.seal(1);
+  kstage_op_t op = 0;
+  KS_OK(kstage_clone_range(s.stage, first, first, 1, kN, 2, &op));
+  finish(s, op);
+  const kstage_query_t copies =
+      s.query({first + kN, s.path("/e/env_" + std::to_string(kN) + "/a"), s.path("/e/env_7/b")});
+  const kstage_filter_t every_prim{};
+  const std::string before = s.fingerprint(copies, {t});
+  {
+    NoMemoryFrom guard(kN / 2);
+    REQUIRE(kstage_advance_write_floor(s.stage, 2, &t, 1) == KSTAGE_OUT_OF_MEMORY);
+  }
+  REQUIRE(s.floor(t) == 1);
+  REQUIRE(s.fingerprint(copies, {t}) == before);
+  REQUIRE(s.filtered(every_prim).size() == source.size());
+  s.seal(2, {t});
+  REQUIRE(s.filtered(every_prim).size() == source.size() * (kN + 1));
+  const auto got = scalars(s, copies, t);
+  REQUIRE(got ==
+          std::map<kstage_path_t, float>{{first + kN, 1.f},
+                                         {s.path("/e/env_" + std::to_string(kN) + "/a"), 2.f},
+                                         {s.path("/e/env_7/b"), 3.f}});
+  // A copy deleted after: its row leaves (the tile is written out into the table first), the
+  // others keep theirs.
+  const kstage_query_t one = s.query({s.path("/e/env_7/b")});
+  REQUIRE(s.remove(one, {}, 3) == KSTAGE_OK);
+  s.seal(3);
+  REQUIRE(s.filtered(every_prim).size() == source.size() * (kN + 1) - 1);
+  const auto after = scalars(s, copies, t);
+  REQUIRE(after.size() == 2);
+  REQUIRE(after.at(first + kN) == 1.f);
+}
+
 // A batch write enqueues every attribute or none, whichever allocation fails: with the
 // calling thread's allocations failing after the first k, for every k until the write goes
 // through, the call fails with KSTAGE_OUT_OF_MEMORY and leaves the stage as it was (no new
