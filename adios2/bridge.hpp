@@ -100,6 +100,9 @@ struct Stream {
   // checked again before each step is read (a file cut since is refused, not waited for).
   std::string verified_folder;
   std::map<std::string, uint64_t> verified_sizes;
+  // Buffers of a reader's Gets that threw, which ADIOS2 may still write into until it is closed
+  // (step_reader.cpp's Reader::parked).
+  std::vector<std::shared_ptr<void>> parked_reads;
 };
 // Whether an engine type names ADIOS2's Inline engine (ADIOS2 takes engine types in any case).
 inline bool is_inline_engine(const char* engine) {

@@ -20,6 +20,7 @@
 #include "adios2/bridge.hpp"
 #include "adios2/checksum.hpp"
 #include "adios2/manifest.hpp"
+#include "adios2/test_hooks.hpp"
 
 #include <algorithm>
 
@@ -34,7 +35,22 @@ struct Reader {
   adios2::Engine& e;
   bool is_inline;
   bool device_memory;
+  // Buffers of Gets that threw (a file shorter than its metadata says): ADIOS2 2.12's BP5 reader
+  // keeps such a Get queued and performs it again at EndStep (or Close), writing into its
+  // buffer -- which is therefore kept, until the stream closes (Stream::parked_reads).
+  std::vector<std::shared_ptr<void>>& parked;
 };
+
+// `buffer` kept alive (moved: the same memory) until the stream closes, for a Get into it that
+// threw and that ADIOS2 may still perform.
+template <class T>
+void park(Reader& r, std::vector<T>& buffer) noexcept {
+  try {
+    r.parked.push_back(std::make_shared<std::vector<T>>(std::move(buffer)));
+  } catch (...) {  // no memory to keep it: leaked rather than freed under ADIOS2's pending read
+    new (std::nothrow) std::vector<T>(std::move(buffer));
+  }
+}
 
 // The elements in one row of `v` (its shape past the first dimension).
 template <class T>
@@ -106,7 +122,12 @@ std::vector<T> get_rows(Reader& r, const std::string& name, uint64_t start, uint
     fail(KSTAGE_INVALID_ARGUMENT, "step variable '%s' has rows of %llu, not %llu", name.c_str(),
          (unsigned long long)row_width(v), (unsigned long long)width);
   out.resize(rows * width);
-  read_rows(r, v, start, rows, out.data());
+  try {
+    read_rows(r, v, start, rows, out.data());
+  } catch (...) {
+    park(r, out);
+    throw;
+  }
   return out;
 }
 
@@ -116,9 +137,14 @@ T get_value(Reader& r, const std::string& name) {
   if (!v)
     fail(KSTAGE_INVALID_ARGUMENT, "the step has no '%s' (%s): not a kstage step of this format",
          name.c_str(), adios2::GetType<T>().c_str());
-  T out{};
-  r.e.Get(v, out, adios2::Mode::Sync);
-  return out;
+  std::vector<T> out(1);  // (on the heap: parked if the Get throws)
+  try {
+    r.e.Get(v, out[0], adios2::Mode::Sync);
+  } catch (...) {
+    park(r, out);
+    throw;
+  }
+  return out[0];
 }
 
 // A block table {writers + 1, columns} (kstage/blocks, kstage/attr/<name>/blocks), checked:
@@ -135,7 +161,12 @@ std::vector<uint64_t> get_block_table(Reader& r, const std::string& name, size_t
          "step variable '%s' is not a table of %zu columns for %llu writers", name.c_str(), columns,
          (unsigned long long)writers);
   std::vector<uint64_t> t(row_count(v) * columns);
-  read_rows(r, v, 0, row_count(v), t.data());
+  try {
+    read_rows(r, v, 0, row_count(v), t.data());
+  } catch (...) {
+    park(r, t);
+    throw;
+  }
   for (size_t c = 0; c < columns; ++c) {
     if (t[c] != 0)
       fail(KSTAGE_INVALID_ARGUMENT, "block table '%s' does not start at 0", name.c_str());
@@ -319,7 +350,12 @@ void read_attribute(Reader& r, AttributeIn& a, const Blocks& blocks) {
     }
     if (a.is_array && a.rows > 0) {  // fixed-size values are read later, where they go
       a.values.resize(a.rows * a.dtype.lanes * sizeof(T));
-      read_rows(r, v, a.first_row, a.rows, reinterpret_cast<T*>(a.values.data()));
+      try {
+        read_rows(r, v, a.first_row, a.rows, reinterpret_cast<T*>(a.values.data()));
+      } catch (...) {
+        park(r, a.values);
+        throw;
+      }
       check_values(a, a.values.data());
     }
   });
@@ -637,11 +673,25 @@ bool read_fixed_values_to_device(Reader& r, Incoming& in) {
   }
   in.map_device = g.data.tensors[0].device;
   void* out = static_cast<unsigned char*>(g.data.tensors[0].data) + g.data.tensors[0].byte_offset;
-  with_element_type(a.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    adios2::Variable<T> v = r.io.InquireVariable<T>(layout::attr(a.name, "values"));
-    read_rows(r, v, a.first_row, a.rows, static_cast<T*>(out), Space::Device);
-  });
+  try {
+    with_element_type(a.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      adios2::Variable<T> v = r.io.InquireVariable<T>(layout::attr(a.name, "values"));
+      read_rows(r, v, a.first_row, a.rows, static_cast<T*>(out), Space::Device);
+    });
+  } catch (...) {  // the map's buffer kept until the stream closes (Reader::parked)
+    const kstage_stage_t stage = in.stage;
+    const kstage_map_t map = in.map;
+    in.map = 0;
+    try {
+      r.parked.push_back(std::shared_ptr<void>(nullptr, [stage, map](void*) {
+        if (kstage_release_map_after(stage, map, kstage_device_sync_t{1, 0}) != KSTAGE_OK)
+          kstage_release_map(stage, map);
+      }));
+    } catch (...) {  // no memory to keep it: left open rather than freed under ADIOS2's read
+    }
+    throw;
+  }
   return true;
 }
 
@@ -649,11 +699,23 @@ void read_fixed_values(Reader& r, Incoming& in) {
   if (read_fixed_values_to_device(r, in)) return;
   AttributeIn& a = *in.a;
   in.values = AdoptedValues::make(a.dtype, a.rows);
-  with_element_type(a.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    adios2::Variable<T> v = r.io.InquireVariable<T>(layout::attr(a.name, "values"));
-    read_rows(r, v, a.first_row, a.rows, static_cast<T*>(in.values->block));
-  });
+  try {
+    with_element_type(a.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      adios2::Variable<T> v = r.io.InquireVariable<T>(layout::attr(a.name, "values"));
+      read_rows(r, v, a.first_row, a.rows, static_cast<T*>(in.values->block));
+    });
+  } catch (...) {  // the values kept until the stream closes (Reader::parked)
+    AdoptedValues* values = in.values;
+    in.values = nullptr;
+    try {
+      r.parked.push_back(std::shared_ptr<void>(values, [](void* v) {
+        AdoptedValues::deleter(&static_cast<AdoptedValues*>(v)->managed);
+      }));
+    } catch (...) {  // no memory to keep them: leaked rather than freed under ADIOS2's read
+    }
+    throw;
+  }
   check_values(a, in.values->block);
 }
 
@@ -857,7 +919,8 @@ extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
       if (status != adios2::StepStatus::OK)
         fail(KSTAGE_OP_FAILED, "ADIOS2 could not begin the step");
       s->step_open = true;
-      struct EndStep {  // every step begun is ended, also when it does not fit
+      test_hook_cut_before_read();  // (tests: a file cut past every check made before the step)
+      struct EndStep {              // every step begun is ended, also when it does not fit
         Stream& s;
         ~EndStep() {
           if (s.step_open) {
@@ -882,7 +945,7 @@ extern "C" kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream
              "a kstage step of format version %u; this kstage_adios2 reads version %u",
              version && !version.Data().empty() ? unsigned(version.Data().front()) : 0u,
              unsigned(kVersion));
-      Reader reader{io, e, s->keeps_step_data, s->device_memory};
+      Reader reader{io, e, s->keeps_step_data, s->device_memory, s->parked_reads};
       step_ordinal = get_value<uint64_t>(reader, kOrdinal);
       const std::vector<uint64_t> table = get_block_table(reader, kBlocks, kBlockColumns, 0);
       blocks.writers = table.size() / kBlockColumns - 1;

@@ -17,6 +17,7 @@
 // of one block.
 #include "adios2/bridge.hpp"
 #include "adios2/checksum.hpp"
+#include "adios2/test_hooks.hpp"
 
 #include <algorithm>
 #include <deque>
@@ -661,6 +662,7 @@ void put_blocks(Stream& s, StepData& data, const Placement& p, const kstage_adio
                     data.tables);
     put_block(io, e, attr(a.key, "floors"), &a.info.write_floor, uint64_t(ranks.rank()), 1,
               uint64_t(ranks.size()));
+    test_hook_fail_put(a.name);  // (tests: a step that fails half-way)
     const uint64_t rows = a.info.is_array ? a.elements : a.prim_count;
     const void* values = a.values ? a.values : a.packed.data();
     const uint64_t lanes = a.info.dtype.lanes;
@@ -727,7 +729,12 @@ void put_step(Stream& s, StepData& data, const Placement& p, const kstage_adios2
     }
     throw;
   }
-  s.engine.EndStep();  // the deferred puts are read here
+  try {
+    s.engine.EndStep();  // the deferred puts are read here
+  } catch (...) {
+    s.incomplete_step = true;  // (a full disk): what the step holds is not to be trusted
+    throw;
+  }
   // ADIOS2 copied the device columns' blocks out of GPU memory itself, and does not check its
   // copies' errors (#52, defect 7): each device is synchronised and checked through the stage,
   // so that a fault fails the step, naming it, instead of leaving a garbage step that says OK.
@@ -741,7 +748,8 @@ void put_step(Stream& s, StepData& data, const Placement& p, const kstage_adios2
       continue;
     checked.push_back(dev);
     const kstage_status_t st = kstage_device_check(data.held.stage, dev);
-    if (st != KSTAGE_OK)
+    if (st != KSTAGE_OK) {
+      s.incomplete_step = true;  // the step's values from this device are not to be trusted
       fail(st,
            "kstage_adios2_write_step: step %llu of '%s' (ordinal %llu): %s device %d faulted "
            "around ADIOS2's copies of its columns (attribute '%s'); the step written is not "
@@ -749,6 +757,7 @@ void put_step(Stream& s, StepData& data, const Placement& p, const kstage_adios2
            (unsigned long long)s.steps_written, s.name.c_str(), (unsigned long long)p.ordinal,
            device_type_text(dev.device_type).c_str(), int(dev.device_id), a.name.c_str(),
            kstage_last_error());
+    }
   }
 }
 

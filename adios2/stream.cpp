@@ -33,6 +33,24 @@ void remove_old_manifest(const std::string& folder) {
   sync_path(folder);
 }
 
+// ADIOS2's message without its terminal colours (ESC [ ... m) and trailing line breaks.
+std::string plain_text(const char* message) {
+  std::string out;
+  for (const char* c = message; *c != '\0'; ++c) {
+    if (*c == '\x1b' && c[1] == '[') {
+      const char* end = c + 2;
+      while (*end != '\0' && *end != 'm') ++end;
+      if (*end == 'm') {
+        c = end;
+        continue;
+      }
+    }
+    out += *c;
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
+  return out;
+}
+
 }  // namespace
 
 void fail(kstage_status_t status, const char* format, ...) {
@@ -58,7 +76,7 @@ Failure current_failure() noexcept {
       return Failure{KSTAGE_OUT_OF_MEMORY, "out of memory"};
     } catch (const std::exception& e) {
       // ADIOS2 reports with exceptions: a file it cannot read, an engine that fails.
-      return Failure{KSTAGE_OP_FAILED, std::string("ADIOS2: ") + e.what()};
+      return Failure{KSTAGE_OP_FAILED, "ADIOS2: " + plain_text(e.what())};
     } catch (...) {
       return Failure{KSTAGE_INTERNAL, "an unknown exception"};
     }
@@ -213,6 +231,7 @@ kstage_adios2_stream_t open_stream(
   std::string engine_lower = engine;
   for (char& c : engine_lower) c = char(std::tolower(static_cast<unsigned char>(c)));
   const bool engine_is_bp5 = engine_lower == "bp5" || engine_lower == "file";
+  const bool engine_reads_files = engine_is_bp5 || engine_lower == "bp4" || engine_lower == "bp3";
   auto s = std::make_shared<Stream>();
   s->mode = d.mode;
   s->ranks = std::move(ranks);
@@ -233,6 +252,13 @@ kstage_adios2_stream_t open_stream(
     s->io = s->adios->DeclareIO(std::string("kstage:") + name);
     s->io.SetEngine(engine);
     for (const char* const* p = d.parameters; p && *p; p += 2) s->io.SetParameter(p[0], p[1]);
+    // A reader of files: every read ADIOS2 makes through C stdio, whose read of bytes a file does
+    // not have fails at once (OP_FAILED naming the file). ADIOS2's default POSIX transport waits
+    // for such bytes to appear -- for a writer still writing, forever; after its close, about a
+    // minute with FailOnEOF -- so a file cut short, or cut after its manifest was checked, would
+    // hold a restart (docs/adios2.md, "Bounded reads").
+    if (d.mode == KSTAGE_ADIOS2_READ && engine_reads_files)
+      s->io.AddTransport("File", {{"Library", "stdio"}});
   }
   // A reader that asked: the folder checked against its manifest before ADIOS2 reads a byte
   // (by rank 0, the ranks agreeing on the outcome before ADIOS2's collective open).
@@ -390,10 +416,13 @@ void checkpoint_latest_with(kstage_stage_t stage, const char* pointer, Collectiv
     if (pointer == nullptr || *pointer == '\0')
       fail(KSTAGE_INVALID_ARGUMENT, "pointer is NULL or empty");
     // The one of the two the pointer does not name: the latest complete one is never touched.
+    // (Rank 0 reads the pointer; every rank writes the checkpoint it chose.)
+    if (ranks.rank() != 0) return;
     const std::string base = std::filesystem::path(pointer).filename().string();
     const std::string named = read_pointer(pointer, what);
     target = named == base + ".0" ? base + ".1" : base + ".0";
   });
+  if (ranks.size() > 1) target = ranks.allgather(target)[0];
   const std::string folder = beside(pointer, target);
   checkpoint_with(stage, folder.c_str(), ranks, what, open);  // flushed and sealed at its close
   agree(ranks, what, [&] {
@@ -407,12 +436,14 @@ void restart_latest_with(kstage_stage_t stage, const char* pointer, uint64_t* or
   agree(ranks, what, [&] {
     if (pointer == nullptr || *pointer == '\0')
       fail(KSTAGE_INVALID_ARGUMENT, "pointer is NULL or empty");
+    if (ranks.rank() != 0) return;  // (rank 0 reads the pointer: every rank restarts the same)
     const std::string named = read_pointer(pointer, what);
     if (named.empty())
       fail(KSTAGE_INVALID_ARGUMENT, "%s: '%s' names no checkpoint (no pointer, or an empty one)",
            what, pointer);
     folder = beside(pointer, named);
   });
+  if (ranks.size() > 1) folder = ranks.allgather(folder)[0];
   restart_with(stage, folder.c_str(), ordinal, ranks, what, open, KSTAGE_ADIOS2_MANIFEST_REQUIRED);
 }
 
@@ -441,6 +472,7 @@ kstage_status_t kstage_adios2_close(kstage_adios2_stream_t stream) {
     if (s->step_open) s->engine.EndStep();
     s->engine.Close();
     s->last_step_data.reset();
+    s->parked_reads.clear();  // ADIOS2 performs no more Gets
     if (s->seals) {
       // Every rank's files are complete (each closed), then rank 0 seals the folder -- unless a
       // step on some rank failed half-way: a folder holding an incomplete step gets no manifest

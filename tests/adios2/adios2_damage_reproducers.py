@@ -107,5 +107,21 @@ for what, file, damage in damages:
     print(f"  kstage_adios2_restart: {'refused (KSTAGE_OP_FAILED): ' + said['MESSAGE'] if refused else outcome + ' ' + text}")
     if not refused:
         failures.append(what)
+
+# Without the manifest (an unsealed folder: nothing is checked before ADIOS2 reads it), a data.0
+# cut short is still refused in bounded time: every read the bridge makes fails at once at a
+# file's end (ADIOS2's stdio transport) instead of waiting for the missing bytes.
+copy = os.path.join(work, "unsealed-cut.bp")
+shutil.rmtree(copy, ignore_errors=True)
+shutil.copytree(original, copy)
+os.remove(os.path.join(copy, "kstage.manifest"))
+os.truncate(os.path.join(copy, "data.0"), os.path.getsize(os.path.join(copy, "data.0")) // 2)
+outcome, text = run([restart, copy], 20)  # (ADIOS2 alone waits a minute or more)
+said = dict(line.split(" ", 1) for line in text.splitlines() if line.startswith(("STATUS ", "MESSAGE ")))
+refused = outcome == "ok" and said.get("STATUS") == "11" and "data.0" in said.get("MESSAGE", "")
+print("data.0 cut in half, no manifest (unsealed):\n  kstage_adios2_restart: "
+      + ("refused (KSTAGE_OP_FAILED): " + said["MESSAGE"] if refused else outcome + " " + text))
+if not refused:
+    failures.append("data.0 cut in half, no manifest")
 assert not failures, f"kstage did not refuse cleanly: {failures}"
-print("adios2_damage_reproducers: every damaged copy refused by kstage's manifest check")
+print("adios2_damage_reproducers: every damaged copy refused by kstage (the manifest's check, the bounded reads)")

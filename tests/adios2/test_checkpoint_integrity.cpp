@@ -12,12 +12,16 @@
 #include "stage_state.hpp"
 #include "support.hpp"
 
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 using namespace kstage_test;
@@ -677,4 +681,185 @@ TEST_CASE("a stream's reader checks the values' checksums of every step it reads
            "attribute 'mass'");
   CHECK(state_of(reader.stage) == after_first);
   A2_OK(kstage_adios2_close(r));
+}
+
+namespace {
+
+// An environment variable set for a scope (the bridge's test hooks, adios2/test_hooks.hpp).
+struct Setting {
+  const char* name;
+  Setting(const char* n, const std::string& value) : name(n) { ::setenv(n, value.c_str(), 1); }
+  ~Setting() { ::unsetenv(name); }
+  Setting(const Setting&) = delete;
+  Setting& operator=(const Setting&) = delete;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// ADIOS2's POSIX reads past a file's end wait for the bytes (about a minute after the writer
+// closed, with its FailOnEOF): a read that is refused must be refused well before.
+constexpr double kBoundSeconds = 10;
+
+}  // namespace
+
+TEST_CASE("a file cut after every check, as ADIOS2 reads the step, is refused at once",
+          "[adios2][integrity]") {
+  Rich r(1.f);
+  const std::string path = scratch("cut-while-read.bp");
+  A2_OK(kstage_adios2_checkpoint(r.s.stage, path.c_str()));
+  const std::string data = path + "/data.0";
+  // Cut once the step has begun: past the manifest's check and the extents' check before it.
+  const Setting cut("KSTAGE_ADIOS2_TEST_CUT_BEFORE_READ",
+                    std::to_string(fs::file_size(data) / 2) + ":" + data);
+  kstage_adios2_restart_desc_t d = kstage_adios2_restart_desc_init();
+  d.manifest = KSTAGE_ADIOS2_MANIFEST_REQUIRED;
+  Target t;
+  const State before = state_of(t.s.stage);
+  const auto start = std::chrono::steady_clock::now();
+  A2_FAILS(kstage_adios2_restart_ex(t.s.stage, path.c_str(), &d, nullptr), KSTAGE_OP_FAILED, data);
+  CHECK(seconds_since(start) < kBoundSeconds);
+  CHECK(state_of(t.s.stage) == before);
+}
+
+TEST_CASE("an unsealed folder whose data.0 is shorter than its metadata says is refused at once",
+          "[adios2][integrity]") {
+  Rich r(1.f);
+  const std::string a = scratch("unsealed-original.bp"), copy = scratch("unsealed-cut.bp");
+  A2_OK(kstage_adios2_checkpoint(r.s.stage, a.c_str()));
+  const uint64_t size = fs::file_size(a + "/data.0");
+  std::set<uint64_t> cuts = {1, size - 1};
+  for (uint64_t k = 0; k < 10; ++k) cuts.insert(size * k / 10);
+  for (uint64_t at : cuts) {
+    INFO("data.0 cut at " << at << " of " << size);
+    copy_folder(a, copy);
+    fs::remove(copy + "/kstage.manifest");  // no seal: nothing checked before ADIOS2 reads
+    fs::resize_file(copy + "/data.0", at);
+    Target t;
+    const State before = state_of(t.s.stage);
+    const auto start = std::chrono::steady_clock::now();
+    A2_FAILS(kstage_adios2_restart(t.s.stage, copy.c_str(), nullptr), KSTAGE_OP_FAILED,
+             copy + "/data.0");
+    CHECK(seconds_since(start) < kBoundSeconds);
+    CHECK(state_of(t.s.stage) == before);
+  }
+  // ... and a stream's reader of such a folder, step by step.
+  copy_folder(a, copy);
+  fs::remove(copy + "/kstage.manifest");
+  fs::resize_file(copy + "/data.0", size / 2);
+  kstage_adios2_open_desc_t o = kstage_adios2_open_desc_init();
+  o.mode = KSTAGE_ADIOS2_READ;
+  kstage_adios2_stream_t h = 0;
+  A2_OK(kstage_adios2_open(copy.c_str(), &o, &h));
+  Stage fresh(host_execution());
+  uint64_t ordinal = 0;
+  const auto start = std::chrono::steady_clock::now();
+  A2_FAILS(kstage_adios2_read_step(h, fresh.stage, 0, &ordinal), KSTAGE_OP_FAILED,
+           copy + "/data.0");
+  CHECK(seconds_since(start) < kBoundSeconds);
+  CHECK(state_of(fresh.stage).columns.empty());
+  A2_OK(kstage_adios2_close(h));
+}
+
+TEST_CASE("a step that failed half-way leaves its folder unsealed: verified restarts refuse it",
+          "[adios2][integrity]") {
+  Rich r(1.f);
+  SECTION("a checkpoint") {
+    const std::string path = scratch("half-way.bp");
+    LogRecorder log;
+    {
+      Recording recording(log, KSTAGE_LOG_WARNING);
+      const Setting fail("KSTAGE_ADIOS2_TEST_FAIL_PUT", "neighbours");
+      A2_FAILS(kstage_adios2_checkpoint(r.s.stage, path.c_str()), KSTAGE_OP_FAILED,
+               "attribute 'neighbours'");
+      KS_OK(kstage_flush_log());
+    }
+    REQUIRE(fs::exists(path + "/data.0"));  // ADIOS2 wrote what the step held
+    CHECK(!fs::exists(path + "/kstage.manifest"));
+    CHECK(log.find("adios2", "not sealed").size() == 1);
+    kstage_adios2_restart_desc_t d = kstage_adios2_restart_desc_init();
+    d.manifest = KSTAGE_ADIOS2_MANIFEST_REQUIRED;
+    Target t;
+    const State before = state_of(t.s.stage);
+    A2_FAILS(kstage_adios2_restart_ex(t.s.stage, path.c_str(), &d, nullptr),
+             KSTAGE_INVALID_ARGUMENT, "has no manifest");
+    CHECK(state_of(t.s.stage) == before);
+    // Unverified (a folder without a manifest: read as it is): its one step is incomplete,
+    // and refused whole.
+    const kstage_status_t st = kstage_adios2_restart(t.s.stage, path.c_str(), nullptr);
+    INFO(kstage_adios2_last_error());
+    CHECK(st != KSTAGE_OK);
+    CHECK(state_of(t.s.stage) == before);
+  }
+  SECTION("a stream whose second step failed: the first restarts, the second is refused") {
+    const std::string path = scratch("half-way-stream.bp");
+    kstage_adios2_stream_t w = 0;
+    A2_OK(kstage_adios2_open(path.c_str(), nullptr, &w));
+    kstage_filter_t all{};
+    kstage_query_t q = 0;
+    KS_OK(kstage_query_filter(r.s.stage, &all, &q));
+    A2_OK(kstage_adios2_write_step(w, r.s.stage, q, nullptr, 0, nullptr));
+    {
+      const Setting fail("KSTAGE_ADIOS2_TEST_FAIL_PUT", "name");
+      A2_FAILS(kstage_adios2_write_step(w, r.s.stage, q, nullptr, 0, nullptr), KSTAGE_OP_FAILED,
+               "attribute 'name'");
+    }
+    KS_OK(kstage_query_release(r.s.stage, q));
+    A2_OK(kstage_adios2_close(w));  // closed, not sealed
+    CHECK(!fs::exists(path + "/kstage.manifest"));
+    kstage_adios2_restart_desc_t d = kstage_adios2_restart_desc_init();
+    d.manifest = KSTAGE_ADIOS2_MANIFEST_REQUIRED;
+    Stage probe(host_execution());
+    A2_FAILS(kstage_adios2_restart_ex(probe.stage, path.c_str(), &d, nullptr),
+             KSTAGE_INVALID_ARGUMENT, "has no manifest");
+    CHECK(state_of(probe.stage).columns.empty());
+    kstage_adios2_open_desc_t o = kstage_adios2_open_desc_init();
+    o.mode = KSTAGE_ADIOS2_READ;
+    kstage_adios2_stream_t h = 0;
+    A2_OK(kstage_adios2_open(path.c_str(), &o, &h));
+    Stage fresh(host_execution());
+    uint64_t ordinal = 0;
+    A2_OK(kstage_adios2_read_step(h, fresh.stage, 0, &ordinal));
+    CHECK(state_of(fresh.stage) == state_of(r.s.stage));
+    const State first = state_of(fresh.stage);
+    const kstage_status_t st = kstage_adios2_read_step(h, fresh.stage, 0, &ordinal);
+    INFO(kstage_adios2_last_error());
+    CHECK(st != KSTAGE_OK);
+    CHECK(st != KSTAGE_END_OF_ITERATION);
+    CHECK(state_of(fresh.stage) == first);
+    A2_OK(kstage_adios2_close(h));
+  }
+}
+
+TEST_CASE("a step whose data cannot be written at its end (a full disk) leaves the folder unsealed",
+          "[adios2][integrity]") {
+  // The file size limit stands for a full disk: ADIOS2 writes the step's data at EndStep, and
+  // that write fails (EFBIG; SIGXFSZ ignored for it).
+  Stage s(host_execution());
+  std::vector<kstage_path_t> prims;
+  for (int i = 0; i < 16384; ++i) prims.push_back(s.path("/big/p" + std::to_string(i)));
+  s.write_f32(s.query(prims), s.token("v"), 1, std::vector<float>(prims.size(), 1.5f));
+  s.seal(1);
+  const std::string path = scratch("full-disk.bp");
+  kstage_adios2_stream_t w = 0;
+  A2_OK(kstage_adios2_open(path.c_str(), nullptr, &w));
+  kstage_filter_t all{};
+  kstage_query_t everything = 0;
+  KS_OK(kstage_query_filter(s.stage, &all, &everything));
+  struct rlimit old {};
+  REQUIRE(::getrlimit(RLIMIT_FSIZE, &old) == 0);
+  void (*old_handler)(int) = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = old;
+  small.rlim_cur = 1024;
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+  const kstage_status_t st = kstage_adios2_write_step(w, s.stage, everything, nullptr, 0, nullptr);
+  const std::string message = kstage_adios2_last_error();
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &old) == 0);
+  std::signal(SIGXFSZ, old_handler);
+  KS_OK(kstage_query_release(s.stage, everything));
+  INFO(message);
+  CHECK(st == KSTAGE_OP_FAILED);
+  (void)kstage_adios2_close(w);  // whatever ADIOS2 makes of it: no seal
+  CHECK(!fs::exists(path + "/kstage.manifest"));
 }
