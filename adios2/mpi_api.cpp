@@ -149,4 +149,42 @@ kstage_status_t kstage_adios2_restart_mpi(kstage_stage_t stage, const char* path
   });
 }
 
+kstage_status_t kstage_adios2_restart_ex_mpi(kstage_stage_t stage, const char* path,
+                                             const kstage_adios2_restart_desc_t* desc,
+                                             MPI_Comm comm, uint64_t* ordinal) {
+  return guard([&] {
+    auto ranks = std::make_shared<MpiCollective>(comm);
+    kstage_adios2_restart_desc_t d = kstage_adios2_restart_desc_init();
+    agree(*ranks, "kstage_adios2_restart_ex_mpi",
+          [&] { copy_descriptor(desc, d, "kstage_adios2_restart_desc_init"); });
+    restart_with(
+        stage, path, ordinal, *ranks, "kstage_adios2_restart_ex_mpi",
+        [ranks](const char* name, const kstage_adios2_open_desc_t* open_desc,
+                kstage_adios2_stream_t* stream) { return open_on(ranks, name, open_desc, stream); },
+        d.manifest);
+  });
+}
+
+kstage_status_t kstage_adios2_checkpoint_latest_mpi(kstage_stage_t stage, const char* pointer,
+                                                    MPI_Comm comm) {
+  return guard([&] {
+    auto ranks = std::make_shared<MpiCollective>(comm);
+    checkpoint_latest_with(
+        stage, pointer, *ranks, "kstage_adios2_checkpoint_latest_mpi",
+        [ranks](const char* name, const kstage_adios2_open_desc_t* desc,
+                kstage_adios2_stream_t* stream) { return open_on(ranks, name, desc, stream); });
+  });
+}
+
+kstage_status_t kstage_adios2_restart_latest_mpi(kstage_stage_t stage, const char* pointer,
+                                                 MPI_Comm comm, uint64_t* ordinal) {
+  return guard([&] {
+    auto ranks = std::make_shared<MpiCollective>(comm);
+    restart_latest_with(
+        stage, pointer, ordinal, *ranks, "kstage_adios2_restart_latest_mpi",
+        [ranks](const char* name, const kstage_adios2_open_desc_t* desc,
+                kstage_adios2_stream_t* stream) { return open_on(ranks, name, desc, stream); });
+  });
+}
+
 }  // extern "C"

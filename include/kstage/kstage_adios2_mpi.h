@@ -82,6 +82,38 @@ KSTAGE_API kstage_status_t kstage_adios2_checkpoint_mpi(kstage_stage_t stage, co
 KSTAGE_API kstage_status_t kstage_adios2_restart_mpi(kstage_stage_t stage, const char* path,
                                                      MPI_Comm comm, uint64_t* ordinal);
 
+/**
+ * \brief kstage_adios2_restart_ex on every rank of `comm` (collective): kstage_adios2_restart_mpi
+ * as `desc` says (NULL: the defaults). The folder is checked against its manifest by rank 0
+ * before ADIOS2 opens anything, and the ranks agree on the outcome: a folder that does not match
+ * (a damaged file of any rank's blocks) is KSTAGE_OP_FAILED on every rank -- rank 0 naming the
+ * file, the others naming rank 0 -- and one without a manifest, with
+ * KSTAGE_ADIOS2_MANIFEST_REQUIRED, KSTAGE_INVALID_ARGUMENT on every rank; no stage changes.
+ * `desc` must say the same on every rank.
+ */
+KSTAGE_API kstage_status_t kstage_adios2_restart_ex_mpi(kstage_stage_t stage, const char* path,
+                                                        const kstage_adios2_restart_desc_t* desc,
+                                                        MPI_Comm comm, uint64_t* ordinal);
+
+/**
+ * \brief kstage_adios2_checkpoint_latest on every rank of `comm` (collective): the ranks read the
+ * pointer (rank 0's reading, agreed), write the checkpoint it does not name
+ * (kstage_adios2_checkpoint_mpi: each rank its block, flushed and sealed by rank 0 after every
+ * rank closed), and rank 0 replaces the pointer durably once the seal is there. `pointer` must be
+ * the same on every rank.
+ */
+KSTAGE_API kstage_status_t kstage_adios2_checkpoint_latest_mpi(kstage_stage_t stage,
+                                                               const char* pointer, MPI_Comm comm);
+
+/**
+ * \brief kstage_adios2_restart_latest on every rank of `comm` (collective): the checkpoint the
+ * pointer names -- as rank 0 reads it, agreed by the ranks, so that every rank reads the same
+ * checkpoint -- restarted as kstage_adios2_restart_ex_mpi with KSTAGE_ADIOS2_MANIFEST_REQUIRED.
+ */
+KSTAGE_API kstage_status_t kstage_adios2_restart_latest_mpi(kstage_stage_t stage,
+                                                            const char* pointer, MPI_Comm comm,
+                                                            uint64_t* ordinal);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

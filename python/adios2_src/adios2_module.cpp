@@ -68,6 +68,27 @@ NB_MODULE(_adios2, m) {
         kstage_adios2_restart_mpi(stage, path.c_str(), MPI_Comm_f2c(MPI_Fint(comm)), &ordinal);
     return std::make_pair(int(st), ordinal);
   });
+  m.def("restart_ex_mpi", [](uint64_t stage, const std::string& path, int manifest, int64_t comm) {
+    kstage_adios2_restart_desc_t d = kstage_adios2_restart_desc_init();
+    d.manifest = manifest;
+    uint64_t ordinal = 0;
+    nb::gil_scoped_release gil;
+    const kstage_status_t st = kstage_adios2_restart_ex_mpi(stage, path.c_str(), &d,
+                                                            MPI_Comm_f2c(MPI_Fint(comm)), &ordinal);
+    return std::make_pair(int(st), ordinal);
+  });
+  m.def("checkpoint_latest_mpi", [](uint64_t stage, const std::string& pointer, int64_t comm) {
+    nb::gil_scoped_release gil;
+    return int(
+        kstage_adios2_checkpoint_latest_mpi(stage, pointer.c_str(), MPI_Comm_f2c(MPI_Fint(comm))));
+  });
+  m.def("restart_latest_mpi", [](uint64_t stage, const std::string& pointer, int64_t comm) {
+    uint64_t ordinal = 0;
+    nb::gil_scoped_release gil;
+    const kstage_status_t st = kstage_adios2_restart_latest_mpi(
+        stage, pointer.c_str(), MPI_Comm_f2c(MPI_Fint(comm)), &ordinal);
+    return std::make_pair(int(st), ordinal);
+  });
 #else
   m.attr("has_mpi") = false;
 #endif

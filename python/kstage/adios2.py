@@ -89,27 +89,37 @@ def restart(stage, path, comm=None, *, manifest="default"):
             status, ordinal = _adios2.restart(stage.handle, str(path))
         else:
             status, ordinal = _adios2.restart_ex(stage.handle, str(path), _MANIFEST[manifest])
-    elif manifest != "default":
-        raise kstage.NotSupported("kstage.adios2.restart: manifest= on MPI ranks is not there yet "
-                                  "(the MPI restart checks a manifest where there is one)")
     else:
         handle = _fortran_comm(comm)
-        status, ordinal = _adios2.restart_mpi(stage.handle, str(path), handle)
+        if manifest == "default":
+            status, ordinal = _adios2.restart_mpi(stage.handle, str(path), handle)
+        else:
+            status, ordinal = _adios2.restart_ex_mpi(stage.handle, str(path), _MANIFEST[manifest],
+                                                     handle)
     _check(status)
     return ordinal
 
 
-def checkpoint_latest(stage, pointer):
+def checkpoint_latest(stage, pointer, comm=None):
     """A checkpoint made the latest, durably (docs/adios2.md, "A checkpoint that survives a
     crash"): written to `<pointer>.0` or `<pointer>.1` (the one `pointer` does not name), flushed
-    and sealed, then the file `pointer` replaced atomically to name it."""
-    _check(_adios2.checkpoint_latest(stage.handle, str(pointer)))
+    and sealed, then the file `pointer` replaced atomically to name it. On the ranks of `comm`
+    (collective): each rank writes its block; rank 0 reads and replaces the pointer."""
+    if comm is None:
+        _check(_adios2.checkpoint_latest(stage.handle, str(pointer)))
+    else:
+        _check(_adios2.checkpoint_latest_mpi(stage.handle, str(pointer), _fortran_comm(comm)))
 
 
-def restart_latest(stage, pointer):
+def restart_latest(stage, pointer, comm=None):
     """A restart from the checkpoint the file `pointer` names (checkpoint_latest's), its manifest
-    required; the checkpoint's ordinal."""
-    status, ordinal = _adios2.restart_latest(stage.handle, str(pointer))
+    required; the checkpoint's ordinal. On the ranks of `comm` (collective): the checkpoint rank 0's
+    reading of the pointer names, on every rank."""
+    if comm is None:
+        status, ordinal = _adios2.restart_latest(stage.handle, str(pointer))
+    else:
+        status, ordinal = _adios2.restart_latest_mpi(stage.handle, str(pointer),
+                                                     _fortran_comm(comm))
     _check(status)
     return ordinal
 

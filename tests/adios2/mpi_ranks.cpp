@@ -692,6 +692,73 @@ int errors(const char* dir) {
                    "errors (9)");
   }
 
+  // (10) The MPI forms of restart_ex, checkpoint_latest and restart_latest (#50). The damaged
+  // checkpoint of (9), with verified restarts only: refused on every rank.
+  {
+    kstage_adios2_restart_desc_t required = kstage_adios2_restart_desc_init();
+    required.manifest = KSTAGE_ADIOS2_MANIFEST_REQUIRED;
+    kstage_stage_t fresh = 0;
+    CHECK(kstage_create(nullptr, &fresh));
+    st = kstage_adios2_restart_ex_mpi(fresh, ckpt.c_str(), &required, MPI_COMM_WORLD, &ordinal);
+    expect_failure(st, KSTAGE_OP_FAILED,
+                   g_rank == 0 ? std::vector<const char*>{"data.0", "does not match its manifest"}
+                               : std::vector<const char*>{"failed on", "rank 0", "data.0"},
+                   "errors (10)");
+    // The pointer procedure on the ranks: each rank its block of <pointer>.0, then of .1; the
+    // pointer (rank 0's) names the same checkpoint for every rank.
+    const std::string pointer = base + "latest";
+    if (g_rank == 0) std::remove(pointer.c_str());  // (a run before this one's)
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (const char* want : {"latest.0", "latest.1"}) {
+      CHECK(kstage_adios2_checkpoint_latest_mpi(s, pointer.c_str(), MPI_COMM_WORLD));
+      char named[64] = {};
+      if (g_rank == 0) {
+        std::FILE* f = std::fopen(pointer.c_str(), "rb");
+        if (f == nullptr || std::fgets(named, sizeof named, f) == nullptr)
+          die("errors (10)", "cannot read the pointer");
+        std::fclose(f);
+      }
+      MPI_Bcast(named, sizeof named, MPI_CHAR, 0, MPI_COMM_WORLD);
+      if (std::string(named) != std::string(want) + "\n")
+        die("errors (10)", std::string("the pointer names '") + named + "', not " + want);
+      kstage_stage_t back = 0;
+      CHECK(kstage_create(nullptr, &back));
+      ordinal = 0;
+      CHECK(kstage_adios2_restart_latest_mpi(back, pointer.c_str(), MPI_COMM_WORLD, &ordinal));
+      uint64_t floor = 0;  // the checkpoint's ordinal: the stage's highest write floor
+      for (const auto& [name, c] : before.columns) floor = std::max(floor, c.floor);
+      if (ordinal != floor || !(kstage_adios2_test::stage_state(back) == before))
+        die("errors (10)", std::string("restart_latest of ") + want + " is not the rank's stage");
+      CHECK(kstage_destroy(back));
+    }
+    // The latest, damaged: refused on every rank; unsealed: refused as such on every rank.
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (g_rank == 0) {
+      std::FILE* f = std::fopen((pointer + ".1/data.0").c_str(), "r+b");
+      if (f == nullptr || std::fseek(f, 9, SEEK_SET) != 0) die("errors (10)", "cannot open data.0");
+      const int c = std::fgetc(f);
+      std::fseek(f, 9, SEEK_SET);
+      std::fputc(c ^ 0x40, f);
+      std::fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    st = kstage_adios2_restart_latest_mpi(fresh, pointer.c_str(), MPI_COMM_WORLD, &ordinal);
+    expect_failure(st, KSTAGE_OP_FAILED,
+                   g_rank == 0 ? std::vector<const char*>{"latest.1/data.0", "does not match"}
+                               : std::vector<const char*>{"failed on", "rank 0", "data.0"},
+                   "errors (10)");
+    if (g_rank == 0) std::remove((pointer + ".1/kstage.manifest").c_str());
+    MPI_Barrier(MPI_COMM_WORLD);
+    st = kstage_adios2_restart_latest_mpi(fresh, pointer.c_str(), MPI_COMM_WORLD, &ordinal);
+    expect_failure(st, KSTAGE_INVALID_ARGUMENT,
+                   g_rank == 0 ? std::vector<const char*>{"latest.1", "has no manifest"}
+                               : std::vector<const char*>{"failed on", "rank 0", "has no manifest"},
+                   "errors (10)");
+    if (!kstage_adios2_test::stage_state(fresh).columns.empty())
+      die("errors (10)", "a refused restart wrote into the stage");
+    CHECK(kstage_destroy(fresh));
+  }
+
   CHECK(kstage_query_release(s, q));
   if (!(kstage_adios2_test::stage_state(s) == before)) die("errors", "the writers' stage changed");
   CHECK(kstage_destroy(s));

@@ -93,8 +93,44 @@ def main(work):
     else:
         raise AssertionError("a string communicator was taken")
     comm.Barrier()
+
+    # Verified restarts on the ranks (#50): restart(manifest="required", comm=), and the pointer
+    # procedure with comm=; the latest checkpoint damaged (rank 0 flips a byte) is refused on
+    # every rank.
+    again = kstage.Stage()
+    assert ka.restart(again, path, comm=comm, manifest="required") == 1
+    assert positions(again) == expected([rank])
+    pointer = os.path.join(work, f"latest-{size}")
+    if rank == 0 and os.path.exists(pointer):  # (a run before this one's)
+        os.remove(pointer)
+    comm.Barrier()
+    for name in ("0", "1"):
+        ka.checkpoint_latest(s, pointer, comm=comm)
+        with open(pointer) as f:
+            assert f.read() == f"latest-{size}.{name}\n"
+        latest = kstage.Stage()
+        assert ka.restart_latest(latest, pointer, comm=comm) == 2
+        assert positions(latest) == want
+    comm.Barrier()
     if rank == 0:
-        print(f"mpi_adios2: {size} ranks: checkpoint, restart, serial restart, stream, agreed failure: OK")
+        with open(pointer + ".1/data.0", "r+b") as f:
+            f.seek(9)
+            byte = f.read(1)
+            f.seek(9)
+            f.write(bytes([byte[0] ^ 0x40]))
+    comm.Barrier()
+    refused = kstage.Stage()
+    try:
+        ka.restart_latest(refused, pointer, comm=comm)
+    except kstage.OpFailed as e:
+        assert "data.0" in str(e), str(e)
+    else:
+        raise AssertionError("a damaged latest checkpoint was restarted")
+    assert positions(refused) == {}
+    comm.Barrier()
+    if rank == 0:
+        print(f"mpi_adios2: {size} ranks: checkpoint, restart, serial restart, stream, agreed failure, "
+              "verified restart, latest: OK")
 
 
 if __name__ == "__main__":
