@@ -162,7 +162,8 @@ KSTAGE_API kstage_status_t kstage_adios2_open(const char* name,
  * its manifest written last, atomically and durably (kstage_adios2_manifest_t); on MPI ranks,
  * by rank 0 once every rank has closed. A failure to flush or seal is KSTAGE_OP_FAILED naming
  * the file (the folder then has no manifest: a restart that requires one refuses it); a folder
- * holding a step whose write failed half-way is not sealed (a WARNING on the "adios2" channel).
+ * holding a step whose write failed half-way (a put, the step's end -- a full disk -- or a GPU
+ * check) is not sealed (a WARNING on the "adios2" channel).
  */
 KSTAGE_API kstage_status_t kstage_adios2_close(kstage_adios2_stream_t stream);
 
@@ -194,14 +195,15 @@ KSTAGE_API kstage_status_t kstage_adios2_write_step(kstage_adios2_stream_t strea
  * stream's next step is not ready within `timeout_ns` (KSTAGE_TIMEOUT_INFINITE waits). Errors:
  * INVALID_ARGUMENT naming what does not fit -- not a kstage step, an unknown dtype, an
  * attribute whose kind or dtype differs from the stage's column, an ordinal at or below the
- * stage's write floor of that attribute; OP_FAILED for a file ADIOS2 cannot read (a truncated
- * one); OP_FAILED naming the attribute for values that do not match the step's checksums of
- * them (every step the bridge writes carries them: kstage/attr/NAME/checksums); DEVICE_ERROR
- * naming the step for a fault of a GPU ADIOS2 copied values into (checked with
- * kstage_device_check before anything is committed). The stage is unchanged by a step that
- * fails. A BP5 folder is checked against its
- * manifest at kstage_adios2_open only where desc.manifest asks: ADIOS2 alone may crash or hang
- * on damaged BP5 files (docs/adios2.md, "What ADIOS2 alone does with damaged files").
+ * stage's write floor of that attribute; OP_FAILED for a file ADIOS2 cannot read (one shorter
+ * than its metadata says is refused at once, naming it: every read of a file is bounded by its
+ * size, docs/adios2.md "Bounded reads"); OP_FAILED naming the attribute for values that do not
+ * match the step's checksums of them (every step the bridge writes carries them:
+ * kstage/attr/NAME/checksums); DEVICE_ERROR naming the step for a fault of a GPU ADIOS2 copied
+ * values into (checked with kstage_device_check before anything is committed). The stage is
+ * unchanged by a step that fails. A BP5 folder is checked against its manifest at
+ * kstage_adios2_open only where desc.manifest asks: ADIOS2 alone may crash or hang on damaged BP5
+ * files (docs/adios2.md, "What ADIOS2 alone does with damaged files").
  */
 KSTAGE_API kstage_status_t kstage_adios2_read_step(kstage_adios2_stream_t stream,
                                                    kstage_stage_t stage, uint64_t timeout_ns,
