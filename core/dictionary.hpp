@@ -83,8 +83,9 @@ class Dictionary {
                    const std::vector<PathTree::ShapeNode>& shape, uint64_t* out) const {
     paths_.find_copies(targets, nt, shape, out);
   }
-  bool intern_copies(const uint64_t* targets, size_t nt,
-                     const std::vector<PathTree::ShapeNode>& shape, uint64_t* out) {
+  uint64_t intern_copies(const uint64_t* targets, size_t nt,
+                         const std::vector<PathTree::ShapeNode>& shape,
+                         std::vector<uint64_t>& out) {
     return paths_.intern_copies(targets, nt, shape, out);
   }
   size_t path_memory_bytes() const { return paths_.memory_bytes(); }

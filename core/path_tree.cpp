@@ -630,16 +630,18 @@ void PathTree::find_copies(const uint64_t* targets, size_t nt, const std::vector
   }
 }
 
-bool PathTree::intern_copies(const uint64_t* targets, size_t nt,
-                             const std::vector<ShapeNode>& shape, uint64_t* out) {
+uint64_t PathTree::intern_copies(const uint64_t* targets, size_t nt,
+                                 const std::vector<ShapeNode>& shape, std::vector<uint64_t>& ids) {
   std::unique_lock lock(mutex_);
   const size_t s = shape.size();
-  if (s == 0 || nt == 0) return false;
+  if (s == 0 || nt == 0) return 0;
   // Per node: where its leaf is (shared by every copy: leaves never move or change), its hash,
   // and whether it ends in a digit (intern_range's collision check asks which parents have such
   // children).
   const ShapeLeaves l = shape_leaves(shape);
-  if (make_block(targets, nt, shape, l, out)) return true;
+  if (const uint64_t first = make_block(targets, nt, shape, l)) return first;
+  ids.resize(nt * s);
+  uint64_t* const out = ids.data();
   // The index's room for every copy at once (one growth, not one per doubling).
   while (4 * (nodes_.size() + nt * s) > 3 * index_.size()) grow_index();
   std::vector<char> made(s);  // the copy of node k was made for the current target
@@ -662,11 +664,11 @@ bool PathTree::intern_copies(const uint64_t* targets, size_t nt,
       copy[k] = id;
     }
   }
-  return false;
+  return 0;
 }
 
-bool PathTree::make_block(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
-                          const ShapeLeaves& l, uint64_t* out) {
+uint64_t PathTree::make_block(const uint64_t* targets, size_t nt,
+                              const std::vector<ShapeNode>& shape, const ShapeLeaves& l) {
   const size_t s = shape.size();
   // Only when no copy exists yet: then none of the targets has a child named like a node
   // right below the source (and nothing deeper can exist without those).
@@ -675,7 +677,7 @@ bool PathTree::make_block(const uint64_t* targets, size_t nt, const std::vector<
     if (shape[k].parent == ShapeNode::kShapeRoot) top.push_back(uint32_t(k));
   for (size_t t = 0; t < nt; ++t)
     for (uint32_t k : top)
-      if (child(targets[t], l.view[k], child_hash(targets[t], l.hash[k])) != 0) return false;
+      if (child(targets[t], l.view[k], child_hash(targets[t], l.hash[k])) != 0) return 0;
   const uint64_t total = uint64_t(nt) * s;
   if (nodes_.size() + total >= 0xFFFFFFFEu || next_id_ > kDigitKids - 1 - total)
     throw std::bad_alloc();
@@ -720,14 +722,14 @@ bool PathTree::make_block(const uint64_t* targets, size_t nt, const std::vector<
       const uint32_t p = shape[k].parent;
       const uint64_t parent = p == ShapeNode::kShapeRoot ? targets[t] : first + p;
       nodes_[node + k] = Node{parent | flags[k], l.leaf[k]};
-      out[t * s + k] = first + k;
     }
     for (uint32_t k : top) index_node(node + k, child_hash(targets[t], l.hash[k]));
     if (digit_top) note_digit_child(targets[t]);  // (made above: no allocation)
   }
-  add_ids(b.first, base, total);
+  const uint64_t first = b.first;
+  add_ids(first, base, total);
   blocks_.push_back(std::move(b));
-  return true;
+  return first;
 }
 
 size_t PathTree::memory_bytes() const {

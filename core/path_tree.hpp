@@ -149,11 +149,12 @@ class PathTree {
                    uint64_t* out) const;
   // The same, making every copy that is not in the tree (visible as its node says; a hidden
   // one a visible node names becomes visible, keeping its id), under one lock, target after
-  // target: a target's new copies get consecutive ids. Returns whether they were made as one
-  // block: then out[i] is out[0] + i for every i (no copy existed before). May throw
-  // std::bad_alloc (copies made before stay, hidden or visible: no prim exists for them).
-  bool intern_copies(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
-                     uint64_t* out);
+  // target: a target's new copies get consecutive ids. When none existed, they are made as one
+  // block, copy (t, k) the id first + t * shape.size() + k: that `first` is returned and `out`
+  // is left alone; else 0, with out[t * shape.size() + k] the copy (made room for here). May
+  // throw std::bad_alloc (copies made before stay, hidden or visible: no prim exists for them).
+  uint64_t intern_copies(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
+                         std::vector<uint64_t>& out);
 
   // Bytes the tree holds (nodes, leaves, hash index, ranges, handed-out strings).
   size_t memory_bytes() const;
@@ -201,8 +202,9 @@ class PathTree {
   uint64_t make_parent(std::string_view path);
   void make_visible(uint64_t id);
   // intern_copies when no copy exists yet: every copy a node in one run of ids, target after
-  // target, only those right below a target in the hash index (a Block finds the rest). False,
-  // changing nothing, when a copy exists. May throw std::bad_alloc, changing nothing.
+  // target, only those right below a target in the hash index (a Block finds the rest); returns
+  // the block's first id. 0, changing nothing, when a copy exists. May throw std::bad_alloc,
+  // changing nothing.
   // Per node of a shape: where its source's leaf is stored, the leaf, its hash (leaf_hash) and
   // whether it ends in a digit. Requires mutex_.
   struct ShapeLeaves {
@@ -212,8 +214,8 @@ class PathTree {
     std::vector<char> numeric;
   };
   ShapeLeaves shape_leaves(const std::vector<ShapeNode>& shape) const;
-  bool make_block(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
-                  const ShapeLeaves& l, uint64_t* out);
+  uint64_t make_block(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
+                      const ShapeLeaves& l);
   // Whether `parent` has an explicit child whose leaf ends in a digit; note one (a node's bit,
   // else numeric_children_'s entry: may throw std::bad_alloc for a range member or the top).
   bool has_digit_children(uint64_t parent) const;

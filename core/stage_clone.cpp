@@ -94,16 +94,17 @@ Status read_path_values(Backend& host, ClonedColumn& cc) {
 struct CopyIds {
   const PrimSeq& targets;
   const uint64_t* target_ids;  // the targets as ids (null when the shape is empty)
-  const uint64_t* copies;      // target after target, ns each
   size_t ns;
-  bool block;  // copies[i] == copies[0] + i (PathTree::intern_copies made them as one block)
+  uint64_t block;          // the copies made as one block: copy (t, k) is block + t * ns + k
+  const uint64_t* copies;  // else target after target, ns each
 
-  uint64_t of(size_t t, uint32_t k) const { return k == kRoot ? targets[t] : copies[t * ns + k]; }
-  // The copies of nodes[0, s) for target t, appended to `out`.
-  void append(size_t t, const uint32_t* nodes, size_t s, std::vector<uint64_t>& out) const {
-    const uint64_t* below = copies + t * ns;
-    for (size_t k = 0; k < s; ++k)
-      out.push_back(nodes[k] == kRoot ? target_ids[t] : below[nodes[k]]);
+  uint64_t below(size_t t, uint32_t k) const {
+    return block != 0 ? block + t * ns + k : copies[t * ns + k];
+  }
+  uint64_t of(size_t t, uint32_t k) const { return k == kRoot ? targets[t] : below(t, k); }
+  // The copies of nodes[0, s) for target t, into out[0, s).
+  void fill(size_t t, const uint32_t* nodes, size_t s, uint64_t* out) const {
+    for (size_t k = 0; k < s; ++k) out[k] = nodes[k] == kRoot ? target_ids[t] : below(t, nodes[k]);
   }
 };
 
@@ -118,14 +119,13 @@ Status stage_copies(const ClonedColumn& cc, const PrimList& targets, const CopyI
   if (s == 1 && cc.nodes[0] == kRoot) {
     rows.prims = targets;  // the targets themselves: a range's stay a progression
   } else {
-    std::vector<uint64_t> ids;
-    ids.reserve(n);
-    for (size_t t = 0; t < nt; ++t) copy.append(t, cc.nodes.data(), s, ids);
+    std::vector<uint64_t> ids(n);
+    for (size_t t = 0; t < nt; ++t) copy.fill(t, cc.nodes.data(), s, ids.data() + t * s);
     rows.prims = std::make_shared<const PrimSeq>(std::move(ids));
-    if (copy.block) {
+    if (copy.block != 0) {
       static_assert(CopyBlock::kRoot == kRoot);
       auto block = std::make_shared<CopyBlock>();
-      block->first = copy.copies[0];
+      block->first = copy.block;
       block->ns = copy.ns;
       block->nt = nt;
       block->nodes = cc.nodes;
@@ -333,10 +333,10 @@ Result<std::shared_ptr<Op>> Stage::clone(uint64_t source, const PrimList& target
       KSTAGE_RETURN_NOT_OK(check_copies_absent(*targets, target_ids, shape, is_prim, ordinal));
 
       // The copies' paths, interned in one batch, and one write per column.
-      std::vector<uint64_t> copies(nt * ns);
-      const bool block =
-          ns > 0 && dictionary_.intern_copies(target_ids.data(), nt, shape, copies.data());
-      const CopyIds copy{*targets, target_ids.data(), copies.data(), ns, block};
+      std::vector<uint64_t> copies;
+      const uint64_t block =
+          ns > 0 ? dictionary_.intern_copies(target_ids.data(), nt, shape, copies) : 0;
+      const CopyIds copy{*targets, target_ids.data(), ns, block, copies.data()};
       WriteBatch batch;
       for (const ClonedColumn& cc : cloned) {
         Mutation& m = add_write(batch, cc.column->attribute(), cc.column, cc.column->schema(),
