@@ -42,34 +42,23 @@ class AttributeCounts {
     }
     return false;
   }
-  // increment() of every prim `each(f)` calls f with (in order, each prim once), all or nothing
-  // (prims close together share their page's look-up): may throw std::bad_alloc, leaving the
-  // counts as they were. Returns whether one of them came into existence.
+  // increment() of every prim of the batches `each(f)` calls f(ids, n) with (in the same order
+  // every time, each prim once), all or nothing (prims close together share their page's
+  // look-up): may throw std::bad_alloc, leaving the counts as they were. Returns whether one of
+  // them came into existence.
   template <class Each>
   bool increment_each(const Each& each) {
-    bool appeared = false;
-    size_t done = 0;
-    uint64_t page_of = UINT64_MAX;
-    uint8_t* bytes = nullptr;
+    Increments state;
     try {
-      each([&](uint64_t p) {
-        if ((p >> kPageBits) != page_of) {
-          bytes = &entry(p) - (p & (kPage - 1));  // (the page made, from its count if need be)
-          page_of = p >> kPageBits;
-        }
-        uint8_t& b = bytes[p & (kPage - 1)];
-        if (b >= kBig - 1) increment(p);  // (may throw before it changes anything)
-        else if (++b == 1) appeared = true;
-        ++done;
-      });
+      each([&](const uint64_t* ids, size_t n) { increment_batch(ids, n, state); });
     } catch (...) {
       size_t k = 0;  // the first `done` go back (their bytes exist: no allocation)
-      each([&](uint64_t p) {
-        if (k++ < done) decrement(p);
+      each([&](const uint64_t* ids, size_t n) {
+        for (size_t i = 0; i < n && k < state.done; ++i, ++k) decrement(ids[i]);
       });
       throw;
     }
-    return appeared;
+    return state.appeared;
   }
   // increment() of prims [first, first + count): whole pages that hold one
   // count for all their prims stay so (one byte each), the rest a page at a
@@ -166,6 +155,41 @@ class AttributeCounts {
   static constexpr uint64_t kPage = uint64_t(1) << kPageBits;
   static constexpr uint8_t kBig = 255;  // the count is in big_
 
+  // Where increment_each is: the page looked up last, the prims counted so far.
+  struct Increments {
+    uint64_t page_of = UINT64_MAX;
+    uint8_t* bytes = nullptr;
+    size_t done = 0;
+    bool appeared = false;
+  };
+  // ids[0, n) incremented, `state` carried on. (The loop's state in locals: a byte store may
+  // alias anything whose address is taken, which would keep it in memory.)
+  void increment_batch(const uint64_t* ids, size_t n, Increments& state) {
+    const size_t base = state.done;
+    uint64_t page_of = state.page_of;
+    uint8_t* bytes = state.bytes;
+    bool appeared = false;
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t p = ids[i];
+      if ((p >> kPageBits) != page_of) {
+        state.done = base + i;                  // (entry() may throw)
+        bytes = &entry(p) - (p & (kPage - 1));  // (the page made, from its count if need be)
+        page_of = p >> kPageBits;
+      }
+      uint8_t& b = bytes[p & (kPage - 1)];
+      if (b >= kBig - 1) {
+        state.done = base + i;  // (may throw before it changes anything)
+        increment(p);
+        continue;
+      }
+      appeared = appeared || b == 0;
+      ++b;
+    }
+    state.done = base + n;
+    state.page_of = page_of;
+    state.bytes = bytes;
+    state.appeared = state.appeared || appeared;
+  }
   uint8_t uniform(uint64_t page) const { return page < uniform_.size() ? uniform_[page] : 0; }
   // Whether a run of `in_page` prims of `page` is counted in the page's count (no bytes).
   bool takes_uniform(uint64_t page, uint64_t in_page) const {

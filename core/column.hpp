@@ -96,23 +96,44 @@ struct NewPrims {
   const uint64_t* ids() const { return shared ? shared->data() : list.data(); }
   size_t count() const { return shared ? shared_n : list.size(); }
   bool empty() const { return count() == 0 && run_count == 0; }
-  // f(prim) for the prims of ids()[0, count()) in order (a clone's copies computed from their
-  // block, only the targets' own ids read).
+  // f(ids, n) for batches of the prims of ids()[0, count()), in the same order every time: a
+  // clone's copies computed from their block (the targets' own ids, elsewhere in the id
+  // space, first), in batches of a buffer here.
   template <class F>
-  void for_each(F&& f) const {
+  void for_each_batch(F&& f) const {
     const uint64_t* p = ids();
     if (!block) {
-      for (size_t i = 0; i < count(); ++i) f(p[i]);
+      if (count() > 0) f(p, count());
       return;
     }
-    const size_t per = block->nodes.size();
+    constexpr size_t kBatch = 256;
+    uint64_t buffer[kBatch];
+    size_t used = 0;
+    auto add = [&](uint64_t id) {
+      buffer[used++] = id;
+      if (used == kBatch) {
+        f(static_cast<const uint64_t*>(buffer), used);
+        used = 0;
+      }
+    };
+    const std::vector<uint32_t>& nodes = block->nodes;
+    const size_t per = nodes.size();
+    for (size_t j = 0; j < per; ++j)
+      if (nodes[j] == CopyBlock::kRoot)
+        for (size_t t = 0; t < block->nt; ++t) add(p[t * per + j]);
     for (size_t t = 0; t < block->nt; ++t) {
       const uint64_t first = block->first + t * block->ns;
-      for (size_t j = 0; j < per; ++j) {
-        const uint32_t k = block->nodes[j];
-        f(k == CopyBlock::kRoot ? p[t * per + j] : first + k);
-      }
+      for (uint32_t k : nodes)
+        if (k != CopyBlock::kRoot) add(first + k);
     }
+    if (used > 0) f(static_cast<const uint64_t*>(buffer), used);
+  }
+  // f(prim) for each of them, in that order.
+  template <class F>
+  void for_each(F&& f) const {
+    for_each_batch([&](const uint64_t* ids, size_t n) {
+      for (size_t i = 0; i < n; ++i) f(ids[i]);
+    });
   }
 };
 

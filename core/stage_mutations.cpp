@@ -384,7 +384,8 @@ Status Stage::seal_write(Mutation& m, uint64_t attribute) {
       m.rows, m.ordinal, added,
       [&](const NewPrims& fresh) {
         prim_attribute_count_.prepare_run(fresh.run_first, fresh.run_count);
-        appeared = prim_attribute_count_.increment_each([&](const auto& f) { fresh.for_each(f); });
+        appeared =
+            prim_attribute_count_.increment_each([&](const auto& f) { fresh.for_each_batch(f); });
       },
       [&](const NewPrims& fresh) {
         fresh.for_each([&](uint64_t p) { prim_attribute_count_.decrement(p); });
