@@ -81,6 +81,8 @@ uint64_t kstage_emulated_pinned_allocations(void) {
   return a.host_allocations;
 }
 
+size_t kstage_emulated_pinned_live_bytes(void) { return pinned_arena().live_bytes(); }
+
 void kstage_emulated_capture_begin(void) { capture_begin(); }
 int kstage_emulated_capture_end(void) { return capture_end() ? 0 : 1; }
 

@@ -112,6 +112,9 @@ KSTAGE_API uint64_t kstage_emulated_pageable_waits(int32_t ordinal);
 /** Pinned host blocks kstage's backend allocated through the runtime (cudaMallocHost): its
  * upload staging, which it recycles (kstage_emulated_host_malloc is not counted). */
 KSTAGE_API uint64_t kstage_emulated_pinned_allocations(void);
+/** Bytes of pinned host memory in use: kstage's staging blocks, cached or in flight, and the
+ * tests' kstage_emulated_host_malloc blocks. */
+KSTAGE_API size_t kstage_emulated_pinned_live_bytes(void);
 
 KSTAGE_API uintptr_t kstage_emulated_stream_create(int32_t ordinal);
 /** Synchronises, then destroys. */

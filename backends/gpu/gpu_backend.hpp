@@ -478,9 +478,9 @@ class GpuBackend final : public DeviceBackend {
     }
   }
   // Device memory of `bytes` that `fill(host bytes)` writes, copied up on the stage's stream:
-  // from a pinned staging block, handed back once the copy is done (retire), else -- too large
-  // for staging, or no pinned memory -- from a pageable copy of our own, which the runtime may
-  // read after the call returns, and whose copy may wait for the stream.
+  // from a pinned staging block, handed back once the copy is done (retire), else -- no pinned
+  // memory to be had -- from a pageable copy of our own, which the runtime may read after the
+  // call returns, and whose copy may wait for the stream.
   template <class Fill>
   Result<core::BufferPtr> upload_with(size_t bytes, Fill&& fill) {
     const DeviceGuard<RT> on_device(shared_->device);

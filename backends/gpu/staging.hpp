@@ -6,6 +6,10 @@
 // pinned memory is a DMA in stream order, and the call returns at once. A block is handed back
 // only once the copy that reads it is done -- the retire queue's event (shared.hpp) -- and kept
 // for the next upload, since allocating pinned memory is slow (and may synchronise the device).
+// An upload over kMaxCachedBlock (an index map of over 16M entries) is staged too, through a
+// block of its own size that is freed, not kept, once its copy is done: caching it would hold
+// that much pinned memory for the stage's life, and its pinning costs less than a caller
+// blocked until the stage's queue drains.
 #pragma once
 
 #include <cstddef>
@@ -18,9 +22,9 @@ namespace kstage::backends::gpu {
 template <class RT>
 class PinnedStaging {
  public:
-  // Larger uploads go from a pageable snapshot instead: pinning that much memory for a stage
-  // costs more than the wait it saves, and is kept (the cache would hold it).
-  static constexpr size_t kMaxBlock = size_t(64) << 20;
+  // The largest block kept for later uploads (sizes are powers of two up to it); a larger
+  // upload's block is its own size, freed when given back.
+  static constexpr size_t kMaxCachedBlock = size_t(64) << 20;
   // What the stage keeps cached for its next uploads; beyond it a returned block is freed.
   static constexpr size_t kMaxCached = size_t(64) << 20;
 
@@ -67,12 +71,12 @@ class PinnedStaging {
   }
 
   // A block of at least `bytes`: the smallest cached one that fits, else a new one (sizes are
-  // powers of two from 4 KiB, so blocks fit later uploads of similar sizes). Empty when the
-  // upload is larger than kMaxBlock or pinned memory cannot be had: the caller then copies from
-  // pageable memory.
+  // powers of two from 4 KiB, so blocks fit later uploads of similar sizes; over
+  // kMaxCachedBlock, `bytes` rounded up to whole 4 KiB pages). Empty when pinned memory cannot
+  // be had: the caller then copies from pageable memory.
   Block take(size_t bytes) noexcept {
-    if (bytes == 0 || bytes > kMaxBlock) return Block();
-    {
+    if (bytes == 0) return Block();
+    if (bytes <= kMaxCachedBlock) {
       std::lock_guard lock(mutex_);
       auto best = free_.end();
       for (auto it = free_.begin(); it != free_.end(); ++it)
@@ -84,8 +88,11 @@ class PinnedStaging {
         return Block(this, c.data, c.size);
       }
     }
-    size_t size = 4096;
-    while (size < bytes) size *= 2;
+    size_t size = (bytes + 4095) & ~size_t(4095);
+    if (bytes <= kMaxCachedBlock) {
+      size = 4096;
+      while (size < bytes) size *= 2;
+    }
     void* p = nullptr;
     if (RT::host_malloc(&p, size) != RT::success || p == nullptr) {
       (void)RT::take_error();  // not left for the next launch check
@@ -103,7 +110,7 @@ class PinnedStaging {
   void give(std::byte* data, size_t size) noexcept {
     try {
       std::lock_guard lock(mutex_);
-      if (cached_bytes_ + size <= kMaxCached) {
+      if (size <= kMaxCachedBlock && cached_bytes_ + size <= kMaxCached) {
         free_.push_back(Cached{data, size});
         cached_bytes_ += size;
         return;

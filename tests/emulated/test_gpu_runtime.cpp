@@ -978,6 +978,62 @@ TEST_CASE("gpu backend: an upload's pinned block is reused only after its copy h
   CHECK(violations.seen().empty());
 }
 
+// Defect 2's rest: an upload over the staging cache's largest block (64 MiB: an index map of
+// over 16M entries) still went from a pageable snapshot, so such a write behind queued work
+// could block its caller until the stage's queue drained. It goes through a pinned block of its
+// own now, freed (not cached) once its copy has run; smaller uploads keep their cached blocks.
+TEST_CASE("gpu backend: an index upload over 64 MiB behind queued work is staged in pinned memory",
+          "[device][runtime][memory]") {
+  CatchViolations violations;
+  DeviceStage s(kDev0);
+  // 16M + 1024 prims (a path range: interning them one by one would take longer than the case).
+  const size_t n = (size_t(64) << 20) / sizeof(uint32_t) + 1024;
+  kstage_path_t first = 0;
+  KS_OK(kstage_intern_path_range(s.stage, "/", 1, "big", 3, 0, n, &first));
+  kstage_query_t q = 0;
+  KS_OK(kstage_query_range(s.stage, first, 0, 0, 0, &q));
+  kstage_query_t few = s.query(4);
+  kstage_token_t a = s.token("a"), b = s.token("b");
+  DeviceFloats src(0, {10, 20, 30, 40});
+  std::vector<uint32_t> big(n);
+  for (size_t i = 0; i < n; ++i) big[i] = uint32_t(3 - i % 4);
+  const std::vector<uint32_t> small = {0, 1, 2, 3};
+  // A small upload first: its block stays cached for the small writes after the big one.
+  finish(s, gather_write_after(s, few, b, 1, src.t, small, kstage_device_sync_t{0, 0}));
+  const uint64_t waits = kstage_emulated_pageable_waits(0);
+  const uint64_t pinned = kstage_emulated_pinned_allocations();
+  const size_t pinned_bytes = kstage_emulated_pinned_live_bytes();
+  for (uint64_t ordinal : {uint64_t(1), uint64_t(2)}) {
+    INFO("big write " << ordinal);
+    kstage_op_t op = 0;
+    {
+      HeldProducer producer(0);
+      kstage_emulated_event_record(producer.event, producer.stream);
+      op = gather_write_after(s, q, a, ordinal, src.t, big, {producer.stream, producer.event});
+      REQUIRE(kstage_wait(s.stage, op, 0) == KSTAGE_TIMEOUT);
+      CHECK(kstage_emulated_pageable_waits(0) == waits);                // from pinned memory...
+      CHECK(kstage_emulated_pinned_allocations() == pinned + ordinal);  // ...a block of its own
+      CHECK(kstage_emulated_pinned_live_bytes() >= pinned_bytes + n * sizeof(uint32_t));
+    }
+    finish(s, op);
+    // Its copy done, the block is freed, not cached; the small writes take the cached block.
+    CHECK(eventually(
+        [&] {
+          finish(s, gather_write_after(s, few, b, 1, src.t, small, {0, 0}));
+        },
+        [&] { return kstage_emulated_pinned_live_bytes() <= pinned_bytes; }));
+    CHECK(kstage_emulated_pinned_allocations() == pinned + ordinal);
+  }
+  s.seal(2);
+  kstage_read_desc_t host = kstage_read_desc_init();
+  host.target_device = kHost;
+  const std::vector<float> got = read_back(s, q, a, host).values;
+  REQUIRE(got.size() == n);
+  for (size_t i : {size_t(0), size_t(1), size_t(2), size_t(3), n - 2, n - 1})
+    CHECK(got[i] == float(10 * (4 - i % 4)));
+  CHECK(violations.seen().empty());
+}
+
 TEST_CASE(
     "emulated runtime: a global-mode graph capture refuses the legacy stream and a device "
     "wait",
