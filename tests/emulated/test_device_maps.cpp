@@ -199,6 +199,38 @@ TEST_CASE("a device index_map is ordered by the write's device_sync, like its te
   CHECK(read_back(s, q, x).values == std::vector<float>{30, 20, 10});
 }
 
+TEST_CASE("a device mask and index_map64 are ordered by the write's device_sync too",
+          "[device_maps]") {
+  DeviceStage s(kDev);
+  kstage_query_t q = s.query(3);
+  kstage_token_t x = s.token("x"), y = s.token("y");
+  DeviceFloats src(kDev.device_id, {10, 20, 30});
+  DeviceWords mask(kDev.device_id, {0b001});
+  DeviceIndex64 map(kDev.device_id, {0, 0, 0});
+  // The producer's mask selects elements 1 and 2, not 0 as the buffer did before.
+  const std::vector<uint64_t> words = {0b110};
+  finish_after_held_producer(
+      s, kDev.device_id, mask.p, words.data(), 8, [&](kstage_device_sync_t sync) {
+        kstage_write_data_t w = device_mask_write(src.t, mask, 3);
+        w.device_sync = sync;
+        kstage_op_t op = 0;
+        KS_OK(kstage_write_attribute(s.stage, q, x, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+        return op;
+      });
+  const std::vector<int64_t> filled = {2, 1, 0};
+  finish_after_held_producer(
+      s, kDev.device_id, map.p, filled.data(), 24, [&](kstage_device_sync_t sync) {
+        kstage_write_data_t w = device_gather64(src.t, map);
+        w.device_sync = sync;
+        kstage_op_t op = 0;
+        KS_OK(kstage_write_attribute(s.stage, q, y, 1, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+        return op;
+      });
+  s.seal(1);
+  CHECK(s.changed(q, x, 1, 1) == std::vector<kstage_path_t>{s.prims[1], s.prims[2]});
+  CHECK(read_back(s, q, y).values == std::vector<float>{30, 20, 10});
+}
+
 TEST_CASE("a bad device index_map entry fails the op, not the call, and the write is never applied",
           "[device_maps]") {
   Sealed f;
