@@ -57,10 +57,12 @@ MAX_FILE_BYTES=$((16 * 1024 * 1024))
 if [ -z "${HOME:-}" ]; then HOME=$(getent passwd "$(id -u)" | cut -d: -f6); export HOME; fi
 DEPS_DIR=${KSTAGE_DEPS_DIR:-$HOME/.cache/kstage-deps}
 
-# The test programs a run takes first, most telling first: the CUDA-only cases, the world
-# transforms' kernel (never run on a GPU yet), the ADIOS2 bridge's GPU path, maps and writes with
-# device index maps, reads, then the rest.
-PRIORITY=(kstage_test_cuda_device kstage_test_world_transforms_cuda kstage_test_clone_cuda
+# The test programs a run takes first, most telling first: the CUDA-only cases (the device
+# itself, then releases and device index maps with a stream held on the GPU: never run on one
+# yet), the world transforms' kernel (never run on a GPU yet), the ADIOS2 bridge's GPU path,
+# maps and writes with device index maps, reads, then the rest.
+PRIORITY=(kstage_test_cuda_device kstage_test_cuda_releases kstage_test_cuda_device_maps
+  kstage_test_world_transforms_cuda kstage_test_clone_cuda
   kstage_test_adios2_cuda
   kstage_test_map_cuda kstage_test_write_fixed_cuda kstage_test_reads_cuda kstage_test_array_cuda
   kstage_test_managed_cuda kstage_test_arrow_cuda kstage_test_transport_errors_cuda)
@@ -74,7 +76,7 @@ absolute() { case $1 in /*) echo "$1" ;; *) echo "$PWD/$1" ;; esac; }
 # The programs a run executes (basenames), from a cuda build folder.
 programs_of() {
   local build=$1 p
-  for p in "$build"/tests/kstage_test_*_cuda "$build/tests/kstage_test_cuda_device" \
+  for p in "$build"/tests/kstage_test_*_cuda "$build"/tests/kstage_test_cuda_* \
            "$build"/tests/adios2/kstage_test_*_cuda "$build/perf/kstage_perf"; do
     [ -e "$p" ] && echo "$p"
   done
@@ -89,7 +91,7 @@ bundle() {
   # host-only programs or the package tests).
   local targets
   targets=$(cmake --build --preset cuda --target help |
-            grep -owE 'kstage_test_[a-z0-9_]+_cuda|kstage_test_cuda_device|kstage_perf' | sort -u)
+            grep -owE 'kstage_test_[a-z0-9_]+_cuda|kstage_test_cuda_[a-z0-9_]+|kstage_perf' | sort -u)
   # shellcheck disable=SC2086
   cmake --build --preset cuda -j "$jobs" --target $targets
   rm -rf "$dir"

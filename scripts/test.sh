@@ -37,7 +37,7 @@
 #   cuda      the CUDA build (`scripts/setup.sh --cuda` builds its Kokkos with the machine's nvcc):
 #             configure and build only: the library, the bridges, the Fortran module, the
 #             examples, the perf suite and the CUDA test programs (kstage_test_*_cuda,
-#             kstage_test_cuda_device, kstage_test_kernels); not the host test programs, which
+#             kstage_test_cuda_*, kstage_test_kernels); not the host test programs, which
 #             in this build are the default leg's compiled again and run nowhere. The CUDA
 #             programs need a GPU and run with scripts/gpu-check.sh; no GPU is needed here: the
 #             leg packs the GPU bundle and checks the script with `gpu-check.sh bare-dry-run`.
@@ -177,7 +177,7 @@ wheel_adios2_dir() {
 }
 
 # The cuda leg's targets: everything but the host test programs (kstage_test_* that are neither
-# a CUDA program, kstage_test_*_cuda and kstage_test_cuda_device, nor kstage_test_kernels). In a
+# a CUDA program, kstage_test_*_cuda and kstage_test_cuda_*, nor kstage_test_kernels). In a
 # CUDA build those are the default leg's programs compiled again by the same g++ with the same
 # flags (only the C API, no Kokkos: the CUDA programs are the same sources, built here), and no
 # one runs them: not this leg, not scripts/gpu-check.sh. kstage_test_kernels compiles the
@@ -189,7 +189,7 @@ cuda_build_targets() {
           sed -n -e 's/^\.\.\. \([A-Za-z0-9_.+-]*\).*/\1/p' -e 's/^\([A-Za-z0-9_.+-]*\): .*/\1/p' |
           grep -E '^kstage[A-Za-z0-9_-]*$' || true)
   grep -vE '^kstage_test_' <<<"$names" || true
-  grep -E '^kstage_test_([a-z0-9_]+_cuda|cuda_device|kernels)$' <<<"$names" || true
+  grep -E '^kstage_test_([a-z0-9_]+_cuda|cuda_[a-z0-9_]+|kernels)$' <<<"$names" || true
 }
 
 # The environment a preset's build gets (its configure and build presets', with what they

@@ -3,46 +3,18 @@
 // scripts/gpu-check.sh on a machine with an NVIDIA GPU): kDLCUDA tensors in
 // and out, the pointer's own ordinal, streams and events honoured, copies
 // across sides counted (no device data takes a detour through the host),
-// and the DLPack bridge's CUDA spaces. The engine's whole suite runs on CUDA
+// kstage_device_check, and the DLPack bridge's CUDA spaces. The engine's whole suite runs on CUDA
 // columns as kstage_test_<concept>_cuda.
 // Host C++ (g++): what needs Kokkos is in cuda_probes.cpp (nvcc).
-#include "support.hpp"
+#include "cuda/cuda_support.hpp"
 
 #include "cuda/cuda_probes.hpp"
 
-#include <cuda_runtime_api.h>
 #include <kstage/kstage_arrow.h>
 
-using namespace kstage_test;
+using namespace kstage_cuda_test;
 
 namespace {
-
-constexpr DLDevice kGpu = {kDLCUDA, 0};
-constexpr DLDevice kHost = {kDLCPU, 0};
-
-// cudaMalloc'ed floats, freed at scope exit.
-struct GpuFloats {
-  explicit GpuFloats(const std::vector<float>& v) : n(v.size()) {
-    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(float)) == cudaSuccess);
-    REQUIRE(cudaMemcpy(p, v.data(), n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
-    shape[0] = int64_t(n);
-    t = tensor(p, f32(), 1, shape, nullptr, kGpu);
-  }
-  ~GpuFloats() { cudaFree(p); }
-  float* p = nullptr;
-  size_t n;
-  int64_t shape[1];
-  DLTensor t;
-};
-
-struct Counts {
-  uint64_t up = 0, down = 0, uploads = 0;
-  static Counts now() {
-    Counts c;
-    KS_OK(kstage_transfer_counts(&c.up, &c.down, &c.uploads));
-    return c;
-  }
-};
 
 std::vector<float> read_floats(Stage& s, kstage_query_t q, kstage_token_t a, DLDevice target,
                                DLDevice* where = nullptr) {
@@ -295,6 +267,45 @@ TEST_CASE("cuda: an Arrow device array's release waits for the consumer's queued
   cudaFree(out);
   cudaFree(y);
   cudaFree(x);
+}
+
+// kstage_device_check (how the ADIOS2 bridge finds a fault of ADIOS2's own GPU copies, #52
+// defect 7) waits for the stage's work on the device: here a write queued behind a producer
+// held on the GPU, let go by a helper after 200 ms. Host memory is OK at once; an ordinal the
+// process lacks is refused.
+TEST_CASE("cuda: kstage_device_check waits for the stage's work behind a held producer",
+          "[cuda][sync]") {
+  Stage s(KSTAGE_HOST_EXECUTION_DEFAULT, &kGpu);
+  kstage_query_t q = s.query(s.paths("/p", 4));
+  kstage_token_t a = s.token("a");
+  GpuFloats src({1, 2, 3, 4});
+  int count = 0;
+  REQUIRE(cudaGetDeviceCount(&count) == cudaSuccess);
+  KS_OK(kstage_device_check(s.stage, kGpu));
+  KS_OK(kstage_device_check(s.stage, kHost));
+  KS_FAILS(kstage_device_check(s.stage, DLDevice{kDLCUDA, count}), KSTAGE_INVALID_ARGUMENT,
+           std::to_string(count));
+  cudaEvent_t produced = nullptr;
+  REQUIRE(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming) == cudaSuccess);
+  kstage_op_t op = 0;
+  {
+    HeldStream producer;
+    REQUIRE(producer.error() == "");
+    REQUIRE(cudaEventRecord(produced, producer.stream()) == cudaSuccess);
+    op = write_op(s, q, a, 1, src.t,
+                  kstage_device_sync_t{producer.handle(), reinterpret_cast<uintptr_t>(produced)});
+    REQUIRE(kstage_wait(s.stage, op, 0) == KSTAGE_TIMEOUT);
+    {
+      DelayedRelease helper(producer, std::chrono::milliseconds(200));
+      CHECK(kstage_device_check(s.stage, kGpu) == KSTAGE_OK);
+      CHECK(kstage_wait(s.stage, op, 0) == KSTAGE_OK);  // the check returned after the write
+    }
+    CHECK_FALSE(producer.timed_out());
+  }
+  KS_OK(kstage_release_op(s.stage, op));
+  s.seal(1);
+  CHECK(host_values(s, q, a) == std::vector<float>{1, 2, 3, 4});
+  (void)cudaEventDestroy(produced);
 }
 
 TEST_CASE("cuda: managed memory makes a column on the device of its ordinal", "[cuda]") {
