@@ -79,9 +79,10 @@ class Dictionary {
                      uint64_t& member) const {
     return paths_.subtree_shape(root, ids, n, shape, index, member);
   }
-  void find_copies(const uint64_t* targets, size_t nt,
-                   const std::vector<PathTree::ShapeNode>& shape, uint64_t* out) const {
-    paths_.find_copies(targets, nt, shape, out);
+  bool find_copies(const uint64_t* targets, size_t nt,
+                   const std::vector<PathTree::ShapeNode>& shape,
+                   std::vector<uint64_t>& out) const {
+    return paths_.find_copies(targets, nt, shape, out);
   }
   uint64_t intern_copies(const uint64_t* targets, size_t nt,
                          const std::vector<PathTree::ShapeNode>& shape,

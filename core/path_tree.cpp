@@ -615,11 +615,21 @@ PathTree::ShapeLeaves PathTree::shape_leaves(const std::vector<ShapeNode>& shape
   return l;
 }
 
-void PathTree::find_copies(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
-                           uint64_t* out) const {
+bool PathTree::find_copies(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
+                           std::vector<uint64_t>& ids) const {
   std::shared_lock lock(mutex_);
   const size_t s = shape.size();
   const ShapeLeaves l = shape_leaves(shape);
+  std::vector<size_t> top;  // the nodes right below the root: without their copies, none
+  for (size_t k = 0; k < s; ++k)
+    if (shape[k].parent == ShapeNode::kShapeRoot) top.push_back(k);
+  bool any = false;
+  for (size_t t = 0; t < nt && !any; ++t)
+    for (size_t k : top)
+      any = any || child(targets[t], l.view[k], child_hash(targets[t], l.hash[k])) != 0;
+  if (!any) return false;
+  ids.assign(nt * s, 0);
+  uint64_t* const out = ids.data();
   for (size_t t = 0; t < nt; ++t) {
     uint64_t* copy = out + t * s;
     for (size_t k = 0; k < s; ++k) {
@@ -628,6 +638,7 @@ void PathTree::find_copies(const uint64_t* targets, size_t nt, const std::vector
       copy[k] = parent == 0 ? 0 : child(parent, l.view[k], child_hash(parent, l.hash[k]));
     }
   }
+  return true;
 }
 
 uint64_t PathTree::intern_copies(const uint64_t* targets, size_t nt,
@@ -711,7 +722,7 @@ uint64_t PathTree::make_block(const uint64_t* targets, size_t nt,
       if (!node_of(targets[t], node)) numeric_children_.try_emplace(targets[t], 0);
     }
   if (runs_.size() == runs_.capacity()) runs_.reserve(runs_.size() + runs_.size() / 2 + 4);
-  nodes_.grow(total);  // (value-initialised nodes, all of them or none)
+  nodes_.grow(total);  // (all of them or none; every one written below)
   // Nothing below allocates. Copy (t, k) is node `base + t * s + k` with id first + t * s + k:
   // the nodes right below a target are in the hash index (a target may get other children);
   // the deeper ones are found through the block (block_child).

@@ -43,15 +43,16 @@ class ChunkedArray {
   T& operator[](size_t i) { return chunks_[i >> kChunkBits][i & (kChunk - 1)]; }
   const T& operator[](size_t i) const { return chunks_[i >> kChunkBits][i & (kChunk - 1)]; }
   void push_back(const T& v) {
-    if (chunks_.size() <= (size_ >> kChunkBits)) chunks_.push_back(std::make_unique<T[]>(kChunk));
+    if (chunks_.size() <= (size_ >> kChunkBits)) chunks_.push_back(new_chunk());
     (*this)[size_++] = v;
   }
-  // `n` more elements (value-initialised), all or none: may throw std::bad_alloc with the size
-  // unchanged (chunks made before the failure are kept for later growth).
+  // `n` more elements, not initialised (the caller writes each before anything reads it: a
+  // clone's block of a million nodes is not written twice), all or none: may throw
+  // std::bad_alloc with the size unchanged (chunks made before the failure are kept).
   void grow(size_t n) {
     const size_t chunks = (size_ + n + kChunk - 1) >> kChunkBits;
     chunks_.reserve(chunks);
-    while (chunks_.size() < chunks) chunks_.push_back(std::make_unique<T[]>(kChunk));
+    while (chunks_.size() < chunks) chunks_.push_back(new_chunk());
     size_ += n;
   }
   size_t bytes() const {
@@ -59,6 +60,8 @@ class ChunkedArray {
   }
 
  private:
+  static std::unique_ptr<T[]> new_chunk() { return std::unique_ptr<T[]>(new T[kChunk]); }
+
   std::vector<std::unique_ptr<T[]>> chunks_;
   size_t size_ = 0;
 };
@@ -144,9 +147,10 @@ class PathTree {
                      std::vector<uint32_t>& index, uint64_t& member) const;
   // For target t of `targets` (count nt) and node k of `shape`: out[t * shape.size() + k] is
   // the id of the target's copy of that node, 0 where it is not in the tree (a look, under
-  // one lock; nothing is made).
-  void find_copies(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
-                   uint64_t* out) const;
+  // one lock; nothing is made). Returns whether any is: when none is, `out` is left alone (no
+  // target has a child named like a node right below the root, so nothing deeper exists).
+  bool find_copies(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
+                   std::vector<uint64_t>& out) const;
   // The same, making every copy that is not in the tree (visible as its node says; a hidden
   // one a visible node names becomes visible, keeping its id), under one lock, target after
   // target: a target's new copies get consecutive ids. When none existed, they are made as one

@@ -382,11 +382,9 @@ Status Stage::check_copies_absent(const PrimSeq& targets, const std::vector<uint
   const size_t nt = targets.size(), ns = shape.size();
   // The copies that are paths already (nothing made); (t, k) of each candidate, k == ns for the
   // target itself.
-  std::vector<uint64_t> found(nt * ns);
-  if (ns > 0) dictionary_.find_copies(target_ids.data(), nt, shape, found.data());
   // (Usually none is: the targets are new, or have nothing where the copies go.)
-  const bool any_found =
-      std::any_of(found.begin(), found.end(), [](uint64_t id) { return id != 0; });
+  std::vector<uint64_t> found;
+  const bool any_found = ns > 0 && dictionary_.find_copies(target_ids.data(), nt, shape, found);
   std::vector<std::pair<size_t, size_t>> which;
   std::vector<uint64_t> ids;
   ids.reserve(nt);
