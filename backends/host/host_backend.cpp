@@ -114,15 +114,13 @@ class HostBackend final : public core::Backend {
 
   void copy_bytes(std::byte* dst, const std::byte* src, size_t bytes) override {
     if (bytes == 0) return;
-#ifdef KOKKOS_ENABLE_SERIAL
-    if constexpr (std::is_same_v<Exec, Kokkos::Serial>) {
-      // Kokkos 3.x's HostSpace-to-HostSpace deep_copy ignores the instance it is given and runs
-      // on the default host execution space: a serial stage's copies became OpenMP parallel
-      // regions (waiting a scheduler tick for a busy core: 4-12 ms for a 12 MB write, not 0.7).
+    // Kokkos 3.x's HostSpace-to-HostSpace deep_copy ignores the instance it is given and runs
+    // on the default host execution space: a serial stage's copies became OpenMP parallel
+    // regions (waiting a scheduler tick for a busy core: 4-12 ms for a 12 MB write, not 0.7).
+    if (runs_serially(bytes)) {
       std::memcpy(dst, src, bytes);
       return;
     }
-#endif
     UnmanagedBytes d(reinterpret_cast<unsigned char*>(dst), bytes);
     UnmanagedBytes s(reinterpret_cast<unsigned char*>(const_cast<std::byte*>(src)), bytes);
     Kokkos::deep_copy(exec_, d, s);
@@ -135,29 +133,45 @@ class HostBackend final : public core::Backend {
     copy_bytes(dst, src, bytes);
   }
   void row_copy(const core::kernels::RowCopy& c) override {
-    core::kernels::row_copy(exec_, c);
-    exec_.fence();
+    run(c.n * c.row_bytes, [&](const auto& exec) {
+      core::kernels::row_copy(exec, c);
+      exec.fence();
+    });
   }
   size_t checked_gather(const core::kernels::RowCopy& c, uint64_t src_rows) override {
-    return run_reduction(exec_, [&](const auto& exec) {
-      const size_t first_bad = core::kernels::checked_gather(exec, c, src_rows);
-      exec.fence();
-      return first_bad;
+    return run(c.n * c.row_bytes, [&](const auto& space) {
+      return run_reduction(space, [&](const auto& exec) {
+        const size_t first_bad = core::kernels::checked_gather(exec, c, src_rows);
+        exec.fence();
+        return first_bad;
+      });
     });
   }
   void masked_gather(const core::kernels::MaskedGather& c) override {
-    run_reduction(exec_, [&](const auto& exec) {
-      core::kernels::masked_gather(exec, c);
-      exec.fence();
+    // (Bytes at most: the selected rows are not counted yet.)
+    run(c.n * c.row_bytes, [&](const auto& space) {
+      run_reduction(space, [&](const auto& exec) {
+        core::kernels::masked_gather(exec, c);
+        exec.fence();
+      });
     });
   }
   void ragged_copy(const core::kernels::RaggedCopy& c, size_t word) override {
-    core::kernels::ragged_copy(exec_, c, word);
-    exec_.fence();
+    // The bytes of a few rows (more are not small work, whatever their sizes).
+    size_t bytes = c.n < kSmallBytes / 64 ? 0 : kSmallBytes;
+    for (size_t i = 0; i < c.n && bytes < kSmallBytes; ++i) bytes += c.bytes[i];
+    run(bytes, [&](const auto& exec) {
+      core::kernels::ragged_copy(exec, c, word);
+      exec.fence();
+    });
   }
   void strided_copy(const core::kernels::StridedCopy& c) override {
-    core::kernels::strided_copy(exec_, c);
-    exec_.fence();
+    size_t bytes = c.ndim > 0 ? c.elem_bytes : 0;
+    for (int d = 0; d < c.ndim; ++d) bytes *= size_t(c.shape[d]);
+    run(bytes, [&](const auto& exec) {
+      core::kernels::strided_copy(exec, c);
+      exec.fence();
+    });
   }
   void world_transform(const core::kernels::WorldTransform& k) override {
     core::kernels::world_transform(exec_, k, runs_in_order);
@@ -187,6 +201,30 @@ class HostBackend final : public core::Backend {
   }
 
  private:
+  // Work this small runs on the calling thread even for a parallel stage: a parallel region
+  // costs more than it saves there, and on cores that are busy (another process, a second
+  // OpenMP runtime spinning) it waits a scheduler time slice to start -- a masked write of a
+  // few rows took ~10 ms so, 50 us serially.
+  static constexpr size_t kSmallBytes = size_t(256) << 10;
+  // Whether work moving `bytes` runs on the calling thread.
+  static bool runs_serially(size_t bytes) {
+#ifdef KOKKOS_ENABLE_SERIAL
+    return std::is_same_v<Exec, Kokkos::Serial> || bytes < kSmallBytes;
+#else
+    (void)bytes;
+    return false;  // (no serial space to run it on)
+#endif
+  }
+  // f(space) on the stage's execution space, or on Kokkos::Serial for small work.
+  template <class F>
+  decltype(auto) run(size_t bytes, F&& f) const {
+#ifdef KOKKOS_ENABLE_SERIAL
+    if constexpr (!std::is_same_v<Exec, Kokkos::Serial>) {
+      if (bytes < kSmallBytes) return f(Kokkos::Serial());
+    }
+#endif
+    return f(exec_);
+  }
   // Kokkos::Serial runs a range's indices in order: one pass computes every level.
 #ifdef KOKKOS_ENABLE_SERIAL
   static constexpr bool runs_in_order = std::is_same_v<Exec, Kokkos::Serial>;
