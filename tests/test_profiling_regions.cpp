@@ -18,10 +18,11 @@ using namespace kstage_test;
 
 namespace {
 
-std::vector<std::string> g_stack;     // open regions
-std::vector<std::string> g_pushed;    // every push, in order
-int g_unbalanced = 0;                 // pops with no open region
-std::vector<size_t> g_kernel_depths;  // open kstage:: regions at each kernel launch
+std::vector<std::string> g_stack;       // open regions
+std::vector<std::string> g_pushed;      // every push, in order
+int g_unbalanced = 0;                   // pops with no open region
+std::vector<size_t> g_kernel_depths;    // open kstage:: regions at each kernel launch
+std::vector<uint32_t> g_kernel_spaces;  // the execution space of each (a Kokkos DeviceType)
 
 size_t kstage_depth() {
   return size_t(std::count_if(g_stack.begin(), g_stack.end(),
@@ -35,8 +36,9 @@ void on_pop() {
   if (g_stack.empty()) ++g_unbalanced;
   else g_stack.pop_back();
 }
-void on_kernel(const char*, const uint32_t, uint64_t* id) {
+void on_kernel(const char*, const uint32_t device, uint64_t* id) {
   g_kernel_depths.push_back(kstage_depth());
+  g_kernel_spaces.push_back(device >> Kokkos::Tools::Experimental::instance_bits);
   *id = 0;
 }
 void on_kernel_end(const uint64_t) {}
@@ -61,6 +63,7 @@ struct Recording {
     g_pushed.clear();
     g_unbalanced = 0;
     g_kernel_depths.clear();
+    g_kernel_spaces.clear();
     install(true);
   }
   ~Recording() { install(false); }
@@ -233,6 +236,45 @@ TEST_CASE("every operation pushes its kstage:: region and pops it, kernels insid
   REQUIRE(!g_kernel_depths.empty());
   for (size_t depth : g_kernel_depths) REQUIRE(depth >= 1);
 }
+
+#if defined(KOKKOS_ENABLE_OPENMP) && defined(KOKKOS_ENABLE_SERIAL)
+// A parallel stage's small work (under 256 KiB) runs on the calling thread: on busy cores a
+// parallel region waits a scheduler time slice to start, longer than such work takes. Larger
+// work is the parallel space's.
+TEST_CASE("a parallel stage runs small kernels on the calling thread, large ones in parallel",
+          "[profiling]") {
+  Stage s(KSTAGE_HOST_EXECUTION_PARALLEL);
+  constexpr size_t kPrims = 100000;
+  const kstage_query_t q = s.range_query(s.range("/k", "p", 0, kPrims));
+  const kstage_token_t a = s.token("a");
+  s.write_f32(q, a, 1, std::vector<float>(kPrims * 3, 1.f), 3);
+  s.seal(1);
+  using T = Kokkos::Tools::Experimental::DeviceType;
+  // Rows of `a` rewritten through an index_map (a gather at the call, a scatter at the seal):
+  // the spaces their kernels ran on.
+  auto spaces_of_write = [&](size_t n, uint64_t ordinal) {
+    std::vector<float> v(n * 3, 2.f);
+    int64_t shape[2] = {int64_t(n), 3};
+    DLTensor t = tensor(v.data(), f32(), 2, shape);
+    std::vector<uint32_t> index(n);
+    for (size_t i = 0; i < n; ++i) index[i] = uint32_t(n - 1 - i);
+    kstage_write_data_t w = write_data(&t);
+    w.index_map = index.data();
+    w.count = n;
+    Recording rec;
+    kstage_op_t op = 0;
+    KS_OK(kstage_write_attribute(s.stage, q, a, ordinal, &w, KSTAGE_PRIM_MODE_UPSERT, &op));
+    finish(s, op);
+    s.seal(ordinal);
+    return g_kernel_spaces;
+  };
+  const std::vector<uint32_t> small = spaces_of_write(1000, 2);  // 12 KB
+  REQUIRE(!small.empty());
+  for (uint32_t space : small) REQUIRE(space == uint32_t(T::Serial));
+  const std::vector<uint32_t> large = spaces_of_write(kPrims, 3);  // 1.2 MB
+  REQUIRE(std::count(large.begin(), large.end(), uint32_t(T::OpenMP)) > 0);
+}
+#endif
 
 TEST_CASE("a failed call pushes and pops its region too", "[profiling][errors]") {
   Stage s(host_execution());
