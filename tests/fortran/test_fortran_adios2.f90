@@ -1,0 +1,283 @@
+! SPDX-License-Identifier: Apache-2.0
+!
+! fortran_adios2: module kstage_adios2 (fortran/kstage_adios2.f90), the ADIOS2 bridge's
+! checkpoints and restarts from Fortran.
+!   - the descriptor's layout and the constants against C (c_adios2_layout.c)
+!   - a checkpoint restarted into a new stage exactly (values, ordinal)
+!   - a copy with one byte of data.0 flipped: restart refused (KSTAGE_OP_FAILED naming data.0),
+!     the stage unchanged; the same through the C interface kstage_adios2_restart_ex
+!   - a copy without its manifest: refused with KSTAGE_INVALID_ARGUMENT when the manifest is
+!     required, restarted exactly when it is not
+!   - the latest pointer: two checkpoint_latest calls name <pointer>.0 then <pointer>.1, and
+!     restart_latest restarts the second exactly; a missing pointer is KSTAGE_INVALID_ARGUMENT
+!   - a path with a NUL, an empty path: KSTAGE_INVALID_ARGUMENT, before C is called
+!
+!   kstage_test_fortran_adios2 <scratch folder>   (emptied first)
+program test_fortran_adios2
+  use, intrinsic :: iso_c_binding
+  use, intrinsic :: iso_fortran_env, only: int8, int64, real64, error_unit
+  use kstage
+  use kstage_adios2
+  implicit none
+
+  interface
+    subroutine adios2_layout(values) bind(C, name="kstage_test_adios2_layout")
+      import :: c_int32_t
+      integer(c_int32_t), intent(out) :: values(7)
+    end subroutine
+  end interface
+
+  character(len=:), allocatable :: dir
+  integer(int64) :: stage, other, pos, mass, paths(5), query, ordinal
+  real(real64) :: p1(3, 5), m1(5), p2(3, 5), m2(5)
+  integer :: i, st, failures
+  type(kstage_adios2_restart_desc_t) :: desc
+
+  failures = 0
+  call scratch_folder(dir)
+
+  call check_layout()
+
+  ! ---- a stage with two columns, sealed at 3 -------------------------------------------------
+  p1 = reshape([(real(i, real64) * 1.5_real64, i = 1, 15)], [3, 5])
+  m1 = [(12345.7_real64 + i, i = 1, 5)]
+  call kstage_open(stage)
+  call kstage_token(stage, 'pos', pos)
+  call kstage_token(stage, 'mass', mass)
+  call kstage_paths(stage, ['/w/a', '/w/b', '/w/c', '/w/d', '/w/e'], paths)
+  call kstage_query(stage, paths, query)
+  call kstage_write(stage, query, pos, 2_int64, p1, semantic=KSTAGE_SEMANTIC_POINT)
+  call kstage_write(stage, query, mass, 3_int64, m1)
+  call kstage_seal(stage, 3_int64)
+
+  ! ---- checkpoint, restart exactly -----------------------------------------------------------
+  call kstage_checkpoint(stage, dir // '/ck.bp')
+  call kstage_open(other)
+  call kstage_restart(other, dir // '/ck.bp', ordinal, manifest=KSTAGE_ADIOS2_MANIFEST_REQUIRED)
+  call expect(ordinal == 3, 'restart: ordinal 3')
+  call check_stage(other, p1, m1, 'restart')
+  call kstage_close(other)
+
+  ! ---- a copy with a byte of data.0 flipped --------------------------------------------------
+  call kstage_checkpoint(stage, dir // '/flipped.bp')
+  call flip_byte(dir // '/flipped.bp/data.0')
+  call kstage_open(other)
+  call kstage_restart(other, dir // '/flipped.bp', ordinal, stat=st)
+  call expect(st == KSTAGE_OP_FAILED, 'flipped byte: KSTAGE_OP_FAILED, got ' // kstage_status_name(st))
+  call expect(index(kstage_error_message(), 'data.0') > 0, &
+              'flipped byte: the message names data.0: ' // kstage_error_message())
+  call expect(index(kstage_error_message(), 'kstage_restart: ') == 1, &
+              'flipped byte: the message starts with the routine: ' // kstage_error_message())
+  call expect_empty(other, 'flipped byte')
+  ! the C interface, with the descriptor: the same refusal
+  desc = kstage_adios2_restart_desc_init()
+  desc%manifest = KSTAGE_ADIOS2_MANIFEST_REQUIRED
+  st = kstage_adios2_restart_ex(other, dir // '/flipped.bp' // c_null_char, desc, ordinal)
+  call expect(st == KSTAGE_OP_FAILED, 'flipped byte (C interface): KSTAGE_OP_FAILED, got ' // &
+              kstage_status_name(st))
+  call expect(index(kstage_string(kstage_adios2_last_error()), 'data.0') > 0, &
+              'flipped byte (C interface): the message names data.0')
+  call expect_empty(other, 'flipped byte (C interface)')
+  ! plain kstage_adios2_restart (the manifest checked where there is one) refuses it too
+  st = kstage_adios2_restart(other, dir // '/flipped.bp' // c_null_char)
+  call expect(st == KSTAGE_OP_FAILED, 'flipped byte (kstage_adios2_restart): KSTAGE_OP_FAILED')
+  call expect_empty(other, 'flipped byte (kstage_adios2_restart)')
+  call kstage_close(other)
+
+  ! ---- a copy without its manifest -----------------------------------------------------------
+  call kstage_checkpoint(stage, dir // '/bare.bp')
+  call delete_file(dir // '/bare.bp/kstage.manifest')
+  call kstage_open(other)
+  call kstage_restart(other, dir // '/bare.bp', manifest=KSTAGE_ADIOS2_MANIFEST_REQUIRED, stat=st)
+  call expect(st == KSTAGE_INVALID_ARGUMENT, 'no manifest, required: KSTAGE_INVALID_ARGUMENT, got ' &
+              // kstage_status_name(st))
+  call expect(index(kstage_error_message(), 'bare.bp') > 0, &
+              'no manifest: the message names the folder: ' // kstage_error_message())
+  call expect_empty(other, 'no manifest, required')
+  call kstage_restart(other, dir // '/bare.bp', ordinal, manifest=KSTAGE_ADIOS2_MANIFEST_IF_PRESENT)
+  call expect(ordinal == 3, 'no manifest, if present: ordinal 3')
+  call check_stage(other, p1, m1, 'no manifest, if present')
+  call kstage_close(other)
+
+  ! ---- the latest pointer --------------------------------------------------------------------
+  call kstage_restart_latest(stage, dir // '/none.latest', stat=st)
+  call expect(st == KSTAGE_INVALID_ARGUMENT, 'no pointer: KSTAGE_INVALID_ARGUMENT, got ' // &
+              kstage_status_name(st))
+  call expect(index(kstage_error_message(), 'none.latest') > 0, &
+              'no pointer: the message names it: ' // kstage_error_message())
+  call kstage_checkpoint_latest(stage, dir // '/run.latest')
+  call expect(pointer_names(dir // '/run.latest') == 'run.latest.0', &
+              'first checkpoint_latest: the pointer names run.latest.0, not ' // &
+              pointer_names(dir // '/run.latest'))
+  p2 = -p1
+  m2 = m1 * 2
+  call kstage_write(stage, query, pos, 4_int64, p2, semantic=KSTAGE_SEMANTIC_POINT)
+  call kstage_write(stage, query, mass, 5_int64, m2)
+  call kstage_seal(stage, 5_int64)
+  call kstage_checkpoint_latest(stage, dir // '/run.latest')
+  call expect(pointer_names(dir // '/run.latest') == 'run.latest.1', &
+              'second checkpoint_latest: the pointer names run.latest.1, not ' // &
+              pointer_names(dir // '/run.latest'))
+  call kstage_open(other)
+  call kstage_restart_latest(other, dir // '/run.latest', ordinal)
+  call expect(ordinal == 5, 'restart_latest: ordinal 5')
+  call check_stage(other, p2, m2, 'restart_latest')
+  call kstage_close(other)
+  ! the latest damaged: refused, the stage unchanged
+  call flip_byte(dir // '/run.latest.1/data.0')
+  call kstage_open(other)
+  call kstage_restart_latest(other, dir // '/run.latest', stat=st)
+  call expect(st == KSTAGE_OP_FAILED, 'latest damaged: KSTAGE_OP_FAILED, got ' // kstage_status_name(st))
+  call expect_empty(other, 'latest damaged')
+  st = kstage_adios2_restart_latest(other, dir // '/run.latest' // c_null_char)
+  call expect(st == KSTAGE_OP_FAILED, 'latest damaged (C interface): KSTAGE_OP_FAILED')
+  call kstage_close(other)
+
+  ! ---- paths C cannot take -------------------------------------------------------------------
+  call kstage_checkpoint(stage, '   ', stat=st)
+  call expect(st == KSTAGE_INVALID_ARGUMENT, 'empty path: KSTAGE_INVALID_ARGUMENT')
+  call kstage_checkpoint(stage, dir // '/x' // c_null_char // 'y.bp', stat=st)
+  call expect(st == KSTAGE_INVALID_ARGUMENT, 'a NUL in the path: KSTAGE_INVALID_ARGUMENT')
+  call expect(index(kstage_error_message(), 'NUL') > 0, 'a NUL in the path: the message says so')
+  ! a failure of C's (a folder that cannot be made) through the layer
+  call kstage_checkpoint(stage, dir // '/ck.bp/data.0/inside.bp', stat=st)
+  call expect(st /= KSTAGE_OK, 'a checkpoint inside a file: fails')
+  call expect(index(kstage_error_message(), 'kstage_checkpoint: ') == 1, &
+              'a checkpoint inside a file: the message: ' // kstage_error_message())
+
+  call kstage_close(stage)
+  if (failures > 0) then
+    write (error_unit, '(a, i0, a)') 'test_fortran_adios2: ', failures, ' check(s) failed'
+    error stop 1
+  end if
+  print '(a)', 'test_fortran_adios2: all checks passed'
+
+contains
+
+  subroutine expect(condition, what)
+    logical, intent(in) :: condition
+    character(len=*), intent(in) :: what
+    if (condition) return
+    failures = failures + 1
+    write (error_unit, '(2a)') 'FAILED: ', what
+  end subroutine
+
+  subroutine scratch_folder(folder)
+    character(len=:), allocatable, intent(out) :: folder
+    integer :: n
+    if (command_argument_count() < 1) error stop 'usage: kstage_test_fortran_adios2 <scratch folder>'
+    call get_command_argument(1, length=n)
+    allocate(character(len=n) :: folder)
+    call get_command_argument(1, folder)
+    ! a fresh folder each run (the pointer's first checkpoint is <pointer>.0)
+    call execute_command_line("rm -rf '" // folder // "' && mkdir -p '" // folder // "'", &
+                              exitstat=n)
+    if (n /= 0) error stop 'test_fortran_adios2: cannot make the scratch folder ' // folder
+  end subroutine
+
+  subroutine check_layout()
+    integer(c_int32_t) :: c(7)
+    type(kstage_adios2_restart_desc_t) :: d
+    call adios2_layout(c)
+    d = kstage_adios2_restart_desc_init()
+    call expect(c(1) == c_sizeof(d), 'sizeof(kstage_adios2_restart_desc_t)')
+    call expect(c(2) == 0, 'offset of struct_size')
+    call expect(c(3) == 4, 'offset of manifest')
+    call expect(c(4) == KSTAGE_ADIOS2_MANIFEST_DEFAULT, 'KSTAGE_ADIOS2_MANIFEST_DEFAULT')
+    call expect(c(5) == KSTAGE_ADIOS2_MANIFEST_IF_PRESENT, 'KSTAGE_ADIOS2_MANIFEST_IF_PRESENT')
+    call expect(c(6) == KSTAGE_ADIOS2_MANIFEST_REQUIRED, 'KSTAGE_ADIOS2_MANIFEST_REQUIRED')
+    call expect(c(7) == d%struct_size .and. d%manifest == KSTAGE_ADIOS2_MANIFEST_DEFAULT, &
+                'kstage_adios2_restart_desc_init')
+  end subroutine
+
+  ! The stage holds exactly /w/a../w/e with pos = p and mass = m.
+  subroutine check_stage(s, p, m, what)
+    integer(int64), intent(in) :: s
+    real(real64), intent(in) :: p(:, :), m(:)
+    character(len=*), intent(in) :: what
+    integer(int64) :: q, n, read, t_pos, t_mass, ids(5)
+    type(kstage_group) :: group
+    real(real64), pointer :: v2(:, :), v1(:)
+    integer :: j
+    call kstage_query_existing(s, q)
+    call kstage_query_size(s, q, n)
+    call kstage_query_free(s, q)
+    call expect(n == 5, what // ': 5 prims')
+    call kstage_token(s, 'pos', t_pos)
+    call kstage_token(s, 'mass', t_mass)
+    call kstage_paths(s, ['/w/a', '/w/b', '/w/c', '/w/d', '/w/e'], ids)
+    call kstage_query(s, ids, q)
+    call kstage_read_open(s, q, [t_pos, t_mass], read, compact=.true., host=.true.)
+    do while (kstage_read_next(s, read, group))
+      if (group%attribute == t_pos) then
+        call expect(group%semantic == KSTAGE_SEMANTIC_POINT, what // ': pos is POINT')
+        call kstage_values(group, v2)
+        do j = 1, int(group%prim_count)
+          call expect(all(v2(:, group%rows(j)) == p(:, j)), what // ': pos values')
+        end do
+      else
+        call kstage_values(group, v1)
+        do j = 1, int(group%prim_count)
+          call expect(v1(group%rows(j)) == m(j), what // ': mass values')
+        end do
+      end if
+      call kstage_group_release(s, group)
+    end do
+    call kstage_read_close(s, read)
+    call kstage_query_free(s, q)
+  end subroutine
+
+  ! A stage a refused restart left as it was: no prims, its global write floor 0.
+  subroutine expect_empty(s, what)
+    integer(int64), intent(in) :: s
+    character(len=*), intent(in) :: what
+    integer(int64) :: q, n, floor
+    call kstage_query_existing(s, q)
+    call kstage_query_size(s, q, n)
+    call kstage_query_free(s, q)
+    call kstage_floor(s, floor)
+    call expect(n == 0 .and. floor == 0, what // ': the stage unchanged')
+  end subroutine
+
+  ! One byte in the middle of a file, flipped (a copy damaged the way disks damage them).
+  subroutine flip_byte(file)
+    character(len=*), intent(in) :: file
+    integer :: u
+    integer(int64) :: size, at
+    integer(int8) :: b
+    inquire (file=file, size=size)
+    if (size <= 0) error stop 'flip_byte: no file ' // file
+    at = size / 2 + 1
+    open (newunit=u, file=file, access='stream', form='unformatted', status='old', &
+          action='readwrite')
+    read (u, pos=at) b
+    b = not(b)
+    write (u, pos=at) b
+    close (u)
+  end subroutine
+
+  subroutine delete_file(file)
+    character(len=*), intent(in) :: file
+    integer :: u
+    open (newunit=u, file=file, status='old')
+    close (u, status='delete')
+  end subroutine
+
+  ! The name a pointer file holds (its first line).
+  function pointer_names(file) result(name)
+    character(len=*), intent(in) :: file
+    character(len=:), allocatable :: name
+    character(len=4096) :: line
+    integer :: u, ios
+    line = ''
+    open (newunit=u, file=file, status='old', action='read', iostat=ios)
+    if (ios /= 0) then
+      name = '(no pointer)'
+      return
+    end if
+    read (u, '(a)', iostat=ios) line
+    close (u)
+    name = trim(line)
+  end function
+
+end program test_fortran_adios2
