@@ -8,11 +8,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
 
 namespace kstage::adios2_bridge {
 namespace {
@@ -20,6 +26,8 @@ namespace {
 void journal(const std::string& line) {
   const char* log = std::getenv("KSTAGE_ADIOS2_DURABILITY_LOG");
   if (log == nullptr || *log == '\0') return;
+  static std::mutex mutex;  // concurrent flushes (sync_paths): one whole line each
+  std::lock_guard lock(mutex);
   std::ofstream out(log, std::ios::app);
   out << line << '\n';
 }
@@ -50,15 +58,57 @@ void sync_path(const std::string& path) {
   journal("sync " + path);
 }
 
+void sync_paths(const std::vector<std::string>& paths) {
+  if (paths.size() <= 1) {
+    for (const std::string& p : paths) sync_path(p);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  std::mutex mutex;
+  std::optional<Failure> first;  // the first flush that failed, by its path's position
+  size_t first_at = paths.size();
+  auto work = [&]() noexcept {
+    for (size_t i = next++; i < paths.size(); i = next++) {
+      try {
+        sync_path(paths[i]);
+      } catch (const Failure& f) {
+        std::lock_guard lock(mutex);
+        if (i < first_at) first = f, first_at = i;
+      } catch (...) {
+        std::lock_guard lock(mutex);
+        if (i < first_at)
+          first = Failure{KSTAGE_OP_FAILED, "flushing '" + paths[i] + "' to disk failed"},
+          first_at = i;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  const size_t n = std::min<size_t>(paths.size(), 8) - 1;  // and this thread
+  for (size_t t = 0; t < n; ++t) {
+    try {
+      threads.emplace_back(work);
+    } catch (...) {  // no thread to be had: the others (and this one) do its share
+      break;
+    }
+  }
+  work();
+  for (std::thread& t : threads) t.join();
+  if (first) throw *first;
+}
+
 void sync_folder_tree(const std::string& folder) {
+  std::vector<std::string> paths;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(folder, ec))
-    if (entry.is_regular_file()) sync_path(entry.path().string());
+    if (entry.is_regular_file()) paths.push_back(entry.path().string());
   if (ec)
     fail(KSTAGE_OP_FAILED, "cannot list '%s' to flush it to disk: %s", folder.c_str(),
          ec.message().c_str());
-  sync_path(folder);
-  sync_path(parent_folder(folder));
+  // The files' bytes and both folders' entries: the order among them does not matter, only that
+  // all are on disk before the manifest names them.
+  paths.push_back(folder);
+  paths.push_back(parent_folder(folder));
+  sync_paths(paths);
 }
 
 void replace_file_durably(const std::string& path, const std::string& content) {

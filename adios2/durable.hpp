@@ -13,14 +13,21 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace kstage::adios2_bridge {
 
 // fsync of a file's bytes, or of a folder's entries: OP_FAILED naming `path` if it fails.
 void sync_path(const std::string& path);
-// Every regular file directly in `folder`, then `folder` itself, then the folder holding it
-// (whose entry names it).
+// Every regular file directly in `folder`, `folder` itself and the folder holding it (whose
+// entry names it), flushed concurrently (sync_paths): complete, every one, when this returns.
 void sync_folder_tree(const std::string& folder);
+// fsync of each of `paths`, on up to 8 threads at once: a journaling file system commits
+// concurrent flushes together (one journal commit for several files, where one after the other
+// each waits for its own). Returns when every flush has ended; the first that failed is
+// OP_FAILED naming its path. Nothing is ordered among them: callers flush together only what
+// may reach the disk in any order (a checkpoint's files and folders, before its manifest).
+void sync_paths(const std::vector<std::string>& paths);
 // `path`'s content replaced by `content` atomically and durably: written to a temporary file
 // beside it, synced, renamed over `path`, and the folder synced. A reader sees the old content
 // or the new, never a part; after a power loss, the same.

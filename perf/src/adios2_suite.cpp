@@ -23,6 +23,7 @@
 // so that >= 1 means kstage is as fast); perf/report.py holds the ratios to >= 0.9x.
 //
 //   kstage_perf_adios2 [--smoke | --quick | --full] [--rows N] [--reps R] --out DIR [--dir DIR]
+//                      [--transports]   (also ADIOS2's direct read through stdio vs POSIX: printed)
 #include "adios2_source.hpp"  // the source state, its check, medians
 #include "harness.hpp"        // the suite's clock (its inline parts only)
 
@@ -84,10 +85,13 @@ void sync_folder(const std::string& folder) {
   sync(std::filesystem::path(folder).parent_path().string());
 }
 
-// ADIOS2 used directly: the array read back into memory allocated for it.
-float* direct_read(adios2::ADIOS& ad, const std::string& file, uint64_t n, int run) {
-  adios2::IO io = ad.DeclareIO("direct_read_" + std::to_string(run));
+// ADIOS2 used directly: the array read back into memory allocated for it. `stdio`: through
+// ADIOS2's stdio transport, as the bridge's readers read (--transports; else its default, POSIX).
+float* direct_read(adios2::ADIOS& ad, const std::string& file, uint64_t n, int run,
+                   bool stdio = false) {
+  adios2::IO io = ad.DeclareIO("direct_read_" + std::to_string(run) + (stdio ? "_stdio" : ""));
   io.SetEngine("BP5");
+  if (stdio) io.AddTransport("File", {{"Library", "stdio"}});
   adios2::Engine e = io.Open(file, adios2::Mode::Read);
   e.BeginStep();
   auto var = io.InquireVariable<float>("pos");
@@ -111,6 +115,7 @@ int main(int argc, char** argv) {
   uint64_t rows = 10'000'000;
   int reps = 5;
   std::string out, dir;
+  bool transports = false;  // also ADIOS2's direct read through stdio against POSIX (printed)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&] {
@@ -124,6 +129,7 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = std::max(1, std::stoi(value()));
     else if (a == "--out") out = value();
     else if (a == "--dir") dir = value();
+    else if (a == "--transports") transports = true;
     else die("unknown argument '" + a + "'");
   }
   if (out.empty()) die("--out DIR is required");
@@ -134,7 +140,7 @@ int main(int argc, char** argv) {
 
   Source src(rows, 0);
   adios2::ADIOS ad;
-  std::vector<double> t_ck, t_dw, t_dd, t_rs, t_dr;
+  std::vector<double> t_ck, t_dw, t_dd, t_rs, t_dr, t_ds;
   std::string error;
   for (int run = 0; run <= reps; ++run) {  // run 0 warms the page cache and the libraries
     auto t0 = Clock::now();
@@ -156,6 +162,18 @@ int main(int argc, char** argv) {
     const double rs = seconds_since(t0);
     if (run == 0) error = verify_stage(fresh, src);
     kstage_destroy(fresh);
+    // (--transports: the same read through stdio, before the POSIX one in odd runs, after it in
+    // even ones)
+    double ds = 0;
+    auto stdio_read = [&] {
+      t0 = Clock::now();
+      float* b = direct_read(ad, dfile, rows, run, true);
+      ds = seconds_since(t0);
+      if (run == 0 && std::memcmp(b, src.values.data(), size_t(rows) * 12) != 0)
+        die("the direct read through stdio differs from what was written");
+      std::free(b);
+    };
+    if (transports && run % 2 == 1) stdio_read();
     t0 = Clock::now();
     float* back = direct_read(ad, dfile, rows, run);
     const double dr = seconds_since(t0);
@@ -163,7 +181,9 @@ int main(int argc, char** argv) {
       error = "the direct read differs from what was written";
     std::free(back);
     if (!error.empty()) die(error);
+    if (transports && run % 2 == 0) stdio_read();
     if (run == 0) continue;
+    if (transports) t_ds.push_back(ds);
     t_ck.push_back(ck), t_dw.push_back(dw), t_dd.push_back(dd), t_rs.push_back(rs),
         t_dr.push_back(dr);
   }
@@ -183,6 +203,11 @@ int main(int argc, char** argv) {
   row("checkpoint", t_ck, t_dw);
   row("checkpoint_durable", t_ck, t_dd);
   row("restart", t_rs, t_dr);
+  if (transports)  // printed only: ADIOS2 alone, its stdio transport against POSIX
+    std::printf(
+        "direct read: POSIX %.4f s (min %.4f), stdio %.4f s (min %.4f): stdio/POSIX %.2fx\n",
+        median(t_dr), *std::min_element(t_dr.begin(), t_dr.end()), median(t_ds),
+        *std::min_element(t_ds.begin(), t_ds.end()), median(t_ds) / median(t_dr));
   std::filesystem::remove_all(dir);
   return 0;
 }
