@@ -146,6 +146,7 @@ program test_fortran_adios2
               'a checkpoint inside a file: the message: ' // kstage_error_message())
 
   call kstage_close(stage)
+  deallocate(dir)   ! (a main program's allocatables are never freed: LeakSanitizer would say so)
   if (failures > 0) then
     write (error_unit, '(a, i0, a)') 'test_fortran_adios2: ', failures, ' check(s) failed'
     error stop 1
