@@ -263,7 +263,7 @@ uint32_t Column::tile_row(uint64_t prim) const {
     const uint64_t off = prim - tile.first;  // (wraps for a prim below the tile)
     if (off >= tile.nt * tile.ns) continue;
     const int32_t j = tile.rank[off % tile.ns];
-    return j < 0 ? kNoRow : uint32_t(tile.base + (off / tile.ns) * tile.s + size_t(j));
+    return j < 0 ? kNoRow : tile.row(off / tile.ns, size_t(j));
   }
   return kNoRow;
 }
@@ -273,8 +273,7 @@ void Column::materialize_tiles() {
     for (size_t k = 0; k < tile.ns; ++k) {
       if (tile.rank[k] < 0) continue;
       for (size_t t = 0; t < tile.nt; ++t)
-        row_of_.at(tile.first + t * tile.ns + k) =
-            uint32_t(tile.base + t * tile.s + size_t(tile.rank[k]));
+        row_of_.at(tile.first + t * tile.ns + k) = tile.row(t, size_t(tile.rank[k]));
     }
   tiles_.clear();
 }
@@ -282,6 +281,7 @@ void Column::materialize_tiles() {
 Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_prims) {
   TargetRows t;
   t.row_space_before = row_space();
+  t.prim_bound_before = prim_bound_;
   // Consecutive new prims in order: an empty fixed-size column's first write takes the affine
   // form, and an affine column's write of the prims right after its run (a clone of range
   // member 0 to members 1..N, the next batch of a growing range) grows it -- no per-prim
@@ -313,20 +313,28 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
       return t;
     }
   }
-  // A clone's copies made as one block, none of them past this column's bound (as at the call):
-  // their rows are appended in target order as one tile, and only the targets' own rows (the
-  // copies of the source itself) take table entries.
-  if (rows.block && rows.subset == nullptr && free_rows_.empty() && tiles_.size() < kMaxTiles &&
-      rows.n == rows.block->nt * rows.block->nodes.size() && rows.block->first >= prim_bound_ &&
+  // A clone's copies made as one block, all at or past this column's bound (new to it, as at
+  // the call): their rows are appended in target order as one tile, and only the targets' own
+  // rows (the copies of the source itself) take table entries.
+  if (rows.block && rows.prims->data() && rows.subset == nullptr && free_rows_.empty() &&
+      tiles_.size() < kMaxTiles && rows.block->first >= prim_bound_ &&
+      rows.n == rows.block->nt * rows.block->nodes.size() &&
       row_space() + rows.n < size_t(kNoRow)) {
     const CopyBlock& b = *rows.block;
-    const PrimSeq& s = *rows.prims;
+    const uint64_t* ids = rows.prims->data();
     const size_t per = b.nodes.size();
-    const size_t root = size_t(std::find(b.nodes.begin(), b.nodes.end(), CopyBlock::kRoot) -
-                               b.nodes.begin());  // per: the source itself has no row here
-    bool absent = true;
-    for (size_t i = 0; root < per && absent && i < b.nt; ++i)
-      absent = row_of(s[i * per + root]) == kNoRow;
+    // The node of each row of a target: the source itself (the target: its own id) at most
+    // once, the others nodes of the block.
+    size_t root = per;  // per: the source itself has no row here
+    bool tiles = true;
+    for (size_t j = 0; j < per && tiles; ++j) {
+      if (b.nodes[j] != CopyBlock::kRoot) tiles = b.nodes[j] < b.ns;
+      else if (root == per) root = j;
+      else tiles = false;
+    }
+    bool absent = tiles;
+    if (root < per)
+      for (size_t i = 0; absent && i < b.nt; ++i) absent = row_of(ids[i * per + root]) == kNoRow;
     if (absent) {
       materialize_rows();  // (an affine column's run is not followed: the tables from here on)
       const size_t base = row_live_.size();
@@ -336,15 +344,16 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
         if (j != root) tile.rank[b.nodes[j]] = int32_t(j);
       tiles_.reserve(tiles_.size() + 1);
       reserve_rows(rows.n);
-      uint64_t largest = b.first + b.nt * b.ns - 1;
-      for (size_t i = 0; root < per && i < b.nt; ++i) {
-        const uint64_t p = s[i * per + root];
-        row_of_.at(p);
-        largest = std::max(largest, p);
+      uint64_t largest = b.id(b.nt - 1, b.ns - 1);
+      if (root < per) {
+        for (size_t i = 0; i < b.nt; ++i) {
+          row_of_.at(ids[i * per + root]);
+          largest = std::max(largest, ids[i * per + root]);
+        }
+        // Nothing below allocates.
+        for (size_t i = 0; i < b.nt; ++i)
+          row_of_.at(ids[i * per + root]) = uint32_t(base + i * per + root);
       }
-      // Nothing below allocates.
-      for (size_t i = 0; root < per && i < b.nt; ++i)
-        row_of_.at(s[i * per + root]) = uint32_t(base + i * per + root);
       tiles_.push_back(std::move(tile));
       prim_bound_ = std::max(prim_bound_, largest + 1);
       append_rows(rows, base, new_prims, t);
@@ -511,7 +520,10 @@ Column::TargetRows Column::assign_rows(const StagedRows& rows, NewPrims& new_pri
   return t;
 }
 
-void Column::unassign_rows(const NewPrims& new_prims, size_t row_space_before) {
+void Column::unassign_rows(const NewPrims& new_prims, size_t row_space_before,
+                           uint64_t prim_bound_before) {
+  // (Every prim at or past the old bound that has a row got it from this write: it goes.)
+  prim_bound_ = prim_bound_before;
   if (new_prims.run_count != 0) {  // the write that made the column affine, or grew its run
     affine_rows_ = row_space_before;
     live_rows_ -= new_prims.run_count;
@@ -575,7 +587,7 @@ Status Column::apply_write(const StagedRows& rows, uint64_t ordinal, NewPrims& n
   }
   if (!st.ok()) {
     if (gained) undo(added);
-    unassign_rows(added, t.row_space_before);
+    unassign_rows(added, t.row_space_before, t.prim_bound_before);
     return st;
   }
   if (t.identity) {
@@ -743,10 +755,15 @@ void Column::apply_delete(const PrimSeq& prims, size_t n, uint64_t ordinal,
   // Every allocation first (a delete is applied whole or not at all): the tables, the lists'
   // room and the tombstones' entries (0 reads as no tombstone until it is set below).
   size_t present = 0;
-  for (size_t i = 0; i < n; ++i) present += row_of(prims[i]) != kNoRow;
+  bool tiled = false;  // a prim that has its row from a tile
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t r = row_of(prims[i]);
+    present += r != kNoRow;
+    tiled = tiled || (r != kNoRow && affine_rows_ == 0 && row_of_.get(prims[i]) == kNoRow);
+  }
   if (present == 0) return;
   materialize_rows();  // a hole: the tables from here on
-  materialize_tiles();
+  if (tiled) materialize_tiles();
   reserve_geometric(free_rows_, free_rows_.size() + present);  // (not exact: deletes repeat)
   reserve_geometric(removed, removed.size() + present);
   for (size_t i = 0; i < n; ++i)

@@ -40,6 +40,8 @@ struct CopyBlock {
   uint64_t first = 0;
   size_t ns = 0, nt = 0;
   std::vector<uint32_t> nodes;
+  // The copy of shape node k (not kRoot) for target t.
+  uint64_t id(size_t t, size_t k) const { return first + t * ns + k; }
 };
 
 // A write's data after staging: `n` target prims, their rows in logical order
@@ -121,11 +123,9 @@ struct NewPrims {
     for (size_t j = 0; j < per; ++j)
       if (nodes[j] == CopyBlock::kRoot)
         for (size_t t = 0; t < block->nt; ++t) add(p[t * per + j]);
-    for (size_t t = 0; t < block->nt; ++t) {
-      const uint64_t first = block->first + t * block->ns;
+    for (size_t t = 0; t < block->nt; ++t)
       for (uint32_t k : nodes)
-        if (k != CopyBlock::kRoot) add(first + k);
-    }
+        if (k != CopyBlock::kRoot) add(block->id(t, k));
     if (used > 0) f(static_cast<const uint64_t*>(buffer), used);
   }
   // f(prim) for each of them, in that order.
@@ -290,7 +290,8 @@ class Column {
     std::shared_ptr<const void> keep;  // owns `rows`; null when scratch_rows_ holds them
     // Set when `rows` is a cached row map (kept on the device, not re-uploaded).
     std::shared_ptr<const std::vector<uint32_t>> row_map;
-    size_t row_space_before = 0;  // row_space() before assign_rows added rows
+    size_t row_space_before = 0;     // row_space() before assign_rows added rows
+    uint64_t prim_bound_before = 0;  // prim_bound_ before it
   };
   Status apply_fixed(const StagedRows& rows, const TargetRows& t);
   Status apply_array(const StagedRows& rows, const TargetRows& t);
@@ -298,12 +299,14 @@ class Column {
   TargetRows assign_rows(const StagedRows& rows, NewPrims& new_prims);
   // Undoes assign_rows(): the new prims lose their rows, and rows it added past
   // `row_space_before` go (a read's whole-column tensor must not outgrow the values).
-  void unassign_rows(const NewPrims& new_prims, size_t row_space_before);
+  void unassign_rows(const NewPrims& new_prims, size_t row_space_before,
+                     uint64_t prim_bound_before);
   // For an affine column: whether prims[0, n) of `prims` are rows first_row +
   // j * row_step of it (a progression query within the column's rows).
   bool affine_progression(const PrimSeq& prims, size_t n, size_t& first_row,
                           size_t& row_step) const;
-  // Room in the row tables for n more rows (may throw std::bad_alloc, changing nothing).
+  // Room in the row tables for n more rows, and scratch_rows_ for n rows of an array column
+  // (may throw std::bad_alloc, changing nothing).
   void reserve_rows(size_t n);
   // Rows appended for a write of new prims, target j at row base + j (the write's row table
   // room reserved): the tables grown, the prims counted, the targets' rows in `t`.
@@ -364,6 +367,7 @@ class Column {
     uint64_t first = 0;
     size_t ns = 0, nt = 0, s = 0, base = 0;
     std::vector<int32_t> rank;
+    uint32_t row(size_t t, size_t j) const { return uint32_t(base + t * s + j); }
   };
   static constexpr size_t kMaxTiles = 16;
   std::vector<Tile> tiles_;

@@ -37,11 +37,11 @@ class PagedArray {
     return pages_[p][i & (kPage - 1)];
   }
   // Calls f(entry, i) for the entries of ids id(0) .. id(n - 1) in turn, making their pages, until
-  // f returns false; returns whether it never did. Ids in one page share one look-up (a batch of
+  // f returns false. Ids in one page share one look-up (a batch of
   // new prims is mostly a few pages). May throw std::bad_alloc part way (the pages made read
   // Default; what f changed stays changed).
   template <class Id, class F>
-  bool for_entries(size_t n, const Id& id, F&& f) {
+  void for_entries(size_t n, const Id& id, F&& f) {
     uint64_t page_of = UINT64_MAX;
     T* page = nullptr;
     for (size_t i = 0; i < n; ++i) {
@@ -50,9 +50,8 @@ class PagedArray {
         page = &at(k) - (k & (kPage - 1));
         page_of = k >> kPageBits;
       }
-      if (!f(page[k & (kPage - 1)], i)) return false;
+      if (!f(page[k & (kPage - 1)], i)) return;
     }
-    return true;
   }
   // Whether page `p` (ids [p * kPage, (p + 1) * kPage)) has been made.
   bool has_page(uint64_t p) const { return p < pages_.size() && pages_[p]; }
@@ -71,6 +70,7 @@ class PagedArray {
     if (!has_page(p)) return;
     const T* page = pages_[p].get();
     if constexpr (sizeof(T) == 1 && Default == T(0)) {
+      static_assert(kPage % 8 == 0);
       // Eight entries per look (a page of counts of a few prims is mostly zeros: 64 Ki byte
       // compares took tens of microseconds, a scene hierarchy's build of a small stage).
       for (uint64_t k = 0; k < kPage; k += 8) {
