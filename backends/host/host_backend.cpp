@@ -220,7 +220,7 @@ class HostBackend final : public core::Backend {
   decltype(auto) run(size_t bytes, F&& f) const {
 #ifdef KOKKOS_ENABLE_SERIAL
     if constexpr (!std::is_same_v<Exec, Kokkos::Serial>) {
-      if (bytes < kSmallBytes) return f(Kokkos::Serial());
+      if (runs_serially(bytes)) return f(Kokkos::Serial());
     }
 #endif
     return f(exec_);

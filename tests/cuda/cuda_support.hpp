@@ -97,19 +97,29 @@ inline bool group_ready(const kstage_device_sync_t& sync) {
   return sync.event == 0 || wait_for(reinterpret_cast<cudaEvent_t>(sync.event), kWaitLimit);
 }
 
-// Column `a`'s values in the query's prim order, read to the host (a compact read).
-inline std::vector<float> host_values(Stage& s, kstage_query_t q, kstage_token_t a) {
+// Column `a`'s values in the query's prim order, a compact read to `target` (copied to the
+// host here); `where`, if given, gets the device the group's tensor is on.
+inline std::vector<float> read_floats(Stage& s, kstage_query_t q, kstage_token_t a, DLDevice target,
+                                      DLDevice* where = nullptr) {
   kstage_read_desc_t d = kstage_read_desc_init();
   d.compact = true;
-  d.target_device = kHost;
+  d.target_device = target;
   kstage_read_t r = 0;
   KS_OK(kstage_read_attributes(s.stage, q, &a, 1, &d, &r));
   kstage_read_group_t g{};
   KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
-  REQUIRE(g.data.tensors[0].device.device_type == kDLCPU);
-  const std::vector<float> out = tensor_floats(g.data.tensors[0], size_t(g.prim_count));
+  if (where) *where = g.data.tensors[0].device;
+  const std::vector<float> out = group_floats(g, 0, size_t(g.prim_count));
   KS_OK(kstage_release_group(s.stage, g.handle));
   KS_OK(kstage_release_read(s.stage, r));
+  return out;
+}
+
+// The same read to the host.
+inline std::vector<float> host_values(Stage& s, kstage_query_t q, kstage_token_t a) {
+  DLDevice where{};
+  const std::vector<float> out = read_floats(s, q, a, kHost, &where);
+  REQUIRE(where.device_type == kDLCPU);
   return out;
 }
 

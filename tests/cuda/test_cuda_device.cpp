@@ -14,26 +14,6 @@
 
 using namespace kstage_cuda_test;
 
-namespace {
-
-std::vector<float> read_floats(Stage& s, kstage_query_t q, kstage_token_t a, DLDevice target,
-                               DLDevice* where = nullptr) {
-  kstage_read_desc_t d = kstage_read_desc_init();
-  d.compact = true;
-  d.target_device = target;
-  kstage_read_t r = 0;
-  KS_OK(kstage_read_attributes(s.stage, q, &a, 1, &d, &r));
-  kstage_read_group_t g{};
-  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
-  if (where) *where = g.data.tensors[0].device;
-  const std::vector<float> out = group_floats(g, 0, size_t(g.prim_count));
-  KS_OK(kstage_release_group(s.stage, g.handle));
-  KS_OK(kstage_release_read(s.stage, r));
-  return out;
-}
-
-}  // namespace
-
 TEST_CASE("cuda: a device that does not exist, and a pointer on another device, are refused",
           "[cuda]") {
   int count = 0;
