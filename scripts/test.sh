@@ -155,6 +155,28 @@ python_leg() {
     failed_presets+=("python(test)")
   fi
 }
+# What failed, repeated at the very end: CI keeps only the output's last lines, and a failing
+# test's own output is far above them. Per failed test leg, ctest's list of failed tests and the
+# first assertion lines of each (Catch2's "FAILED:" blocks), or pytest's short summary.
+failure_digest() {
+  local entry preset log
+  for entry in "${failed_presets[@]}"; do
+    preset=${entry%%(*}
+    case $entry in
+      python\(test\))
+        log=$LOG_DIR/python-test.log
+        [ -f "$log" ] || continue
+        echo "==== digest: python"
+        sed -n '/short test summary info/,$p' "$log" | head -n 30 ;;
+      *\(test\))
+        log=$LOG_DIR/ctest-$preset.log
+        [ -f "$log" ] || continue
+        echo "==== digest: preset '$preset'"
+        sed -n '/The following tests FAILED:/,$p' "$log" | head -n 20
+        grep -E -A 10 '(: FAILED:$|^Failed to|[*]{3} (Timeout|Exception|Failed))' "$log" | head -n 60 ;;
+    esac
+  done
+}
 # The cuda leg's ADIOS2 (docs/building.md, "The CUDA ADIOS2"): the CUDA ADIOS2 of
 # `setup.sh --adios2-cuda` with KSTAGE_TEST_ADIOS2_CUDA=1 (built once if missing) or, unset, where
 # the cache already has it; else (KSTAGE_TEST_ADIOS2_CUDA=0, or a fresh machine) the wheel's.
@@ -522,6 +544,7 @@ finish_background_setup
 echo
 echo "time per leg: ${timings[*]}; total $(( $(date +%s) - setup_start ))s"
 if [ "${#failed_presets[@]}" -gt 0 ]; then
+  failure_digest
   echo "kstage test.sh: FAILED presets: ${failed_presets[*]}"
   echo "tests: $total_passed passed, $total_failed failed"
   exit 1
