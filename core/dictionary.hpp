@@ -74,20 +74,19 @@ class Dictionary {
     paths_.keep_at_or_below(prefix, ids);
   }
   // Copies of a subtree's paths below other paths (kstage_clone; PathTree::subtree_shape).
-  bool subtree_shape(uint64_t root, const uint64_t* ids, size_t n,
-                     std::vector<PathTree::ShapeNode>& shape, std::vector<uint32_t>& index,
-                     uint64_t& member) const {
-    return paths_.subtree_shape(root, ids, n, shape, index, member);
+  void subtree_shape(uint64_t root, const uint64_t* ids, size_t n,
+                     std::vector<PathTree::ShapeNode>& shape, std::vector<uint32_t>& index) const {
+    paths_.subtree_shape(root, ids, n, shape, index);
   }
   bool find_copies(const uint64_t* targets, size_t nt,
-                   const std::vector<PathTree::ShapeNode>& shape,
-                   std::vector<uint64_t>& out) const {
-    return paths_.find_copies(targets, nt, shape, out);
+                   const std::vector<PathTree::ShapeNode>& shape, std::vector<uint64_t>& out,
+                   std::string& conflict) const {
+    return paths_.find_copies(targets, nt, shape, out, conflict);
   }
   uint64_t intern_copies(const uint64_t* targets, size_t nt,
-                         const std::vector<PathTree::ShapeNode>& shape,
-                         std::vector<uint64_t>& out) {
-    return paths_.intern_copies(targets, nt, shape, out);
+                         const std::vector<PathTree::ShapeNode>& shape, std::vector<uint64_t>& out,
+                         std::string& conflict) {
+    return paths_.intern_copies(targets, nt, shape, out, conflict);
   }
   size_t path_memory_bytes() const { return paths_.memory_bytes(); }
 

@@ -378,10 +378,16 @@ uint64_t PathTree::intern_range(std::string_view parent_path, std::string_view p
   if (parent_path != "/") {
     parent = make_parent(std::string(parent_path) + "/x");  // the parent itself, hidden if new
   }
+  if (const uint64_t same = range_conflict(parent, prefix, begin, count, why)) return same;
+  if (!why.empty()) return 0;
+  return add_range(parent, prefix, begin, count);
+}
+
+uint64_t PathTree::range_conflict(uint64_t parent, std::string_view prefix, uint64_t begin,
+                                  uint64_t count, std::string& why) const {
   const uint64_t last = begin + (count - 1);  // no overflow: checked by the caller
   // Another range whose names could be these: the same prefix with overlapping numbers, or
   // one prefix a prefix of the other ("p" 15 = "p1" 5).
-  const std::string under = parent == 0 ? std::string() : path_locked(parent);
   auto [lo, hi] = ranges_by_parent_.equal_range(parent);
   for (auto it = lo; it != hi; ++it) {
     const Range& r = ranges_[it->second];
@@ -402,6 +408,7 @@ uint64_t PathTree::intern_range(std::string_view parent_path, std::string_view p
       meet = begin <= r.begin + (r.count - 1) && r.begin <= last;
     }
     if (meet) {
+      const std::string under = parent == 0 ? std::string() : path_locked(parent);
       why = "its names could be those of the range '" + under + "/" + r.prefix + "[" +
             std::to_string(r.begin) + ".." + std::to_string(r.begin + (r.count - 1)) +
             "]' interned before";
@@ -434,6 +441,11 @@ uint64_t PathTree::intern_range(std::string_view parent_path, std::string_view p
       return 0;
     }
   }
+  return 0;
+}
+
+uint64_t PathTree::add_range(uint64_t parent, std::string_view prefix, uint64_t begin,
+                             uint64_t count) {
   if (next_id_ > kDigitKids - 1 - count) throw std::bad_alloc();
   // Every allocation before the commit: room in ranges_, the parent index's entry.
   if (ranges_.size() == ranges_.capacity()) ranges_.reserve(2 * ranges_.size() + 4);
@@ -554,9 +566,8 @@ void PathTree::keep_at_or_below(uint64_t prefix, std::vector<uint64_t>& ids) con
   ids.resize(kept);
 }
 
-bool PathTree::subtree_shape(uint64_t root, const uint64_t* ids, size_t n,
-                             std::vector<ShapeNode>& shape, std::vector<uint32_t>& index,
-                             uint64_t& member) const {
+void PathTree::subtree_shape(uint64_t root, const uint64_t* ids, size_t n,
+                             std::vector<ShapeNode>& shape, std::vector<uint32_t>& index) const {
   std::shared_lock lock(mutex_);
   std::unordered_map<uint64_t, uint32_t> node_of_path;  // path below root -> shape node
   std::vector<uint64_t> chain;
@@ -579,22 +590,19 @@ bool PathTree::subtree_shape(uint64_t root, const uint64_t* ids, size_t n,
       at = parent_of(at);
     }
     if (above == kNotBelow) continue;
-    // The chain's paths become nodes, top down.
+    // The chain's paths become nodes, top down (a range member: always a path).
     for (size_t k = chain.size(); k-- > 0;) {
       const uint64_t path = chain[k];
       uint64_t node = 0;
-      if (!node_of(path, node)) {  // a range member
-        member = path;
-        return false;
-      }
+      const bool explicit_node = node_of(path, node);
       const uint32_t made = uint32_t(shape.size());
-      shape.push_back(ShapeNode{above, path, (nodes_[node].parent & kVisible) != 0});
+      shape.push_back(ShapeNode{
+          above, path, !explicit_node || (nodes_[node].parent & kVisible) != 0, !explicit_node});
       node_of_path.emplace(path, made);
       above = made;
     }
     index[i] = above;
   }
-  return true;
 }
 
 PathTree::ShapeLeaves PathTree::shape_leaves(const std::vector<ShapeNode>& shape) const {
@@ -604,19 +612,55 @@ PathTree::ShapeLeaves PathTree::shape_leaves(const std::vector<ShapeNode>& shape
   l.view.resize(s);
   l.hash.resize(s);
   l.numeric.resize(s);
+  l.range.assign(s, 0);
+  l.names.reserve(s);  // (views into its strings: never reallocated)
+  std::unordered_map<uint64_t, uint32_t> range_index;  // a range's first id -> its index
   for (size_t k = 0; k < s; ++k) {
     uint64_t node = 0;
-    node_of(shape[k].source, node);  // (subtree_shape made only explicit nodes)
-    l.leaf[k] = nodes_[node].leaf;
-    l.view[k] = leaf_of(nodes_[node]);
+    if (shape[k].member) {
+      const Range& r = *range_at(shape[k].source);
+      auto [it, fresh] = range_index.emplace(r.first, uint32_t(l.ranges.size()));
+      if (fresh) {
+        l.ranges.push_back(r);
+        l.range_parent.push_back(shape[k].parent);
+      }
+      l.range[k] = it->second;
+      l.names.push_back(r.prefix + std::to_string(r.begin + (shape[k].source - r.first)));
+      l.view[k] = l.names.back();
+      l.leaf[k] = 0;
+    } else {
+      node_of(shape[k].source, node);  // (subtree_shape made only paths)
+      l.leaf[k] = nodes_[node].leaf;
+      l.view[k] = leaf_of(nodes_[node]);
+    }
     l.hash[k] = leaf_hash(l.view[k]);
     l.numeric[k] = !l.view[k].empty() && l.view[k].back() >= '0' && l.view[k].back() <= '9';
   }
   return l;
 }
 
+template <class CopyOf>
+void PathTree::check_copy_ranges(const uint64_t* targets, size_t nt, const ShapeLeaves& l,
+                                 CopyOf copy_of, std::string& conflict) const {
+  std::string why;
+  for (size_t r = 0; r < l.ranges.size(); ++r) {
+    const Range& range = l.ranges[r];
+    const uint32_t p = l.range_parent[r];
+    for (size_t t = 0; t < nt; ++t) {
+      const uint64_t parent = p == ShapeNode::kShapeRoot ? targets[t] : copy_of(t, p);
+      if (parent == 0) continue;
+      range_conflict(parent, range.prefix, range.begin, range.count, why);
+      if (why.empty()) continue;
+      conflict = "the copy of the path range '" + path_locked(range.first) + "' ... for '" +
+                 path_locked(targets[t]) + "' cannot be made under '" + path_locked(parent) +
+                 "': " + why;
+      return;
+    }
+  }
+}
+
 bool PathTree::find_copies(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
-                           std::vector<uint64_t>& ids) const {
+                           std::vector<uint64_t>& ids, std::string& conflict) const {
   std::shared_lock lock(mutex_);
   const size_t s = shape.size();
   const ShapeLeaves l = shape_leaves(shape);
@@ -627,7 +671,11 @@ bool PathTree::find_copies(const uint64_t* targets, size_t nt, const std::vector
   for (size_t t = 0; t < nt && !any; ++t)
     for (size_t k : top)
       any = any || child(targets[t], l.view[k], child_hash(targets[t], l.hash[k])) != 0;
-  if (!any) return false;
+  if (!any) {  // (only ranges right below the targets have parents to conflict with)
+    check_copy_ranges(
+        targets, nt, l, [](size_t, uint32_t) { return uint64_t(0); }, conflict);
+    return false;
+  }
   ids.assign(nt * s, 0);
   uint64_t* const out = ids.data();
   for (size_t t = 0; t < nt; ++t) {
@@ -638,11 +686,14 @@ bool PathTree::find_copies(const uint64_t* targets, size_t nt, const std::vector
       copy[k] = parent == 0 ? 0 : child(parent, l.view[k], child_hash(parent, l.hash[k]));
     }
   }
+  check_copy_ranges(
+      targets, nt, l, [&](size_t t, uint32_t k) { return out[t * s + k]; }, conflict);
   return true;
 }
 
 uint64_t PathTree::intern_copies(const uint64_t* targets, size_t nt,
-                                 const std::vector<ShapeNode>& shape, std::vector<uint64_t>& ids) {
+                                 const std::vector<ShapeNode>& shape, std::vector<uint64_t>& ids,
+                                 std::string& conflict) {
   std::unique_lock lock(mutex_);
   const size_t s = shape.size();
   if (s == 0 || nt == 0) return 0;
@@ -650,18 +701,42 @@ uint64_t PathTree::intern_copies(const uint64_t* targets, size_t nt,
   // and whether it ends in a digit (intern_range's collision check asks which parents have such
   // children).
   const ShapeLeaves l = shape_leaves(shape);
-  if (const uint64_t first = make_block(targets, nt, shape, l)) return first;
+  if (l.ranges.empty())
+    if (const uint64_t first = make_block(targets, nt, shape, l)) return first;
   ids.resize(nt * s);
   uint64_t* const out = ids.data();
   // The index's room for every copy at once (one growth, not one per doubling).
   while (4 * (nodes_.size() + nt * s) > 3 * index_.size()) grow_index();
   std::vector<char> made(s);  // the copy of node k was made for the current target
+  std::vector<uint64_t> range_first(l.ranges.size());  // the target's copy of each range
+  std::vector<char> range_new(l.ranges.size());        // ... made for it here
+  std::string why;
   for (size_t t = 0; t < nt; ++t) {
     uint64_t* copy = out + t * s;
+    std::fill(range_first.begin(), range_first.end(), uint64_t(0));
     for (size_t k = 0; k < s; ++k) {
       const uint32_t p = shape[k].parent;
       const bool under_target = p == ShapeNode::kShapeRoot;
       const uint64_t parent = under_target ? targets[t] : copy[p];
+      if (shape[k].member) {
+        // The member of the target's copy of its range, made with its first member here.
+        const Range& r = l.ranges[l.range[k]];
+        uint64_t& first = range_first[l.range[k]];
+        if (first == 0) {
+          first = range_conflict(parent, r.prefix, r.begin, r.count, why);
+          if (!why.empty()) {
+            conflict = "the copy of the path range '" + path_locked(r.first) + "' ... for '" +
+                       path_locked(targets[t]) + "' cannot be made under '" + path_locked(parent) +
+                       "': " + why;
+            return 0;
+          }
+          range_new[l.range[k]] = first == 0;
+          if (first == 0) first = add_range(parent, r.prefix, r.begin, r.count);
+        }
+        copy[k] = first + (shape[k].source - r.first);
+        made[k] = range_new[l.range[k]];  // (a member of a range made just now has no children)
+        continue;
+      }
       const uint32_t h = child_hash(parent, l.hash[k]);
       // A copy made just now has no children yet: its children need no look.
       uint64_t id = (under_target || !made[p]) ? child(parent, l.view[k], h) : 0;

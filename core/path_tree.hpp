@@ -131,34 +131,42 @@ class PathTree {
   // --- copies of a subtree (kstage_clone) -----------------------------------------------
   // One path below a subtree's root: its parent in the shape (kShapeRoot: the root itself),
   // the path it stands for below the source root, and whether that is an interned path (the
-  // copies are interned alike; a path that is only an ancestor stays hidden).
+  // copies are interned alike; a path that is only an ancestor stays hidden). A member of a
+  // path range (`member`) is copied as the same member of a copy of its range: each target
+  // gets the range once, under its copy of the range's parent (same prefix, first number and
+  // count: O(1) memory, as the source's), whichever of its members the shape holds.
   struct ShapeNode {
     static constexpr uint32_t kShapeRoot = UINT32_MAX;
     uint32_t parent = kShapeRoot;
     uint64_t source = 0;
     bool visible = false;
+    bool member = false;
   };
   // The shape below `root` that reaches every path of `ids`: for ids[i] at or below `root`,
   // index[i] is its node (kShapeRoot for `root` itself); for one that is not, kNotBelow. The
-  // nodes come parents first. False, with `member` set, when a path of the shape is a member
-  // of a path range (its copies would need a range each). May throw std::bad_alloc.
+  // nodes come parents first. May throw std::bad_alloc.
   static constexpr uint32_t kNotBelow = UINT32_MAX - 1;
-  bool subtree_shape(uint64_t root, const uint64_t* ids, size_t n, std::vector<ShapeNode>& shape,
-                     std::vector<uint32_t>& index, uint64_t& member) const;
+  void subtree_shape(uint64_t root, const uint64_t* ids, size_t n, std::vector<ShapeNode>& shape,
+                     std::vector<uint32_t>& index) const;
   // For target t of `targets` (count nt) and node k of `shape`: out[t * shape.size() + k] is
   // the id of the target's copy of that node, 0 where it is not in the tree (a look, under
   // one lock; nothing is made). Returns whether any is: when none is, `out` is left alone (no
   // target has a child named like a node right below the root, so nothing deeper exists).
+  // `conflict` is set (else left empty) when a range the copies need cannot be made below an
+  // existing copy of its parent (an explicit path or another range there has a member's name):
+  // which target, which range, and why.
   bool find_copies(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
-                   std::vector<uint64_t>& out) const;
+                   std::vector<uint64_t>& out, std::string& conflict) const;
   // The same, making every copy that is not in the tree (visible as its node says; a hidden
   // one a visible node names becomes visible, keeping its id), under one lock, target after
-  // target: a target's new copies get consecutive ids. When none existed, they are made as one
-  // block, copy (t, k) the id first + t * shape.size() + k: that `first` is returned and `out`
-  // is left alone; else 0, with out[t * shape.size() + k] the copy (made room for here). May
-  // throw std::bad_alloc (copies made before stay, hidden or visible: no prim exists for them).
+  // target: a target's new copies get consecutive ids. When none existed and the shape holds
+  // no range member, they are made as one block, copy (t, k) the id first + t * shape.size() +
+  // k: that `first` is returned and `out` is left alone; else 0, with out[t * shape.size() + k]
+  // the copy (made room for here). A range that cannot be made (find_copies' `conflict`: a
+  // path interned since that check) sets `conflict` and stops there. May throw std::bad_alloc.
+  // (Copies made before a failure stay, hidden or visible: no prim exists for them.)
   uint64_t intern_copies(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
-                         std::vector<uint64_t>& out);
+                         std::vector<uint64_t>& out, std::string& conflict);
 
   // Bytes the tree holds (nodes, leaves, hash index, ranges, handed-out strings).
   size_t memory_bytes() const;
@@ -211,13 +219,32 @@ class PathTree {
   // changing nothing.
   // Per node of a shape: where its source's leaf is stored, the leaf, its hash (leaf_hash) and
   // whether it ends in a digit. Requires mutex_.
+  // A range member's leaf is made here (`names`), and its `leaf` is 0 (it has no node); `range`
+  // is the index of its range in `ranges` (the distinct ranges of the shape's members).
   struct ShapeLeaves {
     std::vector<uint64_t> leaf;
     std::vector<std::string_view> view;
     std::vector<uint64_t> hash;
     std::vector<char> numeric;
+    std::vector<std::string> names;
+    std::vector<uint32_t> range;
+    std::vector<Range> ranges;           // (copies: making ranges moves ranges_)
+    std::vector<uint32_t> range_parent;  // per range: the shape node of its parent
   };
   ShapeLeaves shape_leaves(const std::vector<ShapeNode>& shape) const;
+  // Whether a range (prefix, begin, count) can be made under `parent` (intern_range's check):
+  // the first id of the same range made before; else 0, with `why` set when another range or
+  // an explicit path there could have a member's name (else left empty). Requires mutex_.
+  uint64_t range_conflict(uint64_t parent, std::string_view prefix, uint64_t begin, uint64_t count,
+                          std::string& why) const;
+  // Makes that range (checked by range_conflict) and returns its first id. Requires mutex_
+  // unique. May throw std::bad_alloc, changing nothing.
+  uint64_t add_range(uint64_t parent, std::string_view prefix, uint64_t begin, uint64_t count);
+  // find_copies' `conflict` for the ranges of `l` whose parent copies `copy_of(t, node)` gives
+  // (0: not in the tree, so nothing is there to conflict). Requires mutex_.
+  template <class CopyOf>
+  void check_copy_ranges(const uint64_t* targets, size_t nt, const ShapeLeaves& l, CopyOf copy_of,
+                         std::string& conflict) const;
   uint64_t make_block(const uint64_t* targets, size_t nt, const std::vector<ShapeNode>& shape,
                       const ShapeLeaves& l);
   // Whether `parent` has an explicit child whose leaf ends in a digit; note one (a node's bit,

@@ -268,7 +268,8 @@ class Stage {
   // The source and every existing prim below it (sealed), in id order. Requires mutex_.
   std::vector<uint64_t> existing_subtree(uint64_t source);
   // ALREADY_EXISTS when a target, or a copy of a prim of the shape (is_prim) that is a path
-  // already, exists at `ordinal` as the ledger stands. Requires mutex_.
+  // already, exists at `ordinal` as the ledger stands, or when a path range the copies need
+  // cannot be made under a target's existing copy of its parent. Requires mutex_.
   Status check_copies_absent(const PrimSeq& targets, const std::vector<uint64_t>& target_ids,
                              const std::vector<PathTree::ShapeNode>& shape,
                              const std::vector<char>& is_prim, uint64_t ordinal) const;

@@ -13,7 +13,10 @@
 // Everything is checked before anything changes, under the stage's lock: the source, the
 // targets, the floors of the columns the subtree holds, and that no path the copies would make
 // exists at the op's place in the ledger. The copies' paths are then interned in one batch
-// (PathTree::intern_copies) and the writes enqueued together.
+// (PathTree::intern_copies) and the writes enqueued together. A path range below the source is
+// copied as a range: each target gets one range with the source's prefix, numbers and count
+// under its copy of the range's parent (O(1) paths per target), its members the copies of the
+// source's members.
 #include "core/stage.hpp"
 
 #include "core/dtype.hpp"
@@ -319,13 +322,7 @@ Result<std::shared_ptr<Op>> Stage::clone(uint64_t source, const PrimList& target
       // The shape below the source: its prims and the paths PATH_ID values name there.
       std::vector<PathTree::ShapeNode> shape;
       std::vector<uint32_t> node_of;
-      uint64_t member = 0;
-      if (!dictionary_.subtree_shape(source, shape_ids.data(), shape_ids.size(), shape, node_of,
-                                     member))
-        return error(KSTAGE_NOT_SUPPORTED,
-                     "'%s' below the source '%s' is a member of a path range: clone does not "
-                     "copy path ranges",
-                     path_name(member).c_str(), path_name(source).c_str());
+      dictionary_.subtree_shape(source, shape_ids.data(), shape_ids.size(), shape, node_of);
       for (ClonedColumn& cc : cloned)
         for (uint32_t& k : cc.nodes) k = node_of[k];
       std::vector<char> is_prim(shape.size(), 0);
@@ -343,8 +340,11 @@ Result<std::shared_ptr<Op>> Stage::clone(uint64_t source, const PrimList& target
 
       // The copies' paths, interned in one batch, and one write per column.
       std::vector<uint64_t> copies;
+      std::string conflict;
       const uint64_t block =
-          ns > 0 ? dictionary_.intern_copies(target_ids.data(), nt, shape, copies) : 0;
+          ns > 0 ? dictionary_.intern_copies(target_ids.data(), nt, shape, copies, conflict) : 0;
+      if (!conflict.empty())  // (a path interned by another thread since the check)
+        return error(KSTAGE_ALREADY_EXISTS, "clone: %s", conflict.c_str());
       const CopyIds copy{*targets, target_ids.data(), ns, block, copies.data()};
       WriteBatch batch;
       for (const ClonedColumn& cc : cloned) {
@@ -393,7 +393,10 @@ Status Stage::check_copies_absent(const PrimSeq& targets, const std::vector<uint
   // target itself.
   // (Usually none is: the targets are new, or have nothing where the copies go.)
   std::vector<uint64_t> found;
-  const bool any_found = ns > 0 && dictionary_.find_copies(target_ids.data(), nt, shape, found);
+  std::string conflict;
+  const bool any_found =
+      ns > 0 && dictionary_.find_copies(target_ids.data(), nt, shape, found, conflict);
+  if (!conflict.empty()) return error(KSTAGE_ALREADY_EXISTS, "clone: %s", conflict.c_str());
   std::vector<std::pair<size_t, size_t>> which;
   std::vector<uint64_t> ids;
   ids.reserve(nt);

@@ -449,19 +449,156 @@ TEST_CASE("clone refusals before any floor moves leave the fingerprint identical
   KS_OK(kstage_query_release(s.stage, q));
 }
 
-TEST_CASE("clone refuses a subtree holding path-range members", "[clone]") {
+// kstage_path_range_definition of `first`: "parent/prefix{begin..}" and the range's count.
+std::string range_definition(Stage& s, kstage_path_t first) {
+  const char *parent = nullptr, *prefix = nullptr;
+  size_t np = 0, nx = 0;
+  uint64_t begin = 0;
+  KS_OK(kstage_path_range_definition(s.stage, first, &parent, &np, &prefix, &nx, &begin));
+  return std::string(parent, np) + "/" + std::string(prefix, nx) + "{" + std::to_string(begin) +
+         "..}";
+}
+
+TEST_CASE("clone copies a path range inside the subtree as a range below each target",
+          "[clone][range]") {
   Stage s;
+  // /Cloud, members p3 and p5 of /Cloud/pts/p{10..17} (p3 = number 13), a child of one member,
+  // and a PATH_ID column naming a member, the member's child and a path outside.
   const kstage_path_t root = s.path("/Cloud");
-  const kstage_path_t first = s.range("/Cloud/pts", "p", 0, 8);
-  const kstage_path_t target = s.path("/Cloud2");
-  kstage_query_t q = s.query({root, first, first + 3});
-  s.write_f32(q, s.token("m"), 1, {1, 2, 3});
+  const kstage_path_t first = s.range("/Cloud/pts", "p", 10, 8);
+  const kstage_path_t p3 = first + 3, p5 = first + 5;
+  const kstage_path_t tip = s.path("/Cloud/pts/p13/tip");
+  const kstage_path_t ground = s.path("/Ground");
+  const kstage_token_t m = s.token("m"), links = s.token("links");
+  kstage_query_t q = s.query({root, p3, p5, tip});
+  s.write_f32(q, m, 1, {1, 2, 3, 4});
+  KS_OK(write_id_rows(s, q, links, 1, {{p3, tip, ground}, {p5}, {}, {root}},
+                      KSTAGE_SEMANTIC_RELATIONSHIP_PATH_ID));
   KS_OK(kstage_query_release(s.stage, q));
   s.seal(1);
+
+  // Two explicit targets, one of which already has the same range (paths, no prims).
+  const kstage_path_t a = s.path("/A"), b = s.path("/B");
+  const kstage_path_t b_first = s.range("/B/pts", "p", 10, 8);
+  REQUIRE(clone(s, root, {a, b}, 2) == KSTAGE_OK);
+  s.seal(2);
+  const kstage_path_t a3 = s.path("/A/pts/p13"), a5 = s.path("/A/pts/p15");
+  const kstage_path_t a_tip = s.path("/A/pts/p13/tip");
+  const kstage_path_t b3 = s.path("/B/pts/p13"), b_tip = s.path("/B/pts/p13/tip");
+  // /A's copies are a range: consecutive members, the source's definition below /A.
+  const kstage_path_t a_first = a3 - 3;
+  CHECK(a5 == a_first + 5);
+  CHECK(range_definition(s, a_first) == "/A/pts/p{10..}");
+  kstage_path_t member = 0;
+  KS_OK(kstage_path_range_member(s.stage, a_first, 7, &member));
+  CHECK(s.path_string(member) == "/A/pts/p17");
+  // /B kept its range: the copies are its members.
+  CHECK(b3 == b_first + 3);
+  q = s.query({a, a3, a5, a_tip, b, b3, b_first + 5, b_tip});
+  const auto v = s.floats(q, m);
+  REQUIRE(v.size() == 8);
+  CHECK(v.at(a) == std::vector<float>{1});
+  CHECK(v.at(a3) == std::vector<float>{2});
+  CHECK(v.at(a5) == std::vector<float>{3});
+  CHECK(v.at(a_tip) == std::vector<float>{4});
+  CHECK(v.at(b_tip) == std::vector<float>{4});
+  // Rebased: the member, the member's child and the root to the target's; /Ground kept.
+  const auto l = s.values(q, links);
+  CHECK(as_u64(l.at(a)) == std::vector<uint64_t>{a3, a_tip, ground});
+  CHECK(as_u64(l.at(a3)) == std::vector<uint64_t>{a5});
+  CHECK(as_u64(l.at(a_tip)) == std::vector<uint64_t>{a});
+  CHECK(as_u64(l.at(b)) == std::vector<uint64_t>{b3, b_tip, ground});
+  CHECK(as_u64(l.at(b_first + 5)).empty());
+  KS_OK(kstage_query_release(s.stage, q));
+  // The hierarchy: the members are children of the copy of /Cloud/pts (a path holding nothing,
+  // so of the target), the tip a child of its member.
+  CHECK(s.related(a, KSTAGE_RELATION_CHILDREN) == Paths{a3, a5});
+  CHECK(s.related(a_tip, KSTAGE_RELATION_PARENT) == Paths{a3});
+  CHECK_FALSE(exists(s, a_first));  // a member that held nothing holds nothing
+  // Change ranges: exactly the copies at the clone's ordinal.
+  q = s.range_query(a_first);
+  CHECK(s.changed(q, m, 2, 2) == Paths{a3, a5});
+  KS_OK(kstage_query_release(s.stage, q));
+
+  // To 100 members of a range of targets, and a clone of a copy.
+  const kstage_path_t envs = s.range("/envs", "env_", 0, 100);
   kstage_op_t op = 0;
-  KS_FAILS(kstage_clone(s.stage, root, &target, 1, 2, &op), KSTAGE_NOT_SUPPORTED,
-           "'/Cloud/pts/p0' below the source '/Cloud' is a member of a path range");
-  CHECK_FALSE(exists(s, target));
+  KS_OK(kstage_clone_range(s.stage, root, envs, 0, 0, 3, &op));
+  finish(s, op);
+  REQUIRE(clone(s, a, {s.path("/A2")}, 3) == KSTAGE_OK);
+  s.seal(3);
+  const kstage_path_t e99 = s.path("/envs/env_99/pts/p15");
+  CHECK(range_definition(s, e99 - 5) == "/envs/env_99/pts/p{10..}");
+  const kstage_path_t a2_tip = s.path("/A2/pts/p13/tip");
+  q = s.query({e99, a2_tip});
+  const auto w = s.floats(q, m);
+  CHECK(w.at(e99) == std::vector<float>{3});
+  CHECK(w.at(a2_tip) == std::vector<float>{4});
+  CHECK(as_u64(s.values(q, links).at(a2_tip)) == std::vector<uint64_t>{s.path("/A2")});
+  KS_OK(kstage_query_release(s.stage, q));
+}
+
+TEST_CASE("a clone whose range copy would collide with a target's paths is refused",
+          "[clone][range]") {
+  Stage s;
+  const kstage_path_t root = s.path("/Grid");
+  const kstage_path_t cells = s.range("/Grid", "c", 0, 4);  // right below the source
+  const kstage_path_t first = s.range("/Grid/pts", "p", 0, 8);
+  const kstage_token_t m = s.token("m");
+  kstage_query_t q = s.query({root, cells, cells + 1, first + 2});
+  s.write_f32(q, m, 1, {1, 2, 3, 4});
+  KS_OK(kstage_query_release(s.stage, q));
+  s.seal(1);
+  const std::vector<kstage_token_t> attrs{m};
+  kstage_filter_t f{};
+  kstage_query_t all = 0;
+  KS_OK(kstage_query_filter(s.stage, &f, &all));
+  const std::string before = s.fingerprint(all, attrs);
+  KS_OK(kstage_query_release(s.stage, all));
+  auto unchanged = [&] {
+    kstage_query_t now = 0;
+    KS_OK(kstage_query_filter(s.stage, &f, &now));
+    CHECK(s.fingerprint(now, attrs) == before);
+    KS_OK(kstage_query_release(s.stage, now));
+  };
+  kstage_op_t op = 0;
+  // A target with an explicit child named like a member the copy holds no prim for (c3: only
+  // c0 and c1 are copied, but the range is): refused at the call.
+  const kstage_path_t t1 = s.path("/T1");
+  s.path("/T1/c3");
+  KS_FAILS(kstage_clone(s.stage, root, &t1, 1, 2, &op), KSTAGE_ALREADY_EXISTS,
+           "the copy of the path range '/Grid/c0' ... for '/T1' cannot be made under '/T1': its "
+           "member '/T1/c3' was interned before");
+  CHECK_FALSE(exists(s, t1));
+  unchanged();
+  // Deeper: below an existing copy of the range's parent, another range whose names overlap.
+  const kstage_path_t t2 = s.path("/T2");
+  s.range("/T2/pts", "p", 5, 10);
+  KS_FAILS(kstage_clone(s.stage, root, &t2, 1, 2, &op), KSTAGE_ALREADY_EXISTS,
+           "for '/T2' cannot be made under '/T2/pts': its names could be those of the range "
+           "'/T2/pts/p[5..14]' interned before");
+  CHECK_FALSE(exists(s, t2));
+  unchanged();
+  // The same range made before, one of whose members is a prim the copy would create.
+  const kstage_path_t t3 = s.path("/T3");
+  const kstage_path_t t3_first = s.range("/T3/pts", "p", 0, 8);
+  q = s.query({t3_first + 2});
+  s.write_f32(q, m, 2, {9});
+  KS_OK(kstage_query_release(s.stage, q));
+  s.seal(2);
+  KS_FAILS(kstage_clone(s.stage, root, &t3, 1, 3, &op), KSTAGE_ALREADY_EXISTS,
+           "'/T3/pts/p2' (the copy of '/Grid/pts/p2' for targets[0]) already exists at ordinal 3");
+  CHECK_FALSE(exists(s, t3));
+  // With a target that can take it, in the same list: still all or nothing.
+  const kstage_path_t ok = s.path("/OK");
+  const Paths both{ok, t1};
+  KS_FAILS(kstage_clone(s.stage, root, both.data(), 2, 3, &op), KSTAGE_ALREADY_EXISTS,
+           "cannot be made under '/T1'");
+  CHECK_FALSE(exists(s, ok));
+  REQUIRE(clone(s, root, {ok}, 3) == KSTAGE_OK);
+  s.seal(3);
+  CHECK(exists(s, s.path("/OK/c1")));
+  CHECK(exists(s, s.path("/OK/pts/p2")));
 }
 
 TEST_CASE("clone of a one-prim source to 10,000 range members", "[clone]") {

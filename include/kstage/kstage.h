@@ -1698,8 +1698,13 @@ KSTAGE_API kstage_status_t kstage_compute_world_transforms(kstage_stage_t stage,
  * paths outside the subtree, or no path, are copied as they are, and so are
  * KSTAGE_SEMANTIC_ASSET_PATH_ID values (asset paths, not prim paths). The
  * created paths are interned by the call, in one batch (their strings are
- * never made). Each column is copied by one gather on its own device: device
- * columns stay in device memory.
+ * never made). A path range below `source` (kstage_intern_path_range, say
+ * S/pts/p{0..999}) is copied as a range: each target gets one range of the
+ * same prefix, first number and count under its copy of the range's parent
+ * (T/pts/p{0..999}: kstage_path_range_definition and range queries work on
+ * it), and the copy of member S/pts/p17 is its member T/pts/p17; members
+ * that hold nothing stay paths that hold nothing. Each column is copied by
+ * one gather on its own device: device columns stay in device memory.
  *
  * Create-only and all-or-nothing. Everything is checked at the call, which
  * either refuses the clone, leaving the stage unchanged, or returns an op
@@ -1711,11 +1716,12 @@ KSTAGE_API kstage_status_t kstage_compute_world_transforms(kstage_stage_t stage,
  *     NULL;
  *   - ALREADY_EXISTS: a path the copy would create exists at `ordinal`
  *     (sealed state plus the mutations submitted before, as for an INSERT
- *     write); the message names it and its target;
+ *     write); the message names it and its target; or a range the copy needs
+ *     cannot be made under a target's existing copy of its parent (a path
+ *     there, or another range, has a member's name: as for
+ *     kstage_intern_path_range);
  *   - WRITE_FLOOR_VIOLATION: `ordinal` is not above the write floor of an
- *     attribute the subtree holds;
- *   - NOT_SUPPORTED: the subtree holds members of a path range (the copy
- *     would need a range of its own below every target).
+ *     attribute the subtree holds.
  * Once sealed, the copies are ordinary prims: change ranges report them (and
  * only them) at `ordinal`, and reads, exports, the hierarchy and checkpoints
  * see them like written prims. (Added in 0.4.)

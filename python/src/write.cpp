@@ -767,14 +767,16 @@ void register_write(nb::module_& m, nb::handle stage_class) {
       "target T, as one op at `ordinal` that the caller seals (kstage_clone): the copy of "
       "source/x is T/x, with every attribute source/x holds (values, prim type, applied schemas). "
       "path_id values naming a path at or below `source` are rebased below the target; others "
-      "are copied as they are. `source` is a path (str) or a path id; `targets` a path, a "
+      "are copied as they are. A path range below `source` is copied as a range below each "
+      "target (same prefix, numbers and count). `source` is a path (str) or a path id; "
+      "`targets` a path, a "
       "sequence of paths (str) or of path ids, or a one-dimensional integer array of ids "
       "(range(first + a, first + b) names range members by id; clone_range names them without "
       "a list). Create-only and all-or-nothing: every refusal is raised here and leaves the stage "
       "unchanged -- kstage.NotFound (no source), kstage.InvalidArgument (a target that is "
       "`source`, lies below it, is listed twice or below another target; no target), "
-      "kstage.AlreadyExists (a path the copy would create exists at `ordinal`), "
-      "kstage.WriteFloorViolation, kstage.NotSupported (range members in the subtree). "
+      "kstage.AlreadyExists (a path the copy would create exists at `ordinal`, or a path "
+      "there has the name of a member of a range the copy needs), kstage.WriteFloorViolation. "
       "Returns a kstage.Op.");
 
   stage_class.attr("clone_range") = nb::cpp_function(

@@ -43,6 +43,21 @@ def test_checkpoint_restart_round_trip(tmp_path):
     assert fresh.range_info(fresh.intern("/world/p/p7"))[1] == 50  # the range is a range again
 
 
+def test_checkpoint_of_clones_with_path_ranges(tmp_path):
+    """The copies of a path range a clone made are ranges in the checkpoint, and again after it."""
+    s, _ = filled()
+    s.write("mass", s.query(["/world"]), np.array([1.0]), 2)
+    s.seal(2)
+    s.clone("/world", ["/copy/a", "/copy/b"], 3).wait()
+    s.seal(3)
+    ka.checkpoint(s, tmp_path / "c.bp")
+    fresh = kstage.Stage()
+    assert ka.restart(fresh, tmp_path / "c.bp") == 3
+    assert state(fresh) == state(s)
+    for t in ("/copy/a", "/copy/b"):
+        assert fresh.range_info(fresh.intern(t + "/p/p7"))[1] == 50
+
+
 def test_incremental_steps_in_order(tmp_path):
     s, q = filled()
     path = tmp_path / "ticks.bp"

@@ -153,14 +153,34 @@ def test_clone_refusals_raise_at_the_call(stage, src):
         stage.clone_range("/src", first, 3, start=3, count=2)  # beyond the range
     with pytest.raises(kstage.InvalidArgument, match="not the first path of a path range"):
         stage.clone_range("/src", first + 1, 3)  # not the range's first id
-    # NOT_SUPPORTED: the subtree holds members of a path range.
+    # ALREADY_EXISTS: the copy of a path range inside the subtree cannot be made where the
+    # target has a path named like one of its members.
     stage.write("mass", [stage.intern("/envs"), stage.range_member(first, 0)], np.ones(2), 3)
     stage.seal(3)
-    with pytest.raises(kstage.NotSupported, match="member of a path range") as e:
+    stage.intern("/envs_copy/env_2")
+    with pytest.raises(kstage.AlreadyExists, match="its member '/envs_copy/env_2' was interned"):
         stage.clone("/envs", ["/envs_copy"], 4)
-    assert isinstance(e.value, NotImplementedError)
     stage.seal(4)
     # Nothing of the refused clones was made.
     made = by_path(stage, ["/v", "/v/a", "/envs_copy"] + below("/u"), "pos")
     assert made == {}
     assert by_path(stage, ["/envs_copy"], "mass") == {}
+
+
+def test_clone_copies_path_ranges_inside_the_subtree(stage):
+    # /cloud holds mass, and so do members 1 and 3 of /cloud/pts/p{0..4}; member 3 names member 1.
+    first = stage.intern_range("/cloud/pts", "p", 0, 5)
+    m1, m3 = stage.range_member(first, 1), stage.range_member(first, 3)
+    stage.write("mass", [stage.intern("/cloud"), m1, m3], np.array([1.0, 2.0, 3.0]), 1)
+    stage.write("link", [m3], np.array([m1], np.uint64), 1, semantic="path_id")
+    stage.seal(1)
+    stage.clone("/cloud", ["/a", "/b"], 2).wait()
+    stage.seal(2)
+    for t in ("/a", "/b"):
+        got = by_path(stage, [t, t + "/pts/p1", t + "/pts/p3"], "mass")
+        assert {p: float(v) for p, v in got.items()} == {t: 1.0, t + "/pts/p1": 2.0,
+                                                       t + "/pts/p3": 3.0}
+        # The copies are members of a range of their own: consecutive ids, p1 + 2 = p3.
+        p1, p3 = (int(i) for i in stage.intern([t + "/pts/p1", t + "/pts/p3"]))
+        assert p3 == p1 + 2
+        assert int(by_path(stage, [t + "/pts/p3"], "link")[t + "/pts/p3"]) == p1  # rebased
