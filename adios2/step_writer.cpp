@@ -21,6 +21,8 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
+#include <tuple>
 
 namespace kstage::adios2_bridge {
 namespace {
@@ -36,9 +38,12 @@ struct AttributeStep {
       false;  // this rank's stage holds the attribute in several schemas (read to the host)
   kstage_attribute_info_t info{};
   // The prims with values, in the groups' order: the group's own array when one group holds
-  // them all (no copy of 8 bytes per prim), else `prims_owned`.
+  // them all (no copy of 8 bytes per prim), else `prims_owned`; or, null with prim_count > 0,
+  // the progression prim_first + i * prim_stride (a group read with prims_as_progression: a
+  // range query's, a whole stage's that is one run of ids -- no array of ids at all).
   const kstage_path_t* prims = nullptr;
   uint64_t prim_count = 0;
+  uint64_t prim_first = 0, prim_stride = 0;
   std::vector<kstage_path_t> prims_owned;
   std::vector<kstage_path_t> deleted;  // lost the attribute (tombstone groups)
   const void* values = nullptr;        // prims.size() rows (fixed) or `elements` (arrays)
@@ -76,19 +81,36 @@ uint64_t row_length(const DLTensor* t) {
   return n;
 }
 
+// The progression of a group whose `prims` the read left null (prims_as_progression).
+std::pair<uint64_t, uint64_t> progression_of(kstage_stage_t stage, const kstage_read_group_t& g) {
+  uint64_t first = 0, stride = 0;
+  check(kstage_group_prim_progression(stage, g.handle, &first, &stride),
+        "kstage_adios2_write_step: a group's prims");
+  return {first, stride};
+}
+
 // An attribute's values from its groups (one per attribute, as the read makes them): put in
 // place when the group's rows are its prims in order -- a fixed-size group without an index
 // map, an array group whose rows lie back to back -- else packed once, in prim order.
-void take_values(AttributeStep& a, const std::vector<kstage_read_group_t>& groups) {
+void take_values(kstage_stage_t stage, AttributeStep& a,
+                 const std::vector<kstage_read_group_t>& groups) {
   const size_t elem = element_bytes(a.info);
   std::vector<const DLTensor*> rows;  // arrays: prim order
   bool in_place = groups.size() == 1;
   if (groups.size() == 1) {
     a.prims = groups[0].prims;
     a.prim_count = groups[0].prim_count;
+    if (a.prims == nullptr && a.prim_count > 0)
+      std::tie(a.prim_first, a.prim_stride) = progression_of(stage, groups[0]);
   } else {
-    for (const kstage_read_group_t& g : groups)
-      a.prims_owned.insert(a.prims_owned.end(), g.prims, g.prims + g.prim_count);
+    for (const kstage_read_group_t& g : groups) {
+      if (g.prims != nullptr || g.prim_count == 0) {
+        a.prims_owned.insert(a.prims_owned.end(), g.prims, g.prims + g.prim_count);
+        continue;
+      }
+      const auto [first, stride] = progression_of(stage, g);
+      for (uint64_t i = 0; i < g.prim_count; ++i) a.prims_owned.push_back(first + i * stride);
+    }
     a.prims = a.prims_owned.data();
     a.prim_count = a.prims_owned.size();
   }
@@ -138,20 +160,45 @@ void take_values(AttributeStep& a, const std::vector<kstage_read_group_t>& group
                   (a.offsets[i + 1] - a.offsets[i]) * elem);
 }
 
-// A run of path ids in memory someone else owns (a read group's, or a vector of the step's).
+// A run of path ids in memory someone else owns (a read group's, or a vector of the step's), or
+// a progression (`ids` null: first + i * stride).
 struct PathSpan {
   const kstage_path_t* ids = nullptr;
   size_t n = 0;
+  uint64_t first = 0, stride = 0;
   size_t size() const { return n; }
-  kstage_path_t operator[](size_t i) const { return ids[i]; }
-  const kstage_path_t* begin() const { return ids; }
-  const kstage_path_t* end() const { return ids + n; }
+  kstage_path_t operator[](size_t i) const { return ids ? ids[i] : first + i * stride; }
   bool same_as(const PathSpan& o) const {
-    return n == o.n &&
-           (ids == o.ids || n == 0 || std::memcmp(ids, o.ids, n * sizeof(kstage_path_t)) == 0);
+    if (n != o.n || n == 0) return n == o.n;
+    if (ids == nullptr && o.ids == nullptr) return first == o.first && stride == o.stride;
+    if (ids != nullptr && o.ids != nullptr)
+      return ids == o.ids || std::memcmp(ids, o.ids, n * sizeof(kstage_path_t)) == 0;
+    for (size_t i = 0; i < n; ++i)
+      if ((*this)[i] != o[i]) return false;
+    return true;
+  }
+  // Strictly increasing (a progression: when its stride is not 0).
+  bool increasing() const {
+    if (ids == nullptr) return n < 2 || stride > 0;
+    return std::adjacent_find(ids, ids + n, std::greater_equal<kstage_path_t>()) == ids + n;
+  }
+  // The index of the first id >= `id` (the span increasing).
+  size_t lower_bound(kstage_path_t id) const {
+    if (ids != nullptr) return size_t(std::lower_bound(ids, ids + n, id) - ids);
+    if (n == 0 || id <= first) return 0;
+    return std::min<size_t>(n, size_t((id - first + stride - 1) / stride));
+  }
+  void append_to(std::vector<kstage_path_t>& out) const {
+    if (ids != nullptr) {
+      out.insert(out.end(), ids, ids + n);
+      return;
+    }
+    for (size_t i = 0; i < n; ++i) out.push_back(first + i * stride);
   }
 };
-PathSpan span_of(const AttributeStep& a) { return PathSpan{a.prims, size_t(a.prim_count)}; }
+PathSpan span_of(const AttributeStep& a) {
+  return PathSpan{a.prims, size_t(a.prim_count), a.prim_first, a.prim_stride};
+}
 
 // The step's paths as runs: consecutive members of one range, or explicit strings.
 struct PathRuns {
@@ -225,8 +272,7 @@ std::vector<uint64_t> positions_of(const PathSpan& prims, const PathSpan& paths,
                                    bool identity_empty) {
   if (identity_empty && prims.same_as(paths)) return {};
   std::vector<uint64_t> out(prims.size());
-  for (size_t i = 0; i < prims.size(); ++i)
-    out[i] = uint64_t(std::lower_bound(paths.begin(), paths.end(), prims[i]) - paths.begin());
+  for (size_t i = 0; i < prims.size(); ++i) out[i] = uint64_t(paths.lower_bound(prims[i]));
   return out;
 }
 
@@ -256,11 +302,10 @@ PathSpan step_paths(const std::vector<AttributeStep>& steps, std::vector<kstage_
   if (first == nullptr && shared) return {};
   if (shared) {
     const PathSpan p = span_of(*first);
-    if (std::adjacent_find(p.begin(), p.end(), std::greater_equal<kstage_path_t>()) == p.end())
-      return p;
+    if (p.increasing()) return p;
   }
   for (const AttributeStep& a : steps) {
-    owned.insert(owned.end(), a.prims, a.prims + a.prim_count);
+    span_of(a).append_to(owned);
     owned.insert(owned.end(), a.deleted.begin(), a.deleted.end());
   }
   std::sort(owned.begin(), owned.end());
@@ -352,6 +397,7 @@ void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query,
   auto read = [&](const std::vector<kstage_token_t>& which, bool device) {
     if (which.empty()) return;
     kstage_read_desc_t rd = kstage_read_desc_init();
+    rd.prims_as_progression = true;  // a range's prims as a progression: no array of ids made
     rd.change_range = d.change_range;
     rd.range_begin = d.range_begin;
     rd.range_end = d.range_end;
@@ -379,7 +425,10 @@ void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query,
       it->info.write_floor =
           g.ordinal;  // the floor of the snapshot read (a seal may have come since)
       if (g.is_delete) {
-        it->deleted.insert(it->deleted.end(), g.prims, g.prims + g.prim_count);
+        PathSpan tombs{g.prims, size_t(g.prim_count)};
+        if (g.prims == nullptr && g.prim_count > 0)
+          std::tie(tombs.first, tombs.stride) = progression_of(stage, g);
+        tombs.append_to(it->deleted);
       } else {
         groups[size_t(it - steps.begin())].push_back(g);
       }
@@ -389,7 +438,7 @@ void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query,
   read(on_host, false);
   read(on_device, true);
   for (size_t i = 0; i < steps.size(); ++i)
-    if (!groups[i].empty()) take_values(steps[i], groups[i]);
+    if (!groups[i].empty()) take_values(stage, steps[i], groups[i]);
 
   data.paths = step_paths(steps, data.paths_owned);
   data.runs = path_runs(stage, data.paths);

@@ -190,7 +190,13 @@ Result<kstage_config_t> read_descriptor(const kstage_config_t* in, const char* w
 Result<kstage_read_desc_t> read_descriptor(const kstage_read_desc_t* in, const char* what) {
   kstage_read_desc_t out;
   KSTAGE_ASSIGN_OR_RETURN(out, read_one(in, what));
-  KSTAGE_RETURN_NOT_OK(check_reserved(out.reserved, named(what)));
+  // (A byte that held 0 before 0.4: read as a byte, any other value refused, so that the bool
+  // is never read with a representation it cannot have.)
+  uint8_t byte = 0;
+  std::memcpy(&byte, &out.prims_as_progression, 1);
+  if (byte > 1)
+    return error(KSTAGE_INVALID_ARGUMENT, "%s.prims_as_progression is %u; it must be 0 or 1", what,
+                 unsigned(byte));
   return out;
 }
 

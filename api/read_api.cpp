@@ -50,6 +50,23 @@ kstage_status_t kstage_release_group(kstage_stage_t stage, kstage_group_t group)
                     [&](StageEntry& s) -> Status { return release(s.groups, group, Kind::Group); });
 }
 
+kstage_status_t kstage_group_prim_progression(kstage_stage_t stage, kstage_group_t group,
+                                              uint64_t* first, uint64_t* stride) {
+  return with_stage("kstage::group_prim_progression", stage, [&](StageEntry& s) -> Status {
+    KSTAGE_RETURN_NOT_OK(need(first, "first"));
+    KSTAGE_RETURN_NOT_OK(need(stride, "stride"));
+    std::shared_ptr<core::ReadGroup> g;
+    KSTAGE_ASSIGN_OR_RETURN(g, lookup(s.groups, group, Kind::Group));
+    uint64_t f = 0, k = 0;
+    if (!g->prim_progression(f, k))
+      return error(KSTAGE_NOT_FOUND, "the prims of group %llu are not a progression",
+                   (unsigned long long)group);
+    *first = f;
+    *stride = k;
+    return Status::OK();
+  });
+}
+
 kstage_status_t kstage_release_read(kstage_stage_t stage, kstage_read_t read) {
   return with_stage(stage,
                     [&](StageEntry& s) -> Status { return release(s.reads, read, Kind::Read); });

@@ -10,13 +10,18 @@
 // list (data(), null for a progression) when a loop over a plain array is
 // worth the branch. The few places that must hand an array of ids to a
 // caller -- a read or map group's `prims` -- make one for their own slice
-// (ids()), when the caller fetches the group.
+// (ids()), when the caller fetches the group. A progression made with a
+// list on demand (a filter whose result is one run of ids) makes its whole
+// list once, at the first such hand-out, and shares it with every later one
+// (as a listed query would): a reader that takes the progression instead
+// (kstage_read_desc_t::prims_as_progression) never makes it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 namespace kstage::core {
@@ -32,6 +37,12 @@ class PrimSeq {
     s.first_ = first;
     s.count_ = count;
     s.stride_ = stride;
+    return s;
+  }
+  // A progression whose list ids() makes once, when first asked, for everyone after.
+  static PrimSeq progression_listed_on_demand(uint64_t first, size_t count, uint64_t stride) {
+    PrimSeq s = progression(first, count, stride);
+    s.on_demand_ = std::make_shared<OnDemand>();
     return s;
   }
   // A list whose ids are ids[0] + i * stride: both forms.
@@ -72,6 +83,13 @@ class PrimSeq {
   // Ids [from, from + n) as an array: the list itself, or `scratch` filled.
   const uint64_t* ids(size_t from, size_t n, std::vector<uint64_t>& scratch) const {
     if (listed_) return ids_.data() + from;
+    if (on_demand_) {
+      std::call_once(on_demand_->once, [&] {
+        on_demand_->ids.resize(count_);
+        for (size_t k = 0; k < count_; ++k) on_demand_->ids[k] = first_ + k * stride_;
+      });
+      return on_demand_->ids.data() + from;
+    }
     scratch.resize(n);
     for (size_t k = 0; k < n; ++k) scratch[k] = first_ + (from + k) * stride_;
     return scratch.data();
@@ -101,8 +119,13 @@ class PrimSeq {
   iterator end() const { return iterator(this, count_); }
 
  private:
+  struct OnDemand {
+    std::once_flag once;
+    std::vector<uint64_t> ids;
+  };
   bool listed_ = true, progression_ = false;
   std::vector<uint64_t> ids_;
+  std::shared_ptr<OnDemand> on_demand_;  // progression_listed_on_demand's list
   uint64_t first_ = 0;
   size_t count_ = 0;
   uint64_t stride_ = 1;

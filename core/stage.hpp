@@ -81,10 +81,22 @@ struct ReadGroup {
   CompletionPtr ready;           // device work producing the data (desc.device_sync)
   Backend* device = nullptr;     // the device backend that produces it (null: host data)
 
-  // Points desc.prims at the group's ids (made now for a progression).
+  // The reader takes a progression without a list as it is (kstage_read_desc_t::
+  // prims_as_progression): `prims` stays null, kstage_group_prim_progression names them.
+  bool prims_as_progression = false;
+
+  // Points desc.prims at the group's ids (made now for a progression, unless the reader takes
+  // it as one).
   void publish_prims() {
-    if (desc.prims == nullptr && desc.prim_count > 0)
+    if (desc.prims == nullptr && desc.prim_count > 0 && !prims_as_progression)
       desc.prims = prims->ids(from, desc.prim_count, prim_ids);
+  }
+  // prims[i] = first + i * stride: false when the group's prims are no known progression.
+  bool prim_progression(uint64_t& first, uint64_t& stride) const {
+    if (!prims->is_progression()) return false;
+    first = desc.prim_count > 0 ? (*prims)[from] : prims->first();
+    stride = prims->stride();
+    return true;
   }
 };
 

@@ -136,6 +136,11 @@ Result<PrimList> Stage::query_filter(const kstage_filter_t& f,
     else runs.emplace_back(first, count);
     total += count;
   });
+  // Every prim, one run (a whole range; prims interned one after another): the progression,
+  // its list made only if a reader asks for one (a checkpoint's reads take the progression).
+  if (has.empty() && f.path_prefix == 0 && runs.size() == 1)
+    return PrimList(std::make_shared<const PrimSeq>(
+        PrimSeq::progression_listed_on_demand(runs[0].first, runs[0].second, 1)));
   std::vector<uint64_t> out;
   out.reserve(has.empty() ? total : 0);
   for (const auto& [first, count] : runs)

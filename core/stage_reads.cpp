@@ -419,7 +419,10 @@ Result<std::shared_ptr<ReadSession>> Stage::open_read(const PrimList& prims,
   auto session = std::make_shared<ReadSession>();
   std::vector<std::unique_ptr<ReadGroup>> groups;
   KSTAGE_ASSIGN_OR_RETURN(groups, read(prims, attributes, n, desc));
-  for (auto& g : groups) session->groups_.push_back(std::move(g));
+  for (auto& g : groups) {
+    g->prims_as_progression = desc.prims_as_progression;
+    session->groups_.push_back(std::move(g));
+  }
   return Result<std::shared_ptr<ReadSession>>(std::move(session));
 }
 

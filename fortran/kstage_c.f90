@@ -115,7 +115,7 @@ module kstage_c
     logical(c_bool) :: change_range = .false.
     logical(c_bool) :: compact = .false.
     logical(c_bool) :: device_index_map = .false.
-    integer(c_int8_t) :: reserved(1) = 0
+    logical(c_bool) :: prims_as_progression = .false.
     integer(c_int64_t) :: range_begin = 0
     integer(c_int64_t) :: range_end = 0
     type(DLDevice) :: target_device
@@ -571,6 +571,13 @@ module kstage_c
         result(status)
       import :: c_int32_t, c_int64_t
       integer(c_int64_t), value :: stage, group
+      integer(c_int32_t) :: status
+    end function
+    function kstage_group_prim_progression(stage, group, first, stride) &
+        bind(C, name="kstage_group_prim_progression") result(status)
+      import :: c_int32_t, c_int64_t
+      integer(c_int64_t), value :: stage, group
+      integer(c_int64_t), intent(out) :: first, stride   ! written only on success
       integer(c_int32_t) :: status
     end function
     function kstage_release_read(stage, read) bind(C, name="kstage_release_read") result(status)

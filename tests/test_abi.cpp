@@ -62,8 +62,8 @@ static_assert(sizeof(kstage_filter_ex_t) == 24);
 static_assert(offsetof(kstage_read_desc_t, struct_size) == 0);
 static_assert(offsetof(kstage_read_desc_t, change_range) == 4);
 static_assert(offsetof(kstage_read_desc_t, compact) == 5);
-static_assert(offsetof(kstage_read_desc_t, device_index_map) == 6);  // 0.4: was reserved[0]
-static_assert(offsetof(kstage_read_desc_t, reserved) == 7);
+static_assert(offsetof(kstage_read_desc_t, device_index_map) == 6);      // 0.4: was reserved[0]
+static_assert(offsetof(kstage_read_desc_t, prims_as_progression) == 7);  // 0.4: was reserved[0]
 static_assert(offsetof(kstage_read_desc_t, range_begin) == 8);
 static_assert(offsetof(kstage_read_desc_t, range_end) == 16);
 static_assert(offsetof(kstage_read_desc_t, target_device) == 24);
@@ -365,10 +365,12 @@ TEST_CASE("reserved bytes must be zero", "[abi][errors]") {
     KS_FAILS(f.map(&m), KSTAGE_INVALID_ARGUMENT,
              "desc.attribute_mode 255 is not a kstage_attribute_mode_t");
   }
-  for (int i = 0; i < 1; ++i) {
+  {  // The byte 0.4 took from them: a bool, 0 or 1.
     kstage_read_desc_t r = kstage_read_desc_init();
-    r.reserved[i] = 3;
-    KS_FAILS(f.read(&r), KSTAGE_INVALID_ARGUMENT, "desc.reserved[" + std::to_string(i) + "] is 3");
+    const uint8_t three = 3;
+    std::memcpy(&r.prims_as_progression, &three, 1);
+    KS_FAILS(f.read(&r), KSTAGE_INVALID_ARGUMENT,
+             "desc.prims_as_progression is 3; it must be 0 or 1");
   }
   REQUIRE(f.state() == before);
 }

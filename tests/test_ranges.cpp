@@ -796,3 +796,96 @@ TEST_CASE("a large sparse write stamps exactly its rows", "[ranges][affine]") {
   }
   REQUIRE(wrong == 0);
 }
+
+TEST_CASE(
+    "groups of progressions: prims_as_progression leaves the ids unmade (first and stride "
+    "name them)",
+    "[ranges][queries]") {
+  Stage s(host_execution());
+  constexpr uint64_t n = 1000;
+  const kstage_path_t apart = s.path("/apart");
+  s.path("/gap");  // (an id between /apart and the range)
+  const kstage_path_t first = s.range("/r", "p", 0, n);
+  const kstage_token_t a = s.token("a"), b = s.token("b");
+  const kstage_query_t range = s.range_query(first);
+  s.write_f32(range, a, 1, std::vector<float>(n, 1.f));
+  s.write_f32(range, b, 1, std::vector<float>(n, 2.f));
+  s.seal(1);
+  // The whole stage is one run of ids: a filter without criteria is that progression.
+  kstage_filter_t all{};
+  kstage_query_t whole = 0;
+  KS_OK(kstage_query_filter(s.stage, &all, &whole));
+  uint64_t count = 0;
+  KS_OK(kstage_query_count(s.stage, whole, &count));
+  REQUIRE(count == n);
+  const kstage_token_t both[2] = {a, b};
+  kstage_read_desc_t d = kstage_read_desc_init();
+  d.prims_as_progression = true;
+  d.max_group_prims = 300;  // groups of 300, 300, 300, 100 per attribute
+  for (kstage_query_t q : {whole, range}) {
+    kstage_read_t r = 0;
+    KS_OK(kstage_read_attributes(s.stage, q, both, 2, &d, &r));
+    kstage_read_group_t g{};
+    uint64_t groups = 0, next = first;
+    while (kstage_fetch_read_next(s.stage, r, 0, &g) == KSTAGE_OK) {
+      ++groups;
+      REQUIRE(g.prims == nullptr);
+      uint64_t f = 0, stride = 0;
+      KS_OK(kstage_group_prim_progression(s.stage, g.handle, &f, &stride));
+      CHECK(f == next);
+      CHECK(stride == 1);
+      CHECK(g.prim_count == (next - first == 900 ? 100 : 300));
+      next = next + g.prim_count == first + n ? first : next + g.prim_count;
+      KS_OK(kstage_release_group(s.stage, g.handle));
+    }
+    CHECK(groups == 8);
+    KS_OK(kstage_release_read(s.stage, r));
+  }
+  // Without it, every group of the filter's query shares one list, made once (as a listed
+  // query's); the range query's groups make their own.
+  kstage_read_t r = 0;
+  KS_OK(kstage_read_attributes(s.stage, whole, both, 2, nullptr, &r));
+  kstage_read_group_t ga{}, gb{};
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &ga));
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &gb));
+  REQUIRE(ga.prims != nullptr);
+  CHECK(ga.prims == gb.prims);
+  for (uint64_t i = 0; i < n; ++i) REQUIRE(ga.prims[i] == first + i);
+  // Any group whose prims are a progression names it; a listed one that is no progression,
+  // NOT_FOUND, with the outputs unchanged.
+  uint64_t f = 7, stride = 7;
+  KS_OK(kstage_group_prim_progression(s.stage, ga.handle, &f, &stride));
+  CHECK(f == first);
+  CHECK(stride == 1);
+  KS_OK(kstage_release_group(s.stage, ga.handle));
+  KS_OK(kstage_release_group(s.stage, gb.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  const kstage_query_t scattered = s.query({first + 5, first + 1, first + 9});
+  KS_OK(kstage_read_attributes(s.stage, scattered, &a, 1, &d, &r));
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &ga));
+  REQUIRE(ga.prims != nullptr);  // a list is published whatever the flag
+  f = 7;
+  stride = 7;
+  KS_FAILS(kstage_group_prim_progression(s.stage, ga.handle, &f, &stride), KSTAGE_NOT_FOUND,
+           "are not a progression");
+  CHECK(f == 7);
+  CHECK(stride == 7);
+  KS_FAILS(kstage_group_prim_progression(s.stage, ga.handle, nullptr, &stride),
+           KSTAGE_INVALID_ARGUMENT, "first");
+  KS_OK(kstage_release_group(s.stage, ga.handle));
+  KS_FAILS(kstage_group_prim_progression(s.stage, ga.handle, &f, &stride), KSTAGE_INVALID_HANDLE,
+           "group");
+  KS_OK(kstage_release_read(s.stage, r));
+  // A stage whose prims are two runs: the filter keeps its list.
+  s.write_f32(s.query({apart}), a, 2, {3.f});
+  s.seal(2);
+  kstage_query_t two = 0;
+  KS_OK(kstage_query_filter(s.stage, &all, &two));
+  KS_OK(kstage_read_attributes(s.stage, two, &a, 1, &d, &r));
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &ga));
+  REQUIRE(ga.prims != nullptr);
+  CHECK(ga.prim_count == 300);  // (d.max_group_prims)
+  KS_OK(kstage_release_group(s.stage, ga.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  for (kstage_query_t q : {whole, range, scattered, two}) KS_OK(kstage_query_release(s.stage, q));
+}

@@ -565,8 +565,14 @@ typedef struct kstage_read_desc_t {
    * data keep a host index_map. kstage_group_export_index_map hands it to a
    * DLPack consumer. (Added in 0.4: a reserved byte before.) */
   bool device_index_map;
-  /** Must be zero. */
-  uint8_t reserved[1];
+  /** true: a group whose prims are a progression with no list of ids -- of a
+   * path-range query (kstage_query_range), or of a filter whose result is
+   * every existing prim and they are one run of ids -- has `prims` NULL
+   * (prim_count as always): its prim i is first + i * stride, which
+   * kstage_group_prim_progression gives. No 8-byte id per prim is made for
+   * it. Other groups have `prims` as with false. (Added in 0.4: a reserved
+   * byte before; 0 or 1.) */
+  bool prims_as_progression;
   /** First ordinal of the change range (inclusive; `change_range` only). */
   uint64_t range_begin;
   /** Last ordinal of the change range (inclusive; >= range_begin). */
@@ -1233,6 +1239,19 @@ KSTAGE_API kstage_status_t kstage_fetch_read_next(kstage_stage_t stage, kstage_r
                                                   uint64_t timeout_ns, kstage_read_group_t* group);
 /** \brief Release a group; its data stays valid until now, whatever was sealed since. */
 KSTAGE_API kstage_status_t kstage_release_group(kstage_stage_t stage, kstage_group_t group);
+
+/**
+ * \brief Whether the prims of `group` are a progression: prims[i] = *first +
+ * i * *stride for i < prim_count (the prims of a path-range query, a filter
+ * whose result is one run of ids, a list whose ids step by one constant).
+ * KSTAGE_OK with both set; KSTAGE_NOT_FOUND when they are not (read
+ * `prims`), leaving both unchanged. A group read with
+ * kstage_read_desc_t::prims_as_progression whose `prims` is NULL is always
+ * one. INVALID_ARGUMENT for a NULL out-pointer or a group that is not one.
+ * (Added in 0.4.)
+ */
+KSTAGE_API kstage_status_t kstage_group_prim_progression(kstage_stage_t stage, kstage_group_t group,
+                                                         uint64_t* first, uint64_t* stride);
 /** \brief Release a read; groups already fetched stay valid until released. */
 KSTAGE_API kstage_status_t kstage_release_read(kstage_stage_t stage, kstage_read_t read);
 

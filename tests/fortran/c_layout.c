@@ -79,7 +79,7 @@ static struct {
     FIELD(kstage_read_desc_t, change_range),
     FIELD(kstage_read_desc_t, compact),
     FIELD(kstage_read_desc_t, device_index_map),
-    FIELD(kstage_read_desc_t, reserved),
+    FIELD(kstage_read_desc_t, prims_as_progression),
     FIELD(kstage_read_desc_t, range_begin),
     FIELD(kstage_read_desc_t, range_end),
     FIELD(kstage_read_desc_t, target_device),

@@ -210,8 +210,8 @@ contains
                c_loc(v12), c_loc(v12%compact))
     call field(failures, "kstage_read_desc_t", "device_index_map", &
                c_loc(v12), c_loc(v12%device_index_map))
-    call field(failures, "kstage_read_desc_t", "reserved", &
-               c_loc(v12), c_loc(v12%reserved))
+    call field(failures, "kstage_read_desc_t", "prims_as_progression", &
+               c_loc(v12), c_loc(v12%prims_as_progression))
     call field(failures, "kstage_read_desc_t", "range_begin", &
                c_loc(v12), c_loc(v12%range_begin))
     call field(failures, "kstage_read_desc_t", "range_end", &
