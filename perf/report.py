@@ -669,6 +669,14 @@ def adios2_section(outdir):
         md.append("| %s | %s | %.4g | %.4g | %.2fx |" % (r["workload"], rows_label(r["rows"]), fnum(r["kstage_s"]),
                                                       fnum(r["direct_s"]), ratio))
         what = "ADIOS2 %s >= 0.9x ADIOS2 directly, float32 x 3, rows >= 1e7 [adios2]" % r["workload"]
+        if r["workload"] == "checkpoint":
+            # The durable checkpoint against a write left in the page cache: the flush to stable
+            # storage is the guarantee's price (docs/performance.md); checkpoint_durable holds the
+            # target against ADIOS2 flushed as durably.
+            lines.append("info  ADIOS2 checkpoint vs ADIOS2 directly without its flush, float32 x 3: "
+                         "%.2fx (%.3g s vs %.3g s; held: checkpoint_durable)" % (
+                             ratio, fnum(r["kstage_s"]), fnum(r["direct_s"])))
+            continue
         if int(r["rows"]) < 10**7:
             lines.append("%-4s  %s: only %s rows measured (%.2fx; kstage_perf_adios2 --full)" % (
                 "n/a", what, rows_label(r["rows"]), ratio))
