@@ -237,7 +237,9 @@ uint64_t PathTree::insert(uint64_t parent, std::string_view leaf, uint32_t hash,
     const size_t size = std::max(kLeafChunk, need);
     leaf_chunks_.reserve(leaf_chunks_.size() + 1);
     leaf_chunk_sizes_.reserve(leaf_chunk_sizes_.size() + 1);
-    leaf_chunks_.push_back(std::make_unique<char[]>(size));
+    // (Not zeroed: a chunk's bytes are read only where a leaf was written. Zeroing a fresh
+    // 1 MiB chunk touched all of it for a stage's first path.)
+    leaf_chunks_.push_back(std::unique_ptr<char[]>(new char[size]));
     leaf_chunk_sizes_.push_back(size);
     leaf_used_ = 0;
   }
