@@ -104,6 +104,10 @@ void kstage_emulated_stream_release(uintptr_t stream) {
 }
 // The test API follows a capture's rule as the runtime table does (kstage_emulated_capture_begin):
 // a refused call on the legacy stream does nothing (and invalidates the capture).
+void kstage_emulated_device_synchronize(int32_t ordinal) {
+  if (ordinal >= 0 && ordinal < kDeviceCount) synchronize_device(ordinal);
+}
+
 void kstage_emulated_stream_synchronize(uintptr_t stream) {
   if (capture_allows(stream) != Error::success) return;
   if (auto s = find_stream(stream)) s->synchronize();

@@ -123,6 +123,10 @@ KSTAGE_API void kstage_emulated_stream_destroy(uintptr_t stream);
 KSTAGE_API void kstage_emulated_stream_hold(uintptr_t stream);
 KSTAGE_API void kstage_emulated_stream_release(uintptr_t stream);
 KSTAGE_API void kstage_emulated_stream_synchronize(uintptr_t stream);
+/** Waits for the work enqueued so far on every stream of device `ordinal`
+ * (cudaDeviceSynchronize): what a consumer of an export made with no stream
+ * ordering (DLPack's stream -1) does before it reads. */
+KSTAGE_API void kstage_emulated_device_synchronize(int32_t ordinal);
 KSTAGE_API void kstage_emulated_stream_wait_event(uintptr_t stream, uintptr_t event);
 /** Copies on `stream` (cudaMemcpyDefault: either side may be arena or host memory), with
  * the pageable rules above. 0, or the runtime's error code (nonzero). */

@@ -404,6 +404,8 @@ def emulated_api():
     L.kstage_emulated_memcpy_async.argtypes = [ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p,
                                                ctypes.c_size_t]
     L.kstage_emulated_memcpy_async.restype = ctypes.c_int
+    L.kstage_emulated_device_synchronize.argtypes = [ctypes.c_int32]
+    L.kstage_emulated_device_synchronize.restype = None
     L.kstage_emulated_stream_hold.argtypes = [ctypes.c_size_t]
     L.kstage_emulated_stream_hold.restype = None
     L.kstage_emulated_stream_release.argtypes = [ctypes.c_size_t]

@@ -115,6 +115,9 @@ def test_dlpack_stream_minus_one_is_released_after_the_device(dstage, emu):
     cap = g.__dlpack__(max_version=(1, 0), stream=-1)
     view = CapsuleView(cap)
     g.release()
+    # Stream -1 orders nothing for the consumer either: it waits for the device before it reads
+    # (else its copy, delayed below as much as kstage's gather, may read the buffer first).
+    emu.kstage_emulated_device_synchronize(0)
     stream = emu.kstage_emulated_stream_create(0)
     done = emu.kstage_emulated_event_create()
     # Pinned memory, written in stream order (a copy to pageable memory would return done).
