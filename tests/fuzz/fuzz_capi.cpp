@@ -443,6 +443,7 @@ struct ReadRec {
   kstage_read_t h = 0;
   bool live = false;
   bool zero_copy = false;
+  bool progression = false;  // read with prims_as_progression: a group's prims may be NULL
 };
 
 struct Schema {
@@ -649,6 +650,7 @@ struct State {
         num(uint64_t(g.is_delete) | uint64_t(g.is_array) << 1 |
             uint64_t(uint32_t(g.semantic)) << 8);
         num(uint64_t(g.dtype.code) | uint64_t(g.dtype.bits) << 8 | uint64_t(g.dtype.lanes) << 16);
+        if (g.prim_count && !g.prims) oracle("a group of a plain read with prims NULL");
         for (uint64_t i = 0; i < g.prim_count; ++i) num(g.prims[i]);
         check_group_layout(g, true);
         const size_t tb = tuple_bytes(g.dtype);
@@ -687,7 +689,7 @@ struct State {
     if (g.prim_count != g.data.count)
       oracle("group prim_count %llu != data.count %llu", (unsigned long long)g.prim_count,
              (unsigned long long)g.data.count);
-    if (g.prim_count && !g.prims) oracle("group with prims NULL");
+    // (A group read with prims_as_progression may have prims NULL: fetch_read checked it.)
     if (g.is_delete) {
       if (g.data.tensor_count != 0)
         oracle("tombstone group with %llu tensors", (unsigned long long)g.data.tensor_count);
@@ -1634,10 +1636,17 @@ struct State {
           {kDLCPU, 0}, {kDLCUDA, 0}, {kDLCPU, 2}, {kDLCUDAHost, 0}, {DLDeviceType(77), 1}};
       d.target_device = devs[in.ConsumeIntegralInRange<int>(0, 4)];
     }
-    if (chance(3)) {  // the reserved byte (must be 0), or 0.4's device_index_map (host columns: no
-                      // effect)
-      if (in.ConsumeIntegralInRange<int>(0, 1) == 0) d.reserved[0] = 1;
-      else d.device_index_map = true;
+    if (chance(3)) {  // 0.4's bytes: device_index_map (host columns: no effect), or
+                      // prims_as_progression, 0 or 1 (any other byte refused)
+      switch (in.ConsumeIntegralInRange<int>(0, 2)) {
+        case 0: {
+          const uint8_t two = 2;
+          std::memcpy(&d.prims_as_progression, &two, 1);
+          break;
+        }
+        case 1: d.prims_as_progression = true; break;
+        default: d.device_index_map = true;
+      }
     }
     if (chance(2)) d.device_sync.event = 1;
     uint32_t size = sizeof(d);
@@ -1666,6 +1675,7 @@ struct State {
     rec.h = r;
     rec.live = true;
     rec.zero_copy = desc == nullptr || (!d.compact && d.target_device.device_type == 0);
+    rec.progression = desc != nullptr && d.prims_as_progression;
     reads.push_back(rec);
     const int fetches = in.ConsumeIntegralInRange<int>(0, 3);
     for (int i = 0; i < fetches; ++i) fetch_read(reads.size() - 1);
@@ -1683,6 +1693,12 @@ struct State {
       return;
     }
     if (!rr.live) oracle("fetch_read_next accepted a released read");
+    if (g.prim_count && !g.prims) {  // only a progression, read as one, names no array
+      uint64_t first = 0, stride = 0;
+      if (!rr.progression) oracle("group with prims NULL from a read without prims_as_progression");
+      if (CALL_A(kstage_group_prim_progression, stage[0], g.handle, &first, &stride) != KSTAGE_OK)
+        oracle("a group with prims NULL is no progression: %s", kstage_last_error());
+    }
     check_group_layout(g, true);
     GroupRec gr;
     gr.h = g.handle;
