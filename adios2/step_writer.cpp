@@ -22,7 +22,6 @@
 #include <algorithm>
 #include <deque>
 #include <functional>
-#include <tuple>
 
 namespace kstage::adios2_bridge {
 namespace {
@@ -81,12 +80,49 @@ uint64_t row_length(const DLTensor* t) {
   return n;
 }
 
-// The progression of a group whose `prims` the read left null (prims_as_progression).
-std::pair<uint64_t, uint64_t> progression_of(kstage_stage_t stage, const kstage_read_group_t& g) {
+// A run of path ids in memory someone else owns (a read group's, or a vector of the step's), or
+// a progression (`ids` null: first + i * stride).
+struct PathSpan {
+  const kstage_path_t* ids = nullptr;
+  size_t n = 0;
   uint64_t first = 0, stride = 0;
-  check(kstage_group_prim_progression(stage, g.handle, &first, &stride),
-        "kstage_adios2_write_step: a group's prims");
-  return {first, stride};
+  size_t size() const { return n; }
+  kstage_path_t operator[](size_t i) const { return ids ? ids[i] : first + i * stride; }
+  bool same_as(const PathSpan& o) const {
+    if (n != o.n || n == 0) return n == o.n;
+    if (ids == nullptr && o.ids == nullptr) return first == o.first && stride == o.stride;
+    if (ids != nullptr && o.ids != nullptr)
+      return ids == o.ids || std::memcmp(ids, o.ids, n * sizeof(kstage_path_t)) == 0;
+    for (size_t i = 0; i < n; ++i)
+      if ((*this)[i] != o[i]) return false;
+    return true;
+  }
+  // Strictly increasing (a progression: when its stride is not 0).
+  bool increasing() const {
+    if (ids == nullptr) return n < 2 || stride > 0;
+    return std::adjacent_find(ids, ids + n, std::greater_equal<kstage_path_t>()) == ids + n;
+  }
+  // The index of the first id >= `id` (the span increasing).
+  size_t lower_bound(kstage_path_t id) const {
+    if (ids != nullptr) return size_t(std::lower_bound(ids, ids + n, id) - ids);
+    if (n == 0 || id <= first) return 0;
+    return std::min<size_t>(n, size_t((id - first + stride - 1) / stride));
+  }
+  void append_to(std::vector<kstage_path_t>& out) const {
+    if (ids != nullptr) {
+      out.insert(out.end(), ids, ids + n);
+      return;
+    }
+    for (size_t i = 0; i < n; ++i) out.push_back(first + i * stride);
+  }
+};
+// A group's prims: its array, or the progression the read left it as (prims_as_progression).
+PathSpan group_span(kstage_stage_t stage, const kstage_read_group_t& g) {
+  PathSpan span{g.prims, size_t(g.prim_count)};
+  if (g.prims == nullptr && g.prim_count > 0)
+    check(kstage_group_prim_progression(stage, g.handle, &span.first, &span.stride),
+          "kstage_adios2_write_step: a group's prims");
+  return span;
 }
 
 // An attribute's values from its groups (one per attribute, as the read makes them): put in
@@ -98,19 +134,13 @@ void take_values(kstage_stage_t stage, AttributeStep& a,
   std::vector<const DLTensor*> rows;  // arrays: prim order
   bool in_place = groups.size() == 1;
   if (groups.size() == 1) {
-    a.prims = groups[0].prims;
-    a.prim_count = groups[0].prim_count;
-    if (a.prims == nullptr && a.prim_count > 0)
-      std::tie(a.prim_first, a.prim_stride) = progression_of(stage, groups[0]);
+    const PathSpan span = group_span(stage, groups[0]);
+    a.prims = span.ids;
+    a.prim_count = span.n;
+    a.prim_first = span.first;
+    a.prim_stride = span.stride;
   } else {
-    for (const kstage_read_group_t& g : groups) {
-      if (g.prims != nullptr || g.prim_count == 0) {
-        a.prims_owned.insert(a.prims_owned.end(), g.prims, g.prims + g.prim_count);
-        continue;
-      }
-      const auto [first, stride] = progression_of(stage, g);
-      for (uint64_t i = 0; i < g.prim_count; ++i) a.prims_owned.push_back(first + i * stride);
-    }
+    for (const kstage_read_group_t& g : groups) group_span(stage, g).append_to(a.prims_owned);
     a.prims = a.prims_owned.data();
     a.prim_count = a.prims_owned.size();
   }
@@ -160,42 +190,6 @@ void take_values(kstage_stage_t stage, AttributeStep& a,
                   (a.offsets[i + 1] - a.offsets[i]) * elem);
 }
 
-// A run of path ids in memory someone else owns (a read group's, or a vector of the step's), or
-// a progression (`ids` null: first + i * stride).
-struct PathSpan {
-  const kstage_path_t* ids = nullptr;
-  size_t n = 0;
-  uint64_t first = 0, stride = 0;
-  size_t size() const { return n; }
-  kstage_path_t operator[](size_t i) const { return ids ? ids[i] : first + i * stride; }
-  bool same_as(const PathSpan& o) const {
-    if (n != o.n || n == 0) return n == o.n;
-    if (ids == nullptr && o.ids == nullptr) return first == o.first && stride == o.stride;
-    if (ids != nullptr && o.ids != nullptr)
-      return ids == o.ids || std::memcmp(ids, o.ids, n * sizeof(kstage_path_t)) == 0;
-    for (size_t i = 0; i < n; ++i)
-      if ((*this)[i] != o[i]) return false;
-    return true;
-  }
-  // Strictly increasing (a progression: when its stride is not 0).
-  bool increasing() const {
-    if (ids == nullptr) return n < 2 || stride > 0;
-    return std::adjacent_find(ids, ids + n, std::greater_equal<kstage_path_t>()) == ids + n;
-  }
-  // The index of the first id >= `id` (the span increasing).
-  size_t lower_bound(kstage_path_t id) const {
-    if (ids != nullptr) return size_t(std::lower_bound(ids, ids + n, id) - ids);
-    if (n == 0 || id <= first) return 0;
-    return std::min<size_t>(n, size_t((id - first + stride - 1) / stride));
-  }
-  void append_to(std::vector<kstage_path_t>& out) const {
-    if (ids != nullptr) {
-      out.insert(out.end(), ids, ids + n);
-      return;
-    }
-    for (size_t i = 0; i < n; ++i) out.push_back(first + i * stride);
-  }
-};
 PathSpan span_of(const AttributeStep& a) {
   return PathSpan{a.prims, size_t(a.prim_count), a.prim_first, a.prim_stride};
 }
@@ -425,10 +419,7 @@ void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query,
       it->info.write_floor =
           g.ordinal;  // the floor of the snapshot read (a seal may have come since)
       if (g.is_delete) {
-        PathSpan tombs{g.prims, size_t(g.prim_count)};
-        if (g.prims == nullptr && g.prim_count > 0)
-          std::tie(tombs.first, tombs.stride) = progression_of(stage, g);
-        tombs.append_to(it->deleted);
+        group_span(stage, g).append_to(it->deleted);
       } else {
         groups[size_t(it - steps.begin())].push_back(g);
       }

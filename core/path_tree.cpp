@@ -641,6 +641,12 @@ PathTree::ShapeLeaves PathTree::shape_leaves(const std::vector<ShapeNode>& shape
   return l;
 }
 
+std::string PathTree::range_copy_conflict(const Range& source, uint64_t target, uint64_t parent,
+                                          const std::string& why) const {
+  return "the copy of the path range '" + path_locked(source.first) + "' ... for '" +
+         path_locked(target) + "' cannot be made under '" + path_locked(parent) + "': " + why;
+}
+
 template <class CopyOf>
 void PathTree::check_copy_ranges(const uint64_t* targets, size_t nt, const ShapeLeaves& l,
                                  CopyOf copy_of, std::string& conflict) const {
@@ -653,9 +659,7 @@ void PathTree::check_copy_ranges(const uint64_t* targets, size_t nt, const Shape
       if (parent == 0) continue;
       range_conflict(parent, range.prefix, range.begin, range.count, why);
       if (why.empty()) continue;
-      conflict = "the copy of the path range '" + path_locked(range.first) + "' ... for '" +
-                 path_locked(targets[t]) + "' cannot be made under '" + path_locked(parent) +
-                 "': " + why;
+      conflict = range_copy_conflict(range, targets[t], parent, why);
       return;
     }
   }
@@ -727,9 +731,7 @@ uint64_t PathTree::intern_copies(const uint64_t* targets, size_t nt,
         if (first == 0) {
           first = range_conflict(parent, r.prefix, r.begin, r.count, why);
           if (!why.empty()) {
-            conflict = "the copy of the path range '" + path_locked(r.first) + "' ... for '" +
-                       path_locked(targets[t]) + "' cannot be made under '" + path_locked(parent) +
-                       "': " + why;
+            conflict = range_copy_conflict(r, targets[t], parent, why);
             return 0;
           }
           range_new[l.range[k]] = first == 0;

@@ -240,6 +240,9 @@ class PathTree {
   // Makes that range (checked by range_conflict) and returns its first id. Requires mutex_
   // unique. May throw std::bad_alloc, changing nothing.
   uint64_t add_range(uint64_t parent, std::string_view prefix, uint64_t begin, uint64_t count);
+  // What refuses the copy of range `source` for `target` under `parent` (range_conflict's `why`).
+  std::string range_copy_conflict(const Range& source, uint64_t target, uint64_t parent,
+                                  const std::string& why) const;
   // find_copies' `conflict` for the ranges of `l` whose parent copies `copy_of(t, node)` gives
   // (0: not in the tree, so nothing is there to conflict). Requires mutex_.
   template <class CopyOf>

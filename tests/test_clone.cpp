@@ -562,23 +562,24 @@ TEST_CASE("a clone whose range copy would collide with a target's paths is refus
     KS_OK(kstage_query_release(s.stage, now));
   };
   kstage_op_t op = 0;
+  auto refused = [&](kstage_path_t target, const std::string& message) {
+    KS_FAILS(kstage_clone(s.stage, root, &target, 1, 2, &op), KSTAGE_ALREADY_EXISTS, message);
+    CHECK_FALSE(exists(s, target));
+    unchanged();
+  };
   // A target with an explicit child named like a member the copy holds no prim for (c3: only
   // c0 and c1 are copied, but the range is): refused at the call.
   const kstage_path_t t1 = s.path("/T1");
   s.path("/T1/c3");
-  KS_FAILS(kstage_clone(s.stage, root, &t1, 1, 2, &op), KSTAGE_ALREADY_EXISTS,
-           "the copy of the path range '/Grid/c0' ... for '/T1' cannot be made under '/T1': its "
-           "member '/T1/c3' was interned before");
-  CHECK_FALSE(exists(s, t1));
-  unchanged();
+  refused(t1,
+          "the copy of the path range '/Grid/c0' ... for '/T1' cannot be made under '/T1': its "
+          "member '/T1/c3' was interned before");
   // Deeper: below an existing copy of the range's parent, another range whose names overlap.
   const kstage_path_t t2 = s.path("/T2");
   s.range("/T2/pts", "p", 5, 10);
-  KS_FAILS(kstage_clone(s.stage, root, &t2, 1, 2, &op), KSTAGE_ALREADY_EXISTS,
-           "for '/T2' cannot be made under '/T2/pts': its names could be those of the range "
-           "'/T2/pts/p[5..14]' interned before");
-  CHECK_FALSE(exists(s, t2));
-  unchanged();
+  refused(t2,
+          "for '/T2' cannot be made under '/T2/pts': its names could be those of the range "
+          "'/T2/pts/p[5..14]' interned before");
   // The same range made before, one of whose members is a prim the copy would create.
   const kstage_path_t t3 = s.path("/T3");
   const kstage_path_t t3_first = s.range("/T3/pts", "p", 0, 8);
