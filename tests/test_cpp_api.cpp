@@ -1487,6 +1487,55 @@ TEST_CASE("cpp: clone copies a subtree to targets and to range members", "[cpp][
             "not the first path of a path range");
 }
 
+TEST_CASE("cpp: a read names a range's prims by a progression on request", "[cpp][ranges]") {
+  kstage::Stage s = make_stage();
+  const kstage_token_t mass = s.token("mass");
+  const kstage::PathRange cells = s.path_range("/cells", "c", 0, 10);
+  Kokkos::View<float*, Kokkos::HostSpace> v("v", 10);
+  for (int i = 0; i < 10; ++i) v(i) = float(i);
+  s.write(mass, s.query(cells), v, 1).wait();
+  s.seal(1);
+
+  // Every other member: first + i * 2, with no list of ids.
+  kstage::ReadOptions o = host_read();
+  o.compact = true;
+  o.prims_as_progression = true;
+  uint64_t groups = 0;
+  for (auto& g : s.read(s.query(cells, 1, 0, 2), {mass}, o)) {
+    ++groups;
+    REQUIRE(g.prims_are_progression());
+    REQUIRE(g.prims().empty());
+    REQUIRE(g.prim_count() == 5);
+    REQUIRE(g.progression_first() == cells[1]);
+    REQUIRE(g.progression_stride() == 2);
+    const auto* f = static_cast<const float*>(g.tensor(0).data);
+    for (uint64_t i = 0; i < g.prim_count(); ++i) {
+      REQUIRE(g.prim(i) == cells[1 + 2 * i]);
+      REQUIRE(f[i] == float(1 + 2 * i));
+    }
+    kstage::ReadGroup moved = std::move(g);  // the progression moves with the group
+    REQUIRE(moved.prim(4) == cells[9]);
+    moved.reset();
+    REQUIRE(!moved.prims_are_progression());
+    REQUIRE(moved.progression_stride() == 0);
+  }
+  REQUIRE(groups == 1);
+
+  // Without the option (or for a listed query) the ids are listed, and prim(i) reads them.
+  o.prims_as_progression = false;
+  for (auto& g : s.read(s.query(cells, 1, 0, 2), {mass}, o)) {
+    REQUIRE(!g.prims_are_progression());
+    REQUIRE(g.prims().size() == 5);
+    REQUIRE(g.prim(2) == cells[5]);
+    REQUIRE(g.prims()[2] == cells[5]);
+  }
+  o.prims_as_progression = true;
+  for (auto& g : s.read(s.query({cells[3], cells[7]}), {mass}, o)) {
+    REQUIRE(!g.prims_are_progression());
+    REQUIRE(g.prim(1) == cells[7]);
+  }
+}
+
 TEST_CASE("cpp: hierarchy answers and relational filters", "[cpp][scene]") {
   kstage::Stage s = make_stage();
   const kstage_token_t mass = s.token("mass"), parent = s.token(KSTAGE_PARENT_ATTRIBUTE);

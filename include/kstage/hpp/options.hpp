@@ -99,6 +99,11 @@ struct ReadOptions {
   /// A zero-copy group on a device hands out its index map in device memory
   /// (ReadGroup::device_index_map; kstage_read_desc_t::device_index_map).
   bool device_index_map = false;
+  /// A group whose prims are a progression with no list of ids (of a path-range query, or of a
+  /// filter whose result is every prim and they are one run of ids) names them by their first id
+  /// and stride (ReadGroup::prims_are_progression, ReadGroup::prim): no 8-byte id per prim is
+  /// made for it (kstage_read_desc_t::prims_as_progression).
+  bool prims_as_progression = false;
 
   /// The changes sealed at ordinals in [begin, end].
   static ReadOptions changes(uint64_t begin, uint64_t end) {

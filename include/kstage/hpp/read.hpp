@@ -103,12 +103,16 @@ class ReadGroup {
   ReadGroup(ReadGroup&& o) noexcept
       : h_(std::move(o.h_)),
         g_(std::exchange(o.g_, {})),
-        device_map_(std::exchange(o.device_map_, false)) {}
+        device_map_(std::exchange(o.device_map_, false)),
+        first_(o.first_),
+        stride_(o.stride_) {}
   /// Releases this group, then takes `o`'s.
   ReadGroup& operator=(ReadGroup&& o) noexcept {
     h_ = std::move(o.h_);
     g_ = std::exchange(o.g_, {});
     device_map_ = std::exchange(o.device_map_, false);
+    first_ = o.first_;
+    stride_ = o.stride_;
     return *this;
   }
   /// The C handle (0 when empty), still owned by this object.
@@ -122,8 +126,26 @@ class ReadGroup {
   kstage_token_t attribute() const noexcept { return g_.attribute; }
   /// The attribute's write floor at the snapshot.
   uint64_t ordinal() const noexcept { return g_.ordinal; }
-  /// The group's prims (path ids); prim i is logical element i.
-  span<const kstage_path_t> prims() const noexcept { return {g_.prims, size_t(g_.prim_count)}; }
+  /// The group's prims (path ids); prim i is logical element i. Empty for a group whose prims
+  /// are a progression (prims_are_progression()): prim(i) names them.
+  span<const kstage_path_t> prims() const noexcept {
+    return g_.prims ? span<const kstage_path_t>(g_.prims, size_t(g_.prim_count))
+                    : span<const kstage_path_t>();
+  }
+  /// The number of the group's prims (logical elements), listed or not.
+  uint64_t prim_count() const noexcept { return g_.prim_count; }
+  /// True when the read asked for ReadOptions::prims_as_progression and this group's prims are a
+  /// progression with no list of ids: prim i is progression_first() + i * progression_stride()
+  /// (kstage_group_prim_progression).
+  bool prims_are_progression() const noexcept { return g_.prims == nullptr && g_.prim_count > 0; }
+  /// The first prim of a progression group (prims_are_progression(); else 0).
+  kstage_path_t progression_first() const noexcept { return first_; }
+  /// The stride of a progression group's ids (prims_are_progression(); else 0).
+  uint64_t progression_stride() const noexcept { return stride_; }
+  /// Prim i, listed or a progression's (no check: i < prim_count()).
+  kstage_path_t prim(uint64_t i) const noexcept {
+    return g_.prims ? g_.prims[i] : kstage_path_t(first_ + i * stride_);
+  }
   /// Row of prim i (empty: row i, as for compact reads and array groups). Host memory, unless
   /// the read asked for ReadOptions::device_index_map and the group is on a device: then use
   /// device_index_map().
@@ -213,6 +235,7 @@ class ReadGroup {
     h_.reset();
     g_ = {};
     device_map_ = false;
+    first_ = stride_ = 0;
   }
 
  private:
@@ -220,6 +243,8 @@ class ReadGroup {
   detail::UniqueHandle<kstage_release_group> h_;
   kstage_read_group_t g_{};
   bool device_map_ = false;  // the read asked for device index maps
+  uint64_t first_ = 0;       // a progression group's first prim and stride
+  uint64_t stride_ = 0;
 };
 
 /// \brief An open read (kstage_read_t): iterate its groups, with next() or range-for.
@@ -243,6 +268,13 @@ class Read {
     group.h_ = detail::UniqueHandle<kstage_release_group>(h_.stage(), g.handle);
     group.g_ = g;
     group.device_map_ = device_map_;
+    if (g.prims == nullptr && g.prim_count > 0 &&
+        !detail::check(
+            kstage_group_prim_progression(h_.stage(), g.handle, &group.first_, &group.stride_),
+            st)) {
+      group.reset();
+      return false;
+    }
     return true;
   }
 #if KSTAGE_CPP_EXCEPTIONS

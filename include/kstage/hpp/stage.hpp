@@ -480,6 +480,7 @@ class Stage {
     d.device_sync = options.device_sync;
     d.max_group_prims = options.max_group_prims;
     d.device_index_map = options.device_index_map;
+    d.prims_as_progression = options.prims_as_progression;
     kstage_read_t r = 0;
     if (!detail::check(kstage_read_attributes(stage_, query.handle(), attributes.data(),
                                               attributes.size(), &d, &r),
