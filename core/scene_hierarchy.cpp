@@ -20,7 +20,7 @@ std::shared_ptr<const SceneHierarchy> SceneHierarchy::build(const Dictionary& d,
 
   // The existing prims as maximal runs (the counts' runs stop at page ends).
   std::vector<std::pair<uint64_t, uint64_t>> runs;
-  counts.for_each_run([&](uint64_t first, uint64_t count) {
+  counts.for_each_run(d.path_id_bound(), [&](uint64_t first, uint64_t count) {
     if (!runs.empty() && runs.back().first + runs.back().second == first)
       runs.back().second += count;
     else runs.emplace_back(first, count);

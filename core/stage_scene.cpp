@@ -303,10 +303,11 @@ Result<PrimList> Stage::query_filter_ex(const kstage_filter_ex_t& f) {
   } else {
     std::vector<std::pair<uint64_t, uint64_t>> runs;
     uint64_t total = 0;
-    prim_attribute_count_.for_each_run([&](uint64_t first, uint64_t count) {
-      runs.emplace_back(first, count);
-      total += count;
-    });
+    prim_attribute_count_.for_each_run(dictionary_.path_id_bound(),
+                                       [&](uint64_t first, uint64_t count) {
+                                         runs.emplace_back(first, count);
+                                         total += count;
+                                       });
     out.reserve(tests.empty() ? total : 0);
     for (const auto& [first, count] : runs)
       for (uint64_t p = first; p < first + count; ++p) consider(p);

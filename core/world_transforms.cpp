@@ -317,10 +317,11 @@ void point_into(kernels::WorldTransform& k, const std::byte* base, const Transfo
 std::vector<uint64_t> Stage::prims_holding(const Column& c) const {
   std::vector<uint64_t> out;
   out.reserve(c.live_rows());
-  prim_attribute_count_.for_each_run([&](uint64_t first, uint64_t count) {
-    for (uint64_t p = first; p < first + count; ++p)
-      if (c.has(p)) out.push_back(p);
-  });
+  prim_attribute_count_.for_each_run(dictionary_.path_id_bound(),
+                                     [&](uint64_t first, uint64_t count) {
+                                       for (uint64_t p = first; p < first + count; ++p)
+                                         if (c.has(p)) out.push_back(p);
+                                     });
   return out;
 }
 

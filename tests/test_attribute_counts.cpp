@@ -19,12 +19,12 @@ using kstage::core::PrimSeq;
 namespace {
 constexpr uint64_t kPage = uint64_t(1) << 16;
 
-// The prims for_each_run() lists, checking that its runs are in order, not empty, and maximal
-// within a page (two runs of one page never touch).
-std::vector<uint64_t> listed_prims(const AttributeCounts& c) {
+// The prims for_each_run() lists below `bound`, checking that its runs are in order, not empty,
+// and maximal within a page (two runs of one page never touch).
+std::vector<uint64_t> listed_prims(const AttributeCounts& c, uint64_t bound = UINT64_MAX) {
   std::vector<uint64_t> listed;
   uint64_t end = 0;
-  c.for_each_run([&](uint64_t first, uint64_t count) {
+  c.for_each_run(bound, [&](uint64_t first, uint64_t count) {
     REQUIRE(count > 0);
     REQUIRE((listed.empty() || first >= end));
     if (!listed.empty() && first == end) REQUIRE(first % kPage == 0);  // joined only at a page edge
@@ -77,7 +77,7 @@ TEST_CASE("whole pages of a run hold one count and no bytes", "[attribute_counts
   REQUIRE(c.get(first + 50 * kPage + 4) == 2);
   REQUIRE(listed_prims(c).size() == 100 * kPage);
   uint64_t runs = 0;
-  c.for_each_run([&](uint64_t, uint64_t) { ++runs; });
+  c.for_each_run(UINT64_MAX, [&](uint64_t, uint64_t) { ++runs; });
   REQUIRE(runs == 100);  // one per page: the pages of bytes too hold no gap
 }
 
@@ -180,4 +180,36 @@ TEST_CASE("counts say when a prim comes into or goes out of existence", "[attrib
   REQUIRE_FALSE(c.decrement(2 * kPage + 3));  // it held 3
   REQUIRE_FALSE(c.decrement(2 * kPage + 3));
   REQUIRE(c.decrement(2 * kPage + 3));
+}
+
+TEST_CASE("a page's scan finds prims at every place of its 64-entry blocks", "[attribute_counts]") {
+  // The scan looks at 64 entries, then 8, at a time: prims at the edges of both, alone or next
+  // to each other, in the first and the last block of a page and of the next page.
+  AttributeCounts c;
+  std::map<uint64_t, uint32_t> m;
+  const std::vector<uint64_t> at = {
+      0,         1,         7,     8,          9,          62,           63,         64,
+      65,        127,       128,   191,        4095,       4096,         kPage - 64, kPage - 9,
+      kPage - 8, kPage - 1, kPage, kPage + 63, kPage + 64, 2 * kPage - 1};
+  for (uint64_t p : at) {
+    c.increment(p);
+    ++m[p];
+  }
+  require_same(c, m, at);
+  // A bound stops the scan of a page of bytes there (every prim below it is found).
+  for (uint64_t bound : {uint64_t(0), uint64_t(1), uint64_t(9), uint64_t(64), uint64_t(65),
+                         uint64_t(4096), kPage - 8, kPage, kPage + 64, 2 * kPage}) {
+    CAPTURE(bound);
+    std::vector<uint64_t> below;
+    for (uint64_t p : at)
+      if (p < bound) below.push_back(p);
+    REQUIRE(listed_prims(c, bound) == below);
+  }
+  // Taken away again one at a time: each block left empty is skipped, the others still found.
+  for (uint64_t p : at) {
+    c.decrement(p);
+    m.erase(p);
+    require_same(c, m, at);
+  }
+  REQUIRE(listed_prims(c).empty());
 }
