@@ -50,6 +50,7 @@
 #include "core/kernels/transform_ops.hpp"
 #include "core/status.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -154,6 +155,11 @@ class Backend {
   // fails it otherwise. A buffer's memory is reused only after the work enqueued before its
   // last holder let go has completed (stream-ordered release).
   virtual Result<BufferPtr> allocate(size_t bytes) = 0;
+  // A hint: the first `bytes` of `buffer` (this backend's) are about to be written whole. The
+  // host backend makes their fresh pages resident in one call where its kernel would touch them
+  // from the calling thread (a first touch faults one 4 KiB page at a time); other backends
+  // ignore it. Contents are unchanged. [never fails]
+  virtual void populate(DeviceBuffer& /*buffer*/, size_t /*bytes*/) noexcept {}
   // A buffer of this backend's memory that someone else owns (an adopted
   // DLPack tensor), released in stream order like allocate()'s. Cannot fail but for
   // std::bad_alloc (host memory), and `foreign` is released then too (its deleter runs).
@@ -250,6 +256,15 @@ class Backend {
     if (n > 0) body(context, 0, n);
   }
 };
+
+// `bytes` of `backend`'s memory (at least 1) that the caller writes whole right away: allocate()
+// and populate(). [status] allocate()'s.
+inline Result<BufferPtr> allocate_written(Backend& backend, size_t bytes) {
+  BufferPtr out;
+  KSTAGE_ASSIGN_OR_RETURN(out, backend.allocate(std::max<size_t>(bytes, 1)));
+  backend.populate(*out, bytes);
+  return out;
+}
 
 // Waits on the host for all the work `backend` has queued so far; the status of that work (its
 // device's failure). OK at once for a synchronous backend (record() is null). [status]

@@ -159,7 +159,7 @@ Result<BufferPtr> Column::gather(const uint32_t* rows, size_t n, std::vector<uin
   auto row_at = [rows](size_t i) { return rows ? rows[i] : uint32_t(i); };
   if (!schema_.is_array) {
     const size_t rb = row_bytes();
-    KSTAGE_ASSIGN_OR_RETURN(out, backend_->allocate(std::max<size_t>(n * rb, 1)));
+    KSTAGE_ASSIGN_OR_RETURN(out, allocate_written(*backend_, n * rb));
     kernels::RowCopy k;
     k.dst = out->data();
     k.dst_stride = int64_t(rb);
@@ -188,7 +188,7 @@ Result<BufferPtr> Column::gather(const uint32_t* rows, size_t n, std::vector<uin
     }
     cursor += kernels::ragged_align_up(len);
   }
-  KSTAGE_ASSIGN_OR_RETURN(out, backend_->allocate(std::max<uint64_t>(cursor, 1)));
+  KSTAGE_ASSIGN_OR_RETURN(out, allocate_written(*backend_, cursor));
   if (!from.empty()) {
     kernels::RaggedCopy k{out->data(), to.data(), from.data(), bytes.data(), from.size()};
     backend_->ragged_copy(k, kernels::widest_word(bits));
@@ -634,6 +634,7 @@ Status Column::apply_fixed(const StagedRows& rows, const TargetRows& map) {
     const size_t capacity = have < need ? std::max(need, have + have / 2) : have;
     BufferPtr fresh;
     KSTAGE_ASSIGN_OR_RETURN(fresh, backend_->allocate(capacity));
+    backend_->populate(*fresh, need);  // (the rows up to `need` are written now, not the room)
     // (An adopted source written to every row in order leaves nothing of the old rows.)
     if (have > 0 && !map.identity)
       backend_->copy_bytes(fresh->data(), values_->data(), std::min(have, need));
@@ -721,6 +722,7 @@ Status Column::apply_array(const StagedRows& rows, const TargetRows& map) {
       length[r] = len;
       cursor += kernels::ragged_align_up(len);
     }
+    backend_->populate(*fresh, cursor);  // (the packed rows, not the room after them)
     kernels::RaggedCopy c{fresh->data(), dst_offsets.data(), src_rows.data(), bytes.data(),
                           src_rows.size()};
     backend_->ragged_copy(c, kernels::widest_word(align_bits));

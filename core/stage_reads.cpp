@@ -213,7 +213,7 @@ Status Stage::build_groups(Column& c, const PrimList& prims, const kstage_read_d
       const size_t rb = c.row_bytes();
       if (compact && whole_query && map.identity) {
         // Every row, in row order: one contiguous copy, no gather.
-        KSTAGE_ASSIGN_OR_RETURN(g.pinned, backend.allocate(std::max<size_t>(n * rb, 1)));
+        KSTAGE_ASSIGN_OR_RETURN(g.pinned, allocate_written(backend, n * rb));
         backend.copy_bytes(g.pinned->data(), c.values()->data(), n * rb);
         g.shapes.push_back(int64_t(n));
       } else if (compact) {

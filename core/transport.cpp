@@ -30,7 +30,7 @@ int sources(const kstage_write_data_t& d) {
 // Copies a strided source into a fresh compact buffer.
 Result<BufferPtr> compact_copy(const SourceTensor& s, Backend& backend) {
   BufferPtr out;
-  KSTAGE_ASSIGN_OR_RETURN(out, backend.allocate(std::max<size_t>(s.rows * s.row_bytes, 1)));
+  KSTAGE_ASSIGN_OR_RETURN(out, allocate_written(backend, s.rows * s.row_bytes));
   kernels::StridedCopy c = strided_copy_of(s);
   c.dst = out->data();
   backend.strided_copy(c);
@@ -262,7 +262,7 @@ Result<StagedRows> stage_array(const SourceTensor& first, ArrayRows& rows,
   if (rows.in_order) {  // offsets made while decoding: allocate and copy
     out.lengths = std::move(rows.bytes);
     out.starts = std::move(rows.starts);
-    KSTAGE_ASSIGN_OR_RETURN(out.data, backend.allocate(std::max<uint64_t>(rows.cursor, 1)));
+    KSTAGE_ASSIGN_OR_RETURN(out.data, allocate_written(backend, rows.cursor));
     kernels::RaggedCopy c{out.data->data(), out.starts.data(), rows.ptr.data(), out.lengths.data(),
                           n};
     backend.ragged_copy(c, kernels::widest_word(rows.align_bits));
@@ -290,7 +290,7 @@ Result<StagedRows> stage_array(const SourceTensor& first, ArrayRows& rows,
     align_bits |= reinterpret_cast<uintptr_t>(src) | cursor | len;
     cursor += kernels::ragged_align_up(len);
   }
-  KSTAGE_ASSIGN_OR_RETURN(out.data, backend.allocate(std::max<uint64_t>(cursor, 1)));
+  KSTAGE_ASSIGN_OR_RETURN(out.data, allocate_written(backend, cursor));
   kernels::RaggedCopy c{out.data->data(), out.starts.data(), from.data(), out.lengths.data(), n};
   backend.ragged_copy(c, kernels::widest_word(align_bits));
   return out;
