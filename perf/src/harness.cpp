@@ -16,6 +16,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <tuple>
 #include <unistd.h>
@@ -106,6 +107,12 @@ double resident_bytes() {
   long pages = 0, resident = 0;
   f >> pages >> resident;
   return double(resident) * 4096.0;
+}
+
+long minor_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
 }
 
 double peak_resident_bytes() {

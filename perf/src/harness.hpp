@@ -216,6 +216,9 @@ void touch(void* p, size_t bytes);
 double resident_bytes();
 double peak_resident_bytes();
 void reset_peak_resident();
+// The process's minor page faults so far (getrusage): pages it was given, fresh, by the kernel
+// (a first touch, or a populate ahead of one).
+long minor_faults();
 
 // n NUL-terminated paths "<prefix><i>" in one buffer: names[i] points into chars.
 struct PathNames {

@@ -39,6 +39,7 @@
 #include "context.hpp"
 #include "scene.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <unordered_map>
@@ -481,7 +482,9 @@ class CloneInstance final : public Instance {
     const auto t0 = Clock::now();
     stage_ = std::make_unique<CloneStage>(src_, n_, host_config(exec_));
     setup_s_.push_back(seconds_since(t0));
+    faults_before_ = minor_faults();
   }
+  void after() override { fresh_pages_.push_back(double(minor_faults() - faults_before_)); }
   void run() override {
     if (read_write_) stage_->read_write(names_, at_);
     else stage_->clone(at_);
@@ -490,6 +493,7 @@ class CloneInstance final : public Instance {
   std::string verify() override {
     std::string bad = stage_->verify(names_);
     phases_.clear();  // the first run (checked here) is left out of the split, as of the median
+    fresh_pages_.clear();
     return bad;
   }
   double payload_bytes() const override { return src_.bytes * double(n_); }
@@ -504,6 +508,16 @@ class CloneInstance final : public Instance {
     std::sort(s.begin(), s.end());
     if (!s.empty()) e.emplace_back("fresh_stage_ms_untimed", 1e3 * s[s.size() / 2]);
     if (memcpy_fresh_gbps_ > 0) e.emplace_back("memcpy_fresh_gbps", memcpy_fresh_gbps_);
+    // Pages the timed region was given fresh by the kernel (median over the runs), next to the
+    // pages of the values it produces: whether this run wrote fresh memory or memory the
+    // allocator had from an earlier stage, which glibc's heap decides from what ran before
+    // (report.py compares a clone that wrote fresh memory with memcpy into fresh memory).
+    if (!fresh_pages_.empty()) {
+      std::vector<double> f = fresh_pages_;
+      std::sort(f.begin(), f.end());
+      e.emplace_back("fresh_pages", f[f.size() / 2]);
+      e.emplace_back("value_pages", std::ceil(payload_bytes() / 4096.0));
+    }
     return e;
   }
 
@@ -518,6 +532,8 @@ class CloneInstance final : public Instance {
   Phases phases_;
   std::vector<double> setup_s_;
   double memcpy_fresh_gbps_ = 0;
+  long faults_before_ = 0;
+  std::vector<double> fresh_pages_;  // per timed run
 };
 
 // ---- registration ----------------------------------------------------------------------------
