@@ -45,6 +45,9 @@ extern "C" kstage_status_t kstage_read_export_arrow(kstage_stage_t stage, kstage
     if (desc) {
       KSTAGE_ASSIGN_OR_RETURN(d, read_descriptor(desc, "desc"));
     }
+    // The batch's rows are the query's prims, compared with each group's list: its groups are
+    // never handed out, so a progression's list is made whatever the caller asked.
+    d.prims_as_progression = false;
     std::vector<std::unique_ptr<core::ReadGroup>> groups;
     KSTAGE_ASSIGN_OR_RETURN(groups, s.engine->read(prims, attributes, n, d));
     std::vector<const core::ReadGroup*> view;

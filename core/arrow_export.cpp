@@ -593,7 +593,10 @@ Status export_group_arrow(const ReadGroup& g, const ArrowNames& names, uint64_t 
     KSTAGE_ASSIGN_OR_RETURN(root, b.column(names.attribute));
     if (flags & known) {
       std::unique_ptr<Node> path;
-      const std::vector<uint64_t> ids(g.desc.prims, g.desc.prims + g.desc.prim_count);
+      // (A group read with prims_as_progression has no list: its prims are its query's.)
+      std::vector<uint64_t> ids(g.desc.prim_count);
+      for (size_t i = 0; i < ids.size(); ++i)
+        ids[i] = g.desc.prims ? g.desc.prims[i] : (*g.prims)[g.from + i];
       KSTAGE_ASSIGN_OR_RETURN(path, b.paths(ids, (flags & KSTAGE_ARROW_PATH_STRINGS) != 0, names));
       std::unique_ptr<Node> record = struct_node(g.desc.prim_count);
       record->children.push_back(std::move(path));

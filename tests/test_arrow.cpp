@@ -344,6 +344,59 @@ TEST_CASE("the prims as a path column: ids, or dictionary-encoded strings", "[ar
   }
 }
 
+TEST_CASE(
+    "a group whose prims are a progression exports its path column; a record batch read "
+    "with prims_as_progression is the same batch",
+    "[arrow][ranges]") {
+  // Regression: the group's `prims` is NULL then (kstage_read_desc_t::prims_as_progression), and
+  // both exports read it.
+  Stage s(host_execution());
+  const kstage_token_t x = s.token("x");
+  const kstage_path_t first = s.range("/cells", "c", 0, 6);
+  const kstage_query_t all = s.range_query(first);
+  s.write_f32(all, x, 1, {0, 1, 2, 3, 4, 5});
+  s.seal(1);
+  kstage_query_t odd = 0;
+  KS_OK(kstage_query_range(s.stage, first, 1, 0, 2, &odd));  // members 1, 3, 5
+  const std::vector<uint64_t> odd_ids = {first + 1, first + 3, first + 5};
+  kstage_read_desc_t d = kstage_read_desc_init();
+  d.compact = true;
+  d.prims_as_progression = true;
+  if (kOnDevice) d.target_device = DLDevice{kDLCPU, 0};
+  kstage_read_t r = 0;
+  kstage_read_group_t g{};
+  KS_OK(kstage_read_attributes(s.stage, odd, &x, 1, &d, &r));
+  KS_OK(kstage_fetch_read_next(s.stage, r, 0, &g));
+  REQUIRE(g.prims == nullptr);
+  REQUIRE(g.prim_count == 3);
+  for (uint64_t flags : {uint64_t(KSTAGE_ARROW_PATH_IDS), uint64_t(KSTAGE_ARROW_PATH_STRINGS)}) {
+    CAPTURE(flags);
+    Exported e;
+    KS_OK(kstage_group_export_arrow(s.stage, g.handle, flags, &e.schema, &e.array));
+    REQUIRE(e.array.array.n_children == 2);
+    CHECK(e.array.array.length == 3);
+    CHECK(values<float>(e.array, *e.array.array.children[1], 1, 3) == std::vector<float>{1, 3, 5});
+    const ArrowArray& path = *e.array.array.children[0];
+    if (flags == KSTAGE_ARROW_PATH_IDS) {
+      CHECK(values<uint64_t>(e.array, path, 1, 3) == odd_ids);
+    } else {
+      REQUIRE(path.dictionary != nullptr);
+      const auto offsets = values<int64_t>(e.array, *path.dictionary, 1, 4);
+      const auto chars = buffer(e.array, *path.dictionary, 2, size_t(offsets[3]));
+      CHECK(std::string(chars.begin(), chars.end()) == "/cells/c1/cells/c3/cells/c5");
+    }
+  }
+  KS_OK(kstage_release_group(s.stage, g.handle));
+  KS_OK(kstage_release_read(s.stage, r));
+  // A record batch of the same query, read with the flag: its rows are the query's prims.
+  Exported e;
+  KS_OK(kstage_read_export_arrow(s.stage, odd, &x, 1, &d, KSTAGE_ARROW_PATH_IDS, &e.schema,
+                                 &e.array));
+  REQUIRE(e.array.array.n_children == 2);
+  CHECK(values<uint64_t>(e.array, *e.array.array.children[0], 1, 3) == odd_ids);
+  CHECK(values<float>(e.array, *e.array.array.children[1], 1, 3) == std::vector<float>{1, 3, 5});
+}
+
 TEST_CASE("Arrow export errors name the input and leave the out-structs untouched",
           "[arrow][errors]") {
   Stage s(host_execution());

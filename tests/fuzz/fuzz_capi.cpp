@@ -35,6 +35,7 @@
 //
 // KSTAGE_FUZZ_TRACE=1 in the environment prints every call (use it on a minimised input).
 #include <kstage/kstage.h>
+#include <kstage/kstage_arrow.h>
 
 #include <fuzzer/FuzzedDataProvider.h>
 #include <sanitizer/asan_interface.h>
@@ -1759,12 +1760,36 @@ struct State {
       return;
     }
     GroupRec& gr = groups[in.ConsumeIntegralInRange<size_t>(0, groups.size() - 1)];
-    switch (in.ConsumeIntegralInRange<int>(0, 3)) {
+    switch (in.ConsumeIntegralInRange<int>(0, 4)) {
       case 0: release_group(gr); break;
       case 1:
         if (gr.live && !gr.dirty && group_checksum(gr.g) != gr.checksum)
           oracle("a read group's data changed while it was held");
         break;
+      case 4: {  // an Arrow export of the group, with a path column or not (its prims may be a
+                 // progression with no list), released at once
+        static const uint64_t kFlags[] = {0, KSTAGE_ARROW_PATH_IDS, KSTAGE_ARROW_PATH_STRINGS,
+                                          KSTAGE_ARROW_PATH_IDS | KSTAGE_ARROW_PATH_STRINGS};
+        const uint64_t flags = chance(5) ? in.ConsumeIntegral<uint64_t>()
+                                         : kFlags[in.ConsumeIntegralInRange<int>(0, 3)];
+        ArrowSchema schema{};
+        ArrowDeviceArray array{};
+        if (CALL_A(kstage_group_export_arrow, stage[0], gr.h, flags, &schema, &array) !=
+            KSTAGE_OK) {
+          if (schema.release || array.array.release)
+            oracle("a failed Arrow export wrote its out-structs");
+          break;
+        }
+        if (!gr.live) oracle("an Arrow export accepted a released group");
+        if (!schema.release || !array.array.release)
+          oracle("an Arrow export without its release callbacks");
+        if (array.array.length != int64_t(gr.g.prim_count))
+          oracle("an Arrow export of %llu rows for a group of %llu prims",
+                 (unsigned long long)array.array.length, (unsigned long long)gr.g.prim_count);
+        array.array.release(&array.array);
+        schema.release(&schema);
+        break;
+      }
       default: {
         const uint64_t index = chance(90) ? in.ConsumeIntegralInRange<uint64_t>(0, 2) : kU64Max;
         uint64_t flags = chance(70) ? 0 : KSTAGE_EXPORT_READ_ONLY;
