@@ -156,17 +156,18 @@ class Builder {
     return d.is_array ? ragged(name, prim, is_bool) : fixed(name, prim, is_bool);
   }
 
-  // The prims `ids` as uint64 path ids, or dictionary-encoded path strings.
-  Result<std::unique_ptr<Node>> paths(const std::vector<uint64_t>& ids, bool strings,
+  // The prims ids[0, n) as uint64 path ids, or dictionary-encoded path strings.
+  Result<std::unique_ptr<Node>> paths(const uint64_t* ids, uint64_t n, bool strings,
                                       const ArrowNames& names) {
-    const uint64_t n = ids.size();
     auto node = std::make_unique<Node>();
     node->name = "path";
     node->length = int64_t(n);
     if (!strings) {
       node->format = "L";
+      std::vector<std::byte> bytes(n * sizeof(uint64_t));
+      if (n != 0) std::memcpy(bytes.data(), ids, bytes.size());
       const void* p;
-      KSTAGE_ASSIGN_OR_RETURN(p, own_values(ids));
+      KSTAGE_ASSIGN_OR_RETURN(p, own(std::move(bytes)));
       node->buffers = {nullptr, p};
       return node;
     }
@@ -593,11 +594,13 @@ Status export_group_arrow(const ReadGroup& g, const ArrowNames& names, uint64_t 
     KSTAGE_ASSIGN_OR_RETURN(root, b.column(names.attribute));
     if (flags & known) {
       std::unique_ptr<Node> path;
-      // (A group read with prims_as_progression has no list: its prims are its query's.)
-      std::vector<uint64_t> ids(g.desc.prim_count);
-      for (size_t i = 0; i < ids.size(); ++i)
-        ids[i] = g.desc.prims ? g.desc.prims[i] : (*g.prims)[g.from + i];
-      KSTAGE_ASSIGN_OR_RETURN(path, b.paths(ids, (flags & KSTAGE_ARROW_PATH_STRINGS) != 0, names));
+      // (A group read with prims_as_progression has no list: its prims make one here.)
+      std::vector<uint64_t> scratch;
+      const uint64_t* ids = g.desc.prims || g.desc.prim_count == 0
+                                ? g.desc.prims
+                                : g.prims->ids(g.from, g.desc.prim_count, scratch);
+      KSTAGE_ASSIGN_OR_RETURN(
+          path, b.paths(ids, g.desc.prim_count, (flags & KSTAGE_ARROW_PATH_STRINGS) != 0, names));
       std::unique_ptr<Node> record = struct_node(g.desc.prim_count);
       record->children.push_back(std::move(path));
       record->children.push_back(std::move(root));
@@ -645,8 +648,8 @@ Status export_read_arrow(const PrimSeq& query, const std::vector<const ReadGroup
     std::unique_ptr<Node> batch = struct_node(n);
     if (flags & (KSTAGE_ARROW_PATH_IDS | KSTAGE_ARROW_PATH_STRINGS)) {
       std::unique_ptr<Node> path;
-      KSTAGE_ASSIGN_OR_RETURN(path,
-                              own.paths(ids, (flags & KSTAGE_ARROW_PATH_STRINGS) != 0, names));
+      KSTAGE_ASSIGN_OR_RETURN(
+          path, own.paths(ids.data(), n, (flags & KSTAGE_ARROW_PATH_STRINGS) != 0, names));
       batch->children.push_back(std::move(path));
     }
     bool device_work = own.uploaded();

@@ -82,6 +82,15 @@ def shape_key(r):
 
 
 # ---- targets ----------------------------------------------------------------------------------
+def note_number(row, key):
+    """The number `key=value` of a row's CSV note ("k=v; k=v"), 0.0 when it has none."""
+    for item in row.get("note", "").split("; "):
+        k, _, val = item.partition("=")
+        if k == key:
+            return fnum(val)
+    return 0.0
+
+
 def evaluate(cases, ratio_field, threshold):
     """cases: kstage rows; returns (verdict, detail)."""
     vals = [(fnum(c[ratio_field]), c) for c in cases if fnum(c[ratio_field]) > 0]
@@ -256,8 +265,8 @@ def targets(kst, pending=None, omp=None):
                 line("n/a", what, "no measurement")
                 continue
             us = [1e6 * fnum(c["median_s"]) / fnum(c["items"]) for c in cases]
-            bpp = [float(x.split("=")[1]) for c in cases for x in c.get("note", "").split("; ")
-                   if x.startswith("bytes_per_path=")]
+            bpp = [note_number(c, "bytes_per_path") for c in cases
+                   if "bytes_per_path=" in c.get("note", "")]
             ok = max(us) <= 0.3 and bpp and max(bpp) <= 48
             line("PASS" if ok else "FAIL", what, "worst %.3f us per intern, %s B per path over %d case(s)" % (
                 max(us), "%.1f" % max(bpp) if bpp else "?", len(cases)))
@@ -364,18 +373,11 @@ def clone_targets(kst):
                     key=lambda r: (r["workload"], int(r["rows"]), r["exec"]))
     if not clones:
         return lines
-    def note(r, key):
-        for item in r["note"].split("; "):
-            k, _, val = item.partition("=")
-            if k == key:
-                return fnum(val)
-        return 0.0
-
     def wrote_fresh(r):  # the clone's timed runs were given fresh pages for most of its values
-        return note(r, "value_pages") > 0 and note(r, "fresh_pages") >= 0.5 * note(r, "value_pages")
+        return note_number(r, "value_pages") > 0 and note_number(r, "fresh_pages") >= 0.5 * note_number(r, "value_pages")
 
     def fresh_ratio(r):  # the ratio to memcpy into freshly allocated memory
-        g = note(r, "memcpy_fresh_gbps")
+        g = note_number(r, "memcpy_fresh_gbps")
         return fnum(r["gbps"]) / g if g > 0 else 0.0
 
     def fresh(r):

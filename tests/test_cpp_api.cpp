@@ -1515,6 +1515,8 @@ TEST_CASE("cpp: a read names a range's prims by a progression on request", "[cpp
     }
     kstage::ReadGroup moved = std::move(g);  // the progression moves with the group
     REQUIRE(moved.prim(4) == cells[9]);
+    REQUIRE(!g.prims_are_progression());  // NOLINT(bugprone-use-after-move): left empty
+    REQUIRE(g.progression_stride() == 0);
     moved.reset();
     REQUIRE(!moved.prims_are_progression());
     REQUIRE(moved.progression_stride() == 0);

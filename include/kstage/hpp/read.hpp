@@ -104,15 +104,15 @@ class ReadGroup {
       : h_(std::move(o.h_)),
         g_(std::exchange(o.g_, {})),
         device_map_(std::exchange(o.device_map_, false)),
-        first_(o.first_),
-        stride_(o.stride_) {}
+        first_(std::exchange(o.first_, 0)),
+        stride_(std::exchange(o.stride_, 0)) {}
   /// Releases this group, then takes `o`'s.
   ReadGroup& operator=(ReadGroup&& o) noexcept {
     h_ = std::move(o.h_);
     g_ = std::exchange(o.g_, {});
     device_map_ = std::exchange(o.device_map_, false);
-    first_ = o.first_;
-    stride_ = o.stride_;
+    first_ = std::exchange(o.first_, 0);
+    stride_ = std::exchange(o.stride_, 0);
     return *this;
   }
   /// The C handle (0 when empty), still owned by this object.
