@@ -653,7 +653,9 @@ Status Column::apply_fixed(const StagedRows& rows, const TargetRows& map) {
   c.src_stride = int64_t(rb);
   if (rows.indexed_source) {  // an adopted sparse write: gathered and scattered in one pass
     c.src_index = rows.source_rows();
-    if (!c.src_index) {
+    if (!c.src_index && rows.source_period != 0) {
+      c.src_period = rows.source_period;
+    } else if (!c.src_index) {
       c.src += rows.source_first * rb;
       c.src_stride = int64_t(rows.source_step * rb);
     }

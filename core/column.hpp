@@ -61,6 +61,9 @@ struct StagedRows {
   bool indexed_source = false;
   BufferPtr source_index;  // host, n uint32 (the mask's selection, or a copied index_map)
   size_t source_first = 0, source_step = 0;  // without source_index: row first + j * step
+  // Without source_index, when set: staged row j is row j % source_period of a compact `data`
+  // (a clone's source rows, repeated target after target; first and step unused).
+  size_t source_period = 0;
 
   // A device mask's selection, not known on the host yet: the rows are packed in element order
   // and `n` is the mask's bit count (`span`) until Stage::resolve_selection reads the mask back

@@ -6,7 +6,7 @@
 // rows are the source's rows repeated. Nothing is copied N times at the call: the call gathers
 // the source's S rows of each column into a compact buffer on the column's own device (its
 // latest sealed state, kept as the op's), and the seal gathers row j of that buffer to every
-// copy j (StagedRows::indexed_source: one gather-scatter pass over the produced rows, on the
+// copy j (StagedRows::source_period: one periodic gather over the produced rows, on the
 // column's device). Only PATH_ID columns, whose values differ per target once rebased, are
 // made whole on the host and copied in once.
 //
@@ -124,7 +124,7 @@ struct CopyIds {
 // after target) and their data. `node_of` is the shape's index of the ids it was made from (for
 // the PATH_ID values' nodes).
 Status stage_copies(const ClonedColumn& cc, const PrimList& targets, const CopyIds& copy,
-                    const std::vector<uint32_t>& node_of, Backend& host, StagedRows& rows) {
+                    const std::vector<uint32_t>& node_of, StagedRows& rows) {
   const Column& col = *cc.column;
   const size_t nt = targets->size(), s = cc.rows.size(), n = nt * s;
   rows.n = n;
@@ -191,17 +191,10 @@ Status stage_copies(const ClonedColumn& cc, const PrimList& targets, const CopyI
     }
     return Status::OK();
   }
-  // Row j of the write is row j mod s of the compact source: one gather at the seal.
+  // Row j of the write is row j mod s of the compact source: one periodic gather at the seal
+  // (no index of n entries made, nor uploaded to a device).
   rows.indexed_source = true;
-  if (s == 1) {
-    rows.source_first = 0;
-    rows.source_step = 0;
-    return Status::OK();
-  }
-  KSTAGE_ASSIGN_OR_RETURN(rows.source_index, host.allocate(n * sizeof(uint32_t)));
-  auto* index = reinterpret_cast<uint32_t*>(rows.source_index->data());
-  for (size_t t = 0; t < nt; ++t)
-    for (size_t k = 0; k < s; ++k) *index++ = uint32_t(k);
+  rows.source_period = s;
   return Status::OK();
 }
 
@@ -350,7 +343,7 @@ Result<std::shared_ptr<Op>> Stage::clone(uint64_t source, const PrimList& target
       for (const ClonedColumn& cc : cloned) {
         Mutation& m = add_write(batch, cc.column->attribute(), cc.column, cc.column->schema(),
                                 &cc.column->backend(), ordinal);
-        KSTAGE_RETURN_NOT_OK(stage_copies(cc, targets, copy, node_of, backends_->host(), m.rows));
+        KSTAGE_RETURN_NOT_OK(stage_copies(cc, targets, copy, node_of, m.rows));
       }
       // The op completes when the source gathers are done: one event per device they ran on.
       auto op = std::make_shared<Op>();

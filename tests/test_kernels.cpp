@@ -149,6 +149,61 @@ TEMPLATE_LIST_TEST_CASE("row_copy over many chunks into strided rows, host and d
   REQUIRE(dst == want);  // every row in place, nothing written between them
 }
 
+TEMPLATE_LIST_TEST_CASE("row_copy with a periodic source repeats its rows, host and device forms",
+                        "[kernels][row_copy]", HostSpaces) {
+  // A clone's seal: row i of the destination is source row i % period. Widths with their own
+  // kernel and the generic one (5, 200); periods of one row, a few, a block of whole runs; row
+  // counts that end part way through a period and cross chunks.
+  const size_t width = GENERATE(4, 5, 12, 128, 200);
+  const size_t period = GENERATE(1, 3, 20, 1000);
+  const size_t n = GENERATE(1, 999, 5000);
+  const int dst_form = GENERATE(0, 1, 2);  // compact rows, rows 3 widths apart, a permutation
+  const bool device_form = GENERATE(false, true);
+  auto src = pattern(period * width);
+  std::vector<uint32_t> perm(n);
+  for (size_t i = 0; i < n; ++i) perm[i] = uint32_t((i * 7919) % n);
+  const size_t gap = dst_form == 1 ? 3 : 1;
+  std::vector<std::byte> dst(n * width * gap, std::byte{0xEE});
+  RowCopy c;
+  c.dst = dst.data();
+  c.dst_stride = int64_t(gap * width);
+  c.dst_index = dst_form == 2 ? perm.data() : nullptr;
+  c.src = src.data();
+  c.src_stride = int64_t(width);
+  c.src_period = period;
+  c.n = n;
+  c.row_bytes = width;
+  if (!device_form) {
+    row_copy(TestType(), c);
+  } else {  // what a GPU build launches: one row per work item
+    dispatch_row_width_of(c, [&](auto word, auto words) {
+      using Word = decltype(word);
+      auto launch = [&](auto d) {
+        impl::PeriodicGatherFunctor<Word, decltype(words)::value, decltype(d)::value> f{
+            c.dst,
+            c.dst_stride,
+            c.dst_index,
+            c.src,
+            c.src_stride,
+            c.src_period,
+            c.row_bytes / sizeof(Word),
+            c.n,
+            1};
+        Kokkos::parallel_for(Kokkos::RangePolicy<TestType, Kokkos::IndexType<size_t>>(0, c.n), f);
+      };
+      if (c.dst_index) launch(std::true_type{});
+      else launch(std::false_type{});
+    });
+  }
+  TestType().fence();
+  std::vector<std::byte> want(dst.size(), std::byte{0xEE});
+  for (size_t i = 0; i < n; ++i) {
+    const size_t d = dst_form == 2 ? perm[i] : i;
+    std::memcpy(&want[d * width * gap], &src[(i % period) * width], width);
+  }
+  REQUIRE(dst == want);  // every row from its place in the period, nothing written between
+}
+
 TEMPLATE_LIST_TEST_CASE("checked_gather copies in-range rows and reports the first bad index",
                         "[kernels][row_copy]", HostSpaces) {
   const size_t width = GENERATE(4, 12, 24, 7);

@@ -13,9 +13,11 @@ namespace kstage::core::kernels {
 
 // Row gather/scatter: for i in [0, n):
 //   dst[d(i)] = src[s(i)],  d(i) = dst_index ? dst_index[i] : i,
-//                            s(i) = src_index ? src_index[i] : i,
+//                            s(i) = src_index ? src_index[i] : src_period ? i % src_period : i,
 // where row r of dst starts at dst + r*dst_stride and of src at src + r*src_stride.
-// Gather: src_index set. Scatter: dst_index set. Both: fused gather-scatter.
+// Gather: src_index set. Scatter: dst_index set. Both: fused gather-scatter. A periodic
+// source (src_period, no src_index) repeats its src_period rows over the n rows: a clone's
+// source rows copied target after target, with no index made, uploaded or read.
 struct RowCopy {
   std::byte* dst = nullptr;
   int64_t dst_stride = 0;
@@ -26,6 +28,7 @@ struct RowCopy {
   // A device index_map64 (checked_gather_report only): the source index as int64 entries,
   // instead of src_index.
   const int64_t* src_index64 = nullptr;
+  size_t src_period = 0;  // without src_index: row i reads source row i % src_period; 0: i
   size_t n = 0;
   size_t row_bytes = 0;
   // dst_index and src_index are already in the backend's memory (a column's

@@ -159,8 +159,84 @@ void launch_row_copy(const Exec& exec, const RowCopy& c) {
       Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec, 0, (c.n + chunk - 1) / chunk), f);
 }
 
+// A gather from a periodic source (RowCopy::src_period): row i reads source row i % period,
+// the destination walked or indexed as in RowCopyFunctor. A work item keeps the source row
+// in a counter (no division per row). On the host, compact rows on both sides move as runs:
+// source rows j .. period - 1 are one block of bytes, copied at once (a clone of a 20-prim
+// environment moves 20 rows per copy, not one).
+template <class Word, int Words, bool DstIndexed>
+struct PeriodicGatherFunctor {
+  std::byte* dst;
+  int64_t dst_stride;
+  const uint32_t* dst_index;
+  const std::byte* src;
+  int64_t src_stride;
+  size_t period;
+  size_t row_words;
+  size_t n, chunk;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const size_t k) const {
+    const size_t begin = k * chunk, end = begin + chunk < n ? begin + chunk : n;
+    if (begin >= end) return;
+    std::byte* const d0 = dst;
+    const std::byte* const s0 = src;
+    const uint32_t* const di = dst_index;
+    const int64_t ds = dst_stride, ss = src_stride;
+    const size_t words = row_words, p = period;
+    size_t j = begin % p;  // the source row of row `begin`
+#if !defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
+    if constexpr (!DstIndexed) {
+      const int64_t rb = int64_t(words * sizeof(Word));
+      // (Blocks of a few rows gain nothing from a call per run: rows one by one below.)
+      if (ds == rb && ss == rb && p * size_t(rb) >= kMinRunBytes) {
+        std::byte* out = d0 + int64_t(begin) * rb;
+        for (size_t i = begin; i < end;) {
+          const size_t m = p - j < end - i ? p - j : end - i;
+          std::memcpy(out, s0 + int64_t(j) * rb, m * size_t(rb));
+          out += int64_t(m) * rb;
+          i += m;
+          j = 0;
+        }
+        return;
+      }
+    }
+#endif
+    std::byte* dp = d0 + (DstIndexed ? 0 : int64_t(begin) * ds);
+    for (size_t i = begin;;) {
+      copy_row<Word, Words>(DstIndexed ? d0 + int64_t(di[i]) * ds : dp, s0 + int64_t(j) * ss,
+                            words);
+      if (++i == end) break;
+      if (++j == p) j = 0;
+      if (!DstIndexed) dp += ds;
+    }
+  }
+  static constexpr size_t kMinRunBytes = 256;
+};
+
+template <class Word, int Words, bool D, class Exec>
+void launch_periodic_gather(const Exec& exec, const RowCopy& c) {
+  const size_t chunk = rows_per_item(exec, c.n);
+  PeriodicGatherFunctor<Word, Words, D> f{c.dst,
+                                          c.dst_stride,
+                                          c.dst_index,
+                                          c.src,
+                                          c.src_stride,
+                                          c.src_period,
+                                          c.row_bytes / sizeof(Word),
+                                          c.n,
+                                          chunk};
+  Kokkos::parallel_for(
+      "kstage::periodic_gather",
+      Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec, 0, (c.n + chunk - 1) / chunk), f);
+}
+
 template <class Word, int Words, class Exec>
 void launch_indexed(const Exec& exec, const RowCopy& c) {
+  if (c.src_period != 0 && !c.src_index) {
+    if (c.dst_index) launch_periodic_gather<Word, Words, true>(exec, c);
+    else launch_periodic_gather<Word, Words, false>(exec, c);
+    return;
+  }
   const bool d = c.dst_index != nullptr, s = c.src_index != nullptr;
   if (d && s) launch_row_copy<Word, Words, true, true>(exec, c);
   else if (d) launch_row_copy<Word, Words, true, false>(exec, c);

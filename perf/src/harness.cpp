@@ -204,13 +204,21 @@ Measurement measure_runs(Instance& inst, bool repeatable) {
       m.note = bad;
       return m;
     }
-    for (int w = 1; w < o.warmup; ++w) {
+    auto warm = [&] {  // an un-timed run; returns its seconds
       inst.before();
       t0 = Clock::now();
       inst.run();
-      first = std::min(first, seconds_since(t0));
+      const double s = seconds_since(t0);
+      first = std::min(first, s);
       inst.after();
-    }
+      return s;
+    };
+    for (int w = 1; w < o.warmup; ++w) warm();
+    // Then the instance's own warm-up (none in smoke mode).
+    const double extra = o.mode == Mode::Smoke ? 0 : inst.extra_warmup_seconds();
+    double warm_s = 0;
+    for (int w = 0; w < Instance::kMaxExtraWarmup && warm_s < extra; ++w) warm_s += warm();
+    inst.warmed();
     if (repeatable && first < 20e-6)
       m.inner = int(std::min(10000.0, std::ceil(20e-6 / std::max(first, 1e-9))));
     const double per_sample = std::max(first * m.inner, 1e-9);

@@ -88,6 +88,13 @@ class Instance {
   virtual double items() const { return 0; }
   // Measurements an instance wants to add besides its timing (name, value) pairs.
   virtual std::vector<std::pair<std::string, double>> extras() const { return {}; }
+  // Seconds of un-timed runs, beyond the mode's warm-up, that this instance needs to reach its
+  // steady state (at most kMaxExtraWarmup runs; none in smoke mode). 0: the mode's warm-up.
+  virtual double extra_warmup_seconds() const { return 0; }
+  // Called once after the warm-up, before the timed runs (what an instance records per run
+  // then covers the timed runs only).
+  virtual void warmed() {}
+  static constexpr int kMaxExtraWarmup = 12;
 };
 
 class Context;  // a stage with n prims, per (exec, rows); see context.hpp
