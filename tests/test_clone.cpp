@@ -661,6 +661,36 @@ TEST_CASE("clone copies device columns in device memory", "[clone]") {
   KS_OK(kstage_query_release(s.stage, q));
 }
 
+TEST_CASE("a clone's seal repeats a device column's source rows with no index upload", "[clone]") {
+  // Copy t of source row k is produced row t * S + k: the seal reads row i % S of the source's
+  // rows (a periodic gather), with no index of the produced rows made on the host and uploaded.
+  if (!kOnDevice) SKIP("the columns are on the host in this run");
+  Stage s;
+  const kstage_path_t src = s.path("/src"), a = s.path("/src/a"), b = s.path("/src/a/b");
+  const kstage_token_t pos = s.token("pos");
+  kstage_query_t q = s.query({src, a, b});
+  s.write_f32(q, pos, 1, {1, 2, 3, 4, 5, 6}, 2);
+  KS_OK(kstage_query_release(s.stage, q));
+  s.seal(1);
+  const Paths targets = s.paths("/copy", 100);
+  REQUIRE(clone(s, src, targets, 2) == KSTAGE_OK);
+  uint64_t uploads0 = 0, uploads1 = 0;
+  KS_OK(kstage_transfer_counts(nullptr, nullptr, &uploads0));
+  s.seal(2);
+  KS_OK(kstage_transfer_counts(nullptr, nullptr, &uploads1));
+  CHECK(uploads1 == uploads0);
+  for (const size_t i : {0, 57, 99}) {
+    const kstage_path_t t = targets[i];
+    const std::string root = "/copy_" + std::to_string(i);
+    q = s.query({t, s.path(root + "/a"), s.path(root + "/a/b")});
+    const auto p = s.floats(q, pos);
+    CHECK(p.at(t) == std::vector<float>{1, 2});
+    CHECK(p.at(s.path(root + "/a")) == std::vector<float>{3, 4});
+    CHECK(p.at(s.path(root + "/a/b")) == std::vector<float>{5, 6});
+    KS_OK(kstage_query_release(s.stage, q));
+  }
+}
+
 TEST_CASE("a clone's copies with digit-ended children keep path ranges honest", "[clone]") {
   Stage s;
   const kstage_path_t src = s.path("/src"), link = s.path("/src/link1");

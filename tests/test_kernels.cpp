@@ -120,17 +120,10 @@ TEMPLATE_LIST_TEST_CASE("row_copy over many chunks into strided rows, host and d
     dispatch_row_width_of(c, [&](auto word, auto words) {
       using Word = decltype(word);
       auto launch = [&](auto d, auto s) {
-        impl::RowCopyFunctor<Word, decltype(words)::value, decltype(d)::value, decltype(s)::value>
-            f{c.dst,
-              c.dst_stride,
-              c.dst_index,
-              c.src,
-              c.src_stride,
-              c.src_index,
-              c.row_bytes / sizeof(Word),
-              c.n,
-              1};
-        Kokkos::parallel_for(Kokkos::RangePolicy<TestType, Kokkos::IndexType<size_t>>(0, c.n), f);
+        using Functor = impl::RowCopyFunctor<Word, decltype(words)::value, decltype(d)::value,
+                                             decltype(s)::value>;
+        Kokkos::parallel_for(Kokkos::RangePolicy<TestType, Kokkos::IndexType<size_t>>(0, c.n),
+                             Functor::of(c, 1));
       };
       using T = std::true_type;
       using F = std::false_type;
@@ -179,17 +172,10 @@ TEMPLATE_LIST_TEST_CASE("row_copy with a periodic source repeats its rows, host 
     dispatch_row_width_of(c, [&](auto word, auto words) {
       using Word = decltype(word);
       auto launch = [&](auto d) {
-        impl::PeriodicGatherFunctor<Word, decltype(words)::value, decltype(d)::value> f{
-            c.dst,
-            c.dst_stride,
-            c.dst_index,
-            c.src,
-            c.src_stride,
-            c.src_period,
-            c.row_bytes / sizeof(Word),
-            c.n,
-            1};
-        Kokkos::parallel_for(Kokkos::RangePolicy<TestType, Kokkos::IndexType<size_t>>(0, c.n), f);
+        using Functor =
+            impl::PeriodicGatherFunctor<Word, decltype(words)::value, decltype(d)::value>;
+        Kokkos::parallel_for(Kokkos::RangePolicy<TestType, Kokkos::IndexType<size_t>>(0, c.n),
+                             Functor::of(c, 1));
       };
       if (c.dst_index) launch(std::true_type{});
       else launch(std::false_type{});

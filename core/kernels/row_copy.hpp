@@ -92,6 +92,19 @@ struct RowCopyFunctor {
   size_t row_words;
   size_t n, chunk;
 
+  // The functor of `c`, `chunk` rows per work item.
+  static RowCopyFunctor of(const RowCopy& c, size_t chunk) {
+    return {c.dst,
+            c.dst_stride,
+            c.dst_index,
+            c.src,
+            c.src_stride,
+            c.src_index,
+            c.row_bytes / sizeof(Word),
+            c.n,
+            chunk};
+  }
+
   KOKKOS_INLINE_FUNCTION void operator()(const size_t k) const {
     const size_t begin = k * chunk, end = begin + chunk < n ? begin + chunk : n;
     std::byte* const d0 = dst;
@@ -145,18 +158,10 @@ size_t rows_per_item(const Exec& exec, size_t n) {
 template <class Word, int Words, bool D, bool S, class Exec>
 void launch_row_copy(const Exec& exec, const RowCopy& c) {
   const size_t chunk = rows_per_item(exec, c.n);
-  RowCopyFunctor<Word, Words, D, S> f{c.dst,
-                                      c.dst_stride,
-                                      c.dst_index,
-                                      c.src,
-                                      c.src_stride,
-                                      c.src_index,
-                                      c.row_bytes / sizeof(Word),
-                                      c.n,
-                                      chunk};
   Kokkos::parallel_for(
       "kstage::row_copy",
-      Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec, 0, (c.n + chunk - 1) / chunk), f);
+      Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec, 0, (c.n + chunk - 1) / chunk),
+      RowCopyFunctor<Word, Words, D, S>::of(c, chunk));
 }
 
 // A gather from a periodic source (RowCopy::src_period): row i reads source row i % period,
@@ -174,6 +179,19 @@ struct PeriodicGatherFunctor {
   size_t period;
   size_t row_words;
   size_t n, chunk;
+
+  // The functor of `c` (src_period set), `chunk` rows per work item.
+  static PeriodicGatherFunctor of(const RowCopy& c, size_t chunk) {
+    return {c.dst,
+            c.dst_stride,
+            c.dst_index,
+            c.src,
+            c.src_stride,
+            c.src_period,
+            c.row_bytes / sizeof(Word),
+            c.n,
+            chunk};
+  }
 
   KOKKOS_INLINE_FUNCTION void operator()(const size_t k) const {
     const size_t begin = k * chunk, end = begin + chunk < n ? begin + chunk : n;
@@ -216,18 +234,10 @@ struct PeriodicGatherFunctor {
 template <class Word, int Words, bool D, class Exec>
 void launch_periodic_gather(const Exec& exec, const RowCopy& c) {
   const size_t chunk = rows_per_item(exec, c.n);
-  PeriodicGatherFunctor<Word, Words, D> f{c.dst,
-                                          c.dst_stride,
-                                          c.dst_index,
-                                          c.src,
-                                          c.src_stride,
-                                          c.src_period,
-                                          c.row_bytes / sizeof(Word),
-                                          c.n,
-                                          chunk};
   Kokkos::parallel_for(
       "kstage::periodic_gather",
-      Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec, 0, (c.n + chunk - 1) / chunk), f);
+      Kokkos::RangePolicy<Exec, Kokkos::IndexType<size_t>>(exec, 0, (c.n + chunk - 1) / chunk),
+      PeriodicGatherFunctor<Word, Words, D>::of(c, chunk));
 }
 
 template <class Word, int Words, class Exec>
