@@ -18,6 +18,8 @@
 namespace kstage_py {
 namespace {
 
+using namespace nb::literals;
+
 struct GroupPin final : TensorSource {
   StageRef stage;
   kstage_read_group_t info{};
@@ -175,6 +177,7 @@ class ReadGroup {
     if (pin_ && !pin_->released) pin_->released = true;
     pin_.reset();
     tensor0_.reset();
+    made_prims_.reset();
   }
   const GroupPin& alive() const {
     if (!pin_ || pin_->released) raise_error(KSTAGE_INVALID_HANDLE, "the read group was released");
@@ -190,16 +193,46 @@ class ReadGroup {
     return std::string(s, n);
   }
   kstage_token_t attribute_token() const { return alive().info.attribute; }
-  nb::object prims() const {
+  // A group of a read with prims_as_progression=True whose prims are a progression has no list
+  // of ids (info.prims NULL): prims() makes the ids, once, when asked.
+  nb::object prims() {
     const GroupPin& p = alive();
-    return uint64_view(p.info.prims, p.info.prim_count, pin_owner(pin_));
+    if (p.info.prims != nullptr || p.info.prim_count == 0)
+      return uint64_view(p.info.prims, p.info.prim_count, pin_owner(pin_));
+    if (!made_prims_.is_valid()) {
+      auto [first, stride] = progression_of(p);
+      nb::module_ np = nb::module_::import_("numpy");
+      nb::object u8 = np.attr("uint64");
+      nb::object ids =
+          np.attr("arange")(p.info.prim_count, "dtype"_a = u8) * u8(stride) + u8(first);
+      ids.attr("setflags")("write"_a = false);
+      made_prims_ = ids;
+    }
+    return made_prims_;
+  }
+  // (first, stride) when the prims are a progression (prims[i] = first + i * stride), else None
+  // (kstage_group_prim_progression).
+  nb::object prim_progression() const {
+    const GroupPin& p = alive();
+    uint64_t first = 0, stride = 0;
+    const kstage_status_t status =
+        kstage_group_prim_progression(p.stage->id, p.info.handle, &first, &stride);
+    if (status == KSTAGE_NOT_FOUND) return nb::none();
+    check(status);
+    return nb::make_tuple(first, stride);
   }
   std::vector<std::string> paths() const {
     const GroupPin& p = alive();
     std::vector<std::string> out;
     out.reserve(p.info.prim_count);
-    for (uint64_t i = 0; i < p.info.prim_count; ++i)
-      out.push_back(path_string(p.stage, p.info.prims[i]));
+    if (p.info.prims != nullptr) {
+      for (uint64_t i = 0; i < p.info.prim_count; ++i)
+        out.push_back(path_string(p.stage, p.info.prims[i]));
+    } else if (p.info.prim_count > 0) {
+      auto [first, stride] = progression_of(p);
+      for (uint64_t i = 0; i < p.info.prim_count; ++i)
+        out.push_back(path_string(p.stage, first + i * stride));
+    }
     return out;
   }
   nb::object index_map() const {
@@ -275,8 +308,16 @@ class ReadGroup {
 
  private:
   static DLDevice device_of(const GroupPin& p) { return p.device(); }
+  // The progression of a group published without a list of ids (the C API names it for such a
+  // group always).
+  static std::pair<uint64_t, uint64_t> progression_of(const GroupPin& p) {
+    uint64_t first = 0, stride = 0;
+    check(kstage_group_prim_progression(p.stage->id, p.info.handle, &first, &stride));
+    return {first, stride};
+  }
   std::shared_ptr<GroupPin> pin_;
-  nb::object tensor0_;  // tensor(0) with the default options, made once
+  nb::object tensor0_;     // tensor(0) with the default options, made once
+  nb::object made_prims_;  // prims() of a progression group, made once
 };
 
 class Read {
@@ -414,7 +455,15 @@ void register_read(nb::module_& m, nb::handle stage_class) {
           .def_prop_ro("attribute_token", &ReadGroup::attribute_token)
           .def_prop_ro("prims", &ReadGroup::prims,
                        nb::for_getter(nb::sig("def prims(self) -> numpy.ndarray")),
-                       "The prims' path ids (a read-only uint64 numpy view).")
+                       "The prims' path ids (a read-only uint64 numpy view). A group of a read "
+                       "with prims_as_progression=True that has no list of ids makes them here, "
+                       "once, when asked (prim_progression names them without).")
+          .def_prop_ro(
+              "prim_progression", &ReadGroup::prim_progression,
+              nb::for_getter(nb::sig("def prim_progression(self) -> tuple[int, int] | None")),
+              "(first, stride) when the prims are a progression -- prims[i] = first + "
+              "i * stride: a path-range query's, a filter's that is one run of ids, a "
+              "list that steps by one constant --, else None.")
           .def_prop_ro("paths", &ReadGroup::paths, "The prims' paths (strings, made on demand).")
           .def_prop_ro(
               "index_map", &ReadGroup::index_map,
@@ -535,7 +584,8 @@ void register_read(nb::module_& m, nb::handle stage_class) {
 
   stage_class.attr("read") = nb::cpp_function(
       [](Stage& self, nb::handle query, nb::handle attrs, nb::handle range, bool compact,
-         nb::handle device, nb::handle stream, uint64_t max_group_prims, bool device_index_map) {
+         nb::handle device, nb::handle stream, uint64_t max_group_prims, bool device_index_map,
+         bool prims_as_progression) {
         const StageRef& stage = self.ref();
         QueryArg q = query_arg(stage, query);
         std::vector<kstage_token_t> tokens;
@@ -554,6 +604,7 @@ void register_read(nb::module_& m, nb::handle stage_class) {
         desc.compact = compact;
         desc.max_group_prims = max_group_prims;
         desc.device_index_map = device_index_map;
+        desc.prims_as_progression = prims_as_progression;
         desc.target_device = device_arg(device);
         if (!stream.is_none()) desc.device_sync.stream = stream_arg(stream, 0);
         kstage_read_t id = 0;
@@ -574,11 +625,11 @@ void register_read(nb::module_& m, nb::handle stage_class) {
               "collections.abc.Sequence[int], attrs: str | int | collections.abc.Sequence[str | "
               "int], *, range: tuple[int, int] | None = None, compact: bool = False, device: "
               "typing.Any | None = None, stream: int | None = None, max_group_prims: int = 0, "
-              "device_index_map: bool = False) -> Read"),
+              "device_index_map: bool = False, prims_as_progression: bool = False) -> Read"),
       nb::is_method(), nb::scope(stage_class), nb::arg("query"), nb::arg("attrs"), nb::kw_only(),
       nb::arg("range") = nb::none(), nb::arg("compact") = false, nb::arg("device") = nb::none(),
       nb::arg("stream") = nb::none(), nb::arg("max_group_prims") = 0,
-      nb::arg("device_index_map") = false,
+      nb::arg("device_index_map") = false, nb::arg("prims_as_progression") = false,
       "Opens a read of `attrs` (a name or a list) for the query's prims (a Query, or paths) "
       "against "
       "the latest sealed state. range=(begin, end): only prims that changed at a sealed ordinal in "
@@ -589,7 +640,10 @@ void register_read(nb::module_& m, nb::handle stage_class) {
       "max_group_prims: groups of at most this many prims, in "
       "order (0: one group per attribute). device_index_map=True: a device group's index_map is a "
       "read-only Tensor in device memory (for torch.from_dlpack, cupy.from_dlpack), not a numpy "
-      "view.\n\n    for g in stage.read(q, [\"pos\"]):\n        "
+      "view. prims_as_progression=True: a group whose prims are a progression (a range query's, "
+      "a filter's that is one run of ids) is published with no list of ids -- no 8 bytes per prim "
+      "-- and names them by group.prim_progression.\n\n    for g in stage.read(q, [\"pos\"]):\n    "
+      "    "
       "a = numpy.from_dlpack(g.tensor(0))");
 }
 

@@ -127,6 +127,21 @@ def test_path_columns(stage, paths4, q4, pos):
         g.arrow(paths="names")
 
 
+def test_path_columns_of_a_group_with_no_list_of_ids(stage):
+    # prims_as_progression=True: the group's prims are NULL in the C struct; the path column is
+    # made from its progression.
+    first = stage.intern_range("/r", "p", 0, 6)
+    stage.write("m", stage.query_range(first), np.arange(6, dtype=np.float32), 1)
+    stage.seal(1)
+    (g,) = stage.read(stage.query_range(first, 1, 3, 2), "m", compact=True, prims_as_progression=True)
+    assert g.prim_progression == (first + 1, 2)
+    ids = validated(g.arrow(paths="ids"))
+    assert ids.field("path").to_pylist() == [first + 1, first + 3, first + 5]
+    assert ids.field("m").to_pylist() == [1.0, 3.0, 5.0]
+    named = validated(g.arrow(paths="strings"))
+    assert named.field("path").to_pylist() == ["/r/p1", "/r/p3", "/r/p5"]
+
+
 def test_capsules_are_released_once_and_the_protocol_is_checked(stage, q4, pos):
     (g,) = stage.read(q4, "pos")
     schema, array = g.__arrow_c_array__()

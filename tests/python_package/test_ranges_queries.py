@@ -148,6 +148,47 @@ def test_read_a_range_in_bounded_groups(stage):
         stage.read(q, "x", max_group_prims=-1)
 
 
+def test_read_prims_as_progression(stage):
+    # prims_as_progression=True: a group whose prims are a progression is published with no list
+    # of ids; prim_progression names them, and prims / paths make them only when asked.
+    first = stage.intern_range("/w/big", "p", 0, 1000)
+    stage.intern("/w/apart")
+    q = stage.query_range(first, 10, 40, 3)  # prims first + 10 + 3 i
+    stage.write("x", stage.query_range(first), np.arange(1000, dtype=np.float32), 1)
+    stage.seal(1)
+    want = [first + 10 + 3 * i for i in range(40)]
+    with stage.read(q, "x", prims_as_progression=True, max_group_prims=16) as r:
+        groups = list(r)
+    assert [len(g) for g in groups] == [16, 16, 8]
+    assert [g.prim_progression for g in groups] == [(want[0], 3), (want[16], 3), (want[32], 3)]
+    ids = np.concatenate([g.prims for g in groups])
+    assert ids.dtype == np.uint64 and ids.tolist() == want
+    assert not groups[0].prims.flags.writeable
+    assert groups[0].prims is groups[0].prims  # made once
+    assert groups[2].paths == [f"/w/big/p{10 + 3 * i}" for i in range(32, 40)]
+    # (zero-copy: each group's tensor is the column, its index_map the prims' rows)
+    values = np.concatenate([np.from_dlpack(g)[g.index_map] for g in groups])
+    assert values.tolist() == [float(p - first) for p in want]
+    for g in groups:
+        g.release()
+        with pytest.raises(kstage.InvalidHandle):
+            g.prim_progression
+        with pytest.raises(kstage.InvalidHandle):
+            g.prims
+    # Without the flag a progression group names its progression too, and has its list.
+    with stage.read(q, "x") as r:
+        (g,) = list(r)
+        assert g.prim_progression == (want[0], 3)
+        assert g.prims.tolist() == want
+    # A list that is no progression: None, whatever the flag.
+    listed = stage.query([first + 5, first + 1, first + 9])
+    with stage.read(listed, "x", prims_as_progression=True) as r:
+        (g,) = list(r)
+        assert g.prim_progression is None
+        assert g.prims.tolist() == [first + 5, first + 1, first + 9]
+        assert g.paths == ["/w/big/p5", "/w/big/p1", "/w/big/p9"]
+
+
 # ------------------------------------------------------------------------------------------------
 # Filter queries
 # ------------------------------------------------------------------------------------------------
