@@ -83,7 +83,10 @@ TEST_CASE("whole pages of a run hold one count and no bytes", "[attribute_counts
 
 TEST_CASE("counts from 254 on leave the per-page count for the side map", "[attribute_counts]") {
   AttributeCounts c;
-  for (int i = 0; i < 300; ++i) c.increment_run(0, 2 * kPage + 10);
+  for (int i = 0; i < 300; ++i) {
+    if (i % 2 == 0) c.prepare_run(0, 2 * kPage + 10);
+    c.increment_run(0, 2 * kPage + 10);
+  }
   for (uint64_t p : {uint64_t(0), kPage - 1, kPage, 2 * kPage + 9}) REQUIRE(c.get(p) == 300);
   REQUIRE(c.get(2 * kPage + 10) == 0);
   PrimSeq one = PrimSeq::progression(kPage + 1, 1, 1);
@@ -91,6 +94,30 @@ TEST_CASE("counts from 254 on leave the per-page count for the side map", "[attr
   for (int i = 0; i < 60; ++i) c.decrement(kPage + 1);
   REQUIRE(c.get(kPage + 1) == 240);
   REQUIRE(c.get(kPage + 2) == 300);
+}
+
+TEST_CASE("a run over a page of bytes where some prims hold 254 or more", "[attribute_counts]") {
+  // The run's pass over a page's bytes is branch-free while no count reaches 254; a page where
+  // some do takes the prim-by-prim path, and prepare_run makes their side-map entries first.
+  AttributeCounts c;
+  std::map<uint64_t, uint32_t> m;
+  const uint64_t first = kPage + 100, count = 500;
+  const std::vector<uint64_t> high = {first, first + 7, first + 499, first + 500};
+  for (uint64_t p : high)
+    for (int i = 0; i < 254; ++i) {
+      c.increment(p);
+      ++m[p];
+    }
+  for (int round = 0; round < 3; ++round) {
+    c.prepare_run(first, count);
+    REQUIRE(c.increment_run(first, count) == (round == 0));  // the prims without one appear once
+    for (uint64_t p = first; p < first + count; ++p) ++m[p];
+  }
+  std::vector<uint64_t> probes = high;
+  probes.insert(probes.end(), {first - 1, first + 1, first + 250, first + count});
+  require_same(c, m, probes);
+  REQUIRE(c.get(first + 7) == 257);
+  REQUIRE(c.get(first + 500) == 254);  // past the run
 }
 
 TEST_CASE("any mix of runs, increments and decrements matches a plain map", "[attribute_counts]") {
@@ -104,6 +131,7 @@ TEST_CASE("any mix of runs, increments and decrements matches a plain map", "[at
       case 0: {  // a run, page-aligned or not, up to three pages
         const uint64_t first = pick(6) * kPage + (pick(2) ? 0 : pick(kPage));
         const uint64_t count = pick(2) ? kPage * (1 + pick(3)) : 1 + pick(2 * kPage);
+        if (pick(2)) c.prepare_run(first, count);  // (what a seal does before it counts)
         c.increment_run(first, count);
         for (uint64_t p = first; p < first + count; ++p) ++m[p];
         probes.push_back(first);
