@@ -68,11 +68,12 @@ kstage_status_t kstage_query_get_paths(kstage_stage_t stage, kstage_query_t quer
     if (prims->data()) {
       // An immutable list: shared, not copied.
       l->paths = std::shared_ptr<const std::vector<uint64_t>>(prims, &prims->list());
-    } else {  // a progression has no list: made for the caller (or copied from the one made on
-              // demand for its groups)
+    } else if (auto made = prims->shared_on_demand_list()) {
+      // A filter's run of ids: the list its read groups publish, made once for both.
+      l->paths = std::move(made);
+    } else {  // a progression has no list: made for the caller
       std::vector<uint64_t> ids;
-      const uint64_t* made = prims->ids(0, prims->size(), ids);
-      if (made != ids.data()) ids.assign(made, made + prims->size());
+      prims->ids(0, prims->size(), ids);
       l->paths = std::make_shared<const std::vector<uint64_t>>(std::move(ids));
     }
     *paths = s.path_lists.add(Kind::PathList, std::move(l));

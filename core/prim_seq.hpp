@@ -83,16 +83,17 @@ class PrimSeq {
   // Ids [from, from + n) as an array: the list itself, or `scratch` filled.
   const uint64_t* ids(size_t from, size_t n, std::vector<uint64_t>& scratch) const {
     if (listed_) return ids_.data() + from;
-    if (on_demand_) {
-      std::call_once(on_demand_->once, [&] {
-        on_demand_->ids.resize(count_);
-        for (size_t k = 0; k < count_; ++k) on_demand_->ids[k] = first_ + k * stride_;
-      });
-      return on_demand_->ids.data() + from;
-    }
+    if (on_demand_) return made_list().data() + from;
     scratch.resize(n);
     for (size_t k = 0; k < n; ++k) scratch[k] = first_ + (from + k) * stride_;
     return scratch.data();
+  }
+
+  // A progression_listed_on_demand's list, made if it was not, shared (it keeps what holds it
+  // alive); null for any other sequence.
+  std::shared_ptr<const std::vector<uint64_t>> shared_on_demand_list() const {
+    if (!on_demand_) return nullptr;
+    return std::shared_ptr<const std::vector<uint64_t>>(on_demand_, &made_list());
   }
 
   class iterator {
@@ -123,6 +124,14 @@ class PrimSeq {
     std::once_flag once;
     std::vector<uint64_t> ids;
   };
+  const std::vector<uint64_t>& made_list() const {
+    std::call_once(on_demand_->once, [&] {
+      on_demand_->ids.resize(count_);
+      for (size_t k = 0; k < count_; ++k) on_demand_->ids[k] = first_ + k * stride_;
+    });
+    return on_demand_->ids;
+  }
+
   bool listed_ = true, progression_ = false;
   std::vector<uint64_t> ids_;
   std::shared_ptr<OnDemand> on_demand_;  // progression_listed_on_demand's list

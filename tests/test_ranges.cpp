@@ -851,6 +851,15 @@ TEST_CASE(
   REQUIRE(ga.prims != nullptr);
   CHECK(ga.prims == gb.prims);
   for (uint64_t i = 0; i < n; ++i) REQUIRE(ga.prims[i] == first + i);
+  // kstage_query_get_paths of that query hands out the same list (no copy of its own), which
+  // outlives the groups, the read and the query.
+  kstage_path_list_t listed = 0;
+  KS_OK(kstage_query_get_paths(s.stage, whole, &listed));
+  const kstage_path_t* listed_ids = nullptr;
+  uint64_t listed_count = 0;
+  KS_OK(kstage_path_list_get(s.stage, listed, &listed_ids, &listed_count));
+  CHECK(listed_ids == ga.prims);
+  CHECK(listed_count == n);
   // Any group whose prims are a progression names it; a listed one that is no progression,
   // NOT_FOUND, with the outputs unchanged.
   uint64_t f = 7, stride = 7;
@@ -860,6 +869,10 @@ TEST_CASE(
   KS_OK(kstage_release_group(s.stage, ga.handle));
   KS_OK(kstage_release_group(s.stage, gb.handle));
   KS_OK(kstage_release_read(s.stage, r));
+  KS_OK(kstage_query_release(s.stage, whole));
+  KS_OK(kstage_path_list_get(s.stage, listed, &listed_ids, &listed_count));
+  for (uint64_t i = 0; i < n; ++i) REQUIRE(listed_ids[i] == first + i);
+  KS_OK(kstage_path_list_release(s.stage, listed));
   const kstage_query_t scattered = s.query({first + 5, first + 1, first + 9});
   KS_OK(kstage_read_attributes(s.stage, scattered, &a, 1, &d, &r));
   KS_OK(kstage_fetch_read_next(s.stage, r, 0, &ga));
@@ -887,5 +900,5 @@ TEST_CASE(
   CHECK(ga.prim_count == 300);  // (d.max_group_prims)
   KS_OK(kstage_release_group(s.stage, ga.handle));
   KS_OK(kstage_release_read(s.stage, r));
-  for (kstage_query_t q : {whole, range, scattered, two}) KS_OK(kstage_query_release(s.stage, q));
+  for (kstage_query_t q : {range, scattered, two}) KS_OK(kstage_query_release(s.stage, q));
 }
