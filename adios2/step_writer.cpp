@@ -27,6 +27,42 @@ namespace kstage::adios2_bridge {
 namespace {
 using namespace layout;
 
+// A run of path ids in memory someone else owns (a read group's, or a vector of the step's), or
+// a progression (`ids` null: first + i * stride).
+struct PathSpan {
+  const kstage_path_t* ids = nullptr;
+  size_t n = 0;
+  uint64_t first = 0, stride = 0;
+  size_t size() const { return n; }
+  kstage_path_t operator[](size_t i) const { return ids ? ids[i] : first + i * stride; }
+  bool same_as(const PathSpan& o) const {
+    if (n != o.n || n == 0) return n == o.n;
+    if (ids == nullptr && o.ids == nullptr) return first == o.first && stride == o.stride;
+    if (ids != nullptr && o.ids != nullptr)
+      return ids == o.ids || std::memcmp(ids, o.ids, n * sizeof(kstage_path_t)) == 0;
+    for (size_t i = 0; i < n; ++i)
+      if ((*this)[i] != o[i]) return false;
+    return true;
+  }
+  // Strictly increasing (a progression: when its stride is not 0).
+  bool increasing() const {
+    if (ids == nullptr) return n < 2 || stride > 0;
+    return std::adjacent_find(ids, ids + n, std::greater_equal<kstage_path_t>()) == ids + n;
+  }
+  // The index of the first id >= `id` (the span increasing).
+  size_t lower_bound(kstage_path_t id) const {
+    if (ids != nullptr) return size_t(std::lower_bound(ids, ids + n, id) - ids);
+    if (n == 0 || id <= first) return 0;
+    return std::min<size_t>(n, size_t((id - first + stride - 1) / stride));
+  }
+  void append_to(std::vector<kstage_path_t>& out) const {
+    if (ids != nullptr) {
+      out.insert(out.end(), ids, ids + n);
+      return;
+    }
+    for (size_t i = 0; i < n; ++i) out.push_back(first + i * stride);
+  }
+};
 struct AttributeStep {
   kstage_token_t token = 0;
   std::string name;
@@ -37,12 +73,10 @@ struct AttributeStep {
       false;  // this rank's stage holds the attribute in several schemas (read to the host)
   kstage_attribute_info_t info{};
   // The prims with values, in the groups' order: the group's own array when one group holds
-  // them all (no copy of 8 bytes per prim), else `prims_owned`; or, null with prim_count > 0,
-  // the progression prim_first + i * prim_stride (a group read with prims_as_progression: a
-  // range query's, a whole stage's that is one run of ids -- no array of ids at all).
-  const kstage_path_t* prims = nullptr;
-  uint64_t prim_count = 0;
-  uint64_t prim_first = 0, prim_stride = 0;
+  // them all (no copy of 8 bytes per prim), else `prims_owned`; or the group's progression (a
+  // group read with prims_as_progression: a range query's, a whole stage's that is one run of
+  // ids -- no array of ids at all).
+  PathSpan prims;
   std::vector<kstage_path_t> prims_owned;
   std::vector<kstage_path_t> deleted;  // lost the attribute (tombstone groups)
   const void* values = nullptr;        // prims.size() rows (fixed) or `elements` (arrays)
@@ -80,42 +114,6 @@ uint64_t row_length(const DLTensor* t) {
   return n;
 }
 
-// A run of path ids in memory someone else owns (a read group's, or a vector of the step's), or
-// a progression (`ids` null: first + i * stride).
-struct PathSpan {
-  const kstage_path_t* ids = nullptr;
-  size_t n = 0;
-  uint64_t first = 0, stride = 0;
-  size_t size() const { return n; }
-  kstage_path_t operator[](size_t i) const { return ids ? ids[i] : first + i * stride; }
-  bool same_as(const PathSpan& o) const {
-    if (n != o.n || n == 0) return n == o.n;
-    if (ids == nullptr && o.ids == nullptr) return first == o.first && stride == o.stride;
-    if (ids != nullptr && o.ids != nullptr)
-      return ids == o.ids || std::memcmp(ids, o.ids, n * sizeof(kstage_path_t)) == 0;
-    for (size_t i = 0; i < n; ++i)
-      if ((*this)[i] != o[i]) return false;
-    return true;
-  }
-  // Strictly increasing (a progression: when its stride is not 0).
-  bool increasing() const {
-    if (ids == nullptr) return n < 2 || stride > 0;
-    return std::adjacent_find(ids, ids + n, std::greater_equal<kstage_path_t>()) == ids + n;
-  }
-  // The index of the first id >= `id` (the span increasing).
-  size_t lower_bound(kstage_path_t id) const {
-    if (ids != nullptr) return size_t(std::lower_bound(ids, ids + n, id) - ids);
-    if (n == 0 || id <= first) return 0;
-    return std::min<size_t>(n, size_t((id - first + stride - 1) / stride));
-  }
-  void append_to(std::vector<kstage_path_t>& out) const {
-    if (ids != nullptr) {
-      out.insert(out.end(), ids, ids + n);
-      return;
-    }
-    for (size_t i = 0; i < n; ++i) out.push_back(first + i * stride);
-  }
-};
 // A group's prims: its array, or the progression the read left it as (prims_as_progression).
 PathSpan group_span(kstage_stage_t stage, const kstage_read_group_t& g) {
   PathSpan span{g.prims, size_t(g.prim_count)};
@@ -134,15 +132,10 @@ void take_values(kstage_stage_t stage, AttributeStep& a,
   std::vector<const DLTensor*> rows;  // arrays: prim order
   bool in_place = groups.size() == 1;
   if (groups.size() == 1) {
-    const PathSpan span = group_span(stage, groups[0]);
-    a.prims = span.ids;
-    a.prim_count = span.n;
-    a.prim_first = span.first;
-    a.prim_stride = span.stride;
+    a.prims = group_span(stage, groups[0]);
   } else {
     for (const kstage_read_group_t& g : groups) group_span(stage, g).append_to(a.prims_owned);
-    a.prims = a.prims_owned.data();
-    a.prim_count = a.prims_owned.size();
+    a.prims = PathSpan{a.prims_owned.data(), a.prims_owned.size()};
   }
   for (const kstage_read_group_t& g : groups) {
     if (a.info.is_array) {
@@ -161,7 +154,7 @@ void take_values(kstage_stage_t stage, AttributeStep& a,
     if (a.on_device)
       fail(KSTAGE_INTERNAL, "attribute '%s': a device read of %zu groups", a.name.c_str(),
            groups.size());
-    a.packed.resize(a.prim_count * elem);
+    a.packed.resize(a.prims.size() * elem);
     unsigned char* out = a.packed.data();
     for (const kstage_read_group_t& g : groups) {
       const unsigned char* base = tensor_bytes(g.data.tensors[0]);
@@ -188,10 +181,6 @@ void take_values(kstage_stage_t stage, AttributeStep& a,
     if (a.offsets[i + 1] > a.offsets[i])
       std::memcpy(a.packed.data() + a.offsets[i] * elem, tensor_bytes(*rows[i]),
                   (a.offsets[i + 1] - a.offsets[i]) * elem);
-}
-
-PathSpan span_of(const AttributeStep& a) {
-  return PathSpan{a.prims, size_t(a.prim_count), a.prim_first, a.prim_stride};
 }
 
 // The step's paths as runs: consecutive members of one range, or explicit strings.
@@ -289,17 +278,17 @@ PathSpan step_paths(const std::vector<AttributeStep>& steps, std::vector<kstage_
   bool shared = true;
   for (const AttributeStep& a : steps) {
     if (!a.deleted.empty()) shared = false;
-    if (a.prim_count == 0) continue;
+    if (a.prims.size() == 0) continue;
     if (first == nullptr) first = &a;
-    else if (!span_of(a).same_as(span_of(*first))) shared = false;
+    else if (!a.prims.same_as(first->prims)) shared = false;
   }
   if (first == nullptr && shared) return {};
   if (shared) {
-    const PathSpan p = span_of(*first);
+    const PathSpan p = first->prims;
     if (p.increasing()) return p;
   }
   for (const AttributeStep& a : steps) {
-    span_of(a).append_to(owned);
+    a.prims.append_to(owned);
     owned.insert(owned.end(), a.deleted.begin(), a.deleted.end());
   }
   std::sort(owned.begin(), owned.end());
@@ -434,7 +423,7 @@ void prepare(StepData& data, kstage_stage_t stage, kstage_query_t query,
   data.paths = step_paths(steps, data.paths_owned);
   data.runs = path_runs(stage, data.paths);
   for (AttributeStep& a : steps) {
-    a.positions = positions_of(span_of(a), data.paths, true);
+    a.positions = positions_of(a.prims, data.paths, true);
     a.deleted_positions =
         positions_of(PathSpan{a.deleted.data(), a.deleted.size()}, data.paths, false);
   }
@@ -548,10 +537,10 @@ Placement place(Collective& ranks, StepData& data, const kstage_adios2_step_desc
       runs.strings.chars.size(), runs.range_numbers.size() / 2, runs.range_strings.chars.size()};
   std::vector<uint64_t> floors, needs;
   for (const AttributeStep& a : data.steps) {
-    p.local.insert(p.local.end(), {a.prim_count, a.info.is_array ? a.elements : a.prim_count,
+    p.local.insert(p.local.end(), {a.prims.size(), a.info.is_array ? a.elements : a.prims.size(),
                                    uint64_t(a.deleted.size())});
     floors.push_back(a.info.write_floor);
-    needs.push_back(a.positions.empty() && a.prim_count == data.paths.size() ? 0 : 1);
+    needs.push_back(a.positions.empty() && a.prims.size() == data.paths.size() ? 0 : 1);
   }
   // One exchange of every rank's sizes, floors, needs and change range.
   std::vector<uint64_t> mine = p.local;
@@ -587,8 +576,8 @@ Placement place(Collective& ranks, StepData& data, const kstage_adios2_step_desc
   // every rank.
   for (size_t i = 0; i < n; ++i) {
     AttributeStep& a = data.steps[i];
-    if (p.needs_positions[i] && a.positions.empty() && a.prim_count > 0)
-      a.positions = positions_of(span_of(a), data.paths, false);
+    if (p.needs_positions[i] && a.positions.empty() && a.prims.size() > 0)
+      a.positions = positions_of(a.prims, data.paths, false);
   }
   // Every index this rank's blocks hold becomes global: its strings and ranges, positions and
   // offsets count from where its blocks start. (Rank 0's, and a serial step's, start at 0.)
@@ -703,7 +692,7 @@ void put_blocks(Stream& s, StepData& data, const Placement& p, const kstage_adio
     put_block(io, e, attr(a.key, "floors"), &a.info.write_floor, uint64_t(ranks.rank()), 1,
               uint64_t(ranks.size()));
     test_hook_fail_put(a.name);  // (tests: a step that fails half-way)
-    const uint64_t rows = a.info.is_array ? a.elements : a.prim_count;
+    const uint64_t rows = a.info.is_array ? a.elements : a.prims.size();
     const void* values = a.values ? a.values : a.packed.data();
     const uint64_t lanes = a.info.dtype.lanes;
     with_element_type(a.info.dtype, [&](auto tag) {
