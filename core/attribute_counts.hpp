@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace kstage::core {
@@ -153,6 +154,17 @@ class AttributeCounts {
           std::min(kPage, bound - base));
       if (count != 0) f(start, count);
     }
+  }
+  // for_each_run's runs joined across pages: the existing prims below `bound` as maximal runs
+  // (a path range's members one run however many pages they span), in increasing order.
+  std::vector<std::pair<uint64_t, uint64_t>> joined_runs(uint64_t bound) const {
+    std::vector<std::pair<uint64_t, uint64_t>> runs;
+    for_each_run(bound, [&](uint64_t first, uint64_t count) {
+      if (!runs.empty() && runs.back().first + runs.back().second == first)
+        runs.back().second += count;
+      else runs.emplace_back(first, count);
+    });
+    return runs;
   }
 
  private:

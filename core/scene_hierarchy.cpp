@@ -18,13 +18,8 @@ std::shared_ptr<const SceneHierarchy> SceneHierarchy::build(const Dictionary& d,
   // A prim's parent: the nearest existing path at or above its tree parent.
   NearestHolder nearest(d, [&](uint64_t p) { return counts.get(p) != 0; });
 
-  // The existing prims as maximal runs (the counts' runs stop at page ends).
-  std::vector<std::pair<uint64_t, uint64_t>> runs;
-  counts.for_each_run(d.path_id_bound(), [&](uint64_t first, uint64_t count) {
-    if (!runs.empty() && runs.back().first + runs.back().second == first)
-      runs.back().second += count;
-    else runs.emplace_back(first, count);
-  });
+  // The existing prims as maximal runs.
+  const std::vector<std::pair<uint64_t, uint64_t>> runs = counts.joined_runs(d.path_id_bound());
 
   const std::vector<std::pair<uint64_t, uint64_t>> ranges = d.path_range_extents();
   size_t r = 0;  // the first range that does not end at or before the id being looked at

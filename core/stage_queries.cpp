@@ -128,15 +128,10 @@ Result<PrimList> Stage::query_filter(const kstage_filter_t& f,
   // one look per prim), then one list of exactly their size -- no vector regrown, no second
   // copy. A result that is one run (a whole range, prims interned one after another) is known
   // to be a progression, as a range query is, so writes through it compute their rows.
-  std::vector<std::pair<uint64_t, uint64_t>> runs;
+  const std::vector<std::pair<uint64_t, uint64_t>> runs =
+      prim_attribute_count_.joined_runs(dictionary_.path_id_bound());
   uint64_t total = 0;
-  prim_attribute_count_.for_each_run(
-      dictionary_.path_id_bound(), [&](uint64_t first, uint64_t count) {
-        if (!runs.empty() && runs.back().first + runs.back().second == first)
-          runs.back().second += count;
-        else runs.emplace_back(first, count);
-        total += count;
-      });
+  for (const auto& run : runs) total += run.second;
   // Every prim, one run (a whole range; prims interned one after another): the progression,
   // its list made only if a reader asks for one (a checkpoint's reads take the progression).
   if (has.empty() && f.path_prefix == 0 && runs.size() == 1)

@@ -301,13 +301,10 @@ Result<PrimList> Stage::query_filter_ex(const kstage_filter_ex_t& f) {
   if (listed) {
     for (uint64_t prim : candidates) consider(prim);
   } else {
-    std::vector<std::pair<uint64_t, uint64_t>> runs;
+    const std::vector<std::pair<uint64_t, uint64_t>> runs =
+        prim_attribute_count_.joined_runs(dictionary_.path_id_bound());
     uint64_t total = 0;
-    prim_attribute_count_.for_each_run(dictionary_.path_id_bound(),
-                                       [&](uint64_t first, uint64_t count) {
-                                         runs.emplace_back(first, count);
-                                         total += count;
-                                       });
+    for (const auto& run : runs) total += run.second;
     out.reserve(tests.empty() ? total : 0);
     for (const auto& [first, count] : runs)
       for (uint64_t p = first; p < first + count; ++p) consider(p);

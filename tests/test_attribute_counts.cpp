@@ -79,6 +79,14 @@ TEST_CASE("whole pages of a run hold one count and no bytes", "[attribute_counts
   uint64_t runs = 0;
   c.for_each_run(UINT64_MAX, [&](uint64_t, uint64_t) { ++runs; });
   REQUIRE(runs == 100);  // one per page: the pages of bytes too hold no gap
+  using Runs = std::vector<std::pair<uint64_t, uint64_t>>;
+  REQUIRE(c.joined_runs(UINT64_MAX) == Runs{{first, 100 * kPage}});           // joined across pages
+  REQUIRE(c.joined_runs(first + 2 * kPage + 5) == Runs{{first, 3 * kPage}});  // (whole pages)
+  c.increment(first + 200 * kPage);
+  for (int i = 0; i < 2; ++i) c.decrement(first + 3 * kPage);  // a gap in the fourth page
+  REQUIRE(c.joined_runs(UINT64_MAX) == Runs{{first, 3 * kPage},
+                                            {first + 3 * kPage + 1, 97 * kPage - 1},
+                                            {first + 200 * kPage, 1}});
 }
 
 TEST_CASE("counts from 254 on leave the per-page count for the side map", "[attribute_counts]") {
