@@ -1,8 +1,8 @@
 ! SPDX-License-Identifier: Apache-2.0
 !
 ! fortran_adios2: module kstage_adios2 (fortran/kstage_adios2.f90), the ADIOS2 bridge's
-! checkpoints and restarts from Fortran.
-!   - the descriptor's layout and the constants against C (c_adios2_layout.c)
+! checkpoints, restarts and streams from Fortran.
+!   - the descriptors' layouts and the constants against C (c_adios2_layout.c)
 !   - a checkpoint restarted into a new stage exactly (values, ordinal)
 !   - a copy with one byte of data.0 flipped: restart refused (KSTAGE_OP_FAILED naming data.0),
 !     the stage unchanged; the same through the C interface kstage_adios2_restart_ex
@@ -11,6 +11,12 @@
 !   - the latest pointer: two checkpoint_latest calls name <pointer>.0 then <pointer>.1, and
 !     restart_latest restarts the second exactly; a missing pointer is KSTAGE_INVALID_ARGUMENT
 !   - a path with a NUL, an empty path: KSTAGE_INVALID_ARGUMENT, before C is called
+!   - streams: a BP5 stream of a full and an incremental step read back step by step into a new
+!     stage (ordinals, values after each step, the end of the stream), its folder sealed; the
+!     Inline engine (a writer and a reader in one process) through the C interfaces too; an
+!     engine ADIOS2 does not have (KSTAGE_NOT_SUPPORTED naming it), parameters not in pairs, a
+!     reader used to write and a writer to read (KSTAGE_INVALID_ARGUMENT), a closed stream
+!     (KSTAGE_INVALID_HANDLE): refused, stream and stage unchanged
 !
 !   kstage_test_fortran_adios2 <scratch folder>   (emptied first)
 program test_fortran_adios2
@@ -23,11 +29,12 @@ program test_fortran_adios2
   interface
     subroutine adios2_layout(values) bind(C, name="kstage_test_adios2_layout")
       import :: c_int32_t
-      integer(c_int32_t), intent(out) :: values(7)
+      integer(c_int32_t), intent(out) :: values(22)
     end subroutine
   end interface
 
   character(len=:), allocatable :: dir
+  character(kind=c_char), target :: inline_engine(7) = ['I', 'n', 'l', 'i', 'n', 'e', c_null_char]
   integer(int64) :: stage, other, pos, mass, paths(5), query, ordinal
   real(real64) :: p1(3, 5), m1(5), p2(3, 5), m2(5)
   integer :: i, st, failures
@@ -145,6 +152,8 @@ program test_fortran_adios2
   call expect(index(kstage_error_message(), 'kstage_checkpoint: ') == 1, &
               'a checkpoint inside a file: the message: ' // kstage_error_message())
 
+  call check_streams()
+
   call kstage_close(stage)
   deallocate(dir)   ! (a main program's allocatables are never freed: LeakSanitizer would say so)
   if (failures > 0) then
@@ -177,9 +186,31 @@ contains
   end subroutine
 
   subroutine check_layout()
-    integer(c_int32_t) :: c(7)
+    integer(c_int32_t) :: c(22)
     type(kstage_adios2_restart_desc_t) :: d
+    type(kstage_adios2_open_desc_t), target :: o
+    type(kstage_adios2_step_desc_t), target :: t
     call adios2_layout(c)
+    o = kstage_adios2_open_desc_init()
+    t = kstage_adios2_step_desc_init()
+    call expect(c(8) == c_sizeof(o), 'sizeof(kstage_adios2_open_desc_t)')
+    call expect(c(9) == offset(c_loc(o), c_loc(o%mode)), 'offset of open mode')
+    call expect(c(10) == offset(c_loc(o), c_loc(o%engine)), 'offset of engine')
+    call expect(c(11) == offset(c_loc(o), c_loc(o%parameters)), 'offset of parameters')
+    call expect(c(12) == offset(c_loc(o), c_loc(o%inline_writer)), 'offset of inline_writer')
+    call expect(c(13) == offset(c_loc(o), c_loc(o%manifest)), 'offset of open manifest')
+    call expect(c(14) == o%struct_size .and. o%mode == KSTAGE_ADIOS2_WRITE .and. &
+                .not. c_associated(o%engine) .and. .not. c_associated(o%parameters) .and. &
+                o%inline_writer == 0 .and. o%manifest == 0, 'kstage_adios2_open_desc_init')
+    call expect(c(15) == c_sizeof(t), 'sizeof(kstage_adios2_step_desc_t)')
+    call expect(c(16) == offset(c_loc(t), c_loc(t%change_range)), 'offset of change_range')
+    call expect(c(17) == offset(c_loc(t), c_loc(t%reserved)), 'offset of reserved')
+    call expect(c(18) == offset(c_loc(t), c_loc(t%range_begin)), 'offset of range_begin')
+    call expect(c(19) == offset(c_loc(t), c_loc(t%range_end)), 'offset of range_end')
+    call expect(c(20) == t%struct_size .and. .not. t%change_range .and. all(t%reserved == 0), &
+                'kstage_adios2_step_desc_init')
+    call expect(c(21) == KSTAGE_ADIOS2_WRITE, 'KSTAGE_ADIOS2_WRITE')
+    call expect(c(22) == KSTAGE_ADIOS2_READ, 'KSTAGE_ADIOS2_READ')
     d = kstage_adios2_restart_desc_init()
     call expect(c(1) == c_sizeof(d), 'sizeof(kstage_adios2_restart_desc_t)')
     call expect(c(2) == 0, 'offset of struct_size')
@@ -190,6 +221,144 @@ contains
     call expect(c(7) == d%struct_size .and. d%manifest == KSTAGE_ADIOS2_MANIFEST_DEFAULT, &
                 'kstage_adios2_restart_desc_init')
   end subroutine
+
+  integer function offset(base, field)
+    type(c_ptr), intent(in) :: base, field
+    offset = int(transfer(field, 0_c_intptr_t) - transfer(base, 0_c_intptr_t))
+  end function
+
+  ! Steps through streams: a BP5 folder written step by step and read back, the Inline engine,
+  ! and what each refuses.
+  subroutine check_streams()
+    integer(int64) :: src, dst, w, r, q, qe, tpos, tmass, ids(5), ord, kept
+    real(real64) :: p3(3, 5)
+    type(kstage_adios2_open_desc_t) :: od
+    integer :: st
+    logical :: more
+    ! A source stage at 3 (p1, m1), written as a full step; then pos again at 4 (p3), written as
+    ! the incremental step of [4, 4].
+    call kstage_open(src)
+    call kstage_token(src, 'pos', tpos)
+    call kstage_token(src, 'mass', tmass)
+    call kstage_paths(src, ['/w/a', '/w/b', '/w/c', '/w/d', '/w/e'], ids)
+    call kstage_query(src, ids, q)
+    call kstage_write(src, q, tpos, 2_int64, p1, semantic=KSTAGE_SEMANTIC_POINT)
+    call kstage_write(src, q, tmass, 3_int64, m1)
+    call kstage_seal(src, 3_int64)
+    call kstage_stream_open(dir // '/stream.bp', w, parameters=['NumAggregators', '1             '])
+    call kstage_stream_write_step(w, src, q)
+    p3 = p1 + 100
+    call kstage_write(src, q, tpos, 4_int64, p3, semantic=KSTAGE_SEMANTIC_POINT)
+    call kstage_query(src, ids(5:5), qe)
+    call kstage_delete(src, qe, 4_int64, [tmass])   ! /w/e loses its mass at 4
+    call kstage_query_free(src, qe)
+    call kstage_seal(src, 4_int64)
+    call kstage_stream_write_step(w, src, q, [tpos, tmass], range=[4_int64, 4_int64])
+    ! a writer cannot read
+    call kstage_open(dst)
+    more = kstage_stream_read_step(w, dst, ord, stat=st)
+    call expect(.not. more .and. st == KSTAGE_INVALID_ARGUMENT, &
+                'a writer read: KSTAGE_INVALID_ARGUMENT, got ' // kstage_status_name(st))
+    call expect(index(kstage_error_message(), 'kstage_stream_read_step: ') == 1 .and. &
+                index(kstage_error_message(), 'writer') > 0, &
+                'a writer read: the message: ' // kstage_error_message())
+    call kstage_stream_close(w)
+    call kstage_stream_close(w, stat=st)
+    call expect(st == KSTAGE_INVALID_HANDLE, 'closed twice: KSTAGE_INVALID_HANDLE, got ' // &
+                kstage_status_name(st))
+    call kstage_stream_write_step(w, src, q, stat=st)
+    call expect(st == KSTAGE_INVALID_HANDLE, 'a closed stream written: KSTAGE_INVALID_HANDLE')
+    call expect_empty(dst, 'a writer read')
+    ! Read back step by step, the folder checked against the manifest the close wrote.
+    call kstage_stream_open(dir // '/stream.bp', r, mode=KSTAGE_ADIOS2_READ, &
+                            manifest=KSTAGE_ADIOS2_MANIFEST_REQUIRED)
+    call kstage_stream_write_step(r, src, q, stat=st)
+    call expect(st == KSTAGE_INVALID_ARGUMENT, 'a reader written: KSTAGE_INVALID_ARGUMENT, got ' &
+                // kstage_status_name(st))
+    more = kstage_stream_read_step(r, dst, ord)
+    call expect(more .and. ord == 3, 'stream: the first step, at 3')
+    call check_stage(dst, p1, m1, 'stream, first step')
+    call expect(holders(dst, 'mass') == 5, 'stream, first step: 5 prims hold mass')
+    more = kstage_stream_read_step(r, dst, ord)
+    call expect(more .and. ord == 4, 'stream: the second step, at 4')
+    call check_stage(dst, p3, m1, 'stream, second step')
+    call expect(holders(dst, 'mass') == 4, 'stream, second step: /w/e lost its mass')
+    more = kstage_stream_read_step(r, dst, ord, stat=st)
+    call expect(.not. more .and. st == KSTAGE_OK, 'stream: the end (.false., KSTAGE_OK)')
+    call check_stage(dst, p3, m1, 'stream, after its end')
+    call kstage_stream_close(r)
+    call kstage_close(dst)
+
+    ! The Inline engine: a reader coupled to its writer in this process.
+    call kstage_stream_open('f-inline', w, engine='Inline')
+    call kstage_stream_open('f-inline-reader', r, mode=KSTAGE_ADIOS2_READ, inline_writer=w)
+    call kstage_stream_write_step(w, src, q, [tpos, tmass])
+    call kstage_open(dst)
+    more = kstage_stream_read_step(r, dst, ord, timeout_ns=0_int64)
+    call expect(more .and. ord == 4, 'Inline: the step, at 4')
+    call check_stage(dst, p3, m1, 'Inline')
+    call kstage_stream_close(r)
+    call kstage_stream_close(w)
+    call kstage_close(dst)
+    ! the same through the C interfaces
+    od = kstage_adios2_open_desc_init()
+    od%engine = c_loc(inline_engine)
+    st = kstage_adios2_open('f-inline-c' // c_null_char, od, w)
+    call expect(st == KSTAGE_OK, 'Inline (C interface): the writer opens')
+    od%mode = KSTAGE_ADIOS2_READ
+    od%inline_writer = w
+    st = kstage_adios2_open('f-inline-c-reader' // c_null_char, od, r)
+    call expect(st == KSTAGE_OK, 'Inline (C interface): the reader opens')
+    st = kstage_adios2_write_step(w, src, q, n=0_c_int64_t)
+    call expect(st == KSTAGE_OK, 'Inline (C interface): a step written')
+    call kstage_open(dst)
+    st = kstage_adios2_read_step(r, dst, KSTAGE_TIMEOUT_INFINITE, ord)
+    call expect(st == KSTAGE_OK .and. ord == 4, 'Inline (C interface): the step read, at 4')
+    call check_stage(dst, p3, m1, 'Inline (C interface)')
+    call expect(kstage_adios2_close(r) == KSTAGE_OK .and. kstage_adios2_close(w) == KSTAGE_OK, &
+                'Inline (C interface): closed')
+    call kstage_close(dst)
+
+    ! Refusals: nothing opened, `stream` 0.
+    call kstage_stream_open(dir // '/x.bp', kept, engine='NoSuchEngine', stat=st)
+    call expect(st == KSTAGE_NOT_SUPPORTED .and. kept == 0, &
+                'an unknown engine: KSTAGE_NOT_SUPPORTED, got ' // kstage_status_name(st))
+    call expect(index(kstage_error_message(), 'NoSuchEngine') > 0, &
+                'an unknown engine: the message names it: ' // kstage_error_message())
+    call kstage_stream_open(dir // '/x.bp', kept, parameters=['NumAggregators'], stat=st)
+    call expect(st == KSTAGE_INVALID_ARGUMENT .and. kept == 0, &
+                'parameters not in pairs: KSTAGE_INVALID_ARGUMENT')
+    call expect(index(kstage_error_message(), 'NumAggregators') > 0, &
+                'parameters not in pairs: the message names the key: ' // kstage_error_message())
+    call kstage_stream_open(dir // '/x.bp', kept, mode=7, stat=st)
+    call expect(st == KSTAGE_INVALID_ARGUMENT .and. kept == 0, 'mode 7: KSTAGE_INVALID_ARGUMENT')
+    call kstage_stream_open(dir // '/x.bp', kept, engine=' ', stat=st)
+    call expect(st == KSTAGE_INVALID_ARGUMENT .and. kept == 0, 'an empty engine: refused')
+    call kstage_stream_open('', kept, stat=st)
+    call expect(st == KSTAGE_INVALID_ARGUMENT .and. kept == 0, 'an empty name: refused')
+
+    call kstage_query_free(src, q)
+    call kstage_close(src)
+  end subroutine
+
+  ! How many of /w/a../w/e hold `attribute`.
+  integer function holders(s, attribute)
+    integer(int64), intent(in) :: s
+    character(len=*), intent(in) :: attribute
+    integer(int64) :: q, read, token, ids(5)
+    type(kstage_group) :: group
+    call kstage_token(s, attribute, token)
+    call kstage_paths(s, ['/w/a', '/w/b', '/w/c', '/w/d', '/w/e'], ids)
+    call kstage_query(s, ids, q)
+    call kstage_read_open(s, q, [token], read)
+    holders = 0
+    do while (kstage_read_next(s, read, group))
+      holders = holders + int(group%prim_count)
+      call kstage_group_release(s, group)
+    end do
+    call kstage_read_close(s, read)
+    call kstage_query_free(s, q)
+  end function
 
   ! The stage holds exactly /w/a../w/e with pos = p and mass = m.
   subroutine check_stage(s, p, m, what)
