@@ -436,12 +436,7 @@ contains
       message = context // ': the path "' // path(1:index(path, c_null_char) - 1) // &
                 '" is followed by a NUL character (C would end it there)'
     end if
-    call fortran_set_error(message, int(len(message), c_size_t))
-    if (present(stat)) then
-      stat = int(KSTAGE_INVALID_ARGUMENT)
-    else
-      error stop 'kstage: KSTAGE_INVALID_ARGUMENT: ' // message
-    end if
+    call refuse(message, stat)
   end function
 
 end module kstage_adios2
