@@ -17,11 +17,14 @@
 !   kstage_adios2_restart_desc_t, kstage_adios2_open_desc_t and kstage_adios2_step_desc_t and
 !   their initialisers, the constants KSTAGE_ADIOS2_WRITE, _READ and KSTAGE_ADIOS2_MANIFEST_*.
 !   C's documentation applies word for word; paths are NUL-terminated (trim(path) //
-!   c_null_char); a pointer C lets be NULL is OPTIONAL. (The MPI form, kstage_adios2_mpi.h, has
-!   no Fortran interface: its communicator is a C MPI_Comm.)
+!   c_null_char); a pointer C lets be NULL is OPTIONAL. (The MPI form, kstage_adios2_mpi.h, takes
+!   a C MPI_Comm: module kstage_adios2 reaches it through `comm` arguments instead.)
 ! - kstage_adios2: the same calls in the conventions of module kstage's layer (an optional
 !   `stat`; without it a failure stops the program with its message; kstage_error_message()
-!   gives the message; Fortran strings, trailing blanks not part of them).
+!   gives the message; Fortran strings, trailing blanks not part of them), and the bridge's MPI
+!   form through an optional `comm`: a Fortran MPI communicator handle (module mpi's integer,
+!   mpi_f08's comm%MPI_VAL), turned into C's by fortran/adios2_mpi.c where the bridge has an MPI
+!   form (kstage_has_adios2_mpi()); elsewhere a `comm` is KSTAGE_NOT_SUPPORTED.
 !
 ! tests/fortran (fortran_adios2) checks the descriptor's layout and the constants against C.
 module kstage_adios2_c
@@ -161,27 +164,91 @@ module kstage_adios2
   use, intrinsic :: iso_c_binding
   use, intrinsic :: iso_fortran_env, only: int64
   use kstage, only: kstage_error_message, kstage_status_name, kstage_string, KSTAGE_OK, &
-                    KSTAGE_INVALID_ARGUMENT, KSTAGE_END_OF_ITERATION, KSTAGE_TIMEOUT_INFINITE
+                    KSTAGE_INVALID_ARGUMENT, KSTAGE_NOT_SUPPORTED, KSTAGE_END_OF_ITERATION, &
+                    KSTAGE_TIMEOUT_INFINITE
   use kstage_layer_c, only: fortran_set_error
   use kstage_adios2_c
   implicit none
   private :: int64, kstage_error_message, kstage_status_name, kstage_string, KSTAGE_OK, &
-             KSTAGE_INVALID_ARGUMENT, KSTAGE_END_OF_ITERATION, KSTAGE_TIMEOUT_INFINITE, &
-             fortran_set_error, bridge_ok, c_path, c_text, refuse
+             KSTAGE_INVALID_ARGUMENT, KSTAGE_NOT_SUPPORTED, KSTAGE_END_OF_ITERATION, &
+             KSTAGE_TIMEOUT_INFINITE, fortran_set_error, bridge_ok, c_path, c_text, refuse, &
+             mpi_form, has_mpi, open_mpi, checkpoint_mpi, restart_ex_mpi, checkpoint_latest_mpi, &
+             restart_latest_mpi
+
+  ! fortran/adios2_mpi.c: the MPI form with a Fortran communicator handle (MPI_Fint).
+  interface
+    function has_mpi() bind(C, name="kstage_fortran_adios2_has_mpi") result(yes)
+      import :: c_int
+      integer(c_int) :: yes
+    end function
+    function open_mpi(name, desc, comm, stream) bind(C, name="kstage_fortran_adios2_open_mpi") &
+        result(status)
+      import :: c_int, c_int32_t, c_int64_t, c_char, kstage_adios2_open_desc_t
+      character(kind=c_char), intent(in) :: name(*)
+      type(kstage_adios2_open_desc_t), intent(in) :: desc
+      integer(c_int), value :: comm
+      integer(c_int64_t), intent(out) :: stream
+      integer(c_int32_t) :: status
+    end function
+    function checkpoint_mpi(stage, path, comm) &
+        bind(C, name="kstage_fortran_adios2_checkpoint_mpi") result(status)
+      import :: c_int, c_int32_t, c_int64_t, c_char
+      integer(c_int64_t), value :: stage
+      character(kind=c_char), intent(in) :: path(*)
+      integer(c_int), value :: comm
+      integer(c_int32_t) :: status
+    end function
+    function restart_ex_mpi(stage, path, desc, comm, ordinal) &
+        bind(C, name="kstage_fortran_adios2_restart_ex_mpi") result(status)
+      import :: c_int, c_int32_t, c_int64_t, c_char, kstage_adios2_restart_desc_t
+      integer(c_int64_t), value :: stage
+      character(kind=c_char), intent(in) :: path(*)
+      type(kstage_adios2_restart_desc_t), intent(in) :: desc
+      integer(c_int), value :: comm
+      integer(c_int64_t), intent(out) :: ordinal
+      integer(c_int32_t) :: status
+    end function
+    function checkpoint_latest_mpi(stage, pointer, comm) &
+        bind(C, name="kstage_fortran_adios2_checkpoint_latest_mpi") result(status)
+      import :: c_int, c_int32_t, c_int64_t, c_char
+      integer(c_int64_t), value :: stage
+      character(kind=c_char), intent(in) :: pointer(*)
+      integer(c_int), value :: comm
+      integer(c_int32_t) :: status
+    end function
+    function restart_latest_mpi(stage, pointer, comm, ordinal) &
+        bind(C, name="kstage_fortran_adios2_restart_latest_mpi") result(status)
+      import :: c_int, c_int32_t, c_int64_t, c_char
+      integer(c_int64_t), value :: stage
+      character(kind=c_char), intent(in) :: pointer(*)
+      integer(c_int), value :: comm
+      integer(c_int64_t), intent(out) :: ordinal
+      integer(c_int32_t) :: status
+    end function
+  end interface
 
 contains
 
   ! A checkpoint of every attribute of every existing prim of `stage` into a new BP5 folder at
   ! `path` (replaced if it exists), flushed to stable storage and sealed by its manifest
   ! (kstage_adios2_checkpoint): complete when this returns without a failure.
-  subroutine kstage_checkpoint(stage, path, stat)
+  ! With `comm`, on every rank of it (collective; kstage_adios2_checkpoint_mpi): each rank's
+  ! stage its block of the step.
+  subroutine kstage_checkpoint(stage, path, comm, stat)
     integer(int64), intent(in) :: stage
     character(len=*), intent(in) :: path
+    integer, intent(in), optional :: comm
     integer, intent(out), optional :: stat
+    integer(c_int32_t) :: status
     if (present(stat)) stat = KSTAGE_OK
     if (.not. c_path(path, 'kstage_checkpoint', stat)) return
-    if (.not. bridge_ok(kstage_adios2_checkpoint(stage, trim(path) // c_null_char), &
-                        'kstage_checkpoint', stat)) return
+    if (present(comm)) then
+      if (.not. mpi_form('kstage_checkpoint', stat)) return
+      status = checkpoint_mpi(stage, trim(path) // c_null_char, int(comm, c_int))
+    else
+      status = kstage_adios2_checkpoint(stage, trim(path) // c_null_char)
+    end if
+    if (.not. bridge_ok(status, 'kstage_checkpoint', stat)) return
   end subroutine
 
   ! A restart: every step of the BP5 folder at `path` read into `stage`, in order
@@ -190,51 +257,75 @@ contains
   ! gets: read unchecked with a WARNING (DEFAULT), silently (IF_PRESENT), or refused with
   ! KSTAGE_INVALID_ARGUMENT (REQUIRED: verified restarts only). A folder that does not match its
   ! manifest is KSTAGE_OP_FAILED naming the file and what differs. `ordinal`: the last step's.
-  ! The stage is unchanged by a restart that fails.
-  subroutine kstage_restart(stage, path, ordinal, manifest, stat)
+  ! The stage is unchanged by a restart that fails. With `comm`, on every rank of it
+  ! (collective; kstage_adios2_restart_ex_mpi): each rank reads its share of the writers' blocks.
+  subroutine kstage_restart(stage, path, ordinal, manifest, comm, stat)
     integer(int64), intent(in) :: stage
     character(len=*), intent(in) :: path
     integer(int64), intent(out), optional :: ordinal
     integer, intent(in), optional :: manifest
+    integer, intent(in), optional :: comm
     integer, intent(out), optional :: stat
     type(kstage_adios2_restart_desc_t) :: desc
     integer(c_int64_t) :: last
+    integer(c_int32_t) :: status
     if (present(stat)) stat = KSTAGE_OK
     if (.not. c_path(path, 'kstage_restart', stat)) return
     desc = kstage_adios2_restart_desc_init()
     if (present(manifest)) desc%manifest = int(manifest, c_int32_t)
     last = 0
-    if (.not. bridge_ok(kstage_adios2_restart_ex(stage, trim(path) // c_null_char, desc, last), &
-                        'kstage_restart', stat)) return
+    if (present(comm)) then
+      if (.not. mpi_form('kstage_restart', stat)) return
+      status = restart_ex_mpi(stage, trim(path) // c_null_char, desc, int(comm, c_int), last)
+    else
+      status = kstage_adios2_restart_ex(stage, trim(path) // c_null_char, desc, last)
+    end if
+    if (.not. bridge_ok(status, 'kstage_restart', stat)) return
     if (present(ordinal)) ordinal = last
   end subroutine
 
   ! A checkpoint made the latest, durably (kstage_adios2_checkpoint_latest; docs/adios2.md, "A
   ! checkpoint that survives a crash"): written to `<pointer>.0` or `<pointer>.1`, the one
   ! `pointer` does not name, flushed and sealed, then `pointer` replaced atomically to name it.
-  subroutine kstage_checkpoint_latest(stage, pointer, stat)
+  ! With `comm`, on every rank of it (collective; kstage_adios2_checkpoint_latest_mpi).
+  subroutine kstage_checkpoint_latest(stage, pointer, comm, stat)
     integer(int64), intent(in) :: stage
     character(len=*), intent(in) :: pointer
+    integer, intent(in), optional :: comm
     integer, intent(out), optional :: stat
+    integer(c_int32_t) :: status
     if (present(stat)) stat = KSTAGE_OK
     if (.not. c_path(pointer, 'kstage_checkpoint_latest', stat)) return
-    if (.not. bridge_ok(kstage_adios2_checkpoint_latest(stage, trim(pointer) // c_null_char), &
-                        'kstage_checkpoint_latest', stat)) return
+    if (present(comm)) then
+      if (.not. mpi_form('kstage_checkpoint_latest', stat)) return
+      status = checkpoint_latest_mpi(stage, trim(pointer) // c_null_char, int(comm, c_int))
+    else
+      status = kstage_adios2_checkpoint_latest(stage, trim(pointer) // c_null_char)
+    end if
+    if (.not. bridge_ok(status, 'kstage_checkpoint_latest', stat)) return
   end subroutine
 
   ! A restart from the checkpoint `pointer` names (kstage_adios2_restart_latest), its manifest
-  ! required. `ordinal`: the checkpoint's.
-  subroutine kstage_restart_latest(stage, pointer, ordinal, stat)
+  ! required. `ordinal`: the checkpoint's. With `comm`, on every rank of it (collective;
+  ! kstage_adios2_restart_latest_mpi: every rank reads the checkpoint rank 0 finds named).
+  subroutine kstage_restart_latest(stage, pointer, ordinal, comm, stat)
     integer(int64), intent(in) :: stage
     character(len=*), intent(in) :: pointer
     integer(int64), intent(out), optional :: ordinal
+    integer, intent(in), optional :: comm
     integer, intent(out), optional :: stat
     integer(c_int64_t) :: last
+    integer(c_int32_t) :: status
     if (present(stat)) stat = KSTAGE_OK
     if (.not. c_path(pointer, 'kstage_restart_latest', stat)) return
     last = 0
-    if (.not. bridge_ok(kstage_adios2_restart_latest(stage, trim(pointer) // c_null_char, last), &
-                        'kstage_restart_latest', stat)) return
+    if (present(comm)) then
+      if (.not. mpi_form('kstage_restart_latest', stat)) return
+      status = restart_latest_mpi(stage, trim(pointer) // c_null_char, int(comm, c_int), last)
+    else
+      status = kstage_adios2_restart_latest(stage, trim(pointer) // c_null_char, last)
+    end if
+    if (.not. bridge_ok(status, 'kstage_restart_latest', stat)) return
     if (present(ordinal)) ordinal = last
   end subroutine
 
@@ -246,9 +337,11 @@ contains
   ! couples the two in this process (the reader is opened under a name of its own). `manifest`:
   ! whether a reader of a BP5 folder has it checked against its manifest first (default
   ! KSTAGE_ADIOS2_MANIFEST_DEFAULT: not checked). `stream` is 0 (never a stream) on failure. A
-  ! writer's BP5 folder is flushed and sealed by its manifest at kstage_stream_close.
+  ! writer's BP5 folder is flushed and sealed by its manifest at kstage_stream_close. With
+  ! `comm`, on every rank of it (collective; kstage_adios2_open_mpi): the ranks then write each
+  ! step together (each rank's stage its block of it) or read it (each its share), and close.
   subroutine kstage_stream_open(name, stream, mode, engine, parameters, inline_writer, &
-                                manifest, stat)
+                                manifest, comm, stat)
     character(len=*), intent(in) :: name
     integer(int64), intent(out) :: stream
     integer, intent(in), optional :: mode
@@ -256,11 +349,13 @@ contains
     character(len=*), intent(in), optional :: parameters(:)
     integer(int64), intent(in), optional :: inline_writer
     integer, intent(in), optional :: manifest
+    integer, intent(in), optional :: comm
     integer, intent(out), optional :: stat
     type(kstage_adios2_open_desc_t) :: desc
     character(kind=c_char), allocatable, target :: engine_text(:), parameter_text(:)
     type(c_ptr), allocatable, target :: parameter_list(:)
     integer(c_int64_t) :: opened
+    integer(c_int32_t) :: status
     character(len=12) :: number
     integer :: i, at
     if (present(stat)) stat = KSTAGE_OK
@@ -304,8 +399,13 @@ contains
       desc%parameters = c_loc(parameter_list(1))
     end if
     opened = 0
-    if (.not. bridge_ok(kstage_adios2_open(trim(name) // c_null_char, desc, opened), &
-                        'kstage_stream_open', stat)) return
+    if (present(comm)) then
+      if (.not. mpi_form('kstage_stream_open', stat)) return
+      status = open_mpi(trim(name) // c_null_char, desc, int(comm, c_int), opened)
+    else
+      status = kstage_adios2_open(trim(name) // c_null_char, desc, opened)
+    end if
+    if (.not. bridge_ok(status, 'kstage_stream_open', stat)) return
     stream = opened
   end subroutine
 
@@ -391,16 +491,37 @@ contains
     end do
   end subroutine
 
-  ! The layer's refusal of an argument C would misread: KSTAGE_INVALID_ARGUMENT with `message`,
-  ! through stat, or a stop.
-  subroutine refuse(message, stat)
+  ! Whether this kstage's ADIOS2 bridge has its MPI form (built against an MPI ADIOS2), which a
+  ! `comm` argument needs.
+  logical function kstage_has_adios2_mpi()
+    kstage_has_adios2_mpi = has_mpi() /= 0
+  end function
+
+  ! true if a `comm` can be honoured; otherwise refuses it (KSTAGE_NOT_SUPPORTED).
+  logical function mpi_form(context, stat)
+    character(len=*), intent(in) :: context
+    integer, intent(inout), optional :: stat
+    mpi_form = kstage_has_adios2_mpi()
+    if (.not. mpi_form) &
+      call refuse(context // ': comm was given, but this kstage''s ADIOS2 bridge has no MPI ' // &
+                  'form (build it against an MPI ADIOS2: scripts/setup.sh --adios2-mpi)', stat, &
+                  KSTAGE_NOT_SUPPORTED)
+  end function
+
+  ! The layer's refusal of an argument: `status` (default KSTAGE_INVALID_ARGUMENT: one C would
+  ! misread) with `message`, through stat, or a stop.
+  subroutine refuse(message, stat, status)
     character(len=*), intent(in) :: message
     integer, intent(inout), optional :: stat
+    integer(c_int32_t), intent(in), optional :: status
+    integer(c_int32_t) :: code
+    code = KSTAGE_INVALID_ARGUMENT
+    if (present(status)) code = status
     call fortran_set_error(message, int(len(message), c_size_t))
     if (present(stat)) then
-      stat = int(KSTAGE_INVALID_ARGUMENT)
+      stat = int(code)
     else
-      error stop 'kstage: KSTAGE_INVALID_ARGUMENT: ' // message
+      error stop 'kstage: ' // kstage_status_name(int(code)) // ': ' // message
     end if
   end subroutine
 

@@ -63,9 +63,10 @@
 #             ADIOS2 from PyPI's source distribution with Open MPI, ~5 min of 2 cores once, in
 #             the background while the first legs run): the bridge and
 #             its MPI form, tests/adios2 (its serial tests against this ADIOS2, and the mpirun
-#             tests: 3 writing ranks read back by 1 to 4), the examples, the package test and the
-#             Python package with its MPI test (mpi4py from `setup.sh --adios2-mpi --python`); no
-#             other test program (the default leg runs them).
+#             tests: 3 writing ranks read back by 1 to 4; the Fortran module's `comm` forms on 1
+#             and 2 ranks), the examples, the package test and the Python package with its MPI
+#             test (mpi4py from `setup.sh --adios2-mpi --python`); no other test program (the
+#             default leg runs them).
 #   python    the self-contained wheel of the Python package (docs/python.md, "A wheel that
 #             installs anywhere"): scripts/build-wheel.sh (`pip wheel .` with pip's build
 #             isolation -- the source build users run -- then auditwheel repair: libkstage, Kokkos

@@ -17,6 +17,7 @@
 !     engine ADIOS2 does not have (KSTAGE_NOT_SUPPORTED naming it), parameters not in pairs, a
 !     reader used to write and a writer to read (KSTAGE_INVALID_ARGUMENT), a closed stream
 !     (KSTAGE_INVALID_HANDLE): refused, stream and stage unchanged
+!   - a `comm` where the bridge has no MPI form: KSTAGE_NOT_SUPPORTED, the stage unchanged
 !
 !   kstage_test_fortran_adios2 <scratch folder>   (emptied first)
 program test_fortran_adios2
@@ -153,6 +154,27 @@ program test_fortran_adios2
               'a checkpoint inside a file: the message: ' // kstage_error_message())
 
   call check_streams()
+
+  ! ---- `comm` where the bridge has no MPI form (the MPI form itself: tests/adios2, under mpiexec)
+  if (.not. kstage_has_adios2_mpi()) then
+    call kstage_checkpoint(stage, dir // '/mpi.bp', comm=0, stat=st)
+    call expect(st == KSTAGE_NOT_SUPPORTED, 'comm without the MPI form: KSTAGE_NOT_SUPPORTED, got ' &
+                // kstage_status_name(st))
+    call expect(index(kstage_error_message(), 'kstage_checkpoint: comm') == 1 .and. &
+                index(kstage_error_message(), 'MPI') > 0, &
+                'comm without the MPI form: the message: ' // kstage_error_message())
+    call kstage_open(other)
+    call kstage_restart(other, dir // '/ck.bp', comm=0, stat=st)
+    call expect(st == KSTAGE_NOT_SUPPORTED, 'restart with comm: KSTAGE_NOT_SUPPORTED')
+    call expect_empty(other, 'restart with comm')
+    call kstage_close(other)
+    call kstage_stream_open(dir // '/mpi-stream.bp', other, comm=0, stat=st)
+    call expect(st == KSTAGE_NOT_SUPPORTED .and. other == 0, 'a stream with comm: KSTAGE_NOT_SUPPORTED')
+    call kstage_checkpoint_latest(stage, dir // '/mpi.latest', comm=0, stat=st)
+    call expect(st == KSTAGE_NOT_SUPPORTED, 'checkpoint_latest with comm: KSTAGE_NOT_SUPPORTED')
+    call kstage_restart_latest(stage, dir // '/run.latest', comm=0, stat=st)
+    call expect(st == KSTAGE_NOT_SUPPORTED, 'restart_latest with comm: KSTAGE_NOT_SUPPORTED')
+  end if
 
   call kstage_close(stage)
   deallocate(dir)   ! (a main program's allocatables are never freed: LeakSanitizer would say so)
