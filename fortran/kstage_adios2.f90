@@ -455,7 +455,7 @@ contains
   ! KSTAGE_TIMEOUT when it is not ready by then. The stage is unchanged by a step that fails.
   !
   !   do while (kstage_stream_read_step(stream, stage, ordinal))
-  logical function kstage_stream_read_step(stream, stage, ordinal, timeout_ns, stat) result(read)
+  logical function kstage_stream_read_step(stream, stage, ordinal, timeout_ns, stat) result(got)
     integer(int64), intent(in) :: stream, stage
     integer(int64), intent(out), optional :: ordinal
     integer(int64), intent(in), optional :: timeout_ns
@@ -463,14 +463,14 @@ contains
     integer(c_int64_t) :: step_ordinal, wait
     integer(c_int32_t) :: status
     if (present(stat)) stat = KSTAGE_OK
-    read = .false.
+    got = .false.
     wait = KSTAGE_TIMEOUT_INFINITE
     if (present(timeout_ns)) wait = timeout_ns
     step_ordinal = 0
     status = kstage_adios2_read_step(stream, stage, wait, step_ordinal)
     if (status == KSTAGE_END_OF_ITERATION) return
     if (.not. bridge_ok(status, 'kstage_stream_read_step', stat)) return
-    read = .true.
+    got = .true.
     if (present(ordinal)) ordinal = step_ordinal
   end function
 
