@@ -651,7 +651,9 @@ Status Column::apply_fixed(const StagedRows& rows, const TargetRows& map) {
   }
   c.src = rows.data->data();
   c.src_stride = int64_t(rb);
-  if (rows.indexed_source) {  // an adopted sparse write: gathered and scattered in one pass
+  // An adopted sparse write, or a clone's repeated source rows: gathered and scattered in one
+  // pass, through an index, a periodic source or a strided one.
+  if (rows.indexed_source) {
     c.src_index = rows.source_rows();
     if (!c.src_index && rows.source_period != 0) {
       c.src_period = rows.source_period;

@@ -26,7 +26,7 @@
 !   mpi_f08's comm%MPI_VAL), turned into C's by fortran/adios2_mpi.c where the bridge has an MPI
 !   form (kstage_has_adios2_mpi()); elsewhere a `comm` is KSTAGE_NOT_SUPPORTED.
 !
-! tests/fortran (fortran_adios2) checks the descriptor's layout and the constants against C.
+! tests/fortran (fortran_adios2) checks the descriptors' layouts and the constants against C.
 module kstage_adios2_c
   use, intrinsic :: iso_c_binding
   implicit none

@@ -14,9 +14,9 @@
 !   - streams: a BP5 stream of a full and an incremental step read back step by step into a new
 !     stage (ordinals, values after each step, the end of the stream), its folder sealed; the
 !     Inline engine (a writer and a reader in one process) through the C interfaces too; an
-!     engine ADIOS2 does not have (KSTAGE_NOT_SUPPORTED naming it), parameters not in pairs, a
-!     reader used to write and a writer to read (KSTAGE_INVALID_ARGUMENT), a closed stream
-!     (KSTAGE_INVALID_HANDLE): refused, stream and stage unchanged
+!     engine ADIOS2 does not have (KSTAGE_NOT_SUPPORTED naming it), parameters not in pairs or
+!     holding a NUL, a reader used to write and a writer to read (KSTAGE_INVALID_ARGUMENT), a
+!     closed stream (KSTAGE_INVALID_HANDLE): refused, stream and stage unchanged
 !   - a `comm` where the bridge has no MPI form: KSTAGE_NOT_SUPPORTED, the stage unchanged
 !
 !   kstage_test_fortran_adios2 <scratch folder>   (emptied first)
@@ -352,6 +352,12 @@ contains
                 'parameters not in pairs: KSTAGE_INVALID_ARGUMENT')
     call expect(index(kstage_error_message(), 'NumAggregators') > 0, &
                 'parameters not in pairs: the message names the key: ' // kstage_error_message())
+    call kstage_stream_open(dir // '/x.bp', kept, parameters=[character(len=14) :: 'NumAggregators', '1' // c_null_char // '2'], &
+                            stat=st)
+    call expect(st == KSTAGE_INVALID_ARGUMENT .and. kept == 0, &
+                'a parameter with a NUL: KSTAGE_INVALID_ARGUMENT')
+    call expect(index(kstage_error_message(), 'parameters(2)') > 0, &
+                'a parameter with a NUL: the message names it: ' // kstage_error_message())
     call kstage_stream_open(dir // '/x.bp', kept, mode=7, stat=st)
     call expect(st == KSTAGE_INVALID_ARGUMENT .and. kept == 0, 'mode 7: KSTAGE_INVALID_ARGUMENT')
     call kstage_stream_open(dir // '/x.bp', kept, engine=' ', stat=st)
